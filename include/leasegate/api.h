@@ -1,0 +1,25 @@
+/*
+ * api — the endpoint handlers: the only code that joins JSON to the core.
+ * Each takes a Request whose body (if any) is gathered and whose path
+ * argument (lock name or resource) is in req->arg.
+ */
+#ifndef LEASEGATE_API_H
+#define LEASEGATE_API_H
+
+#include "leasegate/http.h"
+
+void api_acquire(Request *req);
+void api_renew(Request *req);
+void api_release(Request *req);
+void api_get_lock(Request *req);
+void api_list_locks(Request *req);
+void api_fence(Request *req);
+void api_healthz(Request *req);
+void api_metrics(Request *req);
+void api_dashboard(Request *req);
+
+/* Lock-table hooks for long-polling acquires (the waiter context is the Request). */
+void api_waiter_granted(Request *req, const Lock *lock);
+void api_waiter_timed_out(Request *req, const Lock *lock);
+
+#endif

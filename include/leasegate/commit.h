@@ -1,0 +1,72 @@
+/*
+ * commit — group commit: many requests' changes in one transaction and one fsync.
+ *
+ * The loop thread records changes (lock snapshots, fence marks) into the
+ * pending batch while it serves requests. A request whose response reveals
+ * state is held (commit_hold) until the batch holding every change made before
+ * it is durable. One writer thread commits one batch at a time; while it does,
+ * the next batch fills up, so the cost of an fsync is shared by all the
+ * requests that arrive during the previous one. When a batch is durable the
+ * writer wakes the loop (eventfd) and the loop releases that batch's holds.
+ *
+ * Invariant: batches are committed in the order they were filled, so a hold
+ * released after batch N is durable never reveals a change from batch N+1.
+ */
+#ifndef LEASEGATE_COMMIT_H
+#define LEASEGATE_COMMIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "leasegate/locktab.h"
+#include "leasegate/store.h"
+
+typedef struct CommitHold CommitHold;
+struct CommitHold {
+    CommitHold *next;
+    /* Called on the loop thread once every change recorded before the hold is durable. */
+    void (*ready)(CommitHold *hold);
+};
+
+#define COMMIT_LATENCY_BUCKETS 12
+extern const double COMMIT_LATENCY_BOUNDS_MS[COMMIT_LATENCY_BUCKETS];
+
+typedef struct CommitStats {
+    uint64_t commits;
+    uint64_t rows;
+    double seconds_total;
+    uint64_t latency_buckets[COMMIT_LATENCY_BUCKETS]; /* cumulative counts per upper bound */
+} CommitStats;
+
+typedef struct Commit Commit;
+
+/* Starts the writer thread; the store is used only by it from now on.
+ * NULL on failure (message in err). */
+Commit *commit_new(Store *store, char *err, size_t errlen);
+/* Commits what is pending, stops the writer. Holds still queued are dropped. */
+void commit_free(Commit *c);
+int commit_fd(const Commit *c);
+
+/* Record a change; false on allocation failure (nothing recorded). */
+bool commit_lock(Commit *c, const Lock *lock);
+bool commit_fence(Commit *c, const char *resource, uint64_t max_token);
+void commit_last_token(Commit *c, uint64_t last_token);
+
+/* True while some recorded change is not durable yet. */
+bool commit_pending(const Commit *c);
+/* Queues hold->ready to run after the pending batch is durable. Only valid
+ * while commit_pending() is true. */
+void commit_hold(Commit *c, CommitHold *hold);
+/* Hands the pending batch to the writer if the writer is idle. */
+void commit_flush(Commit *c);
+/* The loop calls this when commit_fd() is readable: runs the holds of the
+ * durable batch. Returns -1 if the batch failed to commit (nothing of it may
+ * be revealed; the caller must stop), 0 otherwise. */
+int commit_done(Commit *c);
+/* Blocks until everything recorded so far is durable (shutdown). -1 on failure. */
+int commit_sync(Commit *c);
+const char *commit_error(const Commit *c);
+const CommitStats *commit_stats(const Commit *c);
+
+#endif

@@ -1,0 +1,31 @@
+/*
+ * config — `leasegate serve` flags into one validated Config, with defaults.
+ */
+#ifndef LEASEGATE_CONFIG_H
+#define LEASEGATE_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct Config {
+    char listen_host[64];
+    uint16_t listen_port;
+    const char *data_path;        /* borrowed from argv or a literal */
+    size_t max_waiters;           /* in total */
+    size_t max_waiters_per_lock;
+    size_t max_connections;
+    size_t max_locks;
+    size_t max_fences;
+    unsigned idle_timeout_s;      /* idle keep-alive connections are closed after this */
+    size_t lease_history;         /* ended leases remembered for not_holder reasons */
+} Config;
+
+typedef enum ConfigResult { CONFIG_OK, CONFIG_HELP, CONFIG_ERROR } ConfigResult;
+
+void config_defaults(Config *c);
+/* Parses the arguments after "serve". On CONFIG_ERROR err holds one line. */
+ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, size_t errlen);
+void config_usage(FILE *out);
+
+#endif

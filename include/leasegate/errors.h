@@ -1,0 +1,26 @@
+/*
+ * errors — the one table of API error codes: code -> HTTP status.
+ * Every error body is {"error": code, "message": text, ...fields}.
+ */
+#ifndef LEASEGATE_ERRORS_H
+#define LEASEGATE_ERRORS_H
+
+typedef enum ErrCode {
+    ERR_BAD_REQUEST,
+    ERR_UNAUTHORIZED,
+    ERR_FORBIDDEN,
+    ERR_NOT_FOUND,
+    ERR_METHOD_NOT_ALLOWED,
+    ERR_LOCK_HELD,
+    ERR_NOT_HOLDER,
+    ERR_STALE_TOKEN,
+    ERR_PAYLOAD_TOO_LARGE,
+    ERR_TOKEN_REQUIRED,
+    ERR_INTERNAL,
+    ERR_OVERLOADED,
+} ErrCode;
+
+const char *error_code(ErrCode e);
+unsigned error_status(ErrCode e);
+
+#endif

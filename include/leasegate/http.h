@@ -1,0 +1,88 @@
+/*
+ * http — libmicrohttpd glue: one Request per HTTP request, body gathering with
+ * limits, the route dispatch, and every way a response leaves.
+ *
+ * A response that reveals state never leaves before the changes made ahead of
+ * it are durable: http_reply* hold it (suspending the connection) until the
+ * pending commit batch is written, and only then queue it.
+ *
+ * A long-polling acquire suspends its connection (http_wait); it holds no
+ * thread. While it waits, the loop watches its socket, so a client that goes
+ * away leaves the queue at once.
+ */
+#ifndef LEASEGATE_HTTP_H
+#define LEASEGATE_HTTP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "leasegate/commit.h"
+#include "leasegate/errors.h"
+#include "leasegate/locktab.h"
+#include "leasegate/loop.h"
+#include "leasegate/server.h"
+
+#define HTTP_MAX_BODY (64 * 1024)
+
+struct MHD_Connection;
+struct MHD_Response;
+
+typedef void (*Handler)(Request *req);
+
+struct Request {
+    LoopSource source;  /* for socket watches while waiting; first member */
+    Server *srv;
+    struct MHD_Connection *conn;
+    Handler handler;    /* NULL when no route matched */
+    const char *allow;  /* for a 405: the methods the path allows */
+    char *arg;          /* owned: the path's name/resource part, or NULL */
+    char *body;         /* owned: the gathered body */
+    size_t body_len;
+    bool body_too_large;
+    bool in_handler;    /* inside the access callback: may queue directly */
+    bool suspended;
+    bool close;         /* on resume, drop the connection */
+    unsigned status;
+    struct MHD_Response *response; /* owned: built, waiting to be queued */
+    CommitHold hold;
+    Waiter *waiter;     /* while queued in the lock table */
+    int watch_fd;       /* socket watched by the loop, or -1 */
+    Request *prev, *next; /* in Server.waiting */
+    /* A grant this request's response reveals; released if it is not delivered. */
+    bool grant_pending;
+    char *grant_lock;   /* owned */
+    uint8_t grant_lease[LEASE_ID_BYTES];
+};
+
+/* Starts the MHD daemon on cfg's address. -1 on failure (message on stderr). */
+int http_start(Server *s);
+void http_stop(Server *s);
+/* The port actually bound (for --listen ...:0). */
+unsigned http_port(const Server *s);
+
+/* Replies; each takes ownership of what it is given. */
+void http_reply_json_new(Request *req, unsigned status, json_t *body);
+void http_reply_text(Request *req, unsigned status, const char *content_type, char *text_new,
+                     size_t len);
+void http_reply_static(Request *req, unsigned status, const char *content_type, const void *data,
+                       size_t len);
+/* {"error": code, "message": ...} plus the fields of `extra` (taken over, may be NULL). */
+void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Remembers that the reply about to be sent grants `lease` on `lock`. */
+void http_note_grant(Request *req, const char *lock, const uint8_t *lease);
+
+/* Suspends the request as a waiter of the lock table. */
+void http_wait(Request *req, Waiter *w);
+/* The lock table granted the waiter or timed it out: it leaves the waiting list. */
+void http_waiter_done(Request *req);
+/* The loop saw the waiting client hang up. */
+void http_hangup(Request *req);
+/* Shutdown: answers every waiter with 503. */
+void http_cancel_waiters(Server *s);
+
+const char *http_query(Request *req, const char *key);
+
+#endif

@@ -1,0 +1,31 @@
+/*
+ * leasehist — a bounded memory of leases that have ended and how.
+ *
+ * It lets renew and release tell a client why its lease no longer holds a lock
+ * ("expired" versus "released" versus a lease the server never issued). It
+ * remembers the most recent `capacity` ended leases; older ones are forgotten
+ * (and reported as unknown). Lease ids are random, so their first bytes hash well.
+ */
+#ifndef LEASEGATE_LEASEHIST_H
+#define LEASEGATE_LEASEHIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum LeaseEnd {
+    LEASE_END_EXPIRED = 1,
+    LEASE_END_RELEASED = 2,
+} LeaseEnd;
+
+typedef struct LeaseHist LeaseHist;
+
+LeaseHist *leasehist_new(size_t capacity); /* NULL on allocation failure */
+void leasehist_free(LeaseHist *h);
+/* Records that lease `id` of lock `lock` (an opaque identity) ended. */
+void leasehist_add(LeaseHist *h, const uint8_t id[16], const void *lock, uint64_t token, LeaseEnd how);
+/* True when `id` is remembered; fills lock, token and how. */
+bool leasehist_find(const LeaseHist *h, const uint8_t id[16], const void **lock, uint64_t *token,
+                    LeaseEnd *how);
+
+#endif

@@ -1,0 +1,152 @@
+/*
+ * locktab — the lock state machine: free/held, FIFO waiters, reentry,
+ * lease expiry and the global fencing-token counter.
+ *
+ * It knows nothing of HTTP, JSON or SQL. It is owned by one thread (the loop),
+ * so it takes no locks. Time comes in as a Now, never read here.
+ *
+ * Invariants (checked by locktab_check in debug builds):
+ *  - a lock is held  <=>  its expiry deadline is queued;
+ *  - a free lock has no waiters (freeing a lock grants it to the first waiter);
+ *  - holder.token <= lock.last_token <= locktab's last token, and every grant
+ *    takes last token + 1, so tokens never repeat and never go backwards;
+ *  - every waiter's wait deadline is queued.
+ * Every change to a lock's durable state is reported through hooks.changed
+ * before the call that made it returns; the caller must make that change
+ * durable before it reveals anything about it (group commit).
+ */
+#ifndef LEASEGATE_LOCKTAB_H
+#define LEASEGATE_LOCKTAB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "leasegate/clock.h"
+#include "leasegate/heap.h"
+
+#define LEASE_ID_BYTES 16
+
+typedef struct Holder {
+    uint8_t lease[LEASE_ID_BYTES];
+    char *owner;    /* owned */
+    char *metadata; /* owned; compact JSON object text, opaque here */
+    uint64_t token;
+    int64_t ttl_ms;
+    int64_t acquired_at_ms; /* Unix ms */
+    int64_t expires_at_ms;  /* Unix ms */
+    uint32_t count;         /* reentries: 1 for a fresh grant */
+} Holder;
+
+typedef struct Deadline {
+    HeapEntry entry;
+    uint8_t kind; /* which struct embeds it: a lock's expiry or a waiter's wait */
+} Deadline;
+
+typedef struct Waiter Waiter;
+
+typedef struct Lock {
+    char *name;          /* owned; the lock table's key */
+    uint64_t last_token; /* last token granted for this lock; 0 if never */
+    bool held;
+    Holder holder;       /* valid when held */
+    Deadline expiry;     /* queued while held */
+    Waiter *first;       /* FIFO of waiters: first is served next */
+    Waiter *last;
+    size_t nwaiters;
+} Lock;
+
+typedef struct LocktabHooks {
+    void *ud;
+    /* The durable state of `lock` changed. */
+    void (*changed)(void *ud, const Lock *lock);
+    /* A queued waiter was granted `lock` (its holder is the new grant). */
+    void (*granted)(void *ud, void *waiter_ctx, const Lock *lock);
+    /* A queued waiter's wait_ms passed without a grant. */
+    void (*timed_out)(void *ud, void *waiter_ctx, const Lock *lock);
+} LocktabHooks;
+
+typedef struct LocktabLimits {
+    size_t max_locks;
+    size_t max_waiters;          /* in total */
+    size_t max_waiters_per_lock;
+    size_t lease_history;        /* ended leases remembered for not_holder reasons */
+} LocktabLimits;
+
+typedef struct AcquireArgs {
+    const char *owner;
+    const char *metadata;        /* NULL: "{}" for a grant, unchanged for reentry */
+    int64_t ttl_ms;
+    int64_t wait_ms;             /* 0: try once */
+    const uint8_t *lease;        /* NULL, or the holder's lease for reentry */
+    const uint8_t *new_lease;    /* the lease id to use if granted now */
+} AcquireArgs;
+
+typedef enum LockResult {
+    LOCK_OK,          /* granted, reentered, renewed or released */
+    LOCK_QUEUED,      /* acquire: waiting; the waiter is returned */
+    LOCK_BUSY,        /* acquire: held by another and not waiting */
+    LOCK_NOT_HOLDER,  /* the given lease does not hold the lock */
+    LOCK_OVERLOADED,  /* a limit on locks or waiters was reached */
+    LOCK_NOMEM,
+} LockResult;
+
+typedef enum NotHolderReason {
+    REASON_UNKNOWN,
+    REASON_EXPIRED,
+    REASON_SUPERSEDED,
+    REASON_RELEASED,
+} NotHolderReason;
+
+typedef struct Locktab Locktab;
+
+/* NULL on allocation failure. */
+Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks);
+/* Frees every lock and waiter; waiter contexts are not touched. */
+void locktab_free(Locktab *lt);
+
+/* Start-up: adds a lock read from storage. A holder whose expiry has passed is
+ * released (reported through hooks.changed). `holder` may be NULL. */
+LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, const Holder *holder,
+                        const Now *now);
+
+/* On LOCK_OK *lock_out is the held lock (the grant or the reentry). On
+ * LOCK_QUEUED *waiter_out is the new waiter, which calls hooks.granted or
+ * hooks.timed_out exactly once, unless cancelled first. */
+LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *args, void *waiter_ctx,
+                           const Now *now, const Lock **lock_out, Waiter **waiter_out);
+/* ttl_ms 0 keeps the lease's ttl. */
+LockResult locktab_renew(Locktab *lt, const char *name, const uint8_t *lease, int64_t ttl_ms,
+                         const Now *now, const Lock **lock_out);
+/* Decrements the reentry count; at zero frees the lock and grants it to the
+ * first waiter. *count_left is the count after the release. */
+LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, const Now *now,
+                           uint32_t *count_left);
+/* Why `lease` does not hold lock `name` (after LOCK_NOT_HOLDER). */
+NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8_t *lease);
+/* Removes a waiter whose client went away. Its hooks are never called. */
+void locktab_cancel(Locktab *lt, Waiter *w);
+
+/* Fires every deadline due at `now`: expiries (and the grants they cause) and
+ * wait timeouts. */
+void locktab_tick(Locktab *lt, const Now *now);
+/* Milliseconds until the next deadline (0 if due), or -1 when none. */
+int64_t locktab_next_timeout_ms(const Locktab *lt, const Now *now);
+
+const Lock *locktab_get(const Locktab *lt, const char *name);
+/* Calls fn for up to `limit` locks whose names start with `prefix` and sort
+ * after `after` (NULL: from the start), in byte order. Returns true when more
+ * matching locks follow. */
+bool locktab_list(const Locktab *lt, const char *prefix, const char *after, size_t limit,
+                  void (*fn)(void *ud, const Lock *lock), void *ud);
+
+uint64_t locktab_last_token(const Locktab *lt);
+void locktab_raise_last_token(Locktab *lt, uint64_t token); /* start-up: the stored counter */
+size_t locktab_locks(const Locktab *lt);
+size_t locktab_held(const Locktab *lt);
+size_t locktab_waiters(const Locktab *lt);
+uint64_t locktab_expiries(const Locktab *lt); /* leases ended by their TTL so far */
+/* Asserts every invariant listed above over the whole table (debug builds). */
+void locktab_check(const Locktab *lt);
+
+#endif

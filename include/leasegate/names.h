@@ -1,0 +1,18 @@
+/*
+ * names — the rule for lock names and fence resources.
+ * [A-Za-z0-9._~:/-]{1,256}; for locks the last '/'-segment may not be an
+ * action word (acquire, renew, release), which the router reads as the action.
+ */
+#ifndef LEASEGATE_NAMES_H
+#define LEASEGATE_NAMES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define NAME_MAX_BYTES 256
+
+/* Returns NULL when valid, else a static description of what is wrong. */
+const char *name_problem(const char *name);
+bool name_is_action(const char *segment);
+
+#endif

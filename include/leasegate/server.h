@@ -1,0 +1,44 @@
+/*
+ * server — the one context that owns everything a running server has.
+ * No other mutable state exists outside it. Only the loop thread touches it,
+ * except the commit module's writer thread, which owns only its batch.
+ */
+#ifndef LEASEGATE_SERVER_H
+#define LEASEGATE_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "leasegate/commit.h"
+#include "leasegate/config.h"
+#include "leasegate/fence.h"
+#include "leasegate/locktab.h"
+#include "leasegate/metrics.h"
+#include "leasegate/store.h"
+
+struct MHD_Daemon;
+typedef struct Loop Loop;
+typedef struct Request Request;
+
+typedef struct Server {
+    Config cfg;
+    Store *store;
+    Commit *commit;
+    Locktab *locks;
+    Fence *fence;
+    struct MHD_Daemon *daemon;
+    Loop *loop;
+    Metrics metrics;
+    Request *waiting;  /* requests in a long-poll (a doubly linked list) */
+    size_t suspended;  /* connections suspended now (waiting or held for commit) */
+    bool stopping;
+    bool storage_failed;
+} Server;
+
+/* Opens storage, loads state, starts the commit writer. 0 or -1 (message on stderr). */
+int server_open(Server *s, const Config *cfg);
+/* Runs until SIGINT/SIGTERM or a storage failure. Returns the exit status. */
+int server_run(Server *s);
+void server_close(Server *s);
+
+#endif

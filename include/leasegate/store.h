@@ -1,0 +1,76 @@
+/*
+ * store — where durable state lives, behind one small interface.
+ *
+ * Storage receives plain records and never sees the lock table. A batch is
+ * applied atomically (one transaction, one fsync for SQLite): after
+ * store->commit returns 0, every record in it survives a crash or power loss.
+ *
+ * When you change StoreLock, also change: the schema and statements in
+ * store_sqlite.c, the snapshot in commit.c, and the loader in server.c.
+ */
+#ifndef LEASEGATE_STORE_H
+#define LEASEGATE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "leasegate/locktab.h"
+
+/* One lock's durable state: its name, last token and holder (if held). */
+typedef struct StoreLock {
+    const char *name;
+    uint64_t last_token;
+    bool held;
+    Holder holder; /* valid when held; strings borrowed */
+} StoreLock;
+
+typedef struct StoreFence {
+    const char *resource;
+    uint64_t max_token;
+} StoreFence;
+
+typedef struct StoreBatch {
+    const StoreLock *locks;
+    size_t nlocks;
+    const StoreFence *fences;
+    size_t nfences;
+    uint64_t last_token; /* the global counter after this batch */
+} StoreBatch;
+
+typedef struct StoreLoad {
+    void *ud;
+    /* Called once per stored lock; nonzero aborts the load. */
+    int (*lock)(void *ud, const StoreLock *lock);
+    int (*fence)(void *ud, const StoreFence *fence);
+} StoreLoad;
+
+typedef struct Store Store;
+
+typedef struct StoreOps {
+    /* Reads everything; *last_token is the stored counter. 0 on success. */
+    int (*load)(Store *s, const StoreLoad *cb, uint64_t *last_token);
+    /* Applies the batch atomically and durably. 0 on success. */
+    int (*commit)(Store *s, const StoreBatch *batch);
+    void (*close)(Store *s);
+    /* The last error, for logs. */
+    const char *(*error)(const Store *s);
+} StoreOps;
+
+struct Store {
+    const StoreOps *ops;
+};
+
+/* Opens (creating if needed) the SQLite database at path. On failure returns
+ * NULL and writes a message into err. */
+Store *store_sqlite_open(const char *path, char *err, size_t errlen);
+
+static inline int store_load(Store *s, const StoreLoad *cb, uint64_t *last_token)
+{
+    return s->ops->load(s, cb, last_token);
+}
+static inline int store_commit(Store *s, const StoreBatch *b) { return s->ops->commit(s, b); }
+static inline void store_close(Store *s) { s->ops->close(s); }
+static inline const char *store_error(const Store *s) { return s->ops->error(s); }
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * api_admin — health, Prometheus metrics and the dashboard page.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "leasegate/api.h"
+#include "leasegate/web_assets.h"
+
+void api_healthz(Request *req) { http_reply_json_new(req, 200, json_pack("{s:s}", "status", "ok")); }
+
+void api_dashboard(Request *req)
+{
+    http_reply_static(req, 200, "text/html; charset=utf-8", WEB_INDEX_HTML, WEB_INDEX_HTML_LEN);
+}
+
+static void counter(FILE *f, const char *name, const char *help, uint64_t v)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+static void gauge(FILE *f, const char *name, const char *help, uint64_t v)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+void api_metrics(Request *req)
+{
+    Server *s = req->srv;
+    const Metrics *m = &s->metrics;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory");
+        return;
+    }
+    counter(f, "leasegate_http_requests_total", "HTTP requests received.", m->requests);
+    fprintf(f, "# HELP leasegate_http_responses_total HTTP responses by status class.\n"
+               "# TYPE leasegate_http_responses_total counter\n");
+    for (int c = 2; c <= 5; c++)
+        fprintf(f, "leasegate_http_responses_total{class=\"%dxx\"} %llu\n", c,
+                (unsigned long long)m->responses[c]);
+    counter(f, "leasegate_grants_total", "Fresh grants (immediate or after waiting).", m->grants);
+    counter(f, "leasegate_reentries_total", "Reentrant acquires by the holder.", m->reentries);
+    counter(f, "leasegate_renewals_total", "Successful renewals.", m->renewals);
+    counter(f, "leasegate_releases_total", "Successful releases.", m->releases);
+    counter(f, "leasegate_expiries_total", "Leases ended by their TTL.", locktab_expiries(s->locks));
+    counter(f, "leasegate_wait_timeouts_total", "Waiters whose wait_ms passed.", m->wait_timeouts);
+    counter(f, "leasegate_waiter_disconnects_total", "Waiters whose client went away.", m->waiter_disconnects);
+    counter(f, "leasegate_undelivered_grants_total", "Grants released because the response failed.",
+            m->undelivered_grants);
+    counter(f, "leasegate_not_holder_total", "Requests answered not_holder.", m->not_holder);
+    counter(f, "leasegate_fence_accepted_total", "Fence checks accepted.", m->fence_accepted);
+    counter(f, "leasegate_fence_rejected_total", "Fence checks rejected as stale.", m->fence_rejected);
+    gauge(f, "leasegate_locks", "Locks known (ever granted).", locktab_locks(s->locks));
+    gauge(f, "leasegate_locks_held", "Locks held now.", locktab_held(s->locks));
+    gauge(f, "leasegate_waiters", "Acquires waiting now.", locktab_waiters(s->locks));
+    gauge(f, "leasegate_last_token", "The last fencing token issued.", locktab_last_token(s->locks));
+    gauge(f, "leasegate_fence_resources", "Resources with a fence mark.", fence_count(s->fence));
+    const CommitStats *cs = commit_stats(s->commit);
+    counter(f, "leasegate_commits_total", "Group commits (transactions with an fsync).", cs->commits);
+    counter(f, "leasegate_commit_rows_total", "Rows written by group commits.", cs->rows);
+    fprintf(f, "# HELP leasegate_commit_seconds Time to commit one batch.\n"
+               "# TYPE leasegate_commit_seconds histogram\n");
+    for (int i = 0; i < COMMIT_LATENCY_BUCKETS; i++)
+        fprintf(f, "leasegate_commit_seconds_bucket{le=\"%g\"} %llu\n", COMMIT_LATENCY_BOUNDS_MS[i] / 1000,
+                (unsigned long long)cs->latency_buckets[i]);
+    fprintf(f, "leasegate_commit_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cs->commits);
+    fprintf(f, "leasegate_commit_seconds_sum %.6f\n", cs->seconds_total);
+    fprintf(f, "leasegate_commit_seconds_count %llu\n", (unsigned long long)cs->commits);
+    if (fclose(f) != 0 || !text) {
+        free(text);
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory");
+        return;
+    }
+    http_reply_text(req, 200, "text/plain; version=0.0.4", text, len);
+}

@@ -1,0 +1,276 @@
+/*
+ * api_locks — acquire, renew, release, get and list: JSON in, lock table
+ * calls, JSON out. The lease id appears only in the acquire response (it is
+ * the credential); every other view of a lock leaves it out.
+ */
+#include <string.h>
+#include <uuid/uuid.h>
+
+#include "leasegate/api.h"
+#include "leasegate/body.h"
+#include "leasegate/names.h"
+
+#define TTL_MIN_MS 100
+#define TTL_MAX_MS 86400000
+#define TTL_DEFAULT_MS 30000
+#define WAIT_MAX_MS 3600000
+#define OWNER_MAX_BYTES 128
+#define METADATA_MAX_BYTES 4096
+#define LIST_MAX 1000
+#define LIST_DEFAULT 100
+
+static json_t *metadata_new(const char *text)
+{
+    json_t *m = json_loads(text, 0, NULL);
+    return m ? m : json_object();
+}
+
+/* The holder as every reader may see it: no lease id. */
+static json_t *holder_new(const Holder *h)
+{
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:o}", "owner", h->owner, "token", (json_int_t)h->token,
+                     "ttl_ms", (json_int_t)h->ttl_ms, "acquired_at_ms", (json_int_t)h->acquired_at_ms,
+                     "expires_at_ms", (json_int_t)h->expires_at_ms, "count", (json_int_t)h->count, "metadata",
+                     metadata_new(h->metadata));
+}
+
+static json_t *lock_state_new(const char *name, const Lock *lock)
+{
+    if (!lock)
+        return json_pack("{s:s, s:b, s:n, s:i, s:i}", "name", name, "held", 0, "holder", "waiters", 0,
+                         "last_token", 0);
+    return json_pack("{s:s, s:b, s:o, s:I, s:I}", "name", lock->name, "held", lock->held, "holder",
+                     lock->held ? holder_new(&lock->holder) : json_null(), "waiters", (json_int_t)lock->nwaiters,
+                     "last_token", (json_int_t)lock->last_token);
+}
+
+static void reply_grant(Request *req, const Lock *lock)
+{
+    const Holder *h = &lock->holder;
+    char lease[37];
+    uuid_unparse_lower(h->lease, lease);
+    http_note_grant(req, lock->name, h->lease);
+    http_reply_json_new(req, 200,
+                        json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o}", "name", lock->name, "owner",
+                                  h->owner, "lease", lease, "token", (json_int_t)h->token, "ttl_ms",
+                                  (json_int_t)h->ttl_ms, "acquired_at_ms", (json_int_t)h->acquired_at_ms,
+                                  "expires_at_ms", (json_int_t)h->expires_at_ms, "count", (json_int_t)h->count,
+                                  "metadata", metadata_new(h->metadata)));
+}
+
+static void reply_lock_held(Request *req, const Lock *lock)
+{
+    json_t *extra = json_pack("{s:s, s:o, s:I}", "name", lock->name, "holder",
+                              lock->held ? holder_new(&lock->holder) : json_null(), "waiters",
+                              (json_int_t)lock->nwaiters);
+    if (lock->held)
+        http_reply_error(req, ERR_LOCK_HELD, extra, "lock '%s' is held by '%s' (token %llu)", lock->name,
+                         lock->holder.owner, (unsigned long long)lock->holder.token);
+    else
+        http_reply_error(req, ERR_LOCK_HELD, extra, "lock '%s' was not granted in time", lock->name);
+}
+
+static const char *const REASONS[] = {
+    [REASON_UNKNOWN] = "unknown",
+    [REASON_EXPIRED] = "expired",
+    [REASON_SUPERSEDED] = "superseded",
+    [REASON_RELEASED] = "released",
+};
+
+static const char *const REASON_TEXT[] = {
+    [REASON_UNKNOWN] = "this server did not issue it for this lock, or has forgotten it",
+    [REASON_EXPIRED] = "its TTL ran out",
+    [REASON_SUPERSEDED] = "its TTL ran out and the lock has since been granted to another lease",
+    [REASON_RELEASED] = "it was released",
+};
+
+static void reply_not_holder(Request *req, const char *name, const uint8_t *lease)
+{
+    Server *s = req->srv;
+    NotHolderReason why = locktab_why_not(s->locks, name, lease);
+    s->metrics.not_holder++;
+    http_reply_error(req, ERR_NOT_HOLDER, json_pack("{s:s, s:s}", "name", name, "reason", REASONS[why]),
+                     "lease does not hold lock '%s': %s", name, REASON_TEXT[why]);
+}
+
+static void reply_overloaded(Request *req, LockResult r)
+{
+    http_reply_error(req, ERR_OVERLOADED, NULL, "%s",
+                     r == LOCK_NOMEM ? "out of memory; retry later"
+                                     : "a limit on locks or waiters is reached; retry later");
+}
+
+void api_acquire(Request *req)
+{
+    static const char *const FIELDS[] = {"owner", "ttl_ms", "wait_ms", "metadata", "lease", NULL};
+    Server *s = req->srv;
+    if (!body_check_name(req, "name", req->arg))
+        return;
+    json_t *obj = body_object_new(req, FIELDS);
+    if (!obj)
+        return;
+    const char *owner;
+    json_int_t ttl_ms, wait_ms;
+    uint8_t lease[LEASE_ID_BYTES];
+    bool reentry;
+    char *metadata = NULL;
+    if (body_string(req, obj, "owner", OWNER_MAX_BYTES, true, &owner) &&
+        body_int(req, obj, "ttl_ms", TTL_MIN_MS, TTL_MAX_MS, TTL_DEFAULT_MS, false, &ttl_ms) &&
+        body_int(req, obj, "wait_ms", 0, WAIT_MAX_MS, 0, false, &wait_ms) && body_lease(req, obj, false, lease, &reentry) &&
+        body_metadata(req, obj, METADATA_MAX_BYTES, &metadata)) {
+        uuid_t fresh;
+        uuid_generate_random(fresh);
+        AcquireArgs args = {owner, metadata, ttl_ms, wait_ms, reentry ? lease : NULL, fresh};
+        Now now = clock_now();
+        const Lock *lock;
+        Waiter *waiter;
+        LockResult r = locktab_acquire(s->locks, req->arg, &args, req, &now, &lock, &waiter);
+        switch (r) {
+        case LOCK_OK:
+            if (reentry)
+                s->metrics.reentries++;
+            else
+                s->metrics.grants++;
+            reply_grant(req, lock);
+            break;
+        case LOCK_QUEUED:
+            http_wait(req, waiter);
+            break;
+        case LOCK_BUSY:
+            reply_lock_held(req, lock);
+            break;
+        case LOCK_NOT_HOLDER:
+            reply_not_holder(req, req->arg, lease);
+            break;
+        case LOCK_OVERLOADED:
+        case LOCK_NOMEM:
+            reply_overloaded(req, r);
+            break;
+        }
+    }
+    free(metadata);
+    json_decref(obj);
+}
+
+void api_waiter_granted(Request *req, const Lock *lock)
+{
+    http_waiter_done(req);
+    req->srv->metrics.grants++;
+    reply_grant(req, lock);
+}
+
+void api_waiter_timed_out(Request *req, const Lock *lock)
+{
+    http_waiter_done(req);
+    req->srv->metrics.wait_timeouts++;
+    reply_lock_held(req, lock);
+}
+
+void api_renew(Request *req)
+{
+    static const char *const FIELDS[] = {"lease", "ttl_ms", NULL};
+    Server *s = req->srv;
+    if (!body_check_name(req, "name", req->arg))
+        return;
+    json_t *obj = body_object_new(req, FIELDS);
+    if (!obj)
+        return;
+    uint8_t lease[LEASE_ID_BYTES];
+    bool present;
+    json_int_t ttl_ms;
+    if (body_lease(req, obj, true, lease, &present) &&
+        body_int(req, obj, "ttl_ms", TTL_MIN_MS, TTL_MAX_MS, 0, false, &ttl_ms)) {
+        Now now = clock_now();
+        const Lock *lock;
+        LockResult r = locktab_renew(s->locks, req->arg, lease, ttl_ms, &now, &lock);
+        if (r == LOCK_OK) {
+            s->metrics.renewals++;
+            http_reply_json_new(req, 200,
+                                json_pack("{s:s, s:I, s:I, s:I}", "name", lock->name, "token",
+                                          (json_int_t)lock->holder.token, "ttl_ms", (json_int_t)lock->holder.ttl_ms,
+                                          "expires_at_ms", (json_int_t)lock->holder.expires_at_ms));
+        } else if (r == LOCK_NOT_HOLDER) {
+            reply_not_holder(req, req->arg, lease);
+        } else {
+            reply_overloaded(req, r);
+        }
+    }
+    json_decref(obj);
+}
+
+void api_release(Request *req)
+{
+    static const char *const FIELDS[] = {"lease", NULL};
+    Server *s = req->srv;
+    if (!body_check_name(req, "name", req->arg))
+        return;
+    json_t *obj = body_object_new(req, FIELDS);
+    if (!obj)
+        return;
+    uint8_t lease[LEASE_ID_BYTES];
+    bool present;
+    if (body_lease(req, obj, true, lease, &present)) {
+        Now now = clock_now();
+        uint32_t left;
+        if (locktab_release(s->locks, req->arg, lease, &now, &left) == LOCK_OK) {
+            s->metrics.releases++;
+            http_reply_json_new(req, 200,
+                                json_pack("{s:s, s:b, s:I}", "name", req->arg, "released", left == 0, "count",
+                                          (json_int_t)left));
+        } else {
+            reply_not_holder(req, req->arg, lease);
+        }
+    }
+    json_decref(obj);
+}
+
+void api_get_lock(Request *req)
+{
+    if (!body_check_name(req, "name", req->arg))
+        return;
+    http_reply_json_new(req, 200, lock_state_new(req->arg, locktab_get(req->srv->locks, req->arg)));
+}
+
+typedef struct ListCtx {
+    json_t *locks;
+    const char *last;
+} ListCtx;
+
+static void list_one(void *ud, const Lock *lock)
+{
+    ListCtx *ctx = ud;
+    json_array_append_new(ctx->locks, lock_state_new(lock->name, lock));
+    ctx->last = lock->name;
+}
+
+void api_list_locks(Request *req)
+{
+    const char *prefix = http_query(req, "prefix");
+    const char *after = http_query(req, "after");
+    const char *limit_s = http_query(req, "limit");
+    if (!prefix)
+        prefix = "";
+    if (*prefix && !body_check_name(req, "prefix", prefix))
+        return;
+    if (after && !body_check_name(req, "after", after))
+        return;
+    long limit = LIST_DEFAULT;
+    if (limit_s) {
+        char *end;
+        limit = strtol(limit_s, &end, 10);
+        if (!*limit_s || *end || limit < 1 || limit > LIST_MAX) {
+            http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "limit"),
+                             "query parameter 'limit' must be an integer in 1..%d", LIST_MAX);
+            return;
+        }
+    }
+    ListCtx ctx = {json_array(), NULL};
+    if (!ctx.locks) {
+        reply_overloaded(req, LOCK_NOMEM);
+        return;
+    }
+    bool more = locktab_list(req->srv->locks, prefix, after, (size_t)limit, list_one, &ctx);
+    http_reply_json_new(req, 200,
+                        json_pack("{s:o, s:o}", "locks", ctx.locks, "next",
+                                  more && ctx.last ? json_string(ctx.last) : json_null()));
+}

@@ -1,0 +1,159 @@
+/* body — request body validation; see include/leasegate/body.h. */
+#include "leasegate/body.h"
+
+#include <string.h>
+#include <uuid/uuid.h>
+
+#include "leasegate/names.h"
+
+static void bad_field(Request *req, const char *field, const char *fmt, const char *detail)
+{
+    char message[300];
+    snprintf(message, sizeof message, fmt, field, detail);
+    http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field), "%s", message);
+}
+
+json_t *body_object_new(Request *req, const char *const *allowed)
+{
+    if (!req->body || req->body_len == 0) {
+        http_reply_error(req, ERR_BAD_REQUEST, NULL, "request body must be a JSON object");
+        return NULL;
+    }
+    json_error_t err;
+    json_t *obj = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
+    if (!obj) {
+        http_reply_error(req, ERR_BAD_REQUEST, NULL, "malformed JSON at line %d column %d: %s", err.line,
+                         err.column, err.text);
+        return NULL;
+    }
+    if (!json_is_object(obj)) {
+        json_decref(obj);
+        http_reply_error(req, ERR_BAD_REQUEST, NULL, "request body must be a JSON object");
+        return NULL;
+    }
+    const char *key;
+    json_t *value;
+    json_object_foreach(obj, key, value) {
+        bool known = false;
+        for (const char *const *a = allowed; *a && !known; a++)
+            known = strcmp(*a, key) == 0;
+        if (!known) {
+            char field[80];
+            snprintf(field, sizeof field, "%s", key);
+            json_decref(obj);
+            bad_field(req, field, "unknown field '%s'%s", "");
+            return NULL;
+        }
+    }
+    return obj;
+}
+
+bool body_string(Request *req, json_t *obj, const char *field, size_t max, bool required, const char **out)
+{
+    json_t *v = json_object_get(obj, field);
+    *out = NULL;
+    if (!v) {
+        if (required)
+            bad_field(req, field, "missing required field '%s'%s", "");
+        return !required;
+    }
+    if (!json_is_string(v)) {
+        bad_field(req, field, "field '%s' must be a string%s", "");
+        return false;
+    }
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n == 0 || n > max) {
+        char detail[64];
+        snprintf(detail, sizeof detail, " of 1..%zu bytes", max);
+        bad_field(req, field, "field '%s' must be a string%s", detail);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
+            bad_field(req, field, "field '%s' must not contain control characters%s", "");
+            return false;
+        }
+    }
+    *out = s;
+    return true;
+}
+
+bool body_int(Request *req, json_t *obj, const char *field, json_int_t min, json_int_t max, json_int_t dflt,
+              bool required, json_int_t *out)
+{
+    json_t *v = json_object_get(obj, field);
+    *out = dflt;
+    if (!v) {
+        if (required)
+            bad_field(req, field, "missing required field '%s'%s", "");
+        return !required;
+    }
+    char detail[80];
+    snprintf(detail, sizeof detail, " in %lld..%lld", (long long)min, (long long)max);
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+        bad_field(req, field, "field '%s' must be an integer%s", detail);
+        return false;
+    }
+    *out = json_integer_value(v);
+    return true;
+}
+
+bool body_lease(Request *req, json_t *obj, bool required, uint8_t out[LEASE_ID_BYTES], bool *present)
+{
+    const char *s;
+    *present = false;
+    if (!body_string(req, obj, "lease", 64, required, &s))
+        return false;
+    if (!s)
+        return true;
+    uuid_t id;
+    if (strlen(s) != 36 || uuid_parse(s, id) != 0) {
+        bad_field(req, "lease", "field '%s' must be a lease id (a UUID as returned by acquire)%s", "");
+        return false;
+    }
+    memcpy(out, id, LEASE_ID_BYTES);
+    *present = true;
+    return true;
+}
+
+bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new)
+{
+    json_t *v = json_object_get(obj, "metadata");
+    *out_new = NULL;
+    if (!v)
+        return true;
+    if (!json_is_object(v)) {
+        bad_field(req, "metadata", "field '%s' must be a JSON object%s", "");
+        return false;
+    }
+    char *text = json_dumps(v, JSON_COMPACT);
+    if (!text) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory");
+        return false;
+    }
+    if (strlen(text) > max) {
+        free(text);
+        char detail[64];
+        snprintf(detail, sizeof detail, " of at most %zu bytes as compact JSON", max);
+        bad_field(req, "metadata", "field '%s' must be an object%s", detail);
+        return false;
+    }
+    *out_new = text;
+    return true;
+}
+
+bool body_check_name(Request *req, const char *what, const char *name)
+{
+    const char *problem = name_problem(name);
+    if (!problem && strcmp(what, "name") == 0) {
+        const char *slash = strrchr(name, '/');
+        if (name_is_action(slash ? slash + 1 : name))
+            problem = "may not end in a segment named acquire, renew or release";
+    }
+    if (!problem)
+        return true;
+    http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", what), "%s '%.300s' %s", what, name,
+                     problem);
+    return false;
+}

@@ -1,0 +1,315 @@
+/* commit — group commit with one writer thread; see include/leasegate/commit.h. */
+#include "leasegate/commit.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "leasegate/arena.h"
+
+const double COMMIT_LATENCY_BOUNDS_MS[COMMIT_LATENCY_BUCKETS] = {0.25, 0.5, 1,   2,   5,    10,
+                                                                 25,   50,  100, 250, 1000, 5000};
+
+typedef struct Batch {
+    StoreLock *locks;
+    size_t nlocks, caplocks;
+    StoreFence *fences;
+    size_t nfences, capfences;
+    Arena strings; /* every string the records point to */
+    uint64_t last_token;
+    CommitHold *holds;
+    CommitHold **holds_tail;
+    int result;     /* set by the writer */
+    double seconds; /* how long the commit took */
+} Batch;
+
+struct Commit {
+    Store *store;
+    Batch batches[2];
+    Batch *pending;  /* filled by the loop */
+    Batch *inflight; /* owned by the writer while busy */
+    bool busy;       /* inflight handed to the writer and not yet collected */
+    bool stop;
+    int efd;
+    pthread_t writer;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    CommitStats stats;
+    char err[256];
+};
+
+static void batch_init(Batch *b)
+{
+    memset(b, 0, sizeof *b);
+    arena_init(&b->strings);
+    b->holds_tail = &b->holds;
+}
+
+static void batch_reset(Batch *b)
+{
+    b->nlocks = 0;
+    b->nfences = 0;
+    arena_reset(&b->strings);
+    b->holds = NULL;
+    b->holds_tail = &b->holds;
+    b->result = 0;
+}
+
+static void batch_clear(Batch *b)
+{
+    free(b->locks);
+    free(b->fences);
+    arena_clear(&b->strings);
+}
+
+static bool batch_has_rows(const Batch *b) { return b->nlocks || b->nfences; }
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void *writer_main(void *arg)
+{
+    Commit *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->stop && !(c->busy && c->inflight->result == 0 && c->inflight->seconds < 0))
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (c->stop)
+            break;
+        Batch *b = c->inflight;
+        pthread_mutex_unlock(&c->mu);
+
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        StoreBatch sb = {b->locks, b->nlocks, b->fences, b->nfences, b->last_token};
+        int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
+        double secs = seconds_since(&t0);
+
+        pthread_mutex_lock(&c->mu);
+        b->result = rc ? -1 : 1;
+        b->seconds = secs;
+        uint64_t one = 1;
+        while (write(c->efd, &one, sizeof one) < 0 && errno == EINTR)
+            ;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+Commit *commit_new(Store *store, char *err, size_t errlen)
+{
+    Commit *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->store = store;
+    batch_init(&c->batches[0]);
+    batch_init(&c->batches[1]);
+    c->pending = &c->batches[0];
+    c->inflight = &c->batches[1];
+    c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->efd < 0) {
+        snprintf(err, errlen, "eventfd: %s", strerror(errno));
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    int rc = pthread_create(&c->writer, NULL, writer_main, c);
+    if (rc) {
+        snprintf(err, errlen, "pthread_create: %s", strerror(rc));
+        close(c->efd);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void commit_free(Commit *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->writer, NULL);
+    close(c->efd);
+    batch_clear(&c->batches[0]);
+    batch_clear(&c->batches[1]);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
+int commit_fd(const Commit *c) { return c->efd; }
+
+static bool grow(void **items, size_t *cap, size_t len, size_t size)
+{
+    if (len < *cap)
+        return true;
+    size_t ncap = *cap ? *cap * 2 : 256;
+    void *p = realloc(*items, ncap * size);
+    if (!p)
+        return false;
+    *items = p;
+    *cap = ncap;
+    return true;
+}
+
+bool commit_lock(Commit *c, const Lock *lock)
+{
+    Batch *b = c->pending;
+    if (!grow((void **)&b->locks, &b->caplocks, b->nlocks, sizeof *b->locks))
+        return false;
+    StoreLock *r = &b->locks[b->nlocks];
+    memset(r, 0, sizeof *r);
+    r->name = arena_strdup(&b->strings, lock->name);
+    r->last_token = lock->last_token;
+    r->held = lock->held;
+    if (!r->name)
+        return false;
+    if (lock->held) {
+        r->holder = lock->holder;
+        r->holder.owner = arena_strdup(&b->strings, lock->holder.owner);
+        r->holder.metadata = arena_strdup(&b->strings, lock->holder.metadata);
+        if (!r->holder.owner || !r->holder.metadata)
+            return false;
+    }
+    b->nlocks++;
+    if (lock->last_token > b->last_token)
+        b->last_token = lock->last_token;
+    return true;
+}
+
+bool commit_fence(Commit *c, const char *resource, uint64_t max_token)
+{
+    Batch *b = c->pending;
+    if (!grow((void **)&b->fences, &b->capfences, b->nfences, sizeof *b->fences))
+        return false;
+    const char *copy = arena_strdup(&b->strings, resource);
+    if (!copy)
+        return false;
+    b->fences[b->nfences++] = (StoreFence){copy, max_token};
+    return true;
+}
+
+void commit_last_token(Commit *c, uint64_t last_token)
+{
+    if (last_token > c->pending->last_token)
+        c->pending->last_token = last_token;
+}
+
+bool commit_pending(const Commit *c)
+{
+    return batch_has_rows(c->pending) || (c->busy && batch_has_rows(c->inflight));
+}
+
+void commit_hold(Commit *c, CommitHold *hold)
+{
+    hold->next = NULL;
+    *c->pending->holds_tail = hold;
+    c->pending->holds_tail = &hold->next;
+}
+
+void commit_flush(Commit *c)
+{
+    Batch *b = c->pending;
+    if (c->busy || (!batch_has_rows(b) && !b->holds))
+        return;
+    /* The counter goes with every batch so that it never lags a stored token. */
+    if (c->inflight->last_token > b->last_token)
+        b->last_token = c->inflight->last_token;
+    pthread_mutex_lock(&c->mu);
+    c->pending = c->inflight;
+    c->inflight = b;
+    b->result = 0;
+    b->seconds = -1;
+    c->busy = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    c->pending->last_token = b->last_token;
+}
+
+static void record_stats(Commit *c, const Batch *b)
+{
+    if (!batch_has_rows(b))
+        return;
+    c->stats.commits++;
+    c->stats.rows += b->nlocks + b->nfences;
+    c->stats.seconds_total += b->seconds;
+    double ms = b->seconds * 1000;
+    for (int i = 0; i < COMMIT_LATENCY_BUCKETS; i++)
+        if (ms <= COMMIT_LATENCY_BOUNDS_MS[i])
+            c->stats.latency_buckets[i]++;
+}
+
+int commit_done(Commit *c)
+{
+    uint64_t n;
+    if (read(c->efd, &n, sizeof n) < 0 && errno != EAGAIN)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    int result = c->busy ? c->inflight->result : 0;
+    pthread_mutex_unlock(&c->mu);
+    if (result == 0)
+        return 0; /* not finished yet */
+    Batch *b = c->inflight;
+    if (result < 0) {
+        snprintf(c->err, sizeof c->err, "%s", store_error(c->store));
+        return -1;
+    }
+    record_stats(c, b);
+    CommitHold *h = b->holds;
+    uint64_t last_token = b->last_token;
+    batch_reset(b);
+    b->last_token = last_token;
+    pthread_mutex_lock(&c->mu);
+    c->busy = false;
+    pthread_mutex_unlock(&c->mu);
+    /* Ready callbacks may record changes and hold again: they go to the pending batch. */
+    while (h) {
+        CommitHold *next = h->next;
+        h->ready(h);
+        h = next;
+    }
+    return 0;
+}
+
+int commit_sync(Commit *c)
+{
+    for (int round = 0; round < 3; round++) {
+        commit_flush(c);
+        pthread_mutex_lock(&c->mu);
+        bool busy = c->busy;
+        pthread_mutex_unlock(&c->mu);
+        if (!busy)
+            return 0;
+        /* Wait for the writer's wake-up on the eventfd, then collect. */
+        for (;;) {
+            pthread_mutex_lock(&c->mu);
+            int result = c->inflight->result;
+            pthread_mutex_unlock(&c->mu);
+            if (result)
+                break;
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        if (commit_done(c))
+            return -1;
+    }
+    return commit_pending(c) ? -1 : 0;
+}
+
+const char *commit_error(const Commit *c) { return c->err; }
+const CommitStats *commit_stats(const Commit *c) { return &c->stats; }

@@ -1,0 +1,139 @@
+/* config — flags of `leasegate serve`; see include/leasegate/config.h. */
+#include "leasegate/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void config_defaults(Config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->listen_host, sizeof c->listen_host, "127.0.0.1");
+    c->listen_port = 7400;
+    c->data_path = "./leasegate.db";
+    c->max_waiters = 100000;
+    c->max_waiters_per_lock = 10000;
+    c->max_connections = 16000;
+    c->max_locks = 10000000;
+    c->max_fences = 1000000;
+    c->idle_timeout_s = 60;
+    c->lease_history = 65536;
+}
+
+void config_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: leasegate serve [flags]\n"
+            "\n"
+            "Serves the leasegate HTTP/JSON lock API.\n"
+            "\n"
+            "  --listen HOST:PORT          address to listen on (default 127.0.0.1:7400; port 0 picks one)\n"
+            "  --data PATH                 SQLite database file (default ./leasegate.db; created if missing)\n"
+            "  --max-waiters N             waiting acquires in total, then 503 (default 100000)\n"
+            "  --max-waiters-per-lock N    waiting acquires per lock, then 503 (default 10000)\n"
+            "  --max-connections N         concurrent HTTP connections (default 16000)\n"
+            "  --max-locks N               distinct lock names, then 503 (default 10000000)\n"
+            "  --max-fences N              distinct fence resources, then 503 (default 1000000)\n"
+            "  --idle-timeout SECONDS      close idle keep-alive connections after (default 60)\n"
+            "  --lease-history N           ended leases remembered to explain not_holder (default 65536)\n"
+            "  -h, --help                  show this help\n");
+}
+
+static int parse_size(const char *s, size_t min, size_t max, size_t *out)
+{
+    if (!s || !*s || *s == '-')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_listen(Config *c, const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s || (size_t)(colon - s) >= sizeof c->listen_host)
+        return -1;
+    char host[sizeof c->listen_host];
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = '\0';
+    struct in_addr addr;
+    size_t port;
+    if (inet_pton(AF_INET, host, &addr) != 1 || parse_size(colon + 1, 0, 65535, &port))
+        return -1;
+    memcpy(c->listen_host, host, sizeof host);
+    c->listen_port = (uint16_t)port;
+    return 0;
+}
+
+typedef struct SizeFlag {
+    const char *name;
+    size_t min, max;
+    size_t offset;
+} SizeFlag;
+
+static const SizeFlag SIZE_FLAGS[] = {
+    {"--max-waiters", 1, 10000000, offsetof(Config, max_waiters)},
+    {"--max-waiters-per-lock", 1, 10000000, offsetof(Config, max_waiters_per_lock)},
+    {"--max-connections", 16, 1000000, offsetof(Config, max_connections)},
+    {"--max-locks", 1, 1000000000, offsetof(Config, max_locks)},
+    {"--max-fences", 1, 1000000000, offsetof(Config, max_fences)},
+    {"--lease-history", 1, 100000000, offsetof(Config, lease_history)},
+};
+
+ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, size_t errlen)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *flag = argv[i];
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help"))
+            return CONFIG_HELP;
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!value || strncmp(flag, "--", 2) != 0) {
+            snprintf(err, errlen, strncmp(flag, "--", 2) ? "unexpected argument '%s'" : "flag %s needs a value",
+                     flag);
+            return CONFIG_ERROR;
+        }
+        i++;
+        if (!strcmp(flag, "--listen")) {
+            if (parse_listen(c, value)) {
+                snprintf(err, errlen, "--listen: '%s' is not IPv4-ADDRESS:PORT (e.g. 127.0.0.1:7400)", value);
+                return CONFIG_ERROR;
+            }
+            continue;
+        }
+        if (!strcmp(flag, "--data")) {
+            if (!*value) {
+                snprintf(err, errlen, "--data: empty path");
+                return CONFIG_ERROR;
+            }
+            c->data_path = value;
+            continue;
+        }
+        if (!strcmp(flag, "--idle-timeout")) {
+            size_t v;
+            if (parse_size(value, 1, 86400, &v)) {
+                snprintf(err, errlen, "--idle-timeout: '%s' is not a number of seconds in 1..86400", value);
+                return CONFIG_ERROR;
+            }
+            c->idle_timeout_s = (unsigned)v;
+            continue;
+        }
+        const SizeFlag *sf = NULL;
+        for (size_t k = 0; k < sizeof SIZE_FLAGS / sizeof SIZE_FLAGS[0]; k++)
+            if (!strcmp(flag, SIZE_FLAGS[k].name))
+                sf = &SIZE_FLAGS[k];
+        if (!sf) {
+            snprintf(err, errlen, "unknown flag %s (see leasegate serve --help)", flag);
+            return CONFIG_ERROR;
+        }
+        if (parse_size(value, sf->min, sf->max, (size_t *)(void *)((char *)c + sf->offset))) {
+            snprintf(err, errlen, "%s: '%s' is not an integer in %zu..%zu", flag, value, sf->min, sf->max);
+            return CONFIG_ERROR;
+        }
+    }
+    return CONFIG_OK;
+}

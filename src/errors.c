@@ -1,0 +1,23 @@
+/* errors — the error table; see include/leasegate/errors.h. */
+#include "leasegate/errors.h"
+
+static const struct {
+    const char *code;
+    unsigned status;
+} ERRORS[] = {
+    [ERR_BAD_REQUEST] = {"bad_request", 400},
+    [ERR_UNAUTHORIZED] = {"unauthorized", 401},
+    [ERR_FORBIDDEN] = {"forbidden", 403},
+    [ERR_NOT_FOUND] = {"not_found", 404},
+    [ERR_METHOD_NOT_ALLOWED] = {"method_not_allowed", 405},
+    [ERR_LOCK_HELD] = {"lock_held", 409},
+    [ERR_NOT_HOLDER] = {"not_holder", 409},
+    [ERR_STALE_TOKEN] = {"stale_token", 409},
+    [ERR_PAYLOAD_TOO_LARGE] = {"payload_too_large", 413},
+    [ERR_TOKEN_REQUIRED] = {"token_required", 428},
+    [ERR_INTERNAL] = {"internal", 500},
+    [ERR_OVERLOADED] = {"overloaded", 503},
+};
+
+const char *error_code(ErrCode e) { return ERRORS[e].code; }
+unsigned error_status(ErrCode e) { return ERRORS[e].status; }

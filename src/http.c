@@ -1,0 +1,419 @@
+/*
+ * http — libmicrohttpd glue; see include/leasegate/http.h.
+ *
+ * Life of a request: the first callback routes it (router_match) and checks
+ * Content-Length; the next ones gather the body (bounded by HTTP_MAX_BODY);
+ * the last one runs the handler. A handler replies at once, or its reply is
+ * held until the pending commit is durable, or it waits (long-poll). A held or
+ * waiting request's connection is suspended; it is resumed only by the loop,
+ * only while suspended, and its stored response is queued on the callback that
+ * follows the resume.
+ */
+#include "leasegate/http.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "leasegate/router.h"
+
+#define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+static void request_free(Request *req)
+{
+    if (req->response)
+        MHD_destroy_response(req->response);
+    free(req->arg);
+    free(req->body);
+    free(req->grant_lock);
+    free(req);
+}
+
+static void suspend(Request *req)
+{
+    if (req->suspended)
+        return;
+    MHD_suspend_connection(req->conn);
+    req->suspended = true;
+    req->srv->suspended++;
+}
+
+static void resume(Request *req)
+{
+    if (!req->suspended)
+        return;
+    req->suspended = false;
+    req->srv->suspended--;
+    MHD_resume_connection(req->conn);
+}
+
+static void count_status(Server *s, unsigned status)
+{
+    unsigned cls = status / 100;
+    if (cls < 6)
+        s->metrics.responses[cls]++;
+}
+
+/* Queues the stored response. Only inside the access callback. */
+static enum MHD_Result queue_stored(Request *req)
+{
+    struct MHD_Response *resp = req->response;
+    req->response = NULL;
+    count_status(req->srv, req->status);
+    enum MHD_Result r = MHD_queue_response(req->conn, req->status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static void deliver(Request *req)
+{
+    /* Outside the callback the connection is suspended: resume it and the
+     * callback that follows queues the response. */
+    if (!req->in_handler)
+        resume(req);
+}
+
+static void hold_ready(CommitHold *hold)
+{
+    deliver(CONTAINER_OF(hold, Request, hold));
+}
+
+/* Every response from a handler goes through here: it leaves only once every
+ * change recorded before it is durable. Takes ownership of resp. */
+static void send_response(Request *req, unsigned status, struct MHD_Response *resp)
+{
+    if (!resp) {
+        req->close = true;
+        deliver(req);
+        return;
+    }
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    req->status = status;
+    req->response = resp;
+    Commit *c = req->srv->commit;
+    if (commit_pending(c)) {
+        if (req->in_handler)
+            suspend(req);
+        req->hold.ready = hold_ready;
+        commit_hold(c, &req->hold);
+        return;
+    }
+    deliver(req);
+}
+
+void http_reply_static(Request *req, unsigned status, const char *content_type, const void *data,
+                       size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
+    if (resp)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    send_response(req, status, resp);
+}
+
+void http_reply_text(Request *req, unsigned status, const char *content_type, char *text_new,
+                     size_t len)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text_new, MHD_RESPMEM_MUST_FREE);
+    if (!resp)
+        free(text_new);
+    else
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    send_response(req, status, resp);
+}
+
+void http_reply_json_new(Request *req, unsigned status, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        send_response(req, status, NULL);
+        return;
+    }
+    http_reply_text(req, status, "application/json", text, strlen(text));
+}
+
+static json_t *error_body_new(ErrCode code, json_t *extra, const char *fmt, va_list ap)
+{
+    char message[512];
+    vsnprintf(message, sizeof message, fmt, ap);
+    json_t *body = json_pack("{s:s, s:s}", "error", error_code(code), "message", message);
+    if (body && extra)
+        json_object_update(body, extra);
+    json_decref(extra);
+    return body;
+}
+
+void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    json_t *body = error_body_new(code, extra, fmt, ap);
+    va_end(ap);
+    http_reply_json_new(req, error_status(code), body);
+}
+
+void http_note_grant(Request *req, const char *lock, const uint8_t *lease)
+{
+    free(req->grant_lock);
+    req->grant_lock = strdup(lock);
+    req->grant_pending = req->grant_lock != NULL;
+    memcpy(req->grant_lease, lease, LEASE_ID_BYTES);
+}
+
+const char *http_query(Request *req, const char *key)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+static void waiting_unlink(Request *req)
+{
+    Server *s = req->srv;
+    if (req->prev)
+        req->prev->next = req->next;
+    else if (s->waiting == req)
+        s->waiting = req->next;
+    if (req->next)
+        req->next->prev = req->prev;
+    req->prev = req->next = NULL;
+}
+
+static void unwatch(Request *req)
+{
+    if (req->watch_fd >= 0) {
+        loop_unwatch(req->srv->loop, req->watch_fd);
+        req->watch_fd = -1;
+    }
+}
+
+void http_wait(Request *req, Waiter *w)
+{
+    Server *s = req->srv;
+    req->waiter = w;
+    suspend(req);
+    req->next = s->waiting;
+    if (s->waiting)
+        s->waiting->prev = req;
+    s->waiting = req;
+    /* Suspended connections are invisible to MHD: watch the socket ourselves
+     * so that a client that hangs up leaves the queue now, not at its deadline. */
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info && loop_watch(s->loop, info->connect_fd, &req->source))
+        req->watch_fd = info->connect_fd;
+}
+
+/* The waiter is leaving the queue (granted, timed out, gone). */
+static void stop_waiting(Request *req)
+{
+    unwatch(req);
+    waiting_unlink(req);
+    req->waiter = NULL;
+}
+
+void http_hangup(Request *req)
+{
+    Server *s = req->srv;
+    if (req->waiter) {
+        locktab_cancel(s->locks, req->waiter);
+        s->metrics.waiter_disconnects++;
+    }
+    stop_waiting(req);
+    req->close = true;
+    resume(req);
+}
+
+void http_cancel_waiters(Server *s)
+{
+    while (s->waiting) {
+        Request *req = s->waiting;
+        locktab_cancel(s->locks, req->waiter);
+        stop_waiting(req);
+        http_reply_error(req, ERR_OVERLOADED, NULL, "server is shutting down; retry");
+    }
+}
+
+void http_waiter_done(Request *req) { stop_waiting(req); }
+
+static bool content_length_too_big(struct MHD_Connection *conn)
+{
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!cl)
+        return false;
+    char *end;
+    unsigned long long n = strtoull(cl, &end, 10);
+    return *end != '\0' || n > HTTP_MAX_BODY;
+}
+
+static enum MHD_Result reply_now(struct MHD_Connection *conn, Server *s, ErrCode code, const char *message)
+{
+    json_t *body = json_pack("{s:s, s:s}", "error", error_code(code), "message", message);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text)
+        return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    count_status(s, error_status(code));
+    enum MHD_Result r = MHD_queue_response(conn, error_status(code), resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static Request *request_new(Server *s, struct MHD_Connection *conn)
+{
+    Request *req = calloc(1, sizeof *req);
+    if (!req)
+        return NULL;
+    req->source.kind = LOOP_REQUEST;
+    req->srv = s;
+    req->conn = conn;
+    req->watch_fd = -1;
+    return req;
+}
+
+static void gather(Request *req, const char *data, size_t size)
+{
+    if (req->body_too_large || req->body_len + size > HTTP_MAX_BODY) {
+        req->body_too_large = true;
+        return;
+    }
+    char *body = realloc(req->body, req->body_len + size + 1);
+    if (!body) {
+        req->body_too_large = true; /* cannot hold it: refuse like an oversize body */
+        return;
+    }
+    memcpy(body + req->body_len, data, size);
+    req->body = body;
+    req->body_len += size;
+    req->body[req->body_len] = '\0';
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    Server *s = cls;
+    Request *req = *con_cls;
+    if (!req) {
+        s->metrics.requests++;
+        if (content_length_too_big(conn))
+            return reply_now(conn, s, ERR_PAYLOAD_TOO_LARGE, "request body is larger than 65536 bytes");
+        req = request_new(s, conn);
+        if (!req)
+            return MHD_NO;
+        *con_cls = req;
+        RouteMatch m;
+        router_match(method, url, &m);
+        req->arg = m.arg; /* taken over */
+        if (m.result == ROUTE_FOUND) {
+            req->handler = m.handler;
+        } else if (m.result == ROUTE_BAD_METHOD) {
+            req->allow = m.allow;
+        }
+        return MHD_YES;
+    }
+    if (req->close)
+        return MHD_NO;
+    if (req->response) {
+        req->in_handler = true;
+        enum MHD_Result r = queue_stored(req);
+        req->in_handler = false;
+        return r;
+    }
+    if (*upload_data_size) {
+        gather(req, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (req->suspended)
+        return MHD_YES; /* still waiting or held */
+    req->in_handler = true;
+    if (req->body_too_large)
+        http_reply_error(req, ERR_PAYLOAD_TOO_LARGE, NULL, "request body is larger than 65536 bytes");
+    else if (req->handler)
+        req->handler(req);
+    else if (req->allow) {
+        http_reply_error(req, ERR_METHOD_NOT_ALLOWED, NULL, "%s is not allowed on %s (allowed: %s)", method, url,
+                         req->allow);
+        if (req->response)
+            MHD_add_response_header(req->response, MHD_HTTP_HEADER_ALLOW, req->allow);
+    } else
+        http_reply_error(req, ERR_NOT_FOUND, NULL, "no such endpoint: %s %s", method, url);
+    req->in_handler = false;
+    if (req->response && !req->suspended)
+        return queue_stored(req);
+    if (req->close)
+        return MHD_NO;
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    Server *s = cls;
+    Request *req = *con_cls;
+    if (!req)
+        return;
+    *con_cls = NULL;
+    if (req->waiter) {
+        locktab_cancel(s->locks, req->waiter);
+        s->metrics.waiter_disconnects++;
+    }
+    stop_waiting(req);
+    if (req->suspended)
+        s->suspended--;
+    /* A grant nobody received must not sit there until its TTL runs out. */
+    if (req->grant_pending && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        Now now = clock_now();
+        uint32_t left;
+        if (locktab_release(s->locks, req->grant_lock, req->grant_lease, &now, &left) == LOCK_OK)
+            s->metrics.undelivered_grants++;
+    }
+    request_free(req);
+}
+
+int http_start(Server *s)
+{
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(s->cfg.listen_port);
+    inet_pton(AF_INET, s->cfg.listen_host, &addr.sin_addr);
+    s->daemon = MHD_start_daemon(
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, s->cfg.listen_port, NULL, NULL, on_request, s,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)s->cfg.max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)s->cfg.idle_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_END);
+    if (!s->daemon) {
+        fprintf(stderr, "leasegate: cannot listen on %s:%u\n", s->cfg.listen_host, s->cfg.listen_port);
+        return -1;
+    }
+    return 0;
+}
+
+void http_stop(Server *s)
+{
+    if (s->daemon)
+        MHD_stop_daemon(s->daemon);
+    s->daemon = NULL;
+}
+
+unsigned http_port(const Server *s)
+{
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return info ? info->port : 0;
+}

@@ -1,0 +1,490 @@
+/*
+ * locktab — the lock state machine; see include/leasegate/locktab.h.
+ *
+ * Fairness: waiters of a lock form one FIFO list; they are appended at the
+ * tail when they arrive and only the head is ever granted (grant_next), so a
+ * release wakes exactly one waiter, the one that has waited longest.
+ */
+#include "leasegate/locktab.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "leasegate/leasehist.h"
+#include "leasegate/smap.h"
+
+enum { DEADLINE_EXPIRY = 1, DEADLINE_WAIT = 2 };
+
+struct Waiter {
+    Deadline wait;
+    Lock *lock;
+    Waiter *prev, *next;
+    void *ctx; /* the caller's, untouched */
+    uint8_t lease[LEASE_ID_BYTES];
+    char *owner;
+    char *metadata;
+    int64_t ttl_ms;
+};
+
+struct Locktab {
+    Smap *locks; /* name -> Lock, owns the locks */
+    Heap deadlines;
+    LeaseHist *history;
+    LocktabLimits limits;
+    LocktabHooks hooks;
+    uint64_t last_token;
+    size_t held;
+    size_t waiters;
+    uint64_t expiries;
+};
+
+#define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+static void holder_clear(Holder *h)
+{
+    free(h->owner);
+    free(h->metadata);
+    memset(h, 0, sizeof *h);
+}
+
+static void lock_free(void *p)
+{
+    Lock *lock = p;
+    Waiter *w = lock->first;
+    while (w) {
+        Waiter *next = w->next;
+        free(w->owner);
+        free(w->metadata);
+        free(w);
+        w = next;
+    }
+    holder_clear(&lock->holder);
+    free(lock->name);
+    free(lock);
+}
+
+Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks)
+{
+    Locktab *lt = calloc(1, sizeof *lt);
+    if (!lt)
+        return NULL;
+    lt->limits = *limits;
+    lt->hooks = *hooks;
+    heap_init(&lt->deadlines);
+    lt->locks = smap_new();
+    lt->history = leasehist_new(limits->lease_history ? limits->lease_history : 1);
+    if (!lt->locks || !lt->history) {
+        locktab_free(lt);
+        return NULL;
+    }
+    return lt;
+}
+
+void locktab_free(Locktab *lt)
+{
+    if (!lt)
+        return;
+    heap_clear(&lt->deadlines);
+    smap_free(lt->locks, lock_free);
+    leasehist_free(lt->history);
+    free(lt);
+}
+
+#ifndef NDEBUG
+static void lock_check(const Locktab *lt, const Lock *lock)
+{
+    assert(lock->held == heap_queued(&lock->expiry.entry));
+    assert(lock->held || lock->first == NULL);
+    assert(!lock->held || (lock->holder.token <= lock->last_token && lock->holder.count >= 1));
+    assert(lock->last_token <= lt->last_token);
+    size_t n = 0;
+    for (const Waiter *w = lock->first; w; w = w->next, n++) {
+        assert(w->lock == lock);
+        assert(heap_queued(&w->wait.entry));
+        assert(w->next ? w->next->prev == w : lock->last == w);
+    }
+    assert(n == lock->nwaiters);
+}
+#else
+static void lock_check(const Locktab *lt, const Lock *lock) { (void)lt; (void)lock; }
+#endif
+
+static void check_lock(void *ud, const Lock *lock) { lock_check(ud, lock); }
+
+void locktab_check(const Locktab *lt)
+{
+    size_t held = 0, waiters = 0;
+    for (const SmapNode *n = smap_first_after(lt->locks, NULL); n; n = smap_next(n)) {
+        const Lock *lock = smap_value(n);
+        check_lock((void *)lt, lock);
+        held += lock->held;
+        waiters += lock->nwaiters;
+    }
+    assert(held == lt->held);
+    assert(waiters == lt->waiters);
+    assert(heap_len(&lt->deadlines) == held + waiters);
+    (void)held;
+    (void)waiters;
+}
+
+static Lock *find(const Locktab *lt, const char *name) { return smap_get(lt->locks, name); }
+
+/* Returns the lock called name, creating it (free, never granted) if needed. */
+static LockResult find_or_create(Locktab *lt, const char *name, Lock **out)
+{
+    Lock *lock = find(lt, name);
+    if (lock) {
+        *out = lock;
+        return LOCK_OK;
+    }
+    if (smap_len(lt->locks) >= lt->limits.max_locks)
+        return LOCK_OVERLOADED;
+    lock = calloc(1, sizeof *lock);
+    if (!lock)
+        return LOCK_NOMEM;
+    lock->name = strdup(name);
+    if (!lock->name || !smap_insert(lt->locks, lock->name, lock)) {
+        free(lock->name);
+        free(lock);
+        return LOCK_NOMEM;
+    }
+    heap_entry_init(&lock->expiry.entry);
+    lock->expiry.kind = DEADLINE_EXPIRY;
+    *out = lock;
+    return LOCK_OK;
+}
+
+static void changed(Locktab *lt, const Lock *lock)
+{
+    lock_check(lt, lock);
+    lt->hooks.changed(lt->hooks.ud, lock);
+}
+
+static bool set_expiry(Locktab *lt, Lock *lock, int64_t ttl_ms, const Now *now)
+{
+    lock->holder.ttl_ms = ttl_ms;
+    lock->holder.expires_at_ms = now->wall_ms + ttl_ms;
+    return heap_set(&lt->deadlines, &lock->expiry.entry, now->mono_ms + ttl_ms);
+}
+
+/* Makes a free lock held by a new lease. Takes ownership of owner and metadata
+ * (both non-NULL). The token is the next value of the global counter. */
+static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], char *owner,
+                  char *metadata, int64_t ttl_ms, const Now *now)
+{
+    assert(!lock->held);
+    Holder *h = &lock->holder;
+    memcpy(h->lease, lease, LEASE_ID_BYTES);
+    h->owner = owner;
+    h->metadata = metadata;
+    h->token = ++lt->last_token;
+    h->acquired_at_ms = now->wall_ms;
+    h->count = 1;
+    lock->last_token = h->token;
+    lock->held = true;
+    lt->held++;
+    if (!set_expiry(lt, lock, ttl_ms, now)) {
+        /* Out of memory for the heap: undo; the token is simply skipped. */
+        lock->held = false;
+        lt->held--;
+        holder_clear(h);
+        return false;
+    }
+    return true;
+}
+
+static void unlink_waiter(Locktab *lt, Waiter *w)
+{
+    Lock *lock = w->lock;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        lock->first = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        lock->last = w->prev;
+    lock->nwaiters--;
+    lt->waiters--;
+    heap_remove(&lt->deadlines, &w->wait.entry);
+}
+
+/* The lock has just become free: hand it to the longest-waiting waiter, or
+ * report it free. Exactly one waiter is woken. */
+static void grant_next(Locktab *lt, Lock *lock, const Now *now)
+{
+    while (lock->first) {
+        Waiter *w = lock->first;
+        unlink_waiter(lt, w);
+        if (grant(lt, lock, w->lease, w->owner, w->metadata, w->ttl_ms, now)) {
+            void *ctx = w->ctx;
+            free(w);
+            changed(lt, lock);
+            lt->hooks.granted(lt->hooks.ud, ctx, lock);
+            return;
+        }
+        /* Could not grant for lack of memory: this waiter times out now. */
+        void *ctx = w->ctx;
+        free(w->owner);
+        free(w->metadata);
+        free(w);
+        lt->hooks.timed_out(lt->hooks.ud, ctx, lock);
+    }
+    changed(lt, lock);
+}
+
+/* Ends the current lease (count reached 0, or expiry) and passes the lock on. */
+static void end_lease(Locktab *lt, Lock *lock, LeaseEnd how, const Now *now)
+{
+    leasehist_add(lt->history, lock->holder.lease, lock, lock->holder.token, how);
+    heap_remove(&lt->deadlines, &lock->expiry.entry);
+    holder_clear(&lock->holder);
+    lock->held = false;
+    lt->held--;
+    grant_next(lt, lock, now);
+}
+
+LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, const Holder *holder,
+                        const Now *now)
+{
+    Lock *lock;
+    LockResult r = find_or_create(lt, name, &lock);
+    if (r != LOCK_OK)
+        return r;
+    if (last_token > lock->last_token)
+        lock->last_token = last_token;
+    if (last_token > lt->last_token)
+        lt->last_token = last_token;
+    if (!holder)
+        return LOCK_OK;
+    if (holder->expires_at_ms <= now->wall_ms) {
+        /* It expired while the server was down. */
+        leasehist_add(lt->history, holder->lease, lock, holder->token, LEASE_END_EXPIRED);
+        changed(lt, lock);
+        return LOCK_OK;
+    }
+    Holder *h = &lock->holder;
+    *h = *holder;
+    h->owner = strdup(holder->owner);
+    h->metadata = strdup(holder->metadata);
+    if (!h->owner || !h->metadata) {
+        holder_clear(h);
+        return LOCK_NOMEM;
+    }
+    lock->held = true;
+    lt->held++;
+    /* Same absolute expiry as before the restart, on the monotonic clock. */
+    if (!heap_set(&lt->deadlines, &lock->expiry.entry,
+                  now->mono_ms + (holder->expires_at_ms - now->wall_ms))) {
+        lock->held = false;
+        lt->held--;
+        holder_clear(h);
+        return LOCK_NOMEM;
+    }
+    lock_check(lt, lock);
+    return LOCK_OK;
+}
+
+static LockResult reenter(Locktab *lt, Lock *lock, const AcquireArgs *args, const Now *now)
+{
+    if (args->metadata) {
+        char *metadata = strdup(args->metadata);
+        if (!metadata)
+            return LOCK_NOMEM;
+        free(lock->holder.metadata);
+        lock->holder.metadata = metadata;
+    }
+    if (!set_expiry(lt, lock, args->ttl_ms, now))
+        return LOCK_NOMEM;
+    lock->holder.count++;
+    changed(lt, lock);
+    return LOCK_OK;
+}
+
+static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void *ctx,
+                          const Now *now, Waiter **waiter_out)
+{
+    if (lt->waiters >= lt->limits.max_waiters || lock->nwaiters >= lt->limits.max_waiters_per_lock)
+        return LOCK_OVERLOADED;
+    Waiter *w = calloc(1, sizeof *w);
+    if (!w)
+        return LOCK_NOMEM;
+    w->owner = strdup(args->owner);
+    w->metadata = strdup(args->metadata ? args->metadata : "{}");
+    heap_entry_init(&w->wait.entry);
+    w->wait.kind = DEADLINE_WAIT;
+    if (!w->owner || !w->metadata ||
+        !heap_set(&lt->deadlines, &w->wait.entry, now->mono_ms + args->wait_ms)) {
+        free(w->owner);
+        free(w->metadata);
+        free(w);
+        return LOCK_NOMEM;
+    }
+    memcpy(w->lease, args->new_lease, LEASE_ID_BYTES);
+    w->ttl_ms = args->ttl_ms;
+    w->ctx = ctx;
+    w->lock = lock;
+    /* Fairness: append at the tail; only the head is ever granted. */
+    w->prev = lock->last;
+    if (lock->last)
+        lock->last->next = w;
+    else
+        lock->first = w;
+    lock->last = w;
+    lock->nwaiters++;
+    lt->waiters++;
+    lock_check(lt, lock);
+    *waiter_out = w;
+    return LOCK_QUEUED;
+}
+
+LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *args, void *waiter_ctx,
+                           const Now *now, const Lock **lock_out, Waiter **waiter_out)
+{
+    *lock_out = NULL;
+    *waiter_out = NULL;
+    if (args->lease) {
+        Lock *lock = find(lt, name);
+        if (!lock || !lock->held || memcmp(lock->holder.lease, args->lease, LEASE_ID_BYTES) != 0)
+            return LOCK_NOT_HOLDER;
+        *lock_out = lock;
+        return reenter(lt, lock, args, now);
+    }
+    Lock *lock;
+    LockResult r = find_or_create(lt, name, &lock);
+    if (r != LOCK_OK)
+        return r;
+    *lock_out = lock;
+    if (!lock->held) {
+        char *owner = strdup(args->owner);
+        char *metadata = strdup(args->metadata ? args->metadata : "{}");
+        if (!owner || !metadata || !grant(lt, lock, args->new_lease, owner, metadata, args->ttl_ms, now)) {
+            free(owner);
+            free(metadata);
+            return LOCK_NOMEM;
+        }
+        changed(lt, lock);
+        return LOCK_OK;
+    }
+    if (args->wait_ms <= 0)
+        return LOCK_BUSY;
+    return enqueue(lt, lock, args, waiter_ctx, now, waiter_out);
+}
+
+static Lock *held_by(const Locktab *lt, const char *name, const uint8_t *lease)
+{
+    Lock *lock = find(lt, name);
+    if (!lock || !lock->held || memcmp(lock->holder.lease, lease, LEASE_ID_BYTES) != 0)
+        return NULL;
+    return lock;
+}
+
+LockResult locktab_renew(Locktab *lt, const char *name, const uint8_t *lease, int64_t ttl_ms,
+                         const Now *now, const Lock **lock_out)
+{
+    Lock *lock = held_by(lt, name, lease);
+    *lock_out = lock;
+    if (!lock)
+        return LOCK_NOT_HOLDER;
+    if (!set_expiry(lt, lock, ttl_ms > 0 ? ttl_ms : lock->holder.ttl_ms, now))
+        return LOCK_NOMEM;
+    changed(lt, lock);
+    return LOCK_OK;
+}
+
+LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, const Now *now,
+                           uint32_t *count_left)
+{
+    Lock *lock = held_by(lt, name, lease);
+    *count_left = 0;
+    if (!lock)
+        return LOCK_NOT_HOLDER;
+    if (--lock->holder.count > 0) {
+        *count_left = lock->holder.count;
+        changed(lt, lock);
+        return LOCK_OK;
+    }
+    end_lease(lt, lock, LEASE_END_RELEASED, now);
+    return LOCK_OK;
+}
+
+NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8_t *lease)
+{
+    const Lock *lock = find(lt, name);
+    const void *of_lock;
+    uint64_t token;
+    LeaseEnd how;
+    if (!lock || !leasehist_find(lt->history, lease, &of_lock, &token, &how) || of_lock != lock)
+        return REASON_UNKNOWN;
+    if (how == LEASE_END_RELEASED)
+        return REASON_RELEASED;
+    return lock->last_token > token ? REASON_SUPERSEDED : REASON_EXPIRED;
+}
+
+void locktab_cancel(Locktab *lt, Waiter *w)
+{
+    Lock *lock = w->lock;
+    unlink_waiter(lt, w);
+    free(w->owner);
+    free(w->metadata);
+    free(w);
+    lock_check(lt, lock);
+}
+
+void locktab_tick(Locktab *lt, const Now *now)
+{
+    HeapEntry *e;
+    while ((e = heap_peek(&lt->deadlines)) && e->deadline_ms <= now->mono_ms) {
+        Deadline *d = CONTAINER_OF(e, Deadline, entry);
+        if (d->kind == DEADLINE_EXPIRY) {
+            Lock *lock = CONTAINER_OF(d, Lock, expiry);
+            lt->expiries++;
+            end_lease(lt, lock, LEASE_END_EXPIRED, now);
+        } else {
+            Waiter *w = CONTAINER_OF(d, Waiter, wait);
+            Lock *lock = w->lock;
+            void *ctx = w->ctx;
+            locktab_cancel(lt, w);
+            lt->hooks.timed_out(lt->hooks.ud, ctx, lock);
+        }
+    }
+}
+
+int64_t locktab_next_timeout_ms(const Locktab *lt, const Now *now)
+{
+    const HeapEntry *e = heap_peek(&lt->deadlines);
+    if (!e)
+        return -1;
+    return e->deadline_ms > now->mono_ms ? e->deadline_ms - now->mono_ms : 0;
+}
+
+const Lock *locktab_get(const Locktab *lt, const char *name) { return find(lt, name); }
+
+bool locktab_list(const Locktab *lt, const char *prefix, const char *after, size_t limit,
+                  void (*fn)(void *ud, const Lock *lock), void *ud)
+{
+    size_t plen = strlen(prefix);
+    const SmapNode *n = after && strcmp(after, prefix) >= 0 ? smap_first_after(lt->locks, after)
+                                                              : smap_first_from(lt->locks, prefix);
+    for (; n && strncmp(smap_key(n), prefix, plen) == 0; n = smap_next(n)) {
+        if (limit == 0)
+            return true;
+        fn(ud, smap_value(n));
+        limit--;
+    }
+    return false;
+}
+
+uint64_t locktab_last_token(const Locktab *lt) { return lt->last_token; }
+
+void locktab_raise_last_token(Locktab *lt, uint64_t token)
+{
+    if (token > lt->last_token)
+        lt->last_token = token;
+}
+
+size_t locktab_locks(const Locktab *lt) { return smap_len(lt->locks); }
+size_t locktab_held(const Locktab *lt) { return lt->held; }
+size_t locktab_waiters(const Locktab *lt) { return lt->waiters; }
+uint64_t locktab_expiries(const Locktab *lt) { return lt->expiries; }

@@ -1,0 +1,161 @@
+/*
+ * loop — the event loop thread; see include/leasegate/loop.h.
+ *
+ * Only this file calls MHD_run and locktab_tick. Each turn:
+ *   sleep in epoll_wait for min(next lock-table deadline, MHD's timeout);
+ *   collect a finished commit (releasing held responses), signals, hang-ups;
+ *   fire due deadlines; run MHD; hand the pending batch to the writer.
+ */
+#include "leasegate/loop.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "leasegate/http.h"
+#include "leasegate/server.h"
+
+#define MAX_EVENTS 256
+#define SHUTDOWN_DRAIN_MS 3000
+
+struct Loop {
+    Server *s;
+    int epfd;
+    int sigfd;
+    LoopSource mhd_src, commit_src, signal_src;
+};
+
+static bool add_fd(Loop *l, int fd, uint32_t events, LoopSource *src)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = src};
+    return epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
+}
+
+Loop *loop_new(Server *s)
+{
+    Loop *l = calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    l->s = s;
+    l->mhd_src.kind = LOOP_MHD;
+    l->commit_src.kind = LOOP_COMMIT;
+    l->signal_src.kind = LOOP_SIGNAL;
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    l->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    if (l->epfd < 0 || l->sigfd < 0 || !info || !add_fd(l, info->epoll_fd, EPOLLIN, &l->mhd_src) ||
+        !add_fd(l, commit_fd(s->commit), EPOLLIN, &l->commit_src) ||
+        !add_fd(l, l->sigfd, EPOLLIN, &l->signal_src)) {
+        fprintf(stderr, "leasegate: event loop setup: %s\n", strerror(errno));
+        loop_free(l);
+        return NULL;
+    }
+    return l;
+}
+
+void loop_free(Loop *l)
+{
+    if (!l)
+        return;
+    if (l->epfd >= 0)
+        close(l->epfd);
+    if (l->sigfd >= 0)
+        close(l->sigfd);
+    free(l);
+}
+
+bool loop_watch(Loop *l, int fd, LoopSource *src) { return add_fd(l, fd, EPOLLRDHUP, src); }
+
+void loop_unwatch(Loop *l, int fd) { epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL); }
+
+static int next_timeout_ms(Loop *l, int cap_ms)
+{
+    Now now = clock_now();
+    int64_t t = locktab_next_timeout_ms(l->s->locks, &now);
+    MHD_UNSIGNED_LONG_LONG mhd_ms;
+    if (MHD_get_timeout(l->s->daemon, &mhd_ms) == MHD_YES && (t < 0 || (int64_t)mhd_ms < t))
+        t = (int64_t)mhd_ms;
+    if (cap_ms >= 0 && (t < 0 || t > cap_ms))
+        t = cap_ms;
+    return t > 1000000 ? 1000000 : (int)t;
+}
+
+/* One turn of the loop. Returns -1 when storage failed (nothing more may be sent). */
+static int turn(Loop *l, int cap_ms)
+{
+    Server *s = l->s;
+    struct epoll_event events[MAX_EVENTS];
+    int n = epoll_wait(l->epfd, events, MAX_EVENTS, next_timeout_ms(l, cap_ms));
+    if (n < 0 && errno != EINTR) {
+        fprintf(stderr, "leasegate: epoll_wait: %s\n", strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        LoopSource *src = events[i].data.ptr;
+        switch (src->kind) {
+        case LOOP_MHD:
+            break; /* MHD_run below */
+        case LOOP_COMMIT:
+            if (commit_done(s->commit) < 0) {
+                fprintf(stderr, "leasegate: storage failure, stopping without replying: %s\n",
+                        commit_error(s->commit));
+                s->storage_failed = true;
+                return -1;
+            }
+            break;
+        case LOOP_SIGNAL: {
+            struct signalfd_siginfo si;
+            while (read(l->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
+                s->stopping = true;
+            break;
+        }
+        case LOOP_REQUEST:
+            http_hangup((Request *)src);
+            break;
+        }
+    }
+    Now now = clock_now();
+    locktab_tick(s->locks, &now);
+    MHD_run(s->daemon);
+    commit_flush(s->commit);
+    return 0;
+}
+
+int loop_run(Loop *l)
+{
+    Server *s = l->s;
+    while (!s->stopping)
+        if (turn(l, -1) < 0)
+            return 1;
+    /* Ordered shutdown: answer the waiters, let held replies go out once their
+     * batch is durable, and resume every suspended connection before MHD stops. */
+    http_cancel_waiters(s);
+    Now start = clock_now();
+    for (;;) {
+        if (turn(l, 10) < 0)
+            return 1;
+        Now now = clock_now();
+        bool drained = s->suspended == 0 && !commit_pending(s->commit);
+        if (drained || now.mono_ms - start.mono_ms > SHUTDOWN_DRAIN_MS)
+            break;
+    }
+    /* A few more turns so that queued responses reach the sockets. */
+    for (int i = 0; i < 5; i++)
+        if (turn(l, 10) < 0)
+            return 1;
+    if (commit_sync(s->commit) < 0) {
+        fprintf(stderr, "leasegate: storage failure at shutdown: %s\n", commit_error(s->commit));
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,31 @@
+/* names — validation of lock names and resources; see include/leasegate/names.h. */
+#include "leasegate/names.h"
+
+#include <string.h>
+
+static const char *const ACTIONS[] = {"acquire", "renew", "release"};
+
+bool name_is_action(const char *segment)
+{
+    for (size_t i = 0; i < sizeof ACTIONS / sizeof ACTIONS[0]; i++)
+        if (!strcmp(segment, ACTIONS[i]))
+            return true;
+    return false;
+}
+
+const char *name_problem(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0)
+        return "is empty";
+    if (n > NAME_MAX_BYTES)
+        return "is longer than 256 bytes";
+    for (size_t i = 0; i < n; i++) {
+        char ch = name[i];
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                  strchr("._~:/-", ch) != NULL;
+        if (!ok)
+            return "may only contain A-Z a-z 0-9 . _ ~ : / -";
+    }
+    return NULL;
+}

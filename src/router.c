@@ -1,0 +1,93 @@
+/* router — the route table; see include/leasegate/router.h. */
+#include "leasegate/router.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "leasegate/api.h"
+#include "leasegate/names.h"
+
+typedef enum Shape {
+    EXACT,       /* the path is exactly `path` */
+    LOCK_ACTION, /* `path` + NAME + "/" + action */
+    LOCK_NAME,   /* `path` + NAME, whose last segment is not an action */
+    RESOURCE,    /* `path` + NAME */
+} Shape;
+
+typedef struct Route {
+    const char *method;
+    Shape shape;
+    const char *path;
+    const char *action;
+    Handler handler;
+    const char *allow; /* every method this path shape accepts */
+} Route;
+
+static const Route ROUTES[] = {
+    {"GET", EXACT, "/", NULL, api_dashboard, "GET, HEAD"},
+    {"GET", EXACT, "/healthz", NULL, api_healthz, "GET, HEAD"},
+    {"GET", EXACT, "/metrics", NULL, api_metrics, "GET, HEAD"},
+    {"GET", EXACT, "/v1/locks", NULL, api_list_locks, "GET, HEAD"},
+    {"POST", LOCK_ACTION, "/v1/locks/", "acquire", api_acquire, "POST"},
+    {"POST", LOCK_ACTION, "/v1/locks/", "renew", api_renew, "POST"},
+    {"POST", LOCK_ACTION, "/v1/locks/", "release", api_release, "POST"},
+    {"GET", LOCK_NAME, "/v1/locks/", NULL, api_get_lock, "GET, HEAD"},
+    {"POST", RESOURCE, "/v1/fence/", NULL, api_fence, "POST"},
+};
+
+/* Does url have this route's shape? On success *arg_out is the name part (owned). */
+static bool shape_matches(const Route *r, const char *url, char **arg_out)
+{
+    *arg_out = NULL;
+    size_t plen = strlen(r->path);
+    if (r->shape == EXACT)
+        return strcmp(url, r->path) == 0;
+    if (strncmp(url, r->path, plen) != 0 || url[plen] == '\0')
+        return false;
+    const char *rest = url + plen;
+    size_t len = strlen(rest);
+    const char *slash = strrchr(rest, '/');
+    const char *last = slash ? slash + 1 : rest;
+    switch (r->shape) {
+    case LOCK_ACTION:
+        if (!slash || slash == rest || strcmp(last, r->action) != 0)
+            return false;
+        len = (size_t)(slash - rest);
+        break;
+    case LOCK_NAME:
+        if (name_is_action(last))
+            return false;
+        break;
+    default:
+        break;
+    }
+    *arg_out = strndup(rest, len);
+    return *arg_out != NULL;
+}
+
+void router_match(const char *method, const char *url, RouteMatch *m)
+{
+    memset(m, 0, sizeof *m);
+    m->result = ROUTE_NOT_FOUND;
+    /* HEAD is served by the GET handler; MHD leaves the body out. */
+    const char *as = strcmp(method, "HEAD") == 0 ? "GET" : method;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+        const Route *r = &ROUTES[i];
+        char *arg;
+        if (!shape_matches(r, url, &arg))
+            continue;
+        if (strcmp(as, r->method) == 0) {
+            free(m->arg);
+            m->result = ROUTE_FOUND;
+            m->handler = r->handler;
+            m->arg = arg;
+            return;
+        }
+        free(arg);
+        if (m->result == ROUTE_NOT_FOUND) {
+            m->result = ROUTE_BAD_METHOD;
+            m->allow = r->allow;
+        }
+    }
+}

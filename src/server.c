@@ -1,0 +1,120 @@
+/*
+ * server — start-up and shutdown in order: storage -> commit writer -> lock
+ * table and fences loaded from storage -> HTTP -> loop; and back.
+ */
+#include "leasegate/server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "leasegate/api.h"
+#include "leasegate/http.h"
+#include "leasegate/loop.h"
+
+/* Lock-table hooks. */
+
+static void on_changed(void *ud, const Lock *lock)
+{
+    Server *s = ud;
+    if (!commit_lock(s->commit, lock)) {
+        /* The change exists only in memory and cannot be made durable: stop
+         * before anything reveals it. Storage still holds a consistent state. */
+        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
+        _exit(70);
+    }
+}
+
+static void on_granted(void *ud, void *waiter_ctx, const Lock *lock)
+{
+    (void)ud;
+    api_waiter_granted(waiter_ctx, lock);
+}
+
+static void on_timed_out(void *ud, void *waiter_ctx, const Lock *lock)
+{
+    (void)ud;
+    api_waiter_timed_out(waiter_ctx, lock);
+}
+
+/* Loading. */
+
+typedef struct LoadCtx {
+    Server *s;
+    Now now;
+    size_t locks, held;
+} LoadCtx;
+
+static int load_lock(void *ud, const StoreLock *l)
+{
+    LoadCtx *ctx = ud;
+    ctx->locks++;
+    ctx->held += l->held;
+    return locktab_load(ctx->s->locks, l->name, l->last_token, l->held ? &l->holder : NULL, &ctx->now) ==
+                   LOCK_OK
+               ? 0
+               : -1;
+}
+
+static int load_fence(void *ud, const StoreFence *f)
+{
+    LoadCtx *ctx = ud;
+    return fence_load(ctx->s->fence, f->resource, f->max_token) == FENCE_ACCEPTED ? 0 : -1;
+}
+
+int server_open(Server *s, const Config *cfg)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    char err[512];
+    s->store = store_sqlite_open(cfg->data_path, err, sizeof err);
+    if (!s->store) {
+        fprintf(stderr, "leasegate: cannot open database %s%s\n", err,
+                strstr(err, "locked") ? " (is another leasegate using this file?)" : "");
+        return -1;
+    }
+    s->commit = commit_new(s->store, err, sizeof err);
+    LocktabLimits limits = {cfg->max_locks, cfg->max_waiters, cfg->max_waiters_per_lock, cfg->lease_history};
+    LocktabHooks hooks = {s, on_changed, on_granted, on_timed_out};
+    s->locks = locktab_new(&limits, &hooks);
+    s->fence = fence_new(cfg->max_fences);
+    if (!s->commit || !s->locks || !s->fence) {
+        fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
+        return -1;
+    }
+    LoadCtx ctx = {s, clock_now(), 0, 0};
+    StoreLoad cb = {&ctx, load_lock, load_fence};
+    uint64_t last_token;
+    if (store_load(s->store, &cb, &last_token)) {
+        fprintf(stderr, "leasegate: cannot load %s: %s\n", cfg->data_path, store_error(s->store));
+        return -1;
+    }
+    locktab_raise_last_token(s->locks, last_token);
+    commit_last_token(s->commit, locktab_last_token(s->locks));
+    fprintf(stderr, "leasegate: loaded %zu locks (%zu held, %zu expired while down), last token %llu, from %s\n",
+            ctx.locks, locktab_held(s->locks), ctx.held - locktab_held(s->locks),
+            (unsigned long long)locktab_last_token(s->locks), cfg->data_path);
+    if (http_start(s))
+        return -1;
+    s->loop = loop_new(s);
+    return s->loop ? 0 : -1;
+}
+
+int server_run(Server *s)
+{
+    printf("leasegate: listening on http://%s:%u\n", s->cfg.listen_host, http_port(s));
+    fflush(stdout);
+    return loop_run(s->loop);
+}
+
+void server_close(Server *s)
+{
+    http_stop(s);
+    loop_free(s->loop);
+    commit_free(s->commit);
+    locktab_free(s->locks);
+    fence_free(s->fence);
+    if (s->store)
+        store_close(s->store);
+}

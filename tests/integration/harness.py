@@ -1,0 +1,501 @@
+"""Black-box harness for leasegate integration tests.
+
+Starts the real binary (path from $LEASEGATE_BIN) on 127.0.0.1 with a free port and
+a temporary data directory, talks HTTP/1.1 keep-alive to it, and always stops it.
+
+Only loopback traffic; every wait here is bounded in time.
+"""
+
+import atexit
+import http.client
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+READY_RE = re.compile(r"^leasegate: listening on http://127\.0\.0\.1:(\d+)\s*$")
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+
+_live_servers = []
+_live_lock = threading.Lock()
+
+
+def binary_path():
+    """Path of the leasegate binary; exits the test run clearly when unset."""
+    path = os.environ.get("LEASEGATE_BIN")
+    if not path:
+        sys.stderr.write(
+            "LEASEGATE_BIN is not set: point it at the leasegate binary, e.g.\n"
+            "  LEASEGATE_BIN=build/leasegate python3 tests/integration/test_misc.py\n")
+        sys.exit(2)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        sys.stderr.write("LEASEGATE_BIN=%r is not an executable file\n" % path)
+        sys.exit(2)
+    return os.path.abspath(path)
+
+
+def raise_nofile_limit():
+    """Raise RLIMIT_NOFILE soft limit to the hard limit (inherited by the server)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        target = 1 << 20
+    else:
+        target = hard
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return target
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def _parse_body(data, headers):
+    text = data.decode("utf-8", errors="replace")
+    ctype = headers.get("content-type", "")
+    if "json" in ctype or text[:1] in ("{", "["):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection to the server (not thread-safe).
+
+    request() returns (status, headers, body) where headers is a dict with
+    lower-case names and body is the parsed JSON, or the text when not JSON.
+    The raw text of the last response is kept in .last_text.
+    """
+
+    def __init__(self, port, timeout=30.0):
+        self.port = port
+        self.timeout = timeout
+        self.conn = None
+        self.last_text = ""
+        self.last_raw = b""
+
+    def _connect(self):
+        self.close()
+        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+
+    def close(self):
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+            self.conn = None
+
+    def request(self, method, path, body=None, raw=None, headers=None, timeout=None):
+        hdrs = {}
+        if headers:
+            hdrs.update(headers)
+        payload = None
+        if raw is not None:
+            payload = raw if isinstance(raw, (bytes, bytearray)) else raw.encode("utf-8")
+        elif body is not None:
+            payload = json.dumps(body).encode("utf-8")
+        if payload is not None:
+            if not any(k.lower() == "content-type" for k in hdrs):
+                hdrs["Content-Type"] = "application/json"
+        elif method in ("POST", "PUT", "PATCH"):
+            hdrs.setdefault("Content-Length", "0")
+        # One retry only for a keep-alive connection that the server closed while
+        # idle: the request never reached it in that case.
+        for attempt in (0, 1):
+            fresh = self.conn is None
+            if fresh:
+                self._connect()
+            self.conn.timeout = timeout if timeout is not None else self.timeout
+            if self.conn.sock is not None:
+                self.conn.sock.settimeout(self.conn.timeout)
+            try:
+                self.conn.request(method, path, body=payload, headers=hdrs)
+                resp = self.conn.getresponse()
+                data = resp.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError,
+                    ConnectionResetError, http.client.CannotSendRequest,
+                    http.client.BadStatusLine):
+                self.close()
+                if attempt == 0 and not fresh:
+                    continue
+                raise
+            except Exception:
+                self.close()
+                raise
+            rheaders = {k.lower(): v for k, v in resp.getheaders()}
+            if resp.will_close:
+                self.close()
+            self.last_raw = data
+            self.last_text = data.decode("utf-8", errors="replace")
+            return resp.status, rheaders, _parse_body(data, rheaders)
+        raise AssertionError("unreachable")
+
+    # Convenience wrappers ---------------------------------------------------
+    def acquire(self, name, owner="tester", **fields):
+        body = {"owner": owner}
+        body.update(fields)
+        wait_ms = fields.get("wait_ms", 0)
+        timeout = self.timeout
+        if isinstance(wait_ms, int) and not isinstance(wait_ms, bool) and 0 < wait_ms <= 3600000:
+            timeout = max(timeout, wait_ms / 1000.0 + 10)
+        return self.request("POST", "/v1/locks/%s/acquire" % name, body=body, timeout=timeout)
+
+    def renew(self, name, lease, **fields):
+        body = {"lease": lease}
+        body.update(fields)
+        return self.request("POST", "/v1/locks/%s/renew" % name, body=body)
+
+    def release(self, name, lease):
+        return self.request("POST", "/v1/locks/%s/release" % name, body={"lease": lease})
+
+    def get_lock(self, name):
+        return self.request("GET", "/v1/locks/%s" % name)
+
+    def fence(self, resource_name, token):
+        return self.request("POST", "/v1/fence/%s" % resource_name, body={"token": token})
+
+
+class Server:
+    """The real leasegate binary, started on a free loopback port."""
+
+    def __init__(self, extra_args=None, data_dir=None, start=True):
+        self.bin = binary_path()
+        self.extra_args = list(extra_args or [])
+        self._own_dir = data_dir is None
+        self.dir = data_dir or tempfile.mkdtemp(prefix="leasegate-it-")
+        self.data_path = os.path.join(self.dir, "leasegate.db")
+        self.proc = None
+        self.port = None
+        self.url = None
+        self.client = None
+        self.stdout_lines = []
+        self._stderr_file = None
+        self.starts = 0
+        with _live_lock:
+            _live_servers.append(self)
+        if start:
+            self.start()
+
+    # Lifecycle ------------------------------------------------------------
+    def start(self):
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("server already running")
+        raise_nofile_limit()
+        self.starts += 1
+        err_path = os.path.join(self.dir, "stderr.%d.log" % self.starts)
+        self._stderr_file = open(err_path, "wb")
+        self._stderr_path = err_path
+        args = [self.bin, "serve", "--listen", "127.0.0.1:0", "--data", self.data_path]
+        args += self.extra_args
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self._stderr_file, cwd=self.dir)
+        port_box = []
+        ready = threading.Event()
+        proc = self.proc
+        lines = self.stdout_lines
+
+        def reader():
+            # Reads stdout for the whole life of the process so the pipe never fills.
+            for raw_line in proc.stdout:
+                line = raw_line.decode("utf-8", errors="replace").rstrip("\r\n")
+                lines.append(line)
+                m = READY_RE.match(line)
+                if m and not ready.is_set():
+                    port_box.append(int(m.group(1)))
+                    ready.set()
+            ready.set()
+
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        ready.wait(START_TIMEOUT_S)
+        if not port_box:
+            rc = self.proc.poll()
+            self._force_kill()
+            raise RuntimeError(
+                "leasegate did not print its listening line within %.0f s (exit=%r)\n"
+                "stdout: %r\nstderr: %s" % (START_TIMEOUT_S, rc, lines[-10:], self.stderr_text()[-2000:]))
+        self.port = port_box[0]
+        self.url = "http://127.0.0.1:%d" % self.port
+        if self.client is not None:
+            self.client.close()
+        self.client = Client(self.port)
+        return self
+
+    def stderr_text(self):
+        try:
+            with open(self._stderr_path, "rb") as f:
+                return f.read().decode("utf-8", errors="replace")
+        except (OSError, AttributeError):
+            return ""
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc is not None else None
+
+    def _close_clients(self):
+        if self.client is not None:
+            self.client.close()
+
+    def stop(self, timeout=STOP_TIMEOUT_S):
+        """SIGTERM by PID, wait, SIGKILL if needed. Returns the exit code."""
+        self._close_clients()
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._force_kill()
+        rc = self.proc.returncode
+        self._finish_files()
+        return rc
+
+    def kill9(self):
+        self._close_clients()
+        if self.proc is None:
+            return None
+        self._force_kill()
+        rc = self.proc.returncode
+        self._finish_files()
+        return rc
+
+    def _force_kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _finish_files(self):
+        if self._stderr_file is not None:
+            try:
+                self._stderr_file.close()
+            except OSError:
+                pass
+            self._stderr_file = None
+        if self.proc is not None and self.proc.stdout is not None:
+            try:
+                self.proc.stdout.close()
+            except (OSError, ValueError):
+                pass
+
+    def restart(self, kill9=False):
+        """Stop (SIGTERM, or SIGKILL when kill9) and start again on the same data file."""
+        if self.running():
+            if kill9:
+                self.kill9()
+            else:
+                self.stop()
+        return self.start()
+
+    def cleanup(self):
+        try:
+            if self.running():
+                self.stop()
+            else:
+                self._finish_files()
+        finally:
+            if self._own_dir and os.path.isdir(self.dir):
+                shutil.rmtree(self.dir, ignore_errors=True)
+            with _live_lock:
+                if self in _live_servers:
+                    _live_servers.remove(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+        return False
+
+    # Observations ---------------------------------------------------------
+    def rss_kb(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS for pid %d" % self.proc.pid)
+
+    def new_client(self, timeout=30.0):
+        return Client(self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, raw=None, headers=None, timeout=None):
+        return self.client.request(method, path, body=body, raw=raw, headers=headers, timeout=timeout)
+
+    @property
+    def last_text(self):
+        return self.client.last_text
+
+    # Same convenience wrappers as Client, on the default connection.
+    def acquire(self, name, owner="tester", **fields):
+        return self.client.acquire(name, owner, **fields)
+
+    def renew(self, name, lease, **fields):
+        return self.client.renew(name, lease, **fields)
+
+    def release(self, name, lease):
+        return self.client.release(name, lease)
+
+    def get_lock(self, name):
+        return self.client.get_lock(name)
+
+    def fence(self, resource_name, token):
+        return self.client.fence(resource_name, token)
+
+    def wait_until(self, predicate, timeout=5.0, interval=0.02, what="condition"):
+        """Poll predicate() until true; bounded by timeout. Returns last value."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            last = predicate()
+            if last:
+                return last
+            if time.monotonic() >= deadline:
+                raise AssertionError("timed out after %.1f s waiting for %s (last=%r)" % (timeout, what, last))
+            time.sleep(interval)
+
+    def waiters(self, name, client=None):
+        st, _, body = (client or self.client).get_lock(name)
+        if st != 200:
+            raise AssertionError("GET /v1/locks/%s -> %d %r" % (name, st, body))
+        return body["waiters"]
+
+
+def _cleanup_all():
+    with _live_lock:
+        servers = list(_live_servers)
+    for s in servers:
+        try:
+            s.cleanup()
+        except Exception:
+            pass
+
+
+atexit.register(_cleanup_all)
+
+
+def _on_sigterm(signum, frame):
+    _cleanup_all()
+    sys.exit(128 + signum)
+
+
+try:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+except ValueError:  # not in main thread
+    pass
+
+
+# Raw-socket helpers ----------------------------------------------------------
+def raw_http(port, data, timeout=10.0, read_until_close=False):
+    """Send raw bytes on a fresh connection; return (status, headers, body_bytes)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        try:
+            s.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return read_response(s, timeout=timeout)
+    finally:
+        s.close()
+
+
+def read_response(sock, timeout=10.0):
+    """Read one HTTP/1.1 response (Content-Length or chunked or until close)."""
+    deadline = time.monotonic() + timeout
+    buf = b""
+
+    def more():
+        nonlocal buf
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("response not complete in time")
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            chunk = b""
+        buf += chunk
+        return chunk
+
+    while b"\r\n\r\n" not in buf:
+        if not more():
+            raise ConnectionError("connection closed before response headers (got %r)" % buf[:200])
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    buf = rest
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(buf) < n:
+            if not more():
+                break
+        return status, headers, buf[:n]
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = b""
+        while True:
+            while b"\r\n" not in buf:
+                if not more():
+                    return status, headers, body
+            size_line, _, buf = buf.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            while len(buf) < size + 2:
+                if not more():
+                    return status, headers, body + buf
+            body += buf[:size]
+            buf = buf[size + 2:]
+            if size == 0:
+                return status, headers, body
+    while more():
+        pass
+    return status, headers, buf
+
+
+def find_key(obj, key):
+    """True when `key` appears as an object key anywhere inside obj."""
+    if isinstance(obj, dict):
+        return key in obj or any(find_key(v, key) for v in obj.values())
+    if isinstance(obj, list):
+        return any(find_key(v, key) for v in obj)
+    return False
+
+
+def random_lease():
+    return str(uuid.uuid4())
+
+
+def run_tests():
+    """unittest.main wrapper: exit non-zero on failure; cleans servers up."""
+    import unittest
+    try:
+        unittest.main(verbosity=2)
+    finally:
+        _cleanup_all()

@@ -1,0 +1,166 @@
+"""Operations and CLI: /healthz, /metrics, the dashboard, --help, bad flags, idle timeout."""
+
+import os
+import re
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+import harness
+
+SERVE_FLAGS = ["--listen", "--data", "--max-waiters", "--max-waiters-per-lock", "--max-connections",
+               "--max-locks", "--idle-timeout"]
+METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+-?\d+)?$')
+
+
+def parse_metrics(text):
+    values = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = METRIC_LINE.match(line)
+        if not m:
+            raise AssertionError("not a Prometheus sample line: %r" % line)
+        float(m.group(3))  # must parse (handles NaN, +Inf)
+        values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return values
+
+
+class HttpOpsTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = harness.Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.cleanup()
+
+    def test_healthz(self):
+        st, hdrs, b = self.srv.request("GET", "/healthz")
+        self.assertEqual((st, b), (200, {"status": "ok"}))
+        self.assertIn("application/json", hdrs.get("content-type", ""))
+
+    def test_metrics(self):
+        st, hdrs, text = self.srv.request("GET", "/metrics")
+        self.assertEqual(st, 200)
+        self.assertTrue(hdrs.get("content-type", "").startswith("text/plain"), hdrs)
+        self.assertIsInstance(text, str)
+        m = parse_metrics(text)
+        for name in ("leasegate_grants_total", "leasegate_locks_held", "leasegate_waiters"):
+            self.assertIn(name, m, "missing metric %s" % name)
+            self.assertRegex(text, r"(?m)^# TYPE %s (counter|gauge)$" % name)
+        before = m
+        st, _, b = self.srv.acquire("misc/metrics", "m", ttl_ms=60000)
+        self.assertEqual(st, 200, b)
+        st, _, text = self.srv.request("GET", "/metrics")
+        after = parse_metrics(text)
+        self.assertEqual(after["leasegate_grants_total"], before["leasegate_grants_total"] + 1)
+        self.assertEqual(after["leasegate_locks_held"], before["leasegate_locks_held"] + 1)
+        self.srv.release("misc/metrics", b["lease"])
+        st, _, text = self.srv.request("GET", "/metrics")
+        self.assertEqual(parse_metrics(text)["leasegate_locks_held"], before["leasegate_locks_held"])
+
+    def test_dashboard(self):
+        st, hdrs, text = self.srv.request("GET", "/")
+        self.assertEqual(st, 200)
+        self.assertTrue(hdrs.get("content-type", "").startswith("text/html"), hdrs)
+        self.assertRegex(text.lower(), r"<!doctype html|<html")
+
+    def test_keepalive_many_requests_one_connection(self):
+        c = self.srv.new_client()
+        try:
+            for _ in range(200):
+                st, _, b = c.request("GET", "/healthz")
+                self.assertEqual(st, 200)
+            self.assertIsNotNone(c.conn, "server closed a keep-alive connection")
+        finally:
+            c.close()
+
+
+class IdleTimeoutTest(unittest.TestCase):
+    def test_idle_connection_closed(self):
+        with harness.Server(["--idle-timeout", "1"]) as srv:
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            try:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                st, _, _ = harness.read_response(s, timeout=5)
+                self.assertEqual(st, 200)
+                t0 = time.monotonic()
+                s.settimeout(8)
+                try:
+                    data = s.recv(1)
+                except ConnectionResetError:
+                    data = b""
+                self.assertEqual(data, b"")
+                self.assertLess(time.monotonic() - t0, 7.0)
+            finally:
+                s.close()
+
+
+class CliTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.bin = harness.binary_path()
+        cls.tmp = tempfile.mkdtemp(prefix="leasegate-cli-")
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def run_cli(self, *args, timeout=10):
+        p = subprocess.Popen([self.bin] + list(args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd=self.tmp)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            self.fail("%r did not exit within %d s (stdout %r)" % (args, timeout, out[:200]))
+        return p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    def test_help(self):
+        rc, out, err = self.run_cli("--help")
+        self.assertEqual(rc, 0, err)
+        text = out + err
+        self.assertIn("serve", text)
+        self.assertIn("--", text)
+        rc, out, err = self.run_cli("serve", "--help")
+        self.assertEqual(rc, 0, err)
+        text = out + err
+        for flag in SERVE_FLAGS:
+            self.assertIn(flag, text, "serve --help does not list %s" % flag)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "leasegate.db")), "--help created a database")
+
+    def assert_usage_error(self, *args):
+        data = os.path.join(self.tmp, "x.db")
+        rc, out, err = self.run_cli("serve", "--data", data, *args)
+        self.assertEqual(rc, 2, "args %r: exit %r, stderr %r" % (args, rc, err))
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, "args %r: expected one stderr line, got %r" % (args, err))
+        self.assertNotIn("listening", out)
+
+    def test_bad_flags_exit_2(self):
+        self.assert_usage_error("--bogus")
+        self.assert_usage_error("--listen", "nonsense")
+        self.assert_usage_error("--listen", "127.0.0.1:99999")
+        self.assert_usage_error("--listen", "127.0.0.1:-1")
+        self.assert_usage_error("--listen")
+        self.assert_usage_error("--max-waiters", "abc")
+        self.assert_usage_error("--max-waiters", "-5")
+        self.assert_usage_error("--max-waiters-per-lock", "1x")
+        self.assert_usage_error("--max-connections", "")
+        self.assert_usage_error("--max-locks", "1.5")
+        self.assert_usage_error("--idle-timeout", "-1")
+        self.assert_usage_error("--listen", "127.0.0.1:0", "extra-positional")
+
+    def test_unknown_subcommand(self):
+        rc, out, err = self.run_cli("bogus-subcommand")
+        self.assertNotEqual(rc, 0, (out, err))
+        self.assertTrue(err.strip())
+
+
+if __name__ == "__main__":
+    harness.run_tests()

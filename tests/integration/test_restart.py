@@ -1,0 +1,165 @@
+"""Restarts: holders survive SIGTERM and kill -9; expired leases are released on start."""
+
+import threading
+import time
+import unittest
+
+import harness
+
+
+class RestartTests(unittest.TestCase):
+    def setUp(self):
+        self.srv = harness.Server()
+        self.tokens = []
+
+    def tearDown(self):
+        self.srv.cleanup()
+
+    def acquire_ok(self, name, owner="r", **kw):
+        st, _, b = self.srv.acquire(name, owner, **kw)
+        self.assertEqual(st, 200, b)
+        self.tokens.append(b["token"])
+        return b
+
+    def get(self, name):
+        st, _, g = self.srv.get_lock(name)
+        self.assertEqual(st, 200, g)
+        return g
+
+    def _holder_survives(self, kill9):
+        name = "rs/holder"
+        b = self.acquire_ok(name, owner="keeper", ttl_ms=120000, metadata={"host": "h", "n": [1, 2]})
+        st, _, rn = self.srv.renew(name, b["lease"], ttl_ms=110000)
+        self.assertEqual(st, 200, rn)
+        # A reentered holder keeps its count too.
+        st, _, re = self.srv.acquire(name, "keeper", lease=b["lease"], ttl_ms=100000)
+        self.assertEqual(st, 200, re)
+        before = self.get(name)
+        for i in range(5):
+            self.acquire_ok("rs/other/%d" % i, ttl_ms=60000)
+        if kill9:
+            self.srv.kill9()
+        else:
+            self.assertEqual(self.srv.stop(), 0, self.srv.stderr_text())
+        self.srv.start()
+        after = self.get(name)
+        self.assertEqual(after, before, "lock state changed across restart")
+        self.assertTrue(after["held"])
+        self.assertEqual(after["holder"]["token"], b["token"])
+        self.assertEqual(after["holder"]["expires_at_ms"], re["expires_at_ms"])
+        self.assertEqual(after["holder"]["count"], 2)
+        self.assertEqual(after["holder"]["metadata"], {"host": "h", "n": [1, 2]})
+        # Still held against others, and the lease still works.
+        st, _, r = self.srv.acquire(name, "intruder")
+        self.assertEqual((st, r["error"]), (409, "lock_held"), r)
+        st, _, r = self.srv.renew(name, b["lease"], ttl_ms=60000)
+        self.assertEqual(st, 200, r)
+        self.assertEqual(r["token"], b["token"])
+        # Tokens after restart are larger than all before.
+        nb = self.acquire_ok("rs/new", ttl_ms=60000)
+        self.assertGreater(nb["token"], max(self.tokens[:-1]))
+        st, _, r = self.srv.release(name, b["lease"])
+        self.assertEqual((st, r["count"]), (200, 1), r)
+        st, _, r = self.srv.release(name, b["lease"])
+        self.assertEqual((st, r["released"]), (200, True), r)
+
+    def test_holder_survives_sigterm(self):
+        self._holder_survives(kill9=False)
+
+    def test_holder_survives_kill9(self):
+        self._holder_survives(kill9=True)
+
+    def _expired_while_down(self, kill9):
+        short = self.acquire_ok("rs/short", ttl_ms=700)
+        long_ = self.acquire_ok("rs/long", ttl_ms=120000)
+        if kill9:
+            self.srv.kill9()
+        else:
+            self.assertEqual(self.srv.stop(), 0)
+        # Wait (bounded) until the short lease is well past its expiry.
+        while harness.now_ms() < short["expires_at_ms"] + 300:
+            time.sleep(0.05)
+        self.srv.start()
+        g = self.get("rs/short")
+        self.assertFalse(g["held"], g)
+        self.assertIsNone(g["holder"])
+        self.assertEqual(g["last_token"], short["token"])
+        self.assertTrue(self.get("rs/long")["held"])
+        st, _, r = self.srv.renew("rs/short", short["lease"])
+        self.assertEqual(st, 409, r)
+        self.assertEqual(r["error"], "not_holder")
+        # The contract allows the lease to be remembered as expired or forgotten.
+        self.assertIn(r["reason"], ("expired", "unknown"), r)
+        b = self.acquire_ok("rs/short", owner="next", ttl_ms=60000)
+        self.assertGreater(b["token"], max(short["token"], long_["token"]))
+        # Listing also shows it free (it has been granted before, so it is listed).
+        st, _, lst = self.srv.request("GET", "/v1/locks?prefix=rs/&limit=1000")
+        self.assertEqual(st, 200, lst)
+        names = [x["name"] for x in lst["locks"]]
+        self.assertIn("rs/short", names)
+        self.assertIn("rs/long", names)
+
+    def test_expired_while_down_sigterm(self):
+        self._expired_while_down(kill9=False)
+
+    def test_expired_while_down_kill9(self):
+        self._expired_while_down(kill9=True)
+
+    def test_last_token_and_free_locks_survive(self):
+        b = self.acquire_ok("rs/freed", ttl_ms=60000)
+        self.srv.release("rs/freed", b["lease"])
+        self.srv.restart(kill9=True)
+        g = self.get("rs/freed")
+        self.assertEqual((g["held"], g["last_token"]), (False, b["token"]), g)
+        st, _, r = self.srv.release("rs/freed", b["lease"])
+        self.assertEqual(st, 409, r)
+        self.assertIn(r["reason"], ("released", "unknown"), r)
+        self.srv.restart(kill9=False)
+        g = self.get("rs/freed")
+        self.assertEqual((g["held"], g["last_token"]), (False, b["token"]), g)
+
+    def test_many_restarts_tokens_grow(self):
+        for i in range(4):
+            self.acquire_ok("rs/cycle/%d" % i, ttl_ms=60000)
+            self.srv.restart(kill9=bool(i % 2))
+        nb = self.acquire_ok("rs/cycle/final")
+        self.assertEqual(self.tokens, sorted(self.tokens))
+        self.assertEqual(len(self.tokens), len(set(self.tokens)))
+        # All held locks still held with their tokens.
+        for i in range(4):
+            g = self.get("rs/cycle/%d" % i)
+            self.assertEqual(g["holder"]["token"], self.tokens[i])
+
+    def test_sigterm_answers_waiters_503(self):
+        name = "rs/waited"
+        self.acquire_ok(name, ttl_ms=60000)
+        out = {}
+
+        def waiter():
+            c = self.srv.new_client()
+            try:
+                out["resp"] = c.acquire(name, "w", wait_ms=30000)
+            except Exception as e:
+                out["exc"] = e
+            finally:
+                c.close()
+
+        t = threading.Thread(target=waiter, daemon=True)
+        t.start()
+        self.srv.wait_until(lambda: self.srv.waiters(name) == 1, what="waiter queued")
+        t0 = time.monotonic()
+        rc = self.srv.stop()
+        self.assertEqual(rc, 0, self.srv.stderr_text())
+        self.assertLess(time.monotonic() - t0, 8.0, "graceful stop took too long")
+        t.join(10)
+        self.assertNotIn("exc", out, out)
+        st, _, b = out["resp"]
+        self.assertEqual(st, 503, b)
+        self.assertEqual(b["error"], "overloaded")
+        self.assertIn("shutting down", b["message"])
+        self.srv.start()
+        self.assertTrue(self.get(name)["held"])
+
+
+if __name__ == "__main__":
+    harness.run_tests()

@@ -1,0 +1,223 @@
+/*
+ * Unit tests of the lock table with a fake clock and recording hooks:
+ * FIFO order, exactly-one wake-up, expiry, reentry, the token counter,
+ * cancellation, not_holder reasons, limits and loading from storage.
+ */
+#include <string.h>
+
+#include "check.h"
+#include "leasegate/locktab.h"
+
+typedef struct Rec {
+    int changed;
+    int granted[64]; /* waiter ids in grant order */
+    int ngranted;
+    int timed_out[64];
+    int ntimed_out;
+    uint64_t last_token_seen;
+    bool tokens_monotonic;
+} Rec;
+
+static void on_changed(void *ud, const Lock *lock)
+{
+    Rec *r = ud;
+    r->changed++;
+    if (lock->held) {
+        if (lock->holder.token < r->last_token_seen)
+            r->tokens_monotonic = false;
+        r->last_token_seen = lock->holder.token;
+    }
+}
+static void on_granted(void *ud, void *ctx, const Lock *lock)
+{
+    (void)lock;
+    Rec *r = ud;
+    r->granted[r->ngranted++] = (int)(intptr_t)ctx;
+}
+static void on_timed_out(void *ud, void *ctx, const Lock *lock)
+{
+    (void)lock;
+    Rec *r = ud;
+    r->timed_out[r->ntimed_out++] = (int)(intptr_t)ctx;
+}
+
+static Rec rec;
+static Now now = {1000, 1700000000000};
+
+static Locktab *table(size_t max_waiters_per_lock)
+{
+    memset(&rec, 0, sizeof rec);
+    rec.tokens_monotonic = true;
+    LocktabLimits limits = {1000, 1000, max_waiters_per_lock, 128};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out};
+    return locktab_new(&limits, &hooks);
+}
+
+static uint8_t ids[64][LEASE_ID_BYTES];
+
+static LockResult acquire(Locktab *lt, const char *name, int id, int64_t ttl_ms, int64_t wait_ms,
+                          const Lock **lock, Waiter **w)
+{
+    memset(ids[id], id + 1, LEASE_ID_BYTES);
+    AcquireArgs a = {"owner", NULL, ttl_ms, wait_ms, NULL, ids[id]};
+    return locktab_acquire(lt, name, &a, (void *)(intptr_t)id, &now, lock, w);
+}
+
+static void test_fifo_and_one_wakeup(void)
+{
+    Locktab *lt = table(100);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(acquire(lt, "a", 0, 1000, 0, &lock, &w) == LOCK_OK);
+    CHECK(lock->holder.token == 1);
+    for (int i = 1; i <= 5; i++)
+        CHECK(acquire(lt, "a", i, 1000, 5000, &lock, &w) == LOCK_QUEUED);
+    CHECK(lock->nwaiters == 5);
+    CHECK(acquire(lt, "a", 6, 1000, 0, &lock, &w) == LOCK_BUSY);
+    uint32_t left;
+    /* Each release wakes exactly one waiter, the oldest. */
+    for (int i = 0; i < 5; i++) {
+        CHECK(locktab_release(lt, "a", ids[i], &now, &left) == LOCK_OK && left == 0);
+        CHECK(rec.ngranted == i + 1);
+        CHECK(rec.granted[i] == i + 1);
+        CHECK(locktab_get(lt, "a")->holder.token == (uint64_t)(i + 2));
+        locktab_check(lt);
+    }
+    CHECK(locktab_release(lt, "a", ids[5], &now, &left) == LOCK_OK);
+    CHECK(!locktab_get(lt, "a")->held);
+    CHECK(rec.tokens_monotonic);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+static void test_expiry_hands_over(void)
+{
+    Locktab *lt = table(100);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(acquire(lt, "e", 0, 200, 0, &lock, &w) == LOCK_OK);
+    CHECK(acquire(lt, "e", 1, 300, 10000, &lock, &w) == LOCK_QUEUED);
+    CHECK(locktab_next_timeout_ms(lt, &now) == 200);
+    now.mono_ms += 199;
+    now.wall_ms += 199;
+    locktab_tick(lt, &now);
+    CHECK(rec.ngranted == 0);
+    now.mono_ms += 1;
+    now.wall_ms += 1;
+    locktab_tick(lt, &now);
+    CHECK(rec.ngranted == 1 && rec.granted[0] == 1);
+    CHECK(lock->holder.token == 2 && lock->holder.ttl_ms == 300);
+    CHECK(locktab_expiries(lt) == 1);
+    /* The expired lease is told apart from an unknown one. */
+    CHECK(locktab_why_not(lt, "e", ids[0]) == REASON_SUPERSEDED);
+    uint8_t stranger[LEASE_ID_BYTES] = {9};
+    CHECK(locktab_why_not(lt, "e", stranger) == REASON_UNKNOWN);
+    now.mono_ms += 300;
+    now.wall_ms += 300;
+    locktab_tick(lt, &now);
+    CHECK(!lock->held);
+    CHECK(locktab_why_not(lt, "e", ids[1]) == REASON_EXPIRED);
+    uint32_t left;
+    CHECK(locktab_release(lt, "e", ids[1], &now, &left) == LOCK_NOT_HOLDER);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+static void test_wait_timeout_and_cancel(void)
+{
+    Locktab *lt = table(100);
+    const Lock *lock;
+    Waiter *w1, *w2, *w3;
+    CHECK(acquire(lt, "t", 0, 10000, 0, &lock, &w1) == LOCK_OK);
+    CHECK(acquire(lt, "t", 1, 1000, 50, &lock, &w1) == LOCK_QUEUED);
+    CHECK(acquire(lt, "t", 2, 1000, 5000, &lock, &w2) == LOCK_QUEUED);
+    CHECK(acquire(lt, "t", 3, 1000, 5000, &lock, &w3) == LOCK_QUEUED);
+    now.mono_ms += 50;
+    locktab_tick(lt, &now);
+    CHECK(rec.ntimed_out == 1 && rec.timed_out[0] == 1);
+    locktab_cancel(lt, w2); /* client went away: never granted, never timed out */
+    CHECK(lock->nwaiters == 1);
+    uint32_t left;
+    CHECK(locktab_release(lt, "t", ids[0], &now, &left) == LOCK_OK);
+    CHECK(rec.ngranted == 1 && rec.granted[0] == 3);
+    CHECK(locktab_why_not(lt, "t", ids[0]) == REASON_RELEASED);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+static void test_reentry_and_renew(void)
+{
+    Locktab *lt = table(100);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(acquire(lt, "r", 0, 1000, 0, &lock, &w) == LOCK_OK);
+    AcquireArgs again = {"owner", "{\"x\":1}", 5000, 0, ids[0], ids[1]};
+    CHECK(locktab_acquire(lt, "r", &again, NULL, &now, &lock, &w) == LOCK_OK);
+    CHECK(lock->holder.count == 2 && lock->holder.token == 1 && lock->holder.ttl_ms == 5000);
+    CHECK(strcmp(lock->holder.metadata, "{\"x\":1}") == 0);
+    AcquireArgs wrong = {"owner", NULL, 5000, 0, ids[7], ids[8]};
+    CHECK(locktab_acquire(lt, "r", &wrong, NULL, &now, &lock, &w) == LOCK_NOT_HOLDER);
+    CHECK(locktab_renew(lt, "r", ids[0], 0, &now, &lock) == LOCK_OK && lock->holder.ttl_ms == 5000);
+    CHECK(locktab_renew(lt, "r", ids[0], 700, &now, &lock) == LOCK_OK);
+    CHECK(lock->holder.expires_at_ms == now.wall_ms + 700);
+    CHECK(locktab_renew(lt, "r", ids[5], 700, &now, &lock) == LOCK_NOT_HOLDER);
+    uint32_t left;
+    CHECK(locktab_release(lt, "r", ids[0], &now, &left) == LOCK_OK && left == 1);
+    CHECK(locktab_get(lt, "r")->held);
+    CHECK(locktab_release(lt, "r", ids[0], &now, &left) == LOCK_OK && left == 0);
+    CHECK(!locktab_get(lt, "r")->held);
+    CHECK(acquire(lt, "r", 2, 1000, 0, &lock, &w) == LOCK_OK && lock->holder.token == 2);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+static void test_limits(void)
+{
+    Locktab *lt = table(2);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(acquire(lt, "l", 0, 1000, 0, &lock, &w) == LOCK_OK);
+    CHECK(acquire(lt, "l", 1, 1000, 100, &lock, &w) == LOCK_QUEUED);
+    CHECK(acquire(lt, "l", 2, 1000, 100, &lock, &w) == LOCK_QUEUED);
+    CHECK(acquire(lt, "l", 3, 1000, 100, &lock, &w) == LOCK_OVERLOADED);
+    CHECK(locktab_waiters(lt) == 2);
+    locktab_free(lt);
+}
+
+static void test_load(void)
+{
+    Locktab *lt = table(10);
+    Holder live = {.owner = "o", .metadata = "{}", .token = 7, .ttl_ms = 1000,
+                   .acquired_at_ms = now.wall_ms - 500, .expires_at_ms = now.wall_ms + 500, .count = 2};
+    memset(live.lease, 3, LEASE_ID_BYTES);
+    Holder dead = live;
+    dead.token = 8;
+    dead.expires_at_ms = now.wall_ms - 1;
+    CHECK(locktab_load(lt, "live", 7, &live, &now) == LOCK_OK);
+    int before = rec.changed;
+    CHECK(locktab_load(lt, "dead", 8, &dead, &now) == LOCK_OK);
+    CHECK(rec.changed == before + 1); /* the release is recorded */
+    CHECK(locktab_load(lt, "idle", 3, NULL, &now) == LOCK_OK);
+    locktab_raise_last_token(lt, 12);
+    CHECK(locktab_held(lt) == 1 && locktab_locks(lt) == 3);
+    CHECK(locktab_get(lt, "live")->holder.count == 2);
+    CHECK(locktab_next_timeout_ms(lt, &now) == 500);
+    const Lock *lock;
+    Waiter *w;
+    /* Tokens continue above the stored counter. */
+    CHECK(acquire(lt, "dead", 0, 1000, 0, &lock, &w) == LOCK_OK && lock->holder.token == 13);
+    CHECK(locktab_why_not(lt, "dead", dead.lease) == REASON_SUPERSEDED);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+int main(void)
+{
+    test_fifo_and_one_wakeup();
+    test_expiry_hands_over();
+    test_wait_timeout_and_cancel();
+    test_reentry_and_renew();
+    test_limits();
+    test_load();
+    return check_report("locktab");
+}
