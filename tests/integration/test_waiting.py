@@ -220,7 +220,7 @@ class WaitingTests(unittest.TestCase):
             self.assertEqual(st, 200)
             ws = []
             for i in range(2):
-                w = WaiterThread(srv, "lim/a", "a%d" % i, wait_ms=20000)
+                w = WaiterThread(srv, "lim/a", "a%d" % i, wait_ms=20000, release_after=0.01)
                 w.start()
                 ws.append(w)
                 srv.wait_until(lambda: srv.waiters("lim/a") == i + 1, what="lim/a waiter")
@@ -231,7 +231,7 @@ class WaitingTests(unittest.TestCase):
             self.assertIsInstance(b["message"], str)
             self.assertLess(time.monotonic() - t0, 3.0)
             self.assertEqual(srv.waiters("lim/a"), 2)
-            w = WaiterThread(srv, "lim/b", "b0", wait_ms=20000)
+            w = WaiterThread(srv, "lim/b", "b0", wait_ms=20000, release_after=0.01)
             w.start()
             ws.append(w)
             srv.wait_until(lambda: srv.waiters("lim/b") == 1, what="lim/b waiter")
@@ -245,7 +245,9 @@ class WaitingTests(unittest.TestCase):
             srv.release("lim/b", h2["lease"])
             for w in ws:
                 w.join(10)
+                self.assertIsNone(w.exc, w.exc)
                 self.assertEqual(w.resp[0], 200, w.resp)
+                self.assertEqual(w.release_resp[0], 200, w.release_resp)
 
 
 # --- 5,000 waiters over asyncio raw sockets -------------------------------------
