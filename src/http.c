@@ -382,6 +382,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     request_free(req);
 }
 
+/* Decodes %XX as MHD does, except that a decoded NUL would silently cut a
+ * name short ("a%00b" read as "a"): it becomes DEL, which no name allows. */
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls;
+    (void)conn;
+    size_t n = MHD_http_unescape(s);
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '\0')
+            s[i] = 0x7f;
+    return n;
+}
+
 int http_start(Server *s)
 {
     struct sockaddr_in addr;
@@ -397,6 +410,7 @@ int http_start(Server *s)
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
         MHD_OPTION_END);
     if (!s->daemon) {
         fprintf(stderr, "leasegate: cannot listen on %s:%u\n", s->cfg.listen_host, s->cfg.listen_port);

@@ -1,5 +1,6 @@
 """Operations and CLI: /healthz, /metrics, the dashboard, --help, bad flags, idle timeout."""
 
+import json
 import os
 import re
 import socket
@@ -77,6 +78,75 @@ class HttpOpsTests(unittest.TestCase):
             self.assertIsNotNone(c.conn, "server closed a keep-alive connection")
         finally:
             c.close()
+
+    def _raw(self, data, pieces=1, pause=0.05):
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        try:
+            step = max(1, len(data) // pieces)
+            for i in range(0, len(data), step):
+                s.sendall(data[i:i + step])
+                if pieces > 1:
+                    time.sleep(pause)
+            return harness.read_response(s, timeout=10)
+        finally:
+            s.close()
+
+    def test_body_in_slow_pieces(self):
+        body = b'{"owner": "slow", "ttl_ms": 60000, "metadata": {"pad": "' + b"p" * 3000 + b'"}}'
+        req = (b"POST /v1/locks/misc/slow/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+        st, _, data = self._raw(req, pieces=7)
+        self.assertEqual(st, 200, data)
+        b = json.loads(data)
+        self.assertEqual(b["metadata"]["pad"], "p" * 3000)
+        self.srv.release("misc/slow", b["lease"])
+
+    def test_chunked_body(self):
+        body = b'{"owner": "chunky", "ttl_ms": 60000}'
+        req = (b"POST /v1/locks/misc/chunked/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n")
+        for i in range(0, len(body), 5):
+            part = body[i:i + 5]
+            req += b"%x\r\n" % len(part) + part + b"\r\n"
+        req += b"0\r\n\r\n"
+        st, _, data = self._raw(req, pieces=3)
+        self.assertEqual(st, 200, data)
+        b = json.loads(data)
+        self.assertEqual(b["owner"], "chunky")
+        self.srv.release("misc/chunked", b["lease"])
+
+    def test_expect_100_continue(self):
+        body = b'{"owner": "expect", "ttl_ms": 60000}'
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        try:
+            s.sendall(b"POST /v1/locks/misc/expect/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+            s.settimeout(3)
+            try:
+                first = s.recv(4096)
+            except socket.timeout:
+                first = b""  # some servers skip the interim response; then we just send
+            if first and not first.startswith(b"HTTP/1.1 100"):
+                self.fail("unexpected interim response %r" % first[:100])
+            s.sendall(body)
+            st, _, data = harness.read_response(s, timeout=10)
+        finally:
+            s.close()
+        self.assertEqual(st, 200, data)
+        self.srv.release("misc/expect", json.loads(data)["lease"])
+
+    def test_pipelined_requests(self):
+        req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + b"GET /v1/locks/misc/pipe HTTP/1.1\r\nHost: x\r\n\r\n"
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        try:
+            s.sendall(req)
+            st1, _, b1 = harness.read_response(s, timeout=5)
+            st2, _, b2 = harness.read_response(s, timeout=5)
+        finally:
+            s.close()
+        self.assertEqual((st1, json.loads(b1)), (200, {"status": "ok"}))
+        self.assertEqual(st2, 200)
+        self.assertEqual(json.loads(b2)["name"], "misc/pipe")
 
 
 class IdleTimeoutTest(unittest.TestCase):

@@ -160,6 +160,56 @@ class RestartTests(unittest.TestCase):
         self.srv.start()
         self.assertTrue(self.get(name)["held"])
 
+    def test_sigterm_with_many_waiters(self):
+        """SIGTERM with 300 waiters on 3 locks: every waiter gets 503 overloaded, exit 0, state kept."""
+        import asyncio
+        import json
+        holders = {}
+        for k in range(3):
+            holders["rs/many/%d" % k] = self.acquire_ok("rs/many/%d" % k, ttl_ms=120000)
+        n = 300
+        port = self.srv.port
+
+        async def one(i):
+            name = "rs/many/%d" % (i % 3)
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            body = json.dumps({"owner": "w%d" % i, "wait_ms": 60000}).encode()
+            w.write(("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %d\r\n\r\n" % (name, len(body))).encode() + body)
+            await w.drain()
+            try:
+                head = await r.readuntil(b"\r\n\r\n")
+                status = int(head.split(b" ", 2)[1])
+                clen = [int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+                data = await r.readexactly(clen[0]) if clen else await r.read()
+                return status, json.loads(data)
+            except (OSError, asyncio.IncompleteReadError) as e:
+                return "no response: %r" % e, None
+            finally:
+                w.close()
+
+        async def run():
+            tasks = [asyncio.ensure_future(one(i)) for i in range(n)]
+            for _ in range(400):
+                counts = [self.srv.waiters("rs/many/%d" % k) for k in range(3)]
+                if sum(counts) == n:
+                    break
+                await asyncio.sleep(0.025)
+            self.assertEqual(sum(counts), n)
+            loop = asyncio.get_running_loop()
+            rc = await loop.run_in_executor(None, self.srv.stop)
+            results = await asyncio.wait_for(asyncio.gather(*tasks), 20)
+            return rc, results
+
+        rc, results = asyncio.run(run())
+        self.assertEqual(rc, 0, self.srv.stderr_text())
+        bad = [r for r in results if r[0] != 503 or r[1].get("error") != "overloaded"]
+        self.assertEqual(bad[:5], [], "%d of %d waiters did not get 503 overloaded" % (len(bad), n))
+        self.srv.start()
+        for name, h in holders.items():
+            g = self.get(name)
+            self.assertEqual((g["held"], g["holder"]["token"], g["waiters"]), (True, h["token"], 0), g)
+
 
 if __name__ == "__main__":
     harness.run_tests()

@@ -1,5 +1,6 @@
 """Waiting: FIFO order, one wake per release, wait_ms timeouts, disconnects, 5,000 waiters."""
 
+import os
 import asyncio
 import json
 import socket
@@ -212,6 +213,86 @@ class WaitingTests(unittest.TestCase):
         self.assertEqual(g["waiters"], 0, g)
         self.srv.release(name, live.resp[2]["lease"])
 
+    def test_try_once_concurrent_one_winner(self):
+        name = "wait/race"
+        n = 16
+        barrier = threading.Barrier(n, timeout=10)
+        results = [None] * n
+
+        def racer(i):
+            c = self.srv.new_client()
+            try:
+                c.request("GET", "/healthz")  # connect before the barrier
+                barrier.wait()
+                results[i] = c.acquire(name, "r%d" % i, ttl_ms=60000)
+            except Exception as e:
+                results[i] = e
+            finally:
+                c.close()
+
+        ts = [threading.Thread(target=racer, args=(i,), daemon=True) for i in range(n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(15)
+        self.assertTrue(all(isinstance(r, tuple) for r in results), results)
+        winners = [r for r in results if r[0] == 200]
+        self.assertEqual(len(winners), 1, [r[0] for r in results])
+        for r in results:
+            if r[0] != 200:
+                self.assertEqual((r[0], r[2]["error"]), (409, "lock_held"), r)
+        st, _, g = self.srv.get_lock(name)
+        self.assertEqual(g["holder"]["token"], winners[0][2]["token"])
+        self.srv.release(name, winners[0][2]["lease"])
+
+    def test_no_overtaking_on_handover(self):
+        """A try-once sent together with the release never takes the lock from the queued waiter."""
+        for it in range(10):
+            name = "wait/overtake/%d" % it
+            holder = self.acquire_ok(name, ttl_ms=60000)
+            w = self.queue(name, "queued", 1, ttl_ms=60000)
+            a = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+            b = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+            try:
+                rel = json.dumps({"lease": holder["lease"]}).encode()
+                intr = json.dumps({"owner": "intruder", "ttl_ms": 60000}).encode()
+                ra = ("POST /v1/locks/%s/release HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %d\r\n\r\n" % (name, len(rel))).encode() + rel
+                rb = ("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %d\r\n\r\n" % (name, len(intr))).encode() + intr
+                a.sendall(ra)
+                b.sendall(rb)
+                sta, _, _ = harness.read_response(a, timeout=10)
+                stb, _, bodyb = harness.read_response(b, timeout=10)
+            finally:
+                a.close()
+                b.close()
+            self.assertEqual(sta, 200)
+            self.assertEqual(stb, 409, "iteration %d: intruder overtook the queued waiter: %r" % (it, bodyb))
+            w.join(10)
+            self.assertEqual(w.resp[0], 200, w.resp)
+            self.srv.release(name, w.resp[2]["lease"])
+
+    def test_undeliverable_grant_released_at_once(self):
+        """A waiter that vanishes (RST) just as it is granted must not keep the lock until its TTL."""
+        import struct
+        for it in range(5):
+            name = "wait/undeliverable/%d" % it
+            holder = self.acquire_ok(name, ttl_ms=60000)
+            dead = self._raw_waiter(name, "dead")
+            self.srv.wait_until(lambda: self.srv.waiters(name) == 1, what="raw waiter queued")
+            live = self.queue(name, "live", 2)
+            dead.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            dead.close()  # RST
+            st, _, r = self.srv.release(name, holder["lease"])
+            self.assertEqual(st, 200, r)
+            live.done.wait(5)
+            self.assertTrue(live.done.is_set(), "iteration %d: live waiter not granted within 5 s" % it)
+            self.assertEqual(live.resp[0], 200, live.resp)
+            st, _, g = self.srv.get_lock(name)
+            self.assertEqual(g["holder"]["owner"], "live", g)
+            self.srv.release(name, live.resp[2]["lease"])
+
     def test_waiter_limits_overloaded(self):
         with harness.Server(["--max-waiters-per-lock", "2", "--max-waiters", "3"]) as srv:
             st, _, h1 = srv.acquire("lim/a", "h", ttl_ms=60000)
@@ -306,7 +387,10 @@ class ManyWaitersTest(unittest.TestCase):
         grants, rss_kb, queue_s, drain_s = result
         print("\n  5000 waiters: queued in %.1f s, drained in %.1f s, server RSS while waiting %d kB"
               % (queue_s, drain_s, rss_kb))
-        self.assertLess(rss_kb, self.RSS_LIMIT_KB, "server RSS %d kB with %d waiters" % (rss_kb, self.N))
+        # AddressSanitizer's shadow memory and quarantine inflate RSS: the
+        # memory bound is only meaningful for the normal build.
+        if os.environ.get("LEASEGATE_SANITIZED") != "1":
+            self.assertLess(rss_kb, self.RSS_LIMIT_KB, "server RSS %d kB with %d waiters" % (rss_kb, self.N))
         self.assertEqual(len(grants), self.N)
         bad = [g for g in grants if g[1] != 200]
         self.assertEqual(bad[:5], [], "waiters not granted")
