@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "leasegate/api.h"
+#include "leasegate/proxy.h"
 #include "leasegate/web_assets.h"
 
 void api_healthz(Request *req) { http_reply_json_new(req, 200, json_pack("{s:s}", "status", "ok")); }
@@ -53,6 +54,14 @@ void api_metrics(Request *req)
     counter(f, "leasegate_not_holder_total", "Requests answered not_holder.", m->not_holder);
     counter(f, "leasegate_fence_accepted_total", "Fence checks accepted.", m->fence_accepted);
     counter(f, "leasegate_fence_rejected_total", "Fence checks rejected as stale.", m->fence_rejected);
+    counter(f, "leasegate_guard_forwarded_total", "Requests the guard forwarded upstream.",
+            proxy_stats(s->proxy)->forwarded);
+    counter(f, "leasegate_guard_rejected_stale_total", "Guarded writes rejected with 409 stale_token.",
+            m->guard_rejected_stale);
+    counter(f, "leasegate_guard_rejected_missing_total", "Guarded writes rejected with 428 token_required.",
+            m->guard_rejected_missing);
+    counter(f, "leasegate_guard_upstream_errors_total", "Upstream calls that failed (502, 504, broken).",
+            proxy_stats(s->proxy)->upstream_errors);
     gauge(f, "leasegate_locks", "Locks known (ever granted).", locktab_locks(s->locks));
     gauge(f, "leasegate_locks_held", "Locks held now.", locktab_held(s->locks));
     gauge(f, "leasegate_waiters", "Acquires waiting now.", locktab_waiters(s->locks));

@@ -18,8 +18,10 @@ const double COMMIT_LATENCY_BOUNDS_MS[COMMIT_LATENCY_BUCKETS] = {0.25, 0.5, 1,  
 typedef struct Batch {
     StoreLock *locks;
     size_t nlocks, caplocks;
-    StoreFence *fences;
+    StoreMark *fences;
     size_t nfences, capfences;
+    StoreMark *guard_marks;
+    size_t nguard_marks, capguard_marks;
     Arena strings; /* every string the records point to */
     uint64_t last_token;
     CommitHold *holds;
@@ -54,6 +56,7 @@ static void batch_reset(Batch *b)
 {
     b->nlocks = 0;
     b->nfences = 0;
+    b->nguard_marks = 0;
     arena_reset(&b->strings);
     b->holds = NULL;
     b->holds_tail = &b->holds;
@@ -64,10 +67,11 @@ static void batch_clear(Batch *b)
 {
     free(b->locks);
     free(b->fences);
+    free(b->guard_marks);
     arena_clear(&b->strings);
 }
 
-static bool batch_has_rows(const Batch *b) { return b->nlocks || b->nfences; }
+static bool batch_has_rows(const Batch *b) { return b->nlocks || b->nfences || b->nguard_marks; }
 
 static double seconds_since(const struct timespec *t0)
 {
@@ -90,7 +94,8 @@ static void *writer_main(void *arg)
 
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        StoreBatch sb = {b->locks, b->nlocks, b->fences, b->nfences, b->last_token};
+        StoreBatch sb = {b->locks,       b->nlocks,       b->fences,    b->nfences,
+                         b->guard_marks, b->nguard_marks, b->last_token};
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
         double secs = seconds_since(&t0);
 
@@ -192,16 +197,27 @@ bool commit_lock(Commit *c, const Lock *lock)
     return true;
 }
 
+static bool add_mark(Batch *b, StoreMark **marks, size_t *n, size_t *cap, const char *name, uint64_t max_token)
+{
+    if (!grow((void **)marks, cap, *n, sizeof **marks))
+        return false;
+    const char *copy = arena_strdup(&b->strings, name);
+    if (!copy)
+        return false;
+    (*marks)[(*n)++] = (StoreMark){copy, max_token};
+    return true;
+}
+
 bool commit_fence(Commit *c, const char *resource, uint64_t max_token)
 {
     Batch *b = c->pending;
-    if (!grow((void **)&b->fences, &b->capfences, b->nfences, sizeof *b->fences))
-        return false;
-    const char *copy = arena_strdup(&b->strings, resource);
-    if (!copy)
-        return false;
-    b->fences[b->nfences++] = (StoreFence){copy, max_token};
-    return true;
+    return add_mark(b, &b->fences, &b->nfences, &b->capfences, resource, max_token);
+}
+
+bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token)
+{
+    Batch *b = c->pending;
+    return add_mark(b, &b->guard_marks, &b->nguard_marks, &b->capguard_marks, lock, max_token);
 }
 
 void commit_last_token(Commit *c, uint64_t last_token)
@@ -246,7 +262,7 @@ static void record_stats(Commit *c, const Batch *b)
     if (!batch_has_rows(b))
         return;
     c->stats.commits++;
-    c->stats.rows += b->nlocks + b->nfences;
+    c->stats.rows += b->nlocks + b->nfences + b->nguard_marks;
     c->stats.seconds_total += b->seconds;
     double ms = b->seconds * 1000;
     for (int i = 0; i < COMMIT_LATENCY_BUCKETS; i++)

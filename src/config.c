@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@ void config_defaults(Config *c)
     c->max_fences = 1000000;
     c->idle_timeout_s = 60;
     c->lease_history = 65536;
+    c->guard_timeout_s = 30;
 }
 
 void config_usage(FILE *out)
@@ -37,6 +39,10 @@ void config_usage(FILE *out)
             "  --max-fences N              distinct fence resources, then 503 (default 1000000)\n"
             "  --idle-timeout SECONDS      close idle keep-alive connections after (default 60)\n"
             "  --lease-history N           ended leases remembered to explain not_holder (default 65536)\n"
+            "  --guard PREFIX=UPSTREAM     forward requests under PREFIX (e.g. /store/) to UPSTREAM\n"
+            "                              (e.g. http://127.0.0.1:9000/); writes need a current fencing\n"
+            "                              token (headers Fencing-Token, Fencing-Lock); repeatable, up to 16\n"
+            "  --guard-timeout SECONDS     upstream silent this long -> 504 (default 30)\n"
             "  -h, --help                  show this help\n");
 }
 
@@ -67,6 +73,47 @@ static int parse_listen(Config *c, const char *s)
         return -1;
     memcpy(c->listen_host, host, sizeof host);
     c->listen_port = (uint16_t)port;
+    return 0;
+}
+
+/* The API's own paths can not be shadowed by a guard prefix. */
+static bool prefix_shadows_api(const char *prefix)
+{
+    static const char *const API[] = {"/v1/", "/healthz", "/metrics"};
+    if (!strcmp(prefix, "/"))
+        return true;
+    for (size_t i = 0; i < sizeof API / sizeof API[0]; i++)
+        if (!strncmp(prefix, API[i], strlen(prefix) < strlen(API[i]) ? strlen(prefix) : strlen(API[i])))
+            return true;
+    return false;
+}
+
+static int parse_guard(Config *c, const char *spec, char *err, size_t errlen)
+{
+    const char *eq = strchr(spec, '=');
+    size_t plen = eq ? (size_t)(eq - spec) : 0;
+    if (!eq || plen == 0 || spec[0] != '/' || plen >= sizeof c->guards[0].prefix) {
+        snprintf(err, errlen, "--guard: '%s' is not PREFIX=UPSTREAM with PREFIX starting with / (e.g. /store/=http://127.0.0.1:9000/)", spec);
+        return -1;
+    }
+    const char *up = eq + 1;
+    if ((strncmp(up, "http://", 7) && strncmp(up, "https://", 8)) || strlen(up) >= sizeof c->guards[0].upstream) {
+        snprintf(err, errlen, "--guard: upstream '%s' must be an http:// or https:// URL", up);
+        return -1;
+    }
+    if (c->nguards == CONFIG_MAX_GUARDS) {
+        snprintf(err, errlen, "--guard: at most %d guards", CONFIG_MAX_GUARDS);
+        return -1;
+    }
+    GuardRoute *g = &c->guards[c->nguards];
+    memcpy(g->prefix, spec, plen);
+    g->prefix[plen] = '\0';
+    if (prefix_shadows_api(g->prefix)) {
+        snprintf(err, errlen, "--guard: prefix '%s' overlaps the API (/v1/, /healthz, /metrics or /)", g->prefix);
+        return -1;
+    }
+    snprintf(g->upstream, sizeof g->upstream, "%s", up);
+    c->nguards++;
     return 0;
 }
 
@@ -111,6 +158,20 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
                 return CONFIG_ERROR;
             }
             c->data_path = value;
+            continue;
+        }
+        if (!strcmp(flag, "--guard")) {
+            if (parse_guard(c, value, err, errlen))
+                return CONFIG_ERROR;
+            continue;
+        }
+        if (!strcmp(flag, "--guard-timeout")) {
+            size_t v;
+            if (parse_size(value, 1, 3600, &v)) {
+                snprintf(err, errlen, "--guard-timeout: '%s' is not a number of seconds in 1..3600", value);
+                return CONFIG_ERROR;
+            }
+            c->guard_timeout_s = (unsigned)v;
             continue;
         }
         if (!strcmp(flag, "--idle-timeout")) {

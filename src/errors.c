@@ -16,7 +16,9 @@ static const struct {
     [ERR_PAYLOAD_TOO_LARGE] = {"payload_too_large", 413},
     [ERR_TOKEN_REQUIRED] = {"token_required", 428},
     [ERR_INTERNAL] = {"internal", 500},
+    [ERR_BAD_GATEWAY] = {"bad_gateway", 502},
     [ERR_OVERLOADED] = {"overloaded", 503},
+    [ERR_GATEWAY_TIMEOUT] = {"gateway_timeout", 504},
 };
 
 const char *error_code(ErrCode e) { return ERRORS[e].code; }

@@ -87,3 +87,9 @@ FenceResult fence_check(Fence *f, const char *resource, uint64_t token, uint64_t
 }
 
 size_t fence_count(const Fence *f) { return smap_len(f->marks); }
+
+uint64_t fence_max(const Fence *f, const char *resource)
+{
+    const Mark *m = smap_get(f->marks, resource);
+    return m ? m->max_token : 0;
+}

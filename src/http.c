@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "leasegate/guard.h"
+#include "leasegate/proxy.h"
 #include "leasegate/router.h"
 
 #define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
@@ -27,13 +29,17 @@ static void request_free(Request *req)
 {
     if (req->response)
         MHD_destroy_response(req->response);
+    if (req->call)
+        proxy_call_free(req->call);
+    free(req->raw_uri);
+    free(req->guard_lock);
     free(req->arg);
     free(req->body);
     free(req->grant_lock);
     free(req);
 }
 
-static void suspend(Request *req)
+void http_suspend(Request *req)
 {
     if (req->suspended)
         return;
@@ -42,7 +48,7 @@ static void suspend(Request *req)
     req->srv->suspended++;
 }
 
-static void resume(Request *req)
+void http_resume(Request *req)
 {
     if (!req->suspended)
         return;
@@ -74,7 +80,7 @@ static void deliver(Request *req)
     /* Outside the callback the connection is suspended: resume it and the
      * callback that follows queues the response. */
     if (!req->in_handler)
-        resume(req);
+        http_resume(req);
 }
 
 static void hold_ready(CommitHold *hold)
@@ -97,12 +103,23 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
     Commit *c = req->srv->commit;
     if (commit_pending(c)) {
         if (req->in_handler)
-            suspend(req);
+            http_suspend(req);
         req->hold.ready = hold_ready;
         commit_hold(c, &req->hold);
         return;
     }
     deliver(req);
+}
+
+void http_reply_response(Request *req, unsigned status, struct MHD_Response *resp)
+{
+    send_response(req, status, resp);
+}
+
+void http_close(Request *req)
+{
+    req->close = true;
+    http_resume(req);
 }
 
 void http_reply_static(Request *req, unsigned status, const char *content_type, const void *data,
@@ -194,7 +211,7 @@ void http_wait(Request *req, Waiter *w)
 {
     Server *s = req->srv;
     req->waiter = w;
-    suspend(req);
+    http_suspend(req);
     req->next = s->waiting;
     if (s->waiting)
         s->waiting->prev = req;
@@ -223,7 +240,7 @@ void http_hangup(Request *req)
     }
     stop_waiting(req);
     req->close = true;
-    resume(req);
+    http_resume(req);
 }
 
 void http_cancel_waiters(Server *s)
@@ -267,13 +284,20 @@ static enum MHD_Result reply_now(struct MHD_Connection *conn, Server *s, ErrCode
     return r;
 }
 
-static Request *request_new(Server *s, struct MHD_Connection *conn)
+/* MHD calls this first, with the request target as sent; what it returns is
+ * the request's context from then on (freed in on_completed). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     Request *req = calloc(1, sizeof *req);
     if (!req)
         return NULL;
+    req->raw_uri = strdup(uri);
+    if (!req->raw_uri) {
+        free(req);
+        return NULL;
+    }
     req->source.kind = LOOP_REQUEST;
-    req->srv = s;
+    req->srv = cls;
     req->conn = conn;
     req->watch_fd = -1;
     return req;
@@ -281,6 +305,8 @@ static Request *request_new(Server *s, struct MHD_Connection *conn)
 
 static void gather(Request *req, const char *data, size_t size)
 {
+    if (req->response)
+        return; /* already answered (a rejection): the rest is dropped */
     if (req->body_too_large || req->body_len + size > HTTP_MAX_BODY) {
         req->body_too_large = true;
         return;
@@ -303,14 +329,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     Server *s = cls;
     Request *req = *con_cls;
-    if (!req) {
+    if (!req)
+        return MHD_NO; /* on_uri ran out of memory */
+    if (!req->routed) {
+        req->routed = true;
         s->metrics.requests++;
+        const GuardRoute *g = guard_match(s, req->raw_uri);
+        if (g) {
+            req->in_handler = true;
+            guard_begin(req, g, method);
+            req->in_handler = false;
+            if (req->response && !req->suspended)
+                return queue_stored(req);
+            return req->close ? MHD_NO : MHD_YES;
+        }
         if (content_length_too_big(conn))
             return reply_now(conn, s, ERR_PAYLOAD_TOO_LARGE, "request body is larger than 65536 bytes");
-        req = request_new(s, conn);
-        if (!req)
-            return MHD_NO;
-        *con_cls = req;
         RouteMatch m;
         router_match(method, url, &m);
         req->arg = m.arg; /* taken over */
@@ -323,20 +357,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (req->close)
         return MHD_NO;
-    if (req->response) {
-        req->in_handler = true;
-        enum MHD_Result r = queue_stored(req);
-        req->in_handler = false;
-        return r;
-    }
     if (*upload_data_size) {
+        if (req->call) {
+            proxy_call_upload(req->call, upload_data, upload_data_size);
+            return MHD_YES;
+        }
         gather(req, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (req->suspended)
-        return MHD_YES; /* still waiting or held */
+    if (req->response)
+        return queue_stored(req);
     req->in_handler = true;
+    if (req->call) {
+        enum MHD_Result r = proxy_call_final(req->call);
+        req->in_handler = false;
+        if (req->response && !req->suspended)
+            return queue_stored(req);
+        return r;
+    }
     if (req->body_too_large)
         http_reply_error(req, ERR_PAYLOAD_TOO_LARGE, NULL, "request body is larger than 65536 bytes");
     else if (req->handler)
@@ -411,6 +450,7 @@ int http_start(Server *s)
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_END);
     if (!s->daemon) {
         fprintf(stderr, "leasegate: cannot listen on %s:%u\n", s->cfg.listen_host, s->cfg.listen_port);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "leasegate/http.h"
+#include "leasegate/proxy.h"
 #include "leasegate/server.h"
 
 #define MAX_EVENTS 256
@@ -76,12 +77,23 @@ void loop_free(Loop *l)
 
 bool loop_watch(Loop *l, int fd, LoopSource *src) { return add_fd(l, fd, EPOLLRDHUP, src); }
 
+bool loop_watch_events(Loop *l, int fd, uint32_t events, LoopSource *src) { return add_fd(l, fd, events, src); }
+
+bool loop_rewatch(Loop *l, int fd, uint32_t events, LoopSource *src)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = src};
+    return epoll_ctl(l->epfd, EPOLL_CTL_MOD, fd, &ev) == 0;
+}
+
 void loop_unwatch(Loop *l, int fd) { epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL); }
 
 static int next_timeout_ms(Loop *l, int cap_ms)
 {
     Now now = clock_now();
     int64_t t = locktab_next_timeout_ms(l->s->locks, &now);
+    int64_t curl_ms = proxy_next_timeout_ms(l->s->proxy, &now);
+    if (curl_ms >= 0 && (t < 0 || curl_ms < t))
+        t = curl_ms;
     MHD_UNSIGNED_LONG_LONG mhd_ms;
     if (MHD_get_timeout(l->s->daemon, &mhd_ms) == MHD_YES && (t < 0 || (int64_t)mhd_ms < t))
         t = (int64_t)mhd_ms;
@@ -122,10 +134,14 @@ static int turn(Loop *l, int cap_ms)
         case LOOP_REQUEST:
             http_hangup((Request *)src);
             break;
+        case LOOP_CURL:
+            proxy_socket_event(s->proxy, src, events[i].events);
+            break;
         }
     }
     Now now = clock_now();
     locktab_tick(s->locks, &now);
+    proxy_tick(s->proxy, &now);
     MHD_run(s->daemon);
     commit_flush(s->commit);
     return 0;
@@ -141,13 +157,21 @@ int loop_run(Loop *l)
      * batch is durable, and resume every suspended connection before MHD stops. */
     http_cancel_waiters(s);
     Now start = clock_now();
+    bool aborted = false;
     for (;;) {
         if (turn(l, 10) < 0)
             return 1;
         Now now = clock_now();
         bool drained = s->suspended == 0 && !commit_pending(s->commit);
-        if (drained || now.mono_ms - start.mono_ms > SHUTDOWN_DRAIN_MS)
+        if (drained)
             break;
+        if (now.mono_ms - start.mono_ms > SHUTDOWN_DRAIN_MS && !aborted) {
+            /* Upstream calls still running: cut them so their clients can be closed. */
+            proxy_abort_all(s->proxy);
+            aborted = true;
+        } else if (now.mono_ms - start.mono_ms > 2 * SHUTDOWN_DRAIN_MS) {
+            break;
+        }
     }
     /* A few more turns so that queued responses reach the sockets. */
     for (int i = 0; i < 5; i++)

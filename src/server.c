@@ -12,6 +12,7 @@
 #include "leasegate/api.h"
 #include "leasegate/http.h"
 #include "leasegate/loop.h"
+#include "leasegate/proxy.h"
 
 /* Lock-table hooks. */
 
@@ -57,10 +58,16 @@ static int load_lock(void *ud, const StoreLock *l)
                : -1;
 }
 
-static int load_fence(void *ud, const StoreFence *f)
+static int load_fence(void *ud, const StoreMark *m)
 {
     LoadCtx *ctx = ud;
-    return fence_load(ctx->s->fence, f->resource, f->max_token) == FENCE_ACCEPTED ? 0 : -1;
+    return fence_load(ctx->s->fence, m->name, m->max_token) == FENCE_ACCEPTED ? 0 : -1;
+}
+
+static int load_guard_mark(void *ud, const StoreMark *m)
+{
+    LoadCtx *ctx = ud;
+    return fence_load(ctx->s->guard_marks, m->name, m->max_token) == FENCE_ACCEPTED ? 0 : -1;
 }
 
 int server_open(Server *s, const Config *cfg)
@@ -79,12 +86,13 @@ int server_open(Server *s, const Config *cfg)
     LocktabHooks hooks = {s, on_changed, on_granted, on_timed_out};
     s->locks = locktab_new(&limits, &hooks);
     s->fence = fence_new(cfg->max_fences);
-    if (!s->commit || !s->locks || !s->fence) {
+    s->guard_marks = fence_new(cfg->max_locks);
+    if (!s->commit || !s->locks || !s->fence || !s->guard_marks) {
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
         return -1;
     }
     LoadCtx ctx = {s, clock_now(), 0, 0};
-    StoreLoad cb = {&ctx, load_lock, load_fence};
+    StoreLoad cb = {&ctx, load_lock, load_fence, load_guard_mark};
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {
         fprintf(stderr, "leasegate: cannot load %s: %s\n", cfg->data_path, store_error(s->store));
@@ -98,7 +106,16 @@ int server_open(Server *s, const Config *cfg)
     if (http_start(s))
         return -1;
     s->loop = loop_new(s);
-    return s->loop ? 0 : -1;
+    if (!s->loop)
+        return -1;
+    s->proxy = proxy_new(s->loop, cfg->guard_timeout_s);
+    if (!s->proxy) {
+        fprintf(stderr, "leasegate: cannot initialise libcurl\n");
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->nguards; i++)
+        fprintf(stderr, "leasegate: guard %s -> %s\n", cfg->guards[i].prefix, cfg->guards[i].upstream);
+    return 0;
 }
 
 int server_run(Server *s)
@@ -111,10 +128,12 @@ int server_run(Server *s)
 void server_close(Server *s)
 {
     http_stop(s);
+    proxy_free(s->proxy);
     loop_free(s->loop);
     commit_free(s->commit);
     locktab_free(s->locks);
     fence_free(s->fence);
+    fence_free(s->guard_marks);
     if (s->store)
         store_close(s->store);
 }

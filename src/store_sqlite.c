@@ -27,9 +27,11 @@ static const char SCHEMA[] =
     "  expires_at_ms INTEGER, count INTEGER, metadata TEXT) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS fences(resource TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS guard_marks(lock TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
+    "  WITHOUT ROWID;"
     "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', 1), ('last_token', 0);";
 
-enum { ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_LOCK, ST_PUT_FENCE, ST_PUT_COUNTER, ST_COUNT };
+enum { ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_LOCK, ST_PUT_FENCE, ST_PUT_GUARD_MARK, ST_PUT_COUNTER, ST_COUNT };
 
 static const char *const STATEMENTS[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -40,6 +42,8 @@ static const char *const STATEMENTS[ST_COUNT] = {
                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
+    [ST_PUT_GUARD_MARK] = "INSERT INTO guard_marks(lock, max_token) VALUES(?1, ?2)"
+                          " ON CONFLICT(lock) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
     [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
 };
 
@@ -95,6 +99,20 @@ static int bind_lock(sqlite3_stmt *st, const StoreLock *l)
     return rc == SQLITE_OK ? 0 : -1;
 }
 
+static int put_marks(SqliteStore *s, sqlite3_stmt *st, const StoreMark *marks, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (sqlite3_bind_text(st, 1, marks[i].name, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_int64(st, 2, (sqlite3_int64)marks[i].max_token) != SQLITE_OK) {
+            set_err(s, "bind mark");
+            return -1;
+        }
+        if (step_reset(s, st))
+            return -1;
+    }
+    return 0;
+}
+
 static int sqlite_commit(Store *base, const StoreBatch *b)
 {
     SqliteStore *s = (SqliteStore *)base;
@@ -108,16 +126,9 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
         if (step_reset(s, s->st[ST_PUT_LOCK]))
             goto fail;
     }
-    for (size_t i = 0; i < b->nfences; i++) {
-        sqlite3_stmt *st = s->st[ST_PUT_FENCE];
-        if (sqlite3_bind_text(st, 1, b->fences[i].resource, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 2, (sqlite3_int64)b->fences[i].max_token) != SQLITE_OK) {
-            set_err(s, "bind fence");
-            goto fail;
-        }
-        if (step_reset(s, st))
-            goto fail;
-    }
+    if (put_marks(s, s->st[ST_PUT_FENCE], b->fences, b->nfences) ||
+        put_marks(s, s->st[ST_PUT_GUARD_MARK], b->guard_marks, b->nguard_marks))
+        goto fail;
     if (sqlite3_bind_int64(s->st[ST_PUT_COUNTER], 1, (sqlite3_int64)b->last_token) != SQLITE_OK ||
         step_reset(s, s->st[ST_PUT_COUNTER]))
         goto fail;
@@ -179,24 +190,24 @@ static int load_locks(SqliteStore *s, const StoreLoad *cb)
     return res;
 }
 
-static int load_fences(SqliteStore *s, const StoreLoad *cb)
+static int load_marks(SqliteStore *s, const char *sql, int (*fn)(void *ud, const StoreMark *m), void *ud)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT resource, max_token FROM fences", -1, &st, NULL) != SQLITE_OK) {
-        set_err(s, "load fences");
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        set_err(s, sql);
         return -1;
     }
     int rc, res = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        StoreFence f = {(const char *)sqlite3_column_text(st, 0), (uint64_t)sqlite3_column_int64(st, 1)};
-        if (!f.resource || cb->fence(cb->ud, &f)) {
-            snprintf(s->err, sizeof s->err, "cannot load fence %s", f.resource ? f.resource : "(null)");
+        StoreMark m = {(const char *)sqlite3_column_text(st, 0), (uint64_t)sqlite3_column_int64(st, 1)};
+        if (!m.name || fn(ud, &m)) {
+            snprintf(s->err, sizeof s->err, "cannot load mark %s", m.name ? m.name : "(null)");
             res = -1;
             break;
         }
     }
     if (res == 0 && rc != SQLITE_DONE) {
-        set_err(s, "load fences");
+        set_err(s, sql);
         res = -1;
     }
     sqlite3_finalize(st);
@@ -224,7 +235,9 @@ static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
 {
     SqliteStore *s = (SqliteStore *)base;
     sqlite3_int64 counter;
-    if (read_meta(s, "last_token", &counter) || load_locks(s, cb) || load_fences(s, cb))
+    if (read_meta(s, "last_token", &counter) || load_locks(s, cb) ||
+        load_marks(s, "SELECT resource, max_token FROM fences", cb->fence, cb->ud) ||
+        load_marks(s, "SELECT lock, max_token FROM guard_marks", cb->guard_mark, cb->ud))
         return -1;
     *last_token = (uint64_t)counter;
     return 0;

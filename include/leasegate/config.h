@@ -8,6 +8,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#define CONFIG_MAX_GUARDS 16
+
+/* --guard PREFIX=UPSTREAM: requests under PREFIX go to UPSTREAM. */
+typedef struct GuardRoute {
+    char prefix[256];
+    char upstream[1024];
+} GuardRoute;
+
 typedef struct Config {
     char listen_host[64];
     uint16_t listen_port;
@@ -19,6 +27,9 @@ typedef struct Config {
     size_t max_fences;
     unsigned idle_timeout_s;      /* idle keep-alive connections are closed after this */
     size_t lease_history;         /* ended leases remembered for not_holder reasons */
+    GuardRoute guards[CONFIG_MAX_GUARDS];
+    size_t nguards;
+    unsigned guard_timeout_s;     /* upstream silent this long -> 504 */
 } Config;
 
 typedef enum ConfigResult { CONFIG_OK, CONFIG_HELP, CONFIG_ERROR } ConfigResult;

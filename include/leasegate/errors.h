@@ -17,7 +17,9 @@ typedef enum ErrCode {
     ERR_PAYLOAD_TOO_LARGE,
     ERR_TOKEN_REQUIRED,
     ERR_INTERNAL,
+    ERR_BAD_GATEWAY,
     ERR_OVERLOADED,
+    ERR_GATEWAY_TIMEOUT,
 } ErrCode;
 
 const char *error_code(ErrCode e);

@@ -30,5 +30,7 @@ FenceResult fence_load(Fence *f, const char *resource, uint64_t max_token);
 FenceResult fence_check(Fence *f, const char *resource, uint64_t token, uint64_t *max_token,
                         bool *raised);
 size_t fence_count(const Fence *f);
+/* The mark of a resource, 0 when it has none. */
+uint64_t fence_max(const Fence *f, const char *resource);
 
 #endif

@@ -28,6 +28,8 @@
 
 struct MHD_Connection;
 struct MHD_Response;
+typedef struct ProxyCall ProxyCall;
+typedef struct GuardRoute GuardRoute;
 
 typedef void (*Handler)(Request *req);
 
@@ -35,6 +37,8 @@ struct Request {
     LoopSource source;  /* for socket watches while waiting; first member */
     Server *srv;
     struct MHD_Connection *conn;
+    char *raw_uri;      /* owned: the request target as sent, still %-encoded */
+    bool routed;        /* the first access callback has run */
     Handler handler;    /* NULL when no route matched */
     const char *allow;  /* for a 405: the methods the path allows */
     char *arg;          /* owned: the path's name/resource part, or NULL */
@@ -50,6 +54,11 @@ struct Request {
     Waiter *waiter;     /* while queued in the lock table */
     int watch_fd;       /* socket watched by the loop, or -1 */
     Request *prev, *next; /* in Server.waiting */
+    /* Under a guard prefix: the upstream call, and for writes the lock and
+     * token it was let through with (checked again just before forwarding). */
+    ProxyCall *call;
+    char *guard_lock;   /* owned */
+    uint64_t guard_token;
     /* A grant this request's response reveals; released if it is not delivered. */
     bool grant_pending;
     char *grant_lock;   /* owned */
@@ -62,7 +71,8 @@ void http_stop(Server *s);
 /* The port actually bound (for --listen ...:0). */
 unsigned http_port(const Server *s);
 
-/* Replies; each takes ownership of what it is given. */
+/* Replies; each takes ownership of what it is given. NULL resp closes the connection. */
+void http_reply_response(Request *req, unsigned status, struct MHD_Response *resp);
 void http_reply_json_new(Request *req, unsigned status, json_t *body);
 void http_reply_text(Request *req, unsigned status, const char *content_type, char *text_new,
                      size_t len);
@@ -73,6 +83,12 @@ void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt
     __attribute__((format(printf, 4, 5)));
 /* Remembers that the reply about to be sent grants `lease` on `lock`. */
 void http_note_grant(Request *req, const char *lock, const uint8_t *lease);
+
+/* Flow control for the proxy: park the connection / let MHD run it again. */
+void http_suspend(Request *req);
+void http_resume(Request *req);
+/* Drops the connection (resuming it if suspended) without a response. */
+void http_close(Request *req);
 
 /* Suspends the request as a waiter of the lock table. */
 void http_wait(Request *req, Waiter *w);

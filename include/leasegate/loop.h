@@ -10,7 +10,9 @@
 
 #include <stdbool.h>
 
-typedef enum LoopKind { LOOP_MHD, LOOP_COMMIT, LOOP_SIGNAL, LOOP_REQUEST } LoopKind;
+#include <stdint.h>
+
+typedef enum LoopKind { LOOP_MHD, LOOP_COMMIT, LOOP_SIGNAL, LOOP_REQUEST, LOOP_CURL } LoopKind;
 
 /* Embedded first in whatever the loop watches; epoll hands it back. */
 typedef struct LoopSource {
@@ -26,6 +28,9 @@ void loop_free(Loop *l);
 int loop_run(Loop *l);
 /* Watches fd for the peer hanging up. */
 bool loop_watch(Loop *l, int fd, LoopSource *src);
+/* Watches fd for the given epoll events (EPOLLIN, EPOLLOUT), or changes them. */
+bool loop_watch_events(Loop *l, int fd, uint32_t events, LoopSource *src);
+bool loop_rewatch(Loop *l, int fd, uint32_t events, LoopSource *src);
 void loop_unwatch(Loop *l, int fd);
 
 #endif

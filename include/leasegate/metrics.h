@@ -21,6 +21,8 @@ typedef struct Metrics {
     uint64_t not_holder;
     uint64_t fence_accepted;
     uint64_t fence_rejected;
+    uint64_t guard_rejected_stale;
+    uint64_t guard_rejected_missing;
 } Metrics;
 
 #endif

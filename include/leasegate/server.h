@@ -19,6 +19,7 @@
 struct MHD_Daemon;
 typedef struct Loop Loop;
 typedef struct Request Request;
+typedef struct Proxy Proxy;
 
 typedef struct Server {
     Config cfg;
@@ -26,6 +27,8 @@ typedef struct Server {
     Commit *commit;
     Locktab *locks;
     Fence *fence;
+    Fence *guard_marks; /* per lock: the highest token the guard has let through */
+    Proxy *proxy;       /* the guard's upstream calls */
     struct MHD_Daemon *daemon;
     Loop *loop;
     Metrics metrics;

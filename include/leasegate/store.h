@@ -25,16 +25,19 @@ typedef struct StoreLock {
     Holder holder; /* valid when held; strings borrowed */
 } StoreLock;
 
-typedef struct StoreFence {
-    const char *resource;
+/* A high-water mark: a fence resource's, or the guard's for one lock. */
+typedef struct StoreMark {
+    const char *name;
     uint64_t max_token;
-} StoreFence;
+} StoreMark;
 
 typedef struct StoreBatch {
     const StoreLock *locks;
     size_t nlocks;
-    const StoreFence *fences;
+    const StoreMark *fences;
     size_t nfences;
+    const StoreMark *guard_marks; /* highest token the guard forwarded, per lock */
+    size_t nguard_marks;
     uint64_t last_token; /* the global counter after this batch */
 } StoreBatch;
 
@@ -42,7 +45,8 @@ typedef struct StoreLoad {
     void *ud;
     /* Called once per stored lock; nonzero aborts the load. */
     int (*lock)(void *ud, const StoreLock *lock);
-    int (*fence)(void *ud, const StoreFence *fence);
+    int (*fence)(void *ud, const StoreMark *fence);
+    int (*guard_mark)(void *ud, const StoreMark *mark);
 } StoreLoad;
 
 typedef struct Store Store;

@@ -67,7 +67,7 @@ def _parse_body(data, headers):
     if "json" in ctype or text[:1] in ("{", "["):
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return text
     return text
 
@@ -424,59 +424,74 @@ def raw_http(port, data, timeout=10.0, read_until_close=False):
         s.close()
 
 
-def read_response(sock, timeout=10.0):
-    """Read one HTTP/1.1 response (Content-Length or chunked or until close)."""
-    deadline = time.monotonic() + timeout
-    buf = b""
+class RawReader:
+    """Reads HTTP/1.1 responses from a socket, keeping bytes that belong to the next one
+    (so pipelined responses on one connection can be read one after the other)."""
 
-    def more():
-        nonlocal buf
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise socket.timeout("response not complete in time")
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            chunk = b""
-        buf += chunk
-        return chunk
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
 
-    while b"\r\n\r\n" not in buf:
-        if not more():
-            raise ConnectionError("connection closed before response headers (got %r)" % buf[:200])
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    buf = rest
-    if "content-length" in headers:
-        n = int(headers["content-length"])
-        while len(buf) < n:
+    def read_response(self, timeout=10.0):
+        """One response (Content-Length, chunked or until close): (status, headers, body)."""
+        deadline = time.monotonic() + timeout
+        sock = self.sock
+
+        def more():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("response not complete in time")
+            sock.settimeout(left)
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            self.buf += chunk
+            return chunk
+
+        while b"\r\n\r\n" not in self.buf:
             if not more():
-                break
-        return status, headers, buf[:n]
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = b""
-        while True:
-            while b"\r\n" not in buf:
+                raise ConnectionError("connection closed before response headers (got %r)" % self.buf[:200])
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        if status in (100, 101, 102, 103):
+            return self.read_response(max(0.001, deadline - time.monotonic()))
+        if "content-length" in headers:
+            n = int(headers["content-length"])
+            while len(self.buf) < n:
                 if not more():
+                    break
+            body, self.buf = self.buf[:n], self.buf[n:]
+            return status, headers, body
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                while b"\r\n" not in self.buf:
+                    if not more():
+                        return status, headers, body
+                size_line, _, self.buf = self.buf.partition(b"\r\n")
+                size = int(size_line.split(b";")[0], 16)
+                while len(self.buf) < size + 2:
+                    if not more():
+                        return status, headers, body + self.buf
+                body += self.buf[:size]
+                self.buf = self.buf[size + 2:]
+                if size == 0:
                     return status, headers, body
-            size_line, _, buf = buf.partition(b"\r\n")
-            size = int(size_line.split(b";")[0], 16)
-            while len(buf) < size + 2:
-                if not more():
-                    return status, headers, body + buf
-            body += buf[:size]
-            buf = buf[size + 2:]
-            if size == 0:
-                return status, headers, body
-    while more():
-        pass
-    return status, headers, buf
+        while more():
+            pass
+        body, self.buf = self.buf, b""
+        return status, headers, body
+
+
+def read_response(sock, timeout=10.0):
+    """Read one HTTP/1.1 response from a fresh reader (use RawReader for several)."""
+    return RawReader(sock).read_response(timeout)
 
 
 def find_key(obj, key):

@@ -284,6 +284,43 @@ class LeaseTests(unittest.TestCase):
         self.assert_not_holder(st, r, name, "released")
         self.srv.release(name, b2["lease"])
 
+    def test_many_deadlines_mixed(self):
+        """Hundreds of leases with mixed TTLs, some renewed, some released, the rest expiring."""
+        import random
+        rng = random.Random(7)
+        n = 300
+        leases = []
+        for i in range(n):
+            name = "lease/mixed/%03d" % i
+            b = self.acquire_ok(name, ttl_ms=rng.randint(200, 800))
+            leases.append((name, b))
+        fate = {}
+        for i, (name, b) in enumerate(leases):
+            kind = i % 3
+            if kind == 0:
+                st, _, r = self.srv.renew(name, b["lease"], ttl_ms=60000)
+                self.assertEqual(st, 200, r)
+                fate[name] = "renewed"
+            elif kind == 1:
+                st, _, r = self.srv.release(name, b["lease"])
+                self.assertEqual(st, 200, r)
+                fate[name] = "released"
+            else:
+                fate[name] = "expires"
+        latest = max(b["expires_at_ms"] for _, b in leases)
+        while harness.now_ms() < latest + 700:
+            time.sleep(0.05)
+        for name, b in leases:
+            g = self.holder_of(name)
+            if fate[name] == "renewed":
+                self.assertTrue(g["held"], (name, g))
+                self.assertEqual(g["holder"]["token"], b["token"])
+                self.srv.release(name, b["lease"])
+            else:
+                self.assertFalse(g["held"], (name, fate[name], g))
+                st, _, r = self.srv.renew(name, b["lease"])
+                self.assert_not_holder(st, r, name, "released" if fate[name] == "released" else "expired")
+
 
 if __name__ == "__main__":
     harness.run_tests()

@@ -140,8 +140,9 @@ class HttpOpsTests(unittest.TestCase):
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
             s.sendall(req)
-            st1, _, b1 = harness.read_response(s, timeout=5)
-            st2, _, b2 = harness.read_response(s, timeout=5)
+            rr = harness.RawReader(s)
+            st1, _, b1 = rr.read_response(timeout=5)
+            st2, _, b2 = rr.read_response(timeout=5)
         finally:
             s.close()
         self.assertEqual((st1, json.loads(b1)), (200, {"status": "ok"}))
@@ -167,6 +168,40 @@ class IdleTimeoutTest(unittest.TestCase):
                 self.assertLess(time.monotonic() - t0, 7.0)
             finally:
                 s.close()
+
+    def test_idle_timeout_spares_waiters(self):
+        """A long-poll longer than --idle-timeout is neither cut off nor answered early."""
+        import threading
+        with harness.Server(["--idle-timeout", "1"]) as srv:
+            st, _, h = srv.acquire("idle/x", "h", ttl_ms=60000)
+            self.assertEqual(st, 200, h)
+            out = {}
+
+            def waiter(key, wait_ms):
+                c = srv.new_client(timeout=20)
+                try:
+                    out[key] = c.acquire("idle/x", key, wait_ms=wait_ms)
+                except Exception as e:
+                    out[key] = e
+                finally:
+                    c.close()
+
+            t_long = threading.Thread(target=waiter, args=("long", 8000), daemon=True)
+            t_long.start()
+            srv.wait_until(lambda: srv.waiters("idle/x") == 1, what="long waiter queued")
+            t_short = threading.Thread(target=waiter, args=("short", 2500), daemon=True)
+            t0 = time.monotonic()
+            t_short.start()
+            t_short.join(10)
+            self.assertGreaterEqual(time.monotonic() - t0, 2.3)
+            self.assertIsInstance(out.get("short"), tuple, out)
+            self.assertEqual(out["short"][0], 409, out["short"])
+            self.assertEqual(out["short"][2]["error"], "lock_held")
+            time.sleep(0.5)  # the long waiter has now waited > 3 idle timeouts
+            srv.release("idle/x", h["lease"])
+            t_long.join(10)
+            self.assertIsInstance(out.get("long"), tuple, out)
+            self.assertEqual(out["long"][0], 200, out["long"])
 
 
 class CliTests(unittest.TestCase):

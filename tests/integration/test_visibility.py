@@ -141,6 +141,10 @@ class VisibilityTests(unittest.TestCase):
             self.assertEqual(page["next"], page["locks"][-1]["name"])
             after = page["next"]
         self.assertEqual(seen, expect)
+        self.assertEqual(pages, (len(expect) + 2) // 3)
+        # A page that ends exactly at the last lock has next null.
+        st, _, page = self.srv.request("GET", "/v1/locks?prefix=vis/small/&limit=%d" % len(expect))
+        self.assertEqual((len(page["locks"]), page["next"]), (len(expect), None))
         # Default limit is 100, prefix is optional.
         st, _, page = self.srv.request("GET", "/v1/locks")
         self.assertEqual(st, 200, page)
@@ -164,7 +168,9 @@ class VisibilityTests(unittest.TestCase):
         t1 = time.monotonic()
         seen = []
         after = None
+        pages = 0
         for _page in range(total // 1000 + 5):
+            pages += 1
             q = {"prefix": prefix, "limit": "1000"}
             if after is not None:
                 q["after"] = after
@@ -184,6 +190,8 @@ class VisibilityTests(unittest.TestCase):
         self.assertEqual(len(seen), len(set(seen)), "a name was listed twice")
         self.assertEqual(len(seen), total)
         self.assertEqual(seen, names, "names not all listed in byte order")
+        # openapi.yaml: next is null when the page reaches the end, so no trailing empty page.
+        self.assertEqual(pages, total // 1000)
 
 
 async def _bulk_acquire(port, names, conns=32):

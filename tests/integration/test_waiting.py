@@ -213,6 +213,27 @@ class WaitingTests(unittest.TestCase):
         self.assertEqual(g["waiters"], 0, g)
         self.srv.release(name, live.resp[2]["lease"])
 
+    def test_mixed_wait_deadlines(self):
+        """Waiters with short wait_ms time out from the middle of the queue; order of the rest holds."""
+        name = "wait/mixed"
+        holder = self.acquire_ok(name, ttl_ms=60000)
+        waits = [8000, 300, 8000, 400, 8000]
+        log, log_lock = [], threading.Lock()
+        ws = [self.queue(name, "w%d" % i, i + 1, wait_ms=wm, release_after=0.02, log=log, log_lock=log_lock)
+              for i, wm in enumerate(waits)]
+        for i in (1, 3):
+            ws[i].join(5)
+            self.assertEqual(ws[i].resp[0], 409, ws[i].resp)
+            self.assertEqual(ws[i].resp[2]["error"], "lock_held")
+        self.assertEqual(self.srv.waiters(name), 3)
+        self.srv.release(name, holder["lease"])
+        for i in (0, 2, 4):
+            ws[i].join(10)
+            self.assertEqual(ws[i].resp[0], 200, ws[i].resp)
+        self.assertEqual([o for o, _ in log], ["w0", "w2", "w4"])
+        st, _, g = self.srv.get_lock(name)
+        self.assertEqual((g["held"], g["waiters"]), (False, 0), g)
+
     def test_try_once_concurrent_one_winner(self):
         name = "wait/race"
         n = 16
@@ -403,6 +424,45 @@ class ManyWaitersTest(unittest.TestCase):
         tokens = [g[3] for g in grants]
         self.assertTrue(all(a < b for a, b in zip(tokens, tokens[1:])), "tokens not strictly increasing")
         self.assertTrue(all(g[4] for g in grants), "a waiter's release failed")
+
+    def test_mass_disconnect(self):
+        """1,000 waiters hang up at once: the queue empties and the lock still works."""
+        n = 1000
+        name = "wait/mass-disconnect"
+        st, _, holder = self.srv.acquire(name, "holder", ttl_ms=600000)
+        self.assertEqual(st, 200, holder)
+
+        async def run():
+            conns = []
+            for start in range(0, n, 250):
+                conns += await asyncio.gather(*[asyncio.open_connection("127.0.0.1", self.srv.port)
+                                                for _ in range(start, min(start + 250, n))])
+            for i, (_r, w) in enumerate(conns):
+                w.write(_request_bytes("POST", "/v1/locks/%s/acquire" % name,
+                                       {"owner": "gone%d" % i, "wait_ms": 120000}))
+            await asyncio.gather(*[w.drain() for _r, w in conns])
+            return conns
+
+        loop = asyncio.new_event_loop()
+        try:
+            conns = loop.run_until_complete(asyncio.wait_for(run(), 60))
+            self.srv.wait_until(lambda: self.srv.waiters(name) == n, timeout=20, what="%d waiters queued" % n)
+            for _r, w in conns:
+                w.close()
+            loop.run_until_complete(asyncio.sleep(0.05))
+        finally:
+            loop.close()
+        self.srv.wait_until(lambda: self.srv.waiters(name) == 0, timeout=10,
+                            what="all disconnected waiters leaving the queue")
+        st, _, r = self.srv.release(name, holder["lease"])
+        self.assertEqual(st, 200, r)
+        st, _, g = self.srv.get_lock(name)
+        self.assertEqual((g["held"], g["waiters"]), (False, 0), g)
+        st, _, b = self.srv.acquire(name, "after", ttl_ms=1000)
+        self.assertEqual(st, 200, b)
+        self.assertGreater(b["token"], holder["token"])
+        st, _, text = self.srv.request("GET", "/metrics")
+        self.assertRegex(text, r"(?m)^leasegate_waiters 0(\.0+)?$")
 
     async def _run(self):
         name = "wait/many"

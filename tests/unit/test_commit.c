@@ -30,10 +30,17 @@ static int load_lock(void *ud, const StoreLock *l)
     return 0;
 }
 static uint64_t loaded_fence;
-static int load_fence(void *ud, const StoreFence *f)
+static int load_fence(void *ud, const StoreMark *f)
 {
     (void)ud;
     loaded_fence = f->max_token;
+    return 0;
+}
+static uint64_t loaded_guard_mark;
+static int load_guard_mark(void *ud, const StoreMark *m)
+{
+    (void)ud;
+    loaded_guard_mark = m->max_token;
     return 0;
 }
 
@@ -74,6 +81,7 @@ int main(int argc, char **argv)
         commit_hold(c, &probes[i].hold);
     }
     CHECK(commit_fence(c, "res", 42));
+    CHECK(commit_guard_mark(c, "k3", 4));
     CHECK(commit_pending(c));
     commit_flush(c);
     /* While the first batch is in flight, the next one fills up. */
@@ -94,18 +102,19 @@ int main(int argc, char **argv)
     wait_done(c);
     CHECK(late.ready == 1);
     CHECK(!commit_pending(c));
-    CHECK(commit_stats(c)->commits == 2 && commit_stats(c)->rows == 12);
+    CHECK(commit_stats(c)->commits == 2 && commit_stats(c)->rows == 13);
     commit_free(c);
     store_close(st);
 
     st = store_sqlite_open(path, err, sizeof err);
     CHECK(st != NULL);
-    StoreLoad cb = {NULL, load_lock, load_fence};
+    StoreLoad cb = {NULL, load_lock, load_fence, load_guard_mark};
     uint64_t last_token = 0;
     CHECK(store_load(st, &cb, &last_token) == 0);
     CHECK(loaded_locks == 11);
     CHECK(loaded_token_of_k7 == 8);
     CHECK(loaded_fence == 42);
+    CHECK(loaded_guard_mark == 4);
     CHECK(last_token == 11);
     /* A second server on the same file is refused. */
     Store *second = store_sqlite_open(path, err, sizeof err);

@@ -1,0 +1,59 @@
+/*
+ * proxy — forwarding one HTTP request to an upstream and streaming the answer
+ * back, with libcurl's multi-socket interface driven by the loop's epoll.
+ *
+ * Nothing is buffered whole: the client's body flows to the upstream through
+ * a bounded buffer, and the upstream's body flows back through another. When
+ * a buffer is full the producer waits (the client connection is suspended, or
+ * the curl transfer is paused); when it is empty the consumer waits. So a
+ * 50 MiB PUT or GET costs two buffers of PROXY_BUFFER bytes.
+ *
+ * All of it runs on the loop thread.
+ */
+#ifndef LEASEGATE_PROXY_H
+#define LEASEGATE_PROXY_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "leasegate/clock.h"
+#include "leasegate/loop.h"
+
+#define PROXY_BUFFER (256 * 1024)
+
+typedef struct Proxy Proxy;
+typedef struct ProxyCall ProxyCall;
+typedef struct Request Request;
+
+typedef struct ProxyStats {
+    uint64_t forwarded;       /* requests sent upstream */
+    uint64_t upstream_errors; /* 502/504 answers and transfers broken midway */
+} ProxyStats;
+
+/* timeout_s: upstream silent (no bytes either way) this long -> 504. */
+Proxy *proxy_new(Loop *loop, unsigned timeout_s); /* NULL on failure */
+void proxy_free(Proxy *p);
+/* Loop plumbing: a watched curl socket is ready; the timer. */
+void proxy_socket_event(Proxy *p, LoopSource *src, uint32_t epoll_events);
+int64_t proxy_next_timeout_ms(const Proxy *p, const Now *now); /* -1: none */
+void proxy_tick(Proxy *p, const Now *now);
+/* Shutdown: drops every call and resumes its client connection to close it. */
+void proxy_abort_all(Proxy *p);
+const ProxyStats *proxy_stats(const Proxy *p);
+
+/* A call for req to `url`; the client's headers are copied (minus hop-by-hop
+ * ones). Not started yet. content_length is -1 when unknown. NULL on failure. */
+ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char *url, bool has_body,
+                          int64_t content_length);
+void proxy_call_start(ProxyCall *c);
+/* The access callback's upload data: takes what fits, leaves the rest in
+ * *size and suspends the connection until there is room. */
+void proxy_call_upload(ProxyCall *c, const char *data, size_t *size);
+/* The access callback's last call (body complete): queues the upstream's
+ * answer when its headers are in, else suspends until they are. */
+enum MHD_Result proxy_call_final(ProxyCall *c);
+/* The client's request is over (delivered or not): stops the transfer. */
+void proxy_call_free(ProxyCall *c);
+
+#endif

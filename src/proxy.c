@@ -1,0 +1,534 @@
+/*
+ * proxy — upstream calls over libcurl multi; see include/leasegate/proxy.h.
+ *
+ * Who waits for whom (each wait has exactly one waker):
+ *   client body -> `up` buffer -> curl read callback
+ *     full:  the client connection is suspended (upload_waiting); the read
+ *            callback resumes it once it has taken bytes out.
+ *     empty: the curl transfer is paused (read_paused); the next upload or
+ *            the end of the body un-pauses it.
+ *   curl write callback -> `down` buffer -> MHD content reader
+ *     full:  the transfer is paused (write_paused); the reader un-pauses it.
+ *     empty: the client connection is suspended (reader_waiting); the write
+ *            callback or the end of the transfer resumes it.
+ * curl_easy_pause is never called from inside a curl callback.
+ */
+#include "leasegate/proxy.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+
+#include "leasegate/http.h"
+
+typedef struct Buf {
+    char *data;
+    size_t start, len;
+} Buf;
+
+struct ProxyCall {
+    Proxy *proxy;
+    Request *req;
+    CURL *easy;
+    struct curl_slist *req_headers;
+    struct curl_slist *resp_headers; /* "Name: value" lines of the final response */
+    ProxyCall *prev, *next;
+    Buf up, down;
+    long status;
+    curl_off_t content_length; /* the upstream's, -1 when unknown */
+    CURLcode result;
+    bool has_body;
+    bool started, done;
+    bool body_done;      /* the client's body is fully in `up` */
+    bool headers_done;   /* the upstream's final status and headers are in */
+    bool final_seen;     /* MHD made its last call; waiting to queue */
+    bool queued;
+    bool read_paused, write_paused;
+    bool upload_waiting, reader_waiting;
+};
+
+typedef struct CurlSock {
+    LoopSource src; /* first member */
+    int fd;
+} CurlSock;
+
+struct Proxy {
+    CURLM *multi;
+    Loop *loop;
+    unsigned timeout_s;
+    int64_t timer_ms; /* monotonic deadline of curl's timer, or -1 */
+    ProxyCall *calls;
+    ProxyStats stats;
+};
+
+/* Buffers. */
+
+static bool buf_init(Buf *b)
+{
+    b->start = b->len = 0;
+    b->data = malloc(PROXY_BUFFER);
+    return b->data != NULL;
+}
+
+static size_t buf_room(const Buf *b) { return PROXY_BUFFER - b->len; }
+
+static void buf_put(Buf *b, const char *p, size_t n)
+{
+    if (b->start + b->len + n > PROXY_BUFFER) {
+        memmove(b->data, b->data + b->start, b->len);
+        b->start = 0;
+    }
+    memcpy(b->data + b->start + b->len, p, n);
+    b->len += n;
+}
+
+static size_t buf_take(Buf *b, char *out, size_t max)
+{
+    size_t n = b->len < max ? b->len : max;
+    memcpy(out, b->data + b->start, n);
+    b->start += n;
+    b->len -= n;
+    if (b->len == 0)
+        b->start = 0;
+    return n;
+}
+
+/* libcurl callbacks. */
+
+static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
+{
+    ProxyCall *c = ud;
+    size_t n = buf_take(&c->up, out, size * nitems);
+    if (n) {
+        if (c->upload_waiting) {
+            c->upload_waiting = false;
+            http_resume(c->req);
+        }
+        return n;
+    }
+    if (c->body_done)
+        return 0;
+    c->read_paused = true;
+    return CURL_READFUNC_PAUSE;
+}
+
+static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
+{
+    ProxyCall *c = ud;
+    size_t n = size * nmemb;
+    if (n > buf_room(&c->down)) {
+        c->write_paused = true;
+        return CURL_WRITEFUNC_PAUSE; /* curl offers the same bytes again later */
+    }
+    buf_put(&c->down, data, n);
+    if (c->reader_waiting) {
+        c->reader_waiting = false;
+        http_resume(c->req);
+    }
+    return n;
+}
+
+static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
+{
+    ProxyCall *c = ud;
+    size_t n = size * nitems;
+    if (c->headers_done)
+        return n; /* trailers */
+    if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) {
+        /* A new response (after a 1xx): forget earlier header lines. */
+        curl_slist_free_all(c->resp_headers);
+        c->resp_headers = NULL;
+        return n;
+    }
+    size_t len = n;
+    while (len && (line[len - 1] == '\r' || line[len - 1] == '\n'))
+        len--;
+    if (len == 0) {
+        long code = 0;
+        curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &code);
+        if (code >= 200) {
+            c->status = code;
+            c->headers_done = true;
+            if (c->final_seen)
+                http_resume(c->req);
+        }
+        return n;
+    }
+    char *h = strndup(line, len);
+    struct curl_slist *l = h ? curl_slist_append(c->resp_headers, h) : NULL;
+    free(h);
+    if (!l)
+        return 0; /* aborts the transfer */
+    c->resp_headers = l;
+    return n;
+}
+
+/* The multi handle. */
+
+static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+    (void)easy;
+    Proxy *p = userp;
+    CurlSock *cs = socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (cs) {
+            loop_unwatch(p->loop, fd);
+            curl_multi_assign(p->multi, fd, NULL);
+            free(cs);
+        }
+        return 0;
+    }
+    uint32_t events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
+    if (!cs) {
+        cs = calloc(1, sizeof *cs);
+        if (!cs)
+            return -1;
+        cs->src.kind = LOOP_CURL;
+        cs->fd = fd;
+        if (!loop_watch_events(p->loop, fd, events, &cs->src)) {
+            free(cs);
+            return -1;
+        }
+        curl_multi_assign(p->multi, fd, cs);
+        return 0;
+    }
+    return loop_rewatch(p->loop, fd, events, &cs->src) ? 0 : -1;
+}
+
+static int on_timer(CURLM *multi, long timeout_ms, void *userp)
+{
+    (void)multi;
+    Proxy *p = userp;
+    p->timer_ms = timeout_ms < 0 ? -1 : clock_now().mono_ms + timeout_ms;
+    return 0;
+}
+
+static void finished(ProxyCall *c, CURLcode result)
+{
+    c->done = true;
+    c->result = result;
+    if (result != CURLE_OK)
+        c->proxy->stats.upstream_errors++;
+    /* Wake whichever side is waiting: it now sees the end. */
+    if (c->upload_waiting) {
+        c->upload_waiting = false;
+        http_resume(c->req);
+    }
+    if (c->reader_waiting) {
+        c->reader_waiting = false;
+        http_resume(c->req);
+    }
+    if (c->final_seen && !c->queued)
+        http_resume(c->req);
+}
+
+static void collect_done(Proxy *p)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(p->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        ProxyCall *c;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+        finished(c, msg->data.result);
+    }
+}
+
+Proxy *proxy_new(Loop *loop, unsigned timeout_s)
+{
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return NULL;
+    Proxy *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->loop = loop;
+    p->timeout_s = timeout_s;
+    p->timer_ms = -1;
+    p->multi = curl_multi_init();
+    if (!p->multi) {
+        free(p);
+        return NULL;
+    }
+    curl_multi_setopt(p->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(p->multi, CURLMOPT_SOCKETDATA, p);
+    curl_multi_setopt(p->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(p->multi, CURLMOPT_TIMERDATA, p);
+    return p;
+}
+
+void proxy_free(Proxy *p)
+{
+    if (!p)
+        return;
+    while (p->calls)
+        proxy_call_free(p->calls);
+    curl_multi_cleanup(p->multi);
+    free(p);
+    curl_global_cleanup();
+}
+
+void proxy_socket_event(Proxy *p, LoopSource *src, uint32_t ev)
+{
+    CurlSock *cs = (CurlSock *)src;
+    int flags = (ev & EPOLLIN ? CURL_CSELECT_IN : 0) | (ev & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                (ev & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+    int running;
+    curl_multi_socket_action(p->multi, cs->fd, flags, &running);
+    collect_done(p);
+}
+
+int64_t proxy_next_timeout_ms(const Proxy *p, const Now *now)
+{
+    if (p->timer_ms < 0)
+        return -1;
+    return p->timer_ms > now->mono_ms ? p->timer_ms - now->mono_ms : 0;
+}
+
+void proxy_tick(Proxy *p, const Now *now)
+{
+    if (p->timer_ms < 0 || p->timer_ms > now->mono_ms)
+        return;
+    p->timer_ms = -1;
+    int running;
+    curl_multi_socket_action(p->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    collect_done(p);
+}
+
+void proxy_abort_all(Proxy *p)
+{
+    while (p->calls) {
+        Request *req = p->calls->req;
+        proxy_call_free(p->calls);
+        http_close(req);
+    }
+}
+
+const ProxyStats *proxy_stats(const Proxy *p) { return &p->stats; }
+
+/* Calls. */
+
+/* Headers that describe one hop, not the message: never forwarded. */
+static bool hop_by_hop(const char *name)
+{
+    static const char *const HOP[] = {"Connection", "Keep-Alive", "Transfer-Encoding", "TE", "Trailer",
+                                      "Upgrade",    "Proxy-Connection", "Proxy-Authorization",
+                                      "Expect",     "Content-Length", "Host"};
+    for (size_t i = 0; i < sizeof HOP / sizeof HOP[0]; i++)
+        if (!strcasecmp(name, HOP[i]))
+            return true;
+    return false;
+}
+
+typedef struct HeaderCopy {
+    struct curl_slist *list;
+    bool failed;
+} HeaderCopy;
+
+static enum MHD_Result copy_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    HeaderCopy *hc = cls;
+    if (hop_by_hop(key))
+        return MHD_YES;
+    char *line;
+    /* "Name;" is curl's way to send a header with an empty value. */
+    if (asprintf(&line, *value ? "%s: %s" : "%s;", key, value) < 0) {
+        hc->failed = true;
+        return MHD_NO;
+    }
+    struct curl_slist *l = curl_slist_append(hc->list, line);
+    free(line);
+    if (!l) {
+        hc->failed = true;
+        return MHD_NO;
+    }
+    hc->list = l;
+    return MHD_YES;
+}
+
+ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char *url, bool has_body,
+                          int64_t content_length)
+{
+    ProxyCall *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->proxy = p;
+    c->req = req;
+    c->has_body = has_body;
+    c->content_length = -1;
+    HeaderCopy hc = {NULL, false};
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, copy_header, &hc);
+    struct curl_slist *l = hc.failed ? NULL : curl_slist_append(hc.list, "Expect:");
+    c->req_headers = l ? l : hc.list;
+    c->easy = curl_easy_init();
+    if (!l || !c->easy || !buf_init(&c->up) || !buf_init(&c->down)) {
+        curl_slist_free_all(c->req_headers);
+        curl_easy_cleanup(c->easy);
+        free(c->up.data);
+        free(c->down.data);
+        free(c);
+        return NULL;
+    }
+    CURL *e = c->easy;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, c);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->req_headers);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, (long)p->timeout_s);
+    /* "Too slow": no byte moved either way for timeout_s seconds. */
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)p->timeout_s);
+    if (!strcmp(method, "HEAD"))
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    else if (strcmp(method, "GET") != 0)
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    if (has_body) {
+        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(e, CURLOPT_READDATA, c);
+        if (content_length >= 0)
+            curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)content_length);
+    }
+    c->next = p->calls;
+    if (p->calls)
+        p->calls->prev = c;
+    p->calls = c;
+    return c;
+}
+
+void proxy_call_start(ProxyCall *c)
+{
+    if (curl_multi_add_handle(c->proxy->multi, c->easy) != CURLM_OK) {
+        finished(c, CURLE_FAILED_INIT);
+        return;
+    }
+    c->started = true;
+    c->proxy->stats.forwarded++;
+}
+
+/* Flags first: the callbacks curl makes from inside curl_easy_pause may set them again. */
+static void unpause(ProxyCall *c)
+{
+    c->read_paused = false;
+    c->write_paused = false;
+    curl_easy_pause(c->easy, CURLPAUSE_CONT);
+}
+
+void proxy_call_upload(ProxyCall *c, const char *data, size_t *size)
+{
+    if (c->done || c->req->response) {
+        *size = 0; /* nobody will read it: drop it */
+        return;
+    }
+    size_t n = *size < buf_room(&c->up) ? *size : buf_room(&c->up);
+    buf_put(&c->up, data, n);
+    *size -= n;
+    if (*size) {
+        c->upload_waiting = true;
+        http_suspend(c->req);
+    }
+    if (c->read_paused && c->started)
+        unpause(c);
+}
+
+static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
+{
+    (void)pos;
+    ProxyCall *c = cls;
+    size_t n = buf_take(&c->down, out, max);
+    if (n) {
+        if (c->write_paused && buf_room(&c->down) >= PROXY_BUFFER / 2)
+            unpause(c);
+        return (ssize_t)n;
+    }
+    if (c->done)
+        return c->result == CURLE_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    /* Nothing yet: park the connection; on_write or finished resumes it. */
+    c->reader_waiting = true;
+    http_suspend(c->req);
+    return 0;
+}
+
+static bool resp_hop_by_hop(const char *name)
+{
+    static const char *const HOP[] = {"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer",
+                                      "Upgrade", "Proxy-Connection", "Content-Length"};
+    for (size_t i = 0; i < sizeof HOP / sizeof HOP[0]; i++)
+        if (!strcasecmp(name, HOP[i]))
+            return true;
+    return false;
+}
+
+static void queue_upstream(ProxyCall *c)
+{
+    curl_off_t cl = -1;
+    curl_easy_getinfo(c->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        cl >= 0 ? (uint64_t)cl : MHD_SIZE_UNKNOWN, 32 * 1024, read_body, c, NULL);
+    if (resp) {
+        for (struct curl_slist *h = c->resp_headers; h; h = h->next) {
+            char *colon = strchr(h->data, ':');
+            if (!colon)
+                continue;
+            *colon = '\0';
+            const char *value = colon + 1;
+            while (*value == ' ' || *value == '\t')
+                value++;
+            if (!resp_hop_by_hop(h->data))
+                MHD_add_response_header(resp, h->data, value);
+            *colon = ':';
+        }
+    }
+    c->queued = true;
+    http_reply_response(c->req, (unsigned)c->status, resp);
+}
+
+enum MHD_Result proxy_call_final(ProxyCall *c)
+{
+    Request *req = c->req;
+    if (!c->body_done) {
+        c->body_done = true;
+        if (c->read_paused && c->started)
+            unpause(c); /* lets curl see the end of the body */
+    }
+    if (c->headers_done) {
+        queue_upstream(c);
+    } else if (c->done) {
+        bool timeout = c->result == CURLE_OPERATION_TIMEDOUT;
+        c->queued = true;
+        http_reply_error(req, timeout ? ERR_GATEWAY_TIMEOUT : ERR_BAD_GATEWAY, NULL, "upstream %s: %s",
+                         timeout ? "timed out" : "failed", curl_easy_strerror(c->result));
+    } else {
+        c->final_seen = true;
+        http_suspend(req);
+    }
+    return MHD_YES;
+}
+
+void proxy_call_free(ProxyCall *c)
+{
+    Proxy *p = c->proxy;
+    if (c->started)
+        curl_multi_remove_handle(p->multi, c->easy);
+    curl_easy_cleanup(c->easy);
+    curl_slist_free_all(c->req_headers);
+    curl_slist_free_all(c->resp_headers);
+    free(c->up.data);
+    free(c->down.data);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        p->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    free(c);
+}
