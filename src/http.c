@@ -97,7 +97,6 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
         deliver(req);
         return;
     }
-    MHD_add_response_header(resp, "Cache-Control", "no-store");
     req->status = status;
     req->response = resp;
     Commit *c = req->srv->commit;
@@ -127,8 +126,10 @@ void http_reply_static(Request *req, unsigned status, const char *content_type, 
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
-    if (resp)
+    if (resp) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    }
     send_response(req, status, resp);
 }
 
@@ -136,10 +137,14 @@ void http_reply_text(Request *req, unsigned status, const char *content_type, ch
                      size_t len)
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, text_new, MHD_RESPMEM_MUST_FREE);
-    if (!resp)
+    if (!resp) {
         free(text_new);
-    else
+    } else {
+        /* Our own answers describe live lock state: never cached. (Proxied
+         * answers keep exactly the upstream's headers.) */
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    }
     send_response(req, status, resp);
 }
 

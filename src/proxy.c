@@ -22,6 +22,7 @@
 #include <strings.h>
 #include <sys/epoll.h>
 
+#include "leasegate/heap.h"
 #include "leasegate/http.h"
 
 typedef struct Buf {
@@ -30,6 +31,8 @@ typedef struct Buf {
 } Buf;
 
 struct ProxyCall {
+    HeapEntry idle;      /* queued while the transfer runs; first member */
+    int64_t active_ms;   /* the last time a byte moved, either way (monotonic) */
     Proxy *proxy;
     Request *req;
     CURL *easy;
@@ -60,6 +63,7 @@ struct Proxy {
     Loop *loop;
     unsigned timeout_s;
     int64_t timer_ms; /* monotonic deadline of curl's timer, or -1 */
+    Heap idle;        /* running calls by their inactivity deadline */
     ProxyCall *calls;
     ProxyStats stats;
 };
@@ -98,11 +102,15 @@ static size_t buf_take(Buf *b, char *out, size_t max)
 
 /* libcurl callbacks. */
 
+/* Something moved: the inactivity deadline is checked lazily against this. */
+static void touch(ProxyCall *c) { c->active_ms = clock_now().mono_ms; }
+
 static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
 {
     ProxyCall *c = ud;
     size_t n = buf_take(&c->up, out, size * nitems);
     if (n) {
+        touch(c);
         if (c->upload_waiting) {
             c->upload_waiting = false;
             http_resume(c->req);
@@ -124,6 +132,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
         return CURL_WRITEFUNC_PAUSE; /* curl offers the same bytes again later */
     }
     buf_put(&c->down, data, n);
+    touch(c);
     if (c->reader_waiting) {
         c->reader_waiting = false;
         http_resume(c->req);
@@ -135,6 +144,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
 {
     ProxyCall *c = ud;
     size_t n = size * nitems;
+    touch(c);
     if (c->headers_done)
         return n; /* trailers */
     if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) {
@@ -208,6 +218,7 @@ static int on_timer(CURLM *multi, long timeout_ms, void *userp)
 
 static void finished(ProxyCall *c, CURLcode result)
 {
+    heap_remove(&c->proxy->idle, &c->idle);
     c->done = true;
     c->result = result;
     if (result != CURLE_OK)
@@ -248,6 +259,7 @@ Proxy *proxy_new(Loop *loop, unsigned timeout_s)
     p->loop = loop;
     p->timeout_s = timeout_s;
     p->timer_ms = -1;
+    heap_init(&p->idle);
     p->multi = curl_multi_init();
     if (!p->multi) {
         free(p);
@@ -267,6 +279,7 @@ void proxy_free(Proxy *p)
     while (p->calls)
         proxy_call_free(p->calls);
     curl_multi_cleanup(p->multi);
+    heap_clear(&p->idle);
     free(p);
     curl_global_cleanup();
 }
@@ -283,13 +296,37 @@ void proxy_socket_event(Proxy *p, LoopSource *src, uint32_t ev)
 
 int64_t proxy_next_timeout_ms(const Proxy *p, const Now *now)
 {
-    if (p->timer_ms < 0)
+    int64_t t = p->timer_ms;
+    const HeapEntry *idle = heap_peek(&p->idle);
+    if (idle && (t < 0 || idle->deadline_ms < t))
+        t = idle->deadline_ms;
+    if (t < 0)
         return -1;
-    return p->timer_ms > now->mono_ms ? p->timer_ms - now->mono_ms : 0;
+    return t > now->mono_ms ? t - now->mono_ms : 0;
+}
+
+/* Calls with nothing moving either way for timeout_s end as timed out. The
+ * heap holds a deadline that may be stale (bytes moved since): such an entry
+ * is pushed back to active_ms + timeout instead. */
+static void expire_idle(Proxy *p, const Now *now)
+{
+    HeapEntry *e;
+    int64_t limit_ms = (int64_t)p->timeout_s * 1000;
+    while ((e = heap_peek(&p->idle)) && e->deadline_ms <= now->mono_ms) {
+        ProxyCall *c = (ProxyCall *)e;
+        if (c->active_ms + limit_ms > now->mono_ms) {
+            heap_set(&p->idle, e, c->active_ms + limit_ms);
+            continue;
+        }
+        curl_multi_remove_handle(p->multi, c->easy);
+        c->started = false;
+        finished(c, CURLE_OPERATION_TIMEDOUT);
+    }
 }
 
 void proxy_tick(Proxy *p, const Now *now)
 {
+    expire_idle(p, now);
     if (p->timer_ms < 0 || p->timer_ms > now->mono_ms)
         return;
     p->timer_ms = -1;
@@ -356,6 +393,7 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
     ProxyCall *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    heap_entry_init(&c->idle);
     c->proxy = p;
     c->req = req;
     c->has_body = has_body;
@@ -384,9 +422,6 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, (long)p->timeout_s);
-    /* "Too slow": no byte moved either way for timeout_s seconds. */
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)p->timeout_s);
     if (!strcmp(method, "HEAD"))
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
     else if (strcmp(method, "GET") != 0)
@@ -413,6 +448,13 @@ void proxy_call_start(ProxyCall *c)
     }
     c->started = true;
     c->proxy->stats.forwarded++;
+    /* "Too slow" means no byte moved either way for timeout_s. */
+    touch(c);
+    if (!heap_set(&c->proxy->idle, &c->idle, c->active_ms + (int64_t)c->proxy->timeout_s * 1000)) {
+        curl_multi_remove_handle(c->proxy->multi, c->easy);
+        c->started = false;
+        finished(c, CURLE_OUT_OF_MEMORY);
+    }
 }
 
 /* Flags first: the callbacks curl makes from inside curl_easy_pause may set them again. */
@@ -431,6 +473,7 @@ void proxy_call_upload(ProxyCall *c, const char *data, size_t *size)
     }
     size_t n = *size < buf_room(&c->up) ? *size : buf_room(&c->up);
     buf_put(&c->up, data, n);
+    touch(c);
     *size -= n;
     if (*size) {
         c->upload_waiting = true;
@@ -446,6 +489,7 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
     ProxyCall *c = cls;
     size_t n = buf_take(&c->down, out, max);
     if (n) {
+        touch(c);
         if (c->write_paused && buf_room(&c->down) >= PROXY_BUFFER / 2)
             unpause(c);
         return (ssize_t)n;
@@ -517,6 +561,7 @@ enum MHD_Result proxy_call_final(ProxyCall *c)
 void proxy_call_free(ProxyCall *c)
 {
     Proxy *p = c->proxy;
+    heap_remove(&p->idle, &c->idle);
     if (c->started)
         curl_multi_remove_handle(p->multi, c->easy);
     curl_easy_cleanup(c->easy);

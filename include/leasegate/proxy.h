@@ -31,7 +31,8 @@ typedef struct ProxyStats {
     uint64_t upstream_errors; /* 502/504 answers and transfers broken midway */
 } ProxyStats;
 
-/* timeout_s: upstream silent (no bytes either way) this long -> 504. */
+/* timeout_s: a call with no byte moving either way for this long ends: 504
+ * before the upstream's answer started, a cut-off body after. */
 Proxy *proxy_new(Loop *loop, unsigned timeout_s); /* NULL on failure */
 void proxy_free(Proxy *p);
 /* Loop plumbing: a watched curl socket is ready; the timer. */

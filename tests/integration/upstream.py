@@ -93,6 +93,11 @@ http {{
             add_header X-Upstream nginx always;
             return 302 /elsewhere;
         }}
+        location = /cached {{
+            add_header X-Upstream nginx always;
+            add_header Cache-Control "public, max-age=3600" always;
+            return 200 "cacheable\n";
+        }}
         location = /fail {{
             add_header X-Upstream nginx always;
             return 503 "upstream says no\\n";

@@ -1,0 +1,1076 @@
+"""Guard proxy: fenced writes through leasegate to a real nginx WebDAV store.
+
+`leasegate serve --guard PREFIX=UPSTREAM` forwards PREFIX/... to UPSTREAM/...; GET, HEAD
+and OPTIONS pass unchecked, every other method needs Fencing-Token + Fencing-Lock of
+the lock's current holder, not below the highest token already forwarded for it.
+
+Needs nginx with the DAV module (Debian: nginx-light) at /usr/sbin/nginx, or
+$LEASEGATE_NGINX. Covers: the paused-client story with real SIGSTOPped processes,
+mutual exclusion across 8 client processes, 428/409 checks (and that the upstream
+never sees a rejected request), unchanged pass-through of statuses, headers, bodies
+and query strings, 50 MiB bodies streamed in bounded memory, 502/504, durability of
+the forwarded-token mark across restart and kill -9, and the guard's /metrics counters.
+"""
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+import uuid
+
+import harness
+import upstream
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENT_SCRIPT = os.path.join(HERE, "guard_client.py")
+SANITIZED = os.environ.get("LEASEGATE_SANITIZED") == "1"
+METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+-?\d+)?$')
+GUARD_COUNTERS = ("leasegate_guard_forwarded_total", "leasegate_guard_rejected_stale_total",
+                  "leasegate_guard_rejected_missing_total", "leasegate_guard_upstream_errors_total")
+MIB = 1024 * 1024
+
+
+def require_nginx():
+    if not upstream.nginx_available():
+        raise RuntimeError("test_guard needs nginx with the DAV module at %s "
+                           "(Debian: apt-get install nginx-light)" % upstream.NGINX_BIN)
+
+
+def uid():
+    return uuid.uuid4().hex[:12]
+
+
+def metric_sums(text):
+    """Sum of every sample per metric name (labels, if any, summed over)."""
+    sums = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = METRIC_LINE.match(line)
+        if not m:
+            raise AssertionError("not a Prometheus sample line: %r" % line)
+        sums[m.group(1)] = sums.get(m.group(1), 0.0) + float(m.group(3))
+    return sums
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+class GuardBase(unittest.TestCase):
+    """One nginx per class; a fresh leasegate per test guarding /store/ -> nginx."""
+
+    extra_args = []
+
+    @classmethod
+    def setUpClass(cls):
+        require_nginx()
+        cls.ng = upstream.Nginx()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ng.cleanup()
+
+    def setUp(self):
+        self.srv = harness.Server(extra_args=self.guard_args() + list(self.extra_args))
+
+    def tearDown(self):
+        self.srv.cleanup()
+
+    def guard_args(self):
+        return ["--guard", "/store/=" + self.ng.url]
+
+    # Requests through the guard ---------------------------------------------
+    def send(self, method, path, data=None, token=None, lock=None, headers=None, client=None):
+        """(status, headers, parsed body) through leasegate; raw bytes in client.last_raw."""
+        h = {"Content-Type": "application/octet-stream"}
+        if token is not None:
+            h["Fencing-Token"] = str(token)
+        if lock is not None:
+            h["Fencing-Lock"] = lock
+        if headers:
+            h.update(headers)
+        return (client or self.srv.client).request(method, path, raw=data, headers=h)
+
+    def acquire_ok(self, name, owner="g", **kw):
+        kw.setdefault("ttl_ms", 60000)
+        st, _, b = self.srv.acquire(name, owner, **kw)
+        self.assertEqual(st, 200, b)
+        return b
+
+    # Assertions ---------------------------------------------------------------
+    def assert_json_error(self, st, hdrs, body, status, error):
+        self.assertEqual(st, status, body)
+        self.assertIn("application/json", hdrs.get("content-type", ""), hdrs)
+        self.assertIsInstance(body, dict, body)
+        self.assertEqual(body.get("error"), error, body)
+        self.assertIsInstance(body.get("message"), str, body)
+
+    def assert_token_required(self, resp):
+        st, hdrs, body = resp
+        self.assert_json_error(st, hdrs, body, 428, "token_required")
+        self.assertNotEqual(hdrs.get("x-upstream"), "nginx", "428 must come from leasegate")
+
+    def assert_stale(self, resp, lock, token, max_token=None, holder_token="any"):
+        st, hdrs, body = resp
+        self.assert_json_error(st, hdrs, body, 409, "stale_token")
+        self.assertNotEqual(hdrs.get("x-upstream"), "nginx", "409 must come from leasegate")
+        self.assertEqual(body.get("lock"), lock, body)
+        self.assertEqual(body.get("token"), token, body)
+        self.assertIn("max_token", body)
+        self.assertIsInstance(body["max_token"], int, body)
+        if max_token is not None:
+            self.assertEqual(body["max_token"], max_token, body)
+        self.assertIn("holder_token", body)
+        if holder_token != "any":
+            self.assertEqual(body["holder_token"], holder_token, body)
+        return body
+
+    def assert_written(self, resp, expect=(201, 204)):
+        st, hdrs, body = resp
+        self.assertIn(st, expect, body)
+        self.assertEqual(hdrs.get("x-upstream"), "nginx", hdrs)
+
+    def assert_never_forwarded(self, marker):
+        """No request whose URI contains marker reached nginx. A sentinel GET through the
+        guard is logged after everything sent before it, so the log is complete."""
+        sentinel = "/store/__sentinel__/" + uid()
+        st, _, _ = self.send("GET", sentinel)
+        self.assertEqual(st, 404)
+        entries = self.ng.wait_logged(lambda e: e["request_uri"] == sentinel[len("/store"):],
+                                      what="sentinel " + sentinel)
+        seen = [e for e in entries if marker in e["request_uri"]]
+        self.assertEqual(seen, [], "nginx saw requests the guard should have rejected")
+
+    def logged(self, uri):
+        return [e for e in self.ng.access_entries() if e["request_uri"] == uri]
+
+
+# ----------------------------------------------------------------------------
+class GuardStoryTests(GuardBase):
+    """The README story with real processes, and mutual exclusion end to end."""
+
+    def _spawn(self, *args):
+        return subprocess.Popen([sys.executable, "-B", CLIENT_SCRIPT] + [str(a) for a in args],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=HERE)
+
+    @staticmethod
+    def _read_event(proc, timeout=15.0):
+        box = []
+        t = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+        t.start()
+        t.join(timeout)
+        if not box or not box[0]:
+            raise AssertionError("client process gave no line in %.0f s (rc=%r)" % (timeout, proc.poll()))
+        return json.loads(box[0].decode("utf-8"))
+
+    @staticmethod
+    def _reap(proc):
+        if proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGCONT)
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                if f:
+                    f.close()
+            except OSError:
+                pass
+
+    def test_stalled_client_is_fenced_off(self):
+        lock, obj = "story/" + uid(), "story-%s/report.txt" % uid()
+        path = "/store/" + obj
+        a = self._spawn("stall", self.srv.port, lock, path)
+        try:
+            ready = self._read_event(a)
+            self.assertEqual(ready["event"], "ready", ready)
+            self.assertEqual(ready["put_status"], 201, ready)
+            self.assertEqual(self.ng.read_file(obj), b"A1")
+            # A pauses for real (GC pause, VM migration...) while holding its token.
+            os.kill(a.pid, signal.SIGSTOP)
+            t0 = time.monotonic()
+            # B long-polls; it gets the lock once A's 300 ms lease has run out.
+            b = self.acquire_ok(lock, "client-B", ttl_ms=60000, wait_ms=5000)
+            self.assertGreater(b["token"], ready["token"])
+            time.sleep(max(0.0, 0.6 - (time.monotonic() - t0)))
+            self.assert_written(self.send("PUT", path, b"B", b["token"], lock))
+            self.assertEqual(self.ng.read_file(obj), b"B")
+            # A wakes up and, unaware, writes with its old token.
+            os.kill(a.pid, signal.SIGCONT)
+            a.stdin.write(b"go\n")
+            a.stdin.flush()
+            late = self._read_event(a)
+            self.assertEqual(late["event"], "late", late)
+            self.assertEqual(late["status"], 409, late)
+            self.assertIn("application/json", late["content_type"])
+            body = late["body"]
+            self.assertEqual(body["error"], "stale_token", body)
+            self.assertEqual(body["lock"], lock, body)
+            self.assertEqual(body["token"], ready["token"], body)
+            self.assertEqual(body["max_token"], b["token"], body)
+            self.assertEqual(body["holder_token"], b["token"], body)
+            self.assertEqual(a.wait(10), 0, a.stderr.read().decode("utf-8", "replace"))
+        finally:
+            self._reap(a)
+        # The store holds B's write, read directly and through the guard.
+        self.assertEqual(self.ng.get("/" + obj), b"B")
+        self.assertEqual(self.ng.read_file(obj), b"B")
+        st, _, _ = self.send("GET", path)
+        self.assertEqual((st, self.srv.client.last_raw), (200, b"B"))
+        # nginx saw exactly two PUTs, carrying A's and B's tokens.
+        puts = [e for e in self.logged("/" + obj) if e["method"] == "PUT"]
+        self.assertEqual([(e["token"], e["lock"]) for e in puts],
+                         [(str(ready["token"]), lock), (str(b["token"]), lock)])
+        # A's lease is gone for good.
+        st, _, r = self.srv.renew(lock, ready["lease"])
+        self.assertEqual((st, r.get("reason")), (409, "superseded"), r)
+
+    def test_mutual_exclusion_counter(self):
+        nproc, iters = 8, 100
+        lock, obj = "counter/" + uid(), "counter-%s/counter" % uid()
+        path = "/store/" + obj
+        g = self.acquire_ok(lock, "init")
+        self.assert_written(self.send("PUT", path, b"0", g["token"], lock), expect=(201,))
+        st, _, r = self.srv.release(lock, g["lease"])
+        self.assertEqual(st, 200, r)
+        t0 = time.monotonic()
+        procs = [self._spawn("counter", self.srv.port, lock, path, iters, "worker-%d" % i)
+                 for i in range(nproc)]
+        results = []
+        try:
+            deadline = time.monotonic() + 150
+            for p in procs:
+                try:
+                    out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self.fail("a counter client did not finish within 150 s")
+                lines = [json.loads(x) for x in out.decode("utf-8").splitlines() if x.strip()]
+                self.assertEqual(p.returncode, 0, (lines[-1:], err.decode("utf-8", "replace")[-2000:]))
+                results.append(lines[-1])
+        finally:
+            for p in procs:
+                self._reap(p)
+        elapsed = time.monotonic() - t0
+        self.assertTrue(all(r["event"] == "done" for r in results), results)
+        tokens = sorted(t for r in results for t in r["tokens"])
+        self.assertEqual(len(tokens), nproc * iters)
+        self.assertEqual(len(set(tokens)), nproc * iters, "a token was granted twice")
+        self.assertEqual(self.ng.read_file(obj), str(nproc * iters).encode())
+        st, _, _ = self.send("GET", path)
+        self.assertEqual((st, self.srv.client.last_raw), (200, str(nproc * iters).encode()))
+        puts = [e for e in self.logged("/" + obj) if e["method"] == "PUT"]
+        self.assertEqual(len(puts), nproc * iters + 1)
+        self.assertLess(elapsed, 120, "800 fenced increments took %.1f s" % elapsed)
+
+
+# ----------------------------------------------------------------------------
+class GuardCheckTests(GuardBase):
+    """Which requests are forwarded, which are refused, and the upstream never sees the latter."""
+
+    def test_missing_headers_428(self):
+        lock = "chk/" + uid()
+        g = self.acquire_ok(lock)
+        marker = "rej-missing-" + uid()
+        cases = [
+            ("PUT", {}),
+            ("PUT", {"Fencing-Token": str(g["token"])}),
+            ("PUT", {"Fencing-Lock": lock}),
+            ("POST", {}),
+            ("DELETE", {}),
+            ("PATCH", {"Fencing-Lock": lock}),
+            ("MKCOL", {}),
+            ("PROPPATCH", {"Fencing-Token": str(g["token"])}),
+        ]
+        for i, (method, hdrs) in enumerate(cases):
+            with self.subTest(method=method, headers=hdrs):
+                resp = self.send(method, "/store/%s/%d" % (marker, i), b"data", headers=hdrs)
+                self.assert_token_required(resp)
+        self.assertFalse(os.path.exists(self.ng.file_path(marker)))
+        self.assert_never_forwarded(marker)
+        # The same write with both headers goes through.
+        self.assert_written(self.send("PUT", "/store/chk-ok-%s" % marker, b"data", g["token"], lock),
+                            expect=(201,))
+
+    def test_malformed_token_428(self):
+        lock = "chk/" + uid()
+        g = self.acquire_ok(lock)
+        marker = "rej-malformed-" + uid()
+        bad = ["abc", "-1", "", " ", "1.5", "12abc", "0x10", "1e3", "%d %d" % (g["token"], g["token"]),
+               str(g["token"]) + "abc", "-" + str(g["token"])]
+        for i, tok in enumerate(bad):
+            with self.subTest(token=tok):
+                resp = self.send("PUT", "/store/%s/%d" % (marker, i), b"x",
+                                 headers={"Fencing-Token": tok, "Fencing-Lock": lock})
+                self.assert_token_required(resp)
+        # Overflowing a 64-bit integer is not the holder's token either way.
+        for i, tok in enumerate(["18446744073709551617", "99999999999999999999999999"]):
+            with self.subTest(token=tok):
+                st, hdrs, body = self.send("PUT", "/store/%s/big%d" % (marker, i), b"x",
+                                           headers={"Fencing-Token": tok, "Fencing-Lock": lock})
+                self.assertIn(st, (409, 428), body)
+                self.assertIn(body.get("error"), ("stale_token", "token_required"), body)
+        self.assertFalse(os.path.exists(self.ng.file_path(marker)))
+        self.assert_never_forwarded(marker)
+
+    def test_wrong_lock_409(self):
+        lx, ly = "chk/x-" + uid(), "chk/y-" + uid()
+        gx = self.acquire_ok(lx)
+        gy = self.acquire_ok(ly)
+        self.assertNotEqual(gx["token"], gy["token"])
+        marker = "rej-wronglock-" + uid()
+        self.assert_stale(self.send("PUT", "/store/%s/a" % marker, b"x", gx["token"], ly),
+                          ly, gx["token"], holder_token=gy["token"])
+        self.assert_stale(self.send("DELETE", "/store/%s/b" % marker, None, gy["token"], lx),
+                          lx, gy["token"], holder_token=gx["token"])
+        # A lock nobody ever held: no holder.
+        nobody = "chk/nobody-" + uid()
+        self.assert_stale(self.send("PUT", "/store/%s/c" % marker, b"x", gx["token"], nobody),
+                          nobody, gx["token"], holder_token=None)
+        self.assert_never_forwarded(marker)
+        # With the right pairing both go through.
+        self.assert_written(self.send("PUT", "/store/%s-ok/a" % marker, b"x", gx["token"], lx))
+        self.assert_written(self.send("PUT", "/store/%s-ok/b" % marker, b"y", gy["token"], ly))
+
+    def test_expired_and_released_holder_409(self):
+        lock = "chk/exp-" + uid()
+        marker = "rej-expired-" + uid()
+        g = self.acquire_ok(lock, ttl_ms=150)
+        self.assert_written(self.send("PUT", "/store/ok-%s" % uid(), b"1", g["token"], lock))
+        time.sleep(0.4)
+        self.assert_stale(self.send("PUT", "/store/%s/a" % marker, b"2", g["token"], lock),
+                          lock, g["token"], max_token=g["token"], holder_token=None)
+        g2 = self.acquire_ok(lock)
+        st, _, r = self.srv.release(lock, g2["lease"])
+        self.assertEqual(st, 200, r)
+        self.assert_stale(self.send("PUT", "/store/%s/b" % marker, b"3", g2["token"], lock),
+                          lock, g2["token"], max_token=g["token"], holder_token=None)
+        self.assert_never_forwarded(marker)
+
+    def test_lower_token_after_higher_forwarded_409(self):
+        lock, obj = "chk/low-" + uid(), "low-%s/obj" % uid()
+        path = "/store/" + obj
+        a = self.acquire_ok(lock, "a", ttl_ms=200)
+        self.assert_written(self.send("PUT", path, b"A", a["token"], lock), expect=(201,))
+        b = self.acquire_ok(lock, "b", ttl_ms=60000, wait_ms=5000)
+        self.assertGreater(b["token"], a["token"])
+        self.assert_written(self.send("PUT", path, b"B", b["token"], lock), expect=(204,))
+        for method, data in (("PUT", b"A2"), ("DELETE", None), ("POST", b"A3")):
+            with self.subTest(method=method):
+                self.assert_stale(self.send(method, path, data, a["token"], lock),
+                                  lock, a["token"], max_token=b["token"], holder_token=b["token"])
+        self.assertEqual(self.ng.read_file(obj), b"B")
+        st, _, r = self.srv.release(lock, b["lease"])
+        self.assertEqual(st, 200, r)
+        self.assert_stale(self.send("PUT", path, b"A4", a["token"], lock),
+                          lock, a["token"], max_token=b["token"], holder_token=None)
+        self.assertEqual(self.ng.read_file(obj), b"B")
+        # Exactly the two accepted PUTs reached nginx.
+        self.assertEqual([e["method"] for e in self.logged("/" + obj)], ["PUT", "PUT"])
+
+    def test_accepted_writes_forwarded_with_headers(self):
+        lock = "chk/fwd-" + uid()
+        g = self.acquire_ok(lock)
+        base = "/store/fwd-%s" % uid()
+        # Create, overwrite, read back, delete, delete again (nginx's 404 comes back).
+        body = bytes(range(256)) * 64 + b"\r\n\r\nGET / HTTP/1.1\r\n\r\n"
+        self.assert_written(self.send("PUT", base + "/deep/dir/f.bin", body, g["token"], lock),
+                            expect=(201,))
+        self.assertEqual(self.ng.read_file(base[len("/store/"):] + "/deep/dir/f.bin"), body)
+        self.assert_written(self.send("PUT", base + "/deep/dir/f.bin", b"v2", g["token"], lock),
+                            expect=(204,))
+        st, _, _ = self.send("GET", base + "/deep/dir/f.bin")
+        self.assertEqual((st, self.srv.client.last_raw), (200, b"v2"))
+        self.assert_written(self.send("DELETE", base + "/deep/dir/f.bin", None, g["token"], lock),
+                            expect=(204,))
+        self.assertIsNone(self.ng.read_file(base[len("/store/"):] + "/deep/dir/f.bin"))
+        st, hdrs, _ = self.send("DELETE", base + "/deep/dir/f.bin", None, g["token"], lock)
+        self.assertEqual((st, hdrs.get("x-upstream")), (404, "nginx"))
+        self.assert_written(self.send("MKCOL", base + "/newdir/", None, g["token"], lock), expect=(201,))
+        self.assertTrue(os.path.isdir(self.ng.file_path(base[len("/store/"):] + "/newdir")))
+        # The Fencing-* headers reach the upstream intact (nginx echoes them).
+        st, hdrs, _ = self.send("POST", "/store/echo?x=1&y=two", b"payload", g["token"], lock,
+                                headers={"X-Custom": "kept"})
+        text = self.srv.client.last_text
+        self.assertEqual(st, 200, text)
+        self.assertIn("method=POST uri=/echo?x=1&y=two args=x=1&y=two", text)
+        self.assertIn("token=%d lock=%s custom=kept" % (g["token"], lock), text)
+        self.assertEqual((hdrs.get("x-seen-token"), hdrs.get("x-seen-lock")), (str(g["token"]), lock))
+        puts = [e for e in self.ng.access_entries()
+                if e["request_uri"].startswith(base[len("/store"):]) and e["method"] == "PUT"]
+        self.assertEqual([(e["token"], e["lock"]) for e in puts], [(str(g["token"]), lock)] * 2)
+
+    def test_percent_encoded_path(self):
+        lock = "chk/pct-" + uid()
+        g = self.acquire_ok(lock)
+        d = "pct-" + uid()
+        self.assert_written(self.send("PUT", "/store/%s/sp%%20ace.txt" % d, b"spaced", g["token"], lock),
+                            expect=(201,))
+        self.assertEqual(self.ng.read_file(d + "/sp ace.txt"), b"spaced")
+        st, _, _ = self.send("GET", "/store/%s/sp%%20ace.txt" % d)
+        self.assertEqual((st, self.srv.client.last_raw), (200, b"spaced"))
+
+    def test_safe_methods_pass_without_headers(self):
+        d = "safe-" + uid()
+        self.ng.put("/%s/f.txt" % d, b"hello safe")
+        # GET, also with garbage Fencing-* headers: no checks at all.
+        for hdrs in ({}, {"Fencing-Token": "abc"}, {"Fencing-Token": "1", "Fencing-Lock": "nobody/x"}):
+            with self.subTest(headers=hdrs):
+                st, h, _ = self.send("GET", "/store/%s/f.txt" % d, headers=hdrs)
+                self.assertEqual((st, self.srv.client.last_raw), (200, b"hello safe"))
+                self.assertEqual(h.get("x-upstream"), "nginx")
+        # HEAD: nginx's headers, no body, and the connection stays usable.
+        conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=10)
+        try:
+            conn.request("HEAD", "/store/%s/f.txt" % d)
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            self.assertEqual(resp.read(), b"")
+            self.assertEqual(resp.getheader("X-Upstream"), "nginx")
+            self.assertEqual(resp.getheader("Content-Length"), "10")
+            conn.request("GET", "/healthz")
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            resp.read()
+        finally:
+            conn.close()
+        # OPTIONS: whatever nginx answers directly, unchecked.
+        dst, dh, dbody = self.ng.request("OPTIONS", "/%s/f.txt" % d)
+        st, h, _ = self.send("OPTIONS", "/store/%s/f.txt" % d)
+        self.assertEqual(st, dst)
+        self.assertEqual(h.get("x-upstream"), "nginx")
+        self.assertEqual(self.srv.client.last_raw, dbody)
+        self.assertEqual(self.ng.read_file(d + "/f.txt"), b"hello safe")
+
+    def test_upstream_answers_pass_back_unchanged(self):
+        d = "pass-" + uid()
+        self.ng.put("/%s/f.txt" % d, b"0123456789abcdef")
+        # A file: body and headers as nginx sends them.
+        dst, dh, dbody = self.ng.request("GET", "/%s/f.txt" % d)
+        st, h, _ = self.send("GET", "/store/%s/f.txt" % d)
+        self.assertEqual((st, self.srv.client.last_raw), (dst, dbody))
+        for name in ("etag", "last-modified", "content-type", "x-upstream", "accept-ranges"):
+            self.assertEqual(h.get(name), dh.get(name), name)
+        etag = dh["etag"]
+        # 404 with nginx's own HTML body.
+        nst, nh, nbody = self.ng.request("GET", "/%s/missing" % d)
+        st, h, _ = self.send("GET", "/store/%s/missing" % d)
+        self.assertEqual(st, 404)
+        self.assertEqual(self.srv.client.last_raw, nbody)
+        self.assertIn(b"nginx", self.srv.client.last_raw)
+        self.assertEqual((h.get("x-upstream"), h.get("content-type")), ("nginx", nh.get("content-type")))
+        # Unusual statuses, custom headers, upstream errors: passed, not translated.
+        st, h, _ = self.send("GET", "/store/teapot")
+        self.assertEqual((st, h.get("x-teapot"), self.srv.client.last_raw),
+                         (418, "short and stout", b"I'm a teapot\n"))
+        st, h, _ = self.send("GET", "/store/fail")
+        self.assertEqual((st, h.get("x-upstream"), self.srv.client.last_raw),
+                         (503, "nginx", b"upstream says no\n"))
+        st, h, _ = self.send("GET", "/store/redirect")       # not followed
+        self.assertEqual((st, h.get("location")), (302, "/elsewhere"))
+        # Request headers are forwarded: Range -> 206, If-None-Match -> 304 (no body).
+        st, h, _ = self.send("GET", "/store/%s/f.txt" % d, headers={"Range": "bytes=2-5"})
+        self.assertEqual((st, self.srv.client.last_raw, h.get("content-range")),
+                         (206, b"2345", "bytes 2-5/16"))
+        st, h, _ = self.send("GET", "/store/%s/f.txt" % d, headers={"If-None-Match": etag})
+        self.assertEqual((st, self.srv.client.last_raw), (304, b""))
+        st, _, _ = self.send("GET", "/store/%s/f.txt" % d)    # same connection still fine
+        self.assertEqual((st, self.srv.client.last_raw), (200, b"0123456789abcdef"))
+
+    # Headers a proxy may legitimately add, drop or rewrite (hop-by-hop, framing, Date).
+    HOP_OR_FRAMING = {"connection", "keep-alive", "transfer-encoding", "content-length", "date",
+                      "proxy-connection", "te", "trailer", "upgrade"}
+
+    def _raw_headers(self, port, path):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read()
+            return resp.status, [(k.lower(), v) for k, v in resp.getheaders()], body
+        finally:
+            conn.close()
+
+    def test_no_headers_added_or_lost(self):
+        """End-to-end response headers are exactly the upstream's: nothing lost, nothing
+        added (leasegate's own API defaults such as Cache-Control must not leak in)."""
+        d = "hdr-" + uid()
+        self.ng.put("/%s/f.txt" % d, b"headers")
+        for up_path in ("/%s/f.txt" % d, "/%s/missing" % d, "/teapot", "/cached", "/redirect"):
+            with self.subTest(path=up_path):
+                dst, dh, dbody = self._raw_headers(self.ng.port, up_path)
+                st, h, body = self._raw_headers(self.srv.port, "/store" + up_path)
+                self.assertEqual((st, body), (dst, dbody))
+                want = sorted((k, v) for k, v in dh if k not in self.HOP_OR_FRAMING)
+                got = sorted((k, v) for k, v in h if k not in self.HOP_OR_FRAMING)
+                self.assertEqual(got, want)
+
+    def test_upstream_cache_control_kept(self):
+        st, h, body = self._raw_headers(self.srv.port, "/store/cached")
+        self.assertEqual((st, body), (200, b"cacheable\n"))
+        self.assertEqual([v for k, v in h if k == "cache-control"], ["public, max-age=3600"])
+
+    def test_query_string_forwarded(self):
+        st, _, _ = self.send("GET", "/store/echo?a=1&b=x%20y&c=%2F&empty=")
+        self.assertEqual(st, 200)
+        self.assertIn("uri=/echo?a=1&b=x%20y&c=%2F&empty= args=a=1&b=x%20y&c=%2F&empty=",
+                      self.srv.client.last_text)
+        st, _, _ = self.send("GET", "/store/echo")
+        self.assertEqual(st, 200)
+        self.assertIn("uri=/echo args= ", self.srv.client.last_text)
+
+    def test_prefix_boundaries(self):
+        # Only paths starting with the prefix are proxied; the API keeps working.
+        for path in ("/store", "/storefront/x", "/v1/store/x"):
+            with self.subTest(path=path):
+                st, h, body = self.send("GET", path)
+                self.assertEqual(st, 404, body)
+                self.assertNotEqual(h.get("x-upstream"), "nginx")
+                self.assertEqual(body.get("error"), "not_found", body)
+        st, _, b = self.srv.request("GET", "/healthz")
+        self.assertEqual((st, b), (200, {"status": "ok"}))
+        g = self.acquire_ok("chk/api-" + uid())
+        self.assertGreater(g["token"], 0)
+
+    def test_chunked_upload_forwarded(self):
+        lock, obj = "chk/chunked-" + uid(), "chunked-%s/obj" % uid()
+        g = self.acquire_ok(lock)
+        parts = [b"abc", b"", b"defg", bytes(range(256)) * 400]
+        conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=15)
+        try:
+            conn.request("PUT", "/store/" + obj, body=iter(parts), encode_chunked=True,
+                         headers={"Fencing-Token": str(g["token"]), "Fencing-Lock": lock})
+            resp = conn.getresponse()
+            resp.read()
+            self.assertEqual(resp.status, 201)
+        finally:
+            conn.close()
+        self.assertEqual(self.ng.read_file(obj), b"".join(parts))
+
+    def test_expect_100_continue(self):
+        """curl -T sends Expect: 100-continue: a refused write is answered at once without
+        waiting for the body; an accepted one gets 100 Continue and goes through."""
+        lock, marker = "chk/expect-" + uid(), "rej-expect-" + uid()
+        g = self.acquire_ok(lock)
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        try:
+            s.sendall(("PUT /store/%s/a HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n"
+                       "Expect: 100-continue\r\n\r\n" % marker).encode())
+            st, _, body = harness.RawReader(s).read_response(timeout=5)
+            self.assertEqual(st, 428, body)
+        finally:
+            s.close()
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        try:
+            s.sendall(("PUT /store/%s/b HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n"
+                       "Expect: 100-continue\r\nFencing-Token: %d\r\nFencing-Lock: %s-other\r\n\r\n"
+                       % (marker, g["token"], lock)).encode())
+            st, _, body = harness.RawReader(s).read_response(timeout=5)
+            self.assertEqual(st, 409, body)
+        finally:
+            s.close()
+        self.assert_never_forwarded(marker)
+        obj = "expect-%s/ok" % uid()
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        try:
+            s.sendall(("PUT /store/%s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n"
+                       "Fencing-Token: %d\r\nFencing-Lock: %s\r\n\r\n" % (obj, g["token"], lock)).encode())
+            s.settimeout(5)
+            first = b""
+            while b"\r\n\r\n" not in first:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                first += chunk
+            self.assertTrue(first.startswith(b"HTTP/1.1 100"), first[:200])
+            s.sendall(b"hello")
+            reader = harness.RawReader(s)
+            reader.buf = first.partition(b"\r\n\r\n")[2]
+            st, h, _ = reader.read_response(timeout=10)
+            self.assertEqual((st, h.get("x-upstream")), (201, "nginx"))
+        finally:
+            s.close()
+        self.assertEqual(self.ng.read_file(obj), b"hello")
+
+    def test_write_at_lease_expiry_never_lands_after_newer_token(self):
+        """A writes right around its lease's end while B long-polls and writes the moment
+        it is granted. Whatever A gets back, the store must end with B's write, and nginx
+        must have seen the tokens in non-decreasing order."""
+        results = []
+        for i in range(25):
+            lock, obj = "race/%d-%s" % (i, uid()), "race-%s/obj" % uid()
+            a = self.acquire_ok(lock, "a", ttl_ms=100)
+            t_granted = time.monotonic()
+            box = {}
+
+            def b_side():
+                c = self.srv.new_client(timeout=15)
+                try:
+                    st, _, g = c.acquire(lock, "b", ttl_ms=60000, wait_ms=5000)
+                    box["token"] = g.get("token")
+                    box["put"] = self.send("PUT", "/store/" + obj, b"B", g.get("token"), lock, client=c)[0]
+                finally:
+                    c.close()
+
+            t = threading.Thread(target=b_side, daemon=True)
+            t.start()
+            time.sleep(max(0.0, 0.080 + 0.0015 * i - (time.monotonic() - t_granted)))
+            sta = self.send("PUT", "/store/" + obj, b"A", a["token"], lock)[0]
+            t.join(15)
+            self.assertIn(box.get("put"), (201, 204), box)
+            self.assertIn(sta, (201, 204, 409))
+            results.append(sta)
+            self.assertEqual(self.ng.read_file(obj), b"B",
+                             "iteration %d: A's write (token %d, got %d) landed after B's (token %r)"
+                             % (i, a["token"], sta, box.get("token")))
+            entries = self.ng.wait_logged(lambda e: e["request_uri"] == "/" + obj and e["token"] == str(box["token"]))
+            tokens = [int(e["token"]) for e in entries if e["request_uri"] == "/" + obj]
+            self.assertEqual(tokens, sorted(tokens), "iteration %d" % i)
+            self.assertEqual(a["token"] in tokens, sta in (201, 204), (i, sta, tokens))
+
+    def test_rejected_body_is_not_read_as_a_request(self):
+        """A refused PUT's body (here shaped like a request) must never be parsed as the
+        next request on the connection, nor reach nginx."""
+        marker = "rej-smuggle-" + uid()
+        smuggled = ("PUT /store/%s/evil HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nevil" % marker).encode()
+        body = smuggled + b"z" * (200000 - len(smuggled))
+        req = ("PUT /store/%s/outer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n"
+               % (marker, len(body))).encode() + body
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        try:
+            try:
+                s.sendall(req)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            reader = harness.RawReader(s)
+            st, hdrs, rbody = reader.read_response(timeout=10)
+            self.assertEqual(st, 428, rbody[:300])
+            self.assertEqual(json.loads(rbody.decode())["error"], "token_required")
+            try:
+                st2, _, b2 = reader.read_response(timeout=1.0)
+                self.fail("a second response came for a body: %d %r" % (st2, b2[:200]))
+            except (socket.timeout, ConnectionError, OSError):
+                pass
+        finally:
+            s.close()
+        self.assert_never_forwarded(marker)
+
+
+class GuardMultiTests(GuardBase):
+    """--guard is repeatable; the upstream URL may carry a base path."""
+
+    def guard_args(self):
+        return ["--guard", "/store/=" + self.ng.url, "--guard", "/nested/=" + self.ng.url + "sub/"]
+
+    def test_two_prefixes(self):
+        lock = "multi/" + uid()
+        g = self.acquire_ok(lock)
+        name = "m-%s.txt" % uid()
+        self.assert_written(self.send("PUT", "/nested/" + name, b"in sub", g["token"], lock), expect=(201,))
+        self.assertEqual(self.ng.read_file("sub/" + name), b"in sub")
+        st, _, _ = self.send("GET", "/store/sub/" + name)
+        self.assertEqual((st, self.srv.client.last_raw), (200, b"in sub"))
+        st, _, _ = self.send("GET", "/nested/" + name)
+        self.assertEqual((st, self.srv.client.last_raw), (200, b"in sub"))
+        self.assert_token_required(self.send("PUT", "/nested/x-" + name, b"no"))
+        # One lock, one mark, whatever the prefix: both prefixes share the lock's checks.
+        self.assert_written(self.send("PUT", "/store/" + name, b"top", g["token"], lock), expect=(201,))
+
+
+# ----------------------------------------------------------------------------
+class _RssSampler:
+    def __init__(self, srv, interval=0.02):
+        self.srv, self.interval = srv, interval
+        self.peak_kb = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.peak_kb = max(self.peak_kb, self.srv.rss_kb())
+                self.samples += 1
+            except (OSError, RuntimeError, ValueError):
+                pass
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join(2)
+        return False
+
+
+class GuardStreamingTests(GuardBase):
+    """50 MiB through the guard both ways, with bounded memory in leasegate."""
+
+    SIZE = 50 * MIB
+    CHUNK = MIB
+    RSS_LIMIT_KB = 40 * 1024
+
+    def _chunks(self):
+        block = hashlib.sha256(b"seed").digest() * (self.CHUNK // 32)
+        for i in range(self.SIZE // self.CHUNK):
+            yield ("%08d" % i).encode() + block[8:]
+
+    def _check_rss(self, sampler, what):
+        self.assertGreater(sampler.samples, 0)
+        if SANITIZED:
+            return
+        self.assertLess(sampler.peak_kb, self.RSS_LIMIT_KB,
+                        "%s: leasegate RSS peaked at %d KiB for a %d MiB body"
+                        % (what, sampler.peak_kb, self.SIZE // MIB))
+
+    def test_50mib_put_and_get_streamed(self):
+        lock, obj = "big/" + uid(), "big-%s/blob.bin" % uid()
+        g = self.acquire_ok(lock, ttl_ms=300000)
+        want = hashlib.sha256()
+        conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=60)
+        try:
+            with _RssSampler(self.srv) as up:
+                conn.putrequest("PUT", "/store/" + obj)
+                conn.putheader("Content-Length", str(self.SIZE))
+                conn.putheader("Content-Type", "application/octet-stream")
+                conn.putheader("Fencing-Token", str(g["token"]))
+                conn.putheader("Fencing-Lock", lock)
+                conn.endheaders()
+                for i, chunk in enumerate(self._chunks()):
+                    want.update(chunk)
+                    conn.send(chunk)
+                    if i == 45:
+                        # Pause with 46 MiB sent: a guard that gathers the whole body
+                        # before forwarding would hold it in memory now.
+                        time.sleep(0.5)
+                resp = conn.getresponse()
+                resp.read()
+            self.assertEqual(resp.status, 201)
+            self._check_rss(up, "PUT")
+            with open(self.ng.file_path(obj), "rb") as f:
+                on_disk = hashlib.sha256()
+                for piece in iter(lambda: f.read(MIB), b""):
+                    on_disk.update(piece)
+            self.assertEqual(on_disk.hexdigest(), want.hexdigest())
+            # GET it back on the same connection, reading slowly at first: a guard that
+            # buffered the whole answer would have read all of it from nginx meanwhile.
+            with _RssSampler(self.srv) as down:
+                conn.request("GET", "/store/" + obj)
+                resp = conn.getresponse()
+                self.assertEqual(resp.status, 200)
+                self.assertEqual(resp.getheader("X-Upstream"), "nginx")
+                time.sleep(1.5)
+                got, n = hashlib.sha256(), 0
+                while True:
+                    piece = resp.read(64 * 1024)
+                    if not piece:
+                        break
+                    got.update(piece)
+                    n += len(piece)
+            self.assertEqual(n, self.SIZE)
+            self.assertEqual(got.hexdigest(), want.hexdigest())
+            self._check_rss(down, "GET")
+        finally:
+            conn.close()
+        st, _, b = self.srv.request("GET", "/healthz")
+        self.assertEqual(st, 200, b)
+
+
+# ----------------------------------------------------------------------------
+class GuardUpstreamErrorTests(unittest.TestCase):
+    """502 when nothing listens upstream, 504 when it is too slow; nothing leaks."""
+
+    def setUp(self):
+        self.closed = upstream.ClosedPort()
+        self.slow = upstream.SlowUpstream()
+        self.srv = harness.Server(extra_args=[
+            "--guard", "/down/=" + self.closed.url,
+            "--guard", "/slow/=" + self.slow.url,
+            "--guard-timeout", "1"])
+
+    def tearDown(self):
+        self.srv.cleanup()
+        self.slow.close()
+        self.closed.close()
+
+    def assert_error(self, resp, status, error):
+        st, hdrs, body = resp
+        self.assertEqual(st, status, body)
+        self.assertIn("application/json", hdrs.get("content-type", ""), hdrs)
+        self.assertEqual(body.get("error"), error, body)
+        self.assertIsInstance(body.get("message"), str, body)
+
+    def test_502_when_upstream_down(self):
+        c = self.srv.new_client(timeout=10)
+        self.assert_error(c.request("GET", "/down/x"), 502, "bad_gateway")
+        g = self.srv.acquire("err/" + uid(), "e", ttl_ms=60000)[2]
+        resp = c.request("PUT", "/down/y", raw=b"data",
+                         headers={"Fencing-Token": str(g["token"]), "Fencing-Lock": g["name"]})
+        self.assert_error(resp, 502, "bad_gateway")
+        for _ in range(5):
+            c.request("GET", "/down/warm")
+        fds = fd_count(self.srv.pid)
+        t0 = time.monotonic()
+        for i in range(100):
+            st, _, _ = c.request("GET", "/down/r%d" % i)
+            self.assertEqual(st, 502)
+        self.assertLess(time.monotonic() - t0, 10, "100 refused upstream connections took too long")
+        self.assertLessEqual(fd_count(self.srv.pid), fds + 3, "file descriptors leak on 502")
+        st, _, b = self.srv.request("GET", "/healthz")
+        self.assertEqual((st, b), (200, {"status": "ok"}))
+
+    def test_504_when_upstream_silent(self):
+        c = self.srv.new_client(timeout=15)
+        t0 = time.monotonic()
+        self.assert_error(c.request("GET", "/slow/never"), 504, "gateway_timeout")
+        elapsed = time.monotonic() - t0
+        self.assertGreaterEqual(elapsed, 0.8)
+        self.assertLess(elapsed, 5.0)
+        g = self.srv.acquire("err/" + uid(), "e", ttl_ms=60000)[2]
+        resp = c.request("PUT", "/slow/never-put", raw=b"data",
+                         headers={"Fencing-Token": str(g["token"]), "Fencing-Lock": g["name"]})
+        self.assert_error(resp, 504, "gateway_timeout")
+        # The guard hangs up on the silent upstream.
+        self.assertEqual(self.slow.wait_open(0, timeout=5), 0, "upstream connections left open")
+        st, _, b = self.srv.request("GET", "/healthz")
+        self.assertEqual((st, b), (200, {"status": "ok"}))
+
+    def test_waiting_on_upstream_does_not_block_the_server(self):
+        results = []
+
+        def slow_get():
+            c = self.srv.new_client(timeout=15)
+            results.append(c.request("GET", "/slow/never-bg")[0])
+            c.close()
+
+        threads = [threading.Thread(target=slow_get, daemon=True) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.2)
+        c = self.srv.new_client(timeout=5)
+        worst = 0.0
+        for i in range(10):
+            t0 = time.monotonic()
+            st, _, b = c.request("GET", "/healthz")
+            worst = max(worst, time.monotonic() - t0)
+            self.assertEqual(st, 200, b)
+            time.sleep(0.05)
+        st, _, b = c.acquire("err/nb-" + uid(), "x", ttl_ms=60000)
+        self.assertEqual(st, 200, b)
+        self.assertLess(worst, 0.5, "API stalled while guard requests wait upstream")
+        for t in threads:
+            t.join(10)
+        self.assertEqual(results, [504] * 4)
+
+    def test_concurrent_slow_answers_overlap(self):
+        results = []
+
+        def late_get(i):
+            c = self.srv.new_client(timeout=15)
+            st, _, _ = c.request("GET", "/slow/late?ms=400&i=%d" % i)
+            results.append((st, c.last_raw))
+            c.close()
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=late_get, args=(i,), daemon=True) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
+        elapsed = time.monotonic() - t0
+        self.assertEqual(results, [(200, b"late")] * 16)
+        self.assertLess(elapsed, 3.0, "16 x 0.4 s upstream answers were not proxied concurrently")
+
+    def test_timeout_is_for_silence_not_total_time(self):
+        # Headers after 0.5 s (< 1 s timeout): fine.
+        c = self.srv.new_client(timeout=15)
+        st, h, _ = c.request("GET", "/slow/late?ms=500")
+        self.assertEqual((st, c.last_raw, h.get("x-upstream")), (200, b"late", "slow"))
+        # A body trickling for ~4.8 s with 0.4 s gaps through a guard with a 3 s timeout
+        # is a live transfer, not a stall.
+        srv = harness.Server(extra_args=["--guard", "/slow/=" + self.slow.url, "--guard-timeout", "3"])
+        try:
+            c = srv.new_client(timeout=20)
+            st, _, _ = c.request("GET", "/slow/trickle?n=12&ms=400")
+            self.assertEqual(st, 200)
+            self.assertEqual(c.last_raw, b"".join(b"piece%03d" % i for i in range(12)))
+        finally:
+            srv.cleanup()
+
+    def test_stalled_body_is_cut_off(self):
+        """Headers came (status already sent on), then the upstream went silent: the
+        guard cannot send a 504 any more, but must end the client's response (close the
+        connection) within about the guard timeout instead of hanging forever."""
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=15)
+        try:
+            s.sendall(b"GET /slow/stall-body HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            t0 = time.monotonic()
+            data = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except ConnectionResetError:
+                    chunk = b""
+                except socket.timeout:
+                    self.fail("guard still holds a stalled response after 15 s: %r" % data[:300])
+                if not chunk:
+                    break
+                data += chunk
+            elapsed = time.monotonic() - t0
+        finally:
+            s.close()
+        # Generous: libcurl's low-speed check averages over ~5 s, so a stall is seen
+        # some seconds after the 1 s guard timeout. It must not hang, though.
+        self.assertLess(elapsed, 10.0)
+        head, _, body = data.partition(b"\r\n\r\n")
+        if head.startswith(b"HTTP/1.1 200"):
+            self.assertLess(len(body), 1000, "a truncated body must not look complete")
+        else:
+            self.assertTrue(head.startswith(b"HTTP/1.1 504") or not head, head[:100])
+        self.assertEqual(self.slow.wait_open(0, timeout=5), 0)
+        st, _, b = self.srv.request("GET", "/healthz")
+        self.assertEqual((st, b), (200, {"status": "ok"}))
+
+
+class GuardFlagTests(unittest.TestCase):
+    """Bad --guard / --guard-timeout values: exit 2 with one line on stderr."""
+
+    def test_bad_flags(self):
+        import tempfile
+        d = tempfile.mkdtemp(prefix="leasegate-guardflags-")
+        try:
+            for args in (["--guard", "nonsense"], ["--guard", "/x/="], ["--guard", "=http://127.0.0.1:1/"],
+                         ["--guard", "/x/=notaurl"], ["--guard"], ["--guard-timeout", "abc"],
+                         ["--guard-timeout", "0"], ["--guard-timeout", "-1"], ["--guard-timeout"]):
+                with self.subTest(args=args):
+                    p = subprocess.run([harness.binary_path(), "serve", "--listen", "127.0.0.1:0",
+                                        "--data", os.path.join(d, "x.db")] + args,
+                                       stdin=subprocess.DEVNULL, capture_output=True, timeout=10, cwd=d)
+                    self.assertEqual(p.returncode, 2, p.stderr)
+                    self.assertEqual(p.stdout, b"")
+                    self.assertEqual(len(p.stderr.decode().strip().splitlines()), 1, p.stderr)
+        finally:
+            import shutil
+            shutil.rmtree(d, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------
+class GuardDurabilityTests(GuardBase):
+    """The highest forwarded token per lock survives SIGTERM restarts and kill -9."""
+
+    def _story(self, kill9):
+        lock, obj = "dur/" + uid(), "dur-%s/obj" % uid()
+        path = "/store/" + obj
+        g1 = self.acquire_ok(lock, "one", ttl_ms=120000)
+        self.assert_written(self.send("PUT", path, b"t1", g1["token"], lock), expect=(201,))
+        st, _, r = self.srv.release(lock, g1["lease"])
+        self.assertEqual(st, 200, r)
+        g2 = self.acquire_ok(lock, "two", ttl_ms=120000)
+        self.assertGreater(g2["token"], g1["token"])
+        self.assert_written(self.send("PUT", path, b"t2", g2["token"], lock), expect=(204,))
+        if kill9:
+            self.srv.kill9()
+        else:
+            self.assertEqual(self.srv.stop(), 0, self.srv.stderr_text())
+        self.srv.start()
+        st, _, info = self.srv.get_lock(lock)
+        self.assertEqual(st, 200, info)
+        self.assertEqual(info["holder"]["token"], g2["token"], info)
+        self.assert_stale(self.send("PUT", path, b"late t1", g1["token"], lock),
+                          lock, g1["token"], max_token=g2["token"], holder_token=g2["token"])
+        self.assertEqual(self.ng.read_file(obj), b"t2")
+        self.assert_written(self.send("PUT", path, b"t2 again", g2["token"], lock), expect=(204,))
+        self.assertEqual(self.ng.read_file(obj), b"t2 again")
+        # After a release and another restart the mark still names the last token.
+        st, _, r = self.srv.release(lock, g2["lease"])
+        self.assertEqual(st, 200, r)
+        if kill9:
+            self.srv.kill9()
+        else:
+            self.srv.stop()
+        self.srv.start()
+        self.assert_stale(self.send("PUT", path, b"late t2", g2["token"], lock),
+                          lock, g2["token"], max_token=g2["token"], holder_token=None)
+        g3 = self.acquire_ok(lock, "three")
+        self.assertGreater(g3["token"], g2["token"])
+        self.assert_written(self.send("PUT", path, b"t3", g3["token"], lock), expect=(204,))
+        self.assert_stale(self.send("PUT", path, b"late t2", g2["token"], lock),
+                          lock, g2["token"], max_token=g3["token"], holder_token=g3["token"])
+        self.assertEqual(self.ng.read_file(obj), b"t3")
+
+    def test_mark_survives_restart(self):
+        self._story(kill9=False)
+
+    def test_mark_survives_kill9(self):
+        self._story(kill9=True)
+
+
+# ----------------------------------------------------------------------------
+class GuardMetricsTests(GuardBase):
+    def metrics(self):
+        st, hdrs, text = self.srv.request("GET", "/metrics")
+        self.assertEqual(st, 200, text)
+        sums = metric_sums(text)
+        for name in GUARD_COUNTERS:
+            self.assertIn(name, sums, "missing metric %s" % name)
+        return sums
+
+    def delta(self, before):
+        after = self.metrics()
+        return {n[len("leasegate_guard_"):-len("_total")]: after[n] - before[n] for n in GUARD_COUNTERS}
+
+    def test_counters(self):
+        lock = "met/" + uid()
+        g = self.acquire_ok(lock)
+        d = "met-%s/" % uid()
+        before = self.metrics()
+        for i in range(3):
+            self.assert_written(self.send("PUT", "/store/%sok%d" % (d, i), b"x", g["token"], lock))
+        self.assertEqual(self.delta(before),
+                         {"forwarded": 3, "rejected_stale": 0, "rejected_missing": 0, "upstream_errors": 0})
+        before = self.metrics()
+        self.assert_token_required(self.send("PUT", "/store/%smiss1" % d, b"x"))
+        self.assert_token_required(self.send("DELETE", "/store/%smiss2" % d, None, token="abc", lock=lock))
+        other = "met/other-" + uid()
+        self.assert_stale(self.send("PUT", "/store/%sstale" % d, b"x", g["token"], other), other, g["token"])
+        self.assertEqual(self.delta(before),
+                         {"forwarded": 0, "rejected_stale": 1, "rejected_missing": 2, "upstream_errors": 0})
+
+
+class GuardMetricsUpstreamErrorTests(unittest.TestCase):
+    def test_upstream_errors_counted(self):
+        with upstream.ClosedPort() as closed, upstream.SlowUpstream() as slow:
+            srv = harness.Server(extra_args=["--guard", "/down/=" + closed.url,
+                                             "--guard", "/slow/=" + slow.url, "--guard-timeout", "1"])
+            try:
+                before = metric_sums(srv.request("GET", "/metrics")[2])
+                self.assertEqual(srv.request("GET", "/down/a")[0], 502)
+                self.assertEqual(srv.request("GET", "/down/b")[0], 502)
+                self.assertEqual(srv.request("GET", "/slow/c")[0], 504)
+                after = metric_sums(srv.request("GET", "/metrics")[2])
+                self.assertEqual(after["leasegate_guard_upstream_errors_total"]
+                                 - before["leasegate_guard_upstream_errors_total"], 3)
+                self.assertEqual(after["leasegate_guard_rejected_stale_total"]
+                                 - before["leasegate_guard_rejected_stale_total"], 0)
+            finally:
+                srv.cleanup()
+
+
+if __name__ == "__main__":
+    harness.run_tests()
