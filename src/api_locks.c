@@ -118,6 +118,9 @@ void api_acquire(Request *req)
         body_int(req, obj, "ttl_ms", TTL_MIN_MS, TTL_MAX_MS, TTL_DEFAULT_MS, false, &ttl_ms) &&
         body_int(req, obj, "wait_ms", 0, WAIT_MAX_MS, 0, false, &wait_ms) && body_lease(req, obj, false, lease, &reentry) &&
         body_metadata(req, obj, METADATA_MAX_BYTES, &metadata)) {
+        /* Reentry without ttl_ms keeps the lease's own ttl rather than the default. */
+        if (reentry && !json_object_get(obj, "ttl_ms"))
+            ttl_ms = 0;
         uuid_t fresh;
         uuid_generate_random(fresh);
         AcquireArgs args = {owner, metadata, ttl_ms, wait_ms, reentry ? lease : NULL, fresh};

@@ -117,6 +117,32 @@ bool body_lease(Request *req, json_t *obj, bool required, uint8_t out[LEASE_ID_B
     return true;
 }
 
+/* Nesting depth of a JSON value: a scalar is 0, [] or {} is 1. */
+static int depth_of(json_t *v, int limit)
+{
+    int deepest = 0;
+    if (limit < 0)
+        return 1;
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            int d = depth_of(x, limit - 1);
+            deepest = d > deepest ? d : deepest;
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) {
+            int d = depth_of(x, limit - 1);
+            deepest = d > deepest ? d : deepest;
+        }
+    } else {
+        return 0;
+    }
+    return deepest + 1;
+}
+
 bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new)
 {
     json_t *v = json_object_get(obj, "metadata");
@@ -125,6 +151,13 @@ bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new)
         return true;
     if (!json_is_object(v)) {
         bad_field(req, "metadata", "field '%s' must be a JSON object%s", "");
+        return false;
+    }
+    /* Every reader of the lock gets it back: keep it easy to parse anywhere. */
+    if (depth_of(v, METADATA_MAX_DEPTH) > METADATA_MAX_DEPTH) {
+        char detail[64];
+        snprintf(detail, sizeof detail, " nested at most %d levels deep", METADATA_MAX_DEPTH);
+        bad_field(req, "metadata", "field '%s' must be an object%s", detail);
         return false;
     }
     char *text = json_dumps(v, JSON_COMPACT);

@@ -295,7 +295,7 @@ static LockResult reenter(Locktab *lt, Lock *lock, const AcquireArgs *args, cons
         free(lock->holder.metadata);
         lock->holder.metadata = metadata;
     }
-    if (!set_expiry(lt, lock, args->ttl_ms, now))
+    if (!set_expiry(lt, lock, args->ttl_ms > 0 ? args->ttl_ms : lock->holder.ttl_ms, now))
         return LOCK_NOMEM;
     lock->holder.count++;
     changed(lt, lock);

@@ -23,7 +23,9 @@ bool body_int(Request *req, json_t *obj, const char *field, json_int_t min, json
               bool required, json_int_t *out);
 /* A lease id (UUID text). *present says whether the field was given. */
 bool body_lease(Request *req, json_t *obj, bool required, uint8_t out[LEASE_ID_BYTES], bool *present);
-/* A JSON object whose compact form is at most max bytes; *out_new is that form
+#define METADATA_MAX_DEPTH 16
+
+/* A JSON object, nested at most METADATA_MAX_DEPTH levels, whose compact form is at most max bytes; *out_new is that form
  * (malloc'd, caller frees) or NULL when absent. */
 bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new);
 /* Replies 400 when a path name breaks the name rule. */

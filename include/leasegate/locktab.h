@@ -76,7 +76,7 @@ typedef struct LocktabLimits {
 typedef struct AcquireArgs {
     const char *owner;
     const char *metadata;        /* NULL: "{}" for a grant, unchanged for reentry */
-    int64_t ttl_ms;
+    int64_t ttl_ms;              /* reentry: 0 keeps the lease's ttl */
     int64_t wait_ms;             /* 0: try once */
     const uint8_t *lease;        /* NULL, or the holder's lease for reentry */
     const uint8_t *new_lease;    /* the lease id to use if granted now */

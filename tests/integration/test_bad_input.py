@@ -171,6 +171,20 @@ class BadInputTests(unittest.TestCase):
         many = {"k%04d" % i: i for i in range(600)}
         self.assert_400(self.acq({"owner": "a", "metadata": many}), "metadata")
 
+    def test_metadata_depth(self):
+        # Small but deeply nested metadata is refused: every reader gets it back.
+        def nest(levels):  # objects nested `levels` deep
+            v = 1
+            for _ in range(levels):
+                v = {"a": v}
+            return v
+        st, _, b = self.acq({"owner": "a", "ttl_ms": 100, "metadata": nest(16)}, name="bad/meta-deep-ok")
+        self.assertEqual(st, 200, b)
+        self.srv.release("bad/meta-deep-ok", b["lease"])
+        self.assert_400(self.acq({"owner": "a", "metadata": nest(17)}), "metadata")
+        deep = b'{"owner":"a","metadata":' + b'{"a":' * 1500 + b"1" + b"}" * 1500 + b"}"
+        self.assert_400(self.acq(None, raw=deep), "metadata")
+
     # body size ------------------------------------------------------------------------
     def test_body_over_64k(self):
         pad = b" " * (65536 - len(b'{"owner":"a","ttl_ms":100}'))

@@ -68,6 +68,18 @@ class ReentryTests(unittest.TestCase):
         self.assertEqual(st, 409, r)
         self.assertEqual((r["error"], r["reason"]), ("not_holder", "released"))
 
+    def test_reentry_without_ttl_keeps_the_lease_ttl(self):
+        # A reentry that names no ttl_ms must not shorten a long lease to the 30 s default.
+        st, _, a = self.srv.acquire("re/keep-ttl", ttl_ms=600000)
+        self.assertEqual(st, 200, a)
+        st, _, b = self.srv.acquire("re/keep-ttl", lease=a["lease"])
+        self.assertEqual(st, 200, b)
+        self.assertEqual(b["count"], 2)
+        self.assertEqual(b["ttl_ms"], 600000)
+        self.assertGreaterEqual(b["expires_at_ms"], a["expires_at_ms"])
+        st, _, c = self.srv.acquire("re/keep-ttl", lease=a["lease"], ttl_ms=5000)
+        self.assertEqual((st, c["ttl_ms"], c["count"]), (200, 5000, 3))
+
     def test_deep_reentry(self):
         name = "re/deep"
         st, _, b = self.srv.acquire(name, "svc", ttl_ms=60000)
