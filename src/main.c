@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "leasegate/cli.h"
 #include "leasegate/config.h"
 #include "leasegate/server.h"
 
@@ -18,7 +19,10 @@ static void usage(FILE *out)
                  "\n"
                  "commands:\n"
                  "  serve     run the lock gateway (leasegate serve --help for its flags)\n"
-                 "  help      show this help\n");
+                 "  run       hold a lock while a command runs\n"
+                 "  acquire, renew, release, status, list   one request each, JSON on stdout\n"
+                 "  help      show this help\n\n");
+    cli_usage(out);
 }
 
 /* Each waiting client holds a socket: allow as many as the hard limit. */
@@ -72,8 +76,16 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    static const struct {
+        const char *name;
+        int (*fn)(int argc, char **argv);
+    } CLIENT[] = {{"run", cli_run},         {"acquire", cli_acquire}, {"renew", cli_renew},
+                  {"release", cli_release}, {"status", cli_status},   {"list", cli_list}};
     if (!strcmp(cmd, "serve"))
         return serve(argc - 2, argv + 2);
+    for (size_t i = 0; i < sizeof CLIENT / sizeof CLIENT[0]; i++)
+        if (!strcmp(cmd, CLIENT[i].name))
+            return CLIENT[i].fn(argc - 2, argv + 2);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         fprintf(stdout, "\n");

@@ -1,0 +1,47 @@
+/*
+ * cli — the client side of leasegate: `run` (hold a lock while a command
+ * runs) and the script subcommands (acquire, renew, release, status, list).
+ *
+ * Exit codes (documented in README and `leasegate help`):
+ *   0 success; 1 the server could not be reached or answered unexpectedly;
+ *   2 usage; 3 the lock was not acquired (held by another past --wait);
+ *   4 the lease does not hold the lock (not_holder);
+ *   run: the command's own status (128+N if killed by signal N), or
+ *   75 when the lease was lost and the command's process group was stopped.
+ */
+#ifndef LEASEGATE_CLI_H
+#define LEASEGATE_CLI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum {
+    CLI_OK = 0,
+    CLI_FAILED = 1,
+    CLI_USAGE = 2,
+    CLI_NOT_ACQUIRED = 3,
+    CLI_NOT_HOLDER = 4,
+    CLI_LEASE_LOST = 75,
+};
+
+/* "250ms", "15s", "2m", "1h" -> milliseconds. false when malformed. */
+bool cli_parse_duration(const char *s, int64_t *ms);
+/* --server, else $LEASEGATE_SERVER, else http://127.0.0.1:7400. */
+const char *cli_default_server(void);
+
+/* One HTTP request with a JSON body (or none). On success returns 0 and sets
+ * *status and *reply_new (parsed JSON, or NULL when the body is not JSON).
+ * -1 when the server could not be reached in timeout_ms (message in err). */
+int cli_http(const char *server, const char *method, const char *path, json_t *body, long timeout_ms,
+             long *status, json_t **reply_new, char *err, size_t errlen);
+
+int cli_acquire(int argc, char **argv);
+int cli_renew(int argc, char **argv);
+int cli_release(int argc, char **argv);
+int cli_status(int argc, char **argv);
+int cli_list(int argc, char **argv);
+int cli_run(int argc, char **argv);
+void cli_usage(FILE *out);
+
+#endif

@@ -1,0 +1,339 @@
+"""The client examples in examples/ run for real against leasegate and a storage backend.
+
+Starts a real storage upstream (nginx WebDAV from upstream.py; a tiny in-process
+PUT/GET server only when nginx is not installed) and the real leasegate with
+`--guard /store/=<upstream>/`, then runs each example worker as a subprocess:
+
+  examples/shell/worker.sh     bash + curl
+  examples/python/worker.py    Python standard library
+  examples/node/worker.mjs     Node.js built-in fetch (skipped only when `node` is not on PATH)
+
+and checks the counter object each one increments through the guard, that the lock
+is left free, that the three languages running at once on one lock never lose an
+update (mutual exclusion + fencing), that the background renewer keeps a lease alive
+through work longer than its TTL, and that unexpected answers end a worker with a
+non-zero status and a clear message.
+
+Run: LEASEGATE_BIN=build/leasegate python3 tests/integration/test_examples.py
+Only loopback traffic; every subprocess has a time limit and is stopped by PID.
+"""
+
+import http.client
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import unittest
+import uuid
+
+import harness
+import upstream
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+EXAMPLES = os.path.join(ROOT, "examples")
+RUN_TIMEOUT_S = 120
+NODE = shutil.which("node")
+BASH = shutil.which("bash") or "/bin/bash"
+
+WORKERS = {
+    "shell": [BASH, os.path.join(EXAMPLES, "shell", "worker.sh")],
+    "python": [sys.executable, os.path.join(EXAMPLES, "python", "worker.py")],
+    "node": [NODE or "node", os.path.join(EXAMPLES, "node", "worker.mjs")],
+}
+# Environment variables the workers read; cleared from the inherited environment so
+# a developer's shell settings cannot change what the tests run.
+WORKER_VARS = ("LEASEGATE_SERVER", "LOCK", "KEY", "ITERATIONS", "OWNER", "STORE_PREFIX",
+               "TTL_MS", "WAIT_MS", "WORK_MS")
+LINE_RE = re.compile(r"^(\S+): iteration (\d+)/(\d+) token (\d+): (\S+) (\d+) -> (\d+)$")
+
+
+def uid():
+    return uuid.uuid4().hex[:10]
+
+
+class MiniStore:
+    """Fallback storage upstream when nginx is not installed: GET/PUT of whole objects
+    kept in memory (404 for a missing one), on a free loopback port."""
+
+    def __init__(self):
+        objects = {}
+        lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status, body=b""):
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Type", "application/octet-stream")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def do_GET(self):
+                with lock:
+                    data = objects.get(self.path)
+                self._send(404, b"not found\n") if data is None else self._send(200, data)
+
+            do_HEAD = do_GET
+
+            def do_PUT(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(n)
+                with lock:
+                    existed = self.path in objects
+                    objects[self.path] = data
+                self._send(204 if existed else 201)
+
+        self._objects = objects
+        self._lock = lock
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = "http://127.0.0.1:%d/" % self.port
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                        daemon=True)
+        self._thread.start()
+
+    def get(self, path):
+        with self._lock:
+            return self._objects.get(path)
+
+    def put(self, path, data):
+        with self._lock:
+            self._objects[path] = data
+
+    def cleanup(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(5.0)
+
+
+class ExamplesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if upstream.nginx_available():
+            cls.store = upstream.Nginx()
+        else:
+            sys.stderr.write("test_examples: nginx not found at %s; using an in-process "
+                             "PUT/GET store as the upstream\n" % upstream.NGINX_BIN)
+            cls.store = MiniStore()
+        try:
+            cls.server = harness.Server(extra_args=["--guard", "/store/=" + cls.store.url])
+        except Exception:
+            cls.store.cleanup()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.server.cleanup()
+        finally:
+            cls.store.cleanup()
+
+    # Helpers -----------------------------------------------------------------
+    def need(self, lang):
+        if lang == "node" and NODE is None:
+            self.skipTest("node is not on PATH: the Node.js example (examples/node/worker.mjs) "
+                          "was not run; install nodejs >= 18 to run it")
+
+    def env(self, **values):
+        env = {k: v for k, v in os.environ.items()
+               if k not in WORKER_VARS and not k.lower().endswith("_proxy")}
+        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+        env["LEASEGATE_SERVER"] = self.server.url
+        env.update({k: str(v) for k, v in values.items()})
+        return env
+
+    def start(self, lang, **values):
+        return subprocess.Popen(WORKERS[lang], env=self.env(**values), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=EXAMPLES)
+
+    def finish(self, proc, timeout=RUN_TIMEOUT_S):
+        """Wait for a worker (bounded); kill it by PID when it overstays. (rc, out, err)."""
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate(timeout=10)
+            self.fail("worker %r did not finish within %d s\nstdout: %s\nstderr: %s"
+                      % (proc.args, timeout, out[-2000:], err[-2000:]))
+        return proc.returncode, out, err
+
+    def run_ok(self, lang, **values):
+        rc, out, err = self.finish(self.start(lang, **values))
+        self.assertEqual(rc, 0, "%s worker failed (exit %d)\nstdout: %s\nstderr: %s"
+                         % (lang, rc, out[-2000:], err[-2000:]))
+        return out
+
+    def counter(self, key):
+        """The stored object, read straight from the upstream (not through the guard)."""
+        data = self.store.get("/" + key)
+        return None if data is None else int(data.decode("ascii").strip())
+
+    def lock_state(self, name):
+        st, _, body = self.server.get_lock(name)
+        self.assertEqual(st, 200, body)
+        return body
+
+    def parse_lines(self, out):
+        rows = []
+        for line in out.splitlines():
+            m = LINE_RE.match(line.strip())
+            self.assertIsNotNone(m, "unexpected worker output line: %r" % line)
+            owner, i, n, token, key, old, new = m.groups()
+            rows.append({"owner": owner, "i": int(i), "n": int(n), "token": int(token),
+                         "key": key, "old": int(old), "new": int(new)})
+        return rows
+
+    # Tests -------------------------------------------------------------------
+    def check_sequential(self, lang):
+        self.need(lang)
+        lock, key = "examples/%s-%s" % (lang, uid()), "seq-%s-%s" % (lang, uid())
+        out = self.run_ok(lang, LOCK=lock, KEY=key, ITERATIONS=5, OWNER="it-%s" % lang)
+        self.assertEqual(self.counter(key), 5)
+        rows = self.parse_lines(out)
+        self.assertEqual([(r["old"], r["new"]) for r in rows], [(i, i + 1) for i in range(5)])
+        self.assertEqual({r["owner"] for r in rows}, {"it-%s" % lang})
+        tokens = [r["token"] for r in rows]
+        self.assertEqual(tokens, sorted(set(tokens)), "fencing tokens must only grow")
+        state = self.lock_state(lock)
+        self.assertFalse(state["held"], "the worker must release the lock: %r" % state)
+        # Tokens are global (other tests take some too), so compare with our last one.
+        self.assertEqual(state["last_token"], tokens[-1], state)
+
+        # A second run continues from the stored value (200 path, not only 404 -> 0).
+        self.run_ok(lang, LOCK=lock, KEY=key, ITERATIONS=2)
+        self.assertEqual(self.counter(key), 7)
+
+    def test_shell_worker(self):
+        self.check_sequential("shell")
+
+    def test_python_worker(self):
+        self.check_sequential("python")
+
+    def test_node_worker(self):
+        self.check_sequential("node")
+
+    def test_concurrent_workers_one_of_each_language(self):
+        langs = ["shell", "python", "node"]
+        if NODE is None:
+            sys.stderr.write("test_examples: node is not on PATH; the concurrent run uses a "
+                             "second Python worker in place of the Node.js one\n")
+            langs[2] = "python"
+        lock, key = "examples/concurrent-%s" % uid(), "concurrent-%s" % uid()
+        iterations = 5
+        total = iterations * len(langs)
+        procs = []
+        try:
+            for n, lang in enumerate(langs):
+                # WORK_MS widens the read-to-write window of the Python and Node
+                # workers (the shell one has none), so an excluded writer would show.
+                procs.append(self.start(lang, LOCK=lock, KEY=key, ITERATIONS=iterations,
+                                        OWNER="it-conc-%d-%s" % (n, lang), WORK_MS=50))
+            results = [self.finish(p) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(10)
+        rows = []
+        for lang, (rc, out, err) in zip(langs, results):
+            self.assertEqual(rc, 0, "%s worker failed (exit %d)\nstdout: %s\nstderr: %s"
+                             % (lang, rc, out[-2000:], err[-2000:]))
+            mine = self.parse_lines(out)
+            self.assertEqual(len(mine), iterations, out)
+            rows += mine
+        self.assertEqual(self.counter(key), total, "lost updates: the lock did not exclude")
+        # Every increment read the value the previous one wrote: 0->1, 1->2, ... exactly
+        # once each, and in token order (the token order is the order of the grants).
+        rows.sort(key=lambda r: r["token"])
+        self.assertEqual([(r["old"], r["new"]) for r in rows], [(i, i + 1) for i in range(total)])
+        self.assertEqual(len({r["token"] for r in rows}), total)
+        state = self.lock_state(lock)
+        self.assertFalse(state["held"], state)
+        self.assertEqual(state["waiters"], 0, state)
+        self.assertEqual(state["last_token"], rows[-1]["token"], state)
+
+    def test_defaults(self):
+        """With only LEASEGATE_SERVER set: lock example-lock, key counter, 1 iteration."""
+        base = self.counter("counter") or 0
+        ran = 0
+        for lang in ("shell", "python", "node"):
+            if lang == "node" and NODE is None:
+                continue
+            out = self.run_ok(lang)
+            rows = self.parse_lines(out)
+            self.assertEqual(len(rows), 1, out)
+            self.assertEqual(rows[0]["key"], "counter")
+            self.assertTrue(rows[0]["owner"].startswith(lang + "-"), rows[0])
+            ran += 1
+        self.assertEqual(self.counter("counter"), base + ran)
+        state = self.lock_state("example-lock")
+        self.assertFalse(state["held"], state)
+        self.assertGreaterEqual(state["last_token"], ran)
+
+    def test_background_renewal_outlives_ttl(self):
+        """python and node renew every TTL/3: work 4x longer than the TTL still writes."""
+        for lang in ("python", "node"):
+            with self.subTest(lang=lang):
+                self.need(lang)
+                lock, key = "examples/renew-%s-%s" % (lang, uid()), "renew-%s" % uid()
+                self.run_ok(lang, LOCK=lock, KEY=key, ITERATIONS=2, TTL_MS=600, WORK_MS=2400)
+                self.assertEqual(self.counter(key), 2)
+                self.assertFalse(self.lock_state(lock)["held"])
+
+    def test_unexpected_answers_exit_nonzero(self):
+        for lang in ("shell", "python", "node"):
+            with self.subTest(lang=lang):
+                self.need(lang)
+                script = os.path.basename(WORKERS[lang][1])
+                lock, key = "examples/busy-%s-%s" % (lang, uid()), "busy-%s" % uid()
+
+                # The lock is held by someone else for longer than WAIT_MS: 409 lock_held.
+                st, _, grant = self.server.acquire(lock, "someone-else", ttl_ms=30000)
+                self.assertEqual(st, 200, grant)
+                t0 = time.monotonic()
+                rc, out, err = self.finish(self.start(lang, LOCK=lock, KEY=key, WAIT_MS=300), timeout=60)
+                self.assertEqual(rc, 1, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
+                self.assertIn(script, err)
+                self.assertIn("acquire", err)
+                self.assertIn("still held", err)
+                self.assertLess(time.monotonic() - t0, 30)
+                self.assertIsNone(self.counter(key))
+                st, _, body = self.server.release(lock, grant["lease"])
+                self.assertEqual(st, 200, body)
+
+                # A write the storage answers with 404 (wrong guard prefix): leasegate
+                # says no such endpoint; the worker names the step and the status, and
+                # gives the lock back instead of leaving it to expire.
+                rc, out, err = self.finish(self.start(lang, LOCK=lock, KEY=key, STORE_PREFIX="/nope/"),
+                                           timeout=60)
+                self.assertEqual(rc, 1, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
+                self.assertIn("write: unexpected HTTP 404", err)
+                self.assertFalse(self.lock_state(lock)["held"], "lock left held after a failure")
+
+                # Nothing listens: a connection failure is reported, exit 1.
+                with upstream.ClosedPort() as cp:
+                    rc, out, err = self.finish(self.start(
+                        lang, LEASEGATE_SERVER="http://127.0.0.1:%d" % cp.port, LOCK=lock, KEY=key),
+                        timeout=60)
+                self.assertEqual(rc, 1, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
+                self.assertIn("request failed", err)
+
+                # A bad configuration value: exit 2 with the variable's name.
+                rc, out, err = self.finish(self.start(lang, ITERATIONS="many"), timeout=60)
+                self.assertEqual(rc, 2, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
+                self.assertIn("ITERATIONS", err)
+
+
+if __name__ == "__main__":
+    harness.run_tests()
