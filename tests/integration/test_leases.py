@@ -126,7 +126,13 @@ class LeaseTests(unittest.TestCase):
         self.assertGreater(r["expires_at_ms"], b["expires_at_ms"] + 15000)
         g = self.holder_of(name)
         self.assertEqual(g["holder"]["expires_at_ms"], r["expires_at_ms"])
+        self.assertEqual(g["holder"]["ttl_ms"], 20000)
         self.assertEqual(g["holder"]["token"], b["token"])
+        # A renew without ttl_ms uses the lease's current ttl_ms (now 20000).
+        st, _, r2 = self.srv.renew(name, b["lease"])
+        self.assertEqual(st, 200, r2)
+        self.assertEqual(r2["ttl_ms"], 20000)
+        self.assertGreaterEqual(r2["expires_at_ms"], r["expires_at_ms"])
         # Lease now outlives the original 2 s TTL.
         time.sleep(2.3)
         g = self.holder_of(name)
@@ -290,12 +296,12 @@ class LeaseTests(unittest.TestCase):
         rng = random.Random(7)
         n = 300
         leases = []
+        fate = {}
+        # Each lease is renewed or released right after its grant (not after all grants),
+        # so a slow machine cannot let it expire first.
         for i in range(n):
             name = "lease/mixed/%03d" % i
-            b = self.acquire_ok(name, ttl_ms=rng.randint(200, 800))
-            leases.append((name, b))
-        fate = {}
-        for i, (name, b) in enumerate(leases):
+            b = self.acquire_ok(name, ttl_ms=rng.randint(500, 1200))
             kind = i % 3
             if kind == 0:
                 st, _, r = self.srv.renew(name, b["lease"], ttl_ms=60000)
@@ -307,6 +313,7 @@ class LeaseTests(unittest.TestCase):
                 fate[name] = "released"
             else:
                 fate[name] = "expires"
+            leases.append((name, b))
         latest = max(b["expires_at_ms"] for _, b in leases)
         while harness.now_ms() < latest + 700:
             time.sleep(0.05)

@@ -120,7 +120,8 @@ class WaitingTests(unittest.TestCase):
 
     def test_expiry_wakes_exactly_one(self):
         name = "wait/expiry-one"
-        self.acquire_ok(name, ttl_ms=400)
+        # Long enough for the three waiters to queue first, even on a slow machine.
+        self.acquire_ok(name, ttl_ms=1500)
         ws = [self.queue(name, "w%d" % i, i + 1, ttl_ms=60000) for i in range(3)]
         done = self._assert_exactly_one(ws, 0, name, 2)
         self.assertEqual(done, [0])
@@ -217,7 +218,8 @@ class WaitingTests(unittest.TestCase):
         """Waiters with short wait_ms time out from the middle of the queue; order of the rest holds."""
         name = "wait/mixed"
         holder = self.acquire_ok(name, ttl_ms=60000)
-        waits = [8000, 300, 8000, 400, 8000]
+        # The short ones must outlast the queueing of all five, even on a slow machine.
+        waits = [15000, 1500, 15000, 1800, 15000]
         log, log_lock = [], threading.Lock()
         ws = [self.queue(name, "w%d" % i, i + 1, wait_ms=wm, release_after=0.02, log=log, log_lock=log_lock)
               for i, wm in enumerate(waits)]
@@ -463,6 +465,45 @@ class ManyWaitersTest(unittest.TestCase):
         self.assertGreater(b["token"], holder["token"])
         st, _, text = self.srv.request("GET", "/metrics")
         self.assertRegex(text, r"(?m)^leasegate_waiters 0(\.0+)?$")
+
+    def test_mass_wait_timeouts(self):
+        """2,000 waiters with spread wait_ms all time out with 409 lock_held near their deadlines."""
+        n = 2000
+        name = "wait/mass-timeout"
+        st, _, holder = self.srv.acquire(name, "holder", ttl_ms=600000)
+        self.assertEqual(st, 200, holder)
+
+        async def one(i, r, w, wait_ms):
+            t0 = time.monotonic()
+            w.write(_request_bytes("POST", "/v1/locks/%s/acquire" % name,
+                                   {"owner": "t%d" % i, "wait_ms": wait_ms}))
+            await w.drain()
+            try:
+                st, _, b = await asyncio.wait_for(_read_response(r), 30)
+                return st, b.get("error") if isinstance(b, dict) else b, time.monotonic() - t0, wait_ms
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as e:
+                return repr(e), None, time.monotonic() - t0, wait_ms
+            finally:
+                w.close()
+
+        async def run():
+            conns = []
+            for start in range(0, n, 250):
+                conns += await asyncio.gather(*[asyncio.open_connection("127.0.0.1", self.srv.port)
+                                                for _ in range(start, min(start + 250, n))])
+            return await asyncio.gather(*[one(i, r, w, 500 + (i * 7919) % 1000)
+                                          for i, (r, w) in enumerate(conns)])
+
+        results = asyncio.run(asyncio.wait_for(run(), 90))
+        bad = [x for x in results if x[0] != 409 or x[1] != "lock_held"]
+        self.assertEqual(bad[:5], [], "%d waiters did not time out with lock_held" % len(bad))
+        early = [x for x in results if x[2] < x[3] / 1000.0 - 0.05]
+        self.assertEqual(early[:5], [], "answered before wait_ms passed")
+        late = [x for x in results if x[2] > x[3] / 1000.0 + 5.0]
+        self.assertEqual(late[:5], [], "answered far after wait_ms passed")
+        self.assertEqual(self.srv.waiters(name), 0)
+        st, _, g = self.srv.get_lock(name)
+        self.assertEqual(g["holder"]["token"], holder["token"])
 
     async def _run(self):
         name = "wait/many"
