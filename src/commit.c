@@ -24,7 +24,6 @@ typedef struct Batch {
     StoreMark *guard_marks;
     size_t nguard_marks, capguard_marks;
     Arena strings; /* every string the records point to */
-    uint64_t last_token;
     CommitHold *holds;
     CommitHold **holds_tail;
     int result;     /* set by the writer: 0 committed, -1 failed */
@@ -124,8 +123,7 @@ static void *writer_main(void *arg)
         Batch *b = c->inflight;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        StoreBatch sb = {b->locks,       b->nlocks,       b->fences,    b->nfences,
-                         b->guard_marks, b->nguard_marks, b->last_token};
+        StoreBatch sb = {b->locks, b->nlocks, b->fences, b->nfences, b->guard_marks, b->nguard_marks};
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
         b->result = rc ? -1 : 0;
         b->seconds = seconds_since(&t0);
@@ -219,8 +217,6 @@ bool commit_lock(Commit *c, const Lock *lock)
             return false;
     }
     b->nlocks++;
-    if (lock->last_token > b->last_token)
-        b->last_token = lock->last_token;
     return true;
 }
 
@@ -247,12 +243,6 @@ bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token)
     return add_mark(b, &b->guard_marks, &b->nguard_marks, &b->capguard_marks, lock, max_token);
 }
 
-void commit_last_token(Commit *c, uint64_t last_token)
-{
-    if (last_token > c->pending->last_token)
-        c->pending->last_token = last_token;
-}
-
 bool commit_pending(const Commit *c)
 {
     return batch_has_rows(c->pending) ||
@@ -271,12 +261,8 @@ void commit_flush(Commit *c)
     Batch *b = c->pending;
     if (atomic_load(&c->state) != INFLIGHT_IDLE || (!batch_has_rows(b) && !b->holds))
         return;
-    /* The counter goes with every batch so that it never lags a stored token. */
-    if (c->inflight->last_token > b->last_token)
-        b->last_token = c->inflight->last_token;
     c->pending = c->inflight;
     c->inflight = b;
-    c->pending->last_token = b->last_token;
     atomic_store(&c->state, INFLIGHT_HANDED);
     if (atomic_load(&c->writer_sleeping)) {
         pthread_mutex_lock(&c->mu);
@@ -312,9 +298,7 @@ int commit_done(Commit *c)
     }
     record_stats(c, b);
     CommitHold *h = b->holds;
-    uint64_t last_token = b->last_token;
     batch_reset(b);
-    b->last_token = last_token;
     atomic_store(&c->state, INFLIGHT_IDLE);
     /* Ready callbacks may record changes and hold again: they go to the pending batch. */
     while (h) {

@@ -9,6 +9,11 @@
  *  - BEGIN IMMEDIATE for every batch; statements prepared once.
  * One connection, used by the loader at start-up and then only by the commit
  * thread.
+ *
+ * The token counter is not written apart: it is the largest locks.last_token,
+ * because every grant writes its lock's row in the same transaction and lock
+ * rows are never deleted. (That saves a page per commit.) If lock rows are
+ * ever deleted, write the counter to meta again in the same transaction.
  */
 #include "leasegate/store.h"
 
@@ -31,7 +36,7 @@ static const char SCHEMA[] =
     "  WITHOUT ROWID;"
     "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', 1), ('last_token', 0);";
 
-enum { ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_LOCK, ST_PUT_FENCE, ST_PUT_GUARD_MARK, ST_PUT_COUNTER, ST_COUNT };
+enum { ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_LOCK, ST_PUT_FENCE, ST_PUT_GUARD_MARK, ST_COUNT };
 
 static const char *const STATEMENTS[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -44,7 +49,6 @@ static const char *const STATEMENTS[ST_COUNT] = {
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
     [ST_PUT_GUARD_MARK] = "INSERT INTO guard_marks(lock, max_token) VALUES(?1, ?2)"
                           " ON CONFLICT(lock) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
-    [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
 };
 
 typedef struct SqliteStore {
@@ -129,9 +133,6 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
     if (put_marks(s, s->st[ST_PUT_FENCE], b->fences, b->nfences) ||
         put_marks(s, s->st[ST_PUT_GUARD_MARK], b->guard_marks, b->nguard_marks))
         goto fail;
-    if (sqlite3_bind_int64(s->st[ST_PUT_COUNTER], 1, (sqlite3_int64)b->last_token) != SQLITE_OK ||
-        step_reset(s, s->st[ST_PUT_COUNTER]))
-        goto fail;
     if (step_reset(s, s->st[ST_COMMIT]))
         goto fail;
     return 0;
@@ -140,7 +141,7 @@ fail:
     return -1;
 }
 
-static int load_locks(SqliteStore *s, const StoreLoad *cb)
+static int load_locks(SqliteStore *s, const StoreLoad *cb, uint64_t *max_token)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
@@ -155,6 +156,8 @@ static int load_locks(SqliteStore *s, const StoreLoad *cb)
         StoreLock l = {0};
         l.name = (const char *)sqlite3_column_text(st, 0);
         l.last_token = (uint64_t)sqlite3_column_int64(st, 1);
+        if (l.last_token > *max_token)
+            *max_token = l.last_token;
         l.held = sqlite3_column_type(st, 2) != SQLITE_NULL;
         if (l.held) {
             if (sqlite3_column_bytes(st, 2) != LEASE_ID_BYTES) {
@@ -234,12 +237,13 @@ static int read_meta(SqliteStore *s, const char *key, sqlite3_int64 *value)
 static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
 {
     SqliteStore *s = (SqliteStore *)base;
-    sqlite3_int64 counter;
-    if (read_meta(s, "last_token", &counter) || load_locks(s, cb) ||
+    sqlite3_int64 counter; /* databases of earlier versions kept it here */
+    uint64_t max_token = 0;
+    if (read_meta(s, "last_token", &counter) || load_locks(s, cb, &max_token) ||
         load_marks(s, "SELECT resource, max_token FROM fences", cb->fence, cb->ud) ||
         load_marks(s, "SELECT lock, max_token FROM guard_marks", cb->guard_mark, cb->ud))
         return -1;
-    *last_token = (uint64_t)counter;
+    *last_token = (uint64_t)counter > max_token ? (uint64_t)counter : max_token;
     return 0;
 }
 

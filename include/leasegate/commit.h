@@ -52,7 +52,6 @@ int commit_fd(const Commit *c);
 bool commit_lock(Commit *c, const Lock *lock);
 bool commit_fence(Commit *c, const char *resource, uint64_t max_token);
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token);
-void commit_last_token(Commit *c, uint64_t last_token);
 
 /* True while some recorded change is not durable yet. */
 bool commit_pending(const Commit *c);

@@ -38,7 +38,6 @@ typedef struct StoreBatch {
     size_t nfences;
     const StoreMark *guard_marks; /* highest token the guard forwarded, per lock */
     size_t nguard_marks;
-    uint64_t last_token; /* the global counter after this batch */
 } StoreBatch;
 
 typedef struct StoreLoad {
@@ -52,7 +51,7 @@ typedef struct StoreLoad {
 typedef struct Store Store;
 
 typedef struct StoreOps {
-    /* Reads everything; *last_token is the stored counter. 0 on success. */
+    /* Reads everything; *last_token is the largest token ever committed. 0 on success. */
     int (*load)(Store *s, const StoreLoad *cb, uint64_t *last_token);
     /* Applies the batch atomically and durably. 0 on success. */
     int (*commit)(Store *s, const StoreBatch *batch);
