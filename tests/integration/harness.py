@@ -30,6 +30,32 @@ _live_servers = []
 _live_lock = threading.Lock()
 
 
+def kill_process(proc, sig=signal.SIGKILL, timeout=STOP_TIMEOUT_S):
+    """Sends sig to proc by PID (if it still runs) and waits up to timeout.
+    Returns True when the process has ended."""
+    if proc is None:
+        return True
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+    return True
+
+
+def stop_process(proc, timeout=STOP_TIMEOUT_S):
+    """SIGTERM by PID, wait, SIGKILL if needed. Returns the exit code (None: never started)."""
+    if proc is None:
+        return None
+    if not kill_process(proc, signal.SIGTERM, timeout):
+        kill_process(proc)
+    return proc.returncode
+
+
 def binary_path():
     """Path of the leasegate binary; exits the test run clearly when unset."""
     path = os.environ.get("LEASEGATE_BIN")
@@ -258,16 +284,7 @@ class Server:
         self._close_clients()
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self._force_kill()
-        rc = self.proc.returncode
+        rc = stop_process(self.proc, timeout)
         self._finish_files()
         return rc
 
@@ -281,15 +298,7 @@ class Server:
         return rc
 
     def _force_kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                pass
+        kill_process(self.proc)
 
     def _finish_files(self):
         if self._stderr_file is not None:
@@ -304,19 +313,26 @@ class Server:
             except (OSError, ValueError):
                 pass
 
+    def stop_clean(self):
+        """SIGTERM and insist on exit status 0: a graceful stop that fails, or a
+        sanitizer report (leak, overflow) at exit, fails the test."""
+        rc = self.stop()
+        if rc != 0:
+            raise AssertionError("leasegate exited with status %s on SIGTERM:\n%s" % (rc, self.stderr_text()))
+
     def restart(self, kill9=False):
         """Stop (SIGTERM, or SIGKILL when kill9) and start again on the same data file."""
         if self.running():
             if kill9:
                 self.kill9()
             else:
-                self.stop()
+                self.stop_clean()
         return self.start()
 
     def cleanup(self):
         try:
             if self.running():
-                self.stop()
+                self.stop_clean()
             else:
                 self._finish_files()
         finally:

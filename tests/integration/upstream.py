@@ -25,6 +25,8 @@ import tempfile
 import threading
 import time
 
+import harness
+
 NGINX_BIN = os.environ.get("LEASEGATE_NGINX", "/usr/sbin/nginx")
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -241,15 +243,7 @@ class Nginx:
         return self.proc is not None and self.proc.poll() is None
 
     def _kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                pass
+        harness.kill_process(self.proc)
         self._close_files()
 
     def _close_files(self):
@@ -264,17 +258,9 @@ class Nginx:
         """SIGTERM (fast shutdown) by PID, wait, SIGKILL if needed."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._kill()
+        rc = harness.stop_process(self.proc, STOP_TIMEOUT_S)
         self._close_files()
-        return self.proc.returncode
+        return rc
 
     def cleanup(self):
         try:
