@@ -1,0 +1,703 @@
+"""The command-line client against the real server: `leasegate run` and the script
+subcommands (acquire, renew, release, status, list).
+
+Run: LEASEGATE_BIN=build/leasegate python3 tests/integration/test_cli.py
+
+Every process started here is stopped by PID in tearDown: each `leasegate run` is
+started in its own session (its process group is killed), and the process group of
+every CMD whose pid was written to a file is killed too. Only 127.0.0.1 is used and
+every wait is bounded.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+import harness
+
+BIN = harness.binary_path()
+RUN_TIMEOUT_S = 30.0
+
+# Exit codes of include/leasegate/cli.h
+EXIT_FAILED, EXIT_USAGE, EXIT_NOT_ACQUIRED, EXIT_NOT_HOLDER, EXIT_LEASE_LOST = 1, 2, 3, 4, 75
+
+
+def now_ms():
+    return time.time() * 1000.0
+
+
+def pid_dead(pid):
+    """True when pid no longer exists or is a zombie (it cannot run any more)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    # state is the first field after the parenthesised command name
+    state = stat[stat.rindex(")") + 2:].split()[0]
+    return state in ("Z", "X")
+
+
+def free_closed_port():
+    """A loopback port that nothing listens on (bound, then closed)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_for(predicate, timeout, interval=0.02, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = predicate()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1f s waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def read_pid_file(path):
+    """The pid in path once it is completely written (ends with a newline), else None."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    if not text.endswith("\n") or not text.strip().isdigit():
+        return None
+    return int(text.strip())
+
+
+class CliTestBase(unittest.TestCase):
+    """Shared server, a scratch directory per test, and process bookkeeping."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = harness.Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.cleanup()
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="leasegate-cli-")
+        self.procs = []       # Popen objects of `leasegate ...` (own sessions)
+        self.child_pgids = []  # pids of CMDs (leaders of their own process groups)
+        self.extra_pids = []  # grandchildren etc.
+        self.servers = []     # per-test servers
+        self._n = 0
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.killpg(p.pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+            for f in (p.stdout, p.stderr):
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
+        for pid in self.child_pgids:
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in self.extra_pids:
+            if not pid_dead(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for s in self.servers:
+            if s.running():
+                try:
+                    os.kill(s.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            s.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # Helpers ----------------------------------------------------------------
+    def lock_name(self, stem):
+        self._n += 1
+        return "cli-%s-%d-%d" % (stem, os.getpid(), self._n)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def env(self, server=None, **extra):
+        e = dict(os.environ)
+        e.pop("LEASEGATE_SERVER", None)
+        if server is not None:
+            e["LEASEGATE_SERVER"] = server
+        e.update(extra)
+        return e
+
+    def cli(self, args, env=None, timeout=RUN_TIMEOUT_S):
+        """Runs `leasegate ARGS` to completion: (exit code, stdout, stderr)."""
+        p = subprocess.Popen([BIN] + list(args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env if env is not None else self.env(),
+                             cwd=self.dir, start_new_session=True)
+        self.procs.append(p)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate(timeout=10)
+            self.fail("leasegate %s did not finish in %.0f s; stderr: %s" % (" ".join(args), timeout, err))
+        return p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    def start_run(self, lock, cmd, server=None, flags=(), env=None):
+        """Starts `leasegate run` in the background (own session); returns the Popen."""
+        args = [BIN, "run", "--lock", lock]
+        if server is not None:
+            args += ["--server", server]
+        args += list(flags) + ["--"] + list(cmd)
+        p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env if env is not None else self.env(), cwd=self.dir, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def finish(self, p, timeout=RUN_TIMEOUT_S):
+        """Waits for a background process: (exit code, stdout, stderr)."""
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate(timeout=10)
+            self.fail("leasegate run did not exit within %.0f s; stderr: %s" % (timeout, err))
+        return p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+    def wait_pid_file(self, name, p=None, timeout=15.0, group_leader=True):
+        path = self.path(name)
+
+        def ready():
+            if p is not None and p.poll() is not None:
+                raise AssertionError("leasegate run exited (%r) before %s was written; stderr: %s"
+                                     % (p.returncode, name, p.stderr.read().decode("utf-8", "replace")))
+            return read_pid_file(path)
+
+        pid = wait_for(ready, timeout, what=name)
+        (self.child_pgids if group_leader else self.extra_pids).append(pid)
+        return pid
+
+    def holder(self, srv, lock):
+        st, _, body = srv.get_lock(lock)
+        self.assertEqual(st, 200, body)
+        return body
+
+    def new_server(self):
+        s = harness.Server()
+        self.servers.append(s)
+        return s
+
+
+class RunTests(CliTestBase):
+    # 1 ----------------------------------------------------------------------
+    def test_token_and_lease_reach_the_child(self):
+        lock = self.lock_name("env")
+        cmd = ["sh", "-c",
+               'env > env.tmp && mv env.tmp env.txt; i=0; '
+               'while [ ! -e go ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; '
+               '[ -e go ] || exit 9; echo $$ > child.pid']
+        p = self.start_run(lock, cmd, server=self.srv.url,
+                           flags=["--ttl", "5s", "--owner", "env-test", "--metadata", '{"job":"t1"}'])
+        envfile = self.path("env.txt")
+        wait_for(lambda: os.path.exists(envfile) or p.poll() is not None, 15, what="env.txt")
+        if p.poll() is not None:
+            self.fail("run exited early (%r): %s" % (p.returncode, p.stderr.read()))
+        child_env = {}
+        with open(envfile) as f:
+            for line in f:
+                k, sep, v = line.rstrip("\n").partition("=")
+                if sep and k.startswith("LEASEGATE_"):
+                    child_env[k] = v
+        for k in ("LEASEGATE_LOCK", "LEASEGATE_TOKEN", "LEASEGATE_LEASE", "LEASEGATE_SERVER"):
+            self.assertIn(k, child_env, "child environment lacks %s: %r" % (k, child_env))
+        self.assertEqual(child_env["LEASEGATE_LOCK"], lock)
+        self.assertEqual(child_env["LEASEGATE_SERVER"], self.srv.url)
+        body = self.holder(self.srv, lock)
+        self.assertTrue(body["held"], body)
+        self.assertEqual(str(body["holder"]["token"]), child_env["LEASEGATE_TOKEN"])
+        self.assertEqual(body["holder"]["owner"], "env-test")
+        self.assertEqual(body["holder"]["metadata"], {"job": "t1"})
+        # The lease is the real one: the test can renew with it while the child runs.
+        c = self.srv.new_client()
+        try:
+            st, _, rb = c.renew(lock, child_env["LEASEGATE_LEASE"], ttl_ms=5000)
+        finally:
+            c.close()
+        self.assertEqual(st, 200, rb)
+        self.assertEqual(str(rb["token"]), child_env["LEASEGATE_TOKEN"])
+        open(self.path("go"), "w").close()
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_server_from_environment_reaches_child(self):
+        lock = self.lock_name("envsrv")
+        p = self.start_run(lock, ["sh", "-c", 'printf "%s\\n" "$LEASEGATE_SERVER" > srv.txt'],
+                           env=self.env(server=self.srv.url))
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        with open(self.path("srv.txt")) as f:
+            self.assertEqual(f.read().strip(), self.srv.url)
+
+    # 2 ----------------------------------------------------------------------
+    def test_exit_status_propagates_and_lock_released(self):
+        cases = [(["sh", "-c", "exit 7"], 7),
+                 (["sh", "-c", "exit 0"], 0),
+                 (["sh", "-c", "kill -9 $$"], 128 + 9),
+                 (["sh", "-c", "kill -TERM $$"], 128 + 15)]
+        for cmd, want in cases:
+            with self.subTest(cmd=cmd[-1]):
+                lock = self.lock_name("status")
+                p = self.start_run(lock, cmd, server=self.srv.url, flags=["--ttl", "5s"])
+                rc, _, err = self.finish(p)
+                self.assertEqual(rc, want, "run -- %r: stderr %s" % (cmd, err))
+                body = self.holder(self.srv, lock)
+                self.assertFalse(body["held"], body)
+
+    def test_leftovers_of_command_stopped_before_release(self):
+        """Beyond the contract list (documented in src/cli_run.c): when CMD exits, what is
+        left of its process group is stopped before the lock is released."""
+        lock = self.lock_name("leftover")
+        p = self.start_run(lock, ["sh", "-c", "sleep 60 & echo $! > gc.pid"], server=self.srv.url,
+                           flags=["--ttl", "5s"])
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        gc = read_pid_file(self.path("gc.pid"))
+        self.assertIsNotNone(gc)
+        self.extra_pids.append(gc)
+        self.assertTrue(pid_dead(gc), "background process of CMD survived leasegate run")
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_command_not_found_is_127_and_released(self):
+        lock = self.lock_name("enoent")
+        p = self.start_run(lock, ["/nonexistent/leasegate-no-such-cmd"], server=self.srv.url)
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 127, err)
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_renews_keep_a_short_lease_alive(self):
+        """--ttl 900ms while CMD runs 2.5 s: renewals (every ttl/3) keep the lock held,
+        the expiry keeps moving, and run exits with CMD's status, not 75."""
+        lock = self.lock_name("renew")
+        p = self.start_run(lock, ["sleep", "2.5"], server=self.srv.url, flags=["--ttl", "900ms"])
+        expiries = set()
+        deadline = time.monotonic() + 15
+        seen_held = False
+        while p.poll() is None and time.monotonic() < deadline:
+            body = self.holder(self.srv, lock)
+            if body["held"]:
+                seen_held = True
+                expiries.add(body["holder"]["expires_at_ms"])
+                self.assertGreater(body["holder"]["expires_at_ms"], now_ms() - 50, body)
+            elif seen_held:
+                # not held any more: only acceptable when run is releasing at exit
+                try:
+                    wait_for(lambda: p.poll() is not None, 2.0)
+                except AssertionError:
+                    self.fail("lock not held while CMD still runs: %r" % body)
+            time.sleep(0.05)
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(seen_held)
+        self.assertGreaterEqual(len(expiries), 4, "too few renewals: %r" % sorted(expiries))
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    # 3 ----------------------------------------------------------------------
+    def test_concurrent_runs_never_overlap(self):
+        lock = self.lock_name("mutex")
+        log = self.path("intervals.log")
+        script = ('echo "start $(date +%s%N) $LEASEGATE_TOKEN" >> "$1"; sleep 0.1; '
+                  'echo "end $(date +%s%N) $LEASEGATE_TOKEN" >> "$1"')
+        workers, rounds = 3, 4
+        results = []
+        res_lock = threading.Lock()
+
+        def worker(w):
+            for _ in range(rounds):
+                p = self.start_run(lock, ["sh", "-c", script, "sh", log], server=self.srv.url,
+                                   flags=["--ttl", "5s", "--wait", "30s", "--owner", "w%d" % w])
+                try:
+                    out, err = p.communicate(timeout=60)
+                    rc = p.returncode
+                except subprocess.TimeoutExpired:
+                    rc, err = "timeout", b""
+                with res_lock:
+                    results.append((w, rc, err.decode("utf-8", "replace")))
+
+        threads = [threading.Thread(target=worker, args=(w,), daemon=True) for w in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        self.assertFalse(any(t.is_alive() for t in threads), "workers did not finish")
+        self.assertEqual(len(results), workers * rounds)
+        for w, rc, err in results:
+            self.assertEqual(rc, 0, "worker %d: %s" % (w, err))
+        with open(log) as f:
+            lines = [ln.split() for ln in f.read().splitlines()]
+        self.assertEqual(len(lines), 2 * workers * rounds, lines)
+        prev_end = None
+        prev_token = 0
+        for i in range(0, len(lines), 2):
+            start, end = lines[i], lines[i + 1]
+            self.assertEqual((start[0], end[0]), ("start", "end"), "lines %d-%d: %r %r" % (i, i + 1, start, end))
+            self.assertEqual(start[2], end[2], "one interval has two tokens: %r %r" % (start, end))
+            t0, t1, token = int(start[1]), int(end[1]), int(start[2])
+            self.assertLessEqual(t0, t1)
+            if prev_end is not None:
+                self.assertGreaterEqual(t0, prev_end, "interval %d starts before the previous ends" % (i // 2))
+            self.assertGreater(token, prev_token, "fencing tokens do not increase")
+            prev_end, prev_token = t1, token
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    # 4 ----------------------------------------------------------------------
+    def _lost_server_case(self, how, ignore_term=False):
+        srv = self.new_server()
+        lock = self.lock_name("srv-" + how)
+        script = "echo $$ > child.pid; sleep 60 & echo $! > gc.pid; sleep 60"
+        if ignore_term:  # inherited by both sleeps: only SIGKILL stops the group
+            script = "trap '' TERM; " + script
+        cmd = ["sh", "-c", script]
+        p = self.start_run(lock, cmd, server=srv.url, flags=["--ttl", "2s", "--grace", "500ms"])
+        child = self.wait_pid_file("child.pid", p)
+        gc = self.wait_pid_file("gc.pid", p, group_leader=False)
+        self.assertFalse(pid_dead(child))
+        self.assertFalse(pid_dead(gc))
+        # Wait for a renewal (expires_at_ms changes), then cut the server off at once,
+        # so the last observed expiry is the one the lease really has.
+        first = self.holder(srv, lock)["holder"]["expires_at_ms"]
+        expiry = None
+
+        def renewed():
+            nonlocal expiry
+            body = self.holder(srv, lock)
+            self.assertTrue(body["held"], body)
+            e = body["holder"]["expires_at_ms"]
+            if e != first:
+                expiry = e
+                return True
+            return False
+
+        wait_for(renewed, 5.0, what="a renewal by leasegate run")
+        if how == "kill":
+            srv.kill9()
+        else:
+            os.kill(srv.pid, signal.SIGSTOP)
+        cut_ms = now_ms()
+        wait_for(lambda: pid_dead(child) and pid_dead(gc), 10.0, interval=0.02, what="child and grandchild to die")
+        gone_ms = now_ms()
+        self.assertLess(gone_ms, expiry,
+                        "CMD's group still ran %.0f ms after the lease expired (expiry %d, server cut at %.0f)"
+                        % (gone_ms - expiry, expiry, cut_ms))
+        rc, _, err = self.finish(p, timeout=20)
+        if how == "stop":
+            os.kill(srv.pid, signal.SIGCONT)
+            srv.stop()
+        self.assertEqual(rc, EXIT_LEASE_LOST, err)
+        self.assertIn("lease", err)
+        return gone_ms, expiry
+
+    def test_lease_lost_server_killed(self):
+        self._lost_server_case("kill")
+
+    def test_lease_lost_server_stopped(self):
+        self._lost_server_case("stop")
+
+    def test_lease_lost_server_killed_command_ignores_sigterm(self):
+        self._lost_server_case("kill", ignore_term=True)
+
+    # 5 ----------------------------------------------------------------------
+    def test_lease_lost_run_stopped_and_lock_taken(self):
+        lock = self.lock_name("stolen")
+        p = self.start_run(lock, ["sh", "-c", "echo $$ > child.pid; sleep 60"], server=self.srv.url,
+                           flags=["--ttl", "1s"])
+        child = self.wait_pid_file("child.pid", p)
+        os.kill(p.pid, signal.SIGSTOP)  # the supervisor only: it can no longer renew
+        try:
+            c = self.srv.new_client()
+            try:
+                st, _, body = c.acquire(lock, owner="thief", ttl_ms=30000, wait_ms=10000)
+            finally:
+                c.close()
+            self.assertEqual(st, 200, body)
+            thief_token = body["token"]
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
+        wait_for(lambda: pid_dead(child), 5.0, what="the child to be stopped after SIGCONT")
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, EXIT_LEASE_LOST, err)
+        h = self.holder(self.srv, lock)
+        self.assertTrue(h["held"], h)
+        self.assertEqual(h["holder"]["owner"], "thief", "run's release touched the new holder: %r" % h)
+        self.assertEqual(h["holder"]["token"], thief_token)
+
+    def test_lease_lost_not_holder(self):
+        """The lease is ended behind run's back (released with the lease from CMD's env,
+        then another client acquires): the next renewal answers not_holder and CMD's group
+        is stopped at once."""
+        lock = self.lock_name("notholder")
+        p = self.start_run(lock, ["sh", "-c", "echo $LEASEGATE_LEASE > lease.txt; echo $$ > child.pid; sleep 60"],
+                           server=self.srv.url, flags=["--ttl", "3s", "--grace", "1s"])
+        child = self.wait_pid_file("child.pid", p)
+        with open(self.path("lease.txt")) as f:
+            lease = f.read().strip()
+        c = self.srv.new_client()
+        try:
+            st, _, body = c.release(lock, lease)
+            self.assertEqual(st, 200, body)
+            st, _, body = c.acquire(lock, owner="other", ttl_ms=30000)
+            self.assertEqual(st, 200, body)
+        finally:
+            c.close()
+        t0 = time.monotonic()
+        # renewals every ttl/3 = 1 s; then SIGTERM; SIGKILL after grace/2
+        wait_for(lambda: pid_dead(child), 5.0, what="the child to be stopped after not_holder")
+        self.assertLess(time.monotonic() - t0, 3.0)
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, EXIT_LEASE_LOST, err)
+        self.assertIn("lease lost", err)
+        self.assertEqual(self.holder(self.srv, lock)["holder"]["owner"], "other")
+
+    # 6 ----------------------------------------------------------------------
+    def test_no_wait_and_wait_on_held_lock(self):
+        lock = self.lock_name("held")
+        st, _, body = self.srv.acquire(lock, owner="holder-xyz", ttl_ms=60000)
+        self.assertEqual(st, 200, body)
+        marker = self.path("ran")
+        cmd = ["sh", "-c", "touch '%s'" % marker]
+        rc, _, err = self.cli(["run", "--lock", lock, "--server", self.srv.url, "--no-wait", "--"] + cmd)
+        self.assertEqual(rc, EXIT_NOT_ACQUIRED, err)
+        self.assertIn("holder-xyz", err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        t0 = time.monotonic()
+        rc, _, err = self.cli(["run", "--lock", lock, "--server", self.srv.url, "--wait", "300ms", "--"] + cmd)
+        elapsed = time.monotonic() - t0
+        self.assertEqual(rc, EXIT_NOT_ACQUIRED, err)
+        self.assertIn("holder-xyz", err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertGreaterEqual(elapsed, 0.25)
+        self.assertLess(elapsed, 5.0)
+        self.assertFalse(os.path.exists(marker), "CMD ran without the lock")
+        self.srv.release(lock, body["lease"])
+
+    # 7 ----------------------------------------------------------------------
+    def _signal_passed_on(self, sig, signame):
+        lock = self.lock_name("sig" + signame)
+        script = ('trap \'echo "got %s" > got.txt; exit 0\' %s; echo $$ > child.pid; '
+                  'i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 5') % (signame, signame)
+        p = self.start_run(lock, ["sh", "-c", script], server=self.srv.url, flags=["--ttl", "5s"])
+        child = self.wait_pid_file("child.pid", p)
+        self.assertTrue(self.holder(self.srv, lock)["held"])
+        os.kill(p.pid, sig)
+        rc, _, err = self.finish(p, timeout=15)
+        self.assertEqual(rc, 0, err)
+        with open(self.path("got.txt")) as f:
+            self.assertEqual(f.read().strip(), "got %s" % signame)
+        self.assertTrue(pid_dead(child))
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_sigterm_passed_to_command(self):
+        self._signal_passed_on(signal.SIGTERM, "TERM")
+
+    def test_sigint_passed_to_command(self):
+        self._signal_passed_on(signal.SIGINT, "INT")
+
+    def test_sigterm_untrapped_status_128_plus_15(self):
+        lock = self.lock_name("sigdef")
+        p = self.start_run(lock, ["sh", "-c", "echo $$ > child.pid; exec sleep 60"], server=self.srv.url)
+        self.wait_pid_file("child.pid", p)
+        os.kill(p.pid, signal.SIGTERM)
+        rc, _, err = self.finish(p, timeout=15)
+        self.assertEqual(rc, 128 + 15, err)
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    # usage ------------------------------------------------------------------
+    def test_run_usage_errors(self):
+        lock = self.lock_name("usage")
+        bad = [
+            ["run", "--lock", lock, "--ttl", "15x", "--", "true"],
+            ["run", "--lock", lock, "--wait", "soon", "--", "true"],
+            ["run", "--lock", lock, "--", ],
+            ["run", "--lock", lock, "true"],
+            ["run", "--", "true"],
+            ["run", "--lock", lock, "--bogus", "--", "true"],
+            ["run", "--lock", lock, "--metadata", "[1]", "--", "true"],
+        ]
+        for args in bad:
+            with self.subTest(args=args):
+                rc, _, err = self.cli(args, env=self.env(server=self.srv.url))
+                self.assertEqual(rc, EXIT_USAGE, err)
+                self.assertTrue(err.strip(), "no message on stderr")
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_run_unreachable_server(self):
+        url = "http://127.0.0.1:%d" % free_closed_port()
+        marker = self.path("ran")
+        rc, _, err = self.cli(["run", "--lock", self.lock_name("unreach"), "--server", url, "--",
+                               "touch", marker], timeout=20)
+        self.assertEqual(rc, EXIT_FAILED, err)
+        self.assertFalse(os.path.exists(marker))
+
+
+class ScriptCommandTests(CliTestBase):
+    def j(self, out):
+        try:
+            return json.loads(out)
+        except ValueError:
+            self.fail("stdout is not JSON: %r" % out)
+
+    # 8 ----------------------------------------------------------------------
+    def test_acquire_status_renew_release(self):
+        lock = self.lock_name("script")
+        s = ["--server", self.srv.url]
+        rc, out, err = self.cli(["acquire", "--lock", lock, "--owner", "scripter", "--ttl", "20s",
+                                 "--metadata", '{"k":1}'] + s)
+        self.assertEqual(rc, 0, err)
+        acq = self.j(out)
+        self.assertIn("lease", acq)
+        self.assertIn("token", acq)
+        self.assertEqual(acq["ttl_ms"], 20000)
+        lease = acq["lease"]
+
+        rc, out, err = self.cli(["status", "--lock", lock] + s)
+        self.assertEqual(rc, 0, err)
+        st = self.j(out)
+        self.assertTrue(st["held"])
+        self.assertEqual(st["holder"]["owner"], "scripter")
+        self.assertEqual(st["holder"]["token"], acq["token"])
+        self.assertEqual(st["holder"]["metadata"], {"k": 1})
+
+        rc, out, err = self.cli(["renew", "--lock", lock, "--lease", lease, "--ttl", "40s"] + s)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.j(out)["ttl_ms"], 40000)
+
+        t0 = time.monotonic()
+        rc, out, err = self.cli(["acquire", "--lock", lock, "--owner", "late", "--wait", "200ms"] + s)
+        self.assertEqual(rc, EXIT_NOT_ACQUIRED, err)
+        self.assertIn("lock_held", err)
+        self.assertEqual(out, "")
+        self.assertLess(time.monotonic() - t0, 5.0)
+
+        rc, out, err = self.cli(["list", "--prefix", lock] + s)
+        self.assertEqual(rc, 0, err)
+        names = [x["name"] for x in self.j(out)["locks"]]
+        self.assertIn(lock, names)
+
+        rc, out, err = self.cli(["release", "--lock", lock, "--lease", lease] + s)
+        self.assertEqual(rc, 0, err)
+        self.j(out)
+        rc, out, err = self.cli(["release", "--lock", lock, "--lease", lease] + s)
+        self.assertEqual(rc, EXIT_NOT_HOLDER, err)
+        self.assertIn("not_holder", err)
+        self.assertEqual(out, "")
+        rc, out, err = self.cli(["renew", "--lock", lock, "--lease", lease] + s)
+        self.assertEqual(rc, EXIT_NOT_HOLDER, err)
+        self.assertIn("not_holder", err)
+
+        rc, out, err = self.cli(["status", "--lock", lock] + s)
+        self.assertEqual(rc, 0, err)
+        self.assertFalse(self.j(out)["held"])
+
+    def test_list_limit_and_after(self):
+        base = self.lock_name("lst")
+        names = [base + "-a", base + "-b", base + "-c"]
+        leases = []
+        for n in names:
+            st, _, body = self.srv.acquire(n, owner="lister", ttl_ms=30000)
+            self.assertEqual(st, 200, body)
+            leases.append(body["lease"])
+        rc, out, err = self.cli(["list", "--prefix", base, "--limit", "2", "--server", self.srv.url])
+        self.assertEqual(rc, 0, err)
+        got = [x["name"] for x in self.j(out)["locks"]]
+        self.assertEqual(got, names[:2])
+        rc, out, err = self.cli(["list", "--prefix", base, "--after", names[1], "--server", self.srv.url])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual([x["name"] for x in self.j(out)["locks"]], names[2:])
+        for n, l in zip(names, leases):
+            self.srv.release(n, l)
+
+    def test_usage_errors(self):
+        lock = self.lock_name("u")
+        env = self.env(server=self.srv.url)
+        bad = [
+            ["acquire", "--lock", lock, "--ttl", "15x"],
+            ["acquire", "--lock", lock, "--wait", "15x"],
+            ["acquire", "--owner", "x"],
+            ["acquire", "--lock", lock, "--metadata", "nope"],
+            ["renew", "--lock", lock],
+            ["renew", "--lock", lock, "--lease", "x", "--ttl", "15x"],
+            ["release", "--lease", "x"],
+            ["status"],
+            ["status", "--lock", lock, "--bogus", "1"],
+            ["list", "--limit", "ten"],
+            ["acquire", "--lock"],
+        ]
+        for args in bad:
+            with self.subTest(args=args):
+                rc, out, err = self.cli(args, env=env)
+                self.assertEqual(rc, EXIT_USAGE, err)
+                self.assertTrue(err.strip())
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_unreachable_server(self):
+        url = "http://127.0.0.1:%d" % free_closed_port()
+        for args in (["acquire", "--lock", "x"], ["status", "--lock", "x"], ["list"],
+                     ["renew", "--lock", "x", "--lease", harness.random_lease()],
+                     ["release", "--lock", "x", "--lease", harness.random_lease()]):
+            with self.subTest(cmd=args[0]):
+                rc, out, err = self.cli(args + ["--server", url], timeout=20)
+                self.assertEqual(rc, EXIT_FAILED, err)
+                self.assertTrue(err.strip())
+                self.assertEqual(out, "")
+        # also when the closed port comes from $LEASEGATE_SERVER
+        rc, out, err = self.cli(["status", "--lock", "x"], env=self.env(server=url), timeout=20)
+        self.assertEqual(rc, EXIT_FAILED, err)
+
+    def test_server_from_environment(self):
+        lock = self.lock_name("envs")
+        env = self.env(server=self.srv.url)
+        rc, out, err = self.cli(["acquire", "--lock", lock, "--owner", "via-env"], env=env)
+        self.assertEqual(rc, 0, err)
+        lease = self.j(out)["lease"]
+        self.assertEqual(self.holder(self.srv, lock)["holder"]["owner"], "via-env")
+        rc, out, err = self.cli(["status", "--lock", lock], env=env)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.j(out)["holder"]["owner"], "via-env")
+        # --server wins over the environment
+        bad = "http://127.0.0.1:%d" % free_closed_port()
+        rc, out, err = self.cli(["status", "--lock", lock, "--server", self.srv.url], env=self.env(server=bad))
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.cli(["release", "--lock", lock, "--lease", lease], env=env)
+        self.assertEqual(rc, 0, err)
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_other_server_error_is_exit_1(self):
+        rc, out, err = self.cli(["release", "--lock", "x", "--lease", "not-a-uuid", "--server", self.srv.url])
+        self.assertEqual(rc, EXIT_FAILED, err)
+        self.assertIn("bad_request", err)
+
+
+if __name__ == "__main__":
+    harness.run_tests()
