@@ -40,7 +40,9 @@ enum { INFLIGHT_IDLE, INFLIGHT_HANDED, INFLIGHT_DONE };
  * sleeps: a batch that comes soon then costs no wake-up (about 10-50 us on a
  * small VM, against a 100 us fsync), which is most of the latency left for one
  * client or for a chain of hand-offs on one lock. It yields between polls, so
- * it never takes a core from the loop thread or anything else runnable. */
+ * it never takes a core from the loop thread or anything else runnable, and it
+ * only polls while the last hand-off came within the window: a server whose
+ * batches come far apart sleeps at once and burns nothing. */
 #define WRITER_SPIN_NS 200000
 
 struct Commit {
@@ -99,11 +101,11 @@ static double seconds_since(const struct timespec *t0)
  * writer sets sleeping then reads the state; the loop sets the state then
  * reads sleeping; so at least one of them sees the other and no hand-off is
  * missed. */
-static bool wait_for_batch(Commit *c)
+static bool wait_for_batch(Commit *c, bool spin)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (seconds_since(&t0) * 1e9 < WRITER_SPIN_NS) {
+    while (spin && seconds_since(&t0) * 1e9 < WRITER_SPIN_NS) {
         if (atomic_load(&c->state) == INFLIGHT_HANDED)
             return true;
         if (atomic_load(&c->stop))
@@ -122,7 +124,12 @@ static bool wait_for_batch(Commit *c)
 static void *writer_main(void *arg)
 {
     Commit *c = arg;
-    while (wait_for_batch(c)) {
+    bool spin = false;
+    struct timespec idle_since;
+    clock_gettime(CLOCK_MONOTONIC, &idle_since);
+    while (wait_for_batch(c, spin)) {
+        /* Poll next time only if this batch came within the polling window. */
+        spin = seconds_since(&idle_since) * 1e9 < WRITER_SPIN_NS;
         Batch *b = c->inflight;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -130,6 +137,7 @@ static void *writer_main(void *arg)
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
         b->result = rc ? -1 : 0;
         b->seconds = seconds_since(&t0);
+        clock_gettime(CLOCK_MONOTONIC, &idle_since);
         atomic_store(&c->state, INFLIGHT_DONE);
         uint64_t one = 1;
         while (write(c->efd, &one, sizeof one) < 0 && errno == EINTR)
