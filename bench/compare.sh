@@ -1,0 +1,320 @@
+#!/usr/bin/env bash
+# bench/compare.sh — leasegate against Redis 7 and etcd 3.4, same machine, one run.
+#
+#   bash bench/compare.sh                    # 5 s per run, median of 3 runs
+#   RUNS=1 SECONDS=2 bash bench/compare.sh   # quick look
+#
+# Environment:
+#   RUNS (3)  SECONDS (5; BENCH_SECONDS also works)  WARMUP (0.5)
+#   LEASEGATE_BIN (/work/main/build/leasegate)   LGBENCH (path of a built lgbench; else built here)
+#   CLIENTS (64)  WAITERS (10000, leasegate)  ETCD_WAITERS (1000: etcd needs ~170 KB and ~8 ms each)
+#   STARTUP_LOCKS (1000000)  RAW_OUT (file to keep every raw lgbench line)  KEEP_TMP (1: keep temp dir)
+#   NO_INSTALL (1: never apt-get)
+#
+# Private server instances only: every server is started here on a free 127.0.0.1 port with a
+# temporary data directory and stopped by PID on exit. System redis/etcd services are never
+# touched or used. Prints one markdown table on stdout; progress and raw lines on stderr.
+
+# SECONDS is bash's own timer: read the caller's value before anything else runs.
+_env_seconds=$(printenv SECONDS || true)
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+RUNS=${RUNS:-3}
+SECS=${BENCH_SECONDS:-${_env_seconds:-5}}
+WARMUP=${WARMUP:-0.5}
+CLIENTS=${CLIENTS:-64}
+WAITERS=${WAITERS:-10000}
+ETCD_WAITERS=${ETCD_WAITERS:-1000}
+STARTUP_LOCKS=${STARTUP_LOCKS:-1000000}
+LEASEGATE_BIN=${LEASEGATE_BIN:-/work/main/build/leasegate}
+
+log() { printf 'compare: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+[[ $RUNS =~ ^[1-9][0-9]?$ ]] || die "RUNS must be 1..99"
+[[ $SECS =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "SECONDS must be a number"
+[[ -x $LEASEGATE_BIN ]] || die "no leasegate binary at $LEASEGATE_BIN (set LEASEGATE_BIN)"
+
+# ---------------------------------------------------------------- packages
+need_pkgs=()
+command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
+command -v etcd >/dev/null 2>&1 || need_pkgs+=(etcd-server)
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
+command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc)
+if ((${#need_pkgs[@]})); then
+    [[ ${NO_INSTALL:-0} == 1 ]] && die "missing: ${need_pkgs[*]} (NO_INSTALL=1)"
+    SUDO=
+    if [[ $(id -u) != 0 ]]; then
+        command -v sudo >/dev/null 2>&1 || die "missing ${need_pkgs[*]}; run as root or install sudo"
+        SUDO=sudo
+    fi
+    log "installing ${need_pkgs[*]}"
+    # policy-rc.d-less machines may start the system services; we never use them.
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_pkgs[@]}" >&2 ||
+        { $SUDO apt-get update -q >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_pkgs[@]}" >&2; }
+fi
+
+# ---------------------------------------------------------------- temp dir and cleanup
+TMP=$(mktemp -d /tmp/lgbench-compare.XXXXXX)
+PIDS=()
+stop_pid() { # stop one PID we started: TERM, bounded wait, then KILL
+    local pid=$1 i
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]+"${PIDS[@]}"}"; do stop_pid "$pid"; done
+    if [[ ${KEEP_TMP:-0} == 1 ]]; then log "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- lgbench
+if [[ -z ${LGBENCH:-} ]]; then
+    LGBENCH=$TMP/lgbench
+    cc -std=c11 -O2 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -o "$LGBENCH" "$HERE/lgbench.c" || die "cannot build lgbench"
+fi
+[[ -x $LGBENCH ]] || die "no lgbench at $LGBENCH"
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+NOFILE=$(ulimit -n)
+if ((NOFILE < WAITERS + 200)); then
+    log "ulimit -n is $NOFILE: waiters lowered from $WAITERS"
+    WAITERS=$((NOFILE - 200))
+fi
+
+free_port() { "$LGBENCH" --free-port; }
+
+# ---------------------------------------------------------------- servers
+LG_PID='' LG_PORT=''
+start_leasegate() { # $1 = data dir name
+    local dir=$TMP/$1 i
+    mkdir -p "$dir"
+    "$LEASEGATE_BIN" serve --listen 127.0.0.1:0 --data "$dir/leasegate.db" >"$dir/stdout" 2>"$dir/stderr" &
+    LG_PID=$!
+    PIDS+=("$LG_PID")
+    for ((i = 0; i < 200; i++)); do
+        LG_PORT=$(sed -n 's/^leasegate: listening on http:\/\/127\.0\.0\.1:\([0-9]*\)$/\1/p' "$dir/stdout")
+        [[ -n $LG_PORT ]] && return 0
+        kill -0 "$LG_PID" 2>/dev/null || die "leasegate exited: $(cat "$dir/stderr")"
+        sleep 0.05
+    done
+    die "leasegate did not report its port"
+}
+
+REDIS_PID='' REDIS_PORT=''
+start_redis() { # $1 = name, rest = durability flags
+    local name=$1 dir=$TMP/$1 i
+    shift
+    mkdir -p "$dir"
+    REDIS_PORT=$(free_port)
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$dir" --save '' --daemonize no \
+        --protected-mode yes --logfile "$dir/redis.log" "$@" >/dev/null 2>&1 &
+    REDIS_PID=$!
+    PIDS+=("$REDIS_PID")
+    for ((i = 0; i < 100; i++)); do
+        redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && return 0
+        kill -0 "$REDIS_PID" 2>/dev/null || die "redis-server ($name) exited: $(tail -3 "$dir/redis.log")"
+        sleep 0.05
+    done
+    die "redis-server ($name) did not answer PING"
+}
+
+ETCD_PID='' ETCD_PORT=''
+start_etcd() { # $1 = name
+    local dir=$TMP/$1 i peer
+    mkdir -p "$dir"
+    ETCD_PORT=$(free_port)
+    peer=$(free_port)
+    [[ $peer != "$ETCD_PORT" ]] || peer=$(free_port)
+    etcd --name lgbench --data-dir "$dir/data" \
+        --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+        --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+        --initial-cluster "lgbench=http://127.0.0.1:$peer" --initial-cluster-state new \
+        >"$dir/etcd.log" 2>&1 &
+    ETCD_PID=$!
+    PIDS+=("$ETCD_PID")
+    for ((i = 0; i < 200; i++)); do
+        curl -fsS -m 1 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"true"' && return 0
+        kill -0 "$ETCD_PID" 2>/dev/null || die "etcd exited: $(tail -3 "$dir/etcd.log")"
+        sleep 0.1
+    done
+    die "etcd did not become healthy"
+}
+
+stop_server() { # stop and forget (so the exit trap never signals a recycled PID)
+    local pid=$1 keep=() p
+    stop_pid "$pid"
+    for p in "${PIDS[@]}"; do [[ $p == "$pid" ]] || keep+=("$p"); done
+    PIDS=("${keep[@]}")
+}
+
+# ---------------------------------------------------------------- running and collecting
+RESULTS=$TMP/results.txt
+: >"$RESULTS"
+bench() { # $1 = cell id, rest = lgbench args
+    local id=$1 line
+    shift
+    if ! line=$(timeout 900 "$LGBENCH" "$@" 2>>"$TMP/lgbench.stderr"); then
+        log "FAILED: $id: lgbench $* (see below)"
+        tail -5 "$TMP/lgbench.stderr" >&2
+        return 0
+    fi
+    log "$id: $line"
+    printf '%s %s\n' "$id" "$line" >>"$RESULTS"
+    [[ -n ${RAW_OUT:-} ]] && printf 'run=%s id=%s %s\n' "$RUN" "$id" "$line" >>"$RAW_OUT"
+    return 0
+}
+
+# median over runs of KEY for cell ID; "-" when missing
+med() {
+    awk -v id="$1" -v key="$2" '
+        $1 == id { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == key && kv[2] != "-") v[n++] = kv[2] } }
+        END {
+            if (!n) { print "-"; exit }
+            for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+            print (n % 2) ? v[int(n / 2)] : (v[n / 2 - 1] + v[n / 2]) / 2
+        }' "$RESULTS"
+}
+# all values of KEY for ID, joined (for flags such as fifo_ok)
+allv() { awk -v id="$1" -v key="$2" '$1 == id { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == key) s = s (s ? "," : "") kv[2] } } END { print (s ? s : "-") }' "$RESULTS"; }
+
+# A private copy: the binary under test cannot change under us if the tree is rebuilt meanwhile.
+cp "$LEASEGATE_BIN" "$TMP/leasegate"
+LG_REV="$(sha256sum "$LEASEGATE_BIN" | cut -c1-12), built $(date -u -r "$LEASEGATE_BIN" +%Y-%m-%dT%H:%MZ)"
+LEASEGATE_BIN=$TMP/leasegate
+
+COMMON=(--seconds "$SECS" --warmup "$WARMUP")
+cpu_stat() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $9, $5 + $6 }' /proc/stat; } # total steal idle+iowait
+psi() { [[ -r /proc/pressure/$1 ]] && awk '/^some/ { sub("avg60=", "", $3); print $3 "%" }' "/proc/pressure/$1" || echo n/a; }
+CPU_START=$(cpu_stat)
+PSI_START="cpu $(psi cpu), io $(psi io)"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+T_START=$(date +%s)
+
+# 1M-lock database for the start-up test (generated once, copied per run)
+log "generating a $STARTUP_LOCKS-lock database"
+python3 "$HERE/gen_db.py" "$TMP/startup-template.db" --locks "$STARTUP_LOCKS" --schema-from "$ROOT/src/store_sqlite.c" 2>&1 | sed 's/^/compare: /' >&2
+
+for ((RUN = 1; RUN <= RUNS; RUN++)); do
+    log "---- run $RUN of $RUNS (${SECS}s per workload)"
+
+    # leasegate
+    start_leasegate "lg-$RUN"
+    L=(--target leasegate --port "$LG_PORT" --pid "$LG_PID")
+    bench pairs64.lg "${L[@]}" --mode pairs --clients "$CLIENTS" "${COMMON[@]}"
+    bench pairs1.lg "${L[@]}" --mode pairs --clients 1 "${COMMON[@]}"
+    bench contend.lg "${L[@]}" --mode contend --clients "$CLIENTS" "${COMMON[@]}"
+    stop_server "$LG_PID"
+    start_leasegate "lgw-$RUN" # fresh process for the memory measurement
+    bench waiters.lg --target leasegate --port "$LG_PORT" --pid "$LG_PID" --mode waiters --clients "$WAITERS"
+    stop_server "$LG_PID"
+    cp "$TMP/startup-template.db" "$TMP/startup-$RUN.db"
+    bench startup.lg --target leasegate --mode startup --bin "$LEASEGATE_BIN" --data "$TMP/startup-$RUN.db"
+    rm -f "$TMP/startup-$RUN.db"*
+
+    # Redis, no fsync per write (appendonly no, no RDB snapshots)
+    start_redis "redis-nofsync-$RUN" --appendonly no
+    R=(--target redis --port "$REDIS_PORT" --pid "$REDIS_PID")
+    bench pairs64.redis "${R[@]}" --mode pairs --clients "$CLIENTS" "${COMMON[@]}"
+    bench pairs1.redis "${R[@]}" --mode pairs --clients 1 "${COMMON[@]}"
+    bench contend.redis "${R[@]}" --mode contend --clients "$CLIENTS" "${COMMON[@]}"
+    stop_server "$REDIS_PID"
+
+    # Redis, fsync per write (AOF, appendfsync always)
+    start_redis "redis-fsync-$RUN" --appendonly yes --appendfsync always
+    R=(--target redis --port "$REDIS_PORT" --pid "$REDIS_PID")
+    bench pairs64.redisfs "${R[@]}" --mode pairs --clients "$CLIENTS" "${COMMON[@]}"
+    bench pairs1.redisfs "${R[@]}" --mode pairs --clients 1 "${COMMON[@]}"
+    bench contend.redisfs "${R[@]}" --mode contend --clients "$CLIENTS" "${COMMON[@]}"
+    stop_server "$REDIS_PID"
+
+    # etcd (single member, default: WAL fsync before every commit is acknowledged)
+    start_etcd "etcd-$RUN"
+    E=(--target etcd --port "$ETCD_PORT" --pid "$ETCD_PID")
+    bench pairs64.etcd "${E[@]}" --mode pairs --variant txn --clients "$CLIENTS" "${COMMON[@]}"
+    bench pairs1.etcd "${E[@]}" --mode pairs --variant txn --clients 1 "${COMMON[@]}"
+    bench pairs64.etcdlock "${E[@]}" --mode pairs --variant lock --clients "$CLIENTS" "${COMMON[@]}"
+    bench pairs1.etcdlock "${E[@]}" --mode pairs --variant lock --clients 1 "${COMMON[@]}"
+    bench contend.etcd "${E[@]}" --mode contend --clients "$CLIENTS" "${COMMON[@]}"
+    stop_server "$ETCD_PID"
+    start_etcd "etcdw-$RUN" # fresh process for the memory measurement
+    bench waiters.etcd --target etcd --port "$ETCD_PORT" --pid "$ETCD_PID" --mode waiters --clients "$ETCD_WAITERS"
+    stop_server "$ETCD_PID"
+done
+
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+PSI_END="cpu $(psi cpu), io $(psi io)"
+STEAL=$(awk -v a="$CPU_START" -v b="$(cpu_stat)" 'BEGIN { split(a, x, " "); split(b, y, " "); t = y[1] - x[1]; if (t > 0) printf "%.1f%% steal, %.0f%% idle", 100 * (y[2] - x[2]) / t, 100 * (y[3] - x[3]) / t; else print "n/a" }')
+T_END=$(date +%s)
+
+# ---------------------------------------------------------------- table
+ratio() { # leasegate / peer
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'
+}
+fmt() { awk -v a="$1" 'BEGIN { if (a == "-") print "-"; else if (a + 0 >= 100 || a == int(a)) printf "%.0f", a; else if (a + 0 >= 10) printf "%.1f", a; else printf "%.3g", a }'; }
+row() { # label, key, lg id, redis id, redisfs id, etcd id
+    local lg r rf e
+    lg=$(med "$3" "$2"); r=$(med "$4" "$2"); rf=$(med "$5" "$2"); e=$(med "$6" "$2")
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$1" "$(fmt "$lg")" "$(fmt "$r")" "$(fmt "$rf")" "$(fmt "$e")" \
+        "$(ratio "$lg" "$r")" "$(ratio "$lg" "$rf")" "$(ratio "$lg" "$e")"
+}
+kb_per() { awk -v a="$1" 'BEGIN { if (a == "-") print "-"; else printf "%.1f", a / 1024 }'; }
+
+echo "### leasegate vs Redis vs etcd — ${RUNS} run(s) × ${SECS} s (+${WARMUP} s warm-up), median; $(date -u +%Y-%m-%dT%H:%MZ)"
+echo
+echo "Durability: **leasegate** SQLite WAL synchronous=FULL, group commit (fsync before every answer that reveals a change)."
+echo "**Redis A** \`--appendonly no --save ''\` (nothing fsynced; a crash loses every lock). **Redis B** \`--appendonly yes --appendfsync always\` (AOF fsync per write)."
+echo "**etcd** single member, default config (WAL fsync per raft batch before the answer). Redis has no waiting: contenders spin on \`SET NX\`."
+echo
+echo "| workload | leasegate | Redis A (no fsync) | Redis B (fsync always) | etcd | lg/Redis A | lg/Redis B | lg/etcd |"
+echo "|---|---|---|---|---|---|---|---|"
+row "pairs/s, $CLIENTS clients, distinct locks (etcd: txn put-if-absent + delete)" pairs_per_s pairs64.lg pairs64.redis pairs64.redisfs pairs64.etcd
+row "pair p50 ms, $CLIENTS clients" p50_ms pairs64.lg pairs64.redis pairs64.redisfs pairs64.etcd
+row "pair p99 ms, $CLIENTS clients" p99_ms pairs64.lg pairs64.redis pairs64.redisfs pairs64.etcd
+cpu_row() { # server CPU microseconds per pair (median CPU % / median pairs/s)
+    local ids=("$@") v=() i c p
+    for i in "${ids[@]}"; do
+        c=$(med "$i" server_cpu_pct); p=$(med "$i" pairs_per_s)
+        v+=("$(awk -v c="$c" -v p="$p" 'BEGIN { if (c == "-" || p == "-" || p + 0 == 0) print "-"; else printf "%.1f", c / 100 / p * 1e6 }')")
+    done
+    printf '| server CPU µs per pair, %s clients (CPU %% %s / %s / %s / %s) | %s | %s | %s | %s | %s | %s | %s |\n' "$CLIENTS" \
+        "$(med "${ids[0]}" server_cpu_pct)" "$(med "${ids[1]}" server_cpu_pct)" "$(med "${ids[2]}" server_cpu_pct)" "$(med "${ids[3]}" server_cpu_pct)" \
+        "${v[0]}" "${v[1]}" "${v[2]}" "${v[3]}" "$(ratio "${v[0]}" "${v[1]}")" "$(ratio "${v[0]}" "${v[2]}")" "$(ratio "${v[0]}" "${v[3]}")"
+}
+cpu_row pairs64.lg pairs64.redis pairs64.redisfs pairs64.etcd
+row "pairs/s, 1 client" pairs_per_s pairs1.lg pairs1.redis pairs1.redisfs pairs1.etcd
+row "pair p50 ms, 1 client" p50_ms pairs1.lg pairs1.redis pairs1.redisfs pairs1.etcd
+row "pairs/s, $CLIENTS clients, etcd lock API (lease grant+lock+unlock+revoke)" pairs_per_s pairs64.lg - - pairs64.etcdlock
+row "pair p99 ms, $CLIENTS clients, etcd lock API" p99_ms pairs64.lg - - pairs64.etcdlock
+row "pairs/s, 1 client, etcd lock API" pairs_per_s pairs1.lg - - pairs1.etcdlock
+row "grants/s, $CLIENTS clients on ONE lock (lg: long-poll; Redis: spin; etcd: lock API)" grants_per_s contend.lg contend.redis contend.redisfs contend.etcd
+row "handoff p50 ms (release sent → next grant received)" handoff_p50_ms contend.lg contend.redis contend.redisfs contend.etcd
+row "handoff p99 ms" handoff_p99_ms contend.lg contend.redis contend.redisfs contend.etcd
+mm() { local a b; a=$(med "$1" grants_min); b=$(med "$1" grants_max); [[ $a == - ]] && echo - || echo "$(fmt "$a") / $(fmt "$b")"; }
+printf '| fairness: fewest / most grants to one client | %s | %s | %s | %s | - | - | - |\n' "$(mm contend.lg)" "$(mm contend.redis)" "$(mm contend.redisfs)" "$(mm contend.etcd)"
+row "Redis SET attempts per grant (spinning)" attempts_per_grant - contend.redis contend.redisfs -
+lgw=$(med waiters.lg bytes_per_waiter); ew=$(med waiters.etcd bytes_per_waiter)
+printf '| server KB per waiter (lg: %s waiters; etcd: %s lock-API waiters) | %s | n/a | n/a | %s | - | - | %s |\n' \
+    "$WAITERS" "$ETCD_WAITERS" "$(kb_per "$lgw")" "$(kb_per "$ew")" "$(ratio "$lgw" "$ew")"
+row "wake one waiter, ms (holder releases → first waiter granted)" wake_ms waiters.lg - - waiters.etcd
+printf '| start-up with %s locks, ms (exec → /healthz 200) | %s | n/a | n/a | n/a | - | - | - |\n' "$STARTUP_LOCKS" "$(fmt "$(med startup.lg startup_ms)")"
+printf '| RSS after start-up with %s locks, MB | %s | n/a | n/a | n/a | - | - | - |\n' "$STARTUP_LOCKS" \
+    "$(awk -v a="$(med startup.lg server_rss_kb)" 'BEGIN { if (a == "-") print "-"; else printf "%.0f", a / 1024 }')"
+echo
+echo "Checks: leasegate FIFO order kept in every contend run: $(allv contend.lg fifo_ok) (violations: $(allv contend.lg fifo_violations)); tokens increasing: $(allv contend.lg token_ok)."
+echo "etcd lock-API grant order = send order: $(allv contend.etcd fifo_ok) (violations: $(allv contend.etcd fifo_violations); the gRPC gateway may reorder near-simultaneous requests)."
+echo "Errors (unexpected answers, dropped connections) per cell: $(awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^errors=/ && $i != "errors=0") s = s " " $1 ":" substr($i, 8) } END { print (s ? s : " none") }' "$RESULTS")."
+echo "Start-up check: locks loaded $(allv startup.lg locks), held $(allv startup.lg locks_held)."
+echo "Ratios are leasegate ÷ peer: above 1 is better for leasegate in rates, worse in latencies and memory."
+echo "leasegate binary: sha256 $LG_REV. Machine during the run: load average before/after $LOAD_START / $LOAD_END; CPU over the run $STEAL; pressure (PSI some, avg60) before: $PSI_START, after: $PSI_END; wall time $((T_END - T_START)) s; nproc $(nproc)."
