@@ -95,9 +95,18 @@ static void reply_not_holder(Request *req, const char *name, const uint8_t *leas
 
 static void reply_overloaded(Request *req, LockResult r)
 {
-    http_reply_error(req, ERR_OVERLOADED, NULL, "%s",
-                     r == LOCK_NOMEM ? "out of memory; retry later"
-                                     : "a limit on locks or waiters is reached; retry later");
+    const Server *s = req->srv;
+    if (r == LOCK_NOMEM)
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry later");
+    else if (locktab_locks(s->locks) >= s->cfg.max_locks)
+        /* Names are kept once granted (for last_token), so this does not pass by itself. */
+        http_reply_error(req, ERR_OVERLOADED, NULL,
+                         "the lock table is full: %zu distinct lock names have been granted (--max-locks)",
+                         s->cfg.max_locks);
+    else
+        http_reply_error(req, ERR_OVERLOADED, NULL,
+                         "too many waiters (--max-waiters %zu, --max-waiters-per-lock %zu); retry later",
+                         s->cfg.max_waiters, s->cfg.max_waiters_per_lock);
 }
 
 void api_acquire(Request *req)
@@ -121,6 +130,13 @@ void api_acquire(Request *req)
         /* Reentry without ttl_ms keeps the lease's own ttl rather than the default. */
         if (reentry && !json_object_get(obj, "ttl_ms"))
             ttl_ms = 0;
+        if (wait_ms > 0 && s->stopping) {
+            /* Shutting down: no new waiters, they could not be answered. */
+            http_reply_error(req, ERR_OVERLOADED, NULL, "server is shutting down; retry");
+            free(metadata);
+            json_decref(obj);
+            return;
+        }
         uuid_t fresh;
         uuid_generate_random(fresh);
         AcquireArgs args = {owner, metadata, ttl_ms, wait_ms, reentry ? lease : NULL, fresh};

@@ -12,6 +12,13 @@
  * at once. Orphaned grandchildren are reparented to the supervisor
  * (PR_SET_CHILD_SUBREAPER) and reaped; when CMD exits, what is left of its
  * group is stopped before the lock is released.
+ *
+ * The supervisor itself: SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed to
+ * CMD's group; SIGTSTP/SIGTTIN/SIGTTOU stop the group, never the supervisor
+ * (a stopped supervisor cannot renew or kill); if the supervisor dies anyway
+ * (SIGKILL, OOM), CMD gets SIGKILL (PR_SET_PDEATHSIG). Time is CLOCK_BOOTTIME,
+ * which keeps counting while the machine sleeps. Limits: a descendant that
+ * leaves the process group (setsid) is out of reach.
  */
 #include <errno.h>
 #include <poll.h>
@@ -30,6 +37,7 @@
 
 #define RENEW_RETRY_MS 250
 #define RELEASE_TIMEOUT_MS 5000
+#define GRACE_MIN_MS 100
 
 typedef struct Run {
     const char *server, *lock, *owner, *metadata;
@@ -52,7 +60,7 @@ typedef struct Run {
 static int64_t mono_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -161,11 +169,16 @@ static pid_t spawn(Run *r, const sigset_t *oldmask)
 {
     char token[32];
     snprintf(token, sizeof token, "%lld", r->token);
+    pid_t supervisor = getpid();
     pid_t pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
         setpgid(0, 0);
+        /* If the supervisor dies, nothing may go on holding what it held. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != supervisor)
+            _exit(127);
         sigprocmask(SIG_SETMASK, oldmask, NULL);
         setenv("LEASEGATE_LOCK", r->lock, 1);
         setenv("LEASEGATE_TOKEN", token, 1);
@@ -199,8 +212,12 @@ static void supervise(Run *r, int sigfd)
         bool alive = group_alive(r->child);
         if (r->child_exited && !alive)
             return;
-        if (r->child_exited && !r->stopping) /* CMD is done: its leftovers go too */
-            stop_group(r, now, now + (r->grace_ms > 0 ? r->grace_ms : 1000), NULL);
+        if (r->child_exited && !r->stopping) { /* CMD is done: its leftovers go too, before the bound */
+            int64_t kill_at = now + r->grace_ms;
+            if (kill_at > r->expiry_lb - r->grace_ms / 2)
+                kill_at = r->expiry_lb - r->grace_ms / 2;
+            stop_group(r, now, kill_at, NULL);
+        }
         if (r->stopping && !r->killed && now >= r->kill_at) {
             kill(-r->child, SIGKILL);
             r->killed = true;
@@ -229,8 +246,10 @@ static void supervise(Run *r, int sigfd)
             while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
                 if (si.ssi_signo == SIGCHLD)
                     reap(r);
+                else if (si.ssi_signo == SIGTSTP || si.ssi_signo == SIGTTIN || si.ssi_signo == SIGTTOU)
+                    kill(-r->child, SIGSTOP); /* CMD pauses; its lease is still renewed */
                 else
-                    kill(-r->child, (int)si.ssi_signo); /* pass SIGINT/SIGTERM/SIGHUP on */
+                    kill(-r->child, (int)si.ssi_signo); /* SIGINT, SIGTERM, SIGHUP, SIGQUIT */
             }
         }
         reap(r);
@@ -290,9 +309,9 @@ int cli_run(int argc, char **argv)
         return CLI_USAGE;
     }
     if (r.grace_ms < 0)
-        r.grace_ms = r.ttl_ms / 4 < 2000 ? r.ttl_ms / 4 : 2000;
-    if (r.grace_ms > r.ttl_ms / 2) {
-        fprintf(stderr, "leasegate run: --grace must be at most half of --ttl\n");
+        r.grace_ms = r.ttl_ms / 4 < 2000 ? (r.ttl_ms / 4 > GRACE_MIN_MS ? r.ttl_ms / 4 : GRACE_MIN_MS) : 2000;
+    if (r.grace_ms < GRACE_MIN_MS || r.grace_ms > r.ttl_ms / 2) {
+        fprintf(stderr, "leasegate run: --grace must be in %dms..half of --ttl\n", GRACE_MIN_MS);
         return CLI_USAGE;
     }
     if (no_wait)
@@ -312,6 +331,10 @@ int cli_run(int argc, char **argv)
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGQUIT);
+    sigaddset(&mask, SIGTSTP);
+    sigaddset(&mask, SIGTTIN);
+    sigaddset(&mask, SIGTTOU);
     sigprocmask(SIG_BLOCK, &mask, &oldmask);
     int sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (sigfd < 0) {

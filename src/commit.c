@@ -25,8 +25,8 @@ typedef struct Batch {
     StoreMark *guard_marks;
     size_t nguard_marks, capguard_marks;
     Arena strings; /* every string the records point to */
-    CommitHold *holds;
-    CommitHold **holds_tail;
+    CommitHold *holds; /* doubly linked, in arrival order */
+    CommitHold *holds_tail;
     int result;     /* set by the writer: 0 committed, -1 failed */
     double seconds; /* how long the commit took */
 } Batch;
@@ -65,7 +65,7 @@ static void batch_init(Batch *b)
 {
     memset(b, 0, sizeof *b);
     arena_init(&b->strings);
-    b->holds_tail = &b->holds;
+    b->holds_tail = NULL;
 }
 
 static void batch_reset(Batch *b)
@@ -75,7 +75,7 @@ static void batch_reset(Batch *b)
     b->nguard_marks = 0;
     arena_reset(&b->strings);
     b->holds = NULL;
-    b->holds_tail = &b->holds;
+    b->holds_tail = NULL;
     b->result = 0;
 }
 
@@ -262,9 +262,33 @@ bool commit_pending(const Commit *c)
 
 void commit_hold(Commit *c, CommitHold *hold)
 {
+    Batch *b = c->pending;
+    hold->batch = b;
     hold->next = NULL;
-    *c->pending->holds_tail = hold;
-    c->pending->holds_tail = &hold->next;
+    hold->prev = b->holds_tail;
+    if (b->holds_tail)
+        b->holds_tail->next = hold;
+    else
+        b->holds = hold;
+    b->holds_tail = hold;
+}
+
+void commit_unhold(Commit *c, CommitHold *hold)
+{
+    (void)c;
+    Batch *b = hold->batch;
+    if (!b)
+        return;
+    if (hold->prev)
+        hold->prev->next = hold->next;
+    else
+        b->holds = hold->next;
+    if (hold->next)
+        hold->next->prev = hold->prev;
+    else
+        b->holds_tail = hold->prev;
+    hold->prev = hold->next = NULL;
+    hold->batch = NULL;
 }
 
 void commit_flush(Commit *c)
@@ -309,6 +333,8 @@ int commit_done(Commit *c)
     }
     record_stats(c, b);
     CommitHold *h = b->holds;
+    for (CommitHold *x = h; x; x = x->next)
+        x->batch = NULL; /* released: no longer cancellable */
     batch_reset(b);
     atomic_store(&c->state, INFLIGHT_IDLE);
     /* Ready callbacks may record changes and hold again: they go to the pending batch. */

@@ -35,7 +35,7 @@ void config_usage(FILE *out)
             "  --max-waiters N             waiting acquires in total, then 503 (default 100000)\n"
             "  --max-waiters-per-lock N    waiting acquires per lock, then 503 (default 10000)\n"
             "  --max-connections N         concurrent HTTP connections (default 16000)\n"
-            "  --max-locks N               distinct lock names, then 503 (default 10000000)\n"
+            "  --max-locks N               distinct lock names ever granted, then 503 (default 10000000)\n"
             "  --max-fences N              distinct fence resources, then 503 (default 1000000)\n"
             "  --idle-timeout SECONDS      close idle keep-alive connections after (default 60)\n"
             "  --lease-history N           ended leases remembered to explain not_holder (default 65536)\n"

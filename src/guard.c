@@ -11,14 +11,51 @@
 
 #define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
+/* Prefixes match whole path segments: "/store" covers "/store/x" and
+ * "/store?q", not "/storefront". */
 const GuardRoute *guard_match(const Server *s, const char *raw_uri)
 {
     for (size_t i = 0; i < s->cfg.nguards; i++) {
         const GuardRoute *g = &s->cfg.guards[i];
-        if (strncmp(raw_uri, g->prefix, strlen(g->prefix)) == 0)
+        size_t n = strlen(g->prefix);
+        if (strncmp(raw_uri, g->prefix, n) != 0)
+            continue;
+        char next = raw_uri[n];
+        if (g->prefix[n - 1] == '/' || next == '\0' || next == '/' || next == '?')
             return g;
     }
     return NULL;
+}
+
+/* Is this raw segment "." or "..", also when spelled %2e? */
+static bool dot_segment(const char *seg, size_t len)
+{
+    size_t dots = 0;
+    for (size_t i = 0; i < len; dots++) {
+        if (seg[i] == '.')
+            i++;
+        else if (len - i >= 3 && seg[i] == '%' && seg[i + 1] == '2' && (seg[i + 2] == 'e' || seg[i + 2] == 'E'))
+            i += 3;
+        else
+            return false;
+    }
+    return dots == 1 || dots == 2;
+}
+
+/* The path after the prefix may not climb out of the upstream's base path
+ * (curl would resolve "..", and so may the upstream). */
+static bool path_escapes(const char *rest)
+{
+    const char *end = rest + strcspn(rest, "?#");
+    for (const char *seg = rest; seg <= end;) {
+        size_t len = strcspn(seg, "/?#");
+        if (seg + len > end)
+            len = (size_t)(end - seg);
+        if (dot_segment(seg, len))
+            return true;
+        seg += len + 1;
+    }
+    return false;
 }
 
 static bool safe_method(const char *method)
@@ -114,6 +151,18 @@ void guard_begin(Request *req, const GuardRoute *g, const char *method)
 {
     Server *s = req->srv;
     bool write = !safe_method(method);
+    int64_t content_length;
+    bool has_body = request_body(req, &content_length);
+    if (path_escapes(req->raw_uri + strlen(g->prefix))) {
+        http_reply_error(req, ERR_BAD_REQUEST, NULL, "'.' and '..' path segments are not allowed under %s",
+                         g->prefix);
+        return;
+    }
+    /* A body on a method that passes unchecked would be a write without a token. */
+    if (!write && has_body && content_length != 0) {
+        http_reply_error(req, ERR_BAD_REQUEST, NULL, "%s may not carry a body through the guard", method);
+        return;
+    }
     if (write) {
         const char *token_s = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Fencing-Token");
         const char *lock = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Fencing-Lock");
@@ -147,10 +196,8 @@ void guard_begin(Request *req, const GuardRoute *g, const char *method)
             return;
         }
     }
-    int64_t content_length;
-    bool has_body = request_body(req, &content_length);
     char *url = upstream_url(g, req->raw_uri);
-    req->call = url ? proxy_call_new(s->proxy, req, method, url, has_body, content_length) : NULL;
+    req->call = url ? proxy_call_new(s->proxy, req, method, url, write && has_body, content_length) : NULL;
     free(url);
     if (!req->call) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory");

@@ -39,13 +39,31 @@ static void request_free(Request *req)
     free(req);
 }
 
+static void suspended_unlink(Request *req)
+{
+    Server *s = req->srv;
+    if (req->sprev)
+        req->sprev->snext = req->snext;
+    else
+        s->suspended_list = req->snext;
+    if (req->snext)
+        req->snext->sprev = req->sprev;
+    req->sprev = req->snext = NULL;
+    s->suspended--;
+}
+
 void http_suspend(Request *req)
 {
     if (req->suspended)
         return;
+    Server *s = req->srv;
     MHD_suspend_connection(req->conn);
     req->suspended = true;
-    req->srv->suspended++;
+    req->snext = s->suspended_list;
+    if (s->suspended_list)
+        s->suspended_list->sprev = req;
+    s->suspended_list = req;
+    s->suspended++;
 }
 
 void http_resume(Request *req)
@@ -53,8 +71,14 @@ void http_resume(Request *req)
     if (!req->suspended)
         return;
     req->suspended = false;
-    req->srv->suspended--;
+    suspended_unlink(req);
     MHD_resume_connection(req->conn);
+}
+
+void http_close_suspended(Server *s)
+{
+    while (s->suspended_list)
+        http_close(s->suspended_list);
 }
 
 static void count_status(Server *s, unsigned status)
@@ -77,8 +101,9 @@ static enum MHD_Result queue_stored(Request *req)
 
 static void deliver(Request *req)
 {
-    /* Outside the callback the connection is suspended: resume it and the
-     * callback that follows queues the response. */
+    /* Outside the callback: if the connection is suspended, resume it and the
+     * callback that follows queues the response; if it is still receiving a
+     * body, its last callback queues it. */
     if (!req->in_handler)
         http_resume(req);
 }
@@ -164,6 +189,14 @@ static json_t *error_body_new(ErrCode code, json_t *extra, const char *fmt, va_l
     char message[512];
     vsnprintf(message, sizeof message, fmt, ap);
     json_t *body = json_pack("{s:s, s:s}", "error", error_code(code), "message", message);
+    if (!body) {
+        /* The message echoes client bytes that are not UTF-8: answer anyway,
+         * with those bytes shown as '?'. */
+        for (char *p = message; *p; p++)
+            if ((unsigned char)*p >= 0x80)
+                *p = '?';
+        body = json_pack("{s:s, s:s}", "error", error_code(code), "message", message);
+    }
     if (body && extra)
         json_object_update(body, extra);
     json_decref(extra);
@@ -371,8 +404,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (req->response)
+    if (req->response) {
+        /* Built outside the callback but still held for its commit: park until then. */
+        if (commit_held(&req->hold)) {
+            http_suspend(req);
+            return MHD_YES;
+        }
         return queue_stored(req);
+    }
     req->in_handler = true;
     if (req->call) {
         enum MHD_Result r = proxy_call_final(req->call);
@@ -414,8 +453,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         s->metrics.waiter_disconnects++;
     }
     stop_waiting(req);
+    /* A reply held for a commit that this connection will never send. */
+    commit_unhold(s->commit, &req->hold);
     if (req->suspended)
-        s->suspended--;
+        suspended_unlink(req);
     /* A grant nobody received must not sit there until its TTL runs out. */
     if (req->grant_pending && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         Now now = clock_now();

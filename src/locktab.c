@@ -168,8 +168,9 @@ static bool set_expiry(Locktab *lt, Lock *lock, int64_t ttl_ms, const Now *now)
     return heap_set(&lt->deadlines, &lock->expiry.entry, now->mono_ms + ttl_ms);
 }
 
-/* Makes a free lock held by a new lease. Takes ownership of owner and metadata
- * (both non-NULL). The token is the next value of the global counter. */
+/* Makes a free lock held by a new lease. On success takes ownership of owner
+ * and metadata (both non-NULL); on failure leaves them to the caller and
+ * changes nothing. The token is the next value of the global counter. */
 static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], char *owner,
                   char *metadata, int64_t ttl_ms, const Now *now)
 {
@@ -178,6 +179,7 @@ static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], 
     memcpy(h->lease, lease, LEASE_ID_BYTES);
     h->owner = owner;
     h->metadata = metadata;
+    uint64_t lock_last = lock->last_token;
     h->token = ++lt->last_token;
     h->acquired_at_ms = now->wall_ms;
     h->count = 1;
@@ -185,10 +187,13 @@ static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], 
     lock->held = true;
     lt->held++;
     if (!set_expiry(lt, lock, ttl_ms, now)) {
-        /* Out of memory for the heap: undo; the token is simply skipped. */
+        /* Out of memory for the heap: undo all of it, so that no undurable
+         * token is ever visible. */
         lock->held = false;
         lt->held--;
-        holder_clear(h);
+        lt->last_token--;
+        lock->last_token = lock_last;
+        memset(h, 0, sizeof *h);
         return false;
     }
     return true;
@@ -226,7 +231,7 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now)
         }
         /* Could not grant for lack of memory: this waiter times out now. */
         void *ctx = w->ctx;
-        free(w->owner);
+        free(w->owner); /* grant() left them to us */
         free(w->metadata);
         free(w);
         lt->hooks.timed_out(lt->hooks.ud, ctx, lock);
@@ -274,9 +279,13 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
     }
     lock->held = true;
     lt->held++;
-    /* Same absolute expiry as before the restart, on the monotonic clock. */
-    if (!heap_set(&lt->deadlines, &lock->expiry.entry,
-                  now->mono_ms + (holder->expires_at_ms - now->wall_ms))) {
+    /* Same absolute expiry as before the restart, on the monotonic clock; but
+     * never more than one ttl away, whatever the wall clock says at start-up
+     * (a clock that is behind must not stretch a lease). */
+    int64_t left_ms = holder->expires_at_ms - now->wall_ms;
+    if (left_ms > holder->ttl_ms)
+        left_ms = holder->ttl_ms;
+    if (!heap_set(&lt->deadlines, &lock->expiry.entry, now->mono_ms + left_ms)) {
         lock->held = false;
         lt->held--;
         holder_clear(h);

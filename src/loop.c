@@ -9,6 +9,7 @@
 #include "leasegate/loop.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,11 +25,15 @@
 
 #define MAX_EVENTS 256
 #define SHUTDOWN_DRAIN_MS 3000
+/* After a wave of at least this many parked connections has mostly gone, the
+ * freed memory is handed back to the OS (glibc keeps it in the heap). */
+#define TRIM_WAVE 1000
 
 struct Loop {
     Server *s;
     int epfd;
     int sigfd;
+    size_t suspended_peak; /* since the last trim */
     LoopSource mhd_src, commit_src, signal_src;
 };
 
@@ -102,6 +107,19 @@ static int next_timeout_ms(Loop *l, int cap_ms)
     return t > 1000000 ? 1000000 : (int)t;
 }
 
+/* A wave of long-polls leaves its connections' memory resident in the heap
+ * (freed, but not returned): give it back once the wave has mostly gone. */
+static void trim_after_wave(Loop *l)
+{
+    size_t now = l->s->suspended;
+    if (now > l->suspended_peak)
+        l->suspended_peak = now;
+    if (l->suspended_peak >= TRIM_WAVE && now < l->suspended_peak / 4) {
+        malloc_trim(0);
+        l->suspended_peak = now;
+    }
+}
+
 /* One turn of the loop. Returns -1 when storage failed (nothing more may be sent). */
 static int turn(Loop *l, int cap_ms)
 {
@@ -144,6 +162,7 @@ static int turn(Loop *l, int cap_ms)
     proxy_tick(s->proxy, &now);
     MHD_run(s->daemon);
     commit_flush(s->commit);
+    trim_after_wave(l);
     return 0;
 }
 
@@ -173,10 +192,14 @@ int loop_run(Loop *l)
             break;
         }
     }
+    /* MHD may not stop with connections suspended: drop whatever is left. */
+    proxy_abort_all(s->proxy);
+    http_close_suspended(s);
     /* A few more turns so that queued responses reach the sockets. */
     for (int i = 0; i < 5; i++)
         if (turn(l, 10) < 0)
             return 1;
+    http_close_suspended(s);
     if (commit_sync(s->commit) < 0) {
         fprintf(stderr, "leasegate: storage failure at shutdown: %s\n", commit_error(s->commit));
         return 1;

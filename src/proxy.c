@@ -55,7 +55,8 @@ struct ProxyCall {
 
 typedef struct CurlSock {
     LoopSource src; /* first member */
-    int fd;
+    int fd;         /* -1 once curl is done with it */
+    struct CurlSock *next_dead;
 } CurlSock;
 
 struct Proxy {
@@ -65,6 +66,9 @@ struct Proxy {
     int64_t timer_ms; /* monotonic deadline of curl's timer, or -1 */
     Heap idle;        /* running calls by their inactivity deadline */
     ProxyCall *calls;
+    /* Sockets curl has let go of in this turn: events for them may still be in
+     * the loop's current batch, so they are freed at the next tick. */
+    CurlSock *dead;
     ProxyStats stats;
 };
 
@@ -187,7 +191,9 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *
         if (cs) {
             loop_unwatch(p->loop, fd);
             curl_multi_assign(p->multi, fd, NULL);
-            free(cs);
+            cs->fd = -1;
+            cs->next_dead = p->dead;
+            p->dead = cs;
         }
         return 0;
     }
@@ -249,6 +255,15 @@ static void collect_done(Proxy *p)
     }
 }
 
+static void free_dead(Proxy *p)
+{
+    while (p->dead) {
+        CurlSock *next = p->dead->next_dead;
+        free(p->dead);
+        p->dead = next;
+    }
+}
+
 Proxy *proxy_new(Loop *loop, unsigned timeout_s)
 {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
@@ -279,6 +294,7 @@ void proxy_free(Proxy *p)
     while (p->calls)
         proxy_call_free(p->calls);
     curl_multi_cleanup(p->multi);
+    free_dead(p);
     heap_clear(&p->idle);
     free(p);
     curl_global_cleanup();
@@ -287,6 +303,8 @@ void proxy_free(Proxy *p)
 void proxy_socket_event(Proxy *p, LoopSource *src, uint32_t ev)
 {
     CurlSock *cs = (CurlSock *)src;
+    if (cs->fd < 0)
+        return; /* curl let go of it earlier in this batch */
     int flags = (ev & EPOLLIN ? CURL_CSELECT_IN : 0) | (ev & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
                 (ev & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
     int running;
@@ -326,6 +344,7 @@ static void expire_idle(Proxy *p, const Now *now)
 
 void proxy_tick(Proxy *p, const Now *now)
 {
+    free_dead(p);
     expire_idle(p, now);
     if (p->timer_ms < 0 || p->timer_ms > now->mono_ms)
         return;
@@ -337,10 +356,16 @@ void proxy_tick(Proxy *p, const Now *now)
 
 void proxy_abort_all(Proxy *p)
 {
-    while (p->calls) {
-        Request *req = p->calls->req;
-        proxy_call_free(p->calls);
-        http_close(req);
+    /* The calls stay owned by their requests, which free them when MHD
+     * completes the closed connections. */
+    for (ProxyCall *c = p->calls; c; c = c->next) {
+        if (c->done)
+            continue;
+        if (c->started)
+            curl_multi_remove_handle(p->multi, c->easy);
+        c->started = false;
+        finished(c, CURLE_ABORTED_BY_CALLBACK);
+        http_close(c->req);
     }
 }
 
@@ -413,6 +438,7 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
     }
     CURL *e = c->easy;
     curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L); /* the guard vetted the path; curl must not rewrite it */
     curl_easy_setopt(e, CURLOPT_PRIVATE, c);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);

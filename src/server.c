@@ -127,6 +127,10 @@ int server_run(Server *s)
 void server_close(Server *s)
 {
     http_stop(s);
+    /* Stopping MHD completes the last connections, which may release grants
+     * that were never delivered: make that durable too. */
+    if (s->commit && commit_sync(s->commit) < 0)
+        fprintf(stderr, "leasegate: storage failure at shutdown: %s\n", commit_error(s->commit));
     proxy_free(s->proxy);
     loop_free(s->loop);
     commit_free(s->commit);

@@ -24,10 +24,13 @@
 
 typedef struct CommitHold CommitHold;
 struct CommitHold {
-    CommitHold *next;
+    CommitHold *prev, *next;
+    void *batch; /* the batch it waits for; NULL when not queued (commit's to set) */
     /* Called on the loop thread once every change recorded before the hold is durable. */
     void (*ready)(CommitHold *hold);
 };
+
+static inline bool commit_held(const CommitHold *hold) { return hold->batch != NULL; }
 
 #define COMMIT_LATENCY_BUCKETS 12
 extern const double COMMIT_LATENCY_BOUNDS_MS[COMMIT_LATENCY_BUCKETS];
@@ -58,6 +61,8 @@ bool commit_pending(const Commit *c);
 /* Queues hold->ready to run after the pending batch is durable. Only valid
  * while commit_pending() is true. */
 void commit_hold(Commit *c, CommitHold *hold);
+/* Takes a queued hold back (its owner is going away); no-op when not queued. */
+void commit_unhold(Commit *c, CommitHold *hold);
 /* Hands the pending batch to the writer if the writer is idle. */
 void commit_flush(Commit *c);
 /* The loop calls this when commit_fd() is readable: runs the holds of the

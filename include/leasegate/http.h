@@ -47,6 +47,7 @@ struct Request {
     bool body_too_large;
     bool in_handler;    /* inside the access callback: may queue directly */
     bool suspended;
+    Request *sprev, *snext; /* in Server.suspended_list while suspended */
     bool close;         /* on resume, drop the connection */
     unsigned status;
     struct MHD_Response *response; /* owned: built, waiting to be queued */
@@ -98,6 +99,8 @@ void http_waiter_done(Request *req);
 void http_hangup(Request *req);
 /* Shutdown: answers every waiter with 503. */
 void http_cancel_waiters(Server *s);
+/* Shutdown, last step before MHD stops: drops every connection still suspended. */
+void http_close_suspended(Server *s);
 
 const char *http_query(Request *req, const char *key);
 

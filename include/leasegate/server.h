@@ -33,7 +33,8 @@ typedef struct Server {
     Loop *loop;
     Metrics metrics;
     Request *waiting;  /* requests in a long-poll (a doubly linked list) */
-    size_t suspended;  /* connections suspended now (waiting or held for commit) */
+    size_t suspended;  /* connections suspended now (waiting, held for commit, proxied) */
+    Request *suspended_list;
     bool stopping;
     bool storage_failed;
 } Server;

@@ -324,6 +324,17 @@ class BadInputTests(unittest.TestCase):
                 body = {"owner": "a"} if method == "POST" else None
                 self.assert_error(self.srv.request(method, path, body=body), 404, "not_found")
 
+    def test_invalid_utf8_still_gets_a_json_error(self):
+        # Error messages echo what the client sent; bytes that are not UTF-8 used to
+        # make the JSON body fail and the connection close without an answer.
+        for path, status in (("/v1/locks/a%FFb", 400), ("/nope%FF", 404), ("/v1/fence/r%C3", 400)):
+            with self.subTest(path=path):
+                body = {"token": 1} if path.startswith("/v1/fence") else None
+                self.assert_error(self.srv.request("POST" if body else "GET", path, body=body), status,
+                                  "bad_request" if status == 400 else "not_found")
+        # An unknown field whose name is cut mid-character when echoed.
+        self.assert_400(self.acq({"owner": "a", "\u00e9" * 60: 1}), None)
+
     def test_wrong_method_405(self):
         cases = [
             ("GET", "/v1/locks/x/acquire", "POST"),

@@ -561,6 +561,39 @@ class RunTests(CliTestBase):
         self.assertFalse(os.path.exists(marker))
 
 
+class RunSupervisorHardeningTests(CliTestBase):
+    """Ways the supervisor itself could be stopped or killed while CMD runs on."""
+
+    def test_grace_below_minimum_is_refused(self):
+        rc, _, err = self.cli(["run", "--lock", self.lock_name("grace"), "--ttl", "2s", "--grace", "0ms",
+                               "--server", self.srv.url, "--", "true"])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("--grace", err)
+
+    def test_sigquit_is_passed_to_cmd(self):
+        lock = self.lock_name("quit")
+        script = "trap 'echo got QUIT > %s; exit 0' QUIT; echo $$ > %s; while :; do sleep 0.05; done" % (
+            self.path("quit.txt"), self.path("child.pid"))
+        p = self.start_run(lock, ["bash", "-c", script], server=self.srv.url)
+        self.wait_pid_file("child.pid", p)
+        os.kill(p.pid, signal.SIGQUIT)
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        with open(self.path("quit.txt")) as f:
+            self.assertEqual(f.read().strip(), "got QUIT")
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_killed_supervisor_takes_cmd_with_it(self):
+        # SIGKILL (or the OOM killer) on the supervisor: CMD must not run on unsupervised.
+        lock = self.lock_name("kill")
+        p = self.start_run(lock, ["sh", "-c", "echo $$ > %s; exec sleep 60" % self.path("child.pid")],
+                           server=self.srv.url)
+        child = self.wait_pid_file("child.pid", p)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+        wait_for(lambda: pid_dead(child), 5.0, what="CMD gone after its supervisor was killed")
+
+
 class ScriptCommandTests(CliTestBase):
     def j(self, out):
         try:

@@ -670,6 +670,62 @@ class GuardCheckTests(GuardBase):
         self.assert_never_forwarded(marker)
 
 
+class GuardHardeningTests(GuardBase):
+    """Holes found in review: each of these failed before its fix."""
+
+    def test_safe_method_with_body_is_not_a_write(self):
+        # A GET with a body was forwarded as a PUT, unchecked.
+        key = "hard/getbody-" + uid()
+        g = self.acquire_ok("hard/" + uid())
+        self.assert_written(self.send("PUT", "/store/" + key, b"original", g["token"], g["name"]))
+        for headers, data in (({}, b"overwritten-without-token"), ({"Content-Length": "0"}, b"")):
+            st, _, body = self.srv.client.request("GET", "/store/" + key, raw=data, headers=headers)
+            if data:
+                self.assertEqual(st, 400, body)
+                self.assertEqual(body.get("error"), "bad_request", body)
+            else:
+                self.assertEqual(st, 200)
+        st, _, direct = self.ng.request("GET", "/" + key)
+        self.assertEqual((st, direct), (200, b"original"))
+        self.assertEqual([e["method"] for e in self.logged("/" + key) if e["method"] != "GET"], ["PUT"],
+                         "only the real PUT reached nginx")
+
+    def test_dot_segments_rejected(self):
+        marker = "dots-" + uid()
+        for path in ("/store/../" + marker, "/store/a/../../" + marker, "/store/%2e%2e/" + marker,
+                     "/store/.%2E/" + marker, "/store/./" + marker, "/store/x/.."):
+            with self.subTest(path=path):
+                st, h, body = self.send("GET", path)
+                self.assertEqual(st, 400, body)
+                self.assertEqual(body.get("error"), "bad_request", body)
+                self.assertNotEqual(h.get("x-upstream"), "nginx")
+        # Names that merely contain dots are fine.
+        st, h, _ = self.send("GET", "/store/dotted-" + uid() + "...x/.hidden")
+        self.assertEqual((st, h.get("x-upstream")), (404, "nginx"))
+        self.assert_never_forwarded("/" + marker)
+
+    def test_prefix_without_slash_matches_whole_segments(self):
+        with harness.Server(extra_args=["--guard", "/bucket=" + self.ng.url]) as srv:
+            st, h, _ = srv.request("GET", "/bucketfront/x")
+            self.assertEqual(st, 404)
+            self.assertNotEqual(h.get("x-upstream"), "nginx", "/bucket must not cover /bucketfront")
+            st, h, _ = srv.request("GET", "/bucket/missing-" + uid())
+            self.assertEqual((st, h.get("x-upstream")), (404, "nginx"))
+
+    def test_client_gone_while_its_mark_commits(self):
+        # The reply of a write was held for its mark's commit; the client left
+        # before that: the server must forget the hold, not use the freed request.
+        for i in range(150):
+            g = self.acquire_ok("hard/gone-%d-%s" % (i, uid()))
+            sock = socket.create_connection(("127.0.0.1", self.srv.port), timeout=5)
+            sock.sendall(("PUT /store/gone-%d HTTP/1.1\r\nHost: x\r\nFencing-Token: %d\r\n"
+                          "Fencing-Lock: %s\r\nContent-Length: 100\r\n\r\n" % (i, g["token"], g["name"])).encode())
+            sock.close()
+            self.srv.release(g["name"], g["lease"])
+        st, _, b = self.srv.request("GET", "/healthz")
+        self.assertEqual((st, b), (200, {"status": "ok"}))
+
+
 class GuardMultiTests(GuardBase):
     """--guard is repeatable; the upstream URL may carry a base path."""
 
@@ -850,6 +906,31 @@ class GuardUpstreamErrorTests(unittest.TestCase):
         self.assertEqual(self.slow.wait_open(0, timeout=5), 0, "upstream connections left open")
         st, _, b = self.srv.request("GET", "/healthz")
         self.assertEqual((st, b), (200, {"status": "ok"}))
+
+    def test_sigterm_with_an_upstream_call_in_flight(self):
+        # Shutdown cuts the call and closes its client; it used to free the call twice.
+        # The upstream timeout is long, so the call is still running when the server stops.
+        self.srv.cleanup()
+        self.srv = harness.Server(extra_args=["--guard", "/slow/=" + self.slow.url, "--guard-timeout", "60"])
+        out = []
+
+        def slow_get():
+            c = self.srv.new_client(timeout=30)
+            try:
+                out.append(c.request("GET", "/slow/never-shutdown")[0])
+            except Exception as e:  # the connection is closed: that is the point
+                out.append(type(e).__name__)
+            c.close()
+
+        t = threading.Thread(target=slow_get, daemon=True)
+        t.start()
+        deadline = time.monotonic() + 5
+        while self.slow.counts()[0] < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertGreaterEqual(self.slow.counts()[0], 1, "the call never reached the upstream")
+        self.assertEqual(self.srv.stop(), 0, self.srv.stderr_text())
+        t.join(15)
+        self.assertTrue(out, "the waiting client got no answer or close")
 
     def test_waiting_on_upstream_does_not_block_the_server(self):
         results = []

@@ -1,5 +1,8 @@
 """Restarts: holders survive SIGTERM and kill -9; expired leases are released on start."""
 
+import os
+import signal
+import socket
 import threading
 import time
 import unittest
@@ -129,6 +132,38 @@ class RestartTests(unittest.TestCase):
         for i in range(4):
             g = self.get("rs/cycle/%d" % i)
             self.assertEqual(g["holder"]["token"], self.tokens[i])
+
+    def test_sigterm_then_a_new_waiter_arrives(self):
+        # A long-poll that arrives during the shutdown drain used to be queued and
+        # stay suspended, and libmicrohttpd aborts when stopped with suspended
+        # connections. Now it is answered 503 and the server exits 0.
+        name = "rs/late"
+        self.acquire_ok(name, ttl_ms=60000)
+        c = self.srv.new_client(timeout=10)
+        out = {}
+
+        def waiter():
+            try:
+                out["resp"] = c.acquire(name, "w", wait_ms=30000)
+            except Exception as e:
+                out["exc"] = e
+
+        t = threading.Thread(target=waiter, daemon=True)
+        t.start()
+        self.srv.wait_until(lambda: self.srv.waiters(name) == 1, what="first waiter queued")
+        os.kill(self.srv.pid, signal.SIGTERM)
+        t.join(10)  # the first waiter is answered 503 by the shutdown
+        late = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        try:
+            body = b'{"owner":"late","wait_ms":30000}'
+            late.sendall(b"POST /v1/locks/rs/late/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            st, _, text = harness.read_response(late, timeout=10)
+            self.assertEqual(st, 503, text)
+        finally:
+            late.close()
+        self.assertEqual(self.srv.stop(timeout=30), 0, self.srv.stderr_text())
+        self.srv.start()
 
     def test_sigterm_answers_waiters_503(self):
         name = "rs/waited"

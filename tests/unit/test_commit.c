@@ -77,7 +77,7 @@ int main(int argc, char **argv)
         lock.holder = (Holder){.owner = "o", .metadata = "{}", .token = (uint64_t)i + 1, .ttl_ms = 1000,
                                .acquired_at_ms = 1, .expires_at_ms = 4102444800000, .count = 1};
         CHECK(commit_lock(c, &lock));
-        probes[i] = (Probe){{NULL, on_ready}, 0};
+        probes[i] = (Probe){{.ready = on_ready}, 0};
         commit_hold(c, &probes[i].hold);
     }
     CHECK(commit_fence(c, "res", 42));
@@ -89,8 +89,14 @@ int main(int argc, char **argv)
     lock.held = false;
     lock.last_token = 11;
     CHECK(commit_lock(c, &lock));
-    Probe late = {{NULL, on_ready}, 0};
+    Probe late = {{.ready = on_ready}, 0};
     commit_hold(c, &late.hold);
+    /* A hold whose owner goes away is taken back and never runs. */
+    Probe gone = {{.ready = on_ready}, 0};
+    commit_hold(c, &gone.hold);
+    CHECK(commit_held(&gone.hold));
+    commit_unhold(c, &gone.hold);
+    CHECK(!commit_held(&gone.hold));
     wait_done(c);
     int ready = 0;
     for (int i = 0; i < 10; i++)
@@ -101,6 +107,8 @@ int main(int argc, char **argv)
     commit_flush(c);
     wait_done(c);
     CHECK(late.ready == 1);
+    CHECK(gone.ready == 0);
+    CHECK(!commit_held(&late.hold));
     CHECK(!commit_pending(c));
     CHECK(commit_stats(c)->commits == 2 && commit_stats(c)->rows == 13);
     commit_free(c);
