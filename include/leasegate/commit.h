@@ -47,7 +47,8 @@ typedef struct Commit Commit;
 /* Starts the writer thread; the store is used only by it from now on.
  * NULL on failure (message in err). */
 Commit *commit_new(Store *store, char *err, size_t errlen);
-/* Commits what is pending, stops the writer. Holds still queued are dropped. */
+/* Stops the writer. Whatever is still pending is not committed: call
+ * commit_sync first. Holds still queued are dropped. */
 void commit_free(Commit *c);
 int commit_fd(const Commit *c);
 
