@@ -40,7 +40,7 @@ static json_t *lock_state_new(const char *name, const Lock *lock)
         return json_pack("{s:s, s:b, s:n, s:i, s:i}", "name", name, "held", 0, "holder", "waiters", 0,
                          "last_token", 0);
     return json_pack("{s:s, s:b, s:o, s:I, s:I}", "name", lock->name, "held", lock->held, "holder",
-                     lock->held ? holder_new(&lock->holder) : json_null(), "waiters", (json_int_t)lock->nwaiters,
+                     lock->held ? holder_new(&lock->holder) : json_null(), "waiters", (json_int_t)lock->waiters.len,
                      "last_token", (json_int_t)lock->last_token);
 }
 
@@ -62,7 +62,7 @@ static void reply_lock_held(Request *req, const Lock *lock)
 {
     json_t *extra = json_pack("{s:s, s:o, s:I}", "name", lock->name, "holder",
                               lock->held ? holder_new(&lock->holder) : json_null(), "waiters",
-                              (json_int_t)lock->nwaiters);
+                              (json_int_t)lock->waiters.len);
     if (lock->held)
         http_reply_error(req, ERR_LOCK_HELD, extra, "lock '%s' is held by '%s' (token %llu)", lock->name,
                          lock->holder.owner, (unsigned long long)lock->holder.token);

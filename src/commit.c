@@ -25,8 +25,7 @@ typedef struct Batch {
     StoreMark *guard_marks;
     size_t nguard_marks, capguard_marks;
     Arena strings; /* every string the records point to */
-    CommitHold *holds; /* doubly linked, in arrival order */
-    CommitHold *holds_tail;
+    DList holds; /* CommitHold.link, in arrival order */
     int result;     /* set by the writer: 0 committed, -1 failed */
     double seconds; /* how long the commit took */
 } Batch;
@@ -65,7 +64,6 @@ static void batch_init(Batch *b)
 {
     memset(b, 0, sizeof *b);
     arena_init(&b->strings);
-    b->holds_tail = NULL;
 }
 
 static void batch_reset(Batch *b)
@@ -74,8 +72,8 @@ static void batch_reset(Batch *b)
     b->nfences = 0;
     b->nguard_marks = 0;
     arena_reset(&b->strings);
-    b->holds = NULL;
-    b->holds_tail = NULL;
+    b->holds = (DList){0};
+
     b->result = 0;
 }
 
@@ -262,15 +260,8 @@ bool commit_pending(const Commit *c)
 
 void commit_hold(Commit *c, CommitHold *hold)
 {
-    Batch *b = c->pending;
-    hold->batch = b;
-    hold->next = NULL;
-    hold->prev = b->holds_tail;
-    if (b->holds_tail)
-        b->holds_tail->next = hold;
-    else
-        b->holds = hold;
-    b->holds_tail = hold;
+    hold->batch = c->pending;
+    dlist_append(&c->pending->holds, &hold->link);
 }
 
 void commit_unhold(Commit *c, CommitHold *hold)
@@ -279,22 +270,14 @@ void commit_unhold(Commit *c, CommitHold *hold)
     Batch *b = hold->batch;
     if (!b)
         return;
-    if (hold->prev)
-        hold->prev->next = hold->next;
-    else
-        b->holds = hold->next;
-    if (hold->next)
-        hold->next->prev = hold->prev;
-    else
-        b->holds_tail = hold->prev;
-    hold->prev = hold->next = NULL;
+    dlist_remove(&b->holds, &hold->link);
     hold->batch = NULL;
 }
 
 void commit_flush(Commit *c)
 {
     Batch *b = c->pending;
-    if (atomic_load(&c->state) != INFLIGHT_IDLE || (!batch_has_rows(b) && !b->holds))
+    if (atomic_load(&c->state) != INFLIGHT_IDLE || (!batch_has_rows(b) && b->holds.len == 0))
         return;
     c->pending = c->inflight;
     c->inflight = b;
@@ -332,16 +315,18 @@ int commit_done(Commit *c)
         return -1;
     }
     record_stats(c, b);
-    CommitHold *h = b->holds;
-    for (CommitHold *x = h; x; x = x->next)
-        x->batch = NULL; /* released: no longer cancellable */
+    DLink *l = b->holds.head;
+    for (DLink *x = l; x; x = x->next)
+        DLIST_ITEM(x, CommitHold, link)->batch = NULL; /* released: no longer cancellable */
     batch_reset(b);
     atomic_store(&c->state, INFLIGHT_IDLE);
-    /* Ready callbacks may record changes and hold again: they go to the pending batch. */
-    while (h) {
-        CommitHold *next = h->next;
+    /* Ready callbacks may record changes and hold again: they go to the pending
+     * batch, and only ever re-link their own hold, which is already passed. */
+    while (l) {
+        DLink *next = l->next;
+        CommitHold *h = DLIST_ITEM(l, CommitHold, link);
         h->ready(h);
-        h = next;
+        l = next;
     }
     return 0;
 }

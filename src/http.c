@@ -39,19 +39,6 @@ static void request_free(Request *req)
     free(req);
 }
 
-static void suspended_unlink(Request *req)
-{
-    Server *s = req->srv;
-    if (req->sprev)
-        req->sprev->snext = req->snext;
-    else
-        s->suspended_list = req->snext;
-    if (req->snext)
-        req->snext->sprev = req->sprev;
-    req->sprev = req->snext = NULL;
-    s->suspended--;
-}
-
 void http_suspend(Request *req)
 {
     if (req->suspended)
@@ -59,11 +46,7 @@ void http_suspend(Request *req)
     Server *s = req->srv;
     MHD_suspend_connection(req->conn);
     req->suspended = true;
-    req->snext = s->suspended_list;
-    if (s->suspended_list)
-        s->suspended_list->sprev = req;
-    s->suspended_list = req;
-    s->suspended++;
+    dlist_append(&s->suspended, &req->slink);
 }
 
 void http_resume(Request *req)
@@ -71,14 +54,14 @@ void http_resume(Request *req)
     if (!req->suspended)
         return;
     req->suspended = false;
-    suspended_unlink(req);
+    dlist_remove(&req->srv->suspended, &req->slink);
     MHD_resume_connection(req->conn);
 }
 
 void http_close_suspended(Server *s)
 {
-    while (s->suspended_list)
-        http_close(s->suspended_list);
+    while (s->suspended.head)
+        http_close(DLIST_ITEM(s->suspended.head, Request, slink));
 }
 
 static void count_status(Server *s, unsigned status)
@@ -225,17 +208,6 @@ const char *http_query(Request *req, const char *key)
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
-static void waiting_unlink(Request *req)
-{
-    Server *s = req->srv;
-    if (req->prev)
-        req->prev->next = req->next;
-    else if (s->waiting == req)
-        s->waiting = req->next;
-    if (req->next)
-        req->next->prev = req->prev;
-    req->prev = req->next = NULL;
-}
 
 static void unwatch(Request *req)
 {
@@ -250,10 +222,8 @@ void http_wait(Request *req, Waiter *w)
     Server *s = req->srv;
     req->waiter = w;
     http_suspend(req);
-    req->next = s->waiting;
-    if (s->waiting)
-        s->waiting->prev = req;
-    s->waiting = req;
+    dlist_append(&s->waiting, &req->wlink);
+    req->in_waiting = true;
     /* Suspended connections are invisible to MHD: watch the socket ourselves
      * so that a client that hangs up leaves the queue now, not at its deadline. */
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -265,7 +235,10 @@ void http_wait(Request *req, Waiter *w)
 static void stop_waiting(Request *req)
 {
     unwatch(req);
-    waiting_unlink(req);
+    if (req->in_waiting) {
+        dlist_remove(&req->srv->waiting, &req->wlink);
+        req->in_waiting = false;
+    }
     req->waiter = NULL;
 }
 
@@ -283,8 +256,8 @@ void http_hangup(Request *req)
 
 void http_cancel_waiters(Server *s)
 {
-    while (s->waiting) {
-        Request *req = s->waiting;
+    while (s->waiting.head) {
+        Request *req = DLIST_ITEM(s->waiting.head, Request, wlink);
         locktab_cancel(s->locks, req->waiter);
         stop_waiting(req);
         http_reply_error(req, ERR_OVERLOADED, NULL, "server is shutting down; retry");
@@ -456,7 +429,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     /* A reply held for a commit that this connection will never send. */
     commit_unhold(s->commit, &req->hold);
     if (req->suspended)
-        suspended_unlink(req);
+        dlist_remove(&s->suspended, &req->slink);
     /* A grant nobody received must not sit there until its TTL runs out. */
     if (req->grant_pending && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         Now now = clock_now();

@@ -19,7 +19,7 @@ enum { DEADLINE_EXPIRY = 1, DEADLINE_WAIT = 2 };
 struct Waiter {
     Deadline wait;
     Lock *lock;
-    Waiter *prev, *next;
+    DLink link; /* in lock->waiters */
     void *ctx; /* the caller's, untouched */
     uint8_t lease[LEASE_ID_BYTES];
     char *owner;
@@ -48,16 +48,20 @@ static void holder_clear(Holder *h)
     memset(h, 0, sizeof *h);
 }
 
+static Waiter *first_waiter(const Lock *lock)
+{
+    return lock->waiters.head ? DLIST_ITEM(lock->waiters.head, Waiter, link) : NULL;
+}
+
 static void lock_free(void *p)
 {
     Lock *lock = p;
-    Waiter *w = lock->first;
-    while (w) {
-        Waiter *next = w->next;
+    Waiter *w;
+    while ((w = first_waiter(lock))) {
+        dlist_remove(&lock->waiters, &w->link);
         free(w->owner);
         free(w->metadata);
         free(w);
-        w = next;
     }
     holder_clear(&lock->holder);
     free(lock->name);
@@ -95,16 +99,17 @@ void locktab_free(Locktab *lt)
 static void lock_check(const Locktab *lt, const Lock *lock)
 {
     assert(lock->held == heap_queued(&lock->expiry.entry));
-    assert(lock->held || lock->first == NULL);
+    assert(lock->held || lock->waiters.len == 0);
     assert(!lock->held || (lock->holder.token <= lock->last_token && lock->holder.count >= 1));
     assert(lock->last_token <= lt->last_token);
     size_t n = 0;
-    for (const Waiter *w = lock->first; w; w = w->next, n++) {
+    for (const DLink *l = lock->waiters.head; l; l = l->next, n++) {
+        const Waiter *w = DLIST_ITEM(l, Waiter, link);
         assert(w->lock == lock);
         assert(heap_queued(&w->wait.entry));
-        assert(w->next ? w->next->prev == w : lock->last == w);
+        assert(l->next ? l->next->prev == l : lock->waiters.tail == l);
     }
-    assert(n == lock->nwaiters);
+    assert(n == lock->waiters.len);
 }
 #else
 static void lock_check(const Locktab *lt, const Lock *lock) { (void)lt; (void)lock; }
@@ -119,7 +124,7 @@ void locktab_check(const Locktab *lt)
         const Lock *lock = smap_value(n);
         check_lock((void *)lt, lock);
         held += lock->held;
-        waiters += lock->nwaiters;
+        waiters += lock->waiters.len;
     }
     assert(held == lt->held);
     assert(waiters == lt->waiters);
@@ -201,16 +206,7 @@ static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], 
 
 static void unlink_waiter(Locktab *lt, Waiter *w)
 {
-    Lock *lock = w->lock;
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        lock->first = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        lock->last = w->prev;
-    lock->nwaiters--;
+    dlist_remove(&w->lock->waiters, &w->link);
     lt->waiters--;
     heap_remove(&lt->deadlines, &w->wait.entry);
 }
@@ -219,8 +215,8 @@ static void unlink_waiter(Locktab *lt, Waiter *w)
  * report it free. Exactly one waiter is woken. */
 static void grant_next(Locktab *lt, Lock *lock, const Now *now)
 {
-    while (lock->first) {
-        Waiter *w = lock->first;
+    Waiter *w;
+    while ((w = first_waiter(lock))) {
         unlink_waiter(lt, w);
         if (grant(lt, lock, w->lease, w->owner, w->metadata, w->ttl_ms, now)) {
             void *ctx = w->ctx;
@@ -314,7 +310,7 @@ static LockResult reenter(Locktab *lt, Lock *lock, const AcquireArgs *args, cons
 static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void *ctx,
                           const Now *now, Waiter **waiter_out)
 {
-    if (lt->waiters >= lt->limits.max_waiters || lock->nwaiters >= lt->limits.max_waiters_per_lock)
+    if (lt->waiters >= lt->limits.max_waiters || lock->waiters.len >= lt->limits.max_waiters_per_lock)
         return LOCK_OVERLOADED;
     Waiter *w = calloc(1, sizeof *w);
     if (!w)
@@ -335,13 +331,7 @@ static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void
     w->ctx = ctx;
     w->lock = lock;
     /* Fairness: append at the tail; only the head is ever granted. */
-    w->prev = lock->last;
-    if (lock->last)
-        lock->last->next = w;
-    else
-        lock->first = w;
-    lock->last = w;
-    lock->nwaiters++;
+    dlist_append(&lock->waiters, &w->link);
     lt->waiters++;
     lock_check(lt, lock);
     *waiter_out = w;

@@ -111,7 +111,7 @@ static int next_timeout_ms(Loop *l, int cap_ms)
  * (freed, but not returned): give it back once the wave has mostly gone. */
 static void trim_after_wave(Loop *l)
 {
-    size_t now = l->s->suspended;
+    size_t now = l->s->suspended.len;
     if (now > l->suspended_peak)
         l->suspended_peak = now;
     if (l->suspended_peak >= TRIM_WAVE && now < l->suspended_peak / 4) {
@@ -181,7 +181,7 @@ int loop_run(Loop *l)
         if (turn(l, 10) < 0)
             return 1;
         Now now = clock_now();
-        bool drained = s->suspended == 0 && !commit_pending(s->commit);
+        bool drained = s->suspended.len == 0 && !commit_pending(s->commit);
         if (drained)
             break;
         if (now.mono_ms - start.mono_ms > SHUTDOWN_DRAIN_MS && !aborted) {

@@ -22,6 +22,7 @@
 #include <strings.h>
 #include <sys/epoll.h>
 
+#include "leasegate/dlist.h"
 #include "leasegate/heap.h"
 #include "leasegate/http.h"
 
@@ -38,7 +39,7 @@ struct ProxyCall {
     CURL *easy;
     struct curl_slist *req_headers;
     struct curl_slist *resp_headers; /* "Name: value" lines of the final response */
-    ProxyCall *prev, *next;
+    DLink link; /* in Proxy.calls */
     Buf up, down;
     long status;
     curl_off_t content_length; /* the upstream's, -1 when unknown */
@@ -65,7 +66,7 @@ struct Proxy {
     unsigned timeout_s;
     int64_t timer_ms; /* monotonic deadline of curl's timer, or -1 */
     Heap idle;        /* running calls by their inactivity deadline */
-    ProxyCall *calls;
+    DList calls; /* ProxyCall.link */
     /* Sockets curl has let go of in this turn: events for them may still be in
      * the loop's current batch, so they are freed at the next tick. */
     CurlSock *dead;
@@ -291,8 +292,8 @@ void proxy_free(Proxy *p)
 {
     if (!p)
         return;
-    while (p->calls)
-        proxy_call_free(p->calls);
+    while (p->calls.head)
+        proxy_call_free(DLIST_ITEM(p->calls.head, ProxyCall, link));
     curl_multi_cleanup(p->multi);
     free_dead(p);
     heap_clear(&p->idle);
@@ -358,7 +359,8 @@ void proxy_abort_all(Proxy *p)
 {
     /* The calls stay owned by their requests, which free them when MHD
      * completes the closed connections. */
-    for (ProxyCall *c = p->calls; c; c = c->next) {
+    for (DLink *l = p->calls.head; l; l = l->next) {
+        ProxyCall *c = DLIST_ITEM(l, ProxyCall, link);
         if (c->done)
             continue;
         if (c->started)
@@ -459,10 +461,7 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
         if (content_length >= 0)
             curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)content_length);
     }
-    c->next = p->calls;
-    if (p->calls)
-        p->calls->prev = c;
-    p->calls = c;
+    dlist_append(&p->calls, &c->link);
     return c;
 }
 
@@ -595,11 +594,6 @@ void proxy_call_free(ProxyCall *c)
     curl_slist_free_all(c->resp_headers);
     free(c->up.data);
     free(c->down.data);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        p->calls = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    dlist_remove(&p->calls, &c->link);
     free(c);
 }

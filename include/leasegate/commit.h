@@ -19,12 +19,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "leasegate/dlist.h"
 #include "leasegate/locktab.h"
 #include "leasegate/store.h"
 
 typedef struct CommitHold CommitHold;
 struct CommitHold {
-    CommitHold *prev, *next;
+    DLink link;  /* in its batch's list of holds */
     void *batch; /* the batch it waits for; NULL when not queued (commit's to set) */
     /* Called on the loop thread once every change recorded before the hold is durable. */
     void (*ready)(CommitHold *hold);

@@ -47,14 +47,15 @@ struct Request {
     bool body_too_large;
     bool in_handler;    /* inside the access callback: may queue directly */
     bool suspended;
-    Request *sprev, *snext; /* in Server.suspended_list while suspended */
+    DLink slink;        /* in Server.suspended while suspended */
     bool close;         /* on resume, drop the connection */
     unsigned status;
     struct MHD_Response *response; /* owned: built, waiting to be queued */
     CommitHold hold;
     Waiter *waiter;     /* while queued in the lock table */
     int watch_fd;       /* socket watched by the loop, or -1 */
-    Request *prev, *next; /* in Server.waiting */
+    bool in_waiting;    /* in Server.waiting (through wlink) */
+    DLink wlink;
     /* Under a guard prefix: the upstream call, and for writes the lock and
      * token it was let through with (checked again just before forwarding). */
     ProxyCall *call;

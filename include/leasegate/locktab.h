@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "leasegate/clock.h"
+#include "leasegate/dlist.h"
 #include "leasegate/heap.h"
 
 #define LEASE_ID_BYTES 16
@@ -51,9 +52,7 @@ typedef struct Lock {
     bool held;
     Holder holder;       /* valid when held */
     Deadline expiry;     /* queued while held */
-    Waiter *first;       /* FIFO of waiters: first is served next */
-    Waiter *last;
-    size_t nwaiters;
+    DList waiters;       /* FIFO of Waiter.link: the head is served next */
 } Lock;
 
 typedef struct LocktabHooks {

@@ -11,6 +11,7 @@
 
 #include "leasegate/commit.h"
 #include "leasegate/config.h"
+#include "leasegate/dlist.h"
 #include "leasegate/fence.h"
 #include "leasegate/locktab.h"
 #include "leasegate/metrics.h"
@@ -32,9 +33,8 @@ typedef struct Server {
     struct MHD_Daemon *daemon;
     Loop *loop;
     Metrics metrics;
-    Request *waiting;  /* requests in a long-poll (a doubly linked list) */
-    size_t suspended;  /* connections suspended now (waiting, held for commit, proxied) */
-    Request *suspended_list;
+    DList waiting;     /* Request.wlink: requests in a long-poll */
+    DList suspended;   /* Request.slink: connections suspended now (waiting, held, proxied) */
     bool stopping;
     bool storage_failed;
 } Server;

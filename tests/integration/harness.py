@@ -30,6 +30,22 @@ _live_servers = []
 _live_lock = threading.Lock()
 
 
+METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+-?\d+)?$')
+
+
+def parse_metrics(text):
+    """Prometheus text -> {"name{labels}": value}; every sample line must parse."""
+    values = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = METRIC_LINE.match(line)
+        if not m:
+            raise AssertionError("not a Prometheus sample line: %r" % line)
+        values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return values
+
+
 def kill_process(proc, sig=signal.SIGKILL, timeout=STOP_TIMEOUT_S):
     """Sends sig to proc by PID (if it still runs) and waits up to timeout.
     Returns True when the process has ended."""

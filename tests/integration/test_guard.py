@@ -16,7 +16,6 @@ import hashlib
 import http.client
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -32,7 +31,6 @@ import upstream
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT_SCRIPT = os.path.join(HERE, "guard_client.py")
 SANITIZED = os.environ.get("LEASEGATE_SANITIZED") == "1"
-METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+-?\d+)?$')
 GUARD_COUNTERS = ("leasegate_guard_forwarded_total", "leasegate_guard_rejected_stale_total",
                   "leasegate_guard_rejected_missing_total", "leasegate_guard_upstream_errors_total")
 MIB = 1024 * 1024
@@ -51,13 +49,9 @@ def uid():
 def metric_sums(text):
     """Sum of every sample per metric name (labels, if any, summed over)."""
     sums = {}
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        m = METRIC_LINE.match(line)
-        if not m:
-            raise AssertionError("not a Prometheus sample line: %r" % line)
-        sums[m.group(1)] = sums.get(m.group(1), 0.0) + float(m.group(3))
+    for key, value in harness.parse_metrics(text).items():
+        name = key.split("{", 1)[0]
+        sums[name] = sums.get(name, 0.0) + value
     return sums
 
 

@@ -2,7 +2,6 @@
 
 import json
 import os
-import re
 import socket
 import subprocess
 import tempfile
@@ -13,20 +12,7 @@ import harness
 
 SERVE_FLAGS = ["--listen", "--data", "--max-waiters", "--max-waiters-per-lock", "--max-connections",
                "--max-locks", "--idle-timeout"]
-METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+-?\d+)?$')
-
-
-def parse_metrics(text):
-    values = {}
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        m = METRIC_LINE.match(line)
-        if not m:
-            raise AssertionError("not a Prometheus sample line: %r" % line)
-        float(m.group(3))  # must parse (handles NaN, +Inf)
-        values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-    return values
+parse_metrics = harness.parse_metrics
 
 
 class HttpOpsTests(unittest.TestCase):

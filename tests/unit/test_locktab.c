@@ -72,7 +72,7 @@ static void test_fifo_and_one_wakeup(void)
     CHECK(lock->holder.token == 1);
     for (int i = 1; i <= 5; i++)
         CHECK(acquire(lt, "a", i, 1000, 5000, &lock, &w) == LOCK_QUEUED);
-    CHECK(lock->nwaiters == 5);
+    CHECK(lock->waiters.len == 5);
     CHECK(acquire(lt, "a", 6, 1000, 0, &lock, &w) == LOCK_BUSY);
     uint32_t left;
     /* Each release wakes exactly one waiter, the oldest. */
@@ -136,7 +136,7 @@ static void test_wait_timeout_and_cancel(void)
     locktab_tick(lt, &now);
     CHECK(rec.ntimed_out == 1 && rec.timed_out[0] == 1);
     locktab_cancel(lt, w2); /* client went away: never granted, never timed out */
-    CHECK(lock->nwaiters == 1);
+    CHECK(lock->waiters.len == 1);
     uint32_t left;
     CHECK(locktab_release(lt, "t", ids[0], &now, &left) == LOCK_OK);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 3);
