@@ -47,6 +47,8 @@ void api_metrics(Request *req)
     counter(f, "leasegate_renewals_total", "Successful renewals.", m->renewals);
     counter(f, "leasegate_releases_total", "Successful releases.", m->releases);
     counter(f, "leasegate_expiries_total", "Leases ended by their TTL.", locktab_expiries(s->locks));
+    counter(f, "leasegate_locks_forgotten_total", "Idle locks forgotten (--forget-idle-after).",
+            locktab_forgotten(s->locks));
     counter(f, "leasegate_wait_timeouts_total", "Waiters whose wait_ms passed.", m->wait_timeouts);
     counter(f, "leasegate_waiter_disconnects_total", "Waiters whose client went away.", m->waiter_disconnects);
     counter(f, "leasegate_undelivered_grants_total", "Grants released because the response failed.",

@@ -99,9 +99,10 @@ static void reply_overloaded(Request *req, LockResult r)
     if (r == LOCK_NOMEM)
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry later");
     else if (locktab_locks(s->locks) >= s->cfg.max_locks)
-        /* Names are kept once granted (for last_token), so this does not pass by itself. */
+        /* Names are kept until forgotten (--forget-idle-after), for last_token. */
         http_reply_error(req, ERR_OVERLOADED, NULL,
-                         "the lock table is full: %zu distinct lock names have been granted (--max-locks)",
+                         "the lock table is full: %zu lock names are known (--max-locks); idle ones are "
+                         "forgotten after --forget-idle-after",
                          s->cfg.max_locks);
     else
         http_reply_error(req, ERR_OVERLOADED, NULL,

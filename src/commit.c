@@ -25,6 +25,7 @@ typedef struct Batch {
     StoreMark *guard_marks;
     size_t nguard_marks, capguard_marks;
     Arena strings; /* every string the records point to */
+    uint64_t counter; /* see StoreBatch.counter */
     DList holds; /* CommitHold.link, in arrival order */
     int result;     /* set by the writer: 0 committed, -1 failed */
     double seconds; /* how long the commit took */
@@ -71,6 +72,7 @@ static void batch_reset(Batch *b)
     b->nlocks = 0;
     b->nfences = 0;
     b->nguard_marks = 0;
+    b->counter = 0;
     arena_reset(&b->strings);
     b->holds = (DList){0};
 
@@ -131,7 +133,8 @@ static void *writer_main(void *arg)
         Batch *b = c->inflight;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        StoreBatch sb = {b->locks, b->nlocks, b->fences, b->nfences, b->guard_marks, b->nguard_marks};
+        StoreBatch sb = {b->locks,       b->nlocks,       b->fences,  b->nfences,
+                         b->guard_marks, b->nguard_marks, b->counter};
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
         b->result = rc ? -1 : 0;
         b->seconds = seconds_since(&t0);
@@ -226,6 +229,23 @@ bool commit_lock(Commit *c, const Lock *lock)
             return false;
     }
     b->nlocks++;
+    return true;
+}
+
+bool commit_forget(Commit *c, const char *lock, uint64_t counter)
+{
+    Batch *b = c->pending;
+    if (!grow((void **)&b->locks, &b->caplocks, b->nlocks, sizeof *b->locks))
+        return false;
+    StoreLock *r = &b->locks[b->nlocks];
+    memset(r, 0, sizeof *r);
+    r->name = arena_strdup(&b->strings, lock);
+    if (!r->name)
+        return false;
+    r->forget = true;
+    b->nlocks++;
+    if (counter > b->counter)
+        b->counter = counter;
     return true;
 }
 

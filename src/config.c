@@ -21,6 +21,7 @@ void config_defaults(Config *c)
     c->idle_timeout_s = 60;
     c->lease_history = 65536;
     c->guard_timeout_s = 30;
+    c->forget_idle_s = 86400;
 }
 
 void config_usage(FILE *out)
@@ -35,10 +36,12 @@ void config_usage(FILE *out)
             "  --max-waiters N             waiting acquires in total, then 503 (default 100000)\n"
             "  --max-waiters-per-lock N    waiting acquires per lock, then 503 (default 10000)\n"
             "  --max-connections N         concurrent HTTP connections (default 16000)\n"
-            "  --max-locks N               distinct lock names ever granted, then 503 (default 10000000)\n"
+            "  --max-locks N               lock names known at once, then 503 (default 10000000)\n"
             "  --max-fences N              distinct fence resources, then 503 (default 1000000)\n"
             "  --idle-timeout SECONDS      close idle keep-alive connections after (default 60)\n"
             "  --lease-history N           ended leases remembered to explain not_holder (default 65536)\n"
+            "  --forget-idle-after SECONDS a lock free that long (no holder, no waiter) is forgotten:\n"
+            "                              its name and last_token go; tokens still only grow (default 86400)\n"
             "  --guard PREFIX=UPSTREAM     forward requests under PREFIX (e.g. /store/) to UPSTREAM\n"
             "                              (e.g. http://127.0.0.1:9000/); writes need a current fencing\n"
             "                              token (headers Fencing-Token, Fencing-Lock); repeatable, up to 16\n"
@@ -172,6 +175,15 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
                 return CONFIG_ERROR;
             }
             c->guard_timeout_s = (unsigned)v;
+            continue;
+        }
+        if (!strcmp(flag, "--forget-idle-after")) {
+            size_t v;
+            if (parse_size(value, 1, 31536000, &v)) {
+                snprintf(err, errlen, "--forget-idle-after: '%s' is not a number of seconds in 1..31536000", value);
+                return CONFIG_ERROR;
+            }
+            c->forget_idle_s = (unsigned)v;
             continue;
         }
         if (!strcmp(flag, "--idle-timeout")) {

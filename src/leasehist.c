@@ -8,7 +8,7 @@
 
 typedef struct Entry {
     uint8_t id[16];
-    const void *lock;
+    uint64_t lock_id;
     uint64_t token;
     uint32_t next; /* next entry in the same bucket, or NIL */
     uint8_t how;   /* 0 = slot unused */
@@ -73,14 +73,14 @@ static void unlink_slot(LeaseHist *h, uint32_t slot)
     }
 }
 
-void leasehist_add(LeaseHist *h, const uint8_t id[16], const void *lock, uint64_t token, LeaseEnd how)
+void leasehist_add(LeaseHist *h, const uint8_t id[16], uint64_t lock_id, uint64_t token, LeaseEnd how)
 {
     uint32_t slot = (uint32_t)h->pos;
     Entry *e = &h->ring[slot];
     if (e->how)
         unlink_slot(h, slot);
     memcpy(e->id, id, sizeof e->id);
-    e->lock = lock;
+    e->lock_id = lock_id;
     e->token = token;
     e->how = (uint8_t)how;
     size_t b = bucket_of(h, id);
@@ -89,13 +89,13 @@ void leasehist_add(LeaseHist *h, const uint8_t id[16], const void *lock, uint64_
     h->pos = (h->pos + 1) % h->capacity;
 }
 
-bool leasehist_find(const LeaseHist *h, const uint8_t id[16], const void **lock, uint64_t *token,
+bool leasehist_find(const LeaseHist *h, const uint8_t id[16], uint64_t *lock_id, uint64_t *token,
                     LeaseEnd *how)
 {
     for (uint32_t s = h->buckets[bucket_of(h, id)]; s != NIL; s = h->ring[s].next) {
         const Entry *e = &h->ring[s];
         if (memcmp(e->id, id, sizeof e->id) == 0) {
-            *lock = e->lock;
+            *lock_id = e->lock_id;
             *token = e->token;
             *how = (LeaseEnd)e->how;
             return true;

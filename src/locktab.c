@@ -14,7 +14,7 @@
 #include "leasegate/leasehist.h"
 #include "leasegate/smap.h"
 
-enum { DEADLINE_EXPIRY = 1, DEADLINE_WAIT = 2 };
+enum { DEADLINE_EXPIRY = 1, DEADLINE_WAIT = 2, DEADLINE_IDLE = 3 };
 
 struct Waiter {
     Deadline wait;
@@ -37,6 +37,8 @@ struct Locktab {
     size_t held;
     size_t waiters;
     uint64_t expiries;
+    uint64_t forgotten;
+    uint64_t next_lock_id;
 };
 
 #define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
@@ -99,6 +101,7 @@ void locktab_free(Locktab *lt)
 static void lock_check(const Locktab *lt, const Lock *lock)
 {
     assert(lock->held == heap_queued(&lock->expiry.entry));
+    assert(!(lock->held && heap_queued(&lock->idle.entry)));
     assert(lock->held || lock->waiters.len == 0);
     assert(!lock->held || (lock->holder.token <= lock->last_token && lock->holder.count >= 1));
     assert(lock->last_token <= lt->last_token);
@@ -119,24 +122,28 @@ static void check_lock(void *ud, const Lock *lock) { lock_check(ud, lock); }
 
 void locktab_check(const Locktab *lt)
 {
-    size_t held = 0, waiters = 0;
+    size_t held = 0, waiters = 0, idle = 0;
     for (const SmapNode *n = smap_first_after(lt->locks, NULL); n; n = smap_next(n)) {
         const Lock *lock = smap_value(n);
         check_lock((void *)lt, lock);
         held += lock->held;
         waiters += lock->waiters.len;
+        idle += heap_queued(&lock->idle.entry);
     }
     assert(held == lt->held);
     assert(waiters == lt->waiters);
-    assert(heap_len(&lt->deadlines) == held + waiters);
+    assert(heap_len(&lt->deadlines) == held + waiters + idle);
+    (void)idle;
     (void)held;
     (void)waiters;
 }
 
 static Lock *find(const Locktab *lt, const char *name) { return smap_get(lt->locks, name); }
 
+static void idle_from(Locktab *lt, Lock *lock, const Now *now);
+
 /* Returns the lock called name, creating it (free, never granted) if needed. */
-static LockResult find_or_create(Locktab *lt, const char *name, Lock **out)
+static LockResult find_or_create(Locktab *lt, const char *name, const Now *now, Lock **out)
 {
     Lock *lock = find(lt, name);
     if (lock) {
@@ -156,8 +163,19 @@ static LockResult find_or_create(Locktab *lt, const char *name, Lock **out)
     }
     heap_entry_init(&lock->expiry.entry);
     lock->expiry.kind = DEADLINE_EXPIRY;
+    heap_entry_init(&lock->idle.entry);
+    lock->idle.kind = DEADLINE_IDLE;
+    lock->id = ++lt->next_lock_id;
+    idle_from(lt, lock, now);
     *out = lock;
     return LOCK_OK;
+}
+
+/* The lock is free from now on: forget it if it stays so. (If the heap cannot
+ * grow, the lock is simply kept.) */
+static void idle_from(Locktab *lt, Lock *lock, const Now *now)
+{
+    heap_set(&lt->deadlines, &lock->idle.entry, now->mono_ms + lt->limits.forget_idle_ms);
 }
 
 static void changed(Locktab *lt, const Lock *lock)
@@ -191,9 +209,11 @@ static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], 
     lock->last_token = h->token;
     lock->held = true;
     lt->held++;
+    heap_remove(&lt->deadlines, &lock->idle.entry);
     if (!set_expiry(lt, lock, ttl_ms, now)) {
         /* Out of memory for the heap: undo all of it, so that no undurable
          * token is ever visible. */
+        idle_from(lt, lock, now);
         lock->held = false;
         lt->held--;
         lt->last_token--;
@@ -232,13 +252,14 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now)
         free(w);
         lt->hooks.timed_out(lt->hooks.ud, ctx, lock);
     }
+    idle_from(lt, lock, now);
     changed(lt, lock);
 }
 
 /* Ends the current lease (count reached 0, or expiry) and passes the lock on. */
 static void end_lease(Locktab *lt, Lock *lock, LeaseEnd how, const Now *now)
 {
-    leasehist_add(lt->history, lock->holder.lease, lock, lock->holder.token, how);
+    leasehist_add(lt->history, lock->holder.lease, lock->id, lock->holder.token, how);
     heap_remove(&lt->deadlines, &lock->expiry.entry);
     holder_clear(&lock->holder);
     lock->held = false;
@@ -250,18 +271,21 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
                         const Now *now)
 {
     Lock *lock;
-    LockResult r = find_or_create(lt, name, &lock);
+    LockResult r = find_or_create(lt, name, now, &lock);
     if (r != LOCK_OK)
         return r;
     if (last_token > lock->last_token)
         lock->last_token = last_token;
     if (last_token > lt->last_token)
         lt->last_token = last_token;
-    if (!holder)
+    if (!holder) {
+        idle_from(lt, lock, now);
         return LOCK_OK;
+    }
     if (holder->expires_at_ms <= now->wall_ms) {
         /* It expired while the server was down. */
-        leasehist_add(lt->history, holder->lease, lock, holder->token, LEASE_END_EXPIRED);
+        leasehist_add(lt->history, holder->lease, lock->id, holder->token, LEASE_END_EXPIRED);
+        idle_from(lt, lock, now);
         changed(lt, lock);
         return LOCK_OK;
     }
@@ -275,6 +299,7 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
     }
     lock->held = true;
     lt->held++;
+    heap_remove(&lt->deadlines, &lock->idle.entry);
     /* Same absolute expiry as before the restart, on the monotonic clock; but
      * never more than one ttl away, whatever the wall clock says at start-up
      * (a clock that is behind must not stretch a lease). */
@@ -285,6 +310,7 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
         lock->held = false;
         lt->held--;
         holder_clear(h);
+        idle_from(lt, lock, now);
         return LOCK_NOMEM;
     }
     lock_check(lt, lock);
@@ -351,7 +377,7 @@ LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *arg
         return reenter(lt, lock, args, now);
     }
     Lock *lock;
-    LockResult r = find_or_create(lt, name, &lock);
+    LockResult r = find_or_create(lt, name, now, &lock);
     if (r != LOCK_OK)
         return r;
     *lock_out = lock;
@@ -411,10 +437,10 @@ LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, 
 NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8_t *lease)
 {
     const Lock *lock = find(lt, name);
-    const void *of_lock;
+    uint64_t of_lock;
     uint64_t token;
     LeaseEnd how;
-    if (!lock || !leasehist_find(lt->history, lease, &of_lock, &token, &how) || of_lock != lock)
+    if (!lock || !leasehist_find(lt->history, lease, &of_lock, &token, &how) || of_lock != lock->id)
         return REASON_UNKNOWN;
     if (how == LEASE_END_RELEASED)
         return REASON_RELEASED;
@@ -431,6 +457,17 @@ void locktab_cancel(Locktab *lt, Waiter *w)
     lock_check(lt, lock);
 }
 
+/* A lock free for forget_idle_ms leaves the table (and, through the hook, storage). */
+static void forget(Locktab *lt, Lock *lock)
+{
+    assert(!lock->held && lock->waiters.len == 0);
+    heap_remove(&lt->deadlines, &lock->idle.entry);
+    lt->hooks.forgotten(lt->hooks.ud, lock);
+    smap_remove(lt->locks, lock->name);
+    lt->forgotten++;
+    lock_free(lock);
+}
+
 void locktab_tick(Locktab *lt, const Now *now)
 {
     HeapEntry *e;
@@ -440,6 +477,8 @@ void locktab_tick(Locktab *lt, const Now *now)
             Lock *lock = CONTAINER_OF(d, Lock, expiry);
             lt->expiries++;
             end_lease(lt, lock, LEASE_END_EXPIRED, now);
+        } else if (d->kind == DEADLINE_IDLE) {
+            forget(lt, CONTAINER_OF(d, Lock, idle));
         } else {
             Waiter *w = CONTAINER_OF(d, Waiter, wait);
             Lock *lock = w->lock;
@@ -487,3 +526,4 @@ size_t locktab_locks(const Locktab *lt) { return smap_len(lt->locks); }
 size_t locktab_held(const Locktab *lt) { return lt->held; }
 size_t locktab_waiters(const Locktab *lt) { return lt->waiters; }
 uint64_t locktab_expiries(const Locktab *lt) { return lt->expiries; }
+uint64_t locktab_forgotten(const Locktab *lt) { return lt->forgotten; }

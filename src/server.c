@@ -27,6 +27,15 @@ static void on_changed(void *ud, const Lock *lock)
     }
 }
 
+static void on_forgotten(void *ud, const Lock *lock)
+{
+    Server *s = ud;
+    if (!commit_forget(s->commit, lock->name, locktab_last_token(s->locks))) {
+        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
+        _exit(70);
+    }
+}
+
 static void on_granted(void *ud, void *waiter_ctx, const Lock *lock)
 {
     (void)ud;
@@ -82,8 +91,9 @@ int server_open(Server *s, const Config *cfg)
         return -1;
     }
     s->commit = commit_new(s->store, err, sizeof err);
-    LocktabLimits limits = {cfg->max_locks, cfg->max_waiters, cfg->max_waiters_per_lock, cfg->lease_history};
-    LocktabHooks hooks = {s, on_changed, on_granted, on_timed_out};
+    LocktabLimits limits = {cfg->max_locks, cfg->max_waiters, cfg->max_waiters_per_lock, cfg->lease_history,
+                            (int64_t)cfg->forget_idle_s * 1000};
+    LocktabHooks hooks = {s, on_changed, on_granted, on_timed_out, on_forgotten};
     s->locks = locktab_new(&limits, &hooks);
     s->fence = fence_new(cfg->max_fences);
     s->guard_marks = fence_new(cfg->max_locks);

@@ -108,6 +108,21 @@ bool smap_insert(Smap *m, const char *key, void *value)
     return true;
 }
 
+bool smap_remove(Smap *m, const char *key)
+{
+    SmapNode *update[MAX_LEVEL];
+    SmapNode *n = find_ge(m, key, update);
+    if (!n || strcmp(n->key, key) != 0)
+        return false;
+    for (int i = 0; i < m->level && update[i]->next[i] == n; i++)
+        update[i]->next[i] = n->next[i];
+    while (m->level > 1 && !m->head->next[m->level - 1])
+        m->level--;
+    m->len--;
+    free(n);
+    return true;
+}
+
 size_t smap_len(const Smap *m) { return m->len; }
 
 const SmapNode *smap_first_after(const Smap *m, const char *after)

@@ -10,10 +10,10 @@
  * One connection, used by the loader at start-up and then only by the commit
  * thread.
  *
- * The token counter is not written apart: it is the largest locks.last_token,
- * because every grant writes its lock's row in the same transaction and lock
- * rows are never deleted. (That saves a page per commit.) If lock rows are
- * ever deleted, write the counter to meta again in the same transaction.
+ * The token counter is max(meta.last_token, max(locks.last_token)): every grant
+ * writes its lock's row in the same transaction, so rows vouch for it without
+ * a meta write per commit; a batch that deletes rows (forgotten idle locks)
+ * writes the counter to meta in the same transaction.
  */
 #include "leasegate/store.h"
 
@@ -36,7 +36,17 @@ static const char SCHEMA[] =
     "  WITHOUT ROWID;"
     "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', 1), ('last_token', 0);";
 
-enum { ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_LOCK, ST_PUT_FENCE, ST_PUT_GUARD_MARK, ST_COUNT };
+enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_PUT_LOCK,
+    ST_DELETE_LOCK,
+    ST_PUT_FENCE,
+    ST_PUT_GUARD_MARK,
+    ST_PUT_COUNTER,
+    ST_COUNT
+};
 
 static const char *const STATEMENTS[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -45,6 +55,8 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_PUT_LOCK] = "INSERT OR REPLACE INTO locks(name, last_token, lease, owner, token, ttl_ms,"
                     " acquired_at_ms, expires_at_ms, count, metadata)"
                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    [ST_DELETE_LOCK] = "DELETE FROM locks WHERE name = ?1",
+    [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
     [ST_PUT_GUARD_MARK] = "INSERT INTO guard_marks(lock, max_token) VALUES(?1, ?2)"
@@ -123,13 +135,19 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
     if (step_reset(s, s->st[ST_BEGIN]))
         return -1;
     for (size_t i = 0; i < b->nlocks; i++) {
-        if (bind_lock(s->st[ST_PUT_LOCK], &b->locks[i])) {
+        const StoreLock *l = &b->locks[i];
+        sqlite3_stmt *st = s->st[l->forget ? ST_DELETE_LOCK : ST_PUT_LOCK];
+        int bad = l->forget ? sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC) != SQLITE_OK : bind_lock(st, l);
+        if (bad) {
             set_err(s, "bind lock");
             goto fail;
         }
-        if (step_reset(s, s->st[ST_PUT_LOCK]))
+        if (step_reset(s, st))
             goto fail;
     }
+    if (b->counter && (sqlite3_bind_int64(s->st[ST_PUT_COUNTER], 1, (sqlite3_int64)b->counter) != SQLITE_OK ||
+                       step_reset(s, s->st[ST_PUT_COUNTER])))
+        goto fail;
     if (put_marks(s, s->st[ST_PUT_FENCE], b->fences, b->nfences) ||
         put_marks(s, s->st[ST_PUT_GUARD_MARK], b->guard_marks, b->nguard_marks))
         goto fail;

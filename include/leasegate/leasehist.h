@@ -22,10 +22,10 @@ typedef struct LeaseHist LeaseHist;
 
 LeaseHist *leasehist_new(size_t capacity); /* NULL on allocation failure */
 void leasehist_free(LeaseHist *h);
-/* Records that lease `id` of lock `lock` (an opaque identity) ended. */
-void leasehist_add(LeaseHist *h, const uint8_t id[16], const void *lock, uint64_t token, LeaseEnd how);
-/* True when `id` is remembered; fills lock, token and how. */
-bool leasehist_find(const LeaseHist *h, const uint8_t id[16], const void **lock, uint64_t *token,
+/* Records that lease `id` of the lock with identity `lock_id` ended. */
+void leasehist_add(LeaseHist *h, const uint8_t id[16], uint64_t lock_id, uint64_t token, LeaseEnd how);
+/* True when `id` is remembered; fills lock_id, token and how. */
+bool leasehist_find(const LeaseHist *h, const uint8_t id[16], uint64_t *lock_id, uint64_t *token,
                     LeaseEnd *how);
 
 #endif

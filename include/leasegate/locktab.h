@@ -10,7 +10,11 @@
  *  - a free lock has no waiters (freeing a lock grants it to the first waiter);
  *  - holder.token <= lock.last_token <= locktab's last token, and every grant
  *    takes last token + 1, so tokens never repeat and never go backwards;
- *  - every waiter's wait deadline is queued.
+ *  - every waiter's wait deadline is queued;
+ *  - a lock is free  <=>  its idle deadline is queued: a lock that stays free
+ *    (no holder, no waiter) for forget_idle_ms is forgotten (hooks.forgotten),
+ *    so names do not pile up; its last_token then lives on only in the
+ *    global counter.
  * Every change to a lock's durable state is reported through hooks.changed
  * before the call that made it returns; the caller must make that change
  * durable before it reveals anything about it (group commit).
@@ -48,10 +52,12 @@ typedef struct Waiter Waiter;
 
 typedef struct Lock {
     char *name;          /* owned; the lock table's key */
+    uint64_t id;         /* this incarnation of the name (names can be forgotten and reused) */
     uint64_t last_token; /* last token granted for this lock; 0 if never */
     bool held;
     Holder holder;       /* valid when held */
     Deadline expiry;     /* queued while held */
+    Deadline idle;       /* queued while free: when to forget the lock */
     DList waiters;       /* FIFO of Waiter.link: the head is served next */
 } Lock;
 
@@ -63,6 +69,8 @@ typedef struct LocktabHooks {
     void (*granted)(void *ud, void *waiter_ctx, const Lock *lock);
     /* A queued waiter's wait_ms passed without a grant. */
     void (*timed_out)(void *ud, void *waiter_ctx, const Lock *lock);
+    /* The lock stayed free for forget_idle_ms and is about to be freed. */
+    void (*forgotten)(void *ud, const Lock *lock);
 } LocktabHooks;
 
 typedef struct LocktabLimits {
@@ -70,6 +78,7 @@ typedef struct LocktabLimits {
     size_t max_waiters;          /* in total */
     size_t max_waiters_per_lock;
     size_t lease_history;        /* ended leases remembered for not_holder reasons */
+    int64_t forget_idle_ms;      /* a lock free this long is forgotten (> 0) */
 } LocktabLimits;
 
 typedef struct AcquireArgs {
@@ -145,6 +154,7 @@ size_t locktab_locks(const Locktab *lt);
 size_t locktab_held(const Locktab *lt);
 size_t locktab_waiters(const Locktab *lt);
 uint64_t locktab_expiries(const Locktab *lt); /* leases ended by their TTL so far */
+uint64_t locktab_forgotten(const Locktab *lt); /* idle locks forgotten so far */
 /* Asserts every invariant listed above over the whole table (debug builds). */
 void locktab_check(const Locktab *lt);
 

@@ -17,9 +17,11 @@
 
 #include "leasegate/locktab.h"
 
-/* One lock's durable state: its name, last token and holder (if held). */
+/* One lock's durable state: its name, last token and holder (if held); or,
+ * with forget, the lock's removal. Records apply in order. */
 typedef struct StoreLock {
     const char *name;
+    bool forget;         /* delete the lock's row; nothing else is set */
     uint64_t last_token;
     bool held;
     Holder holder; /* valid when held; strings borrowed */
@@ -38,6 +40,9 @@ typedef struct StoreBatch {
     size_t nfences;
     const StoreMark *guard_marks; /* highest token the guard forwarded, per lock */
     size_t nguard_marks;
+    /* Nonzero when the batch forgets locks: the global token counter, which the
+     * deleted rows can no longer vouch for. */
+    uint64_t counter;
 } StoreBatch;
 
 typedef struct StoreLoad {

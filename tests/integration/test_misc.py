@@ -11,7 +11,7 @@ import unittest
 import harness
 
 SERVE_FLAGS = ["--listen", "--data", "--max-waiters", "--max-waiters-per-lock", "--max-connections",
-               "--max-locks", "--idle-timeout"]
+               "--max-locks", "--idle-timeout", "--forget-idle-after", "--guard", "--guard-timeout"]
 parse_metrics = harness.parse_metrics
 
 

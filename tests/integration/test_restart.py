@@ -133,6 +133,35 @@ class RestartTests(unittest.TestCase):
             g = self.get("rs/cycle/%d" % i)
             self.assertEqual(g["holder"]["token"], self.tokens[i])
 
+    def test_idle_locks_are_forgotten_and_tokens_still_grow(self):
+        # --forget-idle-after: a name free that long leaves memory and the database;
+        # the token counter must not go back even when every row is gone, and a full
+        # --max-locks table frees up again.
+        srv = harness.Server(extra_args=["--forget-idle-after", "1", "--max-locks", "2"])
+        try:
+            tokens = []
+            for name in ("fg/a", "fg/b"):
+                st, _, g = srv.acquire(name, "f", ttl_ms=60000)
+                self.assertEqual(st, 200, g)
+                tokens.append(g["token"])
+                self.assertEqual(srv.release(name, g["lease"])[0], 200)
+            st, _, b = srv.acquire("fg/c", "f")
+            self.assertEqual(st, 503, b)
+            self.assertIn("--max-locks", b["message"])
+
+            def forgotten():
+                return harness.parse_metrics(srv.request("GET", "/metrics")[2]).get(
+                    "leasegate_locks_forgotten_total", 0) >= 2
+            srv.wait_until(forgotten, timeout=15, what="idle locks forgotten")
+            st, _, g = srv.get_lock("fg/a")
+            self.assertEqual((st, g["held"], g["last_token"]), (200, False, 0), g)
+            srv.restart(kill9=True)
+            st, _, g = srv.acquire("fg/c", "f", ttl_ms=60000)
+            self.assertEqual(st, 200, g)
+            self.assertGreater(g["token"], max(tokens), "a token went back after its rows were forgotten")
+        finally:
+            srv.cleanup()
+
     def test_sigterm_then_a_new_waiter_arrives(self):
         # A long-poll that arrives during the shutdown drain used to be queued and
         # stay suspended, and libmicrohttpd aborts when stopped with suspended

@@ -10,6 +10,8 @@
 
 typedef struct Rec {
     int changed;
+    int forgotten;
+    char last_forgotten[32];
     int granted[64]; /* waiter ids in grant order */
     int ngranted;
     int timed_out[64];
@@ -41,6 +43,13 @@ static void on_timed_out(void *ud, void *ctx, const Lock *lock)
     r->timed_out[r->ntimed_out++] = (int)(intptr_t)ctx;
 }
 
+static void on_forgotten(void *ud, const Lock *lock)
+{
+    Rec *r = ud;
+    r->forgotten++;
+    snprintf(r->last_forgotten, sizeof r->last_forgotten, "%s", lock->name);
+}
+
 static Rec rec;
 static Now now = {1000, 1700000000000};
 
@@ -48,8 +57,8 @@ static Locktab *table(size_t max_waiters_per_lock)
 {
     memset(&rec, 0, sizeof rec);
     rec.tokens_monotonic = true;
-    LocktabLimits limits = {1000, 1000, max_waiters_per_lock, 128};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out};
+    LocktabLimits limits = {1000, 1000, max_waiters_per_lock, 128, 60000};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten};
     return locktab_new(&limits, &hooks);
 }
 
@@ -211,6 +220,42 @@ static void test_load(void)
     locktab_free(lt);
 }
 
+static void test_forget_idle(void)
+{
+    Locktab *lt = table(10);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(acquire(lt, "idle", 0, 1000, 0, &lock, &w) == LOCK_OK);
+    CHECK(acquire(lt, "busy", 1, 100000, 0, &lock, &w) == LOCK_OK);
+    CHECK(acquire(lt, "busy", 2, 1000, 200000, &lock, &w) == LOCK_QUEUED);
+    uint32_t left;
+    CHECK(locktab_release(lt, "idle", ids[0], &now, &left) == LOCK_OK);
+    locktab_check(lt);
+    /* Free for less than forget_idle_ms: kept. */
+    now.mono_ms += 59999;
+    locktab_tick(lt, &now);
+    CHECK(rec.forgotten == 0 && locktab_get(lt, "idle") != NULL);
+    now.mono_ms += 1;
+    locktab_tick(lt, &now);
+    CHECK(rec.forgotten == 1 && strcmp(rec.last_forgotten, "idle") == 0);
+    CHECK(locktab_get(lt, "idle") == NULL);
+    CHECK(locktab_locks(lt) == 1); /* a held lock with a waiter is never forgotten */
+    CHECK(locktab_forgotten(lt) == 1);
+    /* The name can be used again; tokens still only grow; the old lease is unknown there. */
+    CHECK(acquire(lt, "idle", 3, 1000, 0, &lock, &w) == LOCK_OK && lock->holder.token == 3);
+    CHECK(locktab_why_not(lt, "idle", ids[0]) == REASON_UNKNOWN);
+    /* Acquiring again before the idle deadline keeps the lock. */
+    CHECK(locktab_release(lt, "idle", ids[3], &now, &left) == LOCK_OK);
+    now.mono_ms += 30000;
+    locktab_tick(lt, &now);
+    CHECK(acquire(lt, "idle", 4, 1000000, 0, &lock, &w) == LOCK_OK);
+    now.mono_ms += 60000;
+    locktab_tick(lt, &now);
+    CHECK(locktab_get(lt, "idle") != NULL && rec.forgotten == 1);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
 int main(void)
 {
     test_fifo_and_one_wakeup();
@@ -219,5 +264,6 @@ int main(void)
     test_reentry_and_renew();
     test_limits();
     test_load();
+    test_forget_idle();
     return check_report("locktab");
 }

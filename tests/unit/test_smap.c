@@ -39,6 +39,21 @@ int main(void)
     n = smap_first_from(m, "k00100");
     CHECK(n && strcmp(smap_key(n), "k00100") == 0);
     CHECK(smap_first_after(m, "k04999") == NULL);
+    /* Removal: every other key, then order and lookups still hold. */
+    for (int k = 0; k < N; k += 2)
+        CHECK(smap_remove(m, keys[k]));
+    CHECK(!smap_remove(m, "k00000"));
+    CHECK(smap_len(m) == N / 2);
+    CHECK(smap_get(m, "k00002") == NULL && smap_get(m, "k00003") == keys[3]);
+    seen = 0;
+    prev = "";
+    ordered = true;
+    for (const SmapNode *x = smap_first_after(m, NULL); x; x = smap_next(x)) {
+        ordered &= strcmp(prev, smap_key(x)) < 0 && (smap_key(x)[5] - '0') % 2 == 1;
+        prev = smap_key(x);
+        seen++;
+    }
+    CHECK(ordered && seen == N / 2);
     smap_free(m, NULL);
     return check_report("smap");
 }
