@@ -14,8 +14,10 @@
  * group is stopped before the lock is released.
  *
  * The supervisor itself: SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed to
- * CMD's group; SIGTSTP/SIGTTIN/SIGTTOU stop the group, never the supervisor
- * (a stopped supervisor cannot renew or kill); if the supervisor dies anyway
+ * CMD's group; SIGTSTP/SIGTTIN/SIGTTOU are ignored: a stopped supervisor could
+ * neither renew nor kill, and a stopped CMD would hold the lock while its lease
+ * is renewed (CMD is not the terminal's job, so it must not read the
+ * terminal); if the supervisor dies anyway
  * (SIGKILL, OOM), CMD gets SIGKILL (PR_SET_PDEATHSIG). Time is CLOCK_BOOTTIME,
  * which keeps counting while the machine sleeps. Limits: a descendant that
  * leaves the process group (setsid) is out of reach.
@@ -247,7 +249,7 @@ static void supervise(Run *r, int sigfd)
                 if (si.ssi_signo == SIGCHLD)
                     reap(r);
                 else if (si.ssi_signo == SIGTSTP || si.ssi_signo == SIGTTIN || si.ssi_signo == SIGTTOU)
-                    kill(-r->child, SIGSTOP); /* CMD pauses; its lease is still renewed */
+                    continue; /* see the top of this file */
                 else
                     kill(-r->child, (int)si.ssi_signo); /* SIGINT, SIGTERM, SIGHUP, SIGQUIT */
             }

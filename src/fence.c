@@ -38,11 +38,12 @@ void fence_free(Fence *f)
     free(f);
 }
 
-static FenceResult find_or_create(Fence *f, const char *resource, Mark **out)
+/* limit: refuse a new resource beyond max_resources (not for marks loaded from storage). */
+static FenceResult find_or_create(Fence *f, const char *resource, bool limit, Mark **out)
 {
     Mark *m = smap_get(f->marks, resource);
     if (!m) {
-        if (smap_len(f->marks) >= f->max_resources)
+        if (limit && smap_len(f->marks) >= f->max_resources)
             return FENCE_OVERLOADED;
         size_t n = strlen(resource) + 1;
         m = malloc(sizeof *m + n);
@@ -62,7 +63,7 @@ static FenceResult find_or_create(Fence *f, const char *resource, Mark **out)
 FenceResult fence_load(Fence *f, const char *resource, uint64_t max_token)
 {
     Mark *m;
-    FenceResult r = find_or_create(f, resource, &m);
+    FenceResult r = find_or_create(f, resource, false, &m);
     if (r == FENCE_ACCEPTED && max_token > m->max_token)
         m->max_token = max_token;
     return r;
@@ -77,7 +78,7 @@ FenceResult fence_check(Fence *f, const char *resource, uint64_t token, uint64_t
         *max_token = m->max_token;
         return FENCE_STALE;
     }
-    FenceResult r = find_or_create(f, resource, &m);
+    FenceResult r = find_or_create(f, resource, true, &m);
     if (r != FENCE_ACCEPTED)
         return r;
     *raised = token > m->max_token;
@@ -87,6 +88,13 @@ FenceResult fence_check(Fence *f, const char *resource, uint64_t token, uint64_t
 }
 
 size_t fence_count(const Fence *f) { return smap_len(f->marks); }
+
+void fence_remove(Fence *f, const char *resource)
+{
+    Mark *m = smap_get(f->marks, resource);
+    if (m && smap_remove(f->marks, resource))
+        free(m);
+}
 
 uint64_t fence_max(const Fence *f, const char *resource)
 {

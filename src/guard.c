@@ -117,6 +117,8 @@ static const char *stale_reason(const Server *s, const char *lock, uint64_t toke
 static void mark_durable(CommitHold *hold)
 {
     Request *req = CONTAINER_OF(hold, Request, hold);
+    if (req->close)
+        return; /* dropped meanwhile (shutdown): nothing goes upstream */
     const char *why = stale_reason(req->srv, req->guard_lock, req->guard_token);
     if (why)
         reply_stale(req, req->guard_lock, req->guard_token, why);

@@ -142,15 +142,16 @@ static Lock *find(const Locktab *lt, const char *name) { return smap_get(lt->loc
 
 static void idle_from(Locktab *lt, Lock *lock, const Now *now);
 
-/* Returns the lock called name, creating it (free, never granted) if needed. */
-static LockResult find_or_create(Locktab *lt, const char *name, const Now *now, Lock **out)
+/* Returns the lock called name, creating it (free, never granted) if needed;
+ * limit refuses a new name beyond max_locks (not for locks loaded from storage). */
+static LockResult find_or_create(Locktab *lt, const char *name, bool limit, const Now *now, Lock **out)
 {
     Lock *lock = find(lt, name);
     if (lock) {
         *out = lock;
         return LOCK_OK;
     }
-    if (smap_len(lt->locks) >= lt->limits.max_locks)
+    if (limit && smap_len(lt->locks) >= lt->limits.max_locks)
         return LOCK_OVERLOADED;
     lock = calloc(1, sizeof *lock);
     if (!lock)
@@ -271,7 +272,7 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
                         const Now *now)
 {
     Lock *lock;
-    LockResult r = find_or_create(lt, name, now, &lock);
+    LockResult r = find_or_create(lt, name, false, now, &lock); /* stored: no limit */
     if (r != LOCK_OK)
         return r;
     if (last_token > lock->last_token)
@@ -377,7 +378,7 @@ LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *arg
         return reenter(lt, lock, args, now);
     }
     Lock *lock;
-    LockResult r = find_or_create(lt, name, now, &lock);
+    LockResult r = find_or_create(lt, name, true, now, &lock);
     if (r != LOCK_OK)
         return r;
     *lock_out = lock;

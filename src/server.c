@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <microhttpd.h>
+
 #include "leasegate/api.h"
 #include "leasegate/http.h"
 #include "leasegate/loop.h"
@@ -27,9 +29,12 @@ static void on_changed(void *ud, const Lock *lock)
     }
 }
 
+/* A forgotten lock takes its guard mark along (the store deletes both rows):
+ * the next grant of the name has a larger token than any mark it had. */
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Server *s = ud;
+    fence_remove(s->guard_marks, lock->name);
     if (!commit_forget(s->commit, lock->name, locktab_last_token(s->locks))) {
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
         _exit(70);
@@ -136,6 +141,14 @@ int server_run(Server *s)
 
 void server_close(Server *s)
 {
+    /* On every way out (also a failed loop) MHD must not stop with suspended
+     * connections: drop them and let MHD take them back once. */
+    if (s->daemon) {
+        if (s->proxy)
+            proxy_abort_all(s->proxy);
+        http_close_suspended(s);
+        MHD_run(s->daemon);
+    }
     http_stop(s);
     /* Stopping MHD completes the last connections, which may release grants
      * that were never delivered: make that durable too. */

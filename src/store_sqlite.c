@@ -42,6 +42,7 @@ enum {
     ST_ROLLBACK,
     ST_PUT_LOCK,
     ST_DELETE_LOCK,
+    ST_DELETE_GUARD_MARK,
     ST_PUT_FENCE,
     ST_PUT_GUARD_MARK,
     ST_PUT_COUNTER,
@@ -56,6 +57,7 @@ static const char *const STATEMENTS[ST_COUNT] = {
                     " acquired_at_ms, expires_at_ms, count, metadata)"
                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [ST_DELETE_LOCK] = "DELETE FROM locks WHERE name = ?1",
+    [ST_DELETE_GUARD_MARK] = "DELETE FROM guard_marks WHERE lock = ?1",
     [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
@@ -144,6 +146,11 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
         }
         if (step_reset(s, st))
             goto fail;
+        if (l->forget) {
+            sqlite3_stmt *gm = s->st[ST_DELETE_GUARD_MARK];
+            if (sqlite3_bind_text(gm, 1, l->name, -1, SQLITE_STATIC) != SQLITE_OK || step_reset(s, gm))
+                goto fail;
+        }
     }
     if (b->counter && (sqlite3_bind_int64(s->st[ST_PUT_COUNTER], 1, (sqlite3_int64)b->counter) != SQLITE_OK ||
                        step_reset(s, s->st[ST_PUT_COUNTER])))

@@ -24,12 +24,14 @@ typedef struct Fence Fence;
 
 Fence *fence_new(size_t max_resources); /* NULL on allocation failure */
 void fence_free(Fence *f);
-/* Start-up: sets a stored mark. */
+/* Start-up: sets a stored mark (the limit on resources applies to new ones only). */
 FenceResult fence_load(Fence *f, const char *resource, uint64_t max_token);
 /* *max_token is the mark after the check; *raised says whether it moved. */
 FenceResult fence_check(Fence *f, const char *resource, uint64_t token, uint64_t *max_token,
                         bool *raised);
 size_t fence_count(const Fence *f);
+/* Drops a resource's mark (its owner, e.g. a forgotten lock, is gone). */
+void fence_remove(Fence *f, const char *resource);
 /* The mark of a resource, 0 when it has none. */
 uint64_t fence_max(const Fence *f, const char *resource);
 

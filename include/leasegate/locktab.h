@@ -113,8 +113,9 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks);
 /* Frees every lock and waiter; waiter contexts are not touched. */
 void locktab_free(Locktab *lt);
 
-/* Start-up: adds a lock read from storage. A holder whose expiry has passed is
- * released (reported through hooks.changed). `holder` may be NULL. */
+/* Start-up: adds a lock read from storage (max_locks applies to new names
+ * only). A holder whose expiry has passed is released (reported through
+ * hooks.changed). `holder` may be NULL. */
 LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, const Holder *holder,
                         const Now *now);
 

@@ -21,7 +21,7 @@
  * with forget, the lock's removal. Records apply in order. */
 typedef struct StoreLock {
     const char *name;
-    bool forget;         /* delete the lock's row; nothing else is set */
+    bool forget;         /* delete the lock's row and its guard mark; nothing else is set */
     uint64_t last_token;
     bool held;
     Holder holder; /* valid when held; strings borrowed */

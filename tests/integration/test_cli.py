@@ -583,6 +583,23 @@ class RunSupervisorHardeningTests(CliTestBase):
             self.assertEqual(f.read().strip(), "got QUIT")
         self.assertFalse(self.holder(self.srv, lock)["held"])
 
+    def test_job_control_stop_is_ignored(self):
+        # Ctrl-Z used to stop CMD for good while its lease kept being renewed.
+        lock = self.lock_name("tstp")
+        p = self.start_run(lock, ["sh", "-c", "echo $$ > %s; sleep 1; echo done > %s" % (
+            self.path("child.pid"), self.path("done.txt"))], server=self.srv.url)
+        child = self.wait_pid_file("child.pid", p)
+        os.kill(p.pid, signal.SIGTSTP)
+        time.sleep(0.2)
+        with open("/proc/%d/stat" % child) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        self.assertNotEqual(state, "T", "CMD was stopped by SIGTSTP")
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        with open(self.path("done.txt")) as f:
+            self.assertEqual(f.read().strip(), "done")
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
     def test_killed_supervisor_takes_cmd_with_it(self):
         # SIGKILL (or the OOM killer) on the supervisor: CMD must not run on unsupervised.
         lock = self.lock_name("kill")

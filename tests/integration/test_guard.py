@@ -706,6 +706,31 @@ class GuardHardeningTests(GuardBase):
             st, h, _ = srv.request("GET", "/bucket/missing-" + uid())
             self.assertEqual((st, h.get("x-upstream")), (404, "nginx"))
 
+    def test_forgotten_locks_take_their_guard_marks(self):
+        # Guard marks of forgotten locks used to stay and fill --max-locks, so
+        # every new guarded write got 503 for good.
+        args = self.guard_args() + ["--max-locks", "2", "--forget-idle-after", "1"]
+        with harness.Server(extra_args=args) as srv:
+            def write(name):
+                st, _, g = srv.acquire(name, "m", ttl_ms=60000)
+                self.assertEqual(st, 200, g)
+                st, h, body = srv.request("PUT", "/store/fm-" + uid(), raw=b"x",
+                                          headers={"Fencing-Token": str(g["token"]), "Fencing-Lock": name})
+                self.assertIn(st, (201, 204), body)
+                self.assertEqual(srv.release(name, g["lease"])[0], 200)
+            write("fm/a")
+            write("fm/b")
+            srv.wait_until(lambda: harness.parse_metrics(srv.request("GET", "/metrics")[2]).get(
+                "leasegate_locks_forgotten_total", 0) >= 2, timeout=15, what="locks forgotten")
+            write("fm/c")
+            write("fm/d")
+            # The marks' rows went with the locks' rows: after a restart (with more
+            # stored names than --max-locks allows new) the guard still takes writes.
+            srv.restart(kill9=True)
+            srv.wait_until(lambda: harness.parse_metrics(srv.request("GET", "/metrics")[2]).get(
+                "leasegate_locks_forgotten_total", 0) >= 2, timeout=15, what="locks forgotten after restart")
+            write("fm/e")
+
     def test_client_gone_while_its_mark_commits(self):
         # The reply of a write was held for its mark's commit; the client left
         # before that: the server must forget the hold, not use the freed request.
