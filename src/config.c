@@ -120,19 +120,24 @@ static int parse_guard(Config *c, const char *spec, char *err, size_t errlen)
     return 0;
 }
 
-typedef struct SizeFlag {
+/* The numeric flags: a size_t field, or (seconds) an unsigned field. */
+typedef struct NumFlag {
     const char *name;
     size_t min, max;
     size_t offset;
-} SizeFlag;
+    bool seconds;
+} NumFlag;
 
-static const SizeFlag SIZE_FLAGS[] = {
-    {"--max-waiters", 1, 10000000, offsetof(Config, max_waiters)},
-    {"--max-waiters-per-lock", 1, 10000000, offsetof(Config, max_waiters_per_lock)},
-    {"--max-connections", 16, 1000000, offsetof(Config, max_connections)},
-    {"--max-locks", 1, 1000000000, offsetof(Config, max_locks)},
-    {"--max-fences", 1, 1000000000, offsetof(Config, max_fences)},
-    {"--lease-history", 1, 100000000, offsetof(Config, lease_history)},
+static const NumFlag NUM_FLAGS[] = {
+    {"--max-waiters", 1, 10000000, offsetof(Config, max_waiters), false},
+    {"--max-waiters-per-lock", 1, 10000000, offsetof(Config, max_waiters_per_lock), false},
+    {"--max-connections", 16, 1000000, offsetof(Config, max_connections), false},
+    {"--max-locks", 1, 1000000000, offsetof(Config, max_locks), false},
+    {"--max-fences", 1, 1000000000, offsetof(Config, max_fences), false},
+    {"--lease-history", 1, 100000000, offsetof(Config, lease_history), false},
+    {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},
+    {"--guard-timeout", 1, 3600, offsetof(Config, guard_timeout_s), true},
+    {"--forget-idle-after", 1, 31536000, offsetof(Config, forget_idle_s), true},
 };
 
 ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, size_t errlen)
@@ -168,45 +173,25 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
                 return CONFIG_ERROR;
             continue;
         }
-        if (!strcmp(flag, "--guard-timeout")) {
-            size_t v;
-            if (parse_size(value, 1, 3600, &v)) {
-                snprintf(err, errlen, "--guard-timeout: '%s' is not a number of seconds in 1..3600", value);
-                return CONFIG_ERROR;
-            }
-            c->guard_timeout_s = (unsigned)v;
-            continue;
-        }
-        if (!strcmp(flag, "--forget-idle-after")) {
-            size_t v;
-            if (parse_size(value, 1, 31536000, &v)) {
-                snprintf(err, errlen, "--forget-idle-after: '%s' is not a number of seconds in 1..31536000", value);
-                return CONFIG_ERROR;
-            }
-            c->forget_idle_s = (unsigned)v;
-            continue;
-        }
-        if (!strcmp(flag, "--idle-timeout")) {
-            size_t v;
-            if (parse_size(value, 1, 86400, &v)) {
-                snprintf(err, errlen, "--idle-timeout: '%s' is not a number of seconds in 1..86400", value);
-                return CONFIG_ERROR;
-            }
-            c->idle_timeout_s = (unsigned)v;
-            continue;
-        }
-        const SizeFlag *sf = NULL;
-        for (size_t k = 0; k < sizeof SIZE_FLAGS / sizeof SIZE_FLAGS[0]; k++)
-            if (!strcmp(flag, SIZE_FLAGS[k].name))
-                sf = &SIZE_FLAGS[k];
-        if (!sf) {
+        const NumFlag *nf = NULL;
+        for (size_t k = 0; k < sizeof NUM_FLAGS / sizeof NUM_FLAGS[0]; k++)
+            if (!strcmp(flag, NUM_FLAGS[k].name))
+                nf = &NUM_FLAGS[k];
+        if (!nf) {
             snprintf(err, errlen, "unknown flag %s (see leasegate serve --help)", flag);
             return CONFIG_ERROR;
         }
-        if (parse_size(value, sf->min, sf->max, (size_t *)(void *)((char *)c + sf->offset))) {
-            snprintf(err, errlen, "%s: '%s' is not an integer in %zu..%zu", flag, value, sf->min, sf->max);
+        size_t v;
+        if (parse_size(value, nf->min, nf->max, &v)) {
+            snprintf(err, errlen, "%s: '%s' is not %s in %zu..%zu", flag, value,
+                     nf->seconds ? "a number of seconds" : "an integer", nf->min, nf->max);
             return CONFIG_ERROR;
         }
+        char *field = (char *)c + nf->offset;
+        if (nf->seconds)
+            *(unsigned *)(void *)field = (unsigned)v;
+        else
+            *(size_t *)(void *)field = v;
     }
     return CONFIG_OK;
 }
