@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 import uuid
 
 READY_RE = re.compile(r"^leasegate: listening on http://127\.0\.0\.1:(\d+)\s*$")
@@ -44,6 +45,27 @@ def parse_metrics(text):
             raise AssertionError("not a Prometheus sample line: %r" % line)
         values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
     return values
+
+
+class ServerTestCase(unittest.TestCase):
+    """One server shared by every test of the class (cls.srv), stopped cleanly at the end."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.cleanup()
+
+
+def chunked(data, size):
+    """data in HTTP/1.1 chunked transfer coding, size bytes per chunk, with the last chunk."""
+    out = b""
+    for i in range(0, len(data), size):
+        part = data[i:i + size]
+        out += b"%x\r\n" % len(part) + part + b"\r\n"
+    return out + b"0\r\n\r\n"
 
 
 def kill_process(proc, sig=signal.SIGKILL, timeout=STOP_TIMEOUT_S):

@@ -219,10 +219,7 @@ class BadInputTests(unittest.TestCase):
             data = b'{"owner":"a","metadata":{"x":"' + b"z" * 70000 + b'"}}'
             req = (b"POST /v1/locks/bad/free/acquire HTTP/1.1\r\nHost: x\r\n"
                    b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
-            for i in range(0, len(data), 8192):
-                part = data[i:i + 8192]
-                req += b"%x\r\n" % len(part) + part + b"\r\n"
-            req += b"0\r\n\r\n"
+            req += harness.chunked(data, 8192)
             try:
                 s.sendall(req)
             except (BrokenPipeError, ConnectionResetError):

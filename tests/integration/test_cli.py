@@ -77,16 +77,8 @@ def read_pid_file(path):
     return int(text.strip())
 
 
-class CliTestBase(unittest.TestCase):
+class CliTestBase(harness.ServerTestCase):
     """Shared server, a scratch directory per test, and process bookkeeping."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = harness.Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.cleanup()
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="leasegate-cli-")

@@ -7,15 +7,7 @@ import unittest
 import harness
 
 
-class LeaseTests(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = harness.Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.cleanup()
-
+class LeaseTests(harness.ServerTestCase):
     def acquire_ok(self, name, owner="lease-test", **kw):
         st, _, b = self.srv.acquire(name, owner, **kw)
         self.assertEqual(st, 200, b)

@@ -15,15 +15,7 @@ SERVE_FLAGS = ["--listen", "--data", "--max-waiters", "--max-waiters-per-lock", 
 parse_metrics = harness.parse_metrics
 
 
-class HttpOpsTests(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = harness.Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.cleanup()
-
+class HttpOpsTests(harness.ServerTestCase):
     def test_healthz(self):
         st, hdrs, b = self.srv.request("GET", "/healthz")
         self.assertEqual((st, b), (200, {"status": "ok"}))
@@ -90,11 +82,7 @@ class HttpOpsTests(unittest.TestCase):
     def test_chunked_body(self):
         body = b'{"owner": "chunky", "ttl_ms": 60000}'
         req = (b"POST /v1/locks/misc/chunked/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               b"Transfer-Encoding: chunked\r\n\r\n")
-        for i in range(0, len(body), 5):
-            part = body[i:i + 5]
-            req += b"%x\r\n" % len(part) + part + b"\r\n"
-        req += b"0\r\n\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n") + harness.chunked(body, 5)
         st, _, data = self._raw(req, pieces=3)
         self.assertEqual(st, 200, data)
         b = json.loads(data)

@@ -6,15 +6,7 @@ import unittest
 import harness
 
 
-class ReentryTests(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = harness.Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.cleanup()
-
+class ReentryTests(harness.ServerTestCase):
     def get(self, name):
         st, _, g = self.srv.get_lock(name)
         self.assertEqual(st, 200, g)

@@ -12,15 +12,7 @@ import harness
 HOLDER_KEYS = {"owner", "token", "ttl_ms", "acquired_at_ms", "expires_at_ms", "count", "metadata"}
 
 
-class VisibilityTests(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = harness.Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.cleanup()
-
+class VisibilityTests(harness.ServerTestCase):
     def test_get_shows_holder_never_lease(self):
         name = "vis/one"
         meta = {"host": "web-3", "pid": 4121, "why": "nightly", "nested": {"a": [1, 2, None]}}

@@ -45,15 +45,7 @@ class WaiterThread(threading.Thread):
             self.done.set()
 
 
-class WaitingTests(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = harness.Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.srv.cleanup()
-
+class WaitingTests(harness.ServerTestCase):
     def acquire_ok(self, name, owner="holder", **kw):
         st, _, b = self.srv.acquire(name, owner, **kw)
         self.assertEqual(st, 200, b)
