@@ -67,6 +67,9 @@ void api_metrics(Request *req)
     gauge(f, "leasegate_locks", "Locks known (ever granted).", locktab_locks(s->locks));
     gauge(f, "leasegate_locks_held", "Locks held now.", locktab_held(s->locks));
     gauge(f, "leasegate_waiters", "Acquires waiting now.", locktab_waiters(s->locks));
+    gauge(f, "leasegate_connections_parked",
+          "Connections of waiting acquires held outside libmicrohttpd (a socket and a request each).",
+          s->parked.len);
     gauge(f, "leasegate_last_token", "The last fencing token issued.", locktab_last_token(s->locks));
     gauge(f, "leasegate_fence_resources", "Resources with a fence mark.", fence_count(s->fence));
     const CommitStats *cs = commit_stats(s->commit);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "leasegate/guard.h"
+#include "leasegate/park.h"
 #include "leasegate/proxy.h"
 #include "leasegate/router.h"
 
@@ -36,6 +37,7 @@ static void request_free(Request *req)
     free(req->arg);
     free(req->body);
     free(req->grant_lock);
+    free(req->out);
     free(req);
 }
 
@@ -60,6 +62,7 @@ void http_resume(Request *req)
 
 void http_close_suspended(Server *s)
 {
+    park_close_all(s);
     while (s->suspended.head)
         http_close(DLIST_ITEM(s->suspended.head, Request, slink));
 }
@@ -100,6 +103,14 @@ static void hold_ready(CommitHold *hold)
  * change recorded before it is durable. Takes ownership of resp. */
 static void send_response(Request *req, unsigned status, struct MHD_Response *resp)
 {
+    if (req->own_fd >= 0) {
+        /* Parked answers go through park_reply; only a failure to build one
+         * ends up here: the client gets no answer. */
+        if (resp)
+            MHD_destroy_response(resp);
+        park_drop(req);
+        return;
+    }
     if (!resp) {
         req->close = true;
         deliver(req);
@@ -144,6 +155,11 @@ void http_reply_static(Request *req, unsigned status, const char *content_type, 
 void http_reply_text(Request *req, unsigned status, const char *content_type, char *text_new,
                      size_t len)
 {
+    if (req->own_fd >= 0) {
+        count_status(req->srv, status);
+        park_reply(req, status, content_type, text_new, len);
+        return;
+    }
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, text_new, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text_new);
@@ -221,9 +237,11 @@ void http_wait(Request *req, Waiter *w)
 {
     Server *s = req->srv;
     req->waiter = w;
-    http_suspend(req);
     dlist_append(&s->waiting, &req->wlink);
     req->in_waiting = true;
+    if (park_take(req))
+        return;
+    http_suspend(req);
     /* Suspended connections are invisible to MHD: watch the socket ourselves
      * so that a client that hangs up leaves the queue now, not at its deadline. */
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -242,7 +260,7 @@ static void stop_waiting(Request *req)
     req->waiter = NULL;
 }
 
-void http_hangup(Request *req)
+static void hangup(Request *req)
 {
     Server *s = req->srv;
     if (req->waiter) {
@@ -252,6 +270,14 @@ void http_hangup(Request *req)
     stop_waiting(req);
     req->close = true;
     http_resume(req);
+}
+
+void http_socket_event(Request *req, uint32_t events)
+{
+    if (req->own_fd >= 0)
+        park_event(req, events);
+    else
+        hangup(req);
 }
 
 void http_cancel_waiters(Server *s)
@@ -311,6 +337,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     req->srv = cls;
     req->conn = conn;
     req->watch_fd = -1;
+    req->own_fd = -1;
     return req;
 }
 
@@ -337,13 +364,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    (void)version;
     Server *s = cls;
     Request *req = *con_cls;
     if (!req)
         return MHD_NO; /* on_uri ran out of memory */
     if (!req->routed) {
         req->routed = true;
+        req->http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
         s->metrics.requests++;
         const GuardRoute *g = guard_match(s, req->raw_uri);
         if (g) {
@@ -385,6 +412,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         return queue_stored(req);
     }
+    /* The last callback: the whole request has been read. */
+    req->wire_bytes = park_request_bytes(conn);
     req->in_handler = true;
     if (req->call) {
         enum MHD_Result r = proxy_call_final(req->call);
@@ -405,6 +434,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     } else
         http_reply_error(req, ERR_NOT_FOUND, NULL, "no such endpoint: %s %s", method, url);
     req->in_handler = false;
+    if (req->own_fd >= 0) {
+        /* Parked: libmicrohttpd closes its descriptor and forgets the request. */
+        req->conn = NULL;
+        *con_cls = NULL;
+        return MHD_NO;
+    }
     if (req->response && !req->suspended)
         return queue_stored(req);
     if (req->close)
@@ -412,15 +447,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
+void http_request_end(Request *req, bool delivered)
 {
-    (void)conn;
-    Server *s = cls;
-    Request *req = *con_cls;
-    if (!req)
-        return;
-    *con_cls = NULL;
+    Server *s = req->srv;
     if (req->waiter) {
         locktab_cancel(s->locks, req->waiter);
         s->metrics.waiter_disconnects++;
@@ -431,13 +460,53 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (req->suspended)
         dlist_remove(&s->suspended, &req->slink);
     /* A grant nobody received must not sit there until its TTL runs out. */
-    if (req->grant_pending && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+    if (req->grant_pending && !delivered) {
         Now now = clock_now();
         uint32_t left;
         if (locktab_release(s->locks, req->grant_lock, req->grant_lease, &now, &left) == LOCK_OK)
             s->metrics.undelivered_grants++;
     }
     request_free(req);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    Request *req = *con_cls;
+    bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    const union MHD_ConnectionInfo *ctx = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ctx)
+        park_conn_request_done(ctx->socket_context, ok && req ? req->wire_bytes : 0);
+    if (!req)
+        return;
+    *con_cls = NULL;
+    http_request_end(req, ok);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    (void)cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = fdi ? park_conn_new(fdi->connect_fd) : NULL;
+    } else {
+        park_conn_free(*socket_context);
+        *socket_context = NULL;
+    }
+}
+
+/* Parked waiters are not libmicrohttpd's connections but still count
+ * against --max-connections. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)addr;
+    (void)addrlen;
+    Server *s = cls;
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    size_t open = (info ? info->num_connections : 0) + s->parked.len;
+    return open < s->cfg.max_connections ? MHD_YES : MHD_NO;
 }
 
 /* Decodes %XX as MHD does, except that a decoded NUL would silently cut a
@@ -461,13 +530,17 @@ int http_start(Server *s)
     addr.sin_port = htons(s->cfg.listen_port);
     inet_pton(AF_INET, s->cfg.listen_host, &addr.sin_addr);
     s->daemon = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, s->cfg.listen_port, NULL, NULL, on_request, s,
+        /* TURBO: closing a connection does not shutdown() its socket, which
+         * parking relies on (park.h); it also reads and accepts eagerly. */
+        MHD_USE_EPOLL | MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME, s->cfg.listen_port, on_accept, s, on_request,
+        s,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)s->cfg.max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)s->cfg.idle_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_END);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "leasegate/http.h"
+#include "leasegate/park.h"
 #include "leasegate/proxy.h"
 #include "leasegate/server.h"
 
@@ -111,7 +112,7 @@ static int next_timeout_ms(Loop *l, int cap_ms)
  * (freed, but not returned): give it back once the wave has mostly gone. */
 static void trim_after_wave(Loop *l)
 {
-    size_t now = l->s->suspended.len;
+    size_t now = l->s->suspended.len + l->s->parked.len;
     if (now > l->suspended_peak)
         l->suspended_peak = now;
     if (l->suspended_peak >= TRIM_WAVE && now < l->suspended_peak / 4) {
@@ -150,7 +151,7 @@ static int turn(Loop *l, int cap_ms)
             break;
         }
         case LOOP_REQUEST:
-            http_hangup((Request *)src);
+            http_socket_event((Request *)src, events[i].events);
             break;
         case LOOP_CURL:
             proxy_socket_event(s->proxy, src, events[i].events);
@@ -160,7 +161,11 @@ static int turn(Loop *l, int cap_ms)
     Now now = clock_now();
     locktab_tick(s->locks, &now);
     proxy_tick(s->proxy, &now);
+    /* Parked answers made ready by commits and deadlines go out before MHD
+     * runs (their connections rejoin it), those made ready inside it after. */
+    park_flush(s);
     MHD_run(s->daemon);
+    park_flush(s);
     commit_flush(s->commit);
     trim_after_wave(l);
     return 0;
@@ -181,7 +186,7 @@ int loop_run(Loop *l)
         if (turn(l, 10) < 0)
             return 1;
         Now now = clock_now();
-        bool drained = s->suspended.len == 0 && !commit_pending(s->commit);
+        bool drained = s->suspended.len == 0 && s->parked.len == 0 && !commit_pending(s->commit);
         if (drained)
             break;
         if (now.mono_ms - start.mono_ms > SHUTDOWN_DRAIN_MS && !aborted) {

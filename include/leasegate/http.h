@@ -65,6 +65,17 @@ struct Request {
     bool grant_pending;
     char *grant_lock;   /* owned */
     uint8_t grant_lease[LEASE_ID_BYTES];
+    /* What this request took from the socket (park.h); 0 when unknown. */
+    bool http11;
+    uint64_t wire_bytes;
+    /* Parked (park.h): the socket is ours, conn is NULL. */
+    int own_fd;         /* owned; -1 unless parked */
+    DLink plink;        /* in Server.parked */
+    bool in_ready;      /* in Server.park_ready (through rlink) */
+    DLink rlink;
+    bool writing;       /* the answer is partly written; waiting for EPOLLOUT */
+    char *out;          /* owned: the answer's bytes */
+    size_t out_len, out_off;
 };
 
 /* Starts the MHD daemon on cfg's address. -1 on failure (message on stderr). */
@@ -96,11 +107,15 @@ void http_close(Request *req);
 void http_wait(Request *req, Waiter *w);
 /* The lock table granted the waiter or timed it out: it leaves the waiting list. */
 void http_waiter_done(Request *req);
-/* The loop saw the waiting client hang up. */
-void http_hangup(Request *req);
+/* The loop saw readiness on a waiting client's socket (it hung up). */
+void http_socket_event(Request *req, uint32_t events);
+/* The request is over (answer sent if `delivered`): leaves every queue, a grant
+ * its answer did not deliver is released, and req is freed. */
+void http_request_end(Request *req, bool delivered);
 /* Shutdown: answers every waiter with 503. */
 void http_cancel_waiters(Server *s);
-/* Shutdown, last step before MHD stops: drops every connection still suspended. */
+/* Shutdown, last step before MHD stops: drops every connection still suspended
+ * or parked. */
 void http_close_suspended(Server *s);
 
 const char *http_query(Request *req, const char *key);

@@ -35,6 +35,8 @@ typedef struct Server {
     Metrics metrics;
     DList waiting;     /* Request.wlink: requests in a long-poll */
     DList suspended;   /* Request.slink: connections suspended now (waiting, held, proxied) */
+    DList parked;      /* Request.plink: waiters whose socket is ours (park.h) */
+    DList park_ready;  /* Request.rlink: parked requests whose answer can be written */
     bool stopping;
     bool storage_failed;
 } Server;

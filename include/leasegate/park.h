@@ -1,0 +1,62 @@
+/*
+ * park — long-polling waiters held outside libmicrohttpd.
+ *
+ * Why: a connection suspended inside libmicrohttpd keeps its memory pool (a
+ * page or more) and its connection struct for as long as it waits, about 5 KB
+ * per waiter. A parked waiter keeps only its socket and its Request: the
+ * access callback makes libmicrohttpd let go of the connection (it closes its
+ * descriptor, we hold a duplicate), the answer is written here, and the
+ * connection is handed back (MHD_add_connection) for the client's next request.
+ *
+ * A request is parked only when no byte of a later request can be lost: it is
+ * HTTP/1.1 keep-alive, every body on the connection had a Content-Length, and
+ * the bytes libmicrohttpd has taken from the socket (the kernel's count of
+ * bytes received minus those still queued) are exactly the request lines,
+ * headers and bodies it has reported. Otherwise the waiter is suspended in
+ * libmicrohttpd as before. Parking needs MHD_USE_TURBO, under which
+ * libmicrohttpd closes a connection without shutdown(), so that the duplicate
+ * descriptor still reaches the client.
+ *
+ * Only the loop thread calls these.
+ */
+#ifndef LEASEGATE_PARK_H
+#define LEASEGATE_PARK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "leasegate/http.h"
+
+struct MHD_Connection;
+
+/* Per-connection byte accounting, kept as libmicrohttpd's socket context.
+ * park_conn_new is called before libmicrohttpd reads from fd; NULL when out
+ * of memory (such a connection is never parked). */
+void *park_conn_new(int fd);
+void park_conn_free(void *conn_ctx);
+/* A request on the connection ended. `wire_bytes` is what it took from the
+ * socket, or 0 when that is unknown (the connection is then never parked). */
+void park_conn_request_done(void *conn_ctx, uint64_t wire_bytes);
+/* Request line + headers + Content-Length of the current request, or 0 when
+ * unknown (chunked body, headers not complete). */
+uint64_t park_request_bytes(struct MHD_Connection *conn);
+
+/* Inside the access callback of a request that is to wait: takes its socket
+ * if that is safe. True: the request is parked, and the callback must forget
+ * the connection and return MHD_NO (libmicrohttpd then lets go of it). */
+bool park_take(Request *req);
+/* The answer of a parked request (text_new taken over). It is written once
+ * every change recorded before it is durable. */
+void park_reply(Request *req, unsigned status, const char *content_type, char *text_new, size_t len);
+/* The parked request ends without an answer: the connection is closed. */
+void park_drop(Request *req);
+/* Readiness on a parked socket: the client hung up, or room to write. */
+void park_event(Request *req, uint32_t events);
+/* Writes the answers that are ready and hands their connections back to
+ * libmicrohttpd. Never inside a libmicrohttpd callback. */
+void park_flush(Server *s);
+/* Shutdown: closes every parked connection. */
+void park_close_all(Server *s);
+
+#endif

@@ -1,0 +1,251 @@
+/*
+ * park — waiters held outside libmicrohttpd; see include/leasegate/park.h.
+ *
+ * Life of a parked request: park_take (socket duplicated, watched for
+ * hang-up) -> park_reply (answer formatted, held for its commit) -> ready
+ * list -> park_flush writes it (EPOLLOUT while the socket is full) -> the
+ * connection goes back to libmicrohttpd, or is closed when the answer did
+ * not get out or the server is stopping. Every end goes through finish(),
+ * which hands the Request to http_request_end (frees it).
+ */
+#include "leasegate/park.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/tcp.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+typedef struct ConnBytes {
+    int64_t origin; /* counted_read when libmicrohttpd had read nothing yet */
+    uint64_t taken; /* bytes the requests seen so far took from the socket */
+    bool unknown;   /* some request's size is unknown: never park */
+} ConnBytes;
+
+/* Bytes read from the socket so far: the kernel's count of bytes received in
+ * order minus those still queued. The two come from two calls, and bytes may
+ * arrive between them; as nothing reads the socket meanwhile, the queue only
+ * grows, so an unchanged queue around the count proves a consistent pair. A
+ * socket handed back to libmicrohttpd has been read before: callers count
+ * from ConnBytes.origin. */
+static bool counted_read(int fd, int64_t *out)
+{
+    for (int attempt = 0; attempt < 3; attempt++) {
+        struct tcp_info ti;
+        socklen_t len = sizeof ti;
+        int before, after;
+        if (ioctl(fd, FIONREAD, &before) != 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+            len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received ||
+            ioctl(fd, FIONREAD, &after) != 0 || ti.tcpi_bytes_received > INT64_MAX)
+            return false;
+        if (before == after) {
+            *out = (int64_t)ti.tcpi_bytes_received - after;
+            return true;
+        }
+    }
+    return false;
+}
+
+void *park_conn_new(int fd)
+{
+    ConnBytes *cb = calloc(1, sizeof *cb);
+    if (cb && !counted_read(fd, &cb->origin))
+        cb->unknown = true;
+    return cb;
+}
+
+void park_conn_free(void *conn_ctx) { free(conn_ctx); }
+
+void park_conn_request_done(void *conn_ctx, uint64_t wire_bytes)
+{
+    ConnBytes *cb = conn_ctx;
+    if (!cb)
+        return;
+    if (wire_bytes == 0)
+        cb->unknown = true;
+    cb->taken += wire_bytes;
+}
+
+uint64_t park_request_bytes(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *hs = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (!hs || MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        return 0;
+    uint64_t body = 0;
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (!*cl || *end || errno)
+            return 0;
+        body = n;
+    }
+    return (uint64_t)hs->header_size + body;
+}
+
+/* Without "Connection: close" an HTTP/1.1 connection outlives the answer. */
+static bool keeps_alive(struct MHD_Connection *conn)
+{
+    const char *c = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
+    return !c || !strcasestr(c, "close");
+}
+
+bool park_take(Request *req)
+{
+    Server *s = req->srv;
+    struct MHD_Connection *conn = req->conn;
+    if (!req->http11 || !keeps_alive(conn))
+        return false;
+    const union MHD_ConnectionInfo *ctx = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const ConnBytes *cb = ctx ? ctx->socket_context : NULL;
+    uint64_t size = park_request_bytes(conn);
+    int64_t now;
+    if (!cb || cb->unknown || !fdi || size == 0 || !counted_read(fdi->connect_fd, &now) ||
+        now - cb->origin != (int64_t)(cb->taken + size))
+        return false; /* libmicrohttpd may hold bytes of a later request */
+    int fd = fcntl(fdi->connect_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    if (!loop_watch(s->loop, fd, &req->source)) {
+        close(fd);
+        return false;
+    }
+    req->own_fd = fd;
+    dlist_append(&s->parked, &req->plink);
+    /* What routed and parsed the request is not needed while it waits. */
+    free(req->raw_uri);
+    free(req->body);
+    free(req->arg);
+    req->raw_uri = req->body = req->arg = NULL;
+    req->body_len = 0;
+    return true;
+}
+
+static void finish(Request *req, bool delivered)
+{
+    Server *s = req->srv;
+    int fd = req->own_fd;
+    loop_unwatch(s->loop, fd);
+    dlist_remove(&s->parked, &req->plink);
+    if (req->in_ready)
+        dlist_remove(&s->park_ready, &req->rlink);
+    http_request_end(req, delivered);
+    if (!delivered || s->stopping) {
+        close(fd);
+        return;
+    }
+    struct sockaddr_storage peer;
+    socklen_t len = sizeof peer;
+    if (getpeername(fd, (struct sockaddr *)&peer, &len) != 0) {
+        close(fd);
+        return;
+    }
+    /* libmicrohttpd owns fd from here, and closes it if it cannot take it. */
+    MHD_add_connection(s->daemon, fd, (struct sockaddr *)&peer, len);
+}
+
+void park_drop(Request *req) { finish(req, false); }
+
+static void make_ready(Request *req)
+{
+    req->in_ready = true;
+    dlist_append(&req->srv->park_ready, &req->rlink);
+}
+
+static void hold_ready(CommitHold *hold) { make_ready(CONTAINER_OF(hold, Request, hold)); }
+
+void park_reply(Request *req, unsigned status, const char *content_type, char *text_new, size_t len)
+{
+    Server *s = req->srv;
+    char date[64];
+    time_t t = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
+    const char *reason = MHD_get_reason_phrase_for(status);
+    /* The same head libmicrohttpd writes for our other answers. */
+    char head[512];
+    int hl = snprintf(head, sizeof head,
+                      "HTTP/1.1 %u %s\r\nDate: %s\r\n%sContent-Type: %s\r\nCache-Control: no-store\r\n"
+                      "Content-Length: %zu\r\n\r\n",
+                      status, reason, date, s->stopping ? "Connection: close\r\n" : "", content_type, len);
+    char *out = hl > 0 && (size_t)hl < sizeof head ? malloc((size_t)hl + len) : NULL;
+    if (!out) {
+        free(text_new);
+        finish(req, false);
+        return;
+    }
+    memcpy(out, head, (size_t)hl);
+    memcpy(out + hl, text_new, len);
+    free(text_new);
+    free(req->out);
+    req->out = out;
+    req->out_len = (size_t)hl + len;
+    req->out_off = 0;
+    if (commit_pending(s->commit)) {
+        req->hold.ready = hold_ready;
+        commit_hold(s->commit, &req->hold);
+        return;
+    }
+    make_ready(req);
+}
+
+/* Writes what is left of the answer; finishes the request when all is out. */
+static void write_out(Request *req)
+{
+    while (req->out_off < req->out_len) {
+        ssize_t n = send(req->own_fd, req->out + req->out_off, req->out_len - req->out_off, MSG_NOSIGNAL);
+        if (n > 0) {
+            req->out_off += (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            req->writing = true;
+            if (!loop_rewatch(req->srv->loop, req->own_fd, EPOLLOUT | EPOLLRDHUP, &req->source))
+                finish(req, false);
+            return;
+        } else {
+            finish(req, false);
+            return;
+        }
+    }
+    finish(req, true);
+}
+
+void park_event(Request *req, uint32_t events)
+{
+    if (req->writing && !(events & (EPOLLERR | EPOLLHUP))) {
+        write_out(req);
+        return;
+    }
+    /* Waiting, or holding an answer for its commit: the client is gone. */
+    finish(req, false);
+}
+
+void park_flush(Server *s)
+{
+    while (s->park_ready.head) {
+        Request *req = DLIST_ITEM(s->park_ready.head, Request, rlink);
+        dlist_remove(&s->park_ready, &req->rlink);
+        req->in_ready = false;
+        write_out(req);
+    }
+}
+
+void park_close_all(Server *s)
+{
+    while (s->parked.head)
+        finish(DLIST_ITEM(s->parked.head, Request, plink), false);
+}

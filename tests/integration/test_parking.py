@@ -1,0 +1,293 @@
+"""Waiters parked outside libmicrohttpd: they must look exactly like any other
+waiter to the client, their connection must serve the next request, and no byte
+a client sent after a waiting acquire may be lost.
+
+`leasegate_connections_parked` tells which way a waiter went; the tests that
+expect the libmicrohttpd way (chunked bodies, pipelining, Connection: close,
+HTTP/1.0) check both the gauge and the answers.
+"""
+
+import json
+import signal
+import socket
+import time
+
+import harness
+
+
+def acquire_bytes(name, owner, wait_ms, version="HTTP/1.1", extra_headers="", chunked=False, prefix=b""):
+    body = json.dumps({"owner": owner, "ttl_ms": 60000, "wait_ms": wait_ms}).encode()
+    head = "POST /v1/locks/%s/acquire %s\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s" % (
+        name, version, extra_headers)
+    if chunked:
+        return prefix + (head + "Transfer-Encoding: chunked\r\n\r\n").encode() + harness.chunked(body, 7)
+    return prefix + (head + "Content-Length: %d\r\n\r\n" % len(body)).encode() + body
+
+
+def release_bytes(name, lease):
+    body = json.dumps({"lease": lease}).encode()
+    return ("POST /v1/locks/%s/release HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Content-Length: %d\r\n\r\n" % (name, len(body))).encode() + body
+
+
+def get_bytes(path):
+    return ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % path).encode()
+
+
+class ParkingTests(harness.ServerTestCase):
+    def gauge(self, name):
+        st, _, text = self.srv.request("GET", "/metrics")
+        self.assertEqual(st, 200)
+        return harness.parse_metrics(text)[name]
+
+    def parked(self):
+        return self.gauge("leasegate_connections_parked")
+
+    def connect(self):
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        self.addCleanup(s.close)
+        return s, harness.RawReader(s)
+
+    def hold(self, name):
+        st, _, body = self.srv.acquire(name, "holder", ttl_ms=60000)
+        self.assertEqual(st, 200, body)
+        return body
+
+    def wait_queued(self, name, n=1):
+        self.srv.wait_until(lambda: self.srv.waiters(name) == n, what="%d waiter(s) on %s" % (n, name))
+
+    def test_waiter_parked_and_connection_serves_next_requests(self):
+        name = "park/reuse"
+        holder = self.hold(name)
+        s, rr = self.connect()
+        s.sendall(acquire_bytes(name, "w", 20000))
+        self.wait_queued(name)
+        self.assertEqual(self.parked(), 1)
+        self.srv.release(name, holder["lease"])
+        st, headers, body = rr.read_response()
+        grant = json.loads(body)
+        self.assertEqual((st, grant["owner"]), (200, "w"), body)
+        self.assertEqual(headers["content-type"], "application/json")
+        self.assertEqual(headers["cache-control"], "no-store")
+        self.assertIn("date", headers)
+        self.assertNotIn("connection", headers)
+        self.assertEqual(self.parked(), 0)
+        # The same connection: a plain request, then a second wait, parked again.
+        s.sendall(get_bytes("/v1/locks/" + name))
+        st, _, body = rr.read_response()
+        self.assertEqual((st, json.loads(body)["holder"]["owner"]), (200, "w"))
+        s2, rr2 = self.connect()
+        s2.sendall(acquire_bytes(name, "w2", 20000))
+        self.wait_queued(name)
+        self.assertEqual(self.parked(), 1)
+        s.sendall(release_bytes(name, grant["lease"]))
+        st, _, body = rr.read_response()
+        self.assertEqual(st, 200, body)
+        st, _, body = rr2.read_response()
+        second = json.loads(body)
+        self.assertEqual((st, second["owner"], second["token"]), (200, "w2", grant["token"] + 1))
+        s2.sendall(acquire_bytes(name, "w2-again", 300))  # times out while parked
+        st, _, body = rr2.read_response()
+        self.assertEqual((st, json.loads(body)["error"]), (409, "lock_held"), body)
+        s2.sendall(release_bytes(name, second["lease"]))
+        self.assertEqual(rr2.read_response()[0], 200)
+
+    def test_request_pipelined_behind_a_wait_is_answered(self):
+        """libmicrohttpd has already read the second request: the waiter stays inside it."""
+        name = "park/pipelined"
+        holder = self.hold(name)
+        s, rr = self.connect()
+        s.sendall(acquire_bytes(name, "w", 20000) + get_bytes("/healthz"))
+        self.wait_queued(name)
+        self.assertEqual(self.parked(), 0)
+        self.srv.release(name, holder["lease"])
+        st, _, body = rr.read_response()
+        grant = json.loads(body)
+        self.assertEqual((st, grant["owner"]), (200, "w"), body)
+        st, _, body = rr.read_response()
+        self.assertEqual((st, json.loads(body)), (200, {"status": "ok"}))
+        s.sendall(release_bytes(name, grant["lease"]))  # and the connection goes on
+        self.assertEqual(rr.read_response()[0], 200)
+
+    def test_request_sent_while_parked_is_answered_after_the_grant(self):
+        name = "park/sent-while-parked"
+        holder = self.hold(name)
+        s, rr = self.connect()
+        s.sendall(acquire_bytes(name, "w", 20000))
+        self.wait_queued(name)
+        self.assertEqual(self.parked(), 1)
+        s.sendall(get_bytes("/healthz"))  # waits in the kernel until the connection is back
+        time.sleep(0.2)
+        self.assertEqual(self.srv.waiters(name), 1, "the second request must not end the wait")
+        self.srv.release(name, holder["lease"])
+        st, _, body = rr.read_response()
+        self.assertEqual((st, json.loads(body)["owner"]), (200, "w"), body)
+        st, _, body = rr.read_response()
+        self.assertEqual((st, json.loads(body)), (200, {"status": "ok"}))
+
+    def test_no_request_lost_among_many_fresh_connections(self):
+        """200 connections opened at once, half sending a GET in the same write
+        as their waiting acquire: every request gets its answer, in order."""
+        name = "park/many"
+        holder = self.hold(name)
+        conns = []
+        for i in range(200):
+            s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+            self.addCleanup(s.close)
+            data = acquire_bytes(name, "w%d" % i, 1500)
+            if i % 2:
+                data += get_bytes("/healthz")
+            s.sendall(data)
+            conns.append((i, s, harness.RawReader(s)))
+        for i, s, rr in conns:
+            st, _, body = rr.read_response()
+            self.assertEqual((st, json.loads(body)["error"]), (409, "lock_held"), "connection %d: %r" % (i, body))
+            if i % 2:
+                st, _, body = rr.read_response()
+                self.assertEqual((st, json.loads(body)), (200, {"status": "ok"}), "connection %d" % i)
+            s.sendall(get_bytes("/v1/locks/" + name))
+            st, _, body = rr.read_response()
+            self.assertEqual((st, json.loads(body)["holder"]["owner"]), (200, "holder"), "connection %d" % i)
+        self.srv.release(name, holder["lease"])
+
+    def test_chunked_waiter_waits_inside_mhd(self):
+        name = "park/chunked"
+        holder = self.hold(name)
+        s, rr = self.connect()
+        s.sendall(acquire_bytes(name, "w", 20000, chunked=True))
+        self.wait_queued(name)
+        self.assertEqual(self.parked(), 0)
+        self.srv.release(name, holder["lease"])
+        st, _, body = rr.read_response()
+        grant = json.loads(body)
+        self.assertEqual((st, grant["owner"]), (200, "w"), body)
+        # After a chunked body the connection's byte count is unknown: never parked again.
+        s2, rr2 = self.connect()
+        s2.sendall(acquire_bytes(name, "w2", 20000))
+        self.wait_queued(name)
+        s.sendall(acquire_bytes(name, "w3", 20000))
+        self.wait_queued(name, 2)
+        self.assertEqual(self.parked(), 1)
+        self.srv.release(name, grant["lease"])
+        st, _, body = rr2.read_response()
+        self.assertEqual((st, json.loads(body)["owner"]), (200, "w2"), body)
+        s2.sendall(release_bytes(name, json.loads(body)["lease"]))
+        self.assertEqual(rr2.read_response()[0], 200)
+        st, _, body = rr.read_response()
+        self.assertEqual((st, json.loads(body)["owner"]), (200, "w3"), body)
+        self.srv.release(name, json.loads(body)["lease"])
+
+    def test_connection_close_and_http10_waiters_wait_inside_mhd(self):
+        for version, extra in (("HTTP/1.1", "Connection: close\r\n"), ("HTTP/1.0", "")):
+            name = "park/closing/" + version[-3:]
+            holder = self.hold(name)
+            s, rr = self.connect()
+            s.sendall(acquire_bytes(name, "w", 20000, version=version, extra_headers=extra))
+            self.wait_queued(name)
+            self.assertEqual(self.parked(), 0, version)
+            self.srv.release(name, holder["lease"])
+            st, _, body = rr.read_response()
+            self.assertEqual((st, json.loads(body)["owner"]), (200, "w"), body)
+            s.settimeout(5)
+            self.assertEqual(s.recv(1), b"", "%s %s: connection left open" % (version, extra))
+            self.srv.release(name, json.loads(body)["lease"])
+
+    def test_leading_empty_line_is_not_miscounted(self):
+        """Empty lines before a request line are skipped by libmicrohttpd and not in
+        its header size: the waiter is not parked, and still answered."""
+        name = "park/leading-crlf"
+        holder = self.hold(name)
+        s, rr = self.connect()
+        s.sendall(acquire_bytes(name, "w", 20000, prefix=b"\r\n"))
+        self.wait_queued(name)
+        self.assertEqual(self.parked(), 0)
+        self.srv.release(name, holder["lease"])
+        st, _, body = rr.read_response()
+        self.assertEqual((st, json.loads(body)["owner"]), (200, "w"), body)
+        self.srv.release(name, json.loads(body)["lease"])
+
+    def test_parked_hangup_leaves_queue_and_grant_goes_on(self):
+        name = "park/hangup"
+        holder = self.hold(name)
+        socks = []
+        for i in range(3):
+            s, rr = self.connect()
+            s.sendall(acquire_bytes(name, "w%d" % i, 20000))
+            self.wait_queued(name, i + 1)
+            socks.append((s, rr))
+        self.assertEqual(self.parked(), 3)
+        socks[0][0].close()
+        self.wait_queued(name, 2)
+        self.assertEqual(self.parked(), 2)
+        self.srv.release(name, holder["lease"])
+        st, _, body = socks[1][1].read_response()
+        self.assertEqual((st, json.loads(body)["owner"]), (200, "w1"), body)
+        socks[1][0].sendall(release_bytes(name, json.loads(body)["lease"]))
+        self.assertEqual(socks[1][1].read_response()[0], 200)
+        st, _, body = socks[2][1].read_response()
+        self.assertEqual((st, json.loads(body)["owner"]), (200, "w2"), body)
+        self.srv.release(name, json.loads(body)["lease"])
+
+
+class ParkingLimitTests(harness.unittest.TestCase):
+    def test_parked_waiters_count_against_max_connections(self):
+        with harness.Server(["--max-connections", "16"]) as srv:
+            name = "park/limit"
+            st, _, holder = srv.acquire(name, "h", ttl_ms=60000)
+            self.assertEqual(st, 200)
+            waiters = []  # with srv.client's connection, 16 in all
+            for i in range(15):
+                s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+                self.addCleanup(s.close)
+                s.sendall(acquire_bytes(name, "w%d" % i, 20000))
+                waiters.append(s)
+
+            def refused():
+                extra = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+                try:
+                    extra.sendall(get_bytes("/healthz"))
+                    extra.settimeout(5)
+                    return extra.recv(100) == b""
+                except (ConnectionResetError, BrokenPipeError):
+                    return True
+                finally:
+                    extra.close()
+
+            # Once the 15 waiters are parked, no further connection is served.
+            srv.wait_until(refused, what="a 17th connection refused")
+            waiters[0].close()
+            check = srv.new_client()
+            srv.wait_until(lambda: srv.waiters(name, check) == 14, what="15 queued, then one left")
+            st, _, body = check.release(name, holder["lease"])
+            self.assertEqual(st, 200, body)
+            st, _, body = harness.read_response(waiters[1])
+            self.assertEqual((st, json.loads(body)["owner"]), (200, "w1"), body)
+            check.close()
+
+    def test_shutdown_answers_parked_waiters_503_and_closes(self):
+        srv = harness.Server()
+        self.addCleanup(srv.cleanup)
+        name = "park/shutdown"
+        st, _, _ = srv.acquire(name, "h", ttl_ms=60000)
+        self.assertEqual(st, 200)
+        readers = []
+        for i in range(3):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            self.addCleanup(s.close)
+            s.sendall(acquire_bytes(name, "w%d" % i, 20000))
+            readers.append((s, harness.RawReader(s)))
+        srv.wait_until(lambda: srv.waiters(name) == 3, what="3 waiters")
+        st, _, text = srv.request("GET", "/metrics")
+        self.assertEqual(harness.parse_metrics(text)["leasegate_connections_parked"], 3)
+        srv.proc.send_signal(signal.SIGTERM)
+        for s, rr in readers:
+            st, headers, body = rr.read_response()
+            self.assertEqual((st, json.loads(body)["error"]), (503, "overloaded"), body)
+            self.assertEqual(headers.get("connection"), "close")
+            s.settimeout(5)
+            self.assertEqual(s.recv(1), b"")
+        srv.stop_clean()
+
+
+if __name__ == "__main__":
+    harness.run_tests()
