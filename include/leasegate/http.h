@@ -6,9 +6,10 @@
  * it are durable: http_reply* hold it (suspending the connection) until the
  * pending commit batch is written, and only then queue it.
  *
- * A long-polling acquire suspends its connection (http_wait); it holds no
- * thread. While it waits, the loop watches its socket, so a client that goes
- * away leaves the queue at once.
+ * A long-polling acquire holds no thread (http_wait): it is parked outside
+ * libmicrohttpd when that is safe (park.h), else its connection is suspended.
+ * While it waits, the loop watches its socket, so a client that goes away
+ * leaves the queue at once.
  */
 #ifndef LEASEGATE_HTTP_H
 #define LEASEGATE_HTTP_H
@@ -103,7 +104,7 @@ void http_resume(Request *req);
 /* Drops the connection (resuming it if suspended) without a response. */
 void http_close(Request *req);
 
-/* Suspends the request as a waiter of the lock table. */
+/* Makes the request a waiter of the lock table: parked, or suspended. */
 void http_wait(Request *req, Waiter *w);
 /* The lock table granted the waiter or timed it out: it leaves the waiting list. */
 void http_waiter_done(Request *req);
