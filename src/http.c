@@ -24,7 +24,6 @@
 #include "leasegate/proxy.h"
 #include "leasegate/router.h"
 
-#define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 static void request_free(Request *req)
 {
@@ -104,7 +103,7 @@ static void hold_ready(CommitHold *hold)
 static void send_response(Request *req, unsigned status, struct MHD_Response *resp)
 {
     if (req->own_fd >= 0) {
-        /* Parked answers go through park_reply; only a failure to build one
+        /* Parked answers are text (park_reply); only a failure to build one
          * ends up here: the client gets no answer. */
         if (resp)
             MHD_destroy_response(resp);
@@ -531,7 +530,8 @@ int http_start(Server *s)
     inet_pton(AF_INET, s->cfg.listen_host, &addr.sin_addr);
     s->daemon = MHD_start_daemon(
         /* TURBO: closing a connection does not shutdown() its socket, which
-         * parking relies on (park.h); it also reads and accepts eagerly. */
+         * parking relies on (park.h); so no connection gets a shutdown(SHUT_WR)
+         * before its close. It also reads and accepts eagerly. */
         MHD_USE_EPOLL | MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME, s->cfg.listen_port, on_accept, s, on_request,
         s,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,

@@ -100,6 +100,9 @@ static int next_timeout_ms(Loop *l, int cap_ms)
     int64_t curl_ms = proxy_next_timeout_ms(l->s->proxy, &now);
     if (curl_ms >= 0 && (t < 0 || curl_ms < t))
         t = curl_ms;
+    int64_t park_ms = park_next_timeout_ms(l->s, &now);
+    if (park_ms >= 0 && (t < 0 || park_ms < t))
+        t = park_ms;
     MHD_UNSIGNED_LONG_LONG mhd_ms;
     if (MHD_get_timeout(l->s->daemon, &mhd_ms) == MHD_YES && (t < 0 || (int64_t)mhd_ms < t))
         t = (int64_t)mhd_ms;
@@ -161,6 +164,7 @@ static int turn(Loop *l, int cap_ms)
     Now now = clock_now();
     locktab_tick(s->locks, &now);
     proxy_tick(s->proxy, &now);
+    park_tick(s, &now);
     /* Parked answers made ready by commits and deadlines go out before MHD
      * runs (their connections rejoin it), those made ready inside it after. */
     park_flush(s);

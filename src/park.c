@@ -3,10 +3,16 @@
  *
  * Life of a parked request: park_take (socket duplicated, watched for
  * hang-up) -> park_reply (answer formatted, held for its commit) -> ready
- * list -> park_flush writes it (EPOLLOUT while the socket is full) -> the
- * connection goes back to libmicrohttpd, or is closed when the answer did
- * not get out or the server is stopping. Every end goes through finish(),
- * which hands the Request to http_request_end (frees it).
+ * list -> park_flush writes it -> the connection goes back to libmicrohttpd,
+ * or is closed when the answer did not get out. A write the socket cannot
+ * take at once waits for EPOLLOUT on the writing list, and is given up after
+ * --idle-timeout without progress, as libmicrohttpd does with its own.
+ *
+ * Every end goes through finish(), which hands the Request to
+ * http_request_end (frees it). finish() runs only from the loop's own steps
+ * (a socket event for that request, park_flush, park_tick, shutdown), never
+ * from inside lock-table callbacks: a failure there queues the request on the
+ * ready list with no answer, and park_flush ends it.
  */
 #include "leasegate/park.h"
 
@@ -24,8 +30,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-#define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 typedef struct ConnBytes {
     int64_t origin; /* counted_read when libmicrohttpd had read nothing yet */
@@ -95,11 +99,33 @@ uint64_t park_request_bytes(struct MHD_Connection *conn)
     return (uint64_t)hs->header_size + body;
 }
 
-/* Without "Connection: close" an HTTP/1.1 connection outlives the answer. */
+/* Header iterator: clears *cls when a Connection header has the token "close". */
+static enum MHD_Result no_close_token(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    bool *keep = cls;
+    if (!value || strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) != 0)
+        return MHD_YES;
+    for (const char *p = value; *p;) {
+        p += strspn(p, " \t,");
+        size_t n = strcspn(p, ",");
+        size_t len = n;
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if (len == 5 && strncasecmp(p, "close", 5) == 0)
+            *keep = false;
+        p += n;
+    }
+    return MHD_YES;
+}
+
+/* An HTTP/1.1 connection outlives the answer unless some Connection header
+ * says "close" (libmicrohttpd's own rule). */
 static bool keeps_alive(struct MHD_Connection *conn)
 {
-    const char *c = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
-    return !c || !strcasestr(c, "close");
+    bool keep = true;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, no_close_token, &keep);
+    return keep;
 }
 
 bool park_take(Request *req)
@@ -111,7 +137,7 @@ bool park_take(Request *req)
     const union MHD_ConnectionInfo *ctx = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     const ConnBytes *cb = ctx ? ctx->socket_context : NULL;
-    uint64_t size = park_request_bytes(conn);
+    uint64_t size = req->wire_bytes;
     int64_t now;
     if (!cb || cb->unknown || !fdi || size == 0 || !counted_read(fdi->connect_fd, &now) ||
         now - cb->origin != (int64_t)(cb->taken + size))
@@ -123,6 +149,9 @@ bool park_take(Request *req)
         close(fd);
         return false;
     }
+    /* The answer goes out in one send(); nothing to gain from Nagle. */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     req->own_fd = fd;
     dlist_append(&s->parked, &req->plink);
     /* What routed and parsed the request is not needed while it waits. */
@@ -142,8 +171,10 @@ static void finish(Request *req, bool delivered)
     dlist_remove(&s->parked, &req->plink);
     if (req->in_ready)
         dlist_remove(&s->park_ready, &req->rlink);
+    if (req->writing)
+        dlist_remove(&s->park_writing, &req->rlink);
     http_request_end(req, delivered);
-    if (!delivered || s->stopping) {
+    if (!delivered) {
         close(fd);
         return;
     }
@@ -157,12 +188,18 @@ static void finish(Request *req, bool delivered)
     MHD_add_connection(s->daemon, fd, (struct sockaddr *)&peer, len);
 }
 
-void park_drop(Request *req) { finish(req, false); }
-
 static void make_ready(Request *req)
 {
     req->in_ready = true;
     dlist_append(&req->srv->park_ready, &req->rlink);
+}
+
+void park_drop(Request *req)
+{
+    /* park_flush ends it: no answer, so the connection is closed there. */
+    free(req->out);
+    req->out = NULL;
+    make_ready(req);
 }
 
 static void hold_ready(CommitHold *hold) { make_ready(CONTAINER_OF(hold, Request, hold)); }
@@ -175,16 +212,18 @@ void park_reply(Request *req, unsigned status, const char *content_type, char *t
     struct tm tm;
     strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
     const char *reason = MHD_get_reason_phrase_for(status);
-    /* The same head libmicrohttpd writes for our other answers. */
+    /* The same head libmicrohttpd writes for our other answers; the
+     * connection stays open, as it would there (also while stopping: the
+     * client may still release on it until the server exits). */
     char head[512];
     int hl = snprintf(head, sizeof head,
-                      "HTTP/1.1 %u %s\r\nDate: %s\r\n%sContent-Type: %s\r\nCache-Control: no-store\r\n"
+                      "HTTP/1.1 %u %s\r\nDate: %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n"
                       "Content-Length: %zu\r\n\r\n",
-                      status, reason, date, s->stopping ? "Connection: close\r\n" : "", content_type, len);
+                      status, reason, date, content_type, len);
     char *out = hl > 0 && (size_t)hl < sizeof head ? malloc((size_t)hl + len) : NULL;
     if (!out) {
         free(text_new);
-        finish(req, false);
+        park_drop(req);
         return;
     }
     memcpy(out, head, (size_t)hl);
@@ -202,9 +241,34 @@ void park_reply(Request *req, unsigned status, const char *content_type, char *t
     make_ready(req);
 }
 
+/* The socket took part of the answer, or none: wait for room (and only for
+ * that: a client that half-closes may still read), at most --idle-timeout
+ * from now. The writing list stays in deadline order: every entry gets the
+ * same timeout, counted from its last progress. */
+static void wait_for_room(Request *req)
+{
+    Server *s = req->srv;
+    if (!req->writing) {
+        req->writing = true;
+        if (!loop_rewatch(s->loop, req->own_fd, EPOLLOUT, &req->source)) {
+            finish(req, false);
+            return;
+        }
+    } else {
+        dlist_remove(&s->park_writing, &req->rlink);
+    }
+    req->write_deadline_ms = clock_now().mono_ms + (int64_t)s->cfg.idle_timeout_s * 1000;
+    dlist_append(&s->park_writing, &req->rlink);
+}
+
 /* Writes what is left of the answer; finishes the request when all is out. */
 static void write_out(Request *req)
 {
+    if (!req->out) {
+        finish(req, false); /* dropped (park_drop) */
+        return;
+    }
+    size_t start = req->out_off;
     while (req->out_off < req->out_len) {
         ssize_t n = send(req->own_fd, req->out + req->out_off, req->out_len - req->out_off, MSG_NOSIGNAL);
         if (n > 0) {
@@ -212,9 +276,8 @@ static void write_out(Request *req)
         } else if (n < 0 && errno == EINTR) {
             continue;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            req->writing = true;
-            if (!loop_rewatch(req->srv->loop, req->own_fd, EPOLLOUT | EPOLLRDHUP, &req->source))
-                finish(req, false);
+            if (!req->writing || req->out_off > start)
+                wait_for_room(req);
             return;
         } else {
             finish(req, false);
@@ -241,6 +304,24 @@ void park_flush(Server *s)
         dlist_remove(&s->park_ready, &req->rlink);
         req->in_ready = false;
         write_out(req);
+    }
+}
+
+int64_t park_next_timeout_ms(const Server *s, const Now *now)
+{
+    if (!s->park_writing.head)
+        return -1;
+    const Request *req = DLIST_ITEM(s->park_writing.head, Request, rlink);
+    return req->write_deadline_ms > now->mono_ms ? req->write_deadline_ms - now->mono_ms : 0;
+}
+
+void park_tick(Server *s, const Now *now)
+{
+    while (s->park_writing.head) {
+        Request *req = DLIST_ITEM(s->park_writing.head, Request, rlink);
+        if (req->write_deadline_ms > now->mono_ms)
+            return;
+        finish(req, false); /* the client stopped reading */
     }
 }
 

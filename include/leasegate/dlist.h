@@ -19,7 +19,9 @@ typedef struct DList {
 } DList;
 
 /* The element that embeds `link` as `member`. */
-#define DLIST_ITEM(link, type, member) ((type *)(void *)((char *)(link) - offsetof(type, member)))
+/* The struct that has `ptr` as its `member`. */
+#define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+#define DLIST_ITEM(link, type, member) CONTAINER_OF(link, type, member)
 
 static inline void dlist_append(DList *l, DLink *n)
 {

@@ -74,7 +74,8 @@ struct Request {
     DLink plink;        /* in Server.parked */
     bool in_ready;      /* in Server.park_ready (through rlink) */
     DLink rlink;
-    bool writing;       /* the answer is partly written; waiting for EPOLLOUT */
+    bool writing;       /* in Server.park_writing (through rlink): waiting for EPOLLOUT */
+    int64_t write_deadline_ms; /* while writing: given up then (monotonic ms) */
     char *out;          /* owned: the answer's bytes */
     size_t out_len, out_off;
 };
@@ -85,7 +86,8 @@ void http_stop(Server *s);
 /* The port actually bound (for --listen ...:0). */
 unsigned http_port(const Server *s);
 
-/* Replies; each takes ownership of what it is given. NULL resp closes the connection. */
+/* Replies; each takes ownership of what it is given. NULL resp closes the connection.
+ * A parked waiter (park.h) can only be answered with text (json/error/text). */
 void http_reply_response(Request *req, unsigned status, struct MHD_Response *resp);
 void http_reply_json_new(Request *req, unsigned status, json_t *body);
 void http_reply_text(Request *req, unsigned status, const char *content_type, char *text_new,

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "leasegate/clock.h"
 #include "leasegate/http.h"
 
 struct MHD_Connection;
@@ -49,13 +50,18 @@ bool park_take(Request *req);
 /* The answer of a parked request (text_new taken over). It is written once
  * every change recorded before it is durable. */
 void park_reply(Request *req, unsigned status, const char *content_type, char *text_new, size_t len);
-/* The parked request ends without an answer: the connection is closed. */
+/* The parked request ends without an answer (its answer could not be built):
+ * the connection is closed by the next park_flush. Safe inside callbacks. */
 void park_drop(Request *req);
 /* Readiness on a parked socket: the client hung up, or room to write. */
 void park_event(Request *req, uint32_t events);
 /* Writes the answers that are ready and hands their connections back to
  * libmicrohttpd. Never inside a libmicrohttpd callback. */
 void park_flush(Server *s);
+/* Answers that could not be written for --idle-timeout: when the next is due
+ * (ms from now, -1 if none), and closing those that are. */
+int64_t park_next_timeout_ms(const Server *s, const Now *now);
+void park_tick(Server *s, const Now *now);
 /* Shutdown: closes every parked connection. */
 void park_close_all(Server *s);
 

@@ -37,6 +37,7 @@ typedef struct Server {
     DList suspended;   /* Request.slink: connections suspended now (waiting, held, proxied) */
     DList parked;      /* Request.plink: waiters whose socket is ours (park.h) */
     DList park_ready;  /* Request.rlink: parked requests whose answer can be written */
+    DList park_writing; /* Request.rlink: parked answers waiting for room, by deadline */
     bool stopping;
     bool storage_failed;
 } Server;
