@@ -142,7 +142,9 @@ int server_run(Server *s)
 void server_close(Server *s)
 {
     /* On every way out (also a failed loop) MHD must not stop with suspended
-     * connections: drop them and let MHD take them back once. */
+     * connections: drop them and let MHD take them back once. Stopping: a
+     * request MHD still runs now cannot become a waiter. */
+    s->stopping = true;
     if (s->daemon) {
         if (s->proxy)
             proxy_abort_all(s->proxy);
