@@ -58,13 +58,20 @@ class ParkingTests(harness.ServerTestCase):
     def wait_queued(self, name, n=1):
         self.srv.wait_until(lambda: self.srv.waiters(name) == n, what="%d waiter(s) on %s" % (n, name))
 
+    def send_waiter(self, name, data, queued=1, parked=None):
+        """A fresh connection sends `data` (a waiting acquire, maybe more); returns
+        once `queued` waiters are on the lock, checking the parked gauge if given."""
+        s, rr = self.connect()
+        s.sendall(data)
+        self.wait_queued(name, queued)
+        if parked is not None:
+            self.assertEqual(self.parked(), parked)
+        return s, rr
+
     def test_waiter_parked_and_connection_serves_next_requests(self):
         name = "park/reuse"
         holder = self.hold(name)
-        s, rr = self.connect()
-        s.sendall(acquire_bytes(name, "w", 20000))
-        self.wait_queued(name)
-        self.assertEqual(self.parked(), 1)
+        s, rr = self.send_waiter(name, acquire_bytes(name, "w", 20000), parked=1)
         self.srv.release(name, holder["lease"])
         st, headers, body = rr.read_response()
         grant = json.loads(body)
@@ -78,10 +85,7 @@ class ParkingTests(harness.ServerTestCase):
         s.sendall(get_bytes("/v1/locks/" + name))
         st, _, body = rr.read_response()
         self.assertEqual((st, json.loads(body)["holder"]["owner"]), (200, "w"))
-        s2, rr2 = self.connect()
-        s2.sendall(acquire_bytes(name, "w2", 20000))
-        self.wait_queued(name)
-        self.assertEqual(self.parked(), 1)
+        s2, rr2 = self.send_waiter(name, acquire_bytes(name, "w2", 20000), parked=1)
         s.sendall(release_bytes(name, grant["lease"]))
         st, _, body = rr.read_response()
         self.assertEqual(st, 200, body)
@@ -98,10 +102,7 @@ class ParkingTests(harness.ServerTestCase):
         """libmicrohttpd has already read the second request: the waiter stays inside it."""
         name = "park/pipelined"
         holder = self.hold(name)
-        s, rr = self.connect()
-        s.sendall(acquire_bytes(name, "w", 20000) + get_bytes("/healthz"))
-        self.wait_queued(name)
-        self.assertEqual(self.parked(), 0)
+        s, rr = self.send_waiter(name, acquire_bytes(name, "w", 20000) + get_bytes("/healthz"), parked=0)
         self.srv.release(name, holder["lease"])
         st, _, body = rr.read_response()
         grant = json.loads(body)
@@ -114,10 +115,7 @@ class ParkingTests(harness.ServerTestCase):
     def test_request_sent_while_parked_is_answered_after_the_grant(self):
         name = "park/sent-while-parked"
         holder = self.hold(name)
-        s, rr = self.connect()
-        s.sendall(acquire_bytes(name, "w", 20000))
-        self.wait_queued(name)
-        self.assertEqual(self.parked(), 1)
+        s, rr = self.send_waiter(name, acquire_bytes(name, "w", 20000), parked=1)
         s.sendall(get_bytes("/healthz"))  # waits in the kernel until the connection is back
         time.sleep(0.2)
         self.assertEqual(self.srv.waiters(name), 1, "the second request must not end the wait")
@@ -155,18 +153,13 @@ class ParkingTests(harness.ServerTestCase):
     def test_chunked_waiter_waits_inside_mhd(self):
         name = "park/chunked"
         holder = self.hold(name)
-        s, rr = self.connect()
-        s.sendall(acquire_bytes(name, "w", 20000, chunked=True))
-        self.wait_queued(name)
-        self.assertEqual(self.parked(), 0)
+        s, rr = self.send_waiter(name, acquire_bytes(name, "w", 20000, chunked=True), parked=0)
         self.srv.release(name, holder["lease"])
         st, _, body = rr.read_response()
         grant = json.loads(body)
         self.assertEqual((st, grant["owner"]), (200, "w"), body)
         # After a chunked body the connection's byte count is unknown: never parked again.
-        s2, rr2 = self.connect()
-        s2.sendall(acquire_bytes(name, "w2", 20000))
-        self.wait_queued(name)
+        s2, rr2 = self.send_waiter(name, acquire_bytes(name, "w2", 20000))
         s.sendall(acquire_bytes(name, "w3", 20000))
         self.wait_queued(name, 2)
         self.assertEqual(self.parked(), 1)
@@ -183,10 +176,8 @@ class ParkingTests(harness.ServerTestCase):
         for version, extra in (("HTTP/1.1", "Connection: close\r\n"), ("HTTP/1.0", "")):
             name = "park/closing/" + version[-3:]
             holder = self.hold(name)
-            s, rr = self.connect()
-            s.sendall(acquire_bytes(name, "w", 20000, version=version, extra_headers=extra))
-            self.wait_queued(name)
-            self.assertEqual(self.parked(), 0, version)
+            data = acquire_bytes(name, "w", 20000, version=version, extra_headers=extra)
+            s, rr = self.send_waiter(name, data, parked=0)
             self.srv.release(name, holder["lease"])
             st, _, body = rr.read_response()
             self.assertEqual((st, json.loads(body)["owner"]), (200, "w"), body)
@@ -199,10 +190,7 @@ class ParkingTests(harness.ServerTestCase):
         its header size: the waiter is not parked, and still answered."""
         name = "park/leading-crlf"
         holder = self.hold(name)
-        s, rr = self.connect()
-        s.sendall(acquire_bytes(name, "w", 20000, prefix=b"\r\n"))
-        self.wait_queued(name)
-        self.assertEqual(self.parked(), 0)
+        s, rr = self.send_waiter(name, acquire_bytes(name, "w", 20000, prefix=b"\r\n"), parked=0)
         self.srv.release(name, holder["lease"])
         st, _, body = rr.read_response()
         self.assertEqual((st, json.loads(body)["owner"]), (200, "w"), body)
@@ -213,10 +201,7 @@ class ParkingTests(harness.ServerTestCase):
         holder = self.hold(name)
         socks = []
         for i in range(3):
-            s, rr = self.connect()
-            s.sendall(acquire_bytes(name, "w%d" % i, 20000))
-            self.wait_queued(name, i + 1)
-            socks.append((s, rr))
+            socks.append(self.send_waiter(name, acquire_bytes(name, "w%d" % i, 20000), queued=i + 1))
         self.assertEqual(self.parked(), 3)
         socks[0][0].close()
         self.wait_queued(name, 2)
