@@ -249,11 +249,11 @@ static void wait_for_room(Request *req)
 {
     Server *s = req->srv;
     if (!req->writing) {
-        req->writing = true;
         if (!loop_rewatch(s->loop, req->own_fd, EPOLLOUT, &req->source)) {
             finish(req, false);
             return;
         }
+        req->writing = true;
     } else {
         dlist_remove(&s->park_writing, &req->rlink);
     }
