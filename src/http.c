@@ -371,6 +371,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->routed = true;
         req->http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
         s->metrics.requests++;
+        /* Stopping: no new work, so what is held or waiting drains and no
+         * connection is left suspended when MHD stops. Nothing has changed
+         * for this request, so the answer needs no commit. */
+        if (s->stopping)
+            return reply_now(conn, s, ERR_OVERLOADED, "server is shutting down; retry");
         const GuardRoute *g = guard_match(s, req->raw_uri);
         if (g) {
             req->in_handler = true;
