@@ -24,7 +24,6 @@
 #include "leasegate/proxy.h"
 #include "leasegate/router.h"
 
-
 static void request_free(Request *req)
 {
     if (req->response)
