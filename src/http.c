@@ -12,6 +12,7 @@
 #include "leasegate/http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -290,14 +291,25 @@ void http_cancel_waiters(Server *s)
 
 void http_waiter_done(Request *req) { stop_waiting(req); }
 
-static bool content_length_too_big(struct MHD_Connection *conn)
+bool http_content_length(struct MHD_Connection *conn, uint64_t *n)
 {
+    *n = 0;
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (!cl)
-        return false;
+        return true;
     char *end;
-    unsigned long long n = strtoull(cl, &end, 10);
-    return *end != '\0' || n > HTTP_MAX_BODY;
+    errno = 0;
+    unsigned long long v = strtoull(cl, &end, 10);
+    if (!*cl || *end || errno)
+        return false;
+    *n = v;
+    return true;
+}
+
+static bool content_length_too_big(struct MHD_Connection *conn)
+{
+    uint64_t n;
+    return !http_content_length(conn, &n) || n > HTTP_MAX_BODY;
 }
 
 static enum MHD_Result reply_now(struct MHD_Connection *conn, Server *s, ErrCode code, const char *message)

@@ -86,16 +86,9 @@ uint64_t park_request_bytes(struct MHD_Connection *conn)
     const union MHD_ConnectionInfo *hs = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
     if (!hs || MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
         return 0;
-    uint64_t body = 0;
-    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl) {
-        char *end;
-        errno = 0;
-        unsigned long long n = strtoull(cl, &end, 10);
-        if (!*cl || *end || errno)
-            return 0;
-        body = n;
-    }
+    uint64_t body;
+    if (!http_content_length(conn, &body))
+        return 0;
     return (uint64_t)hs->header_size + body;
 }
 

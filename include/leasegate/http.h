@@ -122,5 +122,7 @@ void http_cancel_waiters(Server *s);
 void http_close_suspended(Server *s);
 
 const char *http_query(Request *req, const char *key);
+/* The request's Content-Length (0 when absent); false when it is not a number. */
+bool http_content_length(struct MHD_Connection *conn, uint64_t *n);
 
 #endif
