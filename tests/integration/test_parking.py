@@ -242,6 +242,38 @@ def settled_send_queue(server_port, client_port):
 
 
 class ParkingServerTests(harness.unittest.TestCase):
+    def stuck_connection(self, srv, name):
+        """A connection whose answers the server can no longer write: the client
+        does not read, and the server's send buffer is full. `name` must be held
+        with a large metadata (its GET answers fill the buffer quickly). Returns
+        the socket and the number of answers queued on it."""
+        s = socket.socket()
+        self.addCleanup(s.close)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        s.connect(("127.0.0.1", srv.port))
+        cport = s.getsockname()[1]
+        sent = 0
+        # Fill the server's send buffer with answers this client never reads,
+        # until what is queued reaches the buffer's size.
+        q = None
+        for _ in range(50):
+            s.sendall(get_bytes("/v1/locks/" + name) * 20)
+            sent += 20
+            q = settled_send_queue(srv.port, cport)
+            self.assertIsNotNone(q, "ss shows no such connection")
+            if q[0] > q[1] - 300000:
+                break
+        # Then one small answer at a time: libmicrohttpd must not be left
+        # halfway through an answer, or it never reads the acquire.
+        for _ in range(3000):
+            if q[0] >= q[1]:
+                break
+            s.sendall(get_bytes("/healthz"))
+            sent += 1
+            q = settled_send_queue(srv.port, cport)
+        self.assertGreaterEqual(q[0], q[1], "could not fill the server's send buffer: %r" % (q,))
+        return s, sent
+
     def test_answer_the_client_does_not_read_is_given_up_after_idle_timeout(self):
         """A parked answer that cannot be written (the client stopped reading)
         must not hold its connection, slot and grant for ever."""
@@ -249,33 +281,35 @@ class ParkingServerTests(harness.unittest.TestCase):
             name = "park/stuck"
             st, _, _ = srv.acquire(name, "h", ttl_ms=600000, metadata={"pad": "x" * 4000})
             self.assertEqual(st, 200)
-            s = socket.socket()
-            self.addCleanup(s.close)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
-            s.connect(("127.0.0.1", srv.port))
-            cport = s.getsockname()[1]
-            # Fill the server's send buffer with answers this client never reads,
-            # until what is queued reaches the buffer's size.
-            q = None
-            for _ in range(50):
-                s.sendall(get_bytes("/v1/locks/" + name) * 20)
-                q = settled_send_queue(srv.port, cport)
-                self.assertIsNotNone(q, "ss shows no such connection")
-                if q[0] > q[1] - 300000:
-                    break
-            # Then one small answer at a time: libmicrohttpd must not be left
-            # halfway through an answer, or it never reads the acquire.
-            for _ in range(3000):
-                if q[0] >= q[1]:
-                    break
-                s.sendall(get_bytes("/healthz"))
-                q = settled_send_queue(srv.port, cport)
-            self.assertGreaterEqual(q[0], q[1], "could not fill the server's send buffer: %r" % (q,))
+            s, _ = self.stuck_connection(srv, name)
             s.sendall(acquire_bytes(name, "w", 200))  # parks, then its 409 cannot be written
             srv.wait_until(lambda: srv.waiters(name) == 0 and self.parked(srv) == 1, timeout=10,
                            what="the wait over, its answer stuck in the parked connection")
             srv.wait_until(lambda: self.parked(srv) == 0, timeout=15,
                            what="the stuck answer given up after --idle-timeout")
+
+    def test_answer_written_once_the_client_reads_again(self):
+        """A parked answer that did not fit in the socket goes out when the
+        client makes room, after every earlier answer, and the connection then
+        serves the next request."""
+        with harness.Server(["--idle-timeout", "60"]) as srv:
+            name = "park/slow-reader"
+            st, _, holder = srv.acquire(name, "h", ttl_ms=600000, metadata={"pad": "x" * 4000})
+            self.assertEqual(st, 200)
+            s, sent = self.stuck_connection(srv, name)
+            s.sendall(acquire_bytes(name, "w", 200))
+            srv.wait_until(lambda: srv.waiters(name) == 0 and self.parked(srv) == 1, timeout=10,
+                           what="the wait over, its answer waiting for room")
+            rr = harness.RawReader(s)
+            for i in range(sent):
+                st, _, _ = rr.read_response()
+                self.assertEqual(st, 200, "answer %d of %d" % (i + 1, sent))
+            st, _, body = rr.read_response()
+            self.assertEqual((st, json.loads(body)["error"]), (409, "lock_held"), body)
+            srv.wait_until(lambda: self.parked(srv) == 0, what="the connection handed back")
+            s.sendall(get_bytes("/v1/locks/" + name))
+            st, _, body = rr.read_response()
+            self.assertEqual((st, json.loads(body)["holder"]["token"]), (200, holder["token"]), body)
 
     def parked(self, srv):
         st, _, text = srv.request("GET", "/metrics")
