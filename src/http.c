@@ -223,7 +223,6 @@ const char *http_query(Request *req, const char *key)
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
-
 static void unwatch(Request *req)
 {
     if (req->watch_fd >= 0) {
