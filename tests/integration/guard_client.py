@@ -1,8 +1,8 @@
 """A lock client as a separate process, for the guard-proxy tests (test_guard.py).
 
   guard_client.py stall PORT LOCK PATH
-      acquire LOCK with ttl_ms=300, PUT "A1" to PATH through the guard with the token,
-      print {"event":"ready", ...}, then block on stdin (the test SIGSTOPs us here);
+      acquire LOCK, PUT "A1" to PATH through the guard with the token, renew the
+      lease to ttl_ms=300, print {"event":"ready", ...}, then block on stdin (the test SIGSTOPs us here);
       on the line "go" PUT "A-late" with the same, by now old, token and print
       {"event":"late", "status":..., "body":...}.
 
@@ -34,11 +34,16 @@ def put(client, path, data, lock, token):
 
 def stall(port, lock, path):
     c = harness.Client(port, timeout=30.0)
-    st, _, g = c.acquire(lock, "client-A", ttl_ms=300)
+    st, _, g = c.acquire(lock, "client-A", ttl_ms=60000)
     if st != 200:
         emit({"event": "error", "step": "acquire", "status": st, "body": g})
         return 1
     pst, _, pbody = put(c, path, b"A1", lock, g["token"])
+    # The 300 ms lease starts once the write is done, however slow the commits.
+    st, _, r = c.renew(lock, g["lease"], ttl_ms=300)
+    if st != 200:
+        emit({"event": "error", "step": "renew", "status": st, "body": r})
+        return 1
     emit({"event": "ready", "token": g["token"], "lease": g["lease"], "put_status": pst,
           "put_body": pbody if isinstance(pbody, (dict, str)) else None})
     line = sys.stdin.readline()

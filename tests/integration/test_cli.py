@@ -290,10 +290,10 @@ class RunTests(CliTestBase):
         self.assertFalse(self.holder(self.srv, lock)["held"])
 
     def test_renews_keep_a_short_lease_alive(self):
-        """--ttl 900ms while CMD runs 2.5 s: renewals (every ttl/3) keep the lock held,
+        """--ttl 2s while CMD runs 5 s: renewals (every ttl/3) keep the lock held,
         the expiry keeps moving, and run exits with CMD's status, not 75."""
         lock = self.lock_name("renew")
-        p = self.start_run(lock, ["sleep", "2.5"], server=self.srv.url, flags=["--ttl", "900ms"])
+        p = self.start_run(lock, ["sleep", "5"], server=self.srv.url, flags=["--ttl", "2s"])
         expiries = set()
         deadline = time.monotonic() + 15
         seen_held = False
@@ -578,14 +578,19 @@ class RunSupervisorHardeningTests(CliTestBase):
     def test_job_control_stop_is_ignored(self):
         # Ctrl-Z used to stop CMD for good while its lease kept being renewed.
         lock = self.lock_name("tstp")
-        p = self.start_run(lock, ["sh", "-c", "echo $$ > %s; sleep 1; echo done > %s" % (
-            self.path("child.pid"), self.path("done.txt"))], server=self.srv.url)
+        # CMD lives until the test creates "go" (bounded), so it is still there
+        # to be looked at however slow this machine is.
+        p = self.start_run(lock, ["sh", "-c", "echo $$ > %s; i=0; "
+                                  "while [ ! -e %s ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; "
+                                  "echo done > %s" % (self.path("child.pid"), self.path("go"),
+                                                      self.path("done.txt"))], server=self.srv.url)
         child = self.wait_pid_file("child.pid", p)
         os.kill(p.pid, signal.SIGTSTP)
         time.sleep(0.2)
         with open("/proc/%d/stat" % child) as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
         self.assertNotEqual(state, "T", "CMD was stopped by SIGTSTP")
+        open(self.path("go"), "w").close()
         rc, _, err = self.finish(p)
         self.assertEqual(rc, 0, err)
         with open(self.path("done.txt")) as f:

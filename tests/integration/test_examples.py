@@ -287,8 +287,8 @@ class ExamplesTest(unittest.TestCase):
             with self.subTest(lang=lang):
                 self.need(lang)
                 lock, key = "examples/renew-%s-%s" % (lang, uid()), "renew-%s" % uid()
-                self.run_ok(lang, LOCK=lock, KEY=key, ITERATIONS=2, TTL_MS=600, WORK_MS=2400)
-                self.assertEqual(self.counter(key), 2)
+                self.run_ok(lang, LOCK=lock, KEY=key, ITERATIONS=1, TTL_MS=1200, WORK_MS=4800)
+                self.assertEqual(self.counter(key), 1)
                 self.assertFalse(self.lock_state(lock)["held"])
 
     def test_unexpected_answers_exit_nonzero(self):

@@ -54,8 +54,11 @@ class LeaseTests(harness.ServerTestCase):
 
     def test_ttl_expiry_frees_lock(self):
         name = "lease/expiry"
-        b = self.acquire_ok(name, ttl_ms=300)
+        b = self.acquire_ok(name, ttl_ms=60000)
         self.assertTrue(self.holder_of(name)["held"])
+        # The short lease starts now that it was seen held: no race with a slow commit.
+        st, _, b = self.srv.renew(name, b["lease"], ttl_ms=300)
+        self.assertEqual(st, 200, b)
         # Wait (bounded) for the server to free it by itself.
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
@@ -296,7 +299,7 @@ class LeaseTests(harness.ServerTestCase):
             b = self.acquire_ok(name, ttl_ms=rng.randint(500, 1200))
             kind = i % 3
             if kind == 0:
-                st, _, r = self.srv.renew(name, b["lease"], ttl_ms=60000)
+                st, _, r = self.srv.renew(name, b["lease"], ttl_ms=600000)
                 self.assertEqual(st, 200, r)
                 fate[name] = "renewed"
             elif kind == 1:

@@ -253,24 +253,39 @@ class ParkingServerTests(harness.unittest.TestCase):
         s.connect(("127.0.0.1", srv.port))
         cport = s.getsockname()[1]
         sent = 0
+        polls = 0
+        base = self.requests_total(srv)  # counts itself
+
+        def queue_once_all_read():
+            """The send queue, once the server has read every request sent
+            (each poll of the count is a request too)."""
+
+            def all_read():
+                nonlocal polls
+                polls += 1
+                return self.requests_total(srv) == base + sent + polls
+            srv.wait_until(all_read, timeout=10, what="the server read all %d requests" % sent)
+            return settled_send_queue(srv.port, cport)
+
         # Fill the server's send buffer with answers this client never reads,
         # until what is queued reaches the buffer's size.
         q = None
         for _ in range(50):
             s.sendall(get_bytes("/v1/locks/" + name) * 20)
             sent += 20
-            q = settled_send_queue(srv.port, cport)
+            q = queue_once_all_read()
             self.assertIsNotNone(q, "ss shows no such connection")
             if q[0] > q[1] - 300000:
                 break
-        # Then one small answer at a time: libmicrohttpd must not be left
-        # halfway through an answer, or it never reads the acquire.
+        # Then one small answer at a time, each sent once the last was read:
+        # libmicrohttpd must not be left halfway through an answer, or it never
+        # reads the acquire.
         for _ in range(3000):
             if q[0] >= q[1]:
                 break
             s.sendall(get_bytes("/healthz"))
             sent += 1
-            q = settled_send_queue(srv.port, cport)
+            q = queue_once_all_read()
         self.assertGreaterEqual(q[0], q[1], "could not fill the server's send buffer: %r" % (q,))
         return s, sent
 
@@ -314,6 +329,10 @@ class ParkingServerTests(harness.unittest.TestCase):
     def parked(self, srv):
         st, _, text = srv.request("GET", "/metrics")
         return harness.parse_metrics(text)["leasegate_connections_parked"]
+
+    def requests_total(self, srv):
+        st, _, text = srv.request("GET", "/metrics")
+        return harness.parse_metrics(text)["leasegate_http_requests_total"]
 
     def test_connection_close_in_any_connection_header(self):
         with harness.Server() as srv:

@@ -8,6 +8,7 @@ import time
 import unittest
 
 import harness
+import upstream
 
 
 class RestartTests(unittest.TestCase):
@@ -139,15 +140,19 @@ class RestartTests(unittest.TestCase):
         # --max-locks table frees up again.
         srv = harness.Server(extra_args=["--forget-idle-after", "1", "--max-locks", "2"])
         try:
-            tokens = []
+            grants = []
             for name in ("fg/a", "fg/b"):
                 st, _, g = srv.acquire(name, "f", ttl_ms=60000)
                 self.assertEqual(st, 200, g)
-                tokens.append(g["token"])
-                self.assertEqual(srv.release(name, g["lease"])[0], 200)
+                grants.append(g)
+            # Checked while both are held (held locks are never forgotten), so a
+            # slow machine cannot forget one before the check.
             st, _, b = srv.acquire("fg/c", "f")
             self.assertEqual(st, 503, b)
             self.assertIn("--max-locks", b["message"])
+            for g in grants:
+                self.assertEqual(srv.release(g["name"], g["lease"])[0], 200)
+            tokens = [g["token"] for g in grants]
 
             def forgotten():
                 return harness.parse_metrics(srv.request("GET", "/metrics")[2]).get(
@@ -166,9 +171,21 @@ class RestartTests(unittest.TestCase):
         # A long-poll that arrives during the shutdown drain used to be queued and
         # stay suspended, and libmicrohttpd aborts when stopped with suspended
         # connections. Now it is answered 503 and the server exits 0.
+        # A guarded request to an upstream that never answers keeps the drain
+        # (and so the server) up for seconds, long enough for the late waiter to
+        # arrive however slow this machine is.
+        slow = upstream.SlowUpstream()
+        self.addCleanup(slow.close)
+        srv = harness.Server(extra_args=["--guard", "/slow/=" + slow.url, "--guard-timeout", "60"])
+        self.addCleanup(srv.cleanup)
         name = "rs/late"
-        self.acquire_ok(name, ttl_ms=60000)
-        c = self.srv.new_client(timeout=10)
+        st, _, g = srv.acquire(name, "h", ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        stuck = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        self.addCleanup(stuck.close)
+        stuck.sendall(b"GET /slow/never HTTP/1.1\r\nHost: x\r\n\r\n")
+        srv.wait_until(lambda: slow.counts()[1] == 1, what="the guarded request at the upstream")
+        c = srv.new_client(timeout=10)
         out = {}
 
         def waiter():
@@ -179,10 +196,11 @@ class RestartTests(unittest.TestCase):
 
         t = threading.Thread(target=waiter, daemon=True)
         t.start()
-        self.srv.wait_until(lambda: self.srv.waiters(name) == 1, what="first waiter queued")
-        os.kill(self.srv.pid, signal.SIGTERM)
+        srv.wait_until(lambda: srv.waiters(name) == 1, what="first waiter queued")
+        os.kill(srv.pid, signal.SIGTERM)
         t.join(10)  # the first waiter is answered 503 by the shutdown
-        late = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
+        self.assertEqual(out.get("resp", (None,))[0], 503, out)
+        late = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
         try:
             body = b'{"owner":"late","wait_ms":30000}'
             late.sendall(b"POST /v1/locks/rs/late/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
@@ -191,8 +209,7 @@ class RestartTests(unittest.TestCase):
             self.assertEqual(st, 503, text)
         finally:
             late.close()
-        self.assertEqual(self.srv.stop(timeout=30), 0, self.srv.stderr_text())
-        self.srv.start()
+        self.assertEqual(srv.stop(timeout=30), 0, srv.stderr_text())
 
     def test_sigterm_under_load_exits_cleanly_and_leaves_no_unknown_holder(self):
         """16 clients acquire and release as fast as they can while SIGTERM comes:

@@ -112,9 +112,11 @@ class WaitingTests(harness.ServerTestCase):
 
     def test_expiry_wakes_exactly_one(self):
         name = "wait/expiry-one"
-        # Long enough for the three waiters to queue first, even on a slow machine.
-        self.acquire_ok(name, ttl_ms=1500)
+        holder = self.acquire_ok(name, ttl_ms=60000)
         ws = [self.queue(name, "w%d" % i, i + 1, ttl_ms=60000) for i in range(3)]
+        # The lease runs out soon only once all three are queued, however slow this machine is.
+        st, _, r = self.srv.renew(name, holder["lease"], ttl_ms=200)
+        self.assertEqual(st, 200, r)
         done = self._assert_exactly_one(ws, 0, name, 2)
         self.assertEqual(done, [0])
         self.assertEqual(ws[0].resp[0], 200)
@@ -211,12 +213,12 @@ class WaitingTests(harness.ServerTestCase):
         name = "wait/mixed"
         holder = self.acquire_ok(name, ttl_ms=60000)
         # The short ones must outlast the queueing of all five, even on a slow machine.
-        waits = [15000, 1500, 15000, 1800, 15000]
+        waits = [15000, 4000, 15000, 4500, 15000]
         log, log_lock = [], threading.Lock()
         ws = [self.queue(name, "w%d" % i, i + 1, wait_ms=wm, release_after=0.02, log=log, log_lock=log_lock)
               for i, wm in enumerate(waits)]
         for i in (1, 3):
-            ws[i].join(5)
+            ws[i].join(10)
             self.assertEqual(ws[i].resp[0], 409, ws[i].resp)
             self.assertEqual(ws[i].resp[2]["error"], "lock_held")
         self.assertEqual(self.srv.waiters(name), 3)

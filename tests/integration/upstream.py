@@ -353,6 +353,9 @@ class SlowUpstream:
                                         bytes, then hold the connection open silently
     * path contains /trickle?n=N&ms=M   200 with Content-Length N*8, then N pieces of
                                         8 bytes with M ms between them
+    * path contains /together?n=N       hold the answer until N such requests are in
+                                        flight at once, then 200 "together" to each;
+                                        200 "alone" if that has not happened in 8 s
 
     Connections are held until the peer closes them or the server stops. Counts
     accepted connections and how many are open now (a closed peer is noticed by a
@@ -371,6 +374,8 @@ class SlowUpstream:
         self.open = 0
         self.paths = []
         self._lock = threading.Lock()
+        self._together = threading.Condition(self._lock)
+        self._together_in = 0
         self._stop = threading.Event()
         self._conns = []
         self._thread = threading.Thread(target=self._accept_loop, daemon=True)
@@ -414,6 +419,15 @@ class SlowUpstream:
                 if self._stop.wait(ms / 1000.0):
                     return
                 body = b"late"
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Upstream: slow\r\n"
+                          b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+            elif "/together" in path:
+                n = int(_query_int(path, "n", 2))
+                with self._together:
+                    self._together_in += 1
+                    self._together.notify_all()
+                    met = self._together.wait_for(lambda: self._together_in >= n, timeout=8.0)
+                body = b"together" if met else b"alone"
                 c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Upstream: slow\r\n"
                           b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
             elif "/stall-body" in path:
