@@ -326,13 +326,16 @@ class ParkingServerTests(harness.unittest.TestCase):
             st, _, body = rr.read_response()
             self.assertEqual((st, json.loads(body)["holder"]["token"]), (200, holder["token"]), body)
 
-    def parked(self, srv):
+    def metric(self, srv, name):
         st, _, text = srv.request("GET", "/metrics")
-        return harness.parse_metrics(text)["leasegate_connections_parked"]
+        self.assertEqual(st, 200)
+        return harness.parse_metrics(text)[name]
+
+    def parked(self, srv):
+        return self.metric(srv, "leasegate_connections_parked")
 
     def requests_total(self, srv):
-        st, _, text = srv.request("GET", "/metrics")
-        return harness.parse_metrics(text)["leasegate_http_requests_total"]
+        return self.metric(srv, "leasegate_http_requests_total")
 
     def test_connection_close_in_any_connection_header(self):
         with harness.Server() as srv:
