@@ -242,7 +242,6 @@ class GuardStoryTests(GuardBase):
         self.assert_written(self.send("PUT", path, b"0", g["token"], lock), expect=(201,))
         st, _, r = self.srv.release(lock, g["lease"])
         self.assertEqual(st, 200, r)
-        t0 = time.monotonic()
         procs = [self._spawn("counter", self.srv.port, lock, path, iters, "worker-%d" % i)
                  for i in range(nproc)]
         results = []
@@ -259,7 +258,6 @@ class GuardStoryTests(GuardBase):
         finally:
             for p in procs:
                 self._reap(p)
-        elapsed = time.monotonic() - t0
         self.assertTrue(all(r["event"] == "done" for r in results), results)
         tokens = sorted(t for r in results for t in r["tokens"])
         self.assertEqual(len(tokens), nproc * iters)

@@ -353,9 +353,11 @@ class SlowUpstream:
                                         bytes, then hold the connection open silently
     * path contains /trickle?n=N&ms=M   200 with Content-Length N*8, then N pieces of
                                         8 bytes with M ms between them
-    * path contains /together?n=N       hold the answer until N such requests are in
-                                        flight at once, then 200 "together" to each;
-                                        200 "alone" if that has not happened in 8 s
+    * path contains /together?n=N       hold the answer until N such requests (counted
+                                        since this upstream started) have arrived, so the
+                                        first N are all in flight at once, then 200
+                                        "together"; 200 "alone" if they had not all come
+                                        within 8 s
 
     Connections are held until the peer closes them or the server stops. Counts
     accepted connections and how many are open now (a closed peer is noticed by a
