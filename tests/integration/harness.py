@@ -433,6 +433,13 @@ class Server:
                 raise AssertionError("timed out after %.1f s waiting for %s (last=%r)" % (timeout, what, last))
             time.sleep(interval)
 
+    def metric(self, name):
+        """One value from /metrics."""
+        st, _, text = self.request("GET", "/metrics")
+        if st != 200:
+            raise AssertionError("GET /metrics -> %d" % st)
+        return parse_metrics(text)[name]
+
     def waiters(self, name, client=None):
         st, _, body = (client or self.client).get_lock(name)
         if st != 200:

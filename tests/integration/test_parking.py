@@ -38,13 +38,8 @@ def get_bytes(path):
 
 
 class ParkingTests(harness.ServerTestCase):
-    def gauge(self, name):
-        st, _, text = self.srv.request("GET", "/metrics")
-        self.assertEqual(st, 200)
-        return harness.parse_metrics(text)[name]
-
     def parked(self):
-        return self.gauge("leasegate_connections_parked")
+        return self.srv.metric("leasegate_connections_parked")
 
     def connect(self):
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
@@ -326,16 +321,11 @@ class ParkingServerTests(harness.unittest.TestCase):
             st, _, body = rr.read_response()
             self.assertEqual((st, json.loads(body)["holder"]["token"]), (200, holder["token"]), body)
 
-    def metric(self, srv, name):
-        st, _, text = srv.request("GET", "/metrics")
-        self.assertEqual(st, 200)
-        return harness.parse_metrics(text)[name]
-
     def parked(self, srv):
-        return self.metric(srv, "leasegate_connections_parked")
+        return srv.metric("leasegate_connections_parked")
 
     def requests_total(self, srv):
-        return self.metric(srv, "leasegate_http_requests_total")
+        return srv.metric("leasegate_http_requests_total")
 
     def test_connection_close_in_any_connection_header(self):
         with harness.Server() as srv:
@@ -411,8 +401,7 @@ class ParkingServerTests(harness.unittest.TestCase):
             s.sendall(acquire_bytes(name, "w%d" % i, 20000))
             readers.append((s, harness.RawReader(s)))
         srv.wait_until(lambda: srv.waiters(name) == 3, what="3 waiters")
-        st, _, text = srv.request("GET", "/metrics")
-        self.assertEqual(harness.parse_metrics(text)["leasegate_connections_parked"], 3)
+        self.assertEqual(self.parked(srv), 3)
         srv.proc.send_signal(signal.SIGTERM)
         for s, rr in readers:
             st, headers, body = rr.read_response()
