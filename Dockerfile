@@ -1,8 +1,34 @@
-# leasegate on Debian 12: the same steps as the README's first command.
-FROM debian:bookworm
+# leasegate server image on Debian 12.
+#   build:  the compiler and -dev packages, the same steps as the README's first command
+#   final:  the binary on PATH as `leasegate`, its runtime libraries and ca-certificates,
+#           running as the unprivileged user `leasegate` (uid 7400) with its data in /data
+#
+#   docker build -t leasegate .
+#   docker run -d -p 7400:7400 -v leasegate-data:/data leasegate
+#
+# A host directory mounted on /data must be writable by uid 7400. `docker stop` sends
+# SIGTERM: the server answers waiters 503, commits the last batch and exits 0.
+FROM debian:bookworm AS build
 WORKDIR /src
+COPY scripts/deps.sh scripts/deps.sh
+RUN scripts/deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
-RUN scripts/deps.sh && cmake -B build && cmake --build build -j"$(nproc)" && rm -rf /var/lib/apt/lists/*
-EXPOSE 7400
+RUN cmake -B /tmp/build -DLEASEGATE_TESTS=OFF \
+ && cmake --build /tmp/build -j"$(nproc)" \
+ && cmake --install /tmp/build --prefix /usr/local --strip
+
+FROM debian:bookworm
+COPY scripts/deps.sh /tmp/deps.sh
+RUN /tmp/deps.sh --runtime && rm -rf /var/lib/apt/lists/* /tmp/deps.sh \
+ && useradd --system --uid 7400 --user-group --home-dir /data --shell /usr/sbin/nologin leasegate \
+ && mkdir -p /data && chown leasegate:leasegate /data
+COPY --from=build /usr/local/bin/leasegate /usr/local/bin/leasegate
+USER leasegate
+WORKDIR /data
 VOLUME /data
-CMD ["build/leasegate", "serve", "--listen", "0.0.0.0:7400", "--data", "/data/leasegate.db"]
+EXPOSE 7400
+# The health check and the client commands inside the container talk to this server.
+ENV LEASEGATE_SERVER=http://127.0.0.1:7400
+HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["leasegate", "healthcheck"]
+STOPSIGNAL SIGTERM
+CMD ["leasegate", "serve", "--listen", "0.0.0.0:7400", "--data", "/data/leasegate.db"]

@@ -1,17 +1,23 @@
 #!/bin/sh
 # Installs what leasegate needs on Debian 12 (bookworm). Used by the README, the
 # Dockerfile and .ci/run, so the three stay identical.
-#   scripts/deps.sh          build and run dependencies
-#   scripts/deps.sh --test   also what the tests use: python3, curl, iproute2 (ss), nginx (the guard's
-#                            real upstream) and Node.js (the examples), unless present
+#   scripts/deps.sh            build and run dependencies (compiler, cmake, -dev packages)
+#   scripts/deps.sh --test     also what the tests use: python3, curl, iproute2 (ss), nginx (the guard's
+#                              real upstream) and Node.js (the examples), unless present
+#   scripts/deps.sh --runtime  only what the built binary needs to run (the container image's last stage)
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
-PKGS="build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev uuid-dev libcurl4-openssl-dev"
-if [ "${1:-}" = "--test" ]; then
-  PKGS="$PKGS python3 curl nginx-light iproute2"
-  command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
-fi
+BUILD="build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev uuid-dev libcurl4-openssl-dev"
+RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 ca-certificates"
+case "${1:-}" in
+  "") PKGS="$BUILD" ;;
+  --test)
+    PKGS="$BUILD python3 curl nginx-light iproute2"
+    command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs" ;;
+  --runtime) PKGS="$RUNTIME" ;;
+  *) echo "usage: scripts/deps.sh [--test | --runtime]" >&2; exit 2 ;;
+esac
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086

@@ -43,8 +43,7 @@ static bool parse_opts(const char *cmd, int argc, char **argv, const Opt *opts, 
         const char *v = argv[++i];
         if (o->kind == OPT_STRING) {
             *(const char **)o->dest = v;
-        } else if (!cli_parse_duration(v, o->dest)) {
-            fprintf(stderr, "leasegate %s: %s '%s' is not a duration like 250ms, 15s or 2m\n", cmd, o->name, v);
+        } else if (!cli_duration_arg(cmd, o->name, v, o->dest)) {
             return false;
         }
     }
@@ -209,6 +208,11 @@ void cli_usage(FILE *out)
             "  release --lock NAME --lease ID\n"
             "  status  --lock NAME\n"
             "  list    [--prefix P] [--after NAME] [--limit N]\n"
+            "operator commands:\n"
+            "  backup [--data DB] DEST   consistent copy of a database, also while a server uses it\n"
+            "                            (DB defaults to ./leasegate.db; DEST must not exist)\n"
+            "  healthcheck [--server URL]   exit 0 when the server answers /healthz ok, else 1\n"
+            "  --version                 print the version\n"
             "exit codes: 0 ok, 1 server unreachable or unexpected answer, 2 usage, 3 not acquired\n"
             "(lock held), 4 not holder; run: CMD's status (128+N if killed by signal N), or 75 when\n"
             "the lease was lost and CMD's process group was stopped\n");

@@ -31,6 +31,18 @@ bool cli_parse_duration(const char *s, int64_t *ms)
     return true;
 }
 
+bool cli_duration_arg(const char *cmd, const char *flag, const char *value, int64_t *ms)
+{
+    if (cli_parse_duration(value, ms))
+        return true;
+    if (*value && strspn(value, "0123456789") == strlen(value))
+        fprintf(stderr, "leasegate %s: %s '%s' needs a unit: %sms, %ss, %sm or %sh\n", cmd, flag, value, value, value,
+                value, value);
+    else
+        fprintf(stderr, "leasegate %s: %s '%s' is not a duration like 250ms, 15s, 2m or 1h\n", cmd, flag, value);
+    return false;
+}
+
 const char *cli_default_server(void)
 {
     const char *env = getenv("LEASEGATE_SERVER");

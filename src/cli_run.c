@@ -283,13 +283,11 @@ int cli_run(int argc, char **argv)
             r.owner = v;
         else if (ok && !strcmp(f, "--metadata"))
             r.metadata = v;
-        else if (ok && !strcmp(f, "--ttl"))
-            ok = cli_parse_duration(v, &r.ttl_ms);
-        else if (ok && !strcmp(f, "--wait"))
-            ok = cli_parse_duration(v, &r.wait_ms);
-        else if (ok && !strcmp(f, "--grace"))
-            ok = cli_parse_duration(v, &r.grace_ms);
-        else
+        else if (ok && (!strcmp(f, "--ttl") || !strcmp(f, "--wait") || !strcmp(f, "--grace"))) {
+            int64_t *dest = !strcmp(f, "--ttl") ? &r.ttl_ms : !strcmp(f, "--wait") ? &r.wait_ms : &r.grace_ms;
+            if (!cli_duration_arg("run", f, v, dest))
+                return CLI_USAGE;
+        } else
             ok = false;
         if (!ok) {
             fprintf(stderr, "leasegate run: bad argument '%s'%s (see leasegate help)\n", f, v ? "" : " (missing value)");

@@ -87,7 +87,7 @@ static void batch_clear(Batch *b)
     arena_clear(&b->strings);
 }
 
-static bool batch_has_rows(const Batch *b) { return b->nlocks || b->nfences || b->nguard_marks; }
+static bool batch_has_rows(const Batch *b) { return b->nlocks || b->nfences || b->nguard_marks || b->counter; }
 
 static double seconds_since(const struct timespec *t0)
 {
@@ -258,6 +258,12 @@ static bool add_mark(Batch *b, StoreMark **marks, size_t *n, size_t *cap, const 
         return false;
     (*marks)[(*n)++] = (StoreMark){copy, max_token};
     return true;
+}
+
+void commit_counter(Commit *c, uint64_t counter)
+{
+    if (counter > c->pending->counter)
+        c->pending->counter = counter;
 }
 
 bool commit_fence(Commit *c, const char *resource, uint64_t max_token)

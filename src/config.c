@@ -1,11 +1,12 @@
 /* config — flags of `leasegate serve`; see include/leasegate/config.h. */
 #include "leasegate/config.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "leasegate/listener.h"
 
 void config_defaults(Config *c)
 {
@@ -31,8 +32,13 @@ void config_usage(FILE *out)
             "\n"
             "Serves the leasegate HTTP/JSON lock API.\n"
             "\n"
-            "  --listen HOST:PORT          address to listen on (default 127.0.0.1:7400; port 0 picks one)\n"
+            "  --listen HOST:PORT          address to listen on (default 127.0.0.1:7400; port 0 picks one;\n"
+            "                              IPv6 in brackets: [::1]:7400; host names: localhost:7400)\n"
             "  --data PATH                 SQLite database file (default ./leasegate.db; created if missing)\n"
+            "  --min-token N               tokens issued from now on are larger than N (after restoring a\n"
+            "                              backup or losing the database: the last token ever issued)\n"
+            "  --access-log PATH           one line per request (time, peer, method, path, status,\n"
+            "                              duration) appended to PATH, or - for stdout (default: none)\n"
             "  --max-waiters N             waiting acquires in total, then 503 (default 100000)\n"
             "  --max-waiters-per-lock N    waiting acquires per lock, then 503 (default 10000)\n"
             "  --max-connections N         concurrent client connections, waiting ones included\n"
@@ -63,20 +69,16 @@ static int parse_size(const char *s, size_t min, size_t max, size_t *out)
     return 0;
 }
 
-static int parse_listen(Config *c, const char *s)
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
-    const char *colon = strrchr(s, ':');
-    if (!colon || colon == s || (size_t)(colon - s) >= sizeof c->listen_host)
+    if (!s || *s < '0' || *s > '9')
         return -1;
-    char host[sizeof c->listen_host];
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = '\0';
-    struct in_addr addr;
-    size_t port;
-    if (inet_pton(AF_INET, host, &addr) != 1 || parse_size(colon + 1, 0, 65535, &port))
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > max)
         return -1;
-    memcpy(c->listen_host, host, sizeof host);
-    c->listen_port = (uint16_t)port;
+    *out = v;
     return 0;
 }
 
@@ -141,58 +143,89 @@ static const NumFlag NUM_FLAGS[] = {
     {"--forget-idle-after", 1, 31536000, offsetof(Config, forget_idle_s), true},
 };
 
+static const NumFlag *num_flag(const char *name)
+{
+    for (size_t k = 0; k < sizeof NUM_FLAGS / sizeof NUM_FLAGS[0]; k++)
+        if (!strcmp(name, NUM_FLAGS[k].name))
+            return &NUM_FLAGS[k];
+    return NULL;
+}
+
+static const char *const STRING_FLAGS[] = {"--listen", "--data", "--guard", "--min-token", "--access-log"};
+
+static bool known_flag(const char *name)
+{
+    for (size_t k = 0; k < sizeof STRING_FLAGS / sizeof STRING_FLAGS[0]; k++)
+        if (!strcmp(name, STRING_FLAGS[k]))
+            return true;
+    return num_flag(name) != NULL;
+}
+
+/* One flag and its value; -1 with err set when the value is not acceptable. */
+static int apply_flag(Config *c, const char *flag, const char *value, char *err, size_t errlen)
+{
+    if (!strcmp(flag, "--listen")) {
+        if (!listener_parse(value, c->listen_host, sizeof c->listen_host, &c->listen_port)) {
+            snprintf(err, errlen,
+                     "--listen: '%s' is not HOST:PORT (e.g. 127.0.0.1:7400, [::1]:7400, localhost:7400, "
+                     "0.0.0.0:7400)",
+                     value);
+            return -1;
+        }
+        return 0;
+    }
+    if (!strcmp(flag, "--data") || !strcmp(flag, "--access-log")) {
+        if (!*value) {
+            snprintf(err, errlen, "%s: empty path", flag);
+            return -1;
+        }
+        *(!strcmp(flag, "--data") ? &c->data_path : &c->access_log) = value;
+        return 0;
+    }
+    if (!strcmp(flag, "--guard"))
+        return parse_guard(c, value, err, errlen);
+    if (!strcmp(flag, "--min-token")) {
+        if (parse_u64(value, INT64_MAX - 1, &c->min_token)) {
+            snprintf(err, errlen, "--min-token: '%s' is not an integer in 0..%lld", value, (long long)INT64_MAX - 1);
+            return -1;
+        }
+        return 0;
+    }
+    const NumFlag *nf = num_flag(flag);
+    size_t v;
+    if (parse_size(value, nf->min, nf->max, &v)) {
+        snprintf(err, errlen, "%s: '%s' is not %s in %zu..%zu", flag, value,
+                 nf->seconds ? "a number of seconds" : "an integer", nf->min, nf->max);
+        return -1;
+    }
+    char *field = (char *)c + nf->offset;
+    if (nf->seconds)
+        *(unsigned *)(void *)field = (unsigned)v;
+    else
+        *(size_t *)(void *)field = v;
+    return 0;
+}
+
 ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, size_t errlen)
 {
     for (int i = 0; i < argc; i++) {
         const char *flag = argv[i];
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help"))
             return CONFIG_HELP;
-        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!value || strncmp(flag, "--", 2) != 0) {
-            snprintf(err, errlen, strncmp(flag, "--", 2) ? "unexpected argument '%s'" : "flag %s needs a value",
-                     flag);
+        if (strncmp(flag, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument '%s' (flags start with --; see leasegate serve --help)", flag);
             return CONFIG_ERROR;
         }
-        i++;
-        if (!strcmp(flag, "--listen")) {
-            if (parse_listen(c, value)) {
-                snprintf(err, errlen, "--listen: '%s' is not IPv4-ADDRESS:PORT (e.g. 127.0.0.1:7400)", value);
-                return CONFIG_ERROR;
-            }
-            continue;
-        }
-        if (!strcmp(flag, "--data")) {
-            if (!*value) {
-                snprintf(err, errlen, "--data: empty path");
-                return CONFIG_ERROR;
-            }
-            c->data_path = value;
-            continue;
-        }
-        if (!strcmp(flag, "--guard")) {
-            if (parse_guard(c, value, err, errlen))
-                return CONFIG_ERROR;
-            continue;
-        }
-        const NumFlag *nf = NULL;
-        for (size_t k = 0; k < sizeof NUM_FLAGS / sizeof NUM_FLAGS[0]; k++)
-            if (!strcmp(flag, NUM_FLAGS[k].name))
-                nf = &NUM_FLAGS[k];
-        if (!nf) {
+        if (!known_flag(flag)) {
             snprintf(err, errlen, "unknown flag %s (see leasegate serve --help)", flag);
             return CONFIG_ERROR;
         }
-        size_t v;
-        if (parse_size(value, nf->min, nf->max, &v)) {
-            snprintf(err, errlen, "%s: '%s' is not %s in %zu..%zu", flag, value,
-                     nf->seconds ? "a number of seconds" : "an integer", nf->min, nf->max);
+        if (i + 1 >= argc) {
+            snprintf(err, errlen, "flag %s needs a value (see leasegate serve --help)", flag);
             return CONFIG_ERROR;
         }
-        char *field = (char *)c + nf->offset;
-        if (nf->seconds)
-            *(unsigned *)(void *)field = (unsigned)v;
-        else
-            *(size_t *)(void *)field = v;
+        if (apply_flag(c, flag, argv[++i], err, errlen))
+            return CONFIG_ERROR;
     }
     return CONFIG_OK;
 }

@@ -11,19 +11,31 @@
  */
 #include "leasegate/http.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "leasegate/accesslog.h"
 #include "leasegate/guard.h"
+#include "leasegate/listener.h"
 #include "leasegate/park.h"
 #include "leasegate/proxy.h"
 #include "leasegate/router.h"
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static void request_free(Request *req)
 {
@@ -156,6 +168,7 @@ void http_reply_text(Request *req, unsigned status, const char *content_type, ch
 {
     if (req->own_fd >= 0) {
         count_status(req->srv, status);
+        req->status = status;
         park_reply(req, status, content_type, text_new, len);
         return;
     }
@@ -311,8 +324,12 @@ static bool content_length_too_big(struct MHD_Connection *conn)
     return !http_content_length(conn, &n) || n > HTTP_MAX_BODY;
 }
 
-static enum MHD_Result reply_now(struct MHD_Connection *conn, Server *s, ErrCode code, const char *message)
+/* An answer queued at once, from the first callback, before any handler ran. */
+static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message)
 {
+    struct MHD_Connection *conn = req->conn;
+    Server *s = req->srv;
+    req->status = error_status(code);
     json_t *body = json_pack("{s:s, s:s}", "error", error_code(code), "message", message);
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
@@ -347,6 +364,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     req->conn = conn;
     req->watch_fd = -1;
     req->own_fd = -1;
+    if (req->srv->access_log)
+        req->started_us = mono_us();
     return req;
 }
 
@@ -381,11 +400,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->routed = true;
         req->http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
         s->metrics.requests++;
+        if (s->access_log)
+            snprintf(req->method, sizeof req->method, "%s", method);
         /* Stopping: no new work, so what is held or waiting drains and no
          * connection is left suspended when MHD stops. Nothing has changed
          * for this request, so the answer needs no commit. */
         if (s->stopping)
-            return reply_now(conn, s, ERR_OVERLOADED, "server is shutting down; retry");
+            return reply_now(req, ERR_OVERLOADED, "server is shutting down; retry");
         const GuardRoute *g = guard_match(s, req->raw_uri);
         if (g) {
             req->in_handler = true;
@@ -396,7 +417,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return req->close ? MHD_NO : MHD_YES;
         }
         if (content_length_too_big(conn))
-            return reply_now(conn, s, ERR_PAYLOAD_TOO_LARGE, "request body is larger than 65536 bytes");
+            return reply_now(req, ERR_PAYLOAD_TOO_LARGE, "request body is larger than 65536 bytes");
         RouteMatch m;
         router_match(method, url, &m);
         req->arg = m.arg; /* taken over */
@@ -461,9 +482,47 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
 }
 
+static void peer_name(Request *req, char *out, size_t outlen)
+{
+    struct sockaddr_storage ss;
+    const struct sockaddr *sa = NULL;
+    socklen_t len = sizeof ss;
+    if (req->own_fd >= 0) {
+        if (getpeername(req->own_fd, (struct sockaddr *)&ss, &len) == 0)
+            sa = (const struct sockaddr *)&ss;
+    } else if (req->conn) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            sa = ci->client_addr;
+            len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+        }
+    }
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (!sa || getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV))
+        snprintf(out, outlen, "-");
+    else
+        snprintf(out, outlen, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, serv);
+}
+
+static void log_request(Request *req, bool delivered)
+{
+    char peer[NI_MAXHOST + NI_MAXSERV + 4];
+    peer_name(req, peer, sizeof peer);
+    accesslog_write(req->srv->access_log, peer, req->method[0] ? req->method : "-",
+                    req->raw_uri ? req->raw_uri : "-", req->status, delivered, mono_us() - req->started_us);
+}
+
+void http_flush_log(Server *s)
+{
+    if (s->access_log)
+        fflush(s->access_log);
+}
+
 void http_request_end(Request *req, bool delivered)
 {
     Server *s = req->srv;
+    if (s->access_log)
+        log_request(req, delivered);
     if (req->waiter) {
         locktab_cancel(s->locks, req->waiter);
         s->metrics.waiter_disconnects++;
@@ -538,29 +597,31 @@ static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
 
 int http_start(Server *s)
 {
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(s->cfg.listen_port);
-    inet_pton(AF_INET, s->cfg.listen_host, &addr.sin_addr);
+    char err[512];
+    int fd = listener_open(s->cfg.listen_host, s->cfg.listen_port, 1024, err, sizeof err);
+    if (fd < 0) {
+        fprintf(stderr, "leasegate: %s\n", err);
+        return -1;
+    }
     s->daemon = MHD_start_daemon(
         /* TURBO: closing a connection does not shutdown() its socket, which
          * parking relies on (park.h); so no connection gets a shutdown(SHUT_WR)
          * before its close. It also reads and accepts eagerly. */
-        MHD_USE_EPOLL | MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME, s->cfg.listen_port, on_accept, s, on_request,
-        s,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_USE_EPOLL | MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME, 0, on_accept, s, on_request, s,
+        MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)s->cfg.max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)s->cfg.idle_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_END);
     if (!s->daemon) {
-        fprintf(stderr, "leasegate: cannot listen on %s:%u\n", s->cfg.listen_host, s->cfg.listen_port);
+        /* The socket is bound and listening, so what failed is libmicrohttpd's own set-up. */
+        fprintf(stderr, "leasegate: cannot start the HTTP server on %s:%u (libmicrohttpd refused its options)\n",
+                s->cfg.listen_host, s->cfg.listen_port);
+        close(fd);
         return -1;
     }
     return 0;
@@ -573,8 +634,11 @@ void http_stop(Server *s)
     s->daemon = NULL;
 }
 
-unsigned http_port(const Server *s)
+void http_address(const Server *s, char *out, size_t outlen)
 {
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    return info ? info->port : 0;
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_LISTEN_FD);
+    if (info)
+        listener_name(info->listen_fd, out, outlen);
+    else
+        snprintf(out, outlen, "?");
 }

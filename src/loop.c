@@ -171,6 +171,7 @@ static int turn(Loop *l, int cap_ms)
     MHD_run(s->daemon);
     park_flush(s);
     commit_flush(s->commit);
+    http_flush_log(s);
     trim_after_wave(l);
     return 0;
 }

@@ -21,6 +21,8 @@ static void usage(FILE *out)
                  "  serve     run the lock gateway (leasegate serve --help for its flags)\n"
                  "  run       hold a lock while a command runs\n"
                  "  acquire, renew, release, status, list   one request each, JSON on stdout\n"
+                 "  backup    a consistent copy of a database, also while a server uses it\n"
+                 "  healthcheck   exit 0 when a server answers /healthz ok\n"
                  "  help      show this help\n\n");
     cli_usage(out);
 }
@@ -80,12 +82,17 @@ int main(int argc, char **argv)
         const char *name;
         int (*fn)(int argc, char **argv);
     } CLIENT[] = {{"run", cli_run},         {"acquire", cli_acquire}, {"renew", cli_renew},
-                  {"release", cli_release}, {"status", cli_status},   {"list", cli_list}};
+                  {"release", cli_release}, {"status", cli_status},   {"list", cli_list},
+                  {"backup", cli_backup},   {"healthcheck", cli_healthcheck}};
     if (!strcmp(cmd, "serve"))
         return serve(argc - 2, argv + 2);
     for (size_t i = 0; i < sizeof CLIENT / sizeof CLIENT[0]; i++)
         if (!strcmp(cmd, CLIENT[i].name))
             return CLIENT[i].fn(argc - 2, argv + 2);
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("leasegate %s\n", LEASEGATE_VERSION);
+        return 0;
+    }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         fprintf(stdout, "\n");

@@ -147,11 +147,15 @@ bool park_take(Request *req)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     req->own_fd = fd;
     dlist_append(&s->parked, &req->plink);
-    /* What routed and parsed the request is not needed while it waits. */
-    free(req->raw_uri);
+    /* What routed and parsed the request is not needed while it waits (the
+     * path only for the access log). */
+    if (!s->access_log) {
+        free(req->raw_uri);
+        req->raw_uri = NULL;
+    }
     free(req->body);
     free(req->arg);
-    req->raw_uri = req->body = req->arg = NULL;
+    req->body = req->arg = NULL;
     req->body_len = 0;
     return true;
 }

@@ -11,6 +11,7 @@
 
 #include <microhttpd.h>
 
+#include "leasegate/accesslog.h"
 #include "leasegate/api.h"
 #include "leasegate/http.h"
 #include "leasegate/loop.h"
@@ -91,8 +92,7 @@ int server_open(Server *s, const Config *cfg)
     char err[512];
     s->store = store_sqlite_open(cfg->data_path, err, sizeof err);
     if (!s->store) {
-        fprintf(stderr, "leasegate: cannot open database %s%s\n", err,
-                strstr(err, "locked") ? " (is another leasegate using this file?)" : "");
+        fprintf(stderr, "leasegate: cannot open database %s\n", err);
         return -1;
     }
     s->commit = commit_new(s->store, err, sizeof err);
@@ -117,6 +117,22 @@ int server_open(Server *s, const Config *cfg)
     fprintf(stderr, "leasegate: loaded %zu locks (%zu held, %zu expired while down), last token %llu, from %s\n",
             ctx.locks, locktab_held(s->locks), ctx.held - locktab_held(s->locks),
             (unsigned long long)locktab_last_token(s->locks), cfg->data_path);
+    if (cfg->min_token > locktab_last_token(s->locks)) {
+        /* The floor is durable before anything can reveal a token above it. */
+        locktab_raise_last_token(s->locks, cfg->min_token);
+        commit_counter(s->commit, cfg->min_token);
+        if (commit_sync(s->commit) < 0) {
+            fprintf(stderr, "leasegate: cannot store --min-token %llu: %s\n", (unsigned long long)cfg->min_token,
+                    commit_error(s->commit));
+            return -1;
+        }
+        fprintf(stderr, "leasegate: --min-token %llu: the next token is %llu\n", (unsigned long long)cfg->min_token,
+                (unsigned long long)cfg->min_token + 1);
+    }
+    if (cfg->access_log && !(s->access_log = accesslog_open(cfg->access_log, err, sizeof err))) {
+        fprintf(stderr, "leasegate: %s\n", err);
+        return -1;
+    }
     if (http_start(s))
         return -1;
     s->loop = loop_new(s);
@@ -134,7 +150,9 @@ int server_open(Server *s, const Config *cfg)
 
 int server_run(Server *s)
 {
-    printf("leasegate: listening on http://%s:%u\n", s->cfg.listen_host, http_port(s));
+    char addr[300];
+    http_address(s, addr, sizeof addr);
+    printf("leasegate: listening on http://%s\n", addr);
     fflush(stdout);
     return loop_run(s->loop);
 }
@@ -164,4 +182,5 @@ void server_close(Server *s)
     fence_free(s->guard_marks);
     if (s->store)
         store_close(s->store);
+    accesslog_close(s->access_log);
 }

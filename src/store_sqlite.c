@@ -4,8 +4,11 @@
  * Settings that carry the guarantees (do not weaken them):
  *  - journal_mode=WAL with synchronous=FULL: a committed batch survives power
  *    loss, so a token revealed after commit can never be handed out again;
- *  - locking_mode=EXCLUSIVE, taken at open: a second server on the same file
- *    fails at start instead of issuing duplicate tokens;
+ *  - an exclusive flock() on the database file, taken at open and held until
+ *    close: a second server on the same file fails at start instead of
+ *    issuing duplicate tokens. (SQLite's own locking stays NORMAL, so that
+ *    `leasegate backup` can read a consistent snapshot while the server
+ *    writes: WAL readers never block the writer.)
  *  - BEGIN IMMEDIATE for every batch; statements prepared once.
  * One connection, used by the loader at start-up and then only by the commit
  * thread.
@@ -17,10 +20,14 @@
  */
 #include "leasegate/store.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #define SCHEMA_VERSION 1
 
@@ -67,6 +74,7 @@ static const char *const STATEMENTS[ST_COUNT] = {
 
 typedef struct SqliteStore {
     Store base;
+    int lock_fd; /* holds the flock; closed only after the database (see above) */
     sqlite3 *db;
     sqlite3_stmt *st[ST_COUNT];
     char err[256];
@@ -280,6 +288,10 @@ static void sqlite_close(Store *base)
     for (int i = 0; i < ST_COUNT; i++)
         sqlite3_finalize(s->st[i]);
     sqlite3_close(s->db);
+    /* Closing any descriptor of the file drops SQLite's POSIX locks on it:
+     * this one goes last. */
+    if (s->lock_fd >= 0)
+        close(s->lock_fd);
     free(s);
 }
 
@@ -295,13 +307,23 @@ Store *store_sqlite_open(const char *path, char *err, size_t errlen)
         return NULL;
     }
     s->base.ops = &SQLITE_OPS;
+    s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (s->lock_fd < 0) {
+        snprintf(s->err, sizeof s->err, "%s", strerror(errno));
+        goto fail;
+    }
+    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        snprintf(s->err, sizeof s->err, "%s",
+                 errno == EWOULDBLOCK ? "another leasegate server is using this database (only one may)"
+                                      : strerror(errno));
+        goto fail;
+    }
     if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
         set_err(s, path);
         goto fail;
     }
-    /* Exclusive locking first, so WAL needs no shared memory and the lock is held from here on. */
-    if (exec(s, "PRAGMA locking_mode=EXCLUSIVE") || exec(s, "PRAGMA journal_mode=WAL") ||
+    if (exec(s, "PRAGMA journal_mode=WAL") ||
         exec(s, "PRAGMA synchronous=FULL") || exec(s, "BEGIN IMMEDIATE") || exec(s, SCHEMA) ||
         exec(s, "COMMIT"))
         goto fail;
@@ -325,4 +347,109 @@ fail:
     snprintf(err, errlen, "%s: %s", path, s->err);
     sqlite_close(&s->base);
     return NULL;
+}
+
+/* The rename that published a file is durable only once its directory is. */
+static int sync_parent(const char *path, char *err, size_t errlen)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        snprintf(err, errlen, "cannot sync directory %s: %s", dir, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* Copies src into a new file next to dest and renames it into place, so that
+ * dest is either absent or a complete, checked copy. */
+int store_sqlite_backup(const char *src_path, const char *dest_path, StoreBackupInfo *info, char *err,
+                        size_t errlen)
+{
+    if (access(dest_path, F_OK) == 0) {
+        snprintf(err, errlen, "%s exists; back up to a new file", dest_path);
+        return -1;
+    }
+    char partial[4096];
+    if (snprintf(partial, sizeof partial, "%s.partial", dest_path) >= (int)sizeof partial) {
+        snprintf(err, errlen, "path too long");
+        return -1;
+    }
+    sqlite3 *src = NULL, *dest = NULL;
+    sqlite3_backup *b = NULL;
+    int rc = -1;
+    /* No SQLITE_OPEN_CREATE: a mistyped path must not become an empty database. */
+    if (sqlite3_open_v2(src_path, &src, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open %s: %s", src_path, src ? sqlite3_errmsg(src) : "out of memory");
+        goto out;
+    }
+    sqlite3_busy_timeout(src, 10000);
+    unlink(partial);
+    if (sqlite3_open_v2(partial, &dest, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot create %s: %s", partial, dest ? sqlite3_errmsg(dest) : "out of memory");
+        goto out;
+    }
+    /* One step copies every page under one read transaction: a consistent
+     * snapshot, taken while the server goes on committing to the WAL. */
+    b = sqlite3_backup_init(dest, "main", src, "main");
+    if (!b || sqlite3_backup_step(b, -1) != SQLITE_DONE) {
+        snprintf(err, errlen, "backup of %s failed: %s", src_path, sqlite3_errmsg(b ? src : dest));
+        goto out;
+    }
+    if (sqlite3_backup_finish(b) != SQLITE_OK) {
+        b = NULL;
+        snprintf(err, errlen, "backup of %s failed: %s", src_path, sqlite3_errmsg(dest));
+        goto out;
+    }
+    b = NULL;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(dest,
+                           "SELECT (SELECT count(*) FROM locks),"
+                           " max((SELECT value FROM meta WHERE key = 'last_token'),"
+                           "     (SELECT coalesce(max(last_token), 0) FROM locks)),"
+                           " (SELECT group_concat(integrity_check) FROM pragma_integrity_check)",
+                           -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        snprintf(err, errlen, "%s is not a leasegate database: %s", src_path, sqlite3_errmsg(dest));
+        sqlite3_finalize(st);
+        goto out;
+    }
+    info->locks = (uint64_t)sqlite3_column_int64(st, 0);
+    info->last_token = (uint64_t)sqlite3_column_int64(st, 1);
+    const char *check = (const char *)sqlite3_column_text(st, 2);
+    bool ok = check && !strcmp(check, "ok");
+    if (!ok)
+        snprintf(err, errlen, "the copy fails its integrity check: %.200s", check ? check : "?");
+    sqlite3_finalize(st);
+    if (!ok)
+        goto out;
+    if (sqlite3_close(dest) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot close %s", partial);
+        goto out;
+    }
+    dest = NULL;
+    if (rename(partial, dest_path) != 0) {
+        snprintf(err, errlen, "cannot rename %s to %s: %s", partial, dest_path, strerror(errno));
+        goto out;
+    }
+    rc = sync_parent(dest_path, err, errlen);
+out:
+    if (b)
+        sqlite3_backup_finish(b);
+    sqlite3_close(dest);
+    sqlite3_close(src);
+    if (rc)
+        unlink(partial);
+    return rc;
 }

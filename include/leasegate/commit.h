@@ -58,6 +58,8 @@ bool commit_lock(Commit *c, const Lock *lock);
 /* The lock is forgotten: its row goes, and the counter (the largest token ever
  * issued) is written where the row no longer vouches for it. */
 bool commit_forget(Commit *c, const char *lock, uint64_t counter);
+/* The global token counter is at least `counter` (a floor: --min-token). */
+void commit_counter(Commit *c, uint64_t counter);
 bool commit_fence(Commit *c, const char *resource, uint64_t max_token);
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token);
 

@@ -17,9 +17,11 @@ typedef struct GuardRoute {
 } GuardRoute;
 
 typedef struct Config {
-    char listen_host[64];
+    char listen_host[256];        /* an IPv4 or IPv6 address (no brackets) or a host name */
     uint16_t listen_port;
     const char *data_path;        /* borrowed from argv or a literal */
+    const char *access_log;       /* borrowed; NULL: none, "-": stdout */
+    uint64_t min_token;           /* tokens issued from now on are above this */
     size_t max_waiters;           /* in total */
     size_t max_waiters_per_lock;
     size_t max_connections;

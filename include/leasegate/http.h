@@ -78,13 +78,17 @@ struct Request {
     int64_t write_deadline_ms; /* while writing: given up then (monotonic ms) */
     char *out;          /* owned: the answer's bytes */
     size_t out_len, out_off;
+    /* For --access-log only (unset without it). */
+    int64_t started_us; /* monotonic */
+    char method[16];
 };
 
 /* Starts the MHD daemon on cfg's address. -1 on failure (message on stderr). */
 int http_start(Server *s);
 void http_stop(Server *s);
-/* The port actually bound (for --listen ...:0). */
-unsigned http_port(const Server *s);
+/* The address actually bound, as HOST:PORT ("[::1]:7400" for IPv6; the port
+ * is the one picked for --listen ...:0). */
+void http_address(const Server *s, char *out, size_t outlen);
 
 /* Replies; each takes ownership of what it is given. NULL resp closes the connection.
  * A parked waiter (park.h) can only be answered with text (json/error/text). */
@@ -122,6 +126,8 @@ void http_cancel_waiters(Server *s);
 void http_close_suspended(Server *s);
 
 const char *http_query(Request *req, const char *key);
+/* Writes out the access log lines buffered so far (once per loop turn). */
+void http_flush_log(Server *s);
 /* The request's Content-Length (0 when absent); false when it is not a number. */
 bool http_content_length(struct MHD_Connection *conn, uint64_t *n);
 

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "leasegate/commit.h"
 #include "leasegate/config.h"
@@ -33,6 +34,7 @@ typedef struct Server {
     struct MHD_Daemon *daemon;
     Loop *loop;
     Metrics metrics;
+    FILE *access_log;  /* --access-log, or NULL */
     DList waiting;     /* Request.wlink: requests in a long-poll */
     DList suspended;   /* Request.slink: connections suspended now (waiting, held, proxied) */
     DList parked;      /* Request.plink: waiters whose socket is ours (park.h) */

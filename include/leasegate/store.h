@@ -73,6 +73,16 @@ struct Store {
  * NULL and writes a message into err. */
 Store *store_sqlite_open(const char *path, char *err, size_t errlen);
 
+typedef struct StoreBackupInfo {
+    uint64_t locks;      /* lock rows in the copy */
+    uint64_t last_token; /* the largest token the copy knows was issued */
+} StoreBackupInfo;
+
+/* A consistent copy of the database at src (a running server may be writing
+ * it) written to dest, which must not exist yet; the copy passes SQLite's
+ * integrity check before it is renamed into place. 0, or -1 with err. */
+int store_sqlite_backup(const char *src, const char *dest, StoreBackupInfo *info, char *err, size_t errlen);
+
 static inline int store_load(Store *s, const StoreLoad *cb, uint64_t *last_token)
 {
     return s->ops->load(s, cb, last_token);

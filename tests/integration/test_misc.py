@@ -11,7 +11,8 @@ import unittest
 import harness
 
 SERVE_FLAGS = ["--listen", "--data", "--max-waiters", "--max-waiters-per-lock", "--max-connections",
-               "--max-locks", "--idle-timeout", "--forget-idle-after", "--guard", "--guard-timeout"]
+               "--max-locks", "--idle-timeout", "--forget-idle-after", "--guard", "--guard-timeout",
+               "--min-token", "--access-log"]
 parse_metrics = harness.parse_metrics
 
 
