@@ -6,7 +6,7 @@
 #
 # Environment:
 #   RUNS (3)  SECONDS (5; BENCH_SECONDS also works)  WARMUP (0.5)
-#   LEASEGATE_BIN (/work/main/build/leasegate)   LGBENCH (path of a built lgbench; else built here)
+#   LEASEGATE_BIN (build/leasegate of this checkout)   LGBENCH (path of a built lgbench; else built here)
 #   CLIENTS (64)  WAITERS (10000, leasegate)  ETCD_WAITERS (1000: etcd needs ~170 KB and ~8 ms each)
 #   STARTUP_LOCKS (1000000)  RAW_OUT (file to keep every raw lgbench line)  KEEP_TMP (1: keep temp dir)
 #   NO_INSTALL (1: never apt-get)
@@ -28,7 +28,7 @@ CLIENTS=${CLIENTS:-64}
 WAITERS=${WAITERS:-10000}
 ETCD_WAITERS=${ETCD_WAITERS:-1000}
 STARTUP_LOCKS=${STARTUP_LOCKS:-1000000}
-LEASEGATE_BIN=${LEASEGATE_BIN:-/work/main/build/leasegate}
+LEASEGATE_BIN=${LEASEGATE_BIN:-$ROOT/build/leasegate}
 
 log() { printf 'compare: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }

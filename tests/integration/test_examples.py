@@ -23,8 +23,10 @@ import http.server
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -333,6 +335,56 @@ class ExamplesTest(unittest.TestCase):
                 rc, out, err = self.finish(self.start(lang, ITERATIONS="many"), timeout=60)
                 self.assertEqual(rc, 2, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
                 self.assertIn("ITERATIONS", err)
+
+
+class ReadmeNginxTest(unittest.TestCase):
+    """The nginx configuration that examples/README.md tells users to run, run as written
+    (paths and port moved to a temporary directory): large PUTs through the guard reach it."""
+
+    def setUp(self):
+        if not upstream.nginx_available():
+            self.skipTest("nginx not found at %s" % upstream.NGINX_BIN)
+        self.dir = tempfile.mkdtemp(prefix="leasegate-readme-nginx-")
+        self.nginx = None
+        self.server = None
+
+    def tearDown(self):
+        if self.server:
+            self.server.cleanup()
+        if self.nginx:
+            harness.stop_process(self.nginx)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_readme_config_accepts_a_large_put_through_the_guard(self):
+        with open(os.path.join(EXAMPLES, "README.md")) as f:
+            readme = f.read()
+        conf = re.search(r"```nginx\n(.*?)```", readme, re.S).group(1)
+        port = upstream.free_port()
+        conf = conf.replace("/tmp/", self.dir + "/").replace("127.0.0.1:9000", "127.0.0.1:%d" % port)
+        os.makedirs(os.path.join(self.dir, "lg-store"))
+        conf_path = os.path.join(self.dir, "lg-nginx.conf")
+        with open(conf_path, "w") as f:
+            f.write(conf)
+        self.nginx = subprocess.Popen([upstream.NGINX_BIN, "-p", self.dir + "/", "-c", conf_path, "-e",
+                                       os.path.join(self.dir, "lg-nginx-error.log")],
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                self.assertLess(time.monotonic(), deadline, "nginx from the README did not start")
+                time.sleep(0.05)
+        self.server = harness.Server(extra_args=["--guard", "/store/=http://127.0.0.1:%d/" % port])
+        st, _, g = self.server.acquire("big", "readme", ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        body = os.urandom(5 * 1024 * 1024)  # nginx's default client_max_body_size is 1 MiB
+        st, _, answer = self.server.request("PUT", "/store/big.bin", raw=body, headers={
+            "Fencing-Token": str(g["token"]), "Fencing-Lock": "big", "Content-Type": "application/octet-stream"})
+        self.assertIn(st, (201, 204), answer)
+        with open(os.path.join(self.dir, "lg-store", "big.bin"), "rb") as f:
+            self.assertEqual(f.read(), body)
 
 
 if __name__ == "__main__":

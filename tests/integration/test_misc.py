@@ -47,6 +47,9 @@ class HttpOpsTests(harness.ServerTestCase):
         self.assertEqual(st, 200)
         self.assertTrue(hdrs.get("content-type", "").startswith("text/html"), hdrs)
         self.assertRegex(text.lower(), r"<!doctype html|<html")
+        # A user-facing page: says what an empty table means, no notes about our tracker.
+        self.assertIn("No locks yet", text)
+        self.assertNotIn("issue", text)
 
     def test_keepalive_many_requests_one_connection(self):
         c = self.srv.new_client()
