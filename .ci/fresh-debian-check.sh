@@ -15,11 +15,14 @@ case "$first" in
   *) echo "fresh-debian-check: cannot find the README's first command (got: $first)" >&2; exit 1 ;;
 esac
 echo "fresh-debian-check: README command 1: $first"
-# Inside the root: run it in its own process group, wait (bounded) for /healthz with the
-# binary it built, then stop the group by its id. The root has no curl or python3.
+# Inside the root: run it as a job in its own process group (set -m), wait (bounded) for
+# /healthz with the binary it built, then stop the group by its id. The root has no curl
+# or python3.
 check=$(cat <<INNER
-setsid bash -c '$first' > /tmp/first.log 2>&1 &
+set -m
+bash -c '$first' > /tmp/first.log 2>&1 &
 pgid=\$!
+set +m
 ok=1
 for i in \$(seq 1 1200); do
   if [ -x build/leasegate ] && build/leasegate healthcheck >/dev/null 2>&1; then ok=0; break; fi
