@@ -1,8 +1,10 @@
 /*
  * api_fence — POST /v1/fence/{resource}: a backend asks whether a write
  * carrying `token` may proceed. Accepted tokens raise the resource's mark; the
- * raised mark is recorded for commit, and the reply (held by the HTTP layer
- * until that commit is durable) never reveals a mark that could be lost.
+ * raised mark is recorded for commit before it is applied, and the reply
+ * (held by the HTTP layer until that commit is durable) never reveals a mark
+ * that could be lost. A token above the highest ever issued is refused: it
+ * cannot come from a grant, and accepting it would lock every real token out.
  */
 #include "leasegate/api.h"
 #include "leasegate/body.h"
@@ -19,33 +21,50 @@ void api_fence(Request *req)
     if (!obj)
         return;
     json_int_t token;
-    if (body_int(req, obj, "token", 1, TOKEN_MAX, 0, true, &token)) {
-        uint64_t max;
-        bool raised;
-        FenceResult r = fence_check(s->fence, req->arg, (uint64_t)token, &max, &raised);
-        if (r == FENCE_ACCEPTED && raised && !commit_fence(s->commit, req->arg, max))
-            r = FENCE_NOMEM;
-        switch (r) {
-        case FENCE_ACCEPTED:
-            s->metrics.fence_accepted++;
-            http_reply_json_new(req, 200,
-                                json_pack("{s:s, s:b, s:I}", "resource", req->arg, "accepted", 1, "max_token",
-                                          (json_int_t)max));
-            break;
-        case FENCE_STALE:
-            s->metrics.fence_rejected++;
-            http_reply_error(req, ERR_STALE_TOKEN,
-                             json_pack("{s:s, s:I, s:I}", "resource", req->arg, "token", token, "max_token",
-                                       (json_int_t)max),
-                             "token %lld is older than %llu, the highest seen for '%s'", (long long)token,
-                             (unsigned long long)max, req->arg);
-            break;
-        case FENCE_OVERLOADED:
-        case FENCE_NOMEM:
-            http_reply_error(req, ERR_OVERLOADED, NULL, "%s",
-                             r == FENCE_NOMEM ? "out of memory; retry later" : "too many fence resources");
-            break;
-        }
+    if (!body_int(req, obj, "token", 1, TOKEN_MAX, 0, true, &token)) {
+        json_decref(obj);
+        return;
     }
     json_decref(obj);
+    uint64_t issued = locktab_last_token(s->locks);
+    if ((uint64_t)token > issued) {
+        s->metrics.fence_rejected++;
+        http_reply_error(req, ERR_BAD_REQUEST,
+                         json_pack("{s:s, s:s, s:I, s:I}", "field", "token", "resource", req->arg, "token", token,
+                                   "last_token", (json_int_t)issued),
+                         "token %lld was never issued (the last token issued is %llu)", (long long)token,
+                         (unsigned long long)issued);
+        return;
+    }
+    Now now = clock_now();
+    uint64_t max;
+    FenceResult r = fence_check(s->fence, req->arg, (uint64_t)token, &now, &max);
+    if (r == FENCE_ACCEPTED && (uint64_t)token > max) {
+        if (!commit_fence(s->commit, req->arg, (uint64_t)token))
+            r = FENCE_NOMEM;
+        else
+            fence_raise(s->fence, req->arg, (uint64_t)token);
+    }
+    switch (r) {
+    case FENCE_ACCEPTED:
+        s->metrics.fence_accepted++;
+        http_reply_json_new(req, 200,
+                            json_pack("{s:s, s:b, s:I}", "resource", req->arg, "accepted", 1, "max_token", token));
+        break;
+    case FENCE_STALE:
+        s->metrics.fence_rejected++;
+        http_reply_error(req, ERR_STALE_TOKEN,
+                         json_pack("{s:s, s:I, s:I}", "resource", req->arg, "token", token, "max_token",
+                                   (json_int_t)max),
+                         "token %lld is older than %llu, the highest seen for '%s'", (long long)token,
+                         (unsigned long long)max, req->arg);
+        break;
+    case FENCE_OVERLOADED:
+    case FENCE_NOMEM:
+        http_reply_error(req, ERR_OVERLOADED, NULL, "%s",
+                         r == FENCE_NOMEM ? "out of memory; retry later"
+                                          : "too many fence resources (--max-fences); idle ones are forgotten "
+                                            "after --forget-idle-after");
+        break;
+    }
 }

@@ -254,12 +254,15 @@ void api_get_lock(Request *req)
 typedef struct ListCtx {
     json_t *locks;
     const char *last;
+    bool failed; /* out of memory: the listing would skip a lock */
 } ListCtx;
 
 static void list_one(void *ud, const Lock *lock)
 {
     ListCtx *ctx = ud;
-    json_array_append_new(ctx->locks, lock_state_new(lock->name, lock));
+    json_t *state = ctx->failed ? NULL : lock_state_new(lock->name, lock);
+    if (!state || json_array_append_new(ctx->locks, state) != 0)
+        ctx->failed = true;
     ctx->last = lock->name;
 }
 
@@ -284,12 +287,17 @@ void api_list_locks(Request *req)
             return;
         }
     }
-    ListCtx ctx = {json_array(), NULL};
+    ListCtx ctx = {json_array(), NULL, false};
     if (!ctx.locks) {
         reply_overloaded(req, LOCK_NOMEM);
         return;
     }
     bool more = locktab_list(req->srv->locks, prefix, after, (size_t)limit, list_one, &ctx);
+    if (ctx.failed) {
+        json_decref(ctx.locks);
+        reply_overloaded(req, LOCK_NOMEM);
+        return;
+    }
     http_reply_json_new(req, 200,
                         json_pack("{s:o, s:o}", "locks", ctx.locks, "next",
                                   more && ctx.last ? json_string(ctx.last) : json_null()));

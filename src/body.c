@@ -178,12 +178,7 @@ bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new)
 
 bool body_check_name(Request *req, const char *what, const char *name)
 {
-    const char *problem = name_problem(name);
-    if (!problem && strcmp(what, "name") == 0) {
-        const char *slash = strrchr(name, '/');
-        if (name_is_action(slash ? slash + 1 : name))
-            problem = "may not end in a segment named acquire, renew or release";
-    }
+    const char *problem = strcmp(what, "name") == 0 ? name_lock_problem(name) : name_problem(name);
     if (!problem)
         return true;
     http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", what), "%s '%.300s' %s", what, name,

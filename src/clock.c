@@ -1,6 +1,8 @@
-/* clock — reads CLOCK_MONOTONIC and CLOCK_REALTIME in milliseconds. */
+/* clock — the boot clock and Unix time in milliseconds; see include/leasegate/clock.h. */
 #include "leasegate/clock.h"
 
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 static int64_t read_ms(clockid_t id)
@@ -12,6 +14,16 @@ static int64_t read_ms(clockid_t id)
 
 Now clock_now(void)
 {
-    Now now = {read_ms(CLOCK_MONOTONIC), read_ms(CLOCK_REALTIME)};
+    Now now = {read_ms(CLOCK_BOOTTIME), read_ms(CLOCK_REALTIME)};
     return now;
+}
+
+bool clock_boot_id(char out[CLOCK_BOOT_ID_LEN + 1])
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (!f)
+        return false;
+    bool ok = fgets(out, CLOCK_BOOT_ID_LEN + 1, f) && strlen(out) == CLOCK_BOOT_ID_LEN;
+    fclose(f);
+    return ok;
 }

@@ -24,6 +24,8 @@ typedef struct Batch {
     size_t nfences, capfences;
     StoreMark *guard_marks;
     size_t nguard_marks, capguard_marks;
+    StoreFloor *floors;
+    size_t nfloors, capfloors;
     Arena strings; /* every string the records point to */
     uint64_t counter; /* see StoreBatch.counter */
     DList holds; /* CommitHold.link, in arrival order */
@@ -72,6 +74,7 @@ static void batch_reset(Batch *b)
     b->nlocks = 0;
     b->nfences = 0;
     b->nguard_marks = 0;
+    b->nfloors = 0;
     b->counter = 0;
     arena_reset(&b->strings);
     b->holds = (DList){0};
@@ -84,10 +87,14 @@ static void batch_clear(Batch *b)
     free(b->locks);
     free(b->fences);
     free(b->guard_marks);
+    free(b->floors);
     arena_clear(&b->strings);
 }
 
-static bool batch_has_rows(const Batch *b) { return b->nlocks || b->nfences || b->nguard_marks || b->counter; }
+static bool batch_has_rows(const Batch *b)
+{
+    return b->nlocks || b->nfences || b->nguard_marks || b->nfloors || b->counter;
+}
 
 static double seconds_since(const struct timespec *t0)
 {
@@ -133,8 +140,8 @@ static void *writer_main(void *arg)
         Batch *b = c->inflight;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        StoreBatch sb = {b->locks,       b->nlocks,       b->fences,  b->nfences,
-                         b->guard_marks, b->nguard_marks, b->counter};
+        StoreBatch sb = {b->locks,       b->nlocks,       b->fences, b->nfences, b->guard_marks,
+                         b->nguard_marks, b->floors, b->nfloors,  b->counter};
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
         b->result = rc ? -1 : 0;
         b->seconds = seconds_since(&t0);
@@ -249,14 +256,15 @@ bool commit_forget(Commit *c, const char *lock, uint64_t counter)
     return true;
 }
 
-static bool add_mark(Batch *b, StoreMark **marks, size_t *n, size_t *cap, const char *name, uint64_t max_token)
+static bool add_mark(Batch *b, StoreMark **marks, size_t *n, size_t *cap, const char *name, uint64_t max_token,
+                     bool forget)
 {
     if (!grow((void **)marks, cap, *n, sizeof **marks))
         return false;
     const char *copy = arena_strdup(&b->strings, name);
     if (!copy)
         return false;
-    (*marks)[(*n)++] = (StoreMark){copy, max_token};
+    (*marks)[(*n)++] = (StoreMark){copy, max_token, forget};
     return true;
 }
 
@@ -269,13 +277,23 @@ void commit_counter(Commit *c, uint64_t counter)
 bool commit_fence(Commit *c, const char *resource, uint64_t max_token)
 {
     Batch *b = c->pending;
-    return add_mark(b, &b->fences, &b->nfences, &b->capfences, resource, max_token);
+    return add_mark(b, &b->fences, &b->nfences, &b->capfences, resource, max_token, false);
+}
+
+bool commit_fence_forget(Commit *c, const char *resource, uint32_t bucket, uint64_t floor)
+{
+    Batch *b = c->pending;
+    if (!grow((void **)&b->floors, &b->capfloors, b->nfloors, sizeof *b->floors) ||
+        !add_mark(b, &b->fences, &b->nfences, &b->capfences, resource, 0, true))
+        return false;
+    b->floors[b->nfloors++] = (StoreFloor){bucket, floor};
+    return true;
 }
 
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token)
 {
     Batch *b = c->pending;
-    return add_mark(b, &b->guard_marks, &b->nguard_marks, &b->capguard_marks, lock, max_token);
+    return add_mark(b, &b->guard_marks, &b->nguard_marks, &b->capguard_marks, lock, max_token, false);
 }
 
 bool commit_pending(const Commit *c)
@@ -320,7 +338,7 @@ static void record_stats(Commit *c, const Batch *b)
     if (!batch_has_rows(b))
         return;
     c->stats.commits++;
-    c->stats.rows += b->nlocks + b->nfences + b->nguard_marks;
+    c->stats.rows += b->nlocks + b->nfences + b->nguard_marks + b->nfloors;
     c->stats.seconds_total += b->seconds;
     double ms = b->seconds * 1000;
     for (int i = 0; i < COMMIT_LATENCY_BUCKETS; i++)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "leasegate/listener.h"
+#include "leasegate/names.h"
 
 void config_defaults(Config *c)
 {
@@ -22,6 +23,7 @@ void config_defaults(Config *c)
     c->idle_timeout_s = 60;
     c->lease_history = 65536;
     c->guard_timeout_s = 30;
+    c->guard_max_calls = 256;
     c->forget_idle_s = 86400;
 }
 
@@ -49,10 +51,14 @@ void config_usage(FILE *out)
             "  --lease-history N           ended leases remembered to explain not_holder (default 65536)\n"
             "  --forget-idle-after SECONDS a lock free that long (no holder, no waiter) is forgotten:\n"
             "                              its name and last_token go; tokens still only grow (default 86400)\n"
-            "  --guard PREFIX=UPSTREAM     forward requests under PREFIX (e.g. /store/) to UPSTREAM\n"
-            "                              (e.g. http://127.0.0.1:9000/); writes need a current fencing\n"
-            "                              token (headers Fencing-Token, Fencing-Lock); repeatable, up to 16\n"
+            "  --guard PREFIX=UPSTREAM[,lock=NAME]\n"
+            "                              forward requests under PREFIX (e.g. /store/) to UPSTREAM\n"
+            "                              (e.g. http://127.0.0.1:9000/). A write must carry, in header\n"
+            "                              Fencing-Lease, the lease that holds the lock its path below PREFIX\n"
+            "                              names (/store/a/b -> lock a/b), or lock NAME for every path;\n"
+            "                              repeatable, up to 16\n"
             "  --guard-timeout SECONDS     upstream silent this long -> 504 (default 30)\n"
+            "  --guard-max-calls N         upstream calls in flight at once, then 503 (default 256)\n"
             "  -h, --help                  show this help\n");
 }
 
@@ -68,6 +74,8 @@ static int parse_size(const char *s, size_t min, size_t max, size_t *out)
     *out = (size_t)v;
     return 0;
 }
+
+#define MIN_TOKEN_MAX (UINT64_C(1) << 62)
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
@@ -94,8 +102,28 @@ static bool prefix_shadows_api(const char *prefix)
     return false;
 }
 
-static int parse_guard(Config *c, const char *spec, char *err, size_t errlen)
+static int parse_guard(Config *c, const char *spec_in, char *err, size_t errlen)
 {
+    /* PREFIX=UPSTREAM[,lock=NAME]: the binding is the last ",lock=" part. */
+    char spec[sizeof c->guards[0].prefix + sizeof c->guards[0].upstream + 300];
+    if (strlen(spec_in) >= sizeof spec) {
+        snprintf(err, errlen, "--guard: '%.60s...' is too long", spec_in);
+        return -1;
+    }
+    snprintf(spec, sizeof spec, "%s", spec_in);
+    char *bind = strstr(spec, ",lock=");
+    for (char *next; bind && (next = strstr(bind + 1, ",lock=")); bind = next)
+        ;
+    const char *lock = "";
+    if (bind) {
+        *bind = '\0';
+        lock = bind + 6;
+        const char *problem = name_lock_problem(lock);
+        if (problem) {
+            snprintf(err, errlen, "--guard: lock name '%s' %s", lock, problem);
+            return -1;
+        }
+    }
     const char *eq = strchr(spec, '=');
     size_t plen = eq ? (size_t)(eq - spec) : 0;
     if (!eq || plen == 0 || spec[0] != '/' || plen >= sizeof c->guards[0].prefix) {
@@ -119,6 +147,7 @@ static int parse_guard(Config *c, const char *spec, char *err, size_t errlen)
         return -1;
     }
     snprintf(g->upstream, sizeof g->upstream, "%s", up);
+    snprintf(g->lock, sizeof g->lock, "%s", lock);
     c->nguards++;
     return 0;
 }
@@ -140,6 +169,7 @@ static const NumFlag NUM_FLAGS[] = {
     {"--lease-history", 1, 100000000, offsetof(Config, lease_history), false},
     {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},
     {"--guard-timeout", 1, 3600, offsetof(Config, guard_timeout_s), true},
+    {"--guard-max-calls", 1, 100000, offsetof(Config, guard_max_calls), false},
     {"--forget-idle-after", 1, 31536000, offsetof(Config, forget_idle_s), true},
 };
 
@@ -185,8 +215,10 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
     if (!strcmp(flag, "--guard"))
         return parse_guard(c, value, err, errlen);
     if (!strcmp(flag, "--min-token")) {
-        if (parse_u64(value, INT64_MAX - 1, &c->min_token)) {
-            snprintf(err, errlen, "--min-token: '%s' is not an integer in 0..%lld", value, (long long)INT64_MAX - 1);
+        /* Room for 2^62 more tokens: the counter can never run out. */
+        if (parse_u64(value, MIN_TOKEN_MAX, &c->min_token)) {
+            snprintf(err, errlen, "--min-token: '%s' is not an integer in 0..%llu", value,
+                     (unsigned long long)MIN_TOKEN_MAX);
             return -1;
         }
         return 0;

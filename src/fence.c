@@ -4,19 +4,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "leasegate/heap.h"
 #include "leasegate/smap.h"
 
 typedef struct Mark {
+    HeapEntry idle; /* queued while forgetting is on: when to forget */
     uint64_t max_token;
     char resource[]; /* the map's key */
 } Mark;
 
 struct Fence {
     Smap *marks; /* resource -> Mark, owns the marks */
+    Heap idle;
     size_t max_resources;
+    int64_t forget_idle_ms;
+    FenceHooks hooks;
+    uint64_t floors[FENCE_FLOOR_BUCKETS];
 };
 
-Fence *fence_new(size_t max_resources)
+/* FNV-1a: fixed across versions and machines, because floors are stored by bucket. */
+uint32_t fence_bucket(const char *resource)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *p = (const unsigned char *)resource; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return (uint32_t)(h % FENCE_FLOOR_BUCKETS);
+}
+
+Fence *fence_new(size_t max_resources, int64_t forget_idle_ms, const FenceHooks *hooks)
 {
     Fence *f = calloc(1, sizeof *f);
     if (!f)
@@ -26,7 +41,11 @@ Fence *fence_new(size_t max_resources)
         free(f);
         return NULL;
     }
+    heap_init(&f->idle);
     f->max_resources = max_resources;
+    f->forget_idle_ms = forget_idle_ms;
+    if (hooks)
+        f->hooks = *hooks;
     return f;
 }
 
@@ -34,8 +53,16 @@ void fence_free(Fence *f)
 {
     if (!f)
         return;
+    heap_clear(&f->idle);
     smap_free(f->marks, free);
     free(f);
+}
+
+static void touch(Fence *f, Mark *m, const Now *now)
+{
+    /* If the heap cannot grow, the mark is simply kept. */
+    if (f->forget_idle_ms > 0)
+        heap_set(&f->idle, &m->idle, now->mono_ms + f->forget_idle_ms);
 }
 
 /* limit: refuse a new resource beyond max_resources (not for marks loaded from storage). */
@@ -49,7 +76,8 @@ static FenceResult find_or_create(Fence *f, const char *resource, bool limit, Ma
         m = malloc(sizeof *m + n);
         if (!m)
             return FENCE_NOMEM;
-        m->max_token = 0;
+        heap_entry_init(&m->idle);
+        m->max_token = f->floors[fence_bucket(resource)];
         memcpy(m->resource, resource, n);
         if (!smap_insert(f->marks, m->resource, m)) {
             free(m);
@@ -60,44 +88,86 @@ static FenceResult find_or_create(Fence *f, const char *resource, bool limit, Ma
     return FENCE_ACCEPTED;
 }
 
-FenceResult fence_load(Fence *f, const char *resource, uint64_t max_token)
+FenceResult fence_load(Fence *f, const char *resource, uint64_t max_token, const Now *now)
 {
     Mark *m;
     FenceResult r = find_or_create(f, resource, false, &m);
-    if (r == FENCE_ACCEPTED && max_token > m->max_token)
+    if (r != FENCE_ACCEPTED)
+        return r;
+    if (max_token > m->max_token)
         m->max_token = max_token;
+    touch(f, m, now);
     return r;
 }
 
-FenceResult fence_check(Fence *f, const char *resource, uint64_t token, uint64_t *max_token,
-                        bool *raised)
+void fence_load_floor(Fence *f, uint32_t bucket, uint64_t floor)
 {
-    *raised = false;
+    if (bucket < FENCE_FLOOR_BUCKETS && floor > f->floors[bucket])
+        f->floors[bucket] = floor;
+}
+
+FenceResult fence_check(Fence *f, const char *resource, uint64_t token, const Now *now, uint64_t *max_token)
+{
     Mark *m = smap_get(f->marks, resource);
-    if (m && token < m->max_token) {
-        *max_token = m->max_token;
+    *max_token = m ? m->max_token : f->floors[fence_bucket(resource)];
+    if (token < *max_token) {
+        if (m)
+            touch(f, m, now);
         return FENCE_STALE;
     }
     FenceResult r = find_or_create(f, resource, true, &m);
-    if (r != FENCE_ACCEPTED)
-        return r;
-    *raised = token > m->max_token;
-    m->max_token = token;
-    *max_token = token;
-    return FENCE_ACCEPTED;
+    if (r == FENCE_ACCEPTED)
+        touch(f, m, now);
+    return r;
 }
 
-size_t fence_count(const Fence *f) { return smap_len(f->marks); }
-
-void fence_remove(Fence *f, const char *resource)
+void fence_raise(Fence *f, const char *resource, uint64_t token)
 {
     Mark *m = smap_get(f->marks, resource);
-    if (m && smap_remove(f->marks, resource))
-        free(m);
+    if (m && token > m->max_token)
+        m->max_token = token;
 }
 
 uint64_t fence_max(const Fence *f, const char *resource)
 {
     const Mark *m = smap_get(f->marks, resource);
-    return m ? m->max_token : 0;
+    return m ? m->max_token : f->floors[fence_bucket(resource)];
+}
+
+size_t fence_count(const Fence *f) { return smap_len(f->marks); }
+
+static void drop(Fence *f, Mark *m)
+{
+    heap_remove(&f->idle, &m->idle);
+    smap_remove(f->marks, m->resource);
+    free(m);
+}
+
+void fence_remove(Fence *f, const char *resource)
+{
+    Mark *m = smap_get(f->marks, resource);
+    if (m)
+        drop(f, m);
+}
+
+void fence_tick(Fence *f, const Now *now)
+{
+    HeapEntry *e;
+    while ((e = heap_peek(&f->idle)) && e->deadline_ms <= now->mono_ms) {
+        Mark *m = (Mark *)(void *)e; /* idle is the first member */
+        uint32_t b = fence_bucket(m->resource);
+        if (m->max_token > f->floors[b])
+            f->floors[b] = m->max_token;
+        if (f->hooks.forgotten)
+            f->hooks.forgotten(f->hooks.ud, m->resource, b, f->floors[b]);
+        drop(f, m);
+    }
+}
+
+int64_t fence_next_timeout_ms(const Fence *f, const Now *now)
+{
+    const HeapEntry *e = heap_peek(&f->idle);
+    if (!e)
+        return -1;
+    return e->deadline_ms > now->mono_ms ? e->deadline_ms - now->mono_ms : 0;
 }

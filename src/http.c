@@ -44,7 +44,6 @@ static void request_free(Request *req)
     if (req->call)
         proxy_call_free(req->call);
     free(req->raw_uri);
-    free(req->guard_lock);
     free(req->arg);
     free(req->body);
     free(req->grant_lock);
@@ -377,9 +376,11 @@ static void gather(Request *req, const char *data, size_t size)
         req->body_too_large = true;
         return;
     }
+    if (req->body_nomem)
+        return;
     char *body = realloc(req->body, req->body_len + size + 1);
     if (!body) {
-        req->body_too_large = true; /* cannot hold it: refuse like an oversize body */
+        req->body_nomem = true; /* the rest is dropped; the answer is 503 */
         return;
     }
     memcpy(body + req->body_len, data, size);
@@ -448,10 +449,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return queue_stored(req);
     }
     /* The last callback: the whole request has been read. */
+    if (!req->complete && s->stopping) {
+        /* Its handler has not run, so nothing changed for it: refuse at once,
+         * without a commit to wait for, so that no connection is suspended
+         * when libmicrohttpd stops. A guarded call never sent its whole
+         * request (the end is held back until here): cut it off. */
+        if (req->call)
+            proxy_call_abort(req->call);
+        return reply_now(req, ERR_OVERLOADED, "server is shutting down; retry");
+    }
+    req->complete = true;
     req->wire_bytes = park_request_bytes(conn);
     req->in_handler = true;
     if (req->call) {
-        enum MHD_Result r = proxy_call_final(req->call);
+        /* The guard may refuse the write now that its body is complete. */
+        guard_body_done(req);
+        enum MHD_Result r = req->response ? MHD_YES : proxy_call_final(req->call);
         req->in_handler = false;
         if (req->response && !req->suspended)
             return queue_stored(req);
@@ -459,6 +472,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (req->body_too_large)
         http_reply_error(req, ERR_PAYLOAD_TOO_LARGE, NULL, "request body is larger than 65536 bytes");
+    else if (req->body_nomem)
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory while reading the request body; retry");
     else if (req->handler)
         req->handler(req);
     else if (req->allow) {
@@ -532,6 +547,7 @@ void http_request_end(Request *req, bool delivered)
     commit_unhold(s->commit, &req->hold);
     if (req->suspended)
         dlist_remove(&s->suspended, &req->slink);
+    guard_request_end(req);
     /* A grant nobody received must not sit there until its TTL runs out. */
     if (req->grant_pending && !delivered) {
         Now now = clock_now();

@@ -185,11 +185,19 @@ static void changed(Locktab *lt, const Lock *lock)
     lt->hooks.changed(lt->hooks.ud, lock);
 }
 
+/* The announced expiry is a safe bound for the holder: both clocks are read
+ * rounded down, so the deadline gets one more millisecond and the lease never
+ * ends before the time announced (the wall clock's sub-millisecond part may
+ * be up to 1 ms ahead of the boot clock's). */
 static bool set_expiry(Locktab *lt, Lock *lock, int64_t ttl_ms, const Now *now)
 {
+    int64_t deadline = now->mono_ms + ttl_ms + 1;
+    if (!heap_set(&lt->deadlines, &lock->expiry.entry, deadline))
+        return false;
     lock->holder.ttl_ms = ttl_ms;
     lock->holder.expires_at_ms = now->wall_ms + ttl_ms;
-    return heap_set(&lt->deadlines, &lock->expiry.entry, now->mono_ms + ttl_ms);
+    lock->holder.deadline_ms = deadline;
+    return true;
 }
 
 /* Makes a free lock held by a new lease. On success takes ownership of owner
@@ -283,7 +291,15 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
         idle_from(lt, lock, now);
         return LOCK_OK;
     }
-    if (holder->expires_at_ms <= now->wall_ms) {
+    /* What is left: exact on this boot's clock; from another boot, by the
+     * wall clock but never more than one ttl (a clock that is behind must not
+     * stretch a lease; the last commit of a lease is a grant or renewal, when
+     * one ttl was left). */
+    int64_t left_ms = holder->deadline_ms >= 0 ? holder->deadline_ms - now->mono_ms
+                                               : holder->expires_at_ms - now->wall_ms;
+    if (holder->deadline_ms < 0 && left_ms > holder->ttl_ms)
+        left_ms = holder->ttl_ms;
+    if (left_ms <= 0) {
         /* It expired while the server was down. */
         leasehist_add(lt->history, holder->lease, lock->id, holder->token, LEASE_END_EXPIRED);
         idle_from(lt, lock, now);
@@ -301,13 +317,8 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
     lock->held = true;
     lt->held++;
     heap_remove(&lt->deadlines, &lock->idle.entry);
-    /* Same absolute expiry as before the restart, on the monotonic clock; but
-     * never more than one ttl away, whatever the wall clock says at start-up
-     * (a clock that is behind must not stretch a lease). */
-    int64_t left_ms = holder->expires_at_ms - now->wall_ms;
-    if (left_ms > holder->ttl_ms)
-        left_ms = holder->ttl_ms;
-    if (!heap_set(&lt->deadlines, &lock->expiry.entry, now->mono_ms + left_ms)) {
+    h->deadline_ms = now->mono_ms + left_ms;
+    if (!heap_set(&lt->deadlines, &lock->expiry.entry, h->deadline_ms)) {
         lock->held = false;
         lt->held--;
         holder_clear(h);
@@ -433,6 +444,12 @@ LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, 
     }
     end_lease(lt, lock, LEASE_END_RELEASED, now);
     return LOCK_OK;
+}
+
+const Lock *locktab_held_by(const Locktab *lt, const char *name, const uint8_t *lease, const Now *now)
+{
+    const Lock *lock = held_by(lt, name, lease);
+    return lock && lock->holder.deadline_ms > now->mono_ms ? lock : NULL;
 }
 
 NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8_t *lease)

@@ -97,6 +97,9 @@ static int next_timeout_ms(Loop *l, int cap_ms)
 {
     Now now = clock_now();
     int64_t t = locktab_next_timeout_ms(l->s->locks, &now);
+    int64_t fence_ms = fence_next_timeout_ms(l->s->fence, &now);
+    if (fence_ms >= 0 && (t < 0 || fence_ms < t))
+        t = fence_ms;
     int64_t curl_ms = proxy_next_timeout_ms(l->s->proxy, &now);
     if (curl_ms >= 0 && (t < 0 || curl_ms < t))
         t = curl_ms;
@@ -163,6 +166,7 @@ static int turn(Loop *l, int cap_ms)
     }
     Now now = clock_now();
     locktab_tick(s->locks, &now);
+    fence_tick(s->fence, &now);
     proxy_tick(s->proxy, &now);
     park_tick(s, &now);
     /* Parked answers made ready by commits and deadlines go out before MHD

@@ -29,3 +29,12 @@ const char *name_problem(const char *name)
     }
     return NULL;
 }
+
+const char *name_lock_problem(const char *name)
+{
+    const char *problem = name_problem(name);
+    if (problem)
+        return problem;
+    const char *slash = strrchr(name, '/');
+    return name_is_action(slash ? slash + 1 : name) ? "may not end in a segment named acquire, renew or release" : NULL;
+}

@@ -35,14 +35,13 @@ struct ProxyCall {
     HeapEntry idle;      /* queued while the transfer runs; first member */
     int64_t active_ms;   /* the last time a byte moved, either way (monotonic) */
     Proxy *proxy;
-    Request *req;
+    Request *req;        /* NULL once detached */
     CURL *easy;
     struct curl_slist *req_headers;
     struct curl_slist *resp_headers; /* "Name: value" lines of the final response */
     DLink link; /* in Proxy.calls */
     Buf up, down;
     long status;
-    curl_off_t content_length; /* the upstream's, -1 when unknown */
     CURLcode result;
     bool has_body;
     bool started, done;
@@ -52,6 +51,15 @@ struct ProxyCall {
     bool queued;
     bool read_paused, write_paused;
     bool upload_waiting, reader_waiting;
+    /* The end of the body is held back until released (see proxy.h). */
+    bool hold_end, released;
+    int64_t body_length; /* the client's Content-Length, -1 when unknown */
+    uint64_t sent;       /* body bytes handed to curl */
+    ProxyAnswered on_answered;
+    void *answered_ud;
+    bool answered;       /* on_answered is due or done */
+    bool in_answered;    /* alink is in Proxy.answered */
+    DLink alink;
 };
 
 typedef struct CurlSock {
@@ -70,15 +78,18 @@ struct Proxy {
     /* Sockets curl has let go of in this turn: events for them may still be in
      * the loop's current batch, so they are freed at the next tick. */
     CurlSock *dead;
+    DList answered; /* ProxyCall.alink: answers to report outside curl callbacks */
+    bool closing;   /* shutting down: no call starts any more */
     ProxyStats stats;
 };
 
 /* Buffers. */
 
-static bool buf_init(Buf *b)
+/* Buffers are allocated on first use: false when that fails. */
+static bool buf_ready(Buf *b)
 {
-    b->start = b->len = 0;
-    b->data = malloc(PROXY_BUFFER);
+    if (!b->data)
+        b->data = malloc(PROXY_BUFFER);
     return b->data != NULL;
 }
 
@@ -96,6 +107,8 @@ static void buf_put(Buf *b, const char *p, size_t n)
 
 static size_t buf_take(Buf *b, char *out, size_t max)
 {
+    if (!b->data)
+        return 0;
     size_t n = b->len < max ? b->len : max;
     memcpy(out, b->data + b->start, n);
     b->start += n;
@@ -105,15 +118,32 @@ static size_t buf_take(Buf *b, char *out, size_t max)
     return n;
 }
 
+static void answer_due(ProxyCall *c);
+
 /* libcurl callbacks. */
 
 /* Something moved: the inactivity deadline is checked lazily against this. */
 static void touch(ProxyCall *c) { c->active_ms = clock_now().mono_ms; }
 
+/* How many buffered body bytes may go now: all, unless the end is held back. */
+static size_t sendable(const ProxyCall *c)
+{
+    size_t n = c->up.len;
+    if (!c->hold_end || c->released || n == 0)
+        return n;
+    if (c->body_length >= 0) {
+        uint64_t before_last = (uint64_t)c->body_length - 1;
+        return c->sent >= before_last ? 0 : (size_t)(before_last - c->sent < n ? before_last - c->sent : n);
+    }
+    return n - 1; /* unknown length: the last buffered byte may be the last one */
+}
+
 static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
 {
     ProxyCall *c = ud;
-    size_t n = buf_take(&c->up, out, size * nitems);
+    size_t max = size * nitems, can = sendable(c);
+    size_t n = buf_take(&c->up, out, can < max ? can : max);
+    c->sent += n;
     if (n) {
         touch(c);
         if (c->upload_waiting) {
@@ -122,7 +152,7 @@ static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
         }
         return n;
     }
-    if (c->body_done)
+    if (c->body_done && c->up.len == 0 && (!c->hold_end || c->released))
         return 0;
     c->read_paused = true;
     return CURL_READFUNC_PAUSE;
@@ -132,6 +162,10 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
 {
     ProxyCall *c = ud;
     size_t n = size * nmemb;
+    if (!c->req)
+        return n; /* detached: nobody reads the answer */
+    if (!buf_ready(&c->down))
+        return 0; /* aborts the transfer: 502 or a cut-off body */
     if (n > buf_room(&c->down)) {
         c->write_paused = true;
         return CURL_WRITEFUNC_PAUSE; /* curl offers the same bytes again later */
@@ -167,7 +201,8 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         if (code >= 200) {
             c->status = code;
             c->headers_done = true;
-            if (c->final_seen)
+            answer_due(c);
+            if (c->final_seen && c->req)
                 http_resume(c->req);
         }
         return n;
@@ -179,6 +214,37 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         return 0; /* aborts the transfer */
     c->resp_headers = l;
     return n;
+}
+
+/* Queues the on_answered report: curl callbacks may not start other
+ * transfers, which the report may do. */
+static void answer_due(ProxyCall *c)
+{
+    if (c->answered)
+        return;
+    c->answered = true;
+    if (c->on_answered) {
+        dlist_append(&c->proxy->answered, &c->alink);
+        c->in_answered = true;
+    }
+}
+
+static void call_destroy(ProxyCall *c);
+
+/* Runs the reports queued since the last time; a detached call ends here. */
+static void report_answers(Proxy *p)
+{
+    while (p->answered.head) {
+        ProxyCall *c = DLIST_ITEM(p->answered.head, ProxyCall, alink);
+        dlist_remove(&p->answered, &c->alink);
+        c->in_answered = false;
+        ProxyAnswered fn = c->on_answered;
+        void *ud = c->answered_ud;
+        c->on_answered = NULL;
+        if (!c->req)
+            call_destroy(c);
+        fn(ud);
+    }
 }
 
 /* The multi handle. */
@@ -228,8 +294,11 @@ static void finished(ProxyCall *c, CURLcode result)
     heap_remove(&c->proxy->idle, &c->idle);
     c->done = true;
     c->result = result;
-    if (result != CURLE_OK)
+    if (result != CURLE_OK && result != CURLE_ABORTED_BY_CALLBACK)
         c->proxy->stats.upstream_errors++;
+    answer_due(c);
+    if (!c->req)
+        return; /* detached: report_answers frees it */
     /* Wake whichever side is waiting: it now sees the end. */
     if (c->upload_waiting) {
         c->upload_waiting = false;
@@ -311,6 +380,7 @@ void proxy_socket_event(Proxy *p, LoopSource *src, uint32_t ev)
     int running;
     curl_multi_socket_action(p->multi, cs->fd, flags, &running);
     collect_done(p);
+    report_answers(p);
 }
 
 int64_t proxy_next_timeout_ms(const Proxy *p, const Now *now)
@@ -347,16 +417,19 @@ void proxy_tick(Proxy *p, const Now *now)
 {
     free_dead(p);
     expire_idle(p, now);
+    report_answers(p);
     if (p->timer_ms < 0 || p->timer_ms > now->mono_ms)
         return;
     p->timer_ms = -1;
     int running;
     curl_multi_socket_action(p->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     collect_done(p);
+    report_answers(p);
 }
 
 void proxy_abort_all(Proxy *p)
 {
+    p->closing = true;
     /* The calls stay owned by their requests, which free them when MHD
      * completes the closed connections. */
     for (DLink *l = p->calls.head; l; l = l->next) {
@@ -367,8 +440,11 @@ void proxy_abort_all(Proxy *p)
             curl_multi_remove_handle(p->multi, c->easy);
         c->started = false;
         finished(c, CURLE_ABORTED_BY_CALLBACK);
-        http_close(c->req);
+        if (c->req)
+            http_close(c->req);
     }
+    /* Detached calls end here; the reports tell their owners. */
+    report_answers(p);
 }
 
 const ProxyStats *proxy_stats(const Proxy *p) { return &p->stats; }
@@ -387,35 +463,86 @@ static bool hop_by_hop(const char *name)
     return false;
 }
 
+/* Is `name` one of the comma-separated tokens in `list`? */
+static bool in_token_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        p += strspn(p, " \t,");
+        size_t len = strcspn(p, ",");
+        size_t tok = len;
+        while (tok && (p[tok - 1] == ' ' || p[tok - 1] == '\t'))
+            tok--;
+        if (tok == n && !strncasecmp(p, name, n))
+            return true;
+        p += len;
+    }
+    return false;
+}
+
 typedef struct HeaderCopy {
     struct curl_slist *list;
+    struct MHD_Connection *conn;
+    const char *const *drop;
     bool failed;
 } HeaderCopy;
+
+/* Header iterator: is `key` named by some Connection header (so hop-by-hop)? */
+static enum MHD_Result find_connection_token(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    const char **name = cls;
+    if (value && !strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) && in_token_list(value, *name)) {
+        *name = NULL;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+static bool dropped(const HeaderCopy *hc, const char *key)
+{
+    if (hop_by_hop(key))
+        return true;
+    for (const char *const *d = hc->drop; d && *d; d++)
+        if (!strcasecmp(key, *d))
+            return true;
+    const char *name = key;
+    MHD_get_connection_values(hc->conn, MHD_HEADER_KIND, find_connection_token, &name);
+    return name == NULL;
+}
+
+static bool append_line(HeaderCopy *hc, const char *line)
+{
+    struct curl_slist *l = curl_slist_append(hc->list, line);
+    if (!l) {
+        hc->failed = true;
+        return false;
+    }
+    hc->list = l;
+    return true;
+}
 
 static enum MHD_Result copy_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
     (void)kind;
     HeaderCopy *hc = cls;
-    if (hop_by_hop(key))
+    if (dropped(hc, key))
         return MHD_YES;
     char *line;
     /* "Name;" is curl's way to send a header with an empty value. */
-    if (asprintf(&line, *value ? "%s: %s" : "%s;", key, value) < 0) {
+    if (asprintf(&line, value && *value ? "%s: %s" : "%s;", key, value ? value : "") < 0) {
         hc->failed = true;
         return MHD_NO;
     }
-    struct curl_slist *l = curl_slist_append(hc->list, line);
+    bool ok = append_line(hc, line);
     free(line);
-    if (!l) {
-        hc->failed = true;
-        return MHD_NO;
-    }
-    hc->list = l;
-    return MHD_YES;
+    return ok ? MHD_YES : MHD_NO;
 }
 
+size_t proxy_calls(const Proxy *p) { return p->calls.len; }
+
 ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char *url, bool has_body,
-                          int64_t content_length)
+                          int64_t content_length, const char *const *drop, const char *const *add)
 {
     ProxyCall *c = calloc(1, sizeof *c);
     if (!c)
@@ -424,17 +551,18 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
     c->proxy = p;
     c->req = req;
     c->has_body = has_body;
-    c->content_length = -1;
-    HeaderCopy hc = {NULL, false};
+    c->body_length = has_body ? content_length : 0;
+    HeaderCopy hc = {NULL, req->conn, drop, false};
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, copy_header, &hc);
-    struct curl_slist *l = hc.failed ? NULL : curl_slist_append(hc.list, "Expect:");
-    c->req_headers = l ? l : hc.list;
+    for (const char *const *a = add; a && *a && !hc.failed; a++)
+        append_line(&hc, *a);
+    if (!hc.failed)
+        append_line(&hc, "Expect:");
+    c->req_headers = hc.list;
     c->easy = curl_easy_init();
-    if (!l || !c->easy || !buf_init(&c->up) || !buf_init(&c->down)) {
+    if (hc.failed || !c->easy) {
         curl_slist_free_all(c->req_headers);
         curl_easy_cleanup(c->easy);
-        free(c->up.data);
-        free(c->down.data);
         free(c);
         return NULL;
     }
@@ -467,6 +595,10 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
 
 void proxy_call_start(ProxyCall *c)
 {
+    if (c->proxy->closing) {
+        finished(c, CURLE_ABORTED_BY_CALLBACK);
+        return;
+    }
     if (curl_multi_add_handle(c->proxy->multi, c->easy) != CURLM_OK) {
         finished(c, CURLE_FAILED_INIT);
         return;
@@ -482,6 +614,16 @@ void proxy_call_start(ProxyCall *c)
     }
 }
 
+bool proxy_call_started(const ProxyCall *c) { return c->started; }
+
+void proxy_call_hold_end(ProxyCall *c) { c->hold_end = true; }
+
+void proxy_call_on_answered(ProxyCall *c, ProxyAnswered fn, void *ud)
+{
+    c->on_answered = fn;
+    c->answered_ud = ud;
+}
+
 /* Flags first: the callbacks curl makes from inside curl_easy_pause may set them again. */
 static void unpause(ProxyCall *c)
 {
@@ -490,10 +632,34 @@ static void unpause(ProxyCall *c)
     curl_easy_pause(c->easy, CURLPAUSE_CONT);
 }
 
+void proxy_call_release(ProxyCall *c)
+{
+    c->released = true;
+    if (c->read_paused && c->started)
+        unpause(c);
+}
+
+void proxy_call_abort(ProxyCall *c)
+{
+    if (c->done)
+        return;
+    c->on_answered = NULL; /* the caller knows */
+    if (c->started)
+        curl_multi_remove_handle(c->proxy->multi, c->easy);
+    c->started = false;
+    finished(c, CURLE_ABORTED_BY_CALLBACK);
+}
+
 void proxy_call_upload(ProxyCall *c, const char *data, size_t *size)
 {
     if (c->done || c->req->response) {
         *size = 0; /* nobody will read it: drop it */
+        return;
+    }
+    if (!buf_ready(&c->up)) {
+        *size = 0;
+        proxy_call_abort(c);
+        c->result = CURLE_OUT_OF_MEMORY;
         return;
     }
     size_t n = *size < buf_room(&c->up) ? *size : buf_room(&c->up);
@@ -583,7 +749,30 @@ enum MHD_Result proxy_call_final(ProxyCall *c)
     return MHD_YES;
 }
 
+bool proxy_call_detach(ProxyCall *c)
+{
+    /* The whole request is with curl and may reach the upstream: see it through. */
+    bool may_apply = c->started && !c->done && !c->answered && c->on_answered && c->body_done &&
+                     (!c->hold_end || c->released);
+    if (!may_apply) {
+        proxy_call_free(c);
+        return false;
+    }
+    c->req = NULL;
+    c->upload_waiting = c->reader_waiting = c->final_seen = false;
+    if (c->write_paused)
+        unpause(c); /* the answer is discarded from now on */
+    return true;
+}
+
 void proxy_call_free(ProxyCall *c)
+{
+    if (c->in_answered)
+        dlist_remove(&c->proxy->answered, &c->alink);
+    call_destroy(c);
+}
+
+static void call_destroy(ProxyCall *c)
 {
     Proxy *p = c->proxy;
     heap_remove(&p->idle, &c->idle);

@@ -13,6 +13,7 @@
 
 #include "leasegate/accesslog.h"
 #include "leasegate/api.h"
+#include "leasegate/guard.h"
 #include "leasegate/http.h"
 #include "leasegate/loop.h"
 #include "leasegate/proxy.h"
@@ -37,6 +38,16 @@ static void on_forgotten(void *ud, const Lock *lock)
     Server *s = ud;
     fence_remove(s->guard_marks, lock->name);
     if (!commit_forget(s->commit, lock->name, locktab_last_token(s->locks))) {
+        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
+        _exit(70);
+    }
+}
+
+/* Fence hook: an idle resource goes, its mark lives on in its bucket's floor. */
+static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, uint64_t floor)
+{
+    Server *s = ud;
+    if (!commit_fence_forget(s->commit, resource, bucket, floor)) {
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
         _exit(70);
     }
@@ -76,13 +87,20 @@ static int load_lock(void *ud, const StoreLock *l)
 static int load_fence(void *ud, const StoreMark *m)
 {
     LoadCtx *ctx = ud;
-    return fence_load(ctx->s->fence, m->name, m->max_token) == FENCE_ACCEPTED ? 0 : -1;
+    return fence_load(ctx->s->fence, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED ? 0 : -1;
 }
 
 static int load_guard_mark(void *ud, const StoreMark *m)
 {
     LoadCtx *ctx = ud;
-    return fence_load(ctx->s->guard_marks, m->name, m->max_token) == FENCE_ACCEPTED ? 0 : -1;
+    return fence_load(ctx->s->guard_marks, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED ? 0 : -1;
+}
+
+static int load_floor(void *ud, const StoreFloor *f)
+{
+    LoadCtx *ctx = ud;
+    fence_load_floor(ctx->s->fence, f->bucket, f->floor);
+    return 0;
 }
 
 int server_open(Server *s, const Config *cfg)
@@ -90,7 +108,12 @@ int server_open(Server *s, const Config *cfg)
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
     char err[512];
-    s->store = store_sqlite_open(cfg->data_path, err, sizeof err);
+    char boot_id[CLOCK_BOOT_ID_LEN + 1];
+    bool have_boot = clock_boot_id(boot_id);
+    if (!have_boot)
+        fprintf(stderr, "leasegate: the kernel does not say which boot this is: leases held across a restart "
+                        "keep what the wall clock says is left of them\n");
+    s->store = store_sqlite_open(cfg->data_path, have_boot ? boot_id : NULL, err, sizeof err);
     if (!s->store) {
         fprintf(stderr, "leasegate: cannot open database %s\n", err);
         return -1;
@@ -100,14 +123,16 @@ int server_open(Server *s, const Config *cfg)
                             (int64_t)cfg->forget_idle_s * 1000};
     LocktabHooks hooks = {s, on_changed, on_granted, on_timed_out, on_forgotten};
     s->locks = locktab_new(&limits, &hooks);
-    s->fence = fence_new(cfg->max_fences);
-    s->guard_marks = fence_new(cfg->max_locks);
+    FenceHooks fence_hooks = {s, on_fence_forgotten};
+    s->fence = fence_new(cfg->max_fences, (int64_t)cfg->forget_idle_s * 1000, &fence_hooks);
+    /* Guard marks go with their lock (on_forgotten), never on their own. */
+    s->guard_marks = fence_new(cfg->max_locks, 0, NULL);
     if (!s->commit || !s->locks || !s->fence || !s->guard_marks) {
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
         return -1;
     }
     LoadCtx ctx = {s, clock_now(), 0, 0};
-    StoreLoad cb = {&ctx, load_lock, load_fence, load_guard_mark};
+    StoreLoad cb = {&ctx, load_lock, load_fence, load_guard_mark, load_floor};
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {
         fprintf(stderr, "leasegate: cannot load %s: %s\n", cfg->data_path, store_error(s->store));
@@ -139,8 +164,9 @@ int server_open(Server *s, const Config *cfg)
     if (!s->loop)
         return -1;
     s->proxy = proxy_new(s->loop, cfg->guard_timeout_s);
-    if (!s->proxy) {
-        fprintf(stderr, "leasegate: cannot initialise libcurl\n");
+    s->guard = guard_new(s);
+    if (!s->proxy || !s->guard) {
+        fprintf(stderr, "leasegate: cannot initialise libcurl (or out of memory)\n");
         return -1;
     }
     for (size_t i = 0; i < cfg->nguards; i++)
@@ -166,8 +192,14 @@ void server_close(Server *s)
     if (s->daemon) {
         if (s->proxy)
             proxy_abort_all(s->proxy);
-        http_close_suspended(s);
-        MHD_run(s->daemon);
+        /* A round may suspend what it resumed (a reply held for its commit):
+         * repeat until nothing is suspended; each round closes connections. */
+        for (int round = 0; round < 100; round++) {
+            http_close_suspended(s);
+            MHD_run(s->daemon);
+            if (s->suspended.len == 0 && s->parked.len == 0)
+                break;
+        }
     }
     http_stop(s);
     /* Stopping MHD completes the last connections, which may release grants
@@ -175,6 +207,7 @@ void server_close(Server *s)
     if (s->commit && commit_sync(s->commit) < 0)
         fprintf(stderr, "leasegate: storage failure at shutdown: %s\n", commit_error(s->commit));
     proxy_free(s->proxy);
+    guard_free(s->guard);
     loop_free(s->loop);
     commit_free(s->commit);
     locktab_free(s->locks);

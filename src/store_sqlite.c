@@ -29,19 +29,34 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#define SCHEMA_VERSION 1
+/* When you change the schema: add a step to MIGRATIONS (the step from
+ * version N-1 to N), bump SCHEMA_VERSION, and write SCHEMA as the result. */
+#define SCHEMA_VERSION 2
 
+/* A new database. meta holds schema_version, last_token, boot_id (text) and
+ * boot (a counter that moves whenever boot_id changes; locks.boot says in
+ * which boot a row's deadline_ms was written). */
 static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS locks("
     "  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL,"
     "  lease BLOB, owner TEXT, token INTEGER, ttl_ms INTEGER, acquired_at_ms INTEGER,"
-    "  expires_at_ms INTEGER, count INTEGER, metadata TEXT) WITHOUT ROWID;"
+    "  expires_at_ms INTEGER, count INTEGER, metadata TEXT, deadline_ms INTEGER, boot INTEGER) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS fences(resource TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS fence_floors(bucket INTEGER PRIMARY KEY, floor INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS guard_marks(lock TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
-    "INSERT OR IGNORE INTO meta(key, value) VALUES('schema_version', 1), ('last_token', 0);";
+    "INSERT INTO meta(key, value) VALUES('schema_version', 2), ('last_token', 0), ('boot', 0);";
+
+/* MIGRATIONS[v] takes a database of version v to v + 1. */
+static const char *const MIGRATIONS[SCHEMA_VERSION] = {
+    [1] = "ALTER TABLE locks ADD COLUMN deadline_ms INTEGER;"
+          "ALTER TABLE locks ADD COLUMN boot INTEGER;"
+          "CREATE TABLE IF NOT EXISTS fence_floors(bucket INTEGER PRIMARY KEY, floor INTEGER NOT NULL);"
+          "INSERT OR IGNORE INTO meta(key, value) VALUES('boot', 0);"
+          "UPDATE meta SET value = 2 WHERE key = 'schema_version';",
+};
 
 enum {
     ST_BEGIN,
@@ -51,6 +66,8 @@ enum {
     ST_DELETE_LOCK,
     ST_DELETE_GUARD_MARK,
     ST_PUT_FENCE,
+    ST_DELETE_FENCE,
+    ST_PUT_FLOOR,
     ST_PUT_GUARD_MARK,
     ST_PUT_COUNTER,
     ST_COUNT
@@ -61,13 +78,16 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_PUT_LOCK] = "INSERT OR REPLACE INTO locks(name, last_token, lease, owner, token, ttl_ms,"
-                    " acquired_at_ms, expires_at_ms, count, metadata)"
-                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    " acquired_at_ms, expires_at_ms, count, metadata, deadline_ms, boot)"
+                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     [ST_DELETE_LOCK] = "DELETE FROM locks WHERE name = ?1",
     [ST_DELETE_GUARD_MARK] = "DELETE FROM guard_marks WHERE lock = ?1",
     [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
+    [ST_DELETE_FENCE] = "DELETE FROM fences WHERE resource = ?1",
+    [ST_PUT_FLOOR] = "INSERT INTO fence_floors(bucket, floor) VALUES(?1, ?2)"
+                     " ON CONFLICT(bucket) DO UPDATE SET floor = max(floor, excluded.floor)",
     [ST_PUT_GUARD_MARK] = "INSERT INTO guard_marks(lock, max_token) VALUES(?1, ?2)"
                           " ON CONFLICT(lock) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
 };
@@ -76,6 +96,7 @@ typedef struct SqliteStore {
     Store base;
     int lock_fd; /* holds the flock; closed only after the database (see above) */
     sqlite3 *db;
+    sqlite3_int64 boot; /* meta.boot of this run */
     sqlite3_stmt *st[ST_COUNT];
     char err[256];
 } SqliteStore;
@@ -107,7 +128,7 @@ static int step_reset(SqliteStore *s, sqlite3_stmt *st)
     return ok ? 0 : -1;
 }
 
-static int bind_lock(sqlite3_stmt *st, const StoreLock *l)
+static int bind_lock(sqlite3_stmt *st, const StoreLock *l, sqlite3_int64 boot)
 {
     int rc = sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC);
     rc |= sqlite3_bind_int64(st, 2, (sqlite3_int64)l->last_token);
@@ -121,16 +142,35 @@ static int bind_lock(sqlite3_stmt *st, const StoreLock *l)
         rc |= sqlite3_bind_int64(st, 8, h->expires_at_ms);
         rc |= sqlite3_bind_int64(st, 9, h->count);
         rc |= sqlite3_bind_text(st, 10, h->metadata, -1, SQLITE_STATIC);
+        rc |= sqlite3_bind_int64(st, 11, h->deadline_ms);
+        rc |= sqlite3_bind_int64(st, 12, boot);
     }
     return rc == SQLITE_OK ? 0 : -1;
 }
 
-static int put_marks(SqliteStore *s, sqlite3_stmt *st, const StoreMark *marks, size_t n)
+/* Marks in order; `del` (if not NULL) deletes the ones marked forget. */
+static int put_marks(SqliteStore *s, sqlite3_stmt *put, sqlite3_stmt *del, const StoreMark *marks, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st = del && marks[i].forget ? del : put;
         if (sqlite3_bind_text(st, 1, marks[i].name, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 2, (sqlite3_int64)marks[i].max_token) != SQLITE_OK) {
+            (st == put && sqlite3_bind_int64(st, 2, (sqlite3_int64)marks[i].max_token) != SQLITE_OK)) {
             set_err(s, "bind mark");
+            return -1;
+        }
+        if (step_reset(s, st))
+            return -1;
+    }
+    return 0;
+}
+
+static int put_floors(SqliteStore *s, const StoreFloor *floors, size_t n)
+{
+    sqlite3_stmt *st = s->st[ST_PUT_FLOOR];
+    for (size_t i = 0; i < n; i++) {
+        if (sqlite3_bind_int64(st, 1, floors[i].bucket) != SQLITE_OK ||
+            sqlite3_bind_int64(st, 2, (sqlite3_int64)floors[i].floor) != SQLITE_OK) {
+            set_err(s, "bind floor");
             return -1;
         }
         if (step_reset(s, st))
@@ -147,7 +187,8 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
     for (size_t i = 0; i < b->nlocks; i++) {
         const StoreLock *l = &b->locks[i];
         sqlite3_stmt *st = s->st[l->forget ? ST_DELETE_LOCK : ST_PUT_LOCK];
-        int bad = l->forget ? sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC) != SQLITE_OK : bind_lock(st, l);
+        int bad = l->forget ? sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC) != SQLITE_OK
+                            : bind_lock(st, l, s->boot);
         if (bad) {
             set_err(s, "bind lock");
             goto fail;
@@ -163,8 +204,9 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
     if (b->counter && (sqlite3_bind_int64(s->st[ST_PUT_COUNTER], 1, (sqlite3_int64)b->counter) != SQLITE_OK ||
                        step_reset(s, s->st[ST_PUT_COUNTER])))
         goto fail;
-    if (put_marks(s, s->st[ST_PUT_FENCE], b->fences, b->nfences) ||
-        put_marks(s, s->st[ST_PUT_GUARD_MARK], b->guard_marks, b->nguard_marks))
+    if (put_marks(s, s->st[ST_PUT_FENCE], s->st[ST_DELETE_FENCE], b->fences, b->nfences) ||
+        put_floors(s, b->floors, b->nfloors) ||
+        put_marks(s, s->st[ST_PUT_GUARD_MARK], NULL, b->guard_marks, b->nguard_marks))
         goto fail;
     if (step_reset(s, s->st[ST_COMMIT]))
         goto fail;
@@ -179,7 +221,7 @@ static int load_locks(SqliteStore *s, const StoreLoad *cb, uint64_t *max_token)
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT name, last_token, lease, owner, token, ttl_ms, acquired_at_ms,"
-                           " expires_at_ms, count, metadata FROM locks",
+                           " expires_at_ms, count, metadata, deadline_ms, boot FROM locks",
                            -1, &st, NULL) != SQLITE_OK) {
         set_err(s, "load locks");
         return -1;
@@ -206,6 +248,9 @@ static int load_locks(SqliteStore *s, const StoreLoad *cb, uint64_t *max_token)
             l.holder.expires_at_ms = sqlite3_column_int64(st, 7);
             l.holder.count = (uint32_t)sqlite3_column_int64(st, 8);
             l.holder.metadata = (char *)sqlite3_column_text(st, 9);
+            /* A deadline on the boot clock means something only in the boot that wrote it. */
+            bool same_boot = sqlite3_column_type(st, 10) != SQLITE_NULL && sqlite3_column_int64(st, 11) == s->boot;
+            l.holder.deadline_ms = same_boot ? sqlite3_column_int64(st, 10) : -1;
             if (!l.holder.owner || !l.holder.metadata) {
                 snprintf(s->err, sizeof s->err, "lock %s: corrupt holder", l.name);
                 res = -1;
@@ -235,7 +280,7 @@ static int load_marks(SqliteStore *s, const char *sql, int (*fn)(void *ud, const
     }
     int rc, res = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        StoreMark m = {(const char *)sqlite3_column_text(st, 0), (uint64_t)sqlite3_column_int64(st, 1)};
+        StoreMark m = {(const char *)sqlite3_column_text(st, 0), (uint64_t)sqlite3_column_int64(st, 1), false};
         if (!m.name || fn(ud, &m)) {
             snprintf(s->err, sizeof s->err, "cannot load mark %s", m.name ? m.name : "(null)");
             res = -1;
@@ -267,6 +312,30 @@ static int read_meta(SqliteStore *s, const char *key, sqlite3_int64 *value)
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
+static int load_floors(SqliteStore *s, const StoreLoad *cb)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT bucket, floor FROM fence_floors", -1, &st, NULL) != SQLITE_OK) {
+        set_err(s, "load floors");
+        return -1;
+    }
+    int rc, res = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        StoreFloor f = {(uint32_t)sqlite3_column_int64(st, 0), (uint64_t)sqlite3_column_int64(st, 1)};
+        if (cb->floor(cb->ud, &f)) {
+            snprintf(s->err, sizeof s->err, "cannot load fence floor %u", f.bucket);
+            res = -1;
+            break;
+        }
+    }
+    if (res == 0 && rc != SQLITE_DONE) {
+        set_err(s, "load floors");
+        res = -1;
+    }
+    sqlite3_finalize(st);
+    return res;
+}
+
 static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
 {
     SqliteStore *s = (SqliteStore *)base;
@@ -274,7 +343,8 @@ static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
     uint64_t max_token = 0;
     if (read_meta(s, "last_token", &counter) || load_locks(s, cb, &max_token) ||
         load_marks(s, "SELECT resource, max_token FROM fences", cb->fence, cb->ud) ||
-        load_marks(s, "SELECT lock, max_token FROM guard_marks", cb->guard_mark, cb->ud))
+        load_marks(s, "SELECT lock, max_token FROM guard_marks", cb->guard_mark, cb->ud) ||
+        load_floors(s, cb))
         return -1;
     *last_token = (uint64_t)counter > max_token ? (uint64_t)counter : max_token;
     return 0;
@@ -297,9 +367,83 @@ static void sqlite_close(Store *base)
 
 static const char *sqlite_error(const Store *base) { return ((const SqliteStore *)base)->err; }
 
+static int one_value(SqliteStore *s, const char *sql, sqlite3_int64 *value)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        set_err(s, sql);
+        return -1;
+    }
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *value = sqlite3_column_int64(st, 0);
+    else
+        set_err(s, sql);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : -1;
+}
+
+/* Inside the opening transaction: a new database gets the schema, an older
+ * one is migrated step by step, a newer one is refused. */
+static int prepare_schema(SqliteStore *s)
+{
+    sqlite3_int64 tables;
+    if (one_value(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", &tables))
+        return -1;
+    if (tables == 0)
+        return exec(s, SCHEMA);
+    sqlite3_int64 version;
+    if (read_meta(s, "schema_version", &version))
+        return -1;
+    if (version < 1 || version > SCHEMA_VERSION) {
+        snprintf(s->err, sizeof s->err, "schema version %lld: this leasegate reads versions 1..%d%s",
+                 (long long)version, SCHEMA_VERSION, version > SCHEMA_VERSION ? " (the database is from a newer leasegate)" : "");
+        return -1;
+    }
+    for (; version < SCHEMA_VERSION; version++)
+        if (exec(s, MIGRATIONS[version]))
+            return -1;
+    return 0;
+}
+
+/* meta.boot moves whenever the machine's boot id differs from the last
+ * server's (or is unknown): deadlines written under another value are not
+ * on this boot's clock. */
+static int note_boot(SqliteStore *s, const char *boot_id)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT (SELECT value FROM meta WHERE key = 'boot_id'),"
+                                  " (SELECT value FROM meta WHERE key = 'boot')", -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        set_err(s, "read boot");
+        sqlite3_finalize(st);
+        return -1;
+    }
+    const char *stored = (const char *)sqlite3_column_text(st, 0);
+    bool same = boot_id && stored && !strcmp(stored, boot_id);
+    s->boot = sqlite3_column_int64(st, 1) + (same ? 0 : 1);
+    sqlite3_finalize(st);
+    if (same)
+        return 0;
+    if (sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO meta(key, value) VALUES('boot', ?1), ('boot_id', ?2)", -1,
+                           &st, NULL) != SQLITE_OK) {
+        set_err(s, "write boot");
+        return -1;
+    }
+    sqlite3_bind_int64(st, 1, s->boot);
+    sqlite3_bind_text(st, 2, boot_id ? boot_id : "unknown", -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        set_err(s, "write boot");
+        return -1;
+    }
+    return 0;
+}
+
 static const StoreOps SQLITE_OPS = {sqlite_load, sqlite_commit, sqlite_close, sqlite_error};
 
-Store *store_sqlite_open(const char *path, char *err, size_t errlen)
+Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_t errlen)
 {
     SqliteStore *s = calloc(1, sizeof *s);
     if (!s) {
@@ -323,18 +467,9 @@ Store *store_sqlite_open(const char *path, char *err, size_t errlen)
         set_err(s, path);
         goto fail;
     }
-    if (exec(s, "PRAGMA journal_mode=WAL") ||
-        exec(s, "PRAGMA synchronous=FULL") || exec(s, "BEGIN IMMEDIATE") || exec(s, SCHEMA) ||
-        exec(s, "COMMIT"))
+    if (exec(s, "PRAGMA journal_mode=WAL") || exec(s, "PRAGMA synchronous=FULL") ||
+        exec(s, "BEGIN IMMEDIATE") || prepare_schema(s) || note_boot(s, boot_id) || exec(s, "COMMIT"))
         goto fail;
-    sqlite3_int64 version;
-    if (read_meta(s, "schema_version", &version))
-        goto fail;
-    if (version != SCHEMA_VERSION) {
-        snprintf(s->err, sizeof s->err, "schema version %lld, expected %d", (long long)version,
-                 SCHEMA_VERSION);
-        goto fail;
-    }
     for (int i = 0; i < ST_COUNT; i++) {
         if (sqlite3_prepare_v3(s->db, STATEMENTS[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL) !=
             SQLITE_OK) {

@@ -6,18 +6,20 @@
 //   2. keep the lease alive: renew every TTL_MS/3 in the background for as long as
 //      the work runs                                        POST /v1/locks/LOCK/renew
 //   3. read the counter through the guard (404 means 0)     GET  /store/KEY
-//   4. write counter+1 through the guard, with the token    PUT  /store/KEY
-//        Fencing-Token: <token from acquire>   Fencing-Lock: <LOCK>
+//   4. write counter+1 through the guard, with the lease    PUT  /store/KEY
+//        Fencing-Lease: <lease from acquire>
 //   5. release the lock                                     POST /v1/locks/LOCK/release
 //
-// The guard (`leasegate serve --guard /store/=http://storage/`) forwards the PUT only
-// while our token belongs to the lock's current holder, so a worker that stalled past
-// its lease gets 409 stale_token instead of overwriting a newer value.
+// The guard (`leasegate serve --guard /store/=http://storage/`) binds /store/KEY to the
+// lock named KEY, so LOCK defaults to KEY. It forwards the PUT only while our lease
+// holds that lock, so a worker that stalled past its lease gets 409 stale_token instead
+// of overwriting a newer value. (A LOCK other than KEY needs a guard with one lock for
+// the whole prefix: --guard /store/=http://storage/,lock=LOCK.)
 //
 // Configuration (environment variables, all optional):
 //   LEASEGATE_SERVER  base URL of leasegate          (default http://127.0.0.1:7400)
-//   LOCK              lock name                      (default example-lock)
 //   KEY               object name under the guard    (default counter)
+//   LOCK              lock name                      (default: KEY)
 //   ITERATIONS        how many increments            (default 1)
 //   OWNER             owner label shown to others    (default node-<host>-<pid>)
 //   STORE_PREFIX      the guard's path prefix        (default /store/)
@@ -45,8 +47,8 @@ function envInt(name, dflt) {
 }
 
 const SERVER = (process.env.LEASEGATE_SERVER || "http://127.0.0.1:7400").replace(/\/+$/, "");
-const LOCK = process.env.LOCK || "example-lock";
 const KEY = process.env.KEY || "counter";
+const LOCK = process.env.LOCK || KEY; // the guard binds /store/KEY to lock KEY
 const ITERATIONS = envInt("ITERATIONS", 1);
 const OWNER = process.env.OWNER || `node-${os.hostname()}-${process.pid}`;
 const STORE_PREFIX = "/" + (process.env.STORE_PREFIX || "/store/").replace(/^\/+|\/+$/g, "") + "/";
@@ -133,7 +135,7 @@ async function oneIteration(i) {
     if (r.status !== 200) throw unexpected("renew", r.status, r.json);
     renewer = startRenewer(lease, TTL_MS);
 
-    // 3. Read the counter through the guard. Reads need no token; missing is 0.
+    // 3. Read the counter through the guard. Reads need no lease; missing is 0.
     const got = await http("GET", STORE_URL);
     if (got.status === 404) {
       value = 0;
@@ -149,14 +151,14 @@ async function oneIteration(i) {
     if (WORK_MS) await sleep(WORK_MS); // the "work"; the renewer keeps the lease alive
     if (renewer.lost) throw new WorkerError(`lease lost before writing: ${renewer.lost}`);
 
-    // 4. Write value+1 through the guard with our token and the lock's name.
-    //    409 stale_token: someone newer holds the lock; 428: headers missing.
+    // 4. Write value+1 through the guard with our lease: it proves that we hold the
+    //    lock /store/KEY is bound to. 409 stale_token: our lease no longer holds it
+    //    (someone newer does); 428: no lease sent.
     const put = await http("PUT", STORE_URL, {
       body: String(value + 1),
       headers: {
         "Content-Type": "text/plain",
-        "Fencing-Token": String(token),
-        "Fencing-Lock": LOCK,
+        "Fencing-Lease": lease,
       },
     });
     if (![200, 201, 204].includes(put.status)) throw unexpected("write", put.status, put.text);

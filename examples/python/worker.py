@@ -7,18 +7,20 @@ ITERATIONS times, it does the classic fenced read-modify-write:
   2. keep the lease alive: renew every TTL_MS/3 in a background thread for as long
      as the work runs                                     POST /v1/locks/LOCK/renew
   3. read the counter through the guard (404 means 0)     GET  /store/KEY
-  4. write counter+1 through the guard, with the token    PUT  /store/KEY
-       Fencing-Token: <token from acquire>   Fencing-Lock: <LOCK>
+  4. write counter+1 through the guard, with the lease    PUT  /store/KEY
+       Fencing-Lease: <lease from acquire>
   5. release the lock                                     POST /v1/locks/LOCK/release
 
-The guard (`leasegate serve --guard /store/=http://storage/`) forwards the PUT only
-while our token belongs to the lock's current holder, so a worker that stalled past its
-lease gets 409 stale_token instead of overwriting a newer value.
+The guard (`leasegate serve --guard /store/=http://storage/`) binds /store/KEY to the
+lock named KEY, so LOCK defaults to KEY. It forwards the PUT only while our lease holds
+that lock, so a worker that stalled past its lease gets 409 stale_token instead of
+overwriting a newer value. (A LOCK other than KEY needs a guard with one lock for the
+whole prefix: --guard /store/=http://storage/,lock=LOCK.)
 
 Configuration (environment variables, all optional):
   LEASEGATE_SERVER  base URL of leasegate          (default http://127.0.0.1:7400)
-  LOCK              lock name                      (default example-lock)
   KEY               object name under the guard    (default counter)
+  LOCK              lock name                      (default: KEY)
   ITERATIONS        how many increments            (default 1)
   OWNER             owner label shown to others    (default python-<host>-<pid>)
   STORE_PREFIX      the guard's path prefix        (default /store/)
@@ -59,8 +61,8 @@ def env_int(name, default):
 
 
 SERVER = (os.environ.get("LEASEGATE_SERVER") or "http://127.0.0.1:7400").rstrip("/")
-LOCK = os.environ.get("LOCK") or "example-lock"
 KEY = os.environ.get("KEY") or "counter"
+LOCK = os.environ.get("LOCK") or KEY  # the guard binds /store/KEY to lock KEY
 ITERATIONS = env_int("ITERATIONS", 1)
 OWNER = os.environ.get("OWNER") or "python-%s-%d" % (socket.gethostname(), os.getpid())
 STORE_PREFIX = "/" + (os.environ.get("STORE_PREFIX") or "/store/").strip("/") + "/"
@@ -169,7 +171,7 @@ def one_iteration(i):
         renewer = Renewer(lease, TTL_MS)
         renewer.start()
 
-        # 3. Read the counter through the guard. Reads need no token; missing is 0.
+        # 3. Read the counter through the guard. Reads need no lease; missing is 0.
         status, data = http("GET", STORE_URL)
         if status == 404:
             value = 0
@@ -186,12 +188,12 @@ def one_iteration(i):
         if renewer.lost:
             raise WorkerError("lease lost before writing: " + renewer.lost)
 
-        # 4. Write value+1 through the guard with our token and the lock's name.
-        #    409 stale_token: someone newer holds the lock; 428: headers missing.
+        # 4. Write value+1 through the guard with our lease: it proves that we hold the
+        #    lock /store/KEY is bound to. 409 stale_token: our lease no longer holds it
+        #    (someone newer does); 428: no lease sent.
         status, data = http("PUT", STORE_URL, body=str(value + 1).encode("ascii"), headers={
             "Content-Type": "text/plain",
-            "Fencing-Token": str(token),
-            "Fencing-Lock": LOCK,
+            "Fencing-Lease": lease,
         })
         if status not in (200, 201, 204):
             raise unexpected("write", status, data)

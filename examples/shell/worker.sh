@@ -5,18 +5,20 @@
 #   1. acquire LOCK, long-polling up to WAIT_MS for it     POST /v1/locks/LOCK/acquire
 #   2. renew the lease once (what a long job does every TTL/3)  POST /v1/locks/LOCK/renew
 #   3. read the counter through the guard (404 means 0)    GET  /store/KEY
-#   4. write counter+1 through the guard, with the token   PUT  /store/KEY
-#        Fencing-Token: <token from acquire>   Fencing-Lock: <LOCK>
+#   4. write counter+1 through the guard, with the lease   PUT  /store/KEY
+#        Fencing-Lease: <lease from acquire>
 #   5. release the lock                                     POST /v1/locks/LOCK/release
 #
-# The guard (`leasegate serve --guard /store/=http://storage/`) forwards the PUT only
-# while our token belongs to the lock's current holder, so a worker that stalled past
-# its lease gets 409 stale_token instead of overwriting a newer value.
+# The guard (`leasegate serve --guard /store/=http://storage/`) binds /store/KEY to the
+# lock named KEY, so LOCK defaults to KEY. It forwards the PUT only while our lease
+# holds that lock, so a worker that stalled past its lease gets 409 stale_token instead
+# of overwriting a newer value. (A LOCK other than KEY needs a guard with one lock for
+# the whole prefix: --guard /store/=http://storage/,lock=LOCK.)
 #
 # Configuration (environment variables, all optional):
 #   LEASEGATE_SERVER  base URL of leasegate          (default http://127.0.0.1:7400)
-#   LOCK              lock name                      (default example-lock)
 #   KEY               object name under the guard    (default counter)
+#   LOCK              lock name                      (default: KEY)
 #   ITERATIONS        how many increments            (default 1)
 #   OWNER             owner label shown to others    (default shell-<host>-<pid>)
 #   STORE_PREFIX      the guard's path prefix        (default /store/)
@@ -30,8 +32,8 @@ set -euo pipefail
 
 SERVER="${LEASEGATE_SERVER:-http://127.0.0.1:7400}"
 SERVER="${SERVER%/}"
-LOCK="${LOCK:-example-lock}"
 KEY="${KEY:-counter}"
+LOCK="${LOCK:-$KEY}"   # the guard binds /store/KEY to lock KEY
 ITERATIONS="${ITERATIONS:-1}"
 OWNER="${OWNER:-shell-$(hostname 2>/dev/null || echo host)-$$}"
 STORE_PREFIX="${STORE_PREFIX:-/store/}"
@@ -113,7 +115,7 @@ for ((i = 1; i <= ITERATIONS; i++)); do
     status="$(post_json "/v1/locks/$LOCK/renew" "{\"lease\":\"$LEASE\"}")"
     [[ "$status" == 200 ]] || unexpected renew "$status"
 
-    # 3. Read the counter through the guard. Reads need no token; a missing object is 0.
+    # 3. Read the counter through the guard. Reads need no lease; a missing object is 0.
     status="$(http GET "$STORE_URL" --max-time 30)"
     case "$status" in
         200) VALUE="$(tr -d '[:space:]' < "$BODY")"
@@ -122,11 +124,12 @@ for ((i = 1; i <= ITERATIONS; i++)); do
         *) unexpected read "$status" ;;
     esac
 
-    # 4. Write counter+1 through the guard with our fencing token and the lock's name.
-    #    409 stale_token: someone newer holds the lock; 428: headers missing.
+    # 4. Write counter+1 through the guard with our lease: it proves that we hold the
+    #    lock /store/KEY is bound to. 409 stale_token: our lease no longer holds it
+    #    (someone newer does); 428: no lease sent.
     NEW=$((10#$VALUE + 1))   # 10#: a stored "010" is ten, not octal
     status="$(http PUT "$STORE_URL" --max-time 30 \
-        -H "Fencing-Token: $TOKEN" -H "Fencing-Lock: $LOCK" \
+        -H "Fencing-Lease: $LEASE" \
         -H 'Content-Type: text/plain' --data-binary "$NEW")"
     case "$status" in
         200|201|204) ;;

@@ -1,20 +1,30 @@
 /*
  * clock — the two clocks the server reads.
  *
- * Deadlines in memory use the monotonic clock (immune to wall-clock steps);
- * times on disk and on the wire are Unix milliseconds. The core never reads a
- * clock itself: callers pass a Now, which lets unit tests drive time.
+ * Deadlines are on the boot clock (CLOCK_BOOTTIME): it never steps, keeps
+ * counting while the machine is suspended (clients elsewhere do), and is one
+ * clock for every process of one boot, so a deadline saved before a restart
+ * means the same instant after it (clock_boot_id tells which boot). Every
+ * expiry is decided on it. Times on the wire are Unix milliseconds, for
+ * people and clients; they are announcements, never the rule. The core never
+ * reads a clock itself: callers pass a Now, which lets unit tests drive time.
  */
 #ifndef LEASEGATE_CLOCK_H
 #define LEASEGATE_CLOCK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct Now {
-    int64_t mono_ms; /* CLOCK_MONOTONIC */
-    int64_t wall_ms; /* Unix time */
+    int64_t mono_ms; /* CLOCK_BOOTTIME, rounded down */
+    int64_t wall_ms; /* Unix time, rounded down */
 } Now;
 
 Now clock_now(void);
+
+#define CLOCK_BOOT_ID_LEN 36
+/* The kernel's id of this boot (a UUID), NUL-terminated in out; false when
+ * the system does not say (deadlines then do not survive a restart). */
+bool clock_boot_id(char out[CLOCK_BOOT_ID_LEN + 1]);
 
 #endif

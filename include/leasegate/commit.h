@@ -61,6 +61,8 @@ bool commit_forget(Commit *c, const char *lock, uint64_t counter);
 /* The global token counter is at least `counter` (a floor: --min-token). */
 void commit_counter(Commit *c, uint64_t counter);
 bool commit_fence(Commit *c, const char *resource, uint64_t max_token);
+/* A fence resource is forgotten: its row goes, its bucket's floor is `floor`. */
+bool commit_fence_forget(Commit *c, const char *resource, uint32_t bucket, uint64_t floor);
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token);
 
 /* True while some recorded change is not durable yet. */

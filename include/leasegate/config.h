@@ -10,10 +10,13 @@
 
 #define CONFIG_MAX_GUARDS 16
 
-/* --guard PREFIX=UPSTREAM: requests under PREFIX go to UPSTREAM. */
+/* --guard PREFIX=UPSTREAM[,lock=NAME]: requests under PREFIX go to UPSTREAM;
+ * a write is bound to lock NAME, or (lock empty) to the lock its path below
+ * PREFIX names. */
 typedef struct GuardRoute {
     char prefix[256];
     char upstream[1024];
+    char lock[257];
 } GuardRoute;
 
 typedef struct Config {
@@ -33,6 +36,7 @@ typedef struct Config {
     GuardRoute guards[CONFIG_MAX_GUARDS];
     size_t nguards;
     unsigned guard_timeout_s;     /* upstream silent this long -> 504 */
+    size_t guard_max_calls;       /* upstream calls at once, then 503 */
 } Config;
 
 typedef enum ConfigResult { CONFIG_OK, CONFIG_HELP, CONFIG_ERROR } ConfigResult;

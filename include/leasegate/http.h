@@ -31,6 +31,7 @@ struct MHD_Connection;
 struct MHD_Response;
 typedef struct ProxyCall ProxyCall;
 typedef struct GuardRoute GuardRoute;
+typedef struct GuardWrite GuardWrite;
 
 typedef void (*Handler)(Request *req);
 
@@ -40,12 +41,14 @@ struct Request {
     struct MHD_Connection *conn;
     char *raw_uri;      /* owned: the request target as sent, still %-encoded */
     bool routed;        /* the first access callback has run */
+    bool complete;      /* the last access callback has run (the handler, or the proxy's end) */
     Handler handler;    /* NULL when no route matched */
     const char *allow;  /* for a 405: the methods the path allows */
     char *arg;          /* owned: the path's name/resource part, or NULL */
     char *body;         /* owned: the gathered body */
     size_t body_len;
     bool body_too_large;
+    bool body_nomem;    /* the body could not be held: 503, not 413 */
     bool in_handler;    /* inside the access callback: may queue directly */
     bool suspended;
     DLink slink;        /* in Server.suspended while suspended */
@@ -57,11 +60,10 @@ struct Request {
     int watch_fd;       /* socket watched by the loop, or -1 */
     bool in_waiting;    /* in Server.waiting (through wlink) */
     DLink wlink;
-    /* Under a guard prefix: the upstream call, and for writes the lock and
-     * token it was let through with (checked again just before forwarding). */
+    /* Under a guard prefix: the upstream call, and for a write its place in
+     * the guard (guard.h). */
     ProxyCall *call;
-    char *guard_lock;   /* owned */
-    uint64_t guard_token;
+    GuardWrite *guard_write;
     /* A grant this request's response reveals; released if it is not delivered. */
     bool grant_pending;
     char *grant_lock;   /* owned */

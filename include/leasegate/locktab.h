@@ -39,7 +39,9 @@ typedef struct Holder {
     uint64_t token;
     int64_t ttl_ms;
     int64_t acquired_at_ms; /* Unix ms */
-    int64_t expires_at_ms;  /* Unix ms */
+    int64_t expires_at_ms;  /* Unix ms: announced, never later than the deadline */
+    int64_t deadline_ms;    /* boot clock: when the lease ends; -1 in a record
+                             * loaded from another boot (then expires_at_ms rules) */
     uint32_t count;         /* reentries: 1 for a fresh grant */
 } Holder;
 
@@ -115,7 +117,10 @@ void locktab_free(Locktab *lt);
 
 /* Start-up: adds a lock read from storage (max_locks applies to new names
  * only). A holder whose expiry has passed is released (reported through
- * hooks.changed). `holder` may be NULL. */
+ * hooks.changed). `holder` may be NULL. The holder's deadline is kept when
+ * it is on this boot's clock; a holder from another boot (the machine
+ * restarted) keeps what is left until its expires_at_ms by the wall clock,
+ * but never more than one ttl. */
 LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, const Holder *holder,
                         const Now *now);
 
@@ -131,6 +136,9 @@ LockResult locktab_renew(Locktab *lt, const char *name, const uint8_t *lease, in
  * first waiter. *count_left is the count after the release. */
 LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, const Now *now,
                            uint32_t *count_left);
+/* The lock `name` held by `lease` right now (its deadline not passed, even
+ * if locktab_tick has not run yet), or NULL. */
+const Lock *locktab_held_by(const Locktab *lt, const char *name, const uint8_t *lease, const Now *now);
 /* Why `lease` does not hold lock `name` (after LOCK_NOT_HOLDER). */
 NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8_t *lease);
 /* Removes a waiter whose client went away. Its hooks are never called. */

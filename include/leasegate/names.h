@@ -14,5 +14,7 @@
 /* Returns NULL when valid, else a static description of what is wrong. */
 const char *name_problem(const char *name);
 bool name_is_action(const char *segment);
+/* name_problem, and for a lock also an action word as the last segment. */
+const char *name_lock_problem(const char *name);
 
 #endif

@@ -6,7 +6,15 @@
  * a bounded buffer, and the upstream's body flows back through another. When
  * a buffer is full the producer waits (the client connection is suspended, or
  * the curl transfer is paused); when it is empty the consumer waits. So a
- * 50 MiB PUT or GET costs two buffers of PROXY_BUFFER bytes.
+ * 50 MiB PUT or GET costs at most two buffers of PROXY_BUFFER bytes, each
+ * allocated only once bytes flow that way.
+ *
+ * A call may hold back the end of its body (proxy_call_hold_end): the last
+ * byte, or for a body of unknown length its end, is not handed to the
+ * upstream until proxy_call_release, so the upstream cannot apply a write
+ * that its sender may still lose the right to make. A call that has released
+ * its end can outlive its client (proxy_call_detach): it runs until the
+ * upstream answers, and only then reports that it was answered.
  *
  * All of it runs on the loop thread.
  */
@@ -31,6 +39,10 @@ typedef struct ProxyStats {
     uint64_t upstream_errors; /* 502/504 answers and transfers broken midway */
 } ProxyStats;
 
+/* Called on the loop thread, never inside a libcurl callback, once the
+ * upstream's final status line is in, or the transfer ended without one. */
+typedef void (*ProxyAnswered)(void *ud);
+
 /* timeout_s: a call with no byte moving either way for this long ends: 504
  * before the upstream's answer started, a cut-off body after. */
 Proxy *proxy_new(Loop *loop, unsigned timeout_s); /* NULL on failure */
@@ -43,11 +55,30 @@ void proxy_tick(Proxy *p, const Now *now);
 void proxy_abort_all(Proxy *p);
 const ProxyStats *proxy_stats(const Proxy *p);
 
-/* A call for req to `url`; the client's headers are copied (minus hop-by-hop
- * ones). Not started yet. content_length is -1 when unknown. NULL on failure. */
+/* Calls alive now (started or not), for the cap on concurrent calls. */
+size_t proxy_calls(const Proxy *p);
+/* A call for req to `url`; the client's headers are copied minus hop-by-hop
+ * ones (also those named in its Connection header) and minus the names in
+ * `drop`; the "Name: value" lines in `add` are sent too (both NULL-terminated,
+ * may be NULL). Not started yet. content_length is -1 when unknown. NULL on
+ * failure. */
 ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char *url, bool has_body,
-                          int64_t content_length);
+                          int64_t content_length, const char *const *drop, const char *const *add);
 void proxy_call_start(ProxyCall *c);
+bool proxy_call_started(const ProxyCall *c);
+/* Hold back the end of the body until proxy_call_release (before start). */
+void proxy_call_hold_end(ProxyCall *c);
+void proxy_call_release(ProxyCall *c);
+/* Tell `fn` once the upstream answered (or failed); see ProxyAnswered. */
+void proxy_call_on_answered(ProxyCall *c, ProxyAnswered fn, void *ud);
+/* Stops the transfer now (the upstream sees the connection close before the
+ * request is complete); the call stays owned by its request. */
+void proxy_call_abort(ProxyCall *c);
+/* The client is gone. A call whose whole request is with curl (started, end
+ * released, no answer yet) goes on alone: its answer is discarded, it frees
+ * itself after on_answered, and this returns true. Any other call is freed
+ * now (false). Either way the request no longer owns it. */
+bool proxy_call_detach(ProxyCall *c);
 /* The access callback's upload data: takes what fits, leaves the rest in
  * *size and suspends the connection until there is room. */
 void proxy_call_upload(ProxyCall *c, const char *data, size_t *size);

@@ -22,6 +22,7 @@ struct MHD_Daemon;
 typedef struct Loop Loop;
 typedef struct Request Request;
 typedef struct Proxy Proxy;
+typedef struct Guard Guard;
 
 typedef struct Server {
     Config cfg;
@@ -31,6 +32,7 @@ typedef struct Server {
     Fence *fence;
     Fence *guard_marks; /* per lock: the highest token the guard has let through */
     Proxy *proxy;       /* the guard's upstream calls */
+    Guard *guard;       /* the guard's write queues */
     struct MHD_Daemon *daemon;
     Loop *loop;
     Metrics metrics;

@@ -27,11 +27,19 @@ typedef struct StoreLock {
     Holder holder; /* valid when held; strings borrowed */
 } StoreLock;
 
-/* A high-water mark: a fence resource's, or the guard's for one lock. */
+/* A high-water mark: a fence resource's, or the guard's for one lock; or,
+ * with forget, a fence resource's removal (its mark lives on in a floor). */
 typedef struct StoreMark {
     const char *name;
     uint64_t max_token;
+    bool forget;
 } StoreMark;
+
+/* The floor of one bucket of forgotten fence resources (fence.h). */
+typedef struct StoreFloor {
+    uint32_t bucket;
+    uint64_t floor;
+} StoreFloor;
 
 typedef struct StoreBatch {
     const StoreLock *locks;
@@ -40,6 +48,8 @@ typedef struct StoreBatch {
     size_t nfences;
     const StoreMark *guard_marks; /* highest token the guard forwarded, per lock */
     size_t nguard_marks;
+    const StoreFloor *floors;
+    size_t nfloors;
     /* Nonzero when the batch forgets locks: the global token counter, which the
      * deleted rows can no longer vouch for. */
     uint64_t counter;
@@ -51,6 +61,7 @@ typedef struct StoreLoad {
     int (*lock)(void *ud, const StoreLock *lock);
     int (*fence)(void *ud, const StoreMark *fence);
     int (*guard_mark)(void *ud, const StoreMark *mark);
+    int (*floor)(void *ud, const StoreFloor *floor);
 } StoreLoad;
 
 typedef struct Store Store;
@@ -69,9 +80,11 @@ struct Store {
     const StoreOps *ops;
 };
 
-/* Opens (creating if needed) the SQLite database at path. On failure returns
- * NULL and writes a message into err. */
-Store *store_sqlite_open(const char *path, char *err, size_t errlen);
+/* Opens (creating if needed) the SQLite database at path. boot_id names this
+ * boot of the machine (clock_boot_id), or is NULL when unknown: a holder's
+ * boot-clock deadline is loaded only when it was written in the same boot,
+ * else as -1. On failure returns NULL and writes a message into err. */
+Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_t errlen);
 
 typedef struct StoreBackupInfo {
     uint64_t locks;      /* lock rows in the copy */

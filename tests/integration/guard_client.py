@@ -1,15 +1,18 @@
 """A lock client as a separate process, for the guard-proxy tests (test_guard.py).
 
   guard_client.py stall PORT LOCK PATH
-      acquire LOCK, PUT "A1" to PATH through the guard with the token, renew the
-      lease to ttl_ms=300, print {"event":"ready", ...}, then block on stdin (the test SIGSTOPs us here);
-      on the line "go" PUT "A-late" with the same, by now old, token and print
-      {"event":"late", "status":..., "body":...}.
+      acquire LOCK, PUT "A1" to PATH through the guard with the lease (Fencing-Lease),
+      renew the lease to ttl_ms=300, print {"event":"ready", ...}, then block on stdin
+      (the test SIGSTOPs us here); on the line "go" PUT "A-late" with the same, by now
+      ended, lease and print {"event":"late", "status":..., "body":...}.
 
   guard_client.py counter PORT LOCK PATH ITERATIONS OWNER
       ITERATIONS times: acquire LOCK (long-poll), GET PATH through the guard, PUT the
-      value + 1 with the token, release. Prints {"event":"done", ...}; exits 1 on the
+      value + 1 with the lease, release. Prints {"event":"done", ...}; exits 1 on the
       first unexpected answer (printing {"event":"error", ...}).
+
+PATH must be bound to LOCK: with the guard's default binding, PATH is the prefix
+followed by the lock's name (lock "a/b" -> /store/a/b).
 
 One JSON object per line on stdout, flushed. Talks only to 127.0.0.1.
 """
@@ -27,9 +30,9 @@ def emit(obj):
     sys.stdout.flush()
 
 
-def put(client, path, data, lock, token):
+def put(client, path, data, lease):
     return client.request("PUT", path, raw=data, headers={
-        "Content-Type": "text/plain", "Fencing-Token": str(token), "Fencing-Lock": lock})
+        "Content-Type": "text/plain", "Fencing-Lease": lease})
 
 
 def stall(port, lock, path):
@@ -38,7 +41,7 @@ def stall(port, lock, path):
     if st != 200:
         emit({"event": "error", "step": "acquire", "status": st, "body": g})
         return 1
-    pst, _, pbody = put(c, path, b"A1", lock, g["token"])
+    pst, _, pbody = put(c, path, b"A1", g["lease"])
     # The 300 ms lease starts once the write is done, however slow the commits.
     st, _, r = c.renew(lock, g["lease"], ttl_ms=300)
     if st != 200:
@@ -50,7 +53,7 @@ def stall(port, lock, path):
     if line.strip() != "go":
         emit({"event": "error", "step": "stdin", "line": line})
         return 1
-    st, hdrs, body = put(c, path, b"A-late", lock, g["token"])
+    st, hdrs, body = put(c, path, b"A-late", g["lease"])
     emit({"event": "late", "status": st, "body": body, "content_type": hdrs.get("content-type", "")})
     return 0
 
@@ -74,7 +77,7 @@ def counter(port, lock, path, iterations, owner):
         except ValueError:
             emit({"event": "error", "step": "parse", "i": i, "raw": c.last_text[:200]})
             return 1
-        st, _, body = put(c, path, str(value + 1).encode("ascii"), lock, token)
+        st, _, body = put(c, path, str(value + 1).encode("ascii"), g["lease"])
         if st not in (201, 204):
             emit({"event": "error", "step": "put", "i": i, "status": st, "body": body})
             return 1

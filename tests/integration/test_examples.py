@@ -2,17 +2,21 @@
 
 Starts a real storage upstream (nginx WebDAV from upstream.py; a tiny in-process
 PUT/GET server only when nginx is not installed) and the real leasegate with
-`--guard /store/=<upstream>/`, then runs each example worker as a subprocess:
+`--guard /store/=<upstream>/` (/store/KEY bound to lock KEY, the workers' default) and
+`--guard /bucket/=<upstream>/bucket/,lock=examples/bucket` (one lock for the prefix),
+then runs each example worker as a subprocess:
 
   examples/shell/worker.sh     bash + curl
   examples/python/worker.py    Python standard library
   examples/node/worker.mjs     Node.js built-in fetch (skipped only when `node` is not on PATH)
 
-and checks the counter object each one increments through the guard, that the lock
-is left free, that the three languages running at once on one lock never lose an
-update (mutual exclusion + fencing), that the background renewer keeps a lease alive
-through work longer than its TTL, and that unexpected answers end a worker with a
-non-zero status and a clear message.
+and checks the counter object each one increments through the guard (with the lease in
+Fencing-Lease), that the lock is left free, that the three languages running at once
+on one lock never lose an update (mutual exclusion + fencing), that LOCK set to a
+prefix's own lock works as examples/README.md says, that the background renewer keeps
+a lease alive through work longer than its TTL, and that unexpected answers (a lock
+held too long, a LOCK that is not the one the object is bound to, a wrong prefix, no
+server, a bad setting) end a worker with a non-zero status and a clear message.
 
 Run: LEASEGATE_BIN=build/leasegate python3 tests/integration/test_examples.py
 Only loopback traffic; every subprocess has a time limit and is stopped by PID.
@@ -51,6 +55,7 @@ WORKERS = {
 # a developer's shell settings cannot change what the tests run.
 WORKER_VARS = ("LEASEGATE_SERVER", "LOCK", "KEY", "ITERATIONS", "OWNER", "STORE_PREFIX",
                "TTL_MS", "WAIT_MS", "WORK_MS")
+BUCKET_LOCK = "examples/bucket"  # the one lock of the /bucket/ guard
 LINE_RE = re.compile(r"^(\S+): iteration (\d+)/(\d+) token (\d+): (\S+) (\d+) -> (\d+)$")
 
 
@@ -129,7 +134,9 @@ class ExamplesTest(unittest.TestCase):
                              "PUT/GET store as the upstream\n" % upstream.NGINX_BIN)
             cls.store = MiniStore()
         try:
-            cls.server = harness.Server(extra_args=["--guard", "/store/=" + cls.store.url])
+            cls.server = harness.Server(extra_args=[
+                "--guard", "/store/=" + cls.store.url,
+                "--guard", "/bucket/=%sbucket/,lock=%s" % (cls.store.url, BUCKET_LOCK)])
         except Exception:
             cls.store.cleanup()
             raise
@@ -176,9 +183,9 @@ class ExamplesTest(unittest.TestCase):
                          % (lang, rc, out[-2000:], err[-2000:]))
         return out
 
-    def counter(self, key):
+    def counter(self, key, folder=""):
         """The stored object, read straight from the upstream (not through the guard)."""
-        data = self.store.get("/" + key)
+        data = self.store.get("/" + folder + key)
         return None if data is None else int(data.decode("ascii").strip())
 
     def lock_state(self, name):
@@ -199,8 +206,10 @@ class ExamplesTest(unittest.TestCase):
     # Tests -------------------------------------------------------------------
     def check_sequential(self, lang):
         self.need(lang)
-        lock, key = "examples/%s-%s" % (lang, uid()), "seq-%s-%s" % (lang, uid())
-        out = self.run_ok(lang, LOCK=lock, KEY=key, ITERATIONS=5, OWNER="it-%s" % lang)
+        # LOCK is left unset: the worker takes lock KEY, the one /store/KEY is bound to.
+        key = "examples/seq-%s-%s" % (lang, uid())
+        lock = key
+        out = self.run_ok(lang, KEY=key, ITERATIONS=5, OWNER="it-%s" % lang)
         self.assertEqual(self.counter(key), 5)
         rows = self.parse_lines(out)
         self.assertEqual([(r["old"], r["new"]) for r in rows], [(i, i + 1) for i in range(5)])
@@ -212,9 +221,11 @@ class ExamplesTest(unittest.TestCase):
         # Tokens are global (other tests take some too), so compare with our last one.
         self.assertEqual(state["last_token"], tokens[-1], state)
 
-        # A second run continues from the stored value (200 path, not only 404 -> 0).
+        # A second run continues from the stored value (200 path, not only 404 -> 0),
+        # with LOCK set to what it defaults to.
         self.run_ok(lang, LOCK=lock, KEY=key, ITERATIONS=2)
         self.assertEqual(self.counter(key), 7)
+        self.assertFalse(self.lock_state(lock)["held"])
 
     def test_shell_worker(self):
         self.check_sequential("shell")
@@ -231,7 +242,8 @@ class ExamplesTest(unittest.TestCase):
             sys.stderr.write("test_examples: node is not on PATH; the concurrent run uses a "
                              "second Python worker in place of the Node.js one\n")
             langs[2] = "python"
-        lock, key = "examples/concurrent-%s" % uid(), "concurrent-%s" % uid()
+        key = "examples/concurrent-%s" % uid()
+        lock = key
         iterations = 5
         total = iterations * len(langs)
         procs = []
@@ -239,7 +251,7 @@ class ExamplesTest(unittest.TestCase):
             for n, lang in enumerate(langs):
                 # WORK_MS widens the read-to-write window of the Python and Node
                 # workers (the shell one has none), so an excluded writer would show.
-                procs.append(self.start(lang, LOCK=lock, KEY=key, ITERATIONS=iterations,
+                procs.append(self.start(lang, KEY=key, ITERATIONS=iterations,
                                         OWNER="it-conc-%d-%s" % (n, lang), WORK_MS=50))
             results = [self.finish(p) for p in procs]
         finally:
@@ -266,7 +278,7 @@ class ExamplesTest(unittest.TestCase):
         self.assertEqual(state["last_token"], rows[-1]["token"], state)
 
     def test_defaults(self):
-        """With only LEASEGATE_SERVER set: lock example-lock, key counter, 1 iteration."""
+        """With only LEASEGATE_SERVER set: key counter, lock counter, 1 iteration."""
         base = self.counter("counter") or 0
         ran = 0
         for lang in ("shell", "python", "node"):
@@ -279,17 +291,41 @@ class ExamplesTest(unittest.TestCase):
             self.assertTrue(rows[0]["owner"].startswith(lang + "-"), rows[0])
             ran += 1
         self.assertEqual(self.counter("counter"), base + ran)
-        state = self.lock_state("example-lock")
+        state = self.lock_state("counter")
         self.assertFalse(state["held"], state)
         self.assertGreaterEqual(state["last_token"], ran)
+
+    def test_lock_of_a_whole_prefix(self):
+        """README: with --guard PREFIX=...,lock=LOCK, set STORE_PREFIX and LOCK; any KEY
+        under the prefix is written under that one lock."""
+        ran = []
+        for lang in ("shell", "python", "node"):
+            if lang == "node" and NODE is None:
+                continue
+            key = "counter-%s" % uid()
+            rows = self.parse_lines(self.run_ok(lang, STORE_PREFIX="/bucket/", LOCK=BUCKET_LOCK, KEY=key,
+                                                ITERATIONS=2))
+            self.assertEqual([(r["old"], r["new"]) for r in rows], [(0, 1), (1, 2)])
+            self.assertEqual(self.counter(key, folder="bucket/"), 2)
+            ran += [r["token"] for r in rows]
+        state = self.lock_state(BUCKET_LOCK)
+        self.assertFalse(state["held"], state)
+        self.assertEqual(state["last_token"], ran[-1], state)
+        # The default LOCK (= KEY) is not the prefix's lock: the write is refused.
+        key = "counter-%s" % uid()
+        rc, out, err = self.finish(self.start("python", STORE_PREFIX="/bucket/", KEY=key), timeout=60)
+        self.assertEqual(rc, 1, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
+        self.assertIn("write: unexpected HTTP 409", err)
+        self.assertIsNone(self.counter(key, folder="bucket/"))
 
     def test_background_renewal_outlives_ttl(self):
         """python and node renew every TTL/3: work 4x longer than the TTL still writes."""
         for lang in ("python", "node"):
             with self.subTest(lang=lang):
                 self.need(lang)
-                lock, key = "examples/renew-%s-%s" % (lang, uid()), "renew-%s" % uid()
-                self.run_ok(lang, LOCK=lock, KEY=key, ITERATIONS=1, TTL_MS=1200, WORK_MS=4800)
+                key = "examples/renew-%s-%s" % (lang, uid())
+                lock = key
+                self.run_ok(lang, KEY=key, ITERATIONS=1, TTL_MS=1200, WORK_MS=4800)
                 self.assertEqual(self.counter(key), 1)
                 self.assertFalse(self.lock_state(lock)["held"])
 
@@ -298,13 +334,14 @@ class ExamplesTest(unittest.TestCase):
             with self.subTest(lang=lang):
                 self.need(lang)
                 script = os.path.basename(WORKERS[lang][1])
-                lock, key = "examples/busy-%s-%s" % (lang, uid()), "busy-%s" % uid()
+                key = "examples/busy-%s-%s" % (lang, uid())
+                lock = key
 
                 # The lock is held by someone else for longer than WAIT_MS: 409 lock_held.
                 st, _, grant = self.server.acquire(lock, "someone-else", ttl_ms=30000)
                 self.assertEqual(st, 200, grant)
                 t0 = time.monotonic()
-                rc, out, err = self.finish(self.start(lang, LOCK=lock, KEY=key, WAIT_MS=300), timeout=60)
+                rc, out, err = self.finish(self.start(lang, KEY=key, WAIT_MS=300), timeout=60)
                 self.assertEqual(rc, 1, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
                 self.assertIn(script, err)
                 self.assertIn("acquire", err)
@@ -314,11 +351,21 @@ class ExamplesTest(unittest.TestCase):
                 st, _, body = self.server.release(lock, grant["lease"])
                 self.assertEqual(st, 200, body)
 
+                # LOCK other than KEY, with the default binding (/store/KEY -> lock KEY):
+                # the worker holds the wrong lock, its write is refused with 409
+                # stale_token (as examples/README.md warns), and it gives LOCK back.
+                other = "examples/other-%s-%s" % (lang, uid())
+                rc, out, err = self.finish(self.start(lang, LOCK=other, KEY=key), timeout=60)
+                self.assertEqual(rc, 1, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
+                self.assertIn("write: unexpected HTTP 409", err)
+                self.assertIn("stale_token", err)
+                self.assertIsNone(self.counter(key))
+                self.assertFalse(self.lock_state(other)["held"], "lock left held after a failure")
+
                 # A write the storage answers with 404 (wrong guard prefix): leasegate
                 # says no such endpoint; the worker names the step and the status, and
                 # gives the lock back instead of leaving it to expire.
-                rc, out, err = self.finish(self.start(lang, LOCK=lock, KEY=key, STORE_PREFIX="/nope/"),
-                                           timeout=60)
+                rc, out, err = self.finish(self.start(lang, KEY=key, STORE_PREFIX="/nope/"), timeout=60)
                 self.assertEqual(rc, 1, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
                 self.assertIn("write: unexpected HTTP 404", err)
                 self.assertFalse(self.lock_state(lock)["held"], "lock left held after a failure")
@@ -326,7 +373,7 @@ class ExamplesTest(unittest.TestCase):
                 # Nothing listens: a connection failure is reported, exit 1.
                 with upstream.ClosedPort() as cp:
                     rc, out, err = self.finish(self.start(
-                        lang, LEASEGATE_SERVER="http://127.0.0.1:%d" % cp.port, LOCK=lock, KEY=key),
+                        lang, LEASEGATE_SERVER="http://127.0.0.1:%d" % cp.port, KEY=key),
                         timeout=60)
                 self.assertEqual(rc, 1, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
                 self.assertIn("request failed", err)
@@ -377,11 +424,11 @@ class ReadmeNginxTest(unittest.TestCase):
                 self.assertLess(time.monotonic(), deadline, "nginx from the README did not start")
                 time.sleep(0.05)
         self.server = harness.Server(extra_args=["--guard", "/store/=http://127.0.0.1:%d/" % port])
-        st, _, g = self.server.acquire("big", "readme", ttl_ms=60000)
+        st, _, g = self.server.acquire("big.bin", "readme", ttl_ms=60000)  # /store/big.bin's lock
         self.assertEqual(st, 200, g)
         body = os.urandom(5 * 1024 * 1024)  # nginx's default client_max_body_size is 1 MiB
         st, _, answer = self.server.request("PUT", "/store/big.bin", raw=body, headers={
-            "Fencing-Token": str(g["token"]), "Fencing-Lock": "big", "Content-Type": "application/octet-stream"})
+            "Fencing-Lease": g["lease"], "Content-Type": "application/octet-stream"})
         self.assertIn(st, (201, 204), answer)
         with open(os.path.join(self.dir, "lg-store", "big.bin"), "rb") as f:
             self.assertEqual(f.read(), body)

@@ -7,9 +7,14 @@ import unittest
 import harness
 
 
+# Tokens above the last one issued are refused (FenceLimitTests); these tests use made-up
+# tokens, so the server starts with the counter at FLOOR, as if that many had been issued.
+FLOOR = 2 ** 62
+
+
 class FenceTests(unittest.TestCase):
     def setUp(self):
-        self.srv = harness.Server()
+        self.srv = harness.Server(extra_args=["--min-token", str(FLOOR)])
 
     def tearDown(self):
         self.srv.cleanup()
@@ -57,11 +62,11 @@ class FenceTests(unittest.TestCase):
         self.accepted("ind/a/b", 1)  # a resource under another is its own
 
     def test_large_tokens_exact(self):
-        big = 2 ** 62 + 1  # not representable as a double
+        big = 2 ** 61 + 1  # not representable as a double
         self.accepted("big/r", big)
         self.stale("big/r", big - 1, big)
-        self.accepted("big/r", 2 ** 63 - 1)
-        self.stale("big/r", big, 2 ** 63 - 1)
+        self.accepted("big/r", FLOOR)
+        self.stale("big/r", big, FLOOR)
 
     def test_percent_encoded_resource(self):
         self.accepted("enc/res", 4)
@@ -139,6 +144,43 @@ class FenceTests(unittest.TestCase):
             self.assertGreaterEqual(b["max_token"], mx, (res, b))
             # At most the one in-flight request per worker may have landed unacknowledged.
             self.assertLessEqual(b["max_token"], mx + 1, (res, b))
+
+
+class FenceLimitTests(unittest.TestCase):
+    """Tokens that were never issued, and resources that stay idle."""
+
+    def test_a_token_never_issued_is_refused_and_poisons_nothing(self):
+        with harness.Server() as srv:
+            st, _, g = srv.acquire("real", "o")
+            self.assertEqual(st, 200, g)
+            st, _, b = srv.fence("victim", 2 ** 63 - 1)
+            self.assertEqual(st, 400, b)
+            self.assertEqual((b["error"], b["field"], b["last_token"]), ("bad_request", "token", g["token"]))
+            st, _, b = srv.fence("victim", g["token"] + 1)
+            self.assertEqual(st, 400, b)
+            # The real holder's token still works: the forged one left no mark.
+            st, _, b = srv.fence("victim", g["token"])
+            self.assertEqual((st, b["max_token"]), (200, g["token"]), b)
+
+    def test_idle_resources_are_forgotten_but_marks_never_go_back(self):
+        with harness.Server(extra_args=["--forget-idle-after", "1", "--max-fences", "2",
+                                        "--min-token", "100"]) as srv:
+            self.assertEqual(srv.fence("idle/a", 50)[0], 200)
+            self.assertEqual(srv.fence("idle/b", 60)[0], 200)
+            st, _, b = srv.fence("idle/c", 70)
+            self.assertEqual(st, 503, b)  # --max-fences
+            srv.wait_until(lambda: srv.metric("leasegate_fence_resources") == 0, timeout=10,
+                           what="idle resources to be forgotten")
+            # Forgotten, yet a stale token is still refused (the mark lives on as a floor) ...
+            st, _, b = srv.fence("idle/a", 49)
+            self.assertEqual((st, b.get("max_token")), (409, 50), b)
+            # ... across kill -9 too, and the room is back for new resources.
+            srv.kill9()
+            srv.start()
+            st, _, b = srv.fence("idle/b", 59)
+            self.assertEqual((st, b.get("max_token")), (409, 60), b)
+            self.assertEqual(srv.fence("idle/c", 70)[0], 200)
+            self.assertEqual(srv.fence("idle/a", 50)[0], 200)
 
 
 if __name__ == "__main__":

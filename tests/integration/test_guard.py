@@ -1,14 +1,24 @@
 """Guard proxy: fenced writes through leasegate to a real nginx WebDAV store.
 
-`leasegate serve --guard PREFIX=UPSTREAM` forwards PREFIX/... to UPSTREAM/...; GET, HEAD
-and OPTIONS pass unchecked, every other method needs Fencing-Token + Fencing-Lock of
-the lock's current holder, not below the highest token already forwarded for it.
+`leasegate serve --guard PREFIX=UPSTREAM[,lock=NAME]` forwards PREFIX/... to
+UPSTREAM/.... Every path under PREFIX is bound to one lock: the path below PREFIX
+without the query (/store/reports/q3.csv -> lock reports/q3.csv), or NAME for the
+whole route. GET, HEAD and OPTIONS pass unchecked (never with a body); every other
+method must carry the lease (the secret from acquire) that holds the bound lock in
+Fencing-Lease (missing or not a lease id: 428), and its token must not be below the
+highest token already let through for that lock (else 409). Fencing-Token and
+Fencing-Lock are optional; when sent they must be the lease's token and the bound
+lock (else 400). The upstream never sees Fencing-Lease; the guard sets Fencing-Token
+and Fencing-Lock itself. Only canonical targets and header values without control
+bytes are forwarded (else 400).
 
 Needs nginx with the DAV module (Debian: nginx-light) at /usr/sbin/nginx, or
 $LEASEGATE_NGINX. Covers: the paused-client story with real SIGSTOPped processes,
-mutual exclusion across 8 client processes, 428/409 checks (and that the upstream
-never sees a rejected request), unchanged pass-through of statuses, headers, bodies
-and query strings, 50 MiB bodies streamed in bounded memory, 502/504, durability of
+mutual exclusion across 8 client processes, 428/409/400 checks (and that the upstream
+never sees a refused request, nor any lease), path-bound and route-bound locks,
+canonical targets, framing and header checks, unchanged pass-through of statuses,
+headers, bodies and query strings, writes of one lock going upstream one at a time,
+--guard-max-calls, 50 MiB bodies streamed in bounded memory, 502/504, durability of
 the forwarded-token mark across restart and kill -9, and the guard's /metrics counters.
 """
 
@@ -77,19 +87,23 @@ class GuardBase(unittest.TestCase):
         self.srv = harness.Server(extra_args=self.guard_args() + list(self.extra_args))
 
     def tearDown(self):
-        self.srv.cleanup()
+        try:
+            # Whatever a test sent, no lease ever reached the upstream.
+            leaked = [e for e in self.ng.access_entries() if e["lease"] != "-"]
+            self.assertEqual(leaked, [], "nginx received a Fencing-Lease header")
+        finally:
+            self.srv.cleanup()
 
     def guard_args(self):
         return ["--guard", "/store/=" + self.ng.url]
 
     # Requests through the guard ---------------------------------------------
-    def send(self, method, path, data=None, token=None, lock=None, headers=None, client=None):
-        """(status, headers, parsed body) through leasegate; raw bytes in client.last_raw."""
+    def send(self, method, path, data=None, lease=None, headers=None, client=None):
+        """(status, headers, parsed body) through leasegate; raw bytes in client.last_raw.
+        lease goes into Fencing-Lease; headers may add Fencing-Token / Fencing-Lock."""
         h = {"Content-Type": "application/octet-stream"}
-        if token is not None:
-            h["Fencing-Token"] = str(token)
-        if lock is not None:
-            h["Fencing-Lock"] = lock
+        if lease is not None:
+            h["Fencing-Lease"] = lease
         if headers:
             h.update(headers)
         return (client or self.srv.client).request(method, path, raw=data, headers=h)
@@ -99,6 +113,12 @@ class GuardBase(unittest.TestCase):
         st, _, b = self.srv.acquire(name, owner, **kw)
         self.assertEqual(st, 200, b)
         return b
+
+    @staticmethod
+    def obj(stem):
+        """A fresh object name, which is also the name of the lock that guards it."""
+        name = "%s-%s/obj" % (stem, uid())
+        return name, "/store/" + name
 
     # Assertions ---------------------------------------------------------------
     def assert_json_error(self, st, hdrs, body, status, error):
@@ -113,12 +133,20 @@ class GuardBase(unittest.TestCase):
         self.assert_json_error(st, hdrs, body, 428, "token_required")
         self.assertNotEqual(hdrs.get("x-upstream"), "nginx", "428 must come from leasegate")
 
+    def assert_bad_request(self, resp):
+        st, hdrs, body = resp
+        self.assert_json_error(st, hdrs, body, 400, "bad_request")
+        self.assertNotEqual(hdrs.get("x-upstream"), "nginx", "400 must come from leasegate")
+
     def assert_stale(self, resp, lock, token, max_token=None, holder_token="any"):
+        """409 stale_token for `lock`; token is the lease's token, None when the lease
+        holds nothing (expired, released, never issued, or another lock's lease)."""
         st, hdrs, body = resp
         self.assert_json_error(st, hdrs, body, 409, "stale_token")
         self.assertNotEqual(hdrs.get("x-upstream"), "nginx", "409 must come from leasegate")
         self.assertEqual(body.get("lock"), lock, body)
-        self.assertEqual(body.get("token"), token, body)
+        self.assertIn("token", body)
+        self.assertEqual(body["token"], token, body)
         self.assertIn("max_token", body)
         self.assertIsInstance(body["max_token"], int, body)
         if max_token is not None:
@@ -133,19 +161,22 @@ class GuardBase(unittest.TestCase):
         self.assertIn(st, expect, body)
         self.assertEqual(hdrs.get("x-upstream"), "nginx", hdrs)
 
-    def assert_never_forwarded(self, marker):
-        """No request whose URI contains marker reached nginx. A sentinel GET through the
-        guard is logged after everything sent before it, so the log is complete."""
+    def complete_log(self):
+        """nginx's access log, complete up to now: a sentinel GET through the guard is
+        logged after everything sent before it."""
         sentinel = "/store/__sentinel__/" + uid()
         st, _, _ = self.send("GET", sentinel)
         self.assertEqual(st, 404)
-        entries = self.ng.wait_logged(lambda e: e["request_uri"] == sentinel[len("/store"):],
-                                      what="sentinel " + sentinel)
-        seen = [e for e in entries if marker in e["request_uri"]]
+        return self.ng.wait_logged(lambda e: e["request_uri"] == sentinel[len("/store"):],
+                                   what="sentinel " + sentinel)
+
+    def assert_never_forwarded(self, marker):
+        """No request whose URI (path or query) contains marker reached nginx."""
+        seen = [e for e in self.complete_log() if marker in e["request_uri"]]
         self.assertEqual(seen, [], "nginx saw requests the guard should have rejected")
 
     def logged(self, uri):
-        return [e for e in self.ng.access_entries() if e["request_uri"] == uri]
+        return [e for e in self.complete_log() if e["request_uri"] == uri]
 
 
 # ----------------------------------------------------------------------------
@@ -187,24 +218,25 @@ class GuardStoryTests(GuardBase):
                 pass
 
     def test_stalled_client_is_fenced_off(self):
-        lock, obj = "story/" + uid(), "story-%s/report.txt" % uid()
-        path = "/store/" + obj
+        # The object's path names its lock: /store/<lock> is bound to <lock>.
+        lock = "story-%s/report.txt" % uid()
+        path = "/store/" + lock
         a = self._spawn("stall", self.srv.port, lock, path)
         try:
             ready = self._read_event(a)
             self.assertEqual(ready["event"], "ready", ready)
             self.assertEqual(ready["put_status"], 201, ready)
-            self.assertEqual(self.ng.read_file(obj), b"A1")
-            # A pauses for real (GC pause, VM migration...) while holding its token.
+            self.assertEqual(self.ng.read_file(lock), b"A1")
+            # A pauses for real (GC pause, VM migration...) while holding its lease.
             os.kill(a.pid, signal.SIGSTOP)
             t0 = time.monotonic()
             # B long-polls; it gets the lock once A's 300 ms lease has run out.
             b = self.acquire_ok(lock, "client-B", ttl_ms=60000, wait_ms=5000)
             self.assertGreater(b["token"], ready["token"])
             time.sleep(max(0.0, 0.6 - (time.monotonic() - t0)))
-            self.assert_written(self.send("PUT", path, b"B", b["token"], lock))
-            self.assertEqual(self.ng.read_file(obj), b"B")
-            # A wakes up and, unaware, writes with its old token.
+            self.assert_written(self.send("PUT", path, b"B", b["lease"]))
+            self.assertEqual(self.ng.read_file(lock), b"B")
+            # A wakes up and, unaware, writes with its old lease.
             os.kill(a.pid, signal.SIGCONT)
             a.stdin.write(b"go\n")
             a.stdin.flush()
@@ -215,31 +247,32 @@ class GuardStoryTests(GuardBase):
             body = late["body"]
             self.assertEqual(body["error"], "stale_token", body)
             self.assertEqual(body["lock"], lock, body)
-            self.assertEqual(body["token"], ready["token"], body)
+            self.assertIsNone(body["token"], body)  # A's lease holds nothing any more
             self.assertEqual(body["max_token"], b["token"], body)
             self.assertEqual(body["holder_token"], b["token"], body)
             self.assertEqual(a.wait(10), 0, a.stderr.read().decode("utf-8", "replace"))
         finally:
             self._reap(a)
         # The store holds B's write, read directly and through the guard.
-        self.assertEqual(self.ng.get("/" + obj), b"B")
-        self.assertEqual(self.ng.read_file(obj), b"B")
+        self.assertEqual(self.ng.get("/" + lock), b"B")
+        self.assertEqual(self.ng.read_file(lock), b"B")
         st, _, _ = self.send("GET", path)
         self.assertEqual((st, self.srv.client.last_raw), (200, b"B"))
-        # nginx saw exactly two PUTs, carrying A's and B's tokens.
-        puts = [e for e in self.logged("/" + obj) if e["method"] == "PUT"]
-        self.assertEqual([(e["token"], e["lock"]) for e in puts],
-                         [(str(ready["token"]), lock), (str(b["token"]), lock)])
+        # nginx saw exactly two PUTs, carrying A's and B's tokens as set by the guard,
+        # and never a lease.
+        puts = [e for e in self.logged("/" + lock) if e["method"] == "PUT"]
+        self.assertEqual([(e["token"], e["lock"], e["lease"]) for e in puts],
+                         [(str(ready["token"]), lock, "-"), (str(b["token"]), lock, "-")])
         # A's lease is gone for good.
         st, _, r = self.srv.renew(lock, ready["lease"])
         self.assertEqual((st, r.get("reason")), (409, "superseded"), r)
 
     def test_mutual_exclusion_counter(self):
         nproc, iters = 8, 100
-        lock, obj = "counter/" + uid(), "counter-%s/counter" % uid()
-        path = "/store/" + obj
+        lock = "counter-%s/counter" % uid()
+        path = "/store/" + lock
         g = self.acquire_ok(lock, "init")
-        self.assert_written(self.send("PUT", path, b"0", g["token"], lock), expect=(201,))
+        self.assert_written(self.send("PUT", path, b"0", g["lease"]), expect=(201,))
         st, _, r = self.srv.release(lock, g["lease"])
         self.assertEqual(st, 200, r)
         procs = [self._spawn("counter", self.srv.port, lock, path, iters, "worker-%d" % i)
@@ -262,25 +295,32 @@ class GuardStoryTests(GuardBase):
         tokens = sorted(t for r in results for t in r["tokens"])
         self.assertEqual(len(tokens), nproc * iters)
         self.assertEqual(len(set(tokens)), nproc * iters, "a token was granted twice")
-        self.assertEqual(self.ng.read_file(obj), str(nproc * iters).encode())
+        self.assertEqual(self.ng.read_file(lock), str(nproc * iters).encode())
         st, _, _ = self.send("GET", path)
         self.assertEqual((st, self.srv.client.last_raw), (200, str(nproc * iters).encode()))
-        puts = [e for e in self.logged("/" + obj) if e["method"] == "PUT"]
+        puts = [e for e in self.logged("/" + lock) if e["method"] == "PUT"]
         self.assertEqual(len(puts), nproc * iters + 1)
+        # In the order nginx applied them, the writes carry growing tokens.
+        applied = [int(e["token"]) for e in puts]
+        self.assertEqual(applied, sorted(applied))
 
 
 # ----------------------------------------------------------------------------
 class GuardCheckTests(GuardBase):
     """Which requests are forwarded, which are refused, and the upstream never sees the latter."""
 
-    def test_missing_headers_428(self):
-        lock = "chk/" + uid()
+    def test_missing_lease_428(self):
+        lock = "chk/missing-%s" % uid()
+        path = "/store/" + lock
         g = self.acquire_ok(lock)
         marker = "rej-missing-" + uid()
+        # The token is public (GET /v1/locks/{name} shows it): it proves nothing alone,
+        # and neither do the lock's name or the headers of the old contract.
         cases = [
             ("PUT", {}),
             ("PUT", {"Fencing-Token": str(g["token"])}),
             ("PUT", {"Fencing-Lock": lock}),
+            ("PUT", {"Fencing-Token": str(g["token"]), "Fencing-Lock": lock}),
             ("POST", {}),
             ("DELETE", {}),
             ("PATCH", {"Fencing-Lock": lock}),
@@ -289,146 +329,239 @@ class GuardCheckTests(GuardBase):
         ]
         for i, (method, hdrs) in enumerate(cases):
             with self.subTest(method=method, headers=hdrs):
-                resp = self.send(method, "/store/%s/%d" % (marker, i), b"data", headers=hdrs)
+                resp = self.send(method, "%s?%s=%d" % (path, marker, i), b"data", headers=hdrs)
                 self.assert_token_required(resp)
-        self.assertFalse(os.path.exists(self.ng.file_path(marker)))
+        self.assertIsNone(self.ng.read_file(lock))
         self.assert_never_forwarded(marker)
-        # The same write with both headers goes through.
-        self.assert_written(self.send("PUT", "/store/chk-ok-%s" % marker, b"data", g["token"], lock),
-                            expect=(201,))
+        # The same write with the lease goes through.
+        self.assert_written(self.send("PUT", path, b"data", g["lease"]), expect=(201,))
+        self.assertEqual(self.ng.read_file(lock), b"data")
 
-    def test_malformed_token_428(self):
-        lock = "chk/" + uid()
+    def test_malformed_lease_428(self):
+        lock = "chk/malformed-%s" % uid()
+        path = "/store/" + lock
         g = self.acquire_ok(lock)
+        lease = g["lease"]
         marker = "rej-malformed-" + uid()
-        bad = ["abc", "-1", "", " ", "1.5", "12abc", "0x10", "1e3", "%d %d" % (g["token"], g["token"]),
-               str(g["token"]) + "abc", "-" + str(g["token"])]
-        for i, tok in enumerate(bad):
-            with self.subTest(token=tok):
-                resp = self.send("PUT", "/store/%s/%d" % (marker, i), b"x",
-                                 headers={"Fencing-Token": tok, "Fencing-Lock": lock})
+        bad = ["abc", "", str(g["token"]), lease[:-1], lease + "0", lease.replace("-", ""),
+               "{%s}" % lease, lease[:-1] + "g", "%s,%s" % (lease, lease), "urn:uuid:" + lease,
+               lease.replace("-", "_")]
+        for i, value in enumerate(bad):
+            with self.subTest(lease=value):
+                # The right token and lock alongside do not make up for it.
+                resp = self.send("PUT", "%s?%s=%d" % (path, marker, i), b"x", value,
+                                 headers={"Fencing-Token": str(g["token"]), "Fencing-Lock": lock})
                 self.assert_token_required(resp)
-        # Overflowing a 64-bit integer is not the holder's token either way.
-        for i, tok in enumerate(["18446744073709551617", "99999999999999999999999999"]):
-            with self.subTest(token=tok):
-                st, hdrs, body = self.send("PUT", "/store/%s/big%d" % (marker, i), b"x",
-                                           headers={"Fencing-Token": tok, "Fencing-Lock": lock})
-                self.assertIn(st, (409, 428), body)
-                self.assertIn(body.get("error"), ("stale_token", "token_required"), body)
-        self.assertFalse(os.path.exists(self.ng.file_path(marker)))
+        self.assertIsNone(self.ng.read_file(lock))
         self.assert_never_forwarded(marker)
 
-    def test_wrong_lock_409(self):
+    def test_fencing_token_is_optional_but_must_match(self):
+        lock = "chk/token-%s" % uid()
+        path = "/store/" + lock
+        g = self.acquire_ok(lock)
+        tok = g["token"]
+        marker = "rej-token-" + uid()
+        bad = ["abc", "-1", "", "0", "1.5", "12abc", "0x10", "1e3", "%d %d" % (tok, tok), str(tok) + "abc",
+               "-" + str(tok), str(tok + 1), str(tok - 1), "18446744073709551617", "99999999999999999999999999"]
+        for i, value in enumerate(bad):
+            with self.subTest(token=value):
+                self.assert_bad_request(self.send("PUT", "%s?%s=%d" % (path, marker, i), b"x", g["lease"],
+                                                  headers={"Fencing-Token": value}))
+        self.assertIsNone(self.ng.read_file(lock))
+        self.assert_never_forwarded(marker)
+        # Without it, and with the lease's own token, the write goes through; either way
+        # the upstream sees the token the guard set.
+        self.assert_written(self.send("PUT", path, b"1", g["lease"]), expect=(201,))
+        self.assert_written(self.send("PUT", path, b"2", g["lease"], headers={"Fencing-Token": str(tok)}),
+                            expect=(204,))
+        self.assertEqual(self.ng.read_file(lock), b"2")
+        self.assertEqual([(e["method"], e["token"], e["lock"]) for e in self.logged("/" + lock)],
+                         [("PUT", str(tok), lock)] * 2)
+
+    def test_lease_of_another_lock_409_and_other_lock_named_400(self):
         lx, ly = "chk/x-" + uid(), "chk/y-" + uid()
         gx = self.acquire_ok(lx)
         gy = self.acquire_ok(ly)
         self.assertNotEqual(gx["token"], gy["token"])
         marker = "rej-wronglock-" + uid()
-        self.assert_stale(self.send("PUT", "/store/%s/a" % marker, b"x", gx["token"], ly),
-                          ly, gx["token"], holder_token=gy["token"])
-        self.assert_stale(self.send("DELETE", "/store/%s/b" % marker, None, gy["token"], lx),
-                          lx, gy["token"], holder_token=gx["token"])
+        # A lease proves only the lock it holds: on another lock's path it holds nothing.
+        self.assert_stale(self.send("PUT", "/store/%s?%s=a" % (ly, marker), b"x", gx["lease"]),
+                          ly, None, holder_token=gy["token"])
+        self.assert_stale(self.send("DELETE", "/store/%s?%s=b" % (lx, marker), None, gy["lease"]),
+                          lx, None, holder_token=gx["token"])
+        # Naming its own token (or lock) as well changes nothing.
+        self.assert_stale(self.send("PUT", "/store/%s?%s=c" % (ly, marker), b"x", gx["lease"],
+                                    headers={"Fencing-Token": str(gx["token"])}),
+                          ly, None, holder_token=gy["token"])
         # A lock nobody ever held: no holder.
         nobody = "chk/nobody-" + uid()
-        self.assert_stale(self.send("PUT", "/store/%s/c" % marker, b"x", gx["token"], nobody),
-                          nobody, gx["token"], holder_token=None)
+        self.assert_stale(self.send("PUT", "/store/%s?%s=d" % (nobody, marker), b"x", gx["lease"]),
+                          nobody, None, holder_token=None)
+        # Fencing-Lock naming another lock than the one the path is bound to: 400, even
+        # with the lease that holds the path's lock.
+        for i, named in enumerate((ly, lx + "/", lx.upper(), "other")):
+            with self.subTest(named=named):
+                resp = self.send("PUT", "/store/%s?%s=e%d" % (lx, marker, i), b"x", gx["lease"],
+                                 headers={"Fencing-Lock": named})
+                self.assert_bad_request(resp)
         self.assert_never_forwarded(marker)
-        # With the right pairing both go through.
-        self.assert_written(self.send("PUT", "/store/%s-ok/a" % marker, b"x", gx["token"], lx))
-        self.assert_written(self.send("PUT", "/store/%s-ok/b" % marker, b"y", gy["token"], ly))
+        # With the right pairing both go through; naming the bound lock is fine.
+        self.assert_written(self.send("PUT", "/store/" + lx, b"x", gx["lease"], headers={"Fencing-Lock": lx}))
+        self.assert_written(self.send("PUT", "/store/" + ly, b"y", gy["lease"]))
+        self.assertEqual((self.ng.read_file(lx), self.ng.read_file(ly)), (b"x", b"y"))
 
-    def test_expired_and_released_holder_409(self):
+    def test_expired_released_and_unknown_lease_409(self):
         lock = "chk/exp-" + uid()
+        path = "/store/" + lock
         marker = "rej-expired-" + uid()
         g = self.acquire_ok(lock, ttl_ms=60000)
-        self.assert_written(self.send("PUT", "/store/ok-%s" % uid(), b"1", g["token"], lock))
+        self.assert_written(self.send("PUT", path, b"1", g["lease"]))
         # The short lease starts only now: a slow commit cannot expire it before the PUT.
         st, _, r = self.srv.renew(lock, g["lease"], ttl_ms=150)
         self.assertEqual(st, 200, r)
         time.sleep(0.4)
-        self.assert_stale(self.send("PUT", "/store/%s/a" % marker, b"2", g["token"], lock),
-                          lock, g["token"], max_token=g["token"], holder_token=None)
+        self.assert_stale(self.send("PUT", "%s?%s=a" % (path, marker), b"2", g["lease"]),
+                          lock, None, max_token=g["token"], holder_token=None)
         g2 = self.acquire_ok(lock)
         st, _, r = self.srv.release(lock, g2["lease"])
         self.assertEqual(st, 200, r)
-        self.assert_stale(self.send("PUT", "/store/%s/b" % marker, b"3", g2["token"], lock),
-                          lock, g2["token"], max_token=g["token"], holder_token=None)
+        self.assert_stale(self.send("PUT", "%s?%s=b" % (path, marker), b"3", g2["lease"]),
+                          lock, None, max_token=g["token"], holder_token=None)
+        # A well-formed lease this server never issued, with the lock free and held.
+        self.assert_stale(self.send("PUT", "%s?%s=c" % (path, marker), b"4", harness.random_lease()),
+                          lock, None, max_token=g["token"], holder_token=None)
+        g3 = self.acquire_ok(lock)
+        self.assert_stale(self.send("PUT", "%s?%s=d" % (path, marker), b"5", harness.random_lease()),
+                          lock, None, max_token=g["token"], holder_token=g3["token"])
         self.assert_never_forwarded(marker)
+        self.assertEqual(self.ng.read_file(lock), b"1")
 
     def test_lower_token_after_higher_forwarded_409(self):
-        lock, obj = "chk/low-" + uid(), "low-%s/obj" % uid()
-        path = "/store/" + obj
+        lock = "chk/low-%s/obj" % uid()
+        path = "/store/" + lock
         a = self.acquire_ok(lock, "a", ttl_ms=60000)
-        self.assert_written(self.send("PUT", path, b"A", a["token"], lock), expect=(201,))
+        self.assert_written(self.send("PUT", path, b"A", a["lease"]), expect=(201,))
         st, _, r = self.srv.renew(lock, a["lease"], ttl_ms=200)  # a's lease runs out soon after
         self.assertEqual(st, 200, r)
         b = self.acquire_ok(lock, "b", ttl_ms=60000, wait_ms=5000)
         self.assertGreater(b["token"], a["token"])
-        self.assert_written(self.send("PUT", path, b"B", b["token"], lock), expect=(204,))
+        self.assert_written(self.send("PUT", path, b"B", b["lease"]), expect=(204,))
         for method, data in (("PUT", b"A2"), ("DELETE", None), ("POST", b"A3")):
             with self.subTest(method=method):
-                self.assert_stale(self.send(method, path, data, a["token"], lock),
-                                  lock, a["token"], max_token=b["token"], holder_token=b["token"])
-        self.assertEqual(self.ng.read_file(obj), b"B")
+                self.assert_stale(self.send(method, path, data, a["lease"]),
+                                  lock, None, max_token=b["token"], holder_token=b["token"])
+        self.assertEqual(self.ng.read_file(lock), b"B")
         st, _, r = self.srv.release(lock, b["lease"])
         self.assertEqual(st, 200, r)
-        self.assert_stale(self.send("PUT", path, b"A4", a["token"], lock),
-                          lock, a["token"], max_token=b["token"], holder_token=None)
-        self.assertEqual(self.ng.read_file(obj), b"B")
-        # Exactly the two accepted PUTs reached nginx.
-        self.assertEqual([e["method"] for e in self.logged("/" + obj)], ["PUT", "PUT"])
+        self.assert_stale(self.send("PUT", path, b"A4", a["lease"]),
+                          lock, None, max_token=b["token"], holder_token=None)
+        self.assertEqual(self.ng.read_file(lock), b"B")
+        # Exactly the two accepted PUTs reached nginx, in token order.
+        self.assertEqual([(e["method"], e["token"]) for e in self.logged("/" + lock)],
+                         [("PUT", str(a["token"])), ("PUT", str(b["token"]))])
 
     def test_accepted_writes_forwarded_with_headers(self):
-        lock = "chk/fwd-" + uid()
+        base = "fwd-%s" % uid()
+        lock = base + "/deep/dir/f.bin"
+        path = "/store/" + lock
         g = self.acquire_ok(lock)
-        base = "/store/fwd-%s" % uid()
         # Create, overwrite, read back, delete, delete again (nginx's 404 comes back).
         body = bytes(range(256)) * 64 + b"\r\n\r\nGET / HTTP/1.1\r\n\r\n"
-        self.assert_written(self.send("PUT", base + "/deep/dir/f.bin", body, g["token"], lock),
-                            expect=(201,))
-        self.assertEqual(self.ng.read_file(base[len("/store/"):] + "/deep/dir/f.bin"), body)
-        self.assert_written(self.send("PUT", base + "/deep/dir/f.bin", b"v2", g["token"], lock),
-                            expect=(204,))
-        st, _, _ = self.send("GET", base + "/deep/dir/f.bin")
+        self.assert_written(self.send("PUT", path, body, g["lease"]), expect=(201,))
+        self.assertEqual(self.ng.read_file(lock), body)
+        self.assert_written(self.send("PUT", path, b"v2", g["lease"]), expect=(204,))
+        st, _, _ = self.send("GET", path)
         self.assertEqual((st, self.srv.client.last_raw), (200, b"v2"))
-        self.assert_written(self.send("DELETE", base + "/deep/dir/f.bin", None, g["token"], lock),
-                            expect=(204,))
-        self.assertIsNone(self.ng.read_file(base[len("/store/"):] + "/deep/dir/f.bin"))
-        st, hdrs, _ = self.send("DELETE", base + "/deep/dir/f.bin", None, g["token"], lock)
+        self.assert_written(self.send("DELETE", path, None, g["lease"]), expect=(204,))
+        self.assertIsNone(self.ng.read_file(lock))
+        st, hdrs, _ = self.send("DELETE", path, None, g["lease"])
         self.assertEqual((st, hdrs.get("x-upstream")), (404, "nginx"))
-        self.assert_written(self.send("MKCOL", base + "/newdir/", None, g["token"], lock), expect=(201,))
-        self.assertTrue(os.path.isdir(self.ng.file_path(base[len("/store/"):] + "/newdir")))
-        # The Fencing-* headers reach the upstream intact (nginx echoes them).
-        st, hdrs, _ = self.send("POST", "/store/echo?x=1&y=two", b"payload", g["token"], lock,
-                                headers={"X-Custom": "kept"})
+        # A collection's path ends in "/": so does the name of its lock.
+        dlock = base + "/newdir/"
+        gd = self.acquire_ok(dlock)
+        self.assert_written(self.send("MKCOL", "/store/" + dlock, None, gd["lease"]), expect=(201,))
+        self.assertTrue(os.path.isdir(self.ng.file_path(base + "/newdir")))
+        # The upstream sees Fencing-Token and Fencing-Lock as the guard sets them, never
+        # Fencing-Lease (nginx echoes them). The query is not part of the lock's name.
+        ge = self.acquire_ok("echo")
+        st, hdrs, _ = self.send("POST", "/store/echo?x=1&y=two", b"payload", ge["lease"],
+                                headers={"X-Custom": "kept", "Fencing-Token": str(ge["token"]),
+                                         "Fencing-Lock": "echo"})
         text = self.srv.client.last_text
         self.assertEqual(st, 200, text)
         self.assertIn("method=POST uri=/echo?x=1&y=two args=x=1&y=two", text)
-        self.assertIn("token=%d lock=%s custom=kept" % (g["token"], lock), text)
-        self.assertEqual((hdrs.get("x-seen-token"), hdrs.get("x-seen-lock")), (str(g["token"]), lock))
-        puts = [e for e in self.ng.access_entries()
-                if e["request_uri"].startswith(base[len("/store"):]) and e["method"] == "PUT"]
-        self.assertEqual([(e["token"], e["lock"]) for e in puts], [(str(g["token"]), lock)] * 2)
+        self.assertIn("token=%d lock=echo lease= custom=kept" % ge["token"], text)
+        self.assertNotIn(ge["lease"], text)
+        self.assertEqual((hdrs.get("x-seen-token"), hdrs.get("x-seen-lock"), hdrs.get("x-seen-lease")),
+                         (str(ge["token"]), "echo", None))
+        puts = [e for e in self.logged("/" + lock) if e["method"] == "PUT"]
+        self.assertEqual([(e["token"], e["lock"], e["lease"]) for e in puts], [(str(g["token"]), lock, "-")] * 2)
+        mkcol = [e for e in self.logged("/" + dlock) if e["method"] == "MKCOL"]
+        self.assertEqual([(e["token"], e["lock"]) for e in mkcol], [(str(gd["token"]), dlock)])
+
+    def test_hop_by_hop_and_connection_named_headers_dropped(self):
+        ge = self.acquire_ok("echo")
+        for method, lease in (("POST", ge["lease"]), ("GET", None)):
+            with self.subTest(method=method):
+                st, _, _ = self.send(method, "/store/echo", b"x" if lease else None, lease,
+                                     headers={"X-Custom": "dropped", "X-Other": "kept",
+                                              "Connection": "keep-alive, X-Custom"})
+                text = self.srv.client.last_text
+                self.assertEqual(st, 200, text)
+                self.assertIn("custom= other=kept", text)
 
     def test_percent_encoded_path(self):
-        lock = "chk/pct-" + uid()
-        g = self.acquire_ok(lock)
+        """A percent-encoded path is read through the guard, but it cannot name a lock:
+        writing to it needs a route with its own lock (GuardFixedLockTests)."""
         d = "pct-" + uid()
-        self.assert_written(self.send("PUT", "/store/%s/sp%%20ace.txt" % d, b"spaced", g["token"], lock),
-                            expect=(201,))
+        self.ng.put("/%s/sp%%20ace.txt" % d, b"spaced")
         self.assertEqual(self.ng.read_file(d + "/sp ace.txt"), b"spaced")
         st, _, _ = self.send("GET", "/store/%s/sp%%20ace.txt" % d)
         self.assertEqual((st, self.srv.client.last_raw), (200, b"spaced"))
+        g = self.acquire_ok(d + "/sp-ace.txt")
+        self.assert_bad_request(self.send("PUT", "/store/%s/sp%%20ace.txt" % d, b"other", g["lease"]))
+        self.assertEqual(self.ng.read_file(d + "/sp ace.txt"), b"spaced")
+
+    def test_path_that_cannot_name_a_lock_refused_for_writes(self):
+        g = self.acquire_ok("chk/any-" + uid())
+        marker = "rej-noname-" + uid()
+        for rest in ("", "sp%20ace", "a!b", "a@b", "a$b", "a+b", "a=b", "a,b", "x/acquire", "renew",
+                     "x/y/release", "a" * 257):
+            with self.subTest(path=rest[:40]):
+                target = "/store/%s?%s" % (rest, marker)
+                self.assert_bad_request(self.send("PUT", target, b"x", g["lease"]))
+                self.assert_bad_request(self.send("DELETE", target, None, g["lease"]))
+                # Reads of such a path pass (nginx answers).
+                st, h, _ = self.send("GET", "/store/" + rest)
+                self.assertEqual(h.get("x-upstream"), "nginx", (st, h))
+        self.assert_never_forwarded(marker)
+        # 256 bytes is still a lock name (in segments: nginx stores each as a file name).
+        longest = "/".join(["len-" + uid()] + ["x" * 79] * 3)
+        self.assertEqual(len(longest), 256)
+        gl = self.acquire_ok(longest)
+        self.assert_written(self.send("PUT", "/store/" + longest, b"long", gl["lease"]), expect=(201,))
 
     def test_safe_methods_pass_without_headers(self):
         d = "safe-" + uid()
         self.ng.put("/%s/f.txt" % d, b"hello safe")
         # GET, also with garbage Fencing-* headers: no checks at all.
-        for hdrs in ({}, {"Fencing-Token": "abc"}, {"Fencing-Token": "1", "Fencing-Lock": "nobody/x"}):
+        for hdrs in ({}, {"Fencing-Token": "abc"}, {"Fencing-Token": "1", "Fencing-Lock": "nobody/x"},
+                     {"Fencing-Lease": "not-a-lease"}, {"Fencing-Lease": harness.random_lease()}):
             with self.subTest(headers=hdrs):
                 st, h, _ = self.send("GET", "/store/%s/f.txt" % d, headers=hdrs)
                 self.assertEqual((st, self.srv.client.last_raw), (200, b"hello safe"))
                 self.assertEqual(h.get("x-upstream"), "nginx")
+        # A read reaches the upstream without any Fencing-* header: a client cannot
+        # forge the ones the guard sets on writes, nor pass a lease on.
+        ge = self.acquire_ok("echo")
+        for method in ("GET", "OPTIONS"):
+            with self.subTest(method=method):
+                st, h, _ = self.send(method, "/store/echo", headers={
+                    "Fencing-Token": str(ge["token"]), "Fencing-Lock": "echo", "Fencing-Lease": ge["lease"]})
+                self.assertEqual(st, 200, self.srv.client.last_text)
+                self.assertIn("token= lock= lease= custom=", self.srv.client.last_text)
+                self.assertEqual((h.get("x-seen-token"), h.get("x-seen-lock"), h.get("x-seen-lease")),
+                                 (None, None, None))
         # HEAD: nginx's headers, no body, and the connection stays usable.
         conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=10)
         try:
@@ -543,13 +676,13 @@ class GuardCheckTests(GuardBase):
         self.assertGreater(g["token"], 0)
 
     def test_chunked_upload_forwarded(self):
-        lock, obj = "chk/chunked-" + uid(), "chunked-%s/obj" % uid()
-        g = self.acquire_ok(lock)
+        obj, path = self.obj("chunked")
+        g = self.acquire_ok(obj)
         parts = [b"abc", b"", b"defg", bytes(range(256)) * 400]
         conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=15)
         try:
-            conn.request("PUT", "/store/" + obj, body=iter(parts), encode_chunked=True,
-                         headers={"Fencing-Token": str(g["token"]), "Fencing-Lock": lock})
+            conn.request("PUT", path, body=iter(parts), encode_chunked=True,
+                         headers={"Fencing-Lease": g["lease"]})
             resp = conn.getresponse()
             resp.read()
             self.assertEqual(resp.status, 201)
@@ -560,8 +693,9 @@ class GuardCheckTests(GuardBase):
     def test_expect_100_continue(self):
         """curl -T sends Expect: 100-continue: a refused write is answered at once without
         waiting for the body; an accepted one gets 100 Continue and goes through."""
-        lock, marker = "chk/expect-" + uid(), "rej-expect-" + uid()
-        g = self.acquire_ok(lock)
+        obj, path = self.obj("expect")
+        marker = "rej-expect-" + uid()
+        g = self.acquire_ok(obj)
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
             s.sendall(("PUT /store/%s/a HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n"
@@ -572,19 +706,18 @@ class GuardCheckTests(GuardBase):
             s.close()
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
+            # The lease of another lock than the path's.
             s.sendall(("PUT /store/%s/b HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n"
-                       "Expect: 100-continue\r\nFencing-Token: %d\r\nFencing-Lock: %s-other\r\n\r\n"
-                       % (marker, g["token"], lock)).encode())
+                       "Expect: 100-continue\r\nFencing-Lease: %s\r\n\r\n" % (marker, g["lease"])).encode())
             st, _, body = harness.RawReader(s).read_response(timeout=5)
             self.assertEqual(st, 409, body)
         finally:
             s.close()
         self.assert_never_forwarded(marker)
-        obj = "expect-%s/ok" % uid()
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
-            s.sendall(("PUT /store/%s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n"
-                       "Fencing-Token: %d\r\nFencing-Lock: %s\r\n\r\n" % (obj, g["token"], lock)).encode())
+            s.sendall(("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n"
+                       "Fencing-Lease: %s\r\n\r\n" % (path, g["lease"])).encode())
             s.settimeout(5)
             first = b""
             while b"\r\n\r\n" not in first:
@@ -608,7 +741,8 @@ class GuardCheckTests(GuardBase):
         must have seen the tokens in non-decreasing order."""
         results = []
         for i in range(25):
-            lock, obj = "race/%d-%s" % (i, uid()), "race-%s/obj" % uid()
+            obj = "race/%d-%s/obj" % (i, uid())
+            lock = obj
             a = self.acquire_ok(lock, "a", ttl_ms=100)
             t_granted = time.monotonic()
             box = {}
@@ -618,14 +752,14 @@ class GuardCheckTests(GuardBase):
                 try:
                     st, _, g = c.acquire(lock, "b", ttl_ms=60000, wait_ms=5000)
                     box["token"] = g.get("token")
-                    box["put"] = self.send("PUT", "/store/" + obj, b"B", g.get("token"), lock, client=c)[0]
+                    box["put"] = self.send("PUT", "/store/" + obj, b"B", g.get("lease"), client=c)[0]
                 finally:
                     c.close()
 
             t = threading.Thread(target=b_side, daemon=True)
             t.start()
             time.sleep(max(0.0, 0.080 + 0.0015 * i - (time.monotonic() - t_granted)))
-            sta = self.send("PUT", "/store/" + obj, b"A", a["token"], lock)[0]
+            sta = self.send("PUT", "/store/" + obj, b"A", a["lease"])[0]
             t.join(15)
             self.assertIn(box.get("put"), (201, 204), box)
             self.assertIn(sta, (201, 204, 409))
@@ -670,21 +804,134 @@ class GuardHardeningTests(GuardBase):
     """Holes found in review: each of these failed before its fix."""
 
     def test_safe_method_with_body_is_not_a_write(self):
-        # A GET with a body was forwarded as a PUT, unchecked.
-        key = "hard/getbody-" + uid()
-        g = self.acquire_ok("hard/" + uid())
-        self.assert_written(self.send("PUT", "/store/" + key, b"original", g["token"], g["name"]))
-        for headers, data in (({}, b"overwritten-without-token"), ({"Content-Length": "0"}, b"")):
-            st, _, body = self.srv.client.request("GET", "/store/" + key, raw=data, headers=headers)
-            if data:
-                self.assertEqual(st, 400, body)
-                self.assertEqual(body.get("error"), "bad_request", body)
-            else:
-                self.assertEqual(st, 200)
+        # A GET with a body was forwarded as a PUT, unchecked. Now GET, HEAD and OPTIONS
+        # with a body in any framing are refused; Content-Length: 0 is no body.
+        key, path = self.obj("hard/getbody")
+        g = self.acquire_ok(key)
+        self.assert_written(self.send("PUT", path, b"original", g["lease"]))
+        self.assert_bad_request(self.srv.client.request("GET", path, raw=b"overwritten-without-lease"))
+        refused = [
+            "GET %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+            "GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n",
+            "HEAD %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+            "HEAD %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "OPTIONS %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+            "OPTIONS %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        ]
+        for req in refused:
+            with self.subTest(request=req.split("\r\n")[0] + " " + req.split("\r\n")[2]):
+                st, _, _ = harness.raw_http(self.srv.port, (req % path).encode(), timeout=5)
+                self.assertEqual(st, 400)
+        # Content-Length: 0 declares no body: the request passes, as the read it is.
+        for method in ("GET", "HEAD", "OPTIONS"):
+            with self.subTest(method=method, content_length=0):
+                conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=5)
+                try:
+                    conn.request(method, path, headers={"Content-Length": "0"})
+                    resp = conn.getresponse()
+                    resp.read()
+                    self.assertEqual(resp.getheader("X-Upstream"), "nginx")
+                    if method != "OPTIONS":
+                        self.assertEqual(resp.status, 200)
+                finally:
+                    conn.close()
         st, _, direct = self.ng.request("GET", "/" + key)
         self.assertEqual((st, direct), (200, b"original"))
-        self.assertEqual([e["method"] for e in self.logged("/" + key) if e["method"] != "GET"], ["PUT"],
-                         "only the real PUT reached nginx")
+        self.assertEqual([e["method"] for e in self.logged("/" + key) if e["method"] not in ("GET", "HEAD", "OPTIONS")],
+                         ["PUT"], "only the real PUT reached nginx as a write")
+
+    def test_write_with_both_content_length_and_transfer_encoding(self):
+        key, path = self.obj("hard/framing")
+        g = self.acquire_ok(key)
+        req = ("PUT %s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\nContent-Length: 5\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" % (path, g["lease"]))
+        st, _, _ = harness.raw_http(self.srv.port, req.encode(), timeout=5)
+        self.assertEqual(st, 400)
+        self.assertIsNone(self.ng.read_file(key))
+        self.assertEqual(self.logged("/" + key), [])
+
+    def test_non_canonical_targets_rejected(self):
+        """Only canonical targets go upstream, reads and writes alike: the upstream
+        must not resolve a target to another object than the one its lock names."""
+        marker = "noncanon-" + uid()
+        g = self.acquire_ok("hard/" + marker)
+        targets = ["/store/%s/a//b", "/store/%s//", "/store/%s/./b", "/store/%s/a/../b", "/store/%s/%%2e%%2e/b",
+                   "/store/%s/a\\b", "/store/%s/a;b", "/store/%s/a;v=1/b", "/store/%s/a%%41",
+                   "/store/%s/a%%2fb", "/store/%s/a%%2Fb", "/store/%s/a%%5cb", "/store/%s/a%%3bb",
+                   "/store/%s/a%%25b", "/store/%s/a%%00b", "/store/%s/a%%0ab", "/store/%s/a%%7f",
+                   "/store/%s/a%%zz", "/store/%s/a%%4", "/store/%s/a%%", "/store/%s/a#frag",
+                   "/store/%s/a?q=%%zz", '/store/%s/a"b', "/store/%s/a<b", "/store/%s/a|b",
+                   "/store/%s/a%%2E", "/store/%s/%%7euser"]
+        for t in targets:
+            target = t % marker
+            with self.subTest(target=target):
+                for method in ("GET", "PUT"):
+                    put = method == "PUT"
+                    req = ("%s %s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\n%s\r\n%s"
+                           % (method, target, g["lease"], "Content-Length: 1\r\n" if put else "", "x" if put else ""))
+                    st, _, body = harness.raw_http(self.srv.port, req.encode(), timeout=5)
+                    self.assertEqual(st, 400, (method, body[:200]))
+        self.assert_never_forwarded(marker)
+        # Canonical look-alikes pass: dots inside names, needed encodings, a query.
+        for target in ("/store/%s/a.b" % marker, "/store/%s/..." % marker, "/store/%s/a%%20b" % marker,
+                       "/store/%s/a%%C3%%A9" % marker, "/store/%s/a?q=%%2F&r=a/b" % marker, "/store/%s/dir/" % marker):
+            with self.subTest(target=target):
+                st, h, _ = self.send("GET", target)
+                self.assertEqual(h.get("x-upstream"), "nginx", (target, st))
+
+    def _assert_header_refused(self, line):
+        """A GET and a PUT (with the right lease) that carry the raw header line are
+        answered 400 by leasegate, and nginx sees neither."""
+        marker = "ctl-" + uid()
+        g = self.acquire_ok("hard/" + marker)
+        for method in ("GET", "PUT"):
+            with self.subTest(method=method):
+                target = "/store/hard/%s?%s" % (marker, method)
+                put = method == "PUT"
+                # Connection: close, so that an answer without a length (a 204) ends too.
+                req = (b"%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nFencing-Lease: %s\r\n%s\r\n%s\r\n%s"
+                       % (method.encode(), target.encode(), g["lease"].encode(), line,
+                          b"Content-Length: 1\r\n" if put else b"", b"x" if put else b""))
+                st, _, body = harness.raw_http(self.srv.port, req, timeout=5)
+                self.assertEqual(st, 400, body[:200])
+        self.assert_never_forwarded(marker)
+        self.assertIsNone(self.ng.read_file("hard/" + marker))
+
+    def test_header_values_with_control_bytes_rejected(self):
+        """A header value with CR or another control byte is not forwarded; TAB is fine."""
+        for name, line in (("SOH", b"X-Custom: a\x01b"), ("DEL", b"X-Custom: a\x7fb"), ("ESC", b"X-Custom: a\x1bb"),
+                           ("bare CR", b"X-Custom: a\rb")):
+            with self.subTest(value=name):
+                self._assert_header_refused(line)
+        st, _, body = harness.raw_http(self.srv.port, b"GET /store/echo HTTP/1.1\r\nHost: x\r\nX-Custom: a\tb\r\n\r\n")
+        self.assertEqual(st, 200)
+        self.assertIn(b"custom=a\tb ", body)
+
+    def _echo_with_raw_header(self, line):
+        """What nginx's /echo reports for a GET through the guard carrying the raw line."""
+        req = b"GET /store/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n\r\n" % line
+        return harness.raw_http(self.srv.port, req, timeout=5)
+
+    def test_header_value_with_nul_is_not_smuggled(self):
+        """libmicrohttpd 0.9.75 cuts a header value at a NUL before leasegate sees it
+        (its API gives no way to tell). What matters: the upstream gets exactly the
+        header leasegate checked, never the bytes after the NUL or the NUL itself."""
+        st, _, body = self._echo_with_raw_header(b"X-Custom: a\x00b\r\nX-Other: o")
+        self.assertEqual(st, 200, body)
+        self.assertIn(b"custom=a ", body)
+        self.assertNotIn(b"\x00", body)
+
+    def test_obs_folded_header_is_not_smuggled(self):
+        """libmicrohttpd 0.9.75 reads an obs-folded line its own way (the continuation
+        lands in the header's name). The upstream must get well-formed header lines only:
+        no CR or LF inside a value, no line the guard did not parse as a header."""
+        st, _, body = self._echo_with_raw_header(b"X-Custom: a\r\n Fencing-Lease: forged")
+        self.assertEqual(st, 200, body)
+        self.assertIn(b" lease= custom=", body)  # no Fencing-Lease reached nginx
+        self.assertNotIn(b"\r", body)
 
     def test_dot_segments_rejected(self):
         marker = "dots-" + uid()
@@ -716,8 +963,7 @@ class GuardHardeningTests(GuardBase):
             def write(name):
                 st, _, g = srv.acquire(name, "m", ttl_ms=60000)
                 self.assertEqual(st, 200, g)
-                st, h, body = srv.request("PUT", "/store/fm-" + uid(), raw=b"x",
-                                          headers={"Fencing-Token": str(g["token"]), "Fencing-Lock": name})
+                st, h, body = srv.request("PUT", "/store/" + name, raw=b"x", headers={"Fencing-Lease": g["lease"]})
                 self.assertIn(st, (201, 204), body)
                 self.assertEqual(srv.release(name, g["lease"])[0], 200)
             write("fm/a")
@@ -739,8 +985,8 @@ class GuardHardeningTests(GuardBase):
         for i in range(150):
             g = self.acquire_ok("hard/gone-%d-%s" % (i, uid()))
             sock = socket.create_connection(("127.0.0.1", self.srv.port), timeout=5)
-            sock.sendall(("PUT /store/gone-%d HTTP/1.1\r\nHost: x\r\nFencing-Token: %d\r\n"
-                          "Fencing-Lock: %s\r\nContent-Length: 100\r\n\r\n" % (i, g["token"], g["name"])).encode())
+            sock.sendall(("PUT /store/%s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\n"
+                          "Content-Length: 100\r\n\r\n" % (g["name"], g["lease"])).encode())
             sock.close()
             self.srv.release(g["name"], g["lease"])
         st, _, b = self.srv.request("GET", "/healthz")
@@ -754,18 +1000,78 @@ class GuardMultiTests(GuardBase):
         return ["--guard", "/store/=" + self.ng.url, "--guard", "/nested/=" + self.ng.url + "sub/"]
 
     def test_two_prefixes(self):
-        lock = "multi/" + uid()
-        g = self.acquire_ok(lock)
         name = "m-%s.txt" % uid()
-        self.assert_written(self.send("PUT", "/nested/" + name, b"in sub", g["token"], lock), expect=(201,))
+        g = self.acquire_ok(name)
+        # /nested/NAME is bound to lock NAME (the path below the prefix) and lands in sub/.
+        self.assert_written(self.send("PUT", "/nested/" + name, b"in sub", g["lease"]), expect=(201,))
         self.assertEqual(self.ng.read_file("sub/" + name), b"in sub")
         st, _, _ = self.send("GET", "/store/sub/" + name)
         self.assertEqual((st, self.srv.client.last_raw), (200, b"in sub"))
         st, _, _ = self.send("GET", "/nested/" + name)
         self.assertEqual((st, self.srv.client.last_raw), (200, b"in sub"))
-        self.assert_token_required(self.send("PUT", "/nested/x-" + name, b"no"))
-        # One lock, one mark, whatever the prefix: both prefixes share the lock's checks.
-        self.assert_written(self.send("PUT", "/store/" + name, b"top", g["token"], lock), expect=(201,))
+        self.assert_token_required(self.send("PUT", "/nested/" + name, b"no"))
+        # The binding is by the path below the prefix, whatever the prefix: /store/NAME
+        # is bound to the same lock, /store/sub/NAME to lock sub/NAME.
+        self.assert_written(self.send("PUT", "/store/" + name, b"top", g["lease"]), expect=(201,))
+        self.assert_stale(self.send("PUT", "/store/sub/" + name, b"no", g["lease"]), "sub/" + name, None)
+        self.assertEqual((self.ng.read_file(name), self.ng.read_file("sub/" + name)), (b"top", b"in sub"))
+        entries = [e for e in self.complete_log() if e["method"] == "PUT"]
+        self.assertEqual(sorted((e["request_uri"], e["lock"]) for e in entries if name in e["request_uri"]),
+                         sorted([("/sub/" + name, name), ("/" + name, name)]))
+
+
+class GuardFixedLockTests(GuardBase):
+    """--guard PREFIX=UPSTREAM,lock=NAME binds every path under PREFIX to lock NAME."""
+
+    FIXED = "fixed/bucket"
+
+    def guard_args(self):
+        return ["--guard", "/store/=" + self.ng.url,
+                "--guard", "/fixed/=" + self.ng.url + "fx/,lock=" + self.FIXED]
+
+    def test_every_path_bound_to_the_route_lock(self):
+        g = self.acquire_ok(self.FIXED)
+        d = "d-" + uid()
+        # Any canonical path, also ones that could not name a lock themselves.
+        for rest, stored in (("%s/a.txt" % d, "%s/a.txt" % d), ("%s/sp%%20ace.txt" % d, "%s/sp ace.txt" % d),
+                             ("%s/x/acquire" % d, "%s/x/acquire" % d), ("%s/a!b" % d, "%s/a!b" % d),
+                             ("/".join([d] + ["y" * 100] * 3),) * 2):
+            with self.subTest(path=rest[:60]):
+                self.assert_written(self.send("PUT", "/fixed/" + rest, rest.encode(), g["lease"]), expect=(201,))
+                self.assertEqual(self.ng.read_file("fx/" + stored), rest.encode())
+        # Naming the route's lock is fine; another lock is a 400.
+        self.assert_written(self.send("PUT", "/fixed/%s/a.txt" % d, b"named", g["lease"],
+                                      headers={"Fencing-Lock": self.FIXED}), expect=(204,))
+        marker = "rej-fixed-" + uid()
+        self.assert_bad_request(self.send("PUT", "/fixed/%s/a.txt?%s" % (d, marker), b"x", g["lease"],
+                                          headers={"Fencing-Lock": "%s/a.txt" % d}))
+        # The lease of the lock a path would name under the default binding is not it.
+        other = self.acquire_ok("%s/a.txt" % d)
+        self.assert_stale(self.send("PUT", "/fixed/%s/a.txt?%s" % (d, marker), b"x", other["lease"]),
+                          self.FIXED, None, max_token=g["token"], holder_token=g["token"])
+        self.assert_token_required(self.send("DELETE", "/fixed/%s/a.txt?%s" % (d, marker)))
+        # Non-canonical targets stay refused.
+        self.assert_bad_request(self.send("PUT", "/fixed/%s/x/../a.txt?%s" % (d, marker), b"x", g["lease"]))
+        self.assert_never_forwarded(marker)
+        self.assertEqual(self.ng.read_file("fx/%s/a.txt" % d), b"named")
+        # Every forwarded write names the route's lock and the lease's token.
+        puts = [e for e in self.complete_log() if e["request_uri"].startswith("/fx/") and e["method"] == "PUT"]
+        self.assertEqual(len(puts), 6)
+        self.assertEqual({(e["token"], e["lock"]) for e in puts}, {(str(g["token"]), self.FIXED)})
+        # The other route on the same server keeps the default binding.
+        self.assert_stale(self.send("PUT", "/store/%s/a.txt" % d, b"x", g["lease"]), "%s/a.txt" % d, None)
+        self.assert_written(self.send("PUT", "/store/%s/a.txt" % d, b"own", other["lease"]), expect=(201,))
+
+    def test_one_lock_one_mark_for_the_whole_route(self):
+        a = self.acquire_ok(self.FIXED, "a", ttl_ms=60000)
+        self.assert_written(self.send("PUT", "/fixed/one-%s" % uid(), b"a", a["lease"]), expect=(201,))
+        st, _, r = self.srv.release(self.FIXED, a["lease"])
+        self.assertEqual(st, 200, r)
+        b = self.acquire_ok(self.FIXED, "b")
+        self.assert_written(self.send("PUT", "/fixed/two-%s" % uid(), b"b", b["lease"]), expect=(201,))
+        # a's lease ended: refused on any path of the route, with b's token as the mark.
+        self.assert_stale(self.send("PUT", "/fixed/three-%s" % uid(), b"a", a["lease"]),
+                          self.FIXED, None, max_token=b["token"], holder_token=b["token"])
 
 
 # ----------------------------------------------------------------------------
@@ -817,8 +1123,8 @@ class GuardStreamingTests(GuardBase):
                         % (what, sampler.peak_kb, self.SIZE // MIB))
 
     def test_50mib_put_and_get_streamed(self):
-        lock, obj = "big/" + uid(), "big-%s/blob.bin" % uid()
-        g = self.acquire_ok(lock, ttl_ms=300000)
+        obj = "big-%s/blob.bin" % uid()
+        g = self.acquire_ok(obj, ttl_ms=300000)
         want = hashlib.sha256()
         conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=60)
         try:
@@ -826,8 +1132,7 @@ class GuardStreamingTests(GuardBase):
                 conn.putrequest("PUT", "/store/" + obj)
                 conn.putheader("Content-Length", str(self.SIZE))
                 conn.putheader("Content-Type", "application/octet-stream")
-                conn.putheader("Fencing-Token", str(g["token"]))
-                conn.putheader("Fencing-Lock", lock)
+                conn.putheader("Fencing-Lease", g["lease"])
                 conn.endheaders()
                 for i, chunk in enumerate(self._chunks()):
                     want.update(chunk)
@@ -897,8 +1202,7 @@ class GuardUpstreamErrorTests(unittest.TestCase):
         c = self.srv.new_client(timeout=10)
         self.assert_error(c.request("GET", "/down/x"), 502, "bad_gateway")
         g = self.srv.acquire("err/" + uid(), "e", ttl_ms=60000)[2]
-        resp = c.request("PUT", "/down/y", raw=b"data",
-                         headers={"Fencing-Token": str(g["token"]), "Fencing-Lock": g["name"]})
+        resp = c.request("PUT", "/down/" + g["name"], raw=b"data", headers={"Fencing-Lease": g["lease"]})
         self.assert_error(resp, 502, "bad_gateway")
         for _ in range(5):
             c.request("GET", "/down/warm")
@@ -919,9 +1223,8 @@ class GuardUpstreamErrorTests(unittest.TestCase):
         elapsed = time.monotonic() - t0
         self.assertGreaterEqual(elapsed, 0.8)
         self.assertLess(elapsed, 5.0)
-        g = self.srv.acquire("err/" + uid(), "e", ttl_ms=60000)[2]
-        resp = c.request("PUT", "/slow/never-put", raw=b"data",
-                         headers={"Fencing-Token": str(g["token"]), "Fencing-Lock": g["name"]})
+        g = self.srv.acquire("err/never-put-" + uid(), "e", ttl_ms=60000)[2]
+        resp = c.request("PUT", "/slow/" + g["name"], raw=b"data", headers={"Fencing-Lease": g["lease"]})
         self.assert_error(resp, 504, "gateway_timeout")
         # The guard hangs up on the silent upstream.
         self.assertEqual(self.slow.wait_open(0, timeout=5), 0, "upstream connections left open")
@@ -1051,8 +1354,90 @@ class GuardUpstreamErrorTests(unittest.TestCase):
         self.assertEqual((st, b), (200, {"status": "ok"}))
 
 
+class GuardOrderTests(unittest.TestCase):
+    """Writes for one lock go upstream one at a time; --guard-max-calls caps the calls."""
+
+    def setUp(self):
+        self.slow = upstream.SlowUpstream()
+        self.srv = None
+
+    def tearDown(self):
+        if self.srv:
+            self.srv.cleanup()
+        self.slow.close()
+
+    def _put_all(self, writes):
+        """PUTs (path, lease) at once, each on its own connection; [(status, body)] in order."""
+        results = [None] * len(writes)
+
+        def put(i, path, lease):
+            c = self.srv.new_client(timeout=30)
+            try:
+                st, _, _ = c.request("PUT", path, raw=b"x", headers={"Fencing-Lease": lease})
+                results[i] = (st, c.last_raw)
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=put, args=(i, p, l), daemon=True) for i, (p, l) in enumerate(writes)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        return results
+
+    def test_writes_for_one_lock_go_upstream_one_at_a_time(self):
+        """The upstream answers a /together?n=N request once N of them have arrived
+        (else "alone" after 8 s). Writes of two locks are in flight together; two writes
+        of one lock are not: the second reaches the upstream after the first's answer."""
+        self.srv = harness.Server(extra_args=["--guard", "/slow/=" + self.slow.url, "--guard-timeout", "20"])
+        g1 = self.srv.acquire("one/together", "o1", ttl_ms=120000)[2]
+        g2 = self.srv.acquire("two/together", "o2", ttl_ms=120000)[2]
+        results = self._put_all([("/slow/one/together?n=2", g1["lease"]), ("/slow/two/together?n=2", g2["lease"])])
+        self.assertEqual(results, [(200, b"together")] * 2)
+        # Two writes of lock one/together (same lease): 3rd and 4th arrival upstream.
+        results = self._put_all([("/slow/one/together?n=4&i=1", g1["lease"]),
+                                 ("/slow/one/together?n=4&i=2", g1["lease"])])
+        self.assertEqual(sorted(results), [(200, b"alone"), (200, b"together")])
+        self.assertEqual(self.slow.counts()[0], 4)
+
+    def test_max_calls_503(self):
+        self.srv = harness.Server(extra_args=["--guard", "/slow/=" + self.slow.url, "--guard-timeout", "3",
+                                              "--guard-max-calls", "2"])
+        out = []
+
+        def slow_get(i):
+            c = self.srv.new_client(timeout=15)
+            try:
+                out.append(c.request("GET", "/slow/never-%d" % i)[0])
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=slow_get, args=(i,), daemon=True) for i in range(2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 5
+        while self.slow.counts()[1] < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(self.slow.counts()[1], 2, "the two calls never reached the upstream")
+        g = self.srv.acquire("late", "m", ttl_ms=60000)[2]
+        for method, lease in (("GET", None), ("PUT", g["lease"])):
+            with self.subTest(method=method):
+                st, hdrs, body = self.srv.request(method, "/slow/late?ms=10", raw=b"x" if lease else None,
+                                                  headers={"Fencing-Lease": lease} if lease else None)
+                self.assertEqual((st, body.get("error")), (503, "overloaded"), body)
+                self.assertIn("application/json", hdrs.get("content-type", ""))
+        st, _, b = self.srv.request("GET", "/healthz")
+        self.assertEqual((st, b), (200, {"status": "ok"}))
+        for t in threads:
+            t.join(15)
+        self.assertEqual(out, [504, 504])
+        # Once the calls are over, new ones go through again.
+        self.srv.wait_until(lambda: self.srv.request("GET", "/slow/late?ms=10")[0] == 200, timeout=10,
+                            what="a call after the cap was freed")
+
+
 class GuardFlagTests(unittest.TestCase):
-    """Bad --guard / --guard-timeout values: exit 2 with one line on stderr."""
+    """Bad --guard / --guard-timeout / --guard-max-calls values: exit 2 with one line on stderr."""
 
     def test_bad_flags(self):
         import tempfile
@@ -1060,7 +1445,13 @@ class GuardFlagTests(unittest.TestCase):
         try:
             for args in (["--guard", "nonsense"], ["--guard", "/x/="], ["--guard", "=http://127.0.0.1:1/"],
                          ["--guard", "/x/=notaurl"], ["--guard"], ["--guard-timeout", "abc"],
-                         ["--guard-timeout", "0"], ["--guard-timeout", "-1"], ["--guard-timeout"]):
+                         ["--guard-timeout", "0"], ["--guard-timeout", "-1"], ["--guard-timeout"],
+                         ["--guard", "/x/=http://127.0.0.1:1/,lock="],
+                         ["--guard", "/x/=http://127.0.0.1:1/,lock=a b"],
+                         ["--guard", "/x/=http://127.0.0.1:1/,lock=a%20b"],
+                         ["--guard", "/x/=http://127.0.0.1:1/,lock=x/acquire"],
+                         ["--guard", "/x/=http://127.0.0.1:1/,lock=" + "n" * 257],
+                         ["--guard-max-calls", "0"], ["--guard-max-calls", "abc"], ["--guard-max-calls"]):
                 with self.subTest(args=args):
                     p = subprocess.run([harness.binary_path(), "serve", "--listen", "127.0.0.1:0",
                                         "--data", os.path.join(d, "x.db")] + args,
@@ -1078,15 +1469,15 @@ class GuardDurabilityTests(GuardBase):
     """The highest forwarded token per lock survives SIGTERM restarts and kill -9."""
 
     def _story(self, kill9):
-        lock, obj = "dur/" + uid(), "dur-%s/obj" % uid()
-        path = "/store/" + obj
+        lock = "dur-%s/obj" % uid()
+        path = "/store/" + lock
         g1 = self.acquire_ok(lock, "one", ttl_ms=120000)
-        self.assert_written(self.send("PUT", path, b"t1", g1["token"], lock), expect=(201,))
+        self.assert_written(self.send("PUT", path, b"t1", g1["lease"]), expect=(201,))
         st, _, r = self.srv.release(lock, g1["lease"])
         self.assertEqual(st, 200, r)
         g2 = self.acquire_ok(lock, "two", ttl_ms=120000)
         self.assertGreater(g2["token"], g1["token"])
-        self.assert_written(self.send("PUT", path, b"t2", g2["token"], lock), expect=(204,))
+        self.assert_written(self.send("PUT", path, b"t2", g2["lease"]), expect=(204,))
         if kill9:
             self.srv.kill9()
         else:
@@ -1095,11 +1486,13 @@ class GuardDurabilityTests(GuardBase):
         st, _, info = self.srv.get_lock(lock)
         self.assertEqual(st, 200, info)
         self.assertEqual(info["holder"]["token"], g2["token"], info)
-        self.assert_stale(self.send("PUT", path, b"late t1", g1["token"], lock),
-                          lock, g1["token"], max_token=g2["token"], holder_token=g2["token"])
-        self.assertEqual(self.ng.read_file(obj), b"t2")
-        self.assert_written(self.send("PUT", path, b"t2 again", g2["token"], lock), expect=(204,))
-        self.assertEqual(self.ng.read_file(obj), b"t2 again")
+        # The mark (max_token) came back with the lock.
+        self.assert_stale(self.send("PUT", path, b"late t1", g1["lease"]),
+                          lock, None, max_token=g2["token"], holder_token=g2["token"])
+        self.assertEqual(self.ng.read_file(lock), b"t2")
+        # The holder's lease still holds across the restart.
+        self.assert_written(self.send("PUT", path, b"t2 again", g2["lease"]), expect=(204,))
+        self.assertEqual(self.ng.read_file(lock), b"t2 again")
         # After a release and another restart the mark still names the last token.
         st, _, r = self.srv.release(lock, g2["lease"])
         self.assertEqual(st, 200, r)
@@ -1108,14 +1501,16 @@ class GuardDurabilityTests(GuardBase):
         else:
             self.srv.stop()
         self.srv.start()
-        self.assert_stale(self.send("PUT", path, b"late t2", g2["token"], lock),
-                          lock, g2["token"], max_token=g2["token"], holder_token=None)
+        self.assert_stale(self.send("PUT", path, b"late t2", g2["lease"]),
+                          lock, None, max_token=g2["token"], holder_token=None)
         g3 = self.acquire_ok(lock, "three")
         self.assertGreater(g3["token"], g2["token"])
-        self.assert_written(self.send("PUT", path, b"t3", g3["token"], lock), expect=(204,))
-        self.assert_stale(self.send("PUT", path, b"late t2", g2["token"], lock),
-                          lock, g2["token"], max_token=g3["token"], holder_token=g3["token"])
-        self.assertEqual(self.ng.read_file(obj), b"t3")
+        self.assert_written(self.send("PUT", path, b"t3", g3["lease"]), expect=(204,))
+        self.assert_stale(self.send("PUT", path, b"late t2", g2["lease"]),
+                          lock, None, max_token=g3["token"], holder_token=g3["token"])
+        self.assertEqual(self.ng.read_file(lock), b"t3")
+        self.assertEqual([(e["method"], e["token"]) for e in self.logged("/" + lock)],
+                         [("PUT", str(t)) for t in (g1["token"], g2["token"], g2["token"], g3["token"])])
 
     def test_mark_survives_restart(self):
         self._story(kill9=False)
@@ -1139,21 +1534,24 @@ class GuardMetricsTests(GuardBase):
         return {n[len("leasegate_guard_"):-len("_total")]: after[n] - before[n] for n in GUARD_COUNTERS}
 
     def test_counters(self):
-        lock = "met/" + uid()
+        lock, path = self.obj("met")
         g = self.acquire_ok(lock)
-        d = "met-%s/" % uid()
         before = self.metrics()
         for i in range(3):
-            self.assert_written(self.send("PUT", "/store/%sok%d" % (d, i), b"x", g["token"], lock))
+            self.assert_written(self.send("PUT", path, b"x%d" % i, g["lease"]))
         self.assertEqual(self.delta(before),
                          {"forwarded": 3, "rejected_stale": 0, "rejected_missing": 0, "upstream_errors": 0})
         before = self.metrics()
-        self.assert_token_required(self.send("PUT", "/store/%smiss1" % d, b"x"))
-        self.assert_token_required(self.send("DELETE", "/store/%smiss2" % d, None, token="abc", lock=lock))
-        other = "met/other-" + uid()
-        self.assert_stale(self.send("PUT", "/store/%sstale" % d, b"x", g["token"], other), other, g["token"])
+        self.assert_token_required(self.send("PUT", path, b"x"))
+        self.assert_token_required(self.send("DELETE", path, None, "abc"))
+        other, other_path = self.obj("met-other")
+        self.assert_stale(self.send("PUT", other_path, b"x", g["lease"]), other, None)
         self.assertEqual(self.delta(before),
                          {"forwarded": 0, "rejected_stale": 1, "rejected_missing": 2, "upstream_errors": 0})
+        # Reads are forwarded too.
+        before = self.metrics()
+        self.assertEqual(self.send("GET", path)[0], 200)
+        self.assertEqual(self.delta(before)["forwarded"], 1)
 
 
 class GuardMetricsUpstreamErrorTests(unittest.TestCase):

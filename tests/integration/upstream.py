@@ -32,9 +32,10 @@ START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 
 # One access-log line per request: tab separated, fields in this order.
-ACCESS_FIELDS = ("method", "request_uri", "status", "token", "lock", "content_length", "host")
+# An empty field is logged as "-" (so "lease" is "-" unless a Fencing-Lease header came).
+ACCESS_FIELDS = ("method", "request_uri", "status", "token", "lock", "lease", "content_length", "host")
 _LOG_FORMAT = "\\t".join(["$request_method", "$request_uri", "$status", "$http_fencing_token",
-                          "$http_fencing_lock", "$content_length", "$http_host"])
+                          "$http_fencing_lock", "$http_fencing_lease", "$content_length", "$http_host"])
 
 _NGINX_CONF = """\
 daemon off;
@@ -84,7 +85,8 @@ http {{
             add_header X-Seen-Method $request_method always;
             add_header X-Seen-Token $http_fencing_token always;
             add_header X-Seen-Lock $http_fencing_lock always;
-            return 200 "method=$request_method uri=$request_uri args=$args token=$http_fencing_token lock=$http_fencing_lock custom=$http_x_custom\\n";
+            add_header X-Seen-Lease $http_fencing_lease always;
+            return 200 "method=$request_method uri=$request_uri args=$args token=$http_fencing_token lock=$http_fencing_lock lease=$http_fencing_lease custom=$http_x_custom other=$http_x_other\\n";
         }}
         location = /teapot {{
             add_header X-Upstream nginx always;
@@ -522,8 +524,9 @@ if __name__ == "__main__":
         st, h, body = ng.request("GET", "/missing")
         assert st == 404 and h.get("x-upstream") == "nginx", (st, h)
         st, h, body = ng.request("POST", "/echo?x=1", body=b"zz",
-                                 headers={"Fencing-Token": "7", "Fencing-Lock": "l"})
-        assert st == 200 and b"token=7 lock=l" in body and b"args=x=1" in body, body
+                                 headers={"Fencing-Token": "7", "Fencing-Lock": "l", "Fencing-Lease": "s"})
+        assert st == 200 and b"token=7 lock=l lease=s" in body and b"args=x=1" in body, body
+        ng.wait_logged(lambda e: e["request_uri"] == "/echo?x=1" and (e["token"], e["lock"], e["lease"]) == ("7", "l", "s"))
         st, _, _ = ng.request("DELETE", "/a/b/hello.txt")
         assert st == 204, st
         ng.wait_logged(lambda e: e["method"] == "DELETE")

@@ -21,19 +21,33 @@ static void on_ready(CommitHold *h) { ((Probe *)(void *)h)->ready++; }
 
 static int loaded_locks;
 static uint64_t loaded_token_of_k7;
+static int64_t loaded_deadline_of_k7;
 static int load_lock(void *ud, const StoreLock *l)
 {
     (void)ud;
     loaded_locks++;
-    if (!strcmp(l->name, "k7") && l->held)
+    if (!strcmp(l->name, "k7") && l->held) {
         loaded_token_of_k7 = l->holder.token;
+        loaded_deadline_of_k7 = l->holder.deadline_ms;
+    }
     return 0;
 }
 static uint64_t loaded_fence;
+static int loaded_fences;
 static int load_fence(void *ud, const StoreMark *f)
 {
     (void)ud;
     loaded_fence = f->max_token;
+    loaded_fences++;
+    return 0;
+}
+static uint64_t loaded_floor;
+static uint32_t loaded_floor_bucket;
+static int load_floor(void *ud, const StoreFloor *f)
+{
+    (void)ud;
+    loaded_floor = f->floor;
+    loaded_floor_bucket = f->bucket;
     return 0;
 }
 static uint64_t loaded_guard_mark;
@@ -59,7 +73,7 @@ int main(int argc, char **argv)
     snprintf(wal, sizeof wal, "%s-wal", path);
     unlink(wal);
 
-    Store *st = store_sqlite_open(path, err, sizeof err);
+    Store *st = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(st != NULL);
     if (!st)
         return check_report("commit");
@@ -75,12 +89,16 @@ int main(int argc, char **argv)
         lock.held = true;
         lock.last_token = (uint64_t)i + 1;
         lock.holder = (Holder){.owner = "o", .metadata = "{}", .token = (uint64_t)i + 1, .ttl_ms = 1000,
-                               .acquired_at_ms = 1, .expires_at_ms = 4102444800000, .count = 1};
+                               .acquired_at_ms = 1, .expires_at_ms = 4102444800000,
+                               .deadline_ms = 5000 + i, .count = 1};
         CHECK(commit_lock(c, &lock));
         probes[i] = (Probe){{.ready = on_ready}, 0};
         commit_hold(c, &probes[i].hold);
     }
     CHECK(commit_fence(c, "res", 42));
+    /* An idle resource is forgotten: its row goes, its mark becomes a floor. */
+    CHECK(commit_fence(c, "idle-res", 30));
+    CHECK(commit_fence_forget(c, "idle-res", 77, 30));
     /* k9 is put, then forgotten: records apply in order, so its row goes; the
      * counter it vouched for (10) must survive in meta. */
     CHECK(commit_forget(c, "k9", 10));
@@ -117,23 +135,33 @@ int main(int argc, char **argv)
     CHECK(commit_forget(c, "late", 11));
     commit_flush(c);
     wait_done(c);
-    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 15);
+    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 18);
     commit_free(c);
     store_close(st);
 
-    st = store_sqlite_open(path, err, sizeof err);
+    st = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(st != NULL);
-    StoreLoad cb = {NULL, load_lock, load_fence, load_guard_mark};
+    StoreLoad cb = {NULL, load_lock, load_fence, load_guard_mark, load_floor};
     uint64_t last_token = 0;
     CHECK(store_load(st, &cb, &last_token) == 0);
     CHECK(loaded_locks == 9);
     CHECK(loaded_token_of_k7 == 8);
-    CHECK(loaded_fence == 42);
+    CHECK(loaded_fence == 42 && loaded_fences == 1);
+    CHECK(loaded_floor == 30 && loaded_floor_bucket == 77);
+    /* Same boot: the boot-clock deadline comes back as written. */
+    CHECK(loaded_deadline_of_k7 == 5007);
     CHECK(loaded_guard_mark == 4);
     CHECK(last_token == 11);
     /* A second server on the same file is refused. */
-    Store *second = store_sqlite_open(path, err, sizeof err);
+    Store *second = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(second == NULL);
+    store_close(st);
+    /* Another boot: the deadline means nothing on this boot's clock. */
+    st = store_sqlite_open(path, "other-boot", err, sizeof err);
+    CHECK(st != NULL);
+    loaded_deadline_of_k7 = 0;
+    CHECK(store_load(st, &cb, &last_token) == 0);
+    CHECK(loaded_deadline_of_k7 == -1);
     store_close(st);
     return check_report("commit");
 }

@@ -106,23 +106,30 @@ static void test_expiry_hands_over(void)
     Waiter *w;
     CHECK(acquire(lt, "e", 0, 200, 0, &lock, &w) == LOCK_OK);
     CHECK(acquire(lt, "e", 1, 300, 10000, &lock, &w) == LOCK_QUEUED);
-    CHECK(locktab_next_timeout_ms(lt, &now) == 200);
-    now.mono_ms += 199;
-    now.wall_ms += 199;
+    /* The clocks are read rounded down: the lease ends 1 ms after the
+     * announced expires_at_ms, never before it. */
+    CHECK(locktab_next_timeout_ms(lt, &now) == 201);
+    int64_t announced = lock->holder.expires_at_ms;
+    now.mono_ms += 200;
+    now.wall_ms += 200;
+    CHECK(now.wall_ms == announced);
     locktab_tick(lt, &now);
     CHECK(rec.ngranted == 0);
+    CHECK(locktab_held_by(lt, "e", ids[0], &now) != NULL);
     now.mono_ms += 1;
     now.wall_ms += 1;
+    CHECK(locktab_held_by(lt, "e", ids[0], &now) == NULL); /* due, even before the tick runs */
     locktab_tick(lt, &now);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 1);
+    CHECK(lock->holder.acquired_at_ms > announced);
     CHECK(lock->holder.token == 2 && lock->holder.ttl_ms == 300);
     CHECK(locktab_expiries(lt) == 1);
     /* The expired lease is told apart from an unknown one. */
     CHECK(locktab_why_not(lt, "e", ids[0]) == REASON_SUPERSEDED);
     uint8_t stranger[LEASE_ID_BYTES] = {9};
     CHECK(locktab_why_not(lt, "e", stranger) == REASON_UNKNOWN);
-    now.mono_ms += 300;
-    now.wall_ms += 300;
+    now.mono_ms += 301;
+    now.wall_ms += 301;
     locktab_tick(lt, &now);
     CHECK(!lock->held);
     CHECK(locktab_why_not(lt, "e", ids[1]) == REASON_EXPIRED);
@@ -196,8 +203,10 @@ static void test_limits(void)
 static void test_load(void)
 {
     Locktab *lt = table(10);
+    /* From another boot (deadline_ms -1): the wall clock says what is left. */
     Holder live = {.owner = "o", .metadata = "{}", .token = 7, .ttl_ms = 1000,
-                   .acquired_at_ms = now.wall_ms - 500, .expires_at_ms = now.wall_ms + 500, .count = 2};
+                   .acquired_at_ms = now.wall_ms - 500, .expires_at_ms = now.wall_ms + 500, .deadline_ms = -1,
+                   .count = 2};
     memset(live.lease, 3, LEASE_ID_BYTES);
     Holder dead = live;
     dead.token = 8;
@@ -216,6 +225,28 @@ static void test_load(void)
     /* Tokens continue above the stored counter. */
     CHECK(acquire(lt, "dead", 0, 1000, 0, &lock, &w) == LOCK_OK && lock->holder.token == 13);
     CHECK(locktab_why_not(lt, "dead", dead.lease) == REASON_SUPERSEDED);
+    locktab_check(lt);
+    locktab_free(lt);
+
+    /* From this boot: the boot-clock deadline rules, whatever the wall clock
+     * says (it was stepped back an hour here, which must not stretch the lease). */
+    lt = table(10);
+    Holder same = live;
+    same.deadline_ms = now.mono_ms + 250;
+    same.expires_at_ms = now.wall_ms + 250;
+    Now stepped = {now.mono_ms, now.wall_ms - 3600000};
+    CHECK(locktab_load(lt, "same", 7, &same, &stepped) == LOCK_OK);
+    CHECK(locktab_next_timeout_ms(lt, &stepped) == 250);
+    /* ... and from another boot, a clock that is behind gives at most one ttl. */
+    Holder other = live;
+    CHECK(locktab_load(lt, "other", 7, &other, &stepped) == LOCK_OK);
+    CHECK(locktab_get(lt, "other")->holder.deadline_ms == stepped.mono_ms + 1000);
+    /* A deadline that passed while the server was down: released at load. */
+    Holder gone = live;
+    gone.deadline_ms = now.mono_ms - 1;
+    gone.expires_at_ms = now.wall_ms + 100000; /* the wall clock would keep it */
+    CHECK(locktab_load(lt, "gone", 7, &gone, &now) == LOCK_OK);
+    CHECK(!locktab_get(lt, "gone")->held);
     locktab_check(lt);
     locktab_free(lt);
 }

@@ -1,0 +1,30 @@
+/*
+ * guardpath — what the guard lets through to an upstream, as pure functions:
+ * canonical request targets, the lock a path is bound to, and header values.
+ *
+ * A target is forwarded only in canonical form, so that the upstream cannot
+ * resolve it to an object other than the one its lock protects: no dot
+ * segments ("." or "..", also percent-encoded), no empty segments ("a//b",
+ * which servers merge), no backslash, no ";" path parameters, no encoded
+ * "/", "\", ";", "%", NUL or control byte, no needlessly encoded unreserved
+ * character ("%41"), and nothing outside RFC 3986's path characters.
+ */
+#ifndef LEASEGATE_GUARDPATH_H
+#define LEASEGATE_GUARDPATH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* `rest` is the request target after the guard's prefix (path, then
+ * optionally "?query"). NULL when canonical, else what is wrong. */
+const char *guardpath_problem(const char *rest);
+/* The lock a write to `rest` is bound to when the guard has no fixed lock:
+ * the path below the prefix without its query (one leading "/" dropped), if
+ * it is a valid lock name. NULL and *problem set when the path cannot name a
+ * lock. */
+const char *guardpath_lock(const char *rest, char *out, size_t outlen, const char **problem);
+/* NULL when a header name or value of len bytes may be forwarded, else what
+ * is wrong (a CR, LF, NUL or other control byte except TAB). */
+const char *guardpath_header_problem(const char *value, size_t len);
+
+#endif

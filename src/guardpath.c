@@ -1,0 +1,134 @@
+/* guardpath — canonical targets and path-bound locks; see include/leasegate/guardpath.h. */
+#include "leasegate/guardpath.h"
+
+#include <string.h>
+
+#include "leasegate/names.h"
+
+static bool unreserved(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+           c == '_' || c == '~';
+}
+
+/* RFC 3986 pchar without ";" and "%" (those are judged separately). */
+static bool path_char(unsigned char c)
+{
+    return unreserved(c) || strchr("!$&'()*+,=:@", c) != NULL;
+}
+
+static int hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* A %XX at p: its byte, or -1 when malformed. */
+static int decoded(const char *p)
+{
+    int hi = hexval((unsigned char)p[1]), lo = hi < 0 ? -1 : hexval((unsigned char)p[2]);
+    return lo < 0 ? -1 : hi * 16 + lo;
+}
+
+static const char *segment_problem(const char *seg, size_t len, bool last)
+{
+    if (len == 0)
+        return last ? NULL : "empty path segments ('//') are not allowed";
+    size_t dots = 0, bytes = 0;
+    for (size_t i = 0; i < len; bytes++) {
+        unsigned char c = (unsigned char)seg[i];
+        if (c == '%') {
+            int v = decoded(seg + i);
+            if (v < 0)
+                return "a malformed percent-encoding";
+            if (v == '/' || v == '\\' || v == ';' || v == '%' || v < 0x20 || v == 0x7f)
+                return "an encoded '/', '\\', ';', '%' or control byte";
+            if (unreserved((unsigned char)v))
+                return "a needlessly percent-encoded character (such as %2e for '.')";
+            i += 3;
+            continue;
+        }
+        if (c == '\\')
+            return "a backslash";
+        if (c == ';')
+            return "a ';' path parameter";
+        if (!path_char(c))
+            return "a character that must be percent-encoded";
+        dots += c == '.';
+        i++;
+    }
+    if (dots == bytes && (dots == 1 || dots == 2))
+        return "a '.' or '..' segment";
+    return NULL;
+}
+
+const char *guardpath_problem(const char *rest)
+{
+    size_t plen = strcspn(rest, "?#");
+    if (rest[plen] == '#')
+        return "a fragment ('#')";
+    for (const char *seg = rest; seg <= rest + plen;) {
+        size_t len = strcspn(seg, "/?#");
+        if (seg + len > rest + plen)
+            len = (size_t)(rest + plen - seg);
+        bool first = seg == rest;
+        bool last = seg + len >= rest + plen;
+        /* The segment before a leading "/" is the prefix's, and a trailing
+         * "/" names a collection: both may be empty. */
+        const char *why = first && len == 0 ? NULL : segment_problem(seg, len, last);
+        if (why)
+            return why;
+        seg += len + 1;
+    }
+    if (rest[plen] == '?') {
+        for (const char *q = rest + plen + 1; *q; q++) {
+            unsigned char c = (unsigned char)*q;
+            if (c == '%') {
+                int v = decoded(q);
+                if (v < 0)
+                    return "a malformed percent-encoding in the query";
+                q += 2;
+            } else if (!path_char(c) && c != '/' && c != '?' && c != ';') {
+                return "a character in the query that must be percent-encoded";
+            }
+        }
+    }
+    return NULL;
+}
+
+const char *guardpath_lock(const char *rest, char *out, size_t outlen, const char **problem)
+{
+    size_t plen = strcspn(rest, "?");
+    const char *p = rest;
+    if (*p == '/') {
+        p++;
+        plen--;
+    }
+    if (plen == 0) {
+        *problem = "the path below the prefix is empty";
+        return NULL;
+    }
+    if (plen > NAME_MAX_BYTES || plen >= outlen) {
+        *problem = "the path below the prefix is longer than a lock name (256 bytes)";
+        return NULL;
+    }
+    memcpy(out, p, plen);
+    out[plen] = '\0';
+    *problem = name_lock_problem(out);
+    return *problem ? NULL : out;
+}
+
+const char *guardpath_header_problem(const char *value, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return "a header value holds a control character (CR, LF, NUL, ...)";
+    }
+    return NULL;
+}
