@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -301,6 +302,22 @@ void http_cancel_waiters(Server *s)
 }
 
 void http_waiter_done(Request *req) { stop_waiting(req); }
+
+bool http_has_token(const char *list, const char *token)
+{
+    size_t n = strlen(token);
+    for (const char *p = list; *p;) {
+        p += strspn(p, " \t,");
+        size_t len = strcspn(p, ",");
+        size_t end = len;
+        while (end && (p[end - 1] == ' ' || p[end - 1] == '\t'))
+            end--;
+        if (end == n && strncasecmp(p, token, n) == 0)
+            return true;
+        p += len;
+    }
+    return false;
+}
 
 bool http_content_length(struct MHD_Connection *conn, uint64_t *n)
 {

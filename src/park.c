@@ -97,18 +97,8 @@ static enum MHD_Result no_close_token(void *cls, enum MHD_ValueKind kind, const 
 {
     (void)kind;
     bool *keep = cls;
-    if (!value || strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) != 0)
-        return MHD_YES;
-    for (const char *p = value; *p;) {
-        p += strspn(p, " \t,");
-        size_t n = strcspn(p, ",");
-        size_t len = n;
-        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
-        if (len == 5 && strncasecmp(p, "close", 5) == 0)
-            *keep = false;
-        p += n;
-    }
+    if (value && strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) == 0 && http_has_token(value, "close"))
+        *keep = false;
     return MHD_YES;
 }
 

@@ -463,23 +463,6 @@ static bool hop_by_hop(const char *name)
     return false;
 }
 
-/* Is `name` one of the comma-separated tokens in `list`? */
-static bool in_token_list(const char *list, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        p += strspn(p, " \t,");
-        size_t len = strcspn(p, ",");
-        size_t tok = len;
-        while (tok && (p[tok - 1] == ' ' || p[tok - 1] == '\t'))
-            tok--;
-        if (tok == n && !strncasecmp(p, name, n))
-            return true;
-        p += len;
-    }
-    return false;
-}
-
 typedef struct HeaderCopy {
     struct curl_slist *list;
     struct MHD_Connection *conn;
@@ -492,7 +475,7 @@ static enum MHD_Result find_connection_token(void *cls, enum MHD_ValueKind kind,
 {
     (void)kind;
     const char **name = cls;
-    if (value && !strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) && in_token_list(value, *name)) {
+    if (value && !strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) && http_has_token(value, *name)) {
         *name = NULL;
         return MHD_NO;
     }

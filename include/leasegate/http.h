@@ -130,6 +130,9 @@ void http_close_suspended(Server *s);
 const char *http_query(Request *req, const char *key);
 /* Writes out the access log lines buffered so far (once per loop turn). */
 void http_flush_log(Server *s);
+/* Is `token` (any case) one of the comma-separated tokens of a header value
+ * such as Connection's? */
+bool http_has_token(const char *list, const char *token);
 /* The request's Content-Length (0 when absent); false when it is not a number. */
 bool http_content_length(struct MHD_Connection *conn, uint64_t *n);
 
