@@ -9,6 +9,7 @@
 #include "leasegate/api.h"
 #include "leasegate/body.h"
 #include "leasegate/names.h"
+#include "leasegate/rawjson.h"
 
 #define TTL_MIN_MS 100
 #define TTL_MAX_MS 86400000
@@ -19,29 +20,25 @@
 #define LIST_MAX 1000
 #define LIST_DEFAULT 100
 
-static json_t *metadata_new(const char *text)
-{
-    json_t *m = json_loads(text, 0, NULL);
-    return m ? m : json_object();
-}
+/* Metadata is kept as its client sent it and goes back byte for byte (rawjson.h). */
 
 /* The holder as every reader may see it: no lease id. */
-static json_t *holder_new(const Holder *h)
+static json_t *holder_new(const Holder *h, RawRefs *refs)
 {
     return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:o}", "owner", h->owner, "token", (json_int_t)h->token,
                      "ttl_ms", (json_int_t)h->ttl_ms, "acquired_at_ms", (json_int_t)h->acquired_at_ms,
                      "expires_at_ms", (json_int_t)h->expires_at_ms, "count", (json_int_t)h->count, "metadata",
-                     metadata_new(h->metadata));
+                     rawjson_ref(refs, h->metadata));
 }
 
-static json_t *lock_state_new(const char *name, const Lock *lock)
+static json_t *lock_state_new(const char *name, const Lock *lock, RawRefs *refs)
 {
     if (!lock)
         return json_pack("{s:s, s:b, s:n, s:i, s:i}", "name", name, "held", 0, "holder", "waiters", 0,
                          "last_token", 0);
     return json_pack("{s:s, s:b, s:o, s:I, s:I}", "name", lock->name, "held", lock->held, "holder",
-                     lock->held ? holder_new(&lock->holder) : json_null(), "waiters", (json_int_t)lock->waiters.len,
-                     "last_token", (json_int_t)lock->last_token);
+                     lock->held ? holder_new(&lock->holder, refs) : json_null(), "waiters",
+                     (json_int_t)lock->waiters.len, "last_token", (json_int_t)lock->last_token);
 }
 
 static void reply_grant(Request *req, const Lock *lock)
@@ -50,24 +47,27 @@ static void reply_grant(Request *req, const Lock *lock)
     char lease[37];
     uuid_unparse_lower(h->lease, lease);
     http_note_grant(req, lock->name, h->lease);
-    http_reply_json_new(req, 200,
-                        json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o}", "name", lock->name, "owner",
-                                  h->owner, "lease", lease, "token", (json_int_t)h->token, "ttl_ms",
-                                  (json_int_t)h->ttl_ms, "acquired_at_ms", (json_int_t)h->acquired_at_ms,
-                                  "expires_at_ms", (json_int_t)h->expires_at_ms, "count", (json_int_t)h->count,
-                                  "metadata", metadata_new(h->metadata)));
+    RawRefs refs = {.n = 0};
+    http_reply_json_raw_new(req, 200,
+                            json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o}", "name", lock->name, "owner",
+                                      h->owner, "lease", lease, "token", (json_int_t)h->token, "ttl_ms",
+                                      (json_int_t)h->ttl_ms, "acquired_at_ms", (json_int_t)h->acquired_at_ms,
+                                      "expires_at_ms", (json_int_t)h->expires_at_ms, "count", (json_int_t)h->count,
+                                      "metadata", rawjson_ref(&refs, h->metadata)),
+                            &refs);
 }
 
 static void reply_lock_held(Request *req, const Lock *lock)
 {
+    RawRefs refs = {.n = 0};
     json_t *extra = json_pack("{s:s, s:o, s:I}", "name", lock->name, "holder",
-                              lock->held ? holder_new(&lock->holder) : json_null(), "waiters",
+                              lock->held ? holder_new(&lock->holder, &refs) : json_null(), "waiters",
                               (json_int_t)lock->waiters.len);
     if (lock->held)
-        http_reply_error(req, ERR_LOCK_HELD, extra, "lock '%s' is held by '%s' (token %llu)", lock->name,
-                         lock->holder.owner, (unsigned long long)lock->holder.token);
+        http_reply_error_raw(req, ERR_LOCK_HELD, extra, &refs, "lock '%s' is held by '%s' (token %llu)",
+                             lock->name, lock->holder.owner, (unsigned long long)lock->holder.token);
     else
-        http_reply_error(req, ERR_LOCK_HELD, extra, "lock '%s' was not granted in time", lock->name);
+        http_reply_error_raw(req, ERR_LOCK_HELD, extra, &refs, "lock '%s' was not granted in time", lock->name);
 }
 
 static const char *const REASONS[] = {
@@ -96,18 +96,19 @@ static void reply_not_holder(Request *req, const char *name, const uint8_t *leas
 static void reply_overloaded(Request *req, LockResult r)
 {
     const Server *s = req->srv;
-    if (r == LOCK_NOMEM)
-        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry later");
-    else if (locktab_locks(s->locks) >= s->cfg.max_locks)
+    if (r == LOCK_TOO_MANY_LOCKS)
         /* Names are kept until forgotten (--forget-idle-after), for last_token. */
         http_reply_error(req, ERR_OVERLOADED, NULL,
                          "the lock table is full: %zu lock names are known (--max-locks); idle ones are "
                          "forgotten after --forget-idle-after",
                          s->cfg.max_locks);
-    else
+    else if (r == LOCK_TOO_MANY_WAITERS)
         http_reply_error(req, ERR_OVERLOADED, NULL,
-                         "too many waiters (--max-waiters %zu, --max-waiters-per-lock %zu); retry later",
+                         "too many waiters (--max-waiters %zu in all, --max-waiters-per-lock %zu for one lock); "
+                         "retry later",
                          s->cfg.max_waiters, s->cfg.max_waiters_per_lock);
+    else
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry later");
 }
 
 void api_acquire(Request *req)
@@ -162,7 +163,8 @@ void api_acquire(Request *req)
         case LOCK_NOT_HOLDER:
             reply_not_holder(req, req->arg, lease);
             break;
-        case LOCK_OVERLOADED:
+        case LOCK_TOO_MANY_LOCKS:
+        case LOCK_TOO_MANY_WAITERS:
         case LOCK_NOMEM:
             reply_overloaded(req, r);
             break;
@@ -248,11 +250,14 @@ void api_get_lock(Request *req)
 {
     if (!body_check_name(req, "name", req->arg))
         return;
-    http_reply_json_new(req, 200, lock_state_new(req->arg, locktab_get(req->srv->locks, req->arg)));
+    RawRefs refs = {.n = 0};
+    http_reply_json_raw_new(req, 200, lock_state_new(req->arg, locktab_get(req->srv->locks, req->arg), &refs),
+                            &refs);
 }
 
 typedef struct ListCtx {
     json_t *locks;
+    RawRefs refs;
     const char *last;
     bool failed; /* out of memory: the listing would skip a lock */
 } ListCtx;
@@ -260,7 +265,7 @@ typedef struct ListCtx {
 static void list_one(void *ud, const Lock *lock)
 {
     ListCtx *ctx = ud;
-    json_t *state = ctx->failed ? NULL : lock_state_new(lock->name, lock);
+    json_t *state = ctx->failed ? NULL : lock_state_new(lock->name, lock, &ctx->refs);
     if (!state || json_array_append_new(ctx->locks, state) != 0)
         ctx->failed = true;
     ctx->last = lock->name;
@@ -287,7 +292,7 @@ void api_list_locks(Request *req)
             return;
         }
     }
-    ListCtx ctx = {json_array(), NULL, false};
+    ListCtx ctx = {.locks = json_array()}; /* about 8 KiB of raw references, on the loop thread's stack */
     if (!ctx.locks) {
         reply_overloaded(req, LOCK_NOMEM);
         return;
@@ -298,7 +303,8 @@ void api_list_locks(Request *req)
         reply_overloaded(req, LOCK_NOMEM);
         return;
     }
-    http_reply_json_new(req, 200,
-                        json_pack("{s:o, s:o}", "locks", ctx.locks, "next",
-                                  more && ctx.last ? json_string(ctx.last) : json_null()));
+    http_reply_json_raw_new(req, 200,
+                            json_pack("{s:o, s:o}", "locks", ctx.locks, "next",
+                                      more && ctx.last ? json_string(ctx.last) : json_null()),
+                            &ctx.refs);
 }

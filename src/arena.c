@@ -39,9 +39,8 @@ void arena_reset(Arena *a)
     a->chunks = keep;
 }
 
-char *arena_strdup(Arena *a, const char *s)
+void *arena_alloc(Arena *a, size_t n)
 {
-    size_t n = strlen(s) + 1;
     ArenaChunk *c = a->chunks;
     if (!c || c->size - c->used < n) {
         size_t size = n > CHUNK_BYTES ? n : CHUNK_BYTES;
@@ -54,7 +53,15 @@ char *arena_strdup(Arena *a, const char *s)
         a->chunks = c;
     }
     char *p = c->data + c->used;
-    memcpy(p, s, n);
     c->used += n;
+    return p;
+}
+
+char *arena_strdup(Arena *a, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = arena_alloc(a, n);
+    if (p)
+        memcpy(p, s, n);
     return p;
 }

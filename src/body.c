@@ -5,6 +5,7 @@
 #include <uuid/uuid.h>
 
 #include "leasegate/names.h"
+#include "leasegate/rawjson.h"
 
 static void bad_field(Request *req, const char *field, const char *fmt, const char *detail)
 {
@@ -22,6 +23,15 @@ json_t *body_object_new(Request *req, const char *const *allowed)
     json_error_t err;
     json_t *obj = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
     if (!obj) {
+        char field[80];
+        if (json_error_code(&err) == json_error_numeric_overflow &&
+            rawjson_member_at(req->body, req->body_len, (size_t)err.position, field, sizeof field)) {
+            http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field),
+                             "field '%s' holds an integer that does not fit in 64 bits (line %d column %d)%s",
+                             field, err.line, err.column,
+                             strcmp(field, "metadata") ? "" : "; put such numbers in strings");
+            return NULL;
+        }
         http_reply_error(req, ERR_BAD_REQUEST, NULL, "malformed JSON at line %d column %d: %s", err.line,
                          err.column, err.text);
         return NULL;
@@ -160,16 +170,22 @@ bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new)
         bad_field(req, "metadata", "field '%s' must be an object%s", detail);
         return false;
     }
-    char *text = json_dumps(v, JSON_COMPACT);
-    if (!text) {
-        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory");
+    /* Kept as sent (rawjson.h): the bytes of the value in the body. */
+    size_t start, end;
+    if (!rawjson_member(req->body, req->body_len, "metadata", &start, &end)) {
+        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "metadata"),
+                         "field 'metadata' could not be located in the body");
         return false;
     }
-    if (strlen(text) > max) {
-        free(text);
+    if (end - start > max) {
         char detail[64];
-        snprintf(detail, sizeof detail, " of at most %zu bytes as compact JSON", max);
+        snprintf(detail, sizeof detail, " of at most %zu bytes as sent", max);
         bad_field(req, "metadata", "field '%s' must be an object%s", detail);
+        return false;
+    }
+    char *text = strndup(req->body + start, end - start);
+    if (!text) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory");
         return false;
     }
     *out_new = text;

@@ -26,6 +26,8 @@ typedef struct Batch {
     size_t nguard_marks, capguard_marks;
     StoreFloor *floors;
     size_t nfloors, capfloors;
+    StoreEnded *ended;
+    size_t nended, capended;
     Arena strings; /* every string the records point to */
     uint64_t counter; /* see StoreBatch.counter */
     DList holds; /* CommitHold.link, in arrival order */
@@ -60,6 +62,7 @@ struct Commit {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     CommitStats stats;
+    uint64_t history_keep; /* see commit_keep_history */
     char err[256];
 };
 
@@ -75,6 +78,7 @@ static void batch_reset(Batch *b)
     b->nfences = 0;
     b->nguard_marks = 0;
     b->nfloors = 0;
+    b->nended = 0;
     b->counter = 0;
     arena_reset(&b->strings);
     b->holds = (DList){0};
@@ -88,12 +92,13 @@ static void batch_clear(Batch *b)
     free(b->fences);
     free(b->guard_marks);
     free(b->floors);
+    free(b->ended);
     arena_clear(&b->strings);
 }
 
 static bool batch_has_rows(const Batch *b)
 {
-    return b->nlocks || b->nfences || b->nguard_marks || b->nfloors || b->counter;
+    return b->nlocks || b->nfences || b->nguard_marks || b->nfloors || b->nended || b->counter;
 }
 
 static double seconds_since(const struct timespec *t0)
@@ -140,8 +145,8 @@ static void *writer_main(void *arg)
         Batch *b = c->inflight;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        StoreBatch sb = {b->locks,       b->nlocks,       b->fences, b->nfences, b->guard_marks,
-                         b->nguard_marks, b->floors, b->nfloors,  b->counter};
+        StoreBatch sb = {b->locks,   b->nlocks,        b->fences, b->nfences,  b->guard_marks, b->nguard_marks,
+                         b->floors,  b->nfloors,       b->ended,  b->nended,   c->history_keep, b->counter};
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
         b->result = rc ? -1 : 0;
         b->seconds = seconds_since(&t0);
@@ -290,6 +295,22 @@ bool commit_fence_forget(Commit *c, const char *resource, uint32_t bucket, uint6
     return true;
 }
 
+bool commit_ended(Commit *c, const char *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
+{
+    Batch *b = c->pending;
+    if (!grow((void **)&b->ended, &b->capended, b->nended, sizeof *b->ended))
+        return false;
+    const char *name = arena_strdup(&b->strings, lock);
+    uint8_t *id = arena_alloc(&b->strings, LEASE_ID_BYTES);
+    if (!name || !id)
+        return false;
+    memcpy(id, lease, LEASE_ID_BYTES);
+    b->ended[b->nended++] = (StoreEnded){name, id, token, how, seq};
+    return true;
+}
+
+void commit_keep_history(Commit *c, uint64_t keep) { c->history_keep = keep; }
+
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token)
 {
     Batch *b = c->pending;
@@ -338,7 +359,7 @@ static void record_stats(Commit *c, const Batch *b)
     if (!batch_has_rows(b))
         return;
     c->stats.commits++;
-    c->stats.rows += b->nlocks + b->nfences + b->nguard_marks + b->nfloors;
+    c->stats.rows += b->nlocks + b->nfences + b->nguard_marks + b->nfloors + b->nended;
     c->stats.seconds_total += b->seconds;
     double ms = b->seconds * 1000;
     for (int i = 0; i < COMMIT_LATENCY_BUCKETS; i++)

@@ -105,9 +105,30 @@ static void deliver(Request *req)
         http_resume(req);
 }
 
+static void unwatch(Request *req)
+{
+    if (req->watch_fd >= 0) {
+        loop_unwatch(req->srv->loop, req->watch_fd);
+        req->watch_fd = -1;
+    }
+}
+
+/* Suspended connections are invisible to MHD: watch the socket ourselves for
+ * the client hanging up (FIN or RST). */
+static void watch_hangup(Request *req)
+{
+    if (req->watch_fd >= 0 || !req->conn)
+        return;
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info && loop_watch(req->srv->loop, info->connect_fd, &req->source))
+        req->watch_fd = info->connect_fd;
+}
+
 static void hold_ready(CommitHold *hold)
 {
-    deliver(CONTAINER_OF(hold, Request, hold));
+    Request *req = CONTAINER_OF(hold, Request, hold);
+    unwatch(req); /* MHD writes the answer now: it is delivered unless the write fails */
+    deliver(req);
 }
 
 /* Every response from a handler goes through here: it leaves only once every
@@ -133,6 +154,11 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
     if (commit_pending(c)) {
         if (req->in_handler)
             http_suspend(req);
+        /* A grant whose client hangs up (even half-closes) before its answer
+         * leaves is released at once (http_request_end), as a waiter that
+         * hangs up leaves the queue. */
+        if (req->grant_pending && req->suspended)
+            watch_hangup(req);
         req->hold.ready = hold_ready;
         commit_hold(c, &req->hold);
         return;
@@ -184,9 +210,11 @@ void http_reply_text(Request *req, unsigned status, const char *content_type, ch
     send_response(req, status, resp);
 }
 
-void http_reply_json_new(Request *req, unsigned status, json_t *body)
+void http_reply_json_new(Request *req, unsigned status, json_t *body) { http_reply_json_raw_new(req, status, body, NULL); }
+
+void http_reply_json_raw_new(Request *req, unsigned status, json_t *body, const RawRefs *refs)
 {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = !body ? NULL : refs ? rawjson_dumps(body, refs) : json_dumps(body, JSON_COMPACT);
     json_decref(body);
     if (!text) {
         send_response(req, status, NULL);
@@ -223,6 +251,15 @@ void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt
     http_reply_json_new(req, error_status(code), body);
 }
 
+void http_reply_error_raw(Request *req, ErrCode code, json_t *extra, const RawRefs *refs, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    json_t *body = error_body_new(code, extra, fmt, ap);
+    va_end(ap);
+    http_reply_json_raw_new(req, error_status(code), body, refs);
+}
+
 void http_note_grant(Request *req, const char *lock, const uint8_t *lease)
 {
     free(req->grant_lock);
@@ -236,14 +273,6 @@ const char *http_query(Request *req, const char *key)
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
-static void unwatch(Request *req)
-{
-    if (req->watch_fd >= 0) {
-        loop_unwatch(req->srv->loop, req->watch_fd);
-        req->watch_fd = -1;
-    }
-}
-
 void http_wait(Request *req, Waiter *w)
 {
     Server *s = req->srv;
@@ -253,11 +282,8 @@ void http_wait(Request *req, Waiter *w)
     if (park_take(req))
         return;
     http_suspend(req);
-    /* Suspended connections are invisible to MHD: watch the socket ourselves
-     * so that a client that hangs up leaves the queue now, not at its deadline. */
-    const union MHD_ConnectionInfo *info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (info && loop_watch(s->loop, info->connect_fd, &req->source))
-        req->watch_fd = info->connect_fd;
+    /* A client that hangs up leaves the queue now, not at its deadline. */
+    watch_hangup(req);
 }
 
 /* The waiter is leaving the queue (granted, timed out, gone). */

@@ -20,6 +20,7 @@ struct LeaseHist {
     size_t capacity; /* ring slots */
     size_t mask;     /* buckets - 1 (a power of two >= capacity) */
     size_t pos;      /* next slot to overwrite */
+    uint64_t seq;    /* the last sequence number given */
 };
 
 LeaseHist *leasehist_new(size_t capacity)
@@ -73,7 +74,7 @@ static void unlink_slot(LeaseHist *h, uint32_t slot)
     }
 }
 
-void leasehist_add(LeaseHist *h, const uint8_t id[16], uint64_t lock_id, uint64_t token, LeaseEnd how)
+uint64_t leasehist_add(LeaseHist *h, const uint8_t id[16], uint64_t lock_id, uint64_t token, LeaseEnd how)
 {
     uint32_t slot = (uint32_t)h->pos;
     Entry *e = &h->ring[slot];
@@ -87,6 +88,21 @@ void leasehist_add(LeaseHist *h, const uint8_t id[16], uint64_t lock_id, uint64_
     e->next = h->buckets[b];
     h->buckets[b] = slot;
     h->pos = (h->pos + 1) % h->capacity;
+    return ++h->seq;
+}
+
+void leasehist_continue_after(LeaseHist *h, uint64_t seq)
+{
+    if (seq > h->seq)
+        h->seq = seq;
+}
+
+void leasehist_load(LeaseHist *h, const uint8_t id[16], uint64_t lock_id, uint64_t token, LeaseEnd how,
+                    uint64_t seq)
+{
+    uint64_t last = h->seq;
+    leasehist_add(h, id, lock_id, token, how);
+    h->seq = seq > last ? seq : last; /* a replay gives no new numbers */
 }
 
 bool leasehist_find(const LeaseHist *h, const uint8_t id[16], uint64_t *lock_id, uint64_t *token,

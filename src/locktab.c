@@ -152,7 +152,7 @@ static LockResult find_or_create(Locktab *lt, const char *name, bool limit, cons
         return LOCK_OK;
     }
     if (limit && smap_len(lt->locks) >= lt->limits.max_locks)
-        return LOCK_OVERLOADED;
+        return LOCK_TOO_MANY_LOCKS;
     lock = calloc(1, sizeof *lock);
     if (!lock)
         return LOCK_NOMEM;
@@ -266,9 +266,17 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now)
 }
 
 /* Ends the current lease (count reached 0, or expiry) and passes the lock on. */
+/* Remembers an ended lease, and reports it for storage. */
+static void record_end(Locktab *lt, const Lock *lock, const uint8_t *lease, uint64_t token, LeaseEnd how)
+{
+    uint64_t seq = leasehist_add(lt->history, lease, lock->id, token, how);
+    if (lt->hooks.ended)
+        lt->hooks.ended(lt->hooks.ud, lock, lease, token, (int)how, seq);
+}
+
 static void end_lease(Locktab *lt, Lock *lock, LeaseEnd how, const Now *now)
 {
-    leasehist_add(lt->history, lock->holder.lease, lock->id, lock->holder.token, how);
+    record_end(lt, lock, lock->holder.lease, lock->holder.token, how);
     heap_remove(&lt->deadlines, &lock->expiry.entry);
     holder_clear(&lock->holder);
     lock->held = false;
@@ -301,7 +309,7 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
         left_ms = holder->ttl_ms;
     if (left_ms <= 0) {
         /* It expired while the server was down. */
-        leasehist_add(lt->history, holder->lease, lock->id, holder->token, LEASE_END_EXPIRED);
+        record_end(lt, lock, holder->lease, holder->token, LEASE_END_EXPIRED);
         idle_from(lt, lock, now);
         changed(lt, lock);
         return LOCK_OK;
@@ -349,7 +357,7 @@ static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void
                           const Now *now, Waiter **waiter_out)
 {
     if (lt->waiters >= lt->limits.max_waiters || lock->waiters.len >= lt->limits.max_waiters_per_lock)
-        return LOCK_OVERLOADED;
+        return LOCK_TOO_MANY_WAITERS;
     Waiter *w = calloc(1, sizeof *w);
     if (!w)
         return LOCK_NOMEM;
@@ -450,6 +458,16 @@ const Lock *locktab_held_by(const Locktab *lt, const char *name, const uint8_t *
 {
     const Lock *lock = held_by(lt, name, lease);
     return lock && lock->holder.deadline_ms > now->mono_ms ? lock : NULL;
+}
+
+void locktab_continue_history(Locktab *lt, uint64_t seq) { leasehist_continue_after(lt->history, seq); }
+
+void locktab_load_ended(Locktab *lt, const char *name, const uint8_t *lease, uint64_t token, int how,
+                        uint64_t seq)
+{
+    const Lock *lock = find(lt, name);
+    if (lock && (how == LEASE_END_EXPIRED || how == LEASE_END_RELEASED))
+        leasehist_load(lt->history, lease, lock->id, token, (LeaseEnd)how, seq);
 }
 
 NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8_t *lease)

@@ -53,6 +53,15 @@ static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, 
     }
 }
 
+static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
+{
+    Server *s = ud;
+    if (!commit_ended(s->commit, lock->name, lease, token, how, seq)) {
+        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
+        _exit(70);
+    }
+}
+
 static void on_granted(void *ud, void *waiter_ctx, const Lock *lock)
 {
     (void)ud;
@@ -96,6 +105,20 @@ static int load_guard_mark(void *ud, const StoreMark *m)
     return fence_load(ctx->s->guard_marks, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED ? 0 : -1;
 }
 
+static int load_history_seq(void *ud, uint64_t seq)
+{
+    LoadCtx *ctx = ud;
+    locktab_continue_history(ctx->s->locks, seq);
+    return 0;
+}
+
+static int load_ended(void *ud, const StoreEnded *e)
+{
+    LoadCtx *ctx = ud;
+    locktab_load_ended(ctx->s->locks, e->lock, e->lease, e->token, e->how, e->seq);
+    return 0;
+}
+
 static int load_floor(void *ud, const StoreFloor *f)
 {
     LoadCtx *ctx = ud;
@@ -121,7 +144,7 @@ int server_open(Server *s, const Config *cfg)
     s->commit = commit_new(s->store, err, sizeof err);
     LocktabLimits limits = {cfg->max_locks, cfg->max_waiters, cfg->max_waiters_per_lock, cfg->lease_history,
                             (int64_t)cfg->forget_idle_s * 1000};
-    LocktabHooks hooks = {s, on_changed, on_granted, on_timed_out, on_forgotten};
+    LocktabHooks hooks = {s, on_changed, on_granted, on_timed_out, on_forgotten, on_ended};
     s->locks = locktab_new(&limits, &hooks);
     FenceHooks fence_hooks = {s, on_fence_forgotten};
     s->fence = fence_new(cfg->max_fences, (int64_t)cfg->forget_idle_s * 1000, &fence_hooks);
@@ -132,7 +155,8 @@ int server_open(Server *s, const Config *cfg)
         return -1;
     }
     LoadCtx ctx = {s, clock_now(), 0, 0};
-    StoreLoad cb = {&ctx, load_lock, load_fence, load_guard_mark, load_floor};
+    StoreLoad cb = {&ctx, load_lock, load_fence, load_guard_mark, load_floor, load_history_seq, load_ended};
+    commit_keep_history(s->commit, cfg->lease_history);
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {
         fprintf(stderr, "leasegate: cannot load %s: %s\n", cfg->data_path, store_error(s->store));

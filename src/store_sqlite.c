@@ -27,11 +27,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* When you change the schema: add a step to MIGRATIONS (the step from
  * version N-1 to N), bump SCHEMA_VERSION, and write SCHEMA as the result. */
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
+
+/* Ended leases, pruned to the newest --lease-history by seq. */
+#define LEASE_HISTORY_SCHEMA                                                                                       \
+    "CREATE TABLE IF NOT EXISTS lease_history(lease BLOB PRIMARY KEY, lock TEXT NOT NULL, token INTEGER NOT NULL," \
+    "  how INTEGER NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID;"                                                 \
+    "CREATE INDEX IF NOT EXISTS lease_history_seq ON lease_history(seq);"
 
 /* A new database. meta holds schema_version, last_token, boot_id (text) and
  * boot (a counter that moves whenever boot_id changes; locks.boot says in
@@ -47,7 +54,8 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS fence_floors(bucket INTEGER PRIMARY KEY, floor INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS guard_marks(lock TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
-    "INSERT INTO meta(key, value) VALUES('schema_version', 2), ('last_token', 0), ('boot', 0);";
+    LEASE_HISTORY_SCHEMA
+    "INSERT INTO meta(key, value) VALUES('schema_version', 3), ('last_token', 0), ('boot', 0);";
 
 /* MIGRATIONS[v] takes a database of version v to v + 1. */
 static const char *const MIGRATIONS[SCHEMA_VERSION] = {
@@ -56,6 +64,7 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
           "CREATE TABLE IF NOT EXISTS fence_floors(bucket INTEGER PRIMARY KEY, floor INTEGER NOT NULL);"
           "INSERT OR IGNORE INTO meta(key, value) VALUES('boot', 0);"
           "UPDATE meta SET value = 2 WHERE key = 'schema_version';",
+    [2] = LEASE_HISTORY_SCHEMA "UPDATE meta SET value = 3 WHERE key = 'schema_version';",
 };
 
 enum {
@@ -70,6 +79,8 @@ enum {
     ST_PUT_FLOOR,
     ST_PUT_GUARD_MARK,
     ST_PUT_COUNTER,
+    ST_PUT_ENDED,
+    ST_PRUNE_ENDED,
     ST_COUNT
 };
 
@@ -83,6 +94,8 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_DELETE_LOCK] = "DELETE FROM locks WHERE name = ?1",
     [ST_DELETE_GUARD_MARK] = "DELETE FROM guard_marks WHERE lock = ?1",
     [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
+    [ST_PUT_ENDED] = "INSERT OR REPLACE INTO lease_history(lease, lock, token, how, seq) VALUES(?1, ?2, ?3, ?4, ?5)",
+    [ST_PRUNE_ENDED] = "DELETE FROM lease_history WHERE seq <= ?1",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
     [ST_DELETE_FENCE] = "DELETE FROM fences WHERE resource = ?1",
@@ -95,10 +108,13 @@ static const char *const STATEMENTS[ST_COUNT] = {
 typedef struct SqliteStore {
     Store base;
     int lock_fd; /* holds the flock; closed only after the database (see above) */
+    char *path;  /* owned */
+    ino_t wal_ino; /* the WAL file SQLite writes (0 until the first commit) */
+    dev_t wal_dev;
     sqlite3 *db;
     sqlite3_int64 boot; /* meta.boot of this run */
     sqlite3_stmt *st[ST_COUNT];
-    char err[256];
+    char err[512];
 } SqliteStore;
 
 static void set_err(SqliteStore *s, const char *what)
@@ -179,6 +195,63 @@ static int put_floors(SqliteStore *s, const StoreFloor *floors, size_t n)
     return 0;
 }
 
+static int put_ended(SqliteStore *s, const StoreEnded *e, size_t n, uint64_t keep)
+{
+    sqlite3_stmt *st = s->st[ST_PUT_ENDED];
+    uint64_t last = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sqlite3_bind_blob(st, 1, e[i].lease, LEASE_ID_BYTES, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_text(st, 2, e[i].lock, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_int64(st, 3, (sqlite3_int64)e[i].token) != SQLITE_OK ||
+            sqlite3_bind_int(st, 4, e[i].how) != SQLITE_OK ||
+            sqlite3_bind_int64(st, 5, (sqlite3_int64)e[i].seq) != SQLITE_OK) {
+            set_err(s, "bind ended lease");
+            return -1;
+        }
+        if (step_reset(s, st))
+            return -1;
+        if (e[i].seq > last)
+            last = e[i].seq;
+    }
+    if (n == 0 || keep == 0 || last <= keep)
+        return 0;
+    st = s->st[ST_PRUNE_ENDED];
+    if (sqlite3_bind_int64(st, 1, (sqlite3_int64)(last - keep)) != SQLITE_OK) {
+        set_err(s, "bind prune");
+        return -1;
+    }
+    return step_reset(s, st);
+}
+
+/* The files SQLite writes must still be the ones it opened: a database or WAL
+ * file that was deleted or replaced while the server ran takes every later
+ * commit with it (SQLite goes on writing to the unlinked file), so that is a
+ * storage failure like any other, found at the commit that would reveal it.
+ * A lost WAL still holds what was acknowledged: SQLite can still read it, so
+ * it is checkpointed into the database file first, which keeps every
+ * acknowledged change for the next start. */
+static int check_files(SqliteStore *s)
+{
+    struct stat db, path, wal;
+    char walpath[4200];
+    snprintf(walpath, sizeof walpath, "%s-wal", s->path);
+    if (fstat(s->lock_fd, &db) != 0 || db.st_nlink == 0 || stat(s->path, &path) != 0 || path.st_ino != db.st_ino ||
+        path.st_dev != db.st_dev) {
+        snprintf(s->err, sizeof s->err, "the database file %.150s was deleted or replaced while the server ran", s->path);
+        return -1;
+    }
+    if (stat(walpath, &wal) != 0 || (s->wal_ino && (wal.st_ino != s->wal_ino || wal.st_dev != s->wal_dev))) {
+        int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        snprintf(s->err, sizeof s->err, "the WAL file %.150s was deleted or replaced while the server ran; %s", walpath,
+                 rc == SQLITE_OK ? "what it held was copied into the database file"
+                                 : "copying what it held into the database file failed");
+        return -1;
+    }
+    s->wal_ino = wal.st_ino;
+    s->wal_dev = wal.st_dev;
+    return 0;
+}
+
 static int sqlite_commit(Store *base, const StoreBatch *b)
 {
     SqliteStore *s = (SqliteStore *)base;
@@ -208,11 +281,18 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
         put_floors(s, b->floors, b->nfloors) ||
         put_marks(s, s->st[ST_PUT_GUARD_MARK], NULL, b->guard_marks, b->nguard_marks))
         goto fail;
-    if (step_reset(s, s->st[ST_COMMIT]))
+    if (put_ended(s, b->ended, b->nended, b->history_keep) || step_reset(s, s->st[ST_COMMIT]))
         goto fail;
-    return 0;
+    return check_files(s);
 fail:
-    step_reset(s, s->st[ST_ROLLBACK]);
+    /* SQLite may have rolled back already (disk full, I/O error): then there is
+     * nothing to roll back, and the first error is the one to report. */
+    if (!sqlite3_get_autocommit(s->db)) {
+        char first[sizeof s->err];
+        memcpy(first, s->err, sizeof first);
+        step_reset(s, s->st[ST_ROLLBACK]);
+        memcpy(s->err, first, sizeof first);
+    }
     return -1;
 }
 
@@ -336,15 +416,71 @@ static int load_floors(SqliteStore *s, const StoreLoad *cb)
     return res;
 }
 
+static int one_value(SqliteStore *s, const char *sql, sqlite3_int64 *value)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        set_err(s, sql);
+        return -1;
+    }
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *value = sqlite3_column_int64(st, 0);
+    else
+        set_err(s, sql);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : -1;
+}
+
+static int load_ended(SqliteStore *s, const StoreLoad *cb)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT lease, lock, token, how, seq FROM lease_history ORDER BY seq", -1, &st,
+                           NULL) != SQLITE_OK) {
+        set_err(s, "load lease history");
+        return -1;
+    }
+    int rc, res = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        StoreEnded e = {(const char *)sqlite3_column_text(st, 1), sqlite3_column_blob(st, 0),
+                        (uint64_t)sqlite3_column_int64(st, 2), sqlite3_column_int(st, 3),
+                        (uint64_t)sqlite3_column_int64(st, 4)};
+        if (!e.lock || !e.lease || sqlite3_column_bytes(st, 0) != LEASE_ID_BYTES) {
+            snprintf(s->err, sizeof s->err, "corrupt lease history row");
+            res = -1;
+            break;
+        }
+        if (cb->ended(cb->ud, &e)) {
+            snprintf(s->err, sizeof s->err, "cannot load the lease history");
+            res = -1;
+            break;
+        }
+    }
+    if (res == 0 && rc != SQLITE_DONE) {
+        set_err(s, "load lease history");
+        res = -1;
+    }
+    sqlite3_finalize(st);
+    return res;
+}
+
 static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
 {
     SqliteStore *s = (SqliteStore *)base;
     sqlite3_int64 counter; /* databases of earlier versions kept it here */
     uint64_t max_token = 0;
-    if (read_meta(s, "last_token", &counter) || load_locks(s, cb, &max_token) ||
+    sqlite3_int64 history_seq;
+    if (read_meta(s, "last_token", &counter) ||
+        one_value(s, "SELECT coalesce(max(seq), 0) FROM lease_history", &history_seq))
+        return -1;
+    if (cb->history_seq(cb->ud, (uint64_t)history_seq)) {
+        snprintf(s->err, sizeof s->err, "cannot load the lease history");
+        return -1;
+    }
+    if (load_locks(s, cb, &max_token) ||
         load_marks(s, "SELECT resource, max_token FROM fences", cb->fence, cb->ud) ||
         load_marks(s, "SELECT lock, max_token FROM guard_marks", cb->guard_mark, cb->ud) ||
-        load_floors(s, cb))
+        load_floors(s, cb) || load_ended(s, cb))
         return -1;
     *last_token = (uint64_t)counter > max_token ? (uint64_t)counter : max_token;
     return 0;
@@ -362,26 +498,11 @@ static void sqlite_close(Store *base)
      * this one goes last. */
     if (s->lock_fd >= 0)
         close(s->lock_fd);
+    free(s->path);
     free(s);
 }
 
 static const char *sqlite_error(const Store *base) { return ((const SqliteStore *)base)->err; }
-
-static int one_value(SqliteStore *s, const char *sql, sqlite3_int64 *value)
-{
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
-        set_err(s, sql);
-        return -1;
-    }
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        *value = sqlite3_column_int64(st, 0);
-    else
-        set_err(s, sql);
-    sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? 0 : -1;
-}
 
 /* Inside the opening transaction: a new database gets the schema, an older
  * one is migrated step by step, a newer one is refused. */
@@ -451,7 +572,8 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
         return NULL;
     }
     s->base.ops = &SQLITE_OPS;
-    s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    s->path = strdup(path);
+    s->lock_fd = s->path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
     if (s->lock_fd < 0) {
         snprintf(s->err, sizeof s->err, "%s", strerror(errno));
         goto fail;

@@ -16,6 +16,8 @@ typedef struct Arena {
 void arena_init(Arena *a);
 void arena_clear(Arena *a);  /* frees everything */
 void arena_reset(Arena *a);  /* forgets every allocation, keeps one chunk */
+/* n bytes (not aligned: for strings and byte arrays), or NULL on allocation failure. */
+void *arena_alloc(Arena *a, size_t n);
 /* A copy of s in the arena, or NULL on allocation failure. */
 char *arena_strdup(Arena *a, const char *s);
 

@@ -63,6 +63,10 @@ void commit_counter(Commit *c, uint64_t counter);
 bool commit_fence(Commit *c, const char *resource, uint64_t max_token);
 /* A fence resource is forgotten: its row goes, its bucket's floor is `floor`. */
 bool commit_fence_forget(Commit *c, const char *resource, uint32_t bucket, uint64_t floor);
+/* A lease ended (see StoreEnded). */
+bool commit_ended(Commit *c, const char *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq);
+/* How many ended leases storage keeps (--lease-history); set before the first commit. */
+void commit_keep_history(Commit *c, uint64_t keep);
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token);
 
 /* True while some recorded change is not durable yet. */

@@ -23,6 +23,7 @@
 #include "leasegate/errors.h"
 #include "leasegate/locktab.h"
 #include "leasegate/loop.h"
+#include "leasegate/rawjson.h"
 #include "leasegate/server.h"
 
 #define HTTP_MAX_BODY (64 * 1024)
@@ -96,6 +97,8 @@ void http_address(const Server *s, char *out, size_t outlen);
  * A parked waiter (park.h) can only be answered with text (json/error/text). */
 void http_reply_response(Request *req, unsigned status, struct MHD_Response *resp);
 void http_reply_json_new(Request *req, unsigned status, json_t *body);
+/* The same, with raw JSON texts in place of rawjson_ref placeholders (rawjson.h). */
+void http_reply_json_raw_new(Request *req, unsigned status, json_t *body, const RawRefs *refs);
 void http_reply_text(Request *req, unsigned status, const char *content_type, char *text_new,
                      size_t len);
 void http_reply_static(Request *req, unsigned status, const char *content_type, const void *data,
@@ -103,6 +106,8 @@ void http_reply_static(Request *req, unsigned status, const char *content_type, 
 /* {"error": code, "message": ...} plus the fields of `extra` (taken over, may be NULL). */
 void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+void http_reply_error_raw(Request *req, ErrCode code, json_t *extra, const RawRefs *refs, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* Remembers that the reply about to be sent grants `lease` on `lock`. */
 void http_note_grant(Request *req, const char *lock, const uint8_t *lease);
 

@@ -73,6 +73,10 @@ typedef struct LocktabHooks {
     void (*timed_out)(void *ud, void *waiter_ctx, const Lock *lock);
     /* The lock stayed free for forget_idle_ms and is about to be freed. */
     void (*forgotten)(void *ud, const Lock *lock);
+    /* A lease of `lock` ended (how: a LeaseEnd); reported in the same call as
+     * the change that ended it, so it can share its commit. seq is its place
+     * in the lease history. */
+    void (*ended)(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq);
 } LocktabHooks;
 
 typedef struct LocktabLimits {
@@ -97,7 +101,8 @@ typedef enum LockResult {
     LOCK_QUEUED,      /* acquire: waiting; the waiter is returned */
     LOCK_BUSY,        /* acquire: held by another and not waiting */
     LOCK_NOT_HOLDER,  /* the given lease does not hold the lock */
-    LOCK_OVERLOADED,  /* a limit on locks or waiters was reached */
+    LOCK_TOO_MANY_LOCKS,   /* max_locks names are known */
+    LOCK_TOO_MANY_WAITERS, /* max_waiters, or max_waiters_per_lock for this lock */
     LOCK_NOMEM,
 } LockResult;
 
@@ -139,6 +144,12 @@ LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, 
 /* The lock `name` held by `lease` right now (its deadline not passed, even
  * if locktab_tick has not run yet), or NULL. */
 const Lock *locktab_held_by(const Locktab *lt, const char *name, const uint8_t *lease, const Now *now);
+/* Start-up, before the locks: the last lease-history number stored. */
+void locktab_continue_history(Locktab *lt, uint64_t seq);
+/* Start-up, after the locks: an ended lease read from storage (oldest
+ * first). Leases of locks that are no longer known are skipped. */
+void locktab_load_ended(Locktab *lt, const char *name, const uint8_t *lease, uint64_t token, int how,
+                        uint64_t seq);
 /* Why `lease` does not hold lock `name` (after LOCK_NOT_HOLDER). */
 NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8_t *lease);
 /* Removes a waiter whose client went away. Its hooks are never called. */

@@ -41,6 +41,15 @@ typedef struct StoreFloor {
     uint64_t floor;
 } StoreFloor;
 
+/* A lease that ended (for not_holder reasons after a restart). */
+typedef struct StoreEnded {
+    const char *lock;
+    const uint8_t *lease; /* LEASE_ID_BYTES */
+    uint64_t token;
+    int how; /* LeaseEnd */
+    uint64_t seq;
+} StoreEnded;
+
 typedef struct StoreBatch {
     const StoreLock *locks;
     size_t nlocks;
@@ -50,6 +59,9 @@ typedef struct StoreBatch {
     size_t nguard_marks;
     const StoreFloor *floors;
     size_t nfloors;
+    const StoreEnded *ended;
+    size_t nended;
+    uint64_t history_keep; /* ended leases kept: the newest this many (by seq) */
     /* Nonzero when the batch forgets locks: the global token counter, which the
      * deleted rows can no longer vouch for. */
     uint64_t counter;
@@ -62,6 +74,10 @@ typedef struct StoreLoad {
     int (*fence)(void *ud, const StoreMark *fence);
     int (*guard_mark)(void *ud, const StoreMark *mark);
     int (*floor)(void *ud, const StoreFloor *floor);
+    /* Before the locks: the largest seq of a stored ended lease (0: none). */
+    int (*history_seq)(void *ud, uint64_t seq);
+    /* After the locks: ended leases, oldest first. */
+    int (*ended)(void *ud, const StoreEnded *ended);
 } StoreLoad;
 
 typedef struct Store Store;

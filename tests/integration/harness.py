@@ -121,6 +121,21 @@ def raise_nofile_limit():
     return target
 
 
+def slow_disk_env(ms):
+    """Environment for Server(extra_env=...) that makes every fsync take `ms` longer
+    (tests/faults/slowsync.c), or None when the library was not built. Widens the
+    window in which an answer waits for its commit."""
+    lib = os.environ.get("LEASEGATE_SLOWSYNC")
+    if not lib or not os.path.exists(lib):
+        return None
+    env = {"LD_PRELOAD": lib, "SLOWSYNC_MS": str(ms)}
+    if os.environ.get("LEASEGATE_SANITIZED") == "1":
+        # The library is built with the sanitizers too; ASan then is not first in
+        # the preload order, which is fine for a library this small.
+        env["ASAN_OPTIONS"] = "verify_asan_link_order=0"
+    return env
+
+
 def now_ms():
     return int(time.time() * 1000)
 
@@ -236,9 +251,10 @@ class Client:
 class Server:
     """The real leasegate binary, started on a free loopback port."""
 
-    def __init__(self, extra_args=None, data_dir=None, start=True):
+    def __init__(self, extra_args=None, data_dir=None, start=True, extra_env=None):
         self.bin = binary_path()
         self.extra_args = list(extra_args or [])
+        self.extra_env = dict(extra_env or {})
         self._own_dir = data_dir is None
         self.dir = data_dir or tempfile.mkdtemp(prefix="leasegate-it-")
         self.data_path = os.path.join(self.dir, "leasegate.db")
@@ -265,8 +281,9 @@ class Server:
         self._stderr_path = err_path
         args = [self.bin, "serve", "--listen", "127.0.0.1:0", "--data", self.data_path]
         args += self.extra_args
+        env = dict(os.environ, **self.extra_env) if self.extra_env else None
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=self._stderr_file, cwd=self.dir)
+                                     stderr=self._stderr_file, cwd=self.dir, env=env)
         port_box = []
         ready = threading.Event()
         proc = self.proc

@@ -58,6 +58,24 @@ static int load_guard_mark(void *ud, const StoreMark *m)
     return 0;
 }
 
+static uint64_t loaded_history_seq;
+static int load_history_seq(void *ud, uint64_t seq)
+{
+    (void)ud;
+    loaded_history_seq = seq;
+    return 0;
+}
+static uint64_t loaded_ended_seqs[16];
+static int loaded_ended;
+static int load_ended(void *ud, const StoreEnded *e)
+{
+    (void)ud;
+    if (loaded_ended < 16)
+        loaded_ended_seqs[loaded_ended] = e->seq;
+    loaded_ended++;
+    return 0;
+}
+
 static void wait_done(Commit *c)
 {
     struct pollfd p = {commit_fd(c), POLLIN, 0};
@@ -79,6 +97,7 @@ int main(int argc, char **argv)
         return check_report("commit");
     Commit *c = commit_new(st, err, sizeof err);
     CHECK(!commit_pending(c));
+    commit_keep_history(c, 3);
 
     Lock lock = {0};
     char name[16];
@@ -103,6 +122,11 @@ int main(int argc, char **argv)
      * counter it vouched for (10) must survive in meta. */
     CHECK(commit_forget(c, "k9", 10));
     CHECK(commit_guard_mark(c, "k3", 4));
+    /* Five ended leases; storage keeps the newest three. */
+    for (int i = 1; i <= 5; i++) {
+        uint8_t lease[LEASE_ID_BYTES] = {(uint8_t)i};
+        CHECK(commit_ended(c, "k1", lease, (uint64_t)i, 2, (uint64_t)(100 + i)));
+    }
     CHECK(commit_pending(c));
     commit_flush(c);
     /* While the first batch is in flight, the next one fills up. */
@@ -135,18 +159,20 @@ int main(int argc, char **argv)
     CHECK(commit_forget(c, "late", 11));
     commit_flush(c);
     wait_done(c);
-    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 18);
+    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 23);
     commit_free(c);
     store_close(st);
 
     st = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(st != NULL);
-    StoreLoad cb = {NULL, load_lock, load_fence, load_guard_mark, load_floor};
+    StoreLoad cb = {NULL, load_lock, load_fence, load_guard_mark, load_floor, load_history_seq, load_ended};
     uint64_t last_token = 0;
     CHECK(store_load(st, &cb, &last_token) == 0);
     CHECK(loaded_locks == 9);
     CHECK(loaded_token_of_k7 == 8);
     CHECK(loaded_fence == 42 && loaded_fences == 1);
+    CHECK(loaded_history_seq == 105);
+    CHECK(loaded_ended == 3 && loaded_ended_seqs[0] == 103 && loaded_ended_seqs[2] == 105);
     CHECK(loaded_floor == 30 && loaded_floor_bucket == 77);
     /* Same boot: the boot-clock deadline comes back as written. */
     CHECK(loaded_deadline_of_k7 == 5007);

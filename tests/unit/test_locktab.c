@@ -58,7 +58,7 @@ static Locktab *table(size_t max_waiters_per_lock)
     memset(&rec, 0, sizeof rec);
     rec.tokens_monotonic = true;
     LocktabLimits limits = {1000, 1000, max_waiters_per_lock, 128, 60000};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, NULL};
     return locktab_new(&limits, &hooks);
 }
 
@@ -195,7 +195,7 @@ static void test_limits(void)
     CHECK(acquire(lt, "l", 0, 1000, 0, &lock, &w) == LOCK_OK);
     CHECK(acquire(lt, "l", 1, 1000, 100, &lock, &w) == LOCK_QUEUED);
     CHECK(acquire(lt, "l", 2, 1000, 100, &lock, &w) == LOCK_QUEUED);
-    CHECK(acquire(lt, "l", 3, 1000, 100, &lock, &w) == LOCK_OVERLOADED);
+    CHECK(acquire(lt, "l", 3, 1000, 100, &lock, &w) == LOCK_TOO_MANY_WAITERS);
     CHECK(locktab_waiters(lt) == 2);
     locktab_free(lt);
 }
