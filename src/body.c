@@ -23,6 +23,10 @@ json_t *body_object_new(Request *req, const char *const *allowed)
     json_error_t err;
     json_t *obj = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
     if (!obj) {
+        if (json_error_code(&err) == json_error_out_of_memory) {
+            http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory while reading the body; retry");
+            return NULL;
+        }
         char field[80];
         if (json_error_code(&err) == json_error_numeric_overflow &&
             rawjson_member_at(req->body, req->body_len, (size_t)err.position, field, sizeof field)) {

@@ -21,6 +21,7 @@ void config_defaults(Config *c)
     c->max_locks = 10000000;
     c->max_fences = 1000000;
     c->idle_timeout_s = 60;
+    c->dead_client_s = 30;
     c->lease_history = 65536;
     c->guard_timeout_s = 30;
     c->guard_max_calls = 256;
@@ -48,6 +49,9 @@ void config_usage(FILE *out)
             "  --max-locks N               lock names known at once, then 503 (default 10000000)\n"
             "  --max-fences N              distinct fence resources, then 503 (default 1000000)\n"
             "  --idle-timeout SECONDS      close idle keep-alive connections after (default 60)\n"
+            "  --dead-client-after SECONDS a waiter whose client vanished without closing (dead host,\n"
+            "                              dropped network) leaves the queue within this (TCP keepalive;\n"
+            "                              default 30)\n"
             "  --lease-history N           ended leases remembered to explain not_holder (default 65536)\n"
             "  --forget-idle-after SECONDS a lock free that long (no holder, no waiter) is forgotten:\n"
             "                              its name and last_token go; tokens still only grow (default 86400)\n"
@@ -168,6 +172,7 @@ static const NumFlag NUM_FLAGS[] = {
     {"--max-fences", 1, 1000000000, offsetof(Config, max_fences), false},
     {"--lease-history", 1, 100000000, offsetof(Config, lease_history), false},
     {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},
+    {"--dead-client-after", 2, 3600, offsetof(Config, dead_client_s), true},
     {"--guard-timeout", 1, 3600, offsetof(Config, guard_timeout_s), true},
     {"--guard-max-calls", 1, 100000, offsetof(Config, guard_max_calls), false},
     {"--forget-idle-after", 1, 31536000, offsetof(Config, forget_idle_s), true},

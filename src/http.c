@@ -15,6 +15,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,7 +215,7 @@ void http_reply_json_new(Request *req, unsigned status, json_t *body) { http_rep
 
 void http_reply_json_raw_new(Request *req, unsigned status, json_t *body, const RawRefs *refs)
 {
-    char *text = !body ? NULL : refs ? rawjson_dumps(body, refs) : json_dumps(body, JSON_COMPACT);
+    char *text = body ? rawjson_dumps(body, refs) : NULL;
     json_decref(body);
     if (!text) {
         send_response(req, status, NULL);
@@ -273,9 +274,29 @@ const char *http_query(Request *req, const char *key)
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+/* A waiter's client may vanish without a FIN or RST (a dead host, a dropped
+ * network): TCP keepalive probes find out, and the socket then reports an
+ * error, which takes the waiter out of the queue within --dead-client-after
+ * seconds, so that FIFO does not stall behind it. */
+static void probe_liveness(Server *s, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!info)
+        return;
+    int t = (int)s->cfg.dead_client_s;
+    int idle = t / 2 > 0 ? t / 2 : 1, interval = t / 6 > 0 ? t / 6 : 1;
+    int count = (t - idle) / interval > 0 ? (t - idle) / interval : 1;
+    int one = 1;
+    setsockopt(info->connect_fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(info->connect_fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(info->connect_fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(info->connect_fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+}
+
 void http_wait(Request *req, Waiter *w)
 {
     Server *s = req->srv;
+    probe_liveness(s, req->conn);
     req->waiter = w;
     dlist_append(&s->waiting, &req->wlink);
     req->in_waiting = true;
@@ -373,7 +394,7 @@ static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message
     Server *s = req->srv;
     req->status = error_status(code);
     json_t *body = json_pack("{s:s, s:s}", "error", error_code(code), "message", message);
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body ? rawjson_dumps(body, NULL) : NULL;
     json_decref(body);
     if (!text)
         return MHD_NO;
@@ -451,6 +472,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * for this request, so the answer needs no commit. */
         if (s->stopping)
             return reply_now(req, ERR_OVERLOADED, "server is shutting down; retry");
+        if (strlen(req->raw_uri) > HTTP_MAX_TARGET)
+            return reply_now(req, ERR_URI_TOO_LONG, "the request target is longer than 8192 bytes");
+        const union MHD_ConnectionInfo *head = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        if (head && head->header_size > HTTP_MAX_HEAD)
+            return reply_now(req, ERR_HEADERS_TOO_LARGE, "the request line and headers are larger than 12288 bytes");
         const GuardRoute *g = guard_match(s, req->raw_uri);
         if (g) {
             req->in_handler = true;

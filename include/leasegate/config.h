@@ -31,6 +31,7 @@ typedef struct Config {
     size_t max_locks;
     size_t max_fences;
     unsigned idle_timeout_s;      /* idle keep-alive connections are closed after this */
+    unsigned dead_client_s;       /* a waiter whose client vanished leaves the queue within this */
     size_t lease_history;         /* ended leases remembered for not_holder reasons */
     unsigned forget_idle_s;       /* a lock free (no holder, no waiter) this long is forgotten */
     GuardRoute guards[CONFIG_MAX_GUARDS];

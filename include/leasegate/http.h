@@ -27,6 +27,11 @@
 #include "leasegate/server.h"
 
 #define HTTP_MAX_BODY (64 * 1024)
+/* Limits on a request's target and head, below libmicrohttpd's own (its
+ * 16 KiB connection pool), so that our JSON error answers them: beyond the
+ * pool libmicrohttpd answers 414/431 itself, in HTML. */
+#define HTTP_MAX_TARGET (8 * 1024)
+#define HTTP_MAX_HEAD (12 * 1024)
 
 struct MHD_Connection;
 struct MHD_Response;

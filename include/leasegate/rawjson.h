@@ -34,8 +34,8 @@ typedef struct RawRefs {
 /* A placeholder for `text` (a new reference), or NULL when refs is full or
  * out of memory. */
 json_t *rawjson_ref(RawRefs *refs, const char *text);
-/* json_dumps(JSON_COMPACT) of body with every placeholder replaced; malloc'd,
- * NULL on failure. */
+/* Compact JSON text of body with every placeholder replaced (refs may be
+ * NULL: none); malloc'd, NULL on failure, never a partial text. */
 char *rawjson_dumps(const json_t *body, const RawRefs *refs);
 
 #endif

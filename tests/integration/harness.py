@@ -23,7 +23,8 @@ import time
 import unittest
 import uuid
 
-READY_RE = re.compile(r"^leasegate: listening on http://127\.0\.0\.1:(\d+)\s*$")
+# Any IPv4 address: tests that listen on 0.0.0.0 (network namespaces) still reach it at 127.0.0.1.
+READY_RE = re.compile(r"^leasegate: listening on http://\d+\.\d+\.\d+\.\d+:(\d+)\s*$")
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 
@@ -108,9 +109,16 @@ def binary_path():
     return os.path.abspath(path)
 
 
-def raise_nofile_limit():
-    """Raise RLIMIT_NOFILE soft limit to the hard limit (inherited by the server)."""
+def raise_nofile_limit(want=65536):
+    """Raise RLIMIT_NOFILE soft limit to the hard limit (inherited by the server); as
+    root, first raise the hard limit to `want` when it is lower."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+            soft, hard = want, want
+        except (ValueError, OSError):
+            pass
     if hard == resource.RLIM_INFINITY:
         target = 1 << 20
     else:

@@ -336,6 +336,21 @@ class BadInputTests(unittest.TestCase):
         # An unknown field whose name is cut mid-character when echoed.
         self.assert_400(self.acq({"owner": "a", "\u00e9" * 60: 1}), None)
 
+    def test_long_targets_and_heads_get_json_errors(self):
+        """Up to libmicrohttpd's own limit (a 16 KiB head), an over-long target or head
+        gets our JSON error, not an HTML page or an empty reply."""
+        for n in (9000, 12000, 15500):
+            st, h, body = harness.raw_http(self.srv.port, ("GET /v1/locks/%s HTTP/1.1\r\nHost: x\r\n\r\n"
+                                                           % ("a" * n)).encode())
+            self.assertEqual(st, 414, body[:100])
+            self.assertIn("application/json", h.get("content-type", ""))
+            self.assertEqual(json.loads(body)["error"], "uri_too_long")
+        for n in (12500, 15500):
+            st, h, body = harness.raw_http(self.srv.port, ("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n"
+                                                           % ("b" * n)).encode())
+            self.assertEqual(st, 431, body[:100])
+            self.assertEqual(json.loads(body)["error"], "headers_too_large")
+
     def test_wrong_method_405(self):
         cases = [
             ("GET", "/v1/locks/x/acquire", "POST"),

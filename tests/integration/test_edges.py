@@ -296,5 +296,67 @@ class MetadataAsSentTests(harness.ServerTestCase):
         self.assertIn("64 bits", b["message"])
 
 
+@unittest.skipUnless(os.geteuid() == 0, "network namespaces need root")
+class VanishedClientTests(unittest.TestCase):
+    """A waiter whose host vanishes (no FIN, no RST: a dead machine, a cut cable) must
+    leave the queue within --dead-client-after, or every later waiter stalls behind it
+    and the lock goes to nobody when it is released. The client runs in a network
+    namespace behind a veth pair, which is then deleted."""
+
+    NS = "lgt%d" % os.getpid()
+
+    def ip(self, *args, check=True):
+        import subprocess
+        r = subprocess.run(("ip",) + args, capture_output=True, text=True)
+        if check and r.returncode:
+            raise AssertionError("ip %s: %s" % (" ".join(args), r.stderr))
+        return r
+
+    def setUp(self):
+        import subprocess
+        if subprocess.run(["ip", "netns", "add", self.NS], capture_output=True).returncode:
+            self.skipTest("cannot create a network namespace here")
+        self.client = None
+        self.ip("link", "add", self.NS + "h", "type", "veth", "peer", "name", self.NS + "c")
+        self.ip("link", "set", self.NS + "c", "netns", self.NS)
+        self.ip("addr", "add", "10.231.77.1/30", "dev", self.NS + "h")
+        self.ip("link", "set", self.NS + "h", "up")
+        self.ip("netns", "exec", self.NS, "ip", "addr", "add", "10.231.77.2/30", "dev", self.NS + "c")
+        self.ip("netns", "exec", self.NS, "ip", "link", "set", self.NS + "c", "up")
+        self.srv = harness.Server(extra_args=["--listen", "0.0.0.0:0", "--dead-client-after", "3"])
+
+    def tearDown(self):
+        if self.client is not None:
+            harness.kill_process(self.client)
+        self.srv.cleanup()
+        self.ip("link", "del", self.NS + "h", check=False)
+        self.ip("netns", "del", self.NS, check=False)
+
+    def test_a_vanished_waiter_leaves_the_queue(self):
+        import subprocess
+        import sys
+        st, _, h = self.srv.acquire("vanish", "holder", ttl_ms=600000)
+        self.assertEqual(st, 200, h)
+        code = ("import socket, time\n"
+                "s = socket.create_connection(('10.231.77.1', %d))\n"
+                "s.sendall(%r)\n"
+                "time.sleep(120)\n" % (self.srv.port, post("/v1/locks/vanish/acquire",
+                                                           {"owner": "ghost", "wait_ms": 600000})))
+        self.client = subprocess.Popen(["ip", "netns", "exec", self.NS, sys.executable, "-c", code])
+        self.srv.wait_until(lambda: self.srv.waiters("vanish") == 1, timeout=10, what="the ghost waiter")
+        self.ip("link", "del", self.NS + "h")  # the client's network is gone: nothing reaches us again
+        self.srv.wait_until(lambda: self.srv.waiters("vanish") == 0, timeout=30,
+                            what="the vanished waiter to leave the queue")
+        # The next waiter is served, not stalled behind the ghost.
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=acquire_once(self.srv, "vanish", wait_ms=20000)),
+                             daemon=True)
+        t.start()
+        self.srv.wait_until(lambda: self.srv.waiters("vanish") == 1, what="the live waiter")
+        self.assertEqual(self.srv.release("vanish", h["lease"])[0], 200)
+        t.join(20)
+        self.assertEqual(out["r"][0], 200, out)
+
+
 if __name__ == "__main__":
     harness.run_tests()
