@@ -283,6 +283,7 @@ class Server:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("server already running")
         raise_nofile_limit()
+        self._finish_files()  # a server that stopped by itself left its files open
         self.starts += 1
         err_path = os.path.join(self.dir, "stderr.%d.log" % self.starts)
         self._stderr_file = open(err_path, "wb")
