@@ -332,21 +332,19 @@ class VanishedClientTests(unittest.TestCase):
         import subprocess
         if subprocess.run(["ip", "netns", "add", self.NS], capture_output=True).returncode:
             self.skipTest("cannot create a network namespace here")
-        self.client = None
+        # Cleanups run also when setUp fails halfway (tearDown would not).
+        self.addCleanup(self.ip, "netns", "del", self.NS, check=False)
         self.ip("link", "add", self.NS + "h", "type", "veth", "peer", "name", self.NS + "c")
+        self.addCleanup(self.ip, "link", "del", self.NS + "h", check=False)
         self.ip("link", "set", self.NS + "c", "netns", self.NS)
         self.ip("addr", "add", "10.231.77.1/30", "dev", self.NS + "h")
         self.ip("link", "set", self.NS + "h", "up")
         self.ip("netns", "exec", self.NS, "ip", "addr", "add", "10.231.77.2/30", "dev", self.NS + "c")
         self.ip("netns", "exec", self.NS, "ip", "link", "set", self.NS + "c", "up")
+        self.client = None
+        self.addCleanup(lambda: self.client is not None and harness.kill_process(self.client))
         self.srv = harness.Server(extra_args=["--listen", "0.0.0.0:0", "--dead-client-after", "3"])
-
-    def tearDown(self):
-        if self.client is not None:
-            harness.kill_process(self.client)
-        self.srv.cleanup()
-        self.ip("link", "del", self.NS + "h", check=False)
-        self.ip("netns", "del", self.NS, check=False)
+        self.addCleanup(self.srv.cleanup)
 
     def test_a_vanished_waiter_leaves_the_queue(self):
         import subprocess
