@@ -29,12 +29,14 @@
 /* After a wave of at least this many parked connections has mostly gone, the
  * freed memory is handed back to the OS (glibc keeps it in the heap). */
 #define TRIM_WAVE 1000
+#define TRIM_WAVE_LOCKS 10000
 
 struct Loop {
     Server *s;
     int epfd;
     int sigfd;
     size_t suspended_peak; /* since the last trim */
+    size_t locks_peak;     /* lock names known, since the last trim */
     LoopSource mhd_src, commit_src, signal_src;
 };
 
@@ -114,17 +116,24 @@ static int next_timeout_ms(Loop *l, int cap_ms)
     return t > 1000000 ? 1000000 : (int)t;
 }
 
-/* A wave of long-polls leaves its connections' memory resident in the heap
- * (freed, but not returned): give it back once the wave has mostly gone. */
+/* A wave of long-polls, or of lock names, leaves its memory resident in the
+ * heap (freed, but not returned): give it back once the wave has mostly gone. */
+static bool wave_gone(size_t now, size_t *peak, size_t wave)
+{
+    if (now > *peak)
+        *peak = now;
+    if (*peak < wave || now >= *peak / 4)
+        return false;
+    *peak = now;
+    return true;
+}
+
 static void trim_after_wave(Loop *l)
 {
-    size_t now = l->s->suspended.len + l->s->parked.len;
-    if (now > l->suspended_peak)
-        l->suspended_peak = now;
-    if (l->suspended_peak >= TRIM_WAVE && now < l->suspended_peak / 4) {
+    bool conns = wave_gone(l->s->suspended.len + l->s->parked.len, &l->suspended_peak, TRIM_WAVE);
+    bool names = wave_gone(locktab_locks(l->s->locks), &l->locks_peak, TRIM_WAVE_LOCKS);
+    if (conns || names)
         malloc_trim(0);
-        l->suspended_peak = now;
-    }
 }
 
 /* One turn of the loop. Returns -1 when storage failed (nothing more may be sent). */
