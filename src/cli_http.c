@@ -1,5 +1,6 @@
 /* cli_http — the CLI's blocking HTTP client (libcurl easy) and small helpers. */
 #include <curl/curl.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,10 @@ bool cli_parse_duration(const char *s, int64_t *ms)
     char *end;
     if (!s || *s < '0' || *s > '9')
         return false;
+    errno = 0;
     long long v = strtoll(s, &end, 10);
+    if (errno == ERANGE) /* strtoll saturates: never take that for the value given */
+        return false;
     long long unit;
     if (!strcmp(end, "ms"))
         unit = 1;

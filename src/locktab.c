@@ -307,13 +307,9 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
                                                : holder->expires_at_ms - now->wall_ms;
     if (holder->deadline_ms < 0 && left_ms > holder->ttl_ms)
         left_ms = holder->ttl_ms;
-    if (left_ms <= 0) {
-        /* It expired while the server was down. */
-        record_end(lt, lock, holder->lease, holder->token, LEASE_END_EXPIRED);
-        idle_from(lt, lock, now);
-        changed(lt, lock);
-        return LOCK_OK;
-    }
+    /* A lease that expired while the server was down is loaded all the same,
+     * with its deadline passed: the first locktab_tick ends it, after the
+     * stored history is replayed, so that its end is the newest entry. */
     Holder *h = &lock->holder;
     *h = *holder;
     h->owner = strdup(holder->owner);
@@ -384,13 +380,33 @@ static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void
     return LOCK_QUEUED;
 }
 
+/* A lease whose deadline has passed ends before anything else is done with its
+ * lock, even when locktab_tick has not run yet (the loop ticks once per turn and
+ * handlers read a later clock): no renewal, release or reentry ever answers OK
+ * after the expiry time announced. */
+static void expire_if_due(Locktab *lt, Lock *lock, const Now *now)
+{
+    if (lock->held && lock->holder.deadline_ms <= now->mono_ms) {
+        lt->expiries++;
+        end_lease(lt, lock, LEASE_END_EXPIRED, now);
+    }
+}
+
+static Lock *find_live(Locktab *lt, const char *name, const Now *now)
+{
+    Lock *lock = find(lt, name);
+    if (lock)
+        expire_if_due(lt, lock, now);
+    return lock;
+}
+
 LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *args, void *waiter_ctx,
                            const Now *now, const Lock **lock_out, Waiter **waiter_out)
 {
     *lock_out = NULL;
     *waiter_out = NULL;
     if (args->lease) {
-        Lock *lock = find(lt, name);
+        Lock *lock = find_live(lt, name, now);
         if (!lock || !lock->held || memcmp(lock->holder.lease, args->lease, LEASE_ID_BYTES) != 0)
             return LOCK_NOT_HOLDER;
         *lock_out = lock;
@@ -401,6 +417,7 @@ LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *arg
     if (r != LOCK_OK)
         return r;
     *lock_out = lock;
+    expire_if_due(lt, lock, now);
     if (!lock->held) {
         char *owner = strdup(args->owner);
         char *metadata = strdup(args->metadata ? args->metadata : "{}");
@@ -417,9 +434,9 @@ LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *arg
     return enqueue(lt, lock, args, waiter_ctx, now, waiter_out);
 }
 
-static Lock *held_by(const Locktab *lt, const char *name, const uint8_t *lease)
+static Lock *held_by(Locktab *lt, const char *name, const uint8_t *lease, const Now *now)
 {
-    Lock *lock = find(lt, name);
+    Lock *lock = find_live(lt, name, now);
     if (!lock || !lock->held || memcmp(lock->holder.lease, lease, LEASE_ID_BYTES) != 0)
         return NULL;
     return lock;
@@ -428,7 +445,7 @@ static Lock *held_by(const Locktab *lt, const char *name, const uint8_t *lease)
 LockResult locktab_renew(Locktab *lt, const char *name, const uint8_t *lease, int64_t ttl_ms,
                          const Now *now, const Lock **lock_out)
 {
-    Lock *lock = held_by(lt, name, lease);
+    Lock *lock = held_by(lt, name, lease, now);
     *lock_out = lock;
     if (!lock)
         return LOCK_NOT_HOLDER;
@@ -441,7 +458,7 @@ LockResult locktab_renew(Locktab *lt, const char *name, const uint8_t *lease, in
 LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, const Now *now,
                            uint32_t *count_left)
 {
-    Lock *lock = held_by(lt, name, lease);
+    Lock *lock = held_by(lt, name, lease, now);
     *count_left = 0;
     if (!lock)
         return LOCK_NOT_HOLDER;
@@ -456,8 +473,10 @@ LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, 
 
 const Lock *locktab_held_by(const Locktab *lt, const char *name, const uint8_t *lease, const Now *now)
 {
-    const Lock *lock = held_by(lt, name, lease);
-    return lock && lock->holder.deadline_ms > now->mono_ms ? lock : NULL;
+    const Lock *lock = find(lt, name);
+    if (!lock || !lock->held || memcmp(lock->holder.lease, lease, LEASE_ID_BYTES) != 0)
+        return NULL;
+    return lock->holder.deadline_ms > now->mono_ms ? lock : NULL;
 }
 
 void locktab_continue_history(Locktab *lt, uint64_t seq) { leasehist_continue_after(lt->history, seq); }
@@ -510,9 +529,7 @@ void locktab_tick(Locktab *lt, const Now *now)
     while ((e = heap_peek(&lt->deadlines)) && e->deadline_ms <= now->mono_ms) {
         Deadline *d = CONTAINER_OF(e, Deadline, entry);
         if (d->kind == DEADLINE_EXPIRY) {
-            Lock *lock = CONTAINER_OF(d, Lock, expiry);
-            lt->expiries++;
-            end_lease(lt, lock, LEASE_END_EXPIRED, now);
+            expire_if_due(lt, CONTAINER_OF(d, Lock, expiry), now);
         } else if (d->kind == DEADLINE_IDLE) {
             forget(lt, CONTAINER_OF(d, Lock, idle));
         } else {

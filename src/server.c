@@ -163,6 +163,7 @@ int server_open(Server *s, const Config *cfg)
         return -1;
     }
     locktab_raise_last_token(s->locks, last_token);
+    locktab_tick(s->locks, &ctx.now); /* ends the leases that expired while the server was down */
     fprintf(stderr, "leasegate: loaded %zu locks (%zu held, %zu expired while down), last token %llu, from %s\n",
             ctx.locks, locktab_held(s->locks), ctx.held - locktab_held(s->locks),
             (unsigned long long)locktab_last_token(s->locks), cfg->data_path);

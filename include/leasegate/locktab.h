@@ -121,11 +121,11 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks);
 void locktab_free(Locktab *lt);
 
 /* Start-up: adds a lock read from storage (max_locks applies to new names
- * only). A holder whose expiry has passed is released (reported through
- * hooks.changed). `holder` may be NULL. The holder's deadline is kept when
- * it is on this boot's clock; a holder from another boot (the machine
- * restarted) keeps what is left until its expires_at_ms by the wall clock,
- * but never more than one ttl. */
+ * only). A holder whose expiry has passed is loaded too, and released by the
+ * first locktab_tick (call it once loading is done). `holder` may be NULL.
+ * The holder's deadline is kept when it is on this boot's clock; a holder
+ * from another boot (the machine restarted) keeps what is left until its
+ * expires_at_ms by the wall clock, but never more than one ttl. */
 LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, const Holder *holder,
                         const Now *now);
 

@@ -64,6 +64,21 @@ class BadInputTests(unittest.TestCase):
                 self.assert_400(self.post(path, raw=raw.encode("utf-8", "surrogatepass")
                                           if isinstance(raw, str) else raw))
 
+    def test_nul_byte_in_body(self):
+        """Found by fuzzing: jansson skips a NUL byte after a number or a literal, and the
+        metadata (kept as sent) was stored cut at the NUL, so that every later answer
+        showing the lock (its grant, GET, the whole listing) was invalid JSON."""
+        for raw in (b'{"owner":"me","metadata":{"a":1\x00}}', b'{"owner":"me","metadata":{"a":true\x00}}',
+                    b'{"owner":"me"\x00}', b'{"owner":"me","ttl_ms":5000\x00}'):
+            b = self.assert_400(self.acq(raw=raw, name="bad/nul"))
+            self.assertIn("NUL", b["message"])
+        st, _, g = self.srv.get_lock("bad/nul")
+        self.assertIn(st, (200, 404), g)
+        self.assertFalse(isinstance(g, dict) and g.get("held"), g)
+        st, _, listing = self.srv.request("GET", "/v1/locks")
+        self.assertEqual(st, 200, listing)
+        self.assertIsInstance(listing, dict, "the listing is not JSON: %r" % (listing,))
+
     def test_invalid_utf8(self):
         self.assert_400(self.acq(raw=b'{"owner": "a\xff\xfeb"}'))
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "leasegate/leasehist.h"
 #include "leasegate/locktab.h"
 
 typedef struct Rec {
@@ -212,11 +213,14 @@ static void test_load(void)
     dead.token = 8;
     dead.expires_at_ms = now.wall_ms - 1;
     CHECK(locktab_load(lt, "live", 7, &live, &now) == LOCK_OK);
-    int before = rec.changed;
     CHECK(locktab_load(lt, "dead", 8, &dead, &now) == LOCK_OK);
-    CHECK(rec.changed == before + 1); /* the release is recorded */
     CHECK(locktab_load(lt, "idle", 3, NULL, &now) == LOCK_OK);
     locktab_raise_last_token(lt, 12);
+    /* The lease that expired while the server was down ends at the first tick. */
+    CHECK(locktab_next_timeout_ms(lt, &now) == 0);
+    int before = rec.changed;
+    locktab_tick(lt, &now);
+    CHECK(rec.changed == before + 1); /* the release is recorded */
     CHECK(locktab_held(lt) == 1 && locktab_locks(lt) == 3);
     CHECK(locktab_get(lt, "live")->holder.count == 2);
     CHECK(locktab_next_timeout_ms(lt, &now) == 500);
@@ -246,7 +250,64 @@ static void test_load(void)
     gone.deadline_ms = now.mono_ms - 1;
     gone.expires_at_ms = now.wall_ms + 100000; /* the wall clock would keep it */
     CHECK(locktab_load(lt, "gone", 7, &gone, &now) == LOCK_OK);
+    locktab_tick(lt, &now);
     CHECK(!locktab_get(lt, "gone")->held);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* Found by fuzzing: until the loop's tick ran, a lease past its deadline could
+ * still be renewed, released or reentered. */
+static void test_no_ok_after_deadline(void)
+{
+    Locktab *lt = table(10);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(acquire(lt, "a", 0, 3, 0, &lock, &w) == LOCK_OK); /* deadline: mono + 3 + 1 */
+    Now at_deadline = {now.mono_ms + 4, now.wall_ms + 4};
+    CHECK(locktab_renew(lt, "a", ids[0], 1000, &at_deadline, &lock) == LOCK_NOT_HOLDER);
+    CHECK(locktab_why_not(lt, "a", ids[0]) == REASON_EXPIRED);
+    CHECK(!locktab_get(lt, "a")->held);
+    /* Release and reentry too; and a waiter is granted before a newcomer. */
+    CHECK(acquire(lt, "b", 1, 3, 0, &lock, &w) == LOCK_OK);
+    CHECK(acquire(lt, "b", 2, 1000, 100000, &lock, &w) == LOCK_QUEUED);
+    uint32_t left;
+    CHECK(locktab_release(lt, "b", ids[1], &at_deadline, &left) == LOCK_NOT_HOLDER);
+    CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
+    CHECK(acquire(lt, "c", 3, 3, 0, &lock, &w) == LOCK_OK);
+    AcquireArgs again = {"owner", NULL, 1000, 0, ids[3], ids[4]};
+    CHECK(locktab_acquire(lt, "c", &again, NULL, &at_deadline, &lock, &w) == LOCK_NOT_HOLDER);
+    CHECK(locktab_held_by(lt, "b", ids[2], &at_deadline) != NULL);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+static uint64_t ended_seq;
+static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
+{
+    (void)ud, (void)lock, (void)lease, (void)token, (void)how;
+    ended_seq = seq;
+}
+
+/* Found by fuzzing: with a full history, a lease that expired while the server
+ * was down was recorded at load and then overwritten by the older stored
+ * history replayed after it (its renewal then said "unknown", not "expired"). */
+static void test_history_newest_kept_at_restart(void)
+{
+    LocktabLimits limits = {1000, 1000, 10, 1, 60000}; /* history of one lease */
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_ended};
+    Locktab *lt = locktab_new(&limits, &hooks);
+    Holder dead = {.owner = "o", .metadata = "{}", .token = 2, .ttl_ms = 3, .acquired_at_ms = now.wall_ms - 10,
+                   .expires_at_ms = now.wall_ms - 7, .deadline_ms = now.mono_ms - 7, .count = 1};
+    memset(dead.lease, 9, LEASE_ID_BYTES);
+    uint8_t released[LEASE_ID_BYTES];
+    memset(released, 8, LEASE_ID_BYTES);
+    locktab_continue_history(lt, 1);
+    CHECK(locktab_load(lt, "a", 2, &dead, &now) == LOCK_OK);
+    locktab_load_ended(lt, "a", released, 1, LEASE_END_RELEASED, 1);
+    locktab_tick(lt, &now);
+    CHECK(locktab_why_not(lt, "a", dead.lease) == REASON_EXPIRED);
+    CHECK(ended_seq == 2); /* numbered after the stored history */
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -296,5 +357,7 @@ int main(void)
     test_limits();
     test_load();
     test_forget_idle();
+    test_no_ok_after_deadline();
+    test_history_newest_kept_at_restart();
     return check_report("locktab");
 }
