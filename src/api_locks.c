@@ -139,9 +139,14 @@ void api_acquire(Request *req)
             json_decref(obj);
             return;
         }
-        uuid_t fresh;
-        uuid_generate_random(fresh);
-        AcquireArgs args = {owner, metadata, ttl_ms, wait_ms, reentry ? lease : NULL, fresh};
+        uint8_t fresh[LEASE_ID_BYTES];
+        if (!reentry && !leaseid_next(&s->lease_ids, fresh)) {
+            http_reply_error(req, ERR_OVERLOADED, NULL, "no random bytes for a lease id; retry");
+            free(metadata);
+            json_decref(obj);
+            return;
+        }
+        AcquireArgs args = {owner, metadata, ttl_ms, wait_ms, reentry ? lease : NULL, reentry ? NULL : fresh};
         Now now = clock_now();
         const Lock *lock;
         Waiter *waiter;

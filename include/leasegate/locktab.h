@@ -93,7 +93,7 @@ typedef struct AcquireArgs {
     int64_t ttl_ms;              /* reentry: 0 keeps the lease's ttl */
     int64_t wait_ms;             /* 0: try once */
     const uint8_t *lease;        /* NULL, or the holder's lease for reentry */
-    const uint8_t *new_lease;    /* the lease id to use if granted now */
+    const uint8_t *new_lease;    /* the lease id to use if granted now (NULL for reentry) */
 } AcquireArgs;
 
 typedef enum LockResult {

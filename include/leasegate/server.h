@@ -14,6 +14,7 @@
 #include "leasegate/config.h"
 #include "leasegate/dlist.h"
 #include "leasegate/fence.h"
+#include "leasegate/leaseid.h"
 #include "leasegate/locktab.h"
 #include "leasegate/metrics.h"
 #include "leasegate/store.h"
@@ -36,6 +37,7 @@ typedef struct Server {
     struct MHD_Daemon *daemon;
     Loop *loop;
     Metrics metrics;
+    LeaseIds lease_ids;
     FILE *access_log;  /* --access-log, or NULL */
     DList waiting;     /* Request.wlink: requests in a long-poll */
     DList suspended;   /* Request.slink: connections suspended now (waiting, held, proxied) */
