@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -121,7 +122,7 @@ static void watch_hangup(Request *req)
     if (req->watch_fd >= 0 || !req->conn)
         return;
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (info && loop_watch(req->srv->loop, info->connect_fd, &req->source))
+    if (info && loop_watch(req->srv->loop, info->connect_fd, EPOLLRDHUP, &req->source))
         req->watch_fd = info->connect_fd;
 }
 
@@ -330,12 +331,16 @@ static void hangup(Request *req)
     http_resume(req);
 }
 
-void http_socket_event(Request *req, uint32_t events)
+/* The loop saw readiness on a waiting client's socket: it hung up, or (parked)
+ * its answer can be written. */
+static int socket_ready(LoopSource *src, uint32_t events)
 {
+    Request *req = CONTAINER_OF(src, Request, source);
     if (req->own_fd >= 0)
         park_event(req, events);
     else
         hangup(req);
+    return 0;
 }
 
 void http_cancel_waiters(Server *s)
@@ -422,7 +427,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
         free(req);
         return NULL;
     }
-    req->source.kind = LOOP_REQUEST;
+    req->source.ready = socket_ready;
     req->srv = cls;
     req->conn = conn;
     req->watch_fd = -1;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "leasegate/container.h"
 #include "leasegate/leasehist.h"
 #include "leasegate/smap.h"
 
@@ -41,7 +42,6 @@ struct Locktab {
     uint64_t next_lock_id;
 };
 
-#define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 static void holder_clear(Holder *h)
 {

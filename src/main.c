@@ -1,5 +1,5 @@
 /*
- * main — argv -> config -> server (storage, lock table, HTTP, loop) -> run ->
+ * main — argv -> config -> server (storage, lock table, HTTP, loop) -> runloop ->
  * ordered shutdown. Exit status: 0 after a clean stop, 1 on a runtime or
  * storage failure, 2 on bad usage.
  */
@@ -11,6 +11,7 @@
 
 #include "leasegate/cli.h"
 #include "leasegate/config.h"
+#include "leasegate/runloop.h"
 #include "leasegate/server.h"
 
 static void usage(FILE *out)
@@ -64,7 +65,7 @@ static int serve(int argc, char **argv)
     Server s;
     int status = 1;
     if (server_open(&s, &cfg) == 0)
-        status = server_run(&s);
+        status = runloop_run(&s);
     if (s.storage_failed)
         _exit(1); /* reveal nothing more: no orderly shutdown of connections */
     server_close(&s);

@@ -128,7 +128,7 @@ bool park_take(Request *req)
     int fd = fcntl(fdi->connect_fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0)
         return false;
-    if (!loop_watch(s->loop, fd, &req->source)) {
+    if (!loop_watch(s->loop, fd, EPOLLRDHUP, &req->source)) {
         close(fd);
         return false;
     }

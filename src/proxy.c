@@ -63,7 +63,8 @@ struct ProxyCall {
 };
 
 typedef struct CurlSock {
-    LoopSource src; /* first member */
+    LoopSource src;
+    Proxy *p;
     int fd;         /* -1 once curl is done with it */
     struct CurlSock *next_dead;
 } CurlSock;
@@ -247,7 +248,10 @@ static void report_answers(Proxy *p)
     }
 }
 
+
 /* The multi handle. */
+
+static int curl_ready(LoopSource *src, uint32_t ev);
 
 static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
@@ -269,9 +273,10 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *
         cs = calloc(1, sizeof *cs);
         if (!cs)
             return -1;
-        cs->src.kind = LOOP_CURL;
+        cs->src.ready = curl_ready;
+        cs->p = p;
         cs->fd = fd;
-        if (!loop_watch_events(p->loop, fd, events, &cs->src)) {
+        if (!loop_watch(p->loop, fd, events, &cs->src)) {
             free(cs);
             return -1;
         }
@@ -325,6 +330,22 @@ static void collect_done(Proxy *p)
     }
 }
 
+/* The loop saw readiness on a socket of curl's. */
+static int curl_ready(LoopSource *src, uint32_t ev)
+{
+    CurlSock *cs = CONTAINER_OF(src, CurlSock, src);
+    Proxy *p = cs->p;
+    if (cs->fd < 0)
+        return 0; /* curl let go of it earlier in this batch */
+    int flags = (ev & EPOLLIN ? CURL_CSELECT_IN : 0) | (ev & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                (ev & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+    int running;
+    curl_multi_socket_action(p->multi, cs->fd, flags, &running);
+    collect_done(p);
+    report_answers(p);
+    return 0;
+}
+
 static void free_dead(Proxy *p)
 {
     while (p->dead) {
@@ -370,18 +391,6 @@ void proxy_free(Proxy *p)
     curl_global_cleanup();
 }
 
-void proxy_socket_event(Proxy *p, LoopSource *src, uint32_t ev)
-{
-    CurlSock *cs = (CurlSock *)src;
-    if (cs->fd < 0)
-        return; /* curl let go of it earlier in this batch */
-    int flags = (ev & EPOLLIN ? CURL_CSELECT_IN : 0) | (ev & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
-                (ev & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
-    int running;
-    curl_multi_socket_action(p->multi, cs->fd, flags, &running);
-    collect_done(p);
-    report_answers(p);
-}
 
 int64_t proxy_next_timeout_ms(const Proxy *p, const Now *now)
 {

@@ -1,9 +1,10 @@
 /*
  * server — start-up and shutdown in order: storage -> commit writer -> lock
- * table and fences loaded from storage -> HTTP -> loop; and back.
+ * table and fences loaded from storage -> HTTP -> loop (runloop.h runs it); and back.
  */
 #include "leasegate/server.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,9 +186,11 @@ int server_open(Server *s, const Config *cfg)
     }
     if (http_start(s))
         return -1;
-    s->loop = loop_new(s);
-    if (!s->loop)
+    s->loop = loop_new();
+    if (!s->loop) {
+        fprintf(stderr, "leasegate: event loop setup: %s\n", strerror(errno));
         return -1;
+    }
     s->proxy = proxy_new(s->loop, cfg->guard_timeout_s);
     s->guard = guard_new(s);
     if (!s->proxy || !s->guard) {
@@ -197,15 +200,6 @@ int server_open(Server *s, const Config *cfg)
     for (size_t i = 0; i < cfg->nguards; i++)
         fprintf(stderr, "leasegate: guard %s -> %s\n", cfg->guards[i].prefix, cfg->guards[i].upstream);
     return 0;
-}
-
-int server_run(Server *s)
-{
-    char addr[300];
-    http_address(s, addr, sizeof addr);
-    printf("leasegate: listening on http://%s\n", addr);
-    fflush(stdout);
-    return loop_run(s->loop);
 }
 
 void server_close(Server *s)

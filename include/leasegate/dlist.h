@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "leasegate/container.h"
+
 typedef struct DLink {
     struct DLink *prev, *next;
 } DLink;
@@ -19,8 +21,6 @@ typedef struct DList {
 } DList;
 
 /* The element that embeds `link` as `member`. */
-/* The struct that has `ptr` as its `member`. */
-#define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 #define DLIST_ITEM(link, type, member) CONTAINER_OF(link, type, member)
 
 static inline void dlist_append(DList *l, DLink *n)

@@ -126,8 +126,6 @@ void http_close(Request *req);
 void http_wait(Request *req, Waiter *w);
 /* The lock table granted the waiter or timed it out: it leaves the waiting list. */
 void http_waiter_done(Request *req);
-/* The loop saw readiness on a waiting client's socket (it hung up). */
-void http_socket_event(Request *req, uint32_t events);
 /* The request is over (answer sent if `delivered`): leaves every queue, a grant
  * its answer did not deliver is released, and req is freed. */
 void http_request_end(Request *req, bool delivered);

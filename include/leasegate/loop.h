@@ -1,36 +1,37 @@
 /*
- * loop — the one thread that owns lock state: epoll over libmicrohttpd's
- * epoll fd, the commit writer's eventfd, a signalfd, and the sockets of
- * waiting clients. Each turn sleeps until the next deadline (a lease expiry, a
- * wait timeout or MHD's own), fires due deadlines, runs MHD, and hands the
- * pending changes to the commit writer.
+ * loop — an epoll set of sources, and nothing else: it knows file
+ * descriptors and what to call when one is ready, never what they are.
+ * What a server does on each wake-up (deadlines, libmicrohttpd, commits)
+ * is runloop.h's. Only the loop thread uses it.
  */
 #ifndef LEASEGATE_LOOP_H
 #define LEASEGATE_LOOP_H
 
 #include <stdbool.h>
-
 #include <stdint.h>
 
-typedef enum LoopKind { LOOP_MHD, LOOP_COMMIT, LOOP_SIGNAL, LOOP_REQUEST, LOOP_CURL } LoopKind;
+typedef struct LoopSource LoopSource;
+/* Called with the epoll events of the source's fd. Returns 0, or -1 to stop
+ * the batch: loop_wait then calls nothing more and returns -1. */
+typedef int (*LoopReady)(LoopSource *src, uint32_t events);
 
-/* Embedded first in whatever the loop watches; epoll hands it back. */
-typedef struct LoopSource {
-    LoopKind kind;
-} LoopSource;
+/* Embedded in whatever the loop watches (CONTAINER_OF leads back to it). */
+struct LoopSource {
+    LoopReady ready;
+};
 
 typedef struct Loop Loop;
-struct Server;
 
-Loop *loop_new(struct Server *s); /* NULL on failure (message on stderr) */
+Loop *loop_new(void); /* NULL on failure (errno set) */
 void loop_free(Loop *l);
-/* Runs until stop is requested or storage fails. Returns the exit status. */
-int loop_run(Loop *l);
-/* Watches fd for the peer hanging up. */
-bool loop_watch(Loop *l, int fd, LoopSource *src);
-/* Watches fd for the given epoll events (EPOLLIN, EPOLLOUT), or changes them. */
-bool loop_watch_events(Loop *l, int fd, uint32_t events, LoopSource *src);
+/* Watches fd for the epoll events given (EPOLLIN, EPOLLOUT, EPOLLRDHUP...), or
+ * changes them. A source stays valid until its fd is unwatched; one unwatched
+ * during a batch may still be in it (its owner keeps it until the next wait). */
+bool loop_watch(Loop *l, int fd, uint32_t events, LoopSource *src);
 bool loop_rewatch(Loop *l, int fd, uint32_t events, LoopSource *src);
 void loop_unwatch(Loop *l, int fd);
+/* Sleeps until a source is ready or timeout_ms passes (-1: no limit), and
+ * calls the ready ones. 0, or -1 when epoll failed or a source stopped the batch. */
+int loop_wait(Loop *l, int timeout_ms);
 
 #endif

@@ -47,8 +47,7 @@ typedef void (*ProxyAnswered)(void *ud);
  * before the upstream's answer started, a cut-off body after. */
 Proxy *proxy_new(Loop *loop, unsigned timeout_s); /* NULL on failure */
 void proxy_free(Proxy *p);
-/* Loop plumbing: a watched curl socket is ready; the timer. */
-void proxy_socket_event(Proxy *p, LoopSource *src, uint32_t epoll_events);
+/* Loop plumbing: the timer (curl's sockets are watched in the loop). */
 int64_t proxy_next_timeout_ms(const Proxy *p, const Now *now); /* -1: none */
 void proxy_tick(Proxy *p, const Now *now);
 /* Shutdown: drops every call and resumes its client connection to close it. */

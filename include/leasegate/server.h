@@ -50,8 +50,7 @@ typedef struct Server {
 
 /* Opens storage, loads state, starts the commit writer. 0 or -1 (message on stderr). */
 int server_open(Server *s, const Config *cfg);
-/* Runs until SIGINT/SIGTERM or a storage failure. Returns the exit status. */
-int server_run(Server *s);
+/* Running it is runloop.h's. */
 void server_close(Server *s);
 
 #endif

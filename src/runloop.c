@@ -1,0 +1,196 @@
+/*
+ * runloop — the server's turn and its shutdown; see include/leasegate/runloop.h.
+ * Only this file calls MHD_run and the ticks of the lock table, fences, the
+ * proxy and parked waiters.
+ */
+#include "leasegate/runloop.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "leasegate/container.h"
+#include "leasegate/http.h"
+#include "leasegate/loop.h"
+#include "leasegate/park.h"
+#include "leasegate/proxy.h"
+
+#define SHUTDOWN_DRAIN_MS 3000
+/* After a wave of at least this many parked connections has mostly gone, the
+ * freed memory is handed back to the OS (glibc keeps it in the heap). */
+#define TRIM_WAVE 1000
+#define TRIM_WAVE_LOCKS 10000
+
+typedef struct Run {
+    Server *s;
+    int sigfd;
+    size_t suspended_peak; /* since the last trim */
+    size_t locks_peak;     /* lock names known, since the last trim */
+    LoopSource mhd, commit, signal;
+} Run;
+
+static int mhd_ready(LoopSource *src, uint32_t events)
+{
+    (void)src, (void)events;
+    return 0; /* MHD_run, once per turn */
+}
+
+static int commit_ready(LoopSource *src, uint32_t events)
+{
+    (void)events;
+    Server *s = CONTAINER_OF(src, Run, commit)->s;
+    if (commit_done(s->commit) < 0) {
+        fprintf(stderr, "leasegate: storage failure, stopping without replying: %s\n", commit_error(s->commit));
+        s->storage_failed = true;
+        return -1; /* nothing more may be sent */
+    }
+    return 0;
+}
+
+static int signal_ready(LoopSource *src, uint32_t events)
+{
+    (void)events;
+    Run *r = CONTAINER_OF(src, Run, signal);
+    struct signalfd_siginfo si;
+    while (read(r->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
+        r->s->stopping = true;
+    return 0;
+}
+
+static int64_t earliest(int64_t a, int64_t b) { return b >= 0 && (a < 0 || b < a) ? b : a; }
+
+static int next_timeout_ms(Server *s, int cap_ms)
+{
+    Now now = clock_now();
+    int64_t t = locktab_next_timeout_ms(s->locks, &now);
+    t = earliest(t, fence_next_timeout_ms(s->fence, &now));
+    t = earliest(t, proxy_next_timeout_ms(s->proxy, &now));
+    t = earliest(t, park_next_timeout_ms(s, &now));
+    MHD_UNSIGNED_LONG_LONG mhd_ms;
+    if (MHD_get_timeout(s->daemon, &mhd_ms) == MHD_YES)
+        t = earliest(t, mhd_ms > INT64_MAX ? INT64_MAX : (int64_t)mhd_ms);
+    if (cap_ms >= 0 && (t < 0 || t > cap_ms))
+        t = cap_ms;
+    return t > 1000000 ? 1000000 : (int)t;
+}
+
+/* A wave of long-polls, or of lock names, leaves its memory resident in the
+ * heap (freed, but not returned): give it back once the wave has mostly gone. */
+static bool wave_gone(size_t now, size_t *peak, size_t wave)
+{
+    if (now > *peak)
+        *peak = now;
+    if (*peak < wave || now >= *peak / 4)
+        return false;
+    *peak = now;
+    return true;
+}
+
+static void trim_after_wave(Run *r)
+{
+    bool conns = wave_gone(r->s->suspended.len + r->s->parked.len, &r->suspended_peak, TRIM_WAVE);
+    bool names = wave_gone(locktab_locks(r->s->locks), &r->locks_peak, TRIM_WAVE_LOCKS);
+    if (conns || names)
+        malloc_trim(0);
+}
+
+/* One turn. Returns -1 when storage failed (nothing more may be sent). */
+static int turn(Run *r, int cap_ms)
+{
+    Server *s = r->s;
+    if (loop_wait(s->loop, next_timeout_ms(s, cap_ms)) < 0)
+        return -1;
+    Now now = clock_now();
+    locktab_tick(s->locks, &now);
+    fence_tick(s->fence, &now);
+    proxy_tick(s->proxy, &now);
+    park_tick(s, &now);
+    /* Parked answers made ready by commits and deadlines go out before MHD
+     * runs (their connections rejoin it), those made ready inside it after. */
+    park_flush(s);
+    MHD_run(s->daemon);
+    park_flush(s);
+    commit_flush(s->commit);
+    http_flush_log(s);
+    trim_after_wave(r);
+    return 0;
+}
+
+/* Ordered shutdown: answer the waiters, let held replies go out once their
+ * batch is durable, and resume every suspended connection before MHD stops. */
+static int drain(Run *r)
+{
+    Server *s = r->s;
+    http_cancel_waiters(s);
+    Now start = clock_now();
+    bool aborted = false;
+    for (;;) {
+        if (turn(r, 10) < 0)
+            return 1;
+        Now now = clock_now();
+        bool drained = s->suspended.len == 0 && s->parked.len == 0 && !commit_pending(s->commit);
+        if (drained)
+            break;
+        if (now.mono_ms - start.mono_ms > SHUTDOWN_DRAIN_MS && !aborted) {
+            /* Upstream calls still running: cut them so their clients can be closed. */
+            proxy_abort_all(s->proxy);
+            aborted = true;
+        } else if (now.mono_ms - start.mono_ms > 2 * SHUTDOWN_DRAIN_MS) {
+            break;
+        }
+    }
+    /* MHD may not stop with connections suspended: drop whatever is left. */
+    proxy_abort_all(s->proxy);
+    http_close_suspended(s);
+    /* A few more turns so that queued responses reach the sockets. */
+    for (int i = 0; i < 5; i++)
+        if (turn(r, 10) < 0)
+            return 1;
+    http_close_suspended(s);
+    if (commit_sync(s->commit) < 0) {
+        fprintf(stderr, "leasegate: storage failure at shutdown: %s\n", commit_error(s->commit));
+        return 1;
+    }
+    return 0;
+}
+
+int runloop_run(Server *s)
+{
+    char addr[300];
+    http_address(s, addr, sizeof addr);
+    printf("leasegate: listening on http://%s\n", addr);
+    fflush(stdout);
+    Run r = {.s = s, .mhd = {mhd_ready}, .commit = {commit_ready}, .signal = {signal_ready}};
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    r.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    int mhd_fd = info ? info->epoll_fd : -1;
+    int status = 0;
+    if (r.sigfd < 0 || mhd_fd < 0 || !loop_watch(s->loop, mhd_fd, EPOLLIN, &r.mhd) ||
+        !loop_watch(s->loop, commit_fd(s->commit), EPOLLIN, &r.commit) ||
+        !loop_watch(s->loop, r.sigfd, EPOLLIN, &r.signal)) {
+        fprintf(stderr, "leasegate: event loop setup: %s\n", strerror(errno));
+        status = 1;
+    }
+    while (!s->stopping && status == 0)
+        if (turn(&r, -1) < 0)
+            status = 1;
+    if (status == 0)
+        status = drain(&r);
+    /* Unwatching what was never watched fails harmlessly. */
+    loop_unwatch(s->loop, mhd_fd);
+    loop_unwatch(s->loop, commit_fd(s->commit));
+    loop_unwatch(s->loop, r.sigfd);
+    if (r.sigfd >= 0)
+        close(r.sigfd);
+    return status;
+}
