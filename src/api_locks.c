@@ -193,6 +193,23 @@ void api_waiter_timed_out(Request *req, const Lock *lock)
     reply_lock_held(req, lock);
 }
 
+void api_waiter_left(Request *req)
+{
+    locktab_cancel(req->srv->locks, req->waiter);
+    req->srv->metrics.waiter_disconnects++;
+}
+
+void api_request_end(Request *req, bool delivered)
+{
+    Server *s = req->srv;
+    if (req->grant_pending && !delivered) {
+        Now now = clock_now();
+        uint32_t left;
+        if (locktab_release(s->locks, req->grant_lock, req->grant_lease, &now, &left) == LOCK_OK)
+            s->metrics.undelivered_grants++;
+    }
+}
+
 void api_renew(Request *req)
 {
     static const char *const FIELDS[] = {"lease", "ttl_ms", NULL};

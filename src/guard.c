@@ -21,6 +21,7 @@
 #include <uuid/uuid.h>
 
 #include "leasegate/guardpath.h"
+#include "leasegate/httphead.h"
 #include "leasegate/names.h"
 #include "leasegate/proxy.h"
 #include "leasegate/smap.h"
@@ -320,7 +321,7 @@ static bool acceptable(Request *req, const GuardRoute *route, const char *method
         http_reply_error(req, ERR_BAD_REQUEST, NULL, "a request may not have both Content-Length and Transfer-Encoding");
         return false;
     }
-    if (cl && (!http_content_length(req->conn, &n) || n > INT64_MAX)) {
+    if (cl && (!httphead_content_length(req->conn, &n) || n > INT64_MAX)) {
         http_reply_error(req, ERR_BAD_REQUEST, NULL, "Content-Length is not a number");
         return false;
     }
@@ -405,9 +406,39 @@ static bool raise_mark(Server *s, const char *lock, uint64_t token)
     return true;
 }
 
+/* The body, as it arrives, goes to the upstream call; a refused request has
+ * none, and its body is dropped. */
+static void stream_upload(Request *req, const char *data, size_t *size)
+{
+    if (req->call)
+        proxy_call_upload(req->call, data, size);
+    else
+        *size = 0;
+}
+
+static void body_done(Request *req);
+
+static bool stream_complete(Request *req)
+{
+    if (!req->call)
+        return false;
+    /* The guard may refuse the write now that its body is complete. */
+    body_done(req);
+    return req->response ? true : proxy_call_final(req->call) == MHD_YES;
+}
+
+static void stream_abort(Request *req)
+{
+    if (req->call)
+        proxy_call_abort(req->call);
+}
+
+static const RequestStream guarded = {stream_upload, stream_complete, stream_abort};
+
 void guard_begin(Request *req, const GuardRoute *route, const char *method)
 {
     Server *s = req->srv;
+    req->stream = &guarded;
     Guard *g = s->guard;
     bool framed, has_body;
     int64_t content_length;
@@ -481,7 +512,7 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method)
     advance(g, q);
 }
 
-void guard_body_done(Request *req)
+static void body_done(Request *req)
 {
     GuardWrite *w = req->guard_write;
     if (!w || w->body_done)
@@ -491,7 +522,18 @@ void guard_body_done(Request *req)
         advance(w->guard, w->q);
 }
 
+static void write_end(Request *req);
+
 void guard_request_end(Request *req)
+{
+    write_end(req);
+    if (req->call) {
+        proxy_call_free(req->call);
+        req->call = NULL;
+    }
+}
+
+static void write_end(Request *req)
 {
     GuardWrite *w = req->guard_write;
     if (!w)

@@ -27,11 +27,9 @@
 #include <unistd.h>
 
 #include "leasegate/accesslog.h"
-#include "leasegate/guard.h"
+#include "leasegate/httphead.h"
 #include "leasegate/listener.h"
 #include "leasegate/park.h"
-#include "leasegate/proxy.h"
-#include "leasegate/router.h"
 
 static int64_t mono_us(void)
 {
@@ -44,8 +42,6 @@ static void request_free(Request *req)
 {
     if (req->response)
         MHD_destroy_response(req->response);
-    if (req->call)
-        proxy_call_free(req->call);
     free(req->raw_uri);
     free(req->arg);
     free(req->body);
@@ -321,11 +317,8 @@ static void stop_waiting(Request *req)
 
 static void hangup(Request *req)
 {
-    Server *s = req->srv;
-    if (req->waiter) {
-        locktab_cancel(s->locks, req->waiter);
-        s->metrics.waiter_disconnects++;
-    }
+    if (req->waiter)
+        req->srv->app->left(req);
     stop_waiting(req);
     req->close = true;
     http_resume(req);
@@ -347,7 +340,7 @@ void http_cancel_waiters(Server *s)
 {
     while (s->waiting.head) {
         Request *req = DLIST_ITEM(s->waiting.head, Request, wlink);
-        locktab_cancel(s->locks, req->waiter);
+        s->app->left(req);
         stop_waiting(req);
         http_reply_error(req, ERR_OVERLOADED, NULL, "server is shutting down; retry");
     }
@@ -355,41 +348,10 @@ void http_cancel_waiters(Server *s)
 
 void http_waiter_done(Request *req) { stop_waiting(req); }
 
-bool http_has_token(const char *list, const char *token)
-{
-    size_t n = strlen(token);
-    for (const char *p = list; *p;) {
-        p += strspn(p, " \t,");
-        size_t len = strcspn(p, ",");
-        size_t end = len;
-        while (end && (p[end - 1] == ' ' || p[end - 1] == '\t'))
-            end--;
-        if (end == n && strncasecmp(p, token, n) == 0)
-            return true;
-        p += len;
-    }
-    return false;
-}
-
-bool http_content_length(struct MHD_Connection *conn, uint64_t *n)
-{
-    *n = 0;
-    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (!cl)
-        return true;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(cl, &end, 10);
-    if (!*cl || *end || errno)
-        return false;
-    *n = v;
-    return true;
-}
-
 static bool content_length_too_big(struct MHD_Connection *conn)
 {
     uint64_t n;
-    return !http_content_length(conn, &n) || n > HTTP_MAX_BODY;
+    return !httphead_content_length(conn, &n) || n > HTTP_MAX_BODY;
 }
 
 /* An answer queued at once, from the first callback, before any handler ran. */
@@ -415,6 +377,8 @@ static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message
     return r;
 }
 
+static void http_request_end(Request *req, bool delivered);
+
 /* MHD calls this first, with the request target as sent; what it returns is
  * the request's context from then on (freed in on_completed). */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
@@ -428,6 +392,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
         return NULL;
     }
     req->source.ready = socket_ready;
+    req->end = http_request_end;
     req->srv = cls;
     req->conn = conn;
     req->watch_fd = -1;
@@ -482,32 +447,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const union MHD_ConnectionInfo *head = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
         if (head && head->header_size > HTTP_MAX_HEAD)
             return reply_now(req, ERR_HEADERS_TOO_LARGE, "the request line and headers are larger than 12288 bytes");
-        const GuardRoute *g = guard_match(s, req->raw_uri);
-        if (g) {
-            req->in_handler = true;
-            guard_begin(req, g, method);
-            req->in_handler = false;
+        req->in_handler = true;
+        s->app->begin(req, method, url);
+        req->in_handler = false;
+        if (req->stream) {
             if (req->response && !req->suspended)
                 return queue_stored(req);
             return req->close ? MHD_NO : MHD_YES;
         }
         if (content_length_too_big(conn))
             return reply_now(req, ERR_PAYLOAD_TOO_LARGE, "request body is larger than 65536 bytes");
-        RouteMatch m;
-        router_match(method, url, &m);
-        req->arg = m.arg; /* taken over */
-        if (m.result == ROUTE_FOUND) {
-            req->handler = m.handler;
-        } else if (m.result == ROUTE_BAD_METHOD) {
-            req->allow = m.allow;
-        }
         return MHD_YES;
     }
     if (req->close)
         return MHD_NO;
     if (*upload_data_size) {
-        if (req->call) {
-            proxy_call_upload(req->call, upload_data, upload_data_size);
+        if (req->stream) {
+            req->stream->upload(req, upload_data, upload_data_size);
             return MHD_YES;
         }
         gather(req, upload_data, *upload_data_size);
@@ -528,21 +484,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * without a commit to wait for, so that no connection is suspended
          * when libmicrohttpd stops. A guarded call never sent its whole
          * request (the end is held back until here): cut it off. */
-        if (req->call)
-            proxy_call_abort(req->call);
+        if (req->stream)
+            req->stream->abort(req);
         return reply_now(req, ERR_OVERLOADED, "server is shutting down; retry");
     }
     req->complete = true;
     req->wire_bytes = park_request_bytes(conn);
     req->in_handler = true;
-    if (req->call) {
-        /* The guard may refuse the write now that its body is complete. */
-        guard_body_done(req);
-        enum MHD_Result r = req->response ? MHD_YES : proxy_call_final(req->call);
+    if (req->stream) {
+        bool keep = req->stream->complete(req);
         req->in_handler = false;
         if (req->response && !req->suspended)
             return queue_stored(req);
-        return r;
+        return keep ? MHD_YES : MHD_NO;
     }
     if (req->body_too_large)
         http_reply_error(req, ERR_PAYLOAD_TOO_LARGE, NULL, "request body is larger than 65536 bytes");
@@ -607,28 +561,21 @@ void http_flush_log(Server *s)
         fflush(s->access_log);
 }
 
-void http_request_end(Request *req, bool delivered)
+/* The request is over (answer sent if `delivered`): leaves every queue, the
+ * layers above let go of it, and req is freed. */
+static void http_request_end(Request *req, bool delivered)
 {
     Server *s = req->srv;
     if (s->access_log)
         log_request(req, delivered);
-    if (req->waiter) {
-        locktab_cancel(s->locks, req->waiter);
-        s->metrics.waiter_disconnects++;
-    }
+    if (req->waiter)
+        s->app->left(req);
     stop_waiting(req);
     /* A reply held for a commit that this connection will never send. */
     commit_unhold(s->commit, &req->hold);
     if (req->suspended)
         dlist_remove(&s->suspended, &req->slink);
-    guard_request_end(req);
-    /* A grant nobody received must not sit there until its TTL runs out. */
-    if (req->grant_pending && !delivered) {
-        Now now = clock_now();
-        uint32_t left;
-        if (locktab_release(s->locks, req->grant_lock, req->grant_lease, &now, &left) == LOCK_OK)
-            s->metrics.undelivered_grants++;
-    }
+    s->app->end(req, delivered);
     request_free(req);
 }
 

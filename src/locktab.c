@@ -241,22 +241,25 @@ static void unlink_waiter(Locktab *lt, Waiter *w)
 }
 
 /* The lock has just become free: hand it to the longest-waiting waiter, or
- * report it free. Exactly one waiter is woken. */
+ * report it free. Exactly one waiter is granted; waiters whose wait ran out
+ * (the tick has not timed them out yet) time out now instead, so that no
+ * grant comes after a waiter's wait_ms. */
 static void grant_next(Locktab *lt, Lock *lock, const Now *now)
 {
     Waiter *w;
     while ((w = first_waiter(lock))) {
+        bool wait_over = w->wait.entry.deadline_ms <= now->mono_ms;
         unlink_waiter(lt, w);
-        if (grant(lt, lock, w->lease, w->owner, w->metadata, w->ttl_ms, now)) {
-            void *ctx = w->ctx;
+        void *ctx = w->ctx;
+        /* grant() takes owner and metadata only when it succeeds; it cannot
+         * for lack of memory, and then this waiter times out now too. */
+        if (!wait_over && grant(lt, lock, w->lease, w->owner, w->metadata, w->ttl_ms, now)) {
             free(w);
             changed(lt, lock);
             lt->hooks.granted(lt->hooks.ud, ctx, lock);
             return;
         }
-        /* Could not grant for lack of memory: this waiter times out now. */
-        void *ctx = w->ctx;
-        free(w->owner); /* grant() left them to us */
+        free(w->owner);
         free(w->metadata);
         free(w);
         lt->hooks.timed_out(lt->hooks.ud, ctx, lock);

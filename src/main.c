@@ -11,8 +11,8 @@
 
 #include "leasegate/cli.h"
 #include "leasegate/config.h"
+#include "leasegate/gateway.h"
 #include "leasegate/runloop.h"
-#include "leasegate/server.h"
 
 static void usage(FILE *out)
 {
@@ -64,11 +64,11 @@ static int serve(int argc, char **argv)
 
     Server s;
     int status = 1;
-    if (server_open(&s, &cfg) == 0)
+    if (gateway_open(&s, &cfg) == 0)
         status = runloop_run(&s);
     if (s.storage_failed)
         _exit(1); /* reveal nothing more: no orderly shutdown of connections */
-    server_close(&s);
+    gateway_close(&s);
     return status;
 }
 

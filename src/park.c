@@ -9,7 +9,7 @@
  * --idle-timeout without progress, as libmicrohttpd does with its own.
  *
  * Every end goes through finish(), which hands the Request to
- * http_request_end (frees it). finish() runs only from the loop's own steps
+ * req->end (the HTTP layer's, which frees it). finish() runs only from the loop's own steps
  * (a socket event for that request, park_flush, park_tick, shutdown), never
  * from inside lock-table callbacks: a failure there queues the request on the
  * ready list with no answer, and park_flush ends it.
@@ -30,6 +30,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "leasegate/httphead.h"
 
 typedef struct ConnBytes {
     int64_t origin; /* counted_read when libmicrohttpd had read nothing yet */
@@ -87,7 +89,7 @@ uint64_t park_request_bytes(struct MHD_Connection *conn)
     if (!hs || MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
         return 0;
     uint64_t body;
-    if (!http_content_length(conn, &body))
+    if (!httphead_content_length(conn, &body))
         return 0;
     return (uint64_t)hs->header_size + body;
 }
@@ -97,7 +99,7 @@ static enum MHD_Result no_close_token(void *cls, enum MHD_ValueKind kind, const 
 {
     (void)kind;
     bool *keep = cls;
-    if (value && strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) == 0 && http_has_token(value, "close"))
+    if (value && strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) == 0 && httphead_has_token(value, "close"))
         *keep = false;
     return MHD_YES;
 }
@@ -160,7 +162,7 @@ static void finish(Request *req, bool delivered)
         dlist_remove(&s->park_ready, &req->rlink);
     if (req->writing)
         dlist_remove(&s->park_writing, &req->rlink);
-    http_request_end(req, delivered);
+    req->end(req, delivered);
     if (!delivered) {
         close(fd);
         return;

@@ -25,6 +25,7 @@
 #include "leasegate/dlist.h"
 #include "leasegate/heap.h"
 #include "leasegate/http.h"
+#include "leasegate/httphead.h"
 
 typedef struct Buf {
     char *data;
@@ -484,7 +485,7 @@ static enum MHD_Result find_connection_token(void *cls, enum MHD_ValueKind kind,
 {
     (void)kind;
     const char **name = cls;
-    if (value && !strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) && http_has_token(value, *name)) {
+    if (value && !strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) && httphead_has_token(value, *name)) {
         *name = NULL;
         return MHD_NO;
     }

@@ -21,5 +21,10 @@ void api_dashboard(Request *req);
 /* Lock-table hooks for long-polling acquires (the waiter context is the Request). */
 void api_waiter_granted(Request *req, const Lock *lock);
 void api_waiter_timed_out(Request *req, const Lock *lock);
+/* The lock rules at a request's edges: a waiter whose client left leaves the
+ * lock's queue; a grant that its answer did not deliver is released at once
+ * (it must not sit there until its TTL runs out). */
+void api_waiter_left(Request *req);
+void api_request_end(Request *req, bool delivered);
 
 #endif

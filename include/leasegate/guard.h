@@ -45,14 +45,14 @@ Guard *guard_new(Server *s); /* NULL on allocation failure */
 void guard_free(Guard *g);
 /* The guard whose prefix raw_uri starts with, or NULL. */
 const GuardRoute *guard_match(const Server *s, const char *raw_uri);
-/* Runs at the request's first callback (headers only): rejects it, or sets
- * up its upstream call (req->call), which starts when its turn comes. */
+/* Runs at the request's first callback (headers only): the guard takes the
+ * body as it arrives (req->stream, also when it refuses the request), and
+ * either rejects it or sets up its upstream call (req->call), which starts
+ * when its turn comes. The body's end may still refuse a write. */
 void guard_begin(Request *req, const GuardRoute *route, const char *method);
-/* The request's body has fully arrived (its last callback). */
-void guard_body_done(Request *req);
 /* The request is over: its write leaves the lock's queue, unless its whole
  * request is already with the upstream (then its call runs on until the
- * upstream answers, and the next write waits for that). */
+ * upstream answers, and the next write waits for that); the call is freed. */
 void guard_request_end(Request *req);
 
 #endif

@@ -24,6 +24,7 @@
 #include "leasegate/locktab.h"
 #include "leasegate/loop.h"
 #include "leasegate/rawjson.h"
+#include "leasegate/request.h"
 #include "leasegate/server.h"
 
 #define HTTP_MAX_BODY (64 * 1024)
@@ -35,61 +36,22 @@
 
 struct MHD_Connection;
 struct MHD_Response;
-typedef struct ProxyCall ProxyCall;
-typedef struct GuardRoute GuardRoute;
-typedef struct GuardWrite GuardWrite;
 
-typedef void (*Handler)(Request *req);
-
-struct Request {
-    LoopSource source;  /* for socket watches while waiting; first member */
-    Server *srv;
-    struct MHD_Connection *conn;
-    char *raw_uri;      /* owned: the request target as sent, still %-encoded */
-    bool routed;        /* the first access callback has run */
-    bool complete;      /* the last access callback has run (the handler, or the proxy's end) */
-    Handler handler;    /* NULL when no route matched */
-    const char *allow;  /* for a 405: the methods the path allows */
-    char *arg;          /* owned: the path's name/resource part, or NULL */
-    char *body;         /* owned: the gathered body */
-    size_t body_len;
-    bool body_too_large;
-    bool body_nomem;    /* the body could not be held: 503, not 413 */
-    bool in_handler;    /* inside the access callback: may queue directly */
-    bool suspended;
-    DLink slink;        /* in Server.suspended while suspended */
-    bool close;         /* on resume, drop the connection */
-    unsigned status;
-    struct MHD_Response *response; /* owned: built, waiting to be queued */
-    CommitHold hold;
-    Waiter *waiter;     /* while queued in the lock table */
-    int watch_fd;       /* socket watched by the loop, or -1 */
-    bool in_waiting;    /* in Server.waiting (through wlink) */
-    DLink wlink;
-    /* Under a guard prefix: the upstream call, and for a write its place in
-     * the guard (guard.h). */
-    ProxyCall *call;
-    GuardWrite *guard_write;
-    /* A grant this request's response reveals; released if it is not delivered. */
-    bool grant_pending;
-    char *grant_lock;   /* owned */
-    uint8_t grant_lease[LEASE_ID_BYTES];
-    /* What this request took from the socket (park.h); 0 when unknown. */
-    bool http11;
-    uint64_t wire_bytes;
-    /* Parked (park.h): the socket is ours, conn is NULL. */
-    int own_fd;         /* owned; -1 unless parked */
-    DLink plink;        /* in Server.parked */
-    bool in_ready;      /* in Server.park_ready (through rlink) */
-    DLink rlink;
-    bool writing;       /* in Server.park_writing (through rlink): waiting for EPOLLOUT */
-    int64_t write_deadline_ms; /* while writing: given up then (monotonic ms) */
-    char *out;          /* owned: the answer's bytes */
-    size_t out_len, out_off;
-    /* For --access-log only (unset without it). */
-    int64_t started_us; /* monotonic */
-    char method[16];
-};
+/* What the HTTP layer asks of the layers above (the endpoints, the guard, the
+ * lock rules), set by the gateway. Called on the loop thread. */
+typedef struct HttpApp {
+    /* A new request, after the HTTP layer's own checks (stopping, target and
+     * head sizes): route it. It may answer at once (http_reply_*), set
+     * req->handler (run once the body is in), req->allow (405), or take the
+     * body itself (req->stream). */
+    void (*begin)(Request *req, const char *method, const char *url);
+    /* A waiting request leaves the lock's queue without its answer: its
+     * client hung up, or the server is stopping. */
+    void (*left)(Request *req);
+    /* The request is over, its answer delivered or not: undo what an
+     * undelivered answer granted, and let go of what the layer above holds. */
+    void (*end)(Request *req, bool delivered);
+} HttpApp;
 
 /* Starts the MHD daemon on cfg's address. -1 on failure (message on stderr). */
 int http_start(Server *s);
@@ -126,9 +88,6 @@ void http_close(Request *req);
 void http_wait(Request *req, Waiter *w);
 /* The lock table granted the waiter or timed it out: it leaves the waiting list. */
 void http_waiter_done(Request *req);
-/* The request is over (answer sent if `delivered`): leaves every queue, a grant
- * its answer did not deliver is released, and req is freed. */
-void http_request_end(Request *req, bool delivered);
 /* Shutdown: answers every waiter with 503. */
 void http_cancel_waiters(Server *s);
 /* Shutdown, last step before MHD stops: drops every connection still suspended
@@ -138,10 +97,5 @@ void http_close_suspended(Server *s);
 const char *http_query(Request *req, const char *key);
 /* Writes out the access log lines buffered so far (once per loop turn). */
 void http_flush_log(Server *s);
-/* Is `token` (any case) one of the comma-separated tokens of a header value
- * such as Connection's? */
-bool http_has_token(const char *list, const char *token);
-/* The request's Content-Length (0 when absent); false when it is not a number. */
-bool http_content_length(struct MHD_Connection *conn, uint64_t *n);
 
 #endif

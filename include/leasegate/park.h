@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "leasegate/clock.h"
-#include "leasegate/http.h"
+#include "leasegate/request.h"
 
 struct MHD_Connection;
 

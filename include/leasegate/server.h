@@ -2,6 +2,9 @@
  * server — the one context that owns everything a running server has.
  * No other mutable state exists outside it. Only the loop thread touches it,
  * except the commit module's writer thread, which owns only its batch.
+ * A declaration only: putting it together is gateway.h's, running it
+ * runloop.h's, so that every layer can see the context and none of them
+ * depends on the layers above it through it.
  */
 #ifndef LEASEGATE_SERVER_H
 #define LEASEGATE_SERVER_H
@@ -20,6 +23,7 @@
 #include "leasegate/store.h"
 
 struct MHD_Daemon;
+struct HttpApp;
 typedef struct Loop Loop;
 typedef struct Request Request;
 typedef struct Proxy Proxy;
@@ -35,6 +39,7 @@ typedef struct Server {
     Proxy *proxy;       /* the guard's upstream calls */
     Guard *guard;       /* the guard's write queues */
     struct MHD_Daemon *daemon;
+    const struct HttpApp *app; /* the layers above HTTP (http.h) */
     Loop *loop;
     Metrics metrics;
     LeaseIds lease_ids;
@@ -47,10 +52,5 @@ typedef struct Server {
     bool stopping;
     bool storage_failed;
 } Server;
-
-/* Opens storage, loads state, starts the commit writer. 0 or -1 (message on stderr). */
-int server_open(Server *s, const Config *cfg);
-/* Running it is runloop.h's. */
-void server_close(Server *s);
 
 #endif

@@ -282,6 +282,26 @@ static void test_no_ok_after_deadline(void)
     locktab_free(lt);
 }
 
+/* Found by fuzzing: a waiter whose wait had run out, but that the tick had not
+ * timed out yet, was granted the lock by a release (a 200 after its wait_ms). */
+static void test_no_grant_after_wait(void)
+{
+    Locktab *lt = table(10);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(acquire(lt, "a", 0, 100000, 0, &lock, &w) == LOCK_OK);
+    CHECK(acquire(lt, "a", 1, 1000, 10, &lock, &w) == LOCK_QUEUED);  /* waits until mono + 10 */
+    CHECK(acquire(lt, "a", 2, 1000, 100, &lock, &w) == LOCK_QUEUED); /* until mono + 100 */
+    Now later = {now.mono_ms + 11, now.wall_ms + 11};
+    uint32_t left;
+    CHECK(locktab_release(lt, "a", ids[0], &later, &left) == LOCK_OK);
+    CHECK(rec.ntimed_out == 1 && rec.timed_out[0] == 1);
+    CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
+    CHECK(locktab_held_by(lt, "a", ids[2], &later) != NULL);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
 static uint64_t ended_seq;
 static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
 {
@@ -358,6 +378,7 @@ int main(void)
     test_load();
     test_forget_idle();
     test_no_ok_after_deadline();
+    test_no_grant_after_wait();
     test_history_newest_kept_at_restart();
     return check_report("locktab");
 }

@@ -1,8 +1,5 @@
-/*
- * server — start-up and shutdown in order: storage -> commit writer -> lock
- * table and fences loaded from storage -> HTTP -> loop (runloop.h runs it); and back.
- */
-#include "leasegate/server.h"
+/* gateway — start-up and shutdown in order; see include/leasegate/gateway.h. */
+#include "leasegate/gateway.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +11,7 @@
 
 #include "leasegate/accesslog.h"
 #include "leasegate/api.h"
+#include "leasegate/dispatch.h"
 #include "leasegate/guard.h"
 #include "leasegate/http.h"
 #include "leasegate/loop.h"
@@ -127,7 +125,7 @@ static int load_floor(void *ud, const StoreFloor *f)
     return 0;
 }
 
-int server_open(Server *s, const Config *cfg)
+int gateway_open(Server *s, const Config *cfg)
 {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
@@ -184,6 +182,7 @@ int server_open(Server *s, const Config *cfg)
         fprintf(stderr, "leasegate: %s\n", err);
         return -1;
     }
+    s->app = dispatch_app();
     if (http_start(s))
         return -1;
     s->loop = loop_new();
@@ -202,7 +201,7 @@ int server_open(Server *s, const Config *cfg)
     return 0;
 }
 
-void server_close(Server *s)
+void gateway_close(Server *s)
 {
     /* On every way out (also a failed loop) MHD must not stop with suspended
      * connections: drop them and let MHD take them back once. Stopping: a

@@ -1,0 +1,18 @@
+/*
+ * gateway — the whole server put together, and taken apart, in order:
+ * storage -> commit writer -> lock table and fences loaded from storage ->
+ * HTTP -> loop, the guard and its upstream calls; and back. The only module
+ * that knows every other one (with runloop.h, which runs it).
+ */
+#ifndef LEASEGATE_GATEWAY_H
+#define LEASEGATE_GATEWAY_H
+
+#include "leasegate/config.h"
+#include "leasegate/server.h"
+
+/* Opens storage, loads state, starts the commit writer, HTTP and the loop.
+ * 0 or -1 (message on stderr); gateway_close undoes what was done either way. */
+int gateway_open(Server *s, const Config *cfg);
+void gateway_close(Server *s);
+
+#endif
