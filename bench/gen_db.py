@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Generate a leasegate SQLite database with many locks, for the start-up benchmark.
 
-    python3 bench/gen_db.py OUT.db [--locks 1000000] [--held-every 10] [--schema-from src/store_sqlite.c]
+    python3 bench/gen_db.py OUT.db [--locks 1000000] [--held-every 10] [--schema-from src/store/store_sqlite.c]
 
-The schema is taken from the SCHEMA string in src/store_sqlite.c (so it cannot drift).
+The schema is taken from the SCHEMA string in src/store/store_sqlite.c (so it cannot drift).
 Lock i is named bench/lock-NNNNNNN and has last_token i+1. Every --held-every-th lock is
 held: a random 16-byte lease, owner, token = its last_token, ttl 1 h, expires_at_ms one hour
 in the future (so start-up keeps it held; with --expired one hour in the past, so start-up

@@ -269,7 +269,7 @@ class RunTests(CliTestBase):
                 self.assertFalse(body["held"], body)
 
     def test_leftovers_of_command_stopped_before_release(self):
-        """Beyond the contract list (documented in src/cli_run.c): when CMD exits, what is
+        """Beyond the contract list (documented in src/cli/cli_run.c): when CMD exits, what is
         left of its process group is stopped before the lock is released."""
         lock = self.lock_name("leftover")
         p = self.start_run(lock, ["sh", "-c", "sleep 60 & echo $! > gc.pid"], server=self.srv.url,
