@@ -63,6 +63,10 @@ void http_address(const Server *s, char *out, size_t outlen);
 /* Replies; each takes ownership of what it is given. NULL resp closes the connection.
  * A parked waiter (park.h) can only be answered with text (json/error/text). */
 void http_reply_response(Request *req, unsigned status, struct MHD_Response *resp);
+/* An answer that reveals nothing of the server's state (an upstream's, passed
+ * through by the guard, whose write was forwarded only once its mark was
+ * durable): it need not wait for the pending commit. */
+void http_reply_passthrough(Request *req, unsigned status, struct MHD_Response *resp);
 void http_reply_json_new(Request *req, unsigned status, json_t *body);
 /* The same, with raw JSON texts in place of rawjson_ref placeholders (rawjson.h). */
 void http_reply_json_raw_new(Request *req, unsigned status, json_t *body, const RawRefs *refs);

@@ -717,7 +717,7 @@ static void queue_upstream(ProxyCall *c)
         }
     }
     c->queued = true;
-    http_reply_response(c->req, (unsigned)c->status, resp);
+    http_reply_passthrough(c->req, (unsigned)c->status, resp);
 }
 
 enum MHD_Result proxy_call_final(ProxyCall *c)

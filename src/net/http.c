@@ -129,9 +129,9 @@ static void hold_ready(CommitHold *hold)
     deliver(req);
 }
 
-/* Every response from a handler goes through here: it leaves only once every
- * change recorded before it is durable. Takes ownership of resp. */
-static void send_response(Request *req, unsigned status, struct MHD_Response *resp)
+/* Every response goes through here. One that may reveal state (`held`) leaves
+ * only once every change recorded before it is durable. Takes ownership of resp. */
+static void send_response(Request *req, unsigned status, struct MHD_Response *resp, bool held)
 {
     if (req->own_fd >= 0) {
         /* Parked answers are text (park_reply); only a failure to build one
@@ -149,7 +149,7 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
     req->status = status;
     req->response = resp;
     Commit *c = req->srv->commit;
-    if (commit_pending(c)) {
+    if (held && commit_pending(c)) {
         if (req->in_handler)
             http_suspend(req);
         /* A grant whose client hangs up (even half-closes) before its answer
@@ -166,7 +166,12 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
 
 void http_reply_response(Request *req, unsigned status, struct MHD_Response *resp)
 {
-    send_response(req, status, resp);
+    send_response(req, status, resp, true);
+}
+
+void http_reply_passthrough(Request *req, unsigned status, struct MHD_Response *resp)
+{
+    send_response(req, status, resp, false);
 }
 
 void http_close(Request *req)
@@ -184,7 +189,7 @@ void http_reply_static(Request *req, unsigned status, const char *content_type, 
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     }
-    send_response(req, status, resp);
+    send_response(req, status, resp, true);
 }
 
 void http_reply_text(Request *req, unsigned status, const char *content_type, char *text_new,
@@ -205,7 +210,7 @@ void http_reply_text(Request *req, unsigned status, const char *content_type, ch
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     }
-    send_response(req, status, resp);
+    send_response(req, status, resp, true);
 }
 
 void http_reply_json_new(Request *req, unsigned status, json_t *body) { http_reply_json_raw_new(req, status, body, NULL); }
@@ -215,7 +220,7 @@ void http_reply_json_raw_new(Request *req, unsigned status, json_t *body, const 
     char *text = body ? rawjson_dumps(body, refs) : NULL;
     json_decref(body);
     if (!text) {
-        send_response(req, status, NULL);
+        send_response(req, status, NULL, true);
         return;
     }
     http_reply_text(req, status, "application/json", text, strlen(text));

@@ -129,14 +129,17 @@ def raise_nofile_limit(want=65536):
     return target
 
 
-def slow_disk_env(ms):
+def slow_disk_env(ms, only_if=None):
     """Environment for Server(extra_env=...) that makes every fsync take `ms` longer
     (tests/faults/slowsync.c), or None when the library was not built. Widens the
-    window in which an answer waits for its commit."""
+    window in which an answer waits for its commit. With `only_if` (a path), only
+    while that file exists."""
     lib = os.environ.get("LEASEGATE_SLOWSYNC")
     if not lib or not os.path.exists(lib):
         return None
     env = {"LD_PRELOAD": lib, "SLOWSYNC_MS": str(ms)}
+    if only_if:
+        env["SLOWSYNC_IF"] = only_if
     if os.environ.get("LEASEGATE_SANITIZED") == "1":
         # The library is built with the sanitizers too; ASan then is not first in
         # the preload order, which is fine for a library this small.

@@ -192,6 +192,43 @@ class SlowBackendTests(GuardOrderBase):
         self.assertEqual(self.up.objects["/" + name], b"B")
 
 
+class NoFsyncForUpstreamAnswersTests(unittest.TestCase):
+    def test_an_upstream_answer_does_not_wait_for_an_unrelated_commit(self):
+        """A guarded read passes an upstream's answer, which reveals nothing of the lock
+        state: it must not wait for the fsync of someone else's grant (each fsync takes
+        1.5 s here). The read's answer arrives while that grant is still unanswered."""
+        import tempfile
+        slow_flag = os.path.join(tempfile.mkdtemp(prefix="lg-slow-"), "slow")
+        self.addCleanup(lambda: os.path.exists(slow_flag) and os.remove(slow_flag))
+        env = harness.slow_disk_env(1500, only_if=slow_flag)
+        if env is None:
+            self.skipTest("tests/faults/slowsync was not built (LEASEGATE_SLOWSYNC unset)")
+        with ApplyingUpstream() as up, harness.Server(extra_args=["--guard", "/store/=" + up.url],
+                                                     extra_env=env) as srv:
+            open(slow_flag, "w").close()  # start-up is done: every fsync is slow from now on
+            grant = socket.create_connection(("127.0.0.1", srv.port), timeout=20)
+            body = json.dumps({"owner": "o", "ttl_ms": 60000}).encode()
+            grant.sendall(b"POST /v1/locks/slow/acquire HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            # Asking the server would wait for the commit too: give the grant a moment
+            # to be read (its commit then runs for 1.5 s).
+            time.sleep(0.3)
+            read = socket.create_connection(("127.0.0.1", srv.port), timeout=20)
+            read.sendall(b"GET /store/nothing HTTP/1.1\r\nHost: t\r\n\r\n")
+            st, hdrs, _ = harness.read_response(read, 20)
+            self.assertEqual((st, hdrs.get("x-upstream")), (404, "applying"))
+            grant.setblocking(False)
+            try:
+                early = grant.recv(1)
+            except BlockingIOError:
+                early = None
+            self.assertIsNone(early, "the grant was answered before the read: the read waited for its commit")
+            grant.setblocking(True)
+            self.assertEqual(harness.read_response(grant, 20)[0], 200)
+            grant.close()
+            read.close()
+
+
 class BindingTests(GuardOrderBase):
     def test_a_lease_writes_only_the_path_of_its_lock(self):
         mine, other = "bind/%s/mine" % uid(), "bind/%s/other" % uid()
