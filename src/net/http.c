@@ -122,10 +122,27 @@ static void watch_hangup(Request *req)
         req->watch_fd = info->connect_fd;
 }
 
+/* Has the client hung up (FIN or RST)? The kernel's state of the connection
+ * says so in one call, also when unread bytes are queued before the FIN. */
+static bool peer_gone(Request *req)
+{
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    return info && getsockopt(info->connect_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+           ti.tcpi_state != TCP_ESTABLISHED;
+}
+
 static void hold_ready(CommitHold *hold)
 {
     Request *req = CONTAINER_OF(hold, Request, hold);
-    unwatch(req); /* MHD writes the answer now: it is delivered unless the write fails */
+    /* A grant whose client hung up (even half-closed) while its answer waited
+     * for the commit is not delivered: the connection is dropped and the grant
+     * released at once (the request's end), as a waiter that hangs up leaves
+     * the queue. Checked here, once, rather than watched throughout. */
+    if (req->grant_pending && req->conn && peer_gone(req))
+        req->close = true;
+    unwatch(req);
     deliver(req);
 }
 
@@ -152,11 +169,6 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
     if (held && commit_pending(c)) {
         if (req->in_handler)
             http_suspend(req);
-        /* A grant whose client hangs up (even half-closes) before its answer
-         * leaves is released at once (http_request_end), as a waiter that
-         * hangs up leaves the queue. */
-        if (req->grant_pending && req->suspended)
-            watch_hangup(req);
         req->hold.ready = hold_ready;
         commit_hold(c, &req->hold);
         return;
