@@ -36,8 +36,45 @@ typedef struct RequestStream {
     void (*abort)(Request *req);
 } RequestStream;
 
+/* A long-polling acquire's place in the queue: the HTTP layer's (http_wait). */
+typedef struct RequestWait {
+    Waiter *waiter;     /* while queued in the lock table */
+    int watch_fd;       /* socket watched by the loop for a hang-up, or -1 */
+    bool listed;        /* in Server.waiting (through link) */
+    DLink link;
+} RequestWait;
+
+/* A parked request (park.h): the socket is park's, conn is NULL. */
+typedef struct RequestPark {
+    int fd;             /* owned; -1 unless parked */
+    DLink link;         /* in Server.parked */
+    bool ready;         /* in Server.park_ready (through rlink) */
+    DLink rlink;
+    bool writing;       /* in Server.park_writing (through rlink): waiting for EPOLLOUT */
+    int64_t write_deadline_ms; /* while writing: given up then (monotonic ms) */
+    char *out;          /* owned: the answer's bytes */
+    size_t out_len, out_off;
+} RequestPark;
+
+/* Under a guard prefix (guard.h): the upstream call, and for a write its
+ * place in the guard. The guard's. */
+typedef struct RequestGuard {
+    ProxyCall *call;
+    GuardWrite *write;
+} RequestGuard;
+
+/* A grant this request's answer reveals, released if it is not delivered:
+ * the API's (api.h). */
+typedef struct RequestGrant {
+    bool pending;
+    char *lock;         /* owned */
+    uint8_t lease[LEASE_ID_BYTES];
+} RequestGrant;
+
+/* The HTTP layer creates, answers and ends a request; each part below it
+ * names is written by one layer only. */
 struct Request {
-    LoopSource source;  /* for socket watches while waiting; first member */
+    LoopSource source;  /* for socket watches while waiting or parked */
     Server *srv;
     struct MHD_Connection *conn;
     char *raw_uri;      /* owned: the request target as sent, still %-encoded */
@@ -57,37 +94,21 @@ struct Request {
     unsigned status;
     struct MHD_Response *response; /* owned: built, waiting to be queued */
     CommitHold hold;
-    Waiter *waiter;     /* while queued in the lock table */
-    int watch_fd;       /* socket watched by the loop, or -1 */
-    bool in_waiting;    /* in Server.waiting (through wlink) */
-    DLink wlink;
-    /* How the request ends (the HTTP layer's http_request_end): also for a
-     * parked request, whose end park.c reports. */
+    /* How the request ends (the HTTP layer's): also for a parked request,
+     * whose end park.c reports. */
     void (*end)(Request *req, bool delivered);
-    /* Under a guard prefix: how its body is taken, the upstream call, and for
-     * a write its place in the guard (guard.h). */
+    /* Set by the layer above when it takes the body as it arrives. */
     const RequestStream *stream;
-    ProxyCall *call;
-    GuardWrite *guard_write;
-    /* A grant this request's response reveals; released if it is not delivered. */
-    bool grant_pending;
-    char *grant_lock;   /* owned */
-    uint8_t grant_lease[LEASE_ID_BYTES];
     /* What this request took from the socket (park.h); 0 when unknown. */
     bool http11;
     uint64_t wire_bytes;
-    /* Parked (park.h): the socket is ours, conn is NULL. */
-    int own_fd;         /* owned; -1 unless parked */
-    DLink plink;        /* in Server.parked */
-    bool in_ready;      /* in Server.park_ready (through rlink) */
-    DLink rlink;
-    bool writing;       /* in Server.park_writing (through rlink): waiting for EPOLLOUT */
-    int64_t write_deadline_ms; /* while writing: given up then (monotonic ms) */
-    char *out;          /* owned: the answer's bytes */
-    size_t out_len, out_off;
     /* For --access-log only (unset without it). */
     int64_t started_us; /* monotonic */
     char method[16];
+    RequestWait wait;
+    RequestPark park;
+    RequestGuard guard;
+    RequestGrant grant;
 };
 
 #endif

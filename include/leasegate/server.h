@@ -44,11 +44,11 @@ typedef struct Server {
     Metrics metrics;
     LeaseIds lease_ids;
     FILE *access_log;  /* --access-log, or NULL */
-    DList waiting;     /* Request.wlink: requests in a long-poll */
+    DList waiting;     /* Request.wait.link: requests in a long-poll */
     DList suspended;   /* Request.slink: connections suspended now (waiting, held, proxied) */
-    DList parked;      /* Request.plink: waiters whose socket is ours (park.h) */
-    DList park_ready;  /* Request.rlink: parked requests whose answer can be written */
-    DList park_writing; /* Request.rlink: parked answers waiting for room, by deadline */
+    DList parked;      /* Request.park.link: waiters whose socket is ours (park.h) */
+    DList park_ready;  /* Request.park.rlink: parked requests whose answer can be written */
+    DList park_writing; /* Request.park.rlink: parked answers waiting for room, by deadline */
     bool stopping;
     bool storage_failed;
 } Server;

@@ -195,17 +195,17 @@ void api_waiter_timed_out(Request *req, const Lock *lock)
 
 void api_waiter_left(Request *req)
 {
-    locktab_cancel(req->srv->locks, req->waiter);
+    locktab_cancel(req->srv->locks, req->wait.waiter);
     req->srv->metrics.waiter_disconnects++;
 }
 
 void api_request_end(Request *req, bool delivered)
 {
     Server *s = req->srv;
-    if (req->grant_pending && !delivered) {
+    if (req->grant.pending && !delivered) {
         Now now = clock_now();
         uint32_t left;
-        if (locktab_release(s->locks, req->grant_lock, req->grant_lease, &now, &left) == LOCK_OK)
+        if (locktab_release(s->locks, req->grant.lock, req->grant.lease, &now, &left) == LOCK_OK)
             s->metrics.undelivered_grants++;
     }
 }

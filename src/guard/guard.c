@@ -36,7 +36,7 @@ struct GuardWrite {
     GuardQueue *q;       /* NULL once out of the queue */
     Guard *guard;
     Request *req;        /* NULL once the client is gone */
-    ProxyCall *call;     /* req->call; this write's own once detached */
+    ProxyCall *call;     /* req->guard.call; this write's own once detached */
     CommitHold hold;     /* waits for the raised mark to be durable */
     uint8_t lease[LEASE_ID_BYTES];
     uint64_t token;
@@ -410,8 +410,8 @@ static bool raise_mark(Server *s, const char *lock, uint64_t token)
  * none, and its body is dropped. */
 static void stream_upload(Request *req, const char *data, size_t *size)
 {
-    if (req->call)
-        proxy_call_upload(req->call, data, size);
+    if (req->guard.call)
+        proxy_call_upload(req->guard.call, data, size);
     else
         *size = 0;
 }
@@ -420,17 +420,17 @@ static void body_done(Request *req);
 
 static bool stream_complete(Request *req)
 {
-    if (!req->call)
+    if (!req->guard.call)
         return false;
     /* The guard may refuse the write now that its body is complete. */
     body_done(req);
-    return req->response ? true : proxy_call_final(req->call) == MHD_YES;
+    return req->response ? true : proxy_call_final(req->guard.call) == MHD_YES;
 }
 
 static void stream_abort(Request *req)
 {
-    if (req->call)
-        proxy_call_abort(req->call);
+    if (req->guard.call)
+        proxy_call_abort(req->guard.call);
 }
 
 static const RequestStream guarded = {stream_upload, stream_complete, stream_abort};
@@ -472,10 +472,10 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method)
     char *url = upstream_url(route, req->raw_uri);
     /* A read passes with no body (acceptable() saw to that): declaring one,
      * even of 0 bytes, would make curl send it as an upload (a PUT). */
-    req->call = url ? proxy_call_new(s->proxy, req, method, url, write && framed, content_length, DROP, add) : NULL;
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, write && framed, content_length, DROP, add) : NULL;
     free(url);
-    GuardQueue *q = w && req->call ? queue_for(g, lock) : NULL;
-    if (!req->call || (w && (!q || !raise_mark(s, lock, w->token)))) {
+    GuardQueue *q = w && req->guard.call ? queue_for(g, lock) : NULL;
+    if (!req->guard.call || (w && (!q || !raise_mark(s, lock, w->token)))) {
         if (q)
             drop_queue_if_empty(g, q);
         write_free(w);
@@ -483,7 +483,7 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method)
         return;
     }
     if (!w) {
-        proxy_call_start(req->call);
+        proxy_call_start(req->guard.call);
         return;
     }
     /* Writes that can no longer pass (a smaller token, not yet with the
@@ -496,9 +496,9 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method)
     }
     w->guard = g;
     w->req = req;
-    w->call = req->call;
+    w->call = req->guard.call;
     w->has_body = has_body;
-    req->guard_write = w;
+    req->guard.write = w;
     proxy_call_hold_end(w->call);
     proxy_call_on_answered(w->call, on_answered, w);
     w->q = q;
@@ -514,7 +514,7 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method)
 
 static void body_done(Request *req)
 {
-    GuardWrite *w = req->guard_write;
+    GuardWrite *w = req->guard.write;
     if (!w || w->body_done)
         return;
     w->body_done = true;
@@ -527,25 +527,25 @@ static void write_end(Request *req);
 void guard_request_end(Request *req)
 {
     write_end(req);
-    if (req->call) {
-        proxy_call_free(req->call);
-        req->call = NULL;
+    if (req->guard.call) {
+        proxy_call_free(req->guard.call);
+        req->guard.call = NULL;
     }
 }
 
 static void write_end(Request *req)
 {
-    GuardWrite *w = req->guard_write;
+    GuardWrite *w = req->guard.write;
     if (!w)
         return;
-    req->guard_write = NULL;
+    req->guard.write = NULL;
     w->req = NULL;
     Guard *g = w->guard;
     GuardQueue *q = w->q;
-    if (q && w->released && req->call) {
+    if (q && w->released && req->guard.call) {
         /* The upstream may have the whole request: the next write waits for its answer. */
-        ProxyCall *call = req->call;
-        req->call = NULL;
+        ProxyCall *call = req->guard.call;
+        req->guard.call = NULL;
         if (proxy_call_detach(call))
             return; /* on_answered frees w */
     }

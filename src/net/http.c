@@ -45,8 +45,8 @@ static void request_free(Request *req)
     free(req->raw_uri);
     free(req->arg);
     free(req->body);
-    free(req->grant_lock);
-    free(req->out);
+    free(req->grant.lock);
+    free(req->park.out);
     free(req);
 }
 
@@ -105,9 +105,9 @@ static void deliver(Request *req)
 
 static void unwatch(Request *req)
 {
-    if (req->watch_fd >= 0) {
-        loop_unwatch(req->srv->loop, req->watch_fd);
-        req->watch_fd = -1;
+    if (req->wait.watch_fd >= 0) {
+        loop_unwatch(req->srv->loop, req->wait.watch_fd);
+        req->wait.watch_fd = -1;
     }
 }
 
@@ -115,11 +115,11 @@ static void unwatch(Request *req)
  * the client hanging up (FIN or RST). */
 static void watch_hangup(Request *req)
 {
-    if (req->watch_fd >= 0 || !req->conn)
+    if (req->wait.watch_fd >= 0 || !req->conn)
         return;
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (info && loop_watch(req->srv->loop, info->connect_fd, EPOLLRDHUP, &req->source))
-        req->watch_fd = info->connect_fd;
+        req->wait.watch_fd = info->connect_fd;
 }
 
 /* Has the client hung up (FIN or RST)? The kernel's state of the connection
@@ -140,7 +140,7 @@ static void hold_ready(CommitHold *hold)
      * for the commit is not delivered: the connection is dropped and the grant
      * released at once (the request's end), as a waiter that hangs up leaves
      * the queue. Checked here, once, rather than watched throughout. */
-    if (req->grant_pending && req->conn && peer_gone(req))
+    if (req->grant.pending && req->conn && peer_gone(req))
         req->close = true;
     unwatch(req);
     deliver(req);
@@ -150,7 +150,7 @@ static void hold_ready(CommitHold *hold)
  * only once every change recorded before it is durable. Takes ownership of resp. */
 static void send_response(Request *req, unsigned status, struct MHD_Response *resp, bool held)
 {
-    if (req->own_fd >= 0) {
+    if (req->park.fd >= 0) {
         /* Parked answers are text (park_reply); only a failure to build one
          * ends up here: the client gets no answer. */
         if (resp)
@@ -207,7 +207,7 @@ void http_reply_static(Request *req, unsigned status, const char *content_type, 
 void http_reply_text(Request *req, unsigned status, const char *content_type, char *text_new,
                      size_t len)
 {
-    if (req->own_fd >= 0) {
+    if (req->park.fd >= 0) {
         count_status(req->srv, status);
         req->status = status;
         park_reply(req, status, content_type, text_new, len);
@@ -277,10 +277,10 @@ void http_reply_error_raw(Request *req, ErrCode code, json_t *extra, const RawRe
 
 void http_note_grant(Request *req, const char *lock, const uint8_t *lease)
 {
-    free(req->grant_lock);
-    req->grant_lock = strdup(lock);
-    req->grant_pending = req->grant_lock != NULL;
-    memcpy(req->grant_lease, lease, LEASE_ID_BYTES);
+    free(req->grant.lock);
+    req->grant.lock = strdup(lock);
+    req->grant.pending = req->grant.lock != NULL;
+    memcpy(req->grant.lease, lease, LEASE_ID_BYTES);
 }
 
 const char *http_query(Request *req, const char *key)
@@ -311,9 +311,9 @@ void http_wait(Request *req, Waiter *w)
 {
     Server *s = req->srv;
     probe_liveness(s, req->conn);
-    req->waiter = w;
-    dlist_append(&s->waiting, &req->wlink);
-    req->in_waiting = true;
+    req->wait.waiter = w;
+    dlist_append(&s->waiting, &req->wait.link);
+    req->wait.listed = true;
     if (park_take(req))
         return;
     http_suspend(req);
@@ -325,16 +325,16 @@ void http_wait(Request *req, Waiter *w)
 static void stop_waiting(Request *req)
 {
     unwatch(req);
-    if (req->in_waiting) {
-        dlist_remove(&req->srv->waiting, &req->wlink);
-        req->in_waiting = false;
+    if (req->wait.listed) {
+        dlist_remove(&req->srv->waiting, &req->wait.link);
+        req->wait.listed = false;
     }
-    req->waiter = NULL;
+    req->wait.waiter = NULL;
 }
 
 static void hangup(Request *req)
 {
-    if (req->waiter)
+    if (req->wait.waiter)
         req->srv->app->left(req);
     stop_waiting(req);
     req->close = true;
@@ -346,7 +346,7 @@ static void hangup(Request *req)
 static int socket_ready(LoopSource *src, uint32_t events)
 {
     Request *req = CONTAINER_OF(src, Request, source);
-    if (req->own_fd >= 0)
+    if (req->park.fd >= 0)
         park_event(req, events);
     else
         hangup(req);
@@ -356,7 +356,7 @@ static int socket_ready(LoopSource *src, uint32_t events)
 void http_cancel_waiters(Server *s)
 {
     while (s->waiting.head) {
-        Request *req = DLIST_ITEM(s->waiting.head, Request, wlink);
+        Request *req = DLIST_ITEM(s->waiting.head, Request, wait.link);
         s->app->left(req);
         stop_waiting(req);
         http_reply_error(req, ERR_OVERLOADED, NULL, "server is shutting down; retry");
@@ -412,8 +412,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     req->end = http_request_end;
     req->srv = cls;
     req->conn = conn;
-    req->watch_fd = -1;
-    req->own_fd = -1;
+    req->wait.watch_fd = -1;
+    req->park.fd = -1;
     if (req->srv->access_log)
         req->started_us = mono_us();
     return req;
@@ -529,7 +529,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     } else
         http_reply_error(req, ERR_NOT_FOUND, NULL, "no such endpoint: %s %s", method, url);
     req->in_handler = false;
-    if (req->own_fd >= 0) {
+    if (req->park.fd >= 0) {
         /* Parked: libmicrohttpd closes its descriptor and forgets the request. */
         req->conn = NULL;
         *con_cls = NULL;
@@ -547,8 +547,8 @@ static void peer_name(Request *req, char *out, size_t outlen)
     struct sockaddr_storage ss;
     const struct sockaddr *sa = NULL;
     socklen_t len = sizeof ss;
-    if (req->own_fd >= 0) {
-        if (getpeername(req->own_fd, (struct sockaddr *)&ss, &len) == 0)
+    if (req->park.fd >= 0) {
+        if (getpeername(req->park.fd, (struct sockaddr *)&ss, &len) == 0)
             sa = (const struct sockaddr *)&ss;
     } else if (req->conn) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -585,7 +585,7 @@ static void http_request_end(Request *req, bool delivered)
     Server *s = req->srv;
     if (s->access_log)
         log_request(req, delivered);
-    if (req->waiter)
+    if (req->wait.waiter)
         s->app->left(req);
     stop_waiting(req);
     /* A reply held for a commit that this connection will never send. */

@@ -137,8 +137,8 @@ bool park_take(Request *req)
     /* The answer goes out in one send(); nothing to gain from Nagle. */
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    req->own_fd = fd;
-    dlist_append(&s->parked, &req->plink);
+    req->park.fd = fd;
+    dlist_append(&s->parked, &req->park.link);
     /* What routed and parsed the request is not needed while it waits (the
      * path only for the access log). */
     if (!s->access_log) {
@@ -155,13 +155,13 @@ bool park_take(Request *req)
 static void finish(Request *req, bool delivered)
 {
     Server *s = req->srv;
-    int fd = req->own_fd;
+    int fd = req->park.fd;
     loop_unwatch(s->loop, fd);
-    dlist_remove(&s->parked, &req->plink);
-    if (req->in_ready)
-        dlist_remove(&s->park_ready, &req->rlink);
-    if (req->writing)
-        dlist_remove(&s->park_writing, &req->rlink);
+    dlist_remove(&s->parked, &req->park.link);
+    if (req->park.ready)
+        dlist_remove(&s->park_ready, &req->park.rlink);
+    if (req->park.writing)
+        dlist_remove(&s->park_writing, &req->park.rlink);
     req->end(req, delivered);
     if (!delivered) {
         close(fd);
@@ -179,15 +179,15 @@ static void finish(Request *req, bool delivered)
 
 static void make_ready(Request *req)
 {
-    req->in_ready = true;
-    dlist_append(&req->srv->park_ready, &req->rlink);
+    req->park.ready = true;
+    dlist_append(&req->srv->park_ready, &req->park.rlink);
 }
 
 void park_drop(Request *req)
 {
     /* park_flush ends it: no answer, so the connection is closed there. */
-    free(req->out);
-    req->out = NULL;
+    free(req->park.out);
+    req->park.out = NULL;
     make_ready(req);
 }
 
@@ -218,10 +218,10 @@ void park_reply(Request *req, unsigned status, const char *content_type, char *t
     memcpy(out, head, (size_t)hl);
     memcpy(out + hl, text_new, len);
     free(text_new);
-    free(req->out);
-    req->out = out;
-    req->out_len = (size_t)hl + len;
-    req->out_off = 0;
+    free(req->park.out);
+    req->park.out = out;
+    req->park.out_len = (size_t)hl + len;
+    req->park.out_off = 0;
     if (commit_pending(s->commit)) {
         req->hold.ready = hold_ready;
         commit_hold(s->commit, &req->hold);
@@ -237,35 +237,35 @@ void park_reply(Request *req, unsigned status, const char *content_type, char *t
 static void wait_for_room(Request *req)
 {
     Server *s = req->srv;
-    if (!req->writing) {
-        if (!loop_rewatch(s->loop, req->own_fd, EPOLLOUT, &req->source)) {
+    if (!req->park.writing) {
+        if (!loop_rewatch(s->loop, req->park.fd, EPOLLOUT, &req->source)) {
             finish(req, false);
             return;
         }
-        req->writing = true;
+        req->park.writing = true;
     } else {
-        dlist_remove(&s->park_writing, &req->rlink);
+        dlist_remove(&s->park_writing, &req->park.rlink);
     }
-    req->write_deadline_ms = clock_now().mono_ms + (int64_t)s->cfg.idle_timeout_s * 1000;
-    dlist_append(&s->park_writing, &req->rlink);
+    req->park.write_deadline_ms = clock_now().mono_ms + (int64_t)s->cfg.idle_timeout_s * 1000;
+    dlist_append(&s->park_writing, &req->park.rlink);
 }
 
 /* Writes what is left of the answer; finishes the request when all is out. */
 static void write_out(Request *req)
 {
-    if (!req->out) {
+    if (!req->park.out) {
         finish(req, false); /* dropped (park_drop) */
         return;
     }
-    size_t start = req->out_off;
-    while (req->out_off < req->out_len) {
-        ssize_t n = send(req->own_fd, req->out + req->out_off, req->out_len - req->out_off, MSG_NOSIGNAL);
+    size_t start = req->park.out_off;
+    while (req->park.out_off < req->park.out_len) {
+        ssize_t n = send(req->park.fd, req->park.out + req->park.out_off, req->park.out_len - req->park.out_off, MSG_NOSIGNAL);
         if (n > 0) {
-            req->out_off += (size_t)n;
+            req->park.out_off += (size_t)n;
         } else if (n < 0 && errno == EINTR) {
             continue;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (!req->writing || req->out_off > start)
+            if (!req->park.writing || req->park.out_off > start)
                 wait_for_room(req);
             return;
         } else {
@@ -278,7 +278,7 @@ static void write_out(Request *req)
 
 void park_event(Request *req, uint32_t events)
 {
-    if (req->writing && !(events & (EPOLLERR | EPOLLHUP))) {
+    if (req->park.writing && !(events & (EPOLLERR | EPOLLHUP))) {
         write_out(req);
         return;
     }
@@ -289,9 +289,9 @@ void park_event(Request *req, uint32_t events)
 void park_flush(Server *s)
 {
     while (s->park_ready.head) {
-        Request *req = DLIST_ITEM(s->park_ready.head, Request, rlink);
-        dlist_remove(&s->park_ready, &req->rlink);
-        req->in_ready = false;
+        Request *req = DLIST_ITEM(s->park_ready.head, Request, park.rlink);
+        dlist_remove(&s->park_ready, &req->park.rlink);
+        req->park.ready = false;
         write_out(req);
     }
 }
@@ -300,15 +300,15 @@ int64_t park_next_timeout_ms(const Server *s, const Now *now)
 {
     if (!s->park_writing.head)
         return -1;
-    const Request *req = DLIST_ITEM(s->park_writing.head, Request, rlink);
-    return req->write_deadline_ms > now->mono_ms ? req->write_deadline_ms - now->mono_ms : 0;
+    const Request *req = DLIST_ITEM(s->park_writing.head, Request, park.rlink);
+    return req->park.write_deadline_ms > now->mono_ms ? req->park.write_deadline_ms - now->mono_ms : 0;
 }
 
 void park_tick(Server *s, const Now *now)
 {
     while (s->park_writing.head) {
-        Request *req = DLIST_ITEM(s->park_writing.head, Request, rlink);
-        if (req->write_deadline_ms > now->mono_ms)
+        Request *req = DLIST_ITEM(s->park_writing.head, Request, park.rlink);
+        if (req->park.write_deadline_ms > now->mono_ms)
             return;
         finish(req, false); /* the client stopped reading */
     }
@@ -317,5 +317,5 @@ void park_tick(Server *s, const Now *now)
 void park_close_all(Server *s)
 {
     while (s->parked.head)
-        finish(DLIST_ITEM(s->parked.head, Request, plink), false);
+        finish(DLIST_ITEM(s->parked.head, Request, park.link), false);
 }
