@@ -23,7 +23,12 @@ def schema_from_source(path):
     m = re.search(r"static const char SCHEMA\[\]\s*=\s*(.*?);\s*\n", src, re.S)
     if not m:
         sys.exit(f"gen_db: no SCHEMA string in {path}")
-    parts = re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1))
+    # The initializer is string literals and names of macros that are string literals.
+    macros = {name: "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', body))
+              for name, body in re.findall(r"#define (\w+)\s+((?:[^\n]*\\\n)*[^\n]*)", src)}
+    parts = []
+    for tok in re.findall(r'"(?:[^"\\]|\\.)*"|\w+', m.group(1)):
+        parts.append(tok[1:-1] if tok.startswith('"') else macros.get(tok, ""))
     sql = "".join(parts)
     if "CREATE TABLE" not in sql or "locks(" not in sql:
         sys.exit(f"gen_db: SCHEMA in {path} does not look like the schema")
@@ -38,7 +43,7 @@ def main():
     ap.add_argument("--held-every", type=int, default=10)
     ap.add_argument("--expired", action="store_true",
                     help="held locks' expires_at_ms lies in the past (start-up must release them)")
-    ap.add_argument("--schema-from", default=os.path.join(here, "..", "src", "store_sqlite.c"))
+    ap.add_argument("--schema-from", default=os.path.join(here, "..", "src", "store", "store_sqlite.c"))
     a = ap.parse_args()
     if a.locks < 1 or a.held_every < 1:
         sys.exit("gen_db: --locks and --held-every must be >= 1")

@@ -32,13 +32,17 @@
 
 /* When you change the schema: add a step to MIGRATIONS (the step from
  * version N-1 to N), bump SCHEMA_VERSION, and write SCHEMA as the result. */
-#define SCHEMA_VERSION 3
+#define SCHEMA_VERSION 4
 
-/* Ended leases, pruned to the newest --lease-history by seq. */
-#define LEASE_HISTORY_SCHEMA                                                                                       \
-    "CREATE TABLE IF NOT EXISTS lease_history(lease BLOB PRIMARY KEY, lock TEXT NOT NULL, token INTEGER NOT NULL," \
-    "  how INTEGER NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID;"                                                 \
-    "CREATE INDEX IF NOT EXISTS lease_history_seq ON lease_history(seq);"
+/* Ended leases, pruned to the newest --lease-history by seq (and up to
+ * up to PRUNE_CHUNK more). seq is the rowid: every insert appends at the end of one
+ * b-tree and pruning cuts from its start, so a commit dirties a page or two
+ * for them, not one per ended lease (they are looked up by lease only in
+ * memory, after loading). */
+#define LEASE_HISTORY_SCHEMA                                                                      \
+    "CREATE TABLE IF NOT EXISTS lease_history(seq INTEGER PRIMARY KEY, lease BLOB NOT NULL,"      \
+    "  lock TEXT NOT NULL, token INTEGER NOT NULL, how INTEGER NOT NULL);"
+#define PRUNE_CHUNK 256
 
 /* A new database. meta holds schema_version, last_token, boot_id (text) and
  * boot (a counter that moves whenever boot_id changes; locks.boot says in
@@ -55,7 +59,7 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS guard_marks(lock TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
     LEASE_HISTORY_SCHEMA
-    "INSERT INTO meta(key, value) VALUES('schema_version', 3), ('last_token', 0), ('boot', 0);";
+    "INSERT INTO meta(key, value) VALUES('schema_version', 4), ('last_token', 0), ('boot', 0);";
 
 /* MIGRATIONS[v] takes a database of version v to v + 1. */
 static const char *const MIGRATIONS[SCHEMA_VERSION] = {
@@ -65,6 +69,15 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
           "INSERT OR IGNORE INTO meta(key, value) VALUES('boot', 0);"
           "UPDATE meta SET value = 2 WHERE key = 'schema_version';",
     [2] = LEASE_HISTORY_SCHEMA "UPDATE meta SET value = 3 WHERE key = 'schema_version';",
+    /* Version 3 kept the history keyed by lease (a random key: every ended
+     * lease dirtied a page of its own). */
+    [3] = "CREATE TABLE lease_history_by_seq(seq INTEGER PRIMARY KEY, lease BLOB NOT NULL, lock TEXT NOT NULL,"
+          "  token INTEGER NOT NULL, how INTEGER NOT NULL);"
+          "INSERT OR REPLACE INTO lease_history_by_seq(seq, lease, lock, token, how)"
+          "  SELECT seq, lease, lock, token, how FROM lease_history;"
+          "DROP TABLE lease_history;"
+          "ALTER TABLE lease_history_by_seq RENAME TO lease_history;"
+          "UPDATE meta SET value = 4 WHERE key = 'schema_version';",
 };
 
 enum {
@@ -113,6 +126,7 @@ typedef struct SqliteStore {
     dev_t wal_dev;
     sqlite3 *db;
     sqlite3_int64 boot; /* meta.boot of this run */
+    uint64_t pruned_upto; /* lease_history holds no seq at or below this (0: not pruned in this run) */
     sqlite3_stmt *st[ST_COUNT];
     char err[512];
 } SqliteStore;
@@ -213,14 +227,21 @@ static int put_ended(SqliteStore *s, const StoreEnded *e, size_t n, uint64_t kee
         if (e[i].seq > last)
             last = e[i].seq;
     }
-    if (n == 0 || keep == 0 || last <= keep)
+    /* Pruned a chunk at a time: a delete from the start of the table every
+     * PRUNE_CHUNK ended leases (or `keep`, when fewer are kept), not one in
+     * every commit. */
+    uint64_t chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
+    if (n == 0 || keep == 0 || last <= keep || last - keep < s->pruned_upto + chunk)
         return 0;
     st = s->st[ST_PRUNE_ENDED];
     if (sqlite3_bind_int64(st, 1, (sqlite3_int64)(last - keep)) != SQLITE_OK) {
         set_err(s, "bind prune");
         return -1;
     }
-    return step_reset(s, st);
+    if (step_reset(s, st))
+        return -1;
+    s->pruned_upto = last - keep;
+    return 0;
 }
 
 /* The files SQLite writes must still be the ones it opened: a database or WAL

@@ -1,8 +1,10 @@
 """Restarts: holders survive SIGTERM and kill -9; expired leases are released on start."""
 
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 import unittest
@@ -108,6 +110,51 @@ class RestartTests(unittest.TestCase):
 
     def test_expired_while_down_kill9(self):
         self._expired_while_down(kill9=True)
+
+    def test_a_version_3_database_is_migrated(self):
+        """Schema 3 kept the lease history keyed by lease (a page written per ended lease);
+        4 keys it by seq. A version 3 database keeps its counter, its holder and its
+        history (the reason a released lease gives) through the migration."""
+        import sqlite3
+        import uuid
+        d = tempfile.mkdtemp(prefix="leasegate-v3-")
+        self.addCleanup(shutil.rmtree, d, True)
+        db = sqlite3.connect(os.path.join(d, "leasegate.db"))
+        released, held = uuid.uuid4(), uuid.uuid4()
+        now = int(time.time() * 1000)
+        db.executescript(
+            "PRAGMA journal_mode=WAL;"
+            "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
+            "CREATE TABLE locks(name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, lease BLOB, owner TEXT,"
+            "  token INTEGER, ttl_ms INTEGER, acquired_at_ms INTEGER, expires_at_ms INTEGER, count INTEGER,"
+            "  metadata TEXT, deadline_ms INTEGER, boot INTEGER) WITHOUT ROWID;"
+            "CREATE TABLE fences(resource TEXT PRIMARY KEY, max_token INTEGER NOT NULL) WITHOUT ROWID;"
+            "CREATE TABLE fence_floors(bucket INTEGER PRIMARY KEY, floor INTEGER NOT NULL);"
+            "CREATE TABLE guard_marks(lock TEXT PRIMARY KEY, max_token INTEGER NOT NULL) WITHOUT ROWID;"
+            "CREATE TABLE lease_history(lease BLOB PRIMARY KEY, lock TEXT NOT NULL, token INTEGER NOT NULL,"
+            "  how INTEGER NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID;"
+            "CREATE INDEX lease_history_seq ON lease_history(seq);"
+            "INSERT INTO meta VALUES('schema_version', 3), ('last_token', 7), ('boot', 0);")
+        db.execute("INSERT INTO locks(name, last_token) VALUES('v3/free', 6)")
+        db.execute("INSERT INTO locks VALUES('v3/held', 7, ?, 'keeper', 7, 600000, ?, ?, 1, '{}', NULL, NULL)",
+                   (held.bytes, now, now + 600000))
+        db.execute("INSERT INTO lease_history VALUES(?, 'v3/free', 6, 2, 41)", (released.bytes,))
+        db.commit()
+        db.close()
+        with harness.Server(data_dir=d) as srv:
+            st, _, r = srv.renew("v3/free", str(released))
+            self.assertEqual((st, r.get("reason")), (409, "released"), r)
+            st, _, r = srv.renew("v3/held", str(held))
+            self.assertEqual(st, 200, r)
+            st, _, g = srv.acquire("v3/free", "new")
+            self.assertEqual((st, g.get("token")), (200, 8), g)
+            st, _, r = srv.release("v3/free", g["lease"])
+            self.assertEqual(st, 200, r)
+        db = sqlite3.connect(os.path.join(d, "leasegate.db"))
+        self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0], 4)
+        self.assertEqual(db.execute("SELECT seq, lock, token, how FROM lease_history ORDER BY seq").fetchall(),
+                         [(41, "v3/free", 6, 2), (42, "v3/free", 8, 2)])
+        db.close()
 
     def test_last_token_and_free_locks_survive(self):
         b = self.acquire_ok("rs/freed", ttl_ms=60000)
