@@ -35,7 +35,7 @@
 #define SCHEMA_VERSION 4
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
- * up to PRUNE_CHUNK more). seq is the rowid: every insert appends at the end of one
+ * PRUNE_CHUNK more). seq is the rowid: every insert appends at the end of one
  * b-tree and pruning cuts from its start, so a commit dirties a page or two
  * for them, not one per ended lease (they are looked up by lease only in
  * memory, after loading). */
