@@ -1,0 +1,251 @@
+/*
+ * fuzz_guardpath — the guard's canonical-target, path-bound lock and header
+ * rules (include/leasegate/guardpath.h, include/leasegate/names.h) on
+ * arbitrary bytes:
+ *
+ *  - guardpath_problem agrees with a reference written from guardpath.h: a
+ *    target is canonical exactly when it has no '#', its path (before '?')
+ *    has no dot segment, no empty segment (but the one before a leading '/'
+ *    and the one after a trailing '/'), no backslash, no ';', no encoded '/',
+ *    '\', ';', '%', NUL or control byte, no needlessly encoded unreserved
+ *    character, and only RFC 3986 path characters; its query only query
+ *    characters and well-formed %XX;
+ *  - and, spelled out, for every accepted target: no "."/".." segment, raw or
+ *    after percent-decoding; decoding does not add or split segments; no
+ *    "%2f", "%5c", "%00", "%25", "%3b" in any case; no backslash or ';';
+ *  - guardpath_lock: a name it returns passes name_lock_problem (and a
+ *    reference of it), is the path without its query and one leading '/',
+ *    fits outlen (the buffer is exactly outlen bytes, so ASan sees any
+ *    overflow); it returns NULL exactly when it sets a problem;
+ *  - guardpath_header_problem refuses exactly the values with a byte < 0x20
+ *    other than TAB, or 0x7f, and reads no byte past len.
+ */
+#include <stdbool.h>
+
+#include "fuzz.h"
+#include "leasegate/guardpath.h"
+#include "leasegate/names.h"
+
+#define CHECK(cond, ...) FUZZ_CHECK(cond, __VA_ARGS__)
+
+static bool is_unreserved(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+           c == '_' || c == '~';
+}
+
+/* RFC 3986: pchar = unreserved / pct-encoded / sub-delims / ":" / "@" */
+static bool is_sub_delim(unsigned char c) { return c && strchr("!$&'()*+,;=", c) != NULL; }
+
+static int hex(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* The reference: is this segment of the path acceptable? */
+static bool ref_segment(const char *s, size_t len)
+{
+    size_t chars = 0, dots = 0;
+    for (size_t i = 0; i < len; chars++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '%') {
+            if (i + 2 >= len)
+                return false;
+            int hi = hex((unsigned char)s[i + 1]), lo = hex((unsigned char)s[i + 2]);
+            if (hi < 0 || lo < 0)
+                return false;
+            int v = hi * 16 + lo;
+            if (v == '/' || v == '\\' || v == ';' || v == '%' || v < 0x20 || v == 0x7f || is_unreserved((unsigned char)v))
+                return false;
+            i += 3;
+            continue;
+        }
+        if (c == '\\' || c == ';')
+            return false;
+        if (!(is_unreserved(c) || (is_sub_delim(c) && c != ';') || c == ':' || c == '@'))
+            return false;
+        dots += c == '.';
+        i++;
+    }
+    return !(dots == chars && (chars == 1 || chars == 2));
+}
+
+static bool ref_canonical(const char *rest)
+{
+    if (strchr(rest, '#'))
+        return false;
+    size_t plen = strcspn(rest, "?");
+    /* segments of rest[0, plen) */
+    size_t start = 0;
+    for (;;) {
+        size_t end = start;
+        while (end < plen && rest[end] != '/')
+            end++;
+        bool first = start == 0, last = end == plen;
+        size_t len = end - start;
+        if (len == 0) {
+            if (!first && !last)
+                return false;
+        } else if (!ref_segment(rest + start, len)) {
+            return false;
+        }
+        if (last)
+            break;
+        start = end + 1;
+    }
+    if (rest[plen] == '?') {
+        for (const char *q = rest + plen + 1; *q;) {
+            unsigned char c = (unsigned char)*q;
+            if (c == '%') {
+                if (hex((unsigned char)q[1]) < 0 || hex((unsigned char)q[2]) < 0)
+                    return false;
+                q += 3;
+                continue;
+            }
+            if (!(is_unreserved(c) || is_sub_delim(c) || c == ':' || c == '@' || c == '/' || c == '?'))
+                return false;
+            q++;
+        }
+    }
+    return true;
+}
+
+static bool ref_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 256)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || (c && strchr("._~:/-", c))))
+            return false;
+    }
+    const char *slash = strrchr(name, '/');
+    const char *last = slash ? slash + 1 : name;
+    return strcmp(last, "acquire") && strcmp(last, "renew") && strcmp(last, "release");
+}
+
+/* The spelled-out properties of an accepted target's path. */
+static void check_accepted(const char *rest)
+{
+    size_t plen = strcspn(rest, "?");
+    CHECK(!strchr(rest, '#'), "accepted a target with a fragment: '%s'", rest);
+    for (size_t i = 0; i < plen; i++) {
+        CHECK(rest[i] != '\\' && rest[i] != ';', "accepted a path with '\\' or ';': '%s'", rest);
+        CHECK((unsigned char)rest[i] > 0x20 && (unsigned char)rest[i] < 0x7f, "accepted a raw byte 0x%02x: '%s'",
+              (unsigned char)rest[i], rest);
+        if (rest[i] == '%') {
+            CHECK(i + 2 < plen, "accepted a truncated %%-encoding: '%s'", rest);
+            static const char *const BAD[] = {"%2f", "%5c", "%00", "%25", "%3b", "%2e", "%0a", "%0d", "%7f"};
+            for (size_t k = 0; k < sizeof BAD / sizeof BAD[0]; k++)
+                CHECK(strncasecmp(rest + i, BAD[k], 3) != 0, "accepted '%s' in the path: '%s'", BAD[k], rest);
+        }
+    }
+    /* Decode every %XX: the segments must stay the same and none may be a dot segment. */
+    char decoded[4096];
+    size_t dn = 0;
+    int raw_slashes = 0, dec_slashes = 0;
+    for (size_t i = 0; i < plen && dn + 1 < sizeof decoded;) {
+        if (rest[i] == '%') {
+            decoded[dn++] = (char)(hex((unsigned char)rest[i + 1]) * 16 + hex((unsigned char)rest[i + 2]));
+            i += 3;
+        } else {
+            raw_slashes += rest[i] == '/';
+            decoded[dn++] = rest[i++];
+        }
+    }
+    decoded[dn] = '\0';
+    for (size_t i = 0; i < dn; i++) {
+        dec_slashes += decoded[i] == '/';
+        CHECK(decoded[i] != '\\' && decoded[i] != ';' && decoded[i] != '\0' && (unsigned char)decoded[i] >= 0x20 &&
+                  decoded[i] != 0x7f,
+              "accepted a path that decodes to byte 0x%02x: '%s'", (unsigned char)decoded[i], rest);
+    }
+    CHECK(raw_slashes == dec_slashes, "decoding '%s' adds a '/'", rest);
+    for (char *seg = decoded;;) {
+        char *slash = strchr(seg, '/');
+        size_t len = slash ? (size_t)(slash - seg) : strlen(seg);
+        CHECK(!(len == 1 && seg[0] == '.') && !(len == 2 && seg[0] == '.' && seg[1] == '.'),
+              "accepted a dot segment: '%s'", rest);
+        CHECK(len > 0 || seg == decoded || !slash, "accepted an empty segment: '%s'", rest);
+        if (!slash)
+            break;
+        seg = slash + 1;
+    }
+}
+
+static void check_lock(const char *rest, size_t outlen, bool canonical)
+{
+    char *out = malloc(outlen);
+    CHECK(out != NULL, "out of memory");
+    const char *problem = (const char *)1;
+    const char *name = guardpath_lock(rest, out, outlen, &problem);
+    CHECK(!name == !!problem, "guardpath_lock returned %s with problem %s", name ? "a name" : "NULL",
+          problem ? "set" : "NULL");
+    if (name) {
+        CHECK(name == out, "guardpath_lock returned a name outside out");
+        CHECK(strlen(name) < outlen, "the name does not fit outlen");
+        CHECK(name_lock_problem(name) == NULL, "guardpath_lock gave '%s', which name_lock_problem refuses", name);
+        CHECK(ref_name_ok(name), "guardpath_lock gave '%s', which is not a lock name", name);
+        const char *p = rest[0] == '/' ? rest + 1 : rest;
+        size_t plen = strcspn(p, "?");
+        CHECK(strlen(name) == plen && !strncmp(name, p, plen), "guardpath_lock('%s') = '%s', not its path", rest, name);
+        if (canonical) {
+            /* a lock bound by a canonical path: no dot or empty inner segment */
+            for (const char *seg = name;;) {
+                const char *slash = strchr(seg, '/');
+                size_t len = slash ? (size_t)(slash - seg) : strlen(seg);
+                CHECK(!(len == 1 && seg[0] == '.') && !(len == 2 && !strncmp(seg, "..", 2)),
+                      "canonical '%s' binds lock '%s' with a dot segment", rest, name);
+                CHECK(len > 0 || !slash, "canonical '%s' binds lock '%s' with an empty segment", rest, name);
+                if (!slash)
+                    break;
+                seg = slash + 1;
+            }
+        }
+    }
+    free(out);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    /* Header values: every byte, with NULs, in a buffer of exactly len bytes. */
+    size_t hlen = size - 1;
+    char *value = malloc(hlen ? hlen : 1);
+    CHECK(value != NULL, "out of memory");
+    memcpy(value, data + 1, hlen);
+    bool want_ok = true;
+    for (size_t i = 0; i < hlen; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            want_ok = false;
+    }
+    const char *hp = guardpath_header_problem(value, hlen);
+    CHECK(!hp == want_ok, "guardpath_header_problem says %s for a value that %s a control byte", hp ? "no" : "yes",
+          want_ok ? "has no" : "has");
+    free(value);
+
+    /* Targets: the bytes after the first, up to a NUL. */
+    char *rest = malloc(size);
+    CHECK(rest != NULL, "out of memory");
+    memcpy(rest, data + 1, size - 1);
+    rest[size - 1] = '\0';
+    const char *problem = guardpath_problem(rest);
+    bool ref = ref_canonical(rest);
+    CHECK(!problem == ref, "guardpath_problem('%s') %s it (%s), the reference %s it", rest,
+          problem ? "refuses" : "accepts", problem ? problem : "-", ref ? "accepts" : "refuses");
+    if (!problem)
+        check_accepted(rest);
+    size_t outlen = data[0] % 4 == 0 ? NAME_MAX_BYTES + 1 : 1 + (size_t)data[0];
+    check_lock(rest, outlen, !problem);
+    free(rest);
+    return 0;
+}
