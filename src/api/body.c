@@ -1,6 +1,7 @@
 /* body — request body validation; see include/leasegate/body.h. */
 #include "leasegate/body.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <uuid/uuid.h>
 
@@ -12,6 +13,33 @@ static void bad_field(Request *req, const char *field, const char *fmt, const ch
     char message[300];
     snprintf(message, sizeof message, fmt, field, detail);
     http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field), "%s", message);
+}
+
+/* A field's name as an answer shows it: at most outlen - 1 bytes, cut before a
+ * character, never inside one (the name is UTF-8, as jansson checked), so that
+ * the answer can always name it. */
+static void shown_field(char *out, size_t outlen, const char *name)
+{
+    size_t n = strlen(name);
+    if (n >= outlen) {
+        n = outlen - 1;
+        while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(out, name, n);
+    out[n] = '\0';
+}
+
+/* The name of the top-level member whose value holds byte `pos`, shown as
+ * shown_field does; false when there is none (or no memory to read it). */
+static bool field_at(const Request *req, size_t pos, char *out, size_t outlen)
+{
+    char *name = malloc(req->body_len + 1); /* a name is never longer than the body */
+    bool found = name && rawjson_member_at(req->body, req->body_len, pos, name, req->body_len + 1);
+    if (found)
+        shown_field(out, outlen, name);
+    free(name);
+    return found;
 }
 
 json_t *body_object_new(Request *req, const char *const *allowed)
@@ -37,7 +65,7 @@ json_t *body_object_new(Request *req, const char *const *allowed)
         }
         char field[80];
         if (json_error_code(&err) == json_error_numeric_overflow &&
-            rawjson_member_at(req->body, req->body_len, (size_t)err.position, field, sizeof field)) {
+            field_at(req, (size_t)err.position, field, sizeof field)) {
             http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field),
                              "field '%s' holds an integer that does not fit in 64 bits (line %d column %d)%s",
                              field, err.line, err.column,
@@ -61,7 +89,7 @@ json_t *body_object_new(Request *req, const char *const *allowed)
             known = strcmp(*a, key) == 0;
         if (!known) {
             char field[80];
-            snprintf(field, sizeof field, "%s", key);
+            shown_field(field, sizeof field, key);
             json_decref(obj);
             bad_field(req, field, "unknown field '%s'%s", "");
             return NULL;

@@ -458,29 +458,6 @@ static bool names_fault(const char *named, const char *fault)
     return m <= FIELD_ECHO_MAX && m + 3 >= FIELD_ECHO_MAX && !memcmp(named, fault, m);
 }
 
-/* KNOWN BUG, not fixed here (src/ is not this target's to change): body.c
- * leaves `field` out of a refusal over a field whose name is longer than 79
- * bytes in two cases:
- *  - an integer beyond 64 bits in that member: body_object_new asks
- *    rawjson_member_at for the name with an 80-byte buffer, which refuses
- *    longer names, so the answer is a plain "malformed JSON" without field
- *    (corpus/fuzz_body/known-bug-overflow-in-long-field);
- *  - an unknown field whose first 79 bytes end inside a UTF-8 character: the
- *    cut name is not UTF-8, json_pack("{s:s}") fails and extra is NULL
- *    (corpus/fuzz_body/known-bug-unknown-long-field-utf8-cut).
- * While it is 1, a refusal without field is tolerated when a field at fault
- * has such a name; set it to 0 once body.c names them (cut to 79 bytes of
- * whole characters, say): then every refusal of an object must name one. */
-#define KNOWN_BUG_LONG_FIELD_UNNAMED 1
-
-static bool unnamed_tolerated(const char *const *faults, size_t nfaults)
-{
-    for (size_t i = 0; KNOWN_BUG_LONG_FIELD_UNNAMED && i < nfaults; i++)
-        if (strlen(faults[i]) > FIELD_ECHO_MAX)
-            return true;
-    return false;
-}
-
 /* How the reference sees the body, once per input. */
 typedef struct Ref {
     bool has_nul;
@@ -542,7 +519,7 @@ static void check_endpoint(const Endpoint *e, const char *body, size_t len, cons
               (int)replies.code, replies.message);
         if (ref->obj && json_is_object(ref->obj) && !ref->has_nul) {
             /* A parsed object: one or more fields are at fault; one is named. */
-            CHECK(replies.has_field || unnamed_tolerated(faults, nfaults),
+            CHECK(replies.has_field,
                   "%s refused a body without naming a field (%s); body %.*s", e->name, replies.message,
                   (int)(len < 600 ? len : 600), body);
             bool among = !replies.has_field; /* tolerated just above */
@@ -552,7 +529,7 @@ static void check_endpoint(const Endpoint *e, const char *body, size_t len, cons
                   replies.message, (int)(len < 600 ? len : 600), body);
         } else if (ref->overflow_named) {
             const char *fault = ref->overflow_field;
-            CHECK(replies.has_field ? names_fault(replies.field, fault) : unnamed_tolerated(&fault, 1),
+            CHECK(replies.has_field && names_fault(replies.field, fault),
                   "%s refused an integer beyond 64 bits in '%s' naming %s%s%s (%s); body %.*s", e->name,
                   ref->overflow_field, replies.has_field ? "'" : "no field", replies.field,
                   replies.has_field ? "'" : "", replies.message, (int)(len < 600 ? len : 600), body);

@@ -117,6 +117,18 @@ class BadInputTests(unittest.TestCase):
         self.assert_400(self.post("/v1/locks/%s/release" % HELD, {"lease": self.held["lease"], "force": True}), "force")
         self.assert_400(self.post("/v1/fence/bad/res", {"token": 5, "resource": "x"}), "resource")
 
+    def test_long_field_names_are_named(self):
+        """Found by fuzzing: a 400 over a field whose name is longer than 79 bytes came
+        without `field` (an integer beyond 64 bits in it; an unknown name cut inside a
+        UTF-8 character). It is named by its first 79 bytes or fewer, whole characters."""
+        long_key = "k" * 80
+        b = self.assert_error(self.acq(raw=('{"owner":"a","%s":1%s}' % (long_key, "0" * 20)).encode()),
+                              400, "bad_request")
+        self.assertEqual(b.get("field"), "k" * 79, b)
+        utf8_key = "k" * 78 + "\u00e9"
+        b = self.assert_error(self.acq({"owner": "a", utf8_key: 1}), 400, "bad_request")
+        self.assertEqual(b.get("field"), "k" * 78, b)
+
     def test_wrong_types(self):
         cases = [
             ({"owner": 5}, "owner"), ({"owner": None}, "owner"), ({"owner": ["a"]}, "owner"),
