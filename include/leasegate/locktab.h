@@ -36,6 +36,8 @@ typedef struct Holder {
     uint8_t lease[LEASE_ID_BYTES];
     char *owner;    /* owned */
     char *metadata; /* owned; compact JSON object text, opaque here */
+    char *request_id; /* owned; the client's id of the acquire that made or last
+                       * re-entered this grant, or NULL when it gave none */
     uint64_t token;
     int64_t ttl_ms;
     int64_t acquired_at_ms; /* Unix ms */
@@ -94,10 +96,16 @@ typedef struct AcquireArgs {
     int64_t wait_ms;             /* 0: try once */
     const uint8_t *lease;        /* NULL, or the holder's lease for reentry */
     const uint8_t *new_lease;    /* the lease id to use if granted now (NULL for reentry) */
+    const char *request_id;      /* NULL, or the client's id for this acquire: a repeat of
+                                  * the acquire that made or last re-entered the current
+                                  * grant (same request_id and owner) changes nothing and
+                                  * answers LOCK_REPLAYED */
 } AcquireArgs;
 
 typedef enum LockResult {
     LOCK_OK,          /* granted, reentered, renewed or released */
+    LOCK_REPLAYED,    /* acquire: a retry of the acquire that made the current grant
+                       * (AcquireArgs.request_id); *lock_out is that grant, unchanged */
     LOCK_QUEUED,      /* acquire: waiting; the waiter is returned */
     LOCK_BUSY,        /* acquire: held by another and not waiting */
     LOCK_NOT_HOLDER,  /* the given lease does not hold the lock */

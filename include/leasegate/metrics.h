@@ -12,6 +12,7 @@ typedef struct Metrics {
     uint64_t responses[6];       /* by status class: [2] = 2xx ... [5] = 5xx */
     uint64_t grants;             /* fresh grants, immediate or after waiting */
     uint64_t reentries;
+    uint64_t replays;            /* acquires answered with the grant of their request_id */
     uint64_t renewals;
     uint64_t releases;           /* release calls that succeeded */
     uint64_t expiries;           /* leases ended by their TTL */

@@ -44,6 +44,8 @@ void api_metrics(Request *req)
                 (unsigned long long)m->responses[c]);
     counter(f, "leasegate_grants_total", "Fresh grants (immediate or after waiting).", m->grants);
     counter(f, "leasegate_reentries_total", "Reentrant acquires by the holder.", m->reentries);
+    counter(f, "leasegate_acquire_replays_total", "Retried acquires answered with the grant of their request_id.",
+            m->replays);
     counter(f, "leasegate_renewals_total", "Successful renewals.", m->renewals);
     counter(f, "leasegate_releases_total", "Successful releases.", m->releases);
     counter(f, "leasegate_expiries_total", "Leases ended by their TTL.", locktab_expiries(s->locks));

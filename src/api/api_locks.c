@@ -16,6 +16,7 @@
 #define TTL_DEFAULT_MS 30000
 #define WAIT_MAX_MS 3600000
 #define OWNER_MAX_BYTES 128
+#define REQUEST_ID_MAX_BYTES 64
 #define METADATA_MAX_BYTES 4096
 #define LIST_MAX 1000
 #define LIST_DEFAULT 100
@@ -113,14 +114,14 @@ static void reply_overloaded(Request *req, LockResult r)
 
 void api_acquire(Request *req)
 {
-    static const char *const FIELDS[] = {"owner", "ttl_ms", "wait_ms", "metadata", "lease", NULL};
+    static const char *const FIELDS[] = {"owner", "ttl_ms", "wait_ms", "metadata", "lease", "request_id", NULL};
     Server *s = req->srv;
     if (!body_check_name(req, "name", req->arg))
         return;
     json_t *obj = body_object_new(req, FIELDS);
     if (!obj)
         return;
-    const char *owner;
+    const char *owner, *request_id;
     json_int_t ttl_ms, wait_ms;
     uint8_t lease[LEASE_ID_BYTES];
     bool reentry;
@@ -128,6 +129,7 @@ void api_acquire(Request *req)
     if (body_string(req, obj, "owner", OWNER_MAX_BYTES, true, &owner) &&
         body_int(req, obj, "ttl_ms", TTL_MIN_MS, TTL_MAX_MS, TTL_DEFAULT_MS, false, &ttl_ms) &&
         body_int(req, obj, "wait_ms", 0, WAIT_MAX_MS, 0, false, &wait_ms) && body_lease(req, obj, false, lease, &reentry) &&
+        body_string(req, obj, "request_id", REQUEST_ID_MAX_BYTES, false, &request_id) &&
         body_metadata(req, obj, METADATA_MAX_BYTES, &metadata)) {
         /* Reentry without ttl_ms keeps the lease's own ttl rather than the default. */
         if (reentry && !json_object_get(obj, "ttl_ms"))
@@ -146,7 +148,13 @@ void api_acquire(Request *req)
             json_decref(obj);
             return;
         }
-        AcquireArgs args = {owner, metadata, ttl_ms, wait_ms, reentry ? lease : NULL, reentry ? NULL : fresh};
+        AcquireArgs args = {.owner = owner,
+                            .metadata = metadata,
+                            .ttl_ms = ttl_ms,
+                            .wait_ms = wait_ms,
+                            .lease = reentry ? lease : NULL,
+                            .new_lease = reentry ? NULL : fresh,
+                            .request_id = request_id};
         Now now = clock_now();
         const Lock *lock;
         Waiter *waiter;
@@ -157,6 +165,12 @@ void api_acquire(Request *req)
                 s->metrics.reentries++;
             else
                 s->metrics.grants++;
+            reply_grant(req, lock);
+            break;
+        case LOCK_REPLAYED:
+            /* Held like any answer until what is pending is durable: the
+             * grant repeated may still be in the batch being committed. */
+            s->metrics.replays++;
             reply_grant(req, lock);
             break;
         case LOCK_QUEUED:

@@ -25,6 +25,7 @@ struct Waiter {
     uint8_t lease[LEASE_ID_BYTES];
     char *owner;
     char *metadata;
+    char *request_id; /* NULL when the acquire had none */
     int64_t ttl_ms;
 };
 
@@ -47,7 +48,16 @@ static void holder_clear(Holder *h)
 {
     free(h->owner);
     free(h->metadata);
+    free(h->request_id);
     memset(h, 0, sizeof *h);
+}
+
+static void waiter_free(Waiter *w)
+{
+    free(w->owner);
+    free(w->metadata);
+    free(w->request_id);
+    free(w);
 }
 
 static Waiter *first_waiter(const Lock *lock)
@@ -61,9 +71,7 @@ static void lock_free(void *p)
     Waiter *w;
     while ((w = first_waiter(lock))) {
         dlist_remove(&lock->waiters, &w->link);
-        free(w->owner);
-        free(w->metadata);
-        free(w);
+        waiter_free(w);
     }
     holder_clear(&lock->holder);
     free(lock->name);
@@ -201,16 +209,18 @@ static bool set_expiry(Locktab *lt, Lock *lock, int64_t ttl_ms, const Now *now)
 }
 
 /* Makes a free lock held by a new lease. On success takes ownership of owner
- * and metadata (both non-NULL); on failure leaves them to the caller and
- * changes nothing. The token is the next value of the global counter. */
+ * and metadata (both non-NULL) and request_id (may be NULL); on failure leaves
+ * them to the caller and changes nothing. The token is the next value of the
+ * global counter. */
 static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], char *owner,
-                  char *metadata, int64_t ttl_ms, const Now *now)
+                  char *metadata, char *request_id, int64_t ttl_ms, const Now *now)
 {
     assert(!lock->held);
     Holder *h = &lock->holder;
     memcpy(h->lease, lease, LEASE_ID_BYTES);
     h->owner = owner;
     h->metadata = metadata;
+    h->request_id = request_id;
     uint64_t lock_last = lock->last_token;
     h->token = ++lt->last_token;
     h->acquired_at_ms = now->wall_ms;
@@ -251,17 +261,15 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now)
         bool wait_over = w->wait.entry.deadline_ms <= now->mono_ms;
         unlink_waiter(lt, w);
         void *ctx = w->ctx;
-        /* grant() takes owner and metadata only when it succeeds; it cannot
-         * for lack of memory, and then this waiter times out now too. */
-        if (!wait_over && grant(lt, lock, w->lease, w->owner, w->metadata, w->ttl_ms, now)) {
+        /* grant() takes owner, metadata and request_id only when it succeeds;
+         * it cannot for lack of memory, and then this waiter times out now too. */
+        if (!wait_over && grant(lt, lock, w->lease, w->owner, w->metadata, w->request_id, w->ttl_ms, now)) {
             free(w);
             changed(lt, lock);
             lt->hooks.granted(lt->hooks.ud, ctx, lock);
             return;
         }
-        free(w->owner);
-        free(w->metadata);
-        free(w);
+        waiter_free(w);
         lt->hooks.timed_out(lt->hooks.ud, ctx, lock);
     }
     idle_from(lt, lock, now);
@@ -317,7 +325,8 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
     *h = *holder;
     h->owner = strdup(holder->owner);
     h->metadata = strdup(holder->metadata);
-    if (!h->owner || !h->metadata) {
+    h->request_id = holder->request_id ? strdup(holder->request_id) : NULL;
+    if (!h->owner || !h->metadata || (holder->request_id && !h->request_id)) {
         holder_clear(h);
         return LOCK_NOMEM;
     }
@@ -336,17 +345,31 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
     return LOCK_OK;
 }
 
+/* Whether this acquire repeats the one that made or last re-entered the
+ * current grant: its answer was lost, and it gets the same grant again. */
+static bool is_replay(const Lock *lock, const AcquireArgs *args)
+{
+    const Holder *h = &lock->holder;
+    return lock->held && args->request_id && h->request_id && strcmp(args->request_id, h->request_id) == 0 &&
+           strcmp(args->owner, h->owner) == 0;
+}
+
 static LockResult reenter(Locktab *lt, Lock *lock, const AcquireArgs *args, const Now *now)
 {
-    if (args->metadata) {
-        char *metadata = strdup(args->metadata);
-        if (!metadata)
-            return LOCK_NOMEM;
+    char *metadata = args->metadata ? strdup(args->metadata) : NULL;
+    char *request_id = args->request_id ? strdup(args->request_id) : NULL;
+    if ((args->metadata && !metadata) || (args->request_id && !request_id) ||
+        !set_expiry(lt, lock, args->ttl_ms > 0 ? args->ttl_ms : lock->holder.ttl_ms, now)) {
+        free(metadata);
+        free(request_id);
+        return LOCK_NOMEM;
+    }
+    if (metadata) {
         free(lock->holder.metadata);
         lock->holder.metadata = metadata;
     }
-    if (!set_expiry(lt, lock, args->ttl_ms > 0 ? args->ttl_ms : lock->holder.ttl_ms, now))
-        return LOCK_NOMEM;
+    free(lock->holder.request_id);
+    lock->holder.request_id = request_id;
     lock->holder.count++;
     changed(lt, lock);
     return LOCK_OK;
@@ -362,13 +385,12 @@ static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void
         return LOCK_NOMEM;
     w->owner = strdup(args->owner);
     w->metadata = strdup(args->metadata ? args->metadata : "{}");
+    w->request_id = args->request_id ? strdup(args->request_id) : NULL;
     heap_entry_init(&w->wait.entry);
     w->wait.kind = DEADLINE_WAIT;
-    if (!w->owner || !w->metadata ||
+    if (!w->owner || !w->metadata || (args->request_id && !w->request_id) ||
         !heap_set(&lt->deadlines, &w->wait.entry, now->mono_ms + args->wait_ms)) {
-        free(w->owner);
-        free(w->metadata);
-        free(w);
+        waiter_free(w);
         return LOCK_NOMEM;
     }
     memcpy(w->lease, args->new_lease, LEASE_ID_BYTES);
@@ -413,7 +435,7 @@ LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *arg
         if (!lock || !lock->held || memcmp(lock->holder.lease, args->lease, LEASE_ID_BYTES) != 0)
             return LOCK_NOT_HOLDER;
         *lock_out = lock;
-        return reenter(lt, lock, args, now);
+        return is_replay(lock, args) ? LOCK_REPLAYED : reenter(lt, lock, args, now);
     }
     Lock *lock;
     LockResult r = find_or_create(lt, name, true, now, &lock);
@@ -421,12 +443,17 @@ LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *arg
         return r;
     *lock_out = lock;
     expire_if_due(lt, lock, now);
+    if (is_replay(lock, args))
+        return LOCK_REPLAYED;
     if (!lock->held) {
         char *owner = strdup(args->owner);
         char *metadata = strdup(args->metadata ? args->metadata : "{}");
-        if (!owner || !metadata || !grant(lt, lock, args->new_lease, owner, metadata, args->ttl_ms, now)) {
+        char *request_id = args->request_id ? strdup(args->request_id) : NULL;
+        if (!owner || !metadata || (args->request_id && !request_id) ||
+            !grant(lt, lock, args->new_lease, owner, metadata, request_id, args->ttl_ms, now)) {
             free(owner);
             free(metadata);
+            free(request_id);
             return LOCK_NOMEM;
         }
         changed(lt, lock);
@@ -509,9 +536,7 @@ void locktab_cancel(Locktab *lt, Waiter *w)
 {
     Lock *lock = w->lock;
     unlink_waiter(lt, w);
-    free(w->owner);
-    free(w->metadata);
-    free(w);
+    waiter_free(w);
     lock_check(lt, lock);
 }
 

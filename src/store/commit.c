@@ -237,7 +237,9 @@ bool commit_lock(Commit *c, const Lock *lock)
         r->holder = lock->holder;
         r->holder.owner = arena_strdup(&b->strings, lock->holder.owner);
         r->holder.metadata = arena_strdup(&b->strings, lock->holder.metadata);
-        if (!r->holder.owner || !r->holder.metadata)
+        r->holder.request_id =
+            lock->holder.request_id ? arena_strdup(&b->strings, lock->holder.request_id) : NULL;
+        if (!r->holder.owner || !r->holder.metadata || (lock->holder.request_id && !r->holder.request_id))
             return false;
     }
     b->nlocks++;

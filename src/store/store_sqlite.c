@@ -32,7 +32,7 @@
 
 /* When you change the schema: add a step to MIGRATIONS (the step from
  * version N-1 to N), bump SCHEMA_VERSION, and write SCHEMA as the result. */
-#define SCHEMA_VERSION 4
+#define SCHEMA_VERSION 5
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
  * PRUNE_CHUNK more). seq is the rowid: every insert appends at the end of one
@@ -52,14 +52,15 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS locks("
     "  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL,"
     "  lease BLOB, owner TEXT, token INTEGER, ttl_ms INTEGER, acquired_at_ms INTEGER,"
-    "  expires_at_ms INTEGER, count INTEGER, metadata TEXT, deadline_ms INTEGER, boot INTEGER) WITHOUT ROWID;"
+    "  expires_at_ms INTEGER, count INTEGER, metadata TEXT, deadline_ms INTEGER, boot INTEGER,"
+    "  request_id TEXT) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS fences(resource TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS fence_floors(bucket INTEGER PRIMARY KEY, floor INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS guard_marks(lock TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
     LEASE_HISTORY_SCHEMA
-    "INSERT INTO meta(key, value) VALUES('schema_version', 4), ('last_token', 0), ('boot', 0);";
+    "INSERT INTO meta(key, value) VALUES('schema_version', 5), ('last_token', 0), ('boot', 0);";
 
 /* MIGRATIONS[v] takes a database of version v to v + 1. */
 static const char *const MIGRATIONS[SCHEMA_VERSION] = {
@@ -78,6 +79,10 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
           "DROP TABLE lease_history;"
           "ALTER TABLE lease_history_by_seq RENAME TO lease_history;"
           "UPDATE meta SET value = 4 WHERE key = 'schema_version';",
+    /* Version 5 keeps the request_id of the acquire behind each grant, so a
+     * retry whose answer was lost in a restart still gets its grant. */
+    [4] = "ALTER TABLE locks ADD COLUMN request_id TEXT;"
+          "UPDATE meta SET value = 5 WHERE key = 'schema_version';",
 };
 
 enum {
@@ -102,8 +107,8 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_PUT_LOCK] = "INSERT OR REPLACE INTO locks(name, last_token, lease, owner, token, ttl_ms,"
-                    " acquired_at_ms, expires_at_ms, count, metadata, deadline_ms, boot)"
-                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                    " acquired_at_ms, expires_at_ms, count, metadata, deadline_ms, boot, request_id)"
+                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     [ST_DELETE_LOCK] = "DELETE FROM locks WHERE name = ?1",
     [ST_DELETE_GUARD_MARK] = "DELETE FROM guard_marks WHERE lock = ?1",
     [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
@@ -174,6 +179,8 @@ static int bind_lock(sqlite3_stmt *st, const StoreLock *l, sqlite3_int64 boot)
         rc |= sqlite3_bind_text(st, 10, h->metadata, -1, SQLITE_STATIC);
         rc |= sqlite3_bind_int64(st, 11, h->deadline_ms);
         rc |= sqlite3_bind_int64(st, 12, boot);
+        if (h->request_id)
+            rc |= sqlite3_bind_text(st, 13, h->request_id, -1, SQLITE_STATIC);
     }
     return rc == SQLITE_OK ? 0 : -1;
 }
@@ -322,7 +329,7 @@ static int load_locks(SqliteStore *s, const StoreLoad *cb, uint64_t *max_token)
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT name, last_token, lease, owner, token, ttl_ms, acquired_at_ms,"
-                           " expires_at_ms, count, metadata, deadline_ms, boot FROM locks",
+                           " expires_at_ms, count, metadata, deadline_ms, boot, request_id FROM locks",
                            -1, &st, NULL) != SQLITE_OK) {
         set_err(s, "load locks");
         return -1;
@@ -352,6 +359,7 @@ static int load_locks(SqliteStore *s, const StoreLoad *cb, uint64_t *max_token)
             /* A deadline on the boot clock means something only in the boot that wrote it. */
             bool same_boot = sqlite3_column_type(st, 10) != SQLITE_NULL && sqlite3_column_int64(st, 11) == s->boot;
             l.holder.deadline_ms = same_boot ? sqlite3_column_int64(st, 10) : -1;
+            l.holder.request_id = (char *)sqlite3_column_text(st, 12); /* NULL when none */
             if (!l.holder.owner || !l.holder.metadata) {
                 snprintf(s->err, sizeof s->err, "lock %s: corrupt holder", l.name);
                 res = -1;
