@@ -94,6 +94,10 @@ int main(int argc, char **argv)
         printf("leasegate %s\n", LEASEGATE_VERSION);
         return 0;
     }
+    if (!strcmp(cmd, "help") && argc > 2 && !strcmp(argv[2], "run")) {
+        cli_run_usage(stdout);
+        return 0;
+    }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         fprintf(stdout, "\n");

@@ -6,8 +6,10 @@
  *   0 success; 1 the server could not be reached or answered unexpectedly;
  *   2 usage; 3 the lock was not acquired (held by another past --wait);
  *   4 the lease does not hold the lock (not_holder);
- *   run: the command's own status (128+N if killed by signal N), or
- *   75 when the lease was lost and the command's process group was stopped.
+ *   run: the command's own status (128+N if killed by signal N), 75 when
+ *   the lease was lost and the command's process group was stopped, 124 at
+ *   --timeout; `--exit-codes distinct` moves run's own outcomes to 64..79
+ *   (cli_run_usage lists them).
  */
 #ifndef LEASEGATE_CLI_H
 #define LEASEGATE_CLI_H
@@ -27,13 +29,18 @@ enum {
 
 /* "250ms", "15s", "2m", "1h" -> milliseconds. false when malformed. */
 bool cli_parse_duration(const char *s, int64_t *ms);
+#define CLI_REQUEST_ID_LEN 37
+/* A new random acquire request_id (UUID text): sent on every try of one acquire. */
+void cli_new_request_id(char out[CLI_REQUEST_ID_LEN]);
 /* --server, else $LEASEGATE_SERVER, else http://127.0.0.1:7400. */
 const char *cli_default_server(void);
 
-/* One HTTP request with a JSON body (or none). On success returns 0 and sets
- * *status and *reply_new (parsed JSON, or NULL when the body is not JSON).
- * -1 when the server could not be reached in timeout_ms (message in err). */
-int cli_http(const char *server, const char *method, const char *path, json_t *body, long timeout_ms,
+/* One HTTP request with a JSON body (or none) to `servers`, one base URL or
+ * several separated by commas: they are tried in order, moving on when one
+ * cannot be reached or answers 503, all within timeout_ms. On success returns
+ * 0 and sets *status and *reply_new (parsed JSON, or NULL when the body is not
+ * JSON). -1 when no server could be reached in time (the last error in err). */
+int cli_http(const char *servers, const char *method, const char *path, json_t *body, long timeout_ms,
              long *status, json_t **reply_new, char *err, size_t errlen);
 
 int cli_acquire(int argc, char **argv);
@@ -48,5 +55,7 @@ int cli_healthcheck(int argc, char **argv);
  * named) and returns false. */
 bool cli_duration_arg(const char *cmd, const char *flag, const char *value, int64_t *ms);
 void cli_usage(FILE *out);
+/* `leasegate help run`: run's flags and exit statuses. */
+void cli_run_usage(FILE *out);
 
 #endif

@@ -122,6 +122,10 @@ int cli_acquire(int argc, char **argv)
         json_object_set_new(body, "wait_ms", json_integer(wait));
     if (lease)
         json_object_set_new(body, "lease", json_string(lease));
+    /* The same id on every server tried: a retry after a lost answer gets the grant it made. */
+    char request_id[CLI_REQUEST_ID_LEN];
+    cli_new_request_id(request_id);
+    json_object_set_new(body, "request_id", json_string(request_id));
     if (metadata) {
         json_t *m = json_loads(metadata, 0, NULL);
         if (!json_is_object(m)) {
@@ -197,12 +201,13 @@ int cli_list(int argc, char **argv)
 void cli_usage(FILE *out)
 {
     fprintf(out,
-            "client commands (--server URL defaults to $LEASEGATE_SERVER, then http://127.0.0.1:7400;\n"
+            "client commands (--server URL[,URL...] defaults to $LEASEGATE_SERVER, then http://127.0.0.1:7400;\n"
+            "the next URL is tried when one cannot be reached or answers 503;\n"
             "durations: 250ms, 15s, 2m, 1h):\n"
-            "  run --lock NAME [--ttl 15s] [--wait 60s | --no-wait] [--grace D] [--owner LABEL]\n"
-            "      [--metadata JSON] [--server URL] -- CMD [ARGS...]\n"
+            "  run --lock NAME [--ttl 15s] [--wait 60s | --no-wait] [--grace D] [--timeout D]\n"
+            "      [--owner LABEL] [--metadata JSON] [--exit-codes compat|distinct] -- CMD [ARGS...]\n"
             "      hold the lock while CMD runs; CMD gets LEASEGATE_LOCK, LEASEGATE_TOKEN,\n"
-            "      LEASEGATE_LEASE, LEASEGATE_SERVER; exits with CMD's status\n"
+            "      LEASEGATE_LEASE, LEASEGATE_SERVER; exits with CMD's status (leasegate help run)\n"
             "  acquire --lock NAME [--owner LABEL] [--ttl D] [--wait D] [--metadata JSON] [--lease ID]\n"
             "  renew   --lock NAME --lease ID [--ttl D]\n"
             "  release --lock NAME --lease ID\n"
@@ -214,6 +219,6 @@ void cli_usage(FILE *out)
             "  healthcheck [--server URL]   exit 0 when the server answers /healthz ok, else 1\n"
             "  --version                 print the version\n"
             "exit codes: 0 ok, 1 server unreachable or unexpected answer, 2 usage, 3 not acquired\n"
-            "(lock held), 4 not holder; run: CMD's status (128+N if killed by signal N), or 75 when\n"
-            "the lease was lost and CMD's process group was stopped\n");
+            "(lock held), 4 not holder; run: CMD's status (128+N if killed by signal N), 75 when\n"
+            "the lease was lost and CMD's process group was stopped, 124 at --timeout\n");
 }

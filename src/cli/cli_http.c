@@ -1,6 +1,9 @@
 /* cli_http — the CLI's blocking HTTP client (libcurl easy) and small helpers. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <signal.h>
+#include <time.h>
+#include <uuid/uuid.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +50,13 @@ bool cli_duration_arg(const char *cmd, const char *flag, const char *value, int6
     return false;
 }
 
+void cli_new_request_id(char out[CLI_REQUEST_ID_LEN])
+{
+    uuid_t id;
+    uuid_generate_random(id);
+    uuid_unparse_lower(id, out);
+}
+
 const char *cli_default_server(void)
 {
     const char *env = getenv("LEASEGATE_SERVER");
@@ -77,11 +87,22 @@ static size_t on_data(char *p, size_t size, size_t n, void *ud)
     return add;
 }
 
-int cli_http(const char *server, const char *method, const char *path, json_t *body, long timeout_ms,
-             long *status, json_t **reply_new, char *err, size_t errlen)
+/* A termination signal blocked and pending ends the request: `run` blocks
+ * them while it waits for a lock, and must not wait on for the whole --wait. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+    (void)ud, (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    sigset_t p;
+    sigpending(&p);
+    return sigismember(&p, SIGINT) || sigismember(&p, SIGTERM) || sigismember(&p, SIGHUP) ||
+           sigismember(&p, SIGQUIT);
+}
+
+/* One request to the server whose base URL is the first slen bytes of server. */
+static int http_one(const char *server, size_t slen, const char *method, const char *path, json_t *body,
+                    long timeout_ms, long *status, json_t **reply_new, char *err, size_t errlen)
 {
     *reply_new = NULL;
-    size_t slen = strlen(server);
     while (slen && server[slen - 1] == '/')
         slen--;
     char *url = NULL, *text = NULL;
@@ -104,6 +125,8 @@ int cli_http(const char *server, const char *method, const char *path, json_t *b
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms > 0 && timeout_ms < 5000 ? timeout_ms : 5000L);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     if (body) {
         text = json_dumps(body, JSON_COMPACT);
         if (!text) {
@@ -115,7 +138,8 @@ int cli_http(const char *server, const char *method, const char *path, json_t *b
     }
     CURLcode cc = curl_easy_perform(e);
     if (cc != CURLE_OK) {
-        snprintf(err, errlen, "%s%s: %s", server, path, sink.too_big ? "reply too large" : curl_easy_strerror(cc));
+        snprintf(err, errlen, "%.*s%s: %s", (int)slen, server, path,
+                 sink.too_big ? "reply too large" : curl_easy_strerror(cc));
         goto out;
     }
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
@@ -129,4 +153,33 @@ out:
     curl_slist_free_all(headers);
     curl_easy_cleanup(e);
     return rc;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int cli_http(const char *servers, const char *method, const char *path, json_t *body, long timeout_ms,
+             long *status, json_t **reply_new, char *err, size_t errlen)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    const char *url = servers;
+    for (;;) {
+        size_t len = strcspn(url, ",");
+        const char *next = url[len] == ',' ? url + len + 1 : NULL;
+        int64_t left = deadline - now_ms();
+        int rc = http_one(url, len, method, path, body, left > 1 ? (long)left : 1L, status, reply_new, err, errlen);
+        /* The next server, if any, when this one could not be reached or is
+         * not serving (restarting, shutting down, overloaded). */
+        if (!next || (rc == 0 && *status != 503) || now_ms() >= deadline)
+            return rc;
+        if (rc == 0) {
+            json_decref(*reply_new);
+            *reply_new = NULL;
+        }
+        url = next;
+    }
 }

@@ -1,26 +1,25 @@
 /*
- * cli_run — `leasegate run --lock NAME -- CMD`: acquire, run CMD in its own
- * process group with the token in its environment, renew, release.
+ * cli_run — `leasegate run --lock NAME -- CMD`: acquire, run CMD under a
+ * watchdog with the token in its environment, renew, release.
  *
  * The safety rule: nothing of CMD may still run once the lease can have
- * expired on the server. The supervisor keeps a lower bound of the lease's
- * expiry on its own monotonic clock: a renewal sent at time S makes the
- * server's expiry at least S + ttl (the server extends from when it receives
- * it). If renewals fail, CMD's group gets SIGTERM at (bound - grace) and
- * SIGKILL at (bound - grace/2), so it is gone before the bound. A renewal
- * answered not_holder means the lease is already gone: the group is stopped
- * at once. Orphaned grandchildren are reparented to the supervisor
- * (PR_SET_CHILD_SUBREAPER) and reaped; when CMD exits, what is left of its
- * group is stopped before the lock is released.
+ * expired on the server. run keeps a lower bound of the lease's expiry on the
+ * boot clock: a renewal sent at time S makes the server's expiry at least
+ * S + ttl (the server extends from when it receives it). After each renewal it
+ * hands the bound to the watchdog (watchdog.h), the process that owns CMD's
+ * process group and stops it before the bound by itself. So the rule holds when
+ * run is SIGKILLed (the watchdog sees its end of the channel close and stops the
+ * group at once) or SIGSTOPped (no new bound arrives). If the watchdog dies
+ * instead, run kills the group. A renewal answered not_holder means the lease is
+ * already gone: the group is stopped at once.
  *
- * The supervisor itself: SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed to
- * CMD's group; SIGTSTP/SIGTTIN/SIGTTOU are ignored: a stopped supervisor could
- * neither renew nor kill, and a stopped CMD would hold the lock while its lease
- * is renewed (CMD is not the terminal's job, so it must not read the
- * terminal); if the supervisor dies anyway
- * (SIGKILL, OOM), CMD gets SIGKILL (PR_SET_PDEATHSIG). Time is CLOCK_BOOTTIME,
- * which keeps counting while the machine sleeps. Limits: a descendant that
- * leaves the process group (setsid) is out of reach.
+ * Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed to CMD's group;
+ * SIGTSTP/SIGTTIN/SIGTTOU are ignored (CMD is not the terminal's job, and a
+ * stopped CMD would hold the lock while its lease is renewed). Before CMD
+ * starts, SIGINT/SIGTERM/SIGHUP/SIGQUIT end the wait for the lock.
+ *
+ * Limits: a descendant of CMD that leaves the process group (setsid) is out of
+ * reach; so is CMD when run and the watchdog are both stopped or killed.
  */
 #include <errno.h>
 #include <poll.h>
@@ -30,242 +29,307 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "leasegate/cli.h"
 #include "leasegate/names.h"
+#include "leasegate/watchdog.h"
 
 #define RENEW_RETRY_MS 250
-#define RELEASE_TIMEOUT_MS 5000
+#define RELEASE_TIMEOUT_MS 2000
+#define LOST_RELEASE_TIMEOUT_MS 500 /* after a lost lease: one short try, then exit */
+#define BACKOFF_FIRST_MS 100
+#define BACKOFF_MAX_MS 2000
 #define GRACE_MIN_MS 100
 
+/* run's own outcomes, in the two numbering schemes (`--exit-codes`). */
+typedef enum Outcome { OUT_UNREACHABLE, OUT_USAGE, OUT_NOT_ACQUIRED, OUT_LOST, OUT_TIMEOUT, OUT_INTERNAL } Outcome;
+static const int CODES_COMPAT[] = {1, 2, 3, 75, 124, 1};
+static const int CODES_DISTINCT[] = {69, 64, 73, 75, 79, 70};
+#define DISTINCT_LOW 64
+#define DISTINCT_HIGH 79
+
 typedef struct Run {
-    const char *server, *lock, *owner, *metadata;
-    int64_t ttl_ms, wait_ms, grace_ms;
+    const char *servers, *lock, *owner, *metadata;
+    int64_t ttl_ms, wait_ms, grace_ms, timeout_ms;
+    bool distinct; /* --exit-codes distinct */
     char **cmd;
     char lease[64];
+    char request_id[CLI_REQUEST_ID_LEN];
     long long token;
-    pid_t child;       /* CMD, leader of its own process group */
-    int child_status;  /* valid once child_exited */
-    bool child_exited;
-    int64_t expiry_lb; /* lower bound of the server's expiry, monotonic ms */
+    int sigfd;
+    pid_t watchdog, pgid;
+    int sock;          /* to the watchdog; -1 once it is done or gone */
+    int64_t expiry_lb; /* lower bound of the server's expiry, boot clock ms */
     int64_t next_renew;
-    int64_t term_at, kill_at; /* when to escalate while stopping */
-    bool stopping;     /* SIGTERM sent to the group */
-    bool killed;       /* SIGKILL sent */
-    bool lease_lost;   /* stopped because of the lease, not because CMD ended */
-    const char *lost_why;
+    bool lease_lost;   /* no renewal can help any more: stop renewing */
+    bool gone;         /* the server said not_holder: no release either */
+    char lost_why[128];
 } Run;
 
-static int64_t mono_ms(void)
+static int code(const Run *r, Outcome o) { return r->distinct ? CODES_DISTINCT[o] : CODES_COMPAT[o]; }
+
+/* A termination signal that is blocked and pending (run blocks them for the
+ * signalfd), or 0. */
+static int pending_stop_signal(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    sigset_t p;
+    sigpending(&p);
+    static const int SIGS[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof SIGS / sizeof SIGS[0]; i++)
+        if (sigismember(&p, SIGS[i]))
+            return SIGS[i];
+    return 0;
 }
 
-static bool group_alive(pid_t pgid) { return kill(-pgid, 0) == 0 || errno != ESRCH; }
-
-static void stop_group(Run *r, int64_t now, int64_t kill_at, const char *why)
+static void tell_watchdog(Run *r, WatchKind kind, int32_t arg, int64_t value)
 {
-    if (!r->stopping) {
-        r->stopping = true;
-        kill(-r->child, SIGTERM);
-        if (why)
-            fprintf(stderr, "leasegate run: %s; stopping %s (process group %d)\n", why, r->cmd[0], (int)r->child);
-    }
-    if (kill_at < now)
-        kill_at = now;
-    if (!r->kill_at || kill_at < r->kill_at)
-        r->kill_at = kill_at;
+    WatchMsg m = {(int32_t)kind, arg, value};
+    if (r->sock >= 0)
+        (void)!send(r->sock, &m, sizeof m, MSG_NOSIGNAL);
 }
 
-/* Renews once. Returns 1 renewed, 0 failed (retry), -1 the lease is gone. */
+/* Renews once within timeout_ms. Returns 1 renewed, 0 failed (retry), -1 the lease is gone. */
 static int renew(Run *r, int64_t timeout_ms)
 {
     char path[512], err[512];
     snprintf(path, sizeof path, "/v1/locks/%s/renew", r->lock);
     json_t *body = json_pack("{s:s, s:I}", "lease", r->lease, "ttl_ms", (json_int_t)r->ttl_ms);
-    int64_t sent = mono_ms();
+    int64_t sent = watchdog_clock_ms();
     long status = 0;
     json_t *reply;
-    int rc = cli_http(r->server, "POST", path, body, (long)timeout_ms, &status, &reply, err, sizeof err);
+    int rc = cli_http(r->servers, "POST", path, body, (long)timeout_ms, &status, &reply, err, sizeof err);
     json_decref(body);
     int result = 0;
     if (rc == 0 && status == 200) {
         r->expiry_lb = sent + r->ttl_ms;
         r->next_renew = sent + r->ttl_ms / 3;
+        tell_watchdog(r, WATCH_DEADLINE, 0, r->expiry_lb);
         result = 1;
     } else if (rc == 0 && status == 409) {
         const char *reason = json_string_value(json_object_get(reply, "reason"));
-        static char why[128];
-        snprintf(why, sizeof why, "lease lost (%s)", reason ? reason : "not_holder");
-        r->lost_why = why;
+        snprintf(r->lost_why, sizeof r->lost_why, "lease lost (%s)", reason ? reason : "not_holder");
         result = -1;
     } else {
-        r->next_renew = mono_ms() + RENEW_RETRY_MS;
+        r->next_renew = watchdog_clock_ms() + RENEW_RETRY_MS;
     }
     json_decref(reply);
     return result;
 }
 
-static int acquire(Run *r)
+static void sleep_ms(int64_t ms)
 {
-    char path[512], err[512];
-    snprintf(path, sizeof path, "/v1/locks/%s/acquire", r->lock);
-    json_t *body = json_pack("{s:s, s:I, s:I}", "owner", r->owner, "ttl_ms", (json_int_t)r->ttl_ms, "wait_ms",
-                             (json_int_t)r->wait_ms);
-    if (r->metadata) {
-        json_t *m = json_loads(r->metadata, 0, NULL);
-        if (!json_is_object(m)) {
-            fprintf(stderr, "leasegate run: --metadata must be a JSON object\n");
-            json_decref(m);
-            json_decref(body);
-            return CLI_USAGE;
-        }
-        json_object_set_new(body, "metadata", m);
-    }
-    long status = 0;
-    json_t *reply;
-    int rc = cli_http(r->server, "POST", path, body, (long)r->wait_ms + 30000, &status, &reply, err, sizeof err);
-    json_decref(body);
-    if (rc) {
-        fprintf(stderr, "leasegate run: %s\n", err);
-        return CLI_FAILED;
-    }
-    int code = CLI_OK;
-    const char *error = json_string_value(json_object_get(reply, "error"));
-    if (status == 200 && json_is_string(json_object_get(reply, "lease"))) {
-        snprintf(r->lease, sizeof r->lease, "%s", json_string_value(json_object_get(reply, "lease")));
-        r->token = (long long)json_integer_value(json_object_get(reply, "token"));
-    } else if (status == 409 && error && !strcmp(error, "lock_held")) {
-        json_t *h = json_object_get(reply, "holder");
-        fprintf(stderr, "leasegate run: lock '%s' not acquired within %lldms: held by '%s' (token %lld)\n", r->lock,
-                (long long)r->wait_ms, h ? json_string_value(json_object_get(h, "owner")) : "?",
-                h ? (long long)json_integer_value(json_object_get(h, "token")) : 0LL);
-        code = CLI_NOT_ACQUIRED;
-    } else {
-        const char *msg = json_string_value(json_object_get(reply, "message"));
-        fprintf(stderr, "leasegate run: acquire failed (HTTP %ld): %s\n", status, msg ? msg : "unexpected answer");
-        code = CLI_FAILED;
-    }
-    json_decref(reply);
-    return code;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
 }
 
-static void release(Run *r)
+/* One acquire, retried with backoff while no server can be reached or they
+ * answer 503 or another 5xx, until --wait runs out. Every try carries the same
+ * request_id, so a retry after a lost answer gets the grant that answer held. */
+static int acquire(Run *r)
+{
+    char path[512], err[512] = "";
+    snprintf(path, sizeof path, "/v1/locks/%s/acquire", r->lock);
+    json_t *metadata = NULL;
+    if (r->metadata) {
+        metadata = json_loads(r->metadata, 0, NULL);
+        if (!json_is_object(metadata)) {
+            fprintf(stderr, "leasegate run: --metadata must be a JSON object\n");
+            json_decref(metadata);
+            return code(r, OUT_USAGE);
+        }
+    }
+    cli_new_request_id(r->request_id);
+    int64_t deadline = watchdog_clock_ms() + r->wait_ms, backoff = BACKOFF_FIRST_MS;
+    for (;;) {
+        int64_t left = deadline - watchdog_clock_ms();
+        if (left < 0)
+            left = 0;
+        json_t *body = json_pack("{s:s, s:I, s:I, s:s}", "owner", r->owner, "ttl_ms", (json_int_t)r->ttl_ms,
+                                 "wait_ms", (json_int_t)left, "request_id", r->request_id);
+        if (metadata)
+            json_object_set(body, "metadata", metadata);
+        long status = 0;
+        json_t *reply;
+        int rc = cli_http(r->servers, "POST", path, body, (long)left + 30000, &status, &reply, err, sizeof err);
+        json_decref(body);
+        const char *error = json_string_value(json_object_get(reply, "error"));
+        int result = -1; /* retry */
+        if (pending_stop_signal()) {
+            fprintf(stderr, "leasegate run: interrupted while acquiring '%s'; %s not run\n", r->lock, r->cmd[0]);
+            result = 128 + pending_stop_signal();
+        } else if (rc == 0 && status == 200 && json_is_string(json_object_get(reply, "lease"))) {
+            snprintf(r->lease, sizeof r->lease, "%s", json_string_value(json_object_get(reply, "lease")));
+            r->token = (long long)json_integer_value(json_object_get(reply, "token"));
+            result = CLI_OK;
+        } else if (rc == 0 && status == 409 && error && !strcmp(error, "lock_held")) {
+            json_t *h = json_object_get(reply, "holder");
+            fprintf(stderr, "leasegate run: lock '%s' not acquired within %lldms: held by '%s' (token %lld)\n",
+                    r->lock, (long long)r->wait_ms, h ? json_string_value(json_object_get(h, "owner")) : "?",
+                    h ? (long long)json_integer_value(json_object_get(h, "token")) : 0LL);
+            result = code(r, OUT_NOT_ACQUIRED);
+        } else if (rc == 0 && status < 500) {
+            const char *msg = json_string_value(json_object_get(reply, "message"));
+            fprintf(stderr, "leasegate run: acquire failed (HTTP %ld): %s\n", status, msg ? msg : "unexpected answer");
+            result = code(r, OUT_UNREACHABLE);
+        } else if (rc == 0) {
+            const char *msg = json_string_value(json_object_get(reply, "message"));
+            snprintf(err, sizeof err, "HTTP %ld: %s", status, msg ? msg : "server error");
+        }
+        json_decref(reply);
+        if (result >= 0) {
+            json_decref(metadata);
+            return result;
+        }
+        if (watchdog_clock_ms() + backoff > deadline) {
+            fprintf(stderr, "leasegate run: could not acquire '%s' within %lldms: %s\n", r->lock,
+                    (long long)r->wait_ms, err);
+            json_decref(metadata);
+            return code(r, OUT_UNREACHABLE);
+        }
+        sleep_ms(backoff);
+        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+    }
+}
+
+static void release(Run *r, long timeout_ms)
 {
     char path[512], err[512];
     snprintf(path, sizeof path, "/v1/locks/%s/release", r->lock);
     json_t *body = json_pack("{s:s}", "lease", r->lease);
     long status;
     json_t *reply;
-    if (cli_http(r->server, "POST", path, body, RELEASE_TIMEOUT_MS, &status, &reply, err, sizeof err) == 0)
+    if (cli_http(r->servers, "POST", path, body, timeout_ms, &status, &reply, err, sizeof err) == 0)
         json_decref(reply);
     json_decref(body);
 }
 
-static pid_t spawn(Run *r, const sigset_t *oldmask)
+/* The watchdog died: nothing owns the group any more, so run ends it. run is
+ * a subreaper, so what the watchdog left is reparented here and reaped. */
+static void kill_orphaned_group(Run *r)
 {
-    char token[32];
-    snprintf(token, sizeof token, "%lld", r->token);
-    pid_t supervisor = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        setpgid(0, 0);
-        /* If the supervisor dies, nothing may go on holding what it held. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != supervisor)
-            _exit(127);
-        sigprocmask(SIG_SETMASK, oldmask, NULL);
-        setenv("LEASEGATE_LOCK", r->lock, 1);
-        setenv("LEASEGATE_TOKEN", token, 1);
-        setenv("LEASEGATE_LEASE", r->lease, 1);
-        setenv("LEASEGATE_SERVER", r->server, 1);
-        execvp(r->cmd[0], r->cmd);
-        fprintf(stderr, "leasegate run: cannot run %s: %s\n", r->cmd[0], strerror(errno));
-        _exit(127);
-    }
-    setpgid(pid, pid); /* also here: no window where a signal misses the group */
-    return pid;
-}
-
-static void reap(Run *r)
-{
-    int status;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        if (pid == r->child) {
-            r->child_exited = true;
-            r->child_status = status;
-        }
+    fprintf(stderr, "leasegate run: the watchdog of %s died; killing process group %d\n", r->cmd[0], (int)r->pgid);
+    for (int i = 0; i < 500 && (kill(-r->pgid, SIGKILL) == 0 || errno != ESRCH); i++) {
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        sleep_ms(10);
     }
 }
 
-/* Runs until CMD and everything left in its group are gone. */
-static void supervise(Run *r, int sigfd)
+/* Renews and passes signals on until the watchdog reports the group gone.
+ * Returns false when the watchdog died instead. */
+static bool supervise(Run *r, WatchMsg *done)
 {
     for (;;) {
-        int64_t now = mono_ms();
-        bool alive = group_alive(r->child);
-        if (r->child_exited && !alive)
-            return;
-        if (r->child_exited && !r->stopping) { /* CMD is done: its leftovers go too, before the bound */
-            int64_t kill_at = now + r->grace_ms;
-            if (kill_at > r->expiry_lb - r->grace_ms / 2)
-                kill_at = r->expiry_lb - r->grace_ms / 2;
-            stop_group(r, now, kill_at, NULL);
-        }
-        if (r->stopping && !r->killed && now >= r->kill_at) {
-            kill(-r->child, SIGKILL);
-            r->killed = true;
-        }
-        if (!r->stopping && now >= r->expiry_lb - r->grace_ms) {
+        int64_t now = watchdog_clock_ms();
+        if (!r->lease_lost && now >= r->expiry_lb - r->grace_ms) {
+            /* The watchdog is stopping the group by itself at this very bound. */
             r->lease_lost = true;
-            stop_group(r, now, r->expiry_lb - r->grace_ms / 2, "lease could not be renewed before it expires");
+            snprintf(r->lost_why, sizeof r->lost_why, "lease could not be renewed before it expires");
+            fprintf(stderr, "leasegate run: %s; stopping %s (process group %d)\n", r->lost_why, r->cmd[0],
+                    (int)r->pgid);
         }
-        if (!r->stopping && now >= r->next_renew) {
+        if (r->lease_lost && now >= r->expiry_lb - r->grace_ms / 2)
+            kill(-r->pgid, SIGKILL); /* only if the watchdog could not (it is stopped) */
+        if (!r->lease_lost && now >= r->next_renew) {
             int64_t budget = r->expiry_lb - r->grace_ms - now;
-            int rc = renew(r, budget > 50 ? budget : 50);
-            if (rc < 0) {
-                r->lease_lost = true;
-                now = mono_ms();
-                stop_group(r, now, now + r->grace_ms / 2, r->lost_why);
+            if (renew(r, budget > 50 ? budget : 50) < 0) {
+                r->lease_lost = r->gone = true;
+                tell_watchdog(r, WATCH_STOP, 0, 0);
+                fprintf(stderr, "leasegate run: %s; stopping %s (process group %d)\n", r->lost_why, r->cmd[0],
+                        (int)r->pgid);
             }
             continue;
         }
-        int64_t wake = r->stopping ? (r->killed ? now + 100 : r->kill_at)
-                                   : (r->next_renew < r->expiry_lb - r->grace_ms ? r->next_renew
-                                                                                  : r->expiry_lb - r->grace_ms);
-        int timeout = wake > now ? (int)(wake - now) : 0;
-        struct pollfd p = {sigfd, POLLIN, 0};
-        if (poll(&p, 1, timeout) > 0) {
-            struct signalfd_siginfo si;
-            while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                if (si.ssi_signo == SIGCHLD)
-                    reap(r);
-                else if (si.ssi_signo == SIGTSTP || si.ssi_signo == SIGTTIN || si.ssi_signo == SIGTTOU)
-                    continue; /* see the top of this file */
-                else
-                    kill(-r->child, (int)si.ssi_signo); /* SIGINT, SIGTERM, SIGHUP, SIGQUIT */
-            }
+        int64_t wake = r->lease_lost ? r->expiry_lb - r->grace_ms / 2
+                                     : (r->next_renew < r->expiry_lb - r->grace_ms ? r->next_renew
+                                                                                   : r->expiry_lb - r->grace_ms);
+        if (wake <= now)
+            wake = now + 20;
+        struct pollfd p[2] = {{r->sock, POLLIN, 0}, {r->sigfd, POLLIN, 0}};
+        if (poll(p, 2, (int)(wake - now)) <= 0)
+            continue;
+        if (p[0].revents) {
+            ssize_t n = recv(r->sock, done, sizeof *done, 0);
+            if (n == (ssize_t)sizeof *done && done->kind == WATCH_DONE)
+                return true;
+            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+                return false;
         }
-        reap(r);
+        struct signalfd_siginfo si;
+        while (read(r->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            int sig = (int)si.ssi_signo;
+            if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT)
+                tell_watchdog(r, WATCH_SIGNAL, sig, 0);
+            /* SIGCHLD: reaped below; SIGTSTP/SIGTTIN/SIGTTOU: see the top of this file. */
+        }
+        /* The watchdog's DONE, if it sent one, stays readable after it is reaped. */
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
     }
 }
 
-int cli_run(int argc, char **argv)
+static int command_status(const Run *r, int wait_status)
 {
-    Run r = {0};
-    r.server = cli_default_server();
-    r.ttl_ms = 15000;
-    r.wait_ms = 60000;
-    r.grace_ms = -1;
+    int status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+    if (r->distinct && status >= DISTINCT_LOW && status <= DISTINCT_HIGH) {
+        fprintf(stderr, "leasegate run: %s exited with status %d, reported as 1 (%d-%d are run's own with "
+                        "--exit-codes distinct)\n", r->cmd[0], status, DISTINCT_LOW, DISTINCT_HIGH);
+        return 1;
+    }
+    return status;
+}
+
+void cli_run_usage(FILE *out)
+{
+    fprintf(out,
+            "leasegate run --lock NAME [flags] -- CMD [ARGS...]\n"
+            "  Holds the lock while CMD runs. CMD gets LEASEGATE_LOCK, LEASEGATE_TOKEN,\n"
+            "  LEASEGATE_LEASE and LEASEGATE_SERVER. The lease is renewed at a third of the\n"
+            "  TTL; a watchdog process owns CMD's process group and stops it (SIGTERM, then\n"
+            "  SIGKILL) before the lease can expire, also when run itself is killed or stopped.\n"
+            "flags:\n"
+            "  --server URL[,URL...]  servers, tried in order on connection failure or 503\n"
+            "                         (default $LEASEGATE_SERVER, then http://127.0.0.1:7400)\n"
+            "  --ttl D        lease TTL (default 15s; 300ms..24h)\n"
+            "  --wait D       how long to wait for the lock, retrying unreachable servers (default 60s)\n"
+            "  --no-wait      try once\n"
+            "  --grace D      SIGTERM this long before the lease's bound, SIGKILL at half of it\n"
+            "                 (default ttl/4, at most 2s)\n"
+            "  --timeout D    stop CMD (SIGTERM, SIGKILL after --grace) when it runs longer;\n"
+            "                 a stopped CMD counts too\n"
+            "  --owner LABEL, --metadata JSON   shown to readers of the lock\n"
+            "  --exit-codes compat|distinct\n"
+            "exit status:            compat  distinct\n"
+            "  CMD's own status        its status (128+N if killed by signal N); with distinct,\n"
+            "                          a status in %d-%d is reported as 1\n"
+            "  server unreachable      1       69\n"
+            "  usage error             2       64\n"
+            "  not acquired in --wait  3       73\n"
+            "  lease lost: CMD stopped 75      75\n"
+            "  --timeout: CMD stopped  124     79\n"
+            "  run's own failure       1       70\n",
+            DISTINCT_LOW, DISTINCT_HIGH);
+}
+
+/* Parses flags into r; returns -1 when fine, else the exit code. */
+static int parse(Run *r, int argc, char **argv)
+{
     bool no_wait = false;
+    const char *exit_codes = NULL;
+    for (int j = 0; j < argc && strcmp(argv[j], "--") != 0; j++)
+        if (!strcmp(argv[j], "--exit-codes") && j + 1 < argc)
+            exit_codes = argv[j + 1];
+    if (exit_codes && strcmp(exit_codes, "compat") && strcmp(exit_codes, "distinct")) {
+        fprintf(stderr, "leasegate run: --exit-codes must be compat or distinct\n");
+        return CODES_COMPAT[OUT_USAGE];
+    }
+    r->distinct = exit_codes && !strcmp(exit_codes, "distinct");
+    int usage = code(r, OUT_USAGE);
     int i = 0;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *f = argv[i];
@@ -273,49 +337,106 @@ int cli_run(int argc, char **argv)
             no_wait = true;
             continue;
         }
+        if (!strcmp(f, "--help")) {
+            cli_run_usage(stdout);
+            return CLI_OK;
+        }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
         if (ok && !strcmp(f, "--lock"))
-            r.lock = v;
+            r->lock = v;
         else if (ok && !strcmp(f, "--server"))
-            r.server = v;
+            r->servers = v;
         else if (ok && !strcmp(f, "--owner"))
-            r.owner = v;
+            r->owner = v;
         else if (ok && !strcmp(f, "--metadata"))
-            r.metadata = v;
-        else if (ok && (!strcmp(f, "--ttl") || !strcmp(f, "--wait") || !strcmp(f, "--grace"))) {
-            int64_t *dest = !strcmp(f, "--ttl") ? &r.ttl_ms : !strcmp(f, "--wait") ? &r.wait_ms : &r.grace_ms;
+            r->metadata = v;
+        else if (ok && !strcmp(f, "--exit-codes"))
+            ;
+        else if (ok && (!strcmp(f, "--ttl") || !strcmp(f, "--wait") || !strcmp(f, "--grace") ||
+                        !strcmp(f, "--timeout"))) {
+            int64_t *dest = !strcmp(f, "--ttl")    ? &r->ttl_ms
+                            : !strcmp(f, "--wait") ? &r->wait_ms
+                            : !strcmp(f, "--grace") ? &r->grace_ms
+                                                    : &r->timeout_ms;
             if (!cli_duration_arg("run", f, v, dest))
-                return CLI_USAGE;
+                return usage;
         } else
             ok = false;
         if (!ok) {
-            fprintf(stderr, "leasegate run: bad argument '%s'%s (see leasegate help)\n", f, v ? "" : " (missing value)");
-            return CLI_USAGE;
+            fprintf(stderr, "leasegate run: bad argument '%s'%s (see leasegate help run)\n", f,
+                    v ? "" : " (missing value)");
+            return usage;
         }
         i++;
     }
     if (i >= argc - 1) {
         fprintf(stderr, "leasegate run: no command: leasegate run --lock NAME -- CMD [ARGS...]\n");
-        return CLI_USAGE;
+        return usage;
     }
-    r.cmd = argv + i + 1;
-    if (!r.lock || name_problem(r.lock)) {
+    r->cmd = argv + i + 1;
+    if (!r->lock || name_problem(r->lock)) {
         fprintf(stderr, "leasegate run: --lock NAME is required and must follow the name rule\n");
-        return CLI_USAGE;
+        return usage;
     }
-    if (r.ttl_ms < 300 || r.ttl_ms > 86400000 || r.wait_ms > 3600000) {
+    if (r->ttl_ms < 300 || r->ttl_ms > 86400000 || r->wait_ms > 3600000) {
         fprintf(stderr, "leasegate run: --ttl must be in 300ms..24h and --wait at most 1h\n");
-        return CLI_USAGE;
+        return usage;
     }
-    if (r.grace_ms < 0)
-        r.grace_ms = r.ttl_ms / 4 < 2000 ? (r.ttl_ms / 4 > GRACE_MIN_MS ? r.ttl_ms / 4 : GRACE_MIN_MS) : 2000;
-    if (r.grace_ms < GRACE_MIN_MS || r.grace_ms > r.ttl_ms / 2) {
+    if (r->grace_ms < 0)
+        r->grace_ms = r->ttl_ms / 4 < 2000 ? (r->ttl_ms / 4 > GRACE_MIN_MS ? r->ttl_ms / 4 : GRACE_MIN_MS) : 2000;
+    if (r->grace_ms < GRACE_MIN_MS || r->grace_ms > r->ttl_ms / 2) {
         fprintf(stderr, "leasegate run: --grace must be in %dms..half of --ttl\n", GRACE_MIN_MS);
-        return CLI_USAGE;
+        return usage;
+    }
+    if (r->timeout_ms < 0) {
+        fprintf(stderr, "leasegate run: --timeout must be a positive duration\n");
+        return usage;
     }
     if (no_wait)
-        r.wait_ms = 0;
+        r->wait_ms = 0;
+    return -1;
+}
+
+/* Waits for the lock, confirms the lease's bound and starts the watchdog.
+ * Returns -1 when CMD runs, else the exit code. */
+static int start(Run *r, const sigset_t *oldmask)
+{
+    int rc = acquire(r);
+    if (rc != CLI_OK)
+        return rc;
+    /* Pin down the expiry bound: the grant happened somewhere during the wait. */
+    r->expiry_lb = watchdog_clock_ms() + r->ttl_ms / 2; /* renew's own budget */
+    if (renew(r, r->ttl_ms / 2) != 1) {
+        fprintf(stderr, "leasegate run: could not confirm the lease on '%s'; not running %s\n", r->lock, r->cmd[0]);
+        if (!r->lost_why[0])
+            release(r, LOST_RELEASE_TIMEOUT_MS);
+        return code(r, r->lost_why[0] ? OUT_LOST : OUT_UNREACHABLE);
+    }
+    char token[32];
+    snprintf(token, sizeof token, "%lld", r->token);
+    if (setenv("LEASEGATE_LOCK", r->lock, 1) || setenv("LEASEGATE_TOKEN", token, 1) ||
+        setenv("LEASEGATE_LEASE", r->lease, 1) || setenv("LEASEGATE_SERVER", r->servers, 1)) {
+        perror("leasegate run: setenv");
+        release(r, RELEASE_TIMEOUT_MS);
+        return code(r, OUT_INTERNAL);
+    }
+    WatchdogArgs wa = {r->cmd, r->expiry_lb, r->grace_ms, r->timeout_ms, oldmask};
+    r->watchdog = watchdog_start(&wa, &r->sock, &r->pgid);
+    if (r->watchdog < 0) {
+        perror("leasegate run: cannot start the watchdog");
+        release(r, RELEASE_TIMEOUT_MS);
+        return code(r, OUT_INTERNAL);
+    }
+    return -1;
+}
+
+int cli_run(int argc, char **argv)
+{
+    Run r = {.servers = cli_default_server(), .ttl_ms = 15000, .wait_ms = 60000, .grace_ms = -1, .sock = -1};
+    int rc = parse(&r, argc, argv);
+    if (rc >= 0)
+        return rc;
     char owner[128];
     if (!r.owner) {
         char host[64] = "host";
@@ -324,48 +445,46 @@ int cli_run(int argc, char **argv)
         r.owner = owner;
     }
 
-    /* Signals go to the signalfd from now on; the child gets the old mask back. */
+    /* Signals go to the signalfd from now on; CMD gets the old mask back. */
     sigset_t mask, oldmask;
     sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
-    sigaddset(&mask, SIGQUIT);
-    sigaddset(&mask, SIGTSTP);
-    sigaddset(&mask, SIGTTIN);
-    sigaddset(&mask, SIGTTOU);
+    static const int SIGS[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU};
+    for (size_t i = 0; i < sizeof SIGS / sizeof SIGS[0]; i++)
+        sigaddset(&mask, SIGS[i]);
     sigprocmask(SIG_BLOCK, &mask, &oldmask);
-    int sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (sigfd < 0) {
+    r.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (r.sigfd < 0) {
         perror("leasegate run: signalfd");
-        return CLI_FAILED;
+        return code(&r, OUT_INTERNAL);
     }
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    prctl(PR_SET_CHILD_SUBREAPER, 1); /* the watchdog's orphans, if it dies, come here */
 
-    int code = acquire(&r);
-    if (code != CLI_OK)
-        return code;
-    /* Pin down the expiry bound: the grant happened somewhere during the wait. */
-    if (renew(&r, r.ttl_ms / 2) != 1) {
-        fprintf(stderr, "leasegate run: could not confirm the lease on '%s'; not running %s\n", r.lock, r.cmd[0]);
-        release(&r);
-        return r.lost_why ? CLI_LEASE_LOST : CLI_FAILED;
+    rc = start(&r, &oldmask);
+    if (rc >= 0) {
+        close(r.sigfd);
+        return rc;
     }
-    r.child = spawn(&r, &oldmask);
-    if (r.child < 0) {
-        perror("leasegate run: fork");
-        release(&r);
-        return CLI_FAILED;
-    }
-    supervise(&r, sigfd);
-    release(&r);
-    close(sigfd);
-    if (r.lease_lost) {
+    WatchMsg done = {0};
+    bool reported = supervise(&r, &done);
+    if (!reported) {
+        kill_orphaned_group(&r);
+        rc = code(&r, OUT_INTERNAL);
+    } else if (done.arg == WATCH_END_LEASE || done.arg == WATCH_END_LOST || r.lease_lost) {
         fprintf(stderr, "leasegate run: %s was stopped because the lease on '%s' was lost\n", r.cmd[0], r.lock);
-        return CLI_LEASE_LOST;
+        rc = code(&r, OUT_LOST);
+    } else if (done.arg == WATCH_END_TIMEOUT) {
+        fprintf(stderr, "leasegate run: %s ran longer than --timeout and was stopped\n", r.cmd[0]);
+        rc = code(&r, OUT_TIMEOUT);
+    } else {
+        rc = command_status(&r, (int)done.value);
     }
-    if (WIFEXITED(r.child_status))
-        return WEXITSTATUS(r.child_status);
-    return 128 + WTERMSIG(r.child_status);
+    /* A lease the server said is gone needs no release; one that could not be
+     * renewed gets one short try. */
+    if (!r.gone)
+        release(&r, r.lease_lost ? LOST_RELEASE_TIMEOUT_MS : RELEASE_TIMEOUT_MS);
+    close(r.sock);
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+        ;
+    close(r.sigfd);
+    return rc;
 }

@@ -547,8 +547,8 @@ class RunTests(CliTestBase):
     def test_run_unreachable_server(self):
         url = "http://127.0.0.1:%d" % free_closed_port()
         marker = self.path("ran")
-        rc, _, err = self.cli(["run", "--lock", self.lock_name("unreach"), "--server", url, "--",
-                               "touch", marker], timeout=20)
+        rc, _, err = self.cli(["run", "--lock", self.lock_name("unreach"), "--server", url, "--wait", "500ms",
+                               "--", "touch", marker], timeout=20)
         self.assertEqual(rc, EXIT_FAILED, err)
         self.assertFalse(os.path.exists(marker))
 
