@@ -55,6 +55,10 @@ static const char *const OWNERS[] = {"o0", "billing-7f3", "w"};
 static const char *const METAS[] = {NULL, "{}", "{\"who\":\"a\"}", "{\"n\":0.1}"};
 #define NOWNERS (sizeof OWNERS / sizeof OWNERS[0])
 #define NMETAS (sizeof METAS / sizeof METAS[0])
+/* An acquire's request_id follows from its metadata choice (no input byte of
+ * its own, so that the corpus keeps its meaning): repeats of an acquire with
+ * the same owner and metadata while its grant holds are replays. */
+static const char *const REQUEST_IDS[] = {NULL, "r1", NULL, "r3"};
 
 #define MAX_OPS 600
 #define MAXQ 16
@@ -68,13 +72,13 @@ typedef struct MWaiter {
     int lock;
     Waiter *w;
     uint8_t lease[LEASE_ID_BYTES];
-    const char *owner, *metadata;
+    const char *owner, *metadata, *request_id;
     int64_t ttl_ms, wait_deadline;
 } MWaiter;
 
 typedef struct MHolder {
     uint8_t lease[LEASE_ID_BYTES];
-    const char *owner, *metadata;
+    const char *owner, *metadata, *request_id;
     uint64_t token;
     int64_t ttl_ms, acquired_at, expires_at, deadline;
     int64_t wall_floor; /* the lease may not end while now.wall < this */
@@ -133,7 +137,7 @@ typedef struct Model {
     int cur_lock;
     const uint8_t *cur_lease;
     const uint8_t *cur_new_lease;
-    const char *cur_owner, *cur_metadata;
+    const char *cur_owner, *cur_metadata, *cur_request_id;
     int64_t cur_ttl;
     /* cur_lock's lease was due when the operation began: the table must end it
      * (expired) before anything else, even before locktab_tick has run */
@@ -289,6 +293,7 @@ static void model_grant(MLock *M, const Lock *lock)
         memcpy(h->lease, w->lease, LEASE_ID_BYTES);
         h->owner = w->owner;
         h->metadata = w->metadata ? w->metadata : "{}";
+        h->request_id = w->request_id;
         h->ttl_ms = w->ttl_ms;
         memmove(M->q, M->q + 1, sizeof M->q[0] * (size_t)(M->nq - 1));
         M->nq--;
@@ -303,6 +308,7 @@ static void model_grant(MLock *M, const Lock *lock)
         memcpy(h->lease, m.cur_new_lease, LEASE_ID_BYTES);
         h->owner = m.cur_owner;
         h->metadata = m.cur_metadata ? m.cur_metadata : "{}";
+        h->request_id = m.cur_request_id;
         h->ttl_ms = m.cur_ttl;
     }
     h->token = m.last_token;
@@ -678,7 +684,8 @@ static void op_acquire(FuzzIn *in, bool wait)
     uint8_t lease[LEASE_ID_BYTES];
     fresh_lease(lease);
     const char *owner = OWNERS[fuzz_u8(in) % NOWNERS];
-    const char *meta = METAS[fuzz_u8(in) % NMETAS];
+    size_t meta_i = fuzz_u8(in) % NMETAS;
+    const char *meta = METAS[meta_i], *request_id = REQUEST_IDS[meta_i];
     int64_t ttl = pick_ttl(in);
     int64_t wait_ms = wait ? 1 + fuzz_u8(in) % 60 : 0;
     if (wait && fuzz_u8(in) == 255)
@@ -692,14 +699,19 @@ static void op_acquire(FuzzIn *in, bool wait)
      * (if any) is granted; all of them leave the queue */
     bool due = lease_due(M);
     int gone = 0;
-    if (due)
-        heir(M, &gone);
+    const MWaiter *next = due ? heir(M, &gone) : NULL;
     bool held = live_holder(M) != NULL;
+    /* who holds once a due lease has ended: the heir, granted just before */
+    const char *held_owner = due ? (next ? next->owner : NULL) : M->h.owner;
+    const char *held_request_id = due ? (next ? next->request_id : NULL) : M->h.request_id;
     size_t nq = (size_t)(M->nq - gone);
     waiters -= (size_t)gone;
     LockResult want;
     if (!M->known && known >= m.limits.max_locks)
         want = LOCK_TOO_MANY_LOCKS;
+    else if (held && request_id && held_request_id && !strcmp(request_id, held_request_id) &&
+             !strcmp(owner, held_owner))
+        want = LOCK_REPLAYED;
     else if (!held)
         want = LOCK_OK;
     else if (wait_ms <= 0)
@@ -725,6 +737,7 @@ static void op_acquire(FuzzIn *in, bool wait)
         memcpy(mw->lease, lease, LEASE_ID_BYTES);
         mw->owner = owner;
         mw->metadata = meta;
+        mw->request_id = request_id;
         mw->ttl_ms = ttl;
         mw->wait_deadline = m.now.mono_ms + wait_ms;
     }
@@ -732,13 +745,14 @@ static void op_acquire(FuzzIn *in, bool wait)
         fprintf(stderr, "[%d] acquire %s owner=%s meta=%s ttl=%lld wait=%lld lease#%u due=%d (now %lld)\n", m.ops,
                 NAMES[i], owner, meta ? meta : "NULL", (long long)ttl, (long long)wait_ms, m.nleases, due,
                 (long long)m.now.mono_ms);
-    AcquireArgs args = {owner, meta, ttl, wait_ms, NULL, lease, NULL};
+    AcquireArgs args = {owner, meta, ttl, wait_ms, NULL, lease, request_id};
     const Lock *lock_out;
     Waiter *wout;
     op_begin(C_ACQUIRE, i);
     m.cur_new_lease = lease;
     m.cur_owner = owner;
     m.cur_metadata = meta;
+    m.cur_request_id = request_id;
     m.cur_ttl = ttl;
     LockResult r = locktab_acquire(m.lt, NAMES[i], &args, mw, &m.now, &lock_out, &wout);
     op_end(i);
@@ -750,6 +764,11 @@ static void op_acquire(FuzzIn *in, bool wait)
               "acquire '%s' OK but lock_out is not the lock held by the new lease", NAMES[i]);
         CHECK(M->held && !memcmp(M->h.lease, lease, LEASE_ID_BYTES), "acquire '%s' granted without hooks.changed",
               NAMES[i]);
+    } else if (r == LOCK_REPLAYED) {
+        CHECK(lock_out == locktab_get(m.lt, NAMES[i]) && lock_out->held &&
+                  !memcmp(lock_out->holder.lease, M->h.lease, LEASE_ID_BYTES) &&
+                  lock_out->holder.token == M->h.token && lock_out->holder.count == M->h.count,
+              "acquire '%s' replayed but lock_out is not the grant unchanged", NAMES[i]);
     } else if (r == LOCK_BUSY) {
         CHECK(lock_out == locktab_get(m.lt, NAMES[i]), "acquire '%s' BUSY without the lock in lock_out", NAMES[i]);
     } else if (r == LOCK_QUEUED) {
@@ -803,6 +822,7 @@ static void op_reenter(FuzzIn *in)
         h->expires_at = m.now.wall_ms + h->ttl_ms;
         h->wall_floor = h->expires_at + 1;
         h->count++;
+        h->request_id = NULL; /* this reentry had none */
     } else {
         check_why(i, lease);
     }
@@ -1011,6 +1031,7 @@ static void op_restart(FuzzIn *in)
             snprintf(meta, sizeof meta, "%s", M->h.metadata);
             h.owner = owner;
             h.metadata = meta;
+            h.request_id = (char *)M->h.request_id; /* copied by locktab_load */
             h.token = M->h.token;
             h.ttl_ms = M->h.ttl_ms;
             h.acquired_at_ms = M->h.acquired_at;

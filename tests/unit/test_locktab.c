@@ -412,10 +412,24 @@ static void test_request_id_replays(void)
     AcquireArgs bob_retry = {"bob", NULL, 1000, 5000, NULL, ids[13], "bob-1"};
     CHECK(locktab_acquire(lt, "q", &bob_retry, NULL, &later, &lock, &w) == LOCK_REPLAYED);
     CHECK(memcmp(lock->holder.lease, ids[12], LEASE_ID_BYTES) == 0);
+    memset(ids[15], 16, LEASE_ID_BYTES);
     /* Once that grant has ended, the id is a new acquire. */
     CHECK(locktab_release(lt, "q", ids[12], &later, &left) == LOCK_OK && left == 0);
     CHECK(locktab_acquire(lt, "q", &bob_retry, NULL, &later, &lock, &w) == LOCK_OK);
     CHECK(memcmp(lock->holder.lease, ids[13], LEASE_ID_BYTES) == 0 && lock->holder.token > token + 1);
+    /* A retry arriving after the holder's deadline, before any tick: the
+     * expiry grants the queued acquire first, and the retry gets that grant
+     * (found by fuzz_locktab's model). */
+    memset(ids[14], 15, LEASE_ID_BYTES);
+    AcquireArgs carol = {"carol", NULL, 1000, 60000, NULL, ids[14], "carol-1"};
+    CHECK(locktab_acquire(lt, "q", &carol, NULL, &later, &lock, &w) == LOCK_QUEUED);
+    Now expired = later;
+    expired.mono_ms += 5000;
+    expired.wall_ms += 5000;
+    AcquireArgs carol_retry = {"carol", NULL, 1000, 60000, NULL, ids[15], "carol-1"};
+    CHECK(locktab_acquire(lt, "q", &carol_retry, NULL, &expired, &lock, &w) == LOCK_REPLAYED);
+    CHECK(memcmp(lock->holder.lease, ids[14], LEASE_ID_BYTES) == 0 && strcmp(lock->holder.owner, "carol") == 0);
+    CHECK(locktab_release(lt, "q", ids[14], &expired, &left) == LOCK_OK && left == 0);
     locktab_check(lt);
     locktab_free(lt);
 }
