@@ -7,8 +7,9 @@ PUT/GET server only when nginx is not installed) and the real leasegate with
 then runs each example worker as a subprocess:
 
   examples/shell/worker.sh     bash + curl
-  examples/python/worker.py    Python standard library
-  examples/node/worker.mjs     Node.js built-in fetch (skipped only when `node` is not on PATH)
+  examples/python/worker.py    Python, with the library in clients/python
+  examples/node/worker.mjs     Node.js, with the library in clients/node (skipped only when
+                               `node` is not on PATH)
 
 and checks the counter object each one increments through the guard (with the lease in
 Fencing-Lease), that the lock is left free, that the three languages running at once
@@ -370,10 +371,11 @@ class ExamplesTest(unittest.TestCase):
                 self.assertIn("write: unexpected HTTP 404", err)
                 self.assertFalse(self.lock_state(lock)["held"], "lock left held after a failure")
 
-                # Nothing listens: a connection failure is reported, exit 1.
+                # Nothing listens: a connection failure is reported, exit 1. (Python and
+                # Node retry it for WAIT_MS, at least 5 s: kept short here.)
                 with upstream.ClosedPort() as cp:
                     rc, out, err = self.finish(self.start(
-                        lang, LEASEGATE_SERVER="http://127.0.0.1:%d" % cp.port, KEY=key),
+                        lang, LEASEGATE_SERVER="http://127.0.0.1:%d" % cp.port, KEY=key, WAIT_MS=300),
                         timeout=60)
                 self.assertEqual(rc, 1, "exit %d\nstdout: %s\nstderr: %s" % (rc, out, err))
                 self.assertIn("request failed", err)

@@ -1,0 +1,142 @@
+// Types of the leasegate client (hand-written; the code is plain JavaScript).
+
+import { EventEmitter } from "node:events";
+
+/** "250ms", "15s", "2m", "1h", or a number of milliseconds. */
+export type Duration = string | number;
+
+export interface ClientOptions {
+  /** URLs (or one "URL,URL" string) of servers serving one lock space.
+   *  Default: $LEASEGATE_SERVER, else http://127.0.0.1:7400. */
+  servers?: string | string[];
+  /** The label other clients see on locks taken here. Default: host-pid. */
+  owner?: string;
+  /** How long one request may take beyond its long-poll wait. Default "5s". */
+  timeout?: Duration;
+  /** How long a call retries failed requests (connection errors, timeouts, 503) on
+   *  the next server; an acquire keeps retrying for its wait when that is longer. Default "5s". */
+  retryFor?: Duration;
+}
+
+export interface AcquireOptions {
+  /** How long the lease lasts unless renewed. Default "30s". */
+  ttl?: Duration;
+  /** How long to wait in the lock's FIFO queue. Default 0: try once. */
+  wait?: Duration;
+  /** Overrides the client's owner label for this lock. */
+  owner?: string;
+  /** A small JSON object every reader of the lock sees (who, why, host, pid). */
+  metadata?: Record<string, unknown>;
+  /** Called once when the lease is lost (same as lease.once("lost", ...)). */
+  onLost?: (error: LeaseLostError) => void;
+  /** Start the watchdog (renewal at a third of the TTL). Default false; withLock always does. */
+  keepAlive?: boolean;
+}
+
+/** A holder as others see it: never its lease id. */
+export interface Holder {
+  owner: string;
+  token: bigint;
+  ttl_ms: number;
+  acquired_at_ms: number;
+  expires_at_ms: number;
+  count: number;
+  metadata: Record<string, unknown>;
+}
+
+export interface LockState {
+  name: string;
+  held: boolean;
+  holder: Holder | null;
+  waiters: number;
+  last_token: bigint;
+}
+
+export interface FenceResult {
+  resource: string;
+  accepted: true;
+  max_token: bigint;
+}
+
+export class Client {
+  constructor(options?: ClientOptions);
+  readonly servers: string[];
+  readonly owner: string;
+  /** Takes the lock; rejects with LockHeldError when not granted within `wait`. */
+  acquire(name: string, options?: AcquireOptions): Promise<Lease>;
+  /** Acquires, runs fn while the watchdog keeps the lease alive, releases. Rejects with
+   *  LeaseLostError if the lease was lost while fn ran (fn's own error is in callbackError). */
+  withLock<T>(name: string, options: Omit<AcquireOptions, "keepAlive">, fn: (lease: Lease) => Promise<T> | T): Promise<T>;
+  withLock<T>(name: string, fn: (lease: Lease) => Promise<T> | T): Promise<T>;
+  status(name: string): Promise<LockState>;
+  /** Every known lock whose name starts with prefix, in name order, a page at a time. */
+  list(options?: { prefix?: string; after?: string; pageSize?: number }): AsyncGenerator<LockState, void, undefined>;
+  /** Checks a token against a resource's high-water mark; rejects with StaleTokenError. */
+  fence(resource: string, token: bigint | number): Promise<FenceResult>;
+}
+
+export class Lease extends EventEmitter {
+  readonly name: string;
+  readonly owner: string;
+  /** The lease id: the secret that renews, releases and writes through the guard. */
+  readonly lease: string;
+  /** The fencing token; BigInt because tokens may pass 2^53. */
+  readonly token: bigint;
+  readonly metadata: Record<string, unknown>;
+  /** Time-to-live in milliseconds, as the server last confirmed it. */
+  readonly ttl: number;
+  /** Base URL of the server that granted the lease. */
+  readonly server: string;
+  /** True while the client can vouch the server still holds the lease. */
+  readonly valid: boolean;
+  /** null, or the error the lease was lost with. */
+  readonly lost: LeaseLostError | null;
+  /** { "Fencing-Lease": lease } for a write under a guarded prefix. */
+  readonly headers: { "Fencing-Lease": string };
+  /** Throws LeaseLostError unless the lease is valid. */
+  check(): void;
+  /** Extends the lease; rejects with LeaseLostError when it is lost. */
+  renew(options?: { ttl?: Duration }): Promise<void>;
+  /** Gives the lock back (after a loss: one short try, errors ignored). */
+  release(): Promise<void>;
+  /** fetch() to the granting server with Fencing-Lease set; resolves for every status. */
+  fetch(path: string, init?: RequestInit): Promise<Response>;
+  /** Starts the watchdog; returns the lease. */
+  keepAlive(): this;
+  on(event: "lost", listener: (error: LeaseLostError) => void): this;
+  once(event: "lost", listener: (error: LeaseLostError) => void): this;
+}
+
+/** Resolves to the response when 2xx, else rejects with the error its code names. */
+export function ensureOk(response: Response): Promise<Response>;
+
+export class LeasegateError extends Error {
+  /** The HTTP status, or null when no server answered. */
+  readonly status: number | null;
+  /** The contract's error code ("lock_held"...), or null. */
+  readonly code: string | null;
+  /** The parsed answer, e.g. body.holder of a LockHeldError. */
+  readonly body: Record<string, any>;
+}
+export class BadRequestError extends LeasegateError {}
+export class UnauthorizedError extends LeasegateError {}
+export class ForbiddenError extends LeasegateError {}
+export class NotFoundError extends LeasegateError {}
+export class MethodNotAllowedError extends LeasegateError {}
+export class LockHeldError extends LeasegateError {}
+export class NotHolderError extends LeasegateError {}
+export class StaleTokenError extends LeasegateError {}
+export class PayloadTooLargeError extends LeasegateError {}
+export class UriTooLongError extends LeasegateError {}
+export class TokenRequiredError extends LeasegateError {}
+export class HeadersTooLargeError extends LeasegateError {}
+export class OverloadedError extends LeasegateError {}
+export class BadGatewayError extends LeasegateError {}
+export class GatewayTimeoutError extends LeasegateError {}
+/** No server answered before the operation's time ran out. */
+export class UnavailableError extends LeasegateError {}
+export class LeaseLostError extends LeasegateError {
+  readonly lease: Lease | null;
+  /** What the withLock callback threw, when it threw as well. */
+  readonly callbackError: unknown;
+}

@@ -1,0 +1,173 @@
+// The client: acquire (long-poll), withLock (with a watchdog), status, list, fence.
+
+import { randomUUID } from "node:crypto";
+import os from "node:os";
+import process from "node:process";
+import { toMillis } from "./duration.js";
+import { LeaseLostError, LeasegateError, LockHeldError } from "./errors.js";
+import { Lease } from "./lease.js";
+import { Transport, lockPath, now, quoteName } from "./transport.js";
+
+const DEFAULT_SERVER = "http://127.0.0.1:7400";
+// fetch (undici) gives up on an answer whose headers take 300 s, so one long-poll
+// waits at most this long; a longer wait polls again, at the back of the queue.
+const MAX_POLL_MS = 280_000;
+
+export class Client {
+  #transport;
+
+  /**
+   * @param {object} [options]
+   * @param {string|string[]} [options.servers] URLs (or one "URL,URL" string) of servers
+   *   serving one lock space; default $LEASEGATE_SERVER, else http://127.0.0.1:7400
+   * @param {string} [options.owner] the label others see on locks taken here (default host-pid)
+   * @param {string|number} [options.timeout] how long one request may take beyond its long-poll wait
+   * @param {string|number} [options.retryFor] how long a call retries failed requests; an
+   *   acquire keeps retrying for its wait when that is longer
+   */
+  constructor({ servers, owner, timeout = "5s", retryFor = "5s" } = {}) {
+    servers ??= process.env.LEASEGATE_SERVER || DEFAULT_SERVER;
+    const urls = (typeof servers === "string" ? servers.split(",") : servers).filter((url) => url.trim());
+    this.#transport = new Transport(urls, {
+      timeoutMs: toMillis(timeout, "timeout"),
+      retryForMs: toMillis(retryFor, "retryFor"),
+    });
+    this.owner = owner || `${os.hostname()}-${process.pid}`.slice(0, 128);
+  }
+
+  get servers() {
+    return this.#transport.urls;
+  }
+
+  /**
+   * Takes the lock `name`, waiting up to `wait` in its FIFO queue.
+   * One request_id goes with every attempt of this acquire, so a retry whose
+   * predecessor's answer was lost gets that grant back instead of lock_held.
+   * Rejects with LockHeldError when not granted within `wait`, UnavailableError when
+   * no server answered in time.
+   * @param {string} name
+   * @param {object} [options] ttl, wait, owner, metadata, onLost, keepAlive (see index.d.ts)
+   * @returns {Promise<Lease>}
+   */
+  async acquire(name, { ttl = "30s", wait = 0, owner, metadata, onLost, keepAlive = false } = {}) {
+    const ttlMs = Math.round(toMillis(ttl, "ttl"));
+    const waitMs = toMillis(wait, "wait");
+    const body = { owner: owner || this.owner, ttl_ms: ttlMs, request_id: randomUUID() };
+    if (metadata !== undefined) body.metadata = metadata;
+    const path = lockPath(name, "acquire");
+    const start = now();
+    const waitUntil = start + waitMs;
+    const until = start + Math.max(waitMs, this.#transport.retryForMs);
+    let granted;
+    for (;;) {
+      const pollUntil = Math.min(waitUntil, now() + MAX_POLL_MS);
+      try {
+        granted = await this.#transport.call("POST", path, { body, until, waitUntil: pollUntil });
+        break;
+      } catch (error) {
+        if (!(error instanceof LockHeldError) || pollUntil >= waitUntil) throw error;
+      }
+    }
+    const { server, answer: grant } = granted;
+    let sent = start; // any attempt may have made the grant: the first was sent first
+    if (now() - sent > grant.ttl_ms / 3) sent = await this.#confirm(name, grant);
+    const lease = new Lease(this.#transport, server, grant, sent, onLost);
+    return keepAlive ? lease.keepAlive() : lease;
+  }
+
+  /**
+   * Acquires, runs `fn(lease)` while the watchdog keeps the lease alive, releases,
+   * and resolves to what fn returned. If the lease was lost meanwhile (lease.valid
+   * turned false and "lost" was emitted), rejects with LeaseLostError once fn is done
+   * (fn is not interrupted: check lease.valid or call lease.check() before steps
+   * that need the lock); what fn threw then is in the error's callbackError.
+   * @template T
+   * @param {string} name
+   * @param {object} options as for acquire
+   * @param {(lease: Lease) => Promise<T>|T} fn
+   * @returns {Promise<T>}
+   */
+  async withLock(name, options, fn) {
+    if (typeof options === "function") [options, fn] = [{}, options];
+    const lease = await this.acquire(name, { ...options, keepAlive: true });
+    let outcome;
+    try {
+      outcome = { value: await fn(lease) };
+    } catch (error) {
+      outcome = { error };
+    }
+    const lost = await this.#finish(lease);
+    if (lost) {
+      const error = new LeaseLostError(lost.message, { lease, cause: lost.cause });
+      if ("error" in outcome) error.callbackError = outcome.error;
+      throw error;
+    }
+    if ("error" in outcome) throw outcome.error;
+    return outcome.value;
+  }
+
+  /** The lock's state: {name, held, holder, waiters, last_token} (never a lease id). */
+  async status(name) {
+    return (await this.#call("GET", `/v1/locks/${quoteName(name)}`)).answer;
+  }
+
+  /**
+   * The state of every lock the server knows whose name starts with `prefix`, in
+   * name order, fetched `pageSize` at a time: `for await (const lock of client.list())`.
+   */
+  async *list({ prefix = "", after, pageSize = 100 } = {}) {
+    for (;;) {
+      const query = new URLSearchParams({ prefix, limit: String(pageSize) });
+      if (after !== undefined && after !== null) query.set("after", after);
+      const { answer: page } = await this.#call("GET", `/v1/locks?${query}`);
+      yield* page.locks;
+      after = page.next;
+      if (after === null) return;
+    }
+  }
+
+  /** Checks `token` against the resource's high-water mark; rejects with StaleTokenError. */
+  async fence(resource, token) {
+    return (await this.#call("POST", `/v1/fence/${quoteName(resource)}`, { token: BigInt(token) })).answer;
+  }
+
+  #call(method, path, body) {
+    return this.#transport.call(method, path, { body, until: now() + this.#transport.retryForMs });
+  }
+
+  /**
+   * Renews a grant that came long after its acquire was sent (a wait in the queue,
+   * or retries): it was made at an unknown moment since, so only the send time of a
+   * renewal bounds it. On failure releases the grant as a courtesy and rethrows.
+   */
+  async #confirm(name, grant) {
+    try {
+      return (await this.#call("POST", lockPath(name, "renew"), { lease: grant.lease })).sent;
+    } catch (error) {
+      await this.#transport.courtesyRelease(name, grant.lease);
+      throw error;
+    }
+  }
+
+  /**
+   * The end of withLock: release, and resolve to the loss (null if none). A failed
+   * release of a valid lease is only a warning: the work is done and the server frees
+   * the lock at its TTL.
+   */
+  async #finish(lease) {
+    try {
+      lease.check(); // records a loss the watchdog has not noticed yet
+    } catch (error) {
+      if (!(error instanceof LeaseLostError)) throw error;
+    }
+    try {
+      await lease.release();
+    } catch (error) {
+      if (!(error instanceof LeasegateError)) throw error;
+      if (!(error instanceof LeaseLostError)) {
+        process.emitWarning(`release of the lease on '${lease.name}' failed: ${error.message}`, "LeasegateWarning");
+      }
+    }
+    return lease.lost;
+  }
+}

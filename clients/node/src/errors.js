@@ -1,0 +1,90 @@
+// Errors, one class per error code of the HTTP contract (openapi.yaml).
+//
+// Every error answer of leasegate is {"error": "<code>", "message": "...", ...}. The
+// code, not the status, says what happened (a 409 may be lock_held, not_holder or
+// stale_token), so the class is chosen by the code: `catch (e) { if (e instanceof
+// LockHeldError) ... }`.
+
+/** Base of every error this library throws. */
+export class LeasegateError extends Error {
+  /**
+   * @param {string} message the server's human text (or ours)
+   * @param {{status?: number|null, body?: object, cause?: unknown}} [details]
+   *   status: the HTTP status, null when no server answered; body: the parsed answer
+   */
+  constructor(message, { status = null, body = {}, cause } = {}) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = new.target.name;
+    this.status = status;
+    /** The contract's error code ("lock_held"...), or null. */
+    this.code = new.target.code ?? null;
+    this.body = body;
+  }
+}
+
+const define = (name, code) => {
+  const cls = { [name]: class extends LeasegateError {} }[name];
+  cls.code = code;
+  return cls;
+};
+
+/** 400: a malformed request; body.field names the field at fault. */
+export const BadRequestError = define("BadRequestError", "bad_request");
+export const UnauthorizedError = define("UnauthorizedError", "unauthorized");
+export const ForbiddenError = define("ForbiddenError", "forbidden");
+export const NotFoundError = define("NotFoundError", "not_found");
+export const MethodNotAllowedError = define("MethodNotAllowedError", "method_not_allowed");
+/** 409: not granted within the wait; body.holder and body.waiters say by whom. */
+export const LockHeldError = define("LockHeldError", "lock_held");
+/** 409: the lease does not hold the lock; body.reason is expired, superseded, released or unknown. */
+export const NotHolderError = define("NotHolderError", "not_holder");
+/** 409 from the guard or /v1/fence: a write or token older than one already let through. */
+export const StaleTokenError = define("StaleTokenError", "stale_token");
+export const PayloadTooLargeError = define("PayloadTooLargeError", "payload_too_large");
+export const UriTooLongError = define("UriTooLongError", "uri_too_long");
+/** 428 from the guard: a write without the Fencing-Lease header. */
+export const TokenRequiredError = define("TokenRequiredError", "token_required");
+export const HeadersTooLargeError = define("HeadersTooLargeError", "headers_too_large");
+/** 503: limits reached or the server is stopping. Retried on the next server. */
+export const OverloadedError = define("OverloadedError", "overloaded");
+export const BadGatewayError = define("BadGatewayError", "bad_gateway");
+export const GatewayTimeoutError = define("GatewayTimeoutError", "gateway_timeout");
+
+/** No server answered (refused, reset, timed out) before the operation's time ran out. */
+export class UnavailableError extends LeasegateError {}
+
+/**
+ * The lease can no longer be trusted to hold its lock: a renewal was answered
+ * not_holder, or no renewal succeeded within the TTL (counted from when it was sent).
+ * Work done under it since may have been done by someone else too; writes through
+ * the guard carrying it are refused with 409 stale_token.
+ */
+export class LeaseLostError extends LeasegateError {
+  constructor(message, { lease = null, ...details } = {}) {
+    super(message, details);
+    /** The Lease that was lost. */
+    this.lease = lease;
+    /** What the withLock callback threw, when it threw as well. */
+    this.callbackError = undefined;
+  }
+}
+
+const BY_CODE = new Map(
+  [BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError, LockHeldError,
+    NotHolderError, StaleTokenError, PayloadTooLargeError, UriTooLongError, TokenRequiredError,
+    HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError].map((cls) => [cls.code, cls]),
+);
+
+/**
+ * The error for an answer: by its code, else a plain LeasegateError.
+ * @param {number} status
+ * @param {object|string} body the parsed JSON, or the text of an answer that is not JSON
+ */
+export function errorFromAnswer(status, body) {
+  if (body === null || typeof body !== "object") {
+    const text = String(body).slice(0, 300);
+    return new LeasegateError(`HTTP ${status}: ${text}`, { status, body: { text } });
+  }
+  const Cls = BY_CODE.get(body.error) ?? LeasegateError;
+  return new Cls(body.message || body.error || `HTTP ${status}`, { status, body });
+}

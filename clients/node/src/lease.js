@@ -1,0 +1,230 @@
+// A granted lease: its renewal (by hand or by the watchdog), its loss, its release.
+//
+// The client cannot see the server's clock, so it bounds the lease with its own
+// monotonic clock: a lease is trusted until `ttl` after the moment the last
+// successful renewal (or the acquire) was *sent*. The server started counting
+// later than that, so the client always gives up first, never after the server.
+
+import { EventEmitter } from "node:events";
+import { setTimeout as sleep } from "node:timers/promises";
+import { toMillis } from "./duration.js";
+import { LeaseLostError, LeasegateError, NotHolderError, UnavailableError, errorFromAnswer } from "./errors.js";
+import { parseAnswer } from "./json.js";
+import { lockPath, now } from "./transport.js";
+
+/**
+ * One grant of a lock. Emits "lost" (with a LeaseLostError) once, when the lease is lost.
+ */
+export class Lease extends EventEmitter {
+  #transport;
+  #deadline; // performance.now() after which the lease is not trusted
+  #lost = null;
+  #ending = false; // release() began: a renewal failing now is no loss
+  #stop = new AbortController(); // ends the watchdog
+  #watching = false;
+
+  /**
+   * @param {import("./transport.js").Transport} transport
+   * @param {string} server the URL of the server that granted it
+   * @param {object} grant the acquire answer
+   * @param {number} sent when the acquire (or its confirming renewal) was sent
+   * @param {(error: LeaseLostError) => void} [onLost]
+   */
+  constructor(transport, server, grant, sent, onLost) {
+    super();
+    this.#transport = transport;
+    /** Base URL of the server that granted the lease; lease.fetch() goes there. */
+    this.server = server;
+    this.name = grant.name;
+    this.owner = grant.owner;
+    /** The lease id: the secret that renews, releases and writes through the guard. */
+    this.lease = grant.lease;
+    /** The fencing token, a BigInt that only grows across grants. */
+    this.token = grant.token;
+    this.metadata = grant.metadata ?? {};
+    /** Time-to-live in milliseconds, as the server last confirmed it. */
+    this.ttl = grant.ttl_ms;
+    this.#deadline = sent + this.ttl;
+    if (onLost) this.once("lost", onLost);
+  }
+
+  /**
+   * True while the client can vouch that the server still holds this lease: not
+   * released, not lost, and within the TTL since the last successful renewal was sent.
+   */
+  get valid() {
+    return !this.#ending && this.#lost === null && now() < this.#deadline;
+  }
+
+  /** null, or the LeaseLostError once the lease was lost. */
+  get lost() {
+    return this.#lost;
+  }
+
+  /** Headers that prove this lease to the guard (which drops them before forwarding). */
+  get headers() {
+    return { "Fencing-Lease": this.lease };
+  }
+
+  /** Throws LeaseLostError unless the lease is valid: call it before work that must not run unprotected. */
+  check() {
+    if (this.valid) return;
+    this.#loseByDeadline();
+    throw this.#lostError();
+  }
+
+  /**
+   * Extends the lease by its TTL (or by `ttl`, which then becomes its TTL).
+   * Connection failures and 503 are retried on the next server until the lease would
+   * expire. Rejects with LeaseLostError (after emitting "lost") when the server answers
+   * not_holder or no renewal succeeds in time; other errors (a bad ttl) as they are.
+   * @param {{ttl?: string|number}} [options]
+   */
+  async renew({ ttl } = {}) {
+    const body = { lease: this.lease };
+    if (ttl !== undefined) body.ttl_ms = Math.round(toMillis(ttl, "ttl"));
+    try {
+      const { answer, sent } = await this.#transport.call("POST", lockPath(this.name, "renew"), {
+        body, until: this.#deadline, hard: true,
+      });
+      if (this.#lost === null && now() < this.#deadline) {
+        this.ttl = answer.ttl_ms;
+        this.#deadline = sent + this.ttl;
+        return;
+      }
+      this.#loseByDeadline();
+    } catch (error) {
+      if (error instanceof NotHolderError) {
+        this.#lose(`the server says the lease on '${this.name}' no longer holds it (${error.body.reason})`, error);
+      } else if (error instanceof LeasegateError && (error.status === null || error.status === 503)) {
+        this.#lose(`no renewal of the lease on '${this.name}' succeeded within its TTL (${error.message})`, error);
+      } else {
+        throw error;
+      }
+    }
+    throw this.#lostError();
+  }
+
+  /**
+   * Gives the lock back and stops the watchdog; a second call does nothing.
+   * A lease already lost gets one short try per server, errors ignored: the server
+   * frees the lock at its TTL anyway, and an exit must not hang on a dead server.
+   * Rejects with LeaseLostError when the server says the lease had already ended,
+   * and UnavailableError when no server answered in time.
+   */
+  async release() {
+    if (this.#ending) return;
+    this.#ending = true;
+    const trusted = this.#lost === null && now() < this.#deadline;
+    this.#stop.abort();
+    if (!trusted) {
+      await this.#transport.courtesyRelease(this.name, this.lease);
+      return;
+    }
+    try {
+      await this.#transport.call("POST", lockPath(this.name, "release"), {
+        body: { lease: this.lease }, until: now() + this.#transport.retryForMs,
+      });
+    } catch (error) {
+      if (!(error instanceof NotHolderError)) throw error;
+      if (error.body.reason === "released") return; // a retry after a release whose answer was lost
+      this.#lose(`the lease on '${this.name}' had ended before its release (${error.body.reason})`, error, true);
+      throw this.#lostError();
+    }
+  }
+
+  /**
+   * fetch() with this lease in Fencing-Lease, to the server that granted it: a write
+   * through the guard, e.g. `lease.fetch("/store/orders/42", {method: "PUT", body})`.
+   * Resolves to fetch's Response for every status (409 stale_token once the lease is
+   * gone); rejects with UnavailableError when no answer came. Not retried.
+   * @param {string} path
+   * @param {RequestInit} [init]
+   */
+  async fetch(path, init = {}) {
+    const headers = new Headers(init.headers);
+    headers.set("Fencing-Lease", this.lease);
+    const signal = init.signal ?? AbortSignal.timeout(Math.ceil(this.#transport.timeoutMs));
+    try {
+      return await fetch(this.server + path, { ...init, headers, signal });
+    } catch (error) {
+      throw new UnavailableError(`${this.server}: ${error.cause?.code ?? error.message}`, { cause: error });
+    }
+  }
+
+  /**
+   * Starts the watchdog, which renews at a third of the TTL until release() or loss
+   * (acquire's keepAlive option calls it); returns the lease. A second call does nothing.
+   */
+  keepAlive() {
+    if (!this.#watching) {
+      this.#watching = true;
+      this.#watch();
+    }
+    return this;
+  }
+
+  async #watch() {
+    const { signal } = this.#stop;
+    while (!signal.aborted) {
+      const due = Math.max(0, this.#deadline - (this.ttl * 2) / 3 - now());
+      try {
+        // unref'd: a lease being kept alive is no reason for the process to stay.
+        await sleep(due, undefined, { signal, ref: false });
+      } catch {
+        return; // stopped
+      }
+      try {
+        await this.renew();
+      } catch (error) {
+        if (!(error instanceof LeaseLostError)) {
+          this.#lose(`the lease on '${this.name}' cannot be renewed: ${error.message}`, error);
+        }
+        return;
+      }
+    }
+  }
+
+  #loseByDeadline() {
+    this.#lose(`no renewal of the lease on '${this.name}' succeeded within its TTL`);
+  }
+
+  /**
+   * Records the loss and emits "lost", once. Ignored once release() began (unless
+   * release itself found it): a renewal racing a release is no loss.
+   */
+  #lose(message, cause, ending = false) {
+    if (this.#lost !== null || (this.#ending && !ending)) return;
+    this.#lost = new LeaseLostError(message, { lease: this, cause });
+    this.#stop.abort();
+    try {
+      this.emit("lost", this.#lost);
+    } catch (error) {
+      queueMicrotask(() => { throw error; }); // a listener's bug surfaces as any uncaught error
+    }
+  }
+
+  /** A fresh LeaseLostError to throw, or for a lease released by its holder, one that says so. */
+  #lostError() {
+    if (this.#lost === null) return new LeaseLostError(`the lease on '${this.name}' was released`, { lease: this });
+    return new LeaseLostError(this.#lost.message, { lease: this, cause: this.#lost.cause });
+  }
+}
+
+/**
+ * Resolves to `response` when its status is 2xx; otherwise reads its body and rejects
+ * with the error its code names (StaleTokenError, TokenRequiredError...), or a plain
+ * LeasegateError for an answer that is not leasegate's (an upstream's own error).
+ * @param {Response} response
+ */
+export async function ensureOk(response) {
+  if (response.ok) return response;
+  const text = await response.text();
+  let body;
+  try {
+    body = parseAnswer(text);
+  } catch {
+    body = text;
+  }
+  throw errorFromAnswer(response.status, body);
+}

@@ -1,0 +1,375 @@
+// The Node client against the real leasegate binary ($LEASEGATE_BIN).
+//
+// Each server runs on a 127.0.0.1 port with a temporary database and is stopped by
+// its PID; a guarded prefix /store/ forwards to a small node:http storage upstream.
+// Only loopback traffic; every wait is bounded; nothing asserts how long a step took.
+//
+// Run: LEASEGATE_BIN=build/leasegate node --test clients/node/test/client.test.mjs
+
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import fs from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+import {
+  BadRequestError, Client, LeaseLostError, LeasegateError, LockHeldError, NotHolderError, OverloadedError,
+  StaleTokenError, UnavailableError, ensureOk,
+} from "../index.js";
+import { toMillis } from "../src/duration.js";
+
+const READY = /^leasegate: listening on (http:\/\/127\.0\.0\.1:(\d+))\s*$/m;
+const BOUND_MS = 20_000; // the longest any wait in these tests may take
+
+const unique = (prefix) => `${prefix}/${randomUUID().slice(0, 8)}`;
+
+/** Polls predicate() until it is true; fails after BOUND_MS. */
+async function waitFor(predicate, what) {
+  const deadline = Date.now() + BOUND_MS;
+  while (!(await predicate())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+/** The real binary on a loopback port, with its own temporary database. */
+class Server {
+  constructor(args = []) {
+    this.args = args;
+    this.dir = fs.mkdtempSync(path.join(os.tmpdir(), "leasegate-nodeclient-"));
+    this.port = 0;
+  }
+
+  /** Starts it (again, on the same port and database after a stop). */
+  async start() {
+    const bin = process.env.LEASEGATE_BIN;
+    if (!bin) throw new Error("set LEASEGATE_BIN to the leasegate binary (e.g. build/leasegate)");
+    const stderr = fs.openSync(path.join(this.dir, "stderr.log"), "a");
+    this.proc = spawn(bin, ["serve", "--listen", `127.0.0.1:${this.port}`, "--data", path.join(this.dir, "t.db"),
+      ...this.args], { stdio: ["ignore", "pipe", stderr] });
+    fs.closeSync(stderr);
+    const exited = new Promise((resolve) => this.proc.once("exit", resolve));
+    this.exited = exited;
+    let out = "";
+    const ready = new Promise((resolve, reject) => {
+      this.proc.stdout.on("data", (chunk) => {
+        out += chunk;
+        const m = READY.exec(out);
+        if (m) resolve(m);
+      });
+      exited.then((code) => reject(new Error(`leasegate exited (${code}) before listening: ${out}`)));
+    });
+    let timer;
+    const tooLate = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`leasegate did not start; see ${this.dir}/stderr.log`)), 10_000);
+    });
+    const m = await Promise.race([ready, tooLate]).finally(() => clearTimeout(timer));
+    this.url = m[1];
+    this.port = Number(m[2]);
+    return this;
+  }
+
+  async kill(signal = "SIGKILL") {
+    if (this.proc.exitCode === null && this.proc.signalCode === null) {
+      this.proc.kill(signal);
+      await this.exited;
+    }
+  }
+
+  async stop() {
+    await this.kill("SIGTERM");
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** A node:http server on a free loopback port; resolves to {url, close}. */
+async function listen(handler) {
+  const server = http.createServer(handler);
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close: () => new Promise((resolve) => { server.closeAllConnections?.(); server.close(resolve); }),
+  };
+}
+
+const readBody = async (req) => {
+  const chunks = [];
+  for await (const chunk of req) chunks.push(chunk);
+  return Buffer.concat(chunks);
+};
+
+/** The guard's upstream: keeps each PUT (path -> {body, token}). */
+async function startStore() {
+  const objects = new Map();
+  const server = await listen(async (req, res) => {
+    objects.set(req.url, { body: (await readBody(req)).toString(), token: req.headers["fencing-token"] });
+    res.writeHead(201, { "Content-Length": 0 }).end();
+  });
+  return { ...server, objects };
+}
+
+/**
+ * A server that keeps each request body and answers 503; with `forward`, it instead
+ * forwards each request there, and hangs up without an answer on the first one once
+ * the server has delivered it (an answer lost on the way back).
+ */
+async function startRecorder(forward) {
+  const bodies = [];
+  const server = await listen(async (req, res) => {
+    const body = await readBody(req);
+    bodies.push(JSON.parse(body));
+    if (!forward) {
+      res.writeHead(503, { "Content-Type": "application/json" }).end('{"error":"overloaded","message":"test"}');
+      return;
+    }
+    const answer = await fetch(forward + req.url, { method: req.method, body, headers: { "Content-Type": "application/json" } });
+    const text = await answer.text();
+    if (bodies.length === 1) req.socket.destroy();
+    else res.writeHead(answer.status, { "Content-Type": "application/json" }).end(text);
+  });
+  return { ...server, bodies };
+}
+
+/** A loopback URL where nothing listens. */
+async function closedPortUrl() {
+  const server = net.createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return `http://127.0.0.1:${port}`;
+}
+
+let store;
+let server;
+let client;
+
+before(async () => {
+  store = await startStore();
+  server = await new Server(["--guard", `/store/=${store.url}/`]).start();
+  client = new Client({ servers: server.url, owner: "node-test" });
+});
+
+after(async () => {
+  await server?.stop();
+  await store?.close();
+});
+
+test("acquire, renew, release", async () => {
+  const name = unique("acquire");
+  const lease = await client.acquire(name, { ttl: "30s", metadata: { why: "test" } });
+  assert.ok(lease.valid);
+  assert.equal(typeof lease.token, "bigint");
+  assert.deepEqual([lease.name, lease.owner, lease.server], [name, "node-test", server.url]);
+  const state = await client.status(name);
+  assert.equal(state.holder.token, lease.token);
+  assert.deepEqual(state.holder.metadata, { why: "test" });
+  await lease.renew({ ttl: "10s" });
+  assert.equal(lease.ttl, 10_000);
+  await lease.release();
+  assert.equal(lease.valid, false);
+  assert.equal((await client.status(name)).held, false);
+  await lease.release(); // a second release does nothing
+});
+
+test("withLock holds the lock while the callback runs, then releases it", async () => {
+  const name = unique("block");
+  const result = await client.withLock(name, { ttl: "15s" }, async (lease) => {
+    assert.deepEqual(lease.headers, { "Fencing-Lease": lease.lease });
+    assert.equal((await client.status(name)).holder.token, lease.token);
+    return "done";
+  });
+  assert.equal(result, "done");
+  assert.equal((await client.status(name)).held, false);
+});
+
+test("waiters are handed the lock in arrival order", async () => {
+  const name = unique("fifo");
+  const holder = await client.acquire(name, { ttl: "30s" });
+  const order = [];
+  const waiters = [];
+  for (const [n, label] of ["first", "second"].entries()) {
+    // A short TTL and a long wait: the grant must be confirmed by a renewal.
+    waiters.push(new Client({ servers: server.url, owner: label }).withLock(name, { ttl: "600ms", wait: "20s" },
+      async (lease) => {
+        order.push([label, lease.token]);
+        await sleep(300);
+      }));
+    await waitFor(async () => (await client.status(name)).waiters === n + 1, `${label} waiter`);
+  }
+  await sleep(300); // both wait past a third of their TTL
+  await holder.release();
+  await Promise.all(waiters);
+  assert.deepEqual(order.map(([label]) => label), ["first", "second"]);
+  const tokens = [holder.token, ...order.map(([, token]) => token)];
+  assert.ok(tokens[0] < tokens[1] && tokens[1] < tokens[2], String(tokens));
+});
+
+test("the watchdog keeps a short lease alive", async () => {
+  const name = unique("watchdog");
+  let lost = 0;
+  await client.withLock(name, { ttl: "600ms", onLost: () => lost++ }, async (lease) => {
+    await sleep(2000); // more than three TTLs
+    assert.ok(lease.valid);
+    const intruder = new Client({ servers: server.url, owner: "intruder" });
+    const held = await intruder.acquire(name).then(() => assert.fail("granted"), (e) => e);
+    assert.ok(held instanceof LockHeldError);
+    assert.equal(held.body.holder.token, lease.token);
+  });
+  assert.equal(lost, 0);
+  assert.equal((await client.status(name)).held, false);
+});
+
+test("a renewal answered not_holder is a loss", async () => {
+  const name = unique("superseded");
+  const lost = [];
+  const lease = await client.acquire(name, { ttl: "300ms", onLost: (e) => lost.push(e) }); // no watchdog
+  await waitFor(() => !lease.valid, "the lease to run out");
+  const newer = await new Client({ servers: server.url }).acquire(name, { wait: "10s" });
+  const error = await lease.renew().then(() => assert.fail("renewed"), (e) => e);
+  assert.ok(error instanceof LeaseLostError);
+  assert.ok(error.cause instanceof NotHolderError);
+  assert.equal(error.cause.body.reason, "superseded");
+  await assert.rejects(lease.renew(), LeaseLostError);
+  assert.throws(() => lease.check(), LeaseLostError);
+  assert.equal(lost.length, 1);
+  assert.equal(lost[0].lease, lease);
+  await newer.release();
+});
+
+test("errors are named after the contract's codes", async () => {
+  const name = unique("errors");
+  const held = await client.withLock(name, () => client.acquire(name, { wait: 0 }).catch((e) => e));
+  assert.ok(held instanceof LockHeldError && held instanceof LeasegateError);
+  assert.deepEqual([held.status, held.code, held.body.waiters], [409, "lock_held", 0]);
+  const bad = await client.acquire("no spaces allowed").catch((e) => e);
+  assert.ok(bad instanceof BadRequestError);
+  assert.deepEqual([bad.status, bad.body.field], [400, "name"]);
+  await assert.rejects(client.acquire(name, { ttl: "10ms" }), BadRequestError); // below the server's minimum
+  const resource = unique("fence");
+  assert.equal((await client.fence(resource, held.body.holder.token)).accepted, true);
+  await assert.rejects(client.fence(resource, held.body.holder.token - 1n), StaleTokenError);
+});
+
+test("a guarded write carries the lease, and is refused once it ended", async () => {
+  const name = unique("guarded");
+  let lease;
+  await client.withLock(name, async (l) => {
+    lease = l;
+    const res = await ensureOk(await l.fetch(`/store/${name}`, { method: "PUT", body: "v1" }));
+    assert.equal(res.status, 201);
+  });
+  assert.deepEqual(store.objects.get(`/${name}`), { body: "v1", token: String(lease.token) });
+  const late = await lease.fetch(`/store/${name}`, { method: "PUT", body: "late" });
+  assert.equal(late.status, 409);
+  await assert.rejects(ensureOk(late), StaleTokenError);
+  assert.equal(store.objects.get(`/${name}`).body, "v1");
+});
+
+test("fails over past a closed port", async () => {
+  const failover = new Client({ servers: `${await closedPortUrl()},${server.url}` });
+  await failover.withLock(unique("failover"), (lease) => assert.equal(lease.server, server.url));
+});
+
+test("no server answering is UnavailableError", async () => {
+  const nobody = new Client({ servers: [await closedPortUrl(), await closedPortUrl()], retryFor: "200ms" });
+  const error = await nobody.acquire(unique("nobody")).catch((e) => e);
+  assert.ok(error instanceof UnavailableError, String(error));
+  assert.equal(error.status, null);
+});
+
+test("an overloaded server is skipped, and retries keep the request_id", async () => {
+  const busy = await startRecorder();
+  try {
+    const lease = await new Client({ servers: [busy.url, server.url] }).acquire(unique("busy"));
+    assert.equal(lease.server, server.url);
+    await lease.release();
+    assert.equal(busy.bodies.length, 1);
+    await assert.rejects(new Client({ servers: busy.url, retryFor: "300ms" }).acquire("busy/only"), OverloadedError);
+  } finally {
+    await busy.close();
+  }
+  const ids = new Set(busy.bodies.slice(1).map((body) => body.request_id));
+  assert.ok(busy.bodies.length > 2);
+  assert.equal(ids.size, 1, "every retry of one acquire sends the same request_id");
+  assert.match([...ids][0], /^[\x21-\x7e]{1,64}$/);
+});
+
+test("a retry after a lost answer gets the same grant", async () => {
+  const proxy = await startRecorder(server.url);
+  const name = unique("lost-answer");
+  try {
+    const lease = await new Client({ servers: proxy.url }).acquire(name, { ttl: "30s" });
+    const [first, retry] = proxy.bodies;
+    assert.equal(first.request_id, retry.request_id);
+    const { holder } = await client.status(name);
+    assert.deepEqual([holder.token, holder.count], [lease.token, 1]);
+    await lease.release();
+  } finally {
+    await proxy.close();
+  }
+  assert.equal((await client.status(name)).held, false);
+});
+
+test("list follows pages", async () => {
+  const prefix = `${unique("list")}/`;
+  const names = ["a", "b", "c"].map((n) => prefix + n);
+  for (const name of names) await (await client.acquire(name)).release();
+  const listed = [];
+  for await (const lock of client.list({ prefix, pageSize: 2 })) listed.push(lock.name);
+  assert.deepEqual(listed, names);
+});
+
+test("tokens beyond 2^53 stay exact", async () => {
+  const big = await new Server(["--min-token", "9007199254740993"]).start();
+  try {
+    const bigClient = new Client({ servers: big.url });
+    const lease = await bigClient.acquire("big");
+    assert.equal(lease.token, 9007199254740994n);
+    assert.equal((await bigClient.status("big")).last_token, 9007199254740994n);
+    assert.equal((await bigClient.fence("big", lease.token)).max_token, 9007199254740994n);
+  } finally {
+    await big.stop();
+  }
+});
+
+test("a server killed -9 loses the lease, and withLock rejects", async () => {
+  const own = await new Server(["--guard", `/store/=${store.url}/`]).start();
+  const name = unique("killed");
+  const lost = [];
+  const ownClient = new Client({ servers: own.url });
+  try {
+    const error = await ownClient.withLock(name, { ttl: "600ms", onLost: (e) => lost.push(e) }, async (lease) => {
+      await ensureOk(await lease.fetch(`/store/${name}`, { method: "PUT", body: "v1" }));
+      await own.kill(); // renewals are now refused
+      await waitFor(() => lost.length > 0, "the lost event");
+      assert.equal(lease.valid, false);
+      await own.start(); // same port and database
+      const newer = await ownClient.acquire(name, { wait: "10s" });
+      const late = await lease.fetch(`/store/${name}`, { method: "PUT", body: "v2" });
+      assert.equal(late.status, 409);
+      await assert.rejects(ensureOk(late), StaleTokenError);
+      await newer.release();
+    }).then(() => assert.fail("withLock resolved"), (e) => e);
+    assert.ok(error instanceof LeaseLostError, String(error));
+    assert.equal(error.callbackError, undefined, String(error.callbackError?.stack));
+    assert.equal(lost.length, 1);
+    assert.equal(error.lease, lost[0].lease);
+    assert.equal(store.objects.get(`/${name}`).body, "v1");
+  } finally {
+    await own.stop();
+  }
+});
+
+test("durations", () => {
+  assert.equal(toMillis("250ms"), 250);
+  assert.equal(toMillis("15s"), 15_000);
+  assert.equal(toMillis("2m"), 120_000);
+  assert.equal(toMillis("1h"), 3_600_000);
+  assert.equal(toMillis(1500), 1500);
+  for (const bad of ["15", "1d", "-1s", "", -1]) assert.throws(() => toMillis(bad), RangeError);
+  assert.throws(() => toMillis(null), TypeError);
+});

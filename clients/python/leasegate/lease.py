@@ -1,0 +1,222 @@
+"""A granted lease: its renewal (by hand or by the watchdog thread), its loss, its release.
+
+The client cannot see the server's clock, so it bounds the lease with its own
+monotonic clock: a lease is trusted until ``ttl`` after the moment the last
+successful renewal (or the acquire) was *sent*. The server started counting later
+than that, so the client always gives up first, never after the server.
+"""
+
+import logging
+import threading
+import time
+
+from .durations import millis
+from .errors import LeasegateError, LeaseLost, NotHolder
+from .transport import NETWORK_ERRORS
+
+log = logging.getLogger("leasegate")
+
+
+class Lease:
+    """One grant of a lock.
+
+    name, owner, metadata: as granted.
+    lease: the lease id, the secret that renews, releases and writes through the guard.
+    token: the fencing token (an int that only grows across grants).
+    ttl: the lease's time-to-live in seconds, as the server last confirmed it.
+    server: base URL of the server that granted it (guarded requests go there).
+    lost: None, or the LeaseLost error once the lease was lost.
+    """
+
+    def __init__(self, client, endpoint, grant, sent, on_lost=None):
+        self._client = client
+        self._endpoint = endpoint
+        self.name = grant["name"]
+        self.owner = grant["owner"]
+        self.lease = grant["lease"]
+        self.token = grant["token"]
+        self.metadata = grant.get("metadata", {})
+        self.ttl = grant["ttl_ms"] / 1000.0
+        self.lost = None
+        self._on_lost = on_lost
+        self._deadline = sent + self.ttl
+        self._state = threading.Lock()  # guards _deadline, lost, _ending
+        self._ending = False  # release() began: a renewal failing now is no loss
+        self._stop = threading.Event()
+        self._watchdog = None
+
+    @property
+    def server(self):
+        return self._endpoint.url
+
+    @property
+    def headers(self):
+        """Headers that prove this lease to the guard: add them to a write under a
+        guarded prefix (the guard drops them before forwarding)."""
+        return {"Fencing-Lease": self.lease}
+
+    @property
+    def valid(self):
+        """True while the client can vouch that the server still holds this lease: not
+        released, not lost, and within the TTL since the last successful renewal was sent."""
+        with self._state:
+            return not self._ending and self.lost is None and time.monotonic() < self._deadline
+
+    def check(self):
+        """Raises LeaseLost unless the lease is valid: call it before work that must
+        not run unprotected (writes through the guard are checked there anyway)."""
+        if not self.valid:
+            self._lose_by_deadline()
+            raise self._lost_error()
+
+    def renew(self, ttl=None):
+        """Extends the lease by its TTL (or by `ttl`, which then becomes its TTL).
+
+        Connection failures and 503 are retried on the next server until the lease
+        would expire. Raises LeaseLost (after calling on_lost) when the server
+        answers not_holder or no renewal succeeds in time; other errors (BadRequest
+        for a bad ttl) are raised as they are.
+        """
+        body = {"lease": self.lease}
+        if ttl is not None:
+            body["ttl_ms"] = millis(ttl, "ttl")
+        try:
+            _, answer, sent = self._client._call("POST", self._client._lock_path(self.name, "renew"), body,
+                                                 until=self._deadline, hard=True)
+        except NotHolder as e:
+            self._lose("the server says the lease on %r no longer holds it (%s)"
+                       % (self.name, e.body.get("reason", e.message)), e)
+        except LeasegateError as e:
+            if e.status not in (None, 503):
+                raise
+            self._lose("no renewal of the lease on %r succeeded within its TTL (%s)" % (self.name, e), e)
+        else:
+            with self._state:
+                renewed = self.lost is None and time.monotonic() < self._deadline
+                if renewed:
+                    self.ttl = answer["ttl_ms"] / 1000.0
+                    self._deadline = sent + self.ttl
+            if renewed:
+                return
+            self._lose_by_deadline()
+        raise self._lost_error()
+
+    def release(self):
+        """Gives the lock back and stops the watchdog; a second call does nothing.
+
+        A lease already lost gets one short try per server, errors ignored: the
+        server frees the lock at its TTL anyway, and an exit must not hang on a dead
+        server. Raises LeaseLost when the server says the lease had already ended
+        (expired or superseded), and Unavailable when no server answered in time.
+        """
+        with self._state:
+            if self._ending:
+                return
+            self._ending = True
+            trusted = self.lost is None and time.monotonic() < self._deadline
+        self._stop.set()
+        if not trusted:
+            self._client._courtesy_release(self.name, self.lease)
+            return
+        try:
+            self._client._call("POST", self._client._lock_path(self.name, "release"), {"lease": self.lease},
+                               until=time.monotonic() + self._client.retry_for)
+        except NotHolder as e:
+            if e.body.get("reason") == "released":  # a retry after a release whose answer was lost
+                return
+            self._lose("the lease on %r had ended before its release (%s)" % (self.name, e.body.get("reason")),
+                       e, ending=True)
+            raise self._lost_error()
+
+    def request(self, method, path, data=None, headers=None, timeout=None):
+        """Sends a request carrying this lease to the server that granted it: a write
+        through the guard, e.g. ``lease.request("PUT", "/store/orders/42", b"...")``.
+
+        data: bytes, str (sent as UTF-8) or None. Returns a Response for every status;
+        ``response.raise_for_status()`` raises StaleToken, TokenRequired... Raises
+        Unavailable when no answer came. Not retried: a write is the caller's call.
+        """
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        try:
+            return self._endpoint.request(method, path, data, {**(headers or {}), **self.headers},
+                                          timeout=timeout if timeout is not None else self._client.timeout)
+        except NETWORK_ERRORS as e:
+            raise self._client._unavailable(["%s: %s" % (self.server, e)]) from e
+
+    def keep_alive(self):
+        """Starts the watchdog, a daemon thread that renews at a third of the TTL until
+        release() or loss (acquire(keep_alive=True) calls it); returns the lease. A
+        second call does nothing."""
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, name="leasegate-watchdog %s" % self.name,
+                                              daemon=True)
+            self._watchdog.start()
+        return self
+
+    # Used by Client ---------------------------------------------------------
+
+    def _end_of_block(self):
+        """The end of ``with client.lock(...)``: release, and raise LeaseLost if the
+        lease was lost while the block ran (the block's own exception, if any, is
+        kept as its context)."""
+        if not self.valid:
+            self._lose_by_deadline()
+        try:
+            self.release()
+        except LeaseLost:
+            pass
+        except LeasegateError as e:
+            # The work is done and the server frees the lock at its TTL: not the
+            # caller's failure, but worth knowing.
+            log.warning("release of the lease on %r failed: %s", self.name, e)
+        if self.lost is not None:
+            raise self._lost_error()
+
+    # Internals --------------------------------------------------------------
+    def _watch(self):
+        while not self._stop.wait(self._renewal_due_in()):
+            try:
+                self.renew()
+            except LeaseLost:
+                return
+            except LeasegateError as e:
+                self._lose("the lease on %r cannot be renewed: %s" % (self.name, e), e)
+                return
+
+    def _renewal_due_in(self):
+        """Seconds until a third of the TTL has passed since the last renewal was sent."""
+        with self._state:
+            return max(0.0, self._deadline - self.ttl * 2 / 3 - time.monotonic())
+
+    def _lost_error(self):
+        """A fresh LeaseLost to raise (the recorded one went to on_lost), or, for a
+        lease released by its holder, one that says so."""
+        if self.lost is None:
+            return LeaseLost("the lease on %r was released" % self.name, self)
+        error = LeaseLost(self.lost.message, self)
+        error.__cause__ = self.lost.__cause__
+        return error
+
+    def _lose_by_deadline(self):
+        self._lose("no renewal of the lease on %r succeeded within its TTL" % self.name, None)
+
+    def _lose(self, message, cause, ending=False):
+        """Records the loss once and calls on_lost once. Ignored once release() began
+        (unless release itself found it): a renewal racing a release is no loss."""
+        error = LeaseLost(message, self)
+        error.__cause__ = cause
+        with self._state:
+            if self.lost is not None or (self._ending and not ending):
+                return
+            self.lost = error
+        self._stop.set()
+        if self._on_lost is not None:
+            try:
+                self._on_lost(error)
+            except Exception:
+                log.exception("on_lost callback for the lease on %r failed", self.name)
+
+    def __repr__(self):
+        return "<Lease %s token=%d %s>" % (self.name, self.token, "valid" if self.valid else "not valid")
+

@@ -1,0 +1,83 @@
+"""One HTTP request to one server, with the standard library's http.client.
+
+A fresh connection per request: the watchdog thread and the caller's thread never
+share one, a server that restarted leaves no dead keep-alive connection behind, and
+http.client (unlike urllib) ignores *_proxy variables, which must not reroute
+traffic to a lock service.
+"""
+
+import http.client
+import json
+import urllib.parse
+
+from .errors import error_from_answer
+
+# What a request raises when no answer came: refused, reset, timed out, cut short.
+NETWORK_ERRORS = (OSError, http.client.HTTPException)
+
+
+class Response:
+    """An answer: status, headers (a dict with lower-case names) and body (bytes)."""
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def ok(self):
+        return 200 <= self.status < 300
+
+    @property
+    def text(self):
+        return self.body.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.body)
+
+    def raise_for_status(self):
+        """Raises the LeasegateError subclass named by the answer's error code
+        (StaleToken, TokenRequired...) unless the status is 2xx; returns self."""
+        if not self.ok:
+            raise error_from_answer(self.status, self._error_body())
+        return self
+
+    def _error_body(self):
+        try:
+            return self.json()
+        except ValueError:
+            return self.text
+
+    def __repr__(self):
+        return "<Response %d, %d bytes>" % (self.status, len(self.body))
+
+
+class Endpoint:
+    """One server, from its base URL (http or https; a path prefix is kept)."""
+
+    def __init__(self, url):
+        parts = urllib.parse.urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) server URL: %r" % url)
+        self.url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+
+    def request(self, method, path, body=None, headers=None, timeout=10.0):
+        """Sends one request (body: bytes or None) and reads the whole answer; raises
+        one of NETWORK_ERRORS when no answer came within `timeout` seconds (per
+        socket operation)."""
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        conn = cls(self._host, self._port, timeout=timeout)
+        try:
+            conn.request(method, self._prefix + path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            data = resp.read()
+            return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data)
+        finally:
+            conn.close()
+
+    def __repr__(self):
+        return self.url
