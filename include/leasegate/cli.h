@@ -42,6 +42,13 @@ const char *cli_default_server(void);
  * JSON). -1 when no server could be reached in time (the last error in err). */
 int cli_http(const char *servers, const char *method, const char *path, json_t *body, long timeout_ms,
              long *status, json_t **reply_new, char *err, size_t errlen);
+/* A blocked, pending SIGINT/SIGTERM/SIGHUP/SIGQUIT ends a cli_http request
+ * (run blocks them while it waits for a lock). cli_http_shared is the same,
+ * except that each server gets an equal share of the time left, so one that
+ * hangs (accepts, never answers) leaves the next its turn, and signals do not
+ * end it. Not for long-polls, which must be given the whole wait. */
+int cli_http_shared(const char *servers, const char *method, const char *path, json_t *body, long timeout_ms,
+                    long *status, json_t **reply_new, char *err, size_t errlen);
 
 int cli_acquire(int argc, char **argv);
 int cli_renew(int argc, char **argv);

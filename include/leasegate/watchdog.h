@@ -5,9 +5,11 @@
  * asks, and when run dies. So run may be SIGKILLed or SIGSTOPped: nothing of the
  * command runs past the lease all the same.
  *
- * run and the watchdog talk over a SOCK_SEQPACKET pair, one WatchMsg per
- * packet. run -> watchdog: WATCH_DEADLINE (value: a new lower bound of the
- * lease's expiry, CLOCK_BOOTTIME ms, sent after each renewal), WATCH_SIGNAL
+ * The lease's bound (a lower bound of its expiry, CLOCK_BOOTTIME ms) is one
+ * shared word that run raises after each renewal: the watchdog reads it
+ * whenever it wakes, so no renewal ever waits for the watchdog, and a stopped
+ * watchdog cannot make run wait either. Everything else goes over a
+ * SOCK_SEQPACKET pair, one WatchMsg per packet. run -> watchdog: WATCH_SIGNAL
  * (arg: a signal for the group), WATCH_STOP (the lease is gone: stop now).
  * watchdog -> run: WATCH_STARTED first (value: the command's pid, which is
  * its process group, or -errno when it could not be forked), WATCH_DONE once the whole group is gone (arg: a WatchEnd,
@@ -23,10 +25,11 @@
 #define LEASEGATE_WATCHDOG_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-typedef enum WatchKind { WATCH_DEADLINE, WATCH_SIGNAL, WATCH_STOP, WATCH_STARTED, WATCH_DONE } WatchKind;
+typedef enum WatchKind { WATCH_SIGNAL, WATCH_STOP, WATCH_STARTED, WATCH_DONE } WatchKind;
 
 /* Why the group ended. */
 typedef enum WatchEnd {
@@ -42,6 +45,11 @@ typedef struct WatchMsg {
     int64_t value;
 } WatchMsg;
 
+/* The word run and the watchdog share (MAP_SHARED): the lease's bound. */
+typedef struct WatchShared {
+    _Atomic int64_t stop_by_ms;
+} WatchShared;
+
 typedef struct WatchdogArgs {
     char **cmd;               /* argv of the command, run with execvp */
     int64_t stop_by_ms;       /* lower bound of the lease's expiry, CLOCK_BOOTTIME ms */
@@ -50,12 +58,17 @@ typedef struct WatchdogArgs {
     const sigset_t *cmd_mask; /* the signal mask the command starts with */
 } WatchdogArgs;
 
+/* Whether a member of process group pgid can still run (zombies do not
+ * count). */
+bool watchdog_group_running(pid_t pgid);
+
 /* CLOCK_BOOTTIME in ms: shared by run and the watchdog, counts while suspended. */
 int64_t watchdog_clock_ms(void);
 
 /* Forks the watchdog, which forks the command. Returns the watchdog's pid and
- * sets *sock (run's end of the channel, close-on-exec) and *pgid (the
- * command's process group); -1 with errno on failure. */
-pid_t watchdog_start(const WatchdogArgs *a, int *sock, pid_t *pgid);
+ * sets *sock (run's end of the channel, close-on-exec), *pgid (the command's
+ * process group) and *shared (the bound to raise; unmapped at exit); -1 with
+ * errno on failure. */
+pid_t watchdog_start(const WatchdogArgs *a, int *sock, pid_t *pgid, WatchShared **shared);
 
 #endif

@@ -99,8 +99,8 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 }
 
 /* One request to the server whose base URL is the first slen bytes of server. */
-static int http_one(const char *server, size_t slen, const char *method, const char *path, json_t *body,
-                    long timeout_ms, long *status, json_t **reply_new, char *err, size_t errlen)
+static int http_one(const char *server, size_t slen, bool interruptible, const char *method, const char *path,
+                    json_t *body, long timeout_ms, long *status, json_t **reply_new, char *err, size_t errlen)
 {
     *reply_new = NULL;
     while (slen && server[slen - 1] == '/')
@@ -125,8 +125,10 @@ static int http_one(const char *server, size_t slen, const char *method, const c
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms > 0 && timeout_ms < 5000 ? timeout_ms : 5000L);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
-    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    if (interruptible) {
+        curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    }
     if (body) {
         text = json_dumps(body, JSON_COMPACT);
         if (!text) {
@@ -162,8 +164,12 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int cli_http(const char *servers, const char *method, const char *path, json_t *body, long timeout_ms,
-             long *status, json_t **reply_new, char *err, size_t errlen)
+/* Tries the servers in order. With share, each gets an equal part of the
+ * time left, so that one that accepts connections but never answers (stopped,
+ * paused) cannot use up the time the next one needs; and a pending signal does
+ * not end the request (run's renewals must go on while it passes signals). */
+static int http_servers(const char *servers, bool share, const char *method, const char *path, json_t *body,
+                        long timeout_ms, long *status, json_t **reply_new, char *err, size_t errlen)
 {
     int64_t deadline = now_ms() + timeout_ms;
     const char *url = servers;
@@ -171,7 +177,14 @@ int cli_http(const char *servers, const char *method, const char *path, json_t *
         size_t len = strcspn(url, ",");
         const char *next = url[len] == ',' ? url + len + 1 : NULL;
         int64_t left = deadline - now_ms();
-        int rc = http_one(url, len, method, path, body, left > 1 ? (long)left : 1L, status, reply_new, err, errlen);
+        if (share && next) {
+            size_t after = 1;
+            for (const char *c = next; *c; c++)
+                after += *c == ',';
+            left /= (int64_t)after + 1;
+        }
+        int rc = http_one(url, len, !share, method, path, body, left > 1 ? (long)left : 1L, status, reply_new, err,
+                          errlen);
         /* The next server, if any, when this one could not be reached or is
          * not serving (restarting, shutting down, overloaded). */
         if (!next || (rc == 0 && *status != 503) || now_ms() >= deadline)
@@ -182,4 +195,16 @@ int cli_http(const char *servers, const char *method, const char *path, json_t *
         }
         url = next;
     }
+}
+
+int cli_http(const char *servers, const char *method, const char *path, json_t *body, long timeout_ms,
+             long *status, json_t **reply_new, char *err, size_t errlen)
+{
+    return http_servers(servers, false, method, path, body, timeout_ms, status, reply_new, err, errlen);
+}
+
+int cli_http_shared(const char *servers, const char *method, const char *path, json_t *body, long timeout_ms,
+                    long *status, json_t **reply_new, char *err, size_t errlen)
+{
+    return http_servers(servers, true, method, path, body, timeout_ms, status, reply_new, err, errlen);
 }

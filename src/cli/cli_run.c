@@ -6,7 +6,7 @@
  * expired on the server. run keeps a lower bound of the lease's expiry on the
  * boot clock: a renewal sent at time S makes the server's expiry at least
  * S + ttl (the server extends from when it receives it). After each renewal it
- * hands the bound to the watchdog (watchdog.h), the process that owns CMD's
+ * raises the bound it shares with the watchdog (watchdog.h), the process that owns CMD's
  * process group and stops it before the bound by itself. So the rule holds when
  * run is SIGKILLed (the watchdog sees its end of the channel close and stops the
  * group at once) or SIGSTOPped (no new bound arrives). If the watchdog dies
@@ -18,12 +18,14 @@
  * stopped CMD would hold the lock while its lease is renewed). Before CMD
  * starts, SIGINT/SIGTERM/SIGHUP/SIGQUIT end the wait for the lock.
  *
- * Limits: a descendant of CMD that leaves the process group (setsid) is out of
- * reach; so is CMD when run and the watchdog are both stopped or killed.
+ * Limits: a descendant of CMD that leaves the process group (setsid, setpgid)
+ * or runs as another user is out of reach; so is CMD when run and the watchdog
+ * are both stopped or killed.
  */
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,11 @@
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 2000
 #define GRACE_MIN_MS 100
+#define TIMEOUT_MAX_MS (366LL * 86400000) /* --timeout: a year, so that no sum overflows */
+/* Clocks of two machines run at slightly different rates: the bound keeps
+ * 1/DRIFT_DIVISOR of the ttl (1 ms per second, far more than any NTP-disciplined
+ * or even free-running quartz clock drifts) in hand. */
+#define DRIFT_DIVISOR 1000
 
 /* run's own outcomes, in the two numbering schemes (`--exit-codes`). */
 typedef enum Outcome { OUT_UNREACHABLE, OUT_USAGE, OUT_NOT_ACQUIRED, OUT_LOST, OUT_TIMEOUT, OUT_INTERNAL } Outcome;
@@ -63,6 +70,9 @@ typedef struct Run {
     int sigfd;
     pid_t watchdog, pgid;
     int sock;          /* to the watchdog; -1 once it is done or gone */
+    WatchShared *shared; /* the bound the watchdog reads */
+    bool watchdog_exited; /* reaped: the group it owned is gone, and pgid may be reused */
+    bool keep_lease;   /* something of CMD may still run: let the lease run out, no release */
     int64_t expiry_lb; /* lower bound of the server's expiry, boot clock ms */
     int64_t next_renew;
     bool lease_lost;   /* no renewal can help any more: stop renewing */
@@ -85,11 +95,28 @@ static int pending_stop_signal(void)
     return 0;
 }
 
+/* Never blocks: a stopped watchdog must not stop run. A signal or a stop
+ * that cannot be sent, run delivers to the group itself. */
 static void tell_watchdog(Run *r, WatchKind kind, int32_t arg, int64_t value)
 {
     WatchMsg m = {(int32_t)kind, arg, value};
-    if (r->sock >= 0)
-        (void)!send(r->sock, &m, sizeof m, MSG_NOSIGNAL);
+    if (r->sock >= 0 && send(r->sock, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof m)
+        return;
+    if (kind == WATCH_SIGNAL && !r->watchdog_exited)
+        kill(-r->pgid, arg);
+    if (kind == WATCH_STOP && !r->watchdog_exited) {
+        kill(-r->pgid, SIGTERM);
+        kill(-r->pgid, SIGCONT);
+    }
+}
+
+/* Reaps every child (the watchdog, and what it left if it died). */
+static void reap(Run *r)
+{
+    pid_t pid;
+    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+        if (pid == r->watchdog)
+            r->watchdog_exited = true;
 }
 
 /* Renews once within timeout_ms. Returns 1 renewed, 0 failed (retry), -1 the lease is gone. */
@@ -101,13 +128,14 @@ static int renew(Run *r, int64_t timeout_ms)
     int64_t sent = watchdog_clock_ms();
     long status = 0;
     json_t *reply;
-    int rc = cli_http(r->servers, "POST", path, body, (long)timeout_ms, &status, &reply, err, sizeof err);
+    int rc = cli_http_shared(r->servers, "POST", path, body, (long)timeout_ms, &status, &reply, err, sizeof err);
     json_decref(body);
     int result = 0;
     if (rc == 0 && status == 200) {
-        r->expiry_lb = sent + r->ttl_ms;
+        r->expiry_lb = sent + r->ttl_ms - r->ttl_ms / DRIFT_DIVISOR;
         r->next_renew = sent + r->ttl_ms / 3;
-        tell_watchdog(r, WATCH_DEADLINE, 0, r->expiry_lb);
+        if (r->shared)
+            atomic_store(&r->shared->stop_by_ms, r->expiry_lb);
         result = 1;
     } else if (rc == 0 && status == 409) {
         const char *reason = json_string_value(json_object_get(reply, "reason"));
@@ -203,7 +231,7 @@ static void release(Run *r, long timeout_ms)
     json_t *body = json_pack("{s:s}", "lease", r->lease);
     long status;
     json_t *reply;
-    if (cli_http(r->servers, "POST", path, body, timeout_ms, &status, &reply, err, sizeof err) == 0)
+    if (cli_http_shared(r->servers, "POST", path, body, timeout_ms, &status, &reply, err, sizeof err) == 0)
         json_decref(reply);
     json_decref(body);
 }
@@ -213,11 +241,18 @@ static void release(Run *r, long timeout_ms)
 static void kill_orphaned_group(Run *r)
 {
     fprintf(stderr, "leasegate run: the watchdog of %s died; killing process group %d\n", r->cmd[0], (int)r->pgid);
-    for (int i = 0; i < 500 && (kill(-r->pgid, SIGKILL) == 0 || errno != ESRCH); i++) {
-        while (waitpid(-1, NULL, WNOHANG) > 0)
-            ;
+    for (int i = 0; i < 500; i++) {
+        reap(r);
+        if (!watchdog_group_running(r->pgid))
+            return;
+        kill(-r->pgid, SIGKILL);
         sleep_ms(10);
     }
+    /* Still there (uninterruptible sleep, or not ours to kill): the lock is
+     * not released, so that its lease runs out only after they are gone or
+     * its TTL has passed. */
+    fprintf(stderr, "leasegate run: process group %d did not go away; the lease is left to expire\n", (int)r->pgid);
+    r->keep_lease = true;
 }
 
 /* Renews and passes signals on until the watchdog reports the group gone.
@@ -225,6 +260,9 @@ static void kill_orphaned_group(Run *r)
 static bool supervise(Run *r, WatchMsg *done)
 {
     for (;;) {
+        /* First whether the watchdog is gone: once it is, pgid may name
+         * someone else's group, and nothing of run's may be signalled. */
+        reap(r);
         int64_t now = watchdog_clock_ms();
         if (!r->lease_lost && now >= r->expiry_lb - r->grace_ms) {
             /* The watchdog is stopping the group by itself at this very bound. */
@@ -233,7 +271,7 @@ static bool supervise(Run *r, WatchMsg *done)
             fprintf(stderr, "leasegate run: %s; stopping %s (process group %d)\n", r->lost_why, r->cmd[0],
                     (int)r->pgid);
         }
-        if (r->lease_lost && now >= r->expiry_lb - r->grace_ms / 2)
+        if (r->lease_lost && now >= r->expiry_lb - r->grace_ms / 2 && !r->watchdog_exited)
             kill(-r->pgid, SIGKILL); /* only if the watchdog could not (it is stopped) */
         if (!r->lease_lost && now >= r->next_renew) {
             int64_t budget = r->expiry_lb - r->grace_ms - now;
@@ -268,8 +306,7 @@ static bool supervise(Run *r, WatchMsg *done)
             /* SIGCHLD: reaped below; SIGTSTP/SIGTTIN/SIGTTOU: see the top of this file. */
         }
         /* The watchdog's DONE, if it sent one, stays readable after it is reaped. */
-        while (waitpid(-1, NULL, WNOHANG) > 0)
-            ;
+        reap(r);
     }
 }
 
@@ -389,8 +426,8 @@ static int parse(Run *r, int argc, char **argv)
         fprintf(stderr, "leasegate run: --grace must be in %dms..half of --ttl\n", GRACE_MIN_MS);
         return usage;
     }
-    if (r->timeout_ms < 0) {
-        fprintf(stderr, "leasegate run: --timeout must be a positive duration\n");
+    if (r->timeout_ms < 0 || r->timeout_ms > TIMEOUT_MAX_MS) {
+        fprintf(stderr, "leasegate run: --timeout must be a duration of at most 366 days\n");
         return usage;
     }
     if (no_wait)
@@ -408,6 +445,12 @@ static int start(Run *r, const sigset_t *oldmask)
     /* Pin down the expiry bound: the grant happened somewhere during the wait. */
     r->expiry_lb = watchdog_clock_ms() + r->ttl_ms / 2; /* renew's own budget */
     if (renew(r, r->ttl_ms / 2) != 1) {
+        int sig = pending_stop_signal();
+        if (sig) {
+            fprintf(stderr, "leasegate run: interrupted while acquiring '%s'; %s not run\n", r->lock, r->cmd[0]);
+            release(r, LOST_RELEASE_TIMEOUT_MS);
+            return 128 + sig;
+        }
         fprintf(stderr, "leasegate run: could not confirm the lease on '%s'; not running %s\n", r->lock, r->cmd[0]);
         if (!r->lost_why[0])
             release(r, LOST_RELEASE_TIMEOUT_MS);
@@ -422,7 +465,7 @@ static int start(Run *r, const sigset_t *oldmask)
         return code(r, OUT_INTERNAL);
     }
     WatchdogArgs wa = {r->cmd, r->expiry_lb, r->grace_ms, r->timeout_ms, oldmask};
-    r->watchdog = watchdog_start(&wa, &r->sock, &r->pgid);
+    r->watchdog = watchdog_start(&wa, &r->sock, &r->pgid, &r->shared);
     if (r->watchdog < 0) {
         perror("leasegate run: cannot start the watchdog");
         release(r, RELEASE_TIMEOUT_MS);
@@ -445,12 +488,18 @@ int cli_run(int argc, char **argv)
         r.owner = owner;
     }
 
-    /* Signals go to the signalfd from now on; CMD gets the old mask back. */
+    /* Signals go to the signalfd from now on; CMD gets the old mask back.
+     * A signal the caller ignores (nohup) is left out: it stays ignored, for
+     * run and for CMD, instead of pending and being passed on. */
     sigset_t mask, oldmask;
     sigemptyset(&mask);
     static const int SIGS[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU};
-    for (size_t i = 0; i < sizeof SIGS / sizeof SIGS[0]; i++)
+    for (size_t i = 0; i < sizeof SIGS / sizeof SIGS[0]; i++) {
+        struct sigaction now;
+        if (sigaction(SIGS[i], NULL, &now) == 0 && now.sa_handler == SIG_IGN && SIGS[i] != SIGCHLD)
+            continue;
         sigaddset(&mask, SIGS[i]);
+    }
     sigprocmask(SIG_BLOCK, &mask, &oldmask);
     r.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (r.sigfd < 0) {
@@ -469,7 +518,7 @@ int cli_run(int argc, char **argv)
     if (!reported) {
         kill_orphaned_group(&r);
         rc = code(&r, OUT_INTERNAL);
-    } else if (done.arg == WATCH_END_LEASE || done.arg == WATCH_END_LOST || r.lease_lost) {
+    } else if (done.arg == WATCH_END_LEASE || done.arg == WATCH_END_LOST) {
         fprintf(stderr, "leasegate run: %s was stopped because the lease on '%s' was lost\n", r.cmd[0], r.lock);
         rc = code(&r, OUT_LOST);
     } else if (done.arg == WATCH_END_TIMEOUT) {
@@ -480,11 +529,10 @@ int cli_run(int argc, char **argv)
     }
     /* A lease the server said is gone needs no release; one that could not be
      * renewed gets one short try. */
-    if (!r.gone)
+    if (!r.gone && !r.keep_lease)
         release(&r, r.lease_lost ? LOST_RELEASE_TIMEOUT_MS : RELEASE_TIMEOUT_MS);
     close(r.sock);
-    while (waitpid(-1, NULL, WNOHANG) > 0)
-        ;
+    reap(&r);
     close(r.sigfd);
     return rc;
 }

@@ -7,6 +7,7 @@
  * deadline, a timeout, run's request and run's death only ever bring that
  * moment closer.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -27,6 +30,7 @@
 
 typedef struct Watch {
     int sock;   /* to run; -1 once run is gone */
+    WatchShared *shared;
     int sigfd;  /* SIGCHLD */
     pid_t pgid; /* the command's pid and process group */
     int64_t stop_by, grace, timeout_at;
@@ -44,7 +48,38 @@ int64_t watchdog_clock_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static bool group_alive(pid_t pgid) { return kill(-pgid, 0) == 0 || errno != ESRCH; }
+bool watchdog_group_running(pid_t pgid)
+{
+    /* kill(-pgid, 0) counts zombies, and a zombie whose parent never reaps it
+     * (a parent that left the group) would keep the group "alive" for ever:
+     * look for a member that can still run instead. */
+    DIR *d = opendir("/proc");
+    if (!d)
+        return kill(-pgid, 0) == 0 || errno != ESRCH;
+    bool running = false;
+    struct dirent *e;
+    while (!running && (e = readdir(d))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char path[16 + sizeof e->d_name], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "re");
+        if (!f)
+            continue; /* gone meanwhile */
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        /* pid (comm) state ppid pgrp ...: comm may hold anything, so parse after the last ')' */
+        const char *rest = strrchr(buf, ')');
+        char state;
+        int ppid, pgrp;
+        if (rest && sscanf(rest + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid && state != 'Z' &&
+            state != 'X')
+            running = true;
+    }
+    closedir(d);
+    return running;
+}
 
 static void send_msg(int sock, WatchKind kind, int32_t arg, int64_t value)
 {
@@ -88,10 +123,6 @@ static void reap(Watch *w)
 static void on_message(Watch *w, const WatchMsg *m, int64_t now)
 {
     switch ((WatchKind)m->kind) {
-    case WATCH_DEADLINE:
-        if (m->value > w->stop_by && !w->stopping)
-            w->stop_by = m->value;
-        break;
     case WATCH_SIGNAL:
         if (!w->killed)
             kill(-w->pgid, m->arg);
@@ -141,7 +172,14 @@ static void watch(Watch *w)
 {
     for (;;) {
         int64_t now = watchdog_clock_ms();
-        if (w->cmd_exited && !group_alive(w->pgid)) {
+        /* What came while this process was stopped first: a raised bound, a
+         * stop. Once stopping has begun, no bound moves the SIGKILL later. */
+        if (w->sock >= 0)
+            read_run(w, now);
+        int64_t bound = atomic_load(&w->shared->stop_by_ms);
+        if (!w->stopping && bound > w->stop_by)
+            w->stop_by = bound;
+        if (w->cmd_exited && !watchdog_group_running(w->pgid)) {
             send_msg(w->sock, WATCH_DONE, (int32_t)w->end, w->cmd_status);
             return;
         }
@@ -178,11 +216,10 @@ static void exec_command(const WatchdogArgs *a, pid_t watchdog)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != watchdog)
         _exit(127);
+    /* Dispositions are the caller's (neither run nor the watchdog changes
+     * them): what it ignored (nohup) stays ignored, as exec keeps it. */
     sigset_t none;
     sigemptyset(&none);
-    for (int sig = 1; sig < NSIG; sig++)
-        if (sig != SIGKILL && sig != SIGSTOP)
-            signal(sig, SIG_DFL);
     sigprocmask(SIG_SETMASK, a->cmd_mask ? a->cmd_mask : &none, NULL);
     execvp(a->cmd[0], a->cmd);
     fprintf(stderr, "leasegate run: cannot run %s: %s\n", a->cmd[0], strerror(errno));
@@ -190,7 +227,7 @@ static void exec_command(const WatchdogArgs *a, pid_t watchdog)
 }
 
 /* In the watchdog's process, after fork: never returns. */
-static void watchdog_main(const WatchdogArgs *a, int sock)
+static void watchdog_main(const WatchdogArgs *a, int sock, WatchShared *shared)
 {
     setpgid(0, 0); /* out of run's group: the terminal's signals are run's to pass on */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -201,10 +238,12 @@ static void watchdog_main(const WatchdogArgs *a, int sock)
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     Watch w = {.sock = sock,
+               .shared = shared,
                .sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC),
                .stop_by = a->stop_by_ms,
                .grace = a->grace_ms,
-               .timeout_at = a->timeout_ms > 0 ? watchdog_clock_ms() + a->timeout_ms : INT64_MAX};
+               .timeout_at = a->timeout_ms > 0 && a->timeout_ms < INT64_MAX / 2 ? watchdog_clock_ms() + a->timeout_ms
+                                                                                 : INT64_MAX};
     pid_t self = getpid();
     pid_t pid = w.sigfd < 0 ? -1 : fork();
     if (pid == 0) {
@@ -222,37 +261,59 @@ static void watchdog_main(const WatchdogArgs *a, int sock)
     _exit(0);
 }
 
-pid_t watchdog_start(const WatchdogArgs *a, int *sock, pid_t *pgid)
+pid_t watchdog_start(const WatchdogArgs *a, int *sock, pid_t *pgid, WatchShared **shared_out)
 {
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+    WatchShared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED)
         return -1;
+    atomic_init(&shared->stop_by_ms, a->stop_by_ms);
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        munmap(shared, sizeof *shared);
+        return -1;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
         close(sv[0]);
         close(sv[1]);
+        munmap(shared, sizeof *shared);
         errno = e;
         return -1;
     }
     if (pid == 0) {
         close(sv[0]);
-        watchdog_main(a, sv[1]);
+        watchdog_main(a, sv[1], shared);
     }
     close(sv[1]);
+    /* The command may run as soon as it is forked: if the watchdog does not
+     * say so in time (it was stopped), it is killed, and its death signal
+     * takes the command with it, before the lease's bound. */
     WatchMsg m;
-    ssize_t n;
-    do
-        n = recv(sv[0], &m, sizeof m, 0);
-    while (n < 0 && errno == EINTR);
+    ssize_t n = -1;
+    struct pollfd p = {sv[0], POLLIN, 0};
+    int64_t wait_until = a->stop_by_ms - a->grace_ms;
+    for (;;) {
+        int64_t left = wait_until - watchdog_clock_ms();
+        int ready = poll(&p, 1, left > 0 ? (int)left : 0);
+        if (ready > 0) {
+            n = recv(sv[0], &m, sizeof m, MSG_DONTWAIT);
+            break;
+        }
+        if (ready == 0 || errno != EINTR)
+            break;
+    }
     if (n != (ssize_t)sizeof m || m.kind != WATCH_STARTED || m.value <= 0) {
         close(sv[0]);
+        kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
+        munmap(shared, sizeof *shared);
         errno = n == (ssize_t)sizeof m && m.value < 0 ? (int)-m.value : ECHILD;
         return -1;
     }
     *sock = sv[0];
     *pgid = (pid_t)m.value;
+    *shared_out = shared;
     return pid;
 }

@@ -8,6 +8,7 @@ Run: LEASEGATE_BIN=build/leasegate python3 tests/integration/test_run_watchdog.p
 
 import os
 import signal
+import subprocess
 import time
 import unittest
 
@@ -186,6 +187,66 @@ class RunWatchdogTests(CliTestBase):
                 rc, _, err = self.cli(["run"] + args)
                 self.assertEqual(rc, want, err)
         self.srv.release(lock, held["lease"])
+
+    def test_stopped_watchdog_does_not_stop_run(self):
+        # Found in review: run wrote to the watchdog with a blocking send. With the watchdog
+        # stopped, its socket filled up (a few hundred messages: renewals and forwarded
+        # signals) and run hung in send(): no renewal, no kill, the lease ran out while CMD ran.
+        lock = self.lock_name("stopped-watchdog")
+        script = ("trap '' HUP; echo $$ > child.pid; i=0; "
+                  "while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; [ -e go ] || exit 9")
+        p = self.start_run(lock, ["sh", "-c", script], server=self.srv.url, flags=["--ttl", "1500ms"])
+        child = self.wait_pid_file("child.pid", p)
+        watchdog = ppid_of(child)
+        os.kill(watchdog, signal.SIGSTOP)
+        try:
+            for _ in range(600):  # each is read by run and passed on: more than the socket holds
+                os.kill(p.pid, signal.SIGHUP)
+                time.sleep(0.002)
+            first = self.expiry_of(lock)
+            wait_for(lambda: self.expiry_of(lock) != first, 5.0, what="a renewal after the flood of signals")
+        finally:
+            os.kill(watchdog, signal.SIGCONT)
+        self.assertFalse(pid_dead(child))
+        open(self.path("go"), "w").close()
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_zombie_left_in_the_group_does_not_hold_the_lock(self):
+        # Found in review: a member whose parent left the group (setsid) and never reaps it
+        # stays a zombie; kill(-pgid, 0) counted it, so run held the lock for ever.
+        helper = ("import os, sys, time\n"
+                  "if os.fork() == 0:\n    os._exit(0)\n"
+                  "os.setsid()\n"
+                  "open(sys.argv[1], 'w').write('%d\\n' % os.getpid())\n"
+                  "time.sleep(60)\n")
+        lock = self.lock_name("zombie")
+        p = self.start_run(lock, ["sh", "-c", 'python3 -c "$0" helper.pid >/dev/null 2>&1 & sleep 0.5', helper],
+                           server=self.srv.url)
+        self.wait_pid_file("helper.pid", p, group_leader=False)
+        rc, _, err = self.finish(p, timeout=15)
+        self.assertEqual(rc, 0, err)
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_ignored_hangup_stays_ignored(self):
+        # Found in review: under nohup, run passed SIGHUP on and CMD lost the ignored
+        # disposition. What the caller ignores stays ignored, in CMD too.
+        lock = self.lock_name("nohup")
+        script = "grep SigIgn /proc/self/status > ign.txt; echo $$ > child.pid; sleep 2"
+        args = [harness.binary_path(), "run", "--lock", lock, "--server", self.srv.url, "--", "sh", "-c", script]
+        p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=self.env(), cwd=self.dir, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        self.procs.append(p)
+        child = self.wait_pid_file("child.pid", p)
+        os.kill(p.pid, signal.SIGHUP)
+        with open(self.path("ign.txt")) as f:
+            mask = int(f.read().split()[1], 16)
+        self.assertTrue(mask & (1 << (signal.SIGHUP - 1)), "SIGHUP is not ignored in CMD")
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(pid_dead(child))
 
     def test_help_run_lists_the_exit_statuses(self):
         rc, out, err = self.cli(["help", "run"])
