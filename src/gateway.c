@@ -186,7 +186,9 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
         return -1;
     }
     if (rc) {
+        /* Only a stop ends a campaign: a clean one, with nothing to undo. */
         fprintf(stderr, "leasegate: %s\n", err);
+        s->stopping = true;
         close(fd);
         return -1;
     }
