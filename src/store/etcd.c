@@ -65,15 +65,13 @@ EtcdClient *etcd_client_new(const EtcdUrl *url, long timeout_ms)
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return NULL;
     EtcdClient *c = calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
-    c->url = *url;
-    c->timeout_ms = timeout_ms;
-    c->curl = curl_easy_init();
-    if (!c->curl) {
+    if (!c || !(c->curl = curl_easy_init())) {
         free(c);
+        curl_global_cleanup();
         return NULL;
     }
+    c->url = *url;
+    c->timeout_ms = timeout_ms;
     return c;
 }
 
