@@ -26,6 +26,7 @@ void config_defaults(Config *c)
     c->guard_timeout_s = 30;
     c->guard_max_calls = 256;
     c->forget_idle_s = 86400;
+    c->leader_ttl_s = 5;
 }
 
 void config_usage(FILE *out)
@@ -38,6 +39,15 @@ void config_usage(FILE *out)
             "  --listen HOST:PORT          address to listen on (default 127.0.0.1:7400; port 0 picks one;\n"
             "                              IPv6 in brackets: [::1]:7400; host names: localhost:7400)\n"
             "  --data PATH                 SQLite database file (default ./leasegate.db; created if missing)\n"
+            "  --store etcd://HOST:PORT[,HOST:PORT...]/PREFIX\n"
+            "                              keep the lock space in etcd under PREFIX instead of SQLite (not\n"
+            "                              with --data): several gateways share it, one leads and serves,\n"
+            "                              the others answer 503 until they win; a gateway that loses\n"
+            "                              leadership exits (status 1) for its supervisor to restart it\n"
+            "  --leader-ttl SECONDS        with --store: the etcd lease behind leadership; a dead leader is\n"
+            "                              replaced within about this (default 5, 2..60)\n"
+            "  --advertise URL             with --store: this gateway's URL as other gateways and clients\n"
+            "                              should reach it (default http://LISTEN address)\n"
             "  --min-token N               tokens issued from now on are larger than N (after restoring a\n"
             "                              backup or losing the database: the last token ever issued)\n"
             "  --access-log PATH           one line per request (time, peer, method, path, status,\n"
@@ -176,6 +186,7 @@ static const NumFlag NUM_FLAGS[] = {
     {"--guard-timeout", 1, 3600, offsetof(Config, guard_timeout_s), true},
     {"--guard-max-calls", 1, 100000, offsetof(Config, guard_max_calls), false},
     {"--forget-idle-after", 1, 31536000, offsetof(Config, forget_idle_s), true},
+    {"--leader-ttl", 2, 60, offsetof(Config, leader_ttl_s), true},
 };
 
 static const NumFlag *num_flag(const char *name)
@@ -186,7 +197,8 @@ static const NumFlag *num_flag(const char *name)
     return NULL;
 }
 
-static const char *const STRING_FLAGS[] = {"--listen", "--data", "--guard", "--min-token", "--access-log"};
+static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",    "--min-token",
+                                           "--access-log", "--store", "--advertise"};
 
 static bool known_flag(const char *name)
 {
@@ -215,10 +227,23 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
             return -1;
         }
         *(!strcmp(flag, "--data") ? &c->data_path : &c->access_log) = value;
+        c->data_set |= !strcmp(flag, "--data");
         return 0;
     }
     if (!strcmp(flag, "--guard"))
         return parse_guard(c, value, err, errlen);
+    if (!strcmp(flag, "--store")) {
+        c->store_url = value;
+        return etcd_url_parse(value, &c->etcd, err, errlen) ? 0 : -1;
+    }
+    if (!strcmp(flag, "--advertise")) {
+        if ((strncmp(value, "http://", 7) && strncmp(value, "https://", 8)) || strlen(value) >= sizeof c->advertise) {
+            snprintf(err, errlen, "--advertise: '%s' is not an http:// or https:// URL", value);
+            return -1;
+        }
+        snprintf(c->advertise, sizeof c->advertise, "%s", value);
+        return 0;
+    }
     if (!strcmp(flag, "--min-token")) {
         /* Room for 2^62 more tokens: the counter can never run out. */
         if (parse_u64(value, MIN_TOKEN_MAX, &c->min_token)) {
@@ -245,6 +270,7 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
 
 ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, size_t errlen)
 {
+    bool leader_flag = false;
     for (int i = 0; i < argc; i++) {
         const char *flag = argv[i];
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help"))
@@ -263,6 +289,16 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
         }
         if (apply_flag(c, flag, argv[++i], err, errlen))
             return CONFIG_ERROR;
+        leader_flag |= !strcmp(flag, "--advertise") || !strcmp(flag, "--leader-ttl");
+    }
+    if (c->store_url && c->data_set) {
+        snprintf(err, errlen, "--store and --data exclude each other: the lock space lives either in etcd or in "
+                              "one SQLite file");
+        return CONFIG_ERROR;
+    }
+    if (!c->store_url && leader_flag) {
+        snprintf(err, errlen, "--advertise and --leader-ttl need --store etcd://...");
+        return CONFIG_ERROR;
     }
     return CONFIG_OK;
 }

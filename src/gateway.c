@@ -2,6 +2,7 @@
 #include "leasegate/gateway.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,10 @@
 #include "leasegate/dispatch.h"
 #include "leasegate/guard.h"
 #include "leasegate/http.h"
+#include "leasegate/listener.h"
 #include "leasegate/loop.h"
 #include "leasegate/proxy.h"
+#include "leasegate/standby.h"
 
 /* Lock-table hooks. */
 
@@ -125,21 +128,104 @@ static int load_floor(void *ud, const StoreFloor *f)
     return 0;
 }
 
+/* Leadership over etcd. */
+
+/* Called on the election's thread: nothing more may be answered from this
+ * table, and the simplest way to make sure of it is to stop at once (as on a
+ * storage failure). A supervisor restarts the gateway as a candidate. */
+static void on_leadership_lost(const char *why)
+{
+    fprintf(stderr, "leasegate: leadership lost: %s; exiting with status 1 (restart this gateway: it becomes a "
+                    "candidate)\n", why);
+    _exit(1);
+}
+
+/* SIGINT and SIGTERM are blocked in every thread (main.c), so a stop asked
+ * for while campaigning is pending until the loop reads it; see it here. */
+static bool stop_requested(void *ud)
+{
+    (void)ud;
+    sigset_t pending;
+    return sigpending(&pending) == 0 && (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1);
+}
+
+/* The candidate phase: listen, answer 503 (standby.h) while campaigning, and
+ * once this gateway leads, open the store fenced on its leader key. *listen_fd
+ * is the socket, still listening, for the real server. */
+static int become_leader(Server *s, const Config *cfg, int *listen_fd)
+{
+    char err[512];
+    int fd = listener_open(cfg->listen_host, cfg->listen_port, 1024, err, sizeof err);
+    if (fd < 0) {
+        fprintf(stderr, "leasegate: %s\n", err);
+        return -1;
+    }
+    char addr[300], advertise[sizeof cfg->advertise + 8];
+    listener_name(fd, addr, sizeof addr);
+    snprintf(advertise, sizeof advertise, "%s%s", cfg->advertise[0] ? "" : "http://",
+             cfg->advertise[0] ? cfg->advertise : addr);
+    s->election = election_new(&cfg->etcd, advertise, cfg->leader_ttl_s, on_leadership_lost, err, sizeof err);
+    if (!s->election) {
+        fprintf(stderr, "leasegate: --store %s: %s\n", cfg->store_url, err);
+        close(fd);
+        return -1;
+    }
+    Standby *sb = standby_start(fd, s->election, (unsigned)cfg->max_connections, cfg->idle_timeout_s);
+    if (!sb) {
+        fprintf(stderr, "leasegate: cannot start the HTTP server on %s (libmicrohttpd refused its options)\n", addr);
+        close(fd);
+        return -1;
+    }
+    printf("leasegate: listening on http://%s\n", addr);
+    fflush(stdout);
+    fprintf(stderr, "leasegate: candidate for leadership of %s (advertised as %s); answering 503 until elected\n",
+            cfg->store_url, advertise);
+    int rc = election_campaign(s->election, stop_requested, NULL, err, sizeof err);
+    if (!standby_stop(sb)) {
+        fprintf(stderr, "leasegate: cannot take the listening socket back from the standby server\n");
+        return -1;
+    }
+    if (rc) {
+        /* Only a stop ends a campaign: a clean one, with nothing to undo. */
+        fprintf(stderr, "leasegate: %s\n", err);
+        s->stopping = true;
+        close(fd);
+        return -1;
+    }
+    *listen_fd = fd;
+    fprintf(stderr, "leasegate: elected leader of %s (leader key revision %lld); loading the lock space\n",
+            cfg->store_url, election_revision(s->election));
+    s->store = store_etcd_open(&cfg->etcd, election_key_b64(s->election), election_revision(s->election), err,
+                               sizeof err);
+    if (!s->store) {
+        fprintf(stderr, "leasegate: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
 int gateway_open(Server *s, const Config *cfg)
 {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
+    s->listen_fd = -1;
     char err[512];
-    char boot_id[CLOCK_BOOT_ID_LEN + 1];
-    bool have_boot = clock_boot_id(boot_id);
-    if (!have_boot)
-        fprintf(stderr, "leasegate: the kernel does not say which boot this is: leases held across a restart "
-                        "keep what the wall clock says is left of them\n");
-    s->store = store_sqlite_open(cfg->data_path, have_boot ? boot_id : NULL, err, sizeof err);
-    if (!s->store) {
-        fprintf(stderr, "leasegate: cannot open database %s\n", err);
-        return -1;
+    if (cfg->store_url) {
+        if (become_leader(s, cfg, &s->listen_fd))
+            return -1;
+    } else {
+        char boot_id[CLOCK_BOOT_ID_LEN + 1];
+        bool have_boot = clock_boot_id(boot_id);
+        if (!have_boot)
+            fprintf(stderr, "leasegate: the kernel does not say which boot this is: leases held across a restart "
+                            "keep what the wall clock says is left of them\n");
+        s->store = store_sqlite_open(cfg->data_path, have_boot ? boot_id : NULL, err, sizeof err);
+        if (!s->store) {
+            fprintf(stderr, "leasegate: cannot open database %s\n", err);
+            return -1;
+        }
     }
+    const char *where = cfg->store_url ? cfg->store_url : cfg->data_path;
     s->commit = commit_new(s->store, err, sizeof err);
     LocktabLimits limits = {cfg->max_locks, cfg->max_waiters, cfg->max_waiters_per_lock, cfg->lease_history,
                             (int64_t)cfg->forget_idle_s * 1000};
@@ -158,14 +244,14 @@ int gateway_open(Server *s, const Config *cfg)
     commit_keep_history(s->commit, cfg->lease_history);
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {
-        fprintf(stderr, "leasegate: cannot load %s: %s\n", cfg->data_path, store_error(s->store));
+        fprintf(stderr, "leasegate: cannot load %s: %s\n", where, store_error(s->store));
         return -1;
     }
     locktab_raise_last_token(s->locks, last_token);
     locktab_tick(s->locks, &ctx.now); /* ends the leases that expired while the server was down */
     fprintf(stderr, "leasegate: loaded %zu locks (%zu held, %zu expired while down), last token %llu, from %s\n",
             ctx.locks, locktab_held(s->locks), ctx.held - locktab_held(s->locks),
-            (unsigned long long)locktab_last_token(s->locks), cfg->data_path);
+            (unsigned long long)locktab_last_token(s->locks), where);
     if (cfg->min_token > locktab_last_token(s->locks)) {
         /* The floor is durable before anything can reveal a token above it. */
         locktab_raise_last_token(s->locks, cfg->min_token);
@@ -220,6 +306,8 @@ void gateway_close(Server *s)
         }
     }
     http_stop(s);
+    if (s->listen_fd >= 0)
+        close(s->listen_fd); /* never handed to MHD */
     /* Stopping MHD completes the last connections, which may release grants
      * that were never delivered: make that durable too. */
     if (s->commit && commit_sync(s->commit) < 0)
@@ -233,5 +321,7 @@ void gateway_close(Server *s)
     fence_free(s->guard_marks);
     if (s->store)
         store_close(s->store);
+    /* Last: resigning lets the next gateway lead, after everything is committed. */
+    election_free(s->election);
     accesslog_close(s->access_log);
 }

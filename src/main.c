@@ -66,6 +66,8 @@ static int serve(int argc, char **argv)
     int status = 1;
     if (gateway_open(&s, &cfg) == 0)
         status = runloop_run(&s);
+    else if (s.stopping)
+        status = 0; /* stopped while a candidate (--store etcd://) */
     if (s.storage_failed)
         _exit(1); /* reveal nothing more: no orderly shutdown of connections */
     gateway_close(&s);

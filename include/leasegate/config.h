@@ -4,9 +4,12 @@
 #ifndef LEASEGATE_CONFIG_H
 #define LEASEGATE_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "leasegate/etcd.h"
 
 #define CONFIG_MAX_GUARDS 16
 
@@ -23,6 +26,11 @@ typedef struct Config {
     char listen_host[256];        /* an IPv4 or IPv6 address (no brackets) or a host name */
     uint16_t listen_port;
     const char *data_path;        /* borrowed from argv or a literal */
+    bool data_set;                /* --data was given */
+    const char *store_url;        /* --store etcd://...: borrowed; NULL: SQLite at data_path */
+    EtcdUrl etcd;                 /* store_url parsed */
+    unsigned leader_ttl_s;        /* the etcd lease behind leadership */
+    char advertise[512];          /* the URL other gateways and clients see; "" until known */
     const char *access_log;       /* borrowed; NULL: none, "-": stdout */
     uint64_t min_token;           /* tokens issued from now on are above this */
     size_t max_waiters;           /* in total */

@@ -11,7 +11,9 @@
 #include "leasegate/server.h"
 
 /* Opens storage, loads state, starts the commit writer, HTTP and the loop.
- * 0 or -1 (message on stderr); gateway_close undoes what was done either way. */
+ * With --store etcd:// it first campaigns, answering 503 until elected.
+ * 0 or -1 (message on stderr; s->stopping set when a stop signal ended the
+ * campaign); gateway_close undoes what was done either way. */
 int gateway_open(Server *s, const Config *cfg);
 void gateway_close(Server *s);
 

@@ -53,7 +53,8 @@ typedef struct HttpApp {
     void (*end)(Request *req, bool delivered);
 } HttpApp;
 
-/* Starts the MHD daemon on cfg's address. -1 on failure (message on stderr). */
+/* Starts the MHD daemon on s->listen_fd when open (it is taken over), else
+ * on cfg's address. -1 on failure (message on stderr). */
 int http_start(Server *s);
 void http_stop(Server *s);
 /* The address actually bound, as HOST:PORT ("[::1]:7400" for IPv6; the port

@@ -15,6 +15,7 @@
 
 #include "leasegate/commit.h"
 #include "leasegate/config.h"
+#include "leasegate/election.h"
 #include "leasegate/dlist.h"
 #include "leasegate/fence.h"
 #include "leasegate/leaseid.h"
@@ -32,6 +33,7 @@ typedef struct Guard Guard;
 typedef struct Server {
     Config cfg;
     Store *store;
+    Election *election; /* --store etcd://: this gateway's leadership; NULL with SQLite */
     Commit *commit;
     Locktab *locks;
     Fence *fence;
@@ -39,6 +41,7 @@ typedef struct Server {
     Proxy *proxy;       /* the guard's upstream calls */
     Guard *guard;       /* the guard's write queues */
     struct MHD_Daemon *daemon;
+    int listen_fd;      /* a listening socket not yet handed to MHD (the standby's), or -1 */
     const struct HttpApp *app; /* the layers above HTTP (http.h) */
     Loop *loop;
     Metrics metrics;

@@ -6,7 +6,7 @@
  * store->commit returns 0, every record in it survives a crash or power loss.
  *
  * When you change StoreLock, also change: the schema and statements in
- * store_sqlite.c, the snapshot in commit.c, and the loader in server.c.
+ * store_sqlite.c, the records in store_etcd.c, the snapshot in commit.c, and the loader in server.c.
  */
 #ifndef LEASEGATE_STORE_H
 #define LEASEGATE_STORE_H
@@ -101,6 +101,16 @@ struct Store {
  * boot-clock deadline is loaded only when it was written in the same boot,
  * else as -1. On failure returns NULL and writes a message into err. */
 Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_t errlen);
+
+typedef struct EtcdUrl EtcdUrl;
+
+/* The store on etcd (store_etcd.c) for the gateway that leads: every commit
+ * is one etcd transaction (or, for a large batch, several in order) that
+ * applies only while the leader key leader_key_b64 (base64, as etcd's JSON
+ * gateway writes it) still has create revision leader_rev. Connects lazily:
+ * NULL only when out of memory (message in err). */
+Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long leader_rev, char *err,
+                       size_t errlen);
 
 typedef struct StoreBackupInfo {
     uint64_t locks;      /* lock rows in the copy */

@@ -8,7 +8,23 @@
 #include "leasegate/proxy.h"
 #include "leasegate/web_assets.h"
 
-void api_healthz(Request *req) { http_reply_json_new(req, 200, json_pack("{s:s}", "status", "ok")); }
+/* Over etcd, also the role (here always leader: a follower's answers come
+ * from standby.c) and the leader's URL. */
+void api_healthz(Request *req)
+{
+    Election *e = req->srv->election;
+    json_t *body = json_pack("{s:s}", "status", "ok");
+    if (body && e) {
+        char leader[512];
+        ElectionRole role = election_role(e, leader, sizeof leader);
+        if (json_object_set_new(body, "role", json_string(election_role_name(role))) ||
+            json_object_set_new(body, "leader", json_string(leader))) {
+            json_decref(body);
+            body = NULL;
+        }
+    }
+    http_reply_json_new(req, 200, body);
+}
 
 void api_dashboard(Request *req)
 {

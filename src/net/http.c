@@ -388,6 +388,8 @@ static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (error_status(code) == MHD_HTTP_SERVICE_UNAVAILABLE)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     count_status(s, error_status(code));
     enum MHD_Result r = MHD_queue_response(conn, error_status(code), resp);
     MHD_destroy_response(resp);
@@ -459,6 +461,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * for this request, so the answer needs no commit. */
         if (s->stopping)
             return reply_now(req, ERR_OVERLOADED, "server is shutting down; retry");
+        /* Over etcd, the table in memory is answered from only while this
+         * gateway is sure it still leads (election.h). */
+        if (s->election && !election_fresh(s->election))
+            return reply_now(req, ERR_OVERLOADED, "this gateway cannot be sure it still leads; retry");
         if (strlen(req->raw_uri) > HTTP_MAX_TARGET)
             return reply_now(req, ERR_URI_TOO_LONG, "the request target is longer than 8192 bytes");
         const union MHD_ConnectionInfo *head = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
@@ -652,7 +658,8 @@ static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
 int http_start(Server *s)
 {
     char err[512];
-    int fd = listener_open(s->cfg.listen_host, s->cfg.listen_port, 1024, err, sizeof err);
+    int fd = s->listen_fd >= 0 ? s->listen_fd : listener_open(s->cfg.listen_host, s->cfg.listen_port, 1024, err, sizeof err);
+    s->listen_fd = -1; /* this function's from here on: MHD's, or closed below */
     if (fd < 0) {
         fprintf(stderr, "leasegate: %s\n", err);
         return -1;

@@ -262,8 +262,9 @@ class Client:
 class Server:
     """The real leasegate binary, started on a free loopback port."""
 
-    def __init__(self, extra_args=None, data_dir=None, start=True, extra_env=None):
+    def __init__(self, extra_args=None, data_dir=None, start=True, extra_env=None, store=None):
         self.bin = binary_path()
+        self.store = store  # --store URL in place of --data (test_etcd.py)
         self.extra_args = list(extra_args or [])
         self.extra_env = dict(extra_env or {})
         self._own_dir = data_dir is None
@@ -291,7 +292,8 @@ class Server:
         err_path = os.path.join(self.dir, "stderr.%d.log" % self.starts)
         self._stderr_file = open(err_path, "wb")
         self._stderr_path = err_path
-        args = [self.bin, "serve", "--listen", "127.0.0.1:0", "--data", self.data_path]
+        args = [self.bin, "serve", "--listen", "127.0.0.1:0"]
+        args += ["--store", self.store] if self.store else ["--data", self.data_path]
         args += self.extra_args
         env = dict(os.environ, **self.extra_env) if self.extra_env else None
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

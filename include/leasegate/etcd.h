@@ -1,0 +1,59 @@
+/*
+ * etcd — a small client of etcd v3.4's JSON gateway (grpc-gateway over HTTP),
+ * shared by the etcd store and the etcd election. No etcd client library in C
+ * exists in Debian; this is the one place that speaks etcd's wire format.
+ *
+ * Keys and values are base64 in JSON; int64 fields (lease ids, revisions) are
+ * JSON strings on the wire, and are sent as strings too.
+ *
+ * An EtcdClient holds one libcurl handle, so it belongs to one thread. A call
+ * tries each endpoint at most once, starting with the last one that answered,
+ * and moves to the next on a transport failure (refused, reset, timed out) or
+ * a 5xx answer. A call that timed out after it was sent may have been applied:
+ * callers only send requests that are safe to apply twice (a fenced txn
+ * writing the same values, a keepalive, a campaign for the same lease).
+ */
+#ifndef LEASEGATE_ETCD_H
+#define LEASEGATE_ETCD_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define ETCD_MAX_ENDPOINTS 8
+
+/* --store etcd://HOST:PORT[,HOST:PORT...]/PREFIX */
+typedef struct EtcdUrl {
+    char endpoints[ETCD_MAX_ENDPOINTS][300]; /* "http://HOST:PORT" */
+    size_t nendpoints;
+    char prefix[256]; /* without leading or trailing '/', never empty */
+} EtcdUrl;
+
+/* false with the reason in err when url is not etcd://HOST:PORT[,...]/PREFIX. */
+bool etcd_url_parse(const char *url, EtcdUrl *out, char *err, size_t errlen);
+
+typedef struct EtcdClient EtcdClient;
+
+/* timeout_ms bounds each attempt (0: none, for a campaign). NULL when out of
+ * memory or libcurl cannot start. The url is copied. */
+EtcdClient *etcd_client_new(const EtcdUrl *url, long timeout_ms);
+void etcd_client_free(EtcdClient *c);
+/* A long call (a campaign) is given up when cancelled(ud) returns true; it is
+ * asked about once a second while the call waits. */
+void etcd_client_cancel_when(EtcdClient *c, bool (*cancelled)(void *ud), void *ud);
+
+/* POSTs body (not taken over) to path ("/v3/kv/txn"). 0 with *resp the
+ * answer (owned by the caller), or -1 with the reason in err. */
+int etcd_call(EtcdClient *c, const char *path, const json_t *body, json_t **resp, char *err, size_t errlen);
+
+/* Base64 (RFC 4648, with padding). encode: a new NUL-terminated string;
+ * decode: a new buffer of *len bytes plus a NUL, or NULL when text is not
+ * base64. NULL also when out of memory. */
+char *etcd_b64_encode(const void *data, size_t len);
+char *etcd_b64_decode(const char *text, size_t *len);
+
+/* An int64 field as etcd's gateway writes it (a string, or absent for 0).
+ * false when present but not a number. */
+bool etcd_int_field(const json_t *obj, const char *key, long long *out);
+
+#endif

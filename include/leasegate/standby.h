@@ -1,0 +1,27 @@
+/*
+ * standby — what a gateway on etcd answers while it is not the leader: every
+ * request gets 503 overloaded with Retry-After: 1, except GET /healthz, which
+ * says the role (candidate or follower) and the leader's URL when known.
+ * Nothing of the lock space is answered: a standby holds none of it.
+ *
+ * It runs libmicrohttpd on a thread of its own on the gateway's listening
+ * socket, so that the main thread can campaign; when the gateway wins,
+ * standby_stop hands the socket back, still listening, to the real server
+ * (connections the standby had open are closed; clients retry).
+ */
+#ifndef LEASEGATE_STANDBY_H
+#define LEASEGATE_STANDBY_H
+
+#include <stdbool.h>
+
+#include "leasegate/election.h"
+
+typedef struct Standby Standby;
+
+/* Serves on listen_fd (not taken over). NULL when libmicrohttpd refused. */
+Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s);
+/* Stops answering and frees sb. true when the listening socket is still
+ * open; false when libmicrohttpd could not let go of it (then it is closed). */
+bool standby_stop(Standby *sb);
+
+#endif

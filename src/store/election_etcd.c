@@ -1,0 +1,293 @@
+/* election_etcd — leadership over etcd; see include/leasegate/election.h. */
+#include "leasegate/election.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct Election {
+    EtcdUrl url;
+    char *name_b64;      /* PREFIX/leader, owned */
+    char *advertise_b64; /* owned */
+    char lease_id[32];   /* decimal, as etcd's gateway writes int64s */
+    unsigned ttl_s;
+    void (*on_lost)(const char *why);
+    EtcdClient *keeper_etcd; /* the keepalive thread's */
+    pthread_t keeper;
+    bool keeper_started;
+    pthread_mutex_t mu;  /* guards stop (with cv) and leader_url */
+    pthread_cond_t cv;
+    bool stop;
+    char leader_url[512]; /* the leader's advertised URL, as last observed */
+    /* Monotonic ms: the lease lives at least until alive_until; reads are
+     * safe until fresh_until (election.h). Written by the keeper only. */
+    _Atomic int64_t alive_until, fresh_until;
+    _Atomic bool leading;
+    /* Set once by election_campaign before leading turns true. */
+    char *key_b64;
+    long long revision;
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+const char *election_role_name(ElectionRole r)
+{
+    return r == ROLE_LEADER ? "leader" : r == ROLE_FOLLOWER ? "follower" : "candidate";
+}
+
+/* One keepalive, sent at `sent`: the bounds move on when etcd renewed the
+ * lease. 1 renewed, 0 the lease is gone, -1 no answer (err). */
+static int keep_alive(Election *e, int64_t sent, char *err, size_t errlen)
+{
+    json_t *req = json_pack("{s:s}", "ID", e->lease_id), *resp = NULL;
+    if (!req) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = etcd_call(e->keeper_etcd, "/v3/lease/keepalive", req, &resp, err, errlen);
+    json_decref(req);
+    if (rc)
+        return -1;
+    long long ttl = 0;
+    bool ok = etcd_int_field(json_object_get(resp, "result"), "TTL", &ttl);
+    json_decref(resp);
+    if (!ok) {
+        snprintf(err, errlen, "a keepalive answer without a TTL");
+        return -1;
+    }
+    if (ttl <= 0)
+        return 0;
+    int64_t t_ms = (ttl < (long long)e->ttl_s ? ttl : (long long)e->ttl_s) * 1000;
+    atomic_store(&e->alive_until, sent + t_ms);
+    atomic_store(&e->fresh_until, sent + t_ms - t_ms / 5);
+    return 1;
+}
+
+/* Who leads, for /healthz while this gateway does not. */
+static void observe_leader(Election *e)
+{
+    json_t *req = json_pack("{s:s}", "name", e->name_b64), *resp = NULL;
+    char err[300], url[sizeof e->leader_url] = "";
+    if (req && etcd_call(e->keeper_etcd, "/v3/election/leader", req, &resp, err, sizeof err) == 0) {
+        const char *v64 = json_string_value(json_object_get(json_object_get(resp, "kv"), "value"));
+        size_t len;
+        char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
+        if (v && strlen(v) == len && len < sizeof url)
+            memcpy(url, v, len + 1);
+        free(v);
+    }
+    json_decref(req);
+    json_decref(resp);
+    pthread_mutex_lock(&e->mu);
+    memcpy(e->leader_url, url, sizeof url);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *keeper_main(void *arg)
+{
+    Election *e = arg;
+    const int64_t interval_ms = (int64_t)e->ttl_s * 1000 / 3;
+    for (;;) {
+        char err[400];
+        int64_t sent = mono_ms();
+        int rc = keep_alive(e, sent, err, sizeof err);
+        char why[600] = "";
+        if (rc == 0)
+            snprintf(why, sizeof why, "the etcd lease %s expired (keepalive answered TTL 0)", e->lease_id);
+        else if (rc < 0 && mono_ms() >= atomic_load(&e->alive_until))
+            snprintf(why, sizeof why, "no keepalive of the etcd lease %s succeeded within its TTL (%s)", e->lease_id, err);
+        if (why[0]) {
+            atomic_store(&e->fresh_until, 0);
+            e->on_lost(why);
+            return NULL;
+        }
+        if (!atomic_load(&e->leading))
+            observe_leader(e);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        int64_t ns = until.tv_nsec + (interval_ms % 1000) * 1000000;
+        until.tv_sec += (time_t)(interval_ms / 1000 + ns / 1000000000);
+        until.tv_nsec = (long)(ns % 1000000000);
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && pthread_cond_timedwait(&e->cv, &e->mu, &until) == 0)
+            ;
+        bool stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        if (stop)
+            return NULL;
+    }
+}
+
+static int grant_lease(Election *e, char *err, size_t errlen)
+{
+    json_t *req = json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), *resp = NULL;
+    char why[400];
+    int64_t sent = mono_ms();
+    if (!req || etcd_call(e->keeper_etcd, "/v3/lease/grant", req, &resp, why, sizeof why)) {
+        snprintf(err, errlen, "cannot reach etcd to take a lease: %s", req ? why : "out of memory");
+        json_decref(req);
+        return -1;
+    }
+    json_decref(req);
+    long long id = 0, ttl = 0;
+    bool ok = etcd_int_field(resp, "ID", &id) && etcd_int_field(resp, "TTL", &ttl) && id != 0 && ttl > 0;
+    json_decref(resp);
+    if (!ok) {
+        snprintf(err, errlen, "etcd granted no lease");
+        return -1;
+    }
+    snprintf(e->lease_id, sizeof e->lease_id, "%lld", id);
+    int64_t t_ms = (ttl < (long long)e->ttl_s ? ttl : (long long)e->ttl_s) * 1000;
+    /* Granted after it was asked for: a lower bound, as for a keepalive. */
+    atomic_store(&e->alive_until, sent + t_ms);
+    return 0;
+}
+
+Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s, void (*on_lost)(const char *why),
+                       char *err, size_t errlen)
+{
+    Election *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    e->url = *url;
+    e->ttl_s = ttl_s;
+    e->on_lost = on_lost;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    char name[300];
+    snprintf(name, sizeof name, "%s/leader", url->prefix);
+    e->name_b64 = etcd_b64_encode(name, strlen(name));
+    e->advertise_b64 = etcd_b64_encode(advertise, strlen(advertise));
+    /* A keepalive must come back well within the lease's life. */
+    e->keeper_etcd = etcd_client_new(url, (long)ttl_s * 1000 / 4);
+    if (!e->name_b64 || !e->advertise_b64 || !e->keeper_etcd) {
+        snprintf(err, errlen, "out of memory (or libcurl cannot start)");
+        election_free(e);
+        return NULL;
+    }
+    if (grant_lease(e, err, errlen)) {
+        election_free(e);
+        return NULL;
+    }
+    int rc = pthread_create(&e->keeper, NULL, keeper_main, e);
+    if (rc) {
+        snprintf(err, errlen, "pthread_create: %s", strerror(rc));
+        election_free(e);
+        return NULL;
+    }
+    e->keeper_started = true;
+    return e;
+}
+
+void election_free(Election *e)
+{
+    if (!e)
+        return;
+    if (e->keeper_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->keeper, NULL);
+    }
+    if (e->lease_id[0] && e->keeper_etcd) {
+        /* Revoking the lease deletes our key: the next candidate wins now,
+         * not a TTL later. If it fails, the lease simply expires. */
+        json_t *req = json_pack("{s:s}", "ID", e->lease_id), *resp = NULL;
+        char err[300];
+        if (req && etcd_call(e->keeper_etcd, "/v3/lease/revoke", req, &resp, err, sizeof err))
+            fprintf(stderr, "leasegate: could not resign leadership (the lease expires by itself): %s\n", err);
+        json_decref(req);
+        json_decref(resp);
+    }
+    etcd_client_free(e->keeper_etcd);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e->name_b64);
+    free(e->advertise_b64);
+    free(e->key_b64);
+    free(e);
+}
+
+int election_campaign(Election *e, bool (*cancelled)(void *ud), void *ud, char *err, size_t errlen)
+{
+    EtcdClient *etcd = etcd_client_new(&e->url, 0); /* a campaign waits as long as another leads */
+    json_t *req = json_pack("{s:s, s:s, s:s}", "name", e->name_b64, "lease", e->lease_id, "value", e->advertise_b64);
+    if (!etcd || !req) {
+        etcd_client_free(etcd);
+        json_decref(req);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    etcd_client_cancel_when(etcd, cancelled, ud);
+    int rc = -1;
+    char why[400] = "";
+    while (!cancelled(ud)) {
+        json_t *resp = NULL;
+        /* A campaign for the same lease is idempotent: etcd finds our key and
+         * goes on waiting, or (when an answer was lost) reports that we lead. */
+        if (etcd_call(etcd, "/v3/election/campaign", req, &resp, why, sizeof why) == 0) {
+            json_t *leader = json_object_get(resp, "leader");
+            const char *key = json_string_value(json_object_get(leader, "key"));
+            long long revision = 0;
+            if (key && etcd_int_field(leader, "rev", &revision) && revision > 0 && (e->key_b64 = strdup(key))) {
+                e->revision = revision;
+                json_decref(resp);
+                rc = 0;
+                break;
+            }
+            snprintf(why, sizeof why, "a campaign answer without a leader key");
+        }
+        json_decref(resp);
+        if (cancelled(ud))
+            break;
+        fprintf(stderr, "leasegate: campaign: %s; retrying\n", why);
+        struct timespec pause = {0, 500000000};
+        nanosleep(&pause, NULL);
+    }
+    json_decref(req);
+    etcd_client_free(etcd);
+    if (rc == 0)
+        atomic_store(&e->leading, true);
+    else
+        snprintf(err, errlen, "stopped while campaigning%s%s", why[0] ? ": " : "", why);
+    return rc;
+}
+
+bool election_fresh(const Election *e)
+{
+    return atomic_load(&e->leading) && mono_ms() < atomic_load(&e->fresh_until);
+}
+
+ElectionRole election_role(Election *e, char *leader_url, size_t len)
+{
+    if (atomic_load(&e->leading)) {
+        size_t n;
+        char *url = etcd_b64_decode(e->advertise_b64, &n);
+        snprintf(leader_url, len, "%s", url ? url : "");
+        free(url);
+        return ROLE_LEADER;
+    }
+    pthread_mutex_lock(&e->mu);
+    snprintf(leader_url, len, "%s", e->leader_url);
+    pthread_mutex_unlock(&e->mu);
+    return leader_url[0] ? ROLE_FOLLOWER : ROLE_CANDIDATE;
+}
+
+const char *election_key_b64(const Election *e) { return e->key_b64; }
+long long election_revision(const Election *e) { return e->revision; }

@@ -1,0 +1,681 @@
+/*
+ * store_etcd — the Store interface on etcd, for a gateway elected leader over
+ * etcd (election.h). Every key lives under PREFIX:
+ *
+ *   PREFIX/meta/last_token    decimal: the token counter where rows no longer vouch for it
+ *   PREFIX/locks/NAME         JSON {last_token, holder?: {lease (uuid text), owner, token,
+ *                             ttl_ms, acquired_at_ms, expires_at_ms, count, metadata (JSON text),
+ *                             request_id?}}
+ *   PREFIX/fences/RESOURCE    decimal max token
+ *   PREFIX/guard/LOCK         decimal max token the guard let through
+ *   PREFIX/floors/BUCKET      decimal floor (BUCKET zero-padded to 10 digits)
+ *   PREFIX/history/SEQ        JSON {lock, lease, token, how} (SEQ zero-padded to 20 digits,
+ *                             so key order is seq order)
+ *
+ * A batch is one etcd transaction whose compare requires the leader key to
+ * exist with the create revision this gateway got when it won: a gateway that
+ * lost leadership, however paused or partitioned, writes nothing (the compare
+ * fails, commit fails, the gateway stops; see commit_done).
+ *
+ * The counter is max(meta/last_token, every lock's last_token), as in
+ * store_sqlite.c. Holder deadlines are on one machine's boot clock and mean
+ * nothing to another gateway: they are not stored, and holders load with
+ * deadline_ms = -1, so that expires_at_ms (Unix ms) rules (locktab_load).
+ *
+ * When you change StoreLock or the records above, also change lock_value and
+ * load_lock_value together, and the key list above.
+ */
+#include "leasegate/store.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uuid/uuid.h>
+
+#include "leasegate/etcd.h"
+
+/* etcd's default --max-txn-ops: no transaction carries more operations. */
+#define TXN_MAX_OPS 128
+/* and stays well below etcd's default --max-request-bytes (1.5 MiB). */
+#define TXN_MAX_BYTES (1024 * 1024)
+/* Keys per page when loading: big stores load a page at a time. */
+#define LOAD_PAGE 500
+/* Ended leases pruned a chunk at a time, as in store_sqlite.c. */
+#define PRUNE_CHUNK 256
+#define CALL_TIMEOUT_MS 5000L
+
+typedef struct EtcdStore {
+    Store base;
+    EtcdClient *etcd;
+    char prefix[300];     /* "PREFIX/" */
+    char *leader_key_b64; /* owned */
+    long long leader_rev;
+    long long load_rev;   /* the revision every page of the load reads */
+    uint64_t pruned_upto; /* history seqs up to this are deleted */
+    char err[512];
+} EtcdStore;
+
+/* One key's operation in a batch. key and value are owned; value NULL is a
+ * delete; range_end (owned, or NULL) makes a delete cover [key, range_end). */
+typedef struct Op {
+    char *key;
+    char *value;
+    char *range_end;
+    int prio;     /* order among the parts of a split batch, see order_ops */
+    size_t order; /* position in the batch: the later record of one key wins */
+} Op;
+
+typedef struct Ops {
+    Op *items;
+    size_t n, cap;
+    bool nomem;
+} Ops;
+
+enum { PRIO_COUNTER, PRIO_FLOOR, PRIO_PUT, PRIO_DELETE, PRIO_PRUNE };
+
+static char *key_of(const EtcdStore *s, const char *kind, const char *name)
+{
+    char *key;
+    return asprintf(&key, "%s%s/%s", s->prefix, kind, name) < 0 ? NULL : key;
+}
+
+/* Takes over key, value and range_end (frees them on failure). */
+static void ops_add(Ops *ops, char *key, char *value, char *range_end, int prio)
+{
+    if (!ops->nomem && ops->n == ops->cap) {
+        size_t cap = ops->cap ? ops->cap * 2 : 64;
+        Op *p = realloc(ops->items, cap * sizeof *p);
+        if (p) {
+            ops->items = p;
+            ops->cap = cap;
+        } else {
+            ops->nomem = true;
+        }
+    }
+    if (ops->nomem || !key || (prio != PRIO_DELETE && prio != PRIO_PRUNE && !value)) {
+        ops->nomem = true;
+        free(key);
+        free(value);
+        free(range_end);
+        return;
+    }
+    ops->items[ops->n] = (Op){key, value, range_end, prio, ops->n};
+    ops->n++;
+}
+
+static void ops_clear(Ops *ops)
+{
+    for (size_t i = 0; i < ops->n; i++) {
+        free(ops->items[i].key);
+        free(ops->items[i].value);
+        free(ops->items[i].range_end);
+    }
+    free(ops->items);
+}
+
+static char *decimal(uint64_t v)
+{
+    char *text;
+    return asprintf(&text, "%" PRIu64, v) < 0 ? NULL : text;
+}
+
+static char *lock_value(const StoreLock *l)
+{
+    json_t *j = json_pack("{s:I}", "last_token", (json_int_t)l->last_token);
+    if (j && l->held) {
+        const Holder *h = &l->holder;
+        char lease[37];
+        uuid_unparse_lower(h->lease, lease);
+        json_t *hj = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "lease", lease, "owner", h->owner,
+                               "token", (json_int_t)h->token, "ttl_ms", (json_int_t)h->ttl_ms, "acquired_at_ms",
+                               (json_int_t)h->acquired_at_ms, "expires_at_ms", (json_int_t)h->expires_at_ms,
+                               "count", (json_int_t)h->count, "metadata", h->metadata);
+        if (hj && h->request_id && json_object_set_new(hj, "request_id", json_string(h->request_id)))
+            json_decref(hj), hj = NULL;
+        if (!hj || json_object_set_new(j, "holder", hj))
+            json_decref(j), j = NULL;
+    }
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
+static char *ended_value(const StoreEnded *e)
+{
+    char lease[37];
+    uuid_unparse_lower(e->lease, lease);
+    json_t *j = json_pack("{s:s, s:s, s:I, s:i}", "lock", e->lock, "lease", lease, "token", (json_int_t)e->token,
+                          "how", e->how);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
+static char *history_key(const EtcdStore *s, uint64_t seq)
+{
+    char *key;
+    return asprintf(&key, "%shistory/%020" PRIu64, s->prefix, seq) < 0 ? NULL : key;
+}
+
+/* The batch as one operation per record, in the order SQLite applies them. */
+static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_t *prune_upto)
+{
+    for (size_t i = 0; i < b->nlocks; i++) {
+        const StoreLock *l = &b->locks[i];
+        if (l->forget) {
+            ops_add(ops, key_of(s, "locks", l->name), NULL, NULL, PRIO_DELETE);
+            ops_add(ops, key_of(s, "guard", l->name), NULL, NULL, PRIO_DELETE);
+        } else {
+            ops_add(ops, key_of(s, "locks", l->name), lock_value(l), NULL, PRIO_PUT);
+        }
+    }
+    if (b->counter)
+        ops_add(ops, key_of(s, "meta", "last_token"), decimal(b->counter), NULL, PRIO_COUNTER);
+    for (size_t i = 0; i < b->nfences; i++) {
+        const StoreMark *m = &b->fences[i];
+        ops_add(ops, key_of(s, "fences", m->name), m->forget ? NULL : decimal(m->max_token), NULL,
+                m->forget ? PRIO_DELETE : PRIO_PUT);
+    }
+    for (size_t i = 0; i < b->nfloors; i++) {
+        char bucket[16];
+        snprintf(bucket, sizeof bucket, "%010" PRIu32, b->floors[i].bucket);
+        ops_add(ops, key_of(s, "floors", bucket), decimal(b->floors[i].floor), NULL, PRIO_FLOOR);
+    }
+    for (size_t i = 0; i < b->nguard_marks; i++)
+        ops_add(ops, key_of(s, "guard", b->guard_marks[i].name), decimal(b->guard_marks[i].max_token), NULL, PRIO_PUT);
+    uint64_t last = 0;
+    for (size_t i = 0; i < b->nended; i++)
+        if (b->ended[i].seq > last)
+            last = b->ended[i].seq;
+    /* Pruning deletes [history/0, history/upto+1); no put may fall in that
+     * range (etcd refuses a txn whose operations overlap), and such an ended
+     * lease would be pruned at once anyway. */
+    uint64_t keep = b->history_keep, chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
+    bool prune = b->nended && keep && last > keep && last - keep >= s->pruned_upto + chunk;
+    uint64_t upto = prune ? last - keep : 0;
+    *prune_upto = upto;
+    for (size_t i = 0; i < b->nended; i++)
+        if (b->ended[i].seq > upto)
+            ops_add(ops, history_key(s, b->ended[i].seq), ended_value(&b->ended[i]), NULL, PRIO_PUT);
+    if (prune)
+        ops_add(ops, history_key(s, 0), NULL, history_key(s, upto + 1), PRIO_PRUNE);
+}
+
+static int by_key_then_order(const void *a, const void *b)
+{
+    const Op *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->order < y->order ? -1 : x->order > y->order);
+}
+
+static int by_prio_then_order(const void *a, const void *b)
+{
+    const Op *x = a, *y = b;
+    if (x->prio != y->prio)
+        return x->prio < y->prio ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* One operation per key (a transaction may not name a key twice): the last
+ * record of a key wins, as when SQLite applies them in order. Marks and
+ * floors are only ever raised in memory, so the last is also the largest.
+ *
+ * Then the order of the parts, for a batch split over several transactions:
+ * the counter first, then fence floors, then every put, then deletes, then
+ * the history prune. Each part is durable on its own, so a gateway that dies
+ * between parts leaves a prefix of them: written in this order, no prefix
+ * deletes a row before what vouches for its token (the counter for a lock,
+ * the floor for a fence mark) is in, so no token and no mark can go backwards
+ * for the next leader. */
+static void order_ops(Ops *ops)
+{
+    qsort(ops->items, ops->n, sizeof *ops->items, by_key_then_order);
+    size_t kept = 0;
+    for (size_t i = 0; i < ops->n; i++) {
+        Op *op = &ops->items[i];
+        if (i + 1 < ops->n && !strcmp(op->key, ops->items[i + 1].key)) {
+            free(op->key);
+            free(op->value);
+            free(op->range_end);
+            continue;
+        }
+        ops->items[kept++] = *op;
+    }
+    ops->n = kept;
+    qsort(ops->items, ops->n, sizeof *ops->items, by_prio_then_order);
+}
+
+/* The request object of one operation, with its key and value in base64. */
+static json_t *op_json(const Op *op)
+{
+    char *key = etcd_b64_encode(op->key, strlen(op->key));
+    char *arg = op->value ? etcd_b64_encode(op->value, strlen(op->value))
+                : op->range_end ? etcd_b64_encode(op->range_end, strlen(op->range_end))
+                                : NULL;
+    json_t *j = NULL;
+    if (key && (arg || (!op->value && !op->range_end))) {
+        if (op->value)
+            j = json_pack("{s:{s:s, s:s}}", "request_put", "key", key, "value", arg);
+        else if (op->range_end)
+            j = json_pack("{s:{s:s, s:s}}", "request_delete_range", "key", key, "range_end", arg);
+        else
+            j = json_pack("{s:{s:s}}", "request_delete_range", "key", key);
+    }
+    free(key);
+    free(arg);
+    return j;
+}
+
+/* One transaction of ops[from, *to): as many as fit in TXN_MAX_OPS and
+ * TXN_MAX_BYTES (at least one), fenced on the leader key. */
+static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bool *fenced_out)
+{
+    json_t *success = json_array();
+    char rev[32];
+    snprintf(rev, sizeof rev, "%lld", s->leader_rev);
+    json_t *txn = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:o}", "compare", "key", s->leader_key_b64, "target",
+                            "CREATE", "create_revision", rev, "result", "EQUAL", "success", success);
+    if (!txn) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    size_t bytes = 0, i = from;
+    for (; i < ops->n && i - from < TXN_MAX_OPS; i++) {
+        const Op *op = &ops->items[i];
+        size_t size = strlen(op->key) + (op->value ? strlen(op->value) : 0) + 64;
+        if (i > from && bytes + size * 4 / 3 > TXN_MAX_BYTES)
+            break;
+        bytes += size * 4 / 3;
+        json_t *j = op_json(op);
+        if (!j || json_array_append_new(success, j)) {
+            json_decref(txn);
+            snprintf(s->err, sizeof s->err, "out of memory");
+            return -1;
+        }
+    }
+    *to = i;
+    json_t *resp;
+    char err[400];
+    int rc = etcd_call(s->etcd, "/v3/kv/txn", txn, &resp, err, sizeof err);
+    json_decref(txn);
+    if (rc) {
+        snprintf(s->err, sizeof s->err, "etcd txn failed: %s", err);
+        return -1;
+    }
+    bool ok = json_is_true(json_object_get(resp, "succeeded"));
+    json_decref(resp);
+    if (!ok) {
+        *fenced_out = true;
+        return -1;
+    }
+    return 0;
+}
+
+static int etcd_commit(Store *base, const StoreBatch *b)
+{
+    EtcdStore *s = (EtcdStore *)base;
+    Ops ops = {0};
+    uint64_t prune_upto;
+    batch_ops(s, b, &ops, &prune_upto);
+    if (ops.nomem) {
+        ops_clear(&ops);
+        snprintf(s->err, sizeof s->err, "out of memory building an etcd transaction");
+        return -1;
+    }
+    order_ops(&ops);
+    /* A batch larger than one transaction goes in parts, in order. It is
+     * durable only once every part is in: commit returns 0 only then, and the
+     * caller reveals nothing of the batch before (commit.h), so a failure
+     * between parts costs only the answers that were held for it. */
+    size_t from = 0, parts = 0;
+    int rc = 0;
+    bool fenced = false;
+    while (from < ops.n && rc == 0) {
+        size_t to;
+        rc = commit_part(s, &ops, from, &to, &fenced);
+        if (rc == 0) {
+            from = to;
+            parts++;
+        }
+    }
+    if (fenced)
+        snprintf(s->err, sizeof s->err,
+                 "leadership lost: the leader key is no longer this gateway's (another gateway was elected); "
+                 "%s of this batch was written",
+                 parts ? "only a part" : "nothing");
+    if (rc == 0 && prune_upto)
+        s->pruned_upto = prune_upto;
+    ops_clear(&ops);
+    return rc;
+}
+
+/* Loading. */
+
+typedef int (*KvFn)(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg);
+
+/* One page of keys in [start, end) at the load's revision: *resp is etcd's answer. */
+static int range_page(EtcdStore *s, const char *start, size_t startlen, const char *end, json_t **resp)
+{
+    char *kb = etcd_b64_encode(start, startlen), *eb = etcd_b64_encode(end, strlen(end));
+    char rev[32];
+    snprintf(rev, sizeof rev, "%lld", s->load_rev);
+    json_t *req = kb && eb ? json_pack("{s:s, s:s, s:i, s:s}", "key", kb, "range_end", eb, "limit", LOAD_PAGE,
+                                       "revision", rev)
+                           : NULL;
+    free(kb);
+    free(eb);
+    if (!req) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    char err[400];
+    int rc = etcd_call(s->etcd, "/v3/kv/range", req, resp, err, sizeof err);
+    json_decref(req);
+    if (rc)
+        snprintf(s->err, sizeof s->err, "etcd range under %.*s: %s", (int)startlen, start, err);
+    return rc;
+}
+
+/* Every key under PREFIX/kind/, a page at a time, all at the load's revision
+ * (so the pages form one snapshot), in key order. fn gets the name below
+ * PREFIX/kind/ and the value, both NUL-terminated. */
+static int range_all(EtcdStore *s, const char *kind, const StoreLoad *cb, KvFn fn, void *arg)
+{
+    char *prefix = key_of(s, kind, "");
+    char *end = prefix ? strdup(prefix) : NULL;
+    /* The page start: key bytes that may end in a NUL (see below). */
+    char *start = prefix ? strdup(prefix) : NULL;
+    if (!end || !start) {
+        free(prefix), free(end), free(start);
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    size_t plen = strlen(prefix), startlen = plen;
+    end[plen - 1]++; /* '/' + 1: just past every key under the prefix */
+    int rc = 0;
+    for (bool more = true; more && rc == 0;) {
+        json_t *resp = NULL;
+        if (range_page(s, start, startlen, end, &resp)) {
+            rc = -1;
+            break;
+        }
+        more = json_is_true(json_object_get(resp, "more"));
+        json_t *kvs = json_object_get(resp, "kvs");
+        if (more && json_array_size(kvs) == 0) {
+            snprintf(s->err, sizeof s->err, "etcd range under %s: 'more' without keys", prefix);
+            rc = -1;
+        }
+        size_t i;
+        json_t *kv;
+        json_array_foreach(kvs, i, kv)
+        {
+            size_t klen = 0, vlen = 0;
+            const char *k64 = json_string_value(json_object_get(kv, "key"));
+            const char *v64 = json_string_value(json_object_get(kv, "value"));
+            char *k = k64 ? etcd_b64_decode(k64, &klen) : NULL;
+            char *v = etcd_b64_decode(v64 ? v64 : "", &vlen);
+            if (!k || !v || klen <= plen || strlen(k) != klen || strlen(v) != vlen) {
+                snprintf(s->err, sizeof s->err, "etcd: a corrupt key or value under %s", prefix);
+                rc = -1;
+            } else {
+                rc = fn(s, cb, k + plen, v, arg);
+            }
+            if (rc == 0 && i + 1 == json_array_size(kvs)) {
+                /* The next page starts at the smallest key after this one:
+                 * the key followed by a NUL byte. */
+                free(start);
+                start = k;
+                startlen = klen + 1; /* etcd_b64_decode NUL-terminated k */
+                k = NULL;
+            }
+            free(k);
+            free(v);
+            if (rc)
+                break;
+        }
+        json_decref(resp);
+    }
+    free(prefix), free(end), free(start);
+    return rc;
+}
+
+static bool parse_u64(const char *text, uint64_t *out)
+{
+    if (*text < '0' || *text > '9')
+        return false;
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    *out = v;
+    return *end == '\0';
+}
+
+static bool json_u64(const json_t *obj, const char *key, uint64_t *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return false;
+    *out = (uint64_t)json_integer_value(v);
+    return true;
+}
+
+static bool json_i64(const json_t *obj, const char *key, int64_t *out)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_integer(v))
+        return false;
+    *out = json_integer_value(v);
+    return true;
+}
+
+/* arg: the largest last_token seen (uint64_t *). */
+static int load_lock(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    uint64_t *max_token = arg;
+    json_error_t jerr;
+    json_t *j = json_loads(value, 0, &jerr);
+    StoreLock l = {.name = name};
+    json_t *h = json_object_get(j, "holder");
+    bool ok = json_u64(j, "last_token", &l.last_token);
+    l.held = h != NULL;
+    if (ok && h) {
+        Holder *x = &l.holder;
+        uint64_t count = 0;
+        const char *lease = json_string_value(json_object_get(h, "lease"));
+        x->owner = (char *)json_string_value(json_object_get(h, "owner"));
+        x->metadata = (char *)json_string_value(json_object_get(h, "metadata"));
+        x->request_id = (char *)json_string_value(json_object_get(h, "request_id")); /* NULL when none */
+        x->deadline_ms = -1; /* no boot clock is shared between gateways: expires_at_ms rules */
+        ok = lease && uuid_parse(lease, x->lease) == 0 && x->owner && x->metadata && json_u64(h, "token", &x->token) &&
+             json_i64(h, "ttl_ms", &x->ttl_ms) && json_i64(h, "acquired_at_ms", &x->acquired_at_ms) &&
+             json_i64(h, "expires_at_ms", &x->expires_at_ms) && json_u64(h, "count", &count) && count <= UINT32_MAX;
+        x->count = (uint32_t)count;
+    }
+    int rc = 0;
+    if (!ok) {
+        snprintf(s->err, sizeof s->err, "lock %s: corrupt record in etcd", name);
+        rc = -1;
+    } else if (cb->lock(cb->ud, &l)) {
+        snprintf(s->err, sizeof s->err, "cannot load lock %s", name);
+        rc = -1;
+    } else if (l.last_token > *max_token) {
+        *max_token = l.last_token;
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* arg: the callback for this kind of mark. */
+static int load_mark(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    int (*const *fn)(void *, const StoreMark *) = arg;
+    StoreMark m = {name, 0, false};
+    if (!parse_u64(value, &m.max_token) || (*fn)(cb->ud, &m)) {
+        snprintf(s->err, sizeof s->err, "cannot load mark %s", name);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_floor(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    (void)arg;
+    uint64_t bucket;
+    StoreFloor f;
+    if (!parse_u64(name, &bucket) || bucket > UINT32_MAX || !parse_u64(value, &f.floor) ||
+        (f.bucket = (uint32_t)bucket, cb->floor(cb->ud, &f))) {
+        snprintf(s->err, sizeof s->err, "cannot load fence floor %s", name);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_ended(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    (void)arg;
+    json_error_t jerr;
+    json_t *j = json_loads(value, 0, &jerr);
+    const char *lease = json_string_value(json_object_get(j, "lease"));
+    uint8_t id[LEASE_ID_BYTES];
+    int64_t how = 0;
+    StoreEnded e = {json_string_value(json_object_get(j, "lock")), id, 0, 0, 0};
+    bool ok = e.lock && lease && uuid_parse(lease, id) == 0 && json_u64(j, "token", &e.token) &&
+              json_i64(j, "how", &how) && parse_u64(name, &e.seq);
+    e.how = (int)how;
+    int rc = 0;
+    if (!ok || cb->ended(cb->ud, &e)) {
+        snprintf(s->err, sizeof s->err, "cannot load the lease history (%s)", name);
+        rc = -1;
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* Reads PREFIX/meta/last_token and pins the load to the revision of that read. */
+static int load_meta(EtcdStore *s, uint64_t *counter)
+{
+    char *key = key_of(s, "meta", "last_token");
+    char *kb = key ? etcd_b64_encode(key, strlen(key)) : NULL;
+    json_t *req = kb ? json_pack("{s:s}", "key", kb) : NULL;
+    free(key);
+    free(kb);
+    json_t *resp = NULL;
+    char err[400];
+    if (!req || etcd_call(s->etcd, "/v3/kv/range", req, &resp, err, sizeof err)) {
+        snprintf(s->err, sizeof s->err, "etcd: cannot read the token counter: %s", req ? err : "out of memory");
+        json_decref(req);
+        return -1;
+    }
+    json_decref(req);
+    *counter = 0;
+    const char *v64 = json_string_value(json_object_get(json_array_get(json_object_get(resp, "kvs"), 0), "value"));
+    size_t len;
+    char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
+    bool ok = etcd_int_field(json_object_get(resp, "header"), "revision", &s->load_rev) && s->load_rev > 0 &&
+              (!v64 || (v && parse_u64(v, counter)));
+    free(v);
+    json_decref(resp);
+    if (!ok) {
+        snprintf(s->err, sizeof s->err, "etcd: a corrupt token counter or answer");
+        return -1;
+    }
+    return 0;
+}
+
+/* The largest seq under PREFIX/history/ (0: none): the last key in order. */
+static int last_history_seq(EtcdStore *s, uint64_t *seq)
+{
+    char *start = key_of(s, "history", "");
+    char *end = start ? strdup(start) : NULL;
+    if (!end) {
+        free(start);
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    end[strlen(end) - 1]++;
+    char *sb = etcd_b64_encode(start, strlen(start)), *eb = etcd_b64_encode(end, strlen(end));
+    char rev[32];
+    snprintf(rev, sizeof rev, "%lld", s->load_rev);
+    json_t *req = sb && eb ? json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:b}", "key", sb, "range_end", eb, "limit", 1,
+                                       "revision", rev, "sort_order", "DESCEND", "sort_target", "KEY", "keys_only", 1)
+                           : NULL;
+    size_t plen = strlen(start);
+    free(sb), free(eb), free(start), free(end);
+    json_t *resp = NULL;
+    char err[400];
+    if (!req || etcd_call(s->etcd, "/v3/kv/range", req, &resp, err, sizeof err)) {
+        snprintf(s->err, sizeof s->err, "etcd: cannot read the lease history: %s", req ? err : "out of memory");
+        json_decref(req);
+        return -1;
+    }
+    json_decref(req);
+    *seq = 0;
+    const char *k64 = json_string_value(json_object_get(json_array_get(json_object_get(resp, "kvs"), 0), "key"));
+    size_t len;
+    char *k = k64 ? etcd_b64_decode(k64, &len) : NULL;
+    bool ok = !k64 || (k && len > plen && parse_u64(k + plen, seq));
+    free(k);
+    json_decref(resp);
+    if (!ok) {
+        snprintf(s->err, sizeof s->err, "etcd: a corrupt lease history key");
+        return -1;
+    }
+    return 0;
+}
+
+static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
+{
+    EtcdStore *s = (EtcdStore *)base;
+    uint64_t counter, seq, max_token = 0;
+    if (load_meta(s, &counter) || last_history_seq(s, &seq))
+        return -1;
+    if (cb->history_seq(cb->ud, seq)) {
+        snprintf(s->err, sizeof s->err, "cannot load the lease history");
+        return -1;
+    }
+    /* The prune bound is not stored: start from what is there. */
+    s->pruned_upto = 0;
+    int (*fence)(void *, const StoreMark *) = cb->fence, (*guard_mark)(void *, const StoreMark *) = cb->guard_mark;
+    if (range_all(s, "locks", cb, load_lock, &max_token) || range_all(s, "fences", cb, load_mark, &fence) ||
+        range_all(s, "guard", cb, load_mark, &guard_mark) || range_all(s, "floors", cb, load_floor, NULL) ||
+        range_all(s, "history", cb, load_ended, NULL))
+        return -1;
+    *last_token = counter > max_token ? counter : max_token;
+    return 0;
+}
+
+static void etcd_close(Store *base)
+{
+    EtcdStore *s = (EtcdStore *)base;
+    if (!s)
+        return;
+    etcd_client_free(s->etcd);
+    free(s->leader_key_b64);
+    free(s);
+}
+
+static const char *etcd_error(const Store *base) { return ((const EtcdStore *)base)->err; }
+
+static const StoreOps ETCD_OPS = {etcd_load, etcd_commit, etcd_close, etcd_error};
+
+Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long leader_rev, char *err,
+                       size_t errlen)
+{
+    EtcdStore *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->base.ops = &ETCD_OPS;
+    snprintf(s->prefix, sizeof s->prefix, "%s/", url->prefix);
+    s->leader_key_b64 = strdup(leader_key_b64);
+    s->leader_rev = leader_rev;
+    s->etcd = etcd_client_new(url, CALL_TIMEOUT_MS);
+    if (!s->leader_key_b64 || !s->etcd) {
+        snprintf(err, errlen, "out of memory (or libcurl cannot start)");
+        etcd_close(&s->base);
+        return NULL;
+    }
+    return &s->base;
+}
