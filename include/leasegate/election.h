@@ -35,6 +35,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "leasegate/etcd.h"
 
@@ -63,5 +64,7 @@ const char *election_role_name(ElectionRole r);
 /* After a won campaign: the leader key (base64) and its create revision. */
 const char *election_key_b64(const Election *e);
 long long election_revision(const Election *e);
+/* How long this gateway has led, in ms (0 when it does not lead). */
+int64_t election_leading_ms(const Election *e);
 
 #endif

@@ -1,8 +1,12 @@
 /*
- * standby — what a gateway on etcd answers while it is not the leader: every
- * request gets 503 overloaded with Retry-After: 1, except GET /healthz, which
- * says the role (candidate or follower) and the leader's URL when known.
- * Nothing of the lock space is answered: a standby holds none of it.
+ * standby — what a gateway on etcd answers while it is not the leader. A
+ * follower (one that knows the leader) forwards every request to the leader
+ * (forward.h) and gives its answer back, so clients may use any gateway; a
+ * candidate, a follower that cannot reach the leader, and one asked to
+ * forward a request already forwarded answer 503 overloaded with
+ * Retry-After: 1. GET /healthz is always answered here: the role (candidate
+ * or follower) and the leader's URL when known. Nothing of the lock space is
+ * answered from here: a standby holds none of it.
  *
  * It runs libmicrohttpd on a thread of its own on the gateway's listening
  * socket, so that the main thread can campaign; when the gateway wins,

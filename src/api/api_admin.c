@@ -58,6 +58,12 @@ void api_metrics(Request *req)
     for (int c = 2; c <= 5; c++)
         fprintf(f, "leasegate_http_responses_total{class=\"%dxx\"} %llu\n", c,
                 (unsigned long long)m->responses[c]);
+    if (s->election) {
+        /* Only a leader answers /metrics (a follower's answers come from standby.c). */
+        gauge(f, "leasegate_leader", "1 when this gateway leads the etcd prefix.", 1);
+        gauge(f, "leasegate_leadership_seconds", "Time since this gateway became leader.",
+              (uint64_t)(election_leading_ms(s->election) / 1000));
+    }
     counter(f, "leasegate_grants_total", "Fresh grants (immediate or after waiting).", m->grants);
     counter(f, "leasegate_reentries_total", "Reentrant acquires by the holder.", m->reentries);
     counter(f, "leasegate_acquire_replays_total", "Retried acquires answered with the grant of their request_id.",

@@ -30,6 +30,7 @@ struct Election {
     /* Set once by election_campaign before leading turns true. */
     char *key_b64;
     long long revision;
+    int64_t leading_since; /* monotonic ms */
 };
 
 static int64_t mono_ms(void)
@@ -247,6 +248,7 @@ int election_campaign(Election *e, bool (*cancelled)(void *ud), void *ud, char *
             long long revision = 0;
             if (key && etcd_int_field(leader, "rev", &revision) && revision > 0 && (e->key_b64 = strdup(key))) {
                 e->revision = revision;
+                e->leading_since = mono_ms();
                 json_decref(resp);
                 rc = 0;
                 break;
@@ -291,3 +293,8 @@ ElectionRole election_role(Election *e, char *leader_url, size_t len)
 
 const char *election_key_b64(const Election *e) { return e->key_b64; }
 long long election_revision(const Election *e) { return e->revision; }
+
+int64_t election_leading_ms(const Election *e)
+{
+    return atomic_load(&e->leading) ? mono_ms() - e->leading_since : 0;
+}

@@ -10,7 +10,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import tempfile
 import time
 import unittest
@@ -175,25 +177,81 @@ class EtcdTest(unittest.TestCase):
         self.assertEqual(status, 409, body)
         g.stop_clean()
 
-    def test_only_one_gateway_serves(self):
+    def follower_of(self, leader, gateways):
+        other = next(g for g in gateways if g is not leader)
+        h = wait_for(lambda: (lambda x: x if x and x.get("leader") else None)(other.health()))
+        self.assertIsNotNone(h, "the follower never learned the leader")
+        self.assertEqual((h["role"], h["leader"]), ("follower", leader.url))
+        return other
+
+    def test_one_leader_and_a_follower_that_forwards(self):
         a, b = self.gateway(), self.gateway()
         leader = wait_leader([a, b])
         self.assertIsNotNone(leader)
-        other = b if leader is a else a
-        h = wait_for(lambda: (lambda x: x if x and x.get("leader") else None)(other.health()))
-        self.assertEqual(h["role"], "follower")
-        self.assertEqual(h["leader"], leader.url)
-        status, headers, body = other.client.acquire("x")
-        self.assertEqual(status, 503, body)
-        self.assertEqual(body["error"], "overloaded")
+        other = self.follower_of(leader, [a, b])
+        # Acquire through the follower, renew on the leader, release through the follower.
+        g = self.acquire_ok(other, "fwd/x", ttl_ms=60000, metadata={"via": "follower"})
+        status, _, body = leader.client.renew("fwd/x", g["lease"], ttl_ms=60000)
+        self.assertEqual((status, body.get("token")), (200, g["token"]), body)
+        status, _, body = other.client.get_lock("fwd/x")
+        self.assertEqual((status, body["holder"]["metadata"]), (200, {"via": "follower"}), body)
+        status, _, body = other.client.request("GET", "/v1/locks?prefix=fwd/")
+        self.assertEqual((status, [l["name"] for l in body["locks"]]), (200, ["fwd/x"]), body)
+        status, _, body = other.client.acquire("fwd/x", owner="someone")
+        self.assertEqual((status, body.get("error")), (409, "lock_held"), body)
+        status, _, body = other.client.release("fwd/x", g["lease"])
+        self.assertEqual(status, 200, body)
+        # A request already forwarded once is not forwarded again (no loops between followers).
+        status, headers, body = other.client.request("GET", "/v1/locks/fwd/x",
+                                                     headers={"Leasegate-Forwarded": "1"})
+        self.assertEqual((status, body.get("error")), (503, "overloaded"), body)
         self.assertEqual(headers.get("retry-after"), "1")
         self.assertEqual(body.get("leader"), leader.url)
-        status, _, body = other.client.get_lock("x")
-        self.assertEqual(status, 503, body)
-        self.assertEqual(leader.health()["role"], "leader")
-        self.acquire_ok(leader, "x")
-        other.stop_clean()  # a candidate stops cleanly too
+        other.stop_clean()  # a follower stops cleanly too
         leader.stop_clean()
+
+    def test_long_poll_through_a_follower(self):
+        a, b = self.gateway(), self.gateway()
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        held = self.acquire_ok(leader, "fwd/wait", ttl_ms=60000)
+        box = {}
+        waiter = other.new_client(timeout=60)
+        t = threading.Thread(target=lambda: box.update(r=waiter.acquire("fwd/wait", owner="far", ttl_ms=60000,
+                                                                        wait_ms=30000)))
+        t.start()
+        self.assertTrue(wait_for(lambda: leader.waiters("fwd/wait") == 1), "the forwarded waiter never queued")
+        leader.client.release("fwd/wait", held["lease"])
+        t.join(40)
+        waiter.close()
+        status, _, got = box["r"]
+        self.assertEqual((status, got.get("owner")), (200, "far"), got)
+        self.assertGreater(got["token"], held["token"])
+        # A waiter whose client hangs up at the follower leaves the leader's queue too.
+        raw = socket.create_connection(("127.0.0.1", other.port), timeout=10)
+        data = json.dumps({"owner": "gone", "wait_ms": 60000}).encode()
+        raw.sendall(b"POST /v1/locks/fwd/wait/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+        self.assertTrue(wait_for(lambda: leader.waiters("fwd/wait") == 1), "the raw waiter never queued")
+        raw.close()
+        self.assertTrue(wait_for(lambda: leader.waiters("fwd/wait") == 0), "the leader kept a waiter whose client left")
+
+    def test_waiter_at_a_follower_whose_leader_dies_gets_an_answer(self):
+        a, b = self.gateway(), self.gateway()
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        self.acquire_ok(leader, "fwd/dies", ttl_ms=60000)
+        box = {}
+        waiter = other.new_client(timeout=60)
+        t = threading.Thread(target=lambda: box.update(r=waiter.acquire("fwd/dies", owner="far", wait_ms=50000)))
+        t.start()
+        self.assertTrue(wait_for(lambda: leader.waiters("fwd/dies") == 1))
+        leader.kill9()
+        t.join(40)
+        waiter.close()
+        self.assertFalse(t.is_alive(), "the waiter hangs")
+        status, _, body = box["r"]
+        self.assertEqual((status, body.get("error")), (503, "overloaded"), body)
 
     def test_failover_keeps_leases_and_tokens(self):
         a, b = self.gateway(), self.gateway()
@@ -285,6 +343,45 @@ class EtcdTest(unittest.TestCase):
         self.assertIs(wait_leader([g]), g, g.stderr_text())
         self.assertIn("loaded 640 locks (640 held", g.stderr_text())
         self.assertGreater(self.acquire_ok(g, "last")["token"], tokens[-1])
+
+    def test_leader_metrics_say_it_leads(self):
+        g = self.gateway()
+        self.assertIs(wait_leader([g]), g)
+        self.assertEqual(g.metric("leasegate_leader"), 1)
+        self.assertGreaterEqual(g.metric("leasegate_leadership_seconds"), 0)
+
+    def test_run_keeps_its_lease_through_a_failover(self):
+        """`leasegate run --server A,B` renews through the failover (the old leader
+        killed, 503 from the candidate until it leads) and its command is never stopped."""
+        a, b = self.gateway(), self.gateway()
+        leader = wait_leader([a, b])
+        other = b if leader is a else a
+        scratch = tempfile.mkdtemp(prefix="leasegate-etcd-run-")
+        self.addCleanup(shutil.rmtree, scratch, True)
+        go = os.path.join(scratch, "go")
+        script = ('echo $LEASEGATE_TOKEN > token.txt; i=0; '
+                  'while [ ! -e "%s" ] && [ $i -lt 900 ]; do sleep 0.05; i=$((i+1)); done; [ -e "%s" ]' % (go, go))
+        run = subprocess.Popen([binary_path(), "run", "--lock", "nightly", "--server",
+                                "%s,%s" % (leader.url, other.url), "--ttl", "12s", "--grace", "1s", "--",
+                                "sh", "-c", script], cwd=scratch, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(scratch, "token.txt"))), "CMD never ran")
+            leader.kill9()
+            self.assertIs(wait_leader([other]), other, other.stderr_text())
+            first = other.client.get_lock("nightly")[2]["holder"]["expires_at_ms"]
+            # A renewal through the new leader: the lease moved on, and CMD still runs.
+            self.assertTrue(wait_for(lambda: other.client.get_lock("nightly")[2]["holder"]["expires_at_ms"] != first),
+                            "no renewal through the new leader")
+            self.assertIsNone(run.poll(), run.stderr.read() if run.poll() is not None else "")
+            open(go, "w").close()
+            _, err = run.communicate(timeout=60)
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.communicate(timeout=10)
+        self.assertEqual(run.returncode, 0, err)
+        self.assertFalse(other.client.get_lock("nightly")[2]["held"])
 
     def test_etcd_unreachable_at_start(self):
         port = free_port()
