@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 
 from harness import Server, binary_path, kill_process
+import upstream
 from upstream import free_port
 
 ETCD_BIN = "/usr/bin/etcd"
@@ -235,6 +236,28 @@ class EtcdTest(unittest.TestCase):
         self.assertTrue(wait_for(lambda: leader.waiters("fwd/wait") == 1), "the raw waiter never queued")
         raw.close()
         self.assertTrue(wait_for(lambda: leader.waiters("fwd/wait") == 0), "the leader kept a waiter whose client left")
+
+    def test_guarded_write_through_a_follower(self):
+        if not upstream.nginx_available():
+            self.skipTest("nginx is missing (scripts/deps.sh --test installs nginx-light)")
+        ng = upstream.Nginx()
+        self.addCleanup(ng.cleanup)
+        guard = ["--guard", "/store/=" + ng.url]
+        a, b = self.gateway(guard), self.gateway(guard)
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        g = self.acquire_ok(other, "report.csv", ttl_ms=60000)
+        status, _, body = other.client.request("PUT", "/store/report.csv", raw=b"v1",
+                                               headers={"Fencing-Lease": g["lease"]})
+        self.assertIn(status, (200, 201, 204), body)
+        status, _, body = leader.client.request("GET", "/store/report.csv")
+        self.assertEqual(status, 200, body)
+        other.client.release("report.csv", g["lease"])
+        n = self.acquire_ok(leader, "report.csv", ttl_ms=60000)
+        status, _, body = other.client.request("PUT", "/store/report.csv", raw=b"stale",
+                                               headers={"Fencing-Lease": g["lease"]})
+        self.assertEqual(status, 409, body)
+        leader.client.release("report.csv", n["lease"])
 
     def test_waiter_at_a_follower_whose_leader_dies_gets_an_answer(self):
         a, b = self.gateway(), self.gateway()
