@@ -221,6 +221,9 @@ void http_reply_text(Request *req, unsigned status, const char *content_type, ch
          * answers keep exactly the upstream's headers.) */
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+        /* Every 503 is a "retry": say when (park_reply says it too). */
+        if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     }
     send_response(req, status, resp, true);
 }

@@ -206,9 +206,10 @@ void park_reply(Request *req, unsigned status, const char *content_type, char *t
      * client may still release on it until the server exits). */
     char head[512];
     int hl = snprintf(head, sizeof head,
-                      "HTTP/1.1 %u %s\r\nDate: %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n"
+                      "HTTP/1.1 %u %s\r\nDate: %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n%s"
                       "Content-Length: %zu\r\n\r\n",
-                      status, reason, date, content_type, len);
+                      status, reason, date, content_type,
+                      status == MHD_HTTP_SERVICE_UNAVAILABLE ? "Retry-After: 1\r\n" : "", len);
     char *out = hl > 0 && (size_t)hl < sizeof head ? malloc((size_t)hl + len) : NULL;
     if (!out) {
         free(text_new);

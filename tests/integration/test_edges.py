@@ -213,8 +213,9 @@ class MessageTests(unittest.TestCase):
             for t in threads:
                 t.start()
             srv.wait_until(lambda: srv.waiters("m/a") == 2, what="two waiters")
-            st, _, b = srv.acquire("m/a", "third", wait_ms=3000)
+            st, headers, b = srv.acquire("m/a", "third", wait_ms=3000)
             self.assertEqual(st, 503, b)
+            self.assertEqual(headers.get("retry-after"), "1", "a 503 says when to retry")
             self.assertIn("--max-waiters-per-lock", b["message"])
             self.assertNotIn("lock table is full", b["message"])
             st, _, b = srv.acquire("m/d", "new")

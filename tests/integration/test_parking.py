@@ -406,6 +406,7 @@ class ParkingServerTests(harness.unittest.TestCase):
         for s, rr in readers:
             st, headers, body = rr.read_response()
             self.assertEqual((st, json.loads(body)["error"]), (503, "overloaded"), body)
+            self.assertEqual(headers.get("retry-after"), "1", "a parked 503 says when to retry too")
         srv.stop_clean()
         for s, rr in readers:
             s.settimeout(5)
