@@ -187,9 +187,10 @@ static int acquire(Run *r)
         json_decref(body);
         const char *error = json_string_value(json_object_get(reply, "error"));
         int result = -1; /* retry */
-        if (pending_stop_signal()) {
+        int sig = pending_stop_signal();
+        if (sig) {
             fprintf(stderr, "leasegate run: interrupted while acquiring '%s'; %s not run\n", r->lock, r->cmd[0]);
-            result = 128 + pending_stop_signal();
+            result = 128 + sig;
         } else if (rc == 0 && status == 200 && json_is_string(json_object_get(reply, "lease"))) {
             snprintf(r->lease, sizeof r->lease, "%s", json_string_value(json_object_get(reply, "lease")));
             r->token = (long long)json_integer_value(json_object_get(reply, "token"));

@@ -152,6 +152,17 @@ class EtcdTest(unittest.TestCase):
         self.gateways.append(g)
         return g
 
+    def assert_grants_nothing_and_exits(self, g, name):
+        """A gateway that no longer leads: its next grant attempt fails (503, or no answer
+        at all as it exits), and it exits 1 saying leadership was lost."""
+        try:
+            status, _, body = g.client.acquire(name)
+            self.assertEqual(status, 503, body)
+        except OSError:
+            pass  # no answer: it stopped before replying
+        self.assertEqual(g.wait_exit(), 1, g.stderr_text())
+        self.assertIn("leadership lost", g.stderr_text())
+
     def acquire_ok(self, g, name, **fields):
         status, _, body = g.client.acquire(name, **fields)
         self.assertEqual(status, 200, body)
@@ -305,14 +316,7 @@ class EtcdTest(unittest.TestCase):
         finally:
             os.kill(old.pid, signal.SIGCONT)
         self.assertGreater(min(granted), max(before))
-        # Its next grant attempt fails: 503, or no answer at all as it exits.
-        try:
-            status, _, body = old.client.acquire("stale")
-            self.assertEqual(status, 503, body)
-        except OSError:
-            pass  # no answer: it stopped before replying
-        self.assertEqual(old.wait_exit(), 1, old.stderr_text())
-        self.assertIn("leadership lost", old.stderr_text())
+        self.assert_grants_nothing_and_exits(old, "stale")
         status, _, body = new.client.get_lock("stale")
         self.assertEqual(status, 200, body)
         self.assertFalse(body["held"], body)
@@ -330,13 +334,7 @@ class EtcdTest(unittest.TestCase):
         keys = self.etcd.keys(self.prefix + "/leader/")
         self.assertEqual(len(keys), 1, keys)
         self.etcd.delete(keys[0])
-        try:
-            status, _, body = g.client.acquire("after")
-            self.assertEqual(status, 503, body)
-        except OSError:
-            pass  # no answer: it stopped before replying
-        self.assertEqual(g.wait_exit(), 1, g.stderr_text())
-        self.assertIn("leadership lost", g.stderr_text())
+        self.assert_grants_nothing_and_exits(g, "after")
         self.assertNotIn(self.prefix + "/locks/after", self.etcd.keys(self.prefix + "/locks/"))
 
     def test_many_locks_load_in_pages(self):
