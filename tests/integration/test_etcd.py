@@ -5,7 +5,6 @@ when /usr/bin/etcd is missing (scripts/deps.sh --test installs it).
 
 Every wait is bounded; nothing asserts how long anything took."""
 
-import base64
 import json
 import os
 import shutil
@@ -14,124 +13,13 @@ import socket
 import subprocess
 import threading
 import tempfile
-import time
 import unittest
-import urllib.error
-import urllib.request
 
-from harness import Server, binary_path, kill_process
+from harness import binary_path, kill_process
 import upstream
 from upstream import free_port
-
-ETCD_BIN = "/usr/bin/etcd"
-TTL_S = 2  # --leader-ttl for every gateway here: failovers take a few seconds
-WAIT_S = 30.0  # bound of every wait for a role change
-
-
-def setUpModule():
-    if not os.access(ETCD_BIN, os.X_OK):
-        raise unittest.SkipTest("%s is missing: install the Debian package etcd-server "
-                                "(scripts/deps.sh --test) to run the etcd tests" % ETCD_BIN)
-
-
-def b64(text):
-    return base64.b64encode(text.encode()).decode()
-
-
-class Etcd:
-    """One etcd member on free loopback ports, in a temp dir; stop() by PID."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="leasegate-etcd-")
-        for _ in range(5):
-            client, peer = free_port(), free_port()
-            self.url = "http://127.0.0.1:%d" % client
-            self.log = open(os.path.join(self.dir, "etcd.log"), "wb")
-            self.proc = subprocess.Popen(
-                [ETCD_BIN, "--name", "t", "--data-dir", os.path.join(self.dir, "data"),
-                 "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-                 "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
-                 "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % peer,
-                 "--initial-cluster", "t=http://127.0.0.1:%d" % peer],
-                stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
-            if self._ready():
-                self.endpoint = self.url[len("http://"):]
-                return
-            kill_process(self.proc)
-            self.log.close()
-        raise RuntimeError("etcd did not start; see %s" % self.dir)
-
-    def _ready(self):
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                self.call("/v3/kv/range", {"key": b64("x")})
-                return True
-            except (OSError, urllib.error.URLError):
-                time.sleep(0.1)
-        return False
-
-    def call(self, path, body):
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return json.loads(resp.read())
-
-    def keys(self, prefix):
-        """Every key under prefix, decoded."""
-        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        r = self.call("/v3/kv/range", {"key": b64(prefix), "range_end": b64(end), "keys_only": True})
-        return [base64.b64decode(kv["key"]).decode() for kv in r.get("kvs", [])]
-
-    def delete(self, key):
-        self.call("/v3/kv/deleterange", {"key": b64(key)})
-
-    def stop(self):
-        kill_process(self.proc, signal.SIGTERM)
-        kill_process(self.proc)
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class Gateway(Server):
-    """A leasegate on the etcd store; started as a candidate (its port is known at once)."""
-
-    def __init__(self, etcd, prefix, extra_args=None):
-        super().__init__(store="etcd://%s/%s" % (etcd.endpoint, prefix),
-                         extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []))
-
-    def health(self):
-        try:
-            status, _, body = self.client.request("GET", "/healthz", timeout=5)
-        except OSError:
-            return None
-        return body if status == 200 and isinstance(body, dict) else None
-
-    def role(self):
-        h = self.health()
-        return h.get("role") if h else None
-
-    def wait_exit(self, timeout=WAIT_S):
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-
-def wait_for(pred, timeout=WAIT_S, step=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return None
-
-
-def wait_leader(gateways):
-    """The gateway that serves (role leader), once one does."""
-    return wait_for(lambda: next((g for g in gateways if g.running() and g.role() == "leader"), None))
-
+import etcd_fixture
+from etcd_fixture import Etcd, Gateway, wait_for, wait_leader
 
 class EtcdTest(unittest.TestCase):
     def setUp(self):
@@ -340,7 +228,6 @@ class EtcdTest(unittest.TestCase):
     def test_many_locks_load_in_pages(self):
         """More keys than one page of the load (500), from concurrent clients, so
         that batches can outgrow one transaction (128 operations)."""
-        import threading
         g = self.gateway()
         self.assertIs(wait_leader([g]), g)
         results = []

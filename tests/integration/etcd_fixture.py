@@ -1,0 +1,215 @@
+"""etcd for the tests: one member or a three-member cluster on free 127.0.0.1 ports, each
+member in a temporary data dir, stopped by PID. Needs the Debian package etcd-server
+(scripts/deps.sh --test installs it); `available()` says whether it is there.
+
+Every wait is bounded."""
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from harness import Server, kill_process
+from upstream import free_port
+
+ETCD_BIN = "/usr/bin/etcd"
+READY_TIMEOUT_S = 20.0
+TTL_S = 2  # --leader-ttl for every gateway here: failovers take a few seconds
+WAIT_S = 30.0  # bound of every wait for a role change
+
+
+def available():
+    return os.access(ETCD_BIN, os.X_OK)
+
+
+def missing_reason():
+    return ("%s is missing: install the Debian package etcd-server "
+            "(scripts/deps.sh --test) to run the etcd tests" % ETCD_BIN)
+
+
+def b64(text):
+    return base64.b64encode(text.encode()).decode()
+
+
+def call(url, path, body, timeout=5):
+    """POST body (JSON) to etcd's v3 JSON gateway at url; the decoded answer."""
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+class Member:
+    """One etcd process; its ports are chosen by the cluster."""
+
+    def __init__(self, name, root, client_port, peer_port):
+        self.name = name
+        self.dir = os.path.join(root, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.url = "http://127.0.0.1:%d" % client_port
+        self.endpoint = "127.0.0.1:%d" % client_port
+        self.peer_url = "http://127.0.0.1:%d" % peer_port
+        self.proc = None
+        self.log = None
+
+    def start(self, initial_cluster, state="new"):
+        if self.log:
+            self.log.close()
+        self.log = open(os.path.join(self.dir, "etcd.log"), "ab")
+        self.proc = subprocess.Popen(
+            [ETCD_BIN, "--name", self.name, "--data-dir", os.path.join(self.dir, "data"),
+             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+             "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
+             "--initial-cluster", initial_cluster, "--initial-cluster-state", state,
+             "--initial-cluster-token", "leasegate-test"],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def status(self):
+        """etcd's maintenance status of this member (header.member_id, leader), or None."""
+        try:
+            return call(self.url, "/v3/maintenance/status", {}, timeout=2)
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def kill9(self):
+        kill_process(self.proc)
+
+    def stop(self):
+        if self.proc is not None:
+            kill_process(self.proc, signal.SIGTERM)
+            kill_process(self.proc)
+        if self.log:
+            self.log.close()
+            self.log = None
+
+
+class Etcd:
+    """An etcd cluster of `size` members (1 or 3) that has a leader and answers reads.
+    .endpoint is every member's HOST:PORT, comma-separated, as --store wants them;
+    .url is the first member's URL. stop() stops every member and removes the dirs."""
+
+    def __init__(self, size=1):
+        self.root = tempfile.mkdtemp(prefix="leasegate-etcd-")
+        for _attempt in range(5):
+            self.members = [Member("m%d" % i, self.root, free_port(), free_port()) for i in range(size)]
+            cluster = ",".join("%s=%s" % (m.name, m.peer_url) for m in self.members)
+            for m in self.members:
+                m.start(cluster)
+            if self._ready():
+                break
+            for m in self.members:
+                m.stop()
+            shutil.rmtree(self.root, ignore_errors=True)
+            os.makedirs(self.root, exist_ok=True)
+        else:
+            raise RuntimeError("etcd did not start; see %s" % self.root)
+        self.cluster = cluster
+        self.url = self.members[0].url
+        self.endpoint = ",".join(m.endpoint for m in self.members)
+
+    def _ready(self):
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not all(m.running() for m in self.members):
+                return False
+            if self.leader() is not None:
+                try:
+                    self.call("/v3/kv/range", {"key": b64("x")})
+                    return True
+                except (OSError, urllib.error.URLError):
+                    pass
+            time.sleep(0.1)
+        return False
+
+    def leader(self):
+        """The member that leads the Raft group (as running members see it), or None."""
+        for m in self.members:
+            if not m.running():
+                continue
+            st = m.status()
+            if not st or not st.get("leader"):
+                continue
+            for other in self.members:
+                ost = other.status() if other.running() else None
+                if ost and ost["header"]["member_id"] == st["leader"]:
+                    return other
+        return None
+
+    def call(self, path, body):
+        """A v3 gateway call on the first running member."""
+        err = None
+        for m in self.members:
+            if m.running():
+                try:
+                    return call(m.url, path, body)
+                except (OSError, urllib.error.URLError) as e:
+                    err = e
+        raise err or OSError("no etcd member runs")
+
+    def keys(self, prefix):
+        """Every key under prefix, decoded."""
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        r = self.call("/v3/kv/range", {"key": b64(prefix), "range_end": b64(end), "keys_only": True})
+        return [base64.b64decode(kv["key"]).decode() for kv in r.get("kvs", [])]
+
+    def delete(self, key):
+        self.call("/v3/kv/deleterange", {"key": b64(key)})
+
+    def restart(self, member):
+        """Starts a stopped member again with its data (it rejoins the cluster)."""
+        member.stop()
+        member.start(self.cluster, state="existing")
+
+    def stop(self):
+        for m in self.members:
+            m.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Gateway(Server):
+    """A leasegate on the etcd store; started as a candidate (its port is known at once)."""
+
+    def __init__(self, etcd, prefix, extra_args=None):
+        super().__init__(store="etcd://%s/%s" % (etcd.endpoint, prefix),
+                         extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []))
+
+    def health(self):
+        try:
+            status, _, body = self.client.request("GET", "/healthz", timeout=5)
+        except OSError:
+            return None
+        return body if status == 200 and isinstance(body, dict) else None
+
+    def role(self):
+        h = self.health()
+        return h.get("role") if h else None
+
+    def wait_exit(self, timeout=WAIT_S):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def wait_for(pred, timeout=WAIT_S, step=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return None
+
+
+def wait_leader(gateways):
+    """The gateway that serves (role leader), once one does."""
+    return wait_for(lambda: next((g for g in gateways if g.running() and g.role() == "leader"), None))
