@@ -66,5 +66,8 @@ const char *election_key_b64(const Election *e);
 long long election_revision(const Election *e);
 /* How long this gateway has led, in ms (0 when it does not lead). */
 int64_t election_leading_ms(const Election *e);
+/* How long ago, in ms, this gateway last saw the leadership change: it won,
+ * or the leader it observes changed (or went; since start when it never saw one). */
+int64_t election_leader_seen_ms(Election *e);
 
 #endif

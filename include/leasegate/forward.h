@@ -1,23 +1,32 @@
 /*
  * forward — a follower's request sent on to the leader gateway, and the
- * leader's answer given back as it came (status, body, end-to-end headers).
+ * leader's answer given back as it comes (status, end-to-end headers, body).
  *
- * Used by the standby's libmicrohttpd, one thread per connection: the call
- * blocks that connection's thread for as long as the leader takes, long-polls
- * included. Every forwarded request carries `Leasegate-Forwarded`; a gateway
- * that gets one and does not lead answers 503 instead of forwarding again, so
- * two followers that each think the other leads cannot bounce a request
- * between them.
+ * Streamed both ways: the request goes out as soon as its headers are in,
+ * its body follows as the client sends it, and the answer's body is passed on
+ * as the leader sends it. Memory per forward is two buffers of
+ * FORWARD_BUFFER bytes whatever the sizes, so guarded writes of any length go
+ * through a follower, and a slow side slows the other (backpressure) rather
+ * than filling memory.
  *
- * The request body is read whole first (at most FORWARD_MAX_BODY bytes), and
- * so is the answer (at most FORWARD_MAX_REPLY bytes): bounded memory per
- * connection, at the price of no streaming yet.
+ * Used by the standby's libmicrohttpd, one thread per connection: a worker
+ * thread per forward runs libcurl while the connection's thread feeds it the
+ * body and then blocks until the answer's headers are in (long-polls
+ * included), and later in the answer's body reader. Connections to the leader
+ * are kept and reused between forwards (a ForwardPool).
  *
- * The forward is abandoned (and the client gets 503 with Retry-After, which it
- * may retry: acquires carry a request_id) when the leader cannot be reached,
- * when should_stop says so (the leader changed, the standby stops), or when
- * the client hangs up, so that the leader drops a forwarded waiter as soon as
- * its real client has gone.
+ * Every forwarded request carries `Leasegate-Forwarded`; a gateway that gets
+ * one and does not lead answers 503 instead of forwarding again, so two
+ * followers that each think the other leads cannot bounce a request between
+ * them.
+ *
+ * The forward is abandoned when the leader cannot be reached, when
+ * should_stop says so (the leader changed, the standby stops), or when the
+ * client hangs up, so that the leader drops a forwarded waiter as soon as its
+ * real client has gone. Before the answer's headers arrive, the client then
+ * gets 503 with Retry-After (acquires carry a request_id, so a retry is
+ * safe); after them, the connection is closed mid-answer, as any proxy does
+ * when its upstream fails.
  */
 #ifndef LEASEGATE_FORWARD_H
 #define LEASEGATE_FORWARD_H
@@ -25,29 +34,48 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define FORWARD_HEADER "Leasegate-Forwarded"
-#define FORWARD_MAX_BODY (64u * 1024 * 1024)
-#define FORWARD_MAX_REPLY (64u * 1024 * 1024)
+#define FORWARD_BUFFER (64u * 1024)
+
+/* Connections to the leader, shared by every forward of a standby. */
+typedef struct ForwardPool ForwardPool;
+/* NULL when out of memory. */
+ForwardPool *forward_pool_new(void);
+/* Call only once no forward runs. */
+void forward_pool_free(ForwardPool *p);
 
 typedef struct Forward Forward;
 
 /* A request whose raw target (path and query, as the client sent it) is uri.
- * NULL when out of memory. */
+ * NULL when out of memory. The caller holds one reference. */
 Forward *forward_new(const char *uri);
-void forward_free(Forward *f);
+/* Drops the caller's reference: the request is over (libmicrohttpd's
+ * completion). A forward still running is stopped and its worker joined. */
+void forward_release(Forward *f);
 const char *forward_uri(const Forward *f);
 /* True on the first call for the request only (libmicrohttpd's first call
  * has the headers, never body bytes). */
 bool forward_first_call(Forward *f);
-/* Appends request body bytes; false when the body passes FORWARD_MAX_BODY. */
-bool forward_add_body(Forward *f, const char *data, size_t n);
 
-/* Sends the request to leader_url and builds the answer for the client.
- * should_stop(ud) is asked a few times a second while waiting. Returns the
- * response (the caller queues and destroys it) with *status; NULL (with
- * *why) when the leader could not give an answer. */
-struct MHD_Response *forward_run(Forward *f, struct MHD_Connection *conn, const char *method, const char *leader_url,
-                                 bool (*should_stop)(void *ud), void *ud, unsigned *status, const char **why);
+/* Is asked, on the worker thread, a few times a second whether to give up;
+ * leader is the URL this forward went to. */
+typedef bool (*ForwardStop)(void *ud, const char *leader);
+
+/* Starts sending the request (method and headers of conn) to leader_url on a
+ * worker thread. false (with *why) when it could not start. */
+bool forward_start(Forward *f, ForwardPool *pool, struct MHD_Connection *conn, const char *method,
+                   const char *leader_url, ForwardStop should_stop, void *ud, const char **why);
+/* True after a successful forward_start. */
+bool forward_started(const Forward *f);
+/* Passes request body bytes on; blocks while the leader takes them slower
+ * than the client sends. Bytes the leader no longer wants (it answered, or
+ * the forward failed) are dropped. */
+void forward_add_body(Forward *f, const char *data, size_t n);
+/* The request body is complete: waits for the leader's answer to begin and
+ * returns a response that streams it (the caller queues and destroys it),
+ * with *status; NULL (with *why) when the leader gave no answer. */
+struct MHD_Response *forward_answer(Forward *f, unsigned *status, const char **why);
 
 #endif

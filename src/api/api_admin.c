@@ -61,8 +61,14 @@ void api_metrics(Request *req)
     if (s->election) {
         /* Only a leader answers /metrics (a follower's answers come from standby.c). */
         gauge(f, "leasegate_leader", "1 when this gateway leads the etcd prefix.", 1);
+        fprintf(f, "# HELP leasegate_role This gateway's role (1 for the current one).\n"
+                   "# TYPE leasegate_role gauge\n");
+        for (ElectionRole r = ROLE_CANDIDATE; r <= ROLE_LEADER; r++)
+            fprintf(f, "leasegate_role{role=\"%s\"} %d\n", election_role_name(r), r == ROLE_LEADER);
         gauge(f, "leasegate_leadership_seconds", "Time since this gateway became leader.",
               (uint64_t)(election_leading_ms(s->election) / 1000));
+        gauge(f, "leasegate_leader_seen_seconds", "Time since this gateway last saw the leadership change.",
+              (uint64_t)(election_leader_seen_ms(s->election) / 1000));
     }
     counter(f, "leasegate_grants_total", "Fresh grants (immediate or after waiting).", m->grants);
     counter(f, "leasegate_reentries_total", "Reentrant acquires by the holder.", m->reentries);

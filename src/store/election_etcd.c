@@ -23,6 +23,7 @@ struct Election {
     pthread_cond_t cv;
     bool stop;
     char leader_url[512]; /* the leader's advertised URL, as last observed */
+    int64_t leader_seen;  /* monotonic ms at which leader_url last changed (guarded by mu) */
     /* Monotonic ms: the lease lives at least until alive_until; reads are
      * safe until fresh_until (election.h). Written by the keeper only. */
     _Atomic int64_t alive_until, fresh_until;
@@ -89,7 +90,10 @@ static void observe_leader(Election *e)
     json_decref(req);
     json_decref(resp);
     pthread_mutex_lock(&e->mu);
-    memcpy(e->leader_url, url, sizeof url);
+    if (strcmp(e->leader_url, url)) {
+        memcpy(e->leader_url, url, sizeof url);
+        e->leader_seen = mono_ms();
+    }
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -163,6 +167,7 @@ Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s
     }
     e->url = *url;
     e->ttl_s = ttl_s;
+    e->leader_seen = mono_ms();
     e->on_lost = on_lost;
     pthread_mutex_init(&e->mu, NULL);
     pthread_condattr_t ca;
@@ -297,4 +302,14 @@ long long election_revision(const Election *e) { return e->revision; }
 int64_t election_leading_ms(const Election *e)
 {
     return atomic_load(&e->leading) ? mono_ms() - e->leading_since : 0;
+}
+
+int64_t election_leader_seen_ms(Election *e)
+{
+    if (atomic_load(&e->leading))
+        return mono_ms() - e->leading_since;
+    pthread_mutex_lock(&e->mu);
+    int64_t since = e->leader_seen;
+    pthread_mutex_unlock(&e->mu);
+    return mono_ms() - since;
 }

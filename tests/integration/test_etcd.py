@@ -13,13 +13,28 @@ import socket
 import subprocess
 import threading
 import tempfile
+import time
 import unittest
 
-from harness import binary_path, kill_process
+from harness import binary_path, kill_process, parse_metrics
 import upstream
 from upstream import free_port
 import etcd_fixture
 from etcd_fixture import Etcd, Gateway, wait_for, wait_leader
+
+
+def setUpModule():
+    if not etcd_fixture.available():
+        raise unittest.SkipTest(etcd_fixture.missing_reason())
+
+
+def peak_rss_kib(pid):
+    """The process's peak resident memory (VmHWM), in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM for pid %d" % pid)
 
 class EtcdTest(unittest.TestCase):
     def setUp(self):
@@ -158,6 +173,50 @@ class EtcdTest(unittest.TestCase):
         self.assertEqual(status, 409, body)
         leader.client.release("report.csv", n["lease"])
 
+    def test_forward_streams_both_ways(self):
+        """A follower passes bodies on as they come, in bounded memory: a guarded write
+        larger than any buffer it has (and than the 64 MiB it once buffered), the file
+        read back through it, and an answer whose body stalls after its first bytes
+        (the client gets those bytes and the status at once, not at the end)."""
+        if not upstream.nginx_available():
+            self.skipTest("nginx is missing (scripts/deps.sh --test installs nginx-light)")
+        ng = upstream.Nginx()
+        self.addCleanup(ng.cleanup)
+        slow = upstream.SlowUpstream()
+        self.addCleanup(slow.close)
+        guard = ["--guard", "/store/=" + ng.url, "--guard", "/slow/=" + slow.url]
+        a, b = self.gateway(guard), self.gateway(guard)
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        g = self.acquire_ok(other, "big.bin", ttl_ms=120000)
+        data = os.urandom(1 << 20) * 80  # 80 MiB
+        client = other.new_client(timeout=120)
+        status, _, body = client.request("PUT", "/store/big.bin", raw=data, headers={"Fencing-Lease": g["lease"]})
+        self.assertIn(status, (200, 201, 204), body)
+        self.assertEqual(os.path.getsize(ng.file_path("big.bin")), len(data))
+        status, _, _ = client.request("GET", "/store/big.bin")
+        self.assertEqual(status, 200)
+        self.assertTrue(client.last_raw == data, "the file read back through the follower differs")
+        client.close()
+        peak_kib = peak_rss_kib(other.proc.pid)
+        self.assertLess(peak_kib, 40 * 1024, "the follower held %d KiB at its peak" % peak_kib)
+        # The answer starts before the leader's upstream has finished it.
+        raw = socket.create_connection(("127.0.0.1", other.port), timeout=10)
+        self.addCleanup(raw.close)
+        raw.sendall(b"GET /slow/stall-body HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (b"\r\n\r\n" in got and len(got.split(b"\r\n\r\n", 1)[1]) >= 10):
+            try:
+                chunk = raw.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            got += chunk
+        self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:200])
+        self.assertEqual(got.split(b"\r\n\r\n", 1)[1][:10], b"x" * 10, got[:300])
+
     def test_waiter_at_a_follower_whose_leader_dies_gets_an_answer(self):
         a, b = self.gateway(), self.gateway()
         leader = wait_leader([a, b])
@@ -252,11 +311,28 @@ class EtcdTest(unittest.TestCase):
         self.assertIn("loaded 640 locks (640 held", g.stderr_text())
         self.assertGreater(self.acquire_ok(g, "last")["token"], tokens[-1])
 
-    def test_leader_metrics_say_it_leads(self):
-        g = self.gateway()
-        self.assertIs(wait_leader([g]), g)
-        self.assertEqual(g.metric("leasegate_leader"), 1)
-        self.assertGreaterEqual(g.metric("leasegate_leadership_seconds"), 0)
+    def test_metrics_say_each_gateways_role(self):
+        """Each gateway answers /metrics itself: the leader its lock space and role, a
+        follower its role and its forwards (a follower's /metrics is not the leader's)."""
+        a, b = self.gateway(), self.gateway()
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        self.assertEqual(leader.metric("leasegate_leader"), 1)
+        self.assertEqual(leader.metric('leasegate_role{role="leader"}'), 1)
+        self.assertGreaterEqual(leader.metric("leasegate_leadership_seconds"), 0)
+        self.assertGreaterEqual(leader.metric("leasegate_leader_seen_seconds"), 0)
+        self.acquire_ok(other, "m/1")
+        status, _, body = other.client.request("GET", "/v1/locks/nope")
+        self.assertEqual((status, body["held"]), (200, False), body)
+        status, _, text = other.client.request("GET", "/metrics")
+        self.assertEqual(status, 200, text)
+        m = parse_metrics(text)
+        self.assertEqual(m["leasegate_leader"], 0)
+        self.assertEqual((m['leasegate_role{role="follower"}'], m['leasegate_role{role="leader"}']), (1, 0))
+        self.assertGreaterEqual(m["leasegate_leader_seen_seconds"], 0)
+        self.assertEqual((m["leasegate_forwards_total"], m["leasegate_forward_failures_total"]), (2, 0))
+        self.assertNotIn("leasegate_grants_total", m)
+        self.assertEqual(leader.metric("leasegate_grants_total"), 1)
 
     def test_run_keeps_its_lease_through_a_failover(self):
         """`leasegate run --server A,B` renews through the failover (the old leader
