@@ -52,7 +52,7 @@ typedef struct EtcdStore {
     char prefix[300];     /* "PREFIX/" */
     char *leader_key_b64; /* owned */
     long long leader_rev;
-    long long load_rev;   /* the revision every page of the load reads */
+    long long load_rev;   /* the revision every page of the load reads; 0: the latest */
     uint64_t pruned_upto; /* history seqs up to this are deleted */
     char err[512];
 } EtcdStore;
@@ -355,31 +355,51 @@ static int etcd_commit(Store *base, const StoreBatch *b)
 
 typedef int (*KvFn)(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg);
 
+/* A range read of the load (req: etcd's RangeRequest, consumed), at the
+ * load's revision. When etcd has compacted that revision away, the load goes
+ * on at the latest one: the keys it reads cannot have changed since the load
+ * began, because only the leader writes them (every commit is fenced on its
+ * key) and this gateway leads and commits nothing while it loads. The pinned
+ * revision is a check of that, not what makes it true, so a compaction during
+ * a long load costs nothing. */
+static int load_range(EtcdStore *s, json_t *req, json_t **resp, char *err, size_t errlen)
+{
+    for (;;) {
+        char rev[32];
+        snprintf(rev, sizeof rev, "%lld", s->load_rev);
+        if (!req || (s->load_rev > 0 && json_object_set_new(req, "revision", json_string(rev)))) {
+            json_decref(req);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        int rc = etcd_call(s->etcd, "/v3/kv/range", req, resp, err, errlen);
+        if (rc == 0 || s->load_rev == 0 || !strstr(err, "required revision has been compacted")) {
+            json_decref(req);
+            return rc;
+        }
+        fprintf(stderr, "leasegate: etcd compacted revision %lld during the load; going on at the latest\n",
+                s->load_rev);
+        s->load_rev = 0;
+        json_object_del(req, "revision");
+    }
+}
+
 /* One page of keys in [start, end) at the load's revision: *resp is etcd's answer. */
 static int range_page(EtcdStore *s, const char *start, size_t startlen, const char *end, json_t **resp)
 {
     char *kb = etcd_b64_encode(start, startlen), *eb = etcd_b64_encode(end, strlen(end));
-    char rev[32];
-    snprintf(rev, sizeof rev, "%lld", s->load_rev);
-    json_t *req = kb && eb ? json_pack("{s:s, s:s, s:i, s:s}", "key", kb, "range_end", eb, "limit", LOAD_PAGE,
-                                       "revision", rev)
-                           : NULL;
+    json_t *req = kb && eb ? json_pack("{s:s, s:s, s:i}", "key", kb, "range_end", eb, "limit", LOAD_PAGE) : NULL;
     free(kb);
     free(eb);
-    if (!req) {
-        snprintf(s->err, sizeof s->err, "out of memory");
-        return -1;
-    }
     char err[400];
-    int rc = etcd_call(s->etcd, "/v3/kv/range", req, resp, err, sizeof err);
-    json_decref(req);
+    int rc = load_range(s, req, resp, err, sizeof err);
     if (rc)
         snprintf(s->err, sizeof s->err, "etcd range under %.*s: %s", (int)startlen, start, err);
     return rc;
 }
 
-/* Every key under PREFIX/kind/, a page at a time, all at the load's revision
- * (so the pages form one snapshot), in key order. fn gets the name below
+/* Every key under PREFIX/kind/, a page at a time, at the load's revision
+ * (see load_range), in key order. fn gets the name below
  * PREFIX/kind/ and the value, both NUL-terminated. */
 static int range_all(EtcdStore *s, const char *kind, const StoreLoad *cb, KvFn fn, void *arg)
 {
@@ -595,21 +615,17 @@ static int last_history_seq(EtcdStore *s, uint64_t *seq)
     }
     end[strlen(end) - 1]++;
     char *sb = etcd_b64_encode(start, strlen(start)), *eb = etcd_b64_encode(end, strlen(end));
-    char rev[32];
-    snprintf(rev, sizeof rev, "%lld", s->load_rev);
-    json_t *req = sb && eb ? json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:b}", "key", sb, "range_end", eb, "limit", 1,
-                                       "revision", rev, "sort_order", "DESCEND", "sort_target", "KEY", "keys_only", 1)
+    json_t *req = sb && eb ? json_pack("{s:s, s:s, s:i, s:s, s:s, s:b}", "key", sb, "range_end", eb, "limit", 1,
+                                       "sort_order", "DESCEND", "sort_target", "KEY", "keys_only", 1)
                            : NULL;
     size_t plen = strlen(start);
     free(sb), free(eb), free(start), free(end);
     json_t *resp = NULL;
     char err[400];
-    if (!req || etcd_call(s->etcd, "/v3/kv/range", req, &resp, err, sizeof err)) {
-        snprintf(s->err, sizeof s->err, "etcd: cannot read the lease history: %s", req ? err : "out of memory");
-        json_decref(req);
+    if (load_range(s, req, &resp, err, sizeof err)) {
+        snprintf(s->err, sizeof s->err, "etcd: cannot read the lease history: %s", err);
         return -1;
     }
-    json_decref(req);
     *seq = 0;
     const char *k64 = json_string_value(json_object_get(json_array_get(json_object_get(resp, "kvs"), 0), "key"));
     size_t len;

@@ -20,7 +20,7 @@ from harness import binary_path, kill_process, parse_metrics
 import upstream
 from upstream import free_port
 import etcd_fixture
-from etcd_fixture import Etcd, Gateway, wait_for, wait_leader
+from etcd_fixture import Etcd, Gateway, b64, wait_for, wait_leader
 
 
 def setUpModule():
@@ -310,6 +310,45 @@ class EtcdTest(unittest.TestCase):
         self.assertIs(wait_leader([g]), g, g.stderr_text())
         self.assertIn("loaded 640 locks (640 held", g.stderr_text())
         self.assertGreater(self.acquire_ok(g, "last")["token"], tokens[-1])
+
+    def test_load_goes_on_when_etcd_compacts_under_it(self):
+        """etcd compacting (as --auto-compaction does) the revision a leader's load is
+        pinned to, while the load pages through 1500 locks: the load goes on at the
+        latest revision and misses nothing. Restarted until a compaction did hit a load."""
+        n = 1500
+        for first in range(0, n, 100):
+            self.etcd.call("/v3/kv/txn", {"success": [
+                {"request_put": {"key": b64("%s/locks/c%04d" % (self.prefix, i)),
+                                 "value": b64(json.dumps({"last_token": i + 1}))}}
+                for i in range(first, min(n, first + 100))]})
+        stop = threading.Event()
+
+        def compactor():
+            while not stop.is_set():
+                try:
+                    rev = self.etcd.call("/v3/kv/put", {"key": b64("elsewhere/x"), "value": b64("y")})
+                    self.etcd.call("/v3/kv/compaction", {"revision": rev["header"]["revision"]})
+                except OSError:
+                    pass  # compacting the same revision twice is refused: go on
+        t = threading.Thread(target=compactor, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 10)
+        self.addCleanup(stop.set)
+        g = self.gateway()
+        hit = False
+        for _attempt in range(10):
+            self.assertIs(wait_leader([g]), g, g.stderr_text())
+            if "during the load; going on at the latest" in g.stderr_text():
+                hit = True
+                break
+            g.stop_clean()
+            g.start()
+        stop.set()
+        self.assertTrue(hit, "no compaction hit a load in 10 starts")
+        self.assertIn("loaded %d locks" % n, g.stderr_text())
+        status, _, body = g.client.get_lock("c%04d" % (n - 1))
+        self.assertEqual((status, body["last_token"]), (200, n), body)
+        self.assertGreater(self.acquire_ok(g, "after")["token"], n)
 
     def test_metrics_say_each_gateways_role(self):
         """Each gateway answers /metrics itself: the leader its lock space and role, a
