@@ -4,7 +4,8 @@
 #   scripts/deps.sh            build and run dependencies (compiler, cmake, -dev packages)
 #   scripts/deps.sh --test     also what the tests use: python3, curl, iproute2 (ss), nginx (the guard's
 #                              real upstream), faketime (wall-clock steps), etcd-server (the etcd
-#                              store's tests) and Node.js (the examples, unless present)
+#                              store's tests), openssl (the TLS tests' certificates) and Node.js (the
+#                              examples, unless present)
 #   scripts/deps.sh --runtime  only what the built binary needs to run (the container image's last stage)
 set -eu
 SUDO=
@@ -14,7 +15,7 @@ RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 ca-certifica
 case "${1:-}" in
   "") PKGS="$BUILD" ;;
   --test)
-    PKGS="$BUILD python3 curl nginx-light iproute2 faketime etcd-server"
+    PKGS="$BUILD python3 curl nginx-light iproute2 faketime etcd-server openssl"
     command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs" ;;
   --runtime) PKGS="$RUNTIME" ;;
   *) echo "usage: scripts/deps.sh [--test | --runtime]" >&2; exit 2 ;;

@@ -73,6 +73,11 @@ void config_usage(FILE *out)
             "                              repeatable, up to 16\n"
             "  --guard-timeout SECONDS     upstream silent this long -> 504 (default 30)\n"
             "  --guard-max-calls N         upstream calls in flight at once, then 503 (default 256)\n"
+            "  --tls-cert PEM --tls-key PEM\n"
+            "                              serve HTTPS (TLS 1.2 and 1.3) with this certificate (chain) and its\n"
+            "                              unencrypted private key, both PEM files read at start\n"
+            "  --cacert PEM                CA certificates that https upstreams (--guard) and, with --store,\n"
+            "                              the leader gateway must be signed by (default: the system's)\n"
             "  -h, --help                  show this help\n");
 }
 
@@ -198,7 +203,8 @@ static const NumFlag *num_flag(const char *name)
 }
 
 static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",    "--min-token",
-                                           "--access-log", "--store", "--advertise"};
+                                           "--access-log", "--store", "--advertise",
+                                           "--tls-cert",   "--tls-key", "--cacert"};
 
 static bool known_flag(const char *name)
 {
@@ -232,6 +238,14 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
     }
     if (!strcmp(flag, "--guard"))
         return parse_guard(c, value, err, errlen);
+    if (!strcmp(flag, "--tls-cert") || !strcmp(flag, "--tls-key") || !strcmp(flag, "--cacert")) {
+        if (!*value) {
+            snprintf(err, errlen, "%s: empty path", flag);
+            return -1;
+        }
+        *(!strcmp(flag, "--tls-cert") ? &c->tls_cert : !strcmp(flag, "--tls-key") ? &c->tls_key : &c->cacert) = value;
+        return 0;
+    }
     if (!strcmp(flag, "--store")) {
         c->store_url = value;
         return etcd_url_parse(value, &c->etcd, err, errlen) ? 0 : -1;
@@ -294,6 +308,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
     if (c->store_url && c->data_set) {
         snprintf(err, errlen, "--store and --data exclude each other: the lock space lives either in etcd or in "
                               "one SQLite file");
+        return CONFIG_ERROR;
+    }
+    if (!c->tls_cert != !c->tls_key) {
+        snprintf(err, errlen, "--tls-cert and --tls-key go together: the certificate and its private key");
         return CONFIG_ERROR;
     }
     if (!c->store_url && leader_flag) {

@@ -162,7 +162,7 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     }
     char addr[300], advertise[sizeof cfg->advertise + 8];
     listener_name(fd, addr, sizeof addr);
-    snprintf(advertise, sizeof advertise, "%s%s", cfg->advertise[0] ? "" : "http://",
+    snprintf(advertise, sizeof advertise, "%s%s", cfg->advertise[0] ? "" : tls_on(&s->tls) ? "https://" : "http://",
              cfg->advertise[0] ? cfg->advertise : addr);
     s->election = election_new(&cfg->etcd, advertise, cfg->leader_ttl_s, on_leadership_lost, err, sizeof err);
     if (!s->election) {
@@ -170,13 +170,15 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
         close(fd);
         return -1;
     }
-    Standby *sb = standby_start(fd, s->election, (unsigned)cfg->max_connections, cfg->idle_timeout_s);
+    Standby *sb = standby_start(fd, s->election, (unsigned)cfg->max_connections, cfg->idle_timeout_s, &s->tls);
+    const char *why = tls_mhd_started(&s->tls);
     if (!sb) {
-        fprintf(stderr, "leasegate: cannot start the HTTP server on %s (libmicrohttpd refused its options)\n", addr);
+        fprintf(stderr, "leasegate: cannot start the %s server on %s: %s\n", tls_on(&s->tls) ? "HTTPS" : "HTTP",
+                addr, *why ? why : "libmicrohttpd refused its options");
         close(fd);
         return -1;
     }
-    printf("leasegate: listening on http://%s\n", addr);
+    printf("leasegate: listening on %s://%s\n", tls_scheme(&s->tls), addr);
     fflush(stdout);
     fprintf(stderr, "leasegate: candidate for leadership of %s (advertised as %s); answering 503 until elected\n",
             cfg->store_url, advertise);
@@ -210,6 +212,11 @@ int gateway_open(Server *s, const Config *cfg)
     s->cfg = *cfg;
     s->listen_fd = -1;
     char err[512];
+    /* Before anything listens: a bad certificate or key stops the start. */
+    if (!tls_load(&s->tls, cfg->tls_cert, cfg->tls_key, cfg->cacert, err, sizeof err)) {
+        fprintf(stderr, "leasegate: %s\n", err);
+        return -1;
+    }
     if (cfg->store_url) {
         if (become_leader(s, cfg, &s->listen_fd))
             return -1;
@@ -276,7 +283,7 @@ int gateway_open(Server *s, const Config *cfg)
         fprintf(stderr, "leasegate: event loop setup: %s\n", strerror(errno));
         return -1;
     }
-    s->proxy = proxy_new(s->loop, cfg->guard_timeout_s);
+    s->proxy = proxy_new(s->loop, cfg->guard_timeout_s, cfg->cacert);
     s->guard = guard_new(s);
     if (!s->proxy || !s->guard) {
         fprintf(stderr, "leasegate: cannot initialise libcurl (or out of memory)\n");
@@ -324,4 +331,5 @@ void gateway_close(Server *s)
     /* Last: resigning lets the next gateway lead, after everything is committed. */
     election_free(s->election);
     accesslog_close(s->access_log);
+    tls_clear(&s->tls);
 }

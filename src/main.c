@@ -100,6 +100,10 @@ int main(int argc, char **argv)
         cli_run_usage(stdout);
         return 0;
     }
+    if (!strcmp(cmd, "help") && argc > 2 && !strcmp(argv[2], "serve")) {
+        config_usage(stdout);
+        return 0;
+    }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         fprintf(stdout, "\n");

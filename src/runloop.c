@@ -165,7 +165,8 @@ int runloop_run(Server *s)
     char addr[300];
     http_address(s, addr, sizeof addr);
     /* Over etcd the candidate said so already, on the same socket. */
-    printf(s->election ? "leasegate: leading; serving on http://%s\n" : "leasegate: listening on http://%s\n", addr);
+    printf(s->election ? "leasegate: leading; serving on %s://%s\n" : "leasegate: listening on %s://%s\n",
+           tls_scheme(&s->tls), addr);
     fflush(stdout);
     Run r = {.s = s, .mhd = {mhd_ready}, .commit = {commit_ready}, .signal = {signal_ready}};
     sigset_t mask;

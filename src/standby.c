@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "leasegate/forward.h"
+#include "leasegate/tls.h"
 
 struct Standby {
     struct MHD_Daemon *daemon;
@@ -172,21 +173,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return answer(conn, MHD_HTTP_SERVICE_UNAVAILABLE, body);
 }
 
-Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s)
+Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s, Tls *tls)
 {
     Standby *sb = calloc(1, sizeof *sb);
     if (!sb)
         return NULL;
     sb->election = e;
-    if (!(sb->pool = forward_pool_new())) {
+    if (!(sb->pool = forward_pool_new(tls->cacert))) {
         free(sb);
         return NULL;
     }
     /* ITC: MHD_quiesce_daemon needs it to give the socket back. A thread per
      * connection: a forward blocks for as long as the leader takes. */
+    struct MHD_OptionItem tls_options[TLS_MHD_OPTIONS];
+    tls_mhd_options(tls, tls_options);
     sb->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                                      MHD_USE_ITC,
-                                  0, NULL, NULL, on_request, sb, MHD_OPTION_LISTEN_SOCKET, listen_fd,
+                                      MHD_USE_ITC | tls_mhd_flags(tls),
+                                  0, NULL, NULL, on_request, sb, MHD_OPTION_ARRAY, tls_options,
+                                  MHD_OPTION_LISTEN_SOCKET, listen_fd,
                                   MHD_OPTION_CONNECTION_LIMIT, max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
                                   idle_timeout_s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL,
                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);

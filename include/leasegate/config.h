@@ -46,6 +46,9 @@ typedef struct Config {
     size_t nguards;
     unsigned guard_timeout_s;     /* upstream silent this long -> 504 */
     size_t guard_max_calls;       /* upstream calls at once, then 503 */
+    const char *tls_cert;         /* --tls-cert PEM path, borrowed; NULL: plain HTTP */
+    const char *tls_key;          /* --tls-key PEM path, given with --tls-cert */
+    const char *cacert;           /* --cacert: CAs that outbound https calls trust; NULL: the system's */
 } Config;
 
 typedef enum ConfigResult { CONFIG_OK, CONFIG_HELP, CONFIG_ERROR } ConfigResult;

@@ -39,10 +39,12 @@
 #define FORWARD_HEADER "Leasegate-Forwarded"
 #define FORWARD_BUFFER (64u * 1024)
 
-/* Connections to the leader, shared by every forward of a standby. */
+/* Connections to the leader, shared by every forward of a standby. An https
+ * leader's certificate is verified against the PEM bundle cacert (borrowed),
+ * or the system's when NULL. */
 typedef struct ForwardPool ForwardPool;
 /* NULL when out of memory. */
-ForwardPool *forward_pool_new(void);
+ForwardPool *forward_pool_new(const char *cacert);
 /* Call only once no forward runs. */
 void forward_pool_free(ForwardPool *p);
 

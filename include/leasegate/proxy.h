@@ -44,8 +44,10 @@ typedef struct ProxyStats {
 typedef void (*ProxyAnswered)(void *ud);
 
 /* timeout_s: a call with no byte moving either way for this long ends: 504
- * before the upstream's answer started, a cut-off body after. */
-Proxy *proxy_new(Loop *loop, unsigned timeout_s); /* NULL on failure */
+ * before the upstream's answer started, a cut-off body after. https
+ * upstreams must present a certificate for their name signed by a CA in the
+ * PEM bundle cacert (borrowed), or by the system's when NULL; else 502. */
+Proxy *proxy_new(Loop *loop, unsigned timeout_s, const char *cacert); /* NULL on failure */
 void proxy_free(Proxy *p);
 /* Loop plumbing: the timer (curl's sockets are watched in the loop). */
 int64_t proxy_next_timeout_ms(const Proxy *p, const Now *now); /* -1: none */

@@ -22,6 +22,7 @@
 #include "leasegate/locktab.h"
 #include "leasegate/metrics.h"
 #include "leasegate/store.h"
+#include "leasegate/tls.h"
 
 struct MHD_Daemon;
 struct HttpApp;
@@ -47,6 +48,7 @@ typedef struct Server {
     Metrics metrics;
     LeaseIds lease_ids;
     FILE *access_log;  /* --access-log, or NULL */
+    Tls tls;           /* HTTPS (--tls-cert) and the CAs of outbound https calls (--cacert) */
     DList waiting;     /* Request.wait.link: requests in a long-poll */
     DList suspended;   /* Request.slink: connections suspended now (waiting, held, proxied) */
     DList parked;      /* Request.park.link: waiters whose socket is ours (park.h) */

@@ -19,11 +19,15 @@
 #include <stdbool.h>
 
 #include "leasegate/election.h"
+#include "leasegate/tls.h"
 
 typedef struct Standby Standby;
 
-/* Serves on listen_fd (not taken over). NULL when libmicrohttpd refused. */
-Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s);
+/* Serves on listen_fd (not taken over), over HTTPS when tls says so (the
+ * port's clients must not see its scheme change when this gateway wins);
+ * forwards trust tls->cacert. NULL when libmicrohttpd refused
+ * (tls_mhd_started says why). tls is borrowed until standby_stop. */
+Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s, Tls *tls);
 /* Stops answering and frees sb. true when the listening socket is still
  * open; false when libmicrohttpd could not let go of it (then it is closed). */
 bool standby_stop(Standby *sb);

@@ -74,6 +74,7 @@ struct Proxy {
     CURLM *multi;
     Loop *loop;
     unsigned timeout_s;
+    const char *cacert; /* CURLOPT_CAINFO for https upstreams; NULL: the system's bundle */
     int64_t timer_ms; /* monotonic deadline of curl's timer, or -1 */
     Heap idle;        /* running calls by their inactivity deadline */
     DList calls; /* ProxyCall.link */
@@ -356,7 +357,7 @@ static void free_dead(Proxy *p)
     }
 }
 
-Proxy *proxy_new(Loop *loop, unsigned timeout_s)
+Proxy *proxy_new(Loop *loop, unsigned timeout_s, const char *cacert)
 {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return NULL;
@@ -365,6 +366,7 @@ Proxy *proxy_new(Loop *loop, unsigned timeout_s)
         return NULL;
     p->loop = loop;
     p->timeout_s = timeout_s;
+    p->cacert = cacert;
     p->timer_ms = -1;
     heap_init(&p->idle);
     p->multi = curl_multi_init();
@@ -553,7 +555,9 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
         append_line(&hc, "Expect:");
     c->req_headers = hc.list;
     c->easy = curl_easy_init();
-    if (hc.failed || !c->easy) {
+    /* libcurl verifies an https upstream's certificate and name by default;
+     * --cacert only says which CAs to trust. */
+    if (hc.failed || !c->easy || (p->cacert && curl_easy_setopt(c->easy, CURLOPT_CAINFO, p->cacert) != CURLE_OK)) {
         curl_slist_free_all(c->req_headers);
         curl_easy_cleanup(c->easy);
         free(c);

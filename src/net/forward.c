@@ -20,6 +20,7 @@
 
 struct ForwardPool {
     CURLSH *share;
+    const char *cacert; /* CURLOPT_CAINFO for an https leader; NULL: the system's bundle */
     pthread_mutex_t mu[CURL_LOCK_DATA_LAST];
 };
 
@@ -35,11 +36,12 @@ static void pool_unlock(CURL *h, curl_lock_data data, void *ud)
     pthread_mutex_unlock(&((ForwardPool *)ud)->mu[data]);
 }
 
-ForwardPool *forward_pool_new(void)
+ForwardPool *forward_pool_new(const char *cacert)
 {
     ForwardPool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
+    p->cacert = cacert;
     if (!(p->share = curl_share_init())) {
         free(p);
         return NULL;
@@ -426,7 +428,8 @@ bool forward_start(Forward *f, ForwardPool *pool, struct MHD_Connection *conn, c
         return false;
     }
     if (!(f->leader = strdup(leader_url)) || !(f->up.buf = malloc(FORWARD_BUFFER)) ||
-        !(f->down.buf = malloc(FORWARD_BUFFER)) || !(f->easy = curl_easy_init()))
+        !(f->down.buf = malloc(FORWARD_BUFFER)) || !(f->easy = curl_easy_init()) ||
+        (pool->cacert && curl_easy_setopt(f->easy, CURLOPT_CAINFO, pool->cacert) != CURLE_OK))
         return false;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     f->client_fd = ci ? ci->connect_fd : -1;

@@ -30,6 +30,7 @@
 #include "leasegate/httphead.h"
 #include "leasegate/listener.h"
 #include "leasegate/park.h"
+#include "leasegate/tls.h"
 
 static int64_t mono_us(void)
 {
@@ -317,7 +318,10 @@ void http_wait(Request *req, Waiter *w)
     req->wait.waiter = w;
     dlist_append(&s->waiting, &req->wait.link);
     req->wait.listed = true;
-    if (park_take(req))
+    /* Under TLS a waiter is never parked: park.c answers on the raw socket,
+     * where only GnuTLS's records may go. It stays suspended in
+     * libmicrohttpd, which encrypts its answer. */
+    if (!tls_on(&s->tls) && park_take(req))
         return;
     http_suspend(req);
     /* A client that hangs up leaves the queue now, not at its deadline. */
@@ -623,10 +627,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
-    (void)cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        /* Under TLS nothing is parked (http_wait): no byte counts to keep. */
         const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = fdi ? park_conn_new(fdi->connect_fd) : NULL;
+        *socket_context = fdi && !tls_on(&((Server *)cls)->tls) ? park_conn_new(fdi->connect_fd) : NULL;
     } else {
         park_conn_free(*socket_context);
         *socket_context = NULL;
@@ -667,11 +671,15 @@ int http_start(Server *s)
         fprintf(stderr, "leasegate: %s\n", err);
         return -1;
     }
+    struct MHD_OptionItem tls[TLS_MHD_OPTIONS];
+    tls_mhd_options(&s->tls, tls);
     s->daemon = MHD_start_daemon(
         /* TURBO: closing a connection does not shutdown() its socket, which
          * parking relies on (park.h); so no connection gets a shutdown(SHUT_WR)
          * before its close. It also reads and accepts eagerly. */
-        MHD_USE_EPOLL | MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME, 0, on_accept, s, on_request, s,
+        MHD_USE_EPOLL | MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME | tls_mhd_flags(&s->tls), 0, on_accept, s,
+        on_request, s,
+        MHD_OPTION_ARRAY, tls, /* first: its logger sees why TLS set-up fails */
         MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)s->cfg.max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)s->cfg.idle_timeout_s,
@@ -681,10 +689,11 @@ int http_start(Server *s)
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_END);
+    const char *why = tls_mhd_started(&s->tls);
     if (!s->daemon) {
         /* The socket is bound and listening, so what failed is libmicrohttpd's own set-up. */
-        fprintf(stderr, "leasegate: cannot start the HTTP server on %s:%u (libmicrohttpd refused its options)\n",
-                s->cfg.listen_host, s->cfg.listen_port);
+        fprintf(stderr, "leasegate: cannot start the %s server on %s:%u: %s\n", tls_on(&s->tls) ? "HTTPS" : "HTTP",
+                s->cfg.listen_host, s->cfg.listen_port, *why ? why : "libmicrohttpd refused its options");
         close(fd);
         return -1;
     }

@@ -24,7 +24,7 @@ import unittest
 import uuid
 
 # Any IPv4 address: tests that listen on 0.0.0.0 (network namespaces) still reach it at 127.0.0.1.
-READY_RE = re.compile(r"^leasegate: listening on http://\d+\.\d+\.\d+\.\d+:(\d+)\s*$")
+READY_RE = re.compile(r"^leasegate: listening on (https?)://\d+\.\d+\.\d+\.\d+:(\d+)\s*$")
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 
@@ -163,23 +163,29 @@ def _parse_body(data, headers):
 
 
 class Client:
-    """One keep-alive HTTP/1.1 connection to the server (not thread-safe).
+    """One keep-alive HTTP/1.1 connection to the server (not thread-safe); HTTPS when
+    given an ssl.SSLContext (tls), which must trust the server's certificate.
 
     request() returns (status, headers, body) where headers is a dict with
     lower-case names and body is the parsed JSON, or the text when not JSON.
     The raw text of the last response is kept in .last_text.
     """
 
-    def __init__(self, port, timeout=30.0):
+    def __init__(self, port, timeout=30.0, tls=None):
         self.port = port
         self.timeout = timeout
+        self.tls = tls
         self.conn = None
         self.last_text = ""
         self.last_raw = b""
 
     def _connect(self):
         self.close()
-        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        if self.tls is not None:
+            self.conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=self.timeout,
+                                                    context=self.tls)
+        else:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
 
     def close(self):
         if self.conn is not None:
@@ -262,8 +268,11 @@ class Client:
 class Server:
     """The real leasegate binary, started on a free loopback port."""
 
-    def __init__(self, extra_args=None, data_dir=None, start=True, extra_env=None, store=None):
+    def __init__(self, extra_args=None, data_dir=None, start=True, extra_env=None, store=None, tls=None):
+        """tls: an ssl.SSLContext that trusts the server's certificate, for a server
+        started with --tls-cert/--tls-key; its clients then speak HTTPS."""
         self.bin = binary_path()
+        self.tls = tls
         self.store = store  # --store URL in place of --data (test_etcd.py)
         self.extra_args = list(extra_args or [])
         self.extra_env = dict(extra_env or {})
@@ -310,7 +319,7 @@ class Server:
                 lines.append(line)
                 m = READY_RE.match(line)
                 if m and not ready.is_set():
-                    port_box.append(int(m.group(1)))
+                    port_box.append((m.group(1), int(m.group(2))))
                     ready.set()
             ready.set()
 
@@ -323,11 +332,14 @@ class Server:
             raise RuntimeError(
                 "leasegate did not print its listening line within %.0f s (exit=%r)\n"
                 "stdout: %r\nstderr: %s" % (START_TIMEOUT_S, rc, lines[-10:], self.stderr_text()[-2000:]))
-        self.port = port_box[0]
-        self.url = "http://127.0.0.1:%d" % self.port
+        scheme, self.port = port_box[0]
+        if (scheme == "https") != (self.tls is not None):
+            self._force_kill()
+            raise RuntimeError("leasegate serves %s, but the test's Server was given tls=%r" % (scheme, self.tls))
+        self.url = "%s://127.0.0.1:%d" % (scheme, self.port)
         if self.client is not None:
             self.client.close()
-        self.client = Client(self.port)
+        self.client = Client(self.port, tls=self.tls)
         return self
 
     def stderr_text(self):
@@ -427,7 +439,7 @@ class Server:
         raise RuntimeError("no VmRSS for pid %d" % self.proc.pid)
 
     def new_client(self, timeout=30.0):
-        return Client(self.port, timeout=timeout)
+        return Client(self.port, timeout=timeout, tls=self.tls)
 
     def request(self, method, path, body=None, raw=None, headers=None, timeout=None):
         return self.client.request(method, path, body=body, raw=raw, headers=headers, timeout=timeout)

@@ -1,0 +1,59 @@
+/*
+ * tls — HTTPS: the server's certificate and key (`serve --tls-cert/--tls-key`),
+ * read once at start and handed to libmicrohttpd (built with GnuTLS), and the
+ * CA bundle (`--cacert`) that libcurl's outbound https calls trust: the
+ * guard's upstreams and a follower's forwards to the leader. Without --cacert
+ * those calls trust the system's bundle; verification is never turned off.
+ *
+ * What TLS changes elsewhere: long-polling waiters are never parked (park.h
+ * writes answers to the raw socket, which under TLS carries only records that
+ * GnuTLS encrypts), so they stay suspended in libmicrohttpd (http_wait).
+ *
+ * Both libmicrohttpd daemons (the server's and the standby's) take their TLS
+ * set-up from here: tls_mhd_flags and tls_mhd_options (an MHD_OPTION_ARRAY).
+ * While one starts, libmicrohttpd's messages are kept (its error log is
+ * otherwise off), so that a refusal to start can say why: a key that does not
+ * match the certificate, a certificate GnuTLS cannot read.
+ */
+#ifndef LEASEGATE_TLS_H
+#define LEASEGATE_TLS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct MHD_OptionItem;
+
+/* PEM files larger than this are refused: a certificate chain is a few KiB. */
+#define TLS_MAX_PEM (1024 * 1024)
+/* Entries tls_mhd_options may write, MHD_OPTION_END included. */
+#define TLS_MHD_OPTIONS 5
+
+typedef struct Tls {
+    char *cert_pem;    /* NULL: plain HTTP */
+    char *key_pem;     /* wiped when freed */
+    size_t key_len;
+    const char *cacert; /* borrowed path; NULL: the system's CA bundle */
+    _Atomic int log_state; /* 1 while a daemon starts, 2 once start_error holds its first message */
+    char start_error[256];
+} Tls;
+
+/* Reads the PEM files (both paths, or both NULL for plain HTTP) and checks
+ * that cacert (may be NULL) is a readable PEM bundle. false with the reason
+ * in err; t is then cleared. */
+bool tls_load(Tls *t, const char *cert_path, const char *key_path, const char *cacert, char *err, size_t errlen);
+void tls_clear(Tls *t);
+bool tls_on(const Tls *t);
+/* "https" or "http". */
+const char *tls_scheme(const Tls *t);
+
+/* What MHD_start_daemon needs for t: flags to add, and options to pass as
+ * MHD_OPTION_ARRAY (just MHD_OPTION_END without TLS). Starts keeping
+ * libmicrohttpd's messages until tls_mhd_started. */
+unsigned tls_mhd_flags(const Tls *t);
+void tls_mhd_options(Tls *t, struct MHD_OptionItem *opts /* [TLS_MHD_OPTIONS] */);
+/* The daemon has started or failed to: libmicrohttpd's messages go unlogged
+ * from now on. Returns its first message while starting ("" if none). */
+const char *tls_mhd_started(Tls *t);
+
+#endif
