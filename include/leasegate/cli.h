@@ -34,6 +34,10 @@ bool cli_parse_duration(const char *s, int64_t *ms);
 void cli_new_request_id(char out[CLI_REQUEST_ID_LEN]);
 /* --server, else $LEASEGATE_SERVER, else http://127.0.0.1:7400. */
 const char *cli_default_server(void);
+/* --cacert PATH: https servers must have a certificate for their name signed
+ * by a CA in this PEM bundle (else $LEASEGATE_CACERT, else the system's
+ * bundle). false (after saying why) when the file cannot be read. */
+bool cli_cacert_arg(const char *cmd, const char *path);
 
 /* One HTTP request with a JSON body (or none) to `servers`, one base URL or
  * several separated by commas: they are tried in order, moving on when one

@@ -24,6 +24,15 @@ typedef struct Opt {
 static bool parse_opts(const char *cmd, int argc, char **argv, const Opt *opts, size_t nopts)
 {
     for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--cacert")) { /* every command's */
+            if (i + 1 >= argc) {
+                fprintf(stderr, "leasegate %s: --cacert needs a value\n", cmd);
+                return false;
+            }
+            if (!cli_cacert_arg(cmd, argv[++i]))
+                return false;
+            continue;
+        }
         const Opt *o = NULL;
         for (size_t k = 0; k < nopts; k++)
             if (!strcmp(argv[i], opts[k].name))
@@ -202,7 +211,8 @@ void cli_usage(FILE *out)
 {
     fprintf(out,
             "client commands (--server URL[,URL...] defaults to $LEASEGATE_SERVER, then http://127.0.0.1:7400;\n"
-            "the next URL is tried when one cannot be reached or answers 503;\n"
+            "the next URL is tried when one cannot be reached or answers 503; https:// URLs are verified\n"
+            "against --cacert PEM, else $LEASEGATE_CACERT, else the system's CAs;\n"
             "durations: 250ms, 15s, 2m, 1h):\n"
             "  run --lock NAME [--ttl 15s] [--wait 60s | --no-wait] [--grace D] [--timeout D]\n"
             "      [--owner LABEL] [--metadata JSON] [--exit-codes compat|distinct] -- CMD [ARGS...]\n"
@@ -216,7 +226,7 @@ void cli_usage(FILE *out)
             "operator commands:\n"
             "  backup [--data DB] DEST   consistent copy of a database, also while a server uses it\n"
             "                            (DB defaults to ./leasegate.db; DEST must not exist)\n"
-            "  healthcheck [--server URL]   exit 0 when the server answers /healthz ok, else 1\n"
+            "  healthcheck [--server URL] [--cacert PEM]   exit 0 when the server answers /healthz ok, else 1\n"
             "  --version                 print the version\n"
             "exit codes: 0 ok, 1 server unreachable or unexpected answer, 2 usage, 3 not acquired\n"
             "(lock held), 4 not holder; run: CMD's status (128+N if killed by signal N), 75 when\n"

@@ -63,6 +63,27 @@ const char *cli_default_server(void)
     return env && *env ? env : "http://127.0.0.1:7400";
 }
 
+static const char *cacert_flag; /* --cacert, for every request of this process */
+
+bool cli_cacert_arg(const char *cmd, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "leasegate %s: --cacert %s: %s\n", cmd, path, strerror(errno));
+        return false;
+    }
+    fclose(f);
+    cacert_flag = path;
+    return true;
+}
+
+/* The CA bundle for https servers; NULL: the system's. */
+static const char *cacert(void)
+{
+    const char *env = getenv("LEASEGATE_CACERT");
+    return cacert_flag ? cacert_flag : env && *env ? env : NULL;
+}
+
 typedef struct Sink {
     char *data;
     size_t len;
@@ -118,6 +139,14 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
         snprintf(err, errlen, "out of memory");
         goto out;
     }
+    /* libcurl verifies an https server's certificate and name by default;
+     * --cacert only says which CAs to trust. */
+    char curl_err[CURL_ERROR_SIZE] = "";
+    if (cacert() && curl_easy_setopt(e, CURLOPT_CAINFO, cacert()) != CURLE_OK) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_err);
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -140,8 +169,11 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
     }
     CURLcode cc = curl_easy_perform(e);
     if (cc != CURLE_OK) {
-        snprintf(err, errlen, "%.*s%s: %s", (int)slen, server, path,
-                 sink.too_big ? "reply too large" : curl_easy_strerror(cc));
+        snprintf(err, errlen, "%.*s%s: %s%s", (int)slen, server, path,
+                 sink.too_big ? "reply too large" : curl_err[0] ? curl_err : curl_easy_strerror(cc),
+                 cc == CURLE_PEER_FAILED_VERIFICATION
+                     ? " (a server whose certificate a private CA signed needs --cacert PEM or $LEASEGATE_CACERT)"
+                     : "");
         goto out;
     }
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);

@@ -45,9 +45,12 @@ int cli_healthcheck(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--server") && i + 1 < argc) {
             server = argv[++i];
+        } else if (!strcmp(argv[i], "--cacert") && i + 1 < argc) {
+            if (!cli_cacert_arg("healthcheck", argv[++i]))
+                return CLI_USAGE;
         } else {
             fprintf(stderr, "leasegate healthcheck: unexpected argument '%s' (usage: leasegate healthcheck "
-                            "[--server URL])\n",
+                            "[--server URL] [--cacert PEM])\n",
                     argv[i]);
             return CLI_USAGE;
         }

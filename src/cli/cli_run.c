@@ -61,6 +61,7 @@ static const int CODES_DISTINCT[] = {69, 64, 73, 75, 79, 70};
 
 typedef struct Run {
     const char *servers, *lock, *owner, *metadata;
+    const char *cacert; /* --cacert, passed on to CMD as LEASEGATE_CACERT */
     int64_t ttl_ms, wait_ms, grace_ms, timeout_ms;
     bool distinct; /* --exit-codes distinct */
     char **cmd;
@@ -327,12 +328,15 @@ void cli_run_usage(FILE *out)
     fprintf(out,
             "leasegate run --lock NAME [flags] -- CMD [ARGS...]\n"
             "  Holds the lock while CMD runs. CMD gets LEASEGATE_LOCK, LEASEGATE_TOKEN,\n"
-            "  LEASEGATE_LEASE and LEASEGATE_SERVER. The lease is renewed at a third of the\n"
-            "  TTL; a watchdog process owns CMD's process group and stops it (SIGTERM, then\n"
-            "  SIGKILL) before the lease can expire, also when run itself is killed or stopped.\n"
+            "  LEASEGATE_LEASE and LEASEGATE_SERVER (and LEASEGATE_CACERT with --cacert). The\n"
+            "  lease is renewed at a third of the TTL; a watchdog process owns CMD's process\n"
+            "  group and stops it (SIGTERM, then SIGKILL) before the lease can expire, also\n"
+            "  when run itself is killed or stopped.\n"
             "flags:\n"
             "  --server URL[,URL...]  servers, tried in order on connection failure or 503\n"
             "                         (default $LEASEGATE_SERVER, then http://127.0.0.1:7400)\n"
+            "  --cacert PEM   CAs that an https server's certificate must be signed by\n"
+            "                 (default $LEASEGATE_CACERT, then the system's)\n"
             "  --ttl D        lease TTL (default 15s; 300ms..24h)\n"
             "  --wait D       how long to wait for the lock, retrying unreachable servers (default 60s)\n"
             "  --no-wait      try once\n"
@@ -389,6 +393,11 @@ static int parse(Run *r, int argc, char **argv)
             r->owner = v;
         else if (ok && !strcmp(f, "--metadata"))
             r->metadata = v;
+        else if (ok && !strcmp(f, "--cacert")) {
+            if (!cli_cacert_arg("run", v))
+                return usage;
+            r->cacert = v;
+        }
         else if (ok && !strcmp(f, "--exit-codes"))
             ;
         else if (ok && (!strcmp(f, "--ttl") || !strcmp(f, "--wait") || !strcmp(f, "--grace") ||
@@ -460,7 +469,8 @@ static int start(Run *r, const sigset_t *oldmask)
     char token[32];
     snprintf(token, sizeof token, "%lld", r->token);
     if (setenv("LEASEGATE_LOCK", r->lock, 1) || setenv("LEASEGATE_TOKEN", token, 1) ||
-        setenv("LEASEGATE_LEASE", r->lease, 1) || setenv("LEASEGATE_SERVER", r->servers, 1)) {
+        setenv("LEASEGATE_LEASE", r->lease, 1) || setenv("LEASEGATE_SERVER", r->servers, 1) ||
+        (r->cacert && setenv("LEASEGATE_CACERT", r->cacert, 1))) {
         perror("leasegate run: setenv");
         release(r, RELEASE_TIMEOUT_MS);
         return code(r, OUT_INTERNAL);

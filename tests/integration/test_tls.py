@@ -344,6 +344,71 @@ class TlsStartTest(unittest.TestCase):
             self.assertIn(flag, text)
 
 
+class TlsCliTest(unittest.TestCase):
+    """The CLI against an HTTPS server: verified, with --cacert or LEASEGATE_CACERT."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = Pki()
+        cls.srv = Server(extra_args=cls.pki.serve_args(), tls=cls.pki.client_context())
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.cleanup()
+        cls.pki.cleanup()
+
+    def cli(self, *args, env=None, timeout=60):
+        e = {k: v for k, v in os.environ.items() if k not in ("LEASEGATE_CACERT", "LEASEGATE_SERVER")}
+        e.update(env or {})
+        r = subprocess.run([binary_path()] + list(args), stdin=subprocess.DEVNULL, capture_output=True,
+                           env=e, timeout=timeout)
+        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+    def test_acquire_and_release_with_cacert(self):
+        rc, out, err = self.cli("acquire", "--server", self.srv.url, "--cacert", self.pki.ca, "--lock", "cli/a")
+        self.assertEqual(rc, 0, err)
+        grant = json.loads(out)
+        rc, out, err = self.cli("renew", "--cacert", self.pki.ca, "--server", self.srv.url, "--lock", "cli/a",
+                                "--lease", grant["lease"])
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.cli("release", "--server", self.srv.url, "--lock", "cli/a", "--lease", grant["lease"],
+                                env={"LEASEGATE_CACERT": self.pki.ca})
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(json.loads(out)["released"])
+        rc, out, err = self.cli("healthcheck", "--server", self.srv.url, "--cacert", self.pki.ca)
+        self.assertEqual(rc, 0, err)
+
+    def test_without_the_ca_the_cli_fails_saying_why(self):
+        for extra in ([], ["--cacert", self.pki.other_ca]):
+            rc, out, err = self.cli("acquire", "--server", self.srv.url, "--lock", "cli/b", *extra)
+            self.assertEqual((rc, out), (1, ""), err)
+            self.assertIn("SSL certificate problem", err)
+            self.assertIn("--cacert", err)
+        status, _, body = self.srv.get_lock("cli/b")
+        self.assertEqual((status, body["held"]), (200, False), body)
+        rc, _, err = self.cli("healthcheck", "--server", self.srv.url)
+        self.assertEqual(rc, 1, err)
+
+    def test_a_cacert_that_cannot_be_read_is_a_usage_error(self):
+        missing = os.path.join(self.pki.dir, "nope.pem")
+        rc, _, err = self.cli("status", "--server", self.srv.url, "--lock", "x", "--cacert", missing)
+        self.assertEqual(rc, 2, err)
+        self.assertIn("--cacert %s" % missing, err)
+
+    def test_run_holds_the_lock_over_tls_and_passes_the_ca_on(self):
+        out = os.path.join(self.pki.dir, "run.out")
+        script = 'echo "$LEASEGATE_CACERT $LEASEGATE_SERVER $LEASEGATE_TOKEN" > "$1"'
+        rc, _, err = self.cli("run", "--server", self.srv.url, "--cacert", self.pki.ca, "--lock", "cli/run",
+                              "--ttl", "5s", "--", "sh", "-c", script, "sh", out)
+        self.assertEqual(rc, 0, err)
+        with open(out) as f:
+            ca, server, token = f.read().split()
+        self.assertEqual((ca, server), (self.pki.ca, self.srv.url))
+        self.assertGreater(int(token), 0)
+        status, _, body = self.srv.get_lock("cli/run")
+        self.assertEqual((status, body["held"], body["last_token"]), (200, False, int(token)), body)
+
+
 class HttpsUpstream:
     """A small HTTPS server (Python's, threads) that answers every request 200 with what
     it saw, and records (method, path, Fencing-Token, body)."""
