@@ -16,6 +16,9 @@ export interface ClientOptions {
   /** How long a call retries failed requests (connection errors, timeouts, 503) on
    *  the next server; an acquire keeps retrying for its wait when that is longer. Default "5s". */
   retryFor?: Duration;
+  /** The CAs (PEM) that https servers' certificates must be signed by, for a private CA.
+   *  Default: the file $LEASEGATE_CACERT names, else Node's CAs. Always verified. */
+  ca?: string | Buffer;
 }
 
 export interface AcquireOptions {
@@ -99,7 +102,8 @@ export class Lease extends EventEmitter {
   renew(options?: { ttl?: Duration }): Promise<void>;
   /** Gives the lock back (after a loss: one short try, errors ignored). */
   release(): Promise<void>;
-  /** fetch() to the granting server with Fencing-Lease set; resolves for every status. */
+  /** fetch() to the granting server with Fencing-Lease set; resolves for every status.
+   *  To an https server it verifies with the client's `ca`; the body must be a string or bytes. */
   fetch(path: string, init?: RequestInit): Promise<Response>;
   /** Starts the watchdog; returns the lease. */
   keepAlive(): this;

@@ -1,6 +1,7 @@
 // The client: acquire (long-poll), withLock (with a watchdog), status, list, fence.
 
 import { randomUUID } from "node:crypto";
+import fs from "node:fs";
 import os from "node:os";
 import process from "node:process";
 import { toMillis } from "./duration.js";
@@ -24,13 +25,17 @@ export class Client {
    * @param {string|number} [options.timeout] how long one request may take beyond its long-poll wait
    * @param {string|number} [options.retryFor] how long a call retries failed requests; an
    *   acquire keeps retrying for its wait when that is longer
+   * @param {string|Buffer} [options.ca] the CAs (PEM) that https servers' certificates must
+   *   be signed by; default the file $LEASEGATE_CACERT names, else Node's CAs
    */
-  constructor({ servers, owner, timeout = "5s", retryFor = "5s" } = {}) {
+  constructor({ servers, owner, timeout = "5s", retryFor = "5s", ca } = {}) {
     servers ??= process.env.LEASEGATE_SERVER || DEFAULT_SERVER;
     const urls = (typeof servers === "string" ? servers.split(",") : servers).filter((url) => url.trim());
+    ca ??= process.env.LEASEGATE_CACERT ? fs.readFileSync(process.env.LEASEGATE_CACERT) : undefined;
     this.#transport = new Transport(urls, {
       timeoutMs: toMillis(timeout, "timeout"),
       retryForMs: toMillis(retryFor, "retryFor"),
+      ca,
     });
     this.owner = owner || `${os.hostname()}-${process.pid}`.slice(0, 128);
   }

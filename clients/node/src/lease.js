@@ -146,9 +146,10 @@ export class Lease extends EventEmitter {
     headers.set("Fencing-Lease", this.lease);
     const signal = init.signal ?? AbortSignal.timeout(Math.ceil(this.#transport.timeoutMs));
     try {
-      return await fetch(this.server + path, { ...init, headers, signal });
+      return await this.#transport.fetch(this.server + path, { ...init, headers, signal });
     } catch (error) {
-      throw new UnavailableError(`${this.server}: ${error.cause?.code ?? error.message}`, { cause: error });
+      if (error instanceof TypeError) throw error;
+      throw new UnavailableError(`${this.server}: ${error.message}`, { cause: error.cause });
     }
   }
 

@@ -4,6 +4,7 @@
 // round of failures backs off before the next one, until the call's time is up. Any
 // other answer is final.
 
+import https from "node:https";
 import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import { LeasegateError, OverloadedError, UnavailableError, errorFromAnswer } from "./errors.js";
@@ -35,12 +36,14 @@ class UnreachableError extends Error {}
 export class Transport {
   #urls;
   #current = 0; // the server that answered last; calls start there
+  #httpsAgent;
 
   /**
    * @param {string[]} urls base URLs (a path prefix is kept)
-   * @param {{timeoutMs: number, retryForMs: number}} limits
+   * @param {{timeoutMs: number, retryForMs: number, ca?: string|Buffer}} limits and, for https
+   *   servers, the CAs (PEM) their certificates must be signed by (default: Node's)
    */
-  constructor(urls, { timeoutMs, retryForMs }) {
+  constructor(urls, { timeoutMs, retryForMs, ca }) {
     this.#urls = urls.map((url) => {
       const parsed = new URL(url.trim());
       if (!/^https?:$/.test(parsed.protocol)) throw new TypeError(`not an http(s) server URL: ${url}`);
@@ -49,6 +52,9 @@ export class Transport {
     if (this.#urls.length === 0) throw new TypeError("no server URL given");
     this.timeoutMs = timeoutMs;
     this.retryForMs = retryForMs;
+    // https goes through node:https, whose agent takes the CAs (fetch has no such
+    // option); it verifies certificates and host names, always.
+    this.#httpsAgent = new https.Agent({ keepAlive: true, ca });
   }
 
   get urls() {
@@ -120,12 +126,55 @@ export class Transport {
    */
   async send(server, method, path, { body, headers, timeoutMs }) {
     const signal = AbortSignal.timeout(Math.ceil(timeoutMs));
+    if (server.startsWith("https:")) {
+      try {
+        const res = await httpsRequest(server + path, { method, body, headers, signal, agent: this.#httpsAgent });
+        return { status: res.status, text: res.body.toString("utf8") };
+      } catch (error) {
+        throw new UnreachableError(error.code ?? error.message ?? String(error), { cause: error });
+      }
+    }
     try {
       const res = await fetch(server + path, { method, body, headers, signal });
       return { status: res.status, text: await res.text() };
     } catch (error) {
       throw new UnreachableError(describe(error), { cause: error });
     }
+  }
+
+  /**
+   * fetch(url, init) for lease.fetch: an https URL goes through node:https with this
+   * transport's CAs (the body must then be a string or bytes), anything else to fetch.
+   * Resolves to a Response; rejects with UnreachableError when no answer came.
+   */
+  async fetch(url, init) {
+    if (!url.startsWith("https:")) {
+      try {
+        return await fetch(url, init);
+      } catch (error) {
+        throw new UnreachableError(describe(error), { cause: error });
+      }
+    }
+    const { body } = init;
+    if (body != null && typeof body !== "string" && !(body instanceof Uint8Array)) {
+      throw new TypeError("lease.fetch over https takes a string or bytes body");
+    }
+    const method = init.method ?? "GET";
+    let res;
+    try {
+      res = await httpsRequest(url, {
+        method, body: body ?? undefined, headers: Object.fromEntries(init.headers), signal: init.signal,
+        agent: this.#httpsAgent,
+      });
+    } catch (error) {
+      throw new UnreachableError(error.code ?? error.message ?? String(error), { cause: error });
+    }
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(res.headers)) {
+      for (const v of [].concat(value)) headers.append(name, v);
+    }
+    const empty = method === "HEAD" || [101, 204, 205, 304].includes(res.status);
+    return new Response(empty ? null : res.body, { status: res.status, headers });
   }
 
   /**
@@ -150,6 +199,24 @@ export class Transport {
   #unavailable(failures) {
     return new UnavailableError(`no leasegate server answered: ${failures.map(String).join("; ")}`);
   }
+}
+
+/**
+ * One request with node:https (body: a string, bytes or undefined); resolves to
+ * {status, headers, body} (node's header object, a Buffer) once the whole answer is in.
+ */
+function httpsRequest(url, { method, body, headers, signal, agent }) {
+  return new Promise((resolve, reject) => {
+    const sized = body === undefined ? headers : { ...headers, "Content-Length": Buffer.byteLength(body) };
+    const req = https.request(url, { method, headers: sized, signal, agent }, (res) => {
+      const chunks = [];
+      res.on("data", (chunk) => chunks.push(chunk));
+      res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
 }
 
 /** The JSON of an answer, or for an error answer that is not JSON, its text. */

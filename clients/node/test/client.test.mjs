@@ -7,7 +7,7 @@
 // Run: LEASEGATE_BIN=build/leasegate node --test clients/node/test/client.test.mjs
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
@@ -22,7 +22,7 @@ import {
 } from "../index.js";
 import { toMillis } from "../src/duration.js";
 
-const READY = /^leasegate: listening on (http:\/\/127\.0\.0\.1:(\d+))\s*$/m;
+const READY = /^leasegate: listening on (https?:\/\/127\.0\.0\.1:(\d+))\s*$/m;
 const BOUND_MS = 20_000; // the longest any wait in these tests may take
 
 const unique = (prefix) => `${prefix}/${randomUUID().slice(0, 8)}`;
@@ -361,6 +361,49 @@ test("a server killed -9 loses the lease, and withLock rejects", async () => {
     assert.equal(store.objects.get(`/${name}`).body, "v1");
   } finally {
     await own.stop();
+  }
+});
+
+/** A CA and a certificate for 127.0.0.1 that it signs (the openssl command): their paths. */
+function makePki(dir) {
+  const p = (name) => path.join(dir, name);
+  fs.writeFileSync(p("cert.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+    + "extendedKeyUsage=serverAuth\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n");
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+  for (const args of [
+    ["req", "-x509", ...ec, "-keyout", p("ca.key"), "-out", p("ca.pem"), "-days", "2", "-subj", "/CN=test CA",
+      "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"],
+    ["req", "-new", ...ec, "-keyout", p("cert.key"), "-out", p("cert.csr"), "-subj", "/CN=127.0.0.1"],
+    ["x509", "-req", "-in", p("cert.csr"), "-CA", p("ca.pem"), "-CAkey", p("ca.key"), "-CAcreateserial",
+      "-out", p("cert.pem"), "-days", "2", "-extfile", p("cert.ext")],
+  ]) execFileSync("openssl", args, { stdio: "ignore", timeout: 60_000 });
+  return { ca: p("ca.pem"), cert: p("cert.pem"), key: p("cert.key") };
+}
+
+test("https with a private CA: verified with the ca option, refused without it", async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "leasegate-nodeclient-tls-"));
+  const pki = makePki(dir);
+  const tls = await new Server(["--tls-cert", pki.cert, "--tls-key", pki.key]).start();
+  try {
+    assert.match(tls.url, /^https:/);
+    const trusting = new Client({ servers: tls.url, ca: fs.readFileSync(pki.ca) });
+    const name = unique("tls");
+    await trusting.withLock(name, { ttl: "2s" }, async (lease) => {
+      await sleep(1000); // the watchdog renews over TLS too
+      assert.equal(lease.valid, true);
+      assert.equal((await trusting.status(name)).holder.token, lease.token);
+      const res = await lease.fetch("/healthz"); // lease.fetch goes through the same verified transport
+      assert.equal(res.status, 200);
+      assert.equal((await res.json()).status, "ok");
+    });
+    assert.equal((await trusting.status(name)).held, false);
+    const doubting = new Client({ servers: tls.url, retryFor: "200ms" });
+    const error = await doubting.acquire(unique("tls")).then(() => assert.fail("acquired"), (e) => e);
+    assert.ok(error instanceof UnavailableError, String(error));
+    assert.match(error.message, /UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED|CERT/);
+  } finally {
+    await tls.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });
 

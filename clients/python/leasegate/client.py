@@ -10,6 +10,7 @@ import json
 import os
 import random
 import socket
+import ssl
 import time
 import urllib.parse
 import uuid
@@ -36,16 +37,21 @@ class Client:
     timeout: how long one request may take beyond its long-poll wait.
     retry_for: how long a call keeps retrying failed requests; an acquire keeps
         retrying for its wait when that is longer.
+    cafile: a PEM file of the CAs that https servers' certificates must be signed
+        by (for a private CA); default $LEASEGATE_CACERT, else the system's CAs.
+        Certificates and names are always verified.
 
     Durations are "250ms", "15s", "2m", "1h", a number of seconds or a timedelta.
     """
 
-    def __init__(self, servers=None, *, owner=None, timeout="5s", retry_for="5s"):
+    def __init__(self, servers=None, *, owner=None, timeout="5s", retry_for="5s", cafile=None):
         if servers is None:
             servers = os.environ.get("LEASEGATE_SERVER") or DEFAULT_SERVER
         if isinstance(servers, str):
             servers = servers.split(",")
-        self._endpoints = [Endpoint(url) for url in servers if url.strip()]
+        cafile = cafile or os.environ.get("LEASEGATE_CACERT") or None
+        context = ssl.create_default_context(cafile=cafile)  # verifies certificates and host names
+        self._endpoints = [Endpoint(url, context) for url in servers if url.strip()]
         if not self._endpoints:
             raise ValueError("no server URL given")
         self._current = 0  # the server that answered last; calls start there

@@ -53,14 +53,16 @@ class Response:
 
 
 class Endpoint:
-    """One server, from its base URL (http or https; a path prefix is kept)."""
+    """One server, from its base URL (http or https; a path prefix is kept). An https
+    server's certificate is verified with ssl_context (default: the system's CAs)."""
 
-    def __init__(self, url):
+    def __init__(self, url, ssl_context=None):
         parts = urllib.parse.urlsplit(url.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("not an http(s) server URL: %r" % url)
         self.url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
         self._https = parts.scheme == "https"
+        self._ssl_context = ssl_context
         self._host = parts.hostname
         self._port = parts.port
         self._prefix = parts.path.rstrip("/")
@@ -69,8 +71,10 @@ class Endpoint:
         """Sends one request (body: bytes or None) and reads the whole answer; raises
         one of NETWORK_ERRORS when no answer came within `timeout` seconds (per
         socket operation)."""
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = cls(self._host, self._port, timeout=timeout)
+        if self._https:
+            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._ssl_context)
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
         try:
             conn.request(method, self._prefix + path, body=body, headers=headers or {})
             resp = conn.getresponse()

@@ -27,7 +27,7 @@ import uuid
 import leasegate
 from leasegate.durations import seconds
 
-READY = re.compile(r"^leasegate: listening on (http://127\.0\.0\.1:\d+)\s*$")
+READY = re.compile(r"^leasegate: listening on (https?://127\.0\.0\.1:\d+)\s*$")
 BOUND = 20.0  # the longest any wait in these tests may take
 
 
@@ -376,6 +376,56 @@ class LeaseLossTest(unittest.TestCase):
         self.assertIs(cm.exception.lease, lease)
         self.assertEqual(len(lost), 1)
         self.assertEqual(self.store.objects["/" + name][0], b"v1")
+
+
+def make_pki(directory):
+    """A CA and a certificate for 127.0.0.1 that it signs, made with the openssl command:
+    the paths of (CA, certificate, key)."""
+    ca, ca_key, cert, key, csr, ext = (os.path.join(directory, n) for n in
+                                       ("ca.pem", "ca.key", "cert.pem", "cert.key", "cert.csr", "cert.ext"))
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+                "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    for cmd in (["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=test CA",
+                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"],
+                ["req", "-new", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
+                ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+                 "-days", "2", "-extfile", ext]):
+        subprocess.run(["openssl", *cmd], check=True, capture_output=True, timeout=60)
+    return ca, cert, key
+
+
+@unittest.skipUnless(shutil.which("openssl"), "the openssl command is missing")
+class TlsTest(unittest.TestCase):
+    """An HTTPS server (--tls-cert/--tls-key) whose certificate a private CA signed."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="leasegate-pyclient-tls-")
+        cls.ca, cert, key = make_pki(cls.dir)
+        cls.server = Server("--tls-cert", cert, "--tls-key", key)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_cafile_verifies_the_server(self):
+        self.assertTrue(self.server.url.startswith("https://"))
+        client = leasegate.Client(self.server.url, cafile=self.ca)
+        name = unique("tls")
+        with client.lock(name, ttl="2s") as lease:
+            time.sleep(1.0)  # the watchdog renews over TLS too
+            self.assertTrue(lease.valid)
+            self.assertEqual(client.status(name)["holder"]["token"], lease.token)
+        self.assertFalse(client.status(name)["held"])
+
+    def test_without_the_ca_no_request_gets_through(self):
+        client = leasegate.Client(self.server.url, retry_for="200ms")
+        with self.assertRaises(leasegate.Unavailable) as caught:
+            client.acquire(unique("tls"))
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", str(caught.exception))
 
 
 class DurationTest(unittest.TestCase):
