@@ -43,7 +43,8 @@ void config_usage(FILE *out)
             "                              keep the lock space in etcd under PREFIX instead of SQLite (not\n"
             "                              with --data): several gateways share it, one leads and serves,\n"
             "                              the others answer 503 until they win; a gateway that loses\n"
-            "                              leadership exits (status 1) for its supervisor to restart it\n"
+            "                              leadership exits (status 1) for its supervisor to restart it;\n"
+            "                              etcds://... reaches etcd over TLS\n"
             "  --leader-ttl SECONDS        with --store: the etcd lease behind leadership; a dead leader is\n"
             "                              replaced within about this (default 5, 2..60)\n"
             "  --advertise URL             with --store: this gateway's URL as other gateways and clients\n"
@@ -77,7 +78,8 @@ void config_usage(FILE *out)
             "                              serve HTTPS (TLS 1.2 and 1.3) with this certificate (chain) and its\n"
             "                              unencrypted private key, both PEM files read at start\n"
             "  --cacert PEM                CA certificates that https upstreams (--guard) and, with --store,\n"
-            "                              the leader gateway must be signed by (default: the system's)\n"
+            "                              the leader gateway and etcds:// must be signed by (default: the\n"
+            "                              system's)\n"
             "  -h, --help                  show this help\n");
 }
 
@@ -314,6 +316,7 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
         snprintf(err, errlen, "--tls-cert and --tls-key go together: the certificate and its private key");
         return CONFIG_ERROR;
     }
+    c->etcd.cacert = c->cacert;
     if (!c->store_url && leader_flag) {
         snprintf(err, errlen, "--advertise and --leader-ttl need --store etcd://...");
         return CONFIG_ERROR;

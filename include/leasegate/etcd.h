@@ -22,14 +22,17 @@
 
 #define ETCD_MAX_ENDPOINTS 8
 
-/* --store etcd://HOST:PORT[,HOST:PORT...]/PREFIX */
+/* --store etcd://HOST:PORT[,HOST:PORT...]/PREFIX, or etcds://... for etcd
+ * over TLS (its certificate verified against cacert, always). */
 typedef struct EtcdUrl {
-    char endpoints[ETCD_MAX_ENDPOINTS][300]; /* "http://HOST:PORT" */
+    char endpoints[ETCD_MAX_ENDPOINTS][300]; /* "http://HOST:PORT" or "https://HOST:PORT" */
     size_t nendpoints;
     char prefix[256]; /* without leading or trailing '/', never empty */
+    const char *cacert; /* borrowed: the CAs etcd's certificate must be signed by; NULL: the system's */
 } EtcdUrl;
 
-/* false with the reason in err when url is not etcd://HOST:PORT[,...]/PREFIX. */
+/* false with the reason in err when url is not etcd(s)://HOST:PORT[,...]/PREFIX.
+ * Sets no cacert. */
 bool etcd_url_parse(const char *url, EtcdUrl *out, char *err, size_t errlen);
 
 typedef struct EtcdClient EtcdClient;

@@ -18,13 +18,13 @@ struct EtcdClient {
 
 bool etcd_url_parse(const char *url, EtcdUrl *out, char *err, size_t errlen)
 {
-    static const char SCHEME[] = "etcd://";
     memset(out, 0, sizeof *out);
-    if (strncmp(url, SCHEME, sizeof SCHEME - 1) != 0) {
-        snprintf(err, errlen, "--store: '%s' is not etcd://HOST:PORT[,HOST:PORT...]/PREFIX", url);
+    bool tls = !strncmp(url, "etcds://", 8);
+    if (!tls && strncmp(url, "etcd://", 7) != 0) {
+        snprintf(err, errlen, "--store: '%s' is not etcd://HOST:PORT[,HOST:PORT...]/PREFIX (etcds:// over TLS)", url);
         return false;
     }
-    const char *hosts = url + sizeof SCHEME - 1;
+    const char *hosts = url + (tls ? 8 : 7);
     const char *slash = strchr(hosts, '/');
     const char *prefix = slash ? slash + 1 : "";
     size_t plen = strlen(prefix);
@@ -43,12 +43,13 @@ bool etcd_url_parse(const char *url, EtcdUrl *out, char *err, size_t errlen)
         size_t len = (size_t)(end - p);
         const char *colon = memchr(p, ':', len);
         if (len == 0 || !colon || colon == p || colon + 1 == end || out->nendpoints == ETCD_MAX_ENDPOINTS ||
-            len + 8 > sizeof out->endpoints[0]) {
+            len + sizeof "https://" > sizeof out->endpoints[0]) {
             snprintf(err, errlen, "--store: '%.*s' is not HOST:PORT (at most %d endpoints)", (int)len, p,
                      ETCD_MAX_ENDPOINTS);
             return false;
         }
-        snprintf(out->endpoints[out->nendpoints++], sizeof out->endpoints[0], "http://%.*s", (int)len, p);
+        snprintf(out->endpoints[out->nendpoints++], sizeof out->endpoints[0], "%s://%.*s", tls ? "https" : "http",
+                 (int)len, p);
         p = comma ? comma + 1 : slash;
     }
     if (out->nendpoints == 0) {
@@ -139,6 +140,13 @@ static int attempt(EtcdClient *c, const char *endpoint, const char *path, const 
     }
     CURL *h = c->curl;
     curl_easy_reset(h);
+    /* libcurl verifies an https endpoint's certificate and name by default;
+     * --cacert only says which CAs to trust. */
+    if (c->url.cacert && curl_easy_setopt(h, CURLOPT_CAINFO, c->url.cacert) != CURLE_OK) {
+        curl_slist_free_all(headers);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     curl_easy_setopt(h, CURLOPT_URL, target);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, text);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);

@@ -546,5 +546,61 @@ class TlsEtcdTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
 
 
+class TlsEtcdStoreTest(unittest.TestCase):
+    """--store etcds://: the etcd store and election over TLS, verified with --cacert."""
+
+    def setUp(self):
+        import etcd_fixture
+        from upstream import free_port
+        if not etcd_fixture.available():
+            self.skipTest(etcd_fixture.missing_reason())
+        self.pki = Pki()
+        self.addCleanup(self.pki.cleanup)
+        self.etcd_dir = tempfile.mkdtemp(prefix="leasegate-etcd-tls-")
+        self.addCleanup(shutil.rmtree, self.etcd_dir, True)
+        port, peer = free_port(), "http://127.0.0.1:%d" % free_port()
+        self.endpoint = "127.0.0.1:%d" % port
+        url = "https://" + self.endpoint
+        log = open(os.path.join(self.etcd_dir, "etcd.log"), "wb")
+        self.addCleanup(log.close)
+        proc = subprocess.Popen(
+            [etcd_fixture.ETCD_BIN, "--name", "m0", "--data-dir", os.path.join(self.etcd_dir, "data"),
+             "--listen-client-urls", url, "--advertise-client-urls", url, "--listen-peer-urls", peer,
+             "--initial-advertise-peer-urls", peer, "--initial-cluster", "m0=" + peer,
+             "--cert-file", self.pki.cert, "--key-file", self.pki.key],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        self.addCleanup(harness.kill_process, proc)
+        ctx = self.pki.client_context()
+
+        def ready():
+            try:
+                conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=2, context=ctx)
+                conn.request("POST", "/v3/kv/range", body=b'{"key":"eA=="}')
+                ok = conn.getresponse().status == 200
+                conn.close()
+                return ok
+            except OSError:
+                return False
+        self.assertTrue(wait_for(ready, 30), "etcd with TLS did not start")
+
+    def test_the_store_trusts_etcd_only_with_cacert(self):
+        g = Server(store="etcds://%s/lg-tls" % self.endpoint, extra_args=["--leader-ttl", "2", "--cacert", self.pki.ca])
+        self.addCleanup(g.cleanup)
+        role = lambda: g.request("GET", "/healthz")[2].get("role")  # noqa: E731
+        self.assertEqual(wait_for(lambda: role() == "leader", 30), True, g.stderr_text())
+        status, _, grant = g.acquire("over/tls", ttl_ms=30000)
+        self.assertEqual(status, 200, grant)
+        g.restart()  # the lock space comes back from etcd, over TLS
+        self.assertEqual(wait_for(lambda: role() == "leader", 30), True, g.stderr_text())
+        status, _, body = g.get_lock("over/tls")
+        self.assertEqual((status, body["holder"]["token"]), (200, grant["token"]), body)
+        # Without --cacert (the system's CAs) the certificate is refused: no start.
+        r = subprocess.run([binary_path(), "serve", "--listen", "127.0.0.1:0", "--store",
+                            "etcds://%s/lg-tls" % self.endpoint], stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(b"SSL", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
