@@ -316,6 +316,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
         snprintf(err, errlen, "--tls-cert and --tls-key go together: the certificate and its private key");
         return CONFIG_ERROR;
     }
+    if (c->tls_cert && !strncmp(c->advertise, "http://", 7)) {
+        snprintf(err, errlen, "--advertise %s: with --tls-cert this gateway serves https://", c->advertise);
+        return CONFIG_ERROR;
+    }
     c->etcd.cacert = c->cacert;
     if (!c->store_url && leader_flag) {
         snprintf(err, errlen, "--advertise and --leader-ttl need --store etcd://...");

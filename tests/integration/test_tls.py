@@ -314,6 +314,13 @@ class TlsStartTest(unittest.TestCase):
             self.assertEqual(rc, 2, err)
             self.assertIn("--tls-cert and --tls-key go together", err)
 
+    def test_an_http_advertise_url_with_tls_is_a_usage_error(self):
+        r = subprocess.run([binary_path(), "serve", "--store", "etcd://127.0.0.1:2379/lg", "--advertise",
+                            "http://10.0.0.5:7400"] + self.pki.serve_args(), stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(b"with --tls-cert this gateway serves https://", r.stderr)
+
     def test_unreadable_and_wrong_files(self):
         missing = os.path.join(self.pki.dir, "missing.pem")
         cases = [
