@@ -31,4 +31,7 @@ EXPOSE 7400
 ENV LEASEGATE_SERVER=http://127.0.0.1:7400
 HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["leasegate", "healthcheck"]
 STOPSIGNAL SIGTERM
-CMD ["leasegate", "serve", "--listen", "0.0.0.0:7400", "--data", "/data/leasegate.db"]
+# Inside its own network namespace the server must listen on all addresses; only a port
+# that is published reaches it. For a service shared between teams, mount a key file and
+# run `leasegate serve --listen 0.0.0.0:7400 --data /data/leasegate.db --auth-file /keys`.
+CMD ["leasegate", "serve", "--listen", "0.0.0.0:7400", "--data", "/data/leasegate.db", "--insecure-no-auth"]

@@ -80,6 +80,12 @@ void config_usage(FILE *out)
             "  --cacert PEM                CA certificates that https upstreams (--guard) and, with --store,\n"
             "                              the leader gateway and etcds:// must be signed by (default: the\n"
             "                              system's)\n"
+            "  --auth-file PATH            API keys (see leasegate keygen): every request needs\n"
+            "                              Authorization: Bearer KEY, within the key's role and lock-name\n"
+            "                              prefixes (401 without a known key, 403 out of its scope);\n"
+            "                              SIGHUP reloads the file (a bad file keeps the old keys)\n"
+            "  --auth-metrics              with --auth-file: /, /healthz and /metrics need a key too\n"
+            "  --insecure-no-auth          listen beyond loopback without --auth-file (refused otherwise)\n"
             "  -h, --help                  show this help\n");
 }
 
@@ -204,8 +210,8 @@ static const NumFlag *num_flag(const char *name)
     return NULL;
 }
 
-static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",    "--min-token",
-                                           "--access-log", "--store", "--advertise",
+static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",     "--min-token",
+                                           "--access-log", "--store", "--advertise", "--auth-file",
                                            "--tls-cert",   "--tls-key", "--cacert"};
 
 static bool known_flag(const char *name)
@@ -227,6 +233,14 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
                      value);
             return -1;
         }
+        return 0;
+    }
+    if (!strcmp(flag, "--auth-file")) {
+        if (!*value) {
+            snprintf(err, errlen, "--auth-file: empty path");
+            return -1;
+        }
+        c->auth_file = value;
         return 0;
     }
     if (!strcmp(flag, "--data") || !strcmp(flag, "--access-log")) {
@@ -291,6 +305,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
         const char *flag = argv[i];
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help"))
             return CONFIG_HELP;
+        if (!strcmp(flag, "--auth-metrics") || !strcmp(flag, "--insecure-no-auth")) {
+            *(!strcmp(flag, "--auth-metrics") ? &c->auth_metrics : &c->insecure_no_auth) = true;
+            continue;
+        }
         if (strncmp(flag, "--", 2) != 0) {
             snprintf(err, errlen, "unexpected argument '%s' (flags start with --; see leasegate serve --help)", flag);
             return CONFIG_ERROR;
@@ -323,6 +341,22 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
     c->etcd.cacert = c->cacert;
     if (!c->store_url && leader_flag) {
         snprintf(err, errlen, "--advertise and --leader-ttl need --store etcd://...");
+        return CONFIG_ERROR;
+    }
+    if (c->auth_metrics && !c->auth_file) {
+        snprintf(err, errlen, "--auth-metrics needs --auth-file");
+        return CONFIG_ERROR;
+    }
+    if (c->auth_file && c->insecure_no_auth) {
+        snprintf(err, errlen, "--auth-file and --insecure-no-auth exclude each other");
+        return CONFIG_ERROR;
+    }
+    if (!c->auth_file && !c->insecure_no_auth && listener_beyond_loopback(c->listen_host)) {
+        snprintf(err, errlen,
+                 "--listen %s reaches beyond this machine, and without --auth-file anyone who reaches it may "
+                 "take or release any lock: give --auth-file PATH (see leasegate keygen), or --insecure-no-auth "
+                 "if a firewall or a private network already keeps others out",
+                 c->listen_host);
         return CONFIG_ERROR;
     }
     return CONFIG_OK;

@@ -121,6 +121,12 @@ static int load_ended(void *ud, const StoreEnded *e)
     return 0;
 }
 
+static int load_revoked(void *ud, uint64_t token)
+{
+    LoadCtx *ctx = ud;
+    return revoked_add(ctx->s->revoked, token) ? 0 : -1;
+}
+
 static int load_floor(void *ud, const StoreFloor *f)
 {
     LoadCtx *ctx = ud;
@@ -217,6 +223,18 @@ int gateway_open(Server *s, const Config *cfg)
         fprintf(stderr, "leasegate: %s\n", err);
         return -1;
     }
+    if (cfg->auth_file) {
+        if (!(s->auth = auth_load(cfg->auth_file, err, sizeof err))) {
+            fprintf(stderr, "leasegate: --auth-file %s\n", err);
+            return -1;
+        }
+        fprintf(stderr, "leasegate: %zu API keys from %s; every request needs one\n", auth_count(s->auth),
+                cfg->auth_file);
+    } else if (cfg->insecure_no_auth) {
+        fprintf(stderr, "leasegate: WARNING: --insecure-no-auth: anyone who reaches %s may take or release any "
+                        "lock\n",
+                cfg->listen_host);
+    }
     if (cfg->store_url) {
         if (become_leader(s, cfg, &s->listen_fd))
             return -1;
@@ -242,12 +260,14 @@ int gateway_open(Server *s, const Config *cfg)
     s->fence = fence_new(cfg->max_fences, (int64_t)cfg->forget_idle_s * 1000, &fence_hooks);
     /* Guard marks go with their lock (on_forgotten), never on their own. */
     s->guard_marks = fence_new(cfg->max_locks, 0, NULL);
-    if (!s->commit || !s->locks || !s->fence || !s->guard_marks) {
+    s->revoked = revoked_new();
+    if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked) {
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
         return -1;
     }
     LoadCtx ctx = {s, clock_now(), 0, 0};
-    StoreLoad cb = {&ctx, load_lock, load_fence, load_guard_mark, load_floor, load_history_seq, load_ended};
+    StoreLoad cb = {&ctx,      load_lock,         load_fence, load_guard_mark, load_floor, load_history_seq,
+                    load_ended, load_revoked};
     commit_keep_history(s->commit, cfg->lease_history);
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {
@@ -326,10 +346,27 @@ void gateway_close(Server *s)
     locktab_free(s->locks);
     fence_free(s->fence);
     fence_free(s->guard_marks);
+    revoked_free(s->revoked);
     if (s->store)
         store_close(s->store);
     /* Last: resigning lets the next gateway lead, after everything is committed. */
     election_free(s->election);
     accesslog_close(s->access_log);
     tls_clear(&s->tls);
+    auth_unref(s->auth);
+}
+
+void gateway_reload_keys(Server *s)
+{
+    if (!s->cfg.auth_file)
+        return;
+    char err[512];
+    AuthTable *t = auth_load(s->cfg.auth_file, err, sizeof err);
+    if (!t) {
+        fprintf(stderr, "leasegate: SIGHUP: keeping the %zu API keys loaded before: %s\n", auth_count(s->auth), err);
+        return;
+    }
+    auth_unref(s->auth); /* requests that began under it hold their own reference */
+    s->auth = t;
+    fprintf(stderr, "leasegate: SIGHUP: %zu API keys from %s\n", auth_count(t), s->cfg.auth_file);
 }

@@ -60,6 +60,7 @@ static int serve(int argc, char **argv)
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP); /* reloads --auth-file (runloop.c); never ends the server */
     pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
     Server s;
@@ -86,7 +87,7 @@ int main(int argc, char **argv)
         int (*fn)(int argc, char **argv);
     } CLIENT[] = {{"run", cli_run},         {"acquire", cli_acquire}, {"renew", cli_renew},
                   {"release", cli_release}, {"status", cli_status},   {"list", cli_list},
-                  {"backup", cli_backup},   {"healthcheck", cli_healthcheck}};
+                  {"backup", cli_backup},   {"healthcheck", cli_healthcheck}, {"keygen", cli_keygen}};
     if (!strcmp(cmd, "serve"))
         return serve(argc - 2, argv + 2);
     for (size_t i = 0; i < sizeof CLIENT / sizeof CLIENT[0]; i++)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "leasegate/container.h"
+#include "leasegate/gateway.h"
 #include "leasegate/http.h"
 #include "leasegate/loop.h"
 #include "leasegate/park.h"
@@ -58,8 +59,12 @@ static int signal_ready(LoopSource *src, uint32_t events)
     (void)events;
     Run *r = CONTAINER_OF(src, Run, signal);
     struct signalfd_siginfo si;
-    while (read(r->sigfd, &si, sizeof si) == (ssize_t)sizeof si)
-        r->s->stopping = true;
+    while (read(r->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGHUP)
+            gateway_reload_keys(r->s);
+        else
+            r->s->stopping = true;
+    }
     return 0;
 }
 
@@ -173,6 +178,7 @@ int runloop_run(Server *s)
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
     r.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);
     int mhd_fd = info ? info->epoll_fd : -1;

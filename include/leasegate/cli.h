@@ -62,6 +62,7 @@ int cli_list(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_backup(int argc, char **argv);
 int cli_healthcheck(int argc, char **argv);
+int cli_keygen(int argc, char **argv);
 /* Parses a duration flag's value; on failure prints why (a missing unit is
  * named) and returns false. */
 bool cli_duration_arg(const char *cmd, const char *flag, const char *value, int64_t *ms);

@@ -49,6 +49,9 @@ typedef struct Config {
     const char *tls_cert;         /* --tls-cert PEM path, borrowed; NULL: plain HTTP */
     const char *tls_key;          /* --tls-key PEM path, given with --tls-cert */
     const char *cacert;           /* --cacert: CAs that outbound https calls trust; NULL: the system's */
+    const char *auth_file;        /* --auth-file: borrowed; NULL: no API keys */
+    bool auth_metrics;            /* --auth-metrics: /, /healthz and /metrics need a key too */
+    bool insecure_no_auth;        /* --insecure-no-auth: listen beyond loopback without keys */
 } Config;
 
 typedef enum ConfigResult { CONFIG_OK, CONFIG_HELP, CONFIG_ERROR } ConfigResult;

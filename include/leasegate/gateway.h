@@ -16,5 +16,8 @@
  * campaign); gateway_close undoes what was done either way. */
 int gateway_open(Server *s, const Config *cfg);
 void gateway_close(Server *s);
+/* SIGHUP: loads --auth-file again; a file that does not load keeps the keys
+ * there were (and says why on stderr). */
+void gateway_reload_keys(Server *s);
 
 #endif

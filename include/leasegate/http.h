@@ -100,6 +100,10 @@ void http_cancel_waiters(Server *s);
 void http_close_suspended(Server *s);
 
 const char *http_query(Request *req, const char *key);
+/* A request header's value (the first of that name), or NULL. */
+const char *http_header(Request *req, const char *name);
+/* Adds a header to the answer already made (no-op without one). */
+void http_add_header(Request *req, const char *name, const char *value);
 /* Writes out the access log lines buffered so far (once per loop turn). */
 void http_flush_log(Server *s);
 

@@ -18,6 +18,7 @@
 typedef enum LeaseEnd {
     LEASE_END_EXPIRED = 1,
     LEASE_END_RELEASED = 2,
+    LEASE_END_REVOKED = 3, /* force-released by an admin */
 } LeaseEnd;
 
 typedef struct LeaseHist LeaseHist;

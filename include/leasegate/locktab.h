@@ -119,6 +119,7 @@ typedef enum NotHolderReason {
     REASON_EXPIRED,
     REASON_SUPERSEDED,
     REASON_RELEASED,
+    REASON_REVOKED,
 } NotHolderReason;
 
 typedef struct Locktab Locktab;
@@ -149,6 +150,11 @@ LockResult locktab_renew(Locktab *lt, const char *name, const uint8_t *lease, in
  * first waiter. *count_left is the count after the release. */
 LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, const Now *now,
                            uint32_t *count_left);
+/* An admin's force-release: ends the holder's lease whatever its reentry
+ * count (hooks.ended with LEASE_END_REVOKED) and grants the lock to the first
+ * waiter. LOCK_NOT_HOLDER when nobody holds it; LOCK_OK with the ended
+ * lease's token in *token. */
+LockResult locktab_revoke(Locktab *lt, const char *name, const Now *now, uint64_t *token);
 /* The lock `name` held by `lease` right now (its deadline not passed, even
  * if locktab_tick has not run yet), or NULL. */
 const Lock *locktab_held_by(const Locktab *lt, const char *name, const uint8_t *lease, const Now *now);

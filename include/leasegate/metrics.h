@@ -15,6 +15,7 @@ typedef struct Metrics {
     uint64_t replays;            /* acquires answered with the grant of their request_id */
     uint64_t renewals;
     uint64_t releases;           /* release calls that succeeded */
+    uint64_t force_releases;     /* leases an admin ended (DELETE /v1/locks/{name}) */
     uint64_t expiries;           /* leases ended by their TTL */
     uint64_t wait_timeouts;
     uint64_t waiter_disconnects;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "leasegate/auth.h"
 #include "leasegate/commit.h"
 #include "leasegate/dlist.h"
 #include "leasegate/locktab.h"
@@ -71,6 +72,13 @@ typedef struct RequestGrant {
     uint8_t lease[LEASE_ID_BYTES];
 } RequestGrant;
 
+/* The API key a request was let in with (access.h): the API's. The table is
+ * held until the request ends, so a reload cannot free the key under it. */
+typedef struct RequestAccess {
+    AuthTable *table; /* a reference, or NULL (no --auth-file, or no key needed) */
+    const AuthKey *key; /* in table */
+} RequestAccess;
+
 /* The HTTP layer creates, answers and ends a request; each part below it
  * names is written by one layer only. */
 struct Request {
@@ -109,6 +117,7 @@ struct Request {
     RequestPark park;
     RequestGuard guard;
     RequestGrant grant;
+    RequestAccess access;
 };
 
 #endif

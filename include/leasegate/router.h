@@ -6,6 +6,7 @@
 #ifndef LEASEGATE_ROUTER_H
 #define LEASEGATE_ROUTER_H
 
+#include "leasegate/access.h"
 #include "leasegate/http.h"
 
 typedef enum RouteResult { ROUTE_FOUND, ROUTE_NOT_FOUND, ROUTE_BAD_METHOD } RouteResult;
@@ -15,6 +16,8 @@ typedef struct RouteMatch {
     Handler handler;
     char *arg;         /* owned by the caller: the name or resource in the path, or NULL */
     const char *allow; /* for ROUTE_BAD_METHOD */
+    Access access;     /* for ROUTE_FOUND: who may call it (access.h) */
+    bool json;         /* for ROUTE_FOUND: its body must be declared application/json */
 } RouteMatch;
 
 void router_match(const char *method, const char *url, RouteMatch *m);

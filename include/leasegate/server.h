@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "leasegate/auth.h"
 #include "leasegate/commit.h"
 #include "leasegate/config.h"
 #include "leasegate/election.h"
@@ -21,6 +22,7 @@
 #include "leasegate/leaseid.h"
 #include "leasegate/locktab.h"
 #include "leasegate/metrics.h"
+#include "leasegate/revoked.h"
 #include "leasegate/store.h"
 #include "leasegate/tls.h"
 
@@ -39,6 +41,7 @@ typedef struct Server {
     Locktab *locks;
     Fence *fence;
     Fence *guard_marks; /* per lock: the highest token the guard has let through */
+    Revoked *revoked;   /* tokens of force-released leases: refused at /v1/fence */
     Proxy *proxy;       /* the guard's upstream calls */
     Guard *guard;       /* the guard's write queues */
     struct MHD_Daemon *daemon;
@@ -46,6 +49,7 @@ typedef struct Server {
     const struct HttpApp *app; /* the layers above HTTP (http.h) */
     Loop *loop;
     Metrics metrics;
+    AuthTable *auth;   /* --auth-file's keys (a reference; SIGHUP swaps it), or NULL: no keys needed */
     LeaseIds lease_ids;
     FILE *access_log;  /* --access-log, or NULL */
     Tls tls;           /* HTTPS (--tls-cert) and the CAs of outbound https calls (--cacert) */

@@ -78,6 +78,9 @@ typedef struct StoreLoad {
     int (*history_seq)(void *ud, uint64_t seq);
     /* After the locks: ended leases, oldest first. */
     int (*ended)(void *ud, const StoreEnded *ended);
+    /* The token of every lease ever force-released (how LEASE_END_REVOKED):
+     * kept whatever the history keeps. */
+    int (*revoked)(void *ud, uint64_t token);
 } StoreLoad;
 
 typedef struct Store Store;

@@ -76,6 +76,7 @@ void api_metrics(Request *req)
             m->replays);
     counter(f, "leasegate_renewals_total", "Successful renewals.", m->renewals);
     counter(f, "leasegate_releases_total", "Successful releases.", m->releases);
+    counter(f, "leasegate_force_releases_total", "Leases an admin force-released.", m->force_releases);
     counter(f, "leasegate_expiries_total", "Leases ended by their TTL.", locktab_expiries(s->locks));
     counter(f, "leasegate_locks_forgotten_total", "Idle locks forgotten (--forget-idle-after).",
             locktab_forgotten(s->locks));

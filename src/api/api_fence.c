@@ -36,6 +36,14 @@ void api_fence(Request *req)
                          (unsigned long long)issued);
         return;
     }
+    if (revoked_has(s->revoked, (uint64_t)token)) {
+        s->metrics.fence_rejected++;
+        http_reply_error(req, ERR_STALE_TOKEN,
+                         json_pack("{s:s, s:I, s:I, s:b}", "resource", req->arg, "token", token, "max_token",
+                                   (json_int_t)fence_max(s->fence, req->arg), "revoked", 1),
+                         "token %lld belonged to a lease an admin force-released", (long long)token);
+        return;
+    }
     Now now = clock_now();
     uint64_t max;
     FenceResult r = fence_check(s->fence, req->arg, (uint64_t)token, &now, &max);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <uuid/uuid.h>
 
+#include "leasegate/access.h"
 #include "leasegate/api.h"
 #include "leasegate/body.h"
 #include "leasegate/names.h"
@@ -76,6 +77,7 @@ static const char *const REASONS[] = {
     [REASON_EXPIRED] = "expired",
     [REASON_SUPERSEDED] = "superseded",
     [REASON_RELEASED] = "released",
+    [REASON_REVOKED] = "revoked",
 };
 
 static const char *const REASON_TEXT[] = {
@@ -83,6 +85,7 @@ static const char *const REASON_TEXT[] = {
     [REASON_EXPIRED] = "its TTL ran out",
     [REASON_SUPERSEDED] = "its TTL ran out and the lock has since been granted to another lease",
     [REASON_RELEASED] = "it was released",
+    [REASON_REVOKED] = "an admin force-released the lock",
 };
 
 static void reply_not_holder(Request *req, const char *name, const uint8_t *lease)
@@ -282,6 +285,44 @@ void api_release(Request *req)
     json_decref(obj);
 }
 
+/* DELETE /v1/locks/{name} (admin): ends the holder's lease, whoever holds it
+ * and whatever its reentry count, and hands the lock to the next waiter. Its
+ * token is revoked first: from then on /v1/fence refuses it (the holder was
+ * told nothing and may still write), and the guard refuses its lease. The
+ * ended lease, and with it the revoked token, is in the batch the answer
+ * waits for. */
+void api_force_release(Request *req)
+{
+    Server *s = req->srv;
+    if (!body_check_name(req, "name", req->arg))
+        return;
+    Now now = clock_now();
+    const Lock *lock = locktab_get(s->locks, req->arg);
+    json_t *revoked = json_null();
+    if (lock && lock->held && lock->holder.deadline_ms > now.mono_ms) {
+        uint64_t token = lock->holder.token;
+        revoked = json_pack("{s:s, s:I}", "owner", lock->holder.owner, "token", (json_int_t)token);
+        if (!revoked || !revoked_add(s->revoked, token)) {
+            json_decref(revoked);
+            http_reply_error(req, ERR_OVERLOADED, NULL, "%s",
+                             revoked && revoked_count(s->revoked) == REVOKED_MAX
+                                 ? "a million leases were force-released already: no more can be"
+                                 : "out of memory; retry");
+            return;
+        }
+        locktab_revoke(s->locks, req->arg, &now, &token);
+        s->metrics.force_releases++;
+    }
+    RawRefs refs = {.n = 0};
+    json_t *state = lock_state_new(req->arg, locktab_get(s->locks, req->arg), &refs);
+    if (!state || json_object_set_new(state, "revoked", revoked)) {
+        json_decref(state);
+        reply_overloaded(req, LOCK_NOMEM);
+        return;
+    }
+    http_reply_json_raw_new(req, 200, state, &refs);
+}
+
 void api_get_lock(Request *req)
 {
     if (!body_check_name(req, "name", req->arg))
@@ -315,6 +356,8 @@ void api_list_locks(Request *req)
     if (!prefix)
         prefix = "";
     if (*prefix && !body_check_name(req, "prefix", prefix))
+        return;
+    if (!access_check_listing(req, prefix))
         return;
     if (after && !body_check_name(req, "after", after))
         return;

@@ -1,23 +1,67 @@
 /* dispatch — the layers above HTTP; see include/leasegate/dispatch.h. */
 #include "leasegate/dispatch.h"
 
+#include <string.h>
+#include <strings.h>
+
+#include "leasegate/access.h"
 #include "leasegate/api.h"
 #include "leasegate/guard.h"
+#include "leasegate/guardpath.h"
 #include "leasegate/router.h"
+
+/* Is the declared media type application/json (parameters such as charset
+ * allowed)? A page on another origin can send text/plain or a form without
+ * asking (no CORS preflight), never application/json: requiring it keeps web
+ * pages off the API even on localhost. */
+static bool declared_json(const char *ctype)
+{
+    if (!ctype)
+        return false;
+    while (*ctype == ' ' || *ctype == '\t')
+        ctype++;
+    static const char JSON[] = "application/json";
+    if (strncasecmp(ctype, JSON, sizeof JSON - 1))
+        return false;
+    char next = ctype[sizeof JSON - 1];
+    return next == '\0' || next == ';' || next == ' ' || next == '\t';
+}
+
+/* A guarded request needs a key that may touch the lock its path is bound
+ * to. A path the guard will refuse anyway (not canonical) is left to it once
+ * the key is known. */
+static bool guard_allowed(Request *req, const GuardRoute *g)
+{
+    if (!req->srv->auth)
+        return true;
+    char lock[300];
+    const char *problem = NULL;
+    const char *name = g->lock[0] ? g->lock
+                                  : guardpath_lock(req->raw_uri + strlen(g->prefix), lock, sizeof lock, &problem);
+    return access_check(req, ACCESS_LOCKS, name ? name : "");
+}
 
 static void begin(Request *req, const char *method, const char *url)
 {
     const GuardRoute *g = guard_match(req->srv, req->raw_uri);
     if (g) {
-        guard_begin(req, g, method);
+        if (guard_allowed(req, g))
+            guard_begin(req, g, method);
         return;
     }
     RouteMatch m;
     router_match(method, url, &m);
     req->arg = m.arg; /* taken over */
-    if (m.result == ROUTE_FOUND)
+    if (m.result == ROUTE_FOUND) {
+        if (!access_check(req, m.access, m.arg))
+            return;
+        if (m.json && !declared_json(http_header(req, "Content-Type"))) {
+            http_reply_error(req, ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
+                             "the body must be declared Content-Type: application/json (curl: --json '{...}')");
+            return;
+        }
         req->handler = m.handler;
-    else if (m.result == ROUTE_BAD_METHOD)
+    } else if (m.result == ROUTE_BAD_METHOD)
         req->allow = m.allow;
 }
 
@@ -25,6 +69,7 @@ static void end(Request *req, bool delivered)
 {
     guard_request_end(req);
     api_request_end(req, delivered);
+    access_end(req);
 }
 
 static const HttpApp app = {begin, api_waiter_left, end};

@@ -22,18 +22,21 @@ typedef struct Route {
     const char *action;
     Handler handler;
     const char *allow; /* every method this path shape accepts */
+    Access access;
+    bool json;         /* takes a JSON body (declared application/json) */
 } Route;
 
 static const Route ROUTES[] = {
-    {"GET", EXACT, "/", NULL, api_dashboard, "GET, HEAD"},
-    {"GET", EXACT, "/healthz", NULL, api_healthz, "GET, HEAD"},
-    {"GET", EXACT, "/metrics", NULL, api_metrics, "GET, HEAD"},
-    {"GET", EXACT, "/v1/locks", NULL, api_list_locks, "GET, HEAD"},
-    {"POST", LOCK_ACTION, "/v1/locks/", "acquire", api_acquire, "POST"},
-    {"POST", LOCK_ACTION, "/v1/locks/", "renew", api_renew, "POST"},
-    {"POST", LOCK_ACTION, "/v1/locks/", "release", api_release, "POST"},
-    {"GET", LOCK_NAME, "/v1/locks/", NULL, api_get_lock, "GET, HEAD"},
-    {"POST", RESOURCE, "/v1/fence/", NULL, api_fence, "POST"},
+    {"GET", EXACT, "/", NULL, api_dashboard, "GET, HEAD", ACCESS_OPEN, false},
+    {"GET", EXACT, "/healthz", NULL, api_healthz, "GET, HEAD", ACCESS_OPEN, false},
+    {"GET", EXACT, "/metrics", NULL, api_metrics, "GET, HEAD", ACCESS_OPEN, false},
+    {"GET", EXACT, "/v1/locks", NULL, api_list_locks, "GET, HEAD", ACCESS_LOCKS, false},
+    {"POST", LOCK_ACTION, "/v1/locks/", "acquire", api_acquire, "POST", ACCESS_LOCKS, true},
+    {"POST", LOCK_ACTION, "/v1/locks/", "renew", api_renew, "POST", ACCESS_LOCKS, true},
+    {"POST", LOCK_ACTION, "/v1/locks/", "release", api_release, "POST", ACCESS_LOCKS, true},
+    {"GET", LOCK_NAME, "/v1/locks/", NULL, api_get_lock, "GET, HEAD, DELETE", ACCESS_LOCKS, false},
+    {"DELETE", LOCK_NAME, "/v1/locks/", NULL, api_force_release, "GET, HEAD, DELETE", ACCESS_ADMIN, false},
+    {"POST", RESOURCE, "/v1/fence/", NULL, api_fence, "POST", ACCESS_FENCE, true},
 };
 
 /* Does url have this route's shape? On success *arg_out is the name part (owned). */
@@ -82,6 +85,8 @@ void router_match(const char *method, const char *url, RouteMatch *m)
             m->result = ROUTE_FOUND;
             m->handler = r->handler;
             m->arg = arg;
+            m->access = r->access;
+            m->json = r->json;
             return;
         }
         free(arg);

@@ -133,6 +133,18 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
     }
     CURL *e = curl_easy_init();
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    /* The API key from the environment, never from argv (which ps shows). */
+    const char *key = getenv("LEASEGATE_KEY");
+    char *auth = NULL;
+    if (headers && key && *key) {
+        struct curl_slist *h = asprintf(&auth, "Authorization: Bearer %s", key) < 0 ? NULL
+                                                                                     : curl_slist_append(headers, auth);
+        if (h)
+            headers = h;
+        else
+            curl_slist_free_all(headers), headers = NULL;
+        free(auth);
+    }
     Sink sink = {NULL, 0, false};
     int rc = -1;
     if (!e || !headers) {

@@ -501,6 +501,16 @@ LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, 
     return LOCK_OK;
 }
 
+LockResult locktab_revoke(Locktab *lt, const char *name, const Now *now, uint64_t *token)
+{
+    Lock *lock = find(lt, name);
+    if (!lock || !lock->held || lock->holder.deadline_ms <= now->mono_ms)
+        return LOCK_NOT_HOLDER;
+    *token = lock->holder.token;
+    end_lease(lt, lock, LEASE_END_REVOKED, now);
+    return LOCK_OK;
+}
+
 const Lock *locktab_held_by(const Locktab *lt, const char *name, const uint8_t *lease, const Now *now)
 {
     const Lock *lock = find(lt, name);
@@ -515,7 +525,7 @@ void locktab_load_ended(Locktab *lt, const char *name, const uint8_t *lease, uin
                         uint64_t seq)
 {
     const Lock *lock = find(lt, name);
-    if (lock && (how == LEASE_END_EXPIRED || how == LEASE_END_RELEASED))
+    if (lock && (how == LEASE_END_EXPIRED || how == LEASE_END_RELEASED || how == LEASE_END_REVOKED))
         leasehist_load(lt->history, lease, lock->id, token, (LeaseEnd)how, seq);
 }
 
@@ -529,6 +539,8 @@ NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8
         return REASON_UNKNOWN;
     if (how == LEASE_END_RELEASED)
         return REASON_RELEASED;
+    if (how == LEASE_END_REVOKED)
+        return REASON_REVOKED;
     return lock->last_token > token ? REASON_SUPERSEDED : REASON_EXPIRED;
 }
 

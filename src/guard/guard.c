@@ -133,6 +133,7 @@ static const char *const REASONS[] = {
     [REASON_EXPIRED] = "the lease expired",
     [REASON_SUPERSEDED] = "the lease expired and the lock has a newer holder",
     [REASON_RELEASED] = "the lease was released",
+    [REASON_REVOKED] = "an admin force-released the lock",
 };
 
 /* Why a write by `lease` with `token` may not go upstream now, or NULL. */
@@ -290,8 +291,11 @@ static char *upstream_url(const GuardRoute *g, const char *raw_uri)
     return url;
 }
 
-/* Never forwarded: the lease is the secret, and the guard sets the others itself. */
+/* Never forwarded: the lease is the secret, and the guard sets the others
+ * itself; with API keys (--auth-file), the key is leasegate's, not the
+ * upstream's, so Authorization stops here too. */
 static const char *const DROP[] = {"Fencing-Lease", "Fencing-Token", "Fencing-Lock", NULL};
+static const char *const DROP_WITH_KEYS[] = {"Fencing-Lease", "Fencing-Token", "Fencing-Lock", "Authorization", NULL};
 
 /* Checks of the headers that every guarded request passes. */
 /* *framed: the request declares a body (Content-Length, even 0, or
@@ -472,7 +476,8 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method)
     char *url = upstream_url(route, req->raw_uri);
     /* A read passes with no body (acceptable() saw to that): declaring one,
      * even of 0 bytes, would make curl send it as an upload (a PUT). */
-    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, write && framed, content_length, DROP, add) : NULL;
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, write && framed, content_length,
+                                                   s->auth ? DROP_WITH_KEYS : DROP, add) : NULL;
     free(url);
     GuardQueue *q = w && req->guard.call ? queue_for(g, lock) : NULL;
     if (!req->guard.call || (w && (!q || !raise_mark(s, lock, w->token)))) {

@@ -14,6 +14,7 @@ static const struct {
     [ERR_NOT_HOLDER] = {"not_holder", 409},
     [ERR_STALE_TOKEN] = {"stale_token", 409},
     [ERR_PAYLOAD_TOO_LARGE] = {"payload_too_large", 413},
+    [ERR_UNSUPPORTED_MEDIA_TYPE] = {"unsupported_media_type", 415},
     [ERR_URI_TOO_LONG] = {"uri_too_long", 414},
     [ERR_HEADERS_TOO_LARGE] = {"headers_too_large", 431},
     [ERR_TOKEN_REQUIRED] = {"token_required", 428},

@@ -292,6 +292,17 @@ const char *http_query(Request *req, const char *key)
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+const char *http_header(Request *req, const char *name)
+{
+    return req->conn ? MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name) : NULL;
+}
+
+void http_add_header(Request *req, const char *name, const char *value)
+{
+    if (req->response)
+        MHD_add_response_header(req->response, name, value);
+}
+
 /* A waiter's client may vanish without a FIN or RST (a dead host, a dropped
  * network): TCP keepalive probes find out, and the socket then reports an
  * error, which takes the waiter out of the queue within --dead-client-after
@@ -485,6 +496,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return queue_stored(req);
             return req->close ? MHD_NO : MHD_YES;
         }
+        /* Refused from its headers alone (401, 403, 415): answered before its
+         * body is read, which libmicrohttpd then skips or drops. */
+        if (req->response)
+            return queue_stored(req);
         if (content_length_too_big(conn))
             return reply_now(req, ERR_PAYLOAD_TOO_LARGE, "request body is larger than 65536 bytes");
         return MHD_YES;

@@ -4,12 +4,35 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+static bool loopback_addr(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family != AF_INET6)
+        return false;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+bool listener_beyond_loopback(const char *host)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
+        return false;
+    bool beyond = false;
+    for (const struct addrinfo *ai = res; ai; ai = ai->ai_next)
+        beyond = beyond || !loopback_addr(ai->ai_addr);
+    freeaddrinfo(res);
+    return beyond;
+}
 
 bool listener_parse(const char *spec, char *host, size_t hostlen, uint16_t *port)
 {

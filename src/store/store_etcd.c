@@ -9,6 +9,8 @@
  *   PREFIX/fences/RESOURCE    decimal max token
  *   PREFIX/guard/LOCK         decimal max token the guard let through
  *   PREFIX/floors/BUCKET      decimal floor (BUCKET zero-padded to 10 digits)
+ *   PREFIX/revoked/TOKEN      the lock name: a force-released lease's token (TOKEN zero-padded
+ *                             to 20 digits), never pruned
  *   PREFIX/history/SEQ        JSON {lock, lease, token, how} (SEQ zero-padded to 20 digits,
  *                             so key order is seq order)
  *
@@ -35,6 +37,7 @@
 #include <uuid/uuid.h>
 
 #include "leasegate/etcd.h"
+#include "leasegate/leasehist.h"
 
 /* etcd's default --max-txn-ops: no transaction carries more operations. */
 #define TXN_MAX_OPS 128
@@ -196,9 +199,15 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
     bool prune = b->nended && keep && last > keep && last - keep >= s->pruned_upto + chunk;
     uint64_t upto = prune ? last - keep : 0;
     *prune_upto = upto;
-    for (size_t i = 0; i < b->nended; i++)
+    for (size_t i = 0; i < b->nended; i++) {
         if (b->ended[i].seq > upto)
             ops_add(ops, history_key(s, b->ended[i].seq), ended_value(&b->ended[i]), NULL, PRIO_PUT);
+        if (b->ended[i].how == LEASE_END_REVOKED) {
+            char token[24];
+            snprintf(token, sizeof token, "%020" PRIu64, b->ended[i].token);
+            ops_add(ops, key_of(s, "revoked", token), strdup(b->ended[i].lock), NULL, PRIO_PUT);
+        }
+    }
     if (prune)
         ops_add(ops, history_key(s, 0), NULL, history_key(s, upto + 1), PRIO_PRUNE);
 }
@@ -551,6 +560,17 @@ static int load_floor(EtcdStore *s, const StoreLoad *cb, const char *name, const
     return 0;
 }
 
+static int load_revoked(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    (void)arg, (void)value;
+    uint64_t token;
+    if (!parse_u64(name, &token) || cb->revoked(cb->ud, token)) {
+        snprintf(s->err, sizeof s->err, "cannot load revoked token %s", name);
+        return -1;
+    }
+    return 0;
+}
+
 static int load_ended(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
 {
     (void)arg;
@@ -655,7 +675,7 @@ static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
     int (*fence)(void *, const StoreMark *) = cb->fence, (*guard_mark)(void *, const StoreMark *) = cb->guard_mark;
     if (range_all(s, "locks", cb, load_lock, &max_token) || range_all(s, "fences", cb, load_mark, &fence) ||
         range_all(s, "guard", cb, load_mark, &guard_mark) || range_all(s, "floors", cb, load_floor, NULL) ||
-        range_all(s, "history", cb, load_ended, NULL))
+        range_all(s, "history", cb, load_ended, NULL) || range_all(s, "revoked", cb, load_revoked, NULL))
         return -1;
     *last_token = counter > max_token ? counter : max_token;
     return 0;

@@ -20,6 +20,8 @@
  */
 #include "leasegate/store.h"
 
+#include "leasegate/leasehist.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -32,7 +34,7 @@
 
 /* When you change the schema: add a step to MIGRATIONS (the step from
  * version N-1 to N), bump SCHEMA_VERSION, and write SCHEMA as the result. */
-#define SCHEMA_VERSION 5
+#define SCHEMA_VERSION 6
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
  * PRUNE_CHUNK more). seq is the rowid: every insert appends at the end of one
@@ -43,6 +45,9 @@
     "CREATE TABLE IF NOT EXISTS lease_history(seq INTEGER PRIMARY KEY, lease BLOB NOT NULL,"      \
     "  lock TEXT NOT NULL, token INTEGER NOT NULL, how INTEGER NOT NULL);"
 #define PRUNE_CHUNK 256
+
+/* Tokens of force-released leases (revoked.h): never pruned. */
+#define REVOKED_SCHEMA "CREATE TABLE IF NOT EXISTS revoked(token INTEGER PRIMARY KEY, lock TEXT NOT NULL);"
 
 /* A new database. meta holds schema_version, last_token, boot_id (text) and
  * boot (a counter that moves whenever boot_id changes; locks.boot says in
@@ -60,7 +65,8 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS guard_marks(lock TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
     LEASE_HISTORY_SCHEMA
-    "INSERT INTO meta(key, value) VALUES('schema_version', 5), ('last_token', 0), ('boot', 0);";
+    REVOKED_SCHEMA
+    "INSERT INTO meta(key, value) VALUES('schema_version', 6), ('last_token', 0), ('boot', 0);";
 
 /* MIGRATIONS[v] takes a database of version v to v + 1. */
 static const char *const MIGRATIONS[SCHEMA_VERSION] = {
@@ -83,6 +89,8 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
      * retry whose answer was lost in a restart still gets its grant. */
     [4] = "ALTER TABLE locks ADD COLUMN request_id TEXT;"
           "UPDATE meta SET value = 5 WHERE key = 'schema_version';",
+    /* Version 6 keeps the tokens of force-released leases. */
+    [5] = REVOKED_SCHEMA "UPDATE meta SET value = 6 WHERE key = 'schema_version';",
 };
 
 enum {
@@ -99,6 +107,7 @@ enum {
     ST_PUT_COUNTER,
     ST_PUT_ENDED,
     ST_PRUNE_ENDED,
+    ST_PUT_REVOKED,
     ST_COUNT
 };
 
@@ -114,6 +123,7 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
     [ST_PUT_ENDED] = "INSERT OR REPLACE INTO lease_history(lease, lock, token, how, seq) VALUES(?1, ?2, ?3, ?4, ?5)",
     [ST_PRUNE_ENDED] = "DELETE FROM lease_history WHERE seq <= ?1",
+    [ST_PUT_REVOKED] = "INSERT OR IGNORE INTO revoked(token, lock) VALUES(?1, ?2)",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
     [ST_DELETE_FENCE] = "DELETE FROM fences WHERE resource = ?1",
@@ -233,6 +243,16 @@ static int put_ended(SqliteStore *s, const StoreEnded *e, size_t n, uint64_t kee
             return -1;
         if (e[i].seq > last)
             last = e[i].seq;
+        if (e[i].how == LEASE_END_REVOKED) {
+            sqlite3_stmt *rv = s->st[ST_PUT_REVOKED];
+            if (sqlite3_bind_int64(rv, 1, (sqlite3_int64)e[i].token) != SQLITE_OK ||
+                sqlite3_bind_text(rv, 2, e[i].lock, -1, SQLITE_STATIC) != SQLITE_OK) {
+                set_err(s, "bind revoked token");
+                return -1;
+            }
+            if (step_reset(s, rv))
+                return -1;
+        }
     }
     /* Pruned a chunk at a time: a delete from the start of the table every
      * PRUNE_CHUNK ended leases (or `keep`, when fewer are kept), not one in
@@ -493,6 +513,28 @@ static int load_ended(SqliteStore *s, const StoreLoad *cb)
     return res;
 }
 
+static int load_revoked(SqliteStore *s, const StoreLoad *cb)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT token FROM revoked", -1, &st, NULL) != SQLITE_OK) {
+        set_err(s, "load revoked tokens");
+        return -1;
+    }
+    int rc, res = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (cb->revoked(cb->ud, (uint64_t)sqlite3_column_int64(st, 0))) {
+            snprintf(s->err, sizeof s->err, "cannot load the revoked tokens");
+            res = -1;
+            break;
+        }
+    if (res == 0 && rc != SQLITE_DONE) {
+        set_err(s, "load revoked tokens");
+        res = -1;
+    }
+    sqlite3_finalize(st);
+    return res;
+}
+
 static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
 {
     SqliteStore *s = (SqliteStore *)base;
@@ -509,7 +551,7 @@ static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
     if (load_locks(s, cb, &max_token) ||
         load_marks(s, "SELECT resource, max_token FROM fences", cb->fence, cb->ud) ||
         load_marks(s, "SELECT lock, max_token FROM guard_marks", cb->guard_mark, cb->ud) ||
-        load_floors(s, cb) || load_ended(s, cb))
+        load_floors(s, cb) || load_ended(s, cb) || load_revoked(s, cb))
         return -1;
     *last_token = (uint64_t)counter > max_token ? (uint64_t)counter : max_token;
     return 0;

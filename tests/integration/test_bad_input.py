@@ -385,7 +385,7 @@ class BadInputTests(unittest.TestCase):
             ("DELETE", "/v1/locks/x/release", "POST"),
             ("GET", "/v1/locks/x/renew", "POST"),
             ("POST", "/v1/locks/x", "GET"),
-            ("DELETE", "/v1/locks/%s" % HELD, "GET"),
+            ("PUT", "/v1/locks/%s" % HELD, "GET"),
             ("POST", "/v1/locks", "GET"),
             ("GET", "/v1/fence/r", "POST"),
             ("POST", "/healthz", "GET"),

@@ -344,7 +344,8 @@ class VanishedClientTests(unittest.TestCase):
         self.ip("netns", "exec", self.NS, "ip", "link", "set", self.NS + "c", "up")
         self.client = None
         self.addCleanup(lambda: self.client is not None and harness.kill_process(self.client))
-        self.srv = harness.Server(extra_args=["--listen", "0.0.0.0:0", "--dead-client-after", "3"])
+        self.srv = harness.Server(extra_args=["--listen", "0.0.0.0:0", "--insecure-no-auth",
+                                                  "--dead-client-after", "3"])
         self.addCleanup(self.srv.cleanup)
 
     def test_a_vanished_waiter_leaves_the_queue(self):

@@ -86,6 +86,7 @@ http {{
             add_header X-Seen-Token $http_fencing_token always;
             add_header X-Seen-Lock $http_fencing_lock always;
             add_header X-Seen-Lease $http_fencing_lease always;
+            add_header X-Seen-Authorization $http_authorization always;
             return 200 "method=$request_method uri=$request_uri args=$args token=$http_fencing_token lock=$http_fencing_lock lease=$http_fencing_lease custom=$http_x_custom other=$http_x_other\\n";
         }}
         location = /teapot {{

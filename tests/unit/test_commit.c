@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "leasegate/commit.h"
+#include "leasegate/leasehist.h"
 
 typedef struct Probe {
     CommitHold hold;
@@ -76,6 +77,16 @@ static int load_ended(void *ud, const StoreEnded *e)
     return 0;
 }
 
+static uint64_t loaded_revoked_token;
+static int loaded_revoked;
+static int load_revoked(void *ud, uint64_t token)
+{
+    (void)ud;
+    loaded_revoked_token = token;
+    loaded_revoked++;
+    return 0;
+}
+
 static void wait_done(Commit *c)
 {
     struct pollfd p = {commit_fd(c), POLLIN, 0};
@@ -122,10 +133,12 @@ int main(int argc, char **argv)
      * counter it vouched for (10) must survive in meta. */
     CHECK(commit_forget(c, "k9", 10));
     CHECK(commit_guard_mark(c, "k3", 4));
-    /* Five ended leases; storage keeps the newest three. */
+    /* Five ended leases; storage keeps the newest three. The first was
+     * force-released: its token stays revoked after the history drops it. */
     for (int i = 1; i <= 5; i++) {
         uint8_t lease[LEASE_ID_BYTES] = {(uint8_t)i};
-        CHECK(commit_ended(c, "k1", lease, (uint64_t)i, 2, (uint64_t)(100 + i)));
+        CHECK(commit_ended(c, "k1", lease, (uint64_t)i, i == 1 ? LEASE_END_REVOKED : LEASE_END_RELEASED,
+                           (uint64_t)(100 + i)));
     }
     CHECK(commit_pending(c));
     commit_flush(c);
@@ -165,7 +178,8 @@ int main(int argc, char **argv)
 
     st = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(st != NULL);
-    StoreLoad cb = {NULL, load_lock, load_fence, load_guard_mark, load_floor, load_history_seq, load_ended};
+    StoreLoad cb = {NULL,      load_lock,         load_fence, load_guard_mark, load_floor, load_history_seq,
+                    load_ended, load_revoked};
     uint64_t last_token = 0;
     CHECK(store_load(st, &cb, &last_token) == 0);
     CHECK(loaded_locks == 9);
@@ -174,6 +188,7 @@ int main(int argc, char **argv)
     CHECK(loaded_history_seq == 105);
     CHECK(loaded_ended == 3 && loaded_ended_seqs[0] == 103 && loaded_ended_seqs[2] == 105);
     CHECK(loaded_floor == 30 && loaded_floor_bucket == 77);
+    CHECK(loaded_revoked == 1 && loaded_revoked_token == 1);
     /* Same boot: the boot-clock deadline comes back as written. */
     CHECK(loaded_deadline_of_k7 == 5007);
     CHECK(loaded_guard_mark == 4);

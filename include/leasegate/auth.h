@@ -1,0 +1,72 @@
+/*
+ * auth — API keys (--auth-file): who a request's key is, its role, and the
+ * lock names it may touch.
+ *
+ * The file holds one key per line, fields separated by spaces or tabs:
+ *
+ *     NAME ROLE sha256:HEX PREFIX...
+ *
+ * NAME is 1..64 bytes of [A-Za-z0-9._-], unique in the file; ROLE is client,
+ * fence or admin; HEX is the SHA-256 of the key (64 lower-case hex digits):
+ * the file never holds a key itself. Each PREFIX is a start of lock (or, for
+ * fence, resource) names the key may touch, 1..256 bytes; `*` is every name.
+ * An admin's prefixes are `*`. Blank lines and lines starting with '#' are
+ * skipped. A file over AUTH_MAX_FILE bytes or AUTH_MAX_KEYS keys, or with any
+ * line that does not parse, is refused whole (with the line number).
+ *
+ * Keys are 256 random bits ("lgk_" + 43 base64url characters), so one
+ * unsalted SHA-256 is what storing them needs (as for any random API token);
+ * a presented key is hashed and compared with every stored hash in constant
+ * time, so an answer's timing does not depend on which key matched.
+ *
+ * A table is shared by reference: SIGHUP loads a new one while requests that
+ * began under the old one keep theirs until they end.
+ */
+#ifndef LEASEGATE_AUTH_H
+#define LEASEGATE_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define AUTH_MAX_FILE (1024 * 1024)
+#define AUTH_MAX_KEYS 10000
+#define AUTH_NAME_MAX 64
+#define AUTH_PREFIX_MAX 256
+#define AUTH_KEY_MAX 256 /* longest key text a request may present */
+
+typedef enum AuthRole { AUTH_CLIENT, AUTH_FENCE, AUTH_ADMIN } AuthRole;
+
+typedef struct AuthKey {
+    char name[AUTH_NAME_MAX + 1];
+    AuthRole role;
+    uint8_t hash[32];
+    bool every_name;  /* a `*` prefix */
+    char **prefixes;  /* owned by the table */
+    size_t nprefixes;
+} AuthKey;
+
+typedef struct AuthTable AuthTable;
+
+/* Reads and checks the file. A table with one reference, or NULL with one
+ * line in err. */
+AuthTable *auth_load(const char *path, char *err, size_t errlen);
+AuthTable *auth_ref(AuthTable *t);
+void auth_unref(AuthTable *t);
+size_t auth_count(const AuthTable *t);
+
+/* The key whose text is `key` (len bytes), or NULL. */
+const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len);
+/* May k touch `name`? */
+bool auth_covers(const AuthKey *k, const char *name);
+
+const char *auth_role_name(AuthRole r);
+bool auth_role_parse(const char *s, AuthRole *out);
+
+/* A new key for `leasegate keygen`: *key_new is the key's text, *line_new the
+ * file line for it (both malloc'd; the caller frees). -1 with err when an
+ * argument is invalid or there is no randomness or memory. */
+int auth_keygen(const char *name, const char *role, char *const *prefixes, size_t nprefixes, char **key_new,
+                char **line_new, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,102 @@
+/* access — who may make which request; see include/leasegate/access.h. */
+#include "leasegate/access.h"
+
+#include <string.h>
+#include <strings.h>
+
+#include "leasegate/auth.h"
+
+static void unauthorized(Request *req, const char *why)
+{
+    http_reply_error(req, ERR_UNAUTHORIZED, NULL, "%s", why);
+    http_add_header(req, "WWW-Authenticate", "Bearer realm=\"leasegate\"");
+}
+
+static void forbidden(Request *req, const AuthKey *k, const char *what, const char *name)
+{
+    http_reply_error(req, ERR_FORBIDDEN, json_pack("{s:s}", "key", k->name), "key '%s' (role %s) may not %s%s%s%s",
+                     k->name, auth_role_name(k->role), what, name ? " '" : "", name ? name : "", name ? "'" : "");
+}
+
+/* The key the request presents (Authorization: Bearer KEY), or NULL after answering 401. */
+static const AuthKey *presented_key(Request *req, AuthTable *t)
+{
+    const char *h = http_header(req, "Authorization");
+    if (!h) {
+        unauthorized(req, "this server needs an API key: send Authorization: Bearer KEY");
+        return NULL;
+    }
+    if (strncasecmp(h, "Bearer ", 7)) {
+        unauthorized(req, "the Authorization header must be Bearer KEY");
+        return NULL;
+    }
+    const char *key = h + 7;
+    while (*key == ' ')
+        key++;
+    size_t len = strlen(key);
+    while (len && key[len - 1] == ' ')
+        len--;
+    const AuthKey *k = auth_find(t, key, len);
+    if (!k)
+        unauthorized(req, "unknown API key");
+    return k;
+}
+
+bool access_check(Request *req, Access need, const char *name)
+{
+    AuthTable *t = req->srv->auth;
+    if (!t || (need == ACCESS_OPEN && !req->srv->cfg.auth_metrics))
+        return true;
+    const AuthKey *k = presented_key(req, t);
+    if (!k)
+        return false;
+    bool ok;
+    const char *what;
+    switch (need) {
+    case ACCESS_OPEN:
+        ok = true, what = "";
+        break;
+    case ACCESS_LOCKS:
+        ok = k->role != AUTH_FENCE && (!name || auth_covers(k, name));
+        what = k->role == AUTH_FENCE ? "use locks (role fence has /v1/fence only)" : "touch lock";
+        if (k->role == AUTH_FENCE)
+            name = NULL;
+        break;
+    case ACCESS_FENCE:
+        ok = k->role != AUTH_CLIENT && auth_covers(k, name);
+        what = k->role == AUTH_CLIENT ? "raise fences (only roles fence and admin may)" : "fence resource";
+        if (k->role == AUTH_CLIENT)
+            name = NULL;
+        break;
+    case ACCESS_ADMIN:
+    default:
+        ok = k->role == AUTH_ADMIN, what = "do this (role admin only)";
+        break;
+    }
+    if (!ok) {
+        forbidden(req, k, what, need == ACCESS_ADMIN ? NULL : name);
+        return false;
+    }
+    req->access.table = auth_ref(t);
+    req->access.key = k;
+    return true;
+}
+
+bool access_check_listing(Request *req, const char *prefix)
+{
+    const AuthKey *k = req->access.key;
+    if (!k || k->every_name)
+        return true;
+    for (size_t i = 0; i < k->nprefixes; i++)
+        if (!strncmp(prefix, k->prefixes[i], strlen(k->prefixes[i])))
+            return true;
+    forbidden(req, k, "list locks outside its prefixes: add ?prefix= within", k->prefixes[0]);
+    return false;
+}
+
+void access_end(Request *req)
+{
+    auth_unref(req->access.table);
+    req->access.table = NULL;
+    req->access.key = NULL;
+}

@@ -1,0 +1,361 @@
+/* auth — API keys; see include/leasegate/auth.h. */
+#include "leasegate/auth.h"
+
+#include <errno.h>
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define KEY_PREFIX "lgk_"
+#define KEY_RANDOM_BYTES 32
+
+struct AuthTable {
+    int refs;
+    AuthKey *keys; /* owned, with their prefixes */
+    size_t nkeys;
+};
+
+static const char *const ROLE_NAMES[] = {[AUTH_CLIENT] = "client", [AUTH_FENCE] = "fence", [AUTH_ADMIN] = "admin"};
+
+const char *auth_role_name(AuthRole r) { return ROLE_NAMES[r]; }
+
+bool auth_role_parse(const char *s, AuthRole *out)
+{
+    for (int r = AUTH_CLIENT; r <= AUTH_ADMIN; r++)
+        if (!strcmp(s, ROLE_NAMES[r])) {
+            *out = (AuthRole)r;
+            return true;
+        }
+    return false;
+}
+
+static bool sha256(const void *data, size_t len, uint8_t out[32])
+{
+    return gnutls_hash_fast(GNUTLS_DIG_SHA256, data, len, out) == 0;
+}
+
+static bool valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > AUTH_NAME_MAX)
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+              *p == '_' || *p == '-'))
+            return false;
+    return true;
+}
+
+/* A prefix: 1..AUTH_PREFIX_MAX bytes, no control bytes or spaces (it is one field). */
+static bool valid_prefix(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > AUTH_PREFIX_MAX)
+        return false;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p <= ' ' || *p == 0x7f)
+            return false;
+    return true;
+}
+
+static bool parse_hash(const char *s, uint8_t out[32])
+{
+    static const char TAG[] = "sha256:";
+    if (strncmp(s, TAG, sizeof TAG - 1) || strlen(s) != sizeof TAG - 1 + 64)
+        return false;
+    s += sizeof TAG - 1;
+    for (int i = 0; i < 32; i++) {
+        int v = 0;
+        for (int j = 0; j < 2; j++) {
+            char c = s[2 * i + j];
+            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0)
+                return false;
+            v = v * 16 + d;
+        }
+        out[i] = (uint8_t)v;
+    }
+    return true;
+}
+
+static void free_key(AuthKey *k)
+{
+    for (size_t i = 0; i < k->nprefixes; i++)
+        free(k->prefixes[i]);
+    free(k->prefixes);
+}
+
+static void table_free(AuthTable *t)
+{
+    for (size_t i = 0; i < t->nkeys; i++)
+        free_key(&t->keys[i]);
+    free(t->keys);
+    free(t);
+}
+
+AuthTable *auth_ref(AuthTable *t)
+{
+    t->refs++;
+    return t;
+}
+
+void auth_unref(AuthTable *t)
+{
+    if (t && --t->refs == 0)
+        table_free(t);
+}
+
+size_t auth_count(const AuthTable *t) { return t->nkeys; }
+
+/* Fills k from the fields of one line; false with err. */
+static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errlen)
+{
+    memset(k, 0, sizeof *k);
+    if (nf < 3) {
+        snprintf(err, errlen, "expected NAME ROLE sha256:HEX PREFIX...");
+        return false;
+    }
+    if (!valid_name(f[0])) {
+        snprintf(err, errlen, "key name '%.80s' is not 1..%d of [A-Za-z0-9._-]", f[0], AUTH_NAME_MAX);
+        return false;
+    }
+    snprintf(k->name, sizeof k->name, "%s", f[0]);
+    if (!auth_role_parse(f[1], &k->role)) {
+        snprintf(err, errlen, "role '%.40s' is not client, fence or admin", f[1]);
+        return false;
+    }
+    if (!parse_hash(f[2], k->hash)) {
+        snprintf(err, errlen, "'%.80s' is not sha256: and 64 lower-case hex digits", f[2]);
+        return false;
+    }
+    if (nf == 3 && k->role != AUTH_ADMIN) {
+        snprintf(err, errlen, "a %s key needs at least one name prefix (or *)", f[1]);
+        return false;
+    }
+    for (size_t i = 3; i < nf; i++) {
+        if (!valid_prefix(f[i])) {
+            snprintf(err, errlen, "prefix '%.80s' is not 1..%d bytes without spaces or control bytes", f[i],
+                     AUTH_PREFIX_MAX);
+            return false;
+        }
+        if (k->role == AUTH_ADMIN && strcmp(f[i], "*")) {
+            snprintf(err, errlen, "an admin key touches every lock: its prefix can only be *");
+            return false;
+        }
+    }
+    k->every_name = k->role == AUTH_ADMIN;
+    k->prefixes = calloc(nf - 3 + 1, sizeof *k->prefixes);
+    if (!k->prefixes) {
+        snprintf(err, errlen, "out of memory");
+        return false;
+    }
+    for (size_t i = 3; i < nf; i++) {
+        if (!strcmp(f[i], "*"))
+            k->every_name = true;
+        if (!(k->prefixes[k->nprefixes] = strdup(f[i]))) {
+            free_key(k);
+            snprintf(err, errlen, "out of memory");
+            return false;
+        }
+        k->nprefixes++;
+    }
+    return true;
+}
+
+/* Parses text (NUL-terminated) into t; false with err naming the line. */
+static bool parse_text(AuthTable *t, char *text, char *err, size_t errlen)
+{
+    size_t cap = 0;
+    unsigned lineno = 0;
+    for (char *line = text, *next; line; line = next) {
+        lineno++;
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        size_t len = strlen(line);
+        if (len && line[len - 1] == '\r')
+            line[--len] = '\0';
+        char *f[3 + 64];
+        size_t nf = 0;
+        char *save = NULL;
+        for (char *tok = strtok_r(line, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+            if (nf == 0 && tok[0] == '#')
+                break;
+            if (nf == sizeof f / sizeof f[0]) {
+                snprintf(err, errlen, "line %u: more than %zu prefixes", lineno, sizeof f / sizeof f[0] - 3);
+                return false;
+            }
+            f[nf++] = tok;
+        }
+        if (nf == 0)
+            continue;
+        if (t->nkeys == AUTH_MAX_KEYS) {
+            snprintf(err, errlen, "more than %d keys", AUTH_MAX_KEYS);
+            return false;
+        }
+        if (t->nkeys == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            AuthKey *k = realloc(t->keys, ncap * sizeof *k);
+            if (!k) {
+                snprintf(err, errlen, "out of memory");
+                return false;
+            }
+            t->keys = k;
+            cap = ncap;
+        }
+        char why[300];
+        AuthKey *k = &t->keys[t->nkeys];
+        if (!parse_fields(f, nf, k, why, sizeof why)) {
+            snprintf(err, errlen, "line %u: %s", lineno, why);
+            return false;
+        }
+        t->nkeys++;
+        for (size_t i = 0; i + 1 < t->nkeys; i++) {
+            if (!strcmp(t->keys[i].name, k->name)) {
+                snprintf(err, errlen, "line %u: key name '%s' is used twice", lineno, k->name);
+                return false;
+            }
+            if (!memcmp(t->keys[i].hash, k->hash, sizeof k->hash)) {
+                snprintf(err, errlen, "line %u: the same key hash as '%s'", lineno, t->keys[i].name);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+AuthTable *auth_load(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *text = malloc(AUTH_MAX_FILE + 1);
+    size_t n = text ? fread(text, 1, AUTH_MAX_FILE + 1, f) : 0;
+    bool read_error = ferror(f);
+    fclose(f);
+    if (!text || read_error || n > AUTH_MAX_FILE) {
+        snprintf(err, errlen, "%s: %s", path,
+                 !text ? "out of memory" : read_error ? "cannot be read" : "larger than 1 MiB");
+        free(text);
+        return NULL;
+    }
+    text[n] = '\0';
+    if (memchr(text, '\0', n)) {
+        snprintf(err, errlen, "%s: holds a NUL byte", path);
+        free(text);
+        return NULL;
+    }
+    AuthTable *t = calloc(1, sizeof *t);
+    char why[400];
+    if (!t || !parse_text(t, text, why, sizeof why)) {
+        snprintf(err, errlen, "%s: %s", path, t ? why : "out of memory");
+        free(text);
+        if (t)
+            table_free(t);
+        return NULL;
+    }
+    free(text);
+    t->refs = 1;
+    return t;
+}
+
+const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len)
+{
+    uint8_t h[32];
+    if (len == 0 || len > AUTH_KEY_MAX || !sha256(key, len, h))
+        return NULL;
+    /* Every stored hash is compared in full: no early exit that would time
+     * how far a guess matched, or which key it was. */
+    const AuthKey *found = NULL;
+    for (size_t i = 0; i < t->nkeys; i++) {
+        uint8_t diff = 0;
+        for (size_t j = 0; j < sizeof h; j++)
+            diff |= (uint8_t)(h[j] ^ t->keys[i].hash[j]);
+        if (diff == 0)
+            found = &t->keys[i];
+    }
+    return found;
+}
+
+bool auth_covers(const AuthKey *k, const char *name)
+{
+    if (k->every_name)
+        return true;
+    for (size_t i = 0; i < k->nprefixes; i++)
+        if (!strncmp(name, k->prefixes[i], strlen(k->prefixes[i])))
+            return true;
+    return false;
+}
+
+static void base64url(const uint8_t *in, size_t n, char *out)
+{
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0) | (i + 2 < n ? in[i + 2] : 0);
+        size_t chars = n - i >= 3 ? 4 : n - i + 1;
+        for (size_t c = 0; c < chars; c++)
+            out[o++] = A[(v >> (18 - 6 * c)) & 63];
+    }
+    out[o] = '\0';
+}
+
+int auth_keygen(const char *name, const char *role, char *const *prefixes, size_t nprefixes, char **key_new,
+                char **line_new, char *err, size_t errlen)
+{
+    *key_new = *line_new = NULL;
+    char *fields[3 + 64];
+    if (nprefixes > 64) {
+        snprintf(err, errlen, "at most 64 prefixes");
+        return -1;
+    }
+    char hash_text[8 + 64] = "sha256:";
+    uint8_t raw[KEY_RANDOM_BYTES], h[32];
+    char key[sizeof KEY_PREFIX + (KEY_RANDOM_BYTES * 4 + 2) / 3];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+        snprintf(err, errlen, "no randomness: %s", strerror(errno));
+        return -1;
+    }
+    strcpy(key, KEY_PREFIX);
+    base64url(raw, sizeof raw, key + strlen(KEY_PREFIX));
+    if (!sha256(key, strlen(key), h)) {
+        snprintf(err, errlen, "SHA-256 failed");
+        return -1;
+    }
+    for (int i = 0; i < 32; i++)
+        snprintf(hash_text + 7 + 2 * i, 3, "%02x", h[i]);
+    /* The line is checked as the server will read it. */
+    fields[0] = (char *)name;
+    fields[1] = (char *)role;
+    fields[2] = hash_text;
+    for (size_t i = 0; i < nprefixes; i++)
+        fields[3 + i] = prefixes[i];
+    AuthKey k;
+    if (!parse_fields(fields, 3 + nprefixes, &k, err, errlen))
+        return -1;
+    free_key(&k);
+    size_t len = strlen(name) + strlen(role) + strlen(hash_text) + 4;
+    for (size_t i = 0; i < nprefixes; i++)
+        len += strlen(prefixes[i]) + 1;
+    char *line = malloc(len + 2);
+    *key_new = strdup(key);
+    if (!line || !*key_new) {
+        free(line);
+        free(*key_new);
+        *key_new = NULL;
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int o = snprintf(line, len + 2, "%s %s %s", name, role, hash_text);
+    for (size_t i = 0; i < nprefixes; i++)
+        o += snprintf(line + o, len + 2 - (size_t)o, " %s", prefixes[i]);
+    if (nprefixes == 0)
+        snprintf(line + o, len + 2 - (size_t)o, " *");
+    *line_new = line;
+    return 0;
+}

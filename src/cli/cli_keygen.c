@@ -1,0 +1,29 @@
+/* cli_keygen — `leasegate keygen NAME ROLE PREFIX...`: a new API key. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "leasegate/auth.h"
+#include "leasegate/cli.h"
+
+/* Prints exactly two lines: the key (shown this once; the file keeps only its
+ * hash), then the line to append to the --auth-file. */
+int cli_keygen(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: leasegate keygen NAME ROLE [PREFIX...]\n"
+                        "  ROLE: client (locks and guarded requests), fence (/v1/fence) or admin (everything);\n"
+                        "  PREFIX: the lock (or fence resource) names the key may touch start with one of them;\n"
+                        "  * is every name (an admin's is always *). Prints the key, shown only this once, then\n"
+                        "  the line to append to the --auth-file (then send the server SIGHUP).\n");
+        return 2;
+    }
+    char *key = NULL, *line = NULL, err[300];
+    if (auth_keygen(argv[0], argv[1], argv + 2, (size_t)(argc - 2), &key, &line, err, sizeof err)) {
+        fprintf(stderr, "leasegate keygen: %s\n", err);
+        return 2;
+    }
+    int rc = printf("%s\n%s\n", key, line) < 0 || fflush(stdout) ? 1 : 0;
+    free(key);
+    free(line);
+    return rc;
+}

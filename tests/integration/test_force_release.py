@@ -1,0 +1,103 @@
+"""An admin's force-release (DELETE /v1/locks/{name}): the lock goes to the next waiter,
+the old lease is refused everywhere (renew, release, the guard) with reason `revoked`,
+and its token is refused at /v1/fence even where no newer token was seen yet, also after
+a kill -9 and restart. Only an admin key may do it."""
+
+import os
+import tempfile
+import threading
+import time
+import unittest
+
+from harness import Server
+import upstream
+from test_auth import Keyed, new_key
+
+
+class ForceReleaseTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="leasegate-force-")
+        self.admin_key, admin = new_key("root", "admin")
+        self.client_key, client = new_key("app", "client", "jobs/")
+        keys = os.path.join(self.dir, "keys")
+        with open(keys, "w") as f:
+            f.write(admin + "\n" + client + "\n")
+        self.nginx = upstream.Nginx() if upstream.nginx_available() else None
+        if self.nginx:
+            self.addCleanup(self.nginx.cleanup)
+        guard = ["--guard", "/store/=" + self.nginx.url] if self.nginx else []
+        self.srv = Server(extra_args=["--auth-file", keys] + guard)
+        self.addCleanup(self.srv.cleanup)
+
+    def as_(self, key, timeout=30.0):
+        c = Keyed(self.srv.port, key, timeout)
+        self.addCleanup(c.close)
+        return c
+
+    def test_force_release_hands_the_lock_on_and_the_old_token_is_stale_everywhere(self):
+        app, admin = self.as_(self.client_key), self.as_(self.admin_key)
+        st, _, old = app.acquire("jobs/nightly", ttl_ms=600000)
+        self.assertEqual(st, 200, old)
+        self.assertEqual(app.acquire("jobs/nightly", lease=old["lease"])[0], 200)  # reentered: count 2
+        if self.nginx:
+            st, _, body = app.request("PUT", "/store/jobs/nightly", raw=b"old holder",
+                                      headers={"Fencing-Lease": old["lease"]})
+            self.assertIn(st, (200, 201, 204), body)
+        box = {}
+        waiter = self.as_(self.client_key, timeout=60)
+        t = threading.Thread(target=lambda: box.update(r=waiter.acquire("jobs/nightly", owner="next",
+                                                                        wait_ms=30000, ttl_ms=60000)))
+        t.start()
+        for _ in range(200):
+            if admin.get_lock("jobs/nightly")[2].get("waiters") == 1:
+                break
+            time.sleep(0.05)
+        # Only an admin may.
+        st, _, body = app.request("DELETE", "/v1/locks/jobs/nightly")
+        self.assertEqual((st, body["error"]), (403, "forbidden"), body)
+        st, _, body = admin.request("DELETE", "/v1/locks/jobs/nightly")
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["revoked"], {"owner": "tester", "token": old["token"]})
+        self.assertEqual((body["held"], body["holder"]["owner"]), (True, "next"), body)
+        t.join(30)
+        st, _, nxt = box["r"]
+        self.assertEqual((st, nxt["owner"]), (200, "next"), nxt)
+        self.assertGreater(nxt["token"], old["token"])
+        for st, _, body in (app.renew("jobs/nightly", old["lease"]), app.release("jobs/nightly", old["lease"])):
+            self.assertEqual((st, body.get("reason")), (409, "revoked"), body)
+        if self.nginx:
+            st, _, body = app.request("PUT", "/store/jobs/nightly", raw=b"late write",
+                                      headers={"Fencing-Lease": old["lease"]})
+            self.assertEqual(st, 409, body)
+            self.assertEqual(self.nginx.read_file("jobs/nightly"), b"old holder")
+        # The fence refuses the revoked token on a resource that never saw a newer one.
+        st, _, body = admin.fence("jobs/output", old["token"])
+        self.assertEqual((st, body.get("revoked")), (409, True), body)
+        self.assertEqual(admin.fence("jobs/output", nxt["token"])[0], 200)
+        # Nothing held: answered with revoked null, nothing changes.
+        self.assertEqual(waiter.release("jobs/nightly", nxt["lease"])[0], 200)
+        st, _, body = admin.request("DELETE", "/v1/locks/jobs/nightly")
+        self.assertEqual((st, body["revoked"], body["held"]), (200, None, False), body)
+        self.assertEqual(self.srv.metric("leasegate_force_releases_total"), 1)
+        # After kill -9 and a restart the token is still revoked, the reason still known.
+        self.srv.kill9()
+        self.srv.start()
+        admin, app = self.as_(self.admin_key), self.as_(self.client_key)
+        st, _, body = admin.fence("jobs/other-output", old["token"])
+        self.assertEqual((st, body.get("revoked")), (409, True), body)
+        st, _, body = app.renew("jobs/nightly", old["lease"])
+        self.assertEqual((st, body.get("reason")), (409, "revoked"), body)
+
+    def test_bad_paths_and_methods(self):
+        admin = self.as_(self.admin_key)
+        st, hdrs, body = admin.request("PUT", "/v1/locks/jobs/x")
+        self.assertEqual(st, 405, body)
+        self.assertIn("DELETE", hdrs.get("allow", ""))
+        st, _, body = admin.request("DELETE", "/v1/locks/bad%20name")
+        self.assertEqual(st, 400, body)
+        st, _, body = self.as_(None).request("DELETE", "/v1/locks/jobs/x")
+        self.assertEqual(st, 401, body)
+
+
+if __name__ == "__main__":
+    unittest.main()
