@@ -19,6 +19,9 @@ export interface ClientOptions {
   /** The CAs (PEM) that https servers' certificates must be signed by, for a private CA.
    *  Default: the file $LEASEGATE_CACERT names, else Node's CAs. Always verified. */
   ca?: string | Buffer;
+  /** The API key for a server run with --auth-file, sent as Authorization: Bearer KEY
+   *  with every request (lease.fetch included). Default: $LEASEGATE_KEY, else none. */
+  key?: string;
 }
 
 export interface AcquireOptions {

@@ -27,8 +27,10 @@ export class Client {
    *   acquire keeps retrying for its wait when that is longer
    * @param {string|Buffer} [options.ca] the CAs (PEM) that https servers' certificates must
    *   be signed by; default the file $LEASEGATE_CACERT names, else Node's CAs
+   * @param {string} [options.key] the API key for a server run with --auth-file (sent as
+   *   Authorization: Bearer KEY); default $LEASEGATE_KEY, else none
    */
-  constructor({ servers, owner, timeout = "5s", retryFor = "5s", ca } = {}) {
+  constructor({ servers, owner, timeout = "5s", retryFor = "5s", ca, key } = {}) {
     servers ??= process.env.LEASEGATE_SERVER || DEFAULT_SERVER;
     const urls = (typeof servers === "string" ? servers.split(",") : servers).filter((url) => url.trim());
     ca ??= process.env.LEASEGATE_CACERT ? fs.readFileSync(process.env.LEASEGATE_CACERT) : undefined;
@@ -36,6 +38,7 @@ export class Client {
       timeoutMs: toMillis(timeout, "timeout"),
       retryForMs: toMillis(retryFor, "retryFor"),
       ca,
+      key: key ?? (process.env.LEASEGATE_KEY || undefined),
     });
     this.owner = owner || `${os.hostname()}-${process.pid}`.slice(0, 128);
   }

@@ -37,13 +37,15 @@ export class Transport {
   #urls;
   #current = 0; // the server that answered last; calls start there
   #httpsAgent;
+  #auth;
 
   /**
    * @param {string[]} urls base URLs (a path prefix is kept)
-   * @param {{timeoutMs: number, retryForMs: number, ca?: string|Buffer}} limits and, for https
-   *   servers, the CAs (PEM) their certificates must be signed by (default: Node's)
+   * @param {{timeoutMs: number, retryForMs: number, ca?: string|Buffer, key?: string}} limits;
+   *   for https servers, the CAs (PEM) their certificates must be signed by (default: Node's);
+   *   the API key sent with every request (Authorization: Bearer) to a server with --auth-file
    */
-  constructor(urls, { timeoutMs, retryForMs, ca }) {
+  constructor(urls, { timeoutMs, retryForMs, ca, key }) {
     this.#urls = urls.map((url) => {
       const parsed = new URL(url.trim());
       if (!/^https?:$/.test(parsed.protocol)) throw new TypeError(`not an http(s) server URL: ${url}`);
@@ -55,6 +57,7 @@ export class Transport {
     // https goes through node:https, whose agent takes the CAs (fetch has no such
     // option); it verifies certificates and host names, always.
     this.#httpsAgent = new https.Agent({ keepAlive: true, ca });
+    this.#auth = key ? { Authorization: `Bearer ${key}` } : {};
   }
 
   get urls() {
@@ -125,6 +128,7 @@ export class Transport {
    * rejects with UnreachableError when no whole answer came within timeoutMs.
    */
   async send(server, method, path, { body, headers, timeoutMs }) {
+    headers = { ...headers, ...this.#auth };
     const signal = AbortSignal.timeout(Math.ceil(timeoutMs));
     if (server.startsWith("https:")) {
       try {
@@ -148,6 +152,9 @@ export class Transport {
    * Resolves to a Response; rejects with UnreachableError when no answer came.
    */
   async fetch(url, init) {
+    const sent = new Headers(init.headers);
+    for (const [name, value] of Object.entries(this.#auth)) sent.set(name, value);
+    init = { ...init, headers: sent };
     if (!url.startsWith("https:")) {
       try {
         return await fetch(url, init);

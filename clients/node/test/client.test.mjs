@@ -17,8 +17,8 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
-  BadRequestError, Client, LeaseLostError, LeasegateError, LockHeldError, NotHolderError, OverloadedError,
-  StaleTokenError, UnavailableError, ensureOk,
+  BadRequestError, Client, ForbiddenError, LeaseLostError, LeasegateError, LockHeldError, NotHolderError,
+  OverloadedError, StaleTokenError, UnauthorizedError, UnavailableError, ensureOk,
 } from "../index.js";
 import { toMillis } from "../src/duration.js";
 
@@ -403,6 +403,29 @@ test("https with a private CA: verified with the ca option, refused without it",
     assert.match(error.message, /UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED|CERT/);
   } finally {
     await tls.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("an API key goes with every request to a server with --auth-file", async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "leasegate-nodeclient-keys-"));
+  const [key, line] = execFileSync(process.env.LEASEGATE_BIN, ["keygen", "app", "client", "js/"], { encoding: "utf8" })
+    .trim().split("\n");
+  fs.writeFileSync(path.join(dir, "keys"), line + "\n");
+  const keyed = await new Server(["--auth-file", path.join(dir, "keys")]).start();
+  try {
+    const client = new Client({ servers: keyed.url, key });
+    const name = unique("js/key");
+    await client.withLock(name, { ttl: "2s" }, async (lease) => {
+      await sleep(1000); // renewals carry it too
+      assert.equal(lease.valid, true);
+      assert.equal((await lease.fetch("/healthz")).status, 200);
+    });
+    assert.equal((await client.status(name)).held, false);
+    await assert.rejects(client.acquire(unique("other")), ForbiddenError);
+    await assert.rejects(new Client({ servers: keyed.url }).acquire(unique("js/none")), UnauthorizedError);
+  } finally {
+    await keyed.stop();
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -40,11 +40,13 @@ class Client:
     cafile: a PEM file of the CAs that https servers' certificates must be signed
         by (for a private CA); default $LEASEGATE_CACERT, else the system's CAs.
         Certificates and names are always verified.
+    key: the API key for a server run with --auth-file (sent as Authorization:
+        Bearer KEY); default $LEASEGATE_KEY, else none.
 
     Durations are "250ms", "15s", "2m", "1h", a number of seconds or a timedelta.
     """
 
-    def __init__(self, servers=None, *, owner=None, timeout="5s", retry_for="5s", cafile=None):
+    def __init__(self, servers=None, *, owner=None, timeout="5s", retry_for="5s", cafile=None, key=None):
         if servers is None:
             servers = os.environ.get("LEASEGATE_SERVER") or DEFAULT_SERVER
         if isinstance(servers, str):
@@ -58,6 +60,8 @@ class Client:
         self.owner = owner or ("%s-%d" % (socket.gethostname(), os.getpid()))[:128]
         self.timeout = seconds(timeout, "timeout")
         self.retry_for = seconds(retry_for, "retry_for")
+        key = key or os.environ.get("LEASEGATE_KEY") or None
+        self._auth = {"Authorization": "Bearer " + key} if key else {}
 
     @property
     def servers(self):
@@ -168,7 +172,9 @@ class Client:
                 payload = json.dumps(body).encode("utf-8")
             if hard:
                 timeout = min(timeout, until - sent)
-            headers = {"Content-Type": "application/json"} if payload is not None else {}
+            headers = dict(self._auth)
+            if payload is not None:
+                headers["Content-Type"] = "application/json"
             try:
                 resp = endpoint.request(method, path, payload, headers, timeout=max(timeout, MIN_ATTEMPT))
             except NETWORK_ERRORS as e:
@@ -211,7 +217,7 @@ class Client:
         for endpoint in self._endpoints:
             try:
                 resp = endpoint.request("POST", self._lock_path(name, "release"), payload,
-                                        {"Content-Type": "application/json"},
+                                        dict(self._auth, **{"Content-Type": "application/json"}),
                                         timeout=min(self.timeout, COURTESY_TIMEOUT))
             except NETWORK_ERRORS:
                 continue

@@ -139,7 +139,8 @@ class Lease:
         if isinstance(data, str):
             data = data.encode("utf-8")
         try:
-            return self._endpoint.request(method, path, data, {**(headers or {}), **self.headers},
+            return self._endpoint.request(method, path, data,
+                                          {**(headers or {}), **self._client._auth, **self.headers},
                                           timeout=timeout if timeout is not None else self._client.timeout)
         except NETWORK_ERRORS as e:
             raise self._client._unavailable(["%s: %s" % (self.server, e)]) from e

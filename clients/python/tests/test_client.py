@@ -428,6 +428,45 @@ class TlsTest(unittest.TestCase):
         self.assertIn("CERTIFICATE_VERIFY_FAILED", str(caught.exception))
 
 
+class KeyTest(unittest.TestCase):
+    """A server with --auth-file: the key goes with every request (key= or $LEASEGATE_KEY)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="leasegate-pyclient-keys-")
+        out = subprocess.run([os.environ["LEASEGATE_BIN"], "keygen", "app", "client", "py/"], check=True,
+                             capture_output=True, text=True).stdout.splitlines()
+        cls.key = out[0]
+        keys = os.path.join(cls.dir, "keys")
+        with open(keys, "w") as f:
+            f.write(out[1] + "\n")
+        cls.server = Server("--auth-file", keys)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_the_key_goes_with_every_request(self):
+        client = leasegate.Client(self.server.url, key=self.key)
+        name = unique("py/key")
+        with client.lock(name, ttl="2s") as lease:
+            time.sleep(1.0)  # renewals carry it too
+            self.assertTrue(lease.valid)
+        self.assertFalse(client.status(name)["held"])
+        with self.assertRaises(leasegate.Forbidden):
+            client.acquire(unique("other"))
+
+    def test_the_key_from_the_environment_and_none(self):
+        os.environ["LEASEGATE_KEY"] = self.key
+        try:
+            self.assertFalse(leasegate.Client(self.server.url).status(unique("py/env"))["held"])
+        finally:
+            del os.environ["LEASEGATE_KEY"]
+        with self.assertRaises(leasegate.Unauthorized):
+            leasegate.Client(self.server.url).acquire(unique("py/none"))
+
+
 class DurationTest(unittest.TestCase):
     def test_spellings(self):
         self.assertEqual(seconds("250ms"), 0.25)
