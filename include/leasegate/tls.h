@@ -2,8 +2,9 @@
  * tls — HTTPS: the server's certificate and key (`serve --tls-cert/--tls-key`),
  * read once at start and handed to libmicrohttpd (built with GnuTLS), and the
  * CA bundle (`--cacert`) that libcurl's outbound https calls trust: the
- * guard's upstreams and a follower's forwards to the leader. Without --cacert
- * those calls trust the system's bundle; verification is never turned off.
+ * guard's upstreams and a follower's forwards to the leader (etcds:// gets it
+ * in its EtcdUrl, etcd.h). Without --cacert those calls trust the system's
+ * bundle; verification is never turned off.
  *
  * What TLS changes elsewhere: long-polling waiters are never parked (park.h
  * writes answers to the raw socket, which under TLS carries only records that

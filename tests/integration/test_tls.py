@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import unittest
+import warnings
 
 import harness
 from harness import Server, binary_path
@@ -256,6 +257,25 @@ class TlsServerTest(unittest.TestCase):
         tokens = [tok for _, tok in order]
         self.assertEqual(tokens, sorted(tokens))
         self.assertGreater(tokens[0], held["token"])
+
+    def test_only_tls_1_2_and_1_3(self):
+        def handshake(highest):
+            ctx = self.pki.client_context()
+            with warnings.catch_warnings():  # the old versions are deprecated: that is the point
+                warnings.simplefilter("ignore", DeprecationWarning)
+                ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # lets this client offer TLS 1.0 and 1.1
+                ctx.minimum_version = ssl.TLSVersion.TLSv1
+                ctx.maximum_version = highest
+            with ctx.wrap_socket(socket.create_connection(("127.0.0.1", self.srv.port), timeout=10),
+                                 server_hostname="127.0.0.1") as s:
+                return s.version()
+        self.assertEqual(handshake(ssl.TLSVersion.TLSv1_3), "TLSv1.3")
+        self.assertEqual(handshake(ssl.TLSVersion.TLSv1_2), "TLSv1.2")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            old = ssl.TLSVersion.TLSv1_1
+        with self.assertRaises(ssl.SSLError):
+            handshake(old)
 
     def test_plain_http_on_the_tls_port_fails_cleanly(self):
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
