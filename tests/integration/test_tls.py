@@ -258,6 +258,29 @@ class TlsServerTest(unittest.TestCase):
         self.assertEqual(tokens, sorted(tokens))
         self.assertGreater(tokens[0], held["token"])
 
+    def test_pipelined_requests_behind_a_waiter(self):
+        # Requests that arrive in one TLS record with a long-poll wait in GnuTLS's buffer
+        # while the waiter is suspended, and are served once it is answered.
+        status, _, held = self.srv.acquire("lp/pipe", ttl_ms=60000)
+        self.assertEqual(status, 200, held)
+        body = json.dumps({"owner": "w", "wait_ms": 20000}).encode()
+        acquire = (b"POST /v1/locks/lp/pipe/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        raw = socket.create_connection(("127.0.0.1", self.srv.port), timeout=20)
+        with self.pki.client_context().wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            s.sendall(acquire + health + health)
+            self.assertTrue(wait_for(lambda: self.srv.waiters("lp/pipe") == 1), "the waiter never queued")
+            status, _, body = self.srv.release("lp/pipe", held["lease"])
+            self.assertEqual(status, 200, body)
+            data = b""
+            while data.count(b'"status":"ok"') < 2:
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, "the connection closed after %r" % data)
+                data += chunk
+        self.assertEqual(data.count(b"HTTP/1.1 200 "), 3, data)
+        self.assertIn(b'"owner":"w"', data)
+
     def test_only_tls_1_2_and_1_3(self):
         def handshake(highest):
             ctx = self.pki.client_context()
