@@ -23,6 +23,7 @@ void config_defaults(Config *c)
     c->idle_timeout_s = 60;
     c->dead_client_s = 30;
     c->lease_history = 65536;
+    c->audit_keep = 100000;
     c->guard_timeout_s = 30;
     c->guard_max_calls = 256;
     c->forget_idle_s = 86400;
@@ -64,6 +65,8 @@ void config_usage(FILE *out)
             "                              dropped network) leaves the queue within this (TCP keepalive;\n"
             "                              default 30)\n"
             "  --lease-history N           ended leases remembered to explain not_holder (default 65536)\n"
+            "  --audit-keep N              audit rows kept (grants, releases, expiries, force-releases,\n"
+            "                              fence and guard refusals; GET /v1/audit); 0: none (default 100000)\n"
             "  --forget-idle-after SECONDS a lock free that long (no holder, no waiter) is forgotten:\n"
             "                              its name and last_token go; tokens still only grow (default 86400)\n"
             "  --guard PREFIX=UPSTREAM[,lock=NAME]\n"
@@ -194,6 +197,7 @@ static const NumFlag NUM_FLAGS[] = {
     {"--max-locks", 1, 1000000000, offsetof(Config, max_locks), false},
     {"--max-fences", 1, 1000000000, offsetof(Config, max_fences), false},
     {"--lease-history", 1, 100000000, offsetof(Config, lease_history), false},
+    {"--audit-keep", 0, 10000000, offsetof(Config, audit_keep), false},
     {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},
     {"--dead-client-after", 2, 3600, offsetof(Config, dead_client_s), true},
     {"--guard-timeout", 1, 3600, offsetof(Config, guard_timeout_s), true},

@@ -19,6 +19,7 @@
 #include "leasegate/loop.h"
 #include "leasegate/proxy.h"
 #include "leasegate/standby.h"
+#include "leasegate/trail.h"
 
 /* Lock-table hooks. */
 
@@ -58,6 +59,7 @@ static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, 
 static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
 {
     Server *s = ud;
+    trail_ended(s, lock->name, lock->holder.owner, token, how);
     if (!commit_ended(s->commit, lock->name, lease, token, how, seq)) {
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
         _exit(70);
@@ -125,6 +127,12 @@ static int load_revoked(void *ud, uint64_t token)
 {
     LoadCtx *ctx = ud;
     return revoked_add(ctx->s->revoked, token) ? 0 : -1;
+}
+
+static int load_audit(void *ud, const AuditRow *row)
+{
+    LoadCtx *ctx = ud;
+    return audit_load(ctx->s->audit, row) ? 0 : -1;
 }
 
 static int load_floor(void *ud, const StoreFloor *f)
@@ -261,14 +269,16 @@ int gateway_open(Server *s, const Config *cfg)
     /* Guard marks go with their lock (on_forgotten), never on their own. */
     s->guard_marks = fence_new(cfg->max_locks, 0, NULL);
     s->revoked = revoked_new();
-    if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked) {
+    s->audit = audit_new(cfg->audit_keep);
+    if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit) {
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
         return -1;
     }
     LoadCtx ctx = {s, clock_now(), 0, 0};
     StoreLoad cb = {&ctx,      load_lock,         load_fence, load_guard_mark, load_floor, load_history_seq,
-                    load_ended, load_revoked};
+                    load_ended, load_revoked, load_audit};
     commit_keep_history(s->commit, cfg->lease_history);
+    commit_keep_audit(s->commit, cfg->audit_keep);
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {
         fprintf(stderr, "leasegate: cannot load %s: %s\n", where, store_error(s->store));
@@ -347,6 +357,7 @@ void gateway_close(Server *s)
     fence_free(s->fence);
     fence_free(s->guard_marks);
     revoked_free(s->revoked);
+    audit_free(s->audit);
     if (s->store)
         store_close(s->store);
     /* Last: resigning lets the next gateway lead, after everything is committed. */

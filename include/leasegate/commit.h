@@ -68,6 +68,10 @@ bool commit_ended(Commit *c, const char *lock, const uint8_t *lease, uint64_t to
 /* How many ended leases storage keeps (--lease-history); set before the first commit. */
 void commit_keep_history(Commit *c, uint64_t keep);
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token);
+/* A row of the audit trail (audit.h), copied. */
+bool commit_audit(Commit *c, const AuditRow *row);
+/* How many audit rows storage keeps (--audit-keep); set before the first commit. */
+void commit_keep_audit(Commit *c, uint64_t keep);
 
 /* True while some recorded change is not durable yet. */
 bool commit_pending(const Commit *c);

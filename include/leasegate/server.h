@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "leasegate/audit.h"
 #include "leasegate/auth.h"
 #include "leasegate/commit.h"
 #include "leasegate/config.h"
@@ -42,6 +43,8 @@ typedef struct Server {
     Fence *fence;
     Fence *guard_marks; /* per lock: the highest token the guard has let through */
     Revoked *revoked;   /* tokens of force-released leases: refused at /v1/fence */
+    Audit *audit;       /* the audit trail's newest rows (--audit-keep) */
+    Request *trail_actor; /* the request whose call into the lock table is running, for the trail */
     Proxy *proxy;       /* the guard's upstream calls */
     Guard *guard;       /* the guard's write queues */
     struct MHD_Daemon *daemon;

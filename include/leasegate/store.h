@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "leasegate/audit.h"
 #include "leasegate/locktab.h"
 
 /* One lock's durable state: its name, last token and holder (if held); or,
@@ -62,6 +63,9 @@ typedef struct StoreBatch {
     const StoreEnded *ended;
     size_t nended;
     uint64_t history_keep; /* ended leases kept: the newest this many (by seq) */
+    const AuditRow *audit; /* the audit trail's new rows (audit.h), in seq order */
+    size_t naudit;
+    uint64_t audit_keep; /* rows kept: the newest this many (by seq) */
     /* Nonzero when the batch forgets locks: the global token counter, which the
      * deleted rows can no longer vouch for. */
     uint64_t counter;
@@ -81,6 +85,8 @@ typedef struct StoreLoad {
     /* The token of every lease ever force-released (how LEASE_END_REVOKED):
      * kept whatever the history keeps. */
     int (*revoked)(void *ud, uint64_t token);
+    /* The audit trail's rows, oldest first. */
+    int (*audit)(void *ud, const AuditRow *row);
 } StoreLoad;
 
 typedef struct Store Store;

@@ -8,6 +8,7 @@
  */
 #include "leasegate/api.h"
 #include "leasegate/body.h"
+#include "leasegate/trail.h"
 
 #define TOKEN_MAX ((json_int_t)INT64_MAX)
 
@@ -38,6 +39,7 @@ void api_fence(Request *req)
     }
     if (revoked_has(s->revoked, (uint64_t)token)) {
         s->metrics.fence_rejected++;
+        trail_note(s, req, AUDIT_FENCE_REFUSED, req->arg, "", (uint64_t)token);
         http_reply_error(req, ERR_STALE_TOKEN,
                          json_pack("{s:s, s:I, s:I, s:b}", "resource", req->arg, "token", token, "max_token",
                                    (json_int_t)fence_max(s->fence, req->arg), "revoked", 1),
@@ -61,6 +63,7 @@ void api_fence(Request *req)
         break;
     case FENCE_STALE:
         s->metrics.fence_rejected++;
+        trail_note(s, req, AUDIT_FENCE_REFUSED, req->arg, "", (uint64_t)token);
         http_reply_error(req, ERR_STALE_TOKEN,
                          json_pack("{s:s, s:I, s:I}", "resource", req->arg, "token", token, "max_token",
                                    (json_int_t)max),

@@ -11,6 +11,7 @@
 #include "leasegate/body.h"
 #include "leasegate/names.h"
 #include "leasegate/rawjson.h"
+#include "leasegate/trail.h"
 
 #define TTL_MIN_MS 100
 #define TTL_MAX_MS 86400000
@@ -164,10 +165,12 @@ void api_acquire(Request *req)
         LockResult r = locktab_acquire(s->locks, req->arg, &args, req, &now, &lock, &waiter);
         switch (r) {
         case LOCK_OK:
-            if (reentry)
+            if (reentry) {
                 s->metrics.reentries++;
-            else
+            } else {
                 s->metrics.grants++;
+                trail_note(s, req, AUDIT_GRANTED, lock->name, lock->holder.owner, lock->holder.token);
+            }
             reply_grant(req, lock);
             break;
         case LOCK_REPLAYED:
@@ -200,6 +203,7 @@ void api_waiter_granted(Request *req, const Lock *lock)
 {
     http_waiter_done(req);
     req->srv->metrics.grants++;
+    trail_note(req->srv, req, AUDIT_GRANTED, lock->name, lock->holder.owner, lock->holder.token);
     reply_grant(req, lock);
 }
 
@@ -222,8 +226,10 @@ void api_request_end(Request *req, bool delivered)
     if (req->grant.pending && !delivered) {
         Now now = clock_now();
         uint32_t left;
+        s->trail_actor = req;
         if (locktab_release(s->locks, req->grant.lock, req->grant.lease, &now, &left) == LOCK_OK)
             s->metrics.undelivered_grants++;
+        s->trail_actor = NULL;
     }
 }
 
@@ -273,7 +279,10 @@ void api_release(Request *req)
     if (body_lease(req, obj, true, lease, &present)) {
         Now now = clock_now();
         uint32_t left;
-        if (locktab_release(s->locks, req->arg, lease, &now, &left) == LOCK_OK) {
+        s->trail_actor = req;
+        LockResult r = locktab_release(s->locks, req->arg, lease, &now, &left);
+        s->trail_actor = NULL;
+        if (r == LOCK_OK) {
             s->metrics.releases++;
             http_reply_json_new(req, 200,
                                 json_pack("{s:s, s:b, s:I}", "name", req->arg, "released", left == 0, "count",
@@ -310,7 +319,9 @@ void api_force_release(Request *req)
                                  : "out of memory; retry");
             return;
         }
+        s->trail_actor = req;
         locktab_revoke(s->locks, req->arg, &now, &token);
+        s->trail_actor = NULL;
         s->metrics.force_releases++;
     }
     RawRefs refs = {.n = 0};

@@ -25,6 +25,7 @@
 #include "leasegate/names.h"
 #include "leasegate/proxy.h"
 #include "leasegate/smap.h"
+#include "leasegate/trail.h"
 
 typedef struct GuardQueue {
     DList writes;    /* GuardWrite.link, in arrival order */
@@ -155,6 +156,7 @@ static void reply_stale(Request *req, const char *lock, uint64_t token, const ch
 {
     Server *s = req->srv;
     s->metrics.guard_rejected_stale++;
+    trail_note(s, req, AUDIT_GUARD_REFUSED, lock, "", token);
     const Lock *l = locktab_get(s->locks, lock);
     json_t *holder = l && l->held ? json_integer((json_int_t)l->holder.token) : json_null();
     json_t *extra = json_pack("{s:s, s:o, s:I, s:o}", "lock", lock, "token",
@@ -360,6 +362,7 @@ static bool write_allowed(Request *req, const GuardRoute *route, const char *met
     uuid_t lease;
     if (!lease_s || strlen(lease_s) != 36 || uuid_parse(lease_s, lease) != 0) {
         s->metrics.guard_rejected_missing++;
+        trail_note(s, req, AUDIT_GUARD_REFUSED, lock, "", 0);
         http_reply_error(req, ERR_TOKEN_REQUIRED, json_pack("{s:s}", "lock", lock),
                          "%s needs header Fencing-Lease: the lease (from acquire) that holds lock '%s'%s", method, lock,
                          lease_s ? "; the one sent is not a lease id" : "");

@@ -570,7 +570,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
 }
 
-static void peer_name(Request *req, char *out, size_t outlen)
+void http_peer(Request *req, char *out, size_t outlen)
 {
     struct sockaddr_storage ss;
     const struct sockaddr *sa = NULL;
@@ -595,7 +595,7 @@ static void peer_name(Request *req, char *out, size_t outlen)
 static void log_request(Request *req, bool delivered)
 {
     char peer[NI_MAXHOST + NI_MAXSERV + 4];
-    peer_name(req, peer, sizeof peer);
+    http_peer(req, peer, sizeof peer);
     accesslog_write(req->srv->access_log, peer, req->method[0] ? req->method : "-",
                     req->raw_uri ? req->raw_uri : "-", req->status, delivered, mono_us() - req->started_us);
 }

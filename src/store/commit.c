@@ -28,6 +28,8 @@ typedef struct Batch {
     size_t nfloors, capfloors;
     StoreEnded *ended;
     size_t nended, capended;
+    AuditRow *audit;
+    size_t naudit, capaudit;
     Arena strings; /* every string the records point to */
     uint64_t counter; /* see StoreBatch.counter */
     DList holds; /* CommitHold.link, in arrival order */
@@ -63,6 +65,7 @@ struct Commit {
     pthread_cond_t cv;
     CommitStats stats;
     uint64_t history_keep; /* see commit_keep_history */
+    uint64_t audit_keep;   /* see commit_keep_audit */
     char err[256];
 };
 
@@ -79,6 +82,7 @@ static void batch_reset(Batch *b)
     b->nguard_marks = 0;
     b->nfloors = 0;
     b->nended = 0;
+    b->naudit = 0;
     b->counter = 0;
     arena_reset(&b->strings);
     b->holds = (DList){0};
@@ -93,12 +97,13 @@ static void batch_clear(Batch *b)
     free(b->guard_marks);
     free(b->floors);
     free(b->ended);
+    free(b->audit);
     arena_clear(&b->strings);
 }
 
 static bool batch_has_rows(const Batch *b)
 {
-    return b->nlocks || b->nfences || b->nguard_marks || b->nfloors || b->nended || b->counter;
+    return b->nlocks || b->nfences || b->nguard_marks || b->nfloors || b->nended || b->naudit || b->counter;
 }
 
 static double seconds_since(const struct timespec *t0)
@@ -145,8 +150,21 @@ static void *writer_main(void *arg)
         Batch *b = c->inflight;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        StoreBatch sb = {b->locks,   b->nlocks,        b->fences, b->nfences,  b->guard_marks, b->nguard_marks,
-                         b->floors,  b->nfloors,       b->ended,  b->nended,   c->history_keep, b->counter};
+        StoreBatch sb = {.locks = b->locks,
+                         .nlocks = b->nlocks,
+                         .fences = b->fences,
+                         .nfences = b->nfences,
+                         .guard_marks = b->guard_marks,
+                         .nguard_marks = b->nguard_marks,
+                         .floors = b->floors,
+                         .nfloors = b->nfloors,
+                         .ended = b->ended,
+                         .nended = b->nended,
+                         .history_keep = c->history_keep,
+                         .audit = b->audit,
+                         .naudit = b->naudit,
+                         .audit_keep = c->audit_keep,
+                         .counter = b->counter};
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
         b->result = rc ? -1 : 0;
         b->seconds = seconds_since(&t0);
@@ -313,6 +331,21 @@ bool commit_ended(Commit *c, const char *lock, const uint8_t *lease, uint64_t to
 
 void commit_keep_history(Commit *c, uint64_t keep) { c->history_keep = keep; }
 
+bool commit_audit(Commit *c, const AuditRow *row)
+{
+    Batch *b = c->pending;
+    if (!grow((void **)&b->audit, &b->capaudit, b->naudit, sizeof *b->audit))
+        return false;
+    AuditRow r = *row;
+    if (!(r.lock = arena_strdup(&b->strings, row->lock)) || !(r.owner = arena_strdup(&b->strings, row->owner)) ||
+        !(r.key = arena_strdup(&b->strings, row->key)) || !(r.peer = arena_strdup(&b->strings, row->peer)))
+        return false;
+    b->audit[b->naudit++] = r;
+    return true;
+}
+
+void commit_keep_audit(Commit *c, uint64_t keep) { c->audit_keep = keep; }
+
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token)
 {
     Batch *b = c->pending;
@@ -361,7 +394,7 @@ static void record_stats(Commit *c, const Batch *b)
     if (!batch_has_rows(b))
         return;
     c->stats.commits++;
-    c->stats.rows += b->nlocks + b->nfences + b->nguard_marks + b->nfloors + b->nended;
+    c->stats.rows += b->nlocks + b->nfences + b->nguard_marks + b->nfloors + b->nended + b->naudit;
     c->stats.seconds_total += b->seconds;
     double ms = b->seconds * 1000;
     for (int i = 0; i < COMMIT_LATENCY_BUCKETS; i++)

@@ -11,6 +11,8 @@
  *   PREFIX/floors/BUCKET      decimal floor (BUCKET zero-padded to 10 digits)
  *   PREFIX/revoked/TOKEN      the lock name: a force-released lease's token (TOKEN zero-padded
  *                             to 20 digits), never pruned
+ *   PREFIX/audit/SEQ          JSON {at_ms, kind, lock, owner, token, key, peer} (audit.h; SEQ
+ *                             zero-padded to 20 digits), pruned like the history
  *   PREFIX/history/SEQ        JSON {lock, lease, token, how} (SEQ zero-padded to 20 digits,
  *                             so key order is seq order)
  *
@@ -57,6 +59,7 @@ typedef struct EtcdStore {
     long long leader_rev;
     long long load_rev;   /* the revision every page of the load reads; 0: the latest */
     uint64_t pruned_upto; /* history seqs up to this are deleted */
+    uint64_t audit_pruned_upto; /* the same for audit rows */
     char err[512];
 } EtcdStore;
 
@@ -156,6 +159,22 @@ static char *ended_value(const StoreEnded *e)
     return text;
 }
 
+static char *audit_value(const AuditRow *r)
+{
+    json_t *j = json_pack("{s:I, s:i, s:s, s:s, s:I, s:s, s:s}", "at_ms", (json_int_t)r->at_ms, "kind", r->kind,
+                          "lock", r->lock, "owner", r->owner, "token", (json_int_t)r->token, "key", r->key, "peer",
+                          r->peer);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
+static char *seq_key(const EtcdStore *s, const char *kind, uint64_t seq)
+{
+    char *key;
+    return asprintf(&key, "%s%s/%020" PRIu64, s->prefix, kind, seq) < 0 ? NULL : key;
+}
+
 static char *history_key(const EtcdStore *s, uint64_t seq)
 {
     char *key;
@@ -163,7 +182,8 @@ static char *history_key(const EtcdStore *s, uint64_t seq)
 }
 
 /* The batch as one operation per record, in the order SQLite applies them. */
-static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_t *prune_upto)
+static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_t *prune_upto,
+                      uint64_t *audit_prune_upto)
 {
     for (size_t i = 0; i < b->nlocks; i++) {
         const StoreLock *l = &b->locks[i];
@@ -210,6 +230,17 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
     }
     if (prune)
         ops_add(ops, history_key(s, 0), NULL, history_key(s, upto + 1), PRIO_PRUNE);
+    /* The audit trail, pruned the same way. */
+    uint64_t alast = b->naudit ? b->audit[b->naudit - 1].seq : 0, akeep = b->audit_keep;
+    uint64_t achunk = akeep < PRUNE_CHUNK ? akeep : PRUNE_CHUNK;
+    bool aprune = b->naudit && akeep && alast > akeep && alast - akeep >= s->audit_pruned_upto + achunk;
+    uint64_t aupto = aprune ? alast - akeep : 0;
+    *audit_prune_upto = aupto;
+    for (size_t i = 0; i < b->naudit; i++)
+        if (b->audit[i].seq > aupto)
+            ops_add(ops, seq_key(s, "audit", b->audit[i].seq), audit_value(&b->audit[i]), NULL, PRIO_PUT);
+    if (aprune)
+        ops_add(ops, seq_key(s, "audit", 0), NULL, seq_key(s, "audit", aupto + 1), PRIO_PRUNE);
 }
 
 static int by_key_then_order(const void *a, const void *b)
@@ -326,8 +357,8 @@ static int etcd_commit(Store *base, const StoreBatch *b)
 {
     EtcdStore *s = (EtcdStore *)base;
     Ops ops = {0};
-    uint64_t prune_upto;
-    batch_ops(s, b, &ops, &prune_upto);
+    uint64_t prune_upto, audit_prune_upto;
+    batch_ops(s, b, &ops, &prune_upto, &audit_prune_upto);
     if (ops.nomem) {
         ops_clear(&ops);
         snprintf(s->err, sizeof s->err, "out of memory building an etcd transaction");
@@ -356,6 +387,8 @@ static int etcd_commit(Store *base, const StoreBatch *b)
                  parts ? "only a part" : "nothing");
     if (rc == 0 && prune_upto)
         s->pruned_upto = prune_upto;
+    if (rc == 0 && audit_prune_upto)
+        s->audit_pruned_upto = audit_prune_upto;
     ops_clear(&ops);
     return rc;
 }
@@ -560,6 +593,29 @@ static int load_floor(EtcdStore *s, const StoreLoad *cb, const char *name, const
     return 0;
 }
 
+static int load_audit(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    (void)arg;
+    json_t *j = json_loads(value, 0, NULL);
+    int64_t kind = 0, at = 0;
+    AuditRow r = {0};
+    r.lock = json_string_value(json_object_get(j, "lock"));
+    r.owner = json_string_value(json_object_get(j, "owner"));
+    r.key = json_string_value(json_object_get(j, "key"));
+    r.peer = json_string_value(json_object_get(j, "peer"));
+    bool ok = r.lock && r.owner && r.key && r.peer && parse_u64(name, &r.seq) && json_u64(j, "token", &r.token) &&
+              json_i64(j, "kind", &kind) && json_i64(j, "at_ms", &at);
+    r.kind = (int)kind;
+    r.at_ms = at;
+    int rc = 0;
+    if (!ok || cb->audit(cb->ud, &r)) {
+        snprintf(s->err, sizeof s->err, "cannot load audit row %s", name);
+        rc = -1;
+    }
+    json_decref(j);
+    return rc;
+}
+
 static int load_revoked(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
 {
     (void)arg, (void)value;
@@ -672,10 +728,12 @@ static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
     }
     /* The prune bound is not stored: start from what is there. */
     s->pruned_upto = 0;
+    s->audit_pruned_upto = 0;
     int (*fence)(void *, const StoreMark *) = cb->fence, (*guard_mark)(void *, const StoreMark *) = cb->guard_mark;
     if (range_all(s, "locks", cb, load_lock, &max_token) || range_all(s, "fences", cb, load_mark, &fence) ||
         range_all(s, "guard", cb, load_mark, &guard_mark) || range_all(s, "floors", cb, load_floor, NULL) ||
-        range_all(s, "history", cb, load_ended, NULL) || range_all(s, "revoked", cb, load_revoked, NULL))
+        range_all(s, "history", cb, load_ended, NULL) || range_all(s, "revoked", cb, load_revoked, NULL) ||
+        range_all(s, "audit", cb, load_audit, NULL))
         return -1;
     *last_token = counter > max_token ? counter : max_token;
     return 0;

@@ -34,7 +34,7 @@
 
 /* When you change the schema: add a step to MIGRATIONS (the step from
  * version N-1 to N), bump SCHEMA_VERSION, and write SCHEMA as the result. */
-#define SCHEMA_VERSION 6
+#define SCHEMA_VERSION 7
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
  * PRUNE_CHUNK more). seq is the rowid: every insert appends at the end of one
@@ -48,6 +48,11 @@
 
 /* Tokens of force-released leases (revoked.h): never pruned. */
 #define REVOKED_SCHEMA "CREATE TABLE IF NOT EXISTS revoked(token INTEGER PRIMARY KEY, lock TEXT NOT NULL);"
+
+/* The audit trail (audit.h), pruned like lease_history. */
+#define AUDIT_SCHEMA                                                                                       \
+    "CREATE TABLE IF NOT EXISTS audit(seq INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL, kind INTEGER NOT NULL," \
+    "  lock TEXT NOT NULL, owner TEXT NOT NULL, token INTEGER NOT NULL, key TEXT NOT NULL, peer TEXT NOT NULL);"
 
 /* A new database. meta holds schema_version, last_token, boot_id (text) and
  * boot (a counter that moves whenever boot_id changes; locks.boot says in
@@ -66,7 +71,8 @@ static const char SCHEMA[] =
     "  WITHOUT ROWID;"
     LEASE_HISTORY_SCHEMA
     REVOKED_SCHEMA
-    "INSERT INTO meta(key, value) VALUES('schema_version', 6), ('last_token', 0), ('boot', 0);";
+    AUDIT_SCHEMA
+    "INSERT INTO meta(key, value) VALUES('schema_version', 7), ('last_token', 0), ('boot', 0);";
 
 /* MIGRATIONS[v] takes a database of version v to v + 1. */
 static const char *const MIGRATIONS[SCHEMA_VERSION] = {
@@ -91,6 +97,8 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
           "UPDATE meta SET value = 5 WHERE key = 'schema_version';",
     /* Version 6 keeps the tokens of force-released leases. */
     [5] = REVOKED_SCHEMA "UPDATE meta SET value = 6 WHERE key = 'schema_version';",
+    /* Version 7 keeps the audit trail. */
+    [6] = AUDIT_SCHEMA "UPDATE meta SET value = 7 WHERE key = 'schema_version';",
 };
 
 enum {
@@ -108,6 +116,8 @@ enum {
     ST_PUT_ENDED,
     ST_PRUNE_ENDED,
     ST_PUT_REVOKED,
+    ST_PUT_AUDIT,
+    ST_PRUNE_AUDIT,
     ST_COUNT
 };
 
@@ -124,6 +134,9 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_PUT_ENDED] = "INSERT OR REPLACE INTO lease_history(lease, lock, token, how, seq) VALUES(?1, ?2, ?3, ?4, ?5)",
     [ST_PRUNE_ENDED] = "DELETE FROM lease_history WHERE seq <= ?1",
     [ST_PUT_REVOKED] = "INSERT OR IGNORE INTO revoked(token, lock) VALUES(?1, ?2)",
+    [ST_PUT_AUDIT] = "INSERT OR REPLACE INTO audit(seq, at_ms, kind, lock, owner, token, key, peer)"
+                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [ST_PRUNE_AUDIT] = "DELETE FROM audit WHERE seq <= ?1",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
     [ST_DELETE_FENCE] = "DELETE FROM fences WHERE resource = ?1",
@@ -142,6 +155,7 @@ typedef struct SqliteStore {
     sqlite3 *db;
     sqlite3_int64 boot; /* meta.boot of this run */
     uint64_t pruned_upto; /* lease_history holds no seq at or below this (0: not pruned in this run) */
+    uint64_t audit_pruned_upto; /* the same for audit */
     sqlite3_stmt *st[ST_COUNT];
     char err[512];
 } SqliteStore;
@@ -300,6 +314,38 @@ static int check_files(SqliteStore *s)
     return 0;
 }
 
+static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, uint64_t keep)
+{
+    sqlite3_stmt *st = s->st[ST_PUT_AUDIT];
+    for (size_t i = 0; i < n; i++) {
+        if (sqlite3_bind_int64(st, 1, (sqlite3_int64)r[i].seq) != SQLITE_OK ||
+            sqlite3_bind_int64(st, 2, r[i].at_ms) != SQLITE_OK || sqlite3_bind_int(st, 3, r[i].kind) != SQLITE_OK ||
+            sqlite3_bind_text(st, 4, r[i].lock, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_text(st, 5, r[i].owner, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_int64(st, 6, (sqlite3_int64)r[i].token) != SQLITE_OK ||
+            sqlite3_bind_text(st, 7, r[i].key, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_text(st, 8, r[i].peer, -1, SQLITE_STATIC) != SQLITE_OK) {
+            set_err(s, "bind audit row");
+            return -1;
+        }
+        if (step_reset(s, st))
+            return -1;
+    }
+    /* Pruned a chunk at a time, as lease_history is. */
+    uint64_t last = n ? r[n - 1].seq : 0, chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
+    if (n == 0 || keep == 0 || last <= keep || last - keep < s->audit_pruned_upto + chunk)
+        return 0;
+    st = s->st[ST_PRUNE_AUDIT];
+    if (sqlite3_bind_int64(st, 1, (sqlite3_int64)(last - keep)) != SQLITE_OK) {
+        set_err(s, "bind audit prune");
+        return -1;
+    }
+    if (step_reset(s, st))
+        return -1;
+    s->audit_pruned_upto = last - keep;
+    return 0;
+}
+
 static int sqlite_commit(Store *base, const StoreBatch *b)
 {
     SqliteStore *s = (SqliteStore *)base;
@@ -329,7 +375,8 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
         put_floors(s, b->floors, b->nfloors) ||
         put_marks(s, s->st[ST_PUT_GUARD_MARK], NULL, b->guard_marks, b->nguard_marks))
         goto fail;
-    if (put_ended(s, b->ended, b->nended, b->history_keep) || step_reset(s, s->st[ST_COMMIT]))
+    if (put_ended(s, b->ended, b->nended, b->history_keep) || put_audit(s, b->audit, b->naudit, b->audit_keep) ||
+        step_reset(s, s->st[ST_COMMIT]))
         goto fail;
     return check_files(s);
 fail:
@@ -535,6 +582,34 @@ static int load_revoked(SqliteStore *s, const StoreLoad *cb)
     return res;
 }
 
+static int load_audit(SqliteStore *s, const StoreLoad *cb)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT seq, at_ms, kind, lock, owner, token, key, peer FROM audit ORDER BY seq",
+                           -1, &st, NULL) != SQLITE_OK) {
+        set_err(s, "load audit trail");
+        return -1;
+    }
+    int rc, res = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        AuditRow r = {(uint64_t)sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), sqlite3_column_int(st, 2),
+                      (const char *)sqlite3_column_text(st, 3), (const char *)sqlite3_column_text(st, 4),
+                      (uint64_t)sqlite3_column_int64(st, 5), (const char *)sqlite3_column_text(st, 6),
+                      (const char *)sqlite3_column_text(st, 7)};
+        if (!r.lock || !r.owner || !r.key || !r.peer || cb->audit(cb->ud, &r)) {
+            snprintf(s->err, sizeof s->err, "cannot load the audit trail");
+            res = -1;
+            break;
+        }
+    }
+    if (res == 0 && rc != SQLITE_DONE) {
+        set_err(s, "load audit trail");
+        res = -1;
+    }
+    sqlite3_finalize(st);
+    return res;
+}
+
 static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
 {
     SqliteStore *s = (SqliteStore *)base;
@@ -551,7 +626,7 @@ static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
     if (load_locks(s, cb, &max_token) ||
         load_marks(s, "SELECT resource, max_token FROM fences", cb->fence, cb->ud) ||
         load_marks(s, "SELECT lock, max_token FROM guard_marks", cb->guard_mark, cb->ud) ||
-        load_floors(s, cb) || load_ended(s, cb) || load_revoked(s, cb))
+        load_floors(s, cb) || load_ended(s, cb) || load_revoked(s, cb) || load_audit(s, cb))
         return -1;
     *last_token = (uint64_t)counter > max_token ? (uint64_t)counter : max_token;
     return 0;

@@ -87,6 +87,16 @@ static int load_revoked(void *ud, uint64_t token)
     return 0;
 }
 
+static int loaded_audit;
+static uint64_t loaded_audit_last_seq;
+static int load_audit(void *ud, const AuditRow *row)
+{
+    (void)ud;
+    loaded_audit++;
+    loaded_audit_last_seq = row->seq;
+    return 0;
+}
+
 static void wait_done(Commit *c)
 {
     struct pollfd p = {commit_fd(c), POLLIN, 0};
@@ -133,6 +143,12 @@ int main(int argc, char **argv)
      * counter it vouched for (10) must survive in meta. */
     CHECK(commit_forget(c, "k9", 10));
     CHECK(commit_guard_mark(c, "k3", 4));
+    /* Audit rows: storage keeps the newest two (pruned a chunk of two at a time). */
+    commit_keep_audit(c, 2);
+    for (uint64_t i = 1; i <= 4; i++) {
+        AuditRow row = {i, 1000, AUDIT_GRANTED, "k1", "o", i, "key", "127.0.0.1:1"};
+        CHECK(commit_audit(c, &row));
+    }
     /* Five ended leases; storage keeps the newest three. The first was
      * force-released: its token stays revoked after the history drops it. */
     for (int i = 1; i <= 5; i++) {
@@ -172,14 +188,14 @@ int main(int argc, char **argv)
     CHECK(commit_forget(c, "late", 11));
     commit_flush(c);
     wait_done(c);
-    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 23);
+    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 27);
     commit_free(c);
     store_close(st);
 
     st = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(st != NULL);
     StoreLoad cb = {NULL,      load_lock,         load_fence, load_guard_mark, load_floor, load_history_seq,
-                    load_ended, load_revoked};
+                    load_ended, load_revoked, load_audit};
     uint64_t last_token = 0;
     CHECK(store_load(st, &cb, &last_token) == 0);
     CHECK(loaded_locks == 9);
@@ -189,6 +205,7 @@ int main(int argc, char **argv)
     CHECK(loaded_ended == 3 && loaded_ended_seqs[0] == 103 && loaded_ended_seqs[2] == 105);
     CHECK(loaded_floor == 30 && loaded_floor_bucket == 77);
     CHECK(loaded_revoked == 1 && loaded_revoked_token == 1);
+    CHECK(loaded_audit == 2 && loaded_audit_last_seq == 4);
     /* Same boot: the boot-clock deadline comes back as written. */
     CHECK(loaded_deadline_of_k7 == 5007);
     CHECK(loaded_guard_mark == 4);

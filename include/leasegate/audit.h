@@ -1,0 +1,58 @@
+/*
+ * audit — the trail of what happened to locks and who did it: grants,
+ * releases, expiries, force-releases, and the fence's and the guard's
+ * refusals, each with its time, lock, owner, token, the API key's name and
+ * the peer's address. Never a lease.
+ *
+ * Rows are numbered (seq, from 1, never reused) and written in the same group
+ * commit as the change they describe (commit_audit), so the trail costs no
+ * fsync of its own; storage keeps the newest `keep`, and so does this ring in
+ * memory, which answers GET /v1/audit (storage is the writer thread's).
+ */
+#ifndef LEASEGATE_AUDIT_H
+#define LEASEGATE_AUDIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum AuditKind {
+    AUDIT_GRANTED = 1,
+    AUDIT_RELEASED,
+    AUDIT_EXPIRED,
+    AUDIT_REVOKED, /* force-released by an admin */
+    AUDIT_FENCE_REFUSED,
+    AUDIT_GUARD_REFUSED,
+} AuditKind;
+
+typedef struct AuditRow {
+    uint64_t seq;
+    int64_t at_ms; /* Unix ms */
+    int kind;      /* AuditKind */
+    const char *lock;  /* the lock, or for a fence refusal the resource */
+    const char *owner; /* "" when unknown */
+    uint64_t token;    /* 0 when none */
+    const char *key;   /* the API key's name; "" without keys or for the server itself */
+    const char *peer;  /* "ADDR:PORT"; "" for the server itself */
+} AuditRow;
+
+typedef struct Audit Audit;
+
+/* A ring of the newest `keep` rows (keep 0: the trail is off). NULL when out of memory. */
+Audit *audit_new(size_t keep);
+void audit_free(Audit *a);
+bool audit_enabled(const Audit *a);
+/* Numbers and keeps a copy of row (its seq is ignored); the row's seq, or 0
+ * when out of memory. */
+uint64_t audit_add(Audit *a, const AuditRow *row);
+/* Start-up: a stored row, oldest first (its seq is kept). false: out of memory. */
+bool audit_load(Audit *a, const AuditRow *row);
+/* Calls fn for up to `limit` rows with seq > after, oldest first, of `lock`
+ * only unless lock is NULL. True when more follow. */
+bool audit_list(const Audit *a, const char *lock, uint64_t after, size_t limit,
+                void (*fn)(void *ud, const AuditRow *row), void *ud);
+const char *audit_kind_name(int kind);
+/* The smallest seq still kept (0: none kept). */
+uint64_t audit_oldest(const Audit *a);
+
+#endif

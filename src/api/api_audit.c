@@ -1,0 +1,77 @@
+/*
+ * api_audit — GET /v1/audit?lock=&after=&limit= (admin): the audit trail's
+ * rows after seq `after`, oldest first, of one lock (or fence resource) when
+ * `lock` is given; from the ring in memory (audit.h), which holds what storage
+ * holds. `oldest` is the smallest seq still kept: a reader whose `after` is
+ * below oldest - 1 has missed rows to retention (--audit-keep).
+ */
+#include <stdlib.h>
+
+#include "leasegate/api.h"
+#include "leasegate/audit.h"
+#include "leasegate/body.h"
+
+#define AUDIT_DEFAULT 100
+#define AUDIT_MAX 1000
+
+typedef struct Rows {
+    json_t *rows;
+    uint64_t last;
+    bool failed;
+} Rows;
+
+static void add_row(void *ud, const AuditRow *r)
+{
+    Rows *out = ud;
+    json_t *j = out->failed ? NULL
+                            : json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:s, s:s}", "seq", (json_int_t)r->seq,
+                                        "at_ms", (json_int_t)r->at_ms, "kind", audit_kind_name(r->kind), "lock",
+                                        r->lock, "owner", r->owner, "token", (json_int_t)r->token, "key", r->key,
+                                        "peer", r->peer);
+    if (!j || json_array_append_new(out->rows, j))
+        out->failed = true;
+    out->last = r->seq;
+}
+
+/* A query parameter that must be an integer in min..max; def when absent. */
+static bool query_int(Request *req, const char *name, long long min, long long max, long long def, long long *out)
+{
+    const char *v = http_query(req, name);
+    *out = def;
+    if (!v)
+        return true;
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    if (!*v || *end || n < min || n > max) {
+        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", name),
+                         "query parameter '%s' must be an integer in %lld..%lld", name, min, max);
+        return false;
+    }
+    *out = n;
+    return true;
+}
+
+void api_audit(Request *req)
+{
+    Server *s = req->srv;
+    const char *lock = http_query(req, "lock");
+    long long after, limit;
+    if ((lock && !body_check_name(req, "lock", lock)) || !query_int(req, "after", 0, INT64_MAX, 0, &after) ||
+        !query_int(req, "limit", 1, AUDIT_MAX, AUDIT_DEFAULT, &limit))
+        return;
+    if (!audit_enabled(s->audit)) {
+        http_reply_error(req, ERR_NOT_FOUND, NULL, "the audit trail is off (--audit-keep 0)");
+        return;
+    }
+    Rows out = {json_array(), 0, false};
+    bool more = out.rows && audit_list(s->audit, lock, (uint64_t)after, (size_t)limit, add_row, &out);
+    if (!out.rows || out.failed) {
+        json_decref(out.rows);
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    http_reply_json_new(req, 200,
+                        json_pack("{s:o, s:o, s:I}", "rows", out.rows, "next",
+                                  more ? json_integer((json_int_t)out.last) : json_null(), "oldest",
+                                  (json_int_t)audit_oldest(s->audit)));
+}
