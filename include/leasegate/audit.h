@@ -42,11 +42,11 @@ typedef struct Audit Audit;
 Audit *audit_new(size_t keep);
 void audit_free(Audit *a);
 bool audit_enabled(const Audit *a);
-/* Numbers and keeps a copy of row (its seq is ignored); the row's seq, or 0
- * when out of memory. */
+/* Numbers and keeps a copy of row (its seq is ignored; strings longer than
+ * the contract allows are cut); the row's seq (0 when the trail is off). */
 uint64_t audit_add(Audit *a, const AuditRow *row);
-/* Start-up: a stored row, oldest first (its seq is kept). false: out of memory. */
-bool audit_load(Audit *a, const AuditRow *row);
+/* Start-up: a stored row, oldest first (its seq is kept). */
+void audit_load(Audit *a, const AuditRow *row);
 /* Calls fn for up to `limit` rows with seq > after, oldest first, of `lock`
  * only unless lock is NULL. True when more follow. */
 bool audit_list(const Audit *a, const char *lock, uint64_t after, size_t limit,

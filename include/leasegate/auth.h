@@ -4,13 +4,16 @@
  *
  * The file holds one key per line, fields separated by spaces or tabs:
  *
- *     NAME ROLE sha256:HEX PREFIX...
+ *     NAME ROLE sha256:HEX PREFIX... [max_held=N] [max_waiters=N]
  *
  * NAME is 1..64 bytes of [A-Za-z0-9._-], unique in the file; ROLE is client,
  * fence or admin; HEX is the SHA-256 of the key (64 lower-case hex digits):
  * the file never holds a key itself. Each PREFIX is a start of lock (or, for
  * fence, resource) names the key may touch, 1..256 bytes; `*` is every name.
- * An admin's prefixes are `*`. Blank lines and lines starting with '#' are
+ * An admin's prefixes are `*`. max_held bounds the locks the key's requests
+ * hold and wait for together, max_waiters its waiting acquires (access.h);
+ * without them the server's --key-max-held and --key-max-waiters apply.
+ * Blank lines and lines starting with '#' are
  * skipped. A file over AUTH_MAX_FILE bytes or AUTH_MAX_KEYS keys, or with any
  * line that does not parse, is refused whole (with the line number).
  *
@@ -44,6 +47,8 @@ typedef struct AuthKey {
     bool every_name;  /* a `*` prefix */
     char **prefixes;  /* owned by the table */
     size_t nprefixes;
+    size_t max_held;    /* 0: the server's default */
+    size_t max_waiters; /* 0: the server's default */
 } AuthKey;
 
 typedef struct AuthTable AuthTable;

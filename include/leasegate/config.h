@@ -53,6 +53,8 @@ typedef struct Config {
     const char *auth_file;        /* --auth-file: borrowed; NULL: no API keys */
     bool auth_metrics;            /* --auth-metrics: /, /healthz and /metrics need a key too */
     bool insecure_no_auth;        /* --insecure-no-auth: listen beyond loopback without keys */
+    size_t key_max_held;          /* per API key: locks held and waited for, unless its line says */
+    size_t key_max_waiters;       /* per API key: waiting acquires, unless its line says */
 } Config;
 
 typedef enum ConfigResult { CONFIG_OK, CONFIG_HELP, CONFIG_ERROR } ConfigResult;

@@ -38,6 +38,7 @@ typedef struct Holder {
     char *metadata; /* owned; compact JSON object text, opaque here */
     char *request_id; /* owned; the client's id of the acquire that made or last
                        * re-entered this grant, or NULL when it gave none */
+    char *key;        /* owned; the name of the API key the grant was made for, or NULL */
     uint64_t token;
     int64_t ttl_ms;
     int64_t acquired_at_ms; /* Unix ms */
@@ -100,6 +101,7 @@ typedef struct AcquireArgs {
                                   * the acquire that made or last re-entered the current
                                   * grant (same request_id and owner) changes nothing and
                                   * answers LOCK_REPLAYED */
+    const char *key;             /* NULL, or the name of the API key acquiring (Holder.key) */
 } AcquireArgs;
 
 typedef enum LockResult {

@@ -77,6 +77,7 @@ typedef struct RequestGrant {
 typedef struct RequestAccess {
     AuthTable *table; /* a reference, or NULL (no --auth-file, or no key needed) */
     const AuthKey *key; /* in table */
+    bool waiting;       /* counted as one of its key's waiters (quota.h) */
 } RequestAccess;
 
 /* The HTTP layer creates, answers and ends a request; each part below it

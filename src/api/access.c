@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "leasegate/auth.h"
+#include "leasegate/quota.h"
 
 static void unauthorized(Request *req, const char *why)
 {
@@ -96,6 +97,7 @@ bool access_check_listing(Request *req, const char *prefix)
 
 void access_end(Request *req)
 {
+    quota_wait_stop(req); /* a waiter that ended some other way (the server stopping) */
     auth_unref(req->access.table);
     req->access.table = NULL;
     req->access.key = NULL;

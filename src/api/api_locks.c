@@ -10,6 +10,7 @@
 #include "leasegate/api.h"
 #include "leasegate/body.h"
 #include "leasegate/names.h"
+#include "leasegate/quota.h"
 #include "leasegate/rawjson.h"
 #include "leasegate/trail.h"
 
@@ -145,6 +146,11 @@ void api_acquire(Request *req)
             json_decref(obj);
             return;
         }
+        if (!reentry && !quota_admit(req, locktab_get(s->locks, req->arg), wait_ms > 0, owner, request_id)) {
+            free(metadata);
+            json_decref(obj);
+            return;
+        }
         uint8_t fresh[LEASE_ID_BYTES];
         if (!reentry && !leaseid_next(&s->lease_ids, fresh)) {
             http_reply_error(req, ERR_OVERLOADED, NULL, "no random bytes for a lease id; retry");
@@ -158,7 +164,8 @@ void api_acquire(Request *req)
                             .wait_ms = wait_ms,
                             .lease = reentry ? lease : NULL,
                             .new_lease = reentry ? NULL : fresh,
-                            .request_id = request_id};
+                            .request_id = request_id,
+                            .key = req->access.key ? req->access.key->name : NULL};
         Now now = clock_now();
         const Lock *lock;
         Waiter *waiter;
@@ -169,6 +176,7 @@ void api_acquire(Request *req)
                 s->metrics.reentries++;
             } else {
                 s->metrics.grants++;
+                quota_held(s, lock->holder.key, +1);
                 trail_note(s, req, AUDIT_GRANTED, lock->name, lock->holder.owner, lock->holder.token);
             }
             reply_grant(req, lock);
@@ -180,6 +188,7 @@ void api_acquire(Request *req)
             reply_grant(req, lock);
             break;
         case LOCK_QUEUED:
+            quota_wait_start(req);
             http_wait(req, waiter);
             break;
         case LOCK_BUSY:
@@ -202,6 +211,8 @@ void api_acquire(Request *req)
 void api_waiter_granted(Request *req, const Lock *lock)
 {
     http_waiter_done(req);
+    quota_wait_stop(req);
+    quota_held(req->srv, lock->holder.key, +1);
     req->srv->metrics.grants++;
     trail_note(req->srv, req, AUDIT_GRANTED, lock->name, lock->holder.owner, lock->holder.token);
     reply_grant(req, lock);
@@ -210,6 +221,7 @@ void api_waiter_granted(Request *req, const Lock *lock)
 void api_waiter_timed_out(Request *req, const Lock *lock)
 {
     http_waiter_done(req);
+    quota_wait_stop(req);
     req->srv->metrics.wait_timeouts++;
     reply_lock_held(req, lock);
 }
@@ -217,6 +229,7 @@ void api_waiter_timed_out(Request *req, const Lock *lock)
 void api_waiter_left(Request *req)
 {
     locktab_cancel(req->srv->locks, req->wait.waiter);
+    quota_wait_stop(req);
     req->srv->metrics.waiter_disconnects++;
 }
 

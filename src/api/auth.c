@@ -131,11 +131,28 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
         snprintf(err, errlen, "'%.80s' is not sha256: and 64 lower-case hex digits", f[2]);
         return false;
     }
-    if (nf == 3 && k->role != AUTH_ADMIN) {
+    size_t nprefix = 0;
+    for (size_t i = 3; i < nf; i++)
+        nprefix += !strchr(f[i], '=');
+    if (nprefix == 0 && k->role != AUTH_ADMIN) {
         snprintf(err, errlen, "a %s key needs at least one name prefix (or *)", f[1]);
         return false;
     }
     for (size_t i = 3; i < nf; i++) {
+        if (strchr(f[i], '=')) { /* never in a prefix: '=' is not a lock-name character */
+            size_t *limit = !strncmp(f[i], "max_held=", 9) ? &k->max_held
+                            : !strncmp(f[i], "max_waiters=", 12) ? &k->max_waiters
+                                                                  : NULL;
+            const char *v = limit ? strchr(f[i], '=') + 1 : NULL;
+            char *end = NULL;
+            unsigned long long n = v && *v >= '1' && *v <= '9' ? strtoull(v, &end, 10) : 0;
+            if (!limit || !end || *end || n > 100000000) {
+                snprintf(err, errlen, "'%.80s' is not max_held=N or max_waiters=N (N in 1..100000000)", f[i]);
+                return false;
+            }
+            *limit = (size_t)n;
+            continue;
+        }
         if (!valid_prefix(f[i])) {
             snprintf(err, errlen, "prefix '%.80s' is not 1..%d bytes without spaces or control bytes", f[i],
                      AUTH_PREFIX_MAX);
@@ -153,6 +170,8 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
         return false;
     }
     for (size_t i = 3; i < nf; i++) {
+        if (strchr(f[i], '='))
+            continue;
         if (!strcmp(f[i], "*"))
             k->every_name = true;
         if (!(k->prefixes[k->nprefixes] = strdup(f[i]))) {
@@ -352,9 +371,12 @@ int auth_keygen(const char *name, const char *role, char *const *prefixes, size_
         return -1;
     }
     int o = snprintf(line, len + 2, "%s %s %s", name, role, hash_text);
-    for (size_t i = 0; i < nprefixes; i++)
+    bool prefix = false;
+    for (size_t i = 0; i < nprefixes; i++) {
         o += snprintf(line + o, len + 2 - (size_t)o, " %s", prefixes[i]);
-    if (nprefixes == 0)
+        prefix |= !strchr(prefixes[i], '=');
+    }
+    if (!prefix) /* an admin's: every name */
         snprintf(line + o, len + 2 - (size_t)o, " *");
     *line_new = line;
     return 0;

@@ -20,7 +20,7 @@ void trail_note(Server *s, Request *req, AuditKind kind, const char *lock, const
     row.seq = audit_add(s->audit, &row);
     /* A trail with holes is no trail: like any change that cannot be
      * recorded, this stops the server (as the lock table's hooks do). */
-    if (!row.seq || !commit_audit(s->commit, &row)) {
+    if (!commit_audit(s->commit, &row)) {
         fprintf(stderr, "leasegate: out of memory recording the audit trail; exiting\n");
         _exit(70);
     }

@@ -3,10 +3,19 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+/* Each row's strings live in a fixed slot of one mapping made at start, not
+ * on the heap: rows that live long among short-lived allocations would pin
+ * freed heap pages (a flood of locks could not give its memory back), and a
+ * slot is reused in place when the ring wraps. Room for the longest lock name
+ * (256), owner (128), key name (64) and peer address, each NUL-terminated. */
+#define SLOT_BYTES 528
+static const size_t FIELD_MAX[4] = {256, 128, 64, 64}; /* lock, owner, key, peer: longer is cut */
 
 struct Audit {
-    AuditRow *rows; /* owned, each with its strings in one allocation (strings) */
-    char **strings; /* owned: rows[i]'s strings */
+    AuditRow *rows; /* owned */
+    char *slab;     /* owned mapping: keep slots of SLOT_BYTES */
     size_t keep;
     size_t head, n; /* the oldest is rows[head] */
     uint64_t next_seq;
@@ -31,9 +40,13 @@ Audit *audit_new(size_t keep)
         return NULL;
     a->keep = keep;
     a->next_seq = 1;
-    if (keep && (!(a->rows = calloc(keep, sizeof *a->rows)) || !(a->strings = calloc(keep, sizeof *a->strings)))) {
-        audit_free(a);
-        return NULL;
+    if (keep) {
+        void *slab = mmap(NULL, keep * SLOT_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        a->slab = slab == MAP_FAILED ? NULL : slab;
+        if (!a->slab || !(a->rows = calloc(keep, sizeof *a->rows))) {
+            audit_free(a);
+            return NULL;
+        }
     }
     return a;
 }
@@ -42,9 +55,8 @@ void audit_free(Audit *a)
 {
     if (!a)
         return;
-    for (size_t i = 0; a->strings && i < a->keep; i++)
-        free(a->strings[i]);
-    free(a->strings);
+    if (a->slab)
+        munmap(a->slab, a->keep * SLOT_BYTES);
     free(a->rows);
     free(a);
 }
@@ -52,33 +64,27 @@ void audit_free(Audit *a)
 bool audit_enabled(const Audit *a) { return a->keep > 0; }
 
 /* Stores a copy of row as the newest, evicting the oldest when full. */
-static bool put(Audit *a, const AuditRow *row)
+static void put(Audit *a, const AuditRow *row)
 {
-    const char *src[4] = {row->lock, row->owner, row->key, row->peer};
-    size_t len[4], total = 0;
-    for (int i = 0; i < 4; i++)
-        total += (len[i] = strlen(src[i] ? src[i] : "")) + 1;
-    char *mem = malloc(total);
-    if (!mem)
-        return false;
     size_t slot = (a->head + a->n) % a->keep;
     if (a->n == a->keep) {
         slot = a->head;
         a->head = (a->head + 1) % a->keep;
         a->n--;
     }
-    free(a->strings[slot]);
-    a->strings[slot] = mem;
     AuditRow *r = &a->rows[slot];
     *r = *row;
+    const char *src[4] = {row->lock, row->owner, row->key, row->peer};
     const char **dst[4] = {&r->lock, &r->owner, &r->key, &r->peer};
+    char *mem = a->slab + slot * SLOT_BYTES;
     for (int i = 0; i < 4; i++) {
-        memcpy(mem, src[i] ? src[i] : "", len[i] + 1);
+        size_t len = strnlen(src[i] ? src[i] : "", FIELD_MAX[i]);
+        memcpy(mem, src[i] ? src[i] : "", len);
+        mem[len] = '\0';
         *dst[i] = mem;
-        mem += len[i] + 1;
+        mem += len + 1;
     }
     a->n++;
-    return true;
 }
 
 uint64_t audit_add(Audit *a, const AuditRow *row)
@@ -87,20 +93,17 @@ uint64_t audit_add(Audit *a, const AuditRow *row)
         return 0;
     AuditRow copy = *row;
     copy.seq = a->next_seq;
-    if (!put(a, &copy))
-        return 0;
+    put(a, &copy);
     return a->next_seq++;
 }
 
-bool audit_load(Audit *a, const AuditRow *row)
+void audit_load(Audit *a, const AuditRow *row)
 {
     if (!a->keep)
-        return true;
-    if (!put(a, row))
-        return false;
+        return;
+    put(a, row);
     if (row->seq >= a->next_seq)
         a->next_seq = row->seq + 1;
-    return true;
 }
 
 bool audit_list(const Audit *a, const char *lock, uint64_t after, size_t limit,

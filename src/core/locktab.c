@@ -26,6 +26,7 @@ struct Waiter {
     char *owner;
     char *metadata;
     char *request_id; /* NULL when the acquire had none */
+    char *key;        /* NULL without an API key */
     int64_t ttl_ms;
 };
 
@@ -49,6 +50,7 @@ static void holder_clear(Holder *h)
     free(h->owner);
     free(h->metadata);
     free(h->request_id);
+    free(h->key);
     memset(h, 0, sizeof *h);
 }
 
@@ -57,6 +59,7 @@ static void waiter_free(Waiter *w)
     free(w->owner);
     free(w->metadata);
     free(w->request_id);
+    free(w->key);
     free(w);
 }
 
@@ -208,19 +211,32 @@ static bool set_expiry(Locktab *lt, Lock *lock, int64_t ttl_ms, const Now *now)
     return true;
 }
 
-/* Makes a free lock held by a new lease. On success takes ownership of owner
- * and metadata (both non-NULL) and request_id (may be NULL); on failure leaves
- * them to the caller and changes nothing. The token is the next value of the
- * global counter. */
-static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], char *owner,
-                  char *metadata, char *request_id, int64_t ttl_ms, const Now *now)
+/* The strings a new grant takes: owner and metadata non-NULL, the others may be. */
+typedef struct GrantStrings {
+    char *owner, *metadata, *request_id, *key;
+} GrantStrings;
+
+static void grant_strings_free(GrantStrings *g)
+{
+    free(g->owner);
+    free(g->metadata);
+    free(g->request_id);
+    free(g->key);
+}
+
+/* Makes a free lock held by a new lease. On success takes ownership of the
+ * strings; on failure leaves them to the caller and changes nothing. The
+ * token is the next value of the global counter. */
+static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], const GrantStrings *g,
+                  int64_t ttl_ms, const Now *now)
 {
     assert(!lock->held);
     Holder *h = &lock->holder;
     memcpy(h->lease, lease, LEASE_ID_BYTES);
-    h->owner = owner;
-    h->metadata = metadata;
-    h->request_id = request_id;
+    h->owner = g->owner;
+    h->metadata = g->metadata;
+    h->request_id = g->request_id;
+    h->key = g->key;
     uint64_t lock_last = lock->last_token;
     h->token = ++lt->last_token;
     h->acquired_at_ms = now->wall_ms;
@@ -261,9 +277,10 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now)
         bool wait_over = w->wait.entry.deadline_ms <= now->mono_ms;
         unlink_waiter(lt, w);
         void *ctx = w->ctx;
-        /* grant() takes owner, metadata and request_id only when it succeeds;
-         * it cannot for lack of memory, and then this waiter times out now too. */
-        if (!wait_over && grant(lt, lock, w->lease, w->owner, w->metadata, w->request_id, w->ttl_ms, now)) {
+        /* grant() takes the waiter's strings only when it succeeds; it cannot
+         * for lack of memory, and then this waiter times out now too. */
+        GrantStrings g = {w->owner, w->metadata, w->request_id, w->key};
+        if (!wait_over && grant(lt, lock, w->lease, &g, w->ttl_ms, now)) {
             free(w);
             changed(lt, lock);
             lt->hooks.granted(lt->hooks.ud, ctx, lock);
@@ -326,7 +343,8 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
     h->owner = strdup(holder->owner);
     h->metadata = strdup(holder->metadata);
     h->request_id = holder->request_id ? strdup(holder->request_id) : NULL;
-    if (!h->owner || !h->metadata || (holder->request_id && !h->request_id)) {
+    h->key = holder->key ? strdup(holder->key) : NULL;
+    if (!h->owner || !h->metadata || (holder->request_id && !h->request_id) || (holder->key && !h->key)) {
         holder_clear(h);
         return LOCK_NOMEM;
     }
@@ -386,9 +404,10 @@ static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void
     w->owner = strdup(args->owner);
     w->metadata = strdup(args->metadata ? args->metadata : "{}");
     w->request_id = args->request_id ? strdup(args->request_id) : NULL;
+    w->key = args->key ? strdup(args->key) : NULL;
     heap_entry_init(&w->wait.entry);
     w->wait.kind = DEADLINE_WAIT;
-    if (!w->owner || !w->metadata || (args->request_id && !w->request_id) ||
+    if (!w->owner || !w->metadata || (args->request_id && !w->request_id) || (args->key && !w->key) ||
         !heap_set(&lt->deadlines, &w->wait.entry, now->mono_ms + args->wait_ms)) {
         waiter_free(w);
         return LOCK_NOMEM;
@@ -446,14 +465,11 @@ LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *arg
     if (is_replay(lock, args))
         return LOCK_REPLAYED;
     if (!lock->held) {
-        char *owner = strdup(args->owner);
-        char *metadata = strdup(args->metadata ? args->metadata : "{}");
-        char *request_id = args->request_id ? strdup(args->request_id) : NULL;
-        if (!owner || !metadata || (args->request_id && !request_id) ||
-            !grant(lt, lock, args->new_lease, owner, metadata, request_id, args->ttl_ms, now)) {
-            free(owner);
-            free(metadata);
-            free(request_id);
+        GrantStrings g = {strdup(args->owner), strdup(args->metadata ? args->metadata : "{}"),
+                          args->request_id ? strdup(args->request_id) : NULL, args->key ? strdup(args->key) : NULL};
+        if (!g.owner || !g.metadata || (args->request_id && !g.request_id) || (args->key && !g.key) ||
+            !grant(lt, lock, args->new_lease, &g, args->ttl_ms, now)) {
+            grant_strings_free(&g);
             return LOCK_NOMEM;
         }
         changed(lt, lock);

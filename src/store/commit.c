@@ -257,7 +257,9 @@ bool commit_lock(Commit *c, const Lock *lock)
         r->holder.metadata = arena_strdup(&b->strings, lock->holder.metadata);
         r->holder.request_id =
             lock->holder.request_id ? arena_strdup(&b->strings, lock->holder.request_id) : NULL;
-        if (!r->holder.owner || !r->holder.metadata || (lock->holder.request_id && !r->holder.request_id))
+        r->holder.key = lock->holder.key ? arena_strdup(&b->strings, lock->holder.key) : NULL;
+        if (!r->holder.owner || !r->holder.metadata || (lock->holder.request_id && !r->holder.request_id) ||
+            (lock->holder.key && !r->holder.key))
             return false;
     }
     b->nlocks++;

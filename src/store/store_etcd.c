@@ -5,7 +5,7 @@
  *   PREFIX/meta/last_token    decimal: the token counter where rows no longer vouch for it
  *   PREFIX/locks/NAME         JSON {last_token, holder?: {lease (uuid text), owner, token,
  *                             ttl_ms, acquired_at_ms, expires_at_ms, count, metadata (JSON text),
- *                             request_id?}}
+ *                             request_id?, key?}}
  *   PREFIX/fences/RESOURCE    decimal max token
  *   PREFIX/guard/LOCK         decimal max token the guard let through
  *   PREFIX/floors/BUCKET      decimal floor (BUCKET zero-padded to 10 digits)
@@ -139,6 +139,8 @@ static char *lock_value(const StoreLock *l)
                                (json_int_t)h->acquired_at_ms, "expires_at_ms", (json_int_t)h->expires_at_ms,
                                "count", (json_int_t)h->count, "metadata", h->metadata);
         if (hj && h->request_id && json_object_set_new(hj, "request_id", json_string(h->request_id)))
+            json_decref(hj), hj = NULL;
+        if (hj && h->key && json_object_set_new(hj, "key", json_string(h->key)))
             json_decref(hj), hj = NULL;
         if (!hj || json_object_set_new(j, "holder", hj))
             json_decref(j), j = NULL;
@@ -548,6 +550,7 @@ static int load_lock(EtcdStore *s, const StoreLoad *cb, const char *name, const 
         x->owner = (char *)json_string_value(json_object_get(h, "owner"));
         x->metadata = (char *)json_string_value(json_object_get(h, "metadata"));
         x->request_id = (char *)json_string_value(json_object_get(h, "request_id")); /* NULL when none */
+        x->key = (char *)json_string_value(json_object_get(h, "key"));               /* NULL when none */
         x->deadline_ms = -1; /* no boot clock is shared between gateways: expires_at_ms rules */
         ok = lease && uuid_parse(lease, x->lease) == 0 && x->owner && x->metadata && json_u64(h, "token", &x->token) &&
              json_i64(h, "ttl_ms", &x->ttl_ms) && json_i64(h, "acquired_at_ms", &x->acquired_at_ms) &&

@@ -34,7 +34,7 @@
 
 /* When you change the schema: add a step to MIGRATIONS (the step from
  * version N-1 to N), bump SCHEMA_VERSION, and write SCHEMA as the result. */
-#define SCHEMA_VERSION 7
+#define SCHEMA_VERSION 8
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
  * PRUNE_CHUNK more). seq is the rowid: every insert appends at the end of one
@@ -63,7 +63,7 @@ static const char SCHEMA[] =
     "  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL,"
     "  lease BLOB, owner TEXT, token INTEGER, ttl_ms INTEGER, acquired_at_ms INTEGER,"
     "  expires_at_ms INTEGER, count INTEGER, metadata TEXT, deadline_ms INTEGER, boot INTEGER,"
-    "  request_id TEXT) WITHOUT ROWID;"
+    "  request_id TEXT, key TEXT) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS fences(resource TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS fence_floors(bucket INTEGER PRIMARY KEY, floor INTEGER NOT NULL);"
@@ -72,7 +72,7 @@ static const char SCHEMA[] =
     LEASE_HISTORY_SCHEMA
     REVOKED_SCHEMA
     AUDIT_SCHEMA
-    "INSERT INTO meta(key, value) VALUES('schema_version', 7), ('last_token', 0), ('boot', 0);";
+    "INSERT INTO meta(key, value) VALUES('schema_version', 8), ('last_token', 0), ('boot', 0);";
 
 /* MIGRATIONS[v] takes a database of version v to v + 1. */
 static const char *const MIGRATIONS[SCHEMA_VERSION] = {
@@ -99,6 +99,9 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
     [5] = REVOKED_SCHEMA "UPDATE meta SET value = 6 WHERE key = 'schema_version';",
     /* Version 7 keeps the audit trail. */
     [6] = AUDIT_SCHEMA "UPDATE meta SET value = 7 WHERE key = 'schema_version';",
+    /* Version 8 keeps the API key's name behind each grant (per-key limits). */
+    [7] = "ALTER TABLE locks ADD COLUMN key TEXT;"
+          "UPDATE meta SET value = 8 WHERE key = 'schema_version';",
 };
 
 enum {
@@ -126,8 +129,8 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_PUT_LOCK] = "INSERT OR REPLACE INTO locks(name, last_token, lease, owner, token, ttl_ms,"
-                    " acquired_at_ms, expires_at_ms, count, metadata, deadline_ms, boot, request_id)"
-                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                    " acquired_at_ms, expires_at_ms, count, metadata, deadline_ms, boot, request_id, key)"
+                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     [ST_DELETE_LOCK] = "DELETE FROM locks WHERE name = ?1",
     [ST_DELETE_GUARD_MARK] = "DELETE FROM guard_marks WHERE lock = ?1",
     [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
@@ -205,6 +208,8 @@ static int bind_lock(sqlite3_stmt *st, const StoreLock *l, sqlite3_int64 boot)
         rc |= sqlite3_bind_int64(st, 12, boot);
         if (h->request_id)
             rc |= sqlite3_bind_text(st, 13, h->request_id, -1, SQLITE_STATIC);
+        if (h->key)
+            rc |= sqlite3_bind_text(st, 14, h->key, -1, SQLITE_STATIC);
     }
     return rc == SQLITE_OK ? 0 : -1;
 }
@@ -396,7 +401,7 @@ static int load_locks(SqliteStore *s, const StoreLoad *cb, uint64_t *max_token)
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT name, last_token, lease, owner, token, ttl_ms, acquired_at_ms,"
-                           " expires_at_ms, count, metadata, deadline_ms, boot, request_id FROM locks",
+                           " expires_at_ms, count, metadata, deadline_ms, boot, request_id, key FROM locks",
                            -1, &st, NULL) != SQLITE_OK) {
         set_err(s, "load locks");
         return -1;
@@ -427,6 +432,7 @@ static int load_locks(SqliteStore *s, const StoreLoad *cb, uint64_t *max_token)
             bool same_boot = sqlite3_column_type(st, 10) != SQLITE_NULL && sqlite3_column_int64(st, 11) == s->boot;
             l.holder.deadline_ms = same_boot ? sqlite3_column_int64(st, 10) : -1;
             l.holder.request_id = (char *)sqlite3_column_text(st, 12); /* NULL when none */
+            l.holder.key = (char *)sqlite3_column_text(st, 13);        /* NULL when none */
             if (!l.holder.owner || !l.holder.metadata) {
                 snprintf(s->err, sizeof s->err, "lock %s: corrupt holder", l.name);
                 res = -1;
