@@ -3,38 +3,21 @@ fence refusal and guard refusal, with time, lock, owner, token, key name and pee
 order; filters and paging; durable across kill -9 (same commit as the change); bounded by
 --audit-keep; never a lease."""
 
-import os
-import tempfile
 import threading
 import time
 import unittest
 
 from harness import Server
-import upstream
-from test_auth import Keyed, new_key
+from test_auth import KeyedTestCase, new_key
 
 
-class AuditTest(unittest.TestCase):
+class AuditTest(KeyedTestCase):
     def setUp(self):
-        d = tempfile.mkdtemp(prefix="leasegate-audit-")
         self.alice, a = new_key("alice", "client", "t/")
         self.bob, b = new_key("bob", "client", "t/")
         self.root, r = new_key("root", "admin")
         self.store, f = new_key("store", "fence", "t/")
-        keys = os.path.join(d, "keys")
-        with open(keys, "w") as fh:
-            fh.write("\n".join([a, b, r, f]) + "\n")
-        self.nginx = upstream.Nginx() if upstream.nginx_available() else None
-        if self.nginx:
-            self.addCleanup(self.nginx.cleanup)
-        guard = ["--guard", "/store/=" + self.nginx.url] if self.nginx else []
-        self.srv = Server(extra_args=["--auth-file", keys] + guard)
-        self.addCleanup(self.srv.cleanup)
-
-    def as_(self, key, timeout=30.0):
-        c = Keyed(self.srv.port, key, timeout)
-        self.addCleanup(c.close)
-        return c
+        self.start_keyed([a, b, r, f])
 
     def rows(self, query=""):
         st, _, body = self.as_(self.root).request("GET", "/v1/audit" + query)

@@ -48,6 +48,28 @@ class Keyed(Client):
         return super().request(method, path, body=body, raw=raw, headers=hdrs, timeout=timeout)
 
 
+class KeyedTestCase(unittest.TestCase):
+    """A test with a server of its own on an --auth-file (and nginx behind /store/ when
+    there is nginx): start_keyed() starts it, as_() gives a client with a key."""
+
+    def start_keyed(self, lines, *extra_args):
+        d = tempfile.mkdtemp(prefix="leasegate-keyed-")
+        keys = os.path.join(d, "keys")
+        with open(keys, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.nginx = upstream.Nginx() if upstream.nginx_available() else None
+        if self.nginx:
+            self.addCleanup(self.nginx.cleanup)
+        guard = ["--guard", "/store/=" + self.nginx.url] if self.nginx else []
+        self.srv = Server(extra_args=["--auth-file", keys] + guard + list(extra_args))
+        self.addCleanup(self.srv.cleanup)
+
+    def as_(self, key, timeout=30.0):
+        c = Keyed(self.srv.port, key, timeout)
+        self.addCleanup(c.close)
+        return c
+
+
 class KeygenTest(unittest.TestCase):
     def test_two_lines_the_key_then_its_file_line(self):
         rc, out, err = keygen("billing-1", "client", "orders/", "invoices/")

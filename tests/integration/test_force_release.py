@@ -3,36 +3,18 @@ the old lease is refused everywhere (renew, release, the guard) with reason `rev
 and its token is refused at /v1/fence even where no newer token was seen yet, also after
 a kill -9 and restart. Only an admin key may do it."""
 
-import os
-import tempfile
 import threading
 import time
 import unittest
 
-from harness import Server
-import upstream
-from test_auth import Keyed, new_key
+from test_auth import KeyedTestCase, new_key
 
 
-class ForceReleaseTest(unittest.TestCase):
+class ForceReleaseTest(KeyedTestCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="leasegate-force-")
         self.admin_key, admin = new_key("root", "admin")
         self.client_key, client = new_key("app", "client", "jobs/")
-        keys = os.path.join(self.dir, "keys")
-        with open(keys, "w") as f:
-            f.write(admin + "\n" + client + "\n")
-        self.nginx = upstream.Nginx() if upstream.nginx_available() else None
-        if self.nginx:
-            self.addCleanup(self.nginx.cleanup)
-        guard = ["--guard", "/store/=" + self.nginx.url] if self.nginx else []
-        self.srv = Server(extra_args=["--auth-file", keys] + guard)
-        self.addCleanup(self.srv.cleanup)
-
-    def as_(self, key, timeout=30.0):
-        c = Keyed(self.srv.port, key, timeout)
-        self.addCleanup(c.close)
-        return c
+        self.start_keyed([admin, client])
 
     def test_force_release_hands_the_lock_on_and_the_old_token_is_stale_everywhere(self):
         app, admin = self.as_(self.client_key), self.as_(self.admin_key)

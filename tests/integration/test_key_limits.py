@@ -3,32 +3,19 @@ wait in at most max_waiters queues (per key in the --auth-file, else --key-max-h
 --key-max-waiters); 429 key_limit above them; retries and reentries pass; counts survive
 kill -9 (the key's name is stored with each grant); other keys are not affected."""
 
-import os
-import tempfile
 import threading
 import time
 import unittest
 
-from harness import Server
-from test_auth import Keyed, keygen, new_key
+from test_auth import KeyedTestCase, keygen, new_key
 
 
-class KeyLimitTest(unittest.TestCase):
+class KeyLimitTest(KeyedTestCase):
     def setUp(self):
-        d = tempfile.mkdtemp(prefix="leasegate-limits-")
         self.small, small = new_key("small", "client", "q/", "max_held=2", "max_waiters=1")
         self.big, big = new_key("big", "client", "q/")
         self.assertTrue(small.endswith(" q/ max_held=2 max_waiters=1"), small)
-        keys = os.path.join(d, "keys")
-        with open(keys, "w") as f:
-            f.write(small + "\n" + big + "\n")
-        self.srv = Server(extra_args=["--auth-file", keys, "--key-max-held", "3"])
-        self.addCleanup(self.srv.cleanup)
-
-    def as_(self, key, timeout=30.0):
-        c = Keyed(self.srv.port, key, timeout)
-        self.addCleanup(c.close)
-        return c
+        self.start_keyed([small, big], "--key-max-held", "3")
 
     def test_held_and_waiting_limits_per_key(self):
         small, big = self.as_(self.small), self.as_(self.big)
