@@ -14,6 +14,7 @@ void api_release(Request *req);
 void api_get_lock(Request *req);
 void api_force_release(Request *req);
 void api_audit(Request *req);
+void api_lock_history(Request *req);
 void api_list_locks(Request *req);
 void api_fence(Request *req);
 void api_healthz(Request *req);

@@ -5,6 +5,7 @@
  * holds. `oldest` is the smallest seq still kept: a reader whose `after` is
  * below oldest - 1 has missed rows to retention (--audit-keep).
  */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "leasegate/api.h"
@@ -74,4 +75,75 @@ void api_audit(Request *req)
                         json_pack("{s:o, s:o, s:I}", "rows", out.rows, "next",
                                   more ? json_integer((json_int_t)out.last) : json_null(), "oldest",
                                   (json_int_t)audit_oldest(s->audit)));
+}
+
+typedef struct LockRows {
+    const AuditRow **rows; /* borrowed from the ring; valid during this request's handler only */
+    size_t n, cap;
+    bool failed;
+} LockRows;
+
+static void keep_row(void *ud, const AuditRow *r)
+{
+    LockRows *l = ud;
+    if (r->kind != AUDIT_GRANTED && r->kind != AUDIT_RELEASED && r->kind != AUDIT_EXPIRED && r->kind != AUDIT_REVOKED)
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        const AuditRow **p = realloc(l->rows, cap * sizeof *p);
+        if (!p) {
+            l->failed = true;
+            return;
+        }
+        l->rows = p;
+        l->cap = cap;
+    }
+    l->rows[l->n++] = r;
+}
+
+/* GET /v1/locks/{name}/history?limit=: the lock's last grants, newest first,
+ * each with how it ended (null while held), from the audit trail (so as far
+ * back as --audit-keep reaches; `complete` says whether the trail reaches
+ * back past the oldest grant shown). */
+void api_lock_history(Request *req)
+{
+    Server *s = req->srv;
+    long long limit;
+    if (!body_check_name(req, "name", req->arg) || !query_int(req, "limit", 1, AUDIT_MAX, 20, &limit))
+        return;
+    if (!audit_enabled(s->audit)) {
+        http_reply_error(req, ERR_NOT_FOUND, NULL, "the audit trail is off (--audit-keep 0): no history is kept");
+        return;
+    }
+    LockRows rows = {0};
+    audit_list(s->audit, req->arg, 0, SIZE_MAX, keep_row, &rows);
+    json_t *grants = rows.failed ? NULL : json_array();
+    size_t shown = 0;
+    for (size_t i = rows.n; grants && i-- > 0 && shown < (size_t)limit;) {
+        const AuditRow *g = rows.rows[i];
+        if (g->kind != AUDIT_GRANTED)
+            continue;
+        const AuditRow *end = NULL;
+        for (size_t j = i + 1; j < rows.n && !end; j++)
+            if (rows.rows[j]->kind != AUDIT_GRANTED && rows.rows[j]->token == g->token)
+                end = rows.rows[j];
+        json_t *e = json_pack("{s:I, s:s, s:s, s:I, s:o, s:o}", "token", (json_int_t)g->token, "owner", g->owner,
+                              "key", g->key, "acquired_at_ms", (json_int_t)g->at_ms, "ended_at_ms",
+                              end ? json_integer((json_int_t)end->at_ms) : json_null(), "how",
+                              end ? json_string(audit_kind_name(end->kind)) : json_null());
+        if (!e || json_array_append_new(grants, e)) {
+            json_decref(grants);
+            grants = NULL;
+        }
+        shown++;
+    }
+    /* Complete: the ring still holds everything since before the oldest grant shown. */
+    bool complete = audit_oldest(s->audit) <= 1 || (shown == (size_t)limit);
+    free(rows.rows);
+    if (!grants) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    http_reply_json_new(req, 200,
+                        json_pack("{s:s, s:o, s:b}", "name", req->arg, "grants", grants, "complete", complete));
 }

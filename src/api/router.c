@@ -35,6 +35,8 @@ static const Route ROUTES[] = {
     {"POST", LOCK_ACTION, "/v1/locks/", "acquire", api_acquire, "POST", ACCESS_LOCKS, true},
     {"POST", LOCK_ACTION, "/v1/locks/", "renew", api_renew, "POST", ACCESS_LOCKS, true},
     {"POST", LOCK_ACTION, "/v1/locks/", "release", api_release, "POST", ACCESS_LOCKS, true},
+    /* Before the lock's own GET: a lock whose name ends in /history is read in the listing. */
+    {"GET", LOCK_ACTION, "/v1/locks/", "history", api_lock_history, "GET, HEAD", ACCESS_LOCKS, false},
     {"GET", LOCK_NAME, "/v1/locks/", NULL, api_get_lock, "GET, HEAD, DELETE", ACCESS_LOCKS, false},
     {"DELETE", LOCK_NAME, "/v1/locks/", NULL, api_force_release, "GET, HEAD, DELETE", ACCESS_ADMIN, false},
     {"POST", RESOURCE, "/v1/fence/", NULL, api_fence, "POST", ACCESS_FENCE, true},

@@ -99,6 +99,40 @@ class AuditTest(KeyedTestCase):
         self.assertGreater(self.rows("?after=%d" % seqs[-1])["rows"][0]["seq"], seqs[-1])
 
 
+class HistoryTest(unittest.TestCase):
+    def test_last_grants_newest_first_with_how_each_ended(self):
+        srv = Server(extra_args=["--audit-keep", "40"])
+        self.addCleanup(srv.cleanup)
+        c = srv.client
+        st, _, a = c.acquire("h/x", owner="one")
+        c.release("h/x", a["lease"])
+        st, _, b = c.acquire("h/x", owner="two", ttl_ms=100)
+        time.sleep(0.3)
+        st, _, d = c.acquire("h/x", owner="three", ttl_ms=60000)
+        c.request("DELETE", "/v1/locks/h/x")
+        st, _, e = c.acquire("h/x", owner="four", ttl_ms=60000)
+        c.acquire("h/other")
+        st, _, body = c.request("GET", "/v1/locks/h/x/history")
+        self.assertEqual(st, 200, body)
+        got = [(g["owner"], g["token"], g["how"], g["ended_at_ms"] is None) for g in body["grants"]]
+        self.assertEqual(got, [("four", e["token"], None, True), ("three", d["token"], "revoked", False),
+                               ("two", b["token"], "expired", False), ("one", a["token"], "released", False)])
+        self.assertTrue(body["complete"])
+        for g in body["grants"]:
+            self.assertGreaterEqual(g["ended_at_ms"] or g["acquired_at_ms"], g["acquired_at_ms"])
+        self.assertNotIn(a["lease"], c.last_text)
+        st, _, body = c.request("GET", "/v1/locks/h/x/history?limit=2")
+        self.assertEqual([g["owner"] for g in body["grants"]], ["four", "three"])
+        # The trail keeps 40 rows: older grants fall out, and the answer says so.
+        for i in range(30):
+            st, _, g = c.acquire("h/busy")
+            c.release("h/busy", g["lease"])
+        st, _, body = c.request("GET", "/v1/locks/h/x/history")
+        self.assertFalse(body["complete"])
+        self.assertEqual(c.request("GET", "/v1/locks/h/x/history?limit=0")[0], 400)
+        self.assertEqual(c.request("POST", "/v1/locks/h/x/history", body={})[0], 405)
+
+
 class RetentionTest(unittest.TestCase):
     def test_only_the_newest_are_kept_and_zero_turns_it_off(self):
         srv = Server(extra_args=["--audit-keep", "3"])
