@@ -4,9 +4,14 @@ Starts the real binary (path from $LEASEGATE_BIN) on 127.0.0.1 with a free port 
 a temporary data directory, talks HTTP/1.1 keep-alive to it, and always stops it.
 
 Only loopback traffic; every wait here is bounded in time.
+
+With LEASEGATE_TEST_STORE=etcd, every Server not given an explicit store keeps its
+state in one shared one-member etcd (started on first use, stopped at exit) under a
+key prefix of its own, so the same tests check the etcd store as well.
 """
 
 import atexit
+import hashlib
 import http.client
 import json
 import os
@@ -25,8 +30,13 @@ import uuid
 
 # Any IPv4 address: tests that listen on 0.0.0.0 (network namespaces) still reach it at 127.0.0.1.
 READY_RE = re.compile(r"^leasegate: listening on (https?)://\d+\.\d+\.\d+\.\d+:(\d+)\s*$")
+LEADING_RE = re.compile(r"^leasegate: leading; serving on ")
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
+# On etcd a gateway serves only once elected; after a kill -9 the old leader key must
+# expire first (--leader-ttl ETCD_LEADER_TTL_S), so this bound is generous.
+LEADER_TIMEOUT_S = 20.0
+ETCD_LEADER_TTL_S = 2
 
 _live_servers = []
 _live_lock = threading.Lock()
@@ -46,6 +56,46 @@ def parse_metrics(text):
             raise AssertionError("not a Prometheus sample line: %r" % line)
         values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
     return values
+
+
+def on_etcd():
+    """True when the tests run against the etcd store (LEASEGATE_TEST_STORE=etcd)."""
+    return os.environ.get("LEASEGATE_TEST_STORE", "") == "etcd"
+
+
+def sqlite_only(testcase, why):
+    """Skips testcase on the etcd store: for what only SQLite has (the database file,
+    fsync faults, the disk)."""
+    if on_etcd():
+        testcase.skipTest("sqlite store only: " + why)
+
+
+_etcd = None
+
+
+def _shared_etcd():
+    """The one-member etcd of this test process, started on first use."""
+    global _etcd
+    if _etcd is None:
+        import etcd_fixture  # imports this module: only once it is loaded
+        if not etcd_fixture.available():
+            raise RuntimeError("LEASEGATE_TEST_STORE=etcd: " + etcd_fixture.missing_reason())
+        _etcd = etcd_fixture.Etcd(1)
+    return _etcd
+
+
+def _stop_etcd():
+    global _etcd
+    if _etcd is not None:
+        _etcd.stop()
+        _etcd = None
+
+
+def _etcd_store_for(data_dir):
+    """The --store URL that stands in for data_dir: two Servers on one data dir, or one
+    Server across restarts, see the same lock space, like on one database file."""
+    digest = hashlib.sha256(os.path.realpath(data_dir).encode()).hexdigest()[:20]
+    return "etcd://%s/leasegate-it/%s" % (_shared_etcd().endpoint, digest)
 
 
 class ServerTestCase(unittest.TestCase):
@@ -273,12 +323,20 @@ class Server:
         started with --tls-cert/--tls-key; its clients then speak HTTPS."""
         self.bin = binary_path()
         self.tls = tls
-        self.store = store  # --store URL in place of --data (test_etcd.py)
         self.extra_args = list(extra_args or [])
         self.extra_env = dict(extra_env or {})
         self._own_dir = data_dir is None
         self.dir = data_dir or tempfile.mkdtemp(prefix="leasegate-it-")
         self.data_path = os.path.join(self.dir, "leasegate.db")
+        # --store URL in place of --data (test_etcd.py, or every test on etcd). Only the
+        # gateways the etcd mode made up wait for leadership in start(): test_etcd.py
+        # watches its own elections.
+        self.wait_leader = store is None and on_etcd()
+        if self.wait_leader:
+            store = _etcd_store_for(self.dir)
+            if "--leader-ttl" not in self.extra_args:
+                self.extra_args += ["--leader-ttl", str(ETCD_LEADER_TTL_S)]
+        self.store = store
         self.proc = None
         self.port = None
         self.url = None
@@ -309,6 +367,8 @@ class Server:
                                      stderr=self._stderr_file, cwd=self.dir, env=env)
         port_box = []
         ready = threading.Event()
+        leading = []
+        settled = threading.Event()  # the leading line came, or stdout ended
         proc = self.proc
         lines = self.stdout_lines
 
@@ -321,7 +381,11 @@ class Server:
                 if m and not ready.is_set():
                     port_box.append((m.group(1), int(m.group(2))))
                     ready.set()
+                if LEADING_RE.match(line):
+                    leading.append(line)
+                    settled.set()
             ready.set()
+            settled.set()
 
         t = threading.Thread(target=reader, daemon=True)
         t.start()
@@ -340,6 +404,13 @@ class Server:
         if self.client is not None:
             self.client.close()
         self.client = Client(self.port, tls=self.tls)
+        # On etcd the gateway serves once elected and loaded, and says so on stdout. (Not
+        # asked at /healthz: --auth-metrics closes that to a client without a key.)
+        if self.wait_leader and not (settled.wait(LEADER_TIMEOUT_S) and leading):
+            rc = self.proc.poll()
+            self._force_kill()
+            raise RuntimeError("leasegate on %s did not lead within %.0f s (exit=%r)\nstderr: %s"
+                               % (self.store, LEADER_TIMEOUT_S, rc, self.stderr_text()[-2000:]))
         return self
 
     def stderr_text(self):
@@ -431,6 +502,13 @@ class Server:
         return False
 
     # Observations ---------------------------------------------------------
+    def healthy_body(self):
+        """What GET /healthz answers while this server serves: on etcd it also names its
+        role and the leader's URL (its own)."""
+        if self.wait_leader:
+            return {"status": "ok", "role": "leader", "leader": self.url}
+        return {"status": "ok"}
+
     def rss_kb(self):
         with open("/proc/%d/status" % self.proc.pid) as f:
             for line in f:
@@ -500,6 +578,8 @@ def _cleanup_all():
             pass
 
 
+# atexit runs the last registered first: the servers stop before their etcd does.
+atexit.register(_stop_etcd)
 atexit.register(_cleanup_all)
 
 

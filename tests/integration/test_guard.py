@@ -671,7 +671,7 @@ class GuardCheckTests(GuardBase):
                 self.assertNotEqual(h.get("x-upstream"), "nginx")
                 self.assertEqual(body.get("error"), "not_found", body)
         st, _, b = self.srv.request("GET", "/healthz")
-        self.assertEqual((st, b), (200, {"status": "ok"}))
+        self.assertEqual((st, b), (200, self.srv.healthy_body()))
         g = self.acquire_ok("chk/api-" + uid())
         self.assertGreater(g["token"], 0)
 
@@ -990,7 +990,7 @@ class GuardHardeningTests(GuardBase):
             sock.close()
             self.srv.release(g["name"], g["lease"])
         st, _, b = self.srv.request("GET", "/healthz")
-        self.assertEqual((st, b), (200, {"status": "ok"}))
+        self.assertEqual((st, b), (200, self.srv.healthy_body()))
 
 
 class GuardMultiTests(GuardBase):
@@ -1214,7 +1214,7 @@ class GuardUpstreamErrorTests(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 10, "100 refused upstream connections took too long")
         self.assertLessEqual(fd_count(self.srv.pid), fds + 3, "file descriptors leak on 502")
         st, _, b = self.srv.request("GET", "/healthz")
-        self.assertEqual((st, b), (200, {"status": "ok"}))
+        self.assertEqual((st, b), (200, self.srv.healthy_body()))
 
     def test_504_when_upstream_silent(self):
         c = self.srv.new_client(timeout=15)
@@ -1229,7 +1229,7 @@ class GuardUpstreamErrorTests(unittest.TestCase):
         # The guard hangs up on the silent upstream.
         self.assertEqual(self.slow.wait_open(0, timeout=5), 0, "upstream connections left open")
         st, _, b = self.srv.request("GET", "/healthz")
-        self.assertEqual((st, b), (200, {"status": "ok"}))
+        self.assertEqual((st, b), (200, self.srv.healthy_body()))
 
     def test_sigterm_with_an_upstream_call_in_flight(self):
         # Shutdown cuts the call and closes its client; it used to free the call twice.
@@ -1351,7 +1351,7 @@ class GuardUpstreamErrorTests(unittest.TestCase):
             self.assertTrue(head.startswith(b"HTTP/1.1 504") or not head, head[:100])
         self.assertEqual(self.slow.wait_open(0, timeout=5), 0)
         st, _, b = self.srv.request("GET", "/healthz")
-        self.assertEqual((st, b), (200, {"status": "ok"}))
+        self.assertEqual((st, b), (200, self.srv.healthy_body()))
 
 
 class GuardOrderTests(unittest.TestCase):
@@ -1427,7 +1427,7 @@ class GuardOrderTests(unittest.TestCase):
                 self.assertEqual((st, body.get("error")), (503, "overloaded"), body)
                 self.assertIn("application/json", hdrs.get("content-type", ""))
         st, _, b = self.srv.request("GET", "/healthz")
-        self.assertEqual((st, b), (200, {"status": "ok"}))
+        self.assertEqual((st, b), (200, self.srv.healthy_body()))
         for t in threads:
             t.join(15)
         self.assertEqual(out, [504, 504])

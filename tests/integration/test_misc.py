@@ -19,7 +19,7 @@ parse_metrics = harness.parse_metrics
 class HttpOpsTests(harness.ServerTestCase):
     def test_healthz(self):
         st, hdrs, b = self.srv.request("GET", "/healthz")
-        self.assertEqual((st, b), (200, {"status": "ok"}))
+        self.assertEqual((st, b), (200, self.srv.healthy_body()))
         self.assertIn("application/json", hdrs.get("content-type", ""))
 
     def test_metrics(self):
@@ -123,7 +123,7 @@ class HttpOpsTests(harness.ServerTestCase):
             st2, _, b2 = rr.read_response(timeout=5)
         finally:
             s.close()
-        self.assertEqual((st1, json.loads(b1)), (200, {"status": "ok"}))
+        self.assertEqual((st1, json.loads(b1)), (200, self.srv.healthy_body()))
         self.assertEqual(st2, 200)
         self.assertEqual(json.loads(b2)["name"], "misc/pipe")
 

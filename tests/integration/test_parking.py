@@ -104,7 +104,7 @@ class ParkingTests(harness.ServerTestCase):
         grant = json.loads(body)
         self.assertEqual((st, grant["owner"]), (200, "w"), body)
         st, _, body = rr.read_response()
-        self.assertEqual((st, json.loads(body)), (200, {"status": "ok"}))
+        self.assertEqual((st, json.loads(body)), (200, self.srv.healthy_body()))
         s.sendall(release_bytes(name, grant["lease"]))  # and the connection goes on
         self.assertEqual(rr.read_response()[0], 200)
 
@@ -119,7 +119,7 @@ class ParkingTests(harness.ServerTestCase):
         st, _, body = rr.read_response()
         self.assertEqual((st, json.loads(body)["owner"]), (200, "w"), body)
         st, _, body = rr.read_response()
-        self.assertEqual((st, json.loads(body)), (200, {"status": "ok"}))
+        self.assertEqual((st, json.loads(body)), (200, self.srv.healthy_body()))
 
     def test_no_request_lost_among_many_fresh_connections(self):
         """200 connections opened at once, half sending a GET in the same write
@@ -140,7 +140,7 @@ class ParkingTests(harness.ServerTestCase):
             self.assertEqual((st, json.loads(body)["error"]), (409, "lock_held"), "connection %d: %r" % (i, body))
             if i % 2:
                 st, _, body = rr.read_response()
-                self.assertEqual((st, json.loads(body)), (200, {"status": "ok"}), "connection %d" % i)
+                self.assertEqual((st, json.loads(body)), (200, self.srv.healthy_body()), "connection %d" % i)
             s.sendall(get_bytes("/v1/locks/" + name))
             st, _, body = rr.read_response()
             self.assertEqual((st, json.loads(body)["holder"]["owner"]), (200, "holder"), "connection %d" % i)
