@@ -83,6 +83,7 @@ class LeftBeforeTheAnswerTests(harness.ServerTestCase):
         waits for its commit (a slow disk: each fsync takes 0.5 s): the grant is released,
         not kept for its TTL. (Every answer waits for the commit, so nothing can show
         the hand-over earlier: the hang-up comes 0.15 s after the release was sent.)"""
+        harness.sqlite_only(self, "slowsync slows the fsync of the SQLite file; nothing opens that window on etcd")
         env = harness.slow_disk_env(500)
         if env is None:
             self.skipTest("tests/faults/slowsync was not built (LEASEGATE_SLOWSYNC unset)")
@@ -160,6 +161,7 @@ class RemovedFileTests(unittest.TestCase):
         writing into the unlinked file, and a kill -9 later would lose everything it
         acknowledged (tokens would start at 1 again). The server must notice at its next
         commit, keep what it acknowledged, reveal nothing more, and stop."""
+        harness.sqlite_only(self, "deletes the SQLite -wal file")
         with harness.Server() as srv:
             grants = []
             for i in range(50):
@@ -189,6 +191,7 @@ class RemovedFileTests(unittest.TestCase):
             self.assertGreater(g["token"], grants[-1]["token"])
 
     def test_a_deleted_database_file_stops_the_server(self):
+        harness.sqlite_only(self, "moves the SQLite database file away")
         with harness.Server() as srv:
             st, _, g = srv.acquire("db/0", "o")
             self.assertEqual(st, 200, g)
@@ -233,6 +236,7 @@ class MessageTests(unittest.TestCase):
         could not commit, and every grant it did acknowledge must be there once there is
         room again. (A read-only remount cannot be tested this way: the kernel refuses it
         while the server has the files open.)"""
+        harness.sqlite_only(self, "fills the file system of the SQLite database")
         import subprocess
         import tempfile
         mnt = tempfile.mkdtemp(prefix="leasegate-fs-")

@@ -61,6 +61,7 @@ class BackupTests(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def test_backup_of_a_live_database_under_load_restores_held_leases(self):
+        harness.sqlite_only(self, "backs up and restores the SQLite database file")
         held = {}
         for i in range(20):
             st, _, b = self.srv.acquire("held/%d" % i, "h", ttl_ms=600000)
@@ -342,6 +343,7 @@ class CommandTests(harness.ServerTestCase):
         self.assertIn("needs a value", err)
 
     def test_second_server_on_one_database_is_refused(self):
+        harness.sqlite_only(self, "the SQLite file lock; on etcd a second gateway is a candidate (test_etcd.py)")
         rc, _, err = run_cli("serve", "--listen", "127.0.0.1:0", "--data", self.srv.data_path)
         self.assertEqual(rc, 1, err)
         self.assertIn("another leasegate server is using this database", err)

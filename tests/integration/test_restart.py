@@ -115,6 +115,7 @@ class RestartTests(unittest.TestCase):
         """Schema 3 kept the lease history keyed by lease (a page written per ended lease);
         4 keys it by seq. A version 3 database keeps its counter, its holder and its
         history (the reason a released lease gives) through the migration."""
+        harness.sqlite_only(self, "migrates an old SQLite schema")
         import sqlite3
         import uuid
         d = tempfile.mkdtemp(prefix="leasegate-v3-")
