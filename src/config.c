@@ -24,6 +24,7 @@ void config_defaults(Config *c)
     c->dead_client_s = 30;
     c->lease_history = 65536;
     c->audit_keep = 10000;
+    c->events_keep = 10000;
     c->key_max_held = 100000;
     c->key_max_waiters = 10000;
     c->guard_timeout_s = 30;
@@ -69,6 +70,8 @@ void config_usage(FILE *out)
             "  --lease-history N           ended leases remembered to explain not_holder (default 65536)\n"
             "  --audit-keep N              audit rows kept (grants, releases, expiries, force-releases,\n"
             "                              fence and guard refusals; GET /v1/audit); 0: none (default 10000)\n"
+            "  --events-keep N             events kept in memory for GET /v1/events; 0: none\n"
+            "                              (default 10000)\n"
             "  --forget-idle-after SECONDS a lock free that long (no holder, no waiter) is forgotten:\n"
             "                              its name and last_token go; tokens still only grow (default 86400)\n"
             "  --guard PREFIX=UPSTREAM[,lock=NAME]\n"
@@ -203,6 +206,7 @@ static const NumFlag NUM_FLAGS[] = {
     {"--max-fences", 1, 1000000000, offsetof(Config, max_fences), false},
     {"--lease-history", 1, 100000000, offsetof(Config, lease_history), false},
     {"--audit-keep", 0, 10000000, offsetof(Config, audit_keep), false},
+    {"--events-keep", 0, 10000000, offsetof(Config, events_keep), false},
     {"--key-max-held", 1, 100000000, offsetof(Config, key_max_held), false},
     {"--key-max-waiters", 1, 100000000, offsetof(Config, key_max_waiters), false},
     {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},

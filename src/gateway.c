@@ -18,6 +18,7 @@
 #include "leasegate/listener.h"
 #include "leasegate/loop.h"
 #include "leasegate/proxy.h"
+#include "leasegate/events.h"
 #include "leasegate/quota.h"
 #include "leasegate/standby.h"
 #include "leasegate/trail.h"
@@ -60,12 +61,13 @@ static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, 
 static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
 {
     Server *s = ud;
-    trail_ended(s, lock->name, lock->holder.owner, token, how);
     quota_held(s, lock->holder.key, -1);
     if (!commit_ended(s->commit, lock->name, lease, token, how, seq)) {
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
         _exit(70);
     }
+    /* After the change is recorded: its event waits for the batch that holds it. */
+    trail_ended(s, lock->name, lock->holder.owner, token, how);
 }
 
 static void on_granted(void *ud, void *waiter_ctx, const Lock *lock)
@@ -275,7 +277,8 @@ int gateway_open(Server *s, const Config *cfg)
     s->guard_marks = fence_new(cfg->max_locks, 0, NULL);
     s->revoked = revoked_new();
     s->audit = audit_new(cfg->audit_keep);
-    if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit) {
+    s->events = events_new(cfg->events_keep);
+    if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events) {
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
         return -1;
     }
@@ -363,6 +366,7 @@ void gateway_close(Server *s)
     fence_free(s->guard_marks);
     revoked_free(s->revoked);
     audit_free(s->audit);
+    events_free(s->events);
     quota_free(s);
     if (s->store)
         store_close(s->store);

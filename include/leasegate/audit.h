@@ -23,6 +23,12 @@ typedef enum AuditKind {
     AUDIT_REVOKED, /* force-released by an admin */
     AUDIT_FENCE_REFUSED,
     AUDIT_GUARD_REFUSED,
+    /* Events only (events.h): not in the audit trail. */
+    AUDIT_REENTERED,
+    AUDIT_RENEWED,
+    AUDIT_WAITER_JOINED,
+    AUDIT_WAITER_LEFT,
+    AUDIT_FENCE_RAISED,
 } AuditKind;
 
 typedef struct AuditRow {
@@ -48,9 +54,12 @@ uint64_t audit_add(Audit *a, const AuditRow *row);
 /* Start-up: a stored row, oldest first (its seq is kept). */
 void audit_load(Audit *a, const AuditRow *row);
 /* Calls fn for up to `limit` rows with seq > after, oldest first, of `lock`
- * only unless lock is NULL. True when more follow. */
-bool audit_list(const Audit *a, const char *lock, uint64_t after, size_t limit,
+ * only (or, with prefix, of locks whose names start with `lock`) unless lock
+ * is NULL. True when more follow. */
+bool audit_list(const Audit *a, const char *lock, bool prefix, uint64_t after, size_t limit,
                 void (*fn)(void *ud, const AuditRow *row), void *ud);
+/* The largest seq given so far (0: none). */
+uint64_t audit_latest(const Audit *a);
 const char *audit_kind_name(int kind);
 /* The smallest seq still kept (0: none kept). */
 uint64_t audit_oldest(const Audit *a);

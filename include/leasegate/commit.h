@@ -78,6 +78,8 @@ bool commit_pending(const Commit *c);
 /* Queues hold->ready to run after the pending batch is durable. Only valid
  * while commit_pending() is true. */
 void commit_hold(Commit *c, CommitHold *hold);
+/* Is hold queued for the batch now pending (not one already handed over)? */
+bool commit_hold_in_pending(const Commit *c, const CommitHold *hold);
 /* Takes a queued hold back (its owner is going away); no-op when not queued. */
 void commit_unhold(Commit *c, CommitHold *hold);
 /* Hands the pending batch to the writer if the writer is idle. */

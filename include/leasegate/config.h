@@ -42,6 +42,7 @@ typedef struct Config {
     unsigned dead_client_s;       /* a waiter whose client vanished leaves the queue within this */
     size_t lease_history;         /* ended leases remembered for not_holder reasons */
     size_t audit_keep;            /* audit rows kept (newest); 0: no audit trail */
+    size_t events_keep;           /* events kept in memory for GET /v1/events; 0: none */
     unsigned forget_idle_s;       /* a lock free (no holder, no waiter) this long is forgotten */
     GuardRoute guards[CONFIG_MAX_GUARDS];
     size_t nguards;

@@ -80,6 +80,13 @@ typedef struct RequestAccess {
     bool waiting;       /* counted as one of its key's waiters (quota.h) */
 } RequestAccess;
 
+/* A GET /v1/events long-poll waiting for events (events.h): the API's. */
+typedef struct RequestEvents {
+    bool waiting;       /* in Events.waiters (through link) and its deadline heap */
+    DLink link;
+    HeapEntry deadline;
+} RequestEvents;
+
 /* The HTTP layer creates, answers and ends a request; each part below it
  * names is written by one layer only. */
 struct Request {
@@ -119,6 +126,7 @@ struct Request {
     RequestGuard guard;
     RequestGrant grant;
     RequestAccess access;
+    RequestEvents events;
 };
 
 #endif

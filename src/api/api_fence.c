@@ -8,6 +8,7 @@
  */
 #include "leasegate/api.h"
 #include "leasegate/body.h"
+#include "leasegate/events.h"
 #include "leasegate/trail.h"
 
 #define TOKEN_MAX ((json_int_t)INT64_MAX)
@@ -54,6 +55,8 @@ void api_fence(Request *req)
             r = FENCE_NOMEM;
         else
             fence_raise(s->fence, req->arg, (uint64_t)token);
+        if (r == FENCE_ACCEPTED)
+            events_note(s, AUDIT_FENCE_RAISED, req->arg, "", (uint64_t)token);
     }
     switch (r) {
     case FENCE_ACCEPTED:

@@ -10,6 +10,7 @@
 #include "leasegate/api.h"
 #include "leasegate/body.h"
 #include "leasegate/names.h"
+#include "leasegate/events.h"
 #include "leasegate/quota.h"
 #include "leasegate/rawjson.h"
 #include "leasegate/trail.h"
@@ -174,6 +175,7 @@ void api_acquire(Request *req)
         case LOCK_OK:
             if (reentry) {
                 s->metrics.reentries++;
+                events_note(s, AUDIT_REENTERED, lock->name, lock->holder.owner, lock->holder.token);
             } else {
                 s->metrics.grants++;
                 quota_held(s, lock->holder.key, +1);
@@ -189,6 +191,7 @@ void api_acquire(Request *req)
             break;
         case LOCK_QUEUED:
             quota_wait_start(req);
+            events_note(s, AUDIT_WAITER_JOINED, req->arg, owner, 0);
             http_wait(req, waiter);
             break;
         case LOCK_BUSY:
@@ -222,12 +225,14 @@ void api_waiter_timed_out(Request *req, const Lock *lock)
 {
     http_waiter_done(req);
     quota_wait_stop(req);
+    events_note(req->srv, AUDIT_WAITER_LEFT, lock->name, "", 0);
     req->srv->metrics.wait_timeouts++;
     reply_lock_held(req, lock);
 }
 
 void api_waiter_left(Request *req)
 {
+    events_note(req->srv, AUDIT_WAITER_LEFT, req->arg, "", 0);
     locktab_cancel(req->srv->locks, req->wait.waiter);
     quota_wait_stop(req);
     req->srv->metrics.waiter_disconnects++;
@@ -265,6 +270,7 @@ void api_renew(Request *req)
         LockResult r = locktab_renew(s->locks, req->arg, lease, ttl_ms, &now, &lock);
         if (r == LOCK_OK) {
             s->metrics.renewals++;
+            events_note(s, AUDIT_RENEWED, lock->name, lock->holder.owner, lock->holder.token);
             http_reply_json_new(req, 200,
                                 json_pack("{s:s, s:I, s:I, s:I}", "name", lock->name, "token",
                                           (json_int_t)lock->holder.token, "ttl_ms", (json_int_t)lock->holder.ttl_ms,

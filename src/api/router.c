@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "leasegate/api.h"
+#include "leasegate/events.h"
 #include "leasegate/names.h"
 
 typedef enum Shape {
@@ -32,6 +33,7 @@ static const Route ROUTES[] = {
     {"GET", EXACT, "/metrics", NULL, api_metrics, "GET, HEAD", ACCESS_OPEN, false},
     {"GET", EXACT, "/v1/locks", NULL, api_list_locks, "GET, HEAD", ACCESS_LOCKS, false},
     {"GET", EXACT, "/v1/audit", NULL, api_audit, "GET, HEAD", ACCESS_ADMIN, false},
+    {"GET", EXACT, "/v1/events", NULL, api_events, "GET, HEAD", ACCESS_LOCKS, false},
     {"POST", LOCK_ACTION, "/v1/locks/", "acquire", api_acquire, "POST", ACCESS_LOCKS, true},
     {"POST", LOCK_ACTION, "/v1/locks/", "renew", api_renew, "POST", ACCESS_LOCKS, true},
     {"POST", LOCK_ACTION, "/v1/locks/", "release", api_release, "POST", ACCESS_LOCKS, true},

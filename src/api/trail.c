@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include "leasegate/clock.h"
+#include "leasegate/events.h"
 #include "leasegate/leasehist.h"
 
 void trail_note(Server *s, Request *req, AuditKind kind, const char *lock, const char *owner, uint64_t token)
 {
+    events_note(s, kind, lock, owner, token);
     if (!audit_enabled(s->audit))
         return;
     char peer[300] = "";

@@ -26,11 +26,16 @@ static const char *const KINDS[] = {[AUDIT_GRANTED] = "granted",
                                     [AUDIT_EXPIRED] = "expired",
                                     [AUDIT_REVOKED] = "revoked",
                                     [AUDIT_FENCE_REFUSED] = "fence_refused",
-                                    [AUDIT_GUARD_REFUSED] = "guard_refused"};
+                                    [AUDIT_GUARD_REFUSED] = "guard_refused",
+                                    [AUDIT_REENTERED] = "reentered",
+                                    [AUDIT_RENEWED] = "renewed",
+                                    [AUDIT_WAITER_JOINED] = "waiter_joined",
+                                    [AUDIT_WAITER_LEFT] = "waiter_left",
+                                    [AUDIT_FENCE_RAISED] = "fence_raised"};
 
 const char *audit_kind_name(int kind)
 {
-    return kind >= AUDIT_GRANTED && kind <= AUDIT_GUARD_REFUSED ? KINDS[kind] : "unknown";
+    return kind >= AUDIT_GRANTED && kind <= AUDIT_FENCE_RAISED ? KINDS[kind] : "unknown";
 }
 
 Audit *audit_new(size_t keep)
@@ -106,9 +111,10 @@ void audit_load(Audit *a, const AuditRow *row)
         a->next_seq = row->seq + 1;
 }
 
-bool audit_list(const Audit *a, const char *lock, uint64_t after, size_t limit,
+bool audit_list(const Audit *a, const char *lock, bool prefix, uint64_t after, size_t limit,
                 void (*fn)(void *ud, const AuditRow *row), void *ud)
 {
+    size_t plen = lock && prefix ? strlen(lock) : 0;
     size_t i = 0;
     /* Rows are in seq order: skip to the first after `after` by bisection. */
     size_t lo = 0, hi = a->n;
@@ -122,7 +128,7 @@ bool audit_list(const Audit *a, const char *lock, uint64_t after, size_t limit,
     size_t given = 0;
     for (i = lo; i < a->n; i++) {
         const AuditRow *r = &a->rows[(a->head + i) % a->keep];
-        if (lock && strcmp(lock, r->lock))
+        if (lock && (prefix ? strncmp(lock, r->lock, plen) : strcmp(lock, r->lock)))
             continue;
         if (given == limit)
             return true;
@@ -133,3 +139,5 @@ bool audit_list(const Audit *a, const char *lock, uint64_t after, size_t limit,
 }
 
 uint64_t audit_oldest(const Audit *a) { return a->n ? a->rows[a->head].seq : 0; }
+
+uint64_t audit_latest(const Audit *a) { return a->next_seq - 1; }

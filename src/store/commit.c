@@ -366,6 +366,8 @@ void commit_hold(Commit *c, CommitHold *hold)
     dlist_append(&c->pending->holds, &hold->link);
 }
 
+bool commit_hold_in_pending(const Commit *c, const CommitHold *hold) { return hold->batch == c->pending; }
+
 void commit_unhold(Commit *c, CommitHold *hold)
 {
     (void)c;
