@@ -191,7 +191,8 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
         close(fd);
         return -1;
     }
-    Standby *sb = standby_start(fd, s->election, (unsigned)cfg->max_connections, cfg->idle_timeout_s, &s->tls);
+    Standby *sb = standby_start(fd, s->election, (unsigned)cfg->max_connections, cfg->idle_timeout_s, &s->tls,
+                                cfg->auth_metrics ? s->auth : NULL);
     const char *why = tls_mhd_started(&s->tls);
     if (!sb) {
         fprintf(stderr, "leasegate: cannot start the %s server on %s: %s\n", tls_on(&s->tls) ? "HTTPS" : "HTTP",

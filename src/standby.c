@@ -16,6 +16,7 @@ struct Standby {
     struct MHD_Daemon *daemon;
     Election *election;
     ForwardPool *pool;
+    const AuthTable *metrics_keys; /* with --auth-metrics: /healthz and /metrics need one */
     _Atomic bool stopping; /* forwards in flight give up: the socket goes to the real server */
     _Atomic uint64_t forwards, forward_failures; /* for /metrics */
 };
@@ -60,6 +61,8 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, json
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"leasegate\"");
     enum MHD_Result r = MHD_queue_response(conn, status, resp);
     MHD_destroy_response(resp);
     return r;
@@ -154,9 +157,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         fprintf(stderr, "leasegate: forward of %s %s to the leader: %s\n", method, forward_uri(f), why);
     }
     ElectionRole role = election_role(sb->election, leader, sizeof leader);
+    json_t *body;
+    if (local_path(url, method) && sb->metrics_keys &&
+        !auth_find_bearer(sb->metrics_keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
+                          &why)) {
+        body = json_pack("{s:s, s:s}", "error", "unauthorized", "message", why);
+        return answer(conn, MHD_HTTP_UNAUTHORIZED, body);
+    }
     if (local_path(url, method) && !strcmp(url, "/metrics"))
         return answer_metrics(sb, conn, role);
-    json_t *body;
     if (local_path(url, method)) {
         body = json_pack("{s:s, s:s}", "status", "ok", "role", election_role_name(role));
         if (body && leader[0] && json_object_set_new(body, "leader", json_string(leader)))
@@ -173,12 +182,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return answer(conn, MHD_HTTP_SERVICE_UNAVAILABLE, body);
 }
 
-Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s, Tls *tls)
+Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s, Tls *tls,
+                       const AuthTable *metrics_keys)
 {
     Standby *sb = calloc(1, sizeof *sb);
     if (!sb)
         return NULL;
     sb->election = e;
+    sb->metrics_keys = metrics_keys;
     if (!(sb->pool = forward_pool_new(tls->cacert))) {
         free(sb);
         return NULL;

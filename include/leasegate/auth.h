@@ -62,6 +62,9 @@ size_t auth_count(const AuthTable *t);
 
 /* The key whose text is `key` (len bytes), or NULL. */
 const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len);
+/* The key an Authorization header value names ("Bearer KEY"), or NULL with
+ * the reason (no header, another scheme, an unknown key) in *why. */
+const AuthKey *auth_find_bearer(const AuthTable *t, const char *authorization, const char **why);
 /* May k touch `name`? */
 bool auth_covers(const AuthKey *k, const char *name);
 

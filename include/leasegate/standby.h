@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 
+#include "leasegate/auth.h"
 #include "leasegate/election.h"
 #include "leasegate/tls.h"
 
@@ -27,7 +28,10 @@ typedef struct Standby Standby;
  * port's clients must not see its scheme change when this gateway wins);
  * forwards trust tls->cacert. NULL when libmicrohttpd refused
  * (tls_mhd_started says why). tls is borrowed until standby_stop. */
-Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s, Tls *tls);
+/* metrics_keys: with --auth-metrics, the keys /healthz and /metrics need
+ * (read-only while the standby runs: SIGHUP is read only once serving), else NULL. */
+Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s, Tls *tls,
+                       const AuthTable *metrics_keys);
 /* Stops answering and frees sb. true when the listening socket is still
  * open; false when libmicrohttpd could not let go of it (then it is closed). */
 bool standby_stop(Standby *sb);

@@ -2,7 +2,6 @@
 #include "leasegate/access.h"
 
 #include <string.h>
-#include <strings.h>
 
 #include "leasegate/auth.h"
 #include "leasegate/quota.h"
@@ -22,24 +21,10 @@ static void forbidden(Request *req, const AuthKey *k, const char *what, const ch
 /* The key the request presents (Authorization: Bearer KEY), or NULL after answering 401. */
 static const AuthKey *presented_key(Request *req, AuthTable *t)
 {
-    const char *h = http_header(req, "Authorization");
-    if (!h) {
-        unauthorized(req, "this server needs an API key: send Authorization: Bearer KEY");
-        return NULL;
-    }
-    if (strncasecmp(h, "Bearer ", 7)) {
-        unauthorized(req, "the Authorization header must be Bearer KEY");
-        return NULL;
-    }
-    const char *key = h + 7;
-    while (*key == ' ')
-        key++;
-    size_t len = strlen(key);
-    while (len && key[len - 1] == ' ')
-        len--;
-    const AuthKey *k = auth_find(t, key, len);
+    const char *why;
+    const AuthKey *k = auth_find_bearer(t, http_header(req, "Authorization"), &why);
     if (!k)
-        unauthorized(req, "unknown API key");
+        unauthorized(req, why);
     return k;
 }
 

@@ -325,6 +325,7 @@ void api_force_release(Request *req)
     if (!body_check_name(req, "name", req->arg))
         return;
     Now now = clock_now();
+    locktab_tick(s->locks, &now); /* a lease that has run out is ended first, not revoked */
     const Lock *lock = locktab_get(s->locks, req->arg);
     json_t *revoked = json_null();
     if (lock && lock->held && lock->holder.deadline_ms > now.mono_ms) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 
 #define KEY_PREFIX "lgk_"
@@ -53,7 +54,7 @@ static bool valid_name(const char *s)
 static bool valid_prefix(const char *s)
 {
     size_t n = strlen(s);
-    if (n == 0 || n > AUTH_PREFIX_MAX)
+    if (n == 0 || n > AUTH_PREFIX_MAX || s[0] == '#') /* '#' starts a comment in the file */
         return false;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
         if (*p <= ' ' || *p == 0x7f)
@@ -154,8 +155,9 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
             continue;
         }
         if (!valid_prefix(f[i])) {
-            snprintf(err, errlen, "prefix '%.80s' is not 1..%d bytes without spaces or control bytes", f[i],
-                     AUTH_PREFIX_MAX);
+            snprintf(err, errlen,
+                     "prefix '%.80s' is not 1..%d bytes without spaces or control bytes, not starting with '#'",
+                     f[i], AUTH_PREFIX_MAX);
             return false;
         }
         if (k->role == AUTH_ADMIN && strcmp(f[i], "*")) {
@@ -201,7 +203,7 @@ static bool parse_text(AuthTable *t, char *text, char *err, size_t errlen)
         size_t nf = 0;
         char *save = NULL;
         for (char *tok = strtok_r(line, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
-            if (nf == 0 && tok[0] == '#')
+            if (tok[0] == '#') /* a comment, also after the fields: never a prefix */
                 break;
             if (nf == sizeof f / sizeof f[0]) {
                 snprintf(err, errlen, "line %u: more than %zu prefixes", lineno, sizeof f / sizeof f[0] - 3);
@@ -299,6 +301,28 @@ const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len)
             found = &t->keys[i];
     }
     return found;
+}
+
+const AuthKey *auth_find_bearer(const AuthTable *t, const char *h, const char **why)
+{
+    if (!h) {
+        *why = "this server needs an API key: send Authorization: Bearer KEY";
+        return NULL;
+    }
+    if (strncasecmp(h, "Bearer ", 7)) {
+        *why = "the Authorization header must be Bearer KEY";
+        return NULL;
+    }
+    const char *key = h + 7;
+    while (*key == ' ')
+        key++;
+    size_t len = strlen(key);
+    while (len && key[len - 1] == ' ')
+        len--;
+    const AuthKey *k = auth_find(t, key, len);
+    if (!k)
+        *why = "unknown API key";
+    return k;
 }
 
 bool auth_covers(const AuthKey *k, const char *name)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "leasegate/auth.h"
+#include "leasegate/clock.h"
 #include "leasegate/smap.h"
 
 typedef struct KeyUse {
@@ -44,10 +45,15 @@ bool quota_admit(Request *req, const Lock *lock, bool wait, const char *owner, c
     Server *s = req->srv;
     if (!k)
         return true;
-    if (lock && lock->held && request_id && lock->holder.request_id && !strcmp(request_id, lock->holder.request_id) &&
+    /* A holder whose lease ran out but that the tick has not ended yet is
+     * ended by the acquire itself (expire_if_due), which is then granted:
+     * judge the lock as it will be, not as the table still shows it. */
+    Now now = clock_now();
+    bool live = lock && lock->held && lock->holder.deadline_ms > now.mono_ms;
+    if (live && request_id && lock->holder.request_id && !strcmp(request_id, lock->holder.request_id) &&
         !strcmp(owner, lock->holder.owner))
         return true; /* a retry of the current grant: nothing new */
-    bool queued = lock && lock->held;
+    bool queued = live;
     if (queued && !wait)
         return true; /* answered lock_held: nothing new */
     KeyUse *u = use_of(s, k->name);

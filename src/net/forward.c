@@ -419,7 +419,15 @@ bool forward_start(Forward *f, ForwardPool *pool, struct MHD_Connection *conn, c
     f->headers = hc.list;
     if (hc.failed || !append_header(&f->headers, FORWARD_HEADER, strlen(FORWARD_HEADER), "1", 1))
         return false;
-    struct curl_slist *l = curl_slist_append(f->headers, "Expect:"); /* no 100-continue round trip */
+    /* A body larger than the buffers (or of unknown length) waits for the
+     * leader's 100 Continue: the leader refuses some requests from their
+     * headers alone (401, 403, 415, 413, the guard's 428 and 409) and closes;
+     * sent blind, the body meets a reset and the client gets 503 "retry"
+     * instead of the leader's answer. Smaller bodies go at once. */
+    const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    bool large = te || (cl && strtoull(cl, NULL, 10) > FORWARD_BUFFER);
+    struct curl_slist *l = curl_slist_append(f->headers, large ? "Expect: 100-continue" : "Expect:");
     if (!l)
         return false;
     f->headers = l;

@@ -389,6 +389,19 @@ static bool content_length_too_big(struct MHD_Connection *conn)
     return !httphead_content_length(conn, &n) || n > HTTP_MAX_BODY;
 }
 
+/* A body a refused request may still send is read and dropped up to this, so
+ * that a client that writes its whole request before reading the answer gets
+ * the answer rather than a reset; a larger one (or one of unknown length) is
+ * not read, and the connection closes after the answer. */
+#define HTTP_MAX_DISCARD (1024 * 1024)
+
+static bool body_worth_discarding(struct MHD_Connection *conn)
+{
+    uint64_t n;
+    return !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) &&
+           httphead_content_length(conn, &n) && n <= HTTP_MAX_DISCARD;
+}
+
 /* An answer queued at once, from the first callback, before any handler ran. */
 static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message)
 {
@@ -496,10 +509,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return queue_stored(req);
             return req->close ? MHD_NO : MHD_YES;
         }
-        /* Refused from its headers alone (401, 403, 415): answered before its
-         * body is read, which libmicrohttpd then skips or drops. */
+        /* Refused from its headers alone (401, 403, 415): answered once a
+         * small body is read and dropped, at once otherwise. */
         if (req->response)
-            return queue_stored(req);
+            return body_worth_discarding(conn) ? MHD_YES : queue_stored(req);
         if (content_length_too_big(conn))
             return reply_now(req, ERR_PAYLOAD_TOO_LARGE, "request body is larger than 65536 bytes");
         return MHD_YES;
@@ -511,7 +524,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             req->stream->upload(req, upload_data, upload_data_size);
             return MHD_YES;
         }
-        gather(req, upload_data, *upload_data_size);
+        if (!req->response) /* else refused already: the body is dropped */
+            gather(req, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }

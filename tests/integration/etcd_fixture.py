@@ -178,13 +178,15 @@ class Etcd:
 class Gateway(Server):
     """A leasegate on the etcd store; started as a candidate (its port is known at once)."""
 
-    def __init__(self, etcd, prefix, extra_args=None):
+    def __init__(self, etcd, prefix, extra_args=None, key=None):
+        self.key = key  # sent with /healthz (for --auth-metrics)
         super().__init__(store="etcd://%s/%s" % (etcd.endpoint, prefix),
                          extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []))
 
     def health(self):
+        headers = {"Authorization": "Bearer " + self.key} if self.key else None
         try:
-            status, _, body = self.client.request("GET", "/healthz", timeout=5)
+            status, _, body = self.client.request("GET", "/healthz", timeout=5, headers=headers)
         except OSError:
             return None
         return body if status == 200 and isinstance(body, dict) else None

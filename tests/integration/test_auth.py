@@ -299,6 +299,22 @@ class StartTest(unittest.TestCase):
         self.assertEqual(srv.client.request("GET", "/healthz")[0], 200)
         self.assertIn("WARNING: --insecure-no-auth", srv.stderr_text())
 
+    def test_a_comment_after_the_fields_widens_nothing(self):
+        key, line = new_key("team", "client", "orders/")
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "keys")
+        with open(path, "w") as f:
+            f.write(line + "  # billing team, ask admin before widening\n")
+        srv = Server(extra_args=["--auth-file", path])
+        self.addCleanup(srv.cleanup)
+        c = Keyed(srv.port, key)
+        self.addCleanup(c.close)
+        self.assertEqual(c.acquire("orders/1")[0], 200)
+        for name in ("billing/payroll", "admin/1", "before/1", "widening/z"):
+            self.assertEqual(c.acquire(name)[0], 403, name)
+        rc, _, err = keygen("k", "client", "#orders/")
+        self.assertEqual(rc, 2, err)
+
     def test_a_bad_auth_file_stops_the_start(self):
         d = tempfile.mkdtemp()
         bad = os.path.join(d, "keys")
@@ -350,6 +366,11 @@ class JsonBodyTest(ServerTestCase):
             st, _, g = c.request("POST", "/v1/locks/j/acquire", raw=b'{"owner":"api"}', headers={"Content-Type": ctype})
             self.assertEqual(st, 200, (ctype, g))
             self.assertEqual(c.release("j", g["lease"])[0], 200)
+        # A client that writes its whole (refused) body before reading gets the answer,
+        # not a reset: bodies up to 1 MiB are read and dropped.
+        st, _, body = c.request("POST", "/v1/locks/j/acquire", raw=b"x" * (900 * 1024),
+                                headers={"Content-Type": "text/plain"})
+        self.assertEqual(st, 415, body)
         # No CORS headers are ever sent.
         st, hdrs, _ = c.request("OPTIONS", "/v1/locks/j/acquire", headers={"Origin": "http://evil.example"})
         self.assertFalse([h for h in hdrs if h.startswith("access-control-")], hdrs)

@@ -50,8 +50,8 @@ class EtcdTest(unittest.TestCase):
             g.cleanup()
         self.etcd.stop()
 
-    def gateway(self, extra_args=None):
-        g = Gateway(self.etcd, self.prefix, extra_args)
+    def gateway(self, extra_args=None, key=None):
+        g = Gateway(self.etcd, self.prefix, extra_args, key)
         self.gateways.append(g)
         return g
 
@@ -171,6 +171,12 @@ class EtcdTest(unittest.TestCase):
         status, _, body = other.client.request("PUT", "/store/report.csv", raw=b"stale",
                                                headers={"Fencing-Lease": g["lease"]})
         self.assertEqual(status, 409, body)
+        # A large write the leader refuses from its headers alone gets the leader's answer
+        # through the follower, not a 503 "retry" (the follower waits for 100 Continue).
+        big = b"x" * (10 << 20)
+        for _ in range(8):
+            status, _, body = other.client.request("PUT", "/store/report.csv", raw=big)
+            self.assertEqual(status, 428, body)
         leader.client.release("report.csv", n["lease"])
 
     def test_forward_streams_both_ways(self):
@@ -349,6 +355,24 @@ class EtcdTest(unittest.TestCase):
         status, _, body = g.client.get_lock("c%04d" % (n - 1))
         self.assertEqual((status, body["last_token"]), (200, n), body)
         self.assertGreater(self.acquire_ok(g, "after")["token"], n)
+
+    def test_auth_metrics_holds_on_a_follower_too(self):
+        from test_auth import new_key
+        key, line = new_key("mon", "client", "x/")
+        path = os.path.join(tempfile.mkdtemp(prefix="leasegate-etcd-keys-"), "keys")
+        with open(path, "w") as f:
+            f.write(line + "\n")
+        args = ["--auth-file", path, "--auth-metrics"]
+        a, b = self.gateway(args, key), self.gateway(args, key)
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        for g in (leader, other):
+            for path_ in ("/healthz", "/metrics"):
+                status, headers, _ = g.client.request("GET", path_)
+                self.assertEqual(status, 401, (g.url, path_))
+                self.assertIn("Bearer", headers.get("www-authenticate", ""))
+                status, _, _ = g.client.request("GET", path_, headers={"Authorization": "Bearer " + key})
+                self.assertEqual(status, 200, (g.url, path_))
 
     def test_metrics_say_each_gateways_role(self):
         """Each gateway answers /metrics itself: the leader its lock space and role, a

@@ -67,6 +67,32 @@ class KeyLimitTest(KeyedTestCase):
         self.assertEqual(small.release("q/x", gx["lease"])[0], 200)
         self.assertEqual(small.acquire("q/v")[0], 200)
 
+    def test_a_lease_that_ran_out_but_was_not_ended_yet_is_no_way_past_the_limit(self):
+        """An acquire of a lock whose lease has just run out (the tick has not ended it
+        yet) ends it and is granted: it must count as a grant, not as a 'lock_held'
+        answer. Six clients of a key at its limit hammer such locks, 20 rounds."""
+        small, big = self.as_(self.small), self.as_(self.big)
+        self.assertEqual(small.acquire("q/1", ttl_ms=600000)[0], 200)
+        self.assertEqual(small.acquire("q/2", ttl_ms=600000)[0], 200)
+        granted = []
+        for rnd in range(20):
+            name = "q/L%d" % rnd
+            self.assertEqual(big.acquire(name, ttl_ms=100)[0], 200)
+            until = time.monotonic() + 0.25
+
+            def hammer():
+                c = self.as_(self.small, timeout=10)
+                while time.monotonic() < until:
+                    st, _, body = c.acquire(name)
+                    if st == 200:
+                        granted.append(body["name"])
+            threads = [threading.Thread(target=hammer) for _ in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+        self.assertEqual(granted, [], "granted beyond max_held=2")
+
     def test_counts_survive_a_kill_9(self):
         small = self.as_(self.small)
         self.assertEqual(small.acquire("q/1", ttl_ms=60000)[0], 200)
