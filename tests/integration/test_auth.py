@@ -193,6 +193,11 @@ class AuthTest(unittest.TestCase):
         c = self.as_(None)
         for path in ("/healthz", "/metrics", "/"):
             self.assertEqual(c.request("GET", path)[0], 200, path)
+        # The page asks for a key when the listing answers 401 or 403, and sends it.
+        # (What it does in a browser is issue 15's Playwright test.)
+        page = c.request("GET", "/")[2]
+        self.assertIn('<input id="key" type="password"', page)
+        self.assertIn("Authorization: 'Bearer ' + key", page)
 
     def test_the_guard_needs_a_key_for_the_bound_lock_and_keeps_it_from_the_upstream(self):
         if not self.nginx:
