@@ -174,6 +174,27 @@ static bool in_argv(const char *p, int argc, char **argv)
     return false;
 }
 
+/* Flags that take no value. */
+static bool boolean_flag(const char *a) { return !strcmp(a, "--auth-metrics") || !strcmp(a, "--insecure-no-auth"); }
+
+/* The value of the last `flag` in an accepted argv (boolean flags take none), or NULL. */
+static const char *last_value(int argc, char **argv, const char *flag)
+{
+    const char *last = NULL;
+    for (int i = 0; i < argc; i += boolean_flag(argv[i]) ? 1 : 2)
+        if (!boolean_flag(argv[i]) && i + 1 < argc && !strcmp(argv[i], flag))
+            last = argv[i + 1];
+    return last;
+}
+
+static bool has_flag(int argc, char **argv, const char *flag)
+{
+    for (int i = 0; i < argc; i += boolean_flag(argv[i]) ? 1 : 2)
+        if (!strcmp(argv[i], flag))
+            return true;
+    return false;
+}
+
 static void check_config(int argc, char **argv, size_t errlen)
 {
     Config c;
@@ -190,9 +211,14 @@ static void check_config(int argc, char **argv, size_t errlen)
     free(err);
     if (r != CONFIG_OK)
         return;
-    CHECK(argc % 2 == 0, "config_parse_serve accepted %d arguments: a flag without its value", argc);
-    for (int i = 0; i < argc; i += 2) /* flags; the others are their values */
+    int i = 0;
+    for (; i < argc; i += boolean_flag(argv[i]) ? 1 : 2) /* flags; the others are their values */
         CHECK(strcmp(argv[i], "-h") && strcmp(argv[i], "--help"), "config_parse_serve ignored %s", argv[i]);
+    CHECK(i == argc, "config_parse_serve accepted %d arguments: a flag without its value", argc);
+    CHECK(c.auth_metrics == has_flag(argc, argv, "--auth-metrics") &&
+              c.insecure_no_auth == has_flag(argc, argv, "--insecure-no-auth"),
+          "a boolean flag's field does not say whether the flag was given");
+    CHECK(!c.auth_metrics || c.auth_file, "--auth-metrics accepted without --auth-file");
     Config d;
     config_defaults(&d);
     for (size_t k = 0; k < NRANGES; k++) {
@@ -200,10 +226,7 @@ static void check_config(int argc, char **argv, size_t errlen)
         unsigned long long v = field_of(&c, rg);
         CHECK(v >= rg->min && v <= rg->max, "%s is %llu, outside %llu..%llu", rg->flag, v, rg->min, rg->max);
         /* the last value given for the flag, else the default */
-        const char *last = NULL;
-        for (int i = 0; i + 1 < argc; i += 2)
-            if (!strcmp(argv[i], rg->flag))
-                last = argv[i + 1];
+        const char *last = last_value(argc, argv, rg->flag);
         if (!last) {
             CHECK(v == field_of(&d, rg), "%s changed from its default without the flag", rg->flag);
         } else if (strspn(last, "0123456789") == strlen(last)) {
@@ -212,10 +235,7 @@ static void check_config(int argc, char **argv, size_t errlen)
     }
     CHECK(c.min_token <= (UINT64_C(1) << 62), "min_token %llu above 2^62", (unsigned long long)c.min_token);
     CHECK(memchr(c.listen_host, '\0', sizeof c.listen_host) && c.listen_host[0], "listen host empty or unterminated");
-    const char *last_listen = NULL;
-    for (int i = 0; i + 1 < argc; i += 2)
-        if (!strcmp(argv[i], "--listen"))
-            last_listen = argv[i + 1];
+    const char *last_listen = last_value(argc, argv, "--listen");
     if (last_listen) {
         char host[sizeof c.listen_host];
         uint16_t port;
