@@ -4,7 +4,7 @@
  * (keep-alive, Content-Length and chunked bodies) and a minimal RESP client. libc only.
  *
  *   lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup
- *           [--variant txn|lock] [--clients N] [--seconds S] [--warmup S]
+ *           [--variant txn|lock|lockkeep] [--clients N] [--seconds S] [--warmup S]
  *           [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]
  *           [--name LOCKNAME] [--bin PATH --data FILE]   (startup)
  *
@@ -19,7 +19,8 @@
  *           EVALSHA compare-and-delete.  etcd --variant txn: one lease per client (granted
  *           before timing), txn put-if-absent (create_revision == 0) with that lease +
  *           deleterange.  etcd --variant lock: lease grant + /v3/lock/lock +
- *           /v3/lock/unlock + lease revoke per pair.
+ *           /v3/lock/unlock + lease revoke per pair.  etcd --variant lockkeep: one lease
+ *           per client (granted before timing), /v3/lock/lock + /v3/lock/unlock per pair.
  *  contend  all clients want ONE lock.  leasegate: long-polling acquire (wait_ms), release
  *           on grant, re-queue after the release answer.  etcd: /v3/lock/lock (blocking),
  *           unlock on grant, lock again.  redis: spin on SET NX until granted, then
@@ -843,6 +844,8 @@ static void client_start(Conn *c)
     case T_ETCD:
         if (opt.mode == M_PAIRS && !strcmp(opt.variant, "txn"))
             e_txn(c);
+        else if (opt.mode == M_PAIRS && !strcmp(opt.variant, "lockkeep"))
+            e_lock(c);
         else if (opt.mode == M_PAIRS)
             e_grant(c);
         else {
@@ -994,7 +997,7 @@ static void on_answer(Conn *c, const Resp *r)
             conn_close(c);
             return;
         }
-        if (opt.mode == M_PAIRS && strcmp(opt.variant, "txn")) {
+        if (opt.mode == M_PAIRS && !strcmp(opt.variant, "lock")) {
             e_lock(c); /* lock-API pair: grant -> lock -> unlock -> revoke */
             return;
         }
@@ -1034,7 +1037,9 @@ static void on_answer(Conn *c, const Resp *r)
     case OP_E_UNLOCK:
         if (r->status != 200)
             bad_answer(c, r, "unlock");
-        if (opt.mode == M_PAIRS)
+        if (opt.mode == M_PAIRS && !strcmp(opt.variant, "lockkeep"))
+            pair_done(c); /* the lease is kept for the next pair */
+        else if (opt.mode == M_PAIRS)
             e_revoke(c);
         else if (running())
             client_start(c);
@@ -1274,8 +1279,8 @@ static void run_pairs_or_contend(void)
         redis_setup();
     uint64_t setup_deadline = now_ns() + (uint64_t)(opt.timeout * 1e9);
 
-    /* per-client setup: etcd leases (txn pairs and contend reuse one lease per client) */
-    if (opt.target == T_ETCD && (contend || !strcmp(opt.variant, "txn"))) {
+    /* per-client setup: etcd leases (txn and lockkeep pairs and contend reuse one lease per client) */
+    if (opt.target == T_ETCD && (contend || !strcmp(opt.variant, "txn") || !strcmp(opt.variant, "lockkeep"))) {
         for (int i = 0; i < g_nclients; i++)
             e_grant(&g_conns[i]);
         if (loop_until(cond_all_ready, setup_deadline))
@@ -1621,7 +1626,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup\n"
-            "               [--variant txn|lock] [--clients N] [--seconds S] [--warmup S]\n"
+            "               [--variant txn|lock|lockkeep] [--clients N] [--seconds S] [--warmup S]\n"
             "               [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]\n"
             "               [--name LOCK] [--wait-ms MS] [--timeout S] [--bin PATH --data FILE]\n"
             "       lgbench --free-port\n");
@@ -1706,7 +1711,8 @@ int main(int argc, char **argv)
         usage();
     if (opt.target == T_ETCD && opt.mode == M_PAIRS && !strcmp(opt.variant, "-"))
         opt.variant = "txn";
-    if (strcmp(opt.variant, "-") && strcmp(opt.variant, "txn") && strcmp(opt.variant, "lock"))
+    if (strcmp(opt.variant, "-") && strcmp(opt.variant, "txn") && strcmp(opt.variant, "lock") &&
+        strcmp(opt.variant, "lockkeep"))
         usage();
     if (opt.clients < 1 || opt.clients > 100000 || opt.seconds <= 0 || opt.warmup < 0 || opt.timeout <= 0)
         usage();
