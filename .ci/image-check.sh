@@ -58,7 +58,7 @@ one=$(start one)
 pm image inspect --format '{{json .Config.Healthcheck}}' "$tag" | grep -q '"leasegate","healthcheck"' ||
   { echo "image-check: the image has no HEALTHCHECK running leasegate healthcheck" >&2; exit 1; }
 pm healthcheck run "$one" || { echo "image-check: the container's health check failed" >&2; exit 1; }
-grant=$(curl -sf -XPOST "$url/v1/locks/image/held/acquire" -d '{"owner":"ci","ttl_ms":300000}')
+grant=$(curl -sf "$url/v1/locks/image/held/acquire" --json '{"owner":"ci","ttl_ms":300000}')
 lease=$(echo "$grant" | field lease)
 token=$(echo "$grant" | field token)
 [ -n "$lease" ] && [ -n "$token" ] || { echo "image-check: acquire failed: $grant" >&2; exit 1; }
@@ -67,9 +67,9 @@ status=$(pm wait "$one")
 [ "$status" = 0 ] || { pm logs "$one" >&2; echo "image-check: the server exited $status on stop (SIGTERM)" >&2; exit 1; }
 
 two=$(start two)
-renew=$(curl -s -o /dev/stderr -w '%{http_code}' -XPOST "$url/v1/locks/image/held/renew" -d "{\"lease\":\"$lease\"}" 2>/dev/null)
+renew=$(curl -s -o /dev/stderr -w '%{http_code}' "$url/v1/locks/image/held/renew" --json "{\"lease\":\"$lease\"}" 2>/dev/null)
 [ "$renew" = 200 ] || { echo "image-check: the held lease did not survive the restart (HTTP $renew)" >&2; exit 1; }
-next=$(curl -sf -XPOST "$url/v1/locks/image/other/acquire" -d '{"owner":"ci"}' | field token)
+next=$(curl -sf "$url/v1/locks/image/other/acquire" --json '{"owner":"ci"}' | field token)
 [ "$next" -gt "$token" ] || { echo "image-check: token $next after a restart is not above $token" >&2; exit 1; }
 pm stop -t 20 "$two" >/dev/null
 [ "$(pm wait "$two")" = 0 ]
