@@ -19,6 +19,7 @@
 #include "leasegate/loop.h"
 #include "leasegate/proxy.h"
 #include "leasegate/events.h"
+#include "leasegate/watch.h"
 #include "leasegate/quota.h"
 #include "leasegate/standby.h"
 #include "leasegate/trail.h"
@@ -279,11 +280,15 @@ int gateway_open(Server *s, const Config *cfg)
     s->revoked = revoked_new();
     s->audit = audit_new(cfg->audit_keep);
     s->events = events_new(cfg->events_keep);
-    if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events) {
+    s->watches = watches_new();
+    if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events || !s->watches) {
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
         return -1;
     }
     LoadCtx ctx = {s, clock_now(), 0, 0};
+    /* From the wall clock, as event seqs (events.c): a lock's index from
+     * before a restart stays below its index after. */
+    locktab_start_index(s->locks, (uint64_t)ctx.now.wall_ms * 1000);
     StoreLoad cb = {&ctx,      load_lock,         load_fence, load_guard_mark, load_floor, load_history_seq,
                     load_ended, load_revoked, load_audit};
     commit_keep_history(s->commit, cfg->lease_history);
@@ -368,6 +373,7 @@ void gateway_close(Server *s)
     revoked_free(s->revoked);
     audit_free(s->audit);
     events_free(s->events);
+    watches_free(s->watches);
     quota_free(s);
     if (s->store)
         store_close(s->store);

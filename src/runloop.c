@@ -17,6 +17,7 @@
 
 #include "leasegate/container.h"
 #include "leasegate/events.h"
+#include "leasegate/watch.h"
 #include "leasegate/gateway.h"
 #include "leasegate/http.h"
 #include "leasegate/loop.h"
@@ -79,6 +80,7 @@ static int next_timeout_ms(Server *s, int cap_ms)
     t = earliest(t, proxy_next_timeout_ms(s->proxy, &now));
     t = earliest(t, park_next_timeout_ms(s, &now));
     t = earliest(t, events_next_timeout_ms(s, &now));
+    t = earliest(t, watch_next_timeout_ms(s, &now));
     MHD_UNSIGNED_LONG_LONG mhd_ms;
     if (MHD_get_timeout(s->daemon, &mhd_ms) == MHD_YES)
         t = earliest(t, mhd_ms > INT64_MAX ? INT64_MAX : (int64_t)mhd_ms);
@@ -119,6 +121,7 @@ static int turn(Run *r, int cap_ms)
     proxy_tick(s->proxy, &now);
     park_tick(s, &now);
     events_tick(s, &now);
+    watch_tick(s, &now);
     /* Parked answers made ready by commits and deadlines go out before MHD
      * runs (their connections rejoin it), those made ready inside it after. */
     park_flush(s);
@@ -136,6 +139,8 @@ static int drain(Run *r)
 {
     Server *s = r->s;
     http_cancel_waiters(s);
+    events_drain(s);
+    watch_drain(s);
     Now start = clock_now();
     bool aborted = false;
     for (;;) {

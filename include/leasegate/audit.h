@@ -51,6 +51,8 @@ bool audit_enabled(const Audit *a);
 /* Numbers and keeps a copy of row (its seq is ignored; strings longer than
  * the contract allows are cut); the row's seq (0 when the trail is off). */
 uint64_t audit_add(Audit *a, const AuditRow *row);
+/* Numbers the rows of an empty ring from `first` on. */
+void audit_start_seq(Audit *a, uint64_t first);
 /* Start-up: a stored row, oldest first (its seq is kept). */
 void audit_load(Audit *a, const AuditRow *row);
 /* Calls fn for up to `limit` rows with seq > after, oldest first, of `lock`

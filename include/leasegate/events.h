@@ -10,8 +10,9 @@
  * order. Published events are numbered (seq) and kept in a ring of the newest
  * --events-keep; a reader whose SEQ the ring has dropped gets 410 too_old,
  * telling it to list the locks and go on from `latest`. Events carry the
- * lock, owner and token, never a lease. They live in memory only: after a
- * restart numbering starts again (410 tells followers so).
+ * lock, owner and token, never a lease. They live in memory only; each run
+ * numbers them from its start time (x1000), so a seq from an earlier run is
+ * always below this run's and gets 410 too.
  */
 #ifndef LEASEGATE_EVENTS_H
 #define LEASEGATE_EVENTS_H
@@ -30,9 +31,18 @@ void events_free(Events *e);
 void events_note(Server *s, AuditKind kind, const char *lock, const char *owner, uint64_t token);
 /* GET /v1/events. */
 void api_events(Request *req);
+/* GET /v1/events/stream: the same events as Server-Sent Events, from
+ * ?after= or the Last-Event-ID header; a comment line every 15 s keeps an
+ * idle stream open. A reader that falls behind the ring gets a `too_old`
+ * event and the stream ends. */
+void api_events_stream(Request *req);
 /* The loop's: the next long-poll deadline (-1: none); answering those due. */
 int64_t events_next_timeout_ms(const Server *s, const Now *now);
 void events_tick(Server *s, const Now *now);
+/* The server is stopping: long-polls answer now, streams end. */
+void events_drain(Server *s);
+/* Open event streams (their answers not yet freed). */
+size_t events_streams(const Server *s);
 /* The request is over: it stops waiting for events. */
 void events_request_end(Request *req);
 

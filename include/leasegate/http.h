@@ -86,6 +86,12 @@ void http_note_grant(Request *req, const char *lock, const uint8_t *lease);
 /* Flow control for the proxy: park the connection / let MHD run it again. */
 void http_suspend(Request *req);
 void http_resume(Request *req);
+/* Suspends req, watching its socket meanwhile (for requests that wait long:
+ * watches, event long-polls and streams): a client that hangs up has its
+ * connection dropped at once, and the request ends. */
+void http_suspend_watched(Request *req);
+/* The HTTP layer is dropping req's connection: a content reader should end. */
+bool http_closing(const Request *req);
 /* Drops the connection (resuming it if suspended) without a response. */
 void http_close(Request *req);
 

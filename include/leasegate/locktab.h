@@ -64,6 +64,8 @@ typedef struct Lock {
     Deadline expiry;     /* queued while held */
     Deadline idle;       /* queued while free: when to forget the lock */
     DList waiters;       /* FIFO of Waiter.link: the head is served next */
+    uint64_t index;      /* moves with every change a reader can see (holder, renewal,
+                          * waiters): locktab_index */
 } Lock;
 
 typedef struct LocktabHooks {
@@ -183,6 +185,22 @@ const Lock *locktab_get(const Locktab *lt, const char *name);
  * matching locks follow. */
 bool locktab_list(const Locktab *lt, const char *prefix, const char *after, size_t limit,
                   void (*fn)(void *ud, const Lock *lock), void *ud);
+
+/* Change indexes, for watches (GET /v1/locks/NAME?index=N): every change a
+ * reader of a lock can see (a grant, renewal, release, expiry, revocation, a
+ * waiter joining or leaving) gives the lock the next value of one counter, so
+ * a lock's index only grows, and a forgotten lock's next incarnation starts
+ * above every index the name had. An absent lock reads as the index of the
+ * last forget. start_index sets the counter at start-up: the gateway starts
+ * it from the wall clock, so that indexes seen before a restart stay below
+ * the new ones. */
+void locktab_start_index(Locktab *lt, uint64_t base);
+uint64_t locktab_index(const Locktab *lt, const char *name);
+uint64_t locktab_index_now(const Locktab *lt); /* the highest index given so far */
+/* Calls fn for the first `limit` waiters of lock, in queue order; since_ms is
+ * the Unix time the waiter joined. */
+void locktab_each_waiter(const Lock *lock, size_t limit,
+                         void (*fn)(void *ud, const char *owner, int64_t since_ms), void *ud);
 
 uint64_t locktab_last_token(const Locktab *lt);
 void locktab_raise_last_token(Locktab *lt, uint64_t token); /* start-up: the stored counter */

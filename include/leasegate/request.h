@@ -85,7 +85,20 @@ typedef struct RequestEvents {
     bool waiting;       /* in Events.waiters (through link) and its deadline heap */
     DLink link;
     HeapEntry deadline;
+    uint64_t after;     /* the query's, checked */
+    size_t limit;
+    const char *prefix; /* the query's (libmicrohttpd's), or NULL */
+    struct Stream *stream; /* GET /v1/events/stream: its answer's state, owned by the response */
 } RequestEvents;
+
+/* A GET /v1/locks/NAME?index= waiting for the lock to change (watch.h): the API's. */
+typedef struct RequestWatch {
+    void *on;           /* the watch's entry for its lock while waiting, else NULL */
+    DLink link;
+    HeapEntry deadline;
+    const struct WatchCalls *calls;
+    uint64_t index;     /* answer once the lock's index is past this */
+} RequestWatch;
 
 /* The HTTP layer creates, answers and ends a request; each part below it
  * names is written by one layer only. */
@@ -127,6 +140,7 @@ struct Request {
     RequestGrant grant;
     RequestAccess access;
     RequestEvents events;
+    RequestWatch watch;
 };
 
 #endif

@@ -45,6 +45,7 @@ typedef struct Server {
     Revoked *revoked;   /* tokens of force-released leases: refused at /v1/fence */
     Audit *audit;       /* the audit trail's newest rows (--audit-keep) */
     struct Events *events; /* the event stream (events.h) */
+    struct Watches *watches; /* requests waiting for a lock to change (watch.h) */
     Request *trail_actor; /* the request whose call into the lock table is running, for the trail */
     struct Smap *key_use; /* API key name -> its locks held and waited for (quota.h), or NULL */
     Proxy *proxy;       /* the guard's upstream calls */

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 
 #include "leasegate/api.h"
+#include "leasegate/events.h"
 #include "leasegate/proxy.h"
+#include "leasegate/watch.h"
 #include "leasegate/web_assets.h"
 
 /* Over etcd, also the role (here always leader: a follower's answers come
@@ -101,6 +103,9 @@ void api_metrics(Request *req)
     gauge(f, "leasegate_connections_parked",
           "Connections of waiting acquires held outside libmicrohttpd (a socket and a request each).",
           s->parked.len);
+    gauge(f, "leasegate_event_streams", "Open GET /v1/events/stream answers.", events_streams(s));
+    gauge(f, "leasegate_watches", "GET /v1/locks/NAME?index= requests waiting for their lock to change.",
+          watch_count(s));
     gauge(f, "leasegate_last_token", "The last fencing token issued.", locktab_last_token(s->locks));
     gauge(f, "leasegate_fence_resources", "Resources with a fence mark.", fence_count(s->fence));
     const CommitStats *cs = commit_stats(s->commit);

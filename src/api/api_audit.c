@@ -34,31 +34,13 @@ static void add_row(void *ud, const AuditRow *r)
     out->last = r->seq;
 }
 
-/* A query parameter that must be an integer in min..max; def when absent. */
-static bool query_int(Request *req, const char *name, long long min, long long max, long long def, long long *out)
-{
-    const char *v = http_query(req, name);
-    *out = def;
-    if (!v)
-        return true;
-    char *end;
-    long long n = strtoll(v, &end, 10);
-    if (!*v || *end || n < min || n > max) {
-        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", name),
-                         "query parameter '%s' must be an integer in %lld..%lld", name, min, max);
-        return false;
-    }
-    *out = n;
-    return true;
-}
-
 void api_audit(Request *req)
 {
     Server *s = req->srv;
     const char *lock = http_query(req, "lock");
     long long after, limit;
-    if ((lock && !body_check_name(req, "lock", lock)) || !query_int(req, "after", 0, INT64_MAX, 0, &after) ||
-        !query_int(req, "limit", 1, AUDIT_MAX, AUDIT_DEFAULT, &limit))
+    if ((lock && !body_check_name(req, "lock", lock)) || !body_query_int(req, "after", 0, INT64_MAX, 0, &after) ||
+        !body_query_int(req, "limit", 1, AUDIT_MAX, AUDIT_DEFAULT, &limit))
         return;
     if (!audit_enabled(s->audit)) {
         http_reply_error(req, ERR_NOT_FOUND, NULL, "the audit trail is off (--audit-keep 0)");
@@ -109,7 +91,7 @@ void api_lock_history(Request *req)
 {
     Server *s = req->srv;
     long long limit;
-    if (!body_check_name(req, "name", req->arg) || !query_int(req, "limit", 1, AUDIT_MAX, 20, &limit))
+    if (!body_check_name(req, "name", req->arg) || !body_query_int(req, "limit", 1, AUDIT_MAX, 20, &limit))
         return;
     if (!audit_enabled(s->audit)) {
         http_reply_error(req, ERR_NOT_FOUND, NULL, "the audit trail is off (--audit-keep 0): no history is kept");

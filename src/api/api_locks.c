@@ -14,11 +14,14 @@
 #include "leasegate/quota.h"
 #include "leasegate/rawjson.h"
 #include "leasegate/trail.h"
+#include "leasegate/watch.h"
 
 #define TTL_MIN_MS 100
 #define TTL_MAX_MS 86400000
 #define TTL_DEFAULT_MS 30000
 #define WAIT_MAX_MS 3600000
+#define WATCH_MAX_MS 300000 /* as long as a long-poll on events */
+#define QUEUE_SHOWN 100     /* waiters listed by GET /v1/locks/NAME (`waiters` counts them all) */
 #define OWNER_MAX_BYTES 128
 #define REQUEST_ID_MAX_BYTES 64
 #define METADATA_MAX_BYTES 4096
@@ -36,14 +39,15 @@ static json_t *holder_new(const Holder *h, RawRefs *refs)
                      rawjson_ref(refs, h->metadata));
 }
 
-static json_t *lock_state_new(const char *name, const Lock *lock, RawRefs *refs)
+static json_t *lock_state_new(const Locktab *lt, const char *name, const Lock *lock, RawRefs *refs)
 {
     if (!lock)
-        return json_pack("{s:s, s:b, s:n, s:i, s:i}", "name", name, "held", 0, "holder", "waiters", 0,
-                         "last_token", 0);
-    return json_pack("{s:s, s:b, s:o, s:I, s:I}", "name", lock->name, "held", lock->held, "holder",
+        return json_pack("{s:s, s:b, s:n, s:i, s:i, s:I}", "name", name, "held", 0, "holder", "waiters", 0,
+                         "last_token", 0, "index", (json_int_t)locktab_index(lt, name));
+    return json_pack("{s:s, s:b, s:o, s:I, s:I, s:I}", "name", lock->name, "held", lock->held, "holder",
                      lock->held ? holder_new(&lock->holder, refs) : json_null(), "waiters",
-                     (json_int_t)lock->waiters.len, "last_token", (json_int_t)lock->last_token);
+                     (json_int_t)lock->waiters.len, "last_token", (json_int_t)lock->last_token, "index",
+                     (json_int_t)lock->index);
 }
 
 static void reply_grant(Request *req, const Lock *lock)
@@ -345,7 +349,7 @@ void api_force_release(Request *req)
         s->metrics.force_releases++;
     }
     RawRefs refs = {.n = 0};
-    json_t *state = lock_state_new(req->arg, locktab_get(s->locks, req->arg), &refs);
+    json_t *state = lock_state_new(s->locks, req->arg, locktab_get(s->locks, req->arg), &refs);
     if (!state || json_object_set_new(state, "revoked", revoked)) {
         json_decref(state);
         reply_overloaded(req, LOCK_NOMEM);
@@ -354,16 +358,70 @@ void api_force_release(Request *req)
     http_reply_json_raw_new(req, 200, state, &refs);
 }
 
+typedef struct Queue {
+    json_t *list;
+    bool failed;
+} Queue;
+
+static void queue_one(void *ud, const char *owner, int64_t since_ms)
+{
+    Queue *q = ud;
+    json_t *w = q->failed ? NULL : json_pack("{s:s, s:I}", "owner", owner, "since_ms", (json_int_t)since_ms);
+    if (!w || json_array_append_new(q->list, w))
+        q->failed = true;
+}
+
+/* One lock as GET /v1/locks/NAME shows it: its state and the head of its queue. */
+static void reply_one_lock(Request *req)
+{
+    Server *s = req->srv;
+    const Lock *lock = locktab_get(s->locks, req->arg);
+    RawRefs refs = {.n = 0};
+    json_t *state = lock_state_new(s->locks, req->arg, lock, &refs);
+    Queue q = {json_array(), false};
+    if (q.list && lock)
+        locktab_each_waiter(lock, QUEUE_SHOWN, queue_one, &q);
+    if (!state || !q.list || q.failed) {
+        json_decref(q.list);
+        json_decref(state);
+        reply_overloaded(req, LOCK_NOMEM);
+        return;
+    }
+    if (json_object_set_new(state, "queue", q.list)) { /* takes q.list even when it fails */
+        json_decref(state);
+        reply_overloaded(req, LOCK_NOMEM);
+        return;
+    }
+    http_reply_json_raw_new(req, 200, state, &refs);
+}
+
+/* A watch (?index=N) is due once the lock's index is past N, or when N is
+ * beyond every index of this run (it came from before a restart). */
+static bool watch_due(Request *req)
+{
+    const Locktab *lt = req->srv->locks;
+    return locktab_index(lt, req->arg) > req->watch.index || req->watch.index > locktab_index_now(lt);
+}
+
+static const WatchCalls WATCH = {watch_due, reply_one_lock};
+
 void api_get_lock(Request *req)
 {
-    if (!body_check_name(req, "name", req->arg))
+    long long index, wait_ms;
+    if (!body_check_name(req, "name", req->arg) || !body_query_int(req, "index", 0, INT64_MAX, 0, &index) ||
+        !body_query_int(req, "wait_ms", 0, WATCH_MAX_MS, 0, &wait_ms))
         return;
-    RawRefs refs = {.n = 0};
-    http_reply_json_raw_new(req, 200, lock_state_new(req->arg, locktab_get(req->srv->locks, req->arg), &refs),
-                            &refs);
+    req->watch.index = (uint64_t)index;
+    if (!http_query(req, "index") || wait_ms == 0 || watch_due(req) || req->srv->stopping) {
+        reply_one_lock(req);
+        return;
+    }
+    if (!watch_start(req, wait_ms, &WATCH))
+        reply_overloaded(req, LOCK_NOMEM);
 }
 
 typedef struct ListCtx {
+    const Locktab *lt;
     json_t *locks;
     RawRefs refs;
     const char *last;
@@ -373,7 +431,7 @@ typedef struct ListCtx {
 static void list_one(void *ud, const Lock *lock)
 {
     ListCtx *ctx = ud;
-    json_t *state = ctx->failed ? NULL : lock_state_new(lock->name, lock, &ctx->refs);
+    json_t *state = ctx->failed ? NULL : lock_state_new(ctx->lt, lock->name, lock, &ctx->refs);
     if (!state || json_array_append_new(ctx->locks, state) != 0)
         ctx->failed = true;
     ctx->last = lock->name;
@@ -402,7 +460,7 @@ void api_list_locks(Request *req)
             return;
         }
     }
-    ListCtx ctx = {.locks = json_array()}; /* about 8 KiB of raw references, on the loop thread's stack */
+    ListCtx ctx = {.lt = req->srv->locks, .locks = json_array()}; /* about 8 KiB of raw references, on the loop thread's stack */
     if (!ctx.locks) {
         reply_overloaded(req, LOCK_NOMEM);
         return;
@@ -414,7 +472,8 @@ void api_list_locks(Request *req)
         return;
     }
     http_reply_json_raw_new(req, 200,
-                            json_pack("{s:o, s:o}", "locks", ctx.locks, "next",
-                                      more && ctx.last ? json_string(ctx.last) : json_null()),
+                            json_pack("{s:o, s:o, s:I}", "locks", ctx.locks, "next",
+                                      more && ctx.last ? json_string(ctx.last) : json_null(), "now_ms",
+                                      (json_int_t)clock_now().wall_ms),
                             &ctx.refs);
 }

@@ -7,6 +7,7 @@
 #include "leasegate/access.h"
 #include "leasegate/api.h"
 #include "leasegate/events.h"
+#include "leasegate/watch.h"
 #include "leasegate/guard.h"
 #include "leasegate/guardpath.h"
 #include "leasegate/router.h"
@@ -71,6 +72,7 @@ static void end(Request *req, bool delivered)
     guard_request_end(req);
     api_request_end(req, delivered);
     events_request_end(req);
+    watch_request_end(req);
     access_end(req);
 }
 

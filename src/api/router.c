@@ -34,10 +34,10 @@ static const Route ROUTES[] = {
     {"GET", EXACT, "/v1/locks", NULL, api_list_locks, "GET, HEAD", ACCESS_LOCKS, false},
     {"GET", EXACT, "/v1/audit", NULL, api_audit, "GET, HEAD", ACCESS_ADMIN, false},
     {"GET", EXACT, "/v1/events", NULL, api_events, "GET, HEAD", ACCESS_LOCKS, false},
+    {"GET", EXACT, "/v1/events/stream", NULL, api_events_stream, "GET, HEAD", ACCESS_LOCKS, false},
     {"POST", LOCK_ACTION, "/v1/locks/", "acquire", api_acquire, "POST", ACCESS_LOCKS, true},
     {"POST", LOCK_ACTION, "/v1/locks/", "renew", api_renew, "POST", ACCESS_LOCKS, true},
     {"POST", LOCK_ACTION, "/v1/locks/", "release", api_release, "POST", ACCESS_LOCKS, true},
-    /* Before the lock's own GET: a lock whose name ends in /history is read in the listing. */
     {"GET", LOCK_ACTION, "/v1/locks/", "history", api_lock_history, "GET, HEAD", ACCESS_LOCKS, false},
     {"GET", LOCK_NAME, "/v1/locks/", NULL, api_get_lock, "GET, HEAD, DELETE", ACCESS_LOCKS, false},
     {"DELETE", LOCK_NAME, "/v1/locks/", NULL, api_force_release, "GET, HEAD, DELETE", ACCESS_ADMIN, false},

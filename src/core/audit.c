@@ -102,6 +102,12 @@ uint64_t audit_add(Audit *a, const AuditRow *row)
     return a->next_seq++;
 }
 
+void audit_start_seq(Audit *a, uint64_t first)
+{
+    if (!a->n)
+        a->next_seq = first;
+}
+
 void audit_load(Audit *a, const AuditRow *row)
 {
     if (!a->keep)

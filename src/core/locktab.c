@@ -28,6 +28,7 @@ struct Waiter {
     char *request_id; /* NULL when the acquire had none */
     char *key;        /* NULL without an API key */
     int64_t ttl_ms;
+    int64_t since_ms; /* Unix ms: when it joined the queue */
 };
 
 struct Locktab {
@@ -42,6 +43,8 @@ struct Locktab {
     uint64_t expiries;
     uint64_t forgotten;
     uint64_t next_lock_id;
+    uint64_t changes;      /* the last index given (locktab_index) */
+    uint64_t forget_index; /* what an absent lock reads as: above every forgotten lock's */
 };
 
 
@@ -178,6 +181,7 @@ static LockResult find_or_create(Locktab *lt, const char *name, bool limit, cons
     heap_entry_init(&lock->idle.entry);
     lock->idle.kind = DEADLINE_IDLE;
     lock->id = ++lt->next_lock_id;
+    lock->index = ++lt->changes;
     idle_from(lt, lock, now);
     *out = lock;
     return LOCK_OK;
@@ -190,8 +194,9 @@ static void idle_from(Locktab *lt, Lock *lock, const Now *now)
     heap_set(&lt->deadlines, &lock->idle.entry, now->mono_ms + lt->limits.forget_idle_ms);
 }
 
-static void changed(Locktab *lt, const Lock *lock)
+static void changed(Locktab *lt, Lock *lock)
 {
+    lock->index = ++lt->changes;
     lock_check(lt, lock);
     lt->hooks.changed(lt->hooks.ud, lock);
 }
@@ -262,6 +267,7 @@ static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], 
 static void unlink_waiter(Locktab *lt, Waiter *w)
 {
     dlist_remove(&w->lock->waiters, &w->link);
+    w->lock->index = ++lt->changes;
     lt->waiters--;
     heap_remove(&lt->deadlines, &w->wait.entry);
 }
@@ -414,10 +420,12 @@ static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void
     }
     memcpy(w->lease, args->new_lease, LEASE_ID_BYTES);
     w->ttl_ms = args->ttl_ms;
+    w->since_ms = now->wall_ms;
     w->ctx = ctx;
     w->lock = lock;
     /* Fairness: append at the tail; only the head is ever granted. */
     dlist_append(&lock->waiters, &w->link);
+    lock->index = ++lt->changes;
     lt->waiters++;
     lock_check(lt, lock);
     *waiter_out = w;
@@ -574,6 +582,7 @@ static void forget(Locktab *lt, Lock *lock)
     assert(!lock->held && lock->waiters.len == 0);
     heap_remove(&lt->deadlines, &lock->idle.entry);
     lt->hooks.forgotten(lt->hooks.ud, lock);
+    lt->forget_index = ++lt->changes;
     smap_remove(lt->locks, lock->name);
     lt->forgotten++;
     lock_free(lock);
@@ -621,6 +630,29 @@ bool locktab_list(const Locktab *lt, const char *prefix, const char *after, size
         limit--;
     }
     return false;
+}
+
+void locktab_start_index(Locktab *lt, uint64_t base)
+{
+    if (base > lt->changes)
+        lt->changes = lt->forget_index = base;
+}
+
+uint64_t locktab_index(const Locktab *lt, const char *name)
+{
+    const Lock *lock = find(lt, name);
+    return lock ? lock->index : lt->forget_index;
+}
+
+uint64_t locktab_index_now(const Locktab *lt) { return lt->changes; }
+
+void locktab_each_waiter(const Lock *lock, size_t limit,
+                         void (*fn)(void *ud, const char *owner, int64_t since_ms), void *ud)
+{
+    for (const DLink *l = lock->waiters.head; l && limit; l = l->next, limit--) {
+        const Waiter *w = CONTAINER_OF(l, Waiter, link);
+        fn(ud, w->owner, w->since_ms);
+    }
 }
 
 uint64_t locktab_last_token(const Locktab *lt) { return lt->last_token; }

@@ -354,7 +354,7 @@ static bool write_allowed(Request *req, const GuardRoute *route, const char *met
     else if (!guardpath_lock(req->raw_uri + strlen(route->prefix), lock, locklen, &problem)) {
         http_reply_error(req, ERR_BAD_REQUEST, NULL,
                          "a write must go to a path that names its lock ([A-Za-z0-9._~:/-], at most 256 bytes, not "
-                         "ending in acquire, renew or release): %s",
+                         "ending in acquire, renew, release or history): %s",
                          problem);
         return false;
     }

@@ -187,6 +187,14 @@ void http_reply_passthrough(Request *req, unsigned status, struct MHD_Response *
     send_response(req, status, resp, false);
 }
 
+void http_suspend_watched(Request *req)
+{
+    http_suspend(req);
+    watch_hangup(req);
+}
+
+bool http_closing(const Request *req) { return req->close; }
+
 void http_close(Request *req)
 {
     req->close = true;

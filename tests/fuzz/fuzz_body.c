@@ -591,7 +591,7 @@ static void check_endpoint(const Endpoint *e, const char *body, size_t len, cons
 }
 
 /* The LockName / ResourceName patterns: [A-Za-z0-9._~:/-]{1,256}, and for a
- * lock not (^|/)(acquire|renew|release)$. */
+ * lock not (^|/)(acquire|renew|release|history)$. */
 static bool ref_name(const char *s, bool lock)
 {
     size_t n = strlen(s);
@@ -610,7 +610,7 @@ static bool ref_name(const char *s, bool lock)
     for (const char *p = s; *p; p++)
         if (*p == '/')
             last = p + 1;
-    return strcmp(last, "acquire") && strcmp(last, "renew") && strcmp(last, "release");
+    return strcmp(last, "acquire") && strcmp(last, "renew") && strcmp(last, "release") && strcmp(last, "history");
 }
 
 static void check_name(const char *name, const char *what)

@@ -128,7 +128,7 @@ static bool ref_name_ok(const char *name)
     }
     const char *slash = strrchr(name, '/');
     const char *last = slash ? slash + 1 : name;
-    return strcmp(last, "acquire") && strcmp(last, "renew") && strcmp(last, "release");
+    return strcmp(last, "acquire") && strcmp(last, "renew") && strcmp(last, "release") && strcmp(last, "history");
 }
 
 /* The spelled-out properties of an accepted target's path. */

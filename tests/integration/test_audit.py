@@ -131,6 +131,12 @@ class HistoryTest(unittest.TestCase):
         self.assertFalse(body["complete"])
         self.assertEqual(c.request("GET", "/v1/locks/h/x/history?limit=0")[0], 400)
         self.assertEqual(c.request("POST", "/v1/locks/h/x/history", body={})[0], 405)
+        # "history" ends a path that reads a lock's history: no lock may be named so,
+        # or GET /v1/locks/NAME could never reach it.
+        for name in ("history", "h/history"):
+            st, _, body = c.acquire(name)
+            self.assertEqual((st, body["error"]), (400, "bad_request"), (name, body))
+            self.assertIn("history", body["message"])
 
 
 class RetentionTest(unittest.TestCase):

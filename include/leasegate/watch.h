@@ -1,0 +1,50 @@
+/*
+ * watch — requests waiting for one lock to change (Consul's blocking query):
+ * GET /v1/locks/NAME?index=N&wait_ms=MS answers once the lock's index
+ * (locktab_index) has moved past N, or at wait_ms.
+ *
+ * The API says when something happened to a lock (watch_note, from every
+ * place that reports an event); the watchers of that name are then asked
+ * again, from the loop's tick and never from inside a lock-table call, so
+ * each sees the lock between operations, not halfway through one. Their
+ * answers wait for the pending commit like every other answer, so a watcher
+ * never sees a change a crash could take back. A waiting watch holds no
+ * thread: its connection is suspended.
+ */
+#ifndef LEASEGATE_WATCH_H
+#define LEASEGATE_WATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "leasegate/clock.h"
+#include "leasegate/request.h"
+
+typedef struct Watches Watches;
+
+/* What a watch asks of the endpoint that made it. */
+typedef struct WatchCalls {
+    bool (*due)(Request *req);     /* has what it waits for happened? */
+    void (*answer)(Request *req);  /* answer it (it no longer watches) */
+} WatchCalls;
+
+/* NULL when out of memory. */
+Watches *watches_new(void);
+void watches_free(Watches *w);
+/* req waits on the lock named req->arg for at most wait_ms: due is asked
+ * after each watch_note of that name, and answer called once it says yes or
+ * at the deadline. calls must outlive the watch. False when out of memory
+ * (nothing was done). */
+bool watch_start(Request *req, int64_t wait_ms, const WatchCalls *calls);
+/* Something happened to lock `name`: its watchers are asked again on the next tick. */
+void watch_note(Server *s, const char *name);
+/* The loop's: the next deadline (-1: none, 0: watchers to ask now); asking them. */
+int64_t watch_next_timeout_ms(const Server *s, const Now *now);
+void watch_tick(Server *s, const Now *now);
+/* The server is stopping: every watch answers now. */
+void watch_drain(Server *s);
+/* The request is over: it stops watching. */
+void watch_request_end(Request *req);
+size_t watch_count(const Server *s);
+
+#endif
