@@ -69,6 +69,7 @@ test('the page loads and goes live', async () => {
   assert.equal(await page.title(), 'leasegate');
   await page.waitForFunction(() => document.getElementById('status').textContent === 'live', null, { timeout: 5000 });
   assert.match(await page.textContent('#locks'), /No locks yet/);
+  assert.equal(await page.isVisible('#auth'), false, 'this server needs no key: the key form stays hidden');
 });
 
 test('an acquired lock appears with owner and token, and its countdown runs', async () => {
