@@ -13,7 +13,8 @@ if (missing) {
 
 const { test, before, after } = await import('node:test');
 const assert = (await import('node:assert/strict')).default;
-const { Server, launchBrowser } = await import('./lib.mjs');
+const { Server, keyFile, launchBrowser } = await import('./lib.mjs');
+const { rmSync } = await import('node:fs');
 
 // What the issue asks: changes show within a second of the API answering.
 const LIVE_MS = 1000;
@@ -189,6 +190,42 @@ test('the page survives a server restart', async () => {
                    'a grant after the restart');
   await server.release('kept/1', kept.lease);
   await waitForRow('kept/1', r => r.owner === 'free', LIVE_MS, 'a release after the restart');
+});
+
+test('with --auth-file the page asks for a key, keeps it in the tab and sends it', async () => {
+  const keys = keyFile('client', 'p/');
+  const keyed = await new Server({ extraArgs: ['--auth-file', keys.path], key: keys.key }).start();
+  const tab = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  try {
+    tab.on('pageerror', e => pageErrors.push(String(e)));
+    await tab.route(url => !url.href.startsWith(keyed.url), route => route.abort());
+    // As --auth-metrics answers a key whose role may not read /metrics. (Not the flag itself:
+    // it closes / as well, which a browser cannot open with a Bearer key.)
+    await tab.route(keyed.url + '/metrics', route => route.fulfill({ status: 403, contentType: 'application/json',
+      body: JSON.stringify({ error: 'forbidden', message: 'not for this key' }) }));
+    await tab.goto(keyed.url + '/');
+    await tab.waitForFunction(() => document.getElementById('status').textContent === 'key needed', null,
+                              { timeout: 5000 });
+    assert.equal(await tab.isVisible('#auth'), true);
+    await tab.getByLabel('API key').fill(keys.key);
+    await tab.getByLabel('Lock prefix').fill('p/');
+    await tab.getByRole('button', { name: 'Show locks' }).click();
+    await tab.waitForFunction(() => document.getElementById('status').textContent === 'live', null, { timeout: 5000 });
+    assert.equal(await tab.isVisible('#auth'), false);
+    assert.equal(await tab.inputValue('#filter'), 'p/');
+    await keyed.acquire('p/1', { owner: 'keyed' });
+    await tab.waitForFunction(() => [...document.querySelectorAll('#locks tr[data-name]')]
+      .some(t => t.dataset.name === 'p/1' && t.textContent.includes('keyed')), null, { timeout: LIVE_MS });
+    assert.equal(await tab.textContent('#t-held'), '—');
+    assert.equal(await tab.textContent('#t-commit'), '—');
+    // The key stays in this tab: a reload goes live without asking again.
+    await tab.reload();
+    await tab.waitForFunction(() => document.getElementById('status').textContent === 'live', null, { timeout: 5000 });
+  } finally {
+    await tab.close();
+    await keyed.cleanup();
+    rmSync(keys.dir, { recursive: true, force: true });
+  }
 });
 
 test('a phone-sized screen scrolls only inside the table, and every control has a name', async () => {

@@ -1,8 +1,8 @@
 // Shared by the browser test and the screenshot script: the real leasegate binary on
 // 127.0.0.1 with a temporary data dir, a small API client, and Debian's Chromium driven by
 // playwright-core. Every wait is bounded; every process started here is stopped by its PID.
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -34,7 +34,10 @@ const sleep = ms => new Promise(r => setTimeout(r, ms));
 /** The real server. start() picks a free port the first time and keeps it across restarts,
  *  so the page sees the same origin come back; the data dir is kept too. */
 export class Server {
-  constructor() {
+  /** extraArgs go after --listen and --data; key (when set) is sent as Bearer by call(). */
+  constructor({ extraArgs = [], key = null } = {}) {
+    this.extraArgs = extraArgs;
+    this.key = key;
     this.bin = binaryPath();
     this.dir = mkdtempSync(join(tmpdir(), 'leasegate-browser-'));
     this.port = 0;
@@ -45,7 +48,8 @@ export class Server {
   get url() { return `http://127.0.0.1:${this.port}`; }
 
   async start() {
-    const args = ['serve', '--listen', `127.0.0.1:${this.port}`, '--data', join(this.dir, 'leasegate.db')];
+    const args = ['serve', '--listen', `127.0.0.1:${this.port}`, '--data', join(this.dir, 'leasegate.db'),
+                  ...this.extraArgs];
     const proc = spawn(this.bin, args, { cwd: this.dir, stdio: ['ignore', 'pipe', 'pipe'] });
     this.proc = proc;
     let out = '';
@@ -87,7 +91,8 @@ export class Server {
     if (signal) signals.push(signal);
     const res = await fetch(this.url + path, {
       method,
-      headers: body === undefined ? {} : { 'Content-Type': 'application/json' },
+      headers: { ...(body === undefined ? {} : { 'Content-Type': 'application/json' }),
+                 ...(this.key ? { Authorization: `Bearer ${this.key}` } : {}) },
       body: body === undefined ? undefined : JSON.stringify(body),
       signal: AbortSignal.any(signals),
     });
@@ -119,6 +124,16 @@ export class Server {
     }
     throw new Error(`${name} did not get ${n} waiters within ${timeoutMs} ms`);
   }
+}
+
+/** An --auth-file in a new temporary dir with one key of role for prefixes: {key, path, dir}. */
+export function keyFile(role, ...prefixes) {
+  const [key, line] = execFileSync(binaryPath(), ['keygen', 'browser-test', role, ...prefixes], { encoding: 'utf8' })
+    .trim().split('\n');
+  const dir = mkdtempSync(join(tmpdir(), 'leasegate-keys-'));
+  const path = join(dir, 'keys');
+  writeFileSync(path, line + '\n', { mode: 0o600 });
+  return { key, path, dir };
 }
 
 /** Debian's Chromium, headless, with nothing reaching beyond this machine. */
