@@ -175,6 +175,34 @@ test('the totals come from /metrics', async () => {
   assert.match(await page.textContent('#t-commit'), /^\d+\.\d\d ms$/);
 });
 
+test('a 410 too_old makes the page list again and carry on from latest', async () => {
+  // The server answers 410 when the page fell behind its ring; here the next long-poll gets
+  // one, with a lock changed meanwhile that only a new listing can show.
+  let latest = null;
+  const listings = [];
+  const onRequest = r => { if (new URL(r.url()).pathname === '/v1/locks') listings.push(r.url()); };
+  page.on('request', onRequest);
+  const longPoll = u => u.pathname === '/v1/events' && u.searchParams.get('wait_ms') === '25000';
+  await page.route(longPoll, async route => {
+    if (latest !== null) return route.continue();
+    await server.acquire('missed/1', { owner: 'unseen' });
+    latest = (await server.call('GET', '/v1/events?after=0&limit=1')).body.latest;
+    await route.fulfill({ status: 410, contentType: 'application/json',
+      body: JSON.stringify({ error: 'too_old', message: 'no longer kept', oldest: latest, latest }) });
+  });
+  try {
+    const g = await server.acquire('trigger/1', { owner: 'trigger' });   // the page's next poll gets the 410
+    await waitForRow('missed/1', r => r && r.owner === 'unseen', 3000, 'the lock changed while the page missed events');
+    assert.ok(listings.length >= 1, 'the page listed the locks again');
+    await page.waitForFunction(() => document.getElementById('status').textContent === 'live', null, { timeout: 3000 });
+    await server.release('trigger/1', g.lease);
+    await waitForRow('trigger/1', r => r.owner === 'free', LIVE_MS, 'a release after the resync');
+  } finally {
+    page.off('request', onRequest);
+    await page.unroute(longPoll);
+  }
+});
+
 test('the page survives a server restart', async () => {
   const kept = await server.acquire('kept/1', { owner: 'survivor', ttl_ms: 60000 });
   await waitForRow('kept/1', r => r && r.owner === 'survivor', LIVE_MS, 'kept/1');
