@@ -4,8 +4,9 @@
 #   scripts/deps.sh            build and run dependencies (compiler, cmake, -dev packages)
 #   scripts/deps.sh --test     also what the tests use: python3, curl, iproute2 (ss), nginx (the guard's
 #                              real upstream), faketime (wall-clock steps), etcd-server (the etcd
-#                              store's tests), openssl (the TLS tests' certificates) and Node.js (the
-#                              examples, unless present)
+#                              store's tests), openssl (the TLS tests' certificates), Node.js and npm (the
+#                              examples and client, unless present), chromium (the dashboard's browser
+#                              test), and that test's npm packages (npm ci in tests/browser)
 #   scripts/deps.sh --runtime  only what the built binary needs to run (the container image's last stage)
 set -eu
 SUDO=
@@ -15,8 +16,9 @@ RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 libgnutls30 
 case "${1:-}" in
   "") PKGS="$BUILD" ;;
   --test)
-    PKGS="$BUILD python3 curl nginx-light iproute2 faketime etcd-server openssl"
-    command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs" ;;
+    PKGS="$BUILD python3 curl nginx-light iproute2 faketime etcd-server openssl chromium"
+    command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
+    command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm" ;;
   --runtime) PKGS="$RUNTIME" ;;
   *) echo "usage: scripts/deps.sh [--test | --runtime]" >&2; exit 2 ;;
 esac
@@ -24,3 +26,8 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $PKGS >/dev/null
+# The browser test's driver (playwright-core, pinned in tests/browser/package-lock.json). It
+# uses Debian's chromium installed above and never downloads a browser of its own.
+if [ "${1:-}" = "--test" ]; then
+  (cd "$(dirname "$0")/../tests/browser" && npm ci --no-audit --no-fund --loglevel=error)
+fi
