@@ -21,6 +21,9 @@
  * keep it open and a client that went away is noticed. */
 #define STREAM_BEAT_MS 15000
 #define STREAM_BATCH 100 /* events formatted per fill */
+/* What libmicrohttpd asks of the reader at a time; also the buffer each
+ * stream's answer keeps, so small: a stream mostly waits. */
+#define STREAM_BLOCK 2048
 
 /* Events that wait for one batch to become durable. */
 typedef struct Group {
@@ -301,7 +304,7 @@ void api_events(Request *req)
 static bool stream_put(Stream *st, const char *text, size_t len)
 {
     if (st->len + len > st->cap) {
-        size_t cap = st->cap ? st->cap : 4096;
+        size_t cap = st->cap ? st->cap : 512;
         while (cap < st->len + len)
             cap *= 2;
         char *out = realloc(st->out, cap);
@@ -448,7 +451,7 @@ void api_events_stream(Request *req)
     st->e = e;
     st->cursor = effective_after(e, (uint64_t)after);
     heap_entry_init(&st->beat);
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st,
                                                                   stream_freed);
     if (!resp) {
         free(st->prefix);
