@@ -18,6 +18,36 @@ def events(c, query):
     return body
 
 
+class SlowGrant:
+    """A server whose fsync turns slow (1.5 s) at begin(), and one acquire made then: until
+    end(), the grant is made in memory and its batch is still being written."""
+
+    def __init__(self, testcase):
+        sqlite_only(testcase, "a slow fsync (slowsync) is what holds the batch back here")
+        self.testcase = testcase
+        self.flag = os.path.join(tempfile.mkdtemp(prefix="leasegate-events-"), "slow")
+        env = slow_disk_env(1500, only_if=self.flag)  # slow once begun: start-up syncs a lot
+        if env is None:
+            testcase.skipTest("tests/faults/slowsync was not built (LEASEGATE_SLOWSYNC unset)")
+        self.srv = Server(extra_env=env)
+        testcase.addCleanup(self.srv.cleanup)
+        self.box = {}
+
+    def begin(self):
+        open(self.flag, "w").close()
+        other = self.srv.new_client(timeout=60)
+        self.testcase.addCleanup(other.close)
+        self.thread = threading.Thread(target=lambda: self.box.update(r=other.acquire("d/1")))
+        self.thread.start()
+        time.sleep(0.5)  # the grant is made, its batch is still being written
+        self.testcase.assertTrue(self.thread.is_alive(), "the acquire was answered before its commit")
+
+    def end(self):
+        """The grant, once its commit is done."""
+        self.thread.join(30)
+        return self.box["r"][2]
+
+
 class EventsTest(unittest.TestCase):
     def test_every_kind_in_order_and_no_lease(self):
         srv = Server()
@@ -87,48 +117,13 @@ class EventsTest(unittest.TestCase):
         self.assertEqual((body["events"], body["next"]), ([], box["r"]["next"]))
 
     def test_nothing_before_its_batch_is_durable(self):
-        sqlite_only(self, "a slow fsync (slowsync) is what holds the batch back here")
-        flag = os.path.join(tempfile.mkdtemp(prefix="leasegate-events-"), "slow")
-        env = slow_disk_env(1500, only_if=flag)  # slow once started: start-up syncs a lot
-        if env is None:
-            self.skipTest("tests/faults/slowsync was not built (LEASEGATE_SLOWSYNC unset)")
-        srv = Server(extra_env=env)
-        self.addCleanup(srv.cleanup)
-        latest = events(srv.client, "?after=0")["latest"]
-        open(flag, "w").close()
-        box = {}
-        other = srv.new_client(timeout=60)
-        self.addCleanup(other.close)
-        t = threading.Thread(target=lambda: box.update(r=other.acquire("d/1")))
-        t.start()
-        time.sleep(0.5)  # the grant is made, its batch is still being written
-        self.assertTrue(t.is_alive(), "the acquire was answered before its commit")
-        self.assertEqual(events(srv.client, "?after=%d" % latest)["events"], [])
-        t.join(30)
-        got = events(srv.client, "?after=%d" % latest)["events"]
-        self.assertEqual([(e["kind"], e["token"]) for e in got], [("granted", box["r"][2]["token"])])
-
-    def test_a_reader_that_fell_behind_is_told_to_resync(self):
-        srv = Server(extra_args=["--events-keep", "3"])
-        self.addCleanup(srv.cleanup)
-        c = srv.client
-        for i in range(4):
-            st, _, g = c.acquire("r/%d" % i)
-            c.release("r/%d" % i, g["lease"])
-        st, _, body = c.request("GET", "/v1/events?after=0")
-        self.assertEqual((st, body["error"]), (410, "too_old"), body)
-        # A run numbers its events from its start: the 8th is floor + 8.
-        floor = body["latest"] - 8
-        self.assertEqual(body["oldest"], floor + 6, body)
-        self.assertEqual(len(events(c, "?after=%d" % (floor + 5))["events"]), 3)
-        for after in (floor + 4, floor + 9, 5):
-            st, _, body = c.request("GET", "/v1/events?after=%d" % after)
-            self.assertEqual((st, body["error"]), (410, "too_old"), (after, body))
-        for q in ("?limit=0", "?wait_ms=-1", "?after=x", "?prefix=bad%20name"):
-            self.assertEqual(c.request("GET", "/v1/events" + q)[0], 400, q)
-        off = Server(extra_args=["--events-keep", "0"])
-        self.addCleanup(off.cleanup)
-        self.assertEqual(off.client.request("GET", "/v1/events")[0], 404)
+        slow = SlowGrant(self)
+        latest = events(slow.srv.client, "?after=0")["latest"]
+        slow.begin()
+        self.assertEqual(events(slow.srv.client, "?after=%d" % latest)["events"], [])
+        grant = slow.end()
+        got = events(slow.srv.client, "?after=%d" % latest)["events"]
+        self.assertEqual([(e["kind"], e["token"]) for e in got], [("granted", grant["token"])])
 
 
 class EventKeysTest(KeyedTestCase):

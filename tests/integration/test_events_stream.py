@@ -3,14 +3,12 @@ lease, nothing before its batch is durable, resumed with Last-Event-ID, a clear 
 an id the server no longer has or never gave (an earlier run's included)."""
 
 import http.client
-import os
+import json
 import select
-import tempfile
-import threading
-import time
 import unittest
 
-from harness import Server, slow_disk_env, sqlite_only
+from harness import Server
+from test_events import SlowGrant
 
 
 class Stream:
@@ -47,7 +45,6 @@ class Stream:
 
     def event(self):
         """The next event message (id + JSON data), skipping the retry hint."""
-        import json
         while True:
             m = self.message()
             if m is None or "data" in m:
@@ -162,28 +159,14 @@ class EventStreamTest(unittest.TestCase):
 
 class EventStreamDurabilityTest(unittest.TestCase):
     def test_nothing_is_streamed_before_its_batch_is_durable(self):
-        sqlite_only(self, "a slow fsync (slowsync) is what holds the batch back here")
-        flag = os.path.join(tempfile.mkdtemp(prefix="leasegate-sse-"), "slow")
-        env = slow_disk_env(1500, only_if=flag)
-        if env is None:
-            self.skipTest("tests/faults/slowsync was not built (LEASEGATE_SLOWSYNC unset)")
-        srv = Server(extra_env=env)
-        self.addCleanup(srv.cleanup)
-        s = Stream(srv.port, timeout=30)
+        slow = SlowGrant(self)
+        s = Stream(slow.srv.port, timeout=30)
         self.addCleanup(s.close)
         s.message()
-        open(flag, "w").close()
-        box = {}
-        other = srv.new_client(timeout=60)
-        self.addCleanup(other.close)
-        t = threading.Thread(target=lambda: box.update(r=other.acquire("d/1")))
-        t.start()
-        time.sleep(0.5)  # the grant is made, its batch is still being written
-        self.assertTrue(t.is_alive(), "the acquire was answered before its commit")
+        slow.begin()
         readable, _, _ = select.select([s.conn.sock], [], [], 0.3)
         self.assertEqual(readable, [], "an event was streamed before its batch was durable")
-        t.join(30)
-        self.assertEqual(s.event()["data"]["token"], box["r"][2]["token"])
+        self.assertEqual(s.event()["data"]["token"], slow.end()["token"])
 
 
 if __name__ == "__main__":
