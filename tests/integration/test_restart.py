@@ -49,6 +49,9 @@ class RestartTests(unittest.TestCase):
             self.assertEqual(self.srv.stop(), 0, self.srv.stderr_text())
         self.srv.start()
         after = self.get(name)
+        # The change index is the one thing a restart moves, and only forward (each run
+        # starts it from its start time), so a watcher from before never waits for nothing.
+        self.assertGreater(after.pop("index"), before.pop("index"))
         self.assertEqual(after, before, "lock state changed across restart")
         self.assertTrue(after["held"])
         self.assertEqual(after["holder"]["token"], b["token"])
