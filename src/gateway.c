@@ -35,6 +35,10 @@ static void on_changed(void *ud, const Lock *lock)
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
         _exit(70);
     }
+    /* Every change that moves the lock's index wakes its watchers, also those
+     * that report no event (one reentry released). Only marks them: they are
+     * asked on the loop's tick, outside the lock table. */
+    watch_note(s, lock->name);
 }
 
 /* A forgotten lock takes its guard mark along (the store deletes both rows):
@@ -47,6 +51,9 @@ static void on_forgotten(void *ud, const Lock *lock)
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
         _exit(70);
     }
+    /* Its last_token is gone from GET and its index moves (forget_index):
+     * watchers of the name are told. */
+    watch_note(s, lock->name);
 }
 
 /* Fence hook: an idle resource goes, its mark lives on in its bucket's floor. */

@@ -172,6 +172,8 @@ void locktab_load_ended(Locktab *lt, const char *name, const uint8_t *lease, uin
 NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8_t *lease);
 /* Removes a waiter whose client went away. Its hooks are never called. */
 void locktab_cancel(Locktab *lt, Waiter *w);
+/* The name of the lock a waiter waits for (valid while it waits). */
+const char *locktab_waiter_lock(const Waiter *w);
 
 /* Fires every deadline due at `now`: expiries (and the grants they cause) and
  * wait timeouts. */

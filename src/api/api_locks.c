@@ -236,7 +236,9 @@ void api_waiter_timed_out(Request *req, const Lock *lock)
 
 void api_waiter_left(Request *req)
 {
-    events_note(req->srv, AUDIT_WAITER_LEFT, req->arg, "", 0);
+    /* The name from the waiter, not req->arg: a parked waiter has none (park.c
+     * frees it), and a NULL name crashed watch_note and events_note. */
+    events_note(req->srv, AUDIT_WAITER_LEFT, locktab_waiter_lock(req->wait.waiter), "", 0);
     locktab_cancel(req->srv->locks, req->wait.waiter);
     quota_wait_stop(req);
     req->srv->metrics.waiter_disconnects++;

@@ -568,6 +568,8 @@ NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8
     return lock->last_token > token ? REASON_SUPERSEDED : REASON_EXPIRED;
 }
 
+const char *locktab_waiter_lock(const Waiter *w) { return w->lock->name; }
+
 void locktab_cancel(Locktab *lt, Waiter *w)
 {
     Lock *lock = w->lock;
