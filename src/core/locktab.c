@@ -181,7 +181,9 @@ static LockResult find_or_create(Locktab *lt, const char *name, bool limit, cons
     heap_entry_init(&lock->idle.entry);
     lock->idle.kind = DEADLINE_IDLE;
     lock->id = ++lt->next_lock_id;
-    lock->index = ++lt->changes;
+    /* Not a change yet: the grant or queueing that follows is (so loading a
+     * million locks uses up no indexes, and a restart's base stays above). */
+    lock->index = lt->changes;
     idle_from(lt, lock, now);
     *out = lock;
     return LOCK_OK;
