@@ -29,9 +29,6 @@ bool body_lease(Request *req, json_t *obj, bool required, uint8_t out[LEASE_ID_B
  * (malloc'd, caller frees) or NULL when absent. */
 bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new);
 /* Replies 400 when a path name breaks the name rule. */
-/* A query parameter that must be an integer in min..max (def when absent);
- * false after answering 400. */
-bool body_query_int(Request *req, const char *name, long long min, long long max, long long def, long long *out);
 bool body_check_name(Request *req, const char *what, const char *name);
 
 #endif

@@ -11,6 +11,7 @@
 #include "leasegate/api.h"
 #include "leasegate/audit.h"
 #include "leasegate/body.h"
+#include "leasegate/query.h"
 
 #define AUDIT_DEFAULT 100
 #define AUDIT_MAX 1000
@@ -39,8 +40,8 @@ void api_audit(Request *req)
     Server *s = req->srv;
     const char *lock = http_query(req, "lock");
     long long after, limit;
-    if ((lock && !body_check_name(req, "lock", lock)) || !body_query_int(req, "after", 0, INT64_MAX, 0, &after) ||
-        !body_query_int(req, "limit", 1, AUDIT_MAX, AUDIT_DEFAULT, &limit))
+    if ((lock && !body_check_name(req, "lock", lock)) || !query_int(req, "after", 0, INT64_MAX, 0, &after) ||
+        !query_int(req, "limit", 1, AUDIT_MAX, AUDIT_DEFAULT, &limit))
         return;
     if (!audit_enabled(s->audit)) {
         http_reply_error(req, ERR_NOT_FOUND, NULL, "the audit trail is off (--audit-keep 0)");
@@ -91,7 +92,7 @@ void api_lock_history(Request *req)
 {
     Server *s = req->srv;
     long long limit;
-    if (!body_check_name(req, "name", req->arg) || !body_query_int(req, "limit", 1, AUDIT_MAX, 20, &limit))
+    if (!body_check_name(req, "name", req->arg) || !query_int(req, "limit", 1, AUDIT_MAX, 20, &limit))
         return;
     if (!audit_enabled(s->audit)) {
         http_reply_error(req, ERR_NOT_FOUND, NULL, "the audit trail is off (--audit-keep 0): no history is kept");

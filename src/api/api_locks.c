@@ -9,6 +9,7 @@
 #include "leasegate/access.h"
 #include "leasegate/api.h"
 #include "leasegate/body.h"
+#include "leasegate/query.h"
 #include "leasegate/names.h"
 #include "leasegate/events.h"
 #include "leasegate/quota.h"
@@ -410,8 +411,8 @@ static const WatchCalls WATCH = {watch_due, reply_one_lock};
 void api_get_lock(Request *req)
 {
     long long index, wait_ms;
-    if (!body_check_name(req, "name", req->arg) || !body_query_int(req, "index", 0, INT64_MAX, 0, &index) ||
-        !body_query_int(req, "wait_ms", 0, WATCH_MAX_MS, 0, &wait_ms))
+    if (!body_check_name(req, "name", req->arg) || !query_int(req, "index", 0, INT64_MAX, 0, &index) ||
+        !query_int(req, "wait_ms", 0, WATCH_MAX_MS, 0, &wait_ms))
         return;
     req->watch.index = (uint64_t)index;
     if (!http_query(req, "index") || wait_ms == 0 || watch_due(req) || req->srv->stopping) {

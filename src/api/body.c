@@ -1,7 +1,6 @@
 /* body — request body validation; see include/leasegate/body.h. */
 #include "leasegate/body.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uuid/uuid.h>
@@ -241,22 +240,4 @@ bool body_check_name(Request *req, const char *what, const char *name)
     http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", what), "%s '%.300s' %s", what, name,
                      problem);
     return false;
-}
-
-bool body_query_int(Request *req, const char *name, long long min, long long max, long long def, long long *out)
-{
-    const char *v = http_query(req, name);
-    *out = def;
-    if (!v)
-        return true;
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (!*v || *end || errno || n < min || n > max) {
-        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", name),
-                         "query parameter '%s' must be an integer in %lld..%lld", name, min, max);
-        return false;
-    }
-    *out = n;
-    return true;
 }

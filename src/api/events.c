@@ -11,6 +11,7 @@
 
 #include "leasegate/access.h"
 #include "leasegate/body.h"
+#include "leasegate/query.h"
 #include "leasegate/container.h"
 #include "leasegate/watch.h"
 
@@ -214,7 +215,7 @@ static bool events_query(Request *req, long long *after, const char **prefix)
     *prefix = http_query(req, "prefix");
     if (*prefix && !**prefix)
         *prefix = NULL;
-    if (!body_query_int(req, "after", 0, INT64_MAX, 0, after) ||
+    if (!query_int(req, "after", 0, INT64_MAX, 0, after) ||
         (*prefix && !body_check_name(req, "prefix", *prefix)) || !access_check_listing(req, *prefix ? *prefix : ""))
         return false;
     if (!audit_enabled(e->ring)) {
@@ -279,8 +280,8 @@ void api_events(Request *req)
     Events *e = req->srv->events;
     long long after, limit, wait_ms;
     const char *prefix;
-    if (!events_query(req, &after, &prefix) || !body_query_int(req, "limit", 1, EVENTS_MAX, EVENTS_DEFAULT, &limit) ||
-        !body_query_int(req, "wait_ms", 0, WAIT_MAX_MS, 0, &wait_ms) ||
+    if (!events_query(req, &after, &prefix) || !query_int(req, "limit", 1, EVENTS_MAX, EVENTS_DEFAULT, &limit) ||
+        !query_int(req, "wait_ms", 0, WAIT_MAX_MS, 0, &wait_ms) ||
         !check_after(req, effective_after(e, (uint64_t)after)))
         return;
     req->events.after = (uint64_t)after;
