@@ -5,6 +5,7 @@ when /usr/bin/etcd is missing (scripts/deps.sh --test installs it).
 
 Every wait is bounded; nothing asserts how long anything took."""
 
+import base64
 import json
 import os
 import shutil
@@ -91,6 +92,145 @@ class EtcdTest(unittest.TestCase):
         status, _, body = g.client.fence("res", tokens[-1] - 1)
         self.assertEqual(status, 409, body)
         g.stop_clean()
+
+    def etcd_rows(self, kind):
+        """{key: decoded JSON value} of every key under PREFIX/kind/ (history or audit)."""
+        start = "%s/%s/" % (self.prefix, kind)
+        end = start[:-1] + chr(ord(start[-1]) + 1)
+        r = self.etcd.call("/v3/kv/range", {"key": b64(start), "range_end": b64(end)})
+        return {base64.b64decode(kv["key"]).decode()[len(start):]:
+                json.loads(base64.b64decode(kv["value"])) for kv in r.get("kvs", [])}
+
+    def handoff(self, g, name):
+        """A holds name, B waits for it, A releases: the release, A's ended lease and the
+        grant to B are made by one request, so they are committed in one batch.
+        Returns (A's grant, B's grant)."""
+        a = self.acquire_ok(g, name, owner="first", ttl_ms=60000)
+        box = {}
+        waiter = g.new_client()
+        t = threading.Thread(target=lambda: box.update(
+            r=waiter.acquire(name, owner="second", wait_ms=20000, ttl_ms=60000)))
+        t.start()
+        self.assertTrue(wait_for(lambda: g.client.get_lock(name)[2].get("waiters") == 1), "no waiter")
+        status, _, body = g.client.release(name, a["lease"])
+        self.assertEqual(status, 200, body)
+        t.join(30)
+        waiter.close()
+        self.assertEqual(box["r"][0], 200, box["r"])
+        return a, box["r"][2]
+
+    def test_a_batch_writes_one_history_key_and_one_audit_key(self):
+        """The rows of one batch go under one key each for the lease history and the
+        audit trail, and load back, with their seqs, after a kill -9."""
+        g = self.gateway()
+        self.assertIs(wait_leader([g]), g)
+        a, b = self.handoff(g, "batch/x")
+        audit = self.etcd_rows("audit")
+        self.assertTrue(all(isinstance(v, list) for v in audit.values()), audit)
+        # The release of a and the grant to b are in one batch, so under one key,
+        # named by the largest seq in it.
+        key, rows = next((k, v) for k, v in audit.items()
+                         if any(r["kind"] == 2 and r["token"] == a["token"] for r in v))
+        self.assertEqual([(r["kind"], r["token"]) for r in rows], [(2, a["token"]), (1, b["token"])])
+        self.assertEqual(int(key), max(r["seq"] for r in rows))
+        history = self.etcd_rows("history")
+        self.assertTrue(all(isinstance(v, list) for v in history.values()), history)
+        ended = [r for v in history.values() for r in v]
+        self.assertEqual([(r["lock"], r["token"], r["how"]) for r in ended], [("batch/x", a["token"], 2)])
+        # A burst of pairs from many clients: fewer keys than rows.
+        def pairs(k):
+            c = g.new_client()
+            for i in range(5):
+                st, _, x = c.acquire("burst/%d/%d" % (k, i))
+                c.release("burst/%d/%d" % (k, i), x["lease"])
+            c.close()
+        threads = [threading.Thread(target=pairs, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        status, _, before = g.client.request("GET", "/v1/audit?limit=1000")
+        self.assertEqual(status, 200, before)
+        stored = [r["seq"] for v in self.etcd_rows("audit").values() for r in v]
+        self.assertEqual(stored, [r["seq"] for r in before["rows"]])
+        g.kill9()
+        g.start()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, after = g.client.request("GET", "/v1/audit?limit=1000")
+        self.assertEqual(status, 200, after)
+        self.assertEqual(after["rows"], before["rows"])
+        # The lease history came back too: a's lease is known to have been released.
+        status, _, body = g.client.release("batch/x", a["lease"])
+        self.assertEqual((status, body.get("reason")), (409, "released"), body)
+        status, _, body = g.client.release("batch/x", b["lease"])
+        self.assertEqual(status, 200, body)
+        later = self.acquire_ok(g, "batch/later")
+        self.assertGreater(later["token"], max(r["token"] for r in after["rows"]))
+        status, _, body = g.client.request("GET", "/v1/audit?after=%d" % after["rows"][-1]["seq"])
+        self.assertGreater(len(body["rows"]), 0, body)
+
+    def test_the_per_row_layout_of_older_gateways_loads(self):
+        """A store written before groups (one key per history or audit row, its value one
+        JSON object) loads as it was, and goes on in the new layout beside it."""
+        lease = "0f6c7a52-6d0e-4f43-9d2b-6a3b8c1d2e3f"
+        old = {
+            "locks/m/x": {"last_token": 5},
+            "history/%020d" % 6: {"lock": "m/x", "lease": lease, "token": 5, "how": 2},
+            "audit/%020d" % 8: {"at_ms": 1000, "kind": 1, "lock": "m/x", "owner": "old", "token": 5,
+                                "key": "", "peer": "127.0.0.1"},
+            "audit/%020d" % 9: {"at_ms": 2000, "kind": 2, "lock": "m/x", "owner": "old", "token": 5,
+                                "key": "", "peer": "127.0.0.1"},
+        }
+        for k, v in old.items():
+            self.etcd.call("/v3/kv/put", {"key": b64("%s/%s" % (self.prefix, k)),
+                                          "value": b64(json.dumps(v))})
+        g = self.gateway()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, body = g.client.request("GET", "/v1/audit")
+        self.assertEqual(status, 200, body)
+        self.assertEqual([(r["seq"], r["kind"], r["owner"]) for r in body["rows"]],
+                         [(8, "granted", "old"), (9, "released", "old")])
+        status, _, body = g.client.release("m/x", lease)
+        self.assertEqual((status, body.get("reason")), (409, "released"), body)
+        a, b = self.handoff(g, "m/x")
+        self.assertGreater(a["token"], 5)
+        g.kill9()
+        g.start()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, body = g.client.request("GET", "/v1/audit")
+        seqs = [r["seq"] for r in body["rows"]]
+        self.assertEqual(seqs[:2], [8, 9])
+        self.assertEqual(seqs, sorted(seqs))
+        self.assertIn((b["token"], "granted"), [(r["token"], r["kind"]) for r in body["rows"]])
+        for lease_id in (lease, a["lease"]):
+            status, _, body = g.client.release("m/x", lease_id)
+            self.assertEqual((status, body.get("reason")), (409, "released"), body)
+        self.assertEqual(g.client.release("m/x", b["lease"])[0], 200)
+
+    def test_retention_prunes_whole_batches(self):
+        """--audit-keep and --lease-history with rows grouped per batch: storage keeps at
+        least the newest N rows (a batch that straddles the bound stays whole until a later
+        prune) and a bounded number more; a restart shows the newest N."""
+        g = self.gateway(["--audit-keep", "3", "--lease-history", "4"])
+        self.assertIs(wait_leader([g]), g)
+        for i in range(8):
+            a, b = self.handoff(g, "keep/%d" % i)
+            self.assertEqual(g.client.release("keep/%d" % i, b["lease"])[0], 200)
+        status, _, before = g.client.request("GET", "/v1/audit")
+        self.assertEqual(status, 200, before)
+        self.assertEqual(len(before["rows"]), 3, before)
+        audit = [r["seq"] for v in self.etcd_rows("audit").values() for r in v]
+        ended = [r["seq"] for v in self.etcd_rows("history").values() for r in v]
+        self.assertEqual(audit[-3:], [r["seq"] for r in before["rows"]])
+        # 3 kept, up to 3 more before the next prune, one straddling batch of 2
+        self.assertLessEqual(len(audit), 3 + 3 + 2, audit)
+        self.assertGreaterEqual(len(ended), 4)
+        self.assertLessEqual(len(ended), 4 + 4 + 1, ended)
+        g.kill9()
+        g.start()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, after = g.client.request("GET", "/v1/audit")
+        self.assertEqual(after["rows"], before["rows"])
 
     def follower_of(self, leader, gateways):
         other = next(g for g in gateways if g is not leader)
