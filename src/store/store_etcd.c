@@ -3,6 +3,10 @@
  * etcd (election.h). Every key lives under PREFIX:
  *
  *   PREFIX/meta/last_token    decimal: the token counter where rows no longer vouch for it
+ *   PREFIX/meta/commit        the commit mark: "LEADER_REV.PART", both zero-padded to 20
+ *                             digits; every transaction applies only while the stored one is
+ *                             its predecessor's, and writes its own (commit_part), so a late
+ *                             copy of a transaction sent again changes nothing
  *   PREFIX/locks/NAME         JSON {last_token, holder?: {lease (uuid text), owner, token,
  *                             ttl_ms, acquired_at_ms, expires_at_ms, count, metadata (JSON text),
  *                             request_id?, key?}}
@@ -37,7 +41,10 @@
  * A batch is one etcd transaction whose compare requires the leader key to
  * exist with the create revision this gateway got when it won: a gateway that
  * lost leadership, however paused or partitioned, writes nothing (the compare
- * fails, commit fails, the gateway stops; see commit_done).
+ * fails, commit fails, the gateway stops; see commit_done). The same compare
+ * requires the commit mark to be the one of the transaction before, so the
+ * transactions of one leader apply in the order it sent them, each at most
+ * once, whatever copies of them etcd still holds.
  *
  * The counter is max(meta/last_token, every lock's last_token), as in
  * store_sqlite.c. Holder deadlines are on one machine's boot clock and mean
@@ -70,7 +77,14 @@
 #define PRUNE_CHUNK 256
 /* A group of history or audit rows (see group_add) stays below this. */
 #define GROUP_BYTES (128 * 1024)
+/* A call's attempts (etcd_client_retry): the first waits CALL_FIRST_MS, each
+ * after a timeout twice as long up to CALL_TIMEOUT_MS, round the endpoints
+ * until CALL_BUDGET_MS has passed; then the commit fails and the gateway
+ * stops. A batch lost on its way to an etcd leader that died costs about
+ * CALL_FIRST_MS plus etcd's election, not CALL_TIMEOUT_MS. */
+#define CALL_FIRST_MS 1000L
 #define CALL_TIMEOUT_MS 5000L
+#define CALL_BUDGET_MS 15000L
 
 typedef struct EtcdStore {
     Store base;
@@ -79,6 +93,8 @@ typedef struct EtcdStore {
     char *leader_key_b64; /* owned */
     long long leader_rev;
     long long load_rev;   /* the revision every page of the load reads; 0: the latest */
+    char *mark_key_b64;   /* PREFIX/meta/commit, base64; owned */
+    uint64_t mark_seq;    /* the commit mark of the last part sent (see commit_part) */
     uint64_t pruned_upto; /* history seqs up to this are deleted */
     uint64_t audit_pruned_upto; /* the same for audit rows */
     char err[512];
@@ -377,21 +393,62 @@ static json_t *op_json(const Op *op)
     return j;
 }
 
-/* One transaction of ops[from, *to): as many as fit in TXN_MAX_OPS and
- * TXN_MAX_BYTES (at least one), fenced on the leader key. */
+/* The commit mark of part `seq` of this leader: two zero-padded numbers, so
+ * that etcd's byte order of values is the order of (leader, part). */
+static void mark_text(const EtcdStore *s, uint64_t seq, char out[48])
+{
+    snprintf(out, 48, "%020lld.%020" PRIu64, s->leader_rev, seq);
+}
+
+/* The value of the first key of a range response in a txn's responses, or NULL. */
+static const json_t *txn_range_kv(const json_t *resp, size_t i)
+{
+    const json_t *r = json_object_get(json_array_get(json_object_get(resp, "responses"), i), "response_range");
+    return json_array_get(json_object_get(r, "kvs"), 0);
+}
+
+/* One transaction of ops[from, *to): as many as fit in TXN_MAX_OPS (with
+ * the mark's put) and TXN_MAX_BYTES (at least one), fenced on the leader key
+ * and ordered by the commit mark.
+ *
+ * The commit mark (PREFIX/meta/commit) makes a late copy of a transaction
+ * harmless. A call that timed out is sent again to the next member, and the
+ * first copy may still be on its way inside etcd (forwarded to the Raft
+ * leader): it could be applied after the copy that answered, even after the
+ * next batch, and write its older values over newer ones. So every part
+ * requires the stored mark to be the one of the part before it, and writes
+ * its own: each part applies once, right after the one before, and a copy
+ * that comes after its twin or after any later part changes nothing. When
+ * the compare fails, the failure branch reads the leader key and the mark:
+ * the key gone or another's means leadership is lost; the mark equal to this
+ * part's means a copy of it was applied already (its answer was lost), which
+ * is success; anything else is an error (nothing else writes the mark). */
 static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bool *fenced_out)
 {
     json_t *success = json_array();
-    char rev[32];
+    char rev[32], mark[48], before[48];
     snprintf(rev, sizeof rev, "%lld", s->leader_rev);
-    json_t *txn = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:o}", "compare", "key", s->leader_key_b64, "target",
-                            "CREATE", "create_revision", rev, "result", "EQUAL", "success", success);
-    if (!txn) {
+    mark_text(s, s->mark_seq, before);
+    mark_text(s, s->mark_seq + 1, mark);
+    char *mark_b64 = etcd_b64_encode(mark, strlen(mark)), *before_b64 = etcd_b64_encode(before, strlen(before));
+    json_t *txn = mark_b64 && before_b64
+                      ? json_pack("{s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}], s:o, s:[{s:{s:s}}, {s:{s:s}}]}",
+                                  "compare", "key", s->leader_key_b64, "target", "CREATE", "create_revision", rev,
+                                  "result", "EQUAL", "key", s->mark_key_b64, "target", "VALUE", "value", before_b64,
+                                  "result", "EQUAL", "success", success, "failure", "request_range", "key",
+                                  s->leader_key_b64, "request_range", "key", s->mark_key_b64)
+                      : NULL;
+    json_t *put = mark_b64 ? json_pack("{s:{s:s, s:s}}", "request_put", "key", s->mark_key_b64, "value", mark_b64)
+                           : NULL;
+    free(mark_b64);
+    free(before_b64);
+    if (!txn || !put || json_array_append_new(success, put)) {
+        json_decref(txn);
         snprintf(s->err, sizeof s->err, "out of memory");
         return -1;
     }
     size_t bytes = 0, i = from;
-    for (; i < ops->n && i - from < TXN_MAX_OPS; i++) {
+    for (; i < ops->n && i - from < TXN_MAX_OPS - 1; i++) {
         const Op *op = &ops->items[i];
         size_t size = strlen(op->key) + (op->value ? strlen(op->value) : 0) + 64;
         if (i > from && bytes + size * 4 / 3 > TXN_MAX_BYTES)
@@ -414,11 +471,59 @@ static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bo
         return -1;
     }
     bool ok = json_is_true(json_object_get(resp, "succeeded"));
-    json_decref(resp);
     if (!ok) {
-        *fenced_out = true;
+        const json_t *leader = txn_range_kv(resp, 0);
+        long long created = 0;
+        if (!leader || !etcd_int_field(leader, "create_revision", &created) || created != s->leader_rev) {
+            *fenced_out = true;
+        } else {
+            const char *v64 = json_string_value(json_object_get(txn_range_kv(resp, 1), "value"));
+            size_t len;
+            char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
+            ok = v && !strcmp(v, mark); /* applied already: a copy's answer was lost */
+            if (!ok)
+                snprintf(s->err, sizeof s->err, "the commit mark in etcd is %s, not %s: another writer?",
+                         v ? v : "(none)", before);
+            free(v);
+        }
+    }
+    json_decref(resp);
+    if (!ok)
+        return -1;
+    s->mark_seq++;
+    return 0;
+}
+
+/* At the start of leadership: the mark of this leader's part 0. Above every
+ * mark of an earlier leader (leader keys' create revisions only grow), so it
+ * needs no compare but the fence; a late copy of an earlier leader's
+ * transaction fails on its own leader key anyway. */
+static int commit_first_mark(EtcdStore *s)
+{
+    char rev[32], mark[48];
+    snprintf(rev, sizeof rev, "%lld", s->leader_rev);
+    mark_text(s, 0, mark);
+    char *mark_b64 = etcd_b64_encode(mark, strlen(mark));
+    json_t *txn = mark_b64 ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s}}]}", "compare", "key",
+                                       s->leader_key_b64, "target", "CREATE", "create_revision", rev, "result",
+                                       "EQUAL", "success", "request_put", "key", s->mark_key_b64, "value", mark_b64)
+                           : NULL;
+    free(mark_b64);
+    json_t *resp = NULL;
+    char err[400];
+    if (!txn || etcd_call(s->etcd, "/v3/kv/txn", txn, &resp, err, sizeof err)) {
+        snprintf(s->err, sizeof s->err, "etcd: cannot write the commit mark: %s", txn ? err : "out of memory");
+        json_decref(txn);
         return -1;
     }
+    json_decref(txn);
+    bool ok = json_is_true(json_object_get(resp, "succeeded"));
+    json_decref(resp);
+    if (!ok) {
+        snprintf(s->err, sizeof s->err, "leadership lost: the leader key is no longer this gateway's");
+        return -1;
+    }
+    s->mark_seq = 0;
     return 0;
 }
 
@@ -825,7 +930,7 @@ static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
 {
     EtcdStore *s = (EtcdStore *)base;
     uint64_t counter, seq, max_token = 0;
-    if (load_meta(s, &counter) || last_history_seq(s, &seq))
+    if (commit_first_mark(s) || load_meta(s, &counter) || last_history_seq(s, &seq))
         return -1;
     if (cb->history_seq(cb->ud, seq)) {
         snprintf(s->err, sizeof s->err, "cannot load the lease history");
@@ -851,6 +956,7 @@ static void etcd_close(Store *base)
         return;
     etcd_client_free(s->etcd);
     free(s->leader_key_b64);
+    free(s->mark_key_b64);
     free(s);
 }
 
@@ -871,7 +977,12 @@ Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long
     s->leader_key_b64 = strdup(leader_key_b64);
     s->leader_rev = leader_rev;
     s->etcd = etcd_client_new(url, CALL_TIMEOUT_MS);
-    if (!s->leader_key_b64 || !s->etcd) {
+    if (s->etcd)
+        etcd_client_retry(s->etcd, CALL_FIRST_MS, CALL_BUDGET_MS);
+    char *mark_key = key_of(s, "meta", "commit");
+    s->mark_key_b64 = mark_key ? etcd_b64_encode(mark_key, strlen(mark_key)) : NULL;
+    free(mark_key);
+    if (!s->leader_key_b64 || !s->etcd || !s->mark_key_b64) {
         snprintf(err, errlen, "out of memory (or libcurl cannot start)");
         etcd_close(&s->base);
         return NULL;

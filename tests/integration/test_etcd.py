@@ -16,12 +16,85 @@ import threading
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 from harness import binary_path, kill_process, parse_metrics
 import upstream
 from upstream import free_port
 import etcd_fixture
 from etcd_fixture import Etcd, Gateway, b64, wait_for, wait_leader
+
+
+class TxnProxy:
+    """Two HTTP endpoints in front of one etcd, for --store etcd://P1,P2/PREFIX. Every
+    request is passed on, except the first /v3/kv/txn that comes while one is armed:
+    "hold" keeps it (it never reaches etcd until replay()), "swallow" passes it on and
+    drops etcd's answer. Either way the gateway gets no answer, gives up on that endpoint
+    and sends the transaction again to the other one."""
+
+    def __init__(self, etcd_url):
+        import http.server
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with proxy.mu:
+                    mode = proxy.armed if self.path == "/v3/kv/txn" else None
+                    if mode:
+                        proxy.armed = None
+                        proxy.caught = body
+                if mode == "hold":
+                    proxy.done.wait(30)
+                    self.close_connection = True
+                    return
+                req = urllib.request.Request(etcd_url + self.path, data=body,
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=60) as resp:
+                        status, answer = resp.status, resp.read()
+                except urllib.error.HTTPError as e:
+                    status, answer = e.code, e.read()
+                if mode == "swallow":
+                    proxy.done.wait(30)
+                    self.close_connection = True
+                    return
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        self.etcd_url = etcd_url
+        self.mu = threading.Lock()
+        self.done = threading.Event()
+        self.armed = None
+        self.caught = None
+        self.servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) for _ in range(2)]
+        for srv in self.servers:
+            srv.daemon_threads = True
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.endpoint = ",".join("127.0.0.1:%d" % srv.server_address[1] for srv in self.servers)
+
+    def arm(self, mode):
+        with self.mu:
+            self.armed, self.caught = mode, None
+
+    def replay(self):
+        """Sends the held transaction to etcd now, late: etcd's answer."""
+        return etcd_fixture.call(self.etcd_url, "/v3/kv/txn", json.loads(self.caught))
+
+    def close(self):
+        self.done.set()
+        for srv in self.servers:
+            srv.shutdown()
+            srv.server_close()
 
 
 def setUpModule():
@@ -428,6 +501,67 @@ class EtcdTest(unittest.TestCase):
         self.assertEqual(len(keys), 1, keys)
         self.etcd.delete(keys[0])
         self.assert_grants_nothing_and_exits(g, "after")
+        self.assertNotIn(self.prefix + "/locks/after", self.etcd.keys(self.prefix + "/locks/"))
+
+    def test_a_late_copy_of_a_commit_changes_nothing(self):
+        """A commit whose answer does not come is sent again to the next endpoint. A copy
+        that etcd applies later, after newer batches, must not write its older values over
+        theirs: the commit mark lets it apply nothing. And a copy that was applied but whose
+        answer was lost counts as committed."""
+        proxy = TxnProxy(self.etcd.url)
+        self.addCleanup(proxy.close)
+
+        class Via:
+            endpoint = proxy.endpoint
+        g = self.gateway()
+        g.stop()
+        g.cleanup()
+        self.gateways.remove(g)
+        g = Gateway(Via, self.prefix)
+        self.gateways.append(g)
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        self.acquire_ok(g, "late/warm")
+        # The grant's transaction is held on its way: the gateway sends it again to the
+        # other endpoint, which answers; then the lock is released.
+        proxy.arm("hold")
+        x = self.acquire_ok(g, "late/x", ttl_ms=60000)
+        self.assertIsNotNone(proxy.caught)
+        status, _, body = g.client.release("late/x", x["lease"])
+        self.assertEqual(status, 200, body)
+        # Now the held copy of the grant reaches etcd: it must not make late/x held again.
+        self.assertFalse(proxy.replay().get("succeeded", False))  # (etcd leaves out a false)
+        r = self.etcd.call("/v3/kv/range", {"key": b64(self.prefix + "/locks/late/x")})
+        record = json.loads(base64.b64decode(r["kvs"][0]["value"]))
+        self.assertNotIn("holder", record)
+        self.assertEqual(record["last_token"], x["token"])
+        # Applied, but the answer lost: the copy sent again finds its own mark.
+        proxy.arm("swallow")
+        y = self.acquire_ok(g, "late/y", ttl_ms=60000)
+        self.assertIsNotNone(proxy.caught)
+        self.assertEqual(g.role(), "leader")
+        self.assertGreater(self.acquire_ok(g, "late/z")["token"], y["token"])
+        g.kill9()
+        g.start()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, body = g.client.get_lock("late/x")
+        self.assertFalse(body["held"], body)
+        status, _, body = g.client.get_lock("late/y")
+        self.assertEqual(body["holder"]["token"], y["token"], body)
+
+    def test_a_commit_mark_not_its_predecessor_stops_the_gateway(self):
+        """The commit mark is only ever this leader's: another one in etcd means another
+        writer, and the commit applies nothing and stops the gateway."""
+        g = self.gateway()
+        self.assertIs(wait_leader([g]), g)
+        self.acquire_ok(g, "before")
+        self.etcd.call("/v3/kv/put", {"key": b64(self.prefix + "/meta/commit"), "value": b64("9" * 41)})
+        try:
+            status, _, body = g.client.acquire("after")
+            self.assertEqual(status, 503, body)
+        except OSError:
+            pass
+        self.assertEqual(g.wait_exit(), 1, g.stderr_text())
+        self.assertIn("commit mark", g.stderr_text())
         self.assertNotIn(self.prefix + "/locks/after", self.etcd.keys(self.prefix + "/locks/"))
 
     def test_many_locks_load_in_pages(self):
