@@ -45,9 +45,10 @@ typedef struct EtcdClient EtcdClient;
 EtcdClient *etcd_client_new(const EtcdUrl *url, long timeout_ms);
 void etcd_client_free(EtcdClient *c);
 /* Fast failover for a client whose calls must get through (the store's): the
- * first attempt of a call waits first_timeout_ms, each one after a timeout
- * twice as long up to timeout_ms, and the call goes round the endpoints
- * again (after a short pause when a round failed) until budget_ms has passed.
+ * attempts of a call's first round of endpoints wait first_timeout_ms each,
+ * and the call goes round the endpoints again until budget_ms has passed,
+ * each round after one with a timeout waiting twice as long per attempt (up
+ * to timeout_ms), after a round that failed at once pausing briefly.
  * A member that lost its Raft leader (the proposal forwarded to a dead
  * leader is never answered) then costs first_timeout_ms, not timeout_ms. */
 void etcd_client_retry(EtcdClient *c, long first_timeout_ms, long budget_ms);

@@ -231,13 +231,25 @@ int etcd_call(EtcdClient *c, const char *path, const json_t *body, json_t **resp
     long start = mono_ms();
     long timeout = c->first_timeout_ms && c->timeout_ms ? c->first_timeout_ms : c->timeout_ms;
     size_t n = c->url.nendpoints, from = c->current;
+    bool round_timed_out = false; /* some attempt of this round took its whole bound */
     for (size_t i = 0; rc == 1; i++) {
         long spent = mono_ms() - start;
         if (i >= n && (!c->budget_ms || spent >= c->budget_ms))
             break;
         if (i && i % n == 0) {
-            struct timespec pause = {0, ROUND_PAUSE_MS * 1000000L};
-            nanosleep(&pause, NULL);
+            /* A new round. When a member took its whole bound it may be slow
+             * rather than cut off: every attempt of this round waits twice as
+             * long, up to timeout_ms. (Not sooner: right after the Raft
+             * leader died, the next member may still forward to it for up
+             * to etcd's election timeout, and the one after it has a leader
+             * by then.) When all failed at once, pause a little instead. */
+            if (round_timed_out && timeout < c->timeout_ms)
+                timeout = timeout * 2 < c->timeout_ms ? timeout * 2 : c->timeout_ms;
+            else {
+                struct timespec pause = {0, ROUND_PAUSE_MS * 1000000L};
+                nanosleep(&pause, NULL);
+            }
+            round_timed_out = false;
         }
         /* Within the budget, the last attempt may not outlast it by much. */
         long bound = timeout;
@@ -250,10 +262,7 @@ int etcd_call(EtcdClient *c, const char *path, const json_t *body, json_t **resp
             c->current = at;
         else if (rc == 1)
             c->current = (at + 1) % n; /* the next call starts where this one goes on */
-        /* A member that took the whole bound may be slow rather than cut
-         * off: the next attempt waits twice as long, up to timeout_ms. */
-        if (timed_out && timeout < c->timeout_ms)
-            timeout = timeout * 2 < c->timeout_ms ? timeout * 2 : c->timeout_ms;
+        round_timed_out |= timed_out;
     }
     free(text);
     return rc == 0 ? 0 : -1;

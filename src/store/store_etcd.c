@@ -77,10 +77,10 @@
 #define PRUNE_CHUNK 256
 /* A group of history or audit rows (see group_add) stays below this. */
 #define GROUP_BYTES (128 * 1024)
-/* A call's attempts (etcd_client_retry): the first waits CALL_FIRST_MS, each
- * after a timeout twice as long up to CALL_TIMEOUT_MS, round the endpoints
- * until CALL_BUDGET_MS has passed; then the commit fails and the gateway
- * stops. A batch lost on its way to an etcd leader that died costs about
+/* A call's attempts (etcd_client_retry): CALL_FIRST_MS each in the first
+ * round of endpoints, twice as long in each round after one with a timeout
+ * (up to CALL_TIMEOUT_MS), until CALL_BUDGET_MS has passed; then the commit
+ * fails and the gateway stops. A batch lost on its way to an etcd leader that died costs about
  * CALL_FIRST_MS plus etcd's election, not CALL_TIMEOUT_MS. */
 #define CALL_FIRST_MS 1000L
 #define CALL_TIMEOUT_MS 5000L
