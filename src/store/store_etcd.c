@@ -72,11 +72,13 @@
 #define TXN_MAX_BYTES (1024 * 1024)
 /* Keys per page when loading: big stores load a page at a time. */
 #define LOAD_PAGE 500
-#define GROUP_PAGE 32
+/* Groups of history and audit rows per page: typically a few KiB each (a
+ * batch of 64 clients: about 16 pairs), at most GROUP_BYTES: 4 MiB a page. */
+#define GROUP_PAGE 128
 /* Ended leases pruned a chunk at a time, as in store_sqlite.c. */
 #define PRUNE_CHUNK 256
 /* A group of history or audit rows (see group_add) stays below this. */
-#define GROUP_BYTES (128 * 1024)
+#define GROUP_BYTES (32 * 1024)
 /* A call's attempts (etcd_client_retry): CALL_FIRST_MS each in the first
  * round of endpoints, twice as long in each round after one with a timeout
  * (up to CALL_TIMEOUT_MS), until CALL_BUDGET_MS has passed; then the commit
