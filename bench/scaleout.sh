@@ -25,9 +25,10 @@
 #
 # Environment:
 #   SECONDS (5; BENCH_SECONDS also works) per throughput cell   WARMUP (0.5)   CLIENTS (64)
-#   LEADER_TTL (2)   FAILOVERS (3)   ETCD_KILLS (3, the Raft leader)   ETCD_FOLLOWER_KILLS (1, another member)
+#   LEADER_TTL (3, the gateway's default)   FAILOVERS (3)   ETCD_KILLS (3, the Raft leader)   ETCD_FOLLOWER_KILLS (1, another member)
 #   GATEWAY_ARGS (extra serve flags for every gateway, the SQLite one too; e.g. "--audit-keep 0")
 #   LEASEGATE_BIN (build/leasegate of this checkout; copied first)   LGBENCH (a built lgbench; else built here)
+#   FLOOR_N (100: transactions per size in the etcd-alone step, see bench/etcd_floor.py)
 #   KEEP_TMP (1: keep the temp dir with every log)
 # Prints one markdown table (and notes) on stdout; progress and raw lines on stderr.
 
@@ -40,10 +41,11 @@ ROOT=$(cd "$HERE/.." && pwd)
 SECS=${BENCH_SECONDS:-${_env_seconds:-5}}
 WARMUP=${WARMUP:-0.5}
 CLIENTS=${CLIENTS:-64}
-LEADER_TTL=${LEADER_TTL:-2}
+LEADER_TTL=${LEADER_TTL:-3}
 FAILOVERS=${FAILOVERS:-3}
 ETCD_KILLS=${ETCD_KILLS:-3}
 ETCD_FOLLOWER_KILLS=${ETCD_FOLLOWER_KILLS:-1}
+FLOOR_N=${FLOOR_N:-100}
 GATEWAY_ARGS=${GATEWAY_ARGS:-}
 LEASEGATE_BIN=${LEASEGATE_BIN:-$ROOT/build/leasegate}
 ETCD_BIN=${ETCD_BIN:-/usr/bin/etcd}
@@ -255,6 +257,17 @@ get() { # id key -> value or "-"
     awk -v id="$1" -v key="$2" '$1 == id { for (i = 2; i <= NF; i++) { n = index($i, "="); if (substr($i, 1, n - 1) == key) v = substr($i, n + 1) } } END { print (v == "" ? "-" : v) }' "$RESULTS"
 }
 metric() { curl -fsS -m 2 "http://127.0.0.1:$1/metrics" 2>/dev/null | awk -v k="$2" '$1 == k { print $2 }'; }
+# keys etcd has written (puts + deletes, as one member applied them; every member applies all)
+etcd_writes() {
+    local i
+    for i in 0 1 2; do
+        [[ -n ${M_PID[$i]:-} ]] && kill -0 "${M_PID[$i]}" 2>/dev/null || continue
+        curl -fsS -m 2 "http://127.0.0.1:${M_CLIENT[$i]}/metrics" 2>/dev/null |
+            awk '$1 == "etcd_mvcc_put_total" || $1 == "etcd_mvcc_delete_total" { s += $2 } END { printf "%.0f\n", s }'
+        return 0
+    done
+    echo ""
+}
 
 # cell ID PORT_FOR_METRICS GW_PIDS ETCD_PIDS -- lgbench args
 # Runs lgbench once; records its line plus the CPU % of the gateways, of etcd, and of the
@@ -264,6 +277,8 @@ cell() {
     shift 5
     # shellcheck disable=SC2086
     { g0=$(sum_ticks $gws); e0=$(sum_ticks $et); }
+    local w0="" w1=""
+    [[ -n $et ]] && w0=$(etcd_writes)
     m0=$(machine); t0=$(now_ms)
     if [[ -n $mport ]]; then k0=$(metric "$mport" leasegate_commits_total); r0=$(metric "$mport" leasegate_commit_rows_total); s0=$(metric "$mport" leasegate_commit_seconds_sum); fi
     if ! line=$(timeout 300 "$LGBENCH" "$@" 2>>"$TMP/lgbench.stderr"); then
@@ -272,6 +287,7 @@ cell() {
         return 0
     fi
     t1=$(now_ms); m1=$(machine)
+    [[ -n $w0 ]] && w1=$(etcd_writes)
     # shellcheck disable=SC2086
     { g1=$(sum_ticks $gws); e1=$(sum_ticks $et); }
     local extra
@@ -284,6 +300,11 @@ cell() {
             n = k1 - k0; w = (t1 - t0) / 1000
             if (n > 0) printf "rows_per_commit=%.1f ms_per_commit=%.2f rows_per_s=%.0f writer_busy_pct=%.0f", (r1 - r0) / n, 1000 * (s1 - s0) / n, (r1 - r0) / w, 100 * (s1 - s0) / w
             else print "rows_per_commit=- ms_per_commit=- rows_per_s=- writer_busy_pct=-" }')"
+    fi
+    if [[ -n $w0 && -n $w1 ]]; then # etcd keys written per pair (warm-up pairs included, so a little high)
+        extra+=" $(awk -v w0="$w0" -v w1="$w1" -v t0="$t0" -v t1="$t1" -v l="$line" 'BEGIN {
+            n = split(l, f, " "); for (i = 1; i <= n; i++) if (f[i] ~ /^pairs_per_s=/) p = substr(f[i], 13)
+            w = (t1 - t0) / 1000; if (p > 0) printf "etcd_keys_per_pair=%.2f", (w1 - w0) / w / p; else print "etcd_keys_per_pair=-" }')"
     fi
     log "$id: $line $extra"
     put "$id" "$line $extra"
@@ -339,6 +360,13 @@ cell etcd_leader.1 "" "$ALL_GW" "$ALL_ETCD" -- --target etcd --mode pairs --vari
 cell etcd_follower.64 "" "$ALL_GW" "$ALL_ETCD" -- --target etcd --mode pairs --variant lockkeep --clients "$CLIENTS" --port "${M_CLIENT[$RF]}" "${COMMON[@]}"
 cell etcd_follower.1 "" "$ALL_GW" "$ALL_ETCD" -- --target etcd --mode pairs --variant lockkeep --clients 1 --port "${M_CLIENT[$RF]}" "${COMMON[@]}"
 wait_gateways # a gateway that lost its lease under load would show up here
+# etcd alone, one client, one transaction after the other: what one Raft write of K keys costs
+for k in 1 8 64 128; do
+    line=$(python3 "$HERE/etcd_floor.py" --url "http://127.0.0.1:${M_CLIENT[$RL]}" --n "$FLOOR_N" --keys "$k" --value-bytes 200) ||
+        { log "FAILED: etcd_floor --keys $k"; continue; }
+    log "etcd floor: $line"
+    put "floor.$k" "$line"
+done
 
 # ---------------------------------------------------------------- 4. kill -9 of the leader gateway
 gw_logs() { echo "$TMP/gw0/stderr,$TMP/gw1/stderr,$TMP/gw2/stderr"; }
@@ -430,6 +458,13 @@ for c in "$CLIENTS" 1; do
     commits() { echo "$(get "$1" rows_per_commit) / $(get "$1" ms_per_commit) / $(get "$1" writer_busy_pct)"; }
     echo "| leader's commits: rows per commit / ms per commit / % of the time committing, $c client$([[ $c == 1 ]] || echo s) | $(commits lg_leader.$s) | $(commits lg_follower.$s) | - | - | $(commits sqlite.$s) | - |"
 done
+echo
+echo "etcd keys written per pair (puts + deletes, from etcd's own counters): leasegate via the leader gateway $(get lg_leader.64 etcd_keys_per_pair) at $CLIENTS clients, $(get lg_leader.1 etcd_keys_per_pair) at 1; etcd's lock API $(get etcd_leader.64 etcd_keys_per_pair) / $(get etcd_leader.1 etcd_keys_per_pair)."
+echo
+echo "| etcd alone, one client, transactions one after the other | 1 key | 8 keys | 64 keys | 128 keys |"
+echo "|---|---|---|---|---|"
+echo "| ms per transaction (p50 / mean) | $(get floor.1 p50_ms) / $(get floor.1 mean_ms) | $(get floor.8 p50_ms) / $(get floor.8 mean_ms) | $(get floor.64 p50_ms) / $(get floor.64 mean_ms) | $(get floor.128 p50_ms) / $(get floor.128 mean_ms) |"
+echo "| keys/s | $(get floor.1 keys_per_s) | $(get floor.8 keys_per_s) | $(get floor.64 keys_per_s) | $(get floor.128 keys_per_s) |"
 echo
 echo "Errors (unexpected answers, dropped connections) per cell:$(awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^errors=/ && $i != "errors=0") s = s " " $1 ":" substr($i, 8) } END { print (s ? s : " none") }' "$RESULTS")."
 echo

@@ -30,7 +30,7 @@ void config_defaults(Config *c)
     c->guard_timeout_s = 30;
     c->guard_max_calls = 256;
     c->forget_idle_s = 86400;
-    c->leader_ttl_s = 5;
+    c->leader_ttl_s = 3;
 }
 
 void config_usage(FILE *out)
@@ -50,7 +50,9 @@ void config_usage(FILE *out)
             "                              leadership exits (status 1) for its supervisor to restart it;\n"
             "                              etcds://... reaches etcd over TLS\n"
             "  --leader-ttl SECONDS        with --store: the etcd lease behind leadership; a dead leader is\n"
-            "                              replaced within about this (default 5, 2..60)\n"
+            "                              replaced within about this plus the load (default 3, 2..60;\n"
+            "                              shorter: faster failover, but an etcd stall longer than about\n"
+            "                              TTL/2 costs leadership)\n"
             "  --advertise URL             with --store: this gateway's URL as other gateways and clients\n"
             "                              should reach it (default http://LISTEN address)\n"
             "  --min-token N               tokens issued from now on are larger than N (after restoring a\n"

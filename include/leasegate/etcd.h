@@ -8,10 +8,13 @@
  *
  * An EtcdClient holds one libcurl handle, so it belongs to one thread. A call
  * tries each endpoint at most once, starting with the last one that answered,
- * and moves to the next on a transport failure (refused, reset, timed out) or
- * a 5xx answer. A call that timed out after it was sent may have been applied:
- * callers only send requests that are safe to apply twice (a fenced txn
- * writing the same values, a keepalive, a campaign for the same lease).
+ * and moves to the next on a transport failure (refused, reset, timed out;
+ * connecting gives up after 1 s) or a 5xx answer; with etcd_client_retry it
+ * goes on round after round, within a time budget. A call that timed out
+ * after it was sent may have been applied, even later than its copy sent
+ * next: callers only send requests that are safe to apply twice and late (a
+ * store txn fenced on the leader key and ordered by its commit mark,
+ * store_etcd.c; a keepalive; a campaign for the same lease).
  */
 #ifndef LEASEGATE_ETCD_H
 #define LEASEGATE_ETCD_H
@@ -41,6 +44,14 @@ typedef struct EtcdClient EtcdClient;
  * memory or libcurl cannot start. The url is copied. */
 EtcdClient *etcd_client_new(const EtcdUrl *url, long timeout_ms);
 void etcd_client_free(EtcdClient *c);
+/* Fast failover for a client whose calls must get through (the store's): the
+ * attempts of a call's first round of endpoints wait first_timeout_ms each,
+ * and the call goes round the endpoints again until budget_ms has passed,
+ * each round after one with a timeout waiting twice as long per attempt (up
+ * to timeout_ms), after a round that failed at once pausing briefly.
+ * A member that lost its Raft leader (the proposal forwarded to a dead
+ * leader is never answered) then costs first_timeout_ms, not timeout_ms. */
+void etcd_client_retry(EtcdClient *c, long first_timeout_ms, long budget_ms);
 /* A long call (a campaign) is given up when cancelled(ud) returns true; it is
  * asked about once a second while the call waits. */
 void etcd_client_cancel_when(EtcdClient *c, bool (*cancelled)(void *ud), void *ud);

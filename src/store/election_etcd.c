@@ -97,30 +97,47 @@ static void observe_leader(Election *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* How often a gateway that does not lead asks who does: a follower forwards
+ * to the old leader's URL (and answers 503 for it) until it sees the new one. */
+#define OBSERVE_MS 250
+
 static void *keeper_main(void *arg)
 {
     Election *e = arg;
     const int64_t interval_ms = (int64_t)e->ttl_s * 1000 / 3;
+    int64_t next_keepalive = mono_ms();
     for (;;) {
-        char err[400];
-        int64_t sent = mono_ms();
-        int rc = keep_alive(e, sent, err, sizeof err);
-        char why[600] = "";
-        if (rc == 0)
-            snprintf(why, sizeof why, "the etcd lease %s expired (keepalive answered TTL 0)", e->lease_id);
-        else if (rc < 0 && mono_ms() >= atomic_load(&e->alive_until))
-            snprintf(why, sizeof why, "no keepalive of the etcd lease %s succeeded within its TTL (%s)", e->lease_id, err);
-        if (why[0]) {
-            atomic_store(&e->fresh_until, 0);
-            e->on_lost(why);
-            return NULL;
+        if (mono_ms() >= next_keepalive) {
+            char err[400];
+            int64_t sent = mono_ms();
+            next_keepalive = sent + interval_ms;
+            int rc = keep_alive(e, sent, err, sizeof err);
+            char why[600] = "";
+            if (rc == 0)
+                snprintf(why, sizeof why, "the etcd lease %s expired (keepalive answered TTL 0)", e->lease_id);
+            else if (rc < 0 && mono_ms() >= atomic_load(&e->alive_until))
+                snprintf(why, sizeof why, "no keepalive of the etcd lease %s succeeded within its TTL (%s)",
+                         e->lease_id, err);
+            if (why[0]) {
+                atomic_store(&e->fresh_until, 0);
+                e->on_lost(why);
+                return NULL;
+            }
         }
-        if (!atomic_load(&e->leading))
+        bool leading = atomic_load(&e->leading);
+        if (!leading)
             observe_leader(e);
+        /* The leader wakes for its keepalives only; the others also every
+         * OBSERVE_MS, to see a new leader soon after a failover. */
+        int64_t wait_ms = next_keepalive - mono_ms();
+        if (!leading && wait_ms > OBSERVE_MS)
+            wait_ms = OBSERVE_MS;
+        if (wait_ms < 0)
+            wait_ms = 0;
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        int64_t ns = until.tv_nsec + (interval_ms % 1000) * 1000000;
-        until.tv_sec += (time_t)(interval_ms / 1000 + ns / 1000000000);
+        int64_t ns = until.tv_nsec + (wait_ms % 1000) * 1000000;
+        until.tv_sec += (time_t)(wait_ms / 1000 + ns / 1000000000);
         until.tv_nsec = (long)(ns % 1000000000);
         pthread_mutex_lock(&e->mu);
         while (!e->stop && pthread_cond_timedwait(&e->cv, &e->mu, &until) == 0)

@@ -6,12 +6,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* A dead member on a reachable machine refuses at once; one whose machine is
+ * gone does not answer the SYN: this bounds the wait for it. */
+#define CONNECT_TIMEOUT_MS 1000L
+/* When every endpoint failed at once (refused, 5xx): the pause before the next round. */
+#define ROUND_PAUSE_MS 100
 
 struct EtcdClient {
     EtcdUrl url;
     CURL *curl;
     size_t current; /* the endpoint that answered last: tried first */
     long timeout_ms;
+    long first_timeout_ms; /* etcd_client_retry: the first attempt's bound; 0: timeout_ms */
+    long budget_ms;        /* etcd_client_retry: rounds go on until this has passed; 0: one round */
     bool (*cancelled)(void *ud);
     void *cancel_ud;
 };
@@ -125,11 +134,27 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
     return c->cancelled && c->cancelled(c->cancel_ud) ? 1 : 0;
 }
 
-/* One attempt on one endpoint: 1 when the next endpoint should be tried,
- * 0 on an answer (parsed into *resp), -1 on an error not worth retrying. */
-static int attempt(EtcdClient *c, const char *endpoint, const char *path, const char *text, json_t **resp,
-                   char *err, size_t errlen)
+void etcd_client_retry(EtcdClient *c, long first_timeout_ms, long budget_ms)
 {
+    c->first_timeout_ms = first_timeout_ms;
+    c->budget_ms = budget_ms;
+}
+
+static long mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* One attempt on one endpoint, bounded by timeout_ms (0: none): 1 when the
+ * next endpoint should be tried (*timed_out says whether for lack of an
+ * answer in time), 0 on an answer (parsed into *resp), -1 on an error not
+ * worth retrying. */
+static int attempt(EtcdClient *c, const char *endpoint, const char *path, const char *text, long timeout_ms,
+                   bool *timed_out, json_t **resp, char *err, size_t errlen)
+{
+    *timed_out = false;
     char target[512];
     snprintf(target, sizeof target, "%s%s", endpoint, path);
     Buf b = {0};
@@ -153,8 +178,8 @@ static int attempt(EtcdClient *c, const char *endpoint, const char *path, const 
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     if (c->cancelled) {
@@ -173,6 +198,7 @@ static int attempt(EtcdClient *c, const char *endpoint, const char *path, const 
         snprintf(err, errlen, "cancelled");
     } else if (rc != CURLE_OK) {
         snprintf(err, errlen, "%s: %s", endpoint, curl_easy_strerror(rc));
+        *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
         result = 1;
     } else {
         json_error_t jerr;
@@ -202,11 +228,41 @@ int etcd_call(EtcdClient *c, const char *path, const json_t *body, json_t **resp
     }
     *resp = NULL;
     int rc = 1;
-    for (size_t i = 0; i < c->url.nendpoints && rc == 1; i++) {
-        size_t at = (c->current + i) % c->url.nendpoints;
-        rc = attempt(c, c->url.endpoints[at], path, text, resp, err, errlen);
+    long start = mono_ms();
+    long timeout = c->first_timeout_ms && c->timeout_ms ? c->first_timeout_ms : c->timeout_ms;
+    size_t n = c->url.nendpoints, from = c->current;
+    bool round_timed_out = false; /* some attempt of this round took its whole bound */
+    for (size_t i = 0; rc == 1; i++) {
+        long spent = mono_ms() - start;
+        if (i >= n && (!c->budget_ms || spent >= c->budget_ms))
+            break;
+        if (i && i % n == 0) {
+            /* A new round. When a member took its whole bound it may be slow
+             * rather than cut off: every attempt of this round waits twice as
+             * long, up to timeout_ms. (Not sooner: right after the Raft
+             * leader died, the next member may still forward to it for up
+             * to etcd's election timeout, and the one after it has a leader
+             * by then.) When all failed at once, pause a little instead. */
+            if (round_timed_out && timeout < c->timeout_ms)
+                timeout = timeout * 2 < c->timeout_ms ? timeout * 2 : c->timeout_ms;
+            else {
+                struct timespec pause = {0, ROUND_PAUSE_MS * 1000000L};
+                nanosleep(&pause, NULL);
+            }
+            round_timed_out = false;
+        }
+        /* Within the budget, the last attempt may not outlast it by much. */
+        long bound = timeout;
+        if (c->budget_ms && i >= n && bound > c->budget_ms - spent)
+            bound = c->budget_ms - spent > 100 ? c->budget_ms - spent : 100;
+        size_t at = (from + i) % n;
+        bool timed_out;
+        rc = attempt(c, c->url.endpoints[at], path, text, bound, &timed_out, resp, err, errlen);
         if (rc == 0)
             c->current = at;
+        else if (rc == 1)
+            c->current = (at + 1) % n; /* the next call starts where this one goes on */
+        round_timed_out |= timed_out;
     }
     free(text);
     return rc == 0 ? 0 : -1;

@@ -3,6 +3,10 @@
  * etcd (election.h). Every key lives under PREFIX:
  *
  *   PREFIX/meta/last_token    decimal: the token counter where rows no longer vouch for it
+ *   PREFIX/meta/commit        the commit mark: "LEADER_REV.PART", both zero-padded to 20
+ *                             digits; every transaction applies only while the stored one is
+ *                             its predecessor's, and writes its own (commit_part), so a late
+ *                             copy of a transaction sent again changes nothing
  *   PREFIX/locks/NAME         JSON {last_token, holder?: {lease (uuid text), owner, token,
  *                             ttl_ms, acquired_at_ms, expires_at_ms, count, metadata (JSON text),
  *                             request_id?, key?}}
@@ -11,15 +15,36 @@
  *   PREFIX/floors/BUCKET      decimal floor (BUCKET zero-padded to 10 digits)
  *   PREFIX/revoked/TOKEN      the lock name: a force-released lease's token (TOKEN zero-padded
  *                             to 20 digits), never pruned
- *   PREFIX/audit/SEQ          JSON {at_ms, kind, lock, owner, token, key, peer} (audit.h; SEQ
- *                             zero-padded to 20 digits), pruned like the history
- *   PREFIX/history/SEQ        JSON {lock, lease, token, how} (SEQ zero-padded to 20 digits,
- *                             so key order is seq order)
+ *   PREFIX/history/SEQ        the ended leases of one batch: JSON [{seq, lock, lease, token,
+ *                             how}, ...], SEQ the largest seq in it (zero-padded to 20 digits,
+ *                             so key order is seq order: batches commit in order, and every
+ *                             seq of a batch is above every seq of the batches before it)
+ *   PREFIX/audit/SEQ          the audit rows of one batch (audit.h): JSON [{seq, at_ms, kind,
+ *                             lock, owner, token, key, peer}, ...], SEQ as for the history
+ *
+ * One key per batch for each of the two, not one per row: etcd's cost grows
+ * with the keys of a transaction more than with their bytes, and a batch of
+ * 64 pairs carries about 64 ended leases and 128 audit rows. A batch's rows
+ * too many for one value (GROUP_BYTES) go under several keys, each named by
+ * its own largest seq. Gateways before this layout wrote one key per row, its
+ * value one JSON object without "seq" (the key's); the load reads both, so a
+ * store written by them loads as it was (an older gateway cannot read the
+ * arrays: it fails its load and exits, committing nothing; upgrade every
+ * gateway of a store together).
+ *
+ * Both are pruned by deleting the range [kind/0, kind/UPTO+1), that is every
+ * key whose rows are all at or below UPTO = newest seq - keep: a batch whose
+ * rows straddle UPTO stays whole until a later prune, so storage keeps at
+ * least the newest `keep` rows and at most one batch and PRUNE_CHUNK more;
+ * the load hands every row to the loader, whose rings keep the newest.
  *
  * A batch is one etcd transaction whose compare requires the leader key to
  * exist with the create revision this gateway got when it won: a gateway that
  * lost leadership, however paused or partitioned, writes nothing (the compare
- * fails, commit fails, the gateway stops; see commit_done).
+ * fails, commit fails, the gateway stops; see commit_done). The same compare
+ * requires the commit mark to be the one of the transaction before, so the
+ * transactions of one leader apply in the order it sent them, each at most
+ * once, whatever copies of them etcd still holds.
  *
  * The counter is max(meta/last_token, every lock's last_token), as in
  * store_sqlite.c. Holder deadlines are on one machine's boot clock and mean
@@ -47,9 +72,21 @@
 #define TXN_MAX_BYTES (1024 * 1024)
 /* Keys per page when loading: big stores load a page at a time. */
 #define LOAD_PAGE 500
+/* Groups of history and audit rows per page: typically a few KiB each (a
+ * batch of 64 clients: about 16 pairs), at most GROUP_BYTES: 4 MiB a page. */
+#define GROUP_PAGE 128
 /* Ended leases pruned a chunk at a time, as in store_sqlite.c. */
 #define PRUNE_CHUNK 256
+/* A group of history or audit rows (see group_add) stays below this. */
+#define GROUP_BYTES (32 * 1024)
+/* A call's attempts (etcd_client_retry): CALL_FIRST_MS each in the first
+ * round of endpoints, twice as long in each round after one with a timeout
+ * (up to CALL_TIMEOUT_MS), until CALL_BUDGET_MS has passed; then the commit
+ * fails and the gateway stops. A batch lost on its way to an etcd leader that died costs about
+ * CALL_FIRST_MS plus etcd's election, not CALL_TIMEOUT_MS. */
+#define CALL_FIRST_MS 1000L
 #define CALL_TIMEOUT_MS 5000L
+#define CALL_BUDGET_MS 15000L
 
 typedef struct EtcdStore {
     Store base;
@@ -58,6 +95,8 @@ typedef struct EtcdStore {
     char *leader_key_b64; /* owned */
     long long leader_rev;
     long long load_rev;   /* the revision every page of the load reads; 0: the latest */
+    char *mark_key_b64;   /* PREFIX/meta/commit, base64; owned */
+    uint64_t mark_seq;    /* the commit mark of the last part sent (see commit_part) */
     uint64_t pruned_upto; /* history seqs up to this are deleted */
     uint64_t audit_pruned_upto; /* the same for audit rows */
     char err[512];
@@ -150,25 +189,21 @@ static char *lock_value(const StoreLock *l)
     return text;
 }
 
-static char *ended_value(const StoreEnded *e)
+/* A row of the lease history or of the audit trail, with its seq: an element
+ * of a group's array (see the key list at the top). */
+static json_t *ended_row(const StoreEnded *e)
 {
     char lease[37];
     uuid_unparse_lower(e->lease, lease);
-    json_t *j = json_pack("{s:s, s:s, s:I, s:i}", "lock", e->lock, "lease", lease, "token", (json_int_t)e->token,
-                          "how", e->how);
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    return text;
+    return json_pack("{s:I, s:s, s:s, s:I, s:i}", "seq", (json_int_t)e->seq, "lock", e->lock, "lease", lease,
+                     "token", (json_int_t)e->token, "how", e->how);
 }
 
-static char *audit_value(const AuditRow *r)
+static json_t *audit_row(const AuditRow *r)
 {
-    json_t *j = json_pack("{s:I, s:i, s:s, s:s, s:I, s:s, s:s}", "at_ms", (json_int_t)r->at_ms, "kind", r->kind,
-                          "lock", r->lock, "owner", r->owner, "token", (json_int_t)r->token, "key", r->key, "peer",
-                          r->peer);
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    return text;
+    return json_pack("{s:I, s:I, s:i, s:s, s:s, s:I, s:s, s:s}", "seq", (json_int_t)r->seq, "at_ms",
+                     (json_int_t)r->at_ms, "kind", r->kind, "lock", r->lock, "owner", r->owner, "token",
+                     (json_int_t)r->token, "key", r->key, "peer", r->peer);
 }
 
 static char *seq_key(const EtcdStore *s, const char *kind, uint64_t seq)
@@ -177,10 +212,55 @@ static char *seq_key(const EtcdStore *s, const char *kind, uint64_t seq)
     return asprintf(&key, "%s%s/%020" PRIu64, s->prefix, kind, seq) < 0 ? NULL : key;
 }
 
-static char *history_key(const EtcdStore *s, uint64_t seq)
+/* The rows of one kind (history or audit) of a batch, gathered into one key:
+ * PREFIX/kind/LAST, LAST being the largest seq in it, and the value a JSON
+ * array of the rows. A group that grows past GROUP_BYTES is closed and the
+ * next rows start another (a batch of many thousands of rows, after a long
+ * outage or a flood, stays well below etcd's request size). */
+typedef struct Group {
+    json_t *rows; /* NULL: none open */
+    size_t bytes; /* a bound on the size of its text */
+    uint64_t last;
+} Group;
+
+static void group_end(const EtcdStore *s, Group *g, Ops *ops, const char *kind)
 {
-    char *key;
-    return asprintf(&key, "%shistory/%020" PRIu64, s->prefix, seq) < 0 ? NULL : key;
+    if (!g->rows)
+        return;
+    char *text = json_dumps(g->rows, JSON_COMPACT);
+    ops_add(ops, seq_key(s, kind, g->last), text, NULL, PRIO_PUT);
+    json_decref(g->rows);
+    *g = (Group){0};
+}
+
+/* Takes over row (NULL: out of memory). */
+static void group_add(const EtcdStore *s, Group *g, Ops *ops, const char *kind, json_t *row, uint64_t seq)
+{
+    if (!row) {
+        ops->nomem = true;
+        return;
+    }
+    /* A row's text is its strings plus its numbers and names; strings are
+     * bounded (lock names 256, owner, key and peer below 1 KiB each in audit.h),
+     * and an escaped byte takes at most 6. */
+    size_t size = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(row, k, v) size += 32 + (json_is_string(v) ? 6 * json_string_length(v) : 0);
+    if (g->rows && g->bytes + size > GROUP_BYTES)
+        group_end(s, g, ops, kind);
+    if (!g->rows && !(g->rows = json_array())) {
+        json_decref(row);
+        ops->nomem = true;
+        return;
+    }
+    if (json_array_append_new(g->rows, row)) {
+        ops->nomem = true;
+        return;
+    }
+    g->bytes += size;
+    if (seq > g->last)
+        g->last = seq;
 }
 
 /* The batch as one operation per record, in the order SQLite applies them. */
@@ -214,25 +294,29 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
     for (size_t i = 0; i < b->nended; i++)
         if (b->ended[i].seq > last)
             last = b->ended[i].seq;
-    /* Pruning deletes [history/0, history/upto+1); no put may fall in that
-     * range (etcd refuses a txn whose operations overlap), and such an ended
-     * lease would be pruned at once anyway. */
+    /* Pruning deletes [history/0, history/upto+1): every group whose largest
+     * seq is at most upto. No put may fall in that range (etcd refuses a txn
+     * whose operations overlap): a group holds only seqs above upto (an ended
+     * lease at or below it would be pruned at once anyway), so its key, its
+     * largest seq, is above upto too. */
     uint64_t keep = b->history_keep, chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
     bool prune = b->nended && keep && last > keep && last - keep >= s->pruned_upto + chunk;
     uint64_t upto = prune ? last - keep : 0;
     *prune_upto = upto;
+    Group g = {0};
     for (size_t i = 0; i < b->nended; i++) {
         if (b->ended[i].seq > upto)
-            ops_add(ops, history_key(s, b->ended[i].seq), ended_value(&b->ended[i]), NULL, PRIO_PUT);
+            group_add(s, &g, ops, "history", ended_row(&b->ended[i]), b->ended[i].seq);
         if (b->ended[i].how == LEASE_END_REVOKED) {
             char token[24];
             snprintf(token, sizeof token, "%020" PRIu64, b->ended[i].token);
             ops_add(ops, key_of(s, "revoked", token), strdup(b->ended[i].lock), NULL, PRIO_PUT);
         }
     }
+    group_end(s, &g, ops, "history");
     if (prune)
-        ops_add(ops, history_key(s, 0), NULL, history_key(s, upto + 1), PRIO_PRUNE);
-    /* The audit trail, pruned the same way. */
+        ops_add(ops, seq_key(s, "history", 0), NULL, seq_key(s, "history", upto + 1), PRIO_PRUNE);
+    /* The audit trail, grouped and pruned the same way. */
     uint64_t alast = b->naudit ? b->audit[b->naudit - 1].seq : 0, akeep = b->audit_keep;
     uint64_t achunk = akeep < PRUNE_CHUNK ? akeep : PRUNE_CHUNK;
     bool aprune = b->naudit && akeep && alast > akeep && alast - akeep >= s->audit_pruned_upto + achunk;
@@ -240,7 +324,8 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
     *audit_prune_upto = aupto;
     for (size_t i = 0; i < b->naudit; i++)
         if (b->audit[i].seq > aupto)
-            ops_add(ops, seq_key(s, "audit", b->audit[i].seq), audit_value(&b->audit[i]), NULL, PRIO_PUT);
+            group_add(s, &g, ops, "audit", audit_row(&b->audit[i]), b->audit[i].seq);
+    group_end(s, &g, ops, "audit");
     if (aprune)
         ops_add(ops, seq_key(s, "audit", 0), NULL, seq_key(s, "audit", aupto + 1), PRIO_PRUNE);
 }
@@ -310,21 +395,62 @@ static json_t *op_json(const Op *op)
     return j;
 }
 
-/* One transaction of ops[from, *to): as many as fit in TXN_MAX_OPS and
- * TXN_MAX_BYTES (at least one), fenced on the leader key. */
+/* The commit mark of part `seq` of this leader: two zero-padded numbers, so
+ * that etcd's byte order of values is the order of (leader, part). */
+static void mark_text(const EtcdStore *s, uint64_t seq, char out[48])
+{
+    snprintf(out, 48, "%020lld.%020" PRIu64, s->leader_rev, seq);
+}
+
+/* The value of the first key of a range response in a txn's responses, or NULL. */
+static const json_t *txn_range_kv(const json_t *resp, size_t i)
+{
+    const json_t *r = json_object_get(json_array_get(json_object_get(resp, "responses"), i), "response_range");
+    return json_array_get(json_object_get(r, "kvs"), 0);
+}
+
+/* One transaction of ops[from, *to): as many as fit in TXN_MAX_OPS (with
+ * the mark's put) and TXN_MAX_BYTES (at least one), fenced on the leader key
+ * and ordered by the commit mark.
+ *
+ * The commit mark (PREFIX/meta/commit) makes a late copy of a transaction
+ * harmless. A call that timed out is sent again to the next member, and the
+ * first copy may still be on its way inside etcd (forwarded to the Raft
+ * leader): it could be applied after the copy that answered, even after the
+ * next batch, and write its older values over newer ones. So every part
+ * requires the stored mark to be the one of the part before it, and writes
+ * its own: each part applies once, right after the one before, and a copy
+ * that comes after its twin or after any later part changes nothing. When
+ * the compare fails, the failure branch reads the leader key and the mark:
+ * the key gone or another's means leadership is lost; the mark equal to this
+ * part's means a copy of it was applied already (its answer was lost), which
+ * is success; anything else is an error (nothing else writes the mark). */
 static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bool *fenced_out)
 {
     json_t *success = json_array();
-    char rev[32];
+    char rev[32], mark[48], before[48];
     snprintf(rev, sizeof rev, "%lld", s->leader_rev);
-    json_t *txn = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:o}", "compare", "key", s->leader_key_b64, "target",
-                            "CREATE", "create_revision", rev, "result", "EQUAL", "success", success);
-    if (!txn) {
+    mark_text(s, s->mark_seq, before);
+    mark_text(s, s->mark_seq + 1, mark);
+    char *mark_b64 = etcd_b64_encode(mark, strlen(mark)), *before_b64 = etcd_b64_encode(before, strlen(before));
+    json_t *txn = mark_b64 && before_b64
+                      ? json_pack("{s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}], s:o, s:[{s:{s:s}}, {s:{s:s}}]}",
+                                  "compare", "key", s->leader_key_b64, "target", "CREATE", "create_revision", rev,
+                                  "result", "EQUAL", "key", s->mark_key_b64, "target", "VALUE", "value", before_b64,
+                                  "result", "EQUAL", "success", success, "failure", "request_range", "key",
+                                  s->leader_key_b64, "request_range", "key", s->mark_key_b64)
+                      : NULL;
+    json_t *put = mark_b64 ? json_pack("{s:{s:s, s:s}}", "request_put", "key", s->mark_key_b64, "value", mark_b64)
+                           : NULL;
+    free(mark_b64);
+    free(before_b64);
+    if (!txn || !put || json_array_append_new(success, put)) {
+        json_decref(txn);
         snprintf(s->err, sizeof s->err, "out of memory");
         return -1;
     }
     size_t bytes = 0, i = from;
-    for (; i < ops->n && i - from < TXN_MAX_OPS; i++) {
+    for (; i < ops->n && i - from < TXN_MAX_OPS - 1; i++) {
         const Op *op = &ops->items[i];
         size_t size = strlen(op->key) + (op->value ? strlen(op->value) : 0) + 64;
         if (i > from && bytes + size * 4 / 3 > TXN_MAX_BYTES)
@@ -347,11 +473,59 @@ static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bo
         return -1;
     }
     bool ok = json_is_true(json_object_get(resp, "succeeded"));
-    json_decref(resp);
     if (!ok) {
-        *fenced_out = true;
+        const json_t *leader = txn_range_kv(resp, 0);
+        long long created = 0;
+        if (!leader || !etcd_int_field(leader, "create_revision", &created) || created != s->leader_rev) {
+            *fenced_out = true;
+        } else {
+            const char *v64 = json_string_value(json_object_get(txn_range_kv(resp, 1), "value"));
+            size_t len;
+            char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
+            ok = v && !strcmp(v, mark); /* applied already: a copy's answer was lost */
+            if (!ok)
+                snprintf(s->err, sizeof s->err, "the commit mark in etcd is %s, not %s: another writer?",
+                         v ? v : "(none)", before);
+            free(v);
+        }
+    }
+    json_decref(resp);
+    if (!ok)
+        return -1;
+    s->mark_seq++;
+    return 0;
+}
+
+/* At the start of leadership: the mark of this leader's part 0. Above every
+ * mark of an earlier leader (leader keys' create revisions only grow), so it
+ * needs no compare but the fence; a late copy of an earlier leader's
+ * transaction fails on its own leader key anyway. */
+static int commit_first_mark(EtcdStore *s)
+{
+    char rev[32], mark[48];
+    snprintf(rev, sizeof rev, "%lld", s->leader_rev);
+    mark_text(s, 0, mark);
+    char *mark_b64 = etcd_b64_encode(mark, strlen(mark));
+    json_t *txn = mark_b64 ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s}}]}", "compare", "key",
+                                       s->leader_key_b64, "target", "CREATE", "create_revision", rev, "result",
+                                       "EQUAL", "success", "request_put", "key", s->mark_key_b64, "value", mark_b64)
+                           : NULL;
+    free(mark_b64);
+    json_t *resp = NULL;
+    char err[400];
+    if (!txn || etcd_call(s->etcd, "/v3/kv/txn", txn, &resp, err, sizeof err)) {
+        snprintf(s->err, sizeof s->err, "etcd: cannot write the commit mark: %s", txn ? err : "out of memory");
+        json_decref(txn);
         return -1;
     }
+    json_decref(txn);
+    bool ok = json_is_true(json_object_get(resp, "succeeded"));
+    json_decref(resp);
+    if (!ok) {
+        snprintf(s->err, sizeof s->err, "leadership lost: the leader key is no longer this gateway's");
+        return -1;
+    }
+    s->mark_seq = 0;
     return 0;
 }
 
@@ -429,10 +603,10 @@ static int load_range(EtcdStore *s, json_t *req, json_t **resp, char *err, size_
 }
 
 /* One page of keys in [start, end) at the load's revision: *resp is etcd's answer. */
-static int range_page(EtcdStore *s, const char *start, size_t startlen, const char *end, json_t **resp)
+static int range_page(EtcdStore *s, const char *start, size_t startlen, const char *end, int limit, json_t **resp)
 {
     char *kb = etcd_b64_encode(start, startlen), *eb = etcd_b64_encode(end, strlen(end));
-    json_t *req = kb && eb ? json_pack("{s:s, s:s, s:i}", "key", kb, "range_end", eb, "limit", LOAD_PAGE) : NULL;
+    json_t *req = kb && eb ? json_pack("{s:s, s:s, s:i}", "key", kb, "range_end", eb, "limit", limit) : NULL;
     free(kb);
     free(eb);
     char err[400];
@@ -444,9 +618,11 @@ static int range_page(EtcdStore *s, const char *start, size_t startlen, const ch
 
 /* Every key under PREFIX/kind/, a page at a time, at the load's revision
  * (see load_range), in key order. fn gets the name below
- * PREFIX/kind/ and the value, both NUL-terminated. */
+ * PREFIX/kind/ and the value, both NUL-terminated. Groups of history and
+ * audit rows (up to GROUP_BYTES each) come GROUP_PAGE keys to a page. */
 static int range_all(EtcdStore *s, const char *kind, const StoreLoad *cb, KvFn fn, void *arg)
 {
+    int limit = !strcmp(kind, "history") || !strcmp(kind, "audit") ? GROUP_PAGE : LOAD_PAGE;
     char *prefix = key_of(s, kind, "");
     char *end = prefix ? strdup(prefix) : NULL;
     /* The page start: key bytes that may end in a NUL (see below). */
@@ -461,7 +637,7 @@ static int range_all(EtcdStore *s, const char *kind, const StoreLoad *cb, KvFn f
     int rc = 0;
     for (bool more = true; more && rc == 0;) {
         json_t *resp = NULL;
-        if (range_page(s, start, startlen, end, &resp)) {
+        if (range_page(s, start, startlen, end, limit, &resp)) {
             rc = -1;
             break;
         }
@@ -596,27 +772,58 @@ static int load_floor(EtcdStore *s, const StoreLoad *cb, const char *name, const
     return 0;
 }
 
-static int load_audit(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+/* One audit row: j its object, seq its seq. */
+static int load_audit_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, uint64_t seq)
 {
-    (void)arg;
-    json_t *j = json_loads(value, 0, NULL);
+    (void)s;
     int64_t kind = 0, at = 0;
     AuditRow r = {0};
+    r.seq = seq;
     r.lock = json_string_value(json_object_get(j, "lock"));
     r.owner = json_string_value(json_object_get(j, "owner"));
     r.key = json_string_value(json_object_get(j, "key"));
     r.peer = json_string_value(json_object_get(j, "peer"));
-    bool ok = r.lock && r.owner && r.key && r.peer && parse_u64(name, &r.seq) && json_u64(j, "token", &r.token) &&
-              json_i64(j, "kind", &kind) && json_i64(j, "at_ms", &at);
+    bool ok = r.lock && r.owner && r.key && r.peer && json_u64(j, "token", &r.token) && json_i64(j, "kind", &kind) &&
+              json_i64(j, "at_ms", &at);
     r.kind = (int)kind;
     r.at_ms = at;
-    int rc = 0;
-    if (!ok || cb->audit(cb->ud, &r)) {
-        snprintf(s->err, sizeof s->err, "cannot load audit row %s", name);
-        rc = -1;
+    return ok && cb->audit(cb->ud, &r) == 0 ? 0 : -1;
+}
+
+/* The rows under one key of PREFIX/history/ or PREFIX/audit/, named by seq
+ * `name`: a group (an array of rows, each with its seq, none above the key's)
+ * or, as written before groups, one row (an object, its seq the key's). */
+static int load_rows(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value,
+                     int (*row_fn)(EtcdStore *, const StoreLoad *, const json_t *, uint64_t))
+{
+    json_t *j = json_loads(value, 0, NULL);
+    uint64_t key_seq = 0, seq = 0;
+    int rc = parse_u64(name, &key_seq) ? 0 : -1;
+    if (rc == 0 && json_is_array(j)) {
+        size_t i;
+        json_t *row;
+        json_array_foreach(j, i, row)
+        {
+            if (!json_u64(row, "seq", &seq) || seq > key_seq || row_fn(s, cb, row, seq)) {
+                rc = -1;
+                break;
+            }
+        }
+    } else if (rc == 0) {
+        rc = json_is_object(j) ? row_fn(s, cb, j, key_seq) : -1;
     }
     json_decref(j);
     return rc;
+}
+
+static int load_audit(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    (void)arg;
+    if (load_rows(s, cb, name, value, load_audit_row)) {
+        snprintf(s->err, sizeof s->err, "cannot load audit rows %s", name);
+        return -1;
+    }
+    return 0;
 }
 
 static int load_revoked(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
@@ -630,25 +837,27 @@ static int load_revoked(EtcdStore *s, const StoreLoad *cb, const char *name, con
     return 0;
 }
 
-static int load_ended(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+static int load_ended_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, uint64_t seq)
 {
-    (void)arg;
-    json_error_t jerr;
-    json_t *j = json_loads(value, 0, &jerr);
+    (void)s;
     const char *lease = json_string_value(json_object_get(j, "lease"));
     uint8_t id[LEASE_ID_BYTES];
     int64_t how = 0;
-    StoreEnded e = {json_string_value(json_object_get(j, "lock")), id, 0, 0, 0};
+    StoreEnded e = {json_string_value(json_object_get(j, "lock")), id, 0, 0, seq};
     bool ok = e.lock && lease && uuid_parse(lease, id) == 0 && json_u64(j, "token", &e.token) &&
-              json_i64(j, "how", &how) && parse_u64(name, &e.seq);
+              json_i64(j, "how", &how);
     e.how = (int)how;
-    int rc = 0;
-    if (!ok || cb->ended(cb->ud, &e)) {
+    return ok && cb->ended(cb->ud, &e) == 0 ? 0 : -1;
+}
+
+static int load_ended(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    (void)arg;
+    if (load_rows(s, cb, name, value, load_ended_row)) {
         snprintf(s->err, sizeof s->err, "cannot load the lease history (%s)", name);
-        rc = -1;
+        return -1;
     }
-    json_decref(j);
-    return rc;
+    return 0;
 }
 
 /* Reads PREFIX/meta/last_token and pins the load to the revision of that read. */
@@ -723,7 +932,7 @@ static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
 {
     EtcdStore *s = (EtcdStore *)base;
     uint64_t counter, seq, max_token = 0;
-    if (load_meta(s, &counter) || last_history_seq(s, &seq))
+    if (commit_first_mark(s) || load_meta(s, &counter) || last_history_seq(s, &seq))
         return -1;
     if (cb->history_seq(cb->ud, seq)) {
         snprintf(s->err, sizeof s->err, "cannot load the lease history");
@@ -749,6 +958,7 @@ static void etcd_close(Store *base)
         return;
     etcd_client_free(s->etcd);
     free(s->leader_key_b64);
+    free(s->mark_key_b64);
     free(s);
 }
 
@@ -769,7 +979,12 @@ Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long
     s->leader_key_b64 = strdup(leader_key_b64);
     s->leader_rev = leader_rev;
     s->etcd = etcd_client_new(url, CALL_TIMEOUT_MS);
-    if (!s->leader_key_b64 || !s->etcd) {
+    if (s->etcd)
+        etcd_client_retry(s->etcd, CALL_FIRST_MS, CALL_BUDGET_MS);
+    char *mark_key = key_of(s, "meta", "commit");
+    s->mark_key_b64 = mark_key ? etcd_b64_encode(mark_key, strlen(mark_key)) : NULL;
+    free(mark_key);
+    if (!s->leader_key_b64 || !s->etcd || !s->mark_key_b64) {
         snprintf(err, errlen, "out of memory (or libcurl cannot start)");
         etcd_close(&s->base);
         return NULL;

@@ -5,6 +5,7 @@ when /usr/bin/etcd is missing (scripts/deps.sh --test installs it).
 
 Every wait is bounded; nothing asserts how long anything took."""
 
+import base64
 import json
 import os
 import shutil
@@ -15,12 +16,85 @@ import threading
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 from harness import binary_path, kill_process, parse_metrics
 import upstream
 from upstream import free_port
 import etcd_fixture
 from etcd_fixture import Etcd, Gateway, b64, wait_for, wait_leader
+
+
+class TxnProxy:
+    """Two HTTP endpoints in front of one etcd, for --store etcd://P1,P2/PREFIX. Every
+    request is passed on, except the first /v3/kv/txn that comes while one is armed:
+    "hold" keeps it (it never reaches etcd until replay()), "swallow" passes it on and
+    drops etcd's answer. Either way the gateway gets no answer, gives up on that endpoint
+    and sends the transaction again to the other one."""
+
+    def __init__(self, etcd_url):
+        import http.server
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with proxy.mu:
+                    mode = proxy.armed if self.path == "/v3/kv/txn" else None
+                    if mode:
+                        proxy.armed = None
+                        proxy.caught = body
+                if mode == "hold":
+                    proxy.done.wait(30)
+                    self.close_connection = True
+                    return
+                req = urllib.request.Request(etcd_url + self.path, data=body,
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=60) as resp:
+                        status, answer = resp.status, resp.read()
+                except urllib.error.HTTPError as e:
+                    status, answer = e.code, e.read()
+                if mode == "swallow":
+                    proxy.done.wait(30)
+                    self.close_connection = True
+                    return
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        self.etcd_url = etcd_url
+        self.mu = threading.Lock()
+        self.done = threading.Event()
+        self.armed = None
+        self.caught = None
+        self.servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) for _ in range(2)]
+        for srv in self.servers:
+            srv.daemon_threads = True
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+        self.endpoint = ",".join("127.0.0.1:%d" % srv.server_address[1] for srv in self.servers)
+
+    def arm(self, mode):
+        with self.mu:
+            self.armed, self.caught = mode, None
+
+    def replay(self):
+        """Sends the held transaction to etcd now, late: etcd's answer."""
+        return etcd_fixture.call(self.etcd_url, "/v3/kv/txn", json.loads(self.caught))
+
+    def close(self):
+        self.done.set()
+        for srv in self.servers:
+            srv.shutdown()
+            srv.server_close()
 
 
 def setUpModule():
@@ -91,6 +165,145 @@ class EtcdTest(unittest.TestCase):
         status, _, body = g.client.fence("res", tokens[-1] - 1)
         self.assertEqual(status, 409, body)
         g.stop_clean()
+
+    def etcd_rows(self, kind):
+        """{key: decoded JSON value} of every key under PREFIX/kind/ (history or audit)."""
+        start = "%s/%s/" % (self.prefix, kind)
+        end = start[:-1] + chr(ord(start[-1]) + 1)
+        r = self.etcd.call("/v3/kv/range", {"key": b64(start), "range_end": b64(end)})
+        return {base64.b64decode(kv["key"]).decode()[len(start):]:
+                json.loads(base64.b64decode(kv["value"])) for kv in r.get("kvs", [])}
+
+    def handoff(self, g, name):
+        """A holds name, B waits for it, A releases: the release, A's ended lease and the
+        grant to B are made by one request, so they are committed in one batch.
+        Returns (A's grant, B's grant)."""
+        a = self.acquire_ok(g, name, owner="first", ttl_ms=60000)
+        box = {}
+        waiter = g.new_client()
+        t = threading.Thread(target=lambda: box.update(
+            r=waiter.acquire(name, owner="second", wait_ms=20000, ttl_ms=60000)))
+        t.start()
+        self.assertTrue(wait_for(lambda: g.client.get_lock(name)[2].get("waiters") == 1), "no waiter")
+        status, _, body = g.client.release(name, a["lease"])
+        self.assertEqual(status, 200, body)
+        t.join(30)
+        waiter.close()
+        self.assertEqual(box["r"][0], 200, box["r"])
+        return a, box["r"][2]
+
+    def test_a_batch_writes_one_history_key_and_one_audit_key(self):
+        """The rows of one batch go under one key each for the lease history and the
+        audit trail, and load back, with their seqs, after a kill -9."""
+        g = self.gateway()
+        self.assertIs(wait_leader([g]), g)
+        a, b = self.handoff(g, "batch/x")
+        audit = self.etcd_rows("audit")
+        self.assertTrue(all(isinstance(v, list) for v in audit.values()), audit)
+        # The release of a and the grant to b are in one batch, so under one key,
+        # named by the largest seq in it.
+        key, rows = next((k, v) for k, v in audit.items()
+                         if any(r["kind"] == 2 and r["token"] == a["token"] for r in v))
+        self.assertEqual([(r["kind"], r["token"]) for r in rows], [(2, a["token"]), (1, b["token"])])
+        self.assertEqual(int(key), max(r["seq"] for r in rows))
+        history = self.etcd_rows("history")
+        self.assertTrue(all(isinstance(v, list) for v in history.values()), history)
+        ended = [r for v in history.values() for r in v]
+        self.assertEqual([(r["lock"], r["token"], r["how"]) for r in ended], [("batch/x", a["token"], 2)])
+        # A burst of pairs from many clients: fewer keys than rows.
+        def pairs(k):
+            c = g.new_client()
+            for i in range(5):
+                st, _, x = c.acquire("burst/%d/%d" % (k, i))
+                c.release("burst/%d/%d" % (k, i), x["lease"])
+            c.close()
+        threads = [threading.Thread(target=pairs, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        status, _, before = g.client.request("GET", "/v1/audit?limit=1000")
+        self.assertEqual(status, 200, before)
+        stored = [r["seq"] for v in self.etcd_rows("audit").values() for r in v]
+        self.assertEqual(stored, [r["seq"] for r in before["rows"]])
+        g.kill9()
+        g.start()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, after = g.client.request("GET", "/v1/audit?limit=1000")
+        self.assertEqual(status, 200, after)
+        self.assertEqual(after["rows"], before["rows"])
+        # The lease history came back too: a's lease is known to have been released.
+        status, _, body = g.client.release("batch/x", a["lease"])
+        self.assertEqual((status, body.get("reason")), (409, "released"), body)
+        status, _, body = g.client.release("batch/x", b["lease"])
+        self.assertEqual(status, 200, body)
+        later = self.acquire_ok(g, "batch/later")
+        self.assertGreater(later["token"], max(r["token"] for r in after["rows"]))
+        status, _, body = g.client.request("GET", "/v1/audit?after=%d" % after["rows"][-1]["seq"])
+        self.assertGreater(len(body["rows"]), 0, body)
+
+    def test_the_per_row_layout_of_older_gateways_loads(self):
+        """A store written before groups (one key per history or audit row, its value one
+        JSON object) loads as it was, and goes on in the new layout beside it."""
+        lease = "0f6c7a52-6d0e-4f43-9d2b-6a3b8c1d2e3f"
+        old = {
+            "locks/m/x": {"last_token": 5},
+            "history/%020d" % 6: {"lock": "m/x", "lease": lease, "token": 5, "how": 2},
+            "audit/%020d" % 8: {"at_ms": 1000, "kind": 1, "lock": "m/x", "owner": "old", "token": 5,
+                                "key": "", "peer": "127.0.0.1"},
+            "audit/%020d" % 9: {"at_ms": 2000, "kind": 2, "lock": "m/x", "owner": "old", "token": 5,
+                                "key": "", "peer": "127.0.0.1"},
+        }
+        for k, v in old.items():
+            self.etcd.call("/v3/kv/put", {"key": b64("%s/%s" % (self.prefix, k)),
+                                          "value": b64(json.dumps(v))})
+        g = self.gateway()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, body = g.client.request("GET", "/v1/audit")
+        self.assertEqual(status, 200, body)
+        self.assertEqual([(r["seq"], r["kind"], r["owner"]) for r in body["rows"]],
+                         [(8, "granted", "old"), (9, "released", "old")])
+        status, _, body = g.client.release("m/x", lease)
+        self.assertEqual((status, body.get("reason")), (409, "released"), body)
+        a, b = self.handoff(g, "m/x")
+        self.assertGreater(a["token"], 5)
+        g.kill9()
+        g.start()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, body = g.client.request("GET", "/v1/audit")
+        seqs = [r["seq"] for r in body["rows"]]
+        self.assertEqual(seqs[:2], [8, 9])
+        self.assertEqual(seqs, sorted(seqs))
+        self.assertIn((b["token"], "granted"), [(r["token"], r["kind"]) for r in body["rows"]])
+        for lease_id in (lease, a["lease"]):
+            status, _, body = g.client.release("m/x", lease_id)
+            self.assertEqual((status, body.get("reason")), (409, "released"), body)
+        self.assertEqual(g.client.release("m/x", b["lease"])[0], 200)
+
+    def test_retention_prunes_whole_batches(self):
+        """--audit-keep and --lease-history with rows grouped per batch: storage keeps at
+        least the newest N rows (a batch that straddles the bound stays whole until a later
+        prune) and a bounded number more; a restart shows the newest N."""
+        g = self.gateway(["--audit-keep", "3", "--lease-history", "4"])
+        self.assertIs(wait_leader([g]), g)
+        for i in range(8):
+            a, b = self.handoff(g, "keep/%d" % i)
+            self.assertEqual(g.client.release("keep/%d" % i, b["lease"])[0], 200)
+        status, _, before = g.client.request("GET", "/v1/audit")
+        self.assertEqual(status, 200, before)
+        self.assertEqual(len(before["rows"]), 3, before)
+        audit = [r["seq"] for v in self.etcd_rows("audit").values() for r in v]
+        ended = [r["seq"] for v in self.etcd_rows("history").values() for r in v]
+        self.assertEqual(audit[-3:], [r["seq"] for r in before["rows"]])
+        # 3 kept, up to 3 more before the next prune, one straddling batch of 2
+        self.assertLessEqual(len(audit), 3 + 3 + 2, audit)
+        self.assertGreaterEqual(len(ended), 4)
+        self.assertLessEqual(len(ended), 4 + 4 + 1, ended)
+        g.kill9()
+        g.start()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, after = g.client.request("GET", "/v1/audit")
+        self.assertEqual(after["rows"], before["rows"])
 
     def follower_of(self, leader, gateways):
         other = next(g for g in gateways if g is not leader)
@@ -288,6 +501,67 @@ class EtcdTest(unittest.TestCase):
         self.assertEqual(len(keys), 1, keys)
         self.etcd.delete(keys[0])
         self.assert_grants_nothing_and_exits(g, "after")
+        self.assertNotIn(self.prefix + "/locks/after", self.etcd.keys(self.prefix + "/locks/"))
+
+    def test_a_late_copy_of_a_commit_changes_nothing(self):
+        """A commit whose answer does not come is sent again to the next endpoint. A copy
+        that etcd applies later, after newer batches, must not write its older values over
+        theirs: the commit mark lets it apply nothing. And a copy that was applied but whose
+        answer was lost counts as committed."""
+        proxy = TxnProxy(self.etcd.url)
+        self.addCleanup(proxy.close)
+
+        class Via:
+            endpoint = proxy.endpoint
+        g = self.gateway()
+        g.stop()
+        g.cleanup()
+        self.gateways.remove(g)
+        g = Gateway(Via, self.prefix)
+        self.gateways.append(g)
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        self.acquire_ok(g, "late/warm")
+        # The grant's transaction is held on its way: the gateway sends it again to the
+        # other endpoint, which answers; then the lock is released.
+        proxy.arm("hold")
+        x = self.acquire_ok(g, "late/x", ttl_ms=60000)
+        self.assertIsNotNone(proxy.caught)
+        status, _, body = g.client.release("late/x", x["lease"])
+        self.assertEqual(status, 200, body)
+        # Now the held copy of the grant reaches etcd: it must not make late/x held again.
+        self.assertFalse(proxy.replay().get("succeeded", False))  # (etcd leaves out a false)
+        r = self.etcd.call("/v3/kv/range", {"key": b64(self.prefix + "/locks/late/x")})
+        record = json.loads(base64.b64decode(r["kvs"][0]["value"]))
+        self.assertNotIn("holder", record)
+        self.assertEqual(record["last_token"], x["token"])
+        # Applied, but the answer lost: the copy sent again finds its own mark.
+        proxy.arm("swallow")
+        y = self.acquire_ok(g, "late/y", ttl_ms=60000)
+        self.assertIsNotNone(proxy.caught)
+        self.assertEqual(g.role(), "leader")
+        self.assertGreater(self.acquire_ok(g, "late/z")["token"], y["token"])
+        g.kill9()
+        g.start()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, body = g.client.get_lock("late/x")
+        self.assertFalse(body["held"], body)
+        status, _, body = g.client.get_lock("late/y")
+        self.assertEqual(body["holder"]["token"], y["token"], body)
+
+    def test_a_commit_mark_not_its_predecessor_stops_the_gateway(self):
+        """The commit mark is only ever this leader's: another one in etcd means another
+        writer, and the commit applies nothing and stops the gateway."""
+        g = self.gateway()
+        self.assertIs(wait_leader([g]), g)
+        self.acquire_ok(g, "before")
+        self.etcd.call("/v3/kv/put", {"key": b64(self.prefix + "/meta/commit"), "value": b64("9" * 41)})
+        try:
+            status, _, body = g.client.acquire("after")
+            self.assertEqual(status, 503, body)
+        except OSError:
+            pass
+        self.assertEqual(g.wait_exit(), 1, g.stderr_text())
+        self.assertIn("commit mark", g.stderr_text())
         self.assertNotIn(self.prefix + "/locks/after", self.etcd.keys(self.prefix + "/locks/"))
 
     def test_many_locks_load_in_pages(self):
