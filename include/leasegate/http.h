@@ -90,6 +90,13 @@ void http_resume(Request *req);
  * watches, event long-polls and streams): a client that hangs up has its
  * connection dropped at once, and the request ends. */
 void http_suspend_watched(Request *req);
+/* Holds req, whose request is complete, until it is answered (watches and
+ * event long-polls): parked outside libmicrohttpd when that is safe, as a
+ * waiting acquire (park.h), else suspended with its socket watched. Either
+ * way a client that hangs up ends the request at once. Parking frees what
+ * routed the request: req->arg and the query are gone after this, so the
+ * caller keeps copies of what its answer needs. */
+void http_hold(Request *req);
 /* The HTTP layer is dropping req's connection: a content reader should end. */
 bool http_closing(const Request *req);
 /* Drops the connection (resuming it if suspended) without a response. */

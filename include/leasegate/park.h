@@ -1,5 +1,6 @@
 /*
- * park — long-polling waiters held outside libmicrohttpd.
+ * park — long-polling waiters held outside libmicrohttpd: waiting acquires,
+ * and watches and event long-polls (http_hold).
  *
  * Why: a connection suspended inside libmicrohttpd keeps its memory pool (a
  * page or more) and its connection struct for as long as it waits, about 5 KB

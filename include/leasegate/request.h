@@ -87,7 +87,7 @@ typedef struct RequestEvents {
     HeapEntry deadline;
     uint64_t after;     /* the query's, checked */
     size_t limit;
-    const char *prefix; /* the query's (libmicrohttpd's), or NULL */
+    char *prefix;       /* owned: a copy of the query's, or NULL */
     struct Stream *stream; /* GET /v1/events/stream: its answer's state, owned by the response */
 } RequestEvents;
 
@@ -97,6 +97,7 @@ typedef struct RequestWatch {
     DLink link;
     HeapEntry deadline;
     const struct WatchCalls *calls;
+    const char *name;   /* the lock's name, the watch's (req->arg may be freed while it waits) */
     uint64_t index;     /* answer once the lock's index is past this */
 } RequestWatch;
 

@@ -9,7 +9,8 @@
  * each sees the lock between operations, not halfway through one. Their
  * answers wait for the pending commit like every other answer, so a watcher
  * never sees a change a crash could take back. A waiting watch holds no
- * thread: its connection is suspended.
+ * thread: it is held as a waiting acquire is (http_hold: parked outside
+ * libmicrohttpd when that is safe, else suspended).
  */
 #ifndef LEASEGATE_WATCH_H
 #define LEASEGATE_WATCH_H
@@ -33,8 +34,9 @@ Watches *watches_new(void);
 void watches_free(Watches *w);
 /* req waits on the lock named req->arg for at most wait_ms: due is asked
  * after each watch_note of that name, and answer called once it says yes or
- * at the deadline. calls must outlive the watch. False when out of memory
- * (nothing was done). */
+ * at the deadline. Both read the name from req->watch.name: req->arg is gone
+ * once the request is held (http_hold). calls must outlive the watch. False
+ * when out of memory (nothing was done). */
 bool watch_start(Request *req, int64_t wait_ms, const WatchCalls *calls);
 /* Something happened to lock `name`: its watchers are asked again on the next tick. */
 void watch_note(Server *s, const char *name);

@@ -375,12 +375,12 @@ static void queue_one(void *ud, const char *owner, int64_t since_ms)
 }
 
 /* One lock as GET /v1/locks/NAME shows it: its state and the head of its queue. */
-static void reply_one_lock(Request *req)
+static void reply_one_lock(Request *req, const char *name)
 {
     Server *s = req->srv;
-    const Lock *lock = locktab_get(s->locks, req->arg);
+    const Lock *lock = locktab_get(s->locks, name);
     RawRefs refs = {.n = 0};
-    json_t *state = lock_state_new(s->locks, req->arg, lock, &refs);
+    json_t *state = lock_state_new(s->locks, name, lock, &refs);
     Queue q = {json_array(), false};
     if (q.list && lock)
         locktab_each_waiter(lock, QUEUE_SHOWN, queue_one, &q);
@@ -400,13 +400,16 @@ static void reply_one_lock(Request *req)
 
 /* A watch (?index=N) is due once the lock's index is past N, or when N is
  * beyond every index of this run (it came from before a restart). */
-static bool watch_due(Request *req)
+static bool index_past(const Request *req, const char *name)
 {
     const Locktab *lt = req->srv->locks;
-    return locktab_index(lt, req->arg) > req->watch.index || req->watch.index > locktab_index_now(lt);
+    return locktab_index(lt, name) > req->watch.index || req->watch.index > locktab_index_now(lt);
 }
 
-static const WatchCalls WATCH = {watch_due, reply_one_lock};
+static bool watch_due(Request *req) { return index_past(req, req->watch.name); }
+static void watch_answer(Request *req) { reply_one_lock(req, req->watch.name); }
+
+static const WatchCalls WATCH = {watch_due, watch_answer};
 
 void api_get_lock(Request *req)
 {
@@ -415,8 +418,8 @@ void api_get_lock(Request *req)
         !query_int(req, "wait_ms", 0, WATCH_MAX_MS, 0, &wait_ms))
         return;
     req->watch.index = (uint64_t)index;
-    if (!http_query(req, "index") || wait_ms == 0 || watch_due(req) || req->srv->stopping) {
-        reply_one_lock(req);
+    if (!http_query(req, "index") || wait_ms == 0 || index_past(req, req->arg) || req->srv->stopping) {
+        reply_one_lock(req, req->arg);
         return;
     }
     if (!watch_start(req, wait_ms, &WATCH))

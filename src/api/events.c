@@ -286,7 +286,11 @@ void api_events(Request *req)
         return;
     req->events.after = (uint64_t)after;
     req->events.limit = (size_t)limit;
-    req->events.prefix = prefix; /* the query's: valid while the request lives */
+    /* A copy: the query is gone once the request is held (http_hold). */
+    if (prefix && !(req->events.prefix = strdup(prefix))) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
     if (answer_if_any(req, wait_ms == 0 || e->draining))
         return;
     Now now = clock_now();
@@ -297,7 +301,7 @@ void api_events(Request *req)
     }
     req->events.waiting = true;
     dlist_append(&e->waiters, &req->events.link);
-    http_suspend_watched(req);
+    http_hold(req);
 }
 
 /* ---- GET /v1/events/stream: the same events as Server-Sent Events ---- */
@@ -515,6 +519,8 @@ void events_drain(Server *s)
 void events_request_end(Request *req)
 {
     stop_waiting(req);
+    free(req->events.prefix);
+    req->events.prefix = NULL;
     Stream *st = req->events.stream;
     if (st) {
         stream_unlist(st);

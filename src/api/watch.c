@@ -75,13 +75,16 @@ bool watch_start(Request *req, int64_t wait_ms, const WatchCalls *calls)
     }
     req->watch.calls = calls;
     req->watch.on = d;
+    req->watch.name = d->name;
     dlist_append(&d->reqs, &req->watch.link);
     w->count++;
-    http_suspend_watched(req);
+    http_hold(req); /* req->arg may be gone from here: the name is d's */
     return true;
 }
 
-static void stop(Request *req)
+/* Takes req out of its lock's watchers; returns its entry, which the caller
+ * frees if it is left empty (watched_drop_if_empty). */
+static Watched *detach(Request *req)
 {
     Watches *w = req->srv->watches;
     Watched *d = req->watch.on;
@@ -89,15 +92,25 @@ static void stop(Request *req)
     heap_remove(&w->deadlines, &req->watch.deadline);
     dlist_remove(&d->reqs, &req->watch.link);
     w->count--;
-    watched_drop_if_empty(w, d);
+    return d;
 }
 
-/* Stops watching before answering: the answer may end the request. */
+static void stop(Request *req)
+{
+    Watches *w = req->srv->watches;
+    watched_drop_if_empty(w, detach(req));
+}
+
+/* Out of the watchers before the answer, which may end the request (a parked
+ * one is written and ended at once); the entry, whose name the answer reads,
+ * only after it. */
 static void answer(Request *req)
 {
+    Watches *w = req->srv->watches;
     const WatchCalls *calls = req->watch.calls;
-    stop(req);
+    Watched *d = detach(req);
     calls->answer(req);
+    watched_drop_if_empty(w, d);
 }
 
 void watch_note(Server *s, const char *name)

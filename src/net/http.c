@@ -195,6 +195,14 @@ void http_suspend_watched(Request *req)
 
 bool http_closing(const Request *req) { return req->close; }
 
+void http_hold(Request *req)
+{
+    /* Never parked under TLS: see http_wait. */
+    if (!tls_on(&req->srv->tls) && park_take(req))
+        return;
+    http_suspend_watched(req);
+}
+
 void http_close(Request *req)
 {
     req->close = true;

@@ -195,6 +195,39 @@ class TlsServerTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         self.assertIs(waiter.conn.sock, sock)
 
+    def test_watches_long_polls_and_streams_over_tls(self):
+        # Never parked under TLS (park.c writes plain bytes): suspended, still woken.
+        index = self.srv.get_lock("tw/one")[2]["index"]
+        latest = self.srv.request("GET", "/v1/events")[2]["latest"]
+        box = {}
+        clients = [self.srv.new_client(timeout=60) for _ in range(2)]
+        for c in clients:
+            self.addCleanup(c.close)
+        threads = [threading.Thread(target=lambda: box.update(w=clients[0].request(
+                       "GET", "/v1/locks/tw/one?index=%d&wait_ms=30000" % index, timeout=60))),
+                   threading.Thread(target=lambda: box.update(p=clients[1].request(
+                       "GET", "/v1/events?after=%d&wait_ms=30000&prefix=tw/" % latest, timeout=60)))]
+        for t in threads:
+            t.start()
+        self.assertTrue(wait_for(lambda: self.srv.metric("leasegate_watches") == 1), "the watch never waited")
+        self.assertEqual(self.srv.metric("leasegate_connections_parked"), 0)
+        conn = http.client.HTTPSConnection("127.0.0.1", self.srv.port, context=self.pki.client_context(), timeout=60)
+        self.addCleanup(conn.close)
+        conn.request("GET", "/v1/events/stream?after=%d&prefix=tw/" % latest)
+        stream = conn.getresponse()
+        self.assertEqual(stream.status, 200)
+        status, _, g = self.srv.acquire("tw/one", owner="tls", ttl_ms=60000)
+        for t in threads:
+            t.join(40)
+            self.assertFalse(t.is_alive())
+        self.assertEqual((box["w"][0], box["w"][2]["holder"]["owner"]), (200, "tls"))
+        self.assertEqual([e["token"] for e in box["p"][2]["events"]], [g["token"]])
+        lines = []
+        while not any(line.startswith(b"data:") for line in lines):
+            lines.append(stream.readline())
+        self.assertIn(b'"lock":"tw/one"', lines[-1])
+        self.assertNotIn(g["lease"].encode(), b"".join(lines))
+
     def test_a_waiter_that_hangs_up_leaves_the_queue(self):
         status, _, held = self.srv.acquire("lp/gone", ttl_ms=60000)
         self.assertEqual(status, 200, held)

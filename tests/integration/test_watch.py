@@ -32,7 +32,6 @@ class Watch:
     def result(self, timeout=30):
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the watch did not answer"
-        self.client.close()
         st, _, body = self.box["r"]
         assert st == 200, (st, body)
         return body
@@ -173,10 +172,18 @@ class WatchTest(unittest.TestCase):
         index = self.state("w/m")["index"]
         ws = [self.watch("w/m", index) for _ in range(40)]
         self.srv.wait_until(lambda: self.srv.metric("leasegate_watches") == 40, what="40 watches")
+        # Held as waiting acquires are: out of libmicrohttpd, a socket and a request each.
+        self.assertEqual(self.srv.metric("leasegate_connections_parked"), 40)
         self.c.acquire("w/m")
         for w in ws:
             self.assertTrue(w.result()["held"])
         self.assertEqual(self.srv.metric("leasegate_watches"), 0)
+        self.assertEqual(self.srv.metric("leasegate_connections_parked"), 0)
+        # A parked watch's connection serves the client's next request.
+        again = ws[0].client
+        sock = again.conn.sock
+        self.assertEqual(again.get_lock("w/m")[0], 200)
+        self.assertIs(again.conn.sock, sock)
         late = self.watch("w/m", self.state("w/m")["index"])
         self.srv.wait_until(lambda: self.srv.metric("leasegate_watches") == 1, what="the late watch")
         self.srv.stop_clean()
