@@ -37,16 +37,20 @@ class Watch:
         return body
 
 
-class WatchTest(unittest.TestCase):
-    def setUp(self):
-        self.srv = Server()
-        self.addCleanup(self.srv.cleanup)
-        self.c = self.srv.client
+class LockState:
+    """For test cases with a client self.c: one lock's state, which must be readable."""
 
     def state(self, name):
         st, _, body = self.c.get_lock(name)
         self.assertEqual(st, 200, body)
         return body
+
+
+class WatchTest(LockState, unittest.TestCase):
+    def setUp(self):
+        self.srv = Server()
+        self.addCleanup(self.srv.cleanup)
+        self.c = self.srv.client
 
     def watch(self, name, index, wait_ms=20000):
         w = Watch(self.srv, name, index, wait_ms)

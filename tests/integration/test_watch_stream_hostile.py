@@ -12,6 +12,7 @@ import time
 import unittest
 
 from harness import Server
+from test_watch import LockState
 
 
 def raw_get(port, path, rcvbuf=None, headers=""):
@@ -46,18 +47,13 @@ def body_of(raw):
     return int(head.split(b" ", 2)[1]), body
 
 
-class WatchWakeTest(unittest.TestCase):
+class WatchWakeTest(LockState, unittest.TestCase):
     """Changes that move a lock's index (and what GET shows) but wake no watcher."""
 
     def start(self, *args):
         self.srv = Server(list(args))
         self.addCleanup(self.srv.cleanup)
         self.c = self.srv.client
-
-    def state(self, name):
-        st, _, body = self.c.get_lock(name)
-        self.assertEqual(st, 200, body)
-        return body
 
     def timed_watch(self, name, index, wait_ms):
         box = {}
