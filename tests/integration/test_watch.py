@@ -132,6 +132,16 @@ class WatchTest(LockState, unittest.TestCase):
         self.c.acquire("w/new", owner="first")
         self.assertEqual(w.result()["holder"]["owner"], "first")
 
+    def test_watches_work_with_events_off(self):
+        srv = Server(extra_args=["--events-keep", "0"])
+        self.addCleanup(srv.cleanup)
+        index = srv.client.get_lock("w/off")[2]["index"]
+        w = Watch(srv, "w/off", index)
+        self.addCleanup(w.client.close)
+        self.assertTrue(w.waiting())
+        srv.client.acquire("w/off", owner="off")
+        self.assertEqual(w.result()["holder"]["owner"], "off")
+
     def test_indexes_grow_across_forgetting_and_kill_9(self):
         srv = Server(extra_args=["--forget-idle-after", "1"])
         self.addCleanup(srv.cleanup)
