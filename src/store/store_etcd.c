@@ -496,19 +496,55 @@ static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bo
     return 0;
 }
 
-/* At the start of leadership: the mark of this leader's part 0. Above every
- * mark of an earlier leader (leader keys' create revisions only grow), so it
- * needs no compare but the fence; a late copy of an earlier leader's
- * transaction fails on its own leader key anyway. */
+/* The commit mark's mod_revision in etcd now; 0 when there is none yet. */
+static int mark_revision(EtcdStore *s, long long *mod)
+{
+    json_t *req = json_pack("{s:s}", "key", s->mark_key_b64), *resp = NULL;
+    char err[400];
+    if (!req || etcd_call(s->etcd, "/v3/kv/range", req, &resp, err, sizeof err)) {
+        snprintf(s->err, sizeof s->err, "etcd: cannot read the commit mark: %s", req ? err : "out of memory");
+        json_decref(req);
+        return -1;
+    }
+    json_decref(req);
+    const json_t *kv = json_array_get(json_object_get(resp, "kvs"), 0);
+    *mod = 0;
+    bool ok = !kv || (etcd_int_field(kv, "mod_revision", mod) && *mod > 0);
+    json_decref(resp);
+    if (!ok)
+        snprintf(s->err, sizeof s->err, "etcd: the commit mark has no mod_revision");
+    return ok ? 0 : -1;
+}
+
+/* At the start of leadership: the mark of this leader's part 0 (REV.0).
+ *
+ * Written once, by compare-and-swap on the mark's mod_revision as read just
+ * before: a copy of this transaction that etcd applies late (after part 1 or
+ * later) finds the mark moved and changes nothing. Without that compare, a
+ * late copy would set the mark back to REV.0, and a late copy of part 1 would
+ * then apply again over newer records: a lost grant, a token given twice.
+ * Every part's mark names exactly one transaction only because REV.0 is
+ * written once. When the compare fails, the failure branch reads the leader
+ * key and the mark: REV.0 there means a copy applied already (its answer was
+ * lost). A late copy of an earlier leader's transaction fails on its own
+ * leader key. */
 static int commit_first_mark(EtcdStore *s)
 {
-    char rev[32], mark[48];
+    long long seen;
+    if (mark_revision(s, &seen))
+        return -1;
+    char rev[32], mod[32], mark[48];
     snprintf(rev, sizeof rev, "%lld", s->leader_rev);
+    snprintf(mod, sizeof mod, "%lld", seen);
     mark_text(s, 0, mark);
     char *mark_b64 = etcd_b64_encode(mark, strlen(mark));
-    json_t *txn = mark_b64 ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s}}]}", "compare", "key",
-                                       s->leader_key_b64, "target", "CREATE", "create_revision", rev, "result",
-                                       "EQUAL", "success", "request_put", "key", s->mark_key_b64, "value", mark_b64)
+    json_t *txn = mark_b64 ? json_pack("{s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s}}], "
+                                       "s:[{s:{s:s}}, {s:{s:s}}]}",
+                                       "compare", "key", s->leader_key_b64, "target", "CREATE", "create_revision",
+                                       rev, "result", "EQUAL", "key", s->mark_key_b64, "target", "MOD",
+                                       "mod_revision", mod, "result", "EQUAL", "success", "request_put", "key",
+                                       s->mark_key_b64, "value", mark_b64, "failure", "request_range", "key",
+                                       s->leader_key_b64, "request_range", "key", s->mark_key_b64)
                            : NULL;
     free(mark_b64);
     json_t *resp = NULL;
@@ -520,11 +556,25 @@ static int commit_first_mark(EtcdStore *s)
     }
     json_decref(txn);
     bool ok = json_is_true(json_object_get(resp, "succeeded"));
-    json_decref(resp);
     if (!ok) {
-        snprintf(s->err, sizeof s->err, "leadership lost: the leader key is no longer this gateway's");
-        return -1;
+        const json_t *leader = txn_range_kv(resp, 0);
+        long long created = 0;
+        if (!leader || !etcd_int_field(leader, "create_revision", &created) || created != s->leader_rev) {
+            snprintf(s->err, sizeof s->err, "leadership lost: the leader key is no longer this gateway's");
+        } else {
+            const char *v64 = json_string_value(json_object_get(txn_range_kv(resp, 1), "value"));
+            size_t len;
+            char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
+            ok = v && !strcmp(v, mark); /* a copy applied already: its answer was lost */
+            if (!ok)
+                snprintf(s->err, sizeof s->err, "the commit mark in etcd changed to %s while this leader began: "
+                         "another writer?", v ? v : "(none)");
+            free(v);
+        }
     }
+    json_decref(resp);
+    if (!ok)
+        return -1;
     s->mark_seq = 0;
     return 0;
 }

@@ -548,6 +548,37 @@ class EtcdTest(unittest.TestCase):
         status, _, body = g.client.get_lock("late/y")
         self.assertEqual(body["holder"]["token"], y["token"], body)
 
+    def test_a_late_copy_of_the_first_mark_changes_nothing(self):
+        """A new leader's first transaction writes its mark REV.0. A copy of it that etcd
+        applies late, after the leader's first batches, must not set the mark back: a late
+        copy of part 1 could then apply again over newer records (a lost grant, a token given
+        twice). Found by review; before the fix the replay succeeded and the gateway's next
+        commit failed."""
+        proxy = TxnProxy(self.etcd.url)
+        self.addCleanup(proxy.close)
+
+        class Via:
+            endpoint = proxy.endpoint
+        g = self.gateway()
+        g.stop()
+        g.cleanup()
+        self.gateways.remove(g)
+        proxy.arm("hold")  # the first transaction a new leader sends: its first mark
+        g = Gateway(Via, self.prefix)
+        self.gateways.append(g)
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        self.assertIsNotNone(proxy.caught)
+        self.assertIn(b64(self.prefix + "/meta/commit"), proxy.caught.decode())
+        x = self.acquire_ok(g, "first/x", ttl_ms=60000)
+        status, _, body = g.client.release("first/x", x["lease"])
+        self.assertEqual(status, 200, body)
+        mark = self.etcd.call("/v3/kv/range", {"key": b64(self.prefix + "/meta/commit")})["kvs"][0]["value"]
+        self.assertFalse(proxy.replay().get("succeeded", False))
+        after = self.etcd.call("/v3/kv/range", {"key": b64(self.prefix + "/meta/commit")})["kvs"][0]["value"]
+        self.assertEqual(after, mark, "the late first mark set the commit mark back")
+        self.assertGreater(self.acquire_ok(g, "first/y")["token"], x["token"])
+        self.assertEqual(g.role(), "leader")
+
     def test_a_commit_mark_not_its_predecessor_stops_the_gateway(self):
         """The commit mark is only ever this leader's: another one in etcd means another
         writer, and the commit applies nothing and stops the gateway."""
