@@ -31,6 +31,7 @@ void config_defaults(Config *c)
     c->guard_max_calls = 256;
     c->forget_idle_s = 86400;
     c->leader_ttl_s = 3;
+    c->etcd_max_txn_ops = 128; /* etcd's default */
 }
 
 void config_usage(FILE *out)
@@ -53,6 +54,9 @@ void config_usage(FILE *out)
             "                              replaced within about this plus the load (default 3, 2..60;\n"
             "                              shorter: faster failover, but an etcd stall longer than about\n"
             "                              TTL/2 costs leadership)\n"
+            "  --etcd-max-txn-ops N        with --store: etcd's --max-txn-ops, when it is set below its\n"
+            "                              default: a larger batch is split into transactions of at\n"
+            "                              most N operations (default 128, 2..1000000)\n"
             "  --advertise URL             with --store: this gateway's URL as other gateways and clients\n"
             "                              should reach it (default http://LISTEN address)\n"
             "  --min-token N               tokens issued from now on are larger than N (after restoring a\n"
@@ -217,6 +221,7 @@ static const NumFlag NUM_FLAGS[] = {
     {"--guard-max-calls", 1, 100000, offsetof(Config, guard_max_calls), false},
     {"--forget-idle-after", 1, 31536000, offsetof(Config, forget_idle_s), true},
     {"--leader-ttl", 2, 60, offsetof(Config, leader_ttl_s), true},
+    {"--etcd-max-txn-ops", 2, 1000000, offsetof(Config, etcd_max_txn_ops), false},
 };
 
 static const NumFlag *num_flag(const char *name)
@@ -340,7 +345,8 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
         }
         if (apply_flag(c, flag, argv[++i], err, errlen))
             return CONFIG_ERROR;
-        leader_flag |= !strcmp(flag, "--advertise") || !strcmp(flag, "--leader-ttl");
+        leader_flag |= !strcmp(flag, "--advertise") || !strcmp(flag, "--leader-ttl") ||
+                       !strcmp(flag, "--etcd-max-txn-ops");
     }
     if (c->store_url && c->data_set) {
         snprintf(err, errlen, "--store and --data exclude each other: the lock space lives either in etcd or in "
@@ -357,7 +363,7 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
     }
     c->etcd.cacert = c->cacert;
     if (!c->store_url && leader_flag) {
-        snprintf(err, errlen, "--advertise and --leader-ttl need --store etcd://...");
+        snprintf(err, errlen, "--advertise, --leader-ttl and --etcd-max-txn-ops need --store etcd://...");
         return CONFIG_ERROR;
     }
     if (c->auth_metrics && !c->auth_file) {

@@ -227,7 +227,8 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     *listen_fd = fd;
     fprintf(stderr, "leasegate: elected leader of %s (leader key revision %lld); loading the lock space\n",
             cfg->store_url, election_revision(s->election));
-    s->store = store_etcd_open(&cfg->etcd, election_key_b64(s->election), election_revision(s->election), err,
+    s->store = store_etcd_open(&cfg->etcd, election_key_b64(s->election), election_revision(s->election),
+                               cfg->etcd_max_txn_ops, err,
                                sizeof err);
     if (!s->store) {
         fprintf(stderr, "leasegate: %s\n", err);

@@ -30,6 +30,7 @@ typedef struct Config {
     const char *store_url;        /* --store etcd://...: borrowed; NULL: SQLite at data_path */
     EtcdUrl etcd;                 /* store_url parsed */
     unsigned leader_ttl_s;        /* the etcd lease behind leadership */
+    size_t etcd_max_txn_ops;      /* etcd's --max-txn-ops: no transaction of ours carries more */
     char advertise[512];          /* the URL other gateways and clients see; "" until known */
     const char *access_log;       /* borrowed; NULL: none, "-": stdout */
     uint64_t min_token;           /* tokens issued from now on are above this */

@@ -116,10 +116,11 @@ typedef struct EtcdUrl EtcdUrl;
 /* The store on etcd (store_etcd.c) for the gateway that leads: every commit
  * is one etcd transaction (or, for a large batch, several in order) that
  * applies only while the leader key leader_key_b64 (base64, as etcd's JSON
- * gateway writes it) still has create revision leader_rev. Connects lazily:
+ * gateway writes it) still has create revision leader_rev, with at most
+ * max_txn_ops operations in a transaction (etcd's --max-txn-ops). Connects lazily:
  * NULL only when out of memory (message in err). */
-Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long leader_rev, char *err,
-                       size_t errlen);
+Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long leader_rev, size_t max_txn_ops,
+                       char *err, size_t errlen);
 
 typedef struct StoreBackupInfo {
     uint64_t locks;      /* lock rows in the copy */

@@ -211,7 +211,9 @@ static int attempt(EtcdClient *c, const char *endpoint, const char *path, const 
         } else {
             snprintf(err, errlen, "%s%s: HTTP %ld: %.200s", endpoint, path, status,
                      msg ? msg : b.data ? b.data : "(no body)");
-            result = status >= 500 ? 1 : -1;
+            /* 5xx and 429 (etcd's "too many requests", refused before
+             * the proposal): the next member may answer. Others are final. */
+            result = status >= 500 || status == 429 ? 1 : -1;
         }
         json_decref(j);
     }

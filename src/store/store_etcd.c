@@ -66,9 +66,9 @@
 #include "leasegate/etcd.h"
 #include "leasegate/leasehist.h"
 
-/* etcd's default --max-txn-ops: no transaction carries more operations. */
-#define TXN_MAX_OPS 128
-/* and stays well below etcd's default --max-request-bytes (1.5 MiB). */
+/* A transaction carries at most --etcd-max-txn-ops operations (etcd's
+ * --max-txn-ops, 128 by default) and stays well below etcd's default
+ * --max-request-bytes (1.5 MiB). */
 #define TXN_MAX_BYTES (1024 * 1024)
 /* Keys per page when loading: big stores load a page at a time. */
 #define LOAD_PAGE 500
@@ -96,6 +96,7 @@ typedef struct EtcdStore {
     long long leader_rev;
     long long load_rev;   /* the revision every page of the load reads; 0: the latest */
     char *mark_key_b64;   /* PREFIX/meta/commit, base64; owned */
+    size_t max_txn_ops;   /* --etcd-max-txn-ops: operations per transaction, the mark's put included */
     uint64_t mark_seq;    /* the commit mark of the last part sent (see commit_part) */
     uint64_t pruned_upto; /* history seqs up to this are deleted */
     uint64_t audit_pruned_upto; /* the same for audit rows */
@@ -118,7 +119,7 @@ typedef struct Ops {
     bool nomem;
 } Ops;
 
-enum { PRIO_COUNTER, PRIO_FLOOR, PRIO_PUT, PRIO_DELETE, PRIO_PRUNE };
+enum { PRIO_COUNTER, PRIO_FLOOR, PRIO_REVOKED, PRIO_PUT, PRIO_DELETE, PRIO_PRUNE };
 
 static char *key_of(const EtcdStore *s, const char *kind, const char *name)
 {
@@ -310,7 +311,7 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
         if (b->ended[i].how == LEASE_END_REVOKED) {
             char token[24];
             snprintf(token, sizeof token, "%020" PRIu64, b->ended[i].token);
-            ops_add(ops, key_of(s, "revoked", token), strdup(b->ended[i].lock), NULL, PRIO_PUT);
+            ops_add(ops, key_of(s, "revoked", token), strdup(b->ended[i].lock), NULL, PRIO_REVOKED);
         }
     }
     group_end(s, &g, ops, "history");
@@ -350,12 +351,14 @@ static int by_prio_then_order(const void *a, const void *b)
  * floors are only ever raised in memory, so the last is also the largest.
  *
  * Then the order of the parts, for a batch split over several transactions:
- * the counter first, then fence floors, then every put, then deletes, then
- * the history prune. Each part is durable on its own, so a gateway that dies
- * between parts leaves a prefix of them: written in this order, no prefix
- * deletes a row before what vouches for its token (the counter for a lock,
- * the floor for a fence mark) is in, so no token and no mark can go backwards
- * for the next leader. */
+ * the counter first, then fence floors, then revoked tokens, then every put,
+ * then deletes, then the history prune. Each part is durable on its own, so
+ * a gateway that dies between parts leaves a prefix of them: written in this
+ * order, no prefix deletes a row before what vouches for its token (the
+ * counter for a lock, the floor for a fence mark) is in, so no token and no
+ * mark can go backwards for the next leader, and no prefix frees a
+ * force-released lock without its token's revocation (the lock's record is a
+ * put that comes after). */
 static void order_ops(Ops *ops)
 {
     qsort(ops->items, ops->n, sizeof *ops->items, by_key_then_order);
@@ -409,7 +412,7 @@ static const json_t *txn_range_kv(const json_t *resp, size_t i)
     return json_array_get(json_object_get(r, "kvs"), 0);
 }
 
-/* One transaction of ops[from, *to): as many as fit in TXN_MAX_OPS (with
+/* One transaction of ops[from, *to): as many as fit in max_txn_ops (with
  * the mark's put) and TXN_MAX_BYTES (at least one), fenced on the leader key
  * and ordered by the commit mark.
  *
@@ -440,17 +443,21 @@ static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bo
                                   "result", "EQUAL", "success", success, "failure", "request_range", "key",
                                   s->leader_key_b64, "request_range", "key", s->mark_key_b64)
                       : NULL;
+    if (!txn && (!mark_b64 || !before_b64))
+        json_decref(success); /* not handed to json_pack, which takes it even when it fails */
     json_t *put = mark_b64 ? json_pack("{s:{s:s, s:s}}", "request_put", "key", s->mark_key_b64, "value", mark_b64)
                            : NULL;
     free(mark_b64);
     free(before_b64);
     if (!txn || !put || json_array_append_new(success, put)) {
+        if (!txn)
+            json_decref(put); /* else appending took it, even on failure */
         json_decref(txn);
         snprintf(s->err, sizeof s->err, "out of memory");
         return -1;
     }
     size_t bytes = 0, i = from;
-    for (; i < ops->n && i - from < TXN_MAX_OPS - 1; i++) {
+    for (; i < ops->n && i - from < s->max_txn_ops - 1; i++) {
         const Op *op = &ops->items[i];
         size_t size = strlen(op->key) + (op->value ? strlen(op->value) : 0) + 64;
         if (i > from && bytes + size * 4 / 3 > TXN_MAX_BYTES)
@@ -1016,8 +1023,8 @@ static const char *etcd_error(const Store *base) { return ((const EtcdStore *)ba
 
 static const StoreOps ETCD_OPS = {etcd_load, etcd_commit, etcd_close, etcd_error};
 
-Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long leader_rev, char *err,
-                       size_t errlen)
+Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long leader_rev, size_t max_txn_ops,
+                       char *err, size_t errlen)
 {
     EtcdStore *s = calloc(1, sizeof *s);
     if (!s) {
@@ -1028,6 +1035,7 @@ Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long
     snprintf(s->prefix, sizeof s->prefix, "%s/", url->prefix);
     s->leader_key_b64 = strdup(leader_key_b64);
     s->leader_rev = leader_rev;
+    s->max_txn_ops = max_txn_ops;
     s->etcd = etcd_client_new(url, CALL_TIMEOUT_MS);
     if (s->etcd)
         etcd_client_retry(s->etcd, CALL_FIRST_MS, CALL_BUDGET_MS);
