@@ -140,6 +140,23 @@ class EtcdTest(unittest.TestCase):
         self.assertEqual(g.wait_exit(), 1, g.stderr_text())
         self.assertIn("leadership lost", g.stderr_text())
 
+    def leader_through(self, proxy, arm=None):
+        """A gateway that leads with its etcd calls going through proxy (armed with `arm`
+        before it starts), after a first gateway set the prefix up and left."""
+        first = self.gateway()
+        first.stop()
+        first.cleanup()
+        self.gateways.remove(first)
+
+        class Via:
+            endpoint = proxy.endpoint
+        if arm:
+            proxy.arm(arm)
+        g = Gateway(Via, self.prefix)
+        self.gateways.append(g)
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        return g
+
     def acquire_ok(self, g, name, **fields):
         status, _, body = g.client.acquire(name, **fields)
         self.assertEqual(status, 200, body)
@@ -510,16 +527,7 @@ class EtcdTest(unittest.TestCase):
         answer was lost counts as committed."""
         proxy = TxnProxy(self.etcd.url)
         self.addCleanup(proxy.close)
-
-        class Via:
-            endpoint = proxy.endpoint
-        g = self.gateway()
-        g.stop()
-        g.cleanup()
-        self.gateways.remove(g)
-        g = Gateway(Via, self.prefix)
-        self.gateways.append(g)
-        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        g = self.leader_through(proxy)
         self.acquire_ok(g, "late/warm")
         # The grant's transaction is held on its way: the gateway sends it again to the
         # other endpoint, which answers; then the lock is released.
@@ -556,17 +564,7 @@ class EtcdTest(unittest.TestCase):
         commit failed."""
         proxy = TxnProxy(self.etcd.url)
         self.addCleanup(proxy.close)
-
-        class Via:
-            endpoint = proxy.endpoint
-        g = self.gateway()
-        g.stop()
-        g.cleanup()
-        self.gateways.remove(g)
-        proxy.arm("hold")  # the first transaction a new leader sends: its first mark
-        g = Gateway(Via, self.prefix)
-        self.gateways.append(g)
-        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        g = self.leader_through(proxy, arm="hold")  # holds its first transaction: the first mark
         self.assertIsNotNone(proxy.caught)
         self.assertIn(b64(self.prefix + "/meta/commit"), proxy.caught.decode())
         x = self.acquire_ok(g, "first/x", ttl_ms=60000)
