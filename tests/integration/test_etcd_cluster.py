@@ -42,6 +42,7 @@ class Supervisor:
     def __init__(self, etcd, prefix, extra_args):
         self.gateways = [Gateway(etcd, prefix, extra_args) for _ in range(3)]
         self.restarts = 0
+        self.failed_starts = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -50,8 +51,13 @@ class Supervisor:
         while not self._stop.wait(0.2):
             for g in self.gateways:
                 if not g.running() and not self._stop.is_set():
-                    g.start()
                     self.restarts += 1
+                    try:
+                        g.start()
+                    except RuntimeError:
+                        # It exited while starting: etcd could not give it a lease yet (its
+                        # Raft leader was just killed). Started again on the next round.
+                        self.failed_starts += 1
 
     def ports(self):
         return [g.port for g in self.gateways]
