@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "leasegate/forward.h"
+#include "leasegate/httphead.h"
 #include "leasegate/tls.h"
 
 struct Standby {
@@ -57,13 +58,9 @@ static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, json
         free(text);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (status == MHD_HTTP_UNAUTHORIZED)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"leasegate\"");
-    enum MHD_Result r = MHD_queue_response(conn, status, resp);
+    enum MHD_Result r = httphead_add_answer_fields(resp, status, "application/json")
+                            ? MHD_queue_response(conn, status, resp)
+                            : MHD_NO;
     MHD_destroy_response(resp);
     return r;
 }
@@ -100,9 +97,9 @@ static enum MHD_Result answer_metrics(Standby *sb, struct MHD_Connection *conn, 
         free(text);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+    enum MHD_Result r = httphead_add_answer_fields(resp, MHD_HTTP_OK, "text/plain; version=0.0.4")
+                            ? MHD_queue_response(conn, MHD_HTTP_OK, resp)
+                            : MHD_NO;
     MHD_destroy_response(resp);
     return r;
 }

@@ -6,11 +6,8 @@
 #include "leasegate/auth.h"
 #include "leasegate/quota.h"
 
-static void unauthorized(Request *req, const char *why)
-{
-    http_reply_error(req, ERR_UNAUTHORIZED, NULL, "%s", why);
-    http_add_header(req, "WWW-Authenticate", "Bearer realm=\"leasegate\"");
-}
+/* The answer names the scheme (WWW-Authenticate): httphead's rule for every 401. */
+static void unauthorized(Request *req, const char *why) { http_reply_error(req, ERR_UNAUTHORIZED, NULL, "%s", why); }
 
 static void forbidden(Request *req, const AuthKey *k, const char *what, const char *name)
 {

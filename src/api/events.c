@@ -13,6 +13,7 @@
 #include "leasegate/body.h"
 #include "leasegate/query.h"
 #include "leasegate/container.h"
+#include "leasegate/httphead.h"
 #include "leasegate/watch.h"
 
 #define EVENTS_DEFAULT 100
@@ -467,8 +468,7 @@ void api_events_stream(Request *req)
     }
     req->events.stream = st;
     e->open_streams++;
-    if (MHD_add_response_header(resp, "Content-Type", "text/event-stream") != MHD_YES ||
-        MHD_add_response_header(resp, "Cache-Control", "no-store") != MHD_YES ||
+    if (!httphead_add_answer_fields(resp, 200, "text/event-stream") ||
         MHD_add_response_header(resp, "X-Accel-Buffering", "no") != MHD_YES) {
         MHD_destroy_response(resp); /* frees st, through stream_freed */
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");

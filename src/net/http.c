@@ -214,9 +214,9 @@ void http_reply_static(Request *req, unsigned status, const char *content_type, 
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
-    if (resp) {
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (resp && !httphead_add_answer_fields(resp, status, content_type)) {
+        MHD_destroy_response(resp);
+        resp = NULL;
     }
     send_response(req, status, resp, true);
 }
@@ -233,14 +233,9 @@ void http_reply_text(Request *req, unsigned status, const char *content_type, ch
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, text_new, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text_new);
-    } else {
-        /* Our own answers describe live lock state: never cached. (Proxied
-         * answers keep exactly the upstream's headers.) */
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-        /* Every 503 is a "retry": say when (park_reply says it too). */
-        if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
-            MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    } else if (!httphead_add_answer_fields(resp, status, content_type)) {
+        MHD_destroy_response(resp); /* frees text_new */
+        resp = NULL;
     }
     send_response(req, status, resp, true);
 }

@@ -37,3 +37,25 @@ bool httphead_content_length(struct MHD_Connection *conn, uint64_t *n)
     *n = v;
     return true;
 }
+
+size_t httphead_answer_fields(unsigned status, const char *content_type, HeadField out[HTTPHEAD_ANSWER_FIELDS])
+{
+    size_t n = 0;
+    out[n++] = (HeadField){MHD_HTTP_HEADER_CONTENT_TYPE, content_type};
+    out[n++] = (HeadField){MHD_HTTP_HEADER_CACHE_CONTROL, "no-store"};
+    if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+        out[n++] = (HeadField){MHD_HTTP_HEADER_RETRY_AFTER, "1"};
+    else if (status == MHD_HTTP_UNAUTHORIZED)
+        out[n++] = (HeadField){MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"leasegate\""};
+    return n;
+}
+
+bool httphead_add_answer_fields(struct MHD_Response *resp, unsigned status, const char *content_type)
+{
+    HeadField f[HTTPHEAD_ANSWER_FIELDS];
+    size_t n = httphead_answer_fields(status, content_type, f);
+    for (size_t i = 0; i < n; i++)
+        if (MHD_add_response_header(resp, f[i].name, f[i].value) != MHD_YES)
+            return false;
+    return true;
+}

@@ -205,11 +205,17 @@ void park_reply(Request *req, unsigned status, const char *content_type, char *t
      * connection stays open, as it would there (also while stopping: the
      * client may still release on it until the server exits). */
     char head[512];
-    int hl = snprintf(head, sizeof head,
-                      "HTTP/1.1 %u %s\r\nDate: %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n%s"
-                      "Content-Length: %zu\r\n\r\n",
-                      status, reason, date, content_type,
-                      status == MHD_HTTP_SERVICE_UNAVAILABLE ? "Retry-After: 1\r\n" : "", len);
+    HeadField f[HTTPHEAD_ANSWER_FIELDS];
+    size_t nf = httphead_answer_fields(status, content_type, f);
+    int hl = snprintf(head, sizeof head, "HTTP/1.1 %u %s\r\nDate: %s\r\n", status, reason, date);
+    for (size_t i = 0; i < nf && hl > 0 && (size_t)hl < sizeof head; i++) {
+        int n = snprintf(head + hl, sizeof head - (size_t)hl, "%s: %s\r\n", f[i].name, f[i].value);
+        hl = n < 0 ? -1 : hl + n;
+    }
+    if (hl > 0 && (size_t)hl < sizeof head) {
+        int n = snprintf(head + hl, sizeof head - (size_t)hl, "Content-Length: %zu\r\n\r\n", len);
+        hl = n < 0 ? -1 : hl + n;
+    }
     char *out = hl > 0 && (size_t)hl < sizeof head ? malloc((size_t)hl + len) : NULL;
     if (!out) {
         free(text_new);
