@@ -18,6 +18,7 @@
 #include "leasegate/listener.h"
 #include "leasegate/loop.h"
 #include "leasegate/proxy.h"
+#include "leasegate/event_stream.h"
 #include "leasegate/events.h"
 #include "leasegate/watch.h"
 #include "leasegate/quota.h"
@@ -288,8 +289,10 @@ int gateway_open(Server *s, const Config *cfg)
     s->revoked = revoked_new();
     s->audit = audit_new(cfg->audit_keep);
     s->events = events_new(cfg->events_keep);
+    s->streams = event_streams_new();
     s->watches = watches_new();
-    if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events || !s->watches) {
+    if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events || !s->streams ||
+        !s->watches) {
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
         return -1;
     }
@@ -381,6 +384,7 @@ void gateway_close(Server *s)
     revoked_free(s->revoked);
     audit_free(s->audit);
     events_free(s->events);
+    event_streams_free(s->streams);
     watches_free(s->watches);
     quota_free(s);
     if (s->store)

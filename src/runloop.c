@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "leasegate/container.h"
+#include "leasegate/event_stream.h"
 #include "leasegate/events.h"
 #include "leasegate/watch.h"
 #include "leasegate/gateway.h"
@@ -80,6 +81,7 @@ static int next_timeout_ms(Server *s, int cap_ms)
     t = earliest(t, proxy_next_timeout_ms(s->proxy, &now));
     t = earliest(t, park_next_timeout_ms(s, &now));
     t = earliest(t, events_next_timeout_ms(s, &now));
+    t = earliest(t, event_streams_next_timeout_ms(s, &now));
     t = earliest(t, watch_next_timeout_ms(s, &now));
     MHD_UNSIGNED_LONG_LONG mhd_ms;
     if (MHD_get_timeout(s->daemon, &mhd_ms) == MHD_YES)
@@ -121,6 +123,7 @@ static int turn(Run *r, int cap_ms)
     proxy_tick(s->proxy, &now);
     park_tick(s, &now);
     events_tick(s, &now);
+    event_streams_tick(s, &now);
     watch_tick(s, &now);
     /* Parked answers made ready by commits and deadlines go out before MHD
      * runs (their connections rejoin it), those made ready inside it after. */

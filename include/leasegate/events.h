@@ -17,9 +17,12 @@
 #ifndef LEASEGATE_EVENTS_H
 #define LEASEGATE_EVENTS_H
 
+#include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "leasegate/audit.h"
+#include "leasegate/dlist.h"
 #include "leasegate/http.h"
 
 typedef struct Events Events;
@@ -31,19 +34,39 @@ void events_free(Events *e);
 void events_note(Server *s, AuditKind kind, const char *lock, const char *owner, uint64_t token);
 /* GET /v1/events. */
 void api_events(Request *req);
-/* GET /v1/events/stream: the same events as Server-Sent Events, from
- * ?after= or the Last-Event-ID header; a comment line every 15 s keeps an
- * idle stream open. A reader that falls behind the ring gets a `too_old`
- * event and the stream ends. */
-void api_events_stream(Request *req);
 /* The loop's: the next long-poll deadline (-1: none); answering those due. */
 int64_t events_next_timeout_ms(const Server *s, const Now *now);
 void events_tick(Server *s, const Now *now);
-/* The server is stopping: long-polls answer now, streams end. */
+/* The server is stopping: long-polls answer now, other readers are woken
+ * (events_draining turns true). */
 void events_drain(Server *s);
-/* Open event streams (their answers not yet freed). */
-size_t events_streams(const Server *s);
 /* The request is over: it stops waiting for events. */
 void events_request_end(Request *req);
+
+/* ---- For other readers of the events (event_stream.h) ---- */
+
+/* A reader waiting for events: wake is called once, at the next publish or
+ * when the server starts stopping, after the reader left the list. */
+typedef struct EventsWaker {
+    void (*wake)(struct EventsWaker *w);
+    DLink link;
+    bool waiting;
+} EventsWaker;
+void events_wait(Server *s, EventsWaker *w);
+/* No-op unless waiting. */
+void events_unwait(Server *s, EventsWaker *w);
+/* The published events (audit_list, audit_oldest, audit_latest). */
+const Audit *events_ring(const Server *s);
+bool events_draining(const Server *s);
+/* The query every events request takes (?after=, ?prefix=, with the key's
+ * prefixes); false after answering 400/403/404 (events off). *prefix points
+ * into the query, NULL for every lock. */
+bool events_query(Request *req, long long *after, const char **prefix);
+/* The seq to follow from for `after` (0: this run's first event); false
+ * after answering 410 when those events cannot be served (dropped from the
+ * ring, from an earlier run, or never given). */
+bool events_resolve_after(Request *req, uint64_t after, uint64_t *from);
+/* An event as JSON (never a lease); NULL when out of memory. */
+json_t *events_event_new(const AuditRow *r);
 
 #endif

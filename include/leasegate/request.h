@@ -88,7 +88,7 @@ typedef struct RequestEvents {
     uint64_t after;     /* the query's, checked */
     size_t limit;
     char *prefix;       /* owned: a copy of the query's, or NULL */
-    struct Stream *stream; /* GET /v1/events/stream: its answer's state, owned by the response */
+    struct Stream *stream; /* GET /v1/events/stream: its answer's state, owned by the response (event_stream.h) */
 } RequestEvents;
 
 /* A GET /v1/locks/NAME?index= waiting for the lock to change (watch.h): the API's. */

@@ -44,7 +44,8 @@ typedef struct Server {
     Fence *guard_marks; /* per lock: the highest token the guard has let through */
     Revoked *revoked;   /* tokens of force-released leases: refused at /v1/fence */
     Audit *audit;       /* the audit trail's newest rows (--audit-keep) */
-    struct Events *events; /* the event stream (events.h) */
+    struct Events *events; /* what happens to locks, and its long-polls (events.h) */
+    struct EventStreams *streams; /* GET /v1/events/stream (event_stream.h) */
     struct Watches *watches; /* requests waiting for a lock to change (watch.h) */
     Request *trail_actor; /* the request whose call into the lock table is running, for the trail */
     struct Smap *key_use; /* API key name -> its locks held and waited for (quota.h), or NULL */

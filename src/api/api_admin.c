@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "leasegate/api.h"
-#include "leasegate/events.h"
+#include "leasegate/event_stream.h"
 #include "leasegate/proxy.h"
 #include "leasegate/watch.h"
 #include "leasegate/web_assets.h"
@@ -103,7 +103,7 @@ void api_metrics(Request *req)
     gauge(f, "leasegate_connections_parked",
           "Connections of waiting acquires held outside libmicrohttpd (a socket and a request each).",
           s->parked.len);
-    gauge(f, "leasegate_event_streams", "Open GET /v1/events/stream answers.", events_streams(s));
+    gauge(f, "leasegate_event_streams", "Open GET /v1/events/stream answers.", event_streams_open(s));
     gauge(f, "leasegate_watches", "GET /v1/locks/NAME?index= requests waiting for their lock to change.",
           watch_count(s));
     gauge(f, "leasegate_last_token", "The last fencing token issued.", locktab_last_token(s->locks));

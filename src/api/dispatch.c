@@ -6,6 +6,7 @@
 
 #include "leasegate/access.h"
 #include "leasegate/api.h"
+#include "leasegate/event_stream.h"
 #include "leasegate/events.h"
 #include "leasegate/watch.h"
 #include "leasegate/guard.h"
@@ -72,6 +73,7 @@ static void end(Request *req, bool delivered)
     guard_request_end(req);
     api_request_end(req, delivered);
     events_request_end(req);
+    event_streams_request_end(req);
     watch_request_end(req);
     access_end(req);
 }

@@ -1,31 +1,20 @@
-/* events — the event stream; see include/leasegate/events.h. */
+/* events — what happens to locks, and the long-poll; see include/leasegate/events.h. */
 #include "leasegate/events.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <microhttpd.h>
-
 #include "leasegate/access.h"
 #include "leasegate/body.h"
 #include "leasegate/query.h"
 #include "leasegate/container.h"
-#include "leasegate/httphead.h"
 #include "leasegate/watch.h"
 
 #define EVENTS_DEFAULT 100
 #define EVENTS_MAX 1000
 #define WAIT_MAX_MS 300000
-/* A stream with nothing to say sends a comment this often, so that proxies
- * keep it open and a client that went away is noticed. */
-#define STREAM_BEAT_MS 15000
-#define STREAM_BATCH 100 /* events formatted per fill */
-/* What libmicrohttpd asks of the reader at a time; also the buffer each
- * stream's answer keeps, so small: a stream mostly waits. */
-#define STREAM_BLOCK 2048
 
 /* Events that wait for one batch to become durable. */
 typedef struct Group {
@@ -36,32 +25,14 @@ typedef struct Group {
     size_t n, cap;
 } Group;
 
-/* A GET /v1/events/stream answer: owned by its libmicrohttpd response
- * (stream_freed), pointed to by its request until the request ends. */
-typedef struct Stream {
-    Request *req;      /* NULL once the request is over */
-    Events *e;
-    uint64_t cursor;   /* every event up to this seq is sent or not for this stream */
-    char *prefix;      /* owned; NULL: every lock */
-    char *out;         /* owned: formatted, not yet taken by libmicrohttpd */
-    size_t len, off, cap;
-    bool ending;       /* the last message is in out: end the stream after it */
-    bool waiting;      /* suspended until events come (in Events.streams) */
-    DLink link;
-    HeapEntry beat;    /* the next keep-alive comment (Events.beats) */
-    bool beat_due;
-} Stream;
-
 struct Events {
     Audit *ring;   /* published events */
     uint64_t floor; /* the seq before this run's first: later than any earlier run's */
     DList groups;  /* Group.link: oldest batch first */
     DList waiters; /* Request.events.link */
     Heap deadlines; /* Request.events.deadline */
-    DList streams; /* Stream.link: waiting streams */
-    Heap beats;    /* Stream.beat */
-    size_t open_streams; /* Stream answers not freed yet */
-    bool draining;       /* the server is stopping: streams end, long-polls answer */
+    DList wakers;  /* EventsWaker.link: other readers waiting for events */
+    bool draining; /* the server is stopping: readers end, long-polls answer */
 };
 
 Events *events_new(size_t keep)
@@ -78,7 +49,6 @@ Events *events_new(size_t keep)
     e->floor = (uint64_t)clock_now().wall_ms * 1000;
     audit_start_seq(e->ring, e->floor + 1);
     heap_init(&e->deadlines);
-    heap_init(&e->beats);
     return e;
 }
 
@@ -100,7 +70,6 @@ void events_free(Events *e)
         group_free(g);
     }
     heap_clear(&e->deadlines);
-    heap_clear(&e->beats);
     audit_free(e->ring);
     free(e);
 }
@@ -112,7 +81,37 @@ static void out_of_memory(void)
 }
 
 static bool answer_if_any(Request *req, bool timed_out);
-static void stream_wake(Stream *st);
+
+void events_wait(Server *s, EventsWaker *w)
+{
+    if (!w->waiting) {
+        w->waiting = true;
+        dlist_append(&s->events->wakers, &w->link);
+    }
+}
+
+void events_unwait(Server *s, EventsWaker *w)
+{
+    if (w->waiting) {
+        w->waiting = false;
+        dlist_remove(&s->events->wakers, &w->link);
+    }
+}
+
+/* Every waiting reader is woken once. */
+static void wake_all(Server *s)
+{
+    Events *e = s->events;
+    while (e->wakers.head) {
+        EventsWaker *w = DLIST_ITEM(e->wakers.head, EventsWaker, link);
+        events_unwait(s, w);
+        w->wake(w);
+    }
+}
+
+const Audit *events_ring(const Server *s) { return s->events->ring; }
+
+bool events_draining(const Server *s) { return s->events->draining; }
 
 /* Publishes g's events (its batch is durable) and answers the waiters that now have some. */
 static void publish(Server *s, const AuditRow *rows, size_t n)
@@ -124,8 +123,7 @@ static void publish(Server *s, const AuditRow *rows, size_t n)
         next = l->next;
         answer_if_any(DLIST_ITEM(l, Request, events.link), false);
     }
-    while (e->streams.head)
-        stream_wake(DLIST_ITEM(e->streams.head, Stream, link));
+    wake_all(s);
 }
 
 static void group_ready(CommitHold *hold)
@@ -177,8 +175,7 @@ void events_note(Server *s, AuditKind kind, const char *lock, const char *owner,
     last->rows[last->n++] = row;
 }
 
-/* The event as JSON; NULL when out of memory. */
-static json_t *event_new(const AuditRow *r)
+json_t *events_event_new(const AuditRow *r)
 {
     return json_pack("{s:I, s:I, s:s, s:s, s:s, s:I}", "seq", (json_int_t)r->seq, "at_ms", (json_int_t)r->at_ms,
                      "kind", audit_kind_name(r->kind), "lock", r->lock, "owner", r->owner, "token",
@@ -192,7 +189,7 @@ static uint64_t effective_after(const Events *e, uint64_t after) { return after 
  * served: dropped from the ring, from another run, or never given. */
 static bool check_after(Request *req, uint64_t after)
 {
-    Events *e = req->srv->events;
+    const Events *e = req->srv->events;
     uint64_t oldest = audit_oldest(e->ring), latest = audit_latest(e->ring);
     const char *why = NULL;
     if (after < e->floor)
@@ -209,8 +206,13 @@ static bool check_after(Request *req, uint64_t after)
     return false;
 }
 
-/* The query every events request takes; false after answering 400/403/404. */
-static bool events_query(Request *req, long long *after, const char **prefix)
+bool events_resolve_after(Request *req, uint64_t after, uint64_t *from)
+{
+    *from = effective_after(req->srv->events, after);
+    return check_after(req, *from);
+}
+
+bool events_query(Request *req, long long *after, const char **prefix)
 {
     Events *e = req->srv->events;
     *prefix = http_query(req, "prefix");
@@ -235,7 +237,7 @@ typedef struct Page {
 static void add_event(void *ud, const AuditRow *r)
 {
     Page *p = ud;
-    json_t *j = p->failed ? NULL : event_new(r);
+    json_t *j = p->failed ? NULL : events_event_new(r);
     if (!j || json_array_append_new(p->events, j))
         p->failed = true;
     p->last = r->seq;
@@ -282,8 +284,10 @@ void api_events(Request *req)
     long long after, limit, wait_ms;
     const char *prefix;
     if (!events_query(req, &after, &prefix) || !query_int(req, "limit", 1, EVENTS_MAX, EVENTS_DEFAULT, &limit) ||
-        !query_int(req, "wait_ms", 0, WAIT_MAX_MS, 0, &wait_ms) ||
-        !check_after(req, effective_after(e, (uint64_t)after)))
+        !query_int(req, "wait_ms", 0, WAIT_MAX_MS, 0, &wait_ms))
+        return;
+    uint64_t from;
+    if (!events_resolve_after(req, (uint64_t)after, &from))
         return;
     req->events.after = (uint64_t)after;
     req->events.limit = (size_t)limit;
@@ -305,191 +309,12 @@ void api_events(Request *req)
     http_hold(req);
 }
 
-/* ---- GET /v1/events/stream: the same events as Server-Sent Events ---- */
-
-static bool stream_put(Stream *st, const char *text, size_t len)
+int64_t events_next_timeout_ms(const Server *s, const Now *now)
 {
-    if (st->len + len > st->cap) {
-        size_t cap = st->cap ? st->cap : 512;
-        while (cap < st->len + len)
-            cap *= 2;
-        char *out = realloc(st->out, cap);
-        if (!out)
-            return false;
-        st->out = out;
-        st->cap = cap;
-    }
-    memcpy(st->out + st->len, text, len);
-    st->len += len;
-    return true;
-}
-
-/* One message: `id:` (what Last-Event-ID sends back on reconnect) and the event as JSON. */
-static void stream_add(void *ud, const AuditRow *r)
-{
-    Stream *st = ud;
-    json_t *j = event_new(r);
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    char head[40];
-    int hl = snprintf(head, sizeof head, "id: %llu\ndata: ", (unsigned long long)r->seq);
-    if (!text || !stream_put(st, head, (size_t)hl) || !stream_put(st, text, strlen(text)) || !stream_put(st, "\n\n", 2))
-        st->ending = true; /* out of memory: end the stream; the client resumes from its last id */
-    free(text);
-    json_decref(j);
-    st->cursor = r->seq;
-}
-
-/* Fills st->out with what the stream has to say next, if anything. */
-static void stream_fill(Stream *st)
-{
-    Events *e = st->e;
-    uint64_t oldest = audit_oldest(e->ring);
-    if (oldest && st->cursor + 1 < oldest) {
-        /* The reader fell behind the ring: tell it, and end. A reconnect with
-         * its Last-Event-ID then gets 410 too, so it lists the locks. */
-        char msg[200];
-        int n = snprintf(msg, sizeof msg,
-                         "event: too_old\ndata: {\"error\":\"too_old\",\"oldest\":%llu,\"latest\":%llu}\n\n",
-                         (unsigned long long)oldest, (unsigned long long)audit_latest(e->ring));
-        stream_put(st, msg, (size_t)n);
-        st->ending = true;
-        return;
-    }
-    bool more = audit_list(e->ring, st->prefix, true, st->cursor, STREAM_BATCH, stream_add, st);
-    if (!more && !st->ending)
-        st->cursor = audit_latest(e->ring);
-    if (!st->len && st->beat_due)
-        stream_put(st, ":\n\n", 3);
-    st->beat_due = false;
-}
-
-static void stream_unlist(Stream *st)
-{
-    if (st->waiting) {
-        st->waiting = false;
-        dlist_remove(&st->e->streams, &st->link);
-    }
-    heap_remove(&st->e->beats, &st->beat);
-}
-
-/* Events came, or a keep-alive is due: libmicrohttpd asks the reader again. */
-static void stream_wake(Stream *st)
-{
-    if (st->waiting) {
-        st->waiting = false;
-        dlist_remove(&st->e->streams, &st->link);
-        http_resume(st->req);
-    }
-}
-
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    (void)pos;
-    Stream *st = cls;
-    if (!st->req || http_closing(st->req))
-        return MHD_CONTENT_READER_END_WITH_ERROR; /* the connection is being dropped */
-    if (st->off == st->len) {
-        st->off = st->len = 0;
-        if (st->ending || st->e->draining)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        stream_fill(st);
-    }
-    if (st->off == st->len) {
-        /* Nothing to say: suspended until publish or the keep-alive wakes it. */
-        st->waiting = true;
-        dlist_append(&st->e->streams, &st->link);
-        http_suspend_watched(st->req);
-        return 0;
-    }
-    size_t n = st->len - st->off < max ? st->len - st->off : max;
-    memcpy(buf, st->out + st->off, n);
-    st->off += n;
-    Now now = clock_now();
-    heap_set(&st->e->beats, &st->beat, now.mono_ms + STREAM_BEAT_MS); /* if the heap cannot grow: no keep-alive */
-    return (ssize_t)n;
-}
-
-static void stream_freed(void *cls)
-{
-    Stream *st = cls;
-    if (st->req) {
-        stream_unlist(st);
-        st->req->events.stream = NULL;
-    }
-    st->e->open_streams--;
-    free(st->prefix);
-    free(st->out);
-    free(st);
-}
-
-size_t events_streams(const Server *s) { return s->events->open_streams; }
-
-void api_events_stream(Request *req)
-{
-    long long after;
-    const char *prefix;
-    if (!events_query(req, &after, &prefix))
-        return;
-    const char *last_id = http_header(req, "Last-Event-ID");
-    if (last_id && !http_query(req, "after")) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(last_id, &end, 10);
-        if (!*last_id || *end || errno || *last_id == '-' || v > INT64_MAX) {
-            http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "Last-Event-ID"),
-                             "header Last-Event-ID must be an event's seq");
-            return;
-        }
-        after = (long long)v;
-    }
-    Events *e = req->srv->events;
-    if (!check_after(req, effective_after(e, (uint64_t)after)))
-        return;
-    Stream *st = calloc(1, sizeof *st);
-    if (!st || (prefix && !(st->prefix = strdup(prefix))) || !stream_put(st, "retry: 1000\n\n", 13)) {
-        if (st)
-            free(st->prefix);
-        free(st);
-        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
-        return;
-    }
-    st->req = req;
-    st->e = e;
-    st->cursor = effective_after(e, (uint64_t)after);
-    heap_entry_init(&st->beat);
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st,
-                                                                  stream_freed);
-    if (!resp) {
-        free(st->prefix);
-        free(st->out);
-        free(st);
-        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
-        return;
-    }
-    req->events.stream = st;
-    e->open_streams++;
-    if (!httphead_add_answer_fields(resp, 200, "text/event-stream") ||
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no") != MHD_YES) {
-        MHD_destroy_response(resp); /* frees st, through stream_freed */
-        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
-        return;
-    }
-    http_reply_response(req, 200, resp);
-}
-
-/* Milliseconds until the heap's first deadline; -1 when empty. */
-static int64_t until_first(const Heap *h, const Now *now)
-{
-    HeapEntry *first = heap_peek(h);
+    HeapEntry *first = heap_peek(&s->events->deadlines);
     if (!first)
         return -1;
     return first->deadline_ms > now->mono_ms ? first->deadline_ms - now->mono_ms : 0;
-}
-
-int64_t events_next_timeout_ms(const Server *s, const Now *now)
-{
-    int64_t a = until_first(&s->events->deadlines, now), b = until_first(&s->events->beats, now);
-    return a < 0 || (b >= 0 && b < a) ? b : a;
 }
 
 void events_tick(Server *s, const Now *now)
@@ -498,12 +323,6 @@ void events_tick(Server *s, const Now *now)
     HeapEntry *h;
     while ((h = heap_peek(&e->deadlines)) && h->deadline_ms <= now->mono_ms)
         answer_if_any(CONTAINER_OF(h, Request, events.deadline), true);
-    while ((h = heap_peek(&e->beats)) && h->deadline_ms <= now->mono_ms) {
-        Stream *st = CONTAINER_OF(h, Stream, beat);
-        heap_remove(&e->beats, h);
-        st->beat_due = true;
-        stream_wake(st);
-    }
 }
 
 void events_drain(Server *s)
@@ -512,8 +331,7 @@ void events_drain(Server *s)
     e->draining = true;
     while (e->waiters.head)
         answer_if_any(DLIST_ITEM(e->waiters.head, Request, events.link), true);
-    while (e->streams.head)
-        stream_wake(DLIST_ITEM(e->streams.head, Stream, link));
+    wake_all(s);
 }
 
 void events_request_end(Request *req)
@@ -521,10 +339,4 @@ void events_request_end(Request *req)
     stop_waiting(req);
     free(req->events.prefix);
     req->events.prefix = NULL;
-    Stream *st = req->events.stream;
-    if (st) {
-        stream_unlist(st);
-        st->req = NULL;
-        req->events.stream = NULL;
-    }
 }

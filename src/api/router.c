@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "leasegate/api.h"
+#include "leasegate/event_stream.h"
 #include "leasegate/events.h"
 #include "leasegate/names.h"
 

@@ -1,0 +1,39 @@
+/*
+ * event_stream — GET /v1/events/stream: the events of events.h as
+ * Server-Sent Events, for clients that keep one answer open rather than
+ * long-poll. `id:` is the event's seq and `data:` the event as JSON; it
+ * starts after ?after=, else after the Last-Event-ID header (what a browser
+ * sends on reconnect), else at this run's first event, and takes ?prefix=
+ * as the long-poll does. A comment line every 15 s keeps an idle stream open
+ * through proxies. A reader that falls behind the ring gets a `too_old`
+ * event and the stream ends (its reconnect then gets 410). Stopping the
+ * server ends every stream.
+ *
+ * A stream's state is owned by its libmicrohttpd response, and pointed to by
+ * its request until the request ends. Only the loop thread calls these.
+ */
+#ifndef LEASEGATE_EVENT_STREAM_H
+#define LEASEGATE_EVENT_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "leasegate/clock.h"
+#include "leasegate/request.h"
+
+typedef struct EventStreams EventStreams;
+
+/* NULL when out of memory. */
+EventStreams *event_streams_new(void);
+/* After every stream's answer is freed (MHD stopped). */
+void event_streams_free(EventStreams *es);
+void api_events_stream(Request *req);
+/* The loop's: when the next keep-alive is due (-1: none), and sending those due. */
+int64_t event_streams_next_timeout_ms(const Server *s, const Now *now);
+void event_streams_tick(Server *s, const Now *now);
+/* Open streams (their answers not yet freed), for /metrics. */
+size_t event_streams_open(const Server *s);
+/* The request is over: its stream, if any, ends with it. */
+void event_streams_request_end(Request *req);
+
+#endif

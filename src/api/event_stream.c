@@ -1,0 +1,255 @@
+/* event_stream — Server-Sent Events; see include/leasegate/event_stream.h. */
+#include "leasegate/event_stream.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <microhttpd.h>
+
+#include "leasegate/container.h"
+#include "leasegate/events.h"
+#include "leasegate/heap.h"
+#include "leasegate/http.h"
+#include "leasegate/httphead.h"
+
+/* A stream with nothing to say sends a comment this often, so that proxies
+ * keep it open and a client that went away is noticed. */
+#define STREAM_BEAT_MS 15000
+#define STREAM_BATCH 100 /* events formatted per fill */
+/* What libmicrohttpd asks of the reader at a time; also the buffer each
+ * stream's answer keeps, so small: a stream mostly waits. */
+#define STREAM_BLOCK 2048
+
+struct EventStreams {
+    Heap beats;  /* Stream.beat */
+    size_t open; /* Stream answers not freed yet */
+};
+
+typedef struct Stream {
+    Request *req;      /* NULL once the request is over */
+    Server *s;
+    uint64_t cursor;   /* every event up to this seq is sent or not for this stream */
+    char *prefix;      /* owned; NULL: every lock */
+    char *out;         /* owned: formatted, not yet taken by libmicrohttpd */
+    size_t len, off, cap;
+    bool ending;       /* the last message is in out: end the stream after it */
+    EventsWaker waker; /* waiting for events: suspended meanwhile */
+    HeapEntry beat;    /* the next keep-alive comment (EventStreams.beats) */
+    bool beat_due;
+} Stream;
+
+EventStreams *event_streams_new(void)
+{
+    EventStreams *es = calloc(1, sizeof *es);
+    if (es)
+        heap_init(&es->beats);
+    return es;
+}
+
+void event_streams_free(EventStreams *es)
+{
+    if (!es)
+        return;
+    heap_clear(&es->beats);
+    free(es);
+}
+
+static bool stream_put(Stream *st, const char *text, size_t len)
+{
+    if (st->len + len > st->cap) {
+        size_t cap = st->cap ? st->cap : 512;
+        while (cap < st->len + len)
+            cap *= 2;
+        char *out = realloc(st->out, cap);
+        if (!out)
+            return false;
+        st->out = out;
+        st->cap = cap;
+    }
+    memcpy(st->out + st->len, text, len);
+    st->len += len;
+    return true;
+}
+
+/* One message: `id:` (what Last-Event-ID sends back on reconnect) and the event as JSON. */
+static void stream_add(void *ud, const AuditRow *r)
+{
+    Stream *st = ud;
+    json_t *j = events_event_new(r);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char head[40];
+    int hl = snprintf(head, sizeof head, "id: %llu\ndata: ", (unsigned long long)r->seq);
+    if (!text || !stream_put(st, head, (size_t)hl) || !stream_put(st, text, strlen(text)) || !stream_put(st, "\n\n", 2))
+        st->ending = true; /* out of memory: end the stream; the client resumes from its last id */
+    free(text);
+    json_decref(j);
+    st->cursor = r->seq;
+}
+
+/* Fills st->out with what the stream has to say next, if anything. */
+static void stream_fill(Stream *st)
+{
+    const Audit *ring = events_ring(st->s);
+    uint64_t oldest = audit_oldest(ring);
+    if (oldest && st->cursor + 1 < oldest) {
+        /* The reader fell behind the ring: tell it, and end. A reconnect with
+         * its Last-Event-ID then gets 410 too, so it lists the locks. */
+        char msg[200];
+        int n = snprintf(msg, sizeof msg,
+                         "event: too_old\ndata: {\"error\":\"too_old\",\"oldest\":%llu,\"latest\":%llu}\n\n",
+                         (unsigned long long)oldest, (unsigned long long)audit_latest(ring));
+        stream_put(st, msg, (size_t)n);
+        st->ending = true;
+        return;
+    }
+    bool more = audit_list(ring, st->prefix, true, st->cursor, STREAM_BATCH, stream_add, st);
+    if (!more && !st->ending)
+        st->cursor = audit_latest(ring);
+    if (!st->len && st->beat_due)
+        stream_put(st, ":\n\n", 3);
+    st->beat_due = false;
+}
+
+/* Events came, the server is stopping, or a keep-alive is due:
+ * libmicrohttpd asks the reader again. */
+static void stream_resume(Stream *st)
+{
+    events_unwait(st->s, &st->waker);
+    http_resume(st->req);
+}
+
+static void stream_woken(EventsWaker *w) { http_resume(CONTAINER_OF(w, Stream, waker)->req); }
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    Stream *st = cls;
+    if (!st->req || http_closing(st->req))
+        return MHD_CONTENT_READER_END_WITH_ERROR; /* the connection is being dropped */
+    if (st->off == st->len) {
+        st->off = st->len = 0;
+        if (st->ending || events_draining(st->s))
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        stream_fill(st);
+    }
+    if (st->off == st->len) {
+        /* Nothing to say: suspended until events, the stop or the keep-alive wake it. */
+        events_wait(st->s, &st->waker);
+        http_suspend_watched(st->req);
+        return 0;
+    }
+    size_t n = st->len - st->off < max ? st->len - st->off : max;
+    memcpy(buf, st->out + st->off, n);
+    st->off += n;
+    Now now = clock_now();
+    heap_set(&st->s->streams->beats, &st->beat, now.mono_ms + STREAM_BEAT_MS); /* if the heap cannot grow: no keep-alive */
+    return (ssize_t)n;
+}
+
+/* The request is gone: the stream no longer waits for anything. */
+static void stream_unlist(Stream *st)
+{
+    events_unwait(st->s, &st->waker);
+    heap_remove(&st->s->streams->beats, &st->beat);
+}
+
+static void stream_freed(void *cls)
+{
+    Stream *st = cls;
+    if (st->req) {
+        stream_unlist(st);
+        st->req->events.stream = NULL;
+    }
+    st->s->streams->open--;
+    free(st->prefix);
+    free(st->out);
+    free(st);
+}
+
+size_t event_streams_open(const Server *s) { return s->streams->open; }
+
+void api_events_stream(Request *req)
+{
+    long long after;
+    const char *prefix;
+    if (!events_query(req, &after, &prefix))
+        return;
+    const char *last_id = http_header(req, "Last-Event-ID");
+    if (last_id && !http_query(req, "after")) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(last_id, &end, 10);
+        if (!*last_id || *end || errno || *last_id == '-' || v > INT64_MAX) {
+            http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "Last-Event-ID"),
+                             "header Last-Event-ID must be an event's seq");
+            return;
+        }
+        after = (long long)v;
+    }
+    uint64_t from;
+    if (!events_resolve_after(req, (uint64_t)after, &from))
+        return;
+    Stream *st = calloc(1, sizeof *st);
+    if (!st || (prefix && !(st->prefix = strdup(prefix))) || !stream_put(st, "retry: 1000\n\n", 13)) {
+        if (st)
+            free(st->prefix);
+        free(st);
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    st->req = req;
+    st->s = req->srv;
+    st->cursor = from;
+    st->waker.wake = stream_woken;
+    heap_entry_init(&st->beat);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st,
+                                                                  stream_freed);
+    if (!resp) {
+        free(st->prefix);
+        free(st->out);
+        free(st);
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    req->events.stream = st;
+    req->srv->streams->open++;
+    if (!httphead_add_answer_fields(resp, 200, "text/event-stream") ||
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no") != MHD_YES) {
+        MHD_destroy_response(resp); /* frees st, through stream_freed */
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    http_reply_response(req, 200, resp);
+}
+
+int64_t event_streams_next_timeout_ms(const Server *s, const Now *now)
+{
+    HeapEntry *first = heap_peek(&s->streams->beats);
+    if (!first)
+        return -1;
+    return first->deadline_ms > now->mono_ms ? first->deadline_ms - now->mono_ms : 0;
+}
+
+void event_streams_tick(Server *s, const Now *now)
+{
+    HeapEntry *h;
+    while ((h = heap_peek(&s->streams->beats)) && h->deadline_ms <= now->mono_ms) {
+        Stream *st = CONTAINER_OF(h, Stream, beat);
+        heap_remove(&s->streams->beats, h);
+        st->beat_due = true;
+        if (st->waker.waiting)
+            stream_resume(st);
+    }
+}
+
+void event_streams_request_end(Request *req)
+{
+    Stream *st = req->events.stream;
+    if (st) {
+        stream_unlist(st);
+        st->req = NULL;
+        req->events.stream = NULL;
+    }
+}
