@@ -217,7 +217,7 @@ bool standby_stop(Standby *sb)
      * accepts and leaves the socket open on stop. */
     atomic_store(&sb->stopping, true);
     bool kept = MHD_quiesce_daemon(sb->daemon) != MHD_INVALID_SOCKET;
-    MHD_stop_daemon(sb->daemon); /* joins every connection's thread, and so every forward's worker */
+    MHD_stop_daemon(sb->daemon); /* joins every connection's thread, and so ends every forward */
     forward_pool_free(sb->pool);
     free(sb);
     return kept;

@@ -2,18 +2,20 @@
  * forward — a follower's request sent on to the leader gateway, and the
  * leader's answer given back as it comes (status, end-to-end headers, body).
  *
- * Streamed both ways: the request goes out as soon as its headers are in,
- * its body follows as the client sends it, and the answer's body is passed on
- * as the leader sends it. Memory per forward is two buffers of
+ * Streamed both ways: the request goes out once its body is complete or
+ * fills the buffer, the rest of its body follows as the client sends it, and
+ * the answer's body is passed on as the leader sends it. Memory per forward is two buffers of
  * FORWARD_BUFFER bytes whatever the sizes, so guarded writes of any length go
  * through a follower, and a slow side slows the other (backpressure) rather
  * than filling memory.
  *
- * Used by the standby's libmicrohttpd, one thread per connection: a worker
- * thread per forward runs libcurl while the connection's thread feeds it the
- * body and then blocks until the answer's headers are in (long-polls
- * included), and later in the answer's body reader. Connections to the leader
- * are kept and reused between forwards (a ForwardPool).
+ * Used by the standby's libmicrohttpd, one thread per connection: the
+ * transfer runs on the connection's own thread (libcurl's multi interface),
+ * driven by whichever call waits for it: feeding the body, waiting for the
+ * answer's headers (long-polls included), reading the answer's body. No
+ * other thread is involved, so a forward costs no hand-off between threads.
+ * libcurl handles, each with its connection to the leader, are kept and
+ * reused between forwards (a ForwardPool).
  *
  * Every forwarded request carries `Leasegate-Forwarded`; a gateway that gets
  * one and does not lead answers 503 instead of forwarding again, so two
@@ -39,9 +41,10 @@
 #define FORWARD_HEADER "Leasegate-Forwarded"
 #define FORWARD_BUFFER (64u * 1024)
 
-/* Connections to the leader, shared by every forward of a standby. An https
- * leader's certificate is verified against the PEM bundle cacert (borrowed),
- * or the system's when NULL. */
+/* libcurl handles and their connections to the leader, taken in turn by the
+ * forwards of a standby (thread-safe). An https leader's certificate is
+ * verified against the PEM bundle cacert (borrowed), or the system's when
+ * NULL. */
 typedef struct ForwardPool ForwardPool;
 /* NULL when out of memory. */
 ForwardPool *forward_pool_new(const char *cacert);
@@ -54,19 +57,20 @@ typedef struct Forward Forward;
  * NULL when out of memory. The caller holds one reference. */
 Forward *forward_new(const char *uri);
 /* Drops the caller's reference: the request is over (libmicrohttpd's
- * completion). A forward still running is stopped and its worker joined. */
+ * completion). With the last reference a transfer still running is
+ * abandoned (its connection closed) and its handle goes back to the pool. */
 void forward_release(Forward *f);
 const char *forward_uri(const Forward *f);
 /* True on the first call for the request only (libmicrohttpd's first call
  * has the headers, never body bytes). */
 bool forward_first_call(Forward *f);
 
-/* Is asked, on the worker thread, a few times a second whether to give up;
- * leader is the URL this forward went to. */
+/* Is asked, while the forward waits, a few times a second whether to give
+ * up; leader is the URL this forward went to. */
 typedef bool (*ForwardStop)(void *ud, const char *leader);
 
-/* Starts sending the request (method and headers of conn) to leader_url on a
- * worker thread. false (with *why) when it could not start. */
+/* Prepares the request (method and headers of conn) for leader_url; it goes
+ * out as the next calls drive it. false (with *why) when it could not start. */
 bool forward_start(Forward *f, ForwardPool *pool, struct MHD_Connection *conn, const char *method,
                    const char *leader_url, ForwardStop should_stop, void *ud, const char **why);
 /* True after a successful forward_start. */

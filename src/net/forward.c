@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,28 +14,27 @@
 #include <time.h>
 
 #define CONNECT_TIMEOUT_MS 2000L
-#define WAIT_STEP_MS 100        /* how often a blocked side looks again (stop, hang-up) */
-#define KEPT_CONNECTIONS 64L    /* idle connections to the leader kept for reuse */
+#define WAIT_STEP_MS 100        /* how often a waiting forward looks at its client and the leader */
 #define REUSE_IDLE_MAX_S 1L     /* far below any --idle-timeout of the leader (>= 1 s) that would close them */
 #define READ_BLOCK (16u * 1024) /* bytes asked of the answer's reader at a time */
+#define AGENTS_KEPT 64          /* idle agents (each with its connection to the leader) kept for reuse */
+
+/* A libcurl multi handle and easy handle, kept between forwards with the
+ * connection to the leader that the multi handle caches: making them anew
+ * for each forward (the multi handle makes a socketpair, the connection a
+ * TCP handshake) cost as much CPU as the leader spends on the request. */
+typedef struct Agent {
+    CURLM *multi;
+    CURL *easy;
+    struct Agent *next; /* in ForwardPool.idle */
+} Agent;
 
 struct ForwardPool {
-    CURLSH *share;
     const char *cacert; /* CURLOPT_CAINFO for an https leader; NULL: the system's bundle */
-    pthread_mutex_t mu[CURL_LOCK_DATA_LAST];
+    pthread_mutex_t agents_mu; /* guards idle and nidle */
+    Agent *idle;
+    size_t nidle;
 };
-
-static void pool_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
-{
-    (void)h, (void)access;
-    pthread_mutex_lock(&((ForwardPool *)ud)->mu[data]);
-}
-
-static void pool_unlock(CURL *h, curl_lock_data data, void *ud)
-{
-    (void)h;
-    pthread_mutex_unlock(&((ForwardPool *)ud)->mu[data]);
-}
 
 ForwardPool *forward_pool_new(const char *cacert)
 {
@@ -42,28 +42,70 @@ ForwardPool *forward_pool_new(const char *cacert)
     if (!p)
         return NULL;
     p->cacert = cacert;
-    if (!(p->share = curl_share_init())) {
-        free(p);
-        return NULL;
-    }
-    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
-        pthread_mutex_init(&p->mu[i], NULL);
-    curl_share_setopt(p->share, CURLSHOPT_LOCKFUNC, pool_lock);
-    curl_share_setopt(p->share, CURLSHOPT_UNLOCKFUNC, pool_unlock);
-    curl_share_setopt(p->share, CURLSHOPT_USERDATA, p);
-    curl_share_setopt(p->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
-    curl_share_setopt(p->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    pthread_mutex_init(&p->agents_mu, NULL);
     return p;
+}
+
+static void agent_free(Agent *a)
+{
+    curl_easy_cleanup(a->easy);
+    curl_multi_cleanup(a->multi);
+    free(a);
 }
 
 void forward_pool_free(ForwardPool *p)
 {
     if (!p)
         return;
-    curl_share_cleanup(p->share);
-    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
-        pthread_mutex_destroy(&p->mu[i]);
+    while (p->idle) {
+        Agent *a = p->idle;
+        p->idle = a->next;
+        agent_free(a);
+    }
+    pthread_mutex_destroy(&p->agents_mu);
     free(p);
+}
+
+/* An idle agent, or a new one; NULL when out of memory. */
+static Agent *agent_take(ForwardPool *p)
+{
+    pthread_mutex_lock(&p->agents_mu);
+    Agent *a = p->idle;
+    if (a) {
+        p->idle = a->next;
+        p->nidle--;
+    }
+    pthread_mutex_unlock(&p->agents_mu);
+    if (a)
+        return a;
+    if (!(a = calloc(1, sizeof *a)))
+        return NULL;
+    if (!(a->multi = curl_multi_init()) || !(a->easy = curl_easy_init()) ||
+        curl_multi_setopt(a->multi, CURLMOPT_MAXCONNECTS, 1L) != CURLM_OK) {
+        agent_free(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* Back to the pool, its easy handle out of its multi handle (a transfer not
+ * finished is abandoned: libcurl closes that connection) and reset (which
+ * keeps the cached connection). */
+static void agent_give_back(ForwardPool *p, Agent *a, bool added)
+{
+    if (added)
+        curl_multi_remove_handle(a->multi, a->easy);
+    curl_easy_reset(a->easy);
+    pthread_mutex_lock(&p->agents_mu);
+    bool keep = p->nidle < AGENTS_KEPT;
+    if (keep) {
+        a->next = p->idle;
+        p->idle = a;
+        p->nidle++;
+    }
+    pthread_mutex_unlock(&p->agents_mu);
+    if (!keep)
+        agent_free(a);
 }
 
 /* Bytes on their way from one side to the other: FORWARD_BUFFER at most. */
@@ -100,30 +142,36 @@ static size_t ring_get(Ring *r, char *p, size_t n)
     return done;
 }
 
+enum { BODY_NONE, BODY_UPLOAD, BODY_HEAD };
+
+/* Everything here is used by the connection's thread only (libmicrohttpd's
+ * thread per connection): the transfer runs on it, driven by the call that
+ * waits for it (forward_add_body, forward_answer, the answer's reader). */
 struct Forward {
     char *uri; /* owned */
     bool called, started;
+    atomic_int refs; /* the request's, and the answer's response once made */
 
-    /* Set up by forward_start, then the worker's (and read-only for the rest). */
-    pthread_t worker;
-    CURL *easy;                  /* owned */
+    ForwardPool *pool;
+    Agent *agent;                /* while started; back to the pool with the last reference */
     struct curl_slist *headers;  /* owned: the request's headers for the leader */
     char *url, *leader;          /* owned */
+    int body;                    /* BODY_*: how the request's body goes out */
     int client_fd;
     ForwardStop should_stop;
     void *ud;
+    int64_t next_check_ms;       /* when the client and the leader are next looked at */
 
-    pthread_mutex_t mu; /* guards the rest, with cv (broadcast on every change) */
-    pthread_cond_t cv;
-    int refs;           /* the request's, and the answer's response once made */
     Ring up, down;      /* client -> leader, leader -> client */
     bool up_done;       /* the whole request body is in `up` */
-    bool aborting;      /* the request is over: the worker must end */
+    bool up_paused;     /* libcurl waits for request body bytes (CURL_READFUNC_PAUSE) */
+    bool down_paused;   /* libcurl holds answer bytes `down` had no room for */
     bool stopped;       /* given up: should_stop, or the client hung up */
     bool headers_ready; /* the answer's status and headers are complete */
-    bool finished;      /* the worker's transfer has ended (result) */
+    bool finished;      /* the transfer has ended (result) */
     bool oom;
     CURLcode result;
+    char error[CURL_ERROR_SIZE]; /* libcurl's words for result */
     long status;
     curl_off_t answer_len;            /* its Content-Length; -1 when none */
     struct curl_slist *answer_headers; /* owned: "Name: value", end-to-end only */
@@ -138,13 +186,7 @@ Forward *forward_new(const char *uri)
         free(f);
         return NULL;
     }
-    pthread_mutex_init(&f->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&f->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    f->refs = 1;
+    atomic_init(&f->refs, 1);
     f->answer_len = -1;
     f->client_fd = -1;
     return f;
@@ -152,12 +194,10 @@ Forward *forward_new(const char *uri)
 
 static void forward_unref(Forward *f)
 {
-    pthread_mutex_lock(&f->mu);
-    int left = --f->refs;
-    pthread_mutex_unlock(&f->mu);
-    if (left)
+    if (atomic_fetch_sub(&f->refs, 1) != 1)
         return;
-    curl_easy_cleanup(f->easy);
+    if (f->agent)
+        agent_give_back(f->pool, f->agent, f->started);
     curl_slist_free_all(f->headers);
     curl_slist_free_all(f->answer_headers);
     free(f->up.buf);
@@ -165,23 +205,13 @@ static void forward_unref(Forward *f)
     free(f->url);
     free(f->leader);
     free(f->uri);
-    pthread_cond_destroy(&f->cv);
-    pthread_mutex_destroy(&f->mu);
     free(f);
 }
 
 void forward_release(Forward *f)
 {
-    if (!f)
-        return;
-    if (f->started) {
-        pthread_mutex_lock(&f->mu);
-        f->aborting = true;
-        pthread_cond_broadcast(&f->cv);
-        pthread_mutex_unlock(&f->mu);
-        pthread_join(f->worker, NULL); /* it looks at `aborting` every WAIT_STEP_MS */
-    }
-    forward_unref(f);
+    if (f)
+        forward_unref(f);
 }
 
 const char *forward_uri(const Forward *f) { return f->uri; }
@@ -194,34 +224,61 @@ bool forward_first_call(Forward *f)
     return first;
 }
 
-/* Waits on cv for at most WAIT_STEP_MS; mu is held. */
-static void wait_step(Forward *f)
+static int64_t mono_ms(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_nsec += WAIT_STEP_MS * 1000000L;
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&f->cv, &f->mu, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-/* On the worker, without mu: whether to give up (and remember that it did). */
+/* Whether to give up (and remember that it did): the client hung up, or the
+ * leader changed. Looked at every WAIT_STEP_MS while the forward waits. */
 static bool give_up(Forward *f)
 {
+    int64_t now = mono_ms();
+    if (now < f->next_check_ms)
+        return false;
+    f->next_check_ms = now + WAIT_STEP_MS;
     bool quit = false;
     if (f->client_fd >= 0) {
         struct pollfd p = {f->client_fd, POLLRDHUP, 0};
         quit = poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
     }
-    quit = quit || f->should_stop(f->ud, f->leader);
-    pthread_mutex_lock(&f->mu);
-    quit = quit || f->aborting;
-    if (quit)
+    if (quit || f->should_stop(f->ud, f->leader))
         f->stopped = true;
-    pthread_mutex_unlock(&f->mu);
-    return quit;
+    return f->stopped;
+}
+
+/* Runs the transfer until until(f) holds or it ends. A forward given up ends
+ * as a failed transfer. */
+static void drive(Forward *f, bool (*until)(const Forward *f))
+{
+    CURLM *multi = f->agent->multi;
+    while (!f->finished && !until(f)) {
+        int running;
+        CURLMcode mc = curl_multi_perform(multi, &running);
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(multi, &left)))
+            if (m->msg == CURLMSG_DONE) {
+                f->result = m->data.result;
+                f->finished = true;
+            }
+        if (mc != CURLM_OK && !f->finished) {
+            snprintf(f->error, sizeof f->error, "%s", curl_multi_strerror(mc));
+            f->result = CURLE_FAILED_INIT;
+            f->finished = true;
+        }
+        if (f->finished || until(f))
+            return;
+        if (give_up(f)) {
+            f->result = CURLE_ABORTED_BY_CALLBACK;
+            f->finished = true;
+            return;
+        }
+        int64_t wait = f->next_check_ms - mono_ms();
+        curl_multi_poll(multi, NULL, 0, wait < 1 ? 1 : (int)wait, NULL);
+    }
 }
 
 /* Headers of one hop only (RFC 9110 7.6.1), and those each side sets itself. */
@@ -268,26 +325,17 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
     return MHD_YES;
 }
 
-/* The worker's end of the request body. */
+/* libcurl asks for request body bytes: what `up` has, the end, or a pause
+ * until forward_add_body or forward_answer brings more. */
 static size_t on_read(char *p, size_t size, size_t n, void *ud)
 {
     Forward *f = ud;
-    size_t want = size * n, got = 0;
-    for (;;) {
-        pthread_mutex_lock(&f->mu);
-        bool over = f->aborting;
-        if (!over && (f->up.len || f->up_done)) {
-            got = ring_get(&f->up, p, want);
-            pthread_cond_broadcast(&f->cv);
-            pthread_mutex_unlock(&f->mu);
-            return got; /* 0: the end of the body */
-        }
-        if (!over)
-            wait_step(f);
-        pthread_mutex_unlock(&f->mu);
-        if (over || give_up(f))
-            return CURL_READFUNC_ABORT;
-    }
+    if (f->up.len)
+        return ring_get(&f->up, p, size * n);
+    if (f->up_done)
+        return 0; /* the end of the body */
+    f->up_paused = true;
+    return CURL_READFUNC_PAUSE;
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *ud)
@@ -296,11 +344,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
     size_t len = size * n, end = len;
     while (end > 0 && (p[end - 1] == '\r' || p[end - 1] == '\n'))
         end--;
-    pthread_mutex_lock(&f->mu);
-    bool done = f->headers_ready; /* what follows the body (trailers) is not passed on */
-    pthread_mutex_unlock(&f->mu);
-    if (done)
-        return len;
+    if (f->headers_ready)
+        return len; /* what follows the body (trailers) is not passed on */
     if (len >= 5 && !strncmp(p, "HTTP/", 5)) { /* a status line: a new answer (after 1xx) starts */
         const char *sp = memchr(p, ' ', end);
         f->status = sp ? strtol(sp + 1, NULL, 10) : 0;
@@ -310,12 +355,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
         return len;
     }
     if (end == 0) { /* the blank line: the headers of this answer are complete */
-        if (f->status >= 200) {
-            pthread_mutex_lock(&f->mu);
+        if (f->status >= 200)
             f->headers_ready = true;
-            pthread_cond_broadcast(&f->cv);
-            pthread_mutex_unlock(&f->mu);
-        }
         return len;
     }
     const char *colon = memchr(p, ':', end);
@@ -340,71 +381,74 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
     if (hop_by_hop(p, name_len))
         return len;
     if (!append_header(&f->answer_headers, p, name_len, value, (size_t)(p + end - value))) {
-        pthread_mutex_lock(&f->mu);
         f->oom = true;
-        pthread_mutex_unlock(&f->mu);
         return 0;
     }
     return len;
 }
 
-/* The worker's end of the answer body: waits while the client reads slower. */
+/* libcurl brings answer body bytes: all into `down`, or none and a pause
+ * (libcurl keeps them) until the client has read enough to make room. */
 static size_t on_write(char *p, size_t size, size_t n, void *ud)
 {
     Forward *f = ud;
-    size_t total = size * n, done = 0;
-    pthread_mutex_lock(&f->mu);
-    while (done < total && !f->aborting) {
-        size_t put = ring_put(&f->down, p + done, total - done);
-        done += put;
-        if (put)
-            pthread_cond_broadcast(&f->cv);
-        else
-            wait_step(f);
+    size_t total = size * n;
+    if (FORWARD_BUFFER - f->down.len < total) {
+        f->down_paused = true;
+        return CURL_WRITEFUNC_PAUSE;
     }
-    pthread_mutex_unlock(&f->mu);
-    return done == total ? total : 0;
-}
-
-/* Called by libcurl at least once a second while it waits on the leader. */
-static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
-{
-    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
-    return give_up(ud) ? 1 : 0;
-}
-
-static void *worker_main(void *arg)
-{
-    Forward *f = arg;
-    CURLcode cc = curl_easy_perform(f->easy);
-    pthread_mutex_lock(&f->mu);
-    f->result = cc;
-    f->finished = true;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
-    return NULL;
+    ring_put(&f->down, p, total);
+    return total;
 }
 
 /* How the request's body goes out: none, of a known length, or chunked
  * (length -1). */
-static void set_body(CURL *e, struct MHD_Connection *conn, const char *method)
+static curl_off_t choose_body(Forward *f, struct MHD_Connection *conn, const char *method)
 {
     if (!strcmp(method, "HEAD")) {
-        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-        return;
+        f->body = BODY_HEAD;
+        return 0;
     }
     const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     bool sends = !strcmp(method, "POST") || !strcmp(method, "PUT") || !strcmp(method, "PATCH");
-    curl_off_t len = 0;
-    if (te)
-        len = -1;
-    else if (cl)
-        len = (curl_off_t)strtoull(cl, NULL, 10); /* libmicrohttpd has checked it */
-    if (!te && !cl && !sends)
-        return;
-    curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, len);
+    f->body = te || cl || sends ? BODY_UPLOAD : BODY_NONE;
+    return te ? -1 : cl ? (curl_off_t)strtoull(cl, NULL, 10) /* libmicrohttpd has checked it */ : 0;
+}
+
+/* The forward's options on the agent's easy handle (reset since its last forward). */
+static CURLcode set_options(Forward *f, const char *method, curl_off_t body_len)
+{
+    CURL *e = f->agent->easy;
+    CURLcode cc = CURLE_OK;
+#define OPT(o, v)                                                                                                      \
+    do {                                                                                                               \
+        if (cc == CURLE_OK)                                                                                            \
+            cc = curl_easy_setopt(e, o, v);                                                                            \
+    } while (0)
+    if (f->pool->cacert)
+        OPT(CURLOPT_CAINFO, f->pool->cacert);
+    OPT(CURLOPT_URL, f->url);
+    OPT(CURLOPT_CUSTOMREQUEST, method); /* copied by libcurl */
+    OPT(CURLOPT_NOSIGNAL, 1L);
+    OPT(CURLOPT_MAXAGE_CONN, REUSE_IDLE_MAX_S);
+    OPT(CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    OPT(CURLOPT_HTTPHEADER, f->headers);
+    OPT(CURLOPT_HEADERFUNCTION, on_header);
+    OPT(CURLOPT_HEADERDATA, f);
+    OPT(CURLOPT_WRITEFUNCTION, on_write);
+    OPT(CURLOPT_WRITEDATA, f);
+    OPT(CURLOPT_READFUNCTION, on_read);
+    OPT(CURLOPT_READDATA, f);
+    OPT(CURLOPT_ERRORBUFFER, f->error);
+    if (f->body == BODY_HEAD)
+        OPT(CURLOPT_NOBODY, 1L);
+    if (f->body == BODY_UPLOAD) {
+        OPT(CURLOPT_UPLOAD, 1L);
+        OPT(CURLOPT_INFILESIZE_LARGE, body_len);
+    }
+#undef OPT
+    return cc;
 }
 
 bool forward_start(Forward *f, ForwardPool *pool, struct MHD_Connection *conn, const char *method,
@@ -436,54 +480,52 @@ bool forward_start(Forward *f, ForwardPool *pool, struct MHD_Connection *conn, c
         return false;
     }
     if (!(f->leader = strdup(leader_url)) || !(f->up.buf = malloc(FORWARD_BUFFER)) ||
-        !(f->down.buf = malloc(FORWARD_BUFFER)) || !(f->easy = curl_easy_init()) ||
-        (pool->cacert && curl_easy_setopt(f->easy, CURLOPT_CAINFO, pool->cacert) != CURLE_OK))
+        !(f->down.buf = malloc(FORWARD_BUFFER)) || !(f->agent = agent_take(pool)))
         return false;
+    f->pool = pool;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     f->client_fd = ci ? ci->connect_fd : -1;
     f->should_stop = should_stop;
     f->ud = ud;
-    CURL *e = f->easy;
-    curl_easy_setopt(e, CURLOPT_URL, f->url);
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_SHARE, pool->share);
-    curl_easy_setopt(e, CURLOPT_MAXCONNECTS, KEPT_CONNECTIONS);
-    curl_easy_setopt(e, CURLOPT_MAXAGE_CONN, REUSE_IDLE_MAX_S);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, f->headers);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, f);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, f);
-    curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
-    curl_easy_setopt(e, CURLOPT_READDATA, f);
-    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(e, CURLOPT_XFERINFODATA, f);
-    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
-    set_body(e, conn, method);
-    if (pthread_create(&f->worker, NULL, worker_main, f)) {
-        *why = "no thread for the forward";
+    f->next_check_ms = mono_ms() + WAIT_STEP_MS;
+    curl_off_t body_len = choose_body(f, conn, method);
+    if (set_options(f, method, body_len) != CURLE_OK ||
+        curl_multi_add_handle(f->agent->multi, f->agent->easy) != CURLM_OK) {
+        agent_give_back(pool, f->agent, false);
+        f->agent = NULL;
         return false;
     }
     f->started = true;
     return true;
 }
 
+/* Lets libcurl go on after a pause, once what it waited for is there. Its
+ * callbacks may run inside curl_easy_pause. */
+static void unpause(Forward *f)
+{
+    if (!f->finished && (f->up_paused || f->down_paused)) {
+        f->up_paused = f->down_paused = false;
+        curl_easy_pause(f->agent->easy, CURLPAUSE_CONT);
+    }
+}
+
+static bool up_has_room(const Forward *f) { return f->up.len < FORWARD_BUFFER; }
+
 void forward_add_body(Forward *f, const char *data, size_t n)
 {
-    pthread_mutex_lock(&f->mu);
-    while (n && !f->finished && !f->aborting) {
+    while (n && !f->finished) {
         size_t put = ring_put(&f->up, data, n);
         data += put;
         n -= put;
-        if (put)
-            pthread_cond_broadcast(&f->cv);
-        else
-            wait_step(f);
+        if (put && f->up_paused)
+            unpause(f);
+        if (n)
+            drive(f, up_has_room); /* the leader takes the body slower than the client sends */
     }
-    pthread_mutex_unlock(&f->mu);
 }
+
+static bool has_headers(const Forward *f) { return f->headers_ready; }
+static bool has_answer_bytes(const Forward *f) { return f->down.len > 0; }
 
 /* libmicrohttpd's reader of the answer body, on the connection's thread
  * (which may block: one thread per connection). */
@@ -491,18 +533,12 @@ static ssize_t read_answer(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     Forward *f = cls;
-    pthread_mutex_lock(&f->mu);
-    while (!f->down.len && !f->finished && !f->aborting)
-        wait_step(f);
-    ssize_t r;
-    if (f->down.len) {
-        r = (ssize_t)ring_get(&f->down, buf, max);
-        pthread_cond_broadcast(&f->cv);
-    } else {
-        r = f->finished && f->result == CURLE_OK && !f->oom ? MHD_CONTENT_READER_END_OF_STREAM
-                                                             : MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    pthread_mutex_unlock(&f->mu);
+    drive(f, has_answer_bytes);
+    if (!f->down.len)
+        return f->result == CURLE_OK && !f->oom ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    ssize_t r = (ssize_t)ring_get(&f->down, buf, max);
+    if (f->down_paused && FORWARD_BUFFER - f->down.len >= CURL_MAX_WRITE_SIZE)
+        unpause(f);
     return r;
 }
 
@@ -510,20 +546,17 @@ static void answer_freed(void *cls) { forward_unref(cls); }
 
 struct MHD_Response *forward_answer(Forward *f, unsigned *status, const char **why)
 {
-    pthread_mutex_lock(&f->mu);
     f->up_done = true;
-    pthread_cond_broadcast(&f->cv);
-    while (!f->headers_ready && !f->finished)
-        wait_step(f);
+    if (f->up_paused)
+        unpause(f);
+    drive(f, has_headers);
     if (!f->headers_ready) {
         *why = f->stopped ? "the leader changed, or the client or this gateway went away"
                : f->oom   ? "out of memory"
+               : f->error[0] ? f->error
                           : curl_easy_strerror(f->result);
-        pthread_mutex_unlock(&f->mu);
         return NULL;
     }
-    pthread_mutex_unlock(&f->mu);
-    /* headers_ready: the worker no longer touches status, answer_len or answer_headers. */
     uint64_t size = f->answer_len >= 0 ? (uint64_t)f->answer_len
                     : f->status == 204 || f->status == 304 ? 0
                                                             : MHD_SIZE_UNKNOWN;
@@ -532,9 +565,7 @@ struct MHD_Response *forward_answer(Forward *f, unsigned *status, const char **w
         *why = "out of memory";
         return NULL;
     }
-    pthread_mutex_lock(&f->mu);
-    f->refs++; /* the response's, dropped by answer_freed */
-    pthread_mutex_unlock(&f->mu);
+    atomic_fetch_add(&f->refs, 1); /* the response's, dropped by answer_freed */
     for (struct curl_slist *h = f->answer_headers; h; h = h->next) {
         char *colon = strchr(h->data, ':');
         if (!colon)

@@ -435,7 +435,10 @@ class EtcdTest(unittest.TestCase):
         self.assertTrue(client.last_raw == data, "the file read back through the follower differs")
         client.close()
         peak_kib = peak_rss_kib(other.proc.pid)
-        self.assertLess(peak_kib, 40 * 1024, "the follower held %d KiB at its peak" % peak_kib)
+        # Under ASan freed memory waits in its quarantine (up to 256 MiB) and stays
+        # resident, so the peak says nothing there: the normal build checks it.
+        if os.environ.get("LEASEGATE_SANITIZED") != "1":
+            self.assertLess(peak_kib, 40 * 1024, "the follower held %d KiB at its peak" % peak_kib)
         # The answer starts before the leader's upstream has finished it.
         raw = socket.create_connection(("127.0.0.1", other.port), timeout=10)
         self.addCleanup(raw.close)
@@ -452,6 +455,51 @@ class EtcdTest(unittest.TestCase):
             got += chunk
         self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:200])
         self.assertEqual(got.split(b"\r\n\r\n", 1)[1][:10], b"x" * 10, got[:300])
+
+    def test_a_follower_keeps_its_connections_to_the_leader(self):
+        """Forwards reuse the follower's connections to the leader: a few hundred requests
+        from a few clients open about as many connections as there are clients at once,
+        not one per request (each new one costs a handshake, and leaves a TIME_WAIT
+        socket behind on the follower)."""
+        if not shutil.which("ss"):
+            self.skipTest("ss is missing (scripts/deps.sh --test installs iproute2)")
+        a, b = self.gateway(), self.gateway()
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+
+        def to_leader():
+            out = subprocess.run(["ss", "-tanH", "dst", "127.0.0.1:%d" % leader.port], capture_output=True,
+                                 text=True, check=True).stdout
+            return {tuple(line.split()[3:5]) for line in out.splitlines() if line.strip()}
+
+        before = to_leader()
+        clients, rounds = 8, 30
+        errors = []
+
+        def work(i):
+            c = other.new_client(timeout=30)
+            try:
+                for r in range(rounds):
+                    st, _, body = c.acquire("keep/%d" % i, owner="w%d" % i, ttl_ms=60000)
+                    if st != 200:
+                        errors.append((st, body))
+                        return
+                    st, _, body = c.release("keep/%d" % i, body["lease"])
+                    if st != 200:
+                        errors.append((st, body))
+                        return
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertEqual(errors, [])
+        opened = to_leader() - before
+        self.assertLessEqual(len(opened), 2 * clients,
+                             "%d forwards opened %d connections to the leader" % (2 * clients * rounds, len(opened)))
 
     def test_waiter_at_a_follower_whose_leader_dies_gets_an_answer(self):
         a, b = self.gateway(), self.gateway()
