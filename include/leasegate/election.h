@@ -1,12 +1,14 @@
 /*
- * election — one leader among the gateways that share an etcd prefix, with
- * etcd's own election API (no consensus of ours).
+ * election — one leader among the gateways that share an etcd prefix, elected
+ * as etcd's own election API elects (no consensus of ours).
  *
  * A gateway grants itself an etcd lease of --leader-ttl seconds and keeps it
- * alive from a thread of its own; it campaigns under PREFIX/leader with that
- * lease and its advertised URL as the value. etcd makes it leader once every
- * older candidate's key is gone; its key (PREFIX/leader/<lease hex>) lives as
- * long as the lease. The key's create revision goes into every commit's
+ * alive from a thread of its own; it campaigns under PREFIX/leader: it puts
+ * its key (PREFIX/leader/<lease hex>) bound to that lease, its advertised URL
+ * as the value, and leads once every older candidate's key is gone. That is
+ * the rule and the key layout of etcd's election API, without its campaign
+ * call, which cannot be bounded (election_campaign says why). The key lives
+ * as long as the lease. Its create revision goes into every commit's
  * compare (store_etcd.c), so writes are safe whatever the clocks do.
  *
  * Reads from memory are safe only while the gateway is sure it still leads.
@@ -53,7 +55,9 @@ Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s
 void election_free(Election *e);
 
 /* Blocks until this gateway leads (0), or -1 with the reason in err when
- * cancelled(ud) turned true. Transient etcd failures are retried. */
+ * cancelled(ud) turned true. Transient etcd failures are retried; no call
+ * waits on one member for more than a second, so a member that is paused or
+ * cut off delays the campaign, never stops it, while others answer. */
 int election_campaign(Election *e, bool (*cancelled)(void *ud), void *ud, char *err, size_t errlen);
 
 /* True while this gateway can be sure it leads (the bound above). Any thread. */

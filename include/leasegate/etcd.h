@@ -14,7 +14,8 @@
  * after it was sent may have been applied, even later than its copy sent
  * next: callers only send requests that are safe to apply twice and late (a
  * store txn fenced on the leader key and ordered by its commit mark,
- * store_etcd.c; a keepalive; a campaign for the same lease).
+ * store_etcd.c; a keepalive; a candidate's put of its own key,
+ * election_etcd.c).
  */
 #ifndef LEASEGATE_ETCD_H
 #define LEASEGATE_ETCD_H
@@ -40,7 +41,7 @@ bool etcd_url_parse(const char *url, EtcdUrl *out, char *err, size_t errlen);
 
 typedef struct EtcdClient EtcdClient;
 
-/* timeout_ms bounds each attempt (0: none, for a campaign). NULL when out of
+/* timeout_ms bounds each attempt (0: none). NULL when out of
  * memory or libcurl cannot start. The url is copied. */
 EtcdClient *etcd_client_new(const EtcdUrl *url, long timeout_ms);
 void etcd_client_free(EtcdClient *c);
@@ -52,8 +53,8 @@ void etcd_client_free(EtcdClient *c);
  * A member that lost its Raft leader (the proposal forwarded to a dead
  * leader is never answered) then costs first_timeout_ms, not timeout_ms. */
 void etcd_client_retry(EtcdClient *c, long first_timeout_ms, long budget_ms);
-/* A long call (a campaign) is given up when cancelled(ud) returns true; it is
- * asked about once a second while the call waits. */
+/* A call is given up when cancelled(ud) returns true (a candidate's, when the
+ * gateway is asked to stop); it is asked about once a second while it waits. */
 void etcd_client_cancel_when(EtcdClient *c, bool (*cancelled)(void *ud), void *ud);
 
 /* POSTs body (not taken over) to path ("/v3/kv/txn"). 0 with *resp the

@@ -247,44 +247,144 @@ void election_free(Election *e)
     free(e);
 }
 
+/* A candidate's calls: each attempt waits at most this long for one member
+ * before the next is tried (etcd.h). A member that is paused (SIGSTOP) or cut
+ * off accepts the connection and never answers; one call without a bound
+ * waiting on it would keep this gateway from leading for ever. */
+#define CAMPAIGN_CALL_MS 1000L
+/* How often a candidate asks whether an older candidate's key is left: the
+ * time a failover adds to the old leader's lease running out, half of it on
+ * average. A range a few times a second per candidate costs etcd little. */
+#define CAMPAIGN_POLL_MS 100L
+/* After a call that failed on every member: the pause before the next. */
+#define CAMPAIGN_RETRY_MS 500L
+
+/* Puts this gateway's candidate key, bound to its lease: 0 with *rev its
+ * create revision, or -1 with the reason in err. Safe to apply twice and late
+ * (etcd.h): a copy finds the key and writes the same value over it (its
+ * create revision stays), or finds the lease gone and is refused. A plain
+ * put, not a transaction: a gateway's first /v3/kv/txn is its store's first
+ * commit mark (test_etcd.py holds it back to replay it late). */
+static int create_key(Election *e, EtcdClient *etcd, const char *key_b64, long long *rev, char *err, size_t errlen)
+{
+    json_t *req = json_pack("{s:s, s:s, s:s, s:b}", "key", key_b64, "value", e->advertise_b64, "lease", e->lease_id,
+                            "prev_kv", 1),
+           *resp = NULL;
+    if (!req) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = etcd_call(etcd, "/v3/kv/put", req, &resp, err, errlen);
+    json_decref(req);
+    if (rc)
+        return -1;
+    /* The key as it was, when a copy of this put (its answer lost) made it;
+     * else it was made by this put, at the revision in the header. */
+    const json_t *prev = json_object_get(resp, "prev_kv");
+    bool ok = prev ? etcd_int_field(prev, "create_revision", rev)
+                   : etcd_int_field(json_object_get(resp, "header"), "revision", rev);
+    json_decref(resp);
+    if (!ok || *rev <= 0) {
+        snprintf(err, errlen, "etcd's answer to the put of the candidate key has no revision");
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether this gateway's key (key_b64, created at *rev) is the oldest under
+ * PREFIX/leader/, the rule of etcd's election API: 1 it leads, 0 an older key
+ * is left, -1 with the reason in err when etcd did not answer or the key is
+ * gone (then *rev is 0: it must be created again). The range is
+ * linearizable (etcd's default): a member cut off from the others answers
+ * nothing rather than an old state in which the previous leader's key is gone. */
+static int key_is_oldest(EtcdClient *etcd, const char *range_b64[2], const char *key_b64, long long *rev, char *err,
+                         size_t errlen)
+{
+    json_t *req = json_pack("{s:s, s:s, s:s, s:s, s:i, s:b}", "key", range_b64[0], "range_end", range_b64[1],
+                            "sort_order", "ASCEND", "sort_target", "CREATE", "limit", 1, "keys_only", 1),
+           *resp = NULL;
+    if (!req) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = etcd_call(etcd, "/v3/kv/range", req, &resp, err, errlen);
+    json_decref(req);
+    if (rc)
+        return -1;
+    const json_t *oldest = json_array_get(json_object_get(resp, "kvs"), 0);
+    const char *key = json_string_value(json_object_get(oldest, "key"));
+    long long created = 0;
+    if (oldest && (!key || !etcd_int_field(oldest, "create_revision", &created) || created <= 0)) {
+        rc = -1;
+        snprintf(err, errlen, "a candidate key without a create revision in etcd's answer");
+    } else if (oldest && created < *rev) {
+        rc = 0;
+    } else if (oldest && created == *rev && !strcmp(key, key_b64)) {
+        rc = 1;
+    } else {
+        rc = -1;
+        snprintf(err, errlen, "this gateway's candidate key is gone (deleted, or its lease expired)");
+        *rev = 0;
+    }
+    json_decref(resp);
+    return rc;
+}
+
+static void pause_ms(long ms)
+{
+    struct timespec t = {ms / 1000, ms % 1000 * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* Not with etcd's /v3/election/campaign: that call answers only once this
+ * gateway leads, so it cannot be bounded, and a member paused or cut off
+ * while it waits would keep the gateway from leading for ever, however
+ * healthy the other members. Giving up such a call is no cure: etcd resigns a
+ * campaign whose caller left, deleting its key, even one another copy of the
+ * campaign (sent to the next member) found and leads with. So the candidate
+ * does what that call does, in short calls that each move on to the next
+ * member when one does not answer: it creates its key, named by its lease as
+ * etcd's election names it (PREFIX/leader/<lease in hex>, so gateways that
+ * still campaign with etcd's call take part in the same election), and leads
+ * once no older key is left. */
 int election_campaign(Election *e, bool (*cancelled)(void *ud), void *ud, char *err, size_t errlen)
 {
-    EtcdClient *etcd = etcd_client_new(&e->url, 0); /* a campaign waits as long as another leads */
-    json_t *req = json_pack("{s:s, s:s, s:s}", "name", e->name_b64, "lease", e->lease_id, "value", e->advertise_b64);
-    if (!etcd || !req) {
+    char prefix[sizeof e->url.prefix + 16], key[sizeof prefix + 24], end[sizeof prefix];
+    snprintf(prefix, sizeof prefix, "%s/leader/", e->url.prefix);
+    /* etcd gives positive lease ids only (grant_lease wrote this one). */
+    snprintf(key, sizeof key, "%s%llx", prefix, (unsigned long long)strtoll(e->lease_id, NULL, 10));
+    snprintf(end, sizeof end, "%s/leader0", e->url.prefix); /* '/' + 1: past every key under prefix */
+    EtcdClient *etcd = etcd_client_new(&e->url, CAMPAIGN_CALL_MS);
+    char *key_b64 = etcd_b64_encode(key, strlen(key)), *prefix_b64 = etcd_b64_encode(prefix, strlen(prefix)),
+         *end_b64 = etcd_b64_encode(end, strlen(end));
+    if (!etcd || !key_b64 || !prefix_b64 || !end_b64) {
         etcd_client_free(etcd);
-        json_decref(req);
+        free(key_b64), free(prefix_b64), free(end_b64);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     etcd_client_cancel_when(etcd, cancelled, ud);
+    const char *range_b64[2] = {prefix_b64, end_b64};
+    long long rev = 0; /* the key's create revision; 0: not known to exist */
     int rc = -1;
     char why[400] = "";
     while (!cancelled(ud)) {
-        json_t *resp = NULL;
-        /* A campaign for the same lease is idempotent: etcd finds our key and
-         * goes on waiting, or (when an answer was lost) reports that we lead. */
-        if (etcd_call(etcd, "/v3/election/campaign", req, &resp, why, sizeof why) == 0) {
-            json_t *leader = json_object_get(resp, "leader");
-            const char *key = json_string_value(json_object_get(leader, "key"));
-            long long revision = 0;
-            if (key && etcd_int_field(leader, "rev", &revision) && revision > 0 && (e->key_b64 = strdup(key))) {
-                e->revision = revision;
-                e->leading_since = mono_ms();
-                json_decref(resp);
-                rc = 0;
-                break;
-            }
-            snprintf(why, sizeof why, "a campaign answer without a leader key");
-        }
-        json_decref(resp);
-        if (cancelled(ud))
+        int standing = rev ? 0 : create_key(e, etcd, key_b64, &rev, why, sizeof why);
+        if (standing == 0)
+            standing = key_is_oldest(etcd, range_b64, key_b64, &rev, why, sizeof why);
+        if (standing == 1) {
+            e->key_b64 = key_b64;
+            key_b64 = NULL;
+            e->revision = rev;
+            e->leading_since = mono_ms();
+            rc = 0;
             break;
-        fprintf(stderr, "leasegate: campaign: %s; retrying\n", why);
-        struct timespec pause = {0, 500000000};
-        nanosleep(&pause, NULL);
+        }
+        if (standing < 0 && !cancelled(ud))
+            fprintf(stderr, "leasegate: campaign: %s; retrying\n", why);
+        pause_ms(standing < 0 ? CAMPAIGN_RETRY_MS : CAMPAIGN_POLL_MS);
     }
-    json_decref(req);
+    free(key_b64), free(prefix_b64), free(end_b64);
     etcd_client_free(etcd);
     if (rc == 0)
         atomic_store(&e->leading, true);

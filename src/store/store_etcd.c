@@ -412,6 +412,41 @@ static const json_t *txn_range_kv(const json_t *resp, size_t i)
     return json_array_get(json_object_get(r, "kvs"), 0);
 }
 
+/* What etcd's answer to one of this leader's transactions means. */
+typedef enum TxnOutcome {
+    TXN_APPLIED,    /* its compare held, or a copy of it applied already */
+    TXN_FENCED_OUT, /* the leader key is gone or another's: leadership is lost */
+    TXN_MARK_MOVED  /* the commit mark is neither its predecessor nor its own */
+} TxnOutcome;
+
+/* The one reading of the answer to a transaction that compares the leader
+ * key's create revision and the commit mark, writes `mark`, and whose failure
+ * branch reads the leader key, then the mark (commit_part, commit_first_mark).
+ * A failed compare with the key still this leader's and the mark already
+ * `mark` means a copy of the transaction was applied and its answer lost
+ * (nothing but this leader writes the mark, and no two of its transactions
+ * write the same one): that is success. On TXN_MARK_MOVED, *found is the mark
+ * in etcd (the caller frees it; NULL when there is none), else NULL. */
+static TxnOutcome txn_outcome(const EtcdStore *s, const json_t *resp, const char *mark, char **found)
+{
+    *found = NULL;
+    if (json_is_true(json_object_get(resp, "succeeded")))
+        return TXN_APPLIED;
+    const json_t *leader = txn_range_kv(resp, 0);
+    long long created = 0;
+    if (!leader || !etcd_int_field(leader, "create_revision", &created) || created != s->leader_rev)
+        return TXN_FENCED_OUT;
+    const char *v64 = json_string_value(json_object_get(txn_range_kv(resp, 1), "value"));
+    size_t len;
+    char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
+    if (v && !strcmp(v, mark)) {
+        free(v);
+        return TXN_APPLIED;
+    }
+    *found = v;
+    return TXN_MARK_MOVED;
+}
+
 /* One transaction of ops[from, *to): as many as fit in max_txn_ops (with
  * the mark's put) and TXN_MAX_BYTES (at least one), fenced on the leader key
  * and ordered by the commit mark.
@@ -423,11 +458,8 @@ static const json_t *txn_range_kv(const json_t *resp, size_t i)
  * next batch, and write its older values over newer ones. So every part
  * requires the stored mark to be the one of the part before it, and writes
  * its own: each part applies once, right after the one before, and a copy
- * that comes after its twin or after any later part changes nothing. When
- * the compare fails, the failure branch reads the leader key and the mark:
- * the key gone or another's means leadership is lost; the mark equal to this
- * part's means a copy of it was applied already (its answer was lost), which
- * is success; anything else is an error (nothing else writes the mark). */
+ * that comes after its twin or after any later part changes nothing. A
+ * failed compare is read by txn_outcome. */
 static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bool *fenced_out)
 {
     json_t *success = json_array();
@@ -479,25 +511,16 @@ static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bo
         snprintf(s->err, sizeof s->err, "etcd txn failed: %s", err);
         return -1;
     }
-    bool ok = json_is_true(json_object_get(resp, "succeeded"));
-    if (!ok) {
-        const json_t *leader = txn_range_kv(resp, 0);
-        long long created = 0;
-        if (!leader || !etcd_int_field(leader, "create_revision", &created) || created != s->leader_rev) {
-            *fenced_out = true;
-        } else {
-            const char *v64 = json_string_value(json_object_get(txn_range_kv(resp, 1), "value"));
-            size_t len;
-            char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
-            ok = v && !strcmp(v, mark); /* applied already: a copy's answer was lost */
-            if (!ok)
-                snprintf(s->err, sizeof s->err, "the commit mark in etcd is %s, not %s: another writer?",
-                         v ? v : "(none)", before);
-            free(v);
-        }
-    }
+    char *found;
+    TxnOutcome outcome = txn_outcome(s, resp, mark, &found);
     json_decref(resp);
-    if (!ok)
+    if (outcome == TXN_FENCED_OUT)
+        *fenced_out = true; /* etcd_commit says how much of the batch was written */
+    else if (outcome == TXN_MARK_MOVED)
+        snprintf(s->err, sizeof s->err, "the commit mark in etcd is %s, not %s: another writer?",
+                 found ? found : "(none)", before);
+    free(found);
+    if (outcome != TXN_APPLIED)
         return -1;
     s->mark_seq++;
     return 0;
@@ -531,10 +554,9 @@ static int mark_revision(EtcdStore *s, long long *mod)
  * late copy would set the mark back to REV.0, and a late copy of part 1 would
  * then apply again over newer records: a lost grant, a token given twice.
  * Every part's mark names exactly one transaction only because REV.0 is
- * written once. When the compare fails, the failure branch reads the leader
- * key and the mark: REV.0 there means a copy applied already (its answer was
- * lost). A late copy of an earlier leader's transaction fails on its own
- * leader key. */
+ * written once. A failed compare is read by txn_outcome (REV.0 in etcd: a
+ * copy applied already). A late copy of an earlier leader's transaction
+ * fails on its own leader key. */
 static int commit_first_mark(EtcdStore *s)
 {
     long long seen;
@@ -562,25 +584,16 @@ static int commit_first_mark(EtcdStore *s)
         return -1;
     }
     json_decref(txn);
-    bool ok = json_is_true(json_object_get(resp, "succeeded"));
-    if (!ok) {
-        const json_t *leader = txn_range_kv(resp, 0);
-        long long created = 0;
-        if (!leader || !etcd_int_field(leader, "create_revision", &created) || created != s->leader_rev) {
-            snprintf(s->err, sizeof s->err, "leadership lost: the leader key is no longer this gateway's");
-        } else {
-            const char *v64 = json_string_value(json_object_get(txn_range_kv(resp, 1), "value"));
-            size_t len;
-            char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
-            ok = v && !strcmp(v, mark); /* a copy applied already: its answer was lost */
-            if (!ok)
-                snprintf(s->err, sizeof s->err, "the commit mark in etcd changed to %s while this leader began: "
-                         "another writer?", v ? v : "(none)");
-            free(v);
-        }
-    }
+    char *found;
+    TxnOutcome outcome = txn_outcome(s, resp, mark, &found);
     json_decref(resp);
-    if (!ok)
+    if (outcome == TXN_FENCED_OUT)
+        snprintf(s->err, sizeof s->err, "leadership lost: the leader key is no longer this gateway's");
+    else if (outcome == TXN_MARK_MOVED)
+        snprintf(s->err, sizeof s->err, "the commit mark in etcd changed to %s while this leader began: "
+                 "another writer?", found ? found : "(none)");
+    free(found);
+    if (outcome != TXN_APPLIED)
         return -1;
     s->mark_seq = 0;
     return 0;
