@@ -12,6 +12,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import unittest
 import urllib.error
 import urllib.request
 
@@ -215,3 +216,57 @@ def wait_for(pred, timeout=WAIT_S, step=0.1):
 def wait_leader(gateways):
     """The gateway that serves (role leader), once one does."""
     return wait_for(lambda: next((g for g in gateways if g.running() and g.role() == "leader"), None))
+
+def peak_rss_kib(pid):
+    """The process's peak resident memory (VmHWM), in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM for pid %d" % pid)
+
+
+class EtcdTestCase(unittest.TestCase):
+    """A one-member etcd per test, and the gateways a test starts on it (stopped, and
+    resumed first if paused, at the end)."""
+
+    def setUp(self):
+        self.etcd = Etcd()
+        self.gateways = []
+        self.prefix = "lg-%s" % self._testMethodName
+
+    def tearDown(self):
+        for g in self.gateways:
+            if g.running():
+                kill_process(g.proc, signal.SIGCONT)
+            g.stop()
+            g.cleanup()
+        self.etcd.stop()
+
+    def gateway(self, extra_args=None, key=None):
+        g = Gateway(self.etcd, self.prefix, extra_args, key)
+        self.gateways.append(g)
+        return g
+
+    def assert_grants_nothing_and_exits(self, g, name):
+        """A gateway that no longer leads: its next grant attempt fails (503, or no answer
+        at all as it exits), and it exits 1 saying leadership was lost."""
+        try:
+            status, _, body = g.client.acquire(name)
+            self.assertEqual(status, 503, body)
+        except OSError:
+            pass  # no answer: it stopped before replying
+        self.assertEqual(g.wait_exit(), 1, g.stderr_text())
+        self.assertIn("leadership lost", g.stderr_text())
+
+    def acquire_ok(self, g, name, **fields):
+        status, _, body = g.client.acquire(name, **fields)
+        self.assertEqual(status, 200, body)
+        return body
+
+    def follower_of(self, leader, gateways):
+        other = next(g for g in gateways if g is not leader)
+        h = wait_for(lambda: (lambda x: x if x and x.get("leader") else None)(other.health()))
+        self.assertIsNotNone(h, "the follower never learned the leader")
+        self.assertEqual((h["role"], h["leader"]), ("follower", leader.url))
+        return other
