@@ -501,6 +501,34 @@ class EtcdTest(unittest.TestCase):
         self.assertLessEqual(len(opened), 2 * clients,
                              "%d forwards opened %d connections to the leader" % (2 * clients * rounds, len(opened)))
 
+    def test_a_follower_does_not_reuse_a_connection_the_leader_closes_as_idle(self):
+        """With --idle-timeout 1 on the leader, a follower must not send a request on a
+        kept connection idle for about that long: the leader closes it as idle, and a
+        request already on it is lost (reset; its body cannot be sent again), so the
+        client gets 503. The leader is paused briefly here so that its close and the
+        follower's reuse meet every time rather than by chance (a leader whose loop
+        was busy for a moment around its idle deadline)."""
+        ttl = ["--idle-timeout", "1", "--leader-ttl", "10"]
+        a, b = self.gateway(ttl), self.gateway(ttl)
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        self.addCleanup(lambda: leader.running() and os.kill(leader.pid, signal.SIGCONT))
+        for i in range(3):
+            self.acquire_ok(other, "idle/warm%d" % i, ttl_ms=60000)  # leaves a kept connection to the leader
+            os.kill(leader.pid, signal.SIGSTOP)
+            time.sleep(1.1)  # the kept connection is now idle for longer than the leader allows
+            box = {}
+            c = other.new_client(timeout=30)
+            t = threading.Thread(target=lambda: box.update(r=c.acquire("idle/%d" % i, owner="o", ttl_ms=60000)))
+            t.start()
+            time.sleep(0.3)  # the request is on its way to the leader (or queued at its listener)
+            os.kill(leader.pid, signal.SIGCONT)
+            t.join(30)
+            c.close()
+            self.assertFalse(t.is_alive(), "no answer")
+            status, _, body = box["r"]
+            self.assertEqual(status, 200, (body, other.stderr_text()[-600:]))
+
     def test_waiter_at_a_follower_whose_leader_dies_gets_an_answer(self):
         a, b = self.gateway(), self.gateway()
         leader = wait_leader([a, b])
