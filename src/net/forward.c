@@ -182,6 +182,7 @@ struct Forward {
     char error[CURL_ERROR_SIZE]; /* libcurl's words for result */
     long status;
     curl_off_t answer_len;            /* its Content-Length; -1 when none */
+    curl_off_t passed;                /* answer body bytes handed to libmicrohttpd */
     struct curl_slist *answer_headers; /* owned: "Name: value", end-to-end only */
 };
 
@@ -558,6 +559,13 @@ static ssize_t read_answer(void *cls, uint64_t pos, char *buf, size_t max)
     ssize_t r = (ssize_t)ring_get(&f->down, buf, max);
     if (f->down_paused && FORWARD_BUFFER - f->down.len >= CURL_MAX_WRITE_SIZE)
         unpause(f);
+    f->passed += r;
+    /* libmicrohttpd asks no more once it has Content-Length bytes. When the
+     * last of them came out of a pause, libcurl ends the transfer only when it
+     * runs again: run it once (it has all it needs), or its end is never seen
+     * and the connection to the leader is closed as abandoned, not kept. */
+    if (f->answer_len >= 0 && f->passed == f->answer_len && !f->finished)
+        run_once(f);
     return r;
 }
 

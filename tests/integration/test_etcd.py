@@ -501,6 +501,40 @@ class EtcdTest(unittest.TestCase):
         self.assertLessEqual(len(opened), 2 * clients,
                              "%d forwards opened %d connections to the leader" % (2 * clients * rounds, len(opened)))
 
+    def test_a_follower_keeps_its_connection_after_answers_larger_than_its_buffers(self):
+        """An answer larger than the follower's buffers often ends with its last bytes
+        held back by libcurl (paused: the buffer to the client was full). libmicrohttpd
+        asks for nothing more once it has Content-Length bytes, so the follower must
+        still let the transfer end, or it closes its connection to the leader as
+        abandoned and the next forward opens a new one."""
+        if not shutil.which("ss") or not upstream.nginx_available():
+            self.skipTest("ss or nginx is missing (scripts/deps.sh --test installs them)")
+        ng = upstream.Nginx()
+        self.addCleanup(ng.cleanup)
+        a, b = self.gateway(["--guard", "/store/=" + ng.url]), self.gateway(["--guard", "/store/=" + ng.url])
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        data = os.urandom(4 << 20)
+        with open(ng.file_path("big.bin"), "wb") as f:
+            f.write(data)
+
+        def to_leader():
+            out = subprocess.run(["ss", "-tanH", "dst", "127.0.0.1:%d" % leader.port], capture_output=True,
+                                 text=True, check=True).stdout
+            return {tuple(line.split()[3:5]) for line in out.splitlines() if line.strip()}
+
+        before = to_leader()
+        client = other.new_client(timeout=30)
+        rounds = 30
+        for _ in range(rounds):
+            status, _, _ = client.request("GET", "/store/big.bin")
+            self.assertEqual(status, 200)
+            self.assertTrue(client.last_raw == data, "the answer differs")
+        client.close()
+        opened = to_leader() - before
+        self.assertLessEqual(len(opened), 3, "%d forwards one after the other opened %d connections to the leader"
+                             % (rounds, len(opened)))
+
     def test_a_follower_does_not_reuse_a_connection_the_leader_closes_as_idle(self):
         """With --idle-timeout 1 on the leader, a follower must not send a request on a
         kept connection idle for about that long: the leader closes it as idle, and a
