@@ -15,7 +15,14 @@
 
 #define CONNECT_TIMEOUT_MS 2000L
 #define WAIT_STEP_MS 100        /* how often a waiting forward looks at its client and the leader */
-#define REUSE_IDLE_MAX_S 1L     /* far below any --idle-timeout of the leader (>= 1 s) that would close them */
+/* A kept connection to the leader is used again only while it has been idle
+ * for less than REUSE_IDLE_MAX_MS, well below the shortest --idle-timeout a
+ * leader may have (1 s), after which it closes it, perhaps just as a request
+ * is sent on it (the request then meets a reset and fails with 503: libcurl
+ * does not send it again). libcurl's own limit (CURLOPT_MAXAGE_CONN) counts
+ * whole seconds and lets a connection idle for 1.9 s through with 1; 0 keeps
+ * it below 1 s, and the agent's own clock below REUSE_IDLE_MAX_MS. */
+#define REUSE_IDLE_MAX_MS 500
 #define READ_BLOCK (16u * 1024) /* bytes asked of the answer's reader at a time */
 #define AGENTS_KEPT 64          /* idle agents (each with its connection to the leader) kept for reuse */
 
@@ -26,6 +33,7 @@
 typedef struct Agent {
     CURLM *multi;
     CURL *easy;
+    int64_t done_ms;    /* when its last transfer ended well (its connection kept); 0: never */
     struct Agent *next; /* in ForwardPool.idle */
 } Agent;
 
@@ -174,6 +182,7 @@ struct Forward {
     char error[CURL_ERROR_SIZE]; /* libcurl's words for result */
     long status;
     curl_off_t answer_len;            /* its Content-Length; -1 when none */
+    curl_off_t passed;                /* answer body bytes handed to libmicrohttpd */
     struct curl_slist *answer_headers; /* owned: "Name: value", end-to-end only */
 };
 
@@ -249,26 +258,35 @@ static bool give_up(Forward *f)
     return f->stopped;
 }
 
+/* One run of the transfer, without waiting: what is ready is sent and taken. */
+static void run_once(Forward *f)
+{
+    CURLM *multi = f->agent->multi;
+    int running;
+    CURLMcode mc = curl_multi_perform(multi, &running);
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(multi, &left)))
+        if (m->msg == CURLMSG_DONE) {
+            f->result = m->data.result;
+            f->finished = true;
+            if (f->result == CURLE_OK)
+                f->agent->done_ms = mono_ms();
+        }
+    if (mc != CURLM_OK && !f->finished) {
+        snprintf(f->error, sizeof f->error, "%s", curl_multi_strerror(mc));
+        f->result = CURLE_FAILED_INIT;
+        f->finished = true;
+    }
+}
+
 /* Runs the transfer until until(f) holds or it ends. A forward given up ends
  * as a failed transfer. */
 static void drive(Forward *f, bool (*until)(const Forward *f))
 {
     CURLM *multi = f->agent->multi;
     while (!f->finished && !until(f)) {
-        int running;
-        CURLMcode mc = curl_multi_perform(multi, &running);
-        CURLMsg *m;
-        int left;
-        while ((m = curl_multi_info_read(multi, &left)))
-            if (m->msg == CURLMSG_DONE) {
-                f->result = m->data.result;
-                f->finished = true;
-            }
-        if (mc != CURLM_OK && !f->finished) {
-            snprintf(f->error, sizeof f->error, "%s", curl_multi_strerror(mc));
-            f->result = CURLE_FAILED_INIT;
-            f->finished = true;
-        }
+        run_once(f);
         if (f->finished || until(f))
             return;
         if (give_up(f)) {
@@ -431,7 +449,9 @@ static CURLcode set_options(Forward *f, const char *method, curl_off_t body_len)
     OPT(CURLOPT_URL, f->url);
     OPT(CURLOPT_CUSTOMREQUEST, method); /* copied by libcurl */
     OPT(CURLOPT_NOSIGNAL, 1L);
-    OPT(CURLOPT_MAXAGE_CONN, REUSE_IDLE_MAX_S);
+    OPT(CURLOPT_MAXAGE_CONN, 0L); /* idle below 1 s; and below REUSE_IDLE_MAX_MS: */
+    if (f->agent->done_ms && mono_ms() - f->agent->done_ms > REUSE_IDLE_MAX_MS)
+        OPT(CURLOPT_FRESH_CONNECT, 1L); /* the one cached connection then goes as this one is kept */
     OPT(CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
     OPT(CURLOPT_HTTPHEADER, f->headers);
     OPT(CURLOPT_HEADERFUNCTION, on_header);
@@ -539,6 +559,13 @@ static ssize_t read_answer(void *cls, uint64_t pos, char *buf, size_t max)
     ssize_t r = (ssize_t)ring_get(&f->down, buf, max);
     if (f->down_paused && FORWARD_BUFFER - f->down.len >= CURL_MAX_WRITE_SIZE)
         unpause(f);
+    f->passed += r;
+    /* libmicrohttpd asks no more once it has Content-Length bytes. When the
+     * last of them came out of a pause, libcurl ends the transfer only when it
+     * runs again: run it once (it has all it needs), or its end is never seen
+     * and the connection to the leader is closed as abandoned, not kept. */
+    if (f->answer_len >= 0 && f->passed == f->answer_len && !f->finished)
+        run_once(f);
     return r;
 }
 

@@ -10,6 +10,7 @@ Every wait is bounded; nothing asserts how long anything took."""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -200,6 +201,68 @@ class ForwardTest(EtcdTestCase):
         opened = to_leader() - before
         self.assertLessEqual(len(opened), 2 * clients,
                              "%d forwards opened %d connections to the leader" % (2 * clients * rounds, len(opened)))
+
+    def test_a_follower_keeps_its_connection_after_answers_larger_than_its_buffers(self):
+        """An answer larger than the follower's buffers often ends with its last bytes
+        held back by libcurl (paused: the buffer to the client was full). libmicrohttpd
+        asks for nothing more once it has Content-Length bytes, so the follower must
+        still let the transfer end, or it closes its connection to the leader as
+        abandoned and the next forward opens a new one."""
+        if not shutil.which("ss") or not upstream.nginx_available():
+            self.skipTest("ss or nginx is missing (scripts/deps.sh --test installs them)")
+        ng = upstream.Nginx()
+        self.addCleanup(ng.cleanup)
+        a, b = self.gateway(["--guard", "/store/=" + ng.url]), self.gateway(["--guard", "/store/=" + ng.url])
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        data = os.urandom(4 << 20)
+        with open(ng.file_path("big.bin"), "wb") as f:
+            f.write(data)
+
+        def to_leader():
+            out = subprocess.run(["ss", "-tanH", "dst", "127.0.0.1:%d" % leader.port], capture_output=True,
+                                 text=True, check=True).stdout
+            return {tuple(line.split()[3:5]) for line in out.splitlines() if line.strip()}
+
+        before = to_leader()
+        client = other.new_client(timeout=30)
+        rounds = 30
+        for _ in range(rounds):
+            status, _, _ = client.request("GET", "/store/big.bin")
+            self.assertEqual(status, 200)
+            self.assertTrue(client.last_raw == data, "the answer differs")
+        client.close()
+        opened = to_leader() - before
+        self.assertLessEqual(len(opened), 3, "%d forwards one after the other opened %d connections to the leader"
+                             % (rounds, len(opened)))
+
+    def test_a_follower_does_not_reuse_a_connection_the_leader_closes_as_idle(self):
+        """With --idle-timeout 1 on the leader, a follower must not send a request on a
+        kept connection idle for about that long: the leader closes it as idle, and a
+        request already on it is lost (reset; its body cannot be sent again), so the
+        client gets 503. The leader is paused briefly here so that its close and the
+        follower's reuse meet every time rather than by chance (a leader whose loop
+        was busy for a moment around its idle deadline)."""
+        ttl = ["--idle-timeout", "1", "--leader-ttl", "10"]
+        a, b = self.gateway(ttl), self.gateway(ttl)
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        self.addCleanup(lambda: leader.running() and os.kill(leader.pid, signal.SIGCONT))
+        for i in range(3):
+            self.acquire_ok(other, "idle/warm%d" % i, ttl_ms=60000)  # leaves a kept connection to the leader
+            os.kill(leader.pid, signal.SIGSTOP)
+            time.sleep(1.1)  # the kept connection is now idle for longer than the leader allows
+            box = {}
+            c = other.new_client(timeout=30)
+            t = threading.Thread(target=lambda: box.update(r=c.acquire("idle/%d" % i, owner="o", ttl_ms=60000)))
+            t.start()
+            time.sleep(0.3)  # the request is on its way to the leader (or queued at its listener)
+            os.kill(leader.pid, signal.SIGCONT)
+            t.join(30)
+            c.close()
+            self.assertFalse(t.is_alive(), "no answer")
+            status, _, body = box["r"]
+            self.assertEqual(status, 200, (body, other.stderr_text()[-600:]))
 
     def test_waiter_at_a_follower_whose_leader_dies_gets_an_answer(self):
         a, b = self.gateway(), self.gateway()
