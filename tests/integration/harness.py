@@ -594,6 +594,50 @@ except ValueError:  # not in main thread
     pass
 
 
+# Server-Sent Events -----------------------------------------------------------
+class EventStream:
+    """One GET /v1/events/stream answer over its own HTTP/1.1 connection, read message by
+    message (Server-Sent Events)."""
+
+    def __init__(self, port, query="", headers=None, timeout=10):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        self.conn.request("GET", "/v1/events/stream" + query, headers=headers or {})
+        self.resp = self.conn.getresponse()
+        self.status = self.resp.status
+        self.headers = {k.lower(): v for k, v in self.resp.getheaders()}
+        self.raw = []  # every line read
+
+    def close(self):
+        self.conn.close()
+
+    def message(self):
+        """The next message as a dict of its fields (comments and blank lines skipped),
+        or None when the stream ended. A socket timeout raises."""
+        fields = {}
+        while True:
+            line = self.resp.readline()
+            if not line:
+                return None
+            line = line.decode("utf-8")
+            self.raw.append(line)
+            line = line.rstrip("\r\n")
+            if not line:
+                if fields:
+                    return fields
+                continue
+            if line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value
+
+    def event(self):
+        """The next event message (id + JSON data), skipping the retry hint."""
+        while True:
+            m = self.message()
+            if m is None or "data" in m:
+                return m if m is None else dict(m, data=json.loads(m["data"]))
+
+
 # Raw-socket helpers ----------------------------------------------------------
 def raw_http(port, data, timeout=10.0, read_until_close=False):
     """Send raw bytes on a fresh connection; return (status, headers, body_bytes)."""

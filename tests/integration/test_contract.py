@@ -48,7 +48,7 @@ import unittest
 import urllib.parse
 import uuid
 
-from harness import Client, Server, binary_path, parse_metrics, raw_http
+from harness import Client, EventStream, Server, binary_path, parse_metrics, raw_http
 
 try:
     import yaml
@@ -375,37 +375,6 @@ class Caller:
         if expect is not None and st != expect:
             self.contract.fail(where, "the scenario expected %d (body %r)" % (expect, body[:300]))
         return st, rh, body
-
-
-class SSE:
-    """One GET /v1/events/stream answer, read message by message."""
-
-    def __init__(self, port, query="", headers=None, timeout=10):
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        self.conn.request("GET", "/v1/events/stream" + query, headers=headers or {})
-        self.resp = self.conn.getresponse()
-        self.status = self.resp.status
-        self.headers = {k.lower(): v for k, v in self.resp.getheaders()}
-
-    def message(self):
-        """The next message's fields (comments skipped), or None at the end."""
-        fields = {}
-        while True:
-            line = self.resp.readline()
-            if not line:
-                return fields or None
-            line = line.decode("utf-8").rstrip("\r\n")
-            if not line:
-                if fields:
-                    return fields
-                continue
-            if line.startswith(":"):
-                continue
-            name, _, value = line.partition(":")
-            fields[name] = value[1:] if value.startswith(" ") else value
-
-    def close(self):
-        self.conn.close()
 
 
 LOCK = "/v1/locks/{name}"
@@ -775,7 +744,7 @@ class ContractTest(unittest.TestCase):
                                  expect=200)
         # the waiter, the watch and the long-poll are each held outside libmicrohttpd
         wait_for(lambda: srv.metric("leasegate_connections_parked") == 3, "an events long-poll waiting", c)
-        sse = SSE(srv.port, "?prefix=none/")
+        sse = EventStream(srv.port, "?prefix=none/")
         c.check(STREAM, "GET", sse.status, sse.headers, None, where="GET /v1/events/stream at stop", stream=True)
         first = sse.message()  # the retry hint
         a.close()
@@ -809,7 +778,7 @@ class ContractTest(unittest.TestCase):
         hdrs = dict(headers or {})
         if key:
             hdrs["Authorization"] = "Bearer " + key
-        s = SSE(port, query, hdrs)
+        s = EventStream(port, query, hdrs)
         seqs = []
         where = "GET /v1/events/stream%s -> %d" % (query, s.status)
         try:

@@ -2,53 +2,11 @@
 lease, nothing before its batch is durable, resumed with Last-Event-ID, a clear 410 for
 an id the server no longer has or never gave (an earlier run's included)."""
 
-import http.client
-import json
 import select
 import unittest
 
-from harness import Server
+from harness import EventStream, Server
 from test_events import SlowGrant
-
-
-class Stream:
-    """A reader of one event stream, over a raw HTTP/1.1 connection."""
-
-    def __init__(self, port, query="", headers=None, timeout=10):
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        self.conn.request("GET", "/v1/events/stream" + query, headers=headers or {})
-        self.resp = self.conn.getresponse()
-        self.raw = []  # every line read, for the no-lease check
-
-    def close(self):
-        self.conn.close()
-
-    def message(self):
-        """The next message as a dict of its fields (comments and blank lines skipped),
-        or None when the stream ended. A socket timeout raises."""
-        fields = {}
-        while True:
-            line = self.resp.readline()
-            if not line:
-                return None
-            line = line.decode()
-            self.raw.append(line)
-            line = line.rstrip("\n")
-            if not line:
-                if fields:
-                    return fields
-                continue
-            if line.startswith(":"):
-                continue
-            name, _, value = line.partition(":")
-            fields[name] = value[1:] if value.startswith(" ") else value
-
-    def event(self):
-        """The next event message (id + JSON data), skipping the retry hint."""
-        while True:
-            m = self.message()
-            if m is None or "data" in m:
-                return m if m is None else dict(m, data=json.loads(m["data"]))
 
 
 class EventStreamTest(unittest.TestCase):
@@ -57,7 +15,7 @@ class EventStreamTest(unittest.TestCase):
         self.addCleanup(self.srv.cleanup)
 
     def open(self, query="", headers=None, timeout=10):
-        s = Stream(self.srv.port, query, headers, timeout)
+        s = EventStream(self.srv.port, query, headers, timeout)
         self.addCleanup(s.close)
         return s
 
@@ -160,7 +118,7 @@ class EventStreamTest(unittest.TestCase):
 class EventStreamDurabilityTest(unittest.TestCase):
     def test_nothing_is_streamed_before_its_batch_is_durable(self):
         slow = SlowGrant(self)
-        s = Stream(slow.srv.port, timeout=30)
+        s = EventStream(slow.srv.port, timeout=30)
         self.addCleanup(s.close)
         s.message()
         slow.begin()
