@@ -34,6 +34,9 @@ bool heap_queued(const HeapEntry *e);
 bool heap_set(Heap *h, HeapEntry *e, int64_t deadline_ms);
 void heap_remove(Heap *h, HeapEntry *e); /* no-op when not queued */
 HeapEntry *heap_peek(const Heap *h);     /* NULL when empty */
+/* Milliseconds from now_ms to the first deadline (0 when due), -1 when empty:
+ * what each module's next-timeout function gives the loop. */
+int64_t heap_ms_until_first(const Heap *h, int64_t now_ms);
 HeapEntry *heap_pop(Heap *h);
 size_t heap_len(const Heap *h);
 

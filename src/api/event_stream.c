@@ -226,10 +226,7 @@ void api_events_stream(Request *req)
 
 int64_t event_streams_next_timeout_ms(const Server *s, const Now *now)
 {
-    HeapEntry *first = heap_peek(&s->streams->beats);
-    if (!first)
-        return -1;
-    return first->deadline_ms > now->mono_ms ? first->deadline_ms - now->mono_ms : 0;
+    return heap_ms_until_first(&s->streams->beats, now->mono_ms);
 }
 
 void event_streams_tick(Server *s, const Now *now)

@@ -311,10 +311,7 @@ void api_events(Request *req)
 
 int64_t events_next_timeout_ms(const Server *s, const Now *now)
 {
-    HeapEntry *first = heap_peek(&s->events->deadlines);
-    if (!first)
-        return -1;
-    return first->deadline_ms > now->mono_ms ? first->deadline_ms - now->mono_ms : 0;
+    return heap_ms_until_first(&s->events->deadlines, now->mono_ms);
 }
 
 void events_tick(Server *s, const Now *now)

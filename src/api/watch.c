@@ -128,10 +128,7 @@ int64_t watch_next_timeout_ms(const Server *s, const Now *now)
     const Watches *w = s->watches;
     if (w->ready.head)
         return 0;
-    HeapEntry *h = heap_peek(&w->deadlines);
-    if (!h)
-        return -1;
-    return h->deadline_ms > now->mono_ms ? h->deadline_ms - now->mono_ms : 0;
+    return heap_ms_until_first(&w->deadlines, now->mono_ms);
 }
 
 void watch_tick(Server *s, const Now *now)

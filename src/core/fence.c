@@ -166,8 +166,5 @@ void fence_tick(Fence *f, const Now *now)
 
 int64_t fence_next_timeout_ms(const Fence *f, const Now *now)
 {
-    const HeapEntry *e = heap_peek(&f->idle);
-    if (!e)
-        return -1;
-    return e->deadline_ms > now->mono_ms ? e->deadline_ms - now->mono_ms : 0;
+    return heap_ms_until_first(&f->idle, now->mono_ms);
 }

@@ -98,6 +98,14 @@ void heap_remove(Heap *h, HeapEntry *e)
 
 HeapEntry *heap_peek(const Heap *h) { return h->len ? h->items[0] : NULL; }
 
+int64_t heap_ms_until_first(const Heap *h, int64_t now_ms)
+{
+    const HeapEntry *e = heap_peek(h);
+    if (!e)
+        return -1;
+    return e->deadline_ms > now_ms ? e->deadline_ms - now_ms : 0;
+}
+
 HeapEntry *heap_pop(Heap *h)
 {
     HeapEntry *top = heap_peek(h);

@@ -613,10 +613,7 @@ void locktab_tick(Locktab *lt, const Now *now)
 
 int64_t locktab_next_timeout_ms(const Locktab *lt, const Now *now)
 {
-    const HeapEntry *e = heap_peek(&lt->deadlines);
-    if (!e)
-        return -1;
-    return e->deadline_ms > now->mono_ms ? e->deadline_ms - now->mono_ms : 0;
+    return heap_ms_until_first(&lt->deadlines, now->mono_ms);
 }
 
 const Lock *locktab_get(const Locktab *lt, const char *name) { return find(lt, name); }

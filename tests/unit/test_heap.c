@@ -36,6 +36,13 @@ int main(void)
     CHECK(ordered);
     CHECK(popped == N - (N - 3 + 10) / 11);
     CHECK(heap_peek(&h) == NULL);
+    CHECK(heap_ms_until_first(&h, 0) == -1);
+    HeapEntry t;
+    heap_entry_init(&t);
+    CHECK(heap_set(&h, &t, 500));
+    CHECK(heap_ms_until_first(&h, 200) == 300);
+    CHECK(heap_ms_until_first(&h, 500) == 0);
+    CHECK(heap_ms_until_first(&h, 900) == 0);
     heap_clear(&h);
     return check_report("heap");
 }
