@@ -138,7 +138,8 @@ void locktab_free(Locktab *lt);
  * first locktab_tick (call it once loading is done). `holder` may be NULL.
  * The holder's deadline is kept when it is on this boot's clock; a holder
  * from another boot (the machine restarted) keeps what is left until its
- * expires_at_ms by the wall clock, but never more than one ttl. */
+ * expires_at_ms by the wall clock, but never more than one ttl (both with
+ * the millisecond that rounding the clocks down may take, as at a grant). */
 LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, const Holder *holder,
                         const Now *now);
 

@@ -338,11 +338,12 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
     /* What is left: exact on this boot's clock; from another boot, by the
      * wall clock but never more than one ttl (a clock that is behind must not
      * stretch a lease; the last commit of a lease is a grant or renewal, when
-     * one ttl was left). */
+     * one ttl was left). The wall-clock case gets the same extra millisecond
+     * as set_expiry, for the same reason: both clocks are read rounded down. */
     int64_t left_ms = holder->deadline_ms >= 0 ? holder->deadline_ms - now->mono_ms
-                                               : holder->expires_at_ms - now->wall_ms;
-    if (holder->deadline_ms < 0 && left_ms > holder->ttl_ms)
-        left_ms = holder->ttl_ms;
+                                               : holder->expires_at_ms - now->wall_ms + 1;
+    if (holder->deadline_ms < 0 && left_ms > holder->ttl_ms + 1)
+        left_ms = holder->ttl_ms + 1;
     /* A lease that expired while the server was down is loaded all the same,
      * with its deadline passed: the first locktab_tick ends it, after the
      * stored history is replayed, so that its end is the newest entry. */

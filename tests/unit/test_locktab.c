@@ -223,7 +223,7 @@ static void test_load(void)
     CHECK(rec.changed == before + 1); /* the release is recorded */
     CHECK(locktab_held(lt) == 1 && locktab_locks(lt) == 3);
     CHECK(locktab_get(lt, "live")->holder.count == 2);
-    CHECK(locktab_next_timeout_ms(lt, &now) == 500);
+    CHECK(locktab_next_timeout_ms(lt, &now) == 501);
     const Lock *lock;
     Waiter *w;
     /* Tokens continue above the stored counter. */
@@ -244,7 +244,7 @@ static void test_load(void)
     /* ... and from another boot, a clock that is behind gives at most one ttl. */
     Holder other = live;
     CHECK(locktab_load(lt, "other", 7, &other, &stepped) == LOCK_OK);
-    CHECK(locktab_get(lt, "other")->holder.deadline_ms == stepped.mono_ms + 1000);
+    CHECK(locktab_get(lt, "other")->holder.deadline_ms == stepped.mono_ms + 1000 + 1);
     /* A deadline that passed while the server was down: released at load. */
     Holder gone = live;
     gone.deadline_ms = now.mono_ms - 1;
@@ -252,6 +252,39 @@ static void test_load(void)
     CHECK(locktab_load(lt, "gone", 7, &gone, &now) == LOCK_OK);
     locktab_tick(lt, &now);
     CHECK(!locktab_get(lt, "gone")->held);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* Found by the torture run on etcd (two holders, 1 ms apart): a lease loaded
+ * by the wall clock ended up to 1 ms before its announced expiry. Both clocks
+ * are read rounded down, so when the load read the wall clock at x.0 and the
+ * boot clock at y.9, the boot clock reads the deadline while the wall clock
+ * still reads expires_at_ms - 1, and a grant then is stamped before it. */
+static void test_load_by_wall_clock_keeps_the_announced_expiry(void)
+{
+    Locktab *lt = table(10);
+    Holder h = {.owner = "o", .metadata = "{}", .token = 7, .ttl_ms = 1000,
+                .acquired_at_ms = now.wall_ms - 900, .expires_at_ms = now.wall_ms + 100, .deadline_ms = -1,
+                .count = 1};
+    memset(h.lease, 3, LEASE_ID_BYTES);
+    CHECK(locktab_load(lt, "a", 7, &h, &now) == LOCK_OK);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(acquire(lt, "a", 0, 1000, 1000, &lock, &w) == LOCK_QUEUED);
+    /* 100 ms later by the boot clock; the wall clock may read 99. */
+    Now later = {now.mono_ms + 100, now.wall_ms + 99};
+    locktab_tick(lt, &later);
+    CHECK(locktab_get(lt, "a")->holder.token == 7);
+    Now after = {now.mono_ms + 101, now.wall_ms + 100};
+    locktab_tick(lt, &after);
+    lock = locktab_get(lt, "a");
+    CHECK(lock->holder.token == 8 && lock->holder.acquired_at_ms >= h.expires_at_ms);
+    /* The cap for a clock that is behind keeps the same millisecond. */
+    Holder other = h;
+    other.expires_at_ms = now.wall_ms + 5000;
+    CHECK(locktab_load(lt, "b", 7, &other, &now) == LOCK_OK);
+    CHECK(locktab_get(lt, "b")->holder.deadline_ms == now.mono_ms + 1000 + 1);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -443,6 +476,7 @@ int main(void)
     test_reentry_and_renew();
     test_limits();
     test_load();
+    test_load_by_wall_clock_keeps_the_announced_expiry();
     test_forget_idle();
     test_no_ok_after_deadline();
     test_no_grant_after_wait();
