@@ -201,14 +201,21 @@ static void test_limits(void)
     locktab_free(lt);
 }
 
+/* A stored holder of a 1000 ms lease, token 7, from another boot (deadline_ms
+ * -1: the wall clock says what is left), expiring expires_in_ms from now. */
+static Holder from_another_boot(int64_t expires_in_ms, uint32_t count)
+{
+    Holder h = {.owner = "o", .metadata = "{}", .token = 7, .ttl_ms = 1000,
+                .acquired_at_ms = now.wall_ms + expires_in_ms - 1000, .expires_at_ms = now.wall_ms + expires_in_ms,
+                .deadline_ms = -1, .count = count};
+    memset(h.lease, 3, LEASE_ID_BYTES);
+    return h;
+}
+
 static void test_load(void)
 {
     Locktab *lt = table(10);
-    /* From another boot (deadline_ms -1): the wall clock says what is left. */
-    Holder live = {.owner = "o", .metadata = "{}", .token = 7, .ttl_ms = 1000,
-                   .acquired_at_ms = now.wall_ms - 500, .expires_at_ms = now.wall_ms + 500, .deadline_ms = -1,
-                   .count = 2};
-    memset(live.lease, 3, LEASE_ID_BYTES);
+    Holder live = from_another_boot(500, 2);
     Holder dead = live;
     dead.token = 8;
     dead.expires_at_ms = now.wall_ms - 1;
@@ -264,10 +271,7 @@ static void test_load(void)
 static void test_load_by_wall_clock_keeps_the_announced_expiry(void)
 {
     Locktab *lt = table(10);
-    Holder h = {.owner = "o", .metadata = "{}", .token = 7, .ttl_ms = 1000,
-                .acquired_at_ms = now.wall_ms - 900, .expires_at_ms = now.wall_ms + 100, .deadline_ms = -1,
-                .count = 1};
-    memset(h.lease, 3, LEASE_ID_BYTES);
+    Holder h = from_another_boot(100, 1);
     CHECK(locktab_load(lt, "a", 7, &h, &now) == LOCK_OK);
     const Lock *lock;
     Waiter *w;
