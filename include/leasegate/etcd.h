@@ -57,9 +57,11 @@ void etcd_client_retry(EtcdClient *c, long first_timeout_ms, long budget_ms);
  * gateway is asked to stop); it is asked about once a second while it waits. */
 void etcd_client_cancel_when(EtcdClient *c, bool (*cancelled)(void *ud), void *ud);
 
-/* POSTs body (not taken over) to path ("/v3/kv/txn"). 0 with *resp the
- * answer (owned by the caller), or -1 with the reason in err. */
-int etcd_call(EtcdClient *c, const char *path, const json_t *body, json_t **resp, char *err, size_t errlen);
+/* POSTs body to path ("/v3/kv/txn"), taking body over (jansson's "_new"
+ * rule: a caller builds it and hands it on); NULL, when building it ran out
+ * of memory, fails the call. 0 with *resp the answer (owned by the caller),
+ * or -1 with the reason in err. */
+int etcd_call(EtcdClient *c, const char *path, json_t *body, json_t **resp, char *err, size_t errlen);
 
 /* Base64 (RFC 4648, with padding). encode: a new NUL-terminated string;
  * decode: a new buffer of *len bytes plus a NUL, or NULL when text is not

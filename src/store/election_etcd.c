@@ -50,14 +50,8 @@ const char *election_role_name(ElectionRole r)
  * lease. 1 renewed, 0 the lease is gone, -1 no answer (err). */
 static int keep_alive(Election *e, int64_t sent, char *err, size_t errlen)
 {
-    json_t *req = json_pack("{s:s}", "ID", e->lease_id), *resp = NULL;
-    if (!req) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = etcd_call(e->keeper_etcd, "/v3/lease/keepalive", req, &resp, err, errlen);
-    json_decref(req);
-    if (rc)
+    json_t *resp;
+    if (etcd_call(e->keeper_etcd, "/v3/lease/keepalive", json_pack("{s:s}", "ID", e->lease_id), &resp, err, errlen))
         return -1;
     long long ttl = 0;
     bool ok = etcd_int_field(json_object_get(resp, "result"), "TTL", &ttl);
@@ -77,9 +71,10 @@ static int keep_alive(Election *e, int64_t sent, char *err, size_t errlen)
 /* Who leads, for /healthz while this gateway does not. */
 static void observe_leader(Election *e)
 {
-    json_t *req = json_pack("{s:s}", "name", e->name_b64), *resp = NULL;
+    json_t *resp;
     char err[300], url[sizeof e->leader_url] = "";
-    if (req && etcd_call(e->keeper_etcd, "/v3/election/leader", req, &resp, err, sizeof err) == 0) {
+    if (!etcd_call(e->keeper_etcd, "/v3/election/leader", json_pack("{s:s}", "name", e->name_b64), &resp, err,
+                   sizeof err)) {
         const char *v64 = json_string_value(json_object_get(json_object_get(resp, "kv"), "value"));
         size_t len;
         char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
@@ -87,7 +82,6 @@ static void observe_leader(Election *e)
             memcpy(url, v, len + 1);
         free(v);
     }
-    json_decref(req);
     json_decref(resp);
     pthread_mutex_lock(&e->mu);
     if (strcmp(e->leader_url, url)) {
@@ -151,15 +145,14 @@ static void *keeper_main(void *arg)
 
 static int grant_lease(Election *e, char *err, size_t errlen)
 {
-    json_t *req = json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), *resp = NULL;
+    json_t *resp;
     char why[400];
     int64_t sent = mono_ms();
-    if (!req || etcd_call(e->keeper_etcd, "/v3/lease/grant", req, &resp, why, sizeof why)) {
-        snprintf(err, errlen, "cannot reach etcd to take a lease: %s", req ? why : "out of memory");
-        json_decref(req);
+    if (etcd_call(e->keeper_etcd, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), &resp, why,
+                  sizeof why)) {
+        snprintf(err, errlen, "cannot reach etcd to take a lease: %s", why);
         return -1;
     }
-    json_decref(req);
     long long id = 0, ttl = 0;
     bool ok = etcd_int_field(resp, "ID", &id) && etcd_int_field(resp, "TTL", &ttl) && id != 0 && ttl > 0;
     json_decref(resp);
@@ -231,11 +224,11 @@ void election_free(Election *e)
     if (e->lease_id[0] && e->keeper_etcd) {
         /* Revoking the lease deletes our key: the next candidate wins now,
          * not a TTL later. If it fails, the lease simply expires. */
-        json_t *req = json_pack("{s:s}", "ID", e->lease_id), *resp = NULL;
+        json_t *resp;
         char err[300];
-        if (req && etcd_call(e->keeper_etcd, "/v3/lease/revoke", req, &resp, err, sizeof err))
+        if (etcd_call(e->keeper_etcd, "/v3/lease/revoke", json_pack("{s:s}", "ID", e->lease_id), &resp, err,
+                      sizeof err))
             fprintf(stderr, "leasegate: could not resign leadership (the lease expires by itself): %s\n", err);
-        json_decref(req);
         json_decref(resp);
     }
     etcd_client_free(e->keeper_etcd);
@@ -269,14 +262,8 @@ static int create_key(Election *e, EtcdClient *etcd, const char *key_b64, long l
 {
     json_t *req = json_pack("{s:s, s:s, s:s, s:b}", "key", key_b64, "value", e->advertise_b64, "lease", e->lease_id,
                             "prev_kv", 1),
-           *resp = NULL;
-    if (!req) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = etcd_call(etcd, "/v3/kv/put", req, &resp, err, errlen);
-    json_decref(req);
-    if (rc)
+           *resp;
+    if (etcd_call(etcd, "/v3/kv/put", req, &resp, err, errlen))
         return -1;
     /* The key as it was, when a copy of this put (its answer lost) made it;
      * else it was made by this put, at the revision in the header. */
@@ -302,15 +289,10 @@ static int key_is_oldest(EtcdClient *etcd, const char *range_b64[2], const char 
 {
     json_t *req = json_pack("{s:s, s:s, s:s, s:s, s:i, s:b}", "key", range_b64[0], "range_end", range_b64[1],
                             "sort_order", "ASCEND", "sort_target", "CREATE", "limit", 1, "keys_only", 1),
-           *resp = NULL;
-    if (!req) {
-        snprintf(err, errlen, "out of memory");
+           *resp;
+    if (etcd_call(etcd, "/v3/kv/range", req, &resp, err, errlen))
         return -1;
-    }
-    int rc = etcd_call(etcd, "/v3/kv/range", req, &resp, err, errlen);
-    json_decref(req);
-    if (rc)
-        return -1;
+    int rc;
     const json_t *oldest = json_array_get(json_object_get(resp, "kvs"), 0);
     const char *key = json_string_value(json_object_get(oldest, "key"));
     long long created = 0;

@@ -221,14 +221,15 @@ static int attempt(EtcdClient *c, const char *endpoint, const char *path, const 
     return result;
 }
 
-int etcd_call(EtcdClient *c, const char *path, const json_t *body, json_t **resp, char *err, size_t errlen)
+int etcd_call(EtcdClient *c, const char *path, json_t *body, json_t **resp, char *err, size_t errlen)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
+    *resp = NULL;
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
     if (!text) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    *resp = NULL;
     int rc = 1;
     long start = mono_ms();
     long timeout = c->first_timeout_ms && c->timeout_ms ? c->first_timeout_ms : c->timeout_ms;

@@ -505,9 +505,7 @@ static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bo
     *to = i;
     json_t *resp;
     char err[400];
-    int rc = etcd_call(s->etcd, "/v3/kv/txn", txn, &resp, err, sizeof err);
-    json_decref(txn);
-    if (rc) {
+    if (etcd_call(s->etcd, "/v3/kv/txn", txn, &resp, err, sizeof err)) {
         snprintf(s->err, sizeof s->err, "etcd txn failed: %s", err);
         return -1;
     }
@@ -529,14 +527,12 @@ static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bo
 /* The commit mark's mod_revision in etcd now; 0 when there is none yet. */
 static int mark_revision(EtcdStore *s, long long *mod)
 {
-    json_t *req = json_pack("{s:s}", "key", s->mark_key_b64), *resp = NULL;
+    json_t *resp;
     char err[400];
-    if (!req || etcd_call(s->etcd, "/v3/kv/range", req, &resp, err, sizeof err)) {
-        snprintf(s->err, sizeof s->err, "etcd: cannot read the commit mark: %s", req ? err : "out of memory");
-        json_decref(req);
+    if (etcd_call(s->etcd, "/v3/kv/range", json_pack("{s:s}", "key", s->mark_key_b64), &resp, err, sizeof err)) {
+        snprintf(s->err, sizeof s->err, "etcd: cannot read the commit mark: %s", err);
         return -1;
     }
-    json_decref(req);
     const json_t *kv = json_array_get(json_object_get(resp, "kvs"), 0);
     *mod = 0;
     bool ok = !kv || (etcd_int_field(kv, "mod_revision", mod) && *mod > 0);
@@ -576,14 +572,12 @@ static int commit_first_mark(EtcdStore *s)
                                        s->leader_key_b64, "request_range", "key", s->mark_key_b64)
                            : NULL;
     free(mark_b64);
-    json_t *resp = NULL;
+    json_t *resp;
     char err[400];
-    if (!txn || etcd_call(s->etcd, "/v3/kv/txn", txn, &resp, err, sizeof err)) {
-        snprintf(s->err, sizeof s->err, "etcd: cannot write the commit mark: %s", txn ? err : "out of memory");
-        json_decref(txn);
+    if (etcd_call(s->etcd, "/v3/kv/txn", txn, &resp, err, sizeof err)) {
+        snprintf(s->err, sizeof s->err, "etcd: cannot write the commit mark: %s", err);
         return -1;
     }
-    json_decref(txn);
     char *found;
     TxnOutcome outcome = txn_outcome(s, resp, mark, &found);
     json_decref(resp);
@@ -660,7 +654,7 @@ static int load_range(EtcdStore *s, json_t *req, json_t **resp, char *err, size_
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        int rc = etcd_call(s->etcd, "/v3/kv/range", req, resp, err, errlen);
+        int rc = etcd_call(s->etcd, "/v3/kv/range", json_incref(req), resp, err, errlen); /* kept for a retry */
         if (rc == 0 || s->load_rev == 0 || !strstr(err, "required revision has been compacted")) {
             json_decref(req);
             return rc;
@@ -938,14 +932,12 @@ static int load_meta(EtcdStore *s, uint64_t *counter)
     json_t *req = kb ? json_pack("{s:s}", "key", kb) : NULL;
     free(key);
     free(kb);
-    json_t *resp = NULL;
+    json_t *resp;
     char err[400];
-    if (!req || etcd_call(s->etcd, "/v3/kv/range", req, &resp, err, sizeof err)) {
-        snprintf(s->err, sizeof s->err, "etcd: cannot read the token counter: %s", req ? err : "out of memory");
-        json_decref(req);
+    if (etcd_call(s->etcd, "/v3/kv/range", req, &resp, err, sizeof err)) {
+        snprintf(s->err, sizeof s->err, "etcd: cannot read the token counter: %s", err);
         return -1;
     }
-    json_decref(req);
     *counter = 0;
     const char *v64 = json_string_value(json_object_get(json_array_get(json_object_get(resp, "kvs"), 0), "value"));
     size_t len;
