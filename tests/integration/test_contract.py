@@ -6,7 +6,10 @@ method of openapi.yaml and as many of each operation's declared statuses as can 
 provoked deterministically: grants, reentry, retries, long-polls, watches, the event
 long-poll and the SSE stream, paging, history, audit, fencing, force-release, health,
 metrics, the dashboard; 400, 401, 403, 404, 405, 409, 410, 413, 414, 415, 429, 431, 503
-(limits, and waiters while the server stops).
+(limits, and waiters while the server stops). A fourth server guards a path in front of a
+port where nothing listens: the guard proxy's refusals (428, 409, 400, 502) are checked
+against the component schemas the contract names for them (GuardError,
+GuardStaleTokenError), since its paths depend on configuration and no operation lists them.
 
 Every answer is checked against the contract: its status is declared for the operation
 (or by `default`); a method a path does not declare gets a 405 that the path declares,
@@ -49,6 +52,7 @@ import urllib.parse
 import uuid
 
 from harness import Client, EventStream, Server, binary_path, parse_metrics, raw_http
+import upstream
 
 try:
     import yaml
@@ -202,6 +206,12 @@ class Contract:
 
     def component_schema(self, name):
         return self.doc["components"]["schemas"][name]
+
+    def check_component(self, schema_name, status, headers, raw, where):
+        """An answer no operation lists (the guard proxy's, whose paths depend on
+        configuration) against the component schema its description names."""
+        resp = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/" + schema_name}}}}
+        self.check_response(resp, status, headers, raw, False, where)
 
     # -- the check of one answer
     def fail(self, where, text):
@@ -448,7 +458,7 @@ class ContractTest(unittest.TestCase):
         cls.servers = []
         cls.dirs = []
         try:
-            for part in (cls.plain_server, cls.auth_server, cls.small_server):
+            for part in (cls.plain_server, cls.auth_server, cls.small_server, cls.guard_server):
                 try:
                     part()
                 except Exception:  # the scenario itself broke: report it with the rest
@@ -905,6 +915,42 @@ class ContractTest(unittest.TestCase):
         finally:
             a.close()
             b.close()
+
+    # -- the guard proxy's refusals, in front of a port where nothing listens
+    @classmethod
+    def guard_server(cls):
+        c = cls.c
+        closed = upstream.closed_port()
+        srv = cls.server(["--guard", "/g/=" + closed.url])
+        a = Caller(c, srv.port)
+        try:
+            _, _, ga = a.call(ACQUIRE, "POST", {"name": "a"}, body={"owner": "w"}, expect=200)
+            lease_a, token_a = ga.get("lease", str(uuid.uuid4())), ga.get("token", 1)
+
+            def put(path, expect, schema, headers=None, **fields):
+                st, rh, got = a.client.request("PUT", path, raw=b"data", headers=headers or {})
+                where = "PUT %s (guard) -> %d" % (path, st)
+                c.check_component(schema, st, rh, a.client.last_raw, where)
+                if st != expect:
+                    c.fail(where, "the scenario expected %d (body %s)" % (expect, a.client.last_text[:300]))
+                for k, v in fields.items():
+                    if not isinstance(got, dict) or got.get(k) != v:
+                        c.fail(where, "%s: %r, the scenario expected %r" % (k, (got or {}).get(k), v))
+
+            put("/g/a", 428, "GuardError", error="token_required")
+            put("/g/b", 409, "GuardStaleTokenError", {"Fencing-Lease": lease_a}, lock="b", token=None,
+                max_token=0, holder_token=None)
+            _, _, gb = a.call(ACQUIRE, "POST", {"name": "b"}, body={"owner": "w"}, expect=200)
+            put("/g/b", 409, "GuardStaleTokenError", {"Fencing-Lease": lease_a}, lock="b", token=None,
+                max_token=0, holder_token=gb.get("token"))
+            put("/g/a", 400, "GuardError", {"Fencing-Lease": lease_a, "Fencing-Token": str(token_a + 5)},
+                error="bad_request")
+            put("/g/a", 502, "GuardError", {"Fencing-Lease": lease_a}, error="bad_gateway")
+            put("/g/b", 409, "GuardStaleTokenError", {"Fencing-Lease": lease_a}, lock="b", token=None,
+                max_token=0, holder_token=gb.get("token"))
+        finally:
+            a.close()
+            closed.close()
 
     # -- the report
     def test_every_answer_matches_the_contract(self):
