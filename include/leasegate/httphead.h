@@ -1,9 +1,12 @@
 /*
  * httphead — headers the way every HTTP-facing module needs them: reading a
  * request's (a Content-Length as a number, a token in a comma-separated
- * list), and the one rule for the headers of the answers leasegate writes
+ * list), the one rule for the headers of the answers leasegate writes
  * itself, whichever way they leave (libmicrohttpd, a parked socket, a
- * follower's own answers). Proxied answers keep exactly the upstream's.
+ * follower's own answers), and the one rule for which headers a proxy passes
+ * on (the guard's and a follower's, both ways): every end-to-end header of
+ * the other side, and no hop-by-hop one (RFC 9110 7.6.1). Each proxy also
+ * drops the few headers it sets itself (Host, Content-Length, ...).
  */
 #ifndef LEASEGATE_HTTPHEAD_H
 #define LEASEGATE_HTTPHEAD_H
@@ -14,6 +17,7 @@
 
 struct MHD_Connection;
 struct MHD_Response;
+struct curl_slist;
 
 /* A header of one of our answers: a static name and value. */
 typedef struct HeadField {
@@ -31,6 +35,25 @@ bool httphead_add_answer_fields(struct MHD_Response *resp, unsigned status, cons
 /* Is `token` (any case) one of the comma-separated tokens of a header value
  * such as Connection's? */
 bool httphead_has_token(const char *list, const char *token);
+/* Is the header `name` (len bytes, any case) about one connection only, and
+ * so never passed on, whatever the message (RFC 9110 7.6.1)? Connection
+ * itself; Keep-Alive, Proxy-Connection, TE, Transfer-Encoding and Upgrade,
+ * which 7.6.1 says to remove even when Connection does not name them; and
+ * Trailer, since our proxies frame each body anew and pass no trailers on.
+ * Proxy-Authorization and Proxy-Authenticate too: RFC 9110 11.7 addresses
+ * them to the next hop only (a proxy may relay them only by arrangement with
+ * the next proxy), and no leasegate proxy demands or relays proxy
+ * credentials. Passed on, a client's credentials for a proxy in front of us
+ * would reach a storage backend or the leader, and a backend's challenge
+ * would reach a client that could answer it only to us, who drop the answer. */
+bool httphead_hop_by_hop(const char *name, size_t len);
+/* Is `name` (len bytes) hop-by-hop in this request: above, or named by one
+ * of the request's Connection headers? */
+bool httphead_request_hop(struct MHD_Connection *conn, const char *name, size_t len);
+/* The same for an answer whose header lines ("Name: value", as libcurl gives
+ * them) are `lines`. A Connection header may come after the header it names:
+ * ask only once the lines are complete. */
+bool httphead_answer_hop(const struct curl_slist *lines, const char *name, size_t len);
 /* The request's Content-Length (0 when absent); false when it is not a number. */
 bool httphead_content_length(struct MHD_Connection *conn, uint64_t *n);
 

@@ -463,18 +463,6 @@ const ProxyStats *proxy_stats(const Proxy *p) { return &p->stats; }
 
 /* Calls. */
 
-/* Headers that describe one hop, not the message: never forwarded. */
-static bool hop_by_hop(const char *name)
-{
-    static const char *const HOP[] = {"Connection", "Keep-Alive", "Transfer-Encoding", "TE", "Trailer",
-                                      "Upgrade",    "Proxy-Connection", "Proxy-Authorization",
-                                      "Expect",     "Content-Length", "Host"};
-    for (size_t i = 0; i < sizeof HOP / sizeof HOP[0]; i++)
-        if (!strcasecmp(name, HOP[i]))
-            return true;
-    return false;
-}
-
 typedef struct HeaderCopy {
     struct curl_slist *list;
     struct MHD_Connection *conn;
@@ -482,28 +470,26 @@ typedef struct HeaderCopy {
     bool failed;
 } HeaderCopy;
 
-/* Header iterator: is `key` named by some Connection header (so hop-by-hop)? */
-static enum MHD_Result find_connection_token(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+/* Headers the call to the upstream has of its own: curl writes Host and
+ * Content-Length from the URL and the body, and Expect is left out (libmicrohttpd
+ * has already answered the client's). */
+static bool set_by_curl(const char *name)
 {
-    (void)kind;
-    const char **name = cls;
-    if (value && !strcasecmp(key, MHD_HTTP_HEADER_CONNECTION) && httphead_has_token(value, *name)) {
-        *name = NULL;
-        return MHD_NO;
-    }
-    return MHD_YES;
+    static const char *const OWN[] = {"Host", "Content-Length", "Expect"};
+    for (size_t i = 0; i < sizeof OWN / sizeof OWN[0]; i++)
+        if (!strcasecmp(name, OWN[i]))
+            return true;
+    return false;
 }
 
 static bool dropped(const HeaderCopy *hc, const char *key)
 {
-    if (hop_by_hop(key))
+    if (httphead_request_hop(hc->conn, key, strlen(key)) || set_by_curl(key))
         return true;
     for (const char *const *d = hc->drop; d && *d; d++)
         if (!strcasecmp(key, *d))
             return true;
-    const char *name = key;
-    MHD_get_connection_values(hc->conn, MHD_HEADER_KIND, find_connection_token, &name);
-    return name == NULL;
+    return false;
 }
 
 static bool append_line(HeaderCopy *hc, const char *line)
@@ -690,14 +676,13 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
     return 0;
 }
 
-static bool resp_hop_by_hop(const char *name)
+/* Is the upstream's header line of name len bytes not passed on? Besides
+ * hop-by-hop ones, Content-Length: libmicrohttpd writes it from the size the
+ * response is made with. */
+static bool resp_dropped(const ProxyCall *c, const char *name, size_t len)
 {
-    static const char *const HOP[] = {"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer",
-                                      "Upgrade", "Proxy-Connection", "Content-Length"};
-    for (size_t i = 0; i < sizeof HOP / sizeof HOP[0]; i++)
-        if (!strcasecmp(name, HOP[i]))
-            return true;
-    return false;
+    static const char CL[] = MHD_HTTP_HEADER_CONTENT_LENGTH;
+    return httphead_answer_hop(c->resp_headers, name, len) || (len == sizeof CL - 1 && !strncasecmp(name, CL, len));
 }
 
 static void queue_upstream(ProxyCall *c)
@@ -709,14 +694,13 @@ static void queue_upstream(ProxyCall *c)
     if (resp) {
         for (struct curl_slist *h = c->resp_headers; h; h = h->next) {
             char *colon = strchr(h->data, ':');
-            if (!colon)
+            if (!colon || resp_dropped(c, h->data, (size_t)(colon - h->data)))
                 continue;
             *colon = '\0';
             const char *value = colon + 1;
             while (*value == ' ' || *value == '\t')
                 value++;
-            if (!resp_hop_by_hop(h->data))
-                MHD_add_response_header(resp, h->data, value);
+            MHD_add_response_header(resp, h->data, value);
             *colon = ':';
         }
     }

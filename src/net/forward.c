@@ -13,6 +13,8 @@
 #include <strings.h>
 #include <time.h>
 
+#include "leasegate/httphead.h"
+
 #define CONNECT_TIMEOUT_MS 2000L
 #define WAIT_STEP_MS 100        /* how often a waiting forward looks at its client and the leader */
 /* A kept connection to the leader is used again only while it has been idle
@@ -183,7 +185,7 @@ struct Forward {
     long status;
     curl_off_t answer_len;            /* its Content-Length; -1 when none */
     curl_off_t passed;                /* answer body bytes handed to libmicrohttpd */
-    struct curl_slist *answer_headers; /* owned: "Name: value", end-to-end only */
+    struct curl_slist *answer_headers; /* owned: "Name: value", all of them (filtered when passed on) */
 };
 
 Forward *forward_new(const char *uri)
@@ -299,12 +301,12 @@ static void drive(Forward *f, bool (*until)(const Forward *f))
     }
 }
 
-/* Headers of one hop only (RFC 9110 7.6.1), and those each side sets itself. */
-static bool hop_by_hop(const char *name, size_t len)
+/* Headers each side of a forward sets itself, dropped both ways besides the
+ * hop-by-hop ones: libcurl and libmicrohttpd write Host, Content-Length,
+ * Expect and Date for their own hop, and FORWARD_HEADER is the follower's. */
+static bool set_by_us(const char *name, size_t len)
 {
-    static const char *const NAMES[] = {"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-                                        "TE", "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length",
-                                        "Expect", "Date", FORWARD_HEADER};
+    static const char *const NAMES[] = {"Host", "Content-Length", "Expect", "Date", FORWARD_HEADER};
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
         if (strlen(NAMES[i]) == len && !strncasecmp(name, NAMES[i], len))
             return true;
@@ -327,6 +329,7 @@ static bool append_header(struct curl_slist **list, const char *name, size_t len
 
 typedef struct HeaderCopy {
     struct curl_slist *list;
+    struct MHD_Connection *conn;
     bool failed;
 } HeaderCopy;
 
@@ -334,7 +337,7 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
 {
     (void)kind;
     HeaderCopy *c = cls;
-    if (!key || !value || hop_by_hop(key, strlen(key)))
+    if (!key || !value || set_by_us(key, strlen(key)) || httphead_request_hop(c->conn, key, strlen(key)))
         return MHD_YES;
     if (!append_header(&c->list, key, strlen(key), value, strlen(value))) {
         c->failed = true;
@@ -396,8 +399,6 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
                 f->answer_len = v;
         }
     }
-    if (hop_by_hop(p, name_len))
-        return len;
     if (!append_header(&f->answer_headers, p, name_len, value, (size_t)(p + end - value))) {
         f->oom = true;
         return 0;
@@ -478,7 +479,7 @@ bool forward_start(Forward *f, ForwardPool *pool, struct MHD_Connection *conn, c
     size_t base = strlen(leader_url);
     while (base && leader_url[base - 1] == '/')
         base--;
-    HeaderCopy hc = {NULL, false};
+    HeaderCopy hc = {NULL, conn, false};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, copy_request_header, &hc);
     f->headers = hc.list;
     if (hc.failed || !append_header(&f->headers, FORWARD_HEADER, strlen(FORWARD_HEADER), "1", 1))
@@ -569,6 +570,13 @@ static ssize_t read_answer(void *cls, uint64_t pos, char *buf, size_t max)
     return r;
 }
 
+/* Is the leader's header of name len bytes not passed on? Asked only once
+ * all of them are in: a Connection header may come after a header it names. */
+static bool answer_dropped(const Forward *f, const char *name, size_t len)
+{
+    return set_by_us(name, len) || httphead_answer_hop(f->answer_headers, name, len);
+}
+
 static void answer_freed(void *cls) { forward_unref(cls); }
 
 struct MHD_Response *forward_answer(Forward *f, unsigned *status, const char **why)
@@ -595,7 +603,7 @@ struct MHD_Response *forward_answer(Forward *f, unsigned *status, const char **w
     atomic_fetch_add(&f->refs, 1); /* the response's, dropped by answer_freed */
     for (struct curl_slist *h = f->answer_headers; h; h = h->next) {
         char *colon = strchr(h->data, ':');
-        if (!colon)
+        if (!colon || answer_dropped(f, h->data, (size_t)(colon - h->data)))
             continue;
         *colon = '\0';
         const char *value = colon + 1;

@@ -110,6 +110,27 @@ class ForwardTest(EtcdTestCase):
             self.assertEqual(status, 428, body)
         leader.client.release("report.csv", n["lease"])
 
+    def test_connection_named_request_headers_stay_at_the_follower(self):
+        """A header the client's Connection header names is of the client's hop to the
+        follower only: the leader never gets it. What the leader gets is seen through its
+        guard, which passes it on to nginx, which echoes it."""
+        if not upstream.nginx_available():
+            self.skipTest("nginx is missing (scripts/deps.sh --test installs nginx-light)")
+        ng = upstream.Nginx()
+        self.addCleanup(ng.cleanup)
+        guard = ["--guard", "/store/=" + ng.url]
+        a, b = self.gateway(guard), self.gateway(guard)
+        leader = wait_leader([a, b])
+        other = self.follower_of(leader, [a, b])
+        # Unnamed, the header goes all the way (so the echo would show it).
+        status, _, _ = other.client.request("GET", "/store/echo", headers={"X-Secret": "1", "X-Other": "kept"})
+        self.assertEqual(status, 200, other.client.last_text)
+        self.assertIn("other=kept secret=1\n", other.client.last_text)
+        status, _, _ = other.client.request("GET", "/store/echo", headers={"Connection": "X-Secret", "X-Secret": "1",
+                                                                           "X-Other": "kept"})
+        self.assertEqual(status, 200, other.client.last_text)
+        self.assertIn("other=kept secret=\n", other.client.last_text)
+
     def test_forward_streams_both_ways(self):
         """A follower passes bodies on as they come, in bounded memory: a guarded write
         larger than any buffer it has (and than the 64 MiB it once buffered), the file

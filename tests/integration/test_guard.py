@@ -17,9 +17,11 @@ $LEASEGATE_NGINX. Covers: the paused-client story with real SIGSTOPped processes
 mutual exclusion across 8 client processes, 428/409/400 checks (and that the upstream
 never sees a refused request, nor any lease), path-bound and route-bound locks,
 canonical targets, framing and header checks, unchanged pass-through of statuses,
-headers, bodies and query strings, writes of one lock going upstream one at a time,
---guard-max-calls, 50 MiB bodies streamed in bounded memory, 502/504, durability of
-the forwarded-token mark across restart and kill -9, and the guard's /metrics counters.
+end-to-end headers, bodies and query strings (hop-by-hop headers, also those a
+Connection header names, dropped both ways), writes of one lock going upstream one
+at a time, --guard-max-calls, 50 MiB bodies streamed in bounded memory, 502/504,
+durability of the forwarded-token mark across restart and kill -9, and the guard's
+/metrics counters.
 """
 
 import hashlib
@@ -509,6 +511,16 @@ class GuardCheckTests(GuardBase):
                 text = self.srv.client.last_text
                 self.assertEqual(st, 200, text)
                 self.assertIn("custom= other=kept", text)
+
+    def test_connection_named_answer_headers_dropped(self):
+        """A header the upstream's Connection header names is of the upstream's hop only:
+        the client never gets it, although it comes before the Connection header."""
+        dst, dh, dbody = self.ng.request("GET", "/hop")
+        self.assertEqual((dst, dh.get("x-internal"), dbody), (200, "1", b"hop\n"))  # nginx does send it
+        st, h, _ = self.send("GET", "/store/hop")
+        self.assertEqual((st, self.srv.client.last_raw, h.get("x-upstream")), (200, b"hop\n", "nginx"))
+        self.assertNotIn("x-internal", h)
+        self.assertNotIn("x-internal", h.get("connection", "").lower())
 
     def test_percent_encoded_path(self):
         """A percent-encoded path is read through the guard, but it cannot name a lock:

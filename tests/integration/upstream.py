@@ -87,7 +87,7 @@ http {{
             add_header X-Seen-Lock $http_fencing_lock always;
             add_header X-Seen-Lease $http_fencing_lease always;
             add_header X-Seen-Authorization $http_authorization always;
-            return 200 "method=$request_method uri=$request_uri args=$args token=$http_fencing_token lock=$http_fencing_lock lease=$http_fencing_lease custom=$http_x_custom other=$http_x_other\\n";
+            return 200 "method=$request_method uri=$request_uri args=$args token=$http_fencing_token lock=$http_fencing_lock lease=$http_fencing_lease custom=$http_x_custom other=$http_x_other secret=$http_x_secret\\n";
         }}
         location = /teapot {{
             add_header X-Upstream nginx always;
@@ -102,6 +102,14 @@ http {{
             add_header X-Upstream nginx always;
             add_header Cache-Control "public, max-age=3600" always;
             return 200 "cacheable\n";
+        }}
+        # An answer with a header of one hop, named by a Connection header that comes
+        # after it (nginx writes its own "Connection: keep-alive" as well).
+        location = /hop {{
+            add_header X-Upstream nginx always;
+            add_header X-Internal 1 always;
+            add_header Connection X-Internal always;
+            return 200 "hop\\n";
         }}
         location = /fail {{
             add_header X-Upstream nginx always;
