@@ -47,13 +47,24 @@ bool httphead_has_token(const char *list, const char *token);
  * would reach a storage backend or the leader, and a backend's challenge
  * would reach a client that could answer it only to us, who drop the answer. */
 bool httphead_hop_by_hop(const char *name, size_t len);
-/* Is `name` (len bytes) hop-by-hop in this request: above, or named by one
- * of the request's Connection headers? */
-bool httphead_request_hop(struct MHD_Connection *conn, const char *name, size_t len);
-/* The same for an answer whose header lines ("Name: value", as libcurl gives
- * them) are `lines`. A Connection header may come after the header it names:
- * ask only once the lines are complete. */
+/* Is `name` (len bytes) hop-by-hop in an answer whose header lines ("Name:
+ * value", as libcurl gives them) are `lines`: above, or named by one of its
+ * Connection headers? One may come after the header it names: ask only once
+ * the lines are complete. */
 bool httphead_answer_hop(const struct curl_slist *lines, const char *name, size_t len);
+
+/* A proxy passing a message on. `own` (NULL-terminated, or NULL) names the
+ * headers the proxy's side writes itself; they are dropped as well as the
+ * hop-by-hop ones. Each returns false when out of memory. */
+/* Appends the request's end-to-end headers to *lines, as libcurl sends them,
+ * except those in own and in drop (the caller's; both may be NULL). */
+bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, const char *const *drop,
+                           struct curl_slist **lines);
+/* Keeps a received answer header line (len bytes, without its CRLF) in *lines. */
+bool httphead_keep_line(struct curl_slist **lines, const char *line, size_t len);
+/* Adds the end-to-end headers among an answer's kept lines to resp, except
+ * those in own. */
+bool httphead_pass_answer(const struct curl_slist *lines, const char *const *own, struct MHD_Response *resp);
 /* The request's Content-Length (0 when absent); false when it is not a number. */
 bool httphead_content_length(struct MHD_Connection *conn, uint64_t *n);
 

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/epoll.h>
 
 #include "leasegate/dlist.h"
@@ -210,13 +209,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         }
         return n;
     }
-    char *h = strndup(line, len);
-    struct curl_slist *l = h ? curl_slist_append(c->resp_headers, h) : NULL;
-    free(h);
-    if (!l)
-        return 0; /* aborts the transfer */
-    c->resp_headers = l;
-    return n;
+    return httphead_keep_line(&c->resp_headers, line, len) ? n : 0; /* 0 aborts the transfer */
 }
 
 /* Queues the on_answered report: curl callbacks may not start other
@@ -463,61 +456,18 @@ const ProxyStats *proxy_stats(const Proxy *p) { return &p->stats; }
 
 /* Calls. */
 
-typedef struct HeaderCopy {
-    struct curl_slist *list;
-    struct MHD_Connection *conn;
-    const char *const *drop;
-    bool failed;
-} HeaderCopy;
-
 /* Headers the call to the upstream has of its own: curl writes Host and
  * Content-Length from the URL and the body, and Expect is left out (libmicrohttpd
  * has already answered the client's). */
-static bool set_by_curl(const char *name)
-{
-    static const char *const OWN[] = {"Host", "Content-Length", "Expect"};
-    for (size_t i = 0; i < sizeof OWN / sizeof OWN[0]; i++)
-        if (!strcasecmp(name, OWN[i]))
-            return true;
-    return false;
-}
+static const char *const SET_BY_CURL[] = {"Host", "Content-Length", "Expect", NULL};
 
-static bool dropped(const HeaderCopy *hc, const char *key)
+/* Appends line to *list; false when out of memory (*list unchanged). */
+static bool append_line(struct curl_slist **list, const char *line)
 {
-    if (httphead_request_hop(hc->conn, key, strlen(key)) || set_by_curl(key))
-        return true;
-    for (const char *const *d = hc->drop; d && *d; d++)
-        if (!strcasecmp(key, *d))
-            return true;
-    return false;
-}
-
-static bool append_line(HeaderCopy *hc, const char *line)
-{
-    struct curl_slist *l = curl_slist_append(hc->list, line);
-    if (!l) {
-        hc->failed = true;
-        return false;
-    }
-    hc->list = l;
-    return true;
-}
-
-static enum MHD_Result copy_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
-{
-    (void)kind;
-    HeaderCopy *hc = cls;
-    if (dropped(hc, key))
-        return MHD_YES;
-    char *line;
-    /* "Name;" is curl's way to send a header with an empty value. */
-    if (asprintf(&line, value && *value ? "%s: %s" : "%s;", key, value ? value : "") < 0) {
-        hc->failed = true;
-        return MHD_NO;
-    }
-    bool ok = append_line(hc, line);
-    free(line);
-    return ok ? MHD_YES : MHD_NO;
+    struct curl_slist *l = curl_slist_append(*list, line);
+    if (l)
+        *list = l;
+    return l != NULL;
 }
 
 size_t proxy_calls(const Proxy *p) { return p->calls.len; }
@@ -533,17 +483,14 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
     c->req = req;
     c->has_body = has_body;
     c->body_length = has_body ? content_length : 0;
-    HeaderCopy hc = {NULL, req->conn, drop, false};
-    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, copy_header, &hc);
-    for (const char *const *a = add; a && *a && !hc.failed; a++)
-        append_line(&hc, *a);
-    if (!hc.failed)
-        append_line(&hc, "Expect:");
-    c->req_headers = hc.list;
+    bool ok = httphead_pass_request(req->conn, SET_BY_CURL, drop, &c->req_headers);
+    for (const char *const *a = add; a && *a && ok; a++)
+        ok = append_line(&c->req_headers, *a);
+    ok = ok && append_line(&c->req_headers, "Expect:");
     c->easy = curl_easy_init();
     /* libcurl verifies an https upstream's certificate and name by default;
      * --cacert only says which CAs to trust. */
-    if (hc.failed || !c->easy || (p->cacert && curl_easy_setopt(c->easy, CURLOPT_CAINFO, p->cacert) != CURLE_OK)) {
+    if (!ok || !c->easy || (p->cacert && curl_easy_setopt(c->easy, CURLOPT_CAINFO, p->cacert) != CURLE_OK)) {
         curl_slist_free_all(c->req_headers);
         curl_easy_cleanup(c->easy);
         free(c);
@@ -676,33 +623,17 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
     return 0;
 }
 
-/* Is the upstream's header line of name len bytes not passed on? Besides
- * hop-by-hop ones, Content-Length: libmicrohttpd writes it from the size the
- * response is made with. */
-static bool resp_dropped(const ProxyCall *c, const char *name, size_t len)
-{
-    static const char CL[] = MHD_HTTP_HEADER_CONTENT_LENGTH;
-    return httphead_answer_hop(c->resp_headers, name, len) || (len == sizeof CL - 1 && !strncasecmp(name, CL, len));
-}
-
 static void queue_upstream(ProxyCall *c)
 {
     curl_off_t cl = -1;
     curl_easy_getinfo(c->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
     struct MHD_Response *resp = MHD_create_response_from_callback(
         cl >= 0 ? (uint64_t)cl : MHD_SIZE_UNKNOWN, 32 * 1024, read_body, c, NULL);
-    if (resp) {
-        for (struct curl_slist *h = c->resp_headers; h; h = h->next) {
-            char *colon = strchr(h->data, ':');
-            if (!colon || resp_dropped(c, h->data, (size_t)(colon - h->data)))
-                continue;
-            *colon = '\0';
-            const char *value = colon + 1;
-            while (*value == ' ' || *value == '\t')
-                value++;
-            MHD_add_response_header(resp, h->data, value);
-            *colon = ':';
-        }
+    /* libmicrohttpd writes Content-Length from the size the response is made with. */
+    static const char *const SET_BY_MHD[] = {MHD_HTTP_HEADER_CONTENT_LENGTH, NULL};
+    if (resp && !httphead_pass_answer(c->resp_headers, SET_BY_MHD, resp)) {
+        MHD_destroy_response(resp);
+        resp = NULL; /* out of memory: the client's connection is closed */
     }
     c->queued = true;
     http_reply_passthrough(c->req, (unsigned)c->status, resp);

@@ -304,47 +304,7 @@ static void drive(Forward *f, bool (*until)(const Forward *f))
 /* Headers each side of a forward sets itself, dropped both ways besides the
  * hop-by-hop ones: libcurl and libmicrohttpd write Host, Content-Length,
  * Expect and Date for their own hop, and FORWARD_HEADER is the follower's. */
-static bool set_by_us(const char *name, size_t len)
-{
-    static const char *const NAMES[] = {"Host", "Content-Length", "Expect", "Date", FORWARD_HEADER};
-    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
-        if (strlen(NAMES[i]) == len && !strncasecmp(name, NAMES[i], len))
-            return true;
-    return false;
-}
-
-/* Appends "name: value" (name len bytes) to *list; false when out of memory. */
-static bool append_header(struct curl_slist **list, const char *name, size_t len, const char *value, size_t vlen)
-{
-    char *line;
-    if (asprintf(&line, "%.*s: %.*s", (int)len, name, (int)vlen, value) < 0)
-        return false;
-    struct curl_slist *l = curl_slist_append(*list, line);
-    free(line);
-    if (!l)
-        return false;
-    *list = l;
-    return true;
-}
-
-typedef struct HeaderCopy {
-    struct curl_slist *list;
-    struct MHD_Connection *conn;
-    bool failed;
-} HeaderCopy;
-
-static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
-{
-    (void)kind;
-    HeaderCopy *c = cls;
-    if (!key || !value || set_by_us(key, strlen(key)) || httphead_request_hop(c->conn, key, strlen(key)))
-        return MHD_YES;
-    if (!append_header(&c->list, key, strlen(key), value, strlen(value))) {
-        c->failed = true;
-        return MHD_NO;
-    }
-    return MHD_YES;
-}
+static const char *const SET_BY_US[] = {"Host", "Content-Length", "Expect", "Date", FORWARD_HEADER, NULL};
 
 /* libcurl asks for request body bytes: what `up` has, the end, or a pause
  * until forward_add_body or forward_answer brings more. */
@@ -399,7 +359,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
                 f->answer_len = v;
         }
     }
-    if (!append_header(&f->answer_headers, p, name_len, value, (size_t)(p + end - value))) {
+    if (!httphead_keep_line(&f->answer_headers, p, end)) {
         f->oom = true;
         return 0;
     }
@@ -479,11 +439,12 @@ bool forward_start(Forward *f, ForwardPool *pool, struct MHD_Connection *conn, c
     size_t base = strlen(leader_url);
     while (base && leader_url[base - 1] == '/')
         base--;
-    HeaderCopy hc = {NULL, conn, false};
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, copy_request_header, &hc);
-    f->headers = hc.list;
-    if (hc.failed || !append_header(&f->headers, FORWARD_HEADER, strlen(FORWARD_HEADER), "1", 1))
+    if (!httphead_pass_request(conn, SET_BY_US, NULL, &f->headers))
         return false;
+    struct curl_slist *mark = curl_slist_append(f->headers, FORWARD_HEADER ": 1");
+    if (!mark)
+        return false;
+    f->headers = mark;
     /* A body larger than the buffers (or of unknown length) waits for the
      * leader's 100 Continue: the leader refuses some requests from their
      * headers alone (401, 403, 415, 413, the guard's 428 and 409) and closes;
@@ -570,13 +531,6 @@ static ssize_t read_answer(void *cls, uint64_t pos, char *buf, size_t max)
     return r;
 }
 
-/* Is the leader's header of name len bytes not passed on? Asked only once
- * all of them are in: a Connection header may come after a header it names. */
-static bool answer_dropped(const Forward *f, const char *name, size_t len)
-{
-    return set_by_us(name, len) || httphead_answer_hop(f->answer_headers, name, len);
-}
-
 static void answer_freed(void *cls) { forward_unref(cls); }
 
 struct MHD_Response *forward_answer(Forward *f, unsigned *status, const char **why)
@@ -601,15 +555,11 @@ struct MHD_Response *forward_answer(Forward *f, unsigned *status, const char **w
         return NULL;
     }
     atomic_fetch_add(&f->refs, 1); /* the response's, dropped by answer_freed */
-    for (struct curl_slist *h = f->answer_headers; h; h = h->next) {
-        char *colon = strchr(h->data, ':');
-        if (!colon || answer_dropped(f, h->data, (size_t)(colon - h->data)))
-            continue;
-        *colon = '\0';
-        const char *value = colon + 1;
-        while (*value == ' ')
-            value++;
-        MHD_add_response_header(resp, h->data, value);
+    /* All the leader's lines are in: a Connection header may come after a header it names. */
+    if (!httphead_pass_answer(f->answer_headers, SET_BY_US, resp)) {
+        MHD_destroy_response(resp); /* answer_freed drops the response's reference */
+        *why = "out of memory";
+        return NULL;
     }
     *status = (unsigned)f->status;
     return resp;

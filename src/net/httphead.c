@@ -55,7 +55,9 @@ static enum MHD_Result find_named(void *cls, enum MHD_ValueKind kind, const char
     return MHD_YES;
 }
 
-bool httphead_request_hop(struct MHD_Connection *conn, const char *name, size_t len)
+/* Is `name` (len bytes) hop-by-hop in this request: above, or named by one
+ * of the request's Connection headers? */
+static bool request_hop(struct MHD_Connection *conn, const char *name, size_t len)
 {
     if (httphead_hop_by_hop(name, len))
         return true;
@@ -73,6 +75,97 @@ bool httphead_answer_hop(const struct curl_slist *lines, const char *name, size_
         if (!strncasecmp(l->data, CONN, sizeof CONN - 1) && lists_token(l->data + sizeof CONN - 1, name, len))
             return true;
     return false;
+}
+
+/* Is `name` (len bytes, any case) one of the NULL-terminated `names`? */
+static bool named_in(const char *const *names, const char *name, size_t len)
+{
+    for (const char *const *p = names; p && *p; p++)
+        if (strlen(*p) == len && !strncasecmp(name, *p, len))
+            return true;
+    return false;
+}
+
+typedef struct RequestCopy {
+    struct MHD_Connection *conn;
+    const char *const *own, *const *drop;
+    struct curl_slist *lines;
+    bool failed;
+} RequestCopy;
+
+static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    RequestCopy *rc = cls;
+    size_t len = strlen(key);
+    if (request_hop(rc->conn, key, len) || named_in(rc->own, key, len) || named_in(rc->drop, key, len))
+        return MHD_YES;
+    char *line;
+    /* libcurl reads "Name:" as "do not send Name"; "Name;" sends it empty. */
+    if (asprintf(&line, value && *value ? "%s: %s" : "%s;", key, value ? value : "") < 0) {
+        rc->failed = true;
+        return MHD_NO;
+    }
+    struct curl_slist *l = curl_slist_append(rc->lines, line);
+    free(line);
+    if (!l) {
+        rc->failed = true;
+        return MHD_NO;
+    }
+    rc->lines = l;
+    return MHD_YES;
+}
+
+bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, const char *const *drop,
+                           struct curl_slist **lines)
+{
+    RequestCopy rc = {conn, own, drop, *lines, false};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, copy_request_header, &rc);
+    *lines = rc.lines; /* what was appended before a failure is the caller's to free too */
+    return !rc.failed;
+}
+
+bool httphead_keep_line(struct curl_slist **lines, const char *line, size_t len)
+{
+    char *copy = strndup(line, len);
+    struct curl_slist *l = copy ? curl_slist_append(*lines, copy) : NULL;
+    free(copy);
+    if (!l)
+        return false;
+    *lines = l;
+    return true;
+}
+
+/* Can the field go into a libmicrohttpd response? Its name must be a token
+ * (RFC 9110 5.1 and 5.6.2) and its value have no CR, LF or NUL (the line
+ * ends at the NUL): a malformed field is not passed on (RFC 9110 5.5 lets a
+ * proxy drop it). libmicrohttpd 0.9.75 cannot send an empty value either
+ * (MHD_add_response_header refuses it), so such a field is dropped too. */
+static bool passable(const char *name, size_t len, const char *value)
+{
+    static const char TCHAR[] = "!#$%&'*+-.^_`|~0123456789"
+                                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    return len > 0 && strspn(name, TCHAR) >= len && *value && !strpbrk(value, "\r\n");
+}
+
+bool httphead_pass_answer(const struct curl_slist *lines, const char *const *own, struct MHD_Response *resp)
+{
+    for (const struct curl_slist *h = lines; h; h = h->next) {
+        const char *colon = strchr(h->data, ':');
+        size_t len = colon ? (size_t)(colon - h->data) : 0;
+        const char *value = colon ? colon + 1 + strspn(colon + 1, " \t") : NULL;
+        /* libmicrohttpd refuses exactly the fields that are not passable, so
+         * its refusal of another can only mean it ran out of memory. */
+        if (!colon || !passable(h->data, len, value) || httphead_answer_hop(lines, h->data, len) ||
+            named_in(own, h->data, len))
+            continue;
+        char *name = strndup(h->data, len);
+        bool ok = name && MHD_add_response_header(resp, name, value) == MHD_YES;
+        free(name);
+        if (!ok)
+            return false;
+    }
+    return true;
 }
 
 bool httphead_content_length(struct MHD_Connection *conn, uint64_t *n)

@@ -2,9 +2,10 @@
  * Unit tests of the proxies' header rule (httphead): the hop-by-hop set in any
  * case and only whole names, and the headers an answer's Connection headers
  * name, wherever those come among its lines and however their tokens are
- * spaced.
+ * spaced; and what of an answer's lines reaches a libmicrohttpd response.
  */
 #include <curl/curl.h>
+#include <microhttpd.h>
 #include <string.h>
 
 #include "check.h"
@@ -40,5 +41,31 @@ int main(void)
     struct curl_slist m2 = {proxy, NULL}, m1 = {other, &m2};
     CHECK(!hop(&m1, "X-Internal"));
     CHECK(!hop(NULL, "X-Internal"));
+
+    /* What reaches the client of an answer: end-to-end fields as they came;
+     * not the hop-by-hop ones, those a Connection header names, those the
+     * proxy writes itself, malformed ones, or empty ones (libmicrohttpd
+     * 0.9.75 cannot send them). */
+    struct curl_slist *lines = NULL;
+    const char *in[] = {"ETag: \"v1\"", "X-Empty:", "Keep-Alive: timeout=5", "X-Gone: 1", "Connection: x-gone",
+                        "Date: Tue, 24 Nov 2026 04:00:00 GMT", "Bad Name: 1", "No-Colon", "X-Tab:\tv"};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        CHECK(httphead_keep_line(&lines, in[i], strlen(in[i])));
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    CHECK(resp != NULL);
+    const char *own[] = {"Date", NULL};
+    CHECK(httphead_pass_answer(lines, own, resp));
+    const char *v = MHD_get_response_header(resp, "ETag");
+    CHECK(v && !strcmp(v, "\"v1\""));
+    CHECK(!MHD_get_response_header(resp, "X-Empty"));
+    v = MHD_get_response_header(resp, "X-Tab");
+    CHECK(v && !strcmp(v, "v"));
+    CHECK(!MHD_get_response_header(resp, "Keep-Alive"));
+    CHECK(!MHD_get_response_header(resp, "X-Gone"));
+    CHECK(!MHD_get_response_header(resp, "Connection"));
+    CHECK(!MHD_get_response_header(resp, "Date"));
+    CHECK(!MHD_get_response_header(resp, "Bad Name"));
+    MHD_destroy_response(resp);
+    curl_slist_free_all(lines);
     return check_report("httphead");
 }
