@@ -50,6 +50,7 @@ struct ProxyCall {
     bool final_seen;     /* MHD made its last call; waiting to queue */
     bool queued;
     bool read_paused, write_paused;
+    bool broken; /* going on after a pause failed: every callback refuses, so curl ends the call as failed */
     bool upload_waiting, reader_waiting;
     /* The end of the body is held back until released (see proxy.h). */
     bool hold_end, released;
@@ -143,6 +144,8 @@ static size_t sendable(const ProxyCall *c)
 static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
 {
     ProxyCall *c = ud;
+    if (c->broken)
+        return CURL_READFUNC_ABORT;
     size_t max = size * nitems, can = sendable(c);
     size_t n = buf_take(&c->up, out, can < max ? can : max);
     c->sent += n;
@@ -166,7 +169,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
     size_t n = size * nmemb;
     if (!c->req)
         return n; /* detached: nobody reads the answer */
-    if (!buf_ready(&c->down))
+    if (c->broken || !buf_ready(&c->down))
         return 0; /* aborts the transfer: 502 or a cut-off body */
     if (n > buf_room(&c->down)) {
         c->write_paused = true;
@@ -185,6 +188,8 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
 {
     ProxyCall *c = ud;
     size_t n = size * nitems;
+    if (c->broken)
+        return 0;
     touch(c);
     if (c->headers_done)
         return n; /* trailers */
@@ -554,12 +559,16 @@ void proxy_call_on_answered(ProxyCall *c, ProxyAnswered fn, void *ud)
     c->answered_ud = ud;
 }
 
-/* Flags first: the callbacks curl makes from inside curl_easy_pause may set them again. */
+/* Flags first: the callbacks curl makes from inside curl_easy_pause may set
+ * them again. When going on fails (out of memory for what curl held back),
+ * the call must not go on with bytes missing: it is broken, and curl ends it
+ * at its next callback, or the idle timeout does. */
 static void unpause(ProxyCall *c)
 {
     c->read_paused = false;
     c->write_paused = false;
-    curl_easy_pause(c->easy, CURLPAUSE_CONT);
+    if (curl_easy_pause(c->easy, CURLPAUSE_CONT) != CURLE_OK)
+        c->broken = true;
 }
 
 void proxy_call_release(ProxyCall *c)

@@ -482,12 +482,18 @@ bool forward_start(Forward *f, ForwardPool *pool, struct MHD_Connection *conn, c
 }
 
 /* Lets libcurl go on after a pause, once what it waited for is there. Its
- * callbacks may run inside curl_easy_pause. */
+ * callbacks may run inside curl_easy_pause. When going on fails (out of
+ * memory for what libcurl held back), the transfer ends there, failed: its
+ * connection is closed when the agent goes back (agent_give_back). */
 static void unpause(Forward *f)
 {
     if (!f->finished && (f->up_paused || f->down_paused)) {
         f->up_paused = f->down_paused = false;
-        curl_easy_pause(f->agent->easy, CURLPAUSE_CONT);
+        CURLcode rc = curl_easy_pause(f->agent->easy, CURLPAUSE_CONT);
+        if (rc != CURLE_OK && !f->finished) {
+            f->result = rc;
+            f->finished = true;
+        }
     }
 }
 

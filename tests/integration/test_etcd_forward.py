@@ -82,7 +82,8 @@ class ForwardTest(EtcdTestCase):
         raw.close()
         self.assertTrue(wait_for(lambda: leader.waiters("fwd/wait") == 0), "the leader kept a waiter whose client left")
 
-    def test_guarded_write_through_a_follower(self):
+    def guarded_leader_and_follower(self):
+        """Two gateways guarding /store/ in front of a real nginx: (leader, follower)."""
         if not upstream.nginx_available():
             self.skipTest("nginx is missing (scripts/deps.sh --test installs nginx-light)")
         ng = upstream.Nginx()
@@ -90,7 +91,10 @@ class ForwardTest(EtcdTestCase):
         guard = ["--guard", "/store/=" + ng.url]
         a, b = self.gateway(guard), self.gateway(guard)
         leader = wait_leader([a, b])
-        other = self.follower_of(leader, [a, b])
+        return leader, self.follower_of(leader, [a, b])
+
+    def test_guarded_write_through_a_follower(self):
+        leader, other = self.guarded_leader_and_follower()
         g = self.acquire_ok(other, "report.csv", ttl_ms=60000)
         status, _, body = other.client.request("PUT", "/store/report.csv", raw=b"v1",
                                                headers={"Fencing-Lease": g["lease"]})
@@ -115,14 +119,7 @@ class ForwardTest(EtcdTestCase):
         follower only: the leader never gets it. What the leader gets is seen through its
         guard, which passes it on to nginx, which echoes it. An empty header does reach
         the leader."""
-        if not upstream.nginx_available():
-            self.skipTest("nginx is missing (scripts/deps.sh --test installs nginx-light)")
-        ng = upstream.Nginx()
-        self.addCleanup(ng.cleanup)
-        guard = ["--guard", "/store/=" + ng.url]
-        a, b = self.gateway(guard), self.gateway(guard)
-        leader = wait_leader([a, b])
-        other = self.follower_of(leader, [a, b])
+        leader, other = self.guarded_leader_and_follower()
         # Unnamed, the header goes all the way (so the echo would show it).
         status, _, _ = other.client.request("GET", "/store/echo", headers={"X-Secret": "1", "X-Other": "kept"})
         self.assertEqual(status, 200, other.client.last_text)
