@@ -140,6 +140,30 @@ bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, 
 
 bool httphead_keep_line(struct curl_slist **lines, const char *line, size_t len)
 {
+    if (len && (line[0] == ' ' || line[0] == '\t')) {
+        /* An obs-fold (RFC 9112 5.2): the field goes on. A proxy replaces the
+         * fold with a space, so the last line is replaced by the joined one;
+         * kept apart, a header its Connection fold names would pass on, and
+         * the value would be cut. A fold before any field is dropped. */
+        struct curl_slist *prev = NULL, *last = *lines;
+        while (last && last->next)
+            prev = last, last = last->next;
+        if (!last)
+            return true;
+        size_t skip = 1;
+        while (skip < len && (line[skip] == ' ' || line[skip] == '\t'))
+            skip++;
+        char *joined;
+        if (asprintf(&joined, "%s %.*s", last->data, (int)(len - skip), line + skip) < 0)
+            return false;
+        struct curl_slist *l = curl_slist_append(NULL, joined);
+        free(joined);
+        if (!l)
+            return false;
+        *(prev ? &prev->next : lines) = l;
+        curl_slist_free_all(last);
+        return true;
+    }
     char *copy = strndup(line, len);
     struct curl_slist *l = copy ? curl_slist_append(*lines, copy) : NULL;
     free(copy);
