@@ -57,10 +57,13 @@ bool httphead_answer_hop(const struct curl_slist *lines, const char *name, size_
  * headers the proxy's side writes itself; they are dropped as well as the
  * hop-by-hop ones. Each returns false when out of memory. */
 /* Appends the request's end-to-end headers to *lines, as libcurl sends them,
- * except those in own and in drop (the caller's; both may be NULL). */
+ * except those in own and in drop (the caller's; both may be NULL) and those
+ * whose name is not a token (malformed: never passed on, as in an answer). */
 bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, const char *const *drop,
                            struct curl_slist **lines);
-/* Keeps a received answer header line (len bytes, without its CRLF) in *lines. */
+/* Keeps a received answer header line (len bytes, without its CRLF) in *lines;
+ * an obs-fold (a line that starts with a space or tab) is joined to the line
+ * before it with one space, as RFC 9112 5.2 asks of a proxy. */
 bool httphead_keep_line(struct curl_slist **lines, const char *line, size_t len);
 /* Adds the end-to-end headers among an answer's kept lines to resp, except
  * those in own. */

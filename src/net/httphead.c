@@ -86,6 +86,14 @@ static bool named_in(const char *const *names, const char *name, size_t len)
     return false;
 }
 
+/* Is the name (len bytes) a token (RFC 9110 5.1 and 5.6.2), as a field name must be? */
+static bool is_token(const char *name, size_t len)
+{
+    static const char TCHAR[] = "!#$%&'*+-.^_`|~0123456789"
+                                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    return len > 0 && strspn(name, TCHAR) >= len;
+}
+
 typedef struct RequestCopy {
     struct MHD_Connection *conn;
     const char *const *own, *const *drop;
@@ -98,7 +106,12 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
     (void)kind;
     RequestCopy *rc = cls;
     size_t len = strlen(key);
-    if (request_hop(rc->conn, key, len) || named_in(rc->own, key, len) || named_in(rc->drop, key, len))
+    /* libmicrohttpd 0.9.75 keeps a name as it came, whitespace before the
+     * colon included ("Transfer-Encoding : chunked"): the checks of framing,
+     * which go by exact names, never see such a field, and a backend that
+     * reads it otherwise would frame the body otherwise. */
+    if (!is_token(key, len) || request_hop(rc->conn, key, len) || named_in(rc->own, key, len) ||
+        named_in(rc->drop, key, len))
         return MHD_YES;
     char *line;
     /* libcurl reads "Name:" as "do not send Name"; "Name;" sends it empty. */
@@ -127,6 +140,30 @@ bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, 
 
 bool httphead_keep_line(struct curl_slist **lines, const char *line, size_t len)
 {
+    if (len && (line[0] == ' ' || line[0] == '\t')) {
+        /* An obs-fold (RFC 9112 5.2): the field goes on. A proxy replaces the
+         * fold with a space, so the last line is replaced by the joined one;
+         * kept apart, a header its Connection fold names would pass on, and
+         * the value would be cut. A fold before any field is dropped. */
+        struct curl_slist *prev = NULL, *last = *lines;
+        while (last && last->next)
+            prev = last, last = last->next;
+        if (!last)
+            return true;
+        size_t skip = 1;
+        while (skip < len && (line[skip] == ' ' || line[skip] == '\t'))
+            skip++;
+        char *joined;
+        if (asprintf(&joined, "%s %.*s", last->data, (int)(len - skip), line + skip) < 0)
+            return false;
+        struct curl_slist *l = curl_slist_append(NULL, joined);
+        free(joined);
+        if (!l)
+            return false;
+        *(prev ? &prev->next : lines) = l;
+        curl_slist_free_all(last);
+        return true;
+    }
     char *copy = strndup(line, len);
     struct curl_slist *l = copy ? curl_slist_append(*lines, copy) : NULL;
     free(copy);
@@ -137,15 +174,13 @@ bool httphead_keep_line(struct curl_slist **lines, const char *line, size_t len)
 }
 
 /* Can the field go into a libmicrohttpd response? Its name must be a token
- * (RFC 9110 5.1 and 5.6.2) and its value have no CR, LF or NUL (the line
- * ends at the NUL): a malformed field is not passed on (RFC 9110 5.5 lets a
- * proxy drop it). libmicrohttpd 0.9.75 cannot send an empty value either
+ * and its value have no CR, LF or NUL (the line ends at the NUL): a
+ * malformed field is not passed on (RFC 9110 5.5 lets a proxy drop it).
+ * libmicrohttpd 0.9.75 cannot send an empty value either
  * (MHD_add_response_header refuses it), so such a field is dropped too. */
 static bool passable(const char *name, size_t len, const char *value)
 {
-    static const char TCHAR[] = "!#$%&'*+-.^_`|~0123456789"
-                                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    return len > 0 && strspn(name, TCHAR) >= len && *value && !strpbrk(value, "\r\n");
+    return is_token(name, len) && *value && !strpbrk(value, "\r\n");
 }
 
 bool httphead_pass_answer(const struct curl_slist *lines, const char *const *own, struct MHD_Response *resp)
