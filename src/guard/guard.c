@@ -115,15 +115,22 @@ static const char *header(Request *req, const char *name)
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
+typedef struct BadHeader {
+    const char *name, *problem;
+} BadHeader;
+
 /* Header iterator: the first header whose name or value may not be
  * forwarded. Lengths, not C strings: a NUL inside a value must be seen. */
-static enum MHD_Result find_bad_value(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                      const char *value, size_t value_size)
+static enum MHD_Result find_bad_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                       const char *value, size_t value_size)
 {
     (void)kind;
-    const char **bad = cls;
-    if (guardpath_header_problem(key, key_size) || (value && guardpath_header_problem(value, value_size))) {
-        *bad = key;
+    BadHeader *bad = cls;
+    bad->problem = guardpath_name_problem(key, key_size);
+    if (!bad->problem && value)
+        bad->problem = guardpath_header_problem(value, value_size);
+    if (bad->problem) {
+        bad->name = key;
         return MHD_NO;
     }
     return MHD_YES;
@@ -313,11 +320,10 @@ static bool acceptable(Request *req, const GuardRoute *route, const char *method
                          problem);
         return false;
     }
-    const char *bad = NULL;
-    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, find_bad_value, &bad);
-    if (bad) {
-        http_reply_error(req, ERR_BAD_REQUEST, NULL, "header '%.100s' holds a control character (CR, LF, NUL, ...)",
-                         bad);
+    BadHeader bad = {NULL, NULL};
+    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, find_bad_header, &bad);
+    if (bad.problem) {
+        http_reply_error(req, ERR_BAD_REQUEST, NULL, "header '%.100s': %s", bad.name, bad.problem);
         return false;
     }
     const char *cl = header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
