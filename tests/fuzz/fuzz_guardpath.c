@@ -18,7 +18,9 @@
  *    fits outlen (the buffer is exactly outlen bytes, so ASan sees any
  *    overflow); it returns NULL exactly when it sets a problem;
  *  - guardpath_header_problem refuses exactly the values with a byte < 0x20
- *    other than TAB, or 0x7f, and reads no byte past len.
+ *    other than TAB, or 0x7f, and reads no byte past len;
+ *  - guardpath_name_problem accepts exactly the non-empty names made of
+ *    RFC 9110 token characters, and reads no byte past len.
  */
 #include <stdbool.h>
 
@@ -231,6 +233,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *hp = guardpath_header_problem(value, hlen);
     CHECK(!hp == want_ok, "guardpath_header_problem says %s for a value that %s a control byte", hp ? "no" : "yes",
           want_ok ? "has no" : "has");
+    bool token = hlen > 0;
+    for (size_t i = 0; i < hlen; i++) {
+        unsigned char c = (unsigned char)value[i];
+        bool alnum = ((c | 32) >= 'a' && (c | 32) <= 'z') || (c >= '0' && c <= '9');
+        token = token && (alnum || (c && strchr("!#$%&'*+-.^_`|~", c)));
+    }
+    const char *np = guardpath_name_problem(value, hlen);
+    CHECK(!np == token, "guardpath_name_problem says %s for a name that %s a token", np ? "no" : "yes",
+          token ? "is" : "is not");
     free(value);
 
     /* Targets: the bytes after the first, up to a NUL. */
