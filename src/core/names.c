@@ -38,3 +38,13 @@ const char *name_lock_problem(const char *name)
     const char *slash = strrchr(name, '/');
     return name_is_action(slash ? slash + 1 : name) ? "may not end in a segment named acquire, renew, release or history" : NULL;
 }
+
+bool name_is_http_token(const char *name, size_t len)
+{
+    static const char TCHAR[] = "!#$%&'*+-.^_`|~0123456789"
+                                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    for (size_t i = 0; i < len; i++)
+        if (!name[i] || !strchr(TCHAR, name[i]))
+            return false;
+    return len > 0;
+}

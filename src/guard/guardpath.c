@@ -125,12 +125,8 @@ const char *guardpath_lock(const char *rest, char *out, size_t outlen, const cha
 
 const char *guardpath_name_problem(const char *name, size_t len)
 {
-    static const char TCHAR[] = "!#$%&'*+-.^_`|~0123456789"
-                                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    for (size_t i = 0; i < len; i++)
-        if (!name[i] || !strchr(TCHAR, name[i]))
-            return "a header name is not a token (whitespace before its colon, a folded line, ...)";
-    return len ? NULL : "a header name is empty";
+    return name_is_http_token(name, len) ? NULL
+                                         : "a header name is not a token (whitespace before its colon, a folded line, ...)";
 }
 
 const char *guardpath_header_problem(const char *value, size_t len)

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "leasegate/names.h"
+
 /* Is the token of n bytes one of list's (any case)? */
 static bool lists_token(const char *list, const char *token, size_t n)
 {
@@ -86,14 +88,6 @@ static bool named_in(const char *const *names, const char *name, size_t len)
     return false;
 }
 
-/* Is the name (len bytes) a token (RFC 9110 5.1 and 5.6.2), as a field name must be? */
-static bool is_token(const char *name, size_t len)
-{
-    static const char TCHAR[] = "!#$%&'*+-.^_`|~0123456789"
-                                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    return len > 0 && strspn(name, TCHAR) >= len;
-}
-
 typedef struct RequestCopy {
     struct MHD_Connection *conn;
     const char *const *own, *const *drop;
@@ -110,7 +104,7 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
      * colon included ("Transfer-Encoding : chunked"): the checks of framing,
      * which go by exact names, never see such a field, and a backend that
      * reads it otherwise would frame the body otherwise. */
-    if (!is_token(key, len) || request_hop(rc->conn, key, len) || named_in(rc->own, key, len) ||
+    if (!name_is_http_token(key, len) || request_hop(rc->conn, key, len) || named_in(rc->own, key, len) ||
         named_in(rc->drop, key, len))
         return MHD_YES;
     char *line;
@@ -180,7 +174,7 @@ bool httphead_keep_line(struct curl_slist **lines, const char *line, size_t len)
  * (MHD_add_response_header refuses it), so such a field is dropped too. */
 static bool passable(const char *name, size_t len, const char *value)
 {
-    return is_token(name, len) && *value && !strpbrk(value, "\r\n");
+    return name_is_http_token(name, len) && *value && !strpbrk(value, "\r\n");
 }
 
 bool httphead_pass_answer(const struct curl_slist *lines, const char *const *own, struct MHD_Response *resp)
