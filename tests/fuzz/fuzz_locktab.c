@@ -1040,10 +1040,10 @@ static void op_restart(FuzzIn *in)
             h.count = M->h.count;
             if (same_boot) {
                 left = M->h.deadline - m.now.mono_ms;
-            } else {
-                left = M->h.expires_at - m.now.wall_ms;
-                if (left > M->h.ttl_ms)
-                    left = M->h.ttl_ms;
+            } else { /* by the wall clock, with the millisecond a grant's deadline has too */
+                left = M->h.expires_at - m.now.wall_ms + 1;
+                if (left > M->h.ttl_ms + 1)
+                    left = M->h.ttl_ms + 1;
             }
         }
         LockResult r = locktab_load(m.lt, NAMES[i], M->last_token, M->held ? &h : NULL, &m.now);
