@@ -73,6 +73,8 @@ void http_reply_json_new(Request *req, unsigned status, json_t *body);
 void http_reply_json_raw_new(Request *req, unsigned status, json_t *body, const RawRefs *refs);
 void http_reply_text(Request *req, unsigned status, const char *content_type, char *text_new,
                      size_t len);
+/* JSON text written already (jsonw.h), len bytes; NULL (it could not be written) closes the connection. */
+void http_reply_json_text(Request *req, unsigned status, char *text_new, size_t len);
 void http_reply_static(Request *req, unsigned status, const char *content_type, const void *data,
                        size_t len);
 /* {"error": code, "message": ...} plus the fields of `extra` (taken over, may be NULL). */

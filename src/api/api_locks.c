@@ -12,6 +12,7 @@
 #include "leasegate/query.h"
 #include "leasegate/names.h"
 #include "leasegate/events.h"
+#include "leasegate/jsonw.h"
 #include "leasegate/quota.h"
 #include "leasegate/rawjson.h"
 #include "leasegate/trail.h"
@@ -57,14 +58,21 @@ static void reply_grant(Request *req, const Lock *lock)
     char lease[37];
     uuid_unparse_lower(h->lease, lease);
     http_note_grant(req, lock->name, h->lease);
-    RawRefs refs = {.n = 0};
-    http_reply_json_raw_new(req, 200,
-                            json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o}", "name", lock->name, "owner",
-                                      h->owner, "lease", lease, "token", (json_int_t)h->token, "ttl_ms",
-                                      (json_int_t)h->ttl_ms, "acquired_at_ms", (json_int_t)h->acquired_at_ms,
-                                      "expires_at_ms", (json_int_t)h->expires_at_ms, "count", (json_int_t)h->count,
-                                      "metadata", rawjson_ref(&refs, h->metadata)),
-                            &refs);
+    /* Every client's hot path: written with jsonw (jsonw.h says why). */
+    JsonW w;
+    jsonw_begin(&w);
+    jsonw_str(&w, "name", lock->name);
+    jsonw_str(&w, "owner", h->owner);
+    jsonw_str(&w, "lease", lease);
+    jsonw_int(&w, "token", (int64_t)h->token);
+    jsonw_int(&w, "ttl_ms", h->ttl_ms);
+    jsonw_int(&w, "acquired_at_ms", h->acquired_at_ms);
+    jsonw_int(&w, "expires_at_ms", h->expires_at_ms);
+    jsonw_int(&w, "count", h->count);
+    jsonw_raw(&w, "metadata", h->metadata);
+    size_t len;
+    char *text = jsonw_end_new(&w, &len);
+    http_reply_json_text(req, 200, text, len);
 }
 
 static void reply_lock_held(Request *req, const Lock *lock)
@@ -278,10 +286,15 @@ void api_renew(Request *req)
         if (r == LOCK_OK) {
             s->metrics.renewals++;
             events_note(s, AUDIT_RENEWED, lock->name, lock->holder.owner, lock->holder.token);
-            http_reply_json_new(req, 200,
-                                json_pack("{s:s, s:I, s:I, s:I}", "name", lock->name, "token",
-                                          (json_int_t)lock->holder.token, "ttl_ms", (json_int_t)lock->holder.ttl_ms,
-                                          "expires_at_ms", (json_int_t)lock->holder.expires_at_ms));
+            JsonW w;
+            jsonw_begin(&w);
+            jsonw_str(&w, "name", lock->name);
+            jsonw_int(&w, "token", (int64_t)lock->holder.token);
+            jsonw_int(&w, "ttl_ms", lock->holder.ttl_ms);
+            jsonw_int(&w, "expires_at_ms", lock->holder.expires_at_ms);
+            size_t len;
+            char *text = jsonw_end_new(&w, &len);
+            http_reply_json_text(req, 200, text, len);
         } else if (r == LOCK_NOT_HOLDER) {
             reply_not_holder(req, req->arg, lease);
         } else {
@@ -310,9 +323,14 @@ void api_release(Request *req)
         s->trail_actor = NULL;
         if (r == LOCK_OK) {
             s->metrics.releases++;
-            http_reply_json_new(req, 200,
-                                json_pack("{s:s, s:b, s:I}", "name", req->arg, "released", left == 0, "count",
-                                          (json_int_t)left));
+            JsonW w;
+            jsonw_begin(&w);
+            jsonw_str(&w, "name", req->arg);
+            jsonw_bool(&w, "released", left == 0);
+            jsonw_int(&w, "count", left);
+            size_t len;
+            char *text = jsonw_end_new(&w, &len);
+            http_reply_json_text(req, 200, text, len);
         } else {
             reply_not_holder(req, req->arg, lease);
         }

@@ -242,15 +242,19 @@ void http_reply_text(Request *req, unsigned status, const char *content_type, ch
 
 void http_reply_json_new(Request *req, unsigned status, json_t *body) { http_reply_json_raw_new(req, status, body, NULL); }
 
+void http_reply_json_text(Request *req, unsigned status, char *text_new, size_t len)
+{
+    if (!text_new)
+        send_response(req, status, NULL, true);
+    else
+        http_reply_text(req, status, "application/json", text_new, len);
+}
+
 void http_reply_json_raw_new(Request *req, unsigned status, json_t *body, const RawRefs *refs)
 {
     char *text = body ? rawjson_dumps(body, refs) : NULL;
     json_decref(body);
-    if (!text) {
-        send_response(req, status, NULL, true);
-        return;
-    }
-    http_reply_text(req, status, "application/json", text, strlen(text));
+    http_reply_json_text(req, status, text, text ? strlen(text) : 0);
 }
 
 static json_t *error_body_new(ErrCode code, json_t *extra, const char *fmt, va_list ap)

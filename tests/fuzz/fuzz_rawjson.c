@@ -16,12 +16,16 @@
  *  - rawjson_ref/rawjson_dumps: a body built from the input with
  *    placeholders for raw texts (each placed once, as the server does) dumps
  *    to text that jansson parses back equal to the same body with the raw
- *    values in place of the placeholders.
+ *    values in place of the placeholders;
+ *  - jsonw (include/leasegate/jsonw.h): the input bytes as a string are
+ *    written exactly as jansson's json_dumps writes them, and refused exactly
+ *    when jansson refuses them (not UTF-8).
  */
 #include <jansson.h>
 #include <stdbool.h>
 
 #include "fuzz.h"
+#include "leasegate/jsonw.h"
 #include "leasegate/rawjson.h"
 
 #define CHECK(cond, ...) FUZZ_CHECK(cond, __VA_ARGS__)
@@ -269,6 +273,27 @@ static void dumps_roundtrip(const uint8_t *data, size_t size)
         free(g.texts[i]);
 }
 
+/* ---- jsonw ---- */
+
+static void jsonw_as_jansson(const uint8_t *data, size_t size)
+{
+    JsonW w = {0};
+    jsonw_string(&w, (const char *)data, size);
+    json_t *str = json_stringn_nocheck((const char *)data, size);
+    CHECK(str != NULL, "out of memory");
+    char *theirs = json_dumps(str, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(str);
+    if (!theirs)
+        CHECK(w.failed, "jsonw writes a string jansson refuses (%zu bytes)", size);
+    else if (w.failed)
+        CHECK(false, "jsonw refuses a string jansson writes: %s", theirs);
+    else
+        CHECK(w.len == strlen(theirs) && memcmp(w.buf, theirs, w.len) == 0, "jsonw wrote %.*s, jansson %s",
+              (int)w.len, w.buf, theirs);
+    free(w.buf);
+    free(theirs);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* The body in a buffer of exactly its size: no NUL after it. */
@@ -279,5 +304,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     accepted_bodies(body, size);
     free(body);
     dumps_roundtrip(data, size);
+    jsonw_as_jansson(data, size);
     return 0;
 }
