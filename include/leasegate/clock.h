@@ -20,6 +20,13 @@ typedef struct Now {
     int64_t wall_ms; /* Unix time, rounded down */
 } Now;
 
+/* The two readings of a Now are taken at most this far apart (unless the
+ * thread is preempted between them on every one of many tries): a
+ * preemption between two plain readings would skew the pair by however long
+ * it lasted, and a lease's announced times by as much (locktab.h,
+ * LOCKTAB_DEADLINE_SLACK_MS). */
+#define CLOCK_PAIR_MAX_GAP_NS 50000
+
 Now clock_now(void);
 
 #define CLOCK_BOOT_ID_LEN 36

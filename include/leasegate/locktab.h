@@ -48,6 +48,14 @@ typedef struct Holder {
     uint32_t count;         /* reentries: 1 for a fresh grant */
 } Holder;
 
+/* A deadline is this much later than ttl_ms on the boot clock, so that the
+ * lease never ends before its announced expires_at_ms, and a grant after it
+ * is never stamped before that (acquired_at_ms >= the previous expires_at_ms).
+ * Each Now holds both clocks rounded down (up to 1 ms each) and read at
+ * instants up to CLOCK_PAIR_MAX_GAP_NS apart (clock.h); both hold with
+ * 1 ms for each rounding while that gap is under half a millisecond. */
+#define LOCKTAB_DEADLINE_SLACK_MS 2
+
 typedef struct Deadline {
     HeapEntry entry;
     uint8_t kind; /* which struct embeds it: a lock's expiry or a waiter's wait */
@@ -138,8 +146,8 @@ void locktab_free(Locktab *lt);
  * first locktab_tick (call it once loading is done). `holder` may be NULL.
  * The holder's deadline is kept when it is on this boot's clock; a holder
  * from another boot (the machine restarted) keeps what is left until its
- * expires_at_ms by the wall clock, but never more than one ttl (both with
- * the millisecond that rounding the clocks down may take, as at a grant). */
+ * expires_at_ms by the wall clock, but never more than one ttl (both plus
+ * LOCKTAB_DEADLINE_SLACK_MS, as at a grant). */
 LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, const Holder *holder,
                         const Now *now);
 

@@ -203,13 +203,11 @@ static void changed(Locktab *lt, Lock *lock)
     lt->hooks.changed(lt->hooks.ud, lock);
 }
 
-/* The announced expiry is a safe bound for the holder: both clocks are read
- * rounded down, so the deadline gets one more millisecond and the lease never
- * ends before the time announced (the wall clock's sub-millisecond part may
- * be up to 1 ms ahead of the boot clock's). */
+/* The announced expiry is a safe bound for the holder: the deadline gets
+ * LOCKTAB_DEADLINE_SLACK_MS (locktab.h says why). */
 static bool set_expiry(Locktab *lt, Lock *lock, int64_t ttl_ms, const Now *now)
 {
-    int64_t deadline = now->mono_ms + ttl_ms + 1;
+    int64_t deadline = now->mono_ms + ttl_ms + LOCKTAB_DEADLINE_SLACK_MS;
     if (!heap_set(&lt->deadlines, &lock->expiry.entry, deadline))
         return false;
     lock->holder.ttl_ms = ttl_ms;
@@ -338,12 +336,12 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
     /* What is left: exact on this boot's clock; from another boot, by the
      * wall clock but never more than one ttl (a clock that is behind must not
      * stretch a lease; the last commit of a lease is a grant or renewal, when
-     * one ttl was left). The wall-clock case gets the same extra millisecond
-     * as set_expiry, for the same reason: both clocks are read rounded down. */
+     * one ttl was left). The wall-clock case gets the same slack as
+     * set_expiry, for the same reason. */
     int64_t left_ms = holder->deadline_ms >= 0 ? holder->deadline_ms - now->mono_ms
-                                               : holder->expires_at_ms - now->wall_ms + 1;
-    if (holder->deadline_ms < 0 && left_ms > holder->ttl_ms + 1)
-        left_ms = holder->ttl_ms + 1;
+                                               : holder->expires_at_ms - now->wall_ms + LOCKTAB_DEADLINE_SLACK_MS;
+    if (holder->deadline_ms < 0 && left_ms > holder->ttl_ms + LOCKTAB_DEADLINE_SLACK_MS)
+        left_ms = holder->ttl_ms + LOCKTAB_DEADLINE_SLACK_MS;
     /* A lease that expired while the server was down is loaded all the same,
      * with its deadline passed: the first locktab_tick ends it, after the
      * stored history is replayed, so that its end is the newest entry. */

@@ -18,7 +18,7 @@
  *  - tokens: every grant takes the model's counter + 1 (so they strictly
  *    grow and never repeat, also across restarts), reentry keeps the token;
  *  - reentry counts, ttl, expires_at_ms, metadata and owner as the model says;
- *  - expiry exactly at the deadline (mono + ttl + 1): never before it and
+ *  - expiry exactly at the deadline (mono + ttl + LOCKTAB_DEADLINE_SLACK_MS): never before it and
  *    never before expires_at_ms on the wall clock, and nothing due is left
  *    after locktab_tick; deadlines fire earliest first; the tick times
  *    waiters out at their wait deadline; idle locks forgotten at
@@ -315,7 +315,7 @@ static void model_grant(MLock *M, const Lock *lock)
     h->count = 1;
     h->acquired_at = m.now.wall_ms;
     h->expires_at = m.now.wall_ms + h->ttl_ms;
-    h->deadline = m.now.mono_ms + h->ttl_ms + 1;
+    h->deadline = m.now.mono_ms + h->ttl_ms + LOCKTAB_DEADLINE_SLACK_MS;
     h->wall_floor = h->expires_at + 1;
     M->held = true;
     M->last_token = h->token;
@@ -818,7 +818,7 @@ static void op_reenter(FuzzIn *in)
             h->metadata = meta;
         if (ttl > 0)
             h->ttl_ms = ttl;
-        h->deadline = m.now.mono_ms + h->ttl_ms + 1;
+        h->deadline = m.now.mono_ms + h->ttl_ms + LOCKTAB_DEADLINE_SLACK_MS;
         h->expires_at = m.now.wall_ms + h->ttl_ms;
         h->wall_floor = h->expires_at + 1;
         h->count++;
@@ -854,7 +854,7 @@ static void op_renew(FuzzIn *in)
         MHolder *h = &M->h;
         if (ttl > 0)
             h->ttl_ms = ttl;
-        h->deadline = m.now.mono_ms + h->ttl_ms + 1;
+        h->deadline = m.now.mono_ms + h->ttl_ms + LOCKTAB_DEADLINE_SLACK_MS;
         h->expires_at = m.now.wall_ms + h->ttl_ms;
         h->wall_floor = h->expires_at + 1;
     } else {
@@ -1040,10 +1040,10 @@ static void op_restart(FuzzIn *in)
             h.count = M->h.count;
             if (same_boot) {
                 left = M->h.deadline - m.now.mono_ms;
-            } else { /* by the wall clock, with the millisecond a grant's deadline has too */
-                left = M->h.expires_at - m.now.wall_ms + 1;
-                if (left > M->h.ttl_ms + 1)
-                    left = M->h.ttl_ms + 1;
+            } else { /* by the wall clock, with the slack a grant's deadline has too */
+                left = M->h.expires_at - m.now.wall_ms + LOCKTAB_DEADLINE_SLACK_MS;
+                if (left > M->h.ttl_ms + LOCKTAB_DEADLINE_SLACK_MS)
+                    left = M->h.ttl_ms + LOCKTAB_DEADLINE_SLACK_MS;
             }
         }
         LockResult r = locktab_load(m.lt, NAMES[i], M->last_token, M->held ? &h : NULL, &m.now);

@@ -107,11 +107,11 @@ static void test_expiry_hands_over(void)
     Waiter *w;
     CHECK(acquire(lt, "e", 0, 200, 0, &lock, &w) == LOCK_OK);
     CHECK(acquire(lt, "e", 1, 300, 10000, &lock, &w) == LOCK_QUEUED);
-    /* The clocks are read rounded down: the lease ends 1 ms after the
-     * announced expires_at_ms, never before it. */
-    CHECK(locktab_next_timeout_ms(lt, &now) == 201);
+    /* The lease ends LOCKTAB_DEADLINE_SLACK_MS after the announced
+     * expires_at_ms, never before it. */
+    CHECK(locktab_next_timeout_ms(lt, &now) == 200 + LOCKTAB_DEADLINE_SLACK_MS);
     int64_t announced = lock->holder.expires_at_ms;
-    now.mono_ms += 200;
+    now.mono_ms += 200 + LOCKTAB_DEADLINE_SLACK_MS - 1;
     now.wall_ms += 200;
     CHECK(now.wall_ms == announced);
     locktab_tick(lt, &now);
@@ -129,8 +129,8 @@ static void test_expiry_hands_over(void)
     CHECK(locktab_why_not(lt, "e", ids[0]) == REASON_SUPERSEDED);
     uint8_t stranger[LEASE_ID_BYTES] = {9};
     CHECK(locktab_why_not(lt, "e", stranger) == REASON_UNKNOWN);
-    now.mono_ms += 301;
-    now.wall_ms += 301;
+    now.mono_ms += 300 + LOCKTAB_DEADLINE_SLACK_MS;
+    now.wall_ms += 300 + LOCKTAB_DEADLINE_SLACK_MS;
     locktab_tick(lt, &now);
     CHECK(!lock->held);
     CHECK(locktab_why_not(lt, "e", ids[1]) == REASON_EXPIRED);
@@ -218,7 +218,7 @@ static void test_load(void)
     Holder live = from_another_boot(500, 2);
     Holder dead = live;
     dead.token = 8;
-    dead.expires_at_ms = now.wall_ms - 1;
+    dead.expires_at_ms = now.wall_ms - LOCKTAB_DEADLINE_SLACK_MS;
     CHECK(locktab_load(lt, "live", 7, &live, &now) == LOCK_OK);
     CHECK(locktab_load(lt, "dead", 8, &dead, &now) == LOCK_OK);
     CHECK(locktab_load(lt, "idle", 3, NULL, &now) == LOCK_OK);
@@ -230,7 +230,7 @@ static void test_load(void)
     CHECK(rec.changed == before + 1); /* the release is recorded */
     CHECK(locktab_held(lt) == 1 && locktab_locks(lt) == 3);
     CHECK(locktab_get(lt, "live")->holder.count == 2);
-    CHECK(locktab_next_timeout_ms(lt, &now) == 501);
+    CHECK(locktab_next_timeout_ms(lt, &now) == 500 + LOCKTAB_DEADLINE_SLACK_MS);
     const Lock *lock;
     Waiter *w;
     /* Tokens continue above the stored counter. */
@@ -251,7 +251,7 @@ static void test_load(void)
     /* ... and from another boot, a clock that is behind gives at most one ttl. */
     Holder other = live;
     CHECK(locktab_load(lt, "other", 7, &other, &stepped) == LOCK_OK);
-    CHECK(locktab_get(lt, "other")->holder.deadline_ms == stepped.mono_ms + 1000 + 1);
+    CHECK(locktab_get(lt, "other")->holder.deadline_ms == stepped.mono_ms + 1000 + LOCKTAB_DEADLINE_SLACK_MS);
     /* A deadline that passed while the server was down: released at load. */
     Holder gone = live;
     gone.deadline_ms = now.mono_ms - 1;
@@ -267,7 +267,9 @@ static void test_load(void)
  * by the wall clock ended up to 1 ms before its announced expiry. Both clocks
  * are read rounded down, so when the load read the wall clock at x.0 and the
  * boot clock at y.9, the boot clock reads the deadline while the wall clock
- * still reads expires_at_ms - 1, and a grant then is stamped before it. */
+ * still reads expires_at_ms - 1, and a grant then is stamped before it. The
+ * second millisecond of LOCKTAB_DEADLINE_SLACK_MS is for the clocks being
+ * read one after the other (test_readings_apart_keep_the_announced_times). */
 static void test_load_by_wall_clock_keeps_the_announced_expiry(void)
 {
     Locktab *lt = table(10);
@@ -280,7 +282,7 @@ static void test_load_by_wall_clock_keeps_the_announced_expiry(void)
     Now later = {now.mono_ms + 100, now.wall_ms + 99};
     locktab_tick(lt, &later);
     CHECK(locktab_get(lt, "a")->holder.token == 7);
-    Now after = {now.mono_ms + 101, now.wall_ms + 100};
+    Now after = {now.mono_ms + 100 + LOCKTAB_DEADLINE_SLACK_MS, now.wall_ms + 100};
     locktab_tick(lt, &after);
     lock = locktab_get(lt, "a");
     CHECK(lock->holder.token == 8 && lock->holder.acquired_at_ms >= h.expires_at_ms);
@@ -288,7 +290,35 @@ static void test_load_by_wall_clock_keeps_the_announced_expiry(void)
     Holder other = h;
     other.expires_at_ms = now.wall_ms + 5000;
     CHECK(locktab_load(lt, "b", 7, &other, &now) == LOCK_OK);
-    CHECK(locktab_get(lt, "b")->holder.deadline_ms == now.mono_ms + 1000 + 1);
+    CHECK(locktab_get(lt, "b")->holder.deadline_ms == now.mono_ms + 1000 + LOCKTAB_DEADLINE_SLACK_MS);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* A Now holds both clocks rounded down and read a little apart (clock.h), so
+ * from one Now to another wall - mono may differ by up to 2 ms. With that
+ * much, the lease still ends no earlier than announced, and the next grant
+ * is not stamped before the announced expiry. With a slack of 1 ms (the
+ * rounding alone) the next grant here was stamped 1 ms early. */
+static void test_readings_apart_keep_the_announced_times(void)
+{
+    Locktab *lt = table(10);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(acquire(lt, "a", 0, 1000, 0, &lock, &w) == LOCK_OK);
+    int64_t announced = lock->holder.expires_at_ms;
+    CHECK(acquire(lt, "a", 1, 1000, 100000, &lock, &w) == LOCK_QUEUED);
+    /* The boot clock reaches the deadline with the wall clock read 2 ms
+     * behind what the grant's reading would make it. */
+    Now at_deadline = {now.mono_ms + 1000 + LOCKTAB_DEADLINE_SLACK_MS,
+                       now.wall_ms + 1000 + LOCKTAB_DEADLINE_SLACK_MS - 2};
+    Now just_before = {at_deadline.mono_ms - 1, at_deadline.wall_ms - 1};
+    locktab_tick(lt, &just_before);
+    CHECK(rec.ngranted == 0 && locktab_held_by(lt, "a", ids[0], &just_before) != NULL);
+    locktab_tick(lt, &at_deadline);
+    lock = locktab_get(lt, "a");
+    CHECK(rec.ngranted == 1 && lock->holder.token == 2);
+    CHECK(lock->holder.acquired_at_ms >= announced);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -300,8 +330,8 @@ static void test_no_ok_after_deadline(void)
     Locktab *lt = table(10);
     const Lock *lock;
     Waiter *w;
-    CHECK(acquire(lt, "a", 0, 3, 0, &lock, &w) == LOCK_OK); /* deadline: mono + 3 + 1 */
-    Now at_deadline = {now.mono_ms + 4, now.wall_ms + 4};
+    CHECK(acquire(lt, "a", 0, 3, 0, &lock, &w) == LOCK_OK); /* deadline: mono + 3 + slack */
+    Now at_deadline = {now.mono_ms + 3 + LOCKTAB_DEADLINE_SLACK_MS, now.wall_ms + 3 + LOCKTAB_DEADLINE_SLACK_MS};
     CHECK(locktab_renew(lt, "a", ids[0], 1000, &at_deadline, &lock) == LOCK_NOT_HOLDER);
     CHECK(locktab_why_not(lt, "a", ids[0]) == REASON_EXPIRED);
     CHECK(!locktab_get(lt, "a")->held);
@@ -481,6 +511,7 @@ int main(void)
     test_limits();
     test_load();
     test_load_by_wall_clock_keeps_the_announced_expiry();
+    test_readings_apart_keep_the_announced_times();
     test_forget_idle();
     test_no_ok_after_deadline();
     test_no_grant_after_wait();
