@@ -51,6 +51,7 @@ struct ProxyCall {
     bool queued;
     bool read_paused, write_paused;
     bool broken; /* going on after a pause failed: every callback refuses, so curl ends the call as failed */
+    const char *refused; /* why the upstream's answer was refused (static text), or NULL */
     bool upload_waiting, reader_waiting;
     /* The end of the body is held back until released (see proxy.h). */
     bool hold_end, released;
@@ -214,7 +215,10 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         }
         return n;
     }
-    return httphead_keep_line(&c->resp_headers, line, len) ? n : 0; /* 0 aborts the transfer */
+    HeadKept kept = httphead_keep_line(&c->resp_headers, line, len, HTTPHEAD_ANSWER_MAX_FIELDS);
+    if (kept == HEAD_TOO_MANY)
+        c->refused = HTTPHEAD_TOO_MANY_FIELDS;
+    return kept == HEAD_KEPT ? n : 0; /* 0 aborts the transfer */
 }
 
 /* Queues the on_answered report: curl callbacks may not start other
@@ -662,7 +666,7 @@ enum MHD_Result proxy_call_final(ProxyCall *c)
         bool timeout = c->result == CURLE_OPERATION_TIMEDOUT;
         c->queued = true;
         http_reply_error(req, timeout ? ERR_GATEWAY_TIMEOUT : ERR_BAD_GATEWAY, NULL, "upstream %s: %s",
-                         timeout ? "timed out" : "failed", curl_easy_strerror(c->result));
+                         timeout ? "timed out" : "failed", c->refused ? c->refused : curl_easy_strerror(c->result));
     } else {
         c->final_seen = true;
         http_suspend(req);

@@ -180,6 +180,7 @@ struct Forward {
     bool headers_ready; /* the answer's status and headers are complete */
     bool finished;      /* the transfer has ended (result) */
     bool oom;
+    const char *refused; /* why the leader's answer was refused (static text), or NULL */
     CURLcode result;
     char error[CURL_ERROR_SIZE]; /* libcurl's words for result */
     long status;
@@ -359,11 +360,12 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
                 f->answer_len = v;
         }
     }
-    if (!httphead_keep_line(&f->answer_headers, p, end)) {
+    HeadKept kept = httphead_keep_line(&f->answer_headers, p, end, HTTPHEAD_LEADER_MAX_FIELDS);
+    if (kept == HEAD_NOMEM)
         f->oom = true;
-        return 0;
-    }
-    return len;
+    else if (kept == HEAD_TOO_MANY)
+        f->refused = HTTPHEAD_TOO_MANY_FIELDS;
+    return kept == HEAD_KEPT ? len : 0;
 }
 
 /* libcurl brings answer body bytes: all into `down`, or none and a pause
@@ -547,6 +549,7 @@ struct MHD_Response *forward_answer(Forward *f, unsigned *status, const char **w
     drive(f, has_headers);
     if (!f->headers_ready) {
         *why = f->stopped ? "the leader changed, or the client or this gateway went away"
+               : f->refused ? f->refused
                : f->oom   ? "out of memory"
                : f->error[0] ? f->error
                           : curl_easy_strerror(f->result);

@@ -132,39 +132,42 @@ bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, 
     return !rc.failed;
 }
 
-bool httphead_keep_line(struct curl_slist **lines, const char *line, size_t len)
+HeadKept httphead_keep_line(struct curl_slist **lines, const char *line, size_t len, size_t max_fields)
 {
+    struct curl_slist *prev = NULL, *last = *lines;
+    size_t fields = last ? 1 : 0;
+    while (last && last->next)
+        prev = last, last = last->next, fields++;
     if (len && (line[0] == ' ' || line[0] == '\t')) {
         /* An obs-fold (RFC 9112 5.2): the field goes on. A proxy replaces the
          * fold with a space, so the last line is replaced by the joined one;
          * kept apart, a header its Connection fold names would pass on, and
          * the value would be cut. A fold before any field is dropped. */
-        struct curl_slist *prev = NULL, *last = *lines;
-        while (last && last->next)
-            prev = last, last = last->next;
         if (!last)
-            return true;
+            return HEAD_KEPT;
         size_t skip = 1;
         while (skip < len && (line[skip] == ' ' || line[skip] == '\t'))
             skip++;
         char *joined;
         if (asprintf(&joined, "%s %.*s", last->data, (int)(len - skip), line + skip) < 0)
-            return false;
+            return HEAD_NOMEM;
         struct curl_slist *l = curl_slist_append(NULL, joined);
         free(joined);
         if (!l)
-            return false;
+            return HEAD_NOMEM;
         *(prev ? &prev->next : lines) = l;
         curl_slist_free_all(last);
-        return true;
+        return HEAD_KEPT;
     }
+    if (fields >= max_fields)
+        return HEAD_TOO_MANY;
     char *copy = strndup(line, len);
     struct curl_slist *l = copy ? curl_slist_append(*lines, copy) : NULL;
     free(copy);
     if (!l)
-        return false;
+        return HEAD_NOMEM;
     *lines = l;
-    return true;
+    return HEAD_KEPT;
 }
 
 /* Can the field go into a libmicrohttpd response? Its name must be a token

@@ -1239,6 +1239,25 @@ class GuardUpstreamErrorTests(unittest.TestCase):
         st, _, b = self.srv.request("GET", "/healthz")
         self.assertEqual((st, b), (200, self.srv.healthy_body()))
 
+    def test_answer_with_too_many_header_fields_is_refused(self):
+        # Every field is kept until the head is complete and checked against the
+        # Connection headers among them: an upstream's endless head would cost
+        # the server memory and quadratic time. Up to the limit all pass.
+        c = self.srv.new_client(timeout=15)
+        saved = http.client._MAXHEADERS  # Python's client reads at most 100
+        http.client._MAXHEADERS = 1000
+        try:
+            st, hdrs, body = c.request("GET", "/slow/fields?n=250")
+        finally:
+            http.client._MAXHEADERS = saved
+        self.assertEqual((st, body), (200, "fields"))
+        self.assertEqual(sum(1 for k in hdrs if k.startswith("x-f")), 250, sorted(hdrs))
+        st, hdrs, body = c.request("GET", "/slow/fields?n=20000")
+        self.assert_error((st, hdrs, body), 502, "bad_gateway")
+        self.assertIn("too many header fields", body["message"])
+        st, _, b = self.srv.request("GET", "/healthz")
+        self.assertEqual((st, b), (200, self.srv.healthy_body()))
+
     def test_504_when_upstream_silent(self):
         c = self.srv.new_client(timeout=15)
         t0 = time.monotonic()

@@ -364,6 +364,7 @@ class SlowUpstream:
                                         bytes, then hold the connection open silently
     * path contains /trickle?n=N&ms=M   200 with Content-Length N*8, then N pieces of
                                         8 bytes with M ms between them
+    * path contains /fields?n=N         200 "fields" with N header fields X-F0: v ... X-F<N-1>: v
     * path contains /together?n=N       hold the answer until N such requests (counted
                                         since this upstream started) have arrived, so the
                                         first N are all in flight at once, then 200
@@ -443,6 +444,11 @@ class SlowUpstream:
                 body = b"together" if met else b"alone"
                 c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Upstream: slow\r\n"
                           b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+            elif "/fields" in path:
+                n = int(_query_int(path, "n", 10))
+                head = b"".join(b"X-F%d: v\r\n" % i for i in range(n))
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" + head +
+                          b"Content-Length: 6\r\nConnection: close\r\n\r\nfields")
             elif "/stall-body" in path:
                 c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
                           b"X-Upstream: slow\r\nContent-Length: 1000\r\n\r\n" + b"x" * 10)
