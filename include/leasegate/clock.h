@@ -21,7 +21,8 @@ typedef struct Now {
 } Now;
 
 /* The two readings of a Now are taken at most this far apart (unless the
- * thread is preempted between them on every one of many tries): a
+ * thread is preempted between them on every one of many tries; then they are
+ * the pair of those tries read closest together): a
  * preemption between two plain readings would skew the pair by however long
  * it lasted, and a lease's announced times by as much (locktab.h,
  * LOCKTAB_DEADLINE_SLACK_MS). */

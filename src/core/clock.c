@@ -15,15 +15,24 @@ static int64_t read_ns(clockid_t id)
 }
 
 /* The wall clock read between two readings of the boot clock, again until
- * those are close enough: then the wall reading is within the gap of both. */
+ * those are close enough: then the wall reading is within the gap of both.
+ * When no try is (the thread held between the readings every time), the
+ * pair read closest together, not the last one: the last may be any
+ * distance apart, and a Now whose wall clock is ahead of its boot clock by
+ * a millisecond or more lets a lease end before its announced expiry
+ * (locktab.h, LOCKTAB_DEADLINE_SLACK_MS). */
 Now clock_now(void)
 {
-    int64_t boot, wall;
-    for (int i = 0;; i++) {
-        boot = read_ns(CLOCK_BOOTTIME);
-        wall = read_ns(CLOCK_REALTIME);
-        if (read_ns(CLOCK_BOOTTIME) - boot <= CLOCK_PAIR_MAX_GAP_NS || i == PAIR_TRIES)
-            break;
+    int64_t boot = 0, wall = 0, best = INT64_MAX;
+    for (int i = 0; i < PAIR_TRIES && best > CLOCK_PAIR_MAX_GAP_NS; i++) {
+        int64_t b = read_ns(CLOCK_BOOTTIME);
+        int64_t w = read_ns(CLOCK_REALTIME);
+        int64_t gap = read_ns(CLOCK_BOOTTIME) - b;
+        if (gap < best) {
+            best = gap;
+            boot = b;
+            wall = w;
+        }
     }
     /* Unix time is never before 1970 here, so division rounds down. */
     Now now = {boot / 1000000, wall / 1000000};
