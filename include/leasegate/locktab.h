@@ -51,9 +51,11 @@ typedef struct Holder {
 /* A deadline is this much later than ttl_ms on the boot clock, so that the
  * lease never ends before its announced expires_at_ms, and a grant after it
  * is never stamped before that (acquired_at_ms >= the previous expires_at_ms).
- * Each Now holds both clocks rounded down (up to 1 ms each) and read at
- * instants up to CLOCK_PAIR_MAX_GAP_NS apart (clock.h); both hold with
- * 1 ms for each rounding while that gap is under half a millisecond. */
+ * Each Now holds both clocks rounded down (up to 1 ms each), the wall clock
+ * read up to CLOCK_PAIR_MAX_GAP_NS after the boot clock (clock.h). Both
+ * hold while the gap of the Now that set the deadline is under 1 ms: with
+ * a slack of 1, the roundings alone could use it all up, so any gap broke
+ * them. */
 #define LOCKTAB_DEADLINE_SLACK_MS 2
 
 typedef struct Deadline {

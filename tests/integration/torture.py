@@ -720,7 +720,7 @@ def check(events, applied=(), counters=None, notes=None):
 
     Time model. The server stamps a grant with acquired_at_ms and announces expires_at_ms,
     both from its wall clock rounded down, and promises the lease holds until then (its
-    boot-clock deadline gets 1 ms more); renew/reentry answers give expires_at_ms and
+    boot-clock deadline gets LOCKTAB_DEADLINE_SLACK_MS, 2 ms, more); renew/reentry answers give expires_at_ms and
     ttl_ms, so their stamp is expires_at_ms - ttl_ms. A client's times bracket its request:
     the server handled it after s_ms and before r_ms (same clock as the stamps). A lease's
     promise (a _Seg) starts at an acknowledged grant/reentry/renew and lasts until the
