@@ -52,6 +52,14 @@ static json_t *lock_state_new(const Locktab *lt, const char *name, const Lock *l
                      (json_int_t)lock->index);
 }
 
+/* 200 with the object w has written (jsonw.h: the hot answers). */
+static void reply_written(Request *req, JsonW *w)
+{
+    size_t len;
+    char *text = jsonw_end_new(w, &len);
+    http_reply_json_text(req, 200, text, len);
+}
+
 static void reply_grant(Request *req, const Lock *lock)
 {
     const Holder *h = &lock->holder;
@@ -70,9 +78,7 @@ static void reply_grant(Request *req, const Lock *lock)
     jsonw_int(&w, "expires_at_ms", h->expires_at_ms);
     jsonw_int(&w, "count", h->count);
     jsonw_raw(&w, "metadata", h->metadata);
-    size_t len;
-    char *text = jsonw_end_new(&w, &len);
-    http_reply_json_text(req, 200, text, len);
+    reply_written(req, &w);
 }
 
 static void reply_lock_held(Request *req, const Lock *lock)
@@ -292,9 +298,7 @@ void api_renew(Request *req)
             jsonw_int(&w, "token", (int64_t)lock->holder.token);
             jsonw_int(&w, "ttl_ms", lock->holder.ttl_ms);
             jsonw_int(&w, "expires_at_ms", lock->holder.expires_at_ms);
-            size_t len;
-            char *text = jsonw_end_new(&w, &len);
-            http_reply_json_text(req, 200, text, len);
+            reply_written(req, &w);
         } else if (r == LOCK_NOT_HOLDER) {
             reply_not_holder(req, req->arg, lease);
         } else {
@@ -328,9 +332,7 @@ void api_release(Request *req)
             jsonw_str(&w, "name", req->arg);
             jsonw_bool(&w, "released", left == 0);
             jsonw_int(&w, "count", left);
-            size_t len;
-            char *text = jsonw_end_new(&w, &len);
-            http_reply_json_text(req, 200, text, len);
+            reply_written(req, &w);
         } else {
             reply_not_holder(req, req->arg, lease);
         }
