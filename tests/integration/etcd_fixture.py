@@ -16,7 +16,7 @@ import unittest
 import urllib.error
 import urllib.request
 
-from harness import Server, kill_process
+from harness import Server, kill_process, resume_process
 from upstream import free_port
 
 ETCD_BIN = "/usr/bin/etcd"
@@ -237,8 +237,7 @@ class EtcdTestCase(unittest.TestCase):
 
     def tearDown(self):
         for g in self.gateways:
-            if g.running():
-                kill_process(g.proc, signal.SIGCONT)
+            resume_process(g.proc)
             g.stop()
             g.cleanup()
         self.etcd.stop()

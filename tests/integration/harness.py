@@ -136,6 +136,16 @@ def kill_process(proc, sig=signal.SIGKILL, timeout=STOP_TIMEOUT_S):
     return True
 
 
+def resume_process(proc):
+    """Sends SIGCONT to proc by PID if it still runs, so that a paused process can be
+    stopped; does not wait (kill_process would wait for it to end, which it need not)."""
+    if proc is not None and proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
 def stop_process(proc, timeout=STOP_TIMEOUT_S):
     """SIGTERM by PID, wait, SIGKILL if needed. Returns the exit code (None: never started)."""
     if proc is None:

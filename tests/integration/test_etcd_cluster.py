@@ -18,7 +18,7 @@ import time
 import unittest
 import uuid
 
-from harness import Client, kill_process
+from harness import Client, resume_process
 import upstream
 import etcd_fixture
 from etcd_fixture import Etcd, Gateway, wait_for, wait_leader
@@ -68,8 +68,7 @@ class Supervisor:
         self._stop.set()
         self._thread.join(5)
         for g in self.gateways:
-            if g.running():
-                kill_process(g.proc, signal.SIGCONT)
+            resume_process(g.proc)
             g.stop()
             g.cleanup()
 
