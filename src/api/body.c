@@ -42,6 +42,18 @@ static bool field_at(const Request *req, size_t pos, char *out, size_t outlen)
     return found;
 }
 
+/* Is the number that ends at byte `end` (where jansson reports an overflow) a
+ * real (a fraction or an exponent), not an integer? */
+static bool real_number_before(const Request *req, size_t end)
+{
+    static const char NUMBER[] = "0123456789+-.eE";
+    bool real = false;
+    for (size_t i = end < req->body_len ? end : req->body_len;
+         i > 0 && memchr(NUMBER, req->body[i - 1], sizeof NUMBER - 1); i--)
+        real = real || memchr(".eE", req->body[i - 1], 3);
+    return real;
+}
+
 json_t *body_object_new(Request *req, const char *const *allowed)
 {
     if (!req->body || req->body_len == 0) {
@@ -66,10 +78,11 @@ json_t *body_object_new(Request *req, const char *const *allowed)
         char field[80];
         if (json_error_code(&err) == json_error_numeric_overflow &&
             field_at(req, (size_t)err.position, field, sizeof field)) {
+            bool real = real_number_before(req, (size_t)err.position);
             http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field),
-                             "field '%s' holds an integer that does not fit in 64 bits (line %d column %d)%s",
-                             field, err.line, err.column,
-                             strcmp(field, "metadata") ? "" : "; put such numbers in strings");
+                             "field '%s' holds %s (line %d column %d)%s", field,
+                             real ? "a number beyond the range of a double" : "an integer that does not fit in 64 bits",
+                             err.line, err.column, strcmp(field, "metadata") ? "" : "; put such numbers in strings");
             return NULL;
         }
         http_reply_error(req, ERR_BAD_REQUEST, NULL, "malformed JSON at line %d column %d: %s", err.line,

@@ -167,11 +167,14 @@ class BadInputTests(unittest.TestCase):
         for v in (-1, 3600001, 2 ** 40, 0.5, 10.0, -0.0):
             with self.subTest(wait_ms=v):
                 self.assert_400(self.acq({"owner": "a", "wait_ms": v}), "wait_ms")
-        # Integers too big for 64 bits and absurd exponents.
-        for raw in (b'{"owner": "a", "ttl_ms": 99999999999999999999999999}',
-                    b'{"owner": "a", "ttl_ms": 1e400}',
-                    b'{"owner": "a", "wait_ms": -99999999999999999999999999}'):
-            self.assert_400(self.acq(raw=raw))
+        # Integers too big for 64 bits and absurd exponents, each called what it is.
+        for raw, what in ((b'{"owner": "a", "ttl_ms": 99999999999999999999999999}', "an integer"),
+                          (b'{"owner": "a", "ttl_ms": 1e400}', "a number beyond the range of a double"),
+                          (b'{"owner": "a", "metadata": {"x": [1, -1.5e999]}}', "a number beyond the range"),
+                          (b'{"owner": "a", "wait_ms": -99999999999999999999999999}', "an integer")):
+            st, _, b = self.acq(raw=raw)
+            self.assertEqual(st, 400, b)
+            self.assertIn(what, b["message"])
         for tok in (0, -1, -2 ** 63, 1.5, 2.0, 1e3):
             with self.subTest(token=tok):
                 self.assert_400(self.post("/v1/fence/bad/res", {"token": tok}), "token")
