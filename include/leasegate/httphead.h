@@ -61,24 +61,33 @@ bool httphead_answer_hop(const struct curl_slist *lines, const char *name, size_
  * whose name is not a token (malformed: never passed on, as in an answer). */
 bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, const char *const *drop,
                            struct curl_slist **lines);
-/* Header fields an upstream's answer may have: a proxy keeps them all until
- * the head is complete, and checks each against the Connection headers among
- * them, so more would cost memory and time (quadratic) for nothing a real
- * store sends; nginx's proxy refuses a head over 4-8 KB alike. */
-#define HTTPHEAD_ANSWER_MAX_FIELDS 256
-/* A leader's answer may carry an upstream's fields (its guard passed them)
- * and as many as this of its own and libmicrohttpd's. */
-#define HTTPHEAD_LEADER_MAX_FIELDS (HTTPHEAD_ANSWER_MAX_FIELDS + 32)
+/* How large an answer's head a proxy keeps: it keeps every field until the
+ * head is complete and checks each against the Connection headers among
+ * them, so a longer head would cost memory and time (quadratic in fields,
+ * and in folds) for nothing a real store sends; libmicrohttpd cannot send
+ * on a head much larger either (its 16 KiB per connection also holds the
+ * request: a 21 KB head got no answer at all). nginx's proxy refuses a head
+ * over 4-8 KB alike; 12 KiB is what a request's head may be here. */
+typedef struct HeadLimits {
+    size_t fields;
+    size_t bytes; /* of the kept lines, without their CRLF */
+} HeadLimits;
+#define HTTPHEAD_UPSTREAM_FIELDS 256
+#define HTTPHEAD_UPSTREAM_BYTES 12288
+#define HTTPHEAD_UPSTREAM_LIMITS ((HeadLimits){HTTPHEAD_UPSTREAM_FIELDS, HTTPHEAD_UPSTREAM_BYTES})
+/* A leader's answer may carry an upstream's head (its guard passed it on)
+ * and a few fields of its own and of libmicrohttpd's. */
+#define HTTPHEAD_LEADER_LIMITS ((HeadLimits){HTTPHEAD_UPSTREAM_FIELDS + 32, HTTPHEAD_UPSTREAM_BYTES + 2048})
 /* Why a proxy refuses such an answer, for its error message. */
-#define HTTPHEAD_TOO_MANY_FIELDS "its answer has too many header fields"
+#define HTTPHEAD_TOO_BIG "its answer's head is too large (more than 256 fields or 12 KiB)"
 
-typedef enum HeadKept { HEAD_KEPT, HEAD_NOMEM, HEAD_TOO_MANY } HeadKept;
+typedef enum HeadKept { HEAD_KEPT, HEAD_NOMEM, HEAD_TOO_BIG } HeadKept;
 
 /* Keeps a received answer header line (len bytes, without its CRLF) in *lines;
  * an obs-fold (a line that starts with a space or tab) is joined to the line
- * before it with one space, as RFC 9112 5.2 asks of a proxy. HEAD_TOO_MANY
- * when *lines has max_fields already. */
-HeadKept httphead_keep_line(struct curl_slist **lines, const char *line, size_t len, size_t max_fields);
+ * before it with one space, as RFC 9112 5.2 asks of a proxy. HEAD_TOO_BIG
+ * when the kept lines would go past `limits`. */
+HeadKept httphead_keep_line(struct curl_slist **lines, const char *line, size_t len, HeadLimits limits);
 /* Adds the end-to-end headers among an answer's kept lines to resp, except
  * those in own. */
 bool httphead_pass_answer(const struct curl_slist *lines, const char *const *own, struct MHD_Response *resp);

@@ -215,9 +215,9 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
         }
         return n;
     }
-    HeadKept kept = httphead_keep_line(&c->resp_headers, line, len, HTTPHEAD_ANSWER_MAX_FIELDS);
-    if (kept == HEAD_TOO_MANY)
-        c->refused = HTTPHEAD_TOO_MANY_FIELDS;
+    HeadKept kept = httphead_keep_line(&c->resp_headers, line, len, HTTPHEAD_UPSTREAM_LIMITS);
+    if (kept == HEAD_TOO_BIG)
+        c->refused = HTTPHEAD_TOO_BIG;
     return kept == HEAD_KEPT ? n : 0; /* 0 aborts the transfer */
 }
 

@@ -360,11 +360,11 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
                 f->answer_len = v;
         }
     }
-    HeadKept kept = httphead_keep_line(&f->answer_headers, p, end, HTTPHEAD_LEADER_MAX_FIELDS);
+    HeadKept kept = httphead_keep_line(&f->answer_headers, p, end, HTTPHEAD_LEADER_LIMITS);
     if (kept == HEAD_NOMEM)
         f->oom = true;
-    else if (kept == HEAD_TOO_MANY)
-        f->refused = HTTPHEAD_TOO_MANY_FIELDS;
+    else if (kept == HEAD_TOO_BIG)
+        f->refused = HTTPHEAD_TOO_BIG;
     return kept == HEAD_KEPT ? len : 0;
 }
 

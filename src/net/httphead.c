@@ -132,12 +132,16 @@ bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, 
     return !rc.failed;
 }
 
-HeadKept httphead_keep_line(struct curl_slist **lines, const char *line, size_t len, size_t max_fields)
+HeadKept httphead_keep_line(struct curl_slist **lines, const char *line, size_t len, HeadLimits limits)
 {
-    struct curl_slist *prev = NULL, *last = *lines;
-    size_t fields = last ? 1 : 0;
-    while (last && last->next)
-        prev = last, last = last->next, fields++;
+    struct curl_slist *prev = NULL, *last = NULL;
+    size_t fields = 0, bytes = 0;
+    for (struct curl_slist *l = *lines; l; l = l->next) {
+        prev = last;
+        last = l;
+        fields++;
+        bytes += strlen(l->data);
+    }
     if (len && (line[0] == ' ' || line[0] == '\t')) {
         /* An obs-fold (RFC 9112 5.2): the field goes on. A proxy replaces the
          * fold with a space, so the last line is replaced by the joined one;
@@ -148,6 +152,8 @@ HeadKept httphead_keep_line(struct curl_slist **lines, const char *line, size_t 
         size_t skip = 1;
         while (skip < len && (line[skip] == ' ' || line[skip] == '\t'))
             skip++;
+        if (bytes + 1 + (len - skip) > limits.bytes)
+            return HEAD_TOO_BIG;
         char *joined;
         if (asprintf(&joined, "%s %.*s", last->data, (int)(len - skip), line + skip) < 0)
             return HEAD_NOMEM;
@@ -159,8 +165,8 @@ HeadKept httphead_keep_line(struct curl_slist **lines, const char *line, size_t 
         curl_slist_free_all(last);
         return HEAD_KEPT;
     }
-    if (fields >= max_fields)
-        return HEAD_TOO_MANY;
+    if (fields >= limits.fields || bytes + len > limits.bytes)
+        return HEAD_TOO_BIG;
     char *copy = strndup(line, len);
     struct curl_slist *l = copy ? curl_slist_append(*lines, copy) : NULL;
     free(copy);

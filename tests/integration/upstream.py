@@ -364,7 +364,8 @@ class SlowUpstream:
                                         bytes, then hold the connection open silently
     * path contains /trickle?n=N&ms=M   200 with Content-Length N*8, then N pieces of
                                         8 bytes with M ms between them
-    * path contains /fields?n=N         200 "fields" with N header fields X-F0: v ... X-F<N-1>: v
+    * path contains /fields?n=N&pad=P   200 "fields" with N header fields X-F0: v ... X-F<N-1>: v,
+                                        each value P more v's long
     * path contains /together?n=N       hold the answer until N such requests (counted
                                         since this upstream started) have arrived, so the
                                         first N are all in flight at once, then 200
@@ -446,7 +447,8 @@ class SlowUpstream:
                           b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
             elif "/fields" in path:
                 n = int(_query_int(path, "n", 10))
-                head = b"".join(b"X-F%d: v\r\n" % i for i in range(n))
+                value = b"v" * (1 + int(_query_int(path, "pad", 0)))
+                head = b"".join(b"X-F%d: %s\r\n" % (i, value) for i in range(n))
                 c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" + head +
                           b"Content-Length: 6\r\nConnection: close\r\n\r\nfields")
             elif "/stall-body" in path:

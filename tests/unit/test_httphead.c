@@ -50,7 +50,7 @@ int main(void)
     const char *in[] = {"ETag: \"v1\"", "X-Empty:", "Keep-Alive: timeout=5", "X-Gone: 1", "Connection: x-gone",
                         "Date: Tue, 24 Nov 2026 04:00:00 GMT", "Bad Name: 1", "No-Colon", "X-Tab:\tv"};
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
-        CHECK(httphead_keep_line(&lines, in[i], strlen(in[i]), HTTPHEAD_ANSWER_MAX_FIELDS) == HEAD_KEPT);
+        CHECK(httphead_keep_line(&lines, in[i], strlen(in[i]), HTTPHEAD_UPSTREAM_LIMITS) == HEAD_KEPT);
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     CHECK(resp != NULL);
     const char *own[] = {"Date", NULL};
@@ -74,7 +74,7 @@ int main(void)
     lines = NULL;
     const char *folded[] = {"X-Internal: secret", "Connection: close,", " X-Internal", "X-Fold: one", "\t two"};
     for (size_t i = 0; i < sizeof folded / sizeof folded[0]; i++)
-        CHECK(httphead_keep_line(&lines, folded[i], strlen(folded[i]), HTTPHEAD_ANSWER_MAX_FIELDS) == HEAD_KEPT);
+        CHECK(httphead_keep_line(&lines, folded[i], strlen(folded[i]), HTTPHEAD_UPSTREAM_LIMITS) == HEAD_KEPT);
     CHECK(hop(lines, "X-Internal"));
     resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     CHECK(resp && httphead_pass_answer(lines, NULL, resp));
@@ -84,20 +84,31 @@ int main(void)
     MHD_destroy_response(resp);
     curl_slist_free_all(lines);
 
-    /* An answer keeps at most HTTPHEAD_ANSWER_MAX_FIELDS fields; a fold of
+    /* An answer keeps at most HTTPHEAD_UPSTREAM_FIELDS fields; a fold of
      * the last one is still joined to it. */
     lines = NULL;
     char field[32];
-    for (int i = 0; i < HTTPHEAD_ANSWER_MAX_FIELDS; i++) {
+    for (int i = 0; i < HTTPHEAD_UPSTREAM_FIELDS; i++) {
         int n = snprintf(field, sizeof field, "X-F%d: v", i);
-        CHECK(httphead_keep_line(&lines, field, (size_t)n, HTTPHEAD_ANSWER_MAX_FIELDS) == HEAD_KEPT);
+        CHECK(httphead_keep_line(&lines, field, (size_t)n, HTTPHEAD_UPSTREAM_LIMITS) == HEAD_KEPT);
     }
-    CHECK(httphead_keep_line(&lines, " more", 5, HTTPHEAD_ANSWER_MAX_FIELDS) == HEAD_KEPT);
-    CHECK(httphead_keep_line(&lines, "X-Too: many", 11, HTTPHEAD_ANSWER_MAX_FIELDS) == HEAD_TOO_MANY);
+    CHECK(httphead_keep_line(&lines, " more", 5, HTTPHEAD_UPSTREAM_LIMITS) == HEAD_KEPT);
+    CHECK(httphead_keep_line(&lines, "X-Too: many", 11, HTTPHEAD_UPSTREAM_LIMITS) == HEAD_TOO_BIG);
     size_t kept = 0;
     for (const struct curl_slist *l = lines; l; l = l->next)
         kept++;
-    CHECK(kept == HTTPHEAD_ANSWER_MAX_FIELDS);
+    CHECK(kept == HTTPHEAD_UPSTREAM_FIELDS);
+    curl_slist_free_all(lines);
+
+    /* ... and at most HTTPHEAD_UPSTREAM_BYTES, folds included. */
+    lines = NULL;
+    HeadLimits small = {10, 20};
+    CHECK(httphead_keep_line(&lines, "A: 0123456789", 13, small) == HEAD_KEPT);    /* 13 */
+    CHECK(httphead_keep_line(&lines, " 12345", 6, small) == HEAD_KEPT);           /* joined: 13 + 1 + 5 = 19 */
+    CHECK(httphead_keep_line(&lines, " 2", 2, small) == HEAD_TOO_BIG);            /* 21 */
+    CHECK(httphead_keep_line(&lines, "B: 1", 4, small) == HEAD_TOO_BIG);          /* 23 */
+    CHECK(httphead_keep_line(&lines, "B", 1, small) == HEAD_KEPT);                /* 20 */
+    CHECK(lines && lines->next && !lines->next->next && !strcmp(lines->data, "A: 0123456789 12345"));
     curl_slist_free_all(lines);
     return check_report("httphead");
 }
