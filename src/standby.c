@@ -126,6 +126,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     const char *forwarded = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, FORWARD_HEADER);
     const char *why = "no gateway leads yet; retry";
     if (forward_first_call(f)) {
+        /* Refused here as the leader would (http.c): such a field cannot be
+         * passed on, and dropping it would change the request. */
+        if (!httphead_names_are_tokens(conn))
+            return answer(conn, MHD_HTTP_BAD_REQUEST,
+                          json_pack("{s:s, s:s}", "error", "bad_request", "message", HTTPHEAD_NAME_NOT_TOKEN));
         ElectionRole role = election_role(sb->election, leader, sizeof leader);
         if (role == ROLE_FOLLOWER && !forwarded && !local_path(url, method) && !atomic_load(&sb->stopping)) {
             atomic_fetch_add(&sb->forwards, 1);

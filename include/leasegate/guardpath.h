@@ -26,11 +26,5 @@ const char *guardpath_lock(const char *rest, char *out, size_t outlen, const cha
 /* NULL when a header value of len bytes may be forwarded, else what is wrong
  * (a CR, LF, NUL or other control byte except TAB). */
 const char *guardpath_header_problem(const char *value, size_t len);
-/* NULL when a header name of len bytes is a token (RFC 9110 5.6.2), else what
- * is wrong. libmicrohttpd 0.9.75 keeps a name as it came, whitespace before
- * the colon and an obs-fold's continuation included: a server must refuse
- * such a request (RFC 9112 5.1), and a backend that read the field otherwise
- * ("Transfer-Encoding : chunked") would frame the body otherwise. */
-const char *guardpath_name_problem(const char *name, size_t len);
 
 #endif

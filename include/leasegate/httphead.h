@@ -93,5 +93,12 @@ HeadKept httphead_keep_line(struct curl_slist **lines, const char *line, size_t 
 bool httphead_pass_answer(const struct curl_slist *lines, const char *const *own, struct MHD_Response *resp);
 /* The request's Content-Length (0 when absent); false when it is not a number. */
 bool httphead_content_length(struct MHD_Connection *conn, uint64_t *n);
+/* Is every request header name a token? libmicrohttpd 0.9.75 keeps a name as
+ * it came, whitespace before the colon included ("Transfer-Encoding :
+ * chunked" is a field named "Transfer-Encoding "), and puts an obs-fold's
+ * continuation into the name: a server must refuse such a request with 400
+ * (RFC 9112 5.1 and 5.2), or whatever it passes on may be framed otherwise. */
+bool httphead_names_are_tokens(struct MHD_Connection *conn);
+#define HTTPHEAD_NAME_NOT_TOKEN "a header name is not a token (whitespace before its colon, or a folded line)"
 
 #endif

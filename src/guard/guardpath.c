@@ -123,12 +123,6 @@ const char *guardpath_lock(const char *rest, char *out, size_t outlen, const cha
     return *problem ? NULL : out;
 }
 
-const char *guardpath_name_problem(const char *name, size_t len)
-{
-    return name_is_http_token(name, len) ? NULL
-                                         : "a header name is not a token (whitespace before its colon, a folded line, ...)";
-}
-
 const char *guardpath_header_problem(const char *value, size_t len)
 {
     for (size_t i = 0; i < len; i++) {

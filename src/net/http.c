@@ -516,6 +516,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const union MHD_ConnectionInfo *head = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
         if (head && head->header_size > HTTP_MAX_HEAD)
             return reply_now(req, ERR_HEADERS_TOO_LARGE, "the request line and headers are larger than 12288 bytes");
+        if (!httphead_names_are_tokens(conn))
+            return reply_now(req, ERR_BAD_REQUEST, HTTPHEAD_NAME_NOT_TOKEN);
         req->in_handler = true;
         s->app->begin(req, method, url);
         req->in_handler = false;

@@ -206,6 +206,24 @@ bool httphead_pass_answer(const struct curl_slist *lines, const char *const *own
     return true;
 }
 
+static enum MHD_Result check_name(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size)
+{
+    (void)kind;
+    (void)value;
+    (void)value_size;
+    bool *ok = cls;
+    *ok = name_is_http_token(key, key_size);
+    return *ok ? MHD_YES : MHD_NO;
+}
+
+bool httphead_names_are_tokens(struct MHD_Connection *conn)
+{
+    bool ok = true;
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, check_name, &ok);
+    return ok;
+}
+
 bool httphead_content_length(struct MHD_Connection *conn, uint64_t *n)
 {
     *n = 0;

@@ -235,6 +235,28 @@ class BadInputTests(unittest.TestCase):
         self.assert_error(self.post("/v1/fence/bad/res", raw=b'{"token": 1}' + b" " * 70000),
                           413, "payload_too_large")
 
+    def test_header_names_that_are_not_tokens_are_refused(self):
+        # libmicrohttpd keeps "X-Custom : v" as a field named "X-Custom " and puts a folded
+        # line into the name: RFC 9112 5.1 and 5.2 ask a server to refuse such a request
+        # with 400. The guard did (its smuggling test); the API, and so a follower that
+        # forwards everything to its leader, took the request with the field ignored.
+        body = b'{"owner": "a", "ttl_ms": 1000}'
+        for name, line in (("space", b"X-Custom : v"), ("tab", b"X-Custom\t: v"),
+                           ("not a token", b"X-Custom(1): v"), ("folded", b"X-Custom: a\r\n X-Other: b"),
+                           ("framing", b"Transfer-Encoding : chunked")):
+            with self.subTest(name=name):
+                req = (b"POST /v1/locks/bad/token-names/acquire HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       b"Content-Type: application/json\r\n%s\r\nContent-Length: %d\r\n\r\n%s"
+                       % (line, len(body), body))
+                st, _, raw = harness.raw_http(self.srv.port, req, timeout=5)
+                self.assertEqual(st, 400, raw[:300])
+                self.assertEqual(json.loads(raw)["error"], "bad_request")
+        # Nothing was granted, and a request with proper names still is.
+        st, _, b = self.srv.request("GET", "/v1/locks/bad/token-names")
+        self.assertEqual((st, b["held"]), (200, False), b)
+        st, _, b = self.acq({"owner": "a", "ttl_ms": 1000}, name="bad/token-names")
+        self.assertEqual(st, 200, b)
+
     def test_huge_declared_length_rejected_before_read(self):
         # Content-Length of 1 GiB with almost nothing sent: must answer 413 without waiting.
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
