@@ -33,6 +33,9 @@
  * pool libmicrohttpd answers 414/431 itself, in HTML. */
 #define HTTP_MAX_TARGET (8 * 1024)
 #define HTTP_MAX_HEAD (12 * 1024)
+/* libmicrohttpd's memory for one connection: the request's head stays in it
+ * while the answer's head is written into what is left. */
+#define HTTP_CONNECTION_MEMORY (16 * 1024)
 
 struct MHD_Connection;
 struct MHD_Response;
@@ -121,6 +124,11 @@ void http_peer(Request *req, char *out, size_t outlen);
 const char *http_header(Request *req, const char *name);
 /* Adds a header to the answer already made (no-op without one). */
 void http_add_header(Request *req, const char *name, const char *value);
+/* How many bytes of answer head (status line, fields and their CRLFs) still
+ * fit in the connection's memory beside what libmicrohttpd keeps of the
+ * request (estimated from below): a larger head is not sent at all, the
+ * connection is closed without an answer. */
+size_t http_answer_head_room(Request *req);
 /* Writes out the access log lines buffered so far (once per loop turn). */
 void http_flush_log(Server *s);
 

@@ -66,7 +66,8 @@ bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, 
  * them, so a longer head would cost memory and time (quadratic in fields,
  * and in folds) for nothing a real store sends; libmicrohttpd cannot send
  * on a head much larger either (its 16 KiB per connection also holds the
- * request: a 21 KB head got no answer at all). nginx's proxy refuses a head
+ * request: a 21 KB head got no answer at all; the guard checks what the
+ * request left, http_answer_head_room). nginx's proxy refuses a head
  * over 4-8 KB alike; 12 KiB is what a request's head may be here. */
 typedef struct HeadLimits {
     size_t fields;
@@ -80,6 +81,8 @@ typedef struct HeadLimits {
 #define HTTPHEAD_LEADER_LIMITS ((HeadLimits){HTTPHEAD_UPSTREAM_FIELDS + 32, HTTPHEAD_UPSTREAM_BYTES + 2048})
 /* Why a proxy refuses such an answer, for its error message. */
 #define HTTPHEAD_TOO_BIG "its answer's head is too large (more than 256 fields or 12 KiB)"
+/* ... or one whose head would not fit beside the request's (http_answer_head_room). */
+#define HTTPHEAD_NO_ROOM "its answer's head does not fit beside the request's head in the 16 KiB of the connection"
 
 typedef enum HeadKept { HEAD_KEPT, HEAD_NOMEM, HEAD_TOO_BIG } HeadKept;
 
@@ -88,6 +91,11 @@ typedef enum HeadKept { HEAD_KEPT, HEAD_NOMEM, HEAD_TOO_BIG } HeadKept;
  * before it with one space, as RFC 9112 5.2 asks of a proxy. HEAD_TOO_BIG
  * when the kept lines would go past `limits`. */
 HeadKept httphead_keep_line(struct curl_slist **lines, const char *line, size_t len, HeadLimits limits);
+/* The most bytes libmicrohttpd writes for the head of an answer made from
+ * these kept lines (httphead_pass_answer): each as "Name: value" and CRLF,
+ * plus the status line, its own Date, Connection and Content-Length or
+ * Transfer-Encoding, and the blank line. */
+size_t httphead_answer_head_size(const struct curl_slist *lines);
 /* Adds the end-to-end headers among an answer's kept lines to resp, except
  * those in own. */
 bool httphead_pass_answer(const struct curl_slist *lines, const char *const *own, struct MHD_Response *resp);

@@ -43,14 +43,24 @@ static bool field_at(const Request *req, size_t pos, char *out, size_t outlen)
 }
 
 /* Is the number that ends at byte `end` (where jansson reports an overflow) a
- * real (a fraction or an exponent), not an integer? */
+ * real (a fraction or an exponent), not an integer? jansson reads a number
+ * before it looks at what stands right before it (true99999999999999999999,
+ * 1.5-99999999999999999999: integers that overflow), so the scan back stops
+ * where the number starts: at a sign that does not follow an exponent mark,
+ * at a '.' or an exponent mark that does not follow a digit. */
 static bool real_number_before(const Request *req, size_t end)
 {
-    static const char NUMBER[] = "0123456789+-.eE";
+    const char *b = req->body;
     bool real = false;
-    for (size_t i = end < req->body_len ? end : req->body_len;
-         i > 0 && memchr(NUMBER, req->body[i - 1], sizeof NUMBER - 1); i--)
-        real = real || memchr(".eE", req->body[i - 1], 3);
+    for (size_t i = end < req->body_len ? end : req->body_len; i > 0; i--) {
+        char ch = b[i - 1];
+        bool after_digit = i > 1 && b[i - 2] >= '0' && b[i - 2] <= '9';
+        bool after_mark = i > 1 && (b[i - 2] == 'e' || b[i - 2] == 'E');
+        if ((ch == '.' || ch == 'e' || ch == 'E') && after_digit)
+            real = true;
+        else if (!(ch >= '0' && ch <= '9') && !((ch == '+' || ch == '-') && after_mark))
+            break;
+    }
     return real;
 }
 

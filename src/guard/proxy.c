@@ -638,6 +638,22 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
 
 static void queue_upstream(ProxyCall *c)
 {
+    /* libmicrohttpd writes the head into what the request (complete now,
+     * trailers included) left of the connection's memory, or closes the
+     * connection without a word: 502 instead, and the upstream's connection
+     * is closed, its answer cut. */
+    if (httphead_answer_head_size(c->resp_headers) > http_answer_head_room(c->req)) {
+        c->queued = true;
+        if (c->done) {
+            c->proxy->stats.upstream_errors++;
+        } else {
+            curl_multi_remove_handle(c->proxy->multi, c->easy);
+            c->started = false;
+            finished(c, CURLE_WRITE_ERROR); /* counted as an upstream error */
+        }
+        http_reply_error(c->req, ERR_BAD_GATEWAY, NULL, "upstream failed: %s", HTTPHEAD_NO_ROOM);
+        return;
+    }
     curl_off_t cl = -1;
     curl_easy_getinfo(c->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
     struct MHD_Response *resp = MHD_create_response_from_callback(

@@ -318,6 +318,33 @@ void http_add_header(Request *req, const char *name, const char *value)
         MHD_add_response_header(req->response, name, value);
 }
 
+/* libmicrohttpd 0.9.75 keeps, for each header, argument, cookie and trailer of
+ * a request, a record of 56 bytes (64 in its pool, aligned); the trailers as
+ * read and a copy of the Cookie header (its cookies, '=' and "; " between them). */
+static enum MHD_Result count_kept(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    size_t *used = cls;
+    *used += 64;
+    if (kind == MHD_FOOTER_KIND || kind == MHD_COOKIE_KIND)
+        *used += strlen(key) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
+
+size_t http_answer_head_room(Request *req)
+{
+    if (!req->conn)
+        return 0;
+    /* The head as read stays in the pool: its lines are parsed in place. 128
+     * more for the pool's alignment and the blank lines a request may start with. */
+    const union MHD_ConnectionInfo *head = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    size_t used = (head ? head->header_size : HTTP_MAX_HEAD) + 128;
+    MHD_get_connection_values(req->conn,
+                              (enum MHD_ValueKind)(MHD_HEADER_KIND | MHD_COOKIE_KIND | MHD_GET_ARGUMENT_KIND |
+                                                   MHD_FOOTER_KIND),
+                              count_kept, &used);
+    return used < HTTP_CONNECTION_MEMORY ? HTTP_CONNECTION_MEMORY - used : 0;
+}
+
 /* A waiter's client may vanish without a FIN or RST (a dead host, a dropped
  * network): TCP keepalive probes find out, and the socket then reports an
  * error, which takes the waiter out of the queue within --dead-client-after
@@ -729,7 +756,7 @@ int http_start(Server *s)
         MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)s->cfg.max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)s->cfg.idle_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(16 * 1024),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,

@@ -224,6 +224,16 @@ bool httphead_names_are_tokens(struct MHD_Connection *conn)
     return ok;
 }
 
+size_t httphead_answer_head_size(const struct curl_slist *lines)
+{
+    /* "HTTP/1.1 NNN " and the longest reason phrase, "Date: " and 29 bytes,
+     * "Connection: Keep-Alive", "Content-Length: " and 20 digits, each with CRLF. */
+    size_t n = 64 + 37 + 24 + 38 + 2;
+    for (const struct curl_slist *l = lines; l; l = l->next)
+        n += strlen(l->data) + 3; /* ": " for ':' at most, and CRLF */
+    return n;
+}
+
 bool httphead_content_length(struct MHD_Connection *conn, uint64_t *n)
 {
     *n = 0;

@@ -171,7 +171,12 @@ class BadInputTests(unittest.TestCase):
         for raw, what in ((b'{"owner": "a", "ttl_ms": 99999999999999999999999999}', "an integer"),
                           (b'{"owner": "a", "ttl_ms": 1e400}', "a number beyond the range of a double"),
                           (b'{"owner": "a", "metadata": {"x": [1, -1.5e999]}}', "a number beyond the range"),
-                          (b'{"owner": "a", "wait_ms": -99999999999999999999999999}', "an integer")):
+                          (b'{"owner": "a", "wait_ms": -99999999999999999999999999}', "an integer"),
+                          # jansson reads the number before it sees that nothing may stand
+                          # right before it: its verdict counts, not the text before it.
+                          (b'{"owner": "a", "ttl_ms": true99999999999999999999999}', "an integer"),
+                          (b'{"owner": "a", "metadata": {"x": [1.5-99999999999999999999]}}', "an integer"),
+                          (b'{"owner": "a", "metadata": {"x": [1-1e999]}}', "a number beyond the range")):
             st, _, b = self.acq(raw=raw)
             self.assertEqual(st, 400, b)
             self.assertIn(what, b["message"])

@@ -1261,6 +1261,26 @@ class GuardUpstreamErrorTests(unittest.TestCase):
         st, _, b = self.srv.request("GET", "/healthz")
         self.assertEqual((st, b), (200, self.srv.healthy_body()))
 
+    def test_answer_head_beside_a_large_request_head_is_refused_not_dropped(self):
+        # The request's head and the answer's share libmicrohttpd's 16 KiB for the
+        # connection: an answer head under 12 KiB did not fit beside a request
+        # head of a few KiB (both within their limits), and the client's
+        # connection was closed without any answer. 502 with the reason now.
+        query = "/slow/fields?n=46&pad=250"  # about 11.9 KB of fields: under 12 KiB
+        c = self.srv.new_client(timeout=15)
+        st, hdrs, body = c.request("GET", query, headers={"X-Pad": "p" * 1000})
+        self.assertEqual((st, body), (200, "fields"))
+        self.assertEqual(sum(1 for k in hdrs if k.startswith("x-f")), 46)
+        for pad in (5000, 11000):
+            try:
+                resp = c.request("GET", query, headers={"X-Pad": "p" * pad})
+            except (http.client.RemoteDisconnected, ConnectionResetError) as e:
+                self.fail("request head of %d bytes: no answer at all (%r)" % (pad, e))
+            self.assert_error(resp, 502, "bad_gateway")
+            self.assertIn("does not fit", resp[2]["message"])
+        st, _, b = self.srv.request("GET", "/healthz")
+        self.assertEqual((st, b), (200, self.srv.healthy_body()))
+
     def test_504_when_upstream_silent(self):
         c = self.srv.new_client(timeout=15)
         t0 = time.monotonic()

@@ -109,6 +109,9 @@ int main(void)
     CHECK(httphead_keep_line(&lines, "B: 1", 4, small) == HEAD_TOO_BIG);          /* 23 */
     CHECK(httphead_keep_line(&lines, "B", 1, small) == HEAD_KEPT);                /* 20 */
     CHECK(lines && lines->next && !lines->next->next && !strcmp(lines->data, "A: 0123456789 12345"));
+    /* What libmicrohttpd writes of them at most: "A: 0123456789 12345\r\n",
+     * "B: \r\n", and its status line and own fields. */
+    CHECK(httphead_answer_head_size(lines) == httphead_answer_head_size(NULL) + 19 + 3 + 1 + 3);
     curl_slist_free_all(lines);
     return check_report("httphead");
 }
