@@ -81,6 +81,7 @@ typedef struct HeadLimits {
 #define HTTPHEAD_LEADER_LIMITS ((HeadLimits){HTTPHEAD_UPSTREAM_FIELDS + 32, HTTPHEAD_UPSTREAM_BYTES + 2048})
 /* Why a proxy refuses such an answer, for its error message. */
 #define HTTPHEAD_TOO_BIG "its answer's head is too large (more than 256 fields or 12 KiB)"
+#define HTTPHEAD_LEADER_TOO_BIG "its answer's head is too large (more than 288 fields or 14 KiB)"
 /* ... or one whose head would not fit beside the request's (http_answer_head_room). */
 #define HTTPHEAD_NO_ROOM "its answer's head does not fit beside the request's head in the 16 KiB of the connection"
 

@@ -364,7 +364,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
     if (kept == HEAD_NOMEM)
         f->oom = true;
     else if (kept == HEAD_TOO_BIG)
-        f->refused = HTTPHEAD_TOO_BIG;
+        f->refused = HTTPHEAD_LEADER_TOO_BIG;
     return kept == HEAD_KEPT ? len : 0;
 }
 
