@@ -5,6 +5,7 @@ member in a temporary data dir, stopped by PID. Needs the Debian package etcd-se
 Every wait is bounded."""
 
 import base64
+import http.client
 import json
 import os
 import shutil
@@ -188,7 +189,9 @@ class Gateway(Server):
         headers = {"Authorization": "Bearer " + self.key} if self.key else None
         try:
             status, _, body = self.client.request("GET", "/healthz", timeout=5, headers=headers)
-        except OSError:
+        except (OSError, http.client.HTTPException):
+            # Not answered, or cut off: a standby server stops (and closes its
+            # connections) the moment its gateway wins the election; ask again.
             return None
         return body if status == 200 and isinstance(body, dict) else None
 
