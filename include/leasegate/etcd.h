@@ -1,12 +1,15 @@
 /*
- * etcd — a small client of etcd v3.4's JSON gateway (grpc-gateway over HTTP),
- * shared by the etcd store and the etcd election. No etcd client library in C
- * exists in Debian; this is the one place that speaks etcd's wire format.
+ * etcd — a small client of etcd v3.4, shared by the etcd store and the etcd
+ * election: its JSON gateway (grpc-gateway over HTTP/1.1) for most calls,
+ * and gRPC itself (protobuf over HTTP/2, pb.h) for the store's transactions,
+ * where the gateway's work cost etcd more than the write (etcd_txn.h). No
+ * etcd client library in C exists in Debian; this is the one place that
+ * speaks etcd's protocols.
  *
  * Keys and values are base64 in JSON; int64 fields (lease ids, revisions) are
  * JSON strings on the wire, and are sent as strings too.
  *
- * An EtcdClient holds one libcurl handle, so it belongs to one thread. A call
+ * An EtcdClient holds its libcurl handles, so it belongs to one thread. A call
  * tries each endpoint at most once, starting with the last one that answered,
  * and moves to the next on a transport failure (refused, reset, timed out;
  * connecting gives up after 1 s) or a 5xx answer; with etcd_client_retry it
@@ -23,6 +26,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "leasegate/pb.h"
 
 #define ETCD_MAX_ENDPOINTS 8
 
@@ -62,6 +67,15 @@ void etcd_client_cancel_when(EtcdClient *c, bool (*cancelled)(void *ud), void *u
  * of memory, fails the call. 0 with *resp the answer (owned by the caller),
  * or -1 with the reason in err. */
 int etcd_call(EtcdClient *c, const char *path, json_t *body, json_t **resp, char *err, size_t errlen);
+
+/* A unary gRPC call: method is its path ("/etcdserverpb.KV/Txn"), request
+ * the serialized message (one with nomem set fails the call). 0 with
+ * *answer the answer's message (the caller frees it with pb_free), or -1
+ * with the reason in err and *answer empty. Endpoints, attempts and their
+ * bounds as for etcd_call; gRPC codes that etcd's gateway turns into 5xx or
+ * 429 move on to the next member, as those answers do. */
+int etcd_grpc_call(EtcdClient *c, const char *method, const PbBuf *request, PbBuf *answer, char *err,
+                   size_t errlen);
 
 /* Base64 (RFC 4648, with padding). encode: a new NUL-terminated string;
  * decode: a new buffer of *len bytes plus a NUL, or NULL when text is not

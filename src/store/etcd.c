@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 /* A dead member on a reachable machine refuses at once; one whose machine is
@@ -16,7 +17,9 @@
 
 struct EtcdClient {
     EtcdUrl url;
-    CURL *curl;
+    CURL *curl;      /* JSON calls (HTTP/1.1) */
+    CURL *grpc_curl; /* gRPC calls (HTTP/2), made at the first; NULL before */
+    bool h2c_open[ETCD_MAX_ENDPOINTS]; /* a plain-HTTP/2 connection to endpoint i is likely kept (grpc_attempt) */
     size_t current; /* the endpoint that answered last: tried first */
     long timeout_ms;
     long first_timeout_ms; /* etcd_client_retry: the first attempt's bound; 0: timeout_ms */
@@ -24,6 +27,8 @@ struct EtcdClient {
     bool (*cancelled)(void *ud);
     void *cancel_ud;
 };
+
+static void grpc_forget_connections(EtcdClient *c);
 
 bool etcd_url_parse(const char *url, EtcdUrl *out, char *err, size_t errlen)
 {
@@ -90,6 +95,7 @@ void etcd_client_free(EtcdClient *c)
     if (!c)
         return;
     curl_easy_cleanup(c->curl);
+    grpc_forget_connections(c);
     free(c);
     curl_global_cleanup();
 }
@@ -147,13 +153,45 @@ static long mono_ms(void)
     return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-/* One attempt on one endpoint, bounded by timeout_ms (0: none): 1 when the
- * next endpoint should be tried (*timed_out says whether for lack of an
- * answer in time), 0 on an answer (parsed into *resp), -1 on an error not
- * worth retrying. */
-static int attempt(EtcdClient *c, const char *endpoint, const char *path, const char *text, long timeout_ms,
-                   bool *timed_out, json_t **resp, char *err, size_t errlen)
+/* One attempt of a call on one endpoint (c->url.endpoints[at]), bounded by
+ * timeout_ms (0: none): 1 when the next endpoint should be tried
+ * (*timed_out says whether for lack of an answer in time), 0 on an answer,
+ * -1 on an error not worth retrying. */
+typedef int (*AttemptFn)(EtcdClient *c, size_t at, long timeout_ms, bool *timed_out, void *call, char *err,
+                         size_t errlen);
+
+/* The options every attempt sets, JSON or gRPC: false when out of memory. */
+static bool common_options(EtcdClient *c, CURL *h, const char *target, long timeout_ms)
 {
+    /* libcurl verifies an https endpoint's certificate and name by default;
+     * --cacert only says which CAs to trust. */
+    if (c->url.cacert && curl_easy_setopt(h, CURLOPT_CAINFO, c->url.cacert) != CURLE_OK)
+        return false;
+    curl_easy_setopt(h, CURLOPT_URL, target);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (c->cancelled) {
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    }
+    return true;
+}
+
+typedef struct JsonCall {
+    const char *path, *text;
+    json_t **resp;
+} JsonCall;
+
+static int json_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_out, void *call, char *err,
+                        size_t errlen)
+{
+    const JsonCall *jc = call;
+    const char *endpoint = c->url.endpoints[at], *path = jc->path;
+    json_t **resp = jc->resp;
     *timed_out = false;
     char target[512];
     snprintf(target, sizeof target, "%s%s", endpoint, path);
@@ -165,28 +203,15 @@ static int attempt(EtcdClient *c, const char *endpoint, const char *path, const 
     }
     CURL *h = c->curl;
     curl_easy_reset(h);
-    /* libcurl verifies an https endpoint's certificate and name by default;
-     * --cacert only says which CAs to trust. */
-    if (c->url.cacert && curl_easy_setopt(h, CURLOPT_CAINFO, c->url.cacert) != CURLE_OK) {
+    if (!common_options(c, h, target, timeout_ms)) {
         curl_slist_free_all(headers);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    curl_easy_setopt(h, CURLOPT_URL, target);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, text);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, jc->text);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    if (c->cancelled) {
-        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
-        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-    }
     CURLcode rc = curl_easy_perform(h);
     curl_slist_free_all(headers);
     long status = 0;
@@ -221,15 +246,10 @@ static int attempt(EtcdClient *c, const char *endpoint, const char *path, const 
     return result;
 }
 
-int etcd_call(EtcdClient *c, const char *path, json_t *body, json_t **resp, char *err, size_t errlen)
+/* A call's attempts, endpoint after endpoint and round after round (etcd.h):
+ * 0 once one answered, -1 with the last reason in err. */
+static int call_with_retry(EtcdClient *c, AttemptFn attempt, void *call, char *err, size_t errlen)
 {
-    *resp = NULL;
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (!text) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
     int rc = 1;
     long start = mono_ms();
     long timeout = c->first_timeout_ms && c->timeout_ms ? c->first_timeout_ms : c->timeout_ms;
@@ -260,15 +280,233 @@ int etcd_call(EtcdClient *c, const char *path, json_t *body, json_t **resp, char
             bound = c->budget_ms - spent > 100 ? c->budget_ms - spent : 100;
         size_t at = (from + i) % n;
         bool timed_out;
-        rc = attempt(c, c->url.endpoints[at], path, text, bound, &timed_out, resp, err, errlen);
+        rc = attempt(c, at, bound, &timed_out, call, err, errlen);
         if (rc == 0)
             c->current = at;
         else if (rc == 1)
             c->current = (at + 1) % n; /* the next call starts where this one goes on */
         round_timed_out |= timed_out;
     }
-    free(text);
     return rc == 0 ? 0 : -1;
+}
+
+int etcd_call(EtcdClient *c, const char *path, json_t *body, json_t **resp, char *err, size_t errlen)
+{
+    *resp = NULL;
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    JsonCall call = {path, text, resp};
+    int rc = call_with_retry(c, json_attempt, &call, err, errlen);
+    free(text);
+    return rc;
+}
+
+/* gRPC: etcd's own protocol, HTTP/2 frames of protobuf messages. */
+
+typedef struct GrpcAnswer {
+    Buf body;          /* the length-prefixed message */
+    int status;        /* grpc-status; -1 while none came */
+    char message[200]; /* grpc-message as sent (percent-encoded), NUL-terminated */
+} GrpcAnswer;
+
+/* Headers and trailers both come here, one "name: value\r\n" line each;
+ * grpc-status and grpc-message are in the trailers, or in the headers of an
+ * answer without a body. */
+static size_t on_grpc_header(char *line, size_t size, size_t nmemb, void *ud)
+{
+    GrpcAnswer *a = ud;
+    size_t n = size * nmemb, len = n;
+    while (len && (line[len - 1] == '\r' || line[len - 1] == '\n'))
+        len--;
+    if (len >= 12 && !strncasecmp(line, "grpc-status:", 12)) {
+        size_t i = 12;
+        while (i < len && line[i] == ' ')
+            i++;
+        int v = 0, digits = 0;
+        for (; i < len && line[i] >= '0' && line[i] <= '9' && digits < 3; i++, digits++)
+            v = v * 10 + (line[i] - '0');
+        a->status = digits && i == len ? v : 2; /* not a number: UNKNOWN */
+    } else if (len >= 13 && !strncasecmp(line, "grpc-message:", 13)) {
+        size_t i = 13;
+        while (i < len && line[i] == ' ')
+            i++;
+        snprintf(a->message, sizeof a->message, "%.*s", (int)(len - i), line + i);
+    }
+    return n;
+}
+
+/* The gRPC codes after which another member may answer: those etcd's JSON
+ * gateway turns into 5xx or 429 (etcd_call retries those). UNKNOWN 2,
+ * DEADLINE_EXCEEDED 4, RESOURCE_EXHAUSTED 8, UNIMPLEMENTED 12, INTERNAL 13,
+ * UNAVAILABLE 14 (no leader, leader changed, request timed out), DATA_LOSS 15. */
+static bool grpc_retryable(int status)
+{
+    return status == 2 || status == 4 || status == 8 || status == 12 || status == 13 || status == 14 ||
+           status == 15;
+}
+
+typedef struct GrpcCall {
+    const char *method;  /* "/etcdserverpb.KV/Txn" */
+    const PbBuf *frame;  /* the request with gRPC's 5-byte prefix */
+    PbBuf *answer;       /* the answer's message, without the prefix */
+} GrpcCall;
+
+/* An answer's body is one uncompressed message with its 5-byte prefix
+ * (a unary call's): false when it is anything else. */
+static bool grpc_unframe(const Buf *body, PbBuf *answer)
+{
+    const unsigned char *p = (const unsigned char *)body->data;
+    if (body->len < 5 || p[0] != 0)
+        return false;
+    size_t len = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
+    if (len != body->len - 5)
+        return false;
+    pb_raw(answer, p + 5, len);
+    return true;
+}
+
+static int grpc_perform(EtcdClient *c, CURL *h, const char *target, long version, long timeout_ms,
+                        const GrpcCall *gc, struct curl_slist *headers, GrpcAnswer *a, CURLcode *rc)
+{
+    curl_easy_reset(h);
+    if (!common_options(c, h, target, timeout_ms))
+        return -1;
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, version);
+    /* never a kept connection with prior knowledge (grpc_attempt) */
+    curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, version == CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE ? 1L : 0L);
+    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, (long)ETCD_MAX_ENDPOINTS);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, (const char *)gc->frame->data);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)gc->frame->len);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &a->body);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_grpc_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, a);
+    *rc = curl_easy_perform(h);
+    return 0;
+}
+
+/* Closes every connection the gRPC handle kept. */
+static void grpc_forget_connections(EtcdClient *c)
+{
+    if (c->grpc_curl)
+        curl_easy_cleanup(c->grpc_curl);
+    c->grpc_curl = NULL;
+    memset(c->h2c_open, 0, sizeof c->h2c_open);
+}
+
+/* One gRPC attempt (AttemptFn). Over TLS, HTTP/2 is agreed in the
+ * handshake (ALPN) and the connection kept between calls. Over plain TCP it
+ * is spoken at once ("prior knowledge"): Debian 12's libcurl (7.88.1) fails
+ * a call in that mode on a connection it kept (curl issue 10634, fixed in
+ * 8.0), but finds and uses that connection when the call asks for HTTP/2
+ * with an upgrade instead. So a call on an endpoint with a kept connection
+ * asks that way, and one without asks for a new connection with prior
+ * knowledge. When the kept connection is gone by then, libcurl opens a new
+ * one and sends the request as HTTP/1.1, which etcd's HTTP side answers
+ * without touching anything (no such path): the call is made again at once
+ * on a new connection. After any attempt that did not end in an HTTP/2
+ * answer, every kept connection is closed: HTTP/2 ends a timed-out call by
+ * resetting its stream only, and the connection it leaves may be one that
+ * never answers again. */
+static int grpc_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_out, void *call, char *err,
+                        size_t errlen)
+{
+    const GrpcCall *gc = call;
+    const char *endpoint = c->url.endpoints[at];
+    bool tls = !strncmp(endpoint, "https:", 6);
+    *timed_out = false;
+    char target[512];
+    snprintf(target, sizeof target, "%s%s", endpoint, gc->method);
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/grpc");
+    struct curl_slist *more = headers ? curl_slist_append(headers, "TE: trailers") : NULL;
+    if (!more) {
+        curl_slist_free_all(headers);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    headers = more;
+    int result = -1;
+    for (int tries = 0; tries < 2; tries++) {
+        if (!c->grpc_curl && !(c->grpc_curl = curl_easy_init())) {
+            snprintf(err, errlen, "out of memory");
+            break;
+        }
+        bool reuse = !tls && c->h2c_open[at];
+        long want = tls ? CURL_HTTP_VERSION_2TLS : reuse ? CURL_HTTP_VERSION_2_0 : CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE;
+        GrpcAnswer a = {.status = -1};
+        CURLcode rc;
+        if (grpc_perform(c, c->grpc_curl, target, want, timeout_ms, gc, headers, &a, &rc)) {
+            snprintf(err, errlen, "out of memory");
+            break;
+        }
+        long status = 0, version = 0;
+        curl_easy_getinfo(c->grpc_curl, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_getinfo(c->grpc_curl, CURLINFO_HTTP_VERSION, &version);
+        bool h2 = rc == CURLE_OK && version == CURL_HTTP_VERSION_2_0;
+        if (!h2)
+            grpc_forget_connections(c);
+        else if (!tls)
+            c->h2c_open[at] = true;
+        bool again = reuse && rc == CURLE_OK && !h2;
+        if (a.body.nomem) {
+            snprintf(err, errlen, "out of memory reading etcd's answer");
+        } else if (again) {
+            free(a.body.data);
+            continue; /* the kept connection was gone: see above */
+        } else if (rc == CURLE_ABORTED_BY_CALLBACK) {
+            snprintf(err, errlen, "cancelled");
+        } else if (rc != CURLE_OK) {
+            snprintf(err, errlen, "%s: %s", endpoint, curl_easy_strerror(rc));
+            *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+            result = 1;
+        } else if (version != CURL_HTTP_VERSION_2_0 || status != 200) {
+            snprintf(err, errlen, "%s%s: HTTP %ld%s", endpoint, gc->method, status,
+                     version != CURL_HTTP_VERSION_2_0 ? " (not HTTP/2: is this etcd's client URL?)" : "");
+            result = status >= 500 || status == 429 ? 1 : -1;
+        } else if (a.status != 0) {
+            snprintf(err, errlen, "%s%s: %s %d: %s", endpoint, gc->method,
+                     a.status < 0 ? "no gRPC status in the answer" : "gRPC status", a.status, a.message);
+            result = a.status < 0 || grpc_retryable(a.status) ? 1 : -1;
+        } else if (!grpc_unframe(&a.body, gc->answer)) {
+            snprintf(err, errlen, "%s%s: the answer is not one gRPC message", endpoint, gc->method);
+            result = 1;
+        } else if (gc->answer->nomem) {
+            snprintf(err, errlen, "out of memory reading etcd's answer");
+        } else {
+            result = 0;
+        }
+        free(a.body.data);
+        break;
+    }
+    curl_slist_free_all(headers);
+    return result;
+}
+
+int etcd_grpc_call(EtcdClient *c, const char *method, const PbBuf *request, PbBuf *answer, char *err, size_t errlen)
+{
+    *answer = (PbBuf){0};
+    PbBuf frame = {0};
+    size_t len = request->len;
+    unsigned char prefix[5] = {0, (unsigned char)(len >> 24), (unsigned char)(len >> 16), (unsigned char)(len >> 8),
+                               (unsigned char)len};
+    pb_raw(&frame, prefix, sizeof prefix);
+    pb_raw(&frame, request->data, request->len);
+    if (request->nomem || frame.nomem || len > UINT32_MAX) {
+        pb_free(&frame);
+        snprintf(err, errlen, request->nomem || frame.nomem ? "out of memory" : "the request is too large");
+        return -1;
+    }
+    GrpcCall call = {method, &frame, answer};
+    int rc = call_with_retry(c, grpc_attempt, &call, err, errlen);
+    if (rc)
+        pb_free(answer); /* an answer that ran out of memory half-way */
+    pb_free(&frame);
+    return rc;
 }
 
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -64,6 +64,7 @@
 #include <uuid/uuid.h>
 
 #include "leasegate/etcd.h"
+#include "leasegate/etcd_txn.h"
 #include "leasegate/leasehist.h"
 
 /* A transaction carries at most --etcd-max-txn-ops operations (etcd's
@@ -92,10 +93,11 @@ typedef struct EtcdStore {
     Store base;
     EtcdClient *etcd;
     char prefix[300];     /* "PREFIX/" */
-    char *leader_key_b64; /* owned */
+    char *leader_key;     /* owned */
     long long leader_rev;
     long long load_rev;   /* the revision every page of the load reads; 0: the latest */
-    char *mark_key_b64;   /* PREFIX/meta/commit, base64; owned */
+    char *mark_key;       /* PREFIX/meta/commit; owned */
+    char *mark_key_b64;   /* the same in base64, for the JSON gateway; owned */
     size_t max_txn_ops;   /* --etcd-max-txn-ops: operations per transaction, the mark's put included */
     uint64_t mark_seq;    /* the commit mark of the last part sent (see commit_part) */
     uint64_t pruned_upto; /* history seqs up to this are deleted */
@@ -377,25 +379,13 @@ static void order_ops(Ops *ops)
     qsort(ops->items, ops->n, sizeof *ops->items, by_prio_then_order);
 }
 
-/* The request object of one operation, with its key and value in base64. */
-static json_t *op_json(const Op *op)
+/* One operation into the success branch of txn. */
+static void op_write(PbBuf *txn, const Op *op)
 {
-    char *key = etcd_b64_encode(op->key, strlen(op->key));
-    char *arg = op->value ? etcd_b64_encode(op->value, strlen(op->value))
-                : op->range_end ? etcd_b64_encode(op->range_end, strlen(op->range_end))
-                                : NULL;
-    json_t *j = NULL;
-    if (key && (arg || (!op->value && !op->range_end))) {
-        if (op->value)
-            j = json_pack("{s:{s:s, s:s}}", "request_put", "key", key, "value", arg);
-        else if (op->range_end)
-            j = json_pack("{s:{s:s, s:s}}", "request_delete_range", "key", key, "range_end", arg);
-        else
-            j = json_pack("{s:{s:s}}", "request_delete_range", "key", key);
-    }
-    free(key);
-    free(arg);
-    return j;
+    if (op->value)
+        etcd_txn_put(txn, ETCD_SUCCESS, op->key, op->value);
+    else
+        etcd_txn_delete(txn, ETCD_SUCCESS, op->key, op->range_end);
 }
 
 /* The commit mark of part `seq` of this leader: two zero-padded numbers, so
@@ -403,13 +393,6 @@ static json_t *op_json(const Op *op)
 static void mark_text(const EtcdStore *s, uint64_t seq, char out[48])
 {
     snprintf(out, 48, "%020lld.%020" PRIu64, s->leader_rev, seq);
-}
-
-/* The value of the first key of a range response in a txn's responses, or NULL. */
-static const json_t *txn_range_kv(const json_t *resp, size_t i)
-{
-    const json_t *r = json_object_get(json_array_get(json_object_get(resp, "responses"), i), "response_range");
-    return json_array_get(json_object_get(r, "kvs"), 0);
 }
 
 /* What etcd's answer to one of this leader's transactions means. */
@@ -427,24 +410,31 @@ typedef enum TxnOutcome {
  * (nothing but this leader writes the mark, and no two of its transactions
  * write the same one): that is success. On TXN_MARK_MOVED, *found is the mark
  * in etcd (the caller frees it; NULL when there is none), else NULL. */
-static TxnOutcome txn_outcome(const EtcdStore *s, const json_t *resp, const char *mark, char **found)
+static TxnOutcome txn_outcome(const EtcdStore *s, EtcdTxnAnswer *answer, const char *mark, char **found)
 {
     *found = NULL;
-    if (json_is_true(json_object_get(resp, "succeeded")))
+    if (answer->succeeded)
         return TXN_APPLIED;
-    const json_t *leader = txn_range_kv(resp, 0);
-    long long created = 0;
-    if (!leader || !etcd_int_field(leader, "create_revision", &created) || created != s->leader_rev)
+    const EtcdKv *leader = &answer->kv[0], *stored = &answer->kv[1];
+    if (!leader->found || leader->create_revision != s->leader_rev)
         return TXN_FENCED_OUT;
-    const char *v64 = json_string_value(json_object_get(txn_range_kv(resp, 1), "value"));
-    size_t len;
-    char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
-    if (v && !strcmp(v, mark)) {
-        free(v);
+    if (stored->found && stored->len == strlen(mark) && !memcmp(stored->value, mark, stored->len))
         return TXN_APPLIED;
+    if (stored->found) {
+        *found = stored->value; /* taken from the answer */
+        answer->kv[1].value = NULL;
     }
-    *found = v;
     return TXN_MARK_MOVED;
+}
+
+/* The compares and the failure branch every transaction of this leader has
+ * (txn_outcome reads the answer): the leader key still this gateway's, and
+ * the commit mark `before`; when either fails, read both. */
+static void txn_fence(const EtcdStore *s, PbBuf *txn)
+{
+    etcd_txn_compare_create(txn, s->leader_key, s->leader_rev);
+    etcd_txn_range(txn, ETCD_FAILURE, s->leader_key);
+    etcd_txn_range(txn, ETCD_FAILURE, s->mark_key);
 }
 
 /* One transaction of ops[from, *to): as many as fit in max_txn_ops (with
@@ -462,56 +452,39 @@ static TxnOutcome txn_outcome(const EtcdStore *s, const json_t *resp, const char
  * failed compare is read by txn_outcome. */
 static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bool *fenced_out)
 {
-    json_t *success = json_array();
-    char rev[32], mark[48], before[48];
-    snprintf(rev, sizeof rev, "%lld", s->leader_rev);
+    char mark[48], before[48];
     mark_text(s, s->mark_seq, before);
     mark_text(s, s->mark_seq + 1, mark);
-    char *mark_b64 = etcd_b64_encode(mark, strlen(mark)), *before_b64 = etcd_b64_encode(before, strlen(before));
-    json_t *txn = mark_b64 && before_b64
-                      ? json_pack("{s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}], s:o, s:[{s:{s:s}}, {s:{s:s}}]}",
-                                  "compare", "key", s->leader_key_b64, "target", "CREATE", "create_revision", rev,
-                                  "result", "EQUAL", "key", s->mark_key_b64, "target", "VALUE", "value", before_b64,
-                                  "result", "EQUAL", "success", success, "failure", "request_range", "key",
-                                  s->leader_key_b64, "request_range", "key", s->mark_key_b64)
-                      : NULL;
-    if (!txn && (!mark_b64 || !before_b64))
-        json_decref(success); /* not handed to json_pack, which takes it even when it fails */
-    json_t *put = mark_b64 ? json_pack("{s:{s:s, s:s}}", "request_put", "key", s->mark_key_b64, "value", mark_b64)
-                           : NULL;
-    free(mark_b64);
-    free(before_b64);
-    if (!txn || !put || json_array_append_new(success, put)) {
-        if (!txn)
-            json_decref(put); /* else appending took it, even on failure */
-        json_decref(txn);
-        snprintf(s->err, sizeof s->err, "out of memory");
-        return -1;
-    }
+    PbBuf txn = {0};
+    txn_fence(s, &txn);
+    etcd_txn_compare_value(&txn, s->mark_key, before);
+    etcd_txn_put(&txn, ETCD_SUCCESS, s->mark_key, mark);
     size_t bytes = 0, i = from;
     for (; i < ops->n && i - from < s->max_txn_ops - 1; i++) {
         const Op *op = &ops->items[i];
         size_t size = strlen(op->key) + (op->value ? strlen(op->value) : 0) + 64;
-        if (i > from && bytes + size * 4 / 3 > TXN_MAX_BYTES)
+        if (i > from && bytes + size > TXN_MAX_BYTES)
             break;
-        bytes += size * 4 / 3;
-        json_t *j = op_json(op);
-        if (!j || json_array_append_new(success, j)) {
-            json_decref(txn);
-            snprintf(s->err, sizeof s->err, "out of memory");
-            return -1;
-        }
+        bytes += size;
+        op_write(&txn, op);
     }
     *to = i;
-    json_t *resp;
+    if (txn.nomem) {
+        pb_free(&txn);
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    EtcdTxnAnswer answer;
     char err[400];
-    if (etcd_call(s->etcd, "/v3/kv/txn", txn, &resp, err, sizeof err)) {
+    int rc = etcd_txn(s->etcd, &txn, &answer, err, sizeof err);
+    pb_free(&txn);
+    if (rc) {
         snprintf(s->err, sizeof s->err, "etcd txn failed: %s", err);
         return -1;
     }
     char *found;
-    TxnOutcome outcome = txn_outcome(s, resp, mark, &found);
-    json_decref(resp);
+    TxnOutcome outcome = txn_outcome(s, &answer, mark, &found);
+    etcd_txn_answer_free(&answer);
     if (outcome == TXN_FENCED_OUT)
         *fenced_out = true; /* etcd_commit says how much of the batch was written */
     else if (outcome == TXN_MARK_MOVED)
@@ -558,29 +531,24 @@ static int commit_first_mark(EtcdStore *s)
     long long seen;
     if (mark_revision(s, &seen))
         return -1;
-    char rev[32], mod[32], mark[48];
-    snprintf(rev, sizeof rev, "%lld", s->leader_rev);
-    snprintf(mod, sizeof mod, "%lld", seen);
+    char mark[48];
     mark_text(s, 0, mark);
-    char *mark_b64 = etcd_b64_encode(mark, strlen(mark));
-    json_t *txn = mark_b64 ? json_pack("{s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s}}], "
-                                       "s:[{s:{s:s}}, {s:{s:s}}]}",
-                                       "compare", "key", s->leader_key_b64, "target", "CREATE", "create_revision",
-                                       rev, "result", "EQUAL", "key", s->mark_key_b64, "target", "MOD",
-                                       "mod_revision", mod, "result", "EQUAL", "success", "request_put", "key",
-                                       s->mark_key_b64, "value", mark_b64, "failure", "request_range", "key",
-                                       s->leader_key_b64, "request_range", "key", s->mark_key_b64)
-                           : NULL;
-    free(mark_b64);
-    json_t *resp;
+    PbBuf txn = {0};
+    txn_fence(s, &txn);
+    etcd_txn_compare_mod(&txn, s->mark_key, seen);
+    etcd_txn_put(&txn, ETCD_SUCCESS, s->mark_key, mark);
+    EtcdTxnAnswer answer;
     char err[400];
-    if (etcd_call(s->etcd, "/v3/kv/txn", txn, &resp, err, sizeof err)) {
+    int rc = txn.nomem ? (snprintf(err, sizeof err, "out of memory"), -1)
+                       : etcd_txn(s->etcd, &txn, &answer, err, sizeof err);
+    pb_free(&txn);
+    if (rc) {
         snprintf(s->err, sizeof s->err, "etcd: cannot write the commit mark: %s", err);
         return -1;
     }
     char *found;
-    TxnOutcome outcome = txn_outcome(s, resp, mark, &found);
-    json_decref(resp);
+    TxnOutcome outcome = txn_outcome(s, &answer, mark, &found);
+    etcd_txn_answer_free(&answer);
     if (outcome == TXN_FENCED_OUT)
         snprintf(s->err, sizeof s->err, "leadership lost: the leader key is no longer this gateway's");
     else if (outcome == TXN_MARK_MOVED)
@@ -1019,7 +987,8 @@ static void etcd_close(Store *base)
     if (!s)
         return;
     etcd_client_free(s->etcd);
-    free(s->leader_key_b64);
+    free(s->leader_key);
+    free(s->mark_key);
     free(s->mark_key_b64);
     free(s);
 }
@@ -1038,16 +1007,21 @@ Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long
     }
     s->base.ops = &ETCD_OPS;
     snprintf(s->prefix, sizeof s->prefix, "%s/", url->prefix);
-    s->leader_key_b64 = strdup(leader_key_b64);
+    size_t klen = 0;
+    s->leader_key = etcd_b64_decode(leader_key_b64, &klen);
+    if (s->leader_key && strlen(s->leader_key) != klen) {
+        snprintf(err, errlen, "the leader key holds a NUL byte");
+        etcd_close(&s->base);
+        return NULL;
+    }
     s->leader_rev = leader_rev;
     s->max_txn_ops = max_txn_ops;
     s->etcd = etcd_client_new(url, CALL_TIMEOUT_MS);
     if (s->etcd)
         etcd_client_retry(s->etcd, CALL_FIRST_MS, CALL_BUDGET_MS);
-    char *mark_key = key_of(s, "meta", "commit");
-    s->mark_key_b64 = mark_key ? etcd_b64_encode(mark_key, strlen(mark_key)) : NULL;
-    free(mark_key);
-    if (!s->leader_key_b64 || !s->etcd || !s->mark_key_b64) {
+    s->mark_key = key_of(s, "meta", "commit");
+    s->mark_key_b64 = s->mark_key ? etcd_b64_encode(s->mark_key, strlen(s->mark_key)) : NULL;
+    if (!s->leader_key || !s->etcd || !s->mark_key_b64) {
         snprintf(err, errlen, "out of memory (or libcurl cannot start)");
         etcd_close(&s->base);
         return NULL;
