@@ -11,7 +11,9 @@
 #  3. pairs/s with CLIENTS and 1 client(s) through the leader gateway and through a follower
 #     gateway (lgbench --target leasegate), and with etcd's lock API on the same cluster through
 #     the Raft leader member and a follower member (lgbench --target etcd --variant lockkeep:
-#     one lease per client granted before timing, then /v3/lock/lock + /v3/lock/unlock per pair).
+#     one lease per client granted before timing, then /v3/lock/lock + /v3/lock/unlock per pair),
+#     and the same lock API spoken as gRPC through the Raft leader member (bench/etcd_grpc_lock.c:
+#     as etcd's Go clients call it; the gateways commit as gRPC too, so this is the fair pair).
 #     Distinct lock names per client everywhere. CPU of the gateways, of the etcd members, of the
 #     client and of the whole machine over each cell; the leader's commit batch size and latency.
 #  4. FAILOVERS times: kill -9 the leader gateway while a client loops acquire+release through a
@@ -104,6 +106,9 @@ if [[ -z ${LGBENCH:-} ]]; then
         -o "$LGBENCH" "$HERE/lgbench.c" || die "cannot build lgbench"
 fi
 [[ -x $LGBENCH ]] || die "no lgbench at $LGBENCH"
+EGL=$TMP/etcd_grpc_lock
+cc -std=c11 -O2 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -I "$ROOT/include" \
+    -o "$EGL" "$HERE/etcd_grpc_lock.c" "$ROOT/src/store/pb.c" -lcurl -lpthread || die "cannot build etcd_grpc_lock"
 grep -qa lockkeep "$LGBENCH" || die "$LGBENCH has no --variant lockkeep: rebuild it from bench/lgbench.c"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 # N distinct free ports *below* the kernel's ephemeral range, so that no client socket of this
@@ -269,19 +274,21 @@ etcd_writes() {
     echo ""
 }
 
-# cell ID PORT_FOR_METRICS GW_PIDS ETCD_PIDS -- lgbench args
-# Runs lgbench once; records its line plus the CPU % of the gateways, of etcd, and of the
+# cell ID PORT_FOR_METRICS GW_PIDS ETCD_PIDS -- lgbench args   (or -- --grpc-lock etcd_grpc_lock args)
+# Runs lgbench (or etcd_grpc_lock) once; records its line plus the CPU % of the gateways, of etcd, and of the
 # machine over lgbench's whole life (warm-up included), and the leader's commit figures.
 cell() {
     local id=$1 mport=$2 gws=$3 et=$4 line m0 m1 e0 e1 g0 g1 t0 t1 k0 k1 r0 r1 s0 s1
     shift 5
+    local bin=$LGBENCH
+    if [[ ${1:-} == --grpc-lock ]]; then bin=$EGL; shift; fi
     # shellcheck disable=SC2086
     { g0=$(sum_ticks $gws); e0=$(sum_ticks $et); }
     local w0="" w1=""
     [[ -n $et ]] && w0=$(etcd_writes)
     m0=$(machine); t0=$(now_ms)
     if [[ -n $mport ]]; then k0=$(metric "$mport" leasegate_commits_total); r0=$(metric "$mport" leasegate_commit_rows_total); s0=$(metric "$mport" leasegate_commit_seconds_sum); fi
-    if ! line=$(timeout 300 "$LGBENCH" "$@" 2>>"$TMP/lgbench.stderr"); then
+    if ! line=$(timeout 300 "$bin" "$@" 2>>"$TMP/lgbench.stderr"); then
         log "FAILED: $id: lgbench $*"
         tail -5 "$TMP/lgbench.stderr" >&2
         return 0
@@ -359,6 +366,8 @@ cell etcd_leader.64 "" "$ALL_GW" "$ALL_ETCD" -- --target etcd --mode pairs --var
 cell etcd_leader.1 "" "$ALL_GW" "$ALL_ETCD" -- --target etcd --mode pairs --variant lockkeep --clients 1 --port "${M_CLIENT[$RL]}" "${COMMON[@]}"
 cell etcd_follower.64 "" "$ALL_GW" "$ALL_ETCD" -- --target etcd --mode pairs --variant lockkeep --clients "$CLIENTS" --port "${M_CLIENT[$RF]}" "${COMMON[@]}"
 cell etcd_follower.1 "" "$ALL_GW" "$ALL_ETCD" -- --target etcd --mode pairs --variant lockkeep --clients 1 --port "${M_CLIENT[$RF]}" "${COMMON[@]}"
+cell etcd_grpc.64 "" "$ALL_GW" "$ALL_ETCD" -- --grpc-lock --clients "$CLIENTS" --port "${M_CLIENT[$RL]}" "${COMMON[@]}"
+cell etcd_grpc.1 "" "$ALL_GW" "$ALL_ETCD" -- --grpc-lock --clients 1 --port "${M_CLIENT[$RL]}" "${COMMON[@]}"
 wait_gateways # a gateway that lost its lease under load would show up here
 # etcd alone, one client, one transaction after the other: what one Raft write of K keys costs
 for k in 1 8 64 128; do
@@ -448,15 +457,18 @@ echo "One run, ${SECS} s per cell (+${WARMUP} s warm-up), lgbench (one epoll thr
 echo "names per client; \`--leader-ttl $LEADER_TTL\`${GATEWAY_ARGS:+, gateway flags \`$GATEWAY_ARGS\`}. etcd: default config (3 members on 127.0.0.1, WAL fsync before every answer)."
 echo "etcd lock API pair = \`/v3/lock/lock\` + \`/v3/lock/unlock\` with one lease per client granted before timing."
 echo
-echo "| acquire+release pairs | leasegate via leader gateway | via follower gateway | etcd lock API via Raft leader member | via follower member | leasegate SQLite (1 gateway) | leader gw / etcd lock (leader member) |"
-echo "|---|---|---|---|---|---|---|"
+echo "| acquire+release pairs | leasegate via leader gateway | via follower gateway | etcd lock API (JSON) via Raft leader member | via follower member | etcd lock API as gRPC via Raft leader member | leasegate SQLite (1 gateway) | leader gw / etcd lock JSON (leader member) | leader gw / etcd lock gRPC |"
+echo "|---|---|---|---|---|---|---|---|---|"
+# etcd's CPU per pair, µs: what the members spent over the cell for each pair
+etcd_us() { awk -v c="$(get "$1" etcd_cpu_pct)" -v p="$(get "$1" pairs_per_s)" 'BEGIN { if (c == "" || c == "-" || p + 0 == 0) print "-"; else printf "%.0f", c * 1e4 / p }'; }
 for c in "$CLIENTS" 1; do
     s=$([[ $c == 1 ]] && echo 1 || echo 64)
-    echo "| pairs/s, $c client$([[ $c == 1 ]] || echo s) | $(fmt "$(get lg_leader.$s pairs_per_s)") | $(fmt "$(get lg_follower.$s pairs_per_s)") | $(fmt "$(get etcd_leader.$s pairs_per_s)") | $(fmt "$(get etcd_follower.$s pairs_per_s)") | $(fmt "$(get sqlite.$s pairs_per_s)") | **$(ratio "$(get lg_leader.$s pairs_per_s)" "$(get etcd_leader.$s pairs_per_s)")** |"
-    echo "| pair p50 / p99 ms, $c client$([[ $c == 1 ]] || echo s) | $(fmt "$(get lg_leader.$s p50_ms)") / $(fmt "$(get lg_leader.$s p99_ms)") | $(fmt "$(get lg_follower.$s p50_ms)") / $(fmt "$(get lg_follower.$s p99_ms)") | $(fmt "$(get etcd_leader.$s p50_ms)") / $(fmt "$(get etcd_leader.$s p99_ms)") | $(fmt "$(get etcd_follower.$s p50_ms)") / $(fmt "$(get etcd_follower.$s p99_ms)") | $(fmt "$(get sqlite.$s p50_ms)") / $(fmt "$(get sqlite.$s p99_ms)") | - |"
-    echo "| CPU % gateways / etcd / client / machine busy, $c client$([[ $c == 1 ]] || echo s) | $(cpus lg_leader.$s) | $(cpus lg_follower.$s) | $(cpus etcd_leader.$s) | $(cpus etcd_follower.$s) | $(get sqlite.$s gw_cpu_pct) / - / $(get sqlite.$s client_cpu_pct) / $(get sqlite.$s machine_busy_pct) | - |"
+    echo "| pairs/s, $c client$([[ $c == 1 ]] || echo s) | $(fmt "$(get lg_leader.$s pairs_per_s)") | $(fmt "$(get lg_follower.$s pairs_per_s)") | $(fmt "$(get etcd_leader.$s pairs_per_s)") | $(fmt "$(get etcd_follower.$s pairs_per_s)") | $(fmt "$(get etcd_grpc.$s pairs_per_s)") | $(fmt "$(get sqlite.$s pairs_per_s)") | **$(ratio "$(get lg_leader.$s pairs_per_s)" "$(get etcd_leader.$s pairs_per_s)")** | **$(ratio "$(get lg_leader.$s pairs_per_s)" "$(get etcd_grpc.$s pairs_per_s)")** |"
+    echo "| pair p50 / p99 ms, $c client$([[ $c == 1 ]] || echo s) | $(fmt "$(get lg_leader.$s p50_ms)") / $(fmt "$(get lg_leader.$s p99_ms)") | $(fmt "$(get lg_follower.$s p50_ms)") / $(fmt "$(get lg_follower.$s p99_ms)") | $(fmt "$(get etcd_leader.$s p50_ms)") / $(fmt "$(get etcd_leader.$s p99_ms)") | $(fmt "$(get etcd_follower.$s p50_ms)") / $(fmt "$(get etcd_follower.$s p99_ms)") | $(fmt "$(get etcd_grpc.$s p50_ms)") / $(fmt "$(get etcd_grpc.$s p99_ms)") | $(fmt "$(get sqlite.$s p50_ms)") / $(fmt "$(get sqlite.$s p99_ms)") | - | - |"
+    echo "| CPU % gateways / etcd / client / machine busy, $c client$([[ $c == 1 ]] || echo s) | $(cpus lg_leader.$s) | $(cpus lg_follower.$s) | $(cpus etcd_leader.$s) | $(cpus etcd_follower.$s) | $(cpus etcd_grpc.$s) | $(get sqlite.$s gw_cpu_pct) / - / $(get sqlite.$s client_cpu_pct) / $(get sqlite.$s machine_busy_pct) | - | - |"
+    echo "| etcd CPU µs per pair, $c client$([[ $c == 1 ]] || echo s) | $(etcd_us lg_leader.$s) | $(etcd_us lg_follower.$s) | $(etcd_us etcd_leader.$s) | $(etcd_us etcd_follower.$s) | $(etcd_us etcd_grpc.$s) | - | - | - |"
     commits() { echo "$(get "$1" rows_per_commit) / $(get "$1" ms_per_commit) / $(get "$1" writer_busy_pct)"; }
-    echo "| leader's commits: rows per commit / ms per commit / % of the time committing, $c client$([[ $c == 1 ]] || echo s) | $(commits lg_leader.$s) | $(commits lg_follower.$s) | - | - | $(commits sqlite.$s) | - |"
+    echo "| leader's commits: rows per commit / ms per commit / % of the time committing, $c client$([[ $c == 1 ]] || echo s) | $(commits lg_leader.$s) | $(commits lg_follower.$s) | - | - | - | $(commits sqlite.$s) | - | - |"
 done
 echo
 echo "etcd keys written per pair (puts + deletes, from etcd's own counters): leasegate via the leader gateway $(get lg_leader.64 etcd_keys_per_pair) at $CLIENTS clients, $(get lg_leader.1 etcd_keys_per_pair) at 1; etcd's lock API $(get etcd_leader.64 etcd_keys_per_pair) / $(get etcd_leader.1 etcd_keys_per_pair)."
