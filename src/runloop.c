@@ -54,6 +54,14 @@ static int commit_ready(LoopSource *src, uint32_t events)
         s->storage_failed = true;
         return -1; /* nothing more may be sent */
     }
+    /* The next batch (what came while this one committed, and what its
+     * answers just recorded: hand-offs to waiters) goes to the writer now,
+     * not at the end of the turn: the answers this turn sends, a few
+     * milliseconds of work for hundreds of clients, then overlap its commit
+     * instead of leaving the writer idle (on etcd, at 256 clients, 30 % of
+     * the time). Nothing is revealed earlier: every answer still waits for
+     * its own batch. */
+    commit_flush(s->commit);
     return 0;
 }
 
