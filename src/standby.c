@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "leasegate/forward.h"
+#include "leasegate/jsondump.h"
 #include "leasegate/httphead.h"
 #include "leasegate/tls.h"
 
@@ -49,7 +50,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 static enum MHD_Result answer(struct MHD_Connection *conn, unsigned status, json_t *body)
 {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = jsondump_whole(body, JSON_COMPACT);
     json_decref(body);
     if (!text)
         return MHD_NO;

@@ -11,6 +11,7 @@
 #include "leasegate/container.h"
 #include "leasegate/events.h"
 #include "leasegate/heap.h"
+#include "leasegate/jsondump.h"
 #include "leasegate/http.h"
 #include "leasegate/httphead.h"
 
@@ -78,7 +79,7 @@ static void stream_add(void *ud, const AuditRow *r)
 {
     Stream *st = ud;
     json_t *j = events_event_new(r);
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *text = jsondump_whole(j, JSON_COMPACT);
     char head[40];
     int hl = snprintf(head, sizeof head, "id: %llu\ndata: ", (unsigned long long)r->seq);
     if (!text || !stream_put(st, head, (size_t)hl) || !stream_put(st, text, strlen(text)) || !stream_put(st, "\n\n", 2))

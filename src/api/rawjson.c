@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "leasegate/jsondump.h"
+
 static size_t skip_ws(const char *p, size_t i, size_t len)
 {
     while (i < len && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
@@ -142,27 +144,9 @@ json_t *rawjson_ref(RawRefs *refs, const char *text)
     return s;
 }
 
-/* json_dumps, but never a text with parts missing: jansson 2.14's json_dumps
- * drops an object key whose copy fails for lack of memory and goes on (a
- * malformed answer with status 200). json_dumpb into a buffer of the size it
- * measured allocates nothing for the text. */
-static char *dump_whole(const json_t *body)
-{
-    size_t n = json_dumpb(body, NULL, 0, JSON_COMPACT);
-    char *text = n ? malloc(n + 1) : NULL;
-    if (!text)
-        return NULL;
-    if (json_dumpb(body, text, n, JSON_COMPACT) != n) {
-        free(text);
-        return NULL;
-    }
-    text[n] = '\0';
-    return text;
-}
-
 char *rawjson_dumps(const json_t *body, const RawRefs *refs)
 {
-    char *text = dump_whole(body);
+    char *text = jsondump_whole(body, JSON_COMPACT);
     if (!text || !refs || refs->n == 0)
         return text;
     size_t extra = 0;

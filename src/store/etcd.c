@@ -1,4 +1,4 @@
-/* etcd — the JSON gateway client; see include/leasegate/etcd.h. */
+/* etcd — the etcd client (JSON gateway and gRPC); see include/leasegate/etcd.h. */
 #include "leasegate/etcd.h"
 
 #include <curl/curl.h>
@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+
+#include "leasegate/jsondump.h"
 
 /* A dead member on a reachable machine refuses at once; one whose machine is
  * gone does not answer the SYN: this bounds the wait for it. */
@@ -293,7 +295,7 @@ static int call_with_retry(EtcdClient *c, AttemptFn attempt, void *call, char *e
 int etcd_call(EtcdClient *c, const char *path, json_t *body, json_t **resp, char *err, size_t errlen)
 {
     *resp = NULL;
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = jsondump_whole(body, JSON_COMPACT);
     json_decref(body);
     if (!text) {
         snprintf(err, errlen, "out of memory");
@@ -468,10 +470,12 @@ static int grpc_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
             snprintf(err, errlen, "%s%s: HTTP %ld%s", endpoint, gc->method, status,
                      version != CURL_HTTP_VERSION_2_0 ? " (not HTTP/2: is this etcd's client URL?)" : "");
             result = status >= 500 || status == 429 ? 1 : -1;
+        } else if (a.status < 0) {
+            snprintf(err, errlen, "%s%s: no gRPC status in the answer", endpoint, gc->method);
+            result = 1;
         } else if (a.status != 0) {
-            snprintf(err, errlen, "%s%s: %s %d: %s", endpoint, gc->method,
-                     a.status < 0 ? "no gRPC status in the answer" : "gRPC status", a.status, a.message);
-            result = a.status < 0 || grpc_retryable(a.status) ? 1 : -1;
+            snprintf(err, errlen, "%s%s: gRPC status %d: %s", endpoint, gc->method, a.status, a.message);
+            result = grpc_retryable(a.status) ? 1 : -1;
         } else if (!grpc_unframe(&a.body, gc->answer)) {
             snprintf(err, errlen, "%s%s: the answer is not one gRPC message", endpoint, gc->method);
             result = 1;

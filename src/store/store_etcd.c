@@ -65,6 +65,7 @@
 
 #include "leasegate/etcd.h"
 #include "leasegate/etcd_txn.h"
+#include "leasegate/jsondump.h"
 #include "leasegate/leasehist.h"
 
 /* A transaction carries at most --etcd-max-txn-ops operations (etcd's
@@ -187,7 +188,7 @@ static char *lock_value(const StoreLock *l)
         if (!hj || json_object_set_new(j, "holder", hj))
             json_decref(j), j = NULL;
     }
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *text = jsondump_whole(j, JSON_COMPACT);
     json_decref(j);
     return text;
 }
@@ -230,7 +231,7 @@ static void group_end(const EtcdStore *s, Group *g, Ops *ops, const char *kind)
 {
     if (!g->rows)
         return;
-    char *text = json_dumps(g->rows, JSON_COMPACT);
+    char *text = jsondump_whole(g->rows, JSON_COMPACT);
     ops_add(ops, seq_key(s, kind, g->last), text, NULL, PRIO_PUT);
     json_decref(g->rows);
     *g = (Group){0};
