@@ -135,18 +135,21 @@ int etcd_txn_answer_read(const void *data, size_t len, EtcdTxnAnswer *out)
     *out = (EtcdTxnAnswer){0};
     PbReader r = pb_reader(data, len);
     PbField f;
-    size_t responses = 0;
+    size_t ranges = 0; /* kv counts range reads only: a put's or a delete's response takes no slot */
     int rc;
     while ((rc = pb_next(&r, &f)) == 1) {
         if (f.number == 2 && f.wire == 0) {
             out->succeeded = f.value != 0;
         } else if (f.number == 3 && f.wire == 2) {
-            size_t i = responses++;
+            size_t i = ranges;
             PbReader op = pb_reader(f.data, f.len);
             PbField o;
             while (rc >= 0 && (rc = pb_next(&op, &o)) == 1)
-                if (o.number == 1 && o.wire == 2 && i < ETCD_TXN_KVS)
-                    rc = read_range(&o, &out->kv[i]);
+                if (o.number == 1 && o.wire == 2) {
+                    ranges = i + 1;
+                    if (i < ETCD_TXN_KVS)
+                        rc = read_range(&o, &out->kv[i]);
+                }
             if (rc < 0)
                 break;
         }

@@ -215,6 +215,21 @@ static void test_answers(void)
         free(copy);
     }
     pb_free(&b);
+    /* kv counts range reads only: a put's response before them takes no slot */
+    pb_varint(&b, 2, 1);
+    PbBuf put = {0}, op = {0};
+    pb_message(&put, 1, &header);
+    pb_message(&op, 2, &put); /* response_put */
+    pb_message(&b, 3, &op);
+    range_response(&b, 1, 8, 9, "a", 1);
+    range_response(&b, 1, 10, 11, "b", 1);
+    CHECK(etcd_txn_answer_read(b.data, b.len, &a) == 0 && a.succeeded);
+    CHECK(a.kv[0].found && a.kv[0].create_revision == 8 && !strcmp(a.kv[0].value, "a"));
+    CHECK(a.kv[1].found && a.kv[1].create_revision == 10 && !strcmp(a.kv[1].value, "b"));
+    etcd_txn_answer_free(&a);
+    pb_free(&b);
+    pb_free(&put);
+    pb_free(&op);
     pb_free(&header);
     /* an empty answer: compares failed, nothing read */
     CHECK(etcd_txn_answer_read("", 0, &a) == 0 && !a.succeeded && !a.kv[0].found);
