@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "leasegate/cli.h"
+#include "leasegate/jsondump.h"
 #include "leasegate/names.h"
 
 #define HTTP_TIMEOUT_MS 30000
@@ -81,9 +82,13 @@ static int finish(const char *cmd, long status, json_t *reply)
 {
     int code = CLI_OK;
     if (status >= 200 && status < 300 && reply) {
-        char *text = json_dumps(reply, JSON_COMPACT);
-        if (text)
+        char *text = jsondump_whole(reply, JSON_COMPACT); /* never a text with parts missing */
+        if (text) {
             printf("%s\n", text);
+        } else {
+            fprintf(stderr, "leasegate %s: out of memory printing the answer\n", cmd);
+            code = CLI_FAILED;
+        }
         free(text);
     } else {
         const char *err = json_string_value(json_object_get(reply, "error"));

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "leasegate/cli.h"
+#include "leasegate/jsondump.h"
 
 #define MAX_REPLY (4 * 1024 * 1024)
 
@@ -171,7 +172,7 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
         curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     }
     if (body) {
-        text = json_dumps(body, JSON_COMPACT);
+        text = jsondump_whole(body, JSON_COMPACT); /* never a body with parts missing */
         if (!text) {
             snprintf(err, errlen, "out of memory");
             goto out;
