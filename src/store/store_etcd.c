@@ -428,9 +428,10 @@ static TxnOutcome txn_outcome(const EtcdStore *s, EtcdTxnAnswer *answer, const c
     return TXN_MARK_MOVED;
 }
 
-/* The compares and the failure branch every transaction of this leader has
- * (txn_outcome reads the answer): the leader key still this gateway's, and
- * the commit mark `before`; when either fails, read both. */
+/* What every transaction of this leader has: the compare that its leader
+ * key is still this gateway's, and the failure branch that reads that key
+ * and the commit mark (txn_outcome reads them). The caller adds the compare
+ * on the mark. */
 static void txn_fence(const EtcdStore *s, PbBuf *txn)
 {
     etcd_txn_compare_create(txn, s->leader_key, s->leader_rev);
