@@ -189,6 +189,18 @@ class ClusterTest(unittest.TestCase):
         self.addCleanup(c.close)
         return c
 
+    def renew_past_503(self, g, lock, lease, bound_s=15):
+        """A renewal through g, sent again while g answers 503: the contract's "retry", which
+        a follower answers when its leader could not answer in time (right after an etcd
+        leader was killed, the leader's commit may still be on its way to the next member;
+        seen once in CI-like runs). A renewal applied twice is one renewal."""
+        deadline = time.monotonic() + bound_s
+        while True:
+            status, headers, body = self.client(g).renew(lock, lease, ttl_ms=60000)
+            if status != 503 or time.monotonic() > deadline:
+                return status, headers, body
+            time.sleep(0.2)
+
     def progress(self, workers):
         return sum(w.done for w in workers)
 
@@ -250,7 +262,7 @@ class ClusterTest(unittest.TestCase):
         self.assertTrue(all(len(r) == 1 for r in grants.values()), "a token granted twice: %r" % grants)
         # The lease taken before both failovers still holds, and moves between gateways.
         others = [g for g in self.sup.gateways if g.running()]
-        status, _, body = self.client(others[0]).renew("kept", held["lease"], ttl_ms=60000)
+        status, _, body = self.renew_past_503(others[0], "kept", held["lease"])
         self.assertEqual((status, body.get("token")), (200, held["token"]), body)
         status, _, body = self.client(others[-1]).release("kept", held["lease"])
         self.assertEqual(status, 200, body)
