@@ -4,9 +4,10 @@
 #   1. build the package as a user would (scripts/deps.sh, cmake, cpack -G DEB);
 #   2. purge the build tools and everything they pulled in, so that no runtime library is
 #      left (checked) and the package's Depends must bring them back;
-#   3. install systemd (for systemd-analyze and systemd-sysusers, as on a real machine),
-#      then the .deb with apt-get: user leasegate, keys.txt root:leasegate 0640, the man page;
-#   4. systemd-analyze verify leasegate.service;
+#   3. install systemd and man-db (systemd-analyze, systemd-sysusers and man, as on a real
+#      machine), then the .deb with apt-get: user leasegate, keys.txt root:leasegate 0640;
+#   4. systemd-analyze verify leasegate.service (which also runs `man leasegate(1)`, the
+#      unit's Documentation=: the installed man page must be found);
 #   5. run the unit's ExecStart as its user, with its Environment= and EnvironmentFile=,
 #      until /healthz answers; add a key, reload the way ExecReload does (SIGHUP), take a
 #      lock with it; stop with SIGTERM and expect exit status 0.
@@ -48,7 +49,7 @@ for p in $added; do
 done
 say "build tools purged, and the runtime packages a bare Debian 12 lacks:$added"
 
-apt-get install -y -qq --no-install-recommends systemd >/dev/null
+apt-get install -y -qq --no-install-recommends systemd man-db >/dev/null
 apt-get install -y -qq --no-install-recommends "./$deb" >/dev/null
 for p in $runtime_pkgs; do
   installed "$p" || { say "Depends did not bring $p"; exit 1; }
