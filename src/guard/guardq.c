@@ -73,9 +73,10 @@ void guardq_free(GuardQueues *gq)
 {
     if (!gq)
         return;
-    smap_free(gq->queues, free);
+    /* The heaps first: clearing them marks their entries, which the queues hold. */
     heap_clear(&gq->settling);
     heap_clear(&gq->waiting);
+    smap_free(gq->queues, free);
     free(gq);
 }
 
