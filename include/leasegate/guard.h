@@ -67,6 +67,13 @@ typedef struct GuardWrite GuardWrite;
 
 Guard *guard_new(Server *s); /* NULL on allocation failure */
 void guard_free(Guard *g);
+/* After the proxy exists, before serving: S3 routes load their credentials
+ * and prove their stores honour preconditions (s3.h). False with one line
+ * in err (the start stops). */
+bool guard_open(Guard *g, char *err, size_t errlen);
+/* SIGHUP: S3 credentials are read again. False with one line in err (the
+ * old ones stay). */
+bool guard_reload(Guard *g, char *err, size_t errlen);
 /* At start, for each stored guard mark: the time its lock's last write was
  * let through (guardq.h). False when out of memory. */
 bool guard_restore(Guard *g, const char *lock, int64_t at_ms, const Now *now);

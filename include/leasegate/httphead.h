@@ -61,6 +61,10 @@ bool httphead_answer_hop(const struct curl_slist *lines, const char *name, size_
  * whose name is not a token (malformed: never passed on, as in an answer). */
 bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, const char *const *drop,
                            struct curl_slist **lines);
+/* The same, passing on only the headers `keep` (NULL: all) says yes to: an
+ * allow-list, for an upstream that signs every header it is sent. */
+bool httphead_pass_request_kept(struct MHD_Connection *conn, const char *const *own, const char *const *drop,
+                                bool (*keep)(const char *name, size_t len), struct curl_slist **lines);
 /* How large an answer's head a proxy keeps: it keeps every field until the
  * head is complete and checks each against the Connection headers among
  * them, so a longer head would cost memory and time (quadratic in fields,

@@ -23,12 +23,15 @@
 #include "leasegate/httphead.h"
 #include "leasegate/names.h"
 #include "leasegate/proxy.h"
+#include "leasegate/s3.h"
+#include "leasegate/s3req.h"
 #include "leasegate/trail.h"
 
 struct Guard {
     Server *srv;
     GuardShares *shares;
     GuardQueues *queues;
+    S3 *s3;
 };
 
 Guard *guard_new(Server *s)
@@ -39,7 +42,8 @@ Guard *guard_new(Server *s)
     g->srv = s;
     g->shares = guardshare_new();
     g->queues = g->shares ? guardq_new(s, g->shares) : NULL;
-    if (!g->queues) {
+    g->s3 = s3_new(&s->cfg);
+    if (!g->queues || !g->s3) {
         guard_free(g);
         return NULL;
     }
@@ -50,10 +54,15 @@ void guard_free(Guard *g)
 {
     if (!g)
         return;
+    s3_free(g->s3);
     guardq_free(g->queues);
     guardshare_free(g->shares);
     free(g);
 }
+
+bool guard_open(Guard *g, char *err, size_t errlen) { return s3_open(g->s3, err, errlen); }
+
+bool guard_reload(Guard *g, char *err, size_t errlen) { return s3_reload(g->s3, err, errlen); }
 
 bool guard_restore(Guard *g, const char *lock, int64_t at_ms, const Now *now)
 {
@@ -408,7 +417,11 @@ static bool stream_complete(Request *req)
         return false;
     /* The guard may refuse the write now that its body is complete. */
     guardq_body_done(req);
-    return req->response ? true : proxy_call_final(req->guard.call) == MHD_YES;
+    if (req->response)
+        return true;
+    if (req->guard.s3 && s3req_final(req->guard.s3))
+        return true;
+    return req->guard.call ? proxy_call_final(req->guard.call) == MHD_YES : false;
 }
 
 static void stream_abort(Request *req)
@@ -425,15 +438,38 @@ static void begin_read(Request *req, const GuardRoute *route, const char *method
     char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
     /* A read passes with no body (acceptable() saw to that): declaring one,
      * even of 0 bytes, would make curl send it as an upload (a PUT). */
-    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, s->auth ? DROP_READ_KEYS : DROP_READ,
-                                           NULL)
-                          : NULL;
+    ProxyHeaders h = {s->auth ? DROP_READ_KEYS : DROP_READ, NULL, NULL};
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, &h) : NULL;
     free(url);
     if (!req->guard.call) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
     proxy_call_start(req->guard.call);
+}
+
+/* Each lock takes a write now: it does not settle, and its queue has room.
+ * Answers 503 otherwise. */
+static bool locks_take_writes(Request *req, const GuardBinding *b, size_t nb)
+{
+    Server *s = req->srv;
+    Now now = clock_now();
+    for (size_t i = 0; i < nb; i++) {
+        int64_t settling = guardq_settling_ms(s->guard->queues, b[i].lock, &now);
+        if (settling) {
+            guardq_reply_settling(req, b[i].lock, settling);
+            return false;
+        }
+        if (guardq_writes(s->guard->queues, b[i].lock) >= s->cfg.guard_lock_max_calls) {
+            refused(req, GUARD_REFUSED_LOCK_CALLS);
+            http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s, s:s}", "lock", b[i].lock, "limit", "guard_lock_calls"),
+                             "lock '%s' has %zu writes queued or in flight at the guard (--guard-lock-max-calls); "
+                             "retry",
+                             b[i].lock, s->cfg.guard_lock_max_calls);
+            return false;
+        }
+    }
+    return true;
 }
 
 static void begin_write(Request *req, const GuardRoute *route, const char *method, bool framed, bool has_body,
@@ -475,22 +511,8 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
         return;
     if (nb == 2 && !holds(req, method, "Fencing-Destination-Lease", &b[1]))
         return;
-    Now now = clock_now();
-    for (size_t i = 0; i < nb; i++) {
-        int64_t settling = guardq_settling_ms(s->guard->queues, b[i].lock, &now);
-        if (settling) {
-            guardq_reply_settling(req, b[i].lock, settling);
-            return;
-        }
-        if (guardq_writes(s->guard->queues, b[i].lock) >= s->cfg.guard_lock_max_calls) {
-            refused(req, GUARD_REFUSED_LOCK_CALLS);
-            http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s, s:s}", "lock", b[i].lock, "limit", "guard_lock_calls"),
-                             "lock '%s' has %zu writes queued or in flight at the guard (--guard-lock-max-calls); "
-                             "retry",
-                             b[i].lock, s->cfg.guard_lock_max_calls);
-            return;
-        }
-    }
+    if (!locks_take_writes(req, b, nb))
+        return;
     /* The upstream is told the token and the lock of each binding. */
     char lines[5][NAME_MAX_BYTES + 64];
     const char *add[7] = {NULL};
@@ -516,13 +538,78 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
         add[na++] = lines[3];
     }
     char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
-    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length,
-                                           s->auth ? DROP_WRITE_KEYS : DROP_WRITE, add)
-                          : NULL;
+    ProxyHeaders h = {s->auth ? DROP_WRITE_KEYS : DROP_WRITE, add, NULL};
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length, &h) : NULL;
     free(url);
     free(dest_line);
     if (!req->guard.call ||
-        !guardq_add(s->guard->queues, req, req->guard.call, has_body, b, nb, &req->guard.ticket))
+        !guardq_add(s->guard->queues, req, req->guard.call, has_body, b, nb, &req->guard.ticket, NULL, NULL))
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+}
+
+/* Why an S3 route does not forward a method it could be asked for. */
+static const char *s3_refusal(const char *method)
+{
+    if (!strcmp(method, "DELETE"))
+        return "; a DELETE would drop the fence kept in the object, and a stale holder could then create it again";
+    if (!strcmp(method, "POST"))
+        return "; multipart uploads are not forwarded (the fence is set with one PUT)";
+    return "";
+}
+
+/* A read through an S3 route: signed, with the allowed headers only. */
+static void begin_s3_read(Request *req, const GuardRoute *route, const char *method)
+{
+    Server *s = req->srv;
+    char *url = s3_object_url(route, req->raw_uri + strlen(route->prefix));
+    static const char *const NONE[] = {NULL};
+    ProxyHeaders h = {NONE, NULL, s3req_keep_read};
+    S3Sign sign = {s->guard->s3, route};
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, &h) : NULL;
+    free(url);
+    if (!req->guard.call || !proxy_call_configure(req->guard.call, s3req_sign, &sign)) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    proxy_call_start(req->guard.call);
+}
+
+/* A write through an S3 route: the lease's token becomes the object's
+ * precondition (s3req.h). */
+static void begin_s3_write(Request *req, const GuardRoute *route, const char *method, int64_t content_length)
+{
+    Server *s = req->srv;
+    Guard *g = s->guard;
+    if (!s3_route_ok(g->s3, (size_t)(route - s->cfg.guards))) {
+        http_reply_error(req, ERR_BAD_GATEWAY, NULL,
+                         "the store behind %s does not honour preconditions now (the guard's last probe failed): "
+                         "no write goes until it does",
+                         route->prefix);
+        return;
+    }
+    GuardBinding b;
+    memset(&b, 0, sizeof b);
+    const char *problem = NULL;
+    if (!bound_lock(route, req->raw_uri + strlen(route->prefix), b.lock, sizeof b.lock, &problem)) {
+        bad(req, "path", "a write must go to a path that names its lock: %s", problem);
+        return;
+    }
+    if (!claims_match(req, &b) || !holds(req, method, "Fencing-Lease", &b) || !token_claim_matches(req, &b) ||
+        !locks_take_writes(req, &b, 1))
+        return;
+    char fence[64];
+    snprintf(fence, sizeof fence, "x-amz-meta-fencing-token: %llu", (unsigned long long)b.token);
+    const char *add[] = {fence, NULL};
+    static const char *const NONE[] = {NULL};
+    ProxyHeaders h = {NONE, add, s3req_keep_write};
+    S3Sign sign = {g->s3, route};
+    char *url = s3_object_url(route, req->raw_uri + strlen(route->prefix));
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, true, content_length, &h) : NULL;
+    req->guard.s3 = url && req->guard.call ? s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token) : NULL;
+    free(url);
+    if (!req->guard.s3 || !proxy_call_configure(req->guard.call, s3req_sign, &sign) ||
+        !guardq_add(g->queues, req, req->guard.call, content_length > 0, &b, 1, &req->guard.ticket, s3req_prepare,
+                    req->guard.s3))
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
 }
 
@@ -530,11 +617,12 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
 {
     req->stream = &guarded;
     Guard *g = req->srv->guard;
+    bool s3 = route->kind == GUARD_S3;
     if (!guardroute_allows(route, method)) {
         refused(req, GUARD_REFUSED_METHOD);
         http_reply_error(req, ERR_METHOD_NOT_ALLOWED, json_pack("{s:s}", "allow", route->allow),
-                         "%.20s is not forwarded under %s (this route forwards: %s)", method, route->prefix,
-                         route->allow);
+                         "%.20s is not forwarded under %s (this route forwards: %s)%s", method, route->prefix,
+                         route->allow, s3 ? s3_refusal(method) : "");
         http_add_header(req, MHD_HTTP_HEADER_ALLOW, route->allow);
         return;
     }
@@ -543,11 +631,16 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
     if (!acceptable(req, route, method, &framed, &has_body, &content_length))
         return;
     bool read = guardroute_is_read(method);
-    if (!read && !reaches_only_its_own(req, route, method))
+    if (s3 ? !s3req_acceptable(req, route, method, req->srv->auth != NULL)
+           : !read && !reaches_only_its_own(req, route, method))
         return;
     if (!take_share(req, g, key))
         return;
-    if (read)
+    if (s3 && read)
+        begin_s3_read(req, route, method);
+    else if (s3)
+        begin_s3_write(req, route, method, content_length);
+    else if (read)
         begin_read(req, route, method);
     else
         begin_write(req, route, method, framed, has_body, content_length);
@@ -558,6 +651,8 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
 void guard_request_end(Request *req)
 {
     guardq_request_end(req);
+    s3req_write_free(req->guard.s3);
+    req->guard.s3 = NULL;
     if (req->guard.call) {
         proxy_call_free(req->guard.call);
         req->guard.call = NULL;
