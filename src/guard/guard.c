@@ -159,7 +159,7 @@ static enum MHD_Result find_bad_header(void *cls, enum MHD_ValueKind kind, const
 static bool acceptable(Request *req, const GuardRoute *route, const char *method, bool *framed, bool *has_body,
                        int64_t *content_length)
 {
-    const char *problem = guardpath_problem(req->raw_uri + strlen(route->prefix));
+    const char *problem = guardpath_rest_problem(route->prefix, req->raw_uri + strlen(route->prefix));
     if (problem) {
         bad(req, "path", "only canonical paths go through the guard; this one has %s", problem);
         return false;
