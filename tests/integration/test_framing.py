@@ -1,7 +1,8 @@
 """Request framing on every path (issue 26, defect 6; RFC 9112 6.1 and 6.3).
 
 A Transfer-Encoding other than one `chunked` (any case), two Transfer-Encoding lines,
-`chunked` beside a Content-Length, and two Content-Length lines are read differently by
+`chunked` beside a Content-Length, two Content-Length lines, and any Transfer-Encoding in
+an HTTP/1.0 request (faulty framing there, RFC 9112 6.1) are read differently by
 different servers (request smuggling): leasegate answers 400 with `field`
 (Transfer-Encoding or Content-Length) and `Connection: close`, and closes the
 connection, on an API POST (acquire), GET /healthz, a guarded PUT and a guarded GET
@@ -25,8 +26,10 @@ from applying_upstream import ApplyingUpstream
 TE, CL = "Transfer-Encoding", "Content-Length"
 BODY = b'{"owner":"framing"}'
 
-# (what, the framing header lines, the field the 400 names)
+# (what, the framing header lines, the field the 400 names[, the HTTP version])
 BAD = (
+    ("HTTP/1.0 with chunked", [(TE, "chunked"), ("Connection", "keep-alive")], TE, "HTTP/1.0"),
+    ("HTTP/1.0 with Chunked", [(TE, "Chunked")], TE, "HTTP/1.0"),
     ("identity", [(TE, "identity")], TE),
     ("gzip", [(TE, "gzip")], TE),
     ("gzip, chunked", [(TE, "gzip, chunked")], TE),
@@ -46,8 +49,8 @@ def uid():
     return uuid.uuid4().hex[:10]
 
 
-def head(method, path, lines):
-    out = "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n" % (method, path)
+def head(method, path, lines, version="HTTP/1.1"):
+    out = "%s %s %s\r\nHost: 127.0.0.1\r\n" % (method, path, version)
     out += "".join("%s: %s\r\n" % kv for kv in lines)
     return (out + "\r\n").encode("latin-1")
 
@@ -109,12 +112,12 @@ class FramingTests(unittest.TestCase):
     def test_bad_framing_is_400_and_closes(self):
         u = uid()
         paths = self.paths(u)
-        for what, lines, field in BAD:
+        for what, lines, field, *version in BAD:
             for name, method, target, extra, after in paths:
                 with self.subTest(framing=what, path=name):
                     s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
                     try:
-                        s.sendall(head(method, target, extra + lines))
+                        s.sendall(head(method, target, extra + lines, *version))
                         reader = harness.RawReader(s)
                         st, hdrs, body = reader.read_response(10)
                         self.assertEqual(st, 400, body)
