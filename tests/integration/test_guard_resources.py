@@ -32,6 +32,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import unittest
 import uuid
 
@@ -396,6 +397,36 @@ class DestinationTests(Base):
             self.srv.release(VAULT_LOCK, keeper["lease"])
         self.assertEqual(self.ng.read_file(doc), b"the vault's")
         self.assertEqual([e for e in self.upstream_saw("n" + u) if e["method"] in ("COPY", "MOVE")], [])
+
+    def test_crossed_copies_do_not_deadlock(self):
+        """COPY a->b and COPY b->a at once, many times: each enters both locks' queues in
+        one step, so none waits for another that waits for it: every one is answered."""
+        u = uid()
+        a, b = "x%s/a.txt" % u, "x%s/b.txt" % u
+        ga, gb = self.grant(a), self.grant(b)
+        self.write("/store/" + a, b"same", ga["lease"])
+        self.write("/store/" + b, b"same", gb["lease"])
+        results = []
+
+        def copier(src, dst, lsrc, ldst):
+            c = self.srv.new_client(timeout=60)
+            try:
+                for _ in range(6):
+                    st, hdrs, _ = self.send("COPY", "/store/" + src, lease=lsrc, dest="/store/" + dst,
+                                            dest_lease=ldst, client=c)
+                    results.append((st, hdrs.get("x-upstream")))
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=copier, args=(a, b, ga["lease"], gb["lease"]) if i % 2 else
+                                    (b, a, gb["lease"], ga["lease"]), daemon=True) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        self.assertFalse(any(t.is_alive() for t in threads), "a COPY was never answered")
+        self.assertEqual(results, [(204, "nginx")] * 36)
+        self.assertEqual((self.ng.read_file(a), self.ng.read_file(b)), (b"same", b"same"))
 
     def test_same_lock_needs_one_lease(self):
         """A Destination bound to the source's own lock: Fencing-Lease alone covers it."""
