@@ -63,7 +63,7 @@ void proxy_tick(Proxy *p, const Now *now);
 void proxy_abort_all(Proxy *p);
 const ProxyStats *proxy_stats(const Proxy *p);
 
-/* Calls alive now (started or not), for the cap on concurrent calls. */
+/* Calls not done yet (started or not), for the cap on concurrent calls. */
 size_t proxy_calls(const Proxy *p);
 /* A call for req to `url`; the client's headers are copied minus hop-by-hop
  * ones (also those named in its Connection header) and minus the names in

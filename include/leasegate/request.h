@@ -73,6 +73,7 @@ typedef struct RequestGrant {
     bool pending;
     char *lock;         /* owned */
     uint8_t lease[LEASE_ID_BYTES];
+    int64_t asked_us;   /* boot clock: when the acquire was handled; its wait runs from here */
 } RequestGrant;
 
 /* The API key a request was let in with (access.h): the API's. The table is

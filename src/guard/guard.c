@@ -584,6 +584,8 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
         begin_read(req, route, method);
     else
         begin_write(req, route, method, framed, has_body, content_length);
+    if (req->response)
+        guardshare_give(&req->guard.ticket); /* refused: its share is free again at once */
 }
 
 void guard_request_end(Request *req)

@@ -73,9 +73,10 @@ void guardq_free(GuardQueues *gq)
 {
     if (!gq)
         return;
-    smap_free(gq->queues, free);
+    /* The heaps first: clearing them marks their entries, which the queues hold. */
     heap_clear(&gq->settling);
     heap_clear(&gq->waiting);
+    smap_free(gq->queues, free);
     free(gq);
 }
 
@@ -235,13 +236,28 @@ static void dequeue(GuardWrite *w)
 
 static bool queued(const GuardWrite *w) { return w->slots[0].q != NULL; }
 
-/* Refuses a queued write: its call is cut off, its client answered 409. */
+/* A refused write leaves its queues and lets go of its call and its share
+ * at once, not when its client is done sending (a client answered before
+ * its body ends gets the answer only then: libmicrohttpd answers no request
+ * mid-body). The upstream sees its connection close before the request is
+ * complete. */
+static void drop(GuardWrite *w)
+{
+    dequeue(w);
+    if (w->call) {
+        proxy_call_free(w->call);
+        w->call = NULL;
+        if (w->req)
+            w->req->guard.call = NULL;
+    }
+    guardshare_give(&w->ticket);
+}
+
+/* Refuses a queued write: its client is answered 409. */
 static void refuse(GuardWrite *w, const GuardBinding *b, const char *why)
 {
     GuardBinding bind = *b; /* b is in w */
-    dequeue(w);
-    if (w->call)
-        proxy_call_abort(w->call);
+    drop(w);
     if (w->req)
         guardq_reply_stale(w->req, bind.lock, bind.token, why);
 }
@@ -249,9 +265,7 @@ static void refuse(GuardWrite *w, const GuardBinding *b, const char *why)
 /* Refuses a queued write with 503 (its turn did not come, or no memory). */
 static void refuse_busy(GuardWrite *w, const char *fmt, const char *lock)
 {
-    dequeue(w);
-    if (w->call)
-        proxy_call_abort(w->call);
+    drop(w);
     if (w->req)
         http_reply_error(w->req, ERR_OVERLOADED, json_pack("{s:s}", "lock", lock), fmt, lock);
 }
@@ -263,9 +277,7 @@ static void refuse_settling(GuardQueue *q)
     Now now = clock_now();
     while (q->writes.head) {
         GuardWrite *w = DLIST_ITEM(q->writes.head, GuardSlot, link)->w;
-        dequeue(w);
-        if (w->call)
-            proxy_call_abort(w->call);
+        drop(w);
         if (w->req)
             guardq_reply_settling(w->req, q->lock, q->settle_until_ms - now.mono_ms);
     }
