@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <uuid/uuid.h>
 
 #include "leasegate/guardpath.h"
@@ -168,7 +169,7 @@ static enum MHD_Result find_bad_header(void *cls, enum MHD_ValueKind kind, const
 static bool acceptable(Request *req, const GuardRoute *route, const char *method, bool *framed, bool *has_body,
                        int64_t *content_length)
 {
-    const char *problem = guardpath_problem(req->raw_uri + strlen(route->prefix));
+    const char *problem = guardpath_rest_problem(route->prefix, req->raw_uri + strlen(route->prefix));
     if (problem) {
         bad(req, "path", "only canonical paths go through the guard; this one has %s", problem);
         return false;
@@ -197,6 +198,19 @@ static bool acceptable(Request *req, const GuardRoute *route, const char *method
         return false;
     }
     return true;
+}
+
+/* Header iterator: sets *cls when an If line names a resource. Every line
+ * counts: the lines of one field are one list (RFC 9110 5.3), and the
+ * upstream gets them all. */
+static enum MHD_Result find_tagged_if(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    bool *tagged = cls;
+    if (strcasecmp(key, "If") != 0 || !guardpath_if_names_resource(value ? value : ""))
+        return MHD_YES;
+    *tagged = true;
+    return MHD_NO;
 }
 
 /* A write reaches no resource but the ones it is bound to. */
@@ -233,8 +247,9 @@ static bool reaches_only_its_own(Request *req, const GuardRoute *route, const ch
             return false;
         }
     }
-    const char *cond = header(req, "If");
-    if (cond && guardpath_if_names_resource(cond)) {
+    bool tagged = false;
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, find_tagged_if, &tagged);
+    if (tagged) {
         bad(req, "If", "header If names a resource of its own (a tagged list)%s; only untagged lists pass", "");
         return false;
     }
@@ -252,12 +267,32 @@ static const char *bound_lock(const GuardRoute *route, const char *rest, char *l
     return guardpath_lock(rest, lock, locklen, problem);
 }
 
+/* The part of the request's Destination below the route's prefix, or NULL
+ * with *problem set. The Destination must be bound as a request sent to it
+ * would be: a path that another route takes (a longer prefix listed before
+ * this one) is protected by that route's binding, not by this one's. */
+static const char *route_destination(Request *req, const GuardRoute *route, char *rest, size_t restlen,
+                                     const char **problem)
+{
+    const char *dest = header(req, "Destination");
+    *problem = "it is missing";
+    if (!dest ||
+        !guardpath_destination(dest, header(req, MHD_HTTP_HEADER_HOST), route->prefix, rest, restlen, problem))
+        return NULL;
+    char path[sizeof route->prefix + HTTP_MAX_TARGET + 1];
+    int n = snprintf(path, sizeof path, "%s%s", route->prefix, rest);
+    if (n < 0 || (size_t)n >= sizeof path || guard_match(req->srv, path) != route) {
+        *problem = "it is under another guard route, whose binding protects it";
+        return NULL;
+    }
+    return rest;
+}
+
 /* The part of the Destination below the route's prefix; answers 400 otherwise. */
 static const char *destination_rest(Request *req, const GuardRoute *route, char *rest, size_t restlen)
 {
-    const char *dest = header(req, "Destination");
-    const char *problem = "it is missing";
-    if (dest && guardpath_destination(dest, header(req, MHD_HTTP_HEADER_HOST), route->prefix, rest, restlen, &problem))
+    const char *problem;
+    if (route_destination(req, route, rest, restlen, &problem))
         return rest;
     bad(req, "Destination",
         "the Destination of a COPY or MOVE must be an absolute path under this guard's prefix, or an absolute URI "
@@ -275,10 +310,8 @@ size_t guard_bound_locks(Request *req, const GuardRoute *route, const char *meth
         n++;
     else
         locks[n++][0] = '\0';
-    const char *dest = header(req, "Destination");
     char rest[HTTP_MAX_TARGET + 1];
-    if (names_destination(method) && dest &&
-        guardpath_destination(dest, header(req, MHD_HTTP_HEADER_HOST), route->prefix, rest, sizeof rest, &problem) &&
+    if (names_destination(method) && route_destination(req, route, rest, sizeof rest, &problem) &&
         bound_lock(route, rest, locks[n], sizeof locks[n], &problem))
         n++;
     return n;

@@ -252,11 +252,13 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
     return MHD_YES;
 }
 
-const char *httphead_framing_problem(struct MHD_Connection *conn, const char **field)
+const char *httphead_framing_problem(struct MHD_Connection *conn, bool http11, const char **field)
 {
     Framing f = {0, 0, false};
     MHD_get_connection_values_n(conn, MHD_HEADER_KIND, count_framing, &f);
     *field = MHD_HTTP_HEADER_TRANSFER_ENCODING;
+    if (f.te && !http11)
+        return "Transfer-Encoding is not HTTP/1.0 framing: a request with it must be HTTP/1.1";
     if (f.te > 1 || (f.te == 1 && !f.te_chunked))
         return "Transfer-Encoding must be exactly 'chunked' (no other coding, in one header field)";
     if (f.te && f.cl)
