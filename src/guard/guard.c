@@ -392,6 +392,17 @@ static char *upstream_url(const GuardRoute *g, const char *rest)
     return url;
 }
 
+/* 429: the key's or the peer's (`who`, named `name`) share of calls is used up. */
+static void over_share(Request *req, GuardRefusal why, ErrCode code, const char *who, const char *name, size_t share,
+                       const char *flag)
+{
+    refused(req, why);
+    http_reply_error(req, code,
+                     json_pack("{s:s, s:s, s:I}", who, name, "limit", "guard_calls", "value", (json_int_t)share),
+                     "%s '%s' has %zu upstream calls in flight, its share (%s); retry when one is over", who, name,
+                     share, flag);
+}
+
 /* The client's share of the guard's calls, into req->guard.ticket. Answers
  * 503 or 429 when there is none. */
 static bool take_share(Request *req, Guard *g, const char *key)
@@ -410,22 +421,12 @@ static bool take_share(Request *req, Guard *g, const char *key)
     case SHARE_OK:
         return true;
     case SHARE_KEY_FULL:
-        refused(req, GUARD_REFUSED_KEY_CALLS);
-        http_reply_error(req, ERR_KEY_LIMIT,
-                         json_pack("{s:s, s:s, s:I}", "key", key, "limit", "guard_calls", "value",
-                                   (json_int_t)s->cfg.guard_key_max_calls),
-                         "key '%s' has %zu upstream calls in flight, its share (--guard-key-max-calls); retry when "
-                         "one is over",
-                         key, s->cfg.guard_key_max_calls);
+        over_share(req, GUARD_REFUSED_KEY_CALLS, ERR_KEY_LIMIT, "key", key, s->cfg.guard_key_max_calls,
+                   "--guard-key-max-calls");
         return false;
     case SHARE_PEER_FULL:
-        refused(req, GUARD_REFUSED_PEER_CALLS);
-        http_reply_error(req, ERR_PEER_LIMIT,
-                         json_pack("{s:s, s:s, s:I}", "peer", peer, "limit", "guard_calls", "value",
-                                   (json_int_t)s->cfg.guard_peer_max_calls),
-                         "%s has %zu upstream calls in flight, its share (--guard-peer-max-calls); retry when one is "
-                         "over",
-                         peer, s->cfg.guard_peer_max_calls);
+        over_share(req, GUARD_REFUSED_PEER_CALLS, ERR_PEER_LIMIT, "peer", peer, s->cfg.guard_peer_max_calls,
+                   "--guard-peer-max-calls");
         return false;
     case SHARE_NOMEM:
     default:
