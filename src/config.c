@@ -387,6 +387,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
             return CONFIG_ERROR;
         s3 |= c->guards[i].kind == GUARD_S3;
     }
+    for (size_t i = 0; i < c->nguards; i++)
+        for (size_t j = i + 1; j < c->nguards; j++)
+            if (!guardroute_compatible(&c->guards[i], &c->guards[j], err, errlen))
+                return CONFIG_ERROR;
     if (c->s3_credentials && !s3) {
         snprintf(err, errlen, "--s3-credentials needs a --guard PREFIX=s3://... route");
         return CONFIG_ERROR;
