@@ -568,9 +568,7 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
             bad(req, "Destination", "the Destination's path does not name a lock: %s", problem);
             return;
         }
-        const char *src = req->raw_uri + strlen(route->prefix);
-        size_t slen = strcspn(src, "?");
-        if (slen == strlen(dest_rest) && !strncmp(src, dest_rest, slen)) {
+        if (guardpath_same_resource(req->raw_uri + strlen(route->prefix), dest_rest)) {
             bad(req, "Destination", "a COPY or MOVE onto its own path (%s) is refused: some backends truncate it",
                 dest_rest);
             return;

@@ -258,7 +258,7 @@ static void space_of(const GuardRoute *r, char *out, size_t outlen)
         const char *path = strchr(strstr(r->upstream, "://") + 3, '/');
         size_t auth = path ? (size_t)(path - r->upstream) : strlen(r->upstream);
         snprintf(out, outlen, "%.*s%s%s", (int)auth, r->upstream, path ? path : "/",
-                 path && path[strlen(path) - 1] == '/' ? "" : "/");
+                 !path || path[strlen(path) - 1] == '/' ? "" : "/");
     }
     size_t auth_end = strcspn(strstr(out, "://") + 3, "/") + (size_t)(strstr(out, "://") + 3 - out);
     for (size_t i = 0; i < auth_end; i++)
