@@ -93,7 +93,9 @@ void config_usage(FILE *out)
             "                              methods= lists what is forwarded (default\n"
             "                              GET+HEAD+OPTIONS+PUT+POST+PATCH+DELETE; others get 405; COPY and\n"
             "                              MOVE also need the Destination's lease in\n"
-            "                              Fencing-Destination-Lease); repeatable, up to 16\n"
+            "                              Fencing-Destination-Lease); repeatable, up to 16, a longer PREFIX\n"
+            "                              first, each over upstream objects of its own (unless two share\n"
+            "                              one lock=NAME)\n"
             "  --guard-timeout SECONDS     upstream silent this long -> 504; a write queued this long\n"
             "                              behind its lock's other writes -> 503 (default 30)\n"
             "  --guard-settle SECONDS      after a write's last byte left and its upstream connection closed\n"
@@ -387,6 +389,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
             return CONFIG_ERROR;
         s3 |= c->guards[i].kind == GUARD_S3;
     }
+    for (size_t i = 0; i < c->nguards; i++)
+        for (size_t j = i + 1; j < c->nguards; j++)
+            if (!guardroute_compatible(&c->guards[i], &c->guards[j], err, errlen))
+                return CONFIG_ERROR;
     if (c->s3_credentials && !s3) {
         snprintf(err, errlen, "--s3-credentials needs a --guard PREFIX=s3://... route");
         return CONFIG_ERROR;
