@@ -281,9 +281,9 @@ bool guardroute_compatible(const GuardRoute *a, const GuardRoute *b, char *err, 
     bool overlap = !strncmp(sa, sb, la < lb ? la : lb);
     if (overlap && !(a->lock[0] && !strcmp(a->lock, b->lock))) {
         snprintf(err, errlen,
-                 "--guard %s and --guard %s reach the same objects upstream (%.300s, %.300s) under different "
-                 "locks: one object would be protected by two locks (bind both to one lock=NAME, or give them "
-                 "apart upstream paths)", a->prefix, b->prefix, sa, sb);
+                 "--guard %s and --guard %s reach the same objects upstream (%.300s, %.300s): an object must be "
+                 "bound to one lock, by one route (bind both to one lock=NAME, or give each an upstream path of "
+                 "its own)", a->prefix, b->prefix, sa, sb);
         return false;
     }
     return true;
