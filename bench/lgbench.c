@@ -4,7 +4,7 @@
  * (keep-alive, Content-Length and chunked bodies) and a minimal RESP client. libc only.
  *
  *   lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup
- *           [--variant txn|lock|lockkeep] [--clients N] [--seconds S] [--warmup S]
+ *           [--variant txn|lock|lockkeep] [--clients N] [--seconds S] [--warmup S] [--count N]
  *           [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]
  *           [--name LOCKNAME] [--bin PATH --data FILE]   (startup)
  *
@@ -257,6 +257,7 @@ static struct {
     char name[200];
     const char *bin, *data;
     long wait_ms;
+    long count; /* pairs/contend: end after this many (at most --seconds); 0: run --seconds */
 } opt = {.clients = 64, .seconds = 5, .warmup = 0.5, .timeout = 120, .host = "127.0.0.1", .variant = "-"};
 
 /* ------------------------------------------------------------------ connections */
@@ -1133,6 +1134,7 @@ static int loop_until(int (*cond)(void), uint64_t deadline)
 }
 
 static int cond_never(void) { return 0; }
+static int cond_counted(void) { return opt.count > 0 && S.pairs + S.grants >= opt.count; }
 static int cond_all_ready(void) { return S.ready >= g_nclients; }
 static int cond_one_ready(void) { return S.ready >= 1; }
 static int cond_ramp_done(void) { return S.ramp_i < 0; }
@@ -1320,7 +1322,7 @@ static void run_pairs_or_contend(void)
     struct cpu_snap a, b;
     cpu_snap(&a);
     S.measuring = 1;
-    loop_until(cond_never, tm1);
+    loop_until(cond_counted, tm1);
     S.measuring = 0;
     cpu_snap(&b);
     S.phase = 2;
@@ -1626,7 +1628,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup\n"
-            "               [--variant txn|lock|lockkeep] [--clients N] [--seconds S] [--warmup S]\n"
+            "               [--variant txn|lock|lockkeep] [--clients N] [--seconds S] [--warmup S] [--count N]\n"
             "               [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]\n"
             "               [--name LOCK] [--wait-ms MS] [--timeout S] [--bin PATH --data FILE]\n"
             "       lgbench --free-port\n");
@@ -1666,6 +1668,8 @@ int main(int argc, char **argv)
             opt.seconds = atof(v);
         else if (ARG("--warmup"))
             opt.warmup = atof(v);
+        else if (ARG("--count"))
+            opt.count = atol(v);
         else if (ARG("--timeout"))
             opt.timeout = atof(v);
         else if (ARG("--host"))

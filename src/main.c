@@ -22,7 +22,7 @@ static void usage(FILE *out)
                  "  serve     run the lock gateway (leasegate serve --help for its flags)\n"
                  "  run       hold a lock while a command runs\n"
                  "  acquire, renew, release, status, list   one request each, JSON on stdout\n"
-                 "  backup    a consistent copy of a database, also while a server uses it\n"
+                 "  backup    a consistent copy of the database (asked of the running server)\n"
                  "  healthcheck   exit 0 when a server answers /healthz ok\n"
                  "  help      show this help\n\n");
     cli_usage(out);

@@ -14,6 +14,8 @@ void api_release(Request *req);
 void api_get_lock(Request *req);
 void api_force_release(Request *req);
 void api_audit(Request *req);
+/* GET /v1/backup (api_backup.c). */
+void api_backup(Request *req);
 void api_lock_history(Request *req);
 void api_list_locks(Request *req);
 void api_fence(Request *req);

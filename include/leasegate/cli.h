@@ -17,6 +17,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum {
     CLI_OK = 0,
@@ -58,6 +59,11 @@ int cli_http(const char *servers, const char *method, const char *path, json_t *
  * end it. Not for long-polls, which must be given the whole wait. */
 int cli_http_shared(const char *servers, const char *method, const char *path, json_t *body, long timeout_ms,
                     long *status, json_t **reply_new, char *err, size_t errlen);
+/* GET path as cli_http does, except that a 200's body is written to `to`
+ * (emptied first for every server tried), not parsed; another status's body
+ * is parsed as JSON into *reply_new. */
+int cli_http_download(const char *servers, const char *path, FILE *to, long timeout_ms, long *status,
+                      json_t **reply_new, char *err, size_t errlen);
 
 int cli_acquire(int argc, char **argv);
 int cli_renew(int argc, char **argv);

@@ -82,6 +82,16 @@ bool commit_pending(const Commit *c);
 void commit_hold(Commit *c, CommitHold *hold);
 /* Is hold queued for the batch now pending (not one already handed over)? */
 bool commit_hold_in_pending(const Commit *c, const CommitHold *hold);
+/* Can the store copy itself (commit_snapshot_hold)? */
+bool commit_can_snapshot(const Commit *c);
+/* Queues hold->ready to run once the pending batch (with or without rows) is
+ * durable and the writer, before it commits anything else, has made a copy
+ * of the store: exactly what is durable then, so every change revealed
+ * before the call is in it. Inside ready, commit_snapshot_take gives it. */
+void commit_snapshot_hold(Commit *c, CommitHold *hold);
+/* Only inside the ready callback of a snapshot hold: a descriptor of the copy
+ * (an unlinked file; the caller's to close) and its size, or -1 with *err. */
+int commit_snapshot_take(Commit *c, uint64_t *size, const char **err);
 /* Takes a queued hold back (its owner is going away); no-op when not queued. */
 void commit_unhold(Commit *c, CommitHold *hold);
 /* Hands the pending batch to the writer if the writer is idle. */

@@ -102,6 +102,11 @@ typedef struct StoreOps {
     void (*close)(Store *s);
     /* The last error, for logs. */
     const char *(*error)(const Store *s);
+    /* A consistent copy of everything committed, in an unlinked file: its
+     * descriptor (the caller's to close) and *size, or -1 (see error). Called
+     * between commits by the one thread that commits. NULL when the store
+     * cannot copy itself (etcd: etcd's own snapshot does). */
+    int (*snapshot)(Store *s, uint64_t *size);
 } StoreOps;
 
 struct Store {
@@ -130,10 +135,16 @@ typedef struct StoreBackupInfo {
     uint64_t last_token; /* the largest token the copy knows was issued */
 } StoreBackupInfo;
 
-/* A consistent copy of the database at src (a running server may be writing
- * it) written to dest, which must not exist yet; the copy passes SQLite's
- * integrity check before it is renamed into place. 0, or -1 with err. */
+/* A copy of the database at src, which no server may be using (a running
+ * server holds its database exclusively: ask it, GET /v1/backup), written to
+ * dest, which must not exist yet; the copy passes store_sqlite_check_copy.
+ * 0, or -1 with err. */
 int store_sqlite_backup(const char *src, const char *dest, StoreBackupInfo *info, char *err, size_t errlen);
+/* partial (a finished copy, e.g. downloaded) must be a leasegate database
+ * that passes SQLite's integrity check; then it is renamed to dest, which
+ * must not exist, durably. 0, or -1 with err (partial is left for the caller
+ * to remove). */
+int store_sqlite_check_copy(const char *partial, const char *dest, StoreBackupInfo *info, char *err, size_t errlen);
 
 static inline int store_load(Store *s, const StoreLoad *cb, uint64_t *last_token)
 {
@@ -142,5 +153,6 @@ static inline int store_load(Store *s, const StoreLoad *cb, uint64_t *last_token
 static inline int store_commit(Store *s, const StoreBatch *b) { return s->ops->commit(s, b); }
 static inline void store_close(Store *s) { s->ops->close(s); }
 static inline const char *store_error(const Store *s) { return s->ops->error(s); }
+static inline bool store_can_snapshot(const Store *s) { return s->ops->snapshot != NULL; }
 
 #endif

@@ -34,6 +34,7 @@ static const Route ROUTES[] = {
     {"GET", EXACT, "/metrics", NULL, api_metrics, "GET, HEAD", ACCESS_OPEN, false},
     {"GET", EXACT, "/v1/locks", NULL, api_list_locks, "GET, HEAD", ACCESS_LOCKS, false},
     {"GET", EXACT, "/v1/audit", NULL, api_audit, "GET, HEAD", ACCESS_ADMIN, false},
+    {"GET", EXACT, "/v1/backup", NULL, api_backup, "GET, HEAD", ACCESS_ADMIN, false},
     {"GET", EXACT, "/v1/events", NULL, api_events, "GET, HEAD", ACCESS_LOCKS, false},
     {"GET", EXACT, "/v1/events/stream", NULL, api_events_stream, "GET, HEAD", ACCESS_LOCKS, false},
     {"POST", LOCK_ACTION, "/v1/locks/", "acquire", api_acquire, "POST", ACCESS_LOCKS, true},

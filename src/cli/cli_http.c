@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "leasegate/cli.h"
 #include "leasegate/jsondump.h"
@@ -131,12 +132,23 @@ typedef struct Sink {
     char *data;
     size_t len;
     bool too_big;
+    CURL *e;
+    FILE *file;       /* a 200's body goes here (cli_http_download), else NULL */
+    int file_errno;   /* writing it failed: why (else 0) */
 } Sink;
 
 static size_t on_data(char *p, size_t size, size_t n, void *ud)
 {
     Sink *s = ud;
     size_t add = size * n;
+    long code = 0;
+    if (s->file && curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code == 200) {
+        if (fwrite(p, 1, add, s->file) != add) {
+            s->file_errno = errno ? errno : EIO;
+            return 0;
+        }
+        return add;
+    }
     if (s->len + add > MAX_REPLY) {
         s->too_big = true;
         return 0;
@@ -164,9 +176,15 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 
 /* One request to the server whose base URL is the first slen bytes of server. */
 static int http_one(const char *server, size_t slen, bool interruptible, const char *method, const char *path,
-                    json_t *body, long timeout_ms, long *status, json_t **reply_new, char *err, size_t errlen)
+                    json_t *body, FILE *to, long timeout_ms, long *status, json_t **reply_new, char *err,
+                    size_t errlen)
 {
     *reply_new = NULL;
+    /* What an earlier server sent before it failed is not kept. */
+    if (to && (fflush(to) != 0 || ftruncate(fileno(to), 0) != 0 || fseek(to, 0, SEEK_SET) != 0)) {
+        snprintf(err, errlen, "cannot write the download: %s", strerror(errno));
+        return -1;
+    }
     while (slen && server[slen - 1] == '/')
         slen--;
     char *url = NULL, *text = NULL;
@@ -175,22 +193,26 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
         return -1;
     }
     CURL *e = curl_easy_init();
-    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-    /* The API key from the environment, never from argv (which ps shows). */
+    /* The API key from the environment, never from argv (which ps shows):
+     * sent with every request, a GET's too. */
     const char *key = getenv("LEASEGATE_KEY");
-    char *auth = NULL;
-    if (headers && key && *key) {
-        struct curl_slist *h = asprintf(&auth, "Authorization: Bearer %s", key) < 0 ? NULL
-                                                                                     : curl_slist_append(headers, auth);
-        if (h)
-            headers = h;
-        else
-            curl_slist_free_all(headers), headers = NULL;
+    struct curl_slist *headers = NULL;
+    bool nomem = false;
+    if (key && *key) {
+        char *auth = NULL;
+        struct curl_slist *h = asprintf(&auth, "Authorization: Bearer %s", key) < 0 ? NULL : curl_slist_append(NULL, auth);
         free(auth);
+        nomem = !h;
+        headers = h;
     }
-    Sink sink = {NULL, 0, false};
+    if (body && !nomem) {
+        struct curl_slist *h = curl_slist_append(headers, "Content-Type: application/json");
+        nomem = !h;
+        headers = h ? h : headers;
+    }
+    Sink sink = {NULL, 0, false, e, to, 0};
     int rc = -1;
-    if (!e || !headers) {
+    if (!e || nomem) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
@@ -209,6 +231,8 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms > 0 && timeout_ms < 5000 ? timeout_ms : 5000L);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
+    if (headers)
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
     if (interruptible) {
         curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
@@ -219,13 +243,15 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
             snprintf(err, errlen, "out of memory");
             goto out;
         }
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, text);
     }
     CURLcode cc = curl_easy_perform(e);
     if (cc != CURLE_OK) {
         snprintf(err, errlen, "%.*s%s: %s%s", (int)slen, server, path,
-                 sink.too_big ? "reply too large" : curl_err[0] ? curl_err : curl_easy_strerror(cc),
+                 sink.file_errno  ? strerror(sink.file_errno)
+                 : sink.too_big   ? "reply too large"
+                 : curl_err[0]    ? curl_err
+                                  : curl_easy_strerror(cc),
                  cc == CURLE_PEER_FAILED_VERIFICATION
                      ? " (a server whose certificate a private CA signed needs --cacert PEM or $LEASEGATE_CACERT)"
                      : "");
@@ -256,7 +282,7 @@ static int64_t now_ms(void)
  * paused) cannot use up the time the next one needs; and a pending signal does
  * not end the request (run's renewals must go on while it passes signals). */
 static int http_servers(const char *servers, bool share, const char *method, const char *path, json_t *body,
-                        long timeout_ms, long *status, json_t **reply_new, char *err, size_t errlen)
+                        FILE *to, long timeout_ms, long *status, json_t **reply_new, char *err, size_t errlen)
 {
     int64_t deadline = now_ms() + timeout_ms;
     const char *url = servers;
@@ -270,8 +296,8 @@ static int http_servers(const char *servers, bool share, const char *method, con
                 after += *c == ',';
             left /= (int64_t)after + 1;
         }
-        int rc = http_one(url, len, !share, method, path, body, left > 1 ? (long)left : 1L, status, reply_new, err,
-                          errlen);
+        int rc = http_one(url, len, !share, method, path, body, to, left > 1 ? (long)left : 1L, status, reply_new,
+                          err, errlen);
         /* The next server, if any, when this one could not be reached or is
          * not serving (restarting, shutting down, overloaded). */
         if (!next || (rc == 0 && *status != 503) || now_ms() >= deadline)
@@ -287,11 +313,17 @@ static int http_servers(const char *servers, bool share, const char *method, con
 int cli_http(const char *servers, const char *method, const char *path, json_t *body, long timeout_ms,
              long *status, json_t **reply_new, char *err, size_t errlen)
 {
-    return http_servers(servers, false, method, path, body, timeout_ms, status, reply_new, err, errlen);
+    return http_servers(servers, false, method, path, body, NULL, timeout_ms, status, reply_new, err, errlen);
+}
+
+int cli_http_download(const char *servers, const char *path, FILE *to, long timeout_ms, long *status,
+                      json_t **reply_new, char *err, size_t errlen)
+{
+    return http_servers(servers, false, "GET", path, NULL, to, timeout_ms, status, reply_new, err, errlen);
 }
 
 int cli_http_shared(const char *servers, const char *method, const char *path, json_t *body, long timeout_ms,
                     long *status, json_t **reply_new, char *err, size_t errlen)
 {
-    return http_servers(servers, true, method, path, body, timeout_ms, status, reply_new, err, errlen);
+    return http_servers(servers, true, method, path, body, NULL, timeout_ms, status, reply_new, err, errlen);
 }

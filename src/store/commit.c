@@ -2,6 +2,7 @@
 #include "leasegate/commit.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -33,8 +34,12 @@ typedef struct Batch {
     Arena strings; /* every string the records point to */
     uint64_t counter; /* see StoreBatch.counter */
     DList holds; /* CommitHold.link, in arrival order */
+    bool snapshot;  /* a copy of the store is wanted once the batch is durable */
     int result;     /* set by the writer: 0 committed, -1 failed */
     double seconds; /* how long the commit took */
+    int snap_fd;    /* set by the writer with snapshot: the copy (owned), or -1 */
+    uint64_t snap_size;
+    char snap_err[256];
 } Batch;
 
 /* Who owns the inflight batch. IDLE: the loop (nothing in flight). HANDED:
@@ -66,6 +71,10 @@ struct Commit {
     CommitStats stats;
     uint64_t history_keep; /* see commit_keep_history */
     uint64_t audit_keep;   /* see commit_keep_audit */
+    /* While the holds of a batch with a snapshot run: the copy (owned) or -1. */
+    int snap_fd;
+    uint64_t snap_size;
+    char snap_err[256];
     char err[256];
 };
 
@@ -73,6 +82,7 @@ static void batch_init(Batch *b)
 {
     memset(b, 0, sizeof *b);
     arena_init(&b->strings);
+    b->snap_fd = -1;
 }
 
 static void batch_reset(Batch *b)
@@ -86,7 +96,8 @@ static void batch_reset(Batch *b)
     b->counter = 0;
     arena_reset(&b->strings);
     b->holds = (DList){0};
-
+    b->snapshot = false;
+    b->snap_fd = -1;
     b->result = 0;
 }
 
@@ -168,6 +179,13 @@ static void *writer_main(void *arg)
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
         b->result = rc ? -1 : 0;
         b->seconds = seconds_since(&t0);
+        /* Between two commits, so the copy is exactly what is durable; the
+         * next batch waits for it (measured in docs/BENCHMARKS.md). */
+        if (b->snapshot && rc == 0) {
+            b->snap_fd = c->store->ops->snapshot(c->store, &b->snap_size);
+            if (b->snap_fd < 0)
+                snprintf(b->snap_err, sizeof b->snap_err, "%s", store_error(c->store));
+        }
         clock_gettime(CLOCK_MONOTONIC, &idle_since);
         atomic_store(&c->state, INFLIGHT_DONE);
         uint64_t one = 1;
@@ -185,6 +203,7 @@ Commit *commit_new(Store *store, char *err, size_t errlen)
         return NULL;
     }
     c->store = store;
+    c->snap_fd = -1;
     batch_init(&c->batches[0]);
     batch_init(&c->batches[1]);
     c->pending = &c->batches[0];
@@ -217,6 +236,9 @@ void commit_free(Commit *c)
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->writer, NULL);
     close(c->efd);
+    for (int i = 0; i < 2; i++)
+        if (c->batches[i].snap_fd >= 0)
+            close(c->batches[i].snap_fd);
     batch_clear(&c->batches[0]);
     batch_clear(&c->batches[1]);
     pthread_mutex_destroy(&c->mu);
@@ -371,6 +393,26 @@ void commit_hold(Commit *c, CommitHold *hold)
 
 bool commit_hold_in_pending(const Commit *c, const CommitHold *hold) { return hold->batch == c->pending; }
 
+bool commit_can_snapshot(const Commit *c) { return store_can_snapshot(c->store); }
+
+void commit_snapshot_hold(Commit *c, CommitHold *hold)
+{
+    c->pending->snapshot = true;
+    commit_hold(c, hold);
+}
+
+int commit_snapshot_take(Commit *c, uint64_t *size, const char **err)
+{
+    *err = c->snap_err;
+    if (c->snap_fd < 0)
+        return -1;
+    int fd = fcntl(c->snap_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        snprintf(c->snap_err, sizeof c->snap_err, "snapshot: %s", strerror(errno));
+    *size = c->snap_size;
+    return fd;
+}
+
 void commit_unhold(Commit *c, CommitHold *hold)
 {
     (void)c;
@@ -425,6 +467,13 @@ int commit_done(Commit *c)
     DLink *l = b->holds.head;
     for (DLink *x = l; x; x = x->next)
         DLIST_ITEM(x, CommitHold, link)->batch = NULL; /* released: no longer cancellable */
+    /* The copy, for the holds that asked for it (commit_snapshot_take). */
+    bool snapshot = b->snapshot;
+    if (snapshot) {
+        c->snap_fd = b->snap_fd;
+        c->snap_size = b->snap_size;
+        memcpy(c->snap_err, b->snap_err, sizeof c->snap_err);
+    }
     batch_reset(b);
     atomic_store(&c->state, INFLIGHT_IDLE);
     /* Ready callbacks may record changes and hold again: they go to the pending
@@ -435,6 +484,10 @@ int commit_done(Commit *c)
         h->ready(h);
         l = next;
     }
+    if (snapshot && c->snap_fd >= 0)
+        close(c->snap_fd);
+    c->snap_fd = -1;
+    c->snap_err[0] = '\0';
     return 0;
 }
 

@@ -1015,7 +1015,7 @@ static void etcd_close(Store *base)
 
 static const char *etcd_error(const Store *base) { return ((const EtcdStore *)base)->err; }
 
-static const StoreOps ETCD_OPS = {etcd_load, etcd_commit, etcd_close, etcd_error};
+static const StoreOps ETCD_OPS = {etcd_load, etcd_commit, etcd_close, etcd_error, NULL};
 
 Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long leader_rev, size_t max_txn_ops,
                        char *err, size_t errlen)

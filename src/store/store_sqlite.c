@@ -6,9 +6,13 @@
  *    loss, so a token revealed after commit can never be handed out again;
  *  - an exclusive flock() on the database file, taken at open and held until
  *    close: a second server on the same file fails at start instead of
- *    issuing duplicate tokens. (SQLite's own locking stays NORMAL, so that
- *    `leasegate backup` can read a consistent snapshot while the server
- *    writes: WAL readers never block the writer.)
+ *    issuing duplicate tokens;
+ *  - locking_mode=EXCLUSIVE, set before the first access: the connection
+ *    keeps its locks for its life and the WAL's index lives in its own memory
+ *    (no -shm file), so a commit takes no file lock (six fcntl calls fewer).
+ *    No other process can read the database while the server runs: a backup
+ *    of a live server is asked of the server (GET /v1/backup, made here with
+ *    SQLite's backup API by sqlite_snapshot), never read from its files;
  *  - BEGIN IMMEDIATE for every batch; statements prepared once.
  * One connection, used by the loader at start-up and then only by the commit
  * thread.
@@ -29,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -158,8 +163,15 @@ typedef struct SqliteStore {
     Store base;
     int lock_fd; /* holds the flock; closed only after the database (see above) */
     char *path;  /* owned */
-    ino_t wal_ino; /* the WAL file SQLite writes (0 until the first commit) */
+    char *wal_path; /* owned */
+    ino_t db_ino; /* the database file SQLite opened */
+    dev_t db_dev;
+    ino_t wal_ino; /* the WAL file SQLite writes (0 until it exists) */
     dev_t wal_dev;
+    /* An inotify descriptor watching both files for being unlinked, renamed
+     * or linked (check_files), or -1: then the paths are checked every time. */
+    int watch_fd;
+    bool wal_watched;
     sqlite3 *db;
     sqlite3_int64 boot; /* meta.boot of this run */
     uint64_t pruned_upto; /* lease_history holds no seq at or below this (0: not pruned in this run) */
@@ -298,25 +310,30 @@ static int put_ended(SqliteStore *s, const StoreEnded *e, size_t n, uint64_t kee
 }
 
 /* The files SQLite writes must still be the ones it opened: a database or WAL
- * file that was deleted or replaced while the server ran takes every later
- * commit with it (SQLite goes on writing to the unlinked file), so that is a
- * storage failure like any other, found at the commit that would reveal it.
- * A lost WAL still holds what was acknowledged: SQLite can still read it, so
- * it is checkpointed into the database file first, which keeps every
- * acknowledged change for the next start. */
-static int check_files(SqliteStore *s)
+ * file that was deleted, moved or replaced while the server ran takes every
+ * later commit with it (SQLite goes on writing to the file it has open), so
+ * that is a storage failure like any other, found at the commit that would
+ * reveal it. A lost WAL still holds what was acknowledged: SQLite can still
+ * read it, so it is checkpointed into the database file first, which keeps
+ * every acknowledged change for the next start.
+ *
+ * The paths are looked up only when something may have changed: inotify
+ * reports every unlink, rename or link of a watched file (IN_ATTRIB for a
+ * change of its link count, IN_MOVE_SELF, IN_DELETE_SELF) synchronously, in
+ * the call that made it, so an empty queue read after the commit proves that
+ * neither file was touched before that read. One read(2) per commit instead
+ * of a stat(2) of each path; any event (a chmod too) leads to the full check. */
+static int check_paths(SqliteStore *s)
 {
-    struct stat db, path, wal;
-    char walpath[4200];
-    snprintf(walpath, sizeof walpath, "%s-wal", s->path);
-    if (fstat(s->lock_fd, &db) != 0 || db.st_nlink == 0 || stat(s->path, &path) != 0 || path.st_ino != db.st_ino ||
-        path.st_dev != db.st_dev) {
+    struct stat path, wal;
+    if (stat(s->path, &path) != 0 || path.st_ino != s->db_ino || path.st_dev != s->db_dev) {
         snprintf(s->err, sizeof s->err, "the database file %.150s was deleted or replaced while the server ran", s->path);
         return -1;
     }
-    if (stat(walpath, &wal) != 0 || (s->wal_ino && (wal.st_ino != s->wal_ino || wal.st_dev != s->wal_dev))) {
+    if (stat(s->wal_path, &wal) != 0 || (s->wal_ino && (wal.st_ino != s->wal_ino || wal.st_dev != s->wal_dev))) {
         int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
-        snprintf(s->err, sizeof s->err, "the WAL file %.150s was deleted or replaced while the server ran; %s", walpath,
+        snprintf(s->err, sizeof s->err, "the WAL file %.150s was deleted or replaced while the server ran; %s",
+                 s->wal_path,
                  rc == SQLITE_OK ? "what it held was copied into the database file"
                                  : "copying what it held into the database file failed");
         return -1;
@@ -324,6 +341,26 @@ static int check_files(SqliteStore *s)
     s->wal_ino = wal.st_ino;
     s->wal_dev = wal.st_dev;
     return 0;
+}
+
+#define WATCHED (IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF)
+
+static int check_files(SqliteStore *s)
+{
+    if (s->watch_fd >= 0 && s->wal_watched) {
+        char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+        ssize_t n = read(s->watch_fd, events, sizeof events);
+        if (n < 0 && errno == EAGAIN)
+            return 0; /* neither file was unlinked, renamed or linked */
+        /* Drained: later events are about later changes. */
+        while (n > 0)
+            n = read(s->watch_fd, events, sizeof events);
+    } else if (s->watch_fd >= 0) {
+        /* The WAL exists from the first write on: watched from then on, the
+         * watch set before its path is checked, so no change falls between. */
+        s->wal_watched = inotify_add_watch(s->watch_fd, s->wal_path, WATCHED) >= 0;
+    }
+    return check_paths(s);
 }
 
 static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, uint64_t keep)
@@ -658,7 +695,10 @@ static void sqlite_close(Store *base)
      * this one goes last. */
     if (s->lock_fd >= 0)
         close(s->lock_fd);
+    if (s->watch_fd >= 0)
+        close(s->watch_fd);
     free(s->path);
+    free(s->wal_path);
     free(s);
 }
 
@@ -722,7 +762,63 @@ static int note_boot(SqliteStore *s, const char *boot_id)
     return 0;
 }
 
-static const StoreOps SQLITE_OPS = {sqlite_load, sqlite_commit, sqlite_close, sqlite_error};
+/* A copy through SQLite's backup API into a new file beside the database
+ * (never a path a request names), unlinked once written: what the caller
+ * holds is its descriptor. One step copies every page under the one
+ * connection, between two commits, so the copy is everything committed
+ * then. The copy needs no durability of its own: no journal, no fsync. */
+static int sqlite_snapshot(Store *base, uint64_t *size)
+{
+    SqliteStore *s = (SqliteStore *)base;
+    size_t len = strlen(s->path) + sizeof ".snapshot-XXXXXX";
+    char *tmp = malloc(len);
+    if (!tmp) {
+        snprintf(s->err, sizeof s->err, "snapshot: out of memory");
+        return -1;
+    }
+    snprintf(tmp, len, "%s.snapshot-XXXXXX", s->path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(s->err, sizeof s->err, "snapshot: cannot create %.200s: %s", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    sqlite3 *dest = NULL;
+    sqlite3_backup *b = NULL;
+    int rc = sqlite3_open_v2(tmp, &dest, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(dest, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF", NULL, NULL, NULL);
+    if (rc == SQLITE_OK && !(b = sqlite3_backup_init(dest, "main", s->db, "main")))
+        rc = sqlite3_errcode(dest);
+    if (b) {
+        int step = sqlite3_backup_step(b, -1);
+        rc = sqlite3_backup_finish(b);
+        if (step != SQLITE_DONE && rc == SQLITE_OK)
+            rc = step;
+    }
+    if (rc != SQLITE_OK)
+        snprintf(s->err, sizeof s->err, "snapshot into %.200s: %s", tmp,
+                 dest ? sqlite3_errmsg(dest) : sqlite3_errstr(rc));
+    if (sqlite3_close(dest) != SQLITE_OK && rc == SQLITE_OK) {
+        snprintf(s->err, sizeof s->err, "snapshot: cannot close %.200s", tmp);
+        rc = SQLITE_ERROR;
+    }
+    unlink(tmp);
+    free(tmp);
+    struct stat st;
+    if (rc == SQLITE_OK && fstat(fd, &st) != 0) {
+        snprintf(s->err, sizeof s->err, "snapshot: %s", strerror(errno));
+        rc = SQLITE_ERROR;
+    }
+    if (rc != SQLITE_OK) {
+        close(fd);
+        return -1;
+    }
+    *size = (uint64_t)st.st_size;
+    return fd;
+}
+
+static const StoreOps SQLITE_OPS = {sqlite_load, sqlite_commit, sqlite_close, sqlite_error, sqlite_snapshot};
 
 Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_t errlen)
 {
@@ -732,26 +828,52 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
         return NULL;
     }
     s->base.ops = &SQLITE_OPS;
+    s->watch_fd = -1;
     s->path = strdup(path);
-    s->lock_fd = s->path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+    size_t wlen = strlen(path) + sizeof "-wal";
+    s->wal_path = malloc(wlen);
+    if (s->wal_path)
+        snprintf(s->wal_path, wlen, "%s-wal", path);
+    s->lock_fd = s->path && s->wal_path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
     if (s->lock_fd < 0) {
-        snprintf(s->err, sizeof s->err, "%s", strerror(errno));
+        snprintf(s->err, sizeof s->err, "%s", s->path && s->wal_path ? strerror(errno) : "out of memory");
         goto fail;
     }
     if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         snprintf(s->err, sizeof s->err, "%s",
-                 errno == EWOULDBLOCK ? "another leasegate server is using this database (only one may)"
+                 errno == EWOULDBLOCK ? "another leasegate server is using this database (only one may; or leasegate backup is copying it)"
                                       : strerror(errno));
         goto fail;
     }
+    /* Watched before its identity is taken (check_files); without inotify
+     * (no instance left) the paths are checked after every commit instead. */
+    s->watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (s->watch_fd >= 0 && inotify_add_watch(s->watch_fd, path, WATCHED) < 0) {
+        close(s->watch_fd);
+        s->watch_fd = -1;
+    }
+    struct stat st;
+    if (fstat(s->lock_fd, &st) != 0) {
+        snprintf(s->err, sizeof s->err, "%s", strerror(errno));
+        goto fail;
+    }
+    s->db_ino = st.st_ino;
+    s->db_dev = st.st_dev;
     if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
         set_err(s, path);
         goto fail;
     }
-    if (exec(s, "PRAGMA journal_mode=WAL") || exec(s, "PRAGMA synchronous=FULL") ||
-        exec(s, "BEGIN IMMEDIATE") || prepare_schema(s) || note_boot(s, boot_id) || exec(s, "COMMIT"))
+    /* EXCLUSIVE before the first access, so that no -shm is ever used (see above). */
+    if (exec(s, "PRAGMA locking_mode=EXCLUSIVE") || exec(s, "PRAGMA journal_mode=WAL") ||
+        exec(s, "PRAGMA synchronous=FULL") || exec(s, "BEGIN IMMEDIATE") || prepare_schema(s) ||
+        note_boot(s, boot_id) || exec(s, "COMMIT")) {
+        if (sqlite3_errcode(s->db) == SQLITE_BUSY)
+            snprintf(s->err, sizeof s->err,
+                     "database is locked: another process (not a leasegate server) has it open; the server "
+                     "holds its database exclusively");
         goto fail;
+    }
     for (int i = 0; i < ST_COUNT; i++) {
         if (sqlite3_prepare_v3(s->db, STATEMENTS[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL) !=
             SQLITE_OK) {
@@ -789,6 +911,53 @@ static int sync_parent(const char *path, char *err, size_t errlen)
     return 0;
 }
 
+int store_sqlite_check_copy(const char *partial, const char *dest_path, StoreBackupInfo *info, char *err,
+                            size_t errlen)
+{
+    sqlite3 *dest = NULL;
+    /* No SQLITE_OPEN_CREATE: what was copied must be there. */
+    if (sqlite3_open_v2(partial, &dest, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open %s: %s", partial, dest ? sqlite3_errmsg(dest) : "out of memory");
+        sqlite3_close(dest);
+        return -1;
+    }
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(dest,
+                           "SELECT (SELECT count(*) FROM locks),"
+                           " max((SELECT value FROM meta WHERE key = 'last_token'),"
+                           "     (SELECT coalesce(max(last_token), 0) FROM locks)),"
+                           " (SELECT group_concat(integrity_check) FROM pragma_integrity_check)",
+                           -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        snprintf(err, errlen, "the copy is not a leasegate database: %s", sqlite3_errmsg(dest));
+        sqlite3_finalize(st);
+        sqlite3_close(dest);
+        return -1;
+    }
+    info->locks = (uint64_t)sqlite3_column_int64(st, 0);
+    info->last_token = (uint64_t)sqlite3_column_int64(st, 1);
+    const char *check = (const char *)sqlite3_column_text(st, 2);
+    bool ok = check && !strcmp(check, "ok");
+    if (!ok)
+        snprintf(err, errlen, "the copy fails its integrity check: %.200s", check ? check : "?");
+    sqlite3_finalize(st);
+    if (sqlite3_close(dest) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot close %s", partial);
+        return -1;
+    }
+    if (!ok)
+        return -1;
+    if (access(dest_path, F_OK) == 0) {
+        snprintf(err, errlen, "%s exists; back up to a new file", dest_path);
+        return -1;
+    }
+    if (rename(partial, dest_path) != 0) {
+        snprintf(err, errlen, "cannot rename %s to %s: %s", partial, dest_path, strerror(errno));
+        return -1;
+    }
+    return sync_parent(dest_path, err, errlen);
+}
+
 /* Copies src into a new file next to dest and renames it into place, so that
  * dest is either absent or a complete, checked copy. */
 int store_sqlite_backup(const char *src_path, const char *dest_path, StoreBackupInfo *info, char *err,
@@ -803,22 +972,35 @@ int store_sqlite_backup(const char *src_path, const char *dest_path, StoreBackup
         snprintf(err, errlen, "path too long");
         return -1;
     }
+    /* A running server holds its database exclusively (and this lock keeps
+     * one from starting while the copy is made). No O_CREAT: a mistyped path
+     * must not become an empty database. */
+    int lock_fd = open(src_path, O_RDONLY | O_CLOEXEC);
+    if (lock_fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", src_path, strerror(errno));
+        return -1;
+    }
+    if (flock(lock_fd, LOCK_SH | LOCK_NB) != 0) {
+        snprintf(err, errlen,
+                 errno == EWOULDBLOCK ? "a leasegate server is using %s: ask it for the backup (leasegate backup "
+                                        "--server URL DEST)"
+                                      : "cannot lock %s: %s",
+                 src_path, strerror(errno));
+        close(lock_fd);
+        return -1;
+    }
     sqlite3 *src = NULL, *dest = NULL;
     sqlite3_backup *b = NULL;
     int rc = -1;
-    /* No SQLITE_OPEN_CREATE: a mistyped path must not become an empty database. */
     if (sqlite3_open_v2(src_path, &src, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
         snprintf(err, errlen, "cannot open %s: %s", src_path, src ? sqlite3_errmsg(src) : "out of memory");
         goto out;
     }
-    sqlite3_busy_timeout(src, 10000);
     unlink(partial);
     if (sqlite3_open_v2(partial, &dest, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
         snprintf(err, errlen, "cannot create %s: %s", partial, dest ? sqlite3_errmsg(dest) : "out of memory");
         goto out;
     }
-    /* One step copies every page under one read transaction: a consistent
-     * snapshot, taken while the server goes on committing to the WAL. */
     b = sqlite3_backup_init(dest, "main", src, "main");
     if (!b || sqlite3_backup_step(b, -1) != SQLITE_DONE) {
         snprintf(err, errlen, "backup of %s failed: %s", src_path, sqlite3_errmsg(b ? src : dest));
@@ -830,42 +1012,18 @@ int store_sqlite_backup(const char *src_path, const char *dest_path, StoreBackup
         goto out;
     }
     b = NULL;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(dest,
-                           "SELECT (SELECT count(*) FROM locks),"
-                           " max((SELECT value FROM meta WHERE key = 'last_token'),"
-                           "     (SELECT coalesce(max(last_token), 0) FROM locks)),"
-                           " (SELECT group_concat(integrity_check) FROM pragma_integrity_check)",
-                           -1, &st, NULL) != SQLITE_OK ||
-        sqlite3_step(st) != SQLITE_ROW) {
-        snprintf(err, errlen, "%s is not a leasegate database: %s", src_path, sqlite3_errmsg(dest));
-        sqlite3_finalize(st);
-        goto out;
-    }
-    info->locks = (uint64_t)sqlite3_column_int64(st, 0);
-    info->last_token = (uint64_t)sqlite3_column_int64(st, 1);
-    const char *check = (const char *)sqlite3_column_text(st, 2);
-    bool ok = check && !strcmp(check, "ok");
-    if (!ok)
-        snprintf(err, errlen, "the copy fails its integrity check: %.200s", check ? check : "?");
-    sqlite3_finalize(st);
-    if (!ok)
-        goto out;
     if (sqlite3_close(dest) != SQLITE_OK) {
         snprintf(err, errlen, "cannot close %s", partial);
         goto out;
     }
     dest = NULL;
-    if (rename(partial, dest_path) != 0) {
-        snprintf(err, errlen, "cannot rename %s to %s: %s", partial, dest_path, strerror(errno));
-        goto out;
-    }
-    rc = sync_parent(dest_path, err, errlen);
+    rc = store_sqlite_check_copy(partial, dest_path, info, err, errlen);
 out:
     if (b)
         sqlite3_backup_finish(b);
     sqlite3_close(dest);
     sqlite3_close(src);
+    close(lock_fd);
     if (rc)
         unlink(partial);
     return rc;

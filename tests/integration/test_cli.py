@@ -615,6 +615,27 @@ class ScriptCommandTests(CliTestBase):
         except ValueError:
             self.fail("stdout is not JSON: %r" % out)
 
+    def test_get_commands_send_the_key_too(self):
+        """status, list and healthcheck are GETs: they sent $LEASEGATE_KEY only with a
+        body, so a server with keys answered them 401."""
+        keys = os.path.join(self.dir, "keys.txt")
+        rc, out, err = self.cli(["keygen", "ops", "client", "*"])
+        self.assertEqual(rc, 0, err)
+        key, line = out.splitlines()
+        with open(keys, "w") as f:
+            f.write(line + "\n")
+        srv = harness.Server(extra_args=["--auth-file", keys, "--auth-metrics"], start=False)
+        self.servers.append(srv)
+        srv.start()
+        env = self.env(srv.url, LEASEGATE_KEY=key)
+        rc, out, err = self.cli(["acquire", "--lock", "keyed/1", "--owner", "o"], env=env)
+        self.assertEqual(rc, 0, err)
+        for args in (["status", "--lock", "keyed/1"], ["list"], ["healthcheck", "--server", srv.url]):
+            rc, out, err = self.cli(args, env=env)
+            self.assertEqual(rc, 0, (args, out, err))
+        rc, out, err = self.cli(["status", "--lock", "keyed/1"], env=self.env(srv.url))
+        self.assertNotEqual(rc, 0, out)  # and without a key it is refused
+
     # 8 ----------------------------------------------------------------------
     def test_acquire_status_renew_release(self):
         lock = self.lock_name("script")

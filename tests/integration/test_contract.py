@@ -396,6 +396,7 @@ LOCKS = "/v1/locks"
 EVENTS = "/v1/events"
 STREAM = "/v1/events/stream"
 AUDIT = "/v1/audit"
+BACKUP = "/v1/backup"
 FENCE = "/v1/fence/{resource}"
 HEALTH = "/healthz"
 METRICS = "/metrics"
@@ -671,6 +672,12 @@ class ContractTest(unittest.TestCase):
         a.call(AUDIT, "GET", query={"lock": "bad name"}, expect=400)
         a.call(AUDIT, "POST", body={}, expect=405)
 
+        # backup: the database as one SQLite file
+        st, _, _ = a.call(BACKUP, "GET", expect=200)
+        if st == 200 and not a.client.last_raw.startswith(b"SQLite format 3\0"):
+            c.fail("GET /v1/backup", "not a SQLite database: %r" % a.client.last_raw[:32])
+        a.call(BACKUP, "POST", body={}, expect=405)
+
         # events: a page, paging, a long-poll woken by a grant, one whose wait_ms passes, 400, 410
         st, _, ev = a.call(EVENTS, "GET", query={"after": 0, "limit": 3}, expect=200)
         if st == 200 and len(ev.get("events", [])) == 3:
@@ -716,7 +723,7 @@ class ContractTest(unittest.TestCase):
         # HEAD on every GET operation (Allow names it with GET)
         for tpl, params in ((DASHBOARD, None), (HEALTH, None), (METRICS, None), (LOCKS, None),
                             (LOCK, {"name": "orders/42"}), (HISTORY, {"name": "orders/42"}), (EVENTS, None),
-                            (STREAM, None), (AUDIT, None)):
+                            (STREAM, None), (AUDIT, None), (BACKUP, None)):
             a.call(tpl, "HEAD", params, expect=200)
 
         # 414 (a target over 8 KiB) and 431 (a head over 12 KiB) on every operation
@@ -857,6 +864,7 @@ class ContractTest(unittest.TestCase):
                 (EVENTS, "GET", None, None, None),
                 (STREAM, "GET", None, None, None),
                 (AUDIT, "GET", None, None, None),
+                (BACKUP, "GET", None, None, None),
                 (FENCE, "POST", {"resource": "t/1"}, {"token": tok}, None),
                 (HEALTH, "GET", None, None, None),
                 (METRICS, "GET", None, None, None),
@@ -868,7 +876,7 @@ class ContractTest(unittest.TestCase):
                     alice.call(tpl, method, params, body=body, expect=403)  # role client
                 elif tpl in (HEALTH, METRICS):
                     alice.call(tpl, method, params, body=body, expect=200)  # any key
-                elif tpl in (LOCK, ) and method == "DELETE" or tpl == AUDIT:
+                elif tpl in (LOCK, ) and method == "DELETE" or tpl in (AUDIT, BACKUP):
                     alice.call(tpl, method, params, body=body, expect=403)  # admin only
                 elif other:
                     alice.call(tpl, method, {"name": other}, body=body, expect=403)  # outside its prefixes
@@ -882,6 +890,7 @@ class ContractTest(unittest.TestCase):
             storage.call(FENCE, "POST", {"resource": "t/1"}, body={"token": tok}, expect=200)
             storage.call(FENCE, "POST", {"resource": "x/1"}, body={"token": tok}, expect=403)
             root.call(AUDIT, "GET", expect=200)
+            root.call(BACKUP, "GET", expect=200)
             root.call(LOCK, "DELETE", {"name": "t/1"}, expect=200)
             nokey.call(DASHBOARD, "GET", expect=200)  # never needs a key
         finally:

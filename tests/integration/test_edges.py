@@ -204,6 +204,34 @@ class RemovedFileTests(unittest.TestCase):
             self.assertEqual(srv.proc.returncode, 1)
             self.assertIn("database file", srv.stderr_text())
 
+    def test_a_chmod_or_a_second_name_changes_nothing_but_losing_the_first_name_stops_the_server(self):
+        """The files are watched (inotify) and their paths checked when something
+        changed: a chmod and a hard link are changes that leave both files where
+        they were; then removing the database's own name (it lives on under the
+        second one, so its link count never reaches 0) must stop the server."""
+        harness.sqlite_only(self, "links the SQLite database file")
+        with harness.Server() as srv:
+            os.chmod(srv.data_path, 0o600)
+            os.chmod(srv.data_path + "-wal", 0o600)
+            os.link(srv.data_path, srv.data_path + ".second")
+            for i in range(5):
+                st, _, g = srv.acquire("ln/%d" % i, "o")
+                self.assertEqual(st, 200, g)
+            self.assertTrue(srv.running())
+            os.unlink(srv.data_path)
+            answered = []
+            for i in range(20):
+                try:
+                    answered.append(acquire_once(srv, "ln/after/%d" % i)[0])
+                except (ConnectionError, OSError):
+                    break
+                if not srv.running():
+                    break
+            self.assertNotIn(200, answered, "a grant was revealed after the database lost its name")
+            srv.wait_until(lambda: not srv.running(), timeout=10, what="the server to stop")
+            self.assertEqual(srv.proc.returncode, 1)
+            self.assertIn("database file", srv.stderr_text())
+
 
 class MessageTests(unittest.TestCase):
     def test_the_waiter_limit_is_named_not_the_lock_limit(self):

@@ -2,6 +2,7 @@
 listening on IPv6 and host names, the access log, healthcheck, --version and the
 messages of usage errors."""
 
+import contextlib
 import os
 import re
 import socket
@@ -94,7 +95,8 @@ class BackupTests(unittest.TestCase):
         t.start()
         time.sleep(0.3)
         dest = os.path.join(self.dir, "copy.db")
-        rc, out, err = run_cli("backup", "--data", self.srv.data_path, dest)
+        # The server holds its database exclusively: the copy is asked of it.
+        rc, out, err = run_cli("backup", "--server", "http://127.0.0.1:%d" % self.srv.port, dest)
         time.sleep(0.2)
         stop.set()
         t.join(30)
@@ -103,7 +105,7 @@ class BackupTests(unittest.TestCase):
         m = re.search(r"(\d+) locks, last token (\d+)", out)
         self.assertTrue(m, out)
         self.assertGreaterEqual(int(m.group(1)), 20)
-        with sqlite3.connect(dest) as db:
+        with contextlib.closing(sqlite3.connect(dest)) as db:
             self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
             rows = db.execute("SELECT count(*) FROM locks WHERE lease IS NOT NULL AND name LIKE 'held/%'").fetchone()
             self.assertEqual(rows[0], 20)
@@ -134,6 +136,68 @@ class BackupTests(unittest.TestCase):
             import shutil
             shutil.rmtree(restored.dir, ignore_errors=True)
 
+    def test_a_copy_of_the_file_is_refused_while_the_server_runs_and_made_once_it_stopped(self):
+        harness.sqlite_only(self, "copies the SQLite database file")
+        st, _, g = self.srv.acquire("kept", "o", ttl_ms=600000)
+        self.assertEqual(st, 200, g)
+        dest = os.path.join(self.dir, "file-copy.db")
+        rc, _, err = run_cli("backup", "--data", self.srv.data_path, dest)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("a leasegate server is using", err)
+        self.assertIn("--server", err)
+        self.assertFalse(os.path.exists(dest))
+        self.assertFalse(os.path.exists(dest + ".partial"))
+        # The server noticed nothing, and no -shm file is used (exclusive locking).
+        st, _, r = self.srv.renew("kept", g["lease"])
+        self.assertEqual(st, 200, r)
+        self.assertFalse(os.path.exists(self.srv.data_path + "-shm"))
+        self.srv.kill9()  # what it acknowledged is in the WAL, which the copy reads
+        rc, out, err = run_cli("backup", "--data", self.srv.data_path, dest)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("1 locks, last token %d" % g["token"], out)
+        with contextlib.closing(sqlite3.connect(dest)) as db:
+            self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+            self.assertEqual(db.execute("SELECT token FROM locks WHERE name = 'kept'").fetchone()[0], g["token"])
+
+    def test_backup_from_the_server_needs_an_admin_key_and_a_reachable_server(self):
+        harness.sqlite_only(self, "backs up the SQLite database")
+        keys = os.path.join(self.dir, "keys.txt")
+        made = {}
+        for name, role in (("root", "admin"), ("app", "client")):
+            rc, out, err = run_cli("keygen", name, role, "*")
+            self.assertEqual(rc, 0, err)
+            made[role] = out.splitlines()
+        with open(keys, "w") as f:
+            f.write("%s\n%s\n" % (made["admin"][1], made["client"][1]))
+        admin, client = made["admin"][0], made["client"][0]
+        srv = harness.Server(extra_args=["--auth-file", keys], start=False)
+        try:
+            srv.start()
+            url = "http://127.0.0.1:%d" % srv.port
+            dest = os.path.join(self.dir, "keyed.db")
+            for key, why in ((None, "401"), (client, "403")):  # client keys are refused
+                env = dict(os.environ)
+                env.pop("LEASEGATE_KEY", None)
+                if key:
+                    env["LEASEGATE_KEY"] = key
+                rc, _, err = run_cli("backup", "--server", url, dest, env=env)
+                self.assertEqual(rc, 1, err)
+                self.assertIn("HTTP " + why, err)
+                self.assertFalse(os.path.exists(dest))
+                self.assertFalse(os.path.exists(dest + ".partial"))
+            env = dict(os.environ, LEASEGATE_KEY=admin)
+            rc, out, err = run_cli("backup", "--server", url, dest, env=env)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("0 locks", out)
+            srv.stop_clean()
+            rc, _, err = run_cli("backup", "--server", url, os.path.join(self.dir, "gone.db"), "--timeout", "2s")
+            self.assertEqual(rc, 1, err)
+            self.assertFalse(os.path.exists(os.path.join(self.dir, "gone.db.partial")))
+        finally:
+            srv.cleanup()
+            import shutil
+            shutil.rmtree(srv.dir, ignore_errors=True)
+
     def test_backup_refuses_an_existing_file_and_a_missing_database(self):
         dest = os.path.join(self.dir, "exists.db")
         with open(dest, "w") as f:
@@ -153,6 +217,15 @@ class BackupTests(unittest.TestCase):
         rc, _, err = run_cli("backup")
         self.assertEqual(rc, 2, err)
         rc, _, err = run_cli("backup", "--bogus", "x")
+        self.assertEqual(rc, 2, err)
+        rc, _, err = run_cli("backup", "--server", "http://127.0.0.1:%d" % self.srv.port, dest)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("exists", err)
+        with open(dest) as f:
+            self.assertEqual(f.read(), "keep me")
+        rc, _, err = run_cli("backup", "--data", self.srv.data_path, "--server", "http://127.0.0.1:1", out_path)
+        self.assertEqual(rc, 2, err)
+        rc, _, err = run_cli("backup", "--timeout", "5", out_path)
         self.assertEqual(rc, 2, err)
 
 

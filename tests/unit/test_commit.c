@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <poll.h>
 
 #include "check.h"
@@ -19,6 +21,21 @@ typedef struct Probe {
 } Probe;
 
 static void on_ready(CommitHold *h) { ((Probe *)(void *)h)->ready++; }
+
+typedef struct Snap {
+    CommitHold hold;
+    Commit *c;
+    int fd;
+    uint64_t size;
+} Snap;
+static Snap snapped;
+
+static void on_snapshot(CommitHold *h)
+{
+    Snap *s = (Snap *)(void *)h;
+    const char *why;
+    s->fd = commit_snapshot_take(s->c, &s->size, &why);
+}
 
 static int loaded_locks;
 static uint64_t loaded_token_of_k7;
@@ -186,11 +203,41 @@ int main(int argc, char **argv)
     CHECK(gone.ready == 0);
     CHECK(!commit_held(&late.hold));
     CHECK(!commit_pending(c));
-    /* Forget the lock with the largest token: only meta can vouch for 11 now. */
+    /* Forget the lock with the largest token: only meta can vouch for 11 now.
+     * A snapshot asked in the same batch: the change is in the copy, taken
+     * once the batch is durable; the copy is a file of its own, unlinked. */
     CHECK(commit_forget(c, "late", 11));
+    CHECK(commit_can_snapshot(c));
+    snapped = (Snap){{.ready = on_snapshot}, c, -1, 0};
+    commit_snapshot_hold(c, &snapped.hold);
     commit_flush(c);
     wait_done(c);
     CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 27);
+    CHECK(snapped.fd >= 0 && snapped.size >= 4096);
+    if (snapped.fd >= 0) {
+        char head[16] = {0};
+        CHECK(pread(snapped.fd, head, sizeof head, 0) == (ssize_t)sizeof head);
+        CHECK(!memcmp(head, "SQLite format 3", 16));
+        struct stat sb;
+        CHECK(fstat(snapped.fd, &sb) == 0 && sb.st_nlink == 0 && (uint64_t)sb.st_size == snapped.size);
+        char copy[600];
+        snprintf(copy, sizeof copy, "%s.copy", path);
+        int out = open(copy, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        char buf[4096];
+        ssize_t n;
+        while (out >= 0 && (n = read(snapped.fd, buf, sizeof buf)) > 0)
+            CHECK(write(out, buf, (size_t)n) == n);
+        CHECK(out >= 0 && close(out) == 0);
+        close(snapped.fd);
+        StoreBackupInfo info;
+        char final[620];
+        snprintf(final, sizeof final, "%s.final", copy);
+        unlink(final);
+        CHECK(store_sqlite_check_copy(copy, final, &info, err, sizeof err) == 0);
+        CHECK(info.last_token == 11 && info.locks == 9);
+        unlink(final);
+        unlink(copy);
+    }
     commit_free(c);
     store_close(st);
 
