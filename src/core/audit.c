@@ -5,17 +5,24 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* Each row's strings live in a fixed slot of one mapping made at start, not
- * on the heap: rows that live long among short-lived allocations would pin
+/* Each row's strings live in a fixed slot of a mapping made at start, not on
+ * the heap: rows that live long among short-lived allocations would pin
  * freed heap pages (a flood of locks could not give its memory back), and a
- * slot is reused in place when the ring wraps. Room for the longest lock name
- * (256), owner (128), key name (64) and peer address, each NUL-terminated. */
+ * slot is reused in place when the ring wraps. Two mappings, both touched
+ * only where written: a small slot per row, where the strings of almost every
+ * row fit (an event of a waiter joining: the lock and owner, key and peer
+ * empty), and a large one per row with room for the longest lock name (256),
+ * owner (128), key name (64) and peer address, each NUL-terminated, used only
+ * by the rows that need it. A row then costs the memory of its row and small
+ * slot, 128 bytes, not 592 (10,000 waiters joining fill 10,000 events). */
+#define SMALL_BYTES 64
 #define SLOT_BYTES 528
 static const size_t FIELD_MAX[4] = {256, 128, 64, 64}; /* lock, owner, key, peer: longer is cut */
 
 struct Audit {
     AuditRow *rows; /* owned */
-    char *slab;     /* owned mapping: keep slots of SLOT_BYTES */
+    char *small;    /* owned mapping: keep slots of SMALL_BYTES */
+    char *large;    /* owned mapping: keep slots of SLOT_BYTES */
     size_t keep;
     size_t head, n; /* the oldest is rows[head] */
     uint64_t next_seq;
@@ -38,6 +45,12 @@ const char *audit_kind_name(int kind)
     return kind >= AUDIT_GRANTED && kind <= AUDIT_FENCE_RAISED ? KINDS[kind] : "unknown";
 }
 
+static char *map_slots(size_t keep, size_t bytes)
+{
+    void *m = mmap(NULL, keep * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return m == MAP_FAILED ? NULL : m;
+}
+
 Audit *audit_new(size_t keep)
 {
     Audit *a = calloc(1, sizeof *a);
@@ -46,9 +59,9 @@ Audit *audit_new(size_t keep)
     a->keep = keep;
     a->next_seq = 1;
     if (keep) {
-        void *slab = mmap(NULL, keep * SLOT_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        a->slab = slab == MAP_FAILED ? NULL : slab;
-        if (!a->slab || !(a->rows = calloc(keep, sizeof *a->rows))) {
+        a->small = map_slots(keep, SMALL_BYTES);
+        a->large = map_slots(keep, SLOT_BYTES);
+        if (!a->small || !a->large || !(a->rows = calloc(keep, sizeof *a->rows))) {
             audit_free(a);
             return NULL;
         }
@@ -60,8 +73,10 @@ void audit_free(Audit *a)
 {
     if (!a)
         return;
-    if (a->slab)
-        munmap(a->slab, a->keep * SLOT_BYTES);
+    if (a->small)
+        munmap(a->small, a->keep * SMALL_BYTES);
+    if (a->large)
+        munmap(a->large, a->keep * SLOT_BYTES);
     free(a->rows);
     free(a);
 }
@@ -81,13 +96,17 @@ static void put(Audit *a, const AuditRow *row)
     *r = *row;
     const char *src[4] = {row->lock, row->owner, row->key, row->peer};
     const char **dst[4] = {&r->lock, &r->owner, &r->key, &r->peer};
-    char *mem = a->slab + slot * SLOT_BYTES;
+    size_t len[4], total = 0;
     for (int i = 0; i < 4; i++) {
-        size_t len = strnlen(src[i] ? src[i] : "", FIELD_MAX[i]);
-        memcpy(mem, src[i] ? src[i] : "", len);
-        mem[len] = '\0';
+        len[i] = strnlen(src[i] ? src[i] : "", FIELD_MAX[i]);
+        total += len[i] + 1;
+    }
+    char *mem = total <= SMALL_BYTES ? a->small + slot * SMALL_BYTES : a->large + slot * SLOT_BYTES;
+    for (int i = 0; i < 4; i++) {
+        memcpy(mem, src[i] ? src[i] : "", len[i]);
+        mem[len[i]] = '\0';
         *dst[i] = mem;
-        mem += len + 1;
+        mem += len[i] + 1;
     }
     a->n++;
 }
