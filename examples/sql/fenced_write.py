@@ -41,7 +41,8 @@ write: `OWNER: write I/N token T: KEY OLD -> NEW`.
 
 Exit status: 0 when every write was applied; 1 with a message on stderr when the
 database refused a write as stale (nothing of that write is applied), on a database error,
-a lost lease, or a failure to reach leasegate; 2 on a bad configuration value.
+a lost lease, or a failure to reach leasegate; 2 on a bad configuration value or when
+psycopg2 is not installed.
 """
 
 import json
