@@ -12,6 +12,7 @@ with a password (scram-sha-256), through the standard libpq variables in env().
 
 Every wait here is bounded."""
 
+import functools
 import os
 import pwd
 import queue
@@ -44,6 +45,7 @@ def missing_server():
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def python_with_psycopg2():
     """A python3 that can import psycopg2 (the Python example's driver), or None. The tests'
     own interpreter first; else Debian's /usr/bin/python3, which sees python3-psycopg2 (an

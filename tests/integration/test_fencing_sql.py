@@ -49,6 +49,9 @@ EXAMPLE_VARS = ("LEASEGATE_SERVER", "LEASEGATE_KEY", "KEY", "LOCK", "FENCE", "WR
 # The statements of docs/fencing-sql.md, with psql's :'name' for the parameters.
 ROW_WRITE = ("UPDATE counters SET value = :'value', fence = :'token' "
              "WHERE id = :'id' AND fence <= :'token' RETURNING value")
+ROW_UPSERT = ("INSERT INTO counters AS c (id, value, fence) VALUES (:'id', :'value', :'token') "
+              "ON CONFLICT (id) DO UPDATE SET value = EXCLUDED.value, fence = EXCLUDED.fence "
+              "WHERE c.fence <= EXCLUDED.fence RETURNING value")
 FENCE_CLAIM = ("INSERT INTO fences AS f (resource, fence) VALUES (:'resource', :'token') "
                "ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence "
                "WHERE f.fence <= EXCLUDED.fence RETURNING fence")
@@ -134,6 +137,15 @@ class SqlFencing(unittest.TestCase):
         # Why `<=`: with `<` the holder's own second write would be refused.
         strict = ROW_WRITE.replace("fence <= :'token'", "fence < :'token'")
         self.assertEqual(db.run(bind(strict, value=22, token=new, id=key)), [])
+
+    def test_row_fence_upsert_for_a_row_that_may_not_exist(self):
+        key = "row-upsert-" + uid()
+        old, new = self.stalled_and_newer(key)
+        db = self.session("writer")
+        self.assertEqual(db.run(bind(ROW_UPSERT, id=key, value=20, token=new)), [["20"]])   # inserted
+        self.assertEqual(db.run(bind(ROW_UPSERT, id=key, value=21, token=new)), [["21"]])   # updated
+        self.assertEqual(db.run(bind(ROW_UPSERT, id=key, value=10, token=old)), [])         # stale
+        self.assertEqual(self.counter(key), (21, new))
 
     def test_row_fence_orders_writes_not_holders(self):
         """A stalled holder that writes before the newer holder's first write is applied,
@@ -236,7 +248,14 @@ class SqlFencing(unittest.TestCase):
         self.pg.wait_until_blocked(first.name)
         second.run("COMMIT")
         self.assertEqual(first.result(), [])
+        # The refused claim still holds the row's lock until its transaction ends (so a
+        # stale transaction must end at once): the holder's next claim waits for it.
+        second.run("BEGIN")
+        second.send(bind(FENCE_CLAIM, resource=lock, token=new))
+        self.pg.wait_until_blocked(second.name)
         first.run("ROLLBACK")
+        self.assertEqual(second.result(), [[str(new)]])
+        second.run("COMMIT")
         self.assertEqual(self.entries(lock), [(1, old), (2, new)])
 
     def test_fence_table_claims_a_new_resource_once(self):
@@ -281,11 +300,22 @@ class SqlFencing(unittest.TestCase):
     def test_fence_endpoint_under_a_lock_per_resource_in_the_backend(self):
         """Check and write inside one transaction holding the resource's lock: the newer
         holder's check waits until the older write is done, so no write lands after a newer one."""
-        doc = "locked-" + uid()
+        for how in ("row", "advisory"):
+            with self.subTest(lock=how):
+                self.check_fence_endpoint_under_a_lock(how)
+
+    def check_fence_endpoint_under_a_lock(self, how):
+        doc = "locked-%s-%s" % (how, uid())
         old, new = self.stalled_and_newer(doc)
         self.pg.query("INSERT INTO documents (id, body) VALUES ('%s', 'initial')" % doc)
         stalled, newer = self.session("stalled"), self.session("newer")
-        lock_row = "SELECT body FROM documents WHERE id = '%s' FOR UPDATE" % doc
+        if how == "row":
+            lock_row = "SELECT body FROM documents WHERE id = '%s' FOR UPDATE" % doc
+        else:
+            # In a statement of its own: a statement that waits for the lock reads what was
+            # committed when it started, before the lock was granted.
+            lock_row = ("SELECT pg_advisory_xact_lock(hashtextextended('%s', 0)); "
+                        "SELECT body FROM documents WHERE id = '%s'" % (doc, doc))
 
         stalled.run("BEGIN")
         stalled.run(lock_row)
@@ -295,7 +325,7 @@ class SqlFencing(unittest.TestCase):
         self.pg.wait_until_blocked(newer.name)
         stalled.run("UPDATE documents SET body = 'stale' WHERE id = '%s'" % doc)
         stalled.run("COMMIT")
-        self.assertEqual(newer.result(), [["stale"]])
+        self.assertEqual(newer.result()[0][-1], "stale")
         self.assertTrue(self.fence(doc, new))
         newer.run("UPDATE documents SET body = 'newer' WHERE id = '%s'" % doc)
         newer.run("COMMIT")
