@@ -368,6 +368,10 @@ int gateway_open(Server *s, const Config *cfg)
         fprintf(stderr, "leasegate: cannot initialise libcurl (or out of memory)\n");
         return -1;
     }
+    if (!guard_open(s->guard, err, sizeof err)) {
+        fprintf(stderr, "leasegate: %s\n", err);
+        return -1;
+    }
     for (size_t i = 0; i < cfg->nguards; i++)
         fprintf(stderr, "leasegate: guard %s -> %s\n", cfg->guards[i].prefix, cfg->guards[i].upstream);
     return 0;
@@ -422,9 +426,15 @@ void gateway_close(Server *s)
 
 void gateway_reload_keys(Server *s)
 {
+    char err[512];
+    if (s->cfg.s3_credentials) {
+        if (guard_reload(s->guard, err, sizeof err))
+            fprintf(stderr, "leasegate: SIGHUP: S3 credentials read again from %s\n", s->cfg.s3_credentials);
+        else
+            fprintf(stderr, "leasegate: SIGHUP: keeping the S3 credentials loaded before: %s\n", err);
+    }
     if (!s->cfg.auth_file)
         return;
-    char err[512];
     AuthTable *t = auth_load(s->cfg.auth_file, err, sizeof err);
     if (!t) {
         fprintf(stderr, "leasegate: SIGHUP: keeping the %zu API keys loaded before: %s\n", auth_count(s->auth), err);

@@ -50,7 +50,7 @@ import process from "node:process";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
   Client, LeaseLostError, LeasegateError, LockHeldError, UnavailableError,
-} from "../../clients/node/index.js"; // or: from "leasegate", after npm install ./clients/node
+} from "../../clients/node/index.mjs"; // or: from "leasegate", after npm install ./clients/node
 
 let pg;
 try {
@@ -93,14 +93,14 @@ if (FENCE !== "row" && FENCE !== "table") {
   process.exit(2);
 }
 
-// Tokens are BigInts (64-bit); pg sends a string parameter as is and returns bigint
-// columns as strings, so neither loses precision.
+// Tokens are 64-bit, and the client hands them out as decimal strings; pg sends a string
+// parameter as is and returns bigint columns as strings, so nothing loses precision.
 async function writeRow(db, token) {
   // The row must exist for the UPDATE to find it; a new row starts at fence 0.
   await db.query("INSERT INTO counters (id) VALUES ($1) ON CONFLICT (id) DO NOTHING", [KEY]);
   const res = await db.query(
     "UPDATE counters SET value = value + 1, fence = $1 WHERE id = $2 AND fence <= $1 RETURNING value",
-    [String(token), KEY]);
+    [token, KEY]);
   if (res.rowCount === 0) { // 0 rows: the row's fence is above our token
     const now = await db.query("SELECT fence FROM counters WHERE id = $1", [KEY]);
     throw new Stale(now.rows[0].fence);
@@ -113,7 +113,7 @@ async function writeTable(db, token) {
   const claim = await db.query(
     "INSERT INTO fences AS f (resource, fence) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE"
     + " SET fence = EXCLUDED.fence WHERE f.fence <= EXCLUDED.fence RETURNING fence",
-    [LOCK, String(token)]);
+    [LOCK, token]);
   if (claim.rowCount === 0) { // no row: the fence is above our token
     const now = await db.query("SELECT fence FROM fences WHERE resource = $1", [LOCK]);
     throw new Stale(now.rows[0].fence);
@@ -123,7 +123,7 @@ async function writeTable(db, token) {
   const got = await db.query("SELECT coalesce(max(n), 0) AS last FROM counter_entries WHERE counter = $1", [KEY]);
   const last = BigInt(got.rows[0].last);
   await db.query("INSERT INTO counter_entries (counter, n, token, owner) VALUES ($1, $2, $3, $4)",
-    [KEY, String(last + 1n), String(token), OWNER]);
+    [KEY, String(last + 1n), token, OWNER]);
   return [last, last + 1n];
 }
 
@@ -151,7 +151,9 @@ async function main() {
   const client = new Client({ servers: SERVER, owner: OWNER });
   let stale = null;
   try {
-    await client.withLock(LOCK, { ttl: TTL_MS, wait: WAIT_MS, metadata: { example: "sql-node", pid: process.pid } },
+    // Durations carry their unit: the client refuses a bare number.
+    const options = { ttl: `${TTL_MS}ms`, wait: `${WAIT_MS}ms`, metadata: { example: "sql-node", pid: process.pid } };
+    await client.withLock(LOCK, options,
       async (lease) => {
         console.log(`${OWNER}: holding ${LOCK} with token ${lease.token}`);
         if (WORK_MS) await sleep(WORK_MS); // a long pause here is what fencing is for

@@ -144,7 +144,7 @@ def main():
     stale = None
     try:
         try:
-            with client.lock(LOCK, ttl=TTL_MS / 1000, wait=WAIT_MS / 1000,
+            with client.lock(LOCK, ttl="%dms" % TTL_MS, wait="%dms" % WAIT_MS,
                              metadata={"example": "sql-python", "pid": os.getpid()}) as lease:
                 print("%s: holding %s with token %d" % (OWNER, LOCK, lease.token), flush=True)
                 if WORK_MS:

@@ -65,6 +65,7 @@ typedef struct RequestGuard {
     ProxyCall *call;
     GuardWrite *write;
     GuardTicket ticket;
+    struct S3Write *s3; /* an S3 route's write: its steps (s3req.h) */
 } RequestGuard;
 
 /* A grant this request's answer reveals, released if it is not delivered:

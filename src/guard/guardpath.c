@@ -102,6 +102,14 @@ const char *guardpath_problem(const char *rest)
     return NULL;
 }
 
+const char *guardpath_rest_problem(const char *prefix, const char *rest)
+{
+    size_t n = strlen(prefix);
+    if (n && prefix[n - 1] == '/' && rest[0] == '/')
+        return "empty path segments ('//') are not allowed";
+    return guardpath_problem(rest);
+}
+
 const char *guardpath_lock(const char *rest, char *out, size_t outlen, const char **problem)
 {
     size_t plen = strcspn(rest, "?");
@@ -175,7 +183,7 @@ const char *guardpath_destination(const char *dest, const char *host, const char
         *problem = "it is not under this guard's prefix";
         return NULL;
     }
-    const char *why = guardpath_problem(below);
+    const char *why = guardpath_rest_problem(prefix, below);
     if (why) {
         *problem = why;
         return NULL;
@@ -187,6 +195,28 @@ const char *guardpath_destination(const char *dest, const char *host, const char
     }
     memcpy(rest, below, n + 1);
     return rest;
+}
+
+/* The byte of the path at *p, decoded, and *p moved past it; -1 at its end. */
+static int next_path_byte(const char **p)
+{
+    const char *c = *p;
+    if (!*c || *c == '?')
+        return -1;
+    int v = *c == '%' ? decoded(c) : -1;
+    *p = c + (v < 0 ? 1 : 3);
+    return v < 0 ? (unsigned char)*c : v;
+}
+
+bool guardpath_same_resource(const char *a, const char *b)
+{
+    for (;;) {
+        int x = next_path_byte(&a), y = next_path_byte(&b);
+        if (x != y)
+            return false;
+        if (x < 0)
+            return true;
+    }
 }
 
 bool guardpath_if_names_resource(const char *value)

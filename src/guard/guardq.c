@@ -37,6 +37,9 @@ struct GuardWrite {
     GuardTicket ticket; /* its share of the guard's calls, given back when it is freed */
     HeapEntry turn;    /* in GuardQueues.waiting until its turn comes: --guard-timeout */
     CommitHold hold;   /* the end record being made durable */
+    GuardPrepare prepare; /* NULL: none */
+    void *prepare_ud;
+    bool preparing, prepared;
     bool has_body;
     bool body_done;    /* the client's request has fully arrived */
     bool started;      /* its call was started */
@@ -316,10 +319,23 @@ static bool record_end(GuardWrite *w)
 /* One step of the write at the head of its queues. True when it left them. */
 static bool step(GuardWrite *w)
 {
-    if (w->released || w->ending)
-        return false; /* waiting for the upstream's answer, or for the end record */
+    if (w->released || w->ending || w->preparing)
+        return false; /* waiting for the upstream's answer, the end record, or the prepare step */
     const char *why;
     const GuardBinding *stale;
+    if (w->prepare && !w->prepared) {
+        if ((stale = stale_binding(w, &why))) {
+            refuse(w, stale, why);
+            return true;
+        }
+        heap_remove(&w->gq->waiting, &w->turn);
+        w->preparing = true;
+        if (!w->prepare(w->prepare_ud, w)) {
+            drop(w); /* the step answered the client */
+            return true;
+        }
+        return false;
+    }
     if (w->has_body && !w->started) {
         if ((stale = stale_binding(w, &why))) {
             refuse(w, stale, why);
@@ -429,8 +445,24 @@ static int compare_slots(const void *a, const void *b)
     return strcmp(((const GuardSlot *)a)->bind.lock, ((const GuardSlot *)b)->bind.lock);
 }
 
+bool guardq_preparing(const GuardWrite *w) { return w->preparing && queued(w); }
+
+void guardq_prepared(GuardWrite *w, bool ok)
+{
+    if (!guardq_preparing(w))
+        return;
+    GuardQueues *gq = w->gq;
+    w->preparing = false;
+    w->prepared = ok;
+    if (ok)
+        kick_all(w);
+    else
+        drop(w);
+    run(gq);
+}
+
 bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, const GuardBinding *b, size_t nb,
-                GuardTicket *ticket)
+                GuardTicket *ticket, GuardPrepare prepare, void *prepare_ud)
 {
     Server *s = gq->srv;
     GuardWrite *w = calloc(1, sizeof *w);
@@ -484,6 +516,8 @@ bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, c
     w->req = req;
     w->call = call;
     w->has_body = has_body;
+    w->prepare = prepare;
+    w->prepare_ud = prepare_ud;
     w->ticket = *ticket;
     *ticket = (GuardTicket){NULL, NULL};
     req->guard.write = w;

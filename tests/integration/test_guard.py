@@ -75,6 +75,10 @@ class GuardBase(unittest.TestCase):
     """One nginx per class; a fresh leasegate per test guarding /store/ -> nginx."""
 
     extra_args = []
+    # The folder of nginx's tree that /store/ reaches ("" for all of it). Classes
+    # with more routes on the same nginx give each its own folder: routes that
+    # reach the same objects under different bindings do not start.
+    STORE = ""
 
     @classmethod
     def setUpClass(cls):
@@ -101,7 +105,7 @@ class GuardBase(unittest.TestCase):
     METHODS = ",methods=GET+HEAD+OPTIONS+PUT+POST+PATCH+DELETE+MKCOL+PROPPATCH"
 
     def guard_args(self):
-        return ["--guard", "/store/=" + self.ng.url + self.METHODS]
+        return ["--guard", "/store/=" + self.ng.url + self.STORE + self.METHODS]
 
     # Requests through the guard ---------------------------------------------
     def send(self, method, path, data=None, lease=None, headers=None, client=None):
@@ -173,7 +177,7 @@ class GuardBase(unittest.TestCase):
         sentinel = "/store/__sentinel__/" + uid()
         st, _, _ = self.send("GET", sentinel)
         self.assertEqual(st, 404)
-        return self.ng.wait_logged(lambda e: e["request_uri"] == sentinel[len("/store"):],
+        return self.ng.wait_logged(lambda e: e["request_uri"] == "/" + self.STORE + sentinel[len("/store/"):],
                                    what="sentinel " + sentinel)
 
     def assert_never_forwarded(self, marker):
@@ -1024,10 +1028,16 @@ class GuardHardeningTests(GuardBase):
 
 
 class GuardMultiTests(GuardBase):
-    """--guard is repeatable; the upstream URL may carry a base path."""
+    """--guard is repeatable; the upstream URL may carry a base path. Routes on one
+    backend reach apart subtrees of it: a route whose upstream path lies within
+    another's (one object reached through two routes, so bound to two locks) stops
+    the start, unless both are bound to one lock=NAME."""
+
+    STORE = "store/"
 
     def guard_args(self):
-        return ["--guard", "/store/=" + self.ng.url, "--guard", "/nested/=" + self.ng.url + "sub/"]
+        return ["--guard", "/store/=" + self.ng.url + "store/" + self.METHODS,
+                "--guard", "/nested/=" + self.ng.url + "sub/"]
 
     def test_two_prefixes(self):
         name = "m-%s.txt" % uid()
@@ -1035,19 +1045,57 @@ class GuardMultiTests(GuardBase):
         # /nested/NAME is bound to lock NAME (the path below the prefix) and lands in sub/.
         self.assert_written(self.send("PUT", "/nested/" + name, b"in sub", g["lease"]), expect=(201,))
         self.assertEqual(self.ng.read_file("sub/" + name), b"in sub")
-        st, _, _ = self.send("GET", "/store/sub/" + name)
-        self.assertEqual((st, self.srv.client.last_raw), (200, b"in sub"))
         st, _, _ = self.send("GET", "/nested/" + name)
         self.assertEqual((st, self.srv.client.last_raw), (200, b"in sub"))
         self.assert_token_required(self.send("PUT", "/nested/" + name, b"no"))
         # The binding is by the path below the prefix, whatever the prefix: /store/NAME
-        # is bound to the same lock, /store/sub/NAME to lock sub/NAME.
+        # is bound to lock NAME too, and is another object, in store/.
         self.assert_written(self.send("PUT", "/store/" + name, b"top", g["lease"]), expect=(201,))
+        self.assertEqual((self.ng.read_file("store/" + name), self.ng.read_file("sub/" + name)),
+                         (b"top", b"in sub"))
+        # No path under /store/ reaches sub/: /store/sub/NAME is store/sub/NAME, bound
+        # to lock sub/NAME.
+        st, h, _ = self.send("GET", "/store/sub/" + name)
+        self.assertEqual((st, h.get("x-upstream")), (404, "nginx"))
         self.assert_stale(self.send("PUT", "/store/sub/" + name, b"no", g["lease"]), "sub/" + name, None)
-        self.assertEqual((self.ng.read_file(name), self.ng.read_file("sub/" + name)), (b"top", b"in sub"))
+        self.assertIsNone(self.ng.read_file("store/sub/" + name))
         entries = [e for e in self.complete_log() if e["method"] == "PUT"]
         self.assertEqual(sorted((e["request_uri"], e["lock"]) for e in entries if name in e["request_uri"]),
-                         sorted([("/sub/" + name, name), ("/" + name, name)]))
+                         sorted([("/sub/" + name, name), ("/store/" + name, name)]))
+
+    def test_routes_over_the_same_objects_do_not_start(self):
+        up = self.ng.url
+        for specs in (["/store/=" + up, "/nested/=" + up + "sub/"],  # what this class had before
+                      ["/nested/=" + up + "sub/", "/store/=" + up],
+                      ["/a/=" + up + "t", "/b/=" + up + "t/u/v/"],
+                      ["/a/=" + up.rstrip("/"), "/b/=" + up + "t/"],  # no path: all of the server
+                      ["/a/=" + up + "t/", "/b/=" + up + "t/"],
+                      ["/a/=" + up + "t/,lock=one", "/b/=" + up + "t/u/,lock=two"],
+                      ["/a/=" + up + "t/,lock=one", "/b/=" + up + "t/u/"],
+                      ["/store/=" + up + "store/", "/store/vault/=" + up + "vault/,lock=v"]):  # never reached
+            with self.subTest(specs=specs):
+                p = harness.serve_to_exit([a for spec in specs for a in ("--guard", spec)])
+                self.assertEqual((p.returncode, p.stdout), (2, ""), p.stderr)
+                lines = p.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, p.stderr)
+                for spec in specs:
+                    self.assertIn("--guard " + spec.split("=", 1)[0], lines[0])
+        # Routes bound to one lock=NAME may share objects: the one lock protects them
+        # whichever route a write takes.
+        lock = "shared-%s" % uid()
+        with harness.Server(extra_args=["--guard", "/a/=%st/,lock=%s" % (up, lock),
+                                        "--guard", "/b/=%st/u/,lock=%s" % (up, lock)]) as srv:
+            st, _, g = srv.acquire(lock, "o", ttl_ms=60000)
+            self.assertEqual(st, 200, g)
+            name = "x-%s.txt" % uid()
+            st, h, body = srv.request("PUT", "/b/" + name, raw=b"one", headers={"Fencing-Lease": g["lease"]})
+            self.assertEqual((st, h.get("x-upstream")), (201, "nginx"), body)
+            st, h, body = srv.request("PUT", "/a/u/" + name, raw=b"two", headers={"Fencing-Lease": g["lease"]})
+            self.assertEqual((st, h.get("x-upstream")), (204, "nginx"), body)
+            self.assertEqual(self.ng.read_file("t/u/" + name), b"two")
+            other = {"Fencing-Lease": harness.random_lease()}
+            st, h, body = srv.request("PUT", "/a/u/" + name, raw=b"no", headers=other)
+            self.assertEqual((st, body.get("lock")), (409, lock), body)
 
 
 class GuardFixedLockTests(GuardBase):
@@ -1055,8 +1103,10 @@ class GuardFixedLockTests(GuardBase):
 
     FIXED = "fixed/bucket"
 
+    STORE = "store/"
+
     def guard_args(self):
-        return ["--guard", "/store/=" + self.ng.url,
+        return ["--guard", "/store/=" + self.ng.url + "store/",
                 "--guard", "/fixed/=" + self.ng.url + "fx/,lock=" + self.FIXED]
 
     def test_every_path_bound_to_the_route_lock(self):
