@@ -57,9 +57,10 @@ void audit_start_seq(Audit *a, uint64_t first);
 void audit_load(Audit *a, const AuditRow *row);
 /* Calls fn for up to `limit` rows with seq > after, oldest first, of `lock`
  * only (or, with prefix, of locks whose names start with `lock`) unless lock
- * is NULL. True when more follow. */
+ * is NULL. True when more follow. The rows looked at are added to *looked
+ * (unless NULL): what the listing cost. */
 bool audit_list(const Audit *a, const char *lock, bool prefix, uint64_t after, size_t limit,
-                void (*fn)(void *ud, const AuditRow *row), void *ud);
+                void (*fn)(void *ud, const AuditRow *row), void *ud, uint64_t *looked);
 /* The largest seq given so far (0: none). */
 uint64_t audit_latest(const Audit *a);
 const char *audit_kind_name(int kind);

@@ -16,6 +16,7 @@
 #include "leasegate/dlist.h"
 #include "leasegate/locktab.h"
 #include "leasegate/loop.h"
+#include "leasegate/prefixidx.h"
 #include "leasegate/server.h"
 
 struct MHD_Connection;
@@ -80,12 +81,29 @@ typedef struct RequestAccess {
     bool waiting;       /* counted as one of its key's waiters (quota.h) */
 } RequestAccess;
 
+/* A reader of the events that follows the lock names starting with one
+ * prefix: a long-poll or a stream (events.h). Kept by prefix, so that an
+ * event reaches only the readers it concerns. */
+typedef struct EventsReader {
+    PrefixSub sub;      /* in the events' index while open */
+    DLink link;         /* in the events' list of open readers */
+    bool open;
+    /* The seq of the first event published for this reader that it has not
+     * taken yet; 0: none. Every event between what it took and `first` was
+     * for other readers. */
+    uint64_t first;
+    bool woken_pending; /* in the list of readers a publish wakes (through wlink) */
+    DLink wlink;
+    /* Once per publish that gives it events (after all of them are in the
+     * ring), and when the server starts stopping. */
+    void (*woken)(struct EventsReader *r);
+} EventsReader;
+
 /* A GET /v1/events long-poll waiting for events (events.h): the API's. */
 typedef struct RequestEvents {
-    bool waiting;       /* in Events.waiters (through link) and its deadline heap */
-    DLink link;
+    bool waiting;       /* reader open, deadline queued */
+    EventsReader reader;
     HeapEntry deadline;
-    uint64_t after;     /* the query's, checked */
     size_t limit;
     char *prefix;       /* owned: a copy of the query's, or NULL */
     struct Stream *stream; /* GET /v1/events/stream: its answer's state, owned by the response (event_stream.h) */

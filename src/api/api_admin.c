@@ -6,6 +6,7 @@
 
 #include "leasegate/api.h"
 #include "leasegate/event_stream.h"
+#include "leasegate/events.h"
 #include "leasegate/proxy.h"
 #include "leasegate/watch.h"
 #include "leasegate/web_assets.h"
@@ -104,6 +105,10 @@ void api_metrics(Request *req)
           "Connections of waiting acquires held outside libmicrohttpd (a socket and a request each).",
           s->parked.len);
     gauge(f, "leasegate_event_streams", "Open GET /v1/events/stream answers.", event_streams_open(s));
+    gauge(f, "leasegate_event_polls", "GET /v1/events long-polls waiting for events.", events_polls(s));
+    counter(f, "leasegate_event_rows_read_total",
+            "Events looked at to answer long-polls and streams (a publish looks only at the readers it concerns).",
+            events_rows_read(s));
     gauge(f, "leasegate_watches", "GET /v1/locks/NAME?index= requests waiting for their lock to change.",
           watch_count(s));
     gauge(f, "leasegate_last_token", "The last fencing token issued.", locktab_last_token(s->locks));

@@ -48,7 +48,7 @@ void api_audit(Request *req)
         return;
     }
     Rows out = {json_array(), 0, false};
-    bool more = out.rows && audit_list(s->audit, lock, false, (uint64_t)after, (size_t)limit, add_row, &out);
+    bool more = out.rows && audit_list(s->audit, lock, false, (uint64_t)after, (size_t)limit, add_row, &out, NULL);
     if (!out.rows || out.failed) {
         json_decref(out.rows);
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
@@ -99,7 +99,7 @@ void api_lock_history(Request *req)
         return;
     }
     LockRows rows = {0};
-    audit_list(s->audit, req->arg, false, 0, SIZE_MAX, keep_row, &rows);
+    audit_list(s->audit, req->arg, false, 0, SIZE_MAX, keep_row, &rows, NULL);
     json_t *grants = rows.failed ? NULL : json_array();
     size_t shown = 0;
     for (size_t i = rows.n; grants && i-- > 0 && shown < (size_t)limit;) {

@@ -31,12 +31,13 @@ struct EventStreams {
 typedef struct Stream {
     Request *req;      /* NULL once the request is over */
     Server *s;
-    uint64_t cursor;   /* every event up to this seq is sent or not for this stream */
+    uint64_t cursor;   /* the last event sent (its id) */
     char *prefix;      /* owned; NULL: every lock */
     char *out;         /* owned: formatted, not yet taken by libmicrohttpd */
     size_t len, off, cap;
     bool ending;       /* the last message is in out: end the stream after it */
-    EventsWaker waker; /* waiting for events: suspended meanwhile */
+    EventsReader reader; /* open while the request lasts; reader.first: the next event to send */
+    bool waiting;      /* suspended until events, the stop or the keep-alive wake it */
     HeapEntry beat;    /* the next keep-alive comment (EventStreams.beats) */
     bool beat_due;
 } Stream;
@@ -89,12 +90,14 @@ static void stream_add(void *ud, const AuditRow *r)
     st->cursor = r->seq;
 }
 
-/* Fills st->out with what the stream has to say next, if anything. */
+/* Fills st->out with what the stream has to say next, if anything: the
+ * events from reader.first on (none when it is 0: nothing was published for
+ * this stream since it last looked). */
 static void stream_fill(Stream *st)
 {
     const Audit *ring = events_ring(st->s);
-    uint64_t oldest = audit_oldest(ring);
-    if (oldest && st->cursor + 1 < oldest) {
+    uint64_t first = st->reader.first, oldest = audit_oldest(ring);
+    if (first && oldest && first < oldest) {
         /* The reader fell behind the ring: tell it, and end. A reconnect with
          * its Last-Event-ID then gets 410 too, so it lists the locks. */
         char msg[200];
@@ -105,9 +108,11 @@ static void stream_fill(Stream *st)
         st->ending = true;
         return;
     }
-    bool more = audit_list(ring, st->prefix, true, st->cursor, STREAM_BATCH, stream_add, st);
-    if (!more && !st->ending)
-        st->cursor = audit_latest(ring);
+    if (first) {
+        /* Nothing between the last sent and `first` was for this stream. */
+        bool more = events_list(st->s, st->prefix, first - 1, STREAM_BATCH, stream_add, st);
+        st->reader.first = more ? st->cursor + 1 : 0;
+    }
     if (!st->len && st->beat_due)
         stream_put(st, ":\n\n", 3);
     st->beat_due = false;
@@ -117,11 +122,13 @@ static void stream_fill(Stream *st)
  * libmicrohttpd asks the reader again. */
 static void stream_resume(Stream *st)
 {
-    events_unwait(st->s, &st->waker);
+    if (!st->waiting)
+        return;
+    st->waiting = false;
     http_resume(st->req);
 }
 
-static void stream_woken(EventsWaker *w) { http_resume(CONTAINER_OF(w, Stream, waker)->req); }
+static void stream_woken(EventsReader *r) { stream_resume(CONTAINER_OF(r, Stream, reader)); }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -137,7 +144,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     }
     if (st->off == st->len) {
         /* Nothing to say: suspended until events, the stop or the keep-alive wake it. */
-        events_wait(st->s, &st->waker);
+        st->waiting = true;
         http_suspend_watched(st->req);
         return 0;
     }
@@ -152,7 +159,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 /* The request is gone: the stream no longer waits for anything. */
 static void stream_unlist(Stream *st)
 {
-    events_unwait(st->s, &st->waker);
+    st->waiting = false;
+    events_reader_close(st->s, &st->reader);
     heap_remove(&st->s->streams->beats, &st->beat);
 }
 
@@ -203,11 +211,20 @@ void api_events_stream(Request *req)
     st->req = req;
     st->s = req->srv;
     st->cursor = from;
-    st->waker.wake = stream_woken;
+    st->reader.woken = stream_woken;
     heap_entry_init(&st->beat);
+    /* What was published up to now is looked at once, at the first fill. */
+    if (!events_reader_open(st->s, &st->reader, st->prefix, from < audit_latest(events_ring(st->s)) ? from + 1 : 0)) {
+        free(st->prefix);
+        free(st->out);
+        free(st);
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st,
                                                                   stream_freed);
     if (!resp) {
+        events_reader_close(st->s, &st->reader);
         free(st->prefix);
         free(st->out);
         free(st);
@@ -237,8 +254,7 @@ void event_streams_tick(Server *s, const Now *now)
         Stream *st = CONTAINER_OF(h, Stream, beat);
         heap_remove(&s->streams->beats, h);
         st->beat_due = true;
-        if (st->waker.waiting)
-            stream_resume(st);
+        stream_resume(st);
     }
 }
 
