@@ -111,8 +111,8 @@ typedef struct AcquireArgs {
     const uint8_t *new_lease;    /* the lease id to use if granted now (NULL for reentry) */
     const char *request_id;      /* NULL, or the client's id for this acquire: a repeat of
                                   * the acquire that made or last re-entered the current
-                                  * grant (same request_id and owner) changes nothing and
-                                  * answers LOCK_REPLAYED */
+                                  * grant (same request_id, owner and key) changes nothing
+                                  * and answers LOCK_REPLAYED */
     const char *key;             /* NULL, or the name of the API key acquiring (Holder.key) */
 } AcquireArgs;
 
@@ -142,6 +142,9 @@ typedef struct Locktab Locktab;
 Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks);
 /* Frees every lock and waiter; waiter contexts are not touched. */
 void locktab_free(Locktab *lt);
+
+/* Two Holder.key values name the same key (or both none). */
+bool locktab_same_key(const char *a, const char *b);
 
 /* Start-up: adds a lock read from storage (max_locks applies to new names
  * only). A holder whose expiry has passed is loaded too, and released by the

@@ -17,7 +17,7 @@
 
 /* Before an acquire of `lock` (NULL: unknown yet) by req's key that would be
  * granted or (wait) queued: true when it may go on; else it has been answered
- * 429 key_limit. A retry of the current grant (same request_id and owner) and
+ * 429 key_limit. A retry of the current grant (same request_id, owner and key) and
  * a reentry are not new and always pass. */
 bool quota_admit(Request *req, const Lock *lock, bool wait, const char *owner, const char *request_id);
 /* A lease of key `key` (NULL: none) was granted (+1) or ended (-1). */

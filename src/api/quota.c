@@ -51,8 +51,8 @@ bool quota_admit(Request *req, const Lock *lock, bool wait, const char *owner, c
     Now now = clock_now();
     bool live = lock && lock->held && lock->holder.deadline_ms > now.mono_ms;
     if (live && request_id && lock->holder.request_id && !strcmp(request_id, lock->holder.request_id) &&
-        !strcmp(owner, lock->holder.owner))
-        return true; /* a retry of the current grant: nothing new */
+        !strcmp(owner, lock->holder.owner) && locktab_same_key(lock->holder.key, k->name))
+        return true; /* a retry of the current grant (by its own key): nothing new */
     bool queued = live;
     if (queued && !wait)
         return true; /* answered lock_held: nothing new */

@@ -371,13 +371,17 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
 }
 
 /* Whether this acquire repeats the one that made or last re-entered the
- * current grant: its answer was lost, and it gets the same grant again. */
+ * current grant: its answer was lost, and it gets the same grant again. Only
+ * the key that made the grant can repeat it: owner labels and request ids are
+ * not secrets, and a replay answers with the lease. */
 static bool is_replay(const Lock *lock, const AcquireArgs *args)
 {
     const Holder *h = &lock->holder;
     return lock->held && args->request_id && h->request_id && strcmp(args->request_id, h->request_id) == 0 &&
-           strcmp(args->owner, h->owner) == 0;
+           strcmp(args->owner, h->owner) == 0 && locktab_same_key(h->key, args->key);
 }
+
+bool locktab_same_key(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
 
 static LockResult reenter(Locktab *lt, Lock *lock, const AcquireArgs *args, const Now *now)
 {

@@ -287,6 +287,31 @@ class ReloadTest(unittest.TestCase):
         self.assertEqual(box["r"][0], 200, box)
 
 
+class ReplayBoundToKeyTest(KeyedTestCase):
+    """A retried acquire (same owner and request_id) gets the grant it made, lease
+    included: only when the same key retries. Another key's identical request is a new
+    acquire: 409 lock_held, or a wait, never the first key's lease."""
+
+    def test_another_keys_retry_is_a_new_acquire(self):
+        a_key, a_line = new_key("tenant-a", "client", "shared/")
+        b_key, b_line = new_key("tenant-b", "client", "shared/")
+        self.start_keyed([a_line, b_line])
+        a, b = self.as_(a_key), self.as_(b_key)
+        st, _, grant = a.acquire("shared/x", owner="billing-1", request_id="r-1", ttl_ms=60000)
+        self.assertEqual(st, 200, grant)
+        st, _, again = a.acquire("shared/x", owner="billing-1", request_id="r-1", ttl_ms=60000)
+        self.assertEqual((st, again["lease"]), (200, grant["lease"]))  # its own retry: the same grant
+        st, _, other = b.acquire("shared/x", owner="billing-1", request_id="r-1", ttl_ms=60000)
+        self.assertEqual((st, other["error"]), (409, "lock_held"), other)
+        self.assertNotIn(grant["lease"], b.last_text)
+        st, _, other = b.acquire("shared/x", owner="billing-1", request_id="r-1", wait_ms=300)
+        self.assertEqual((st, other["error"]), (409, "lock_held"), other)
+        self.assertNotIn(grant["lease"], b.last_text)
+        # The holder's grant is untouched: a still holds it, and releases it.
+        self.assertEqual(a.renew("shared/x", grant["lease"])[0], 200)
+        self.assertEqual(a.release("shared/x", grant["lease"])[0], 200)
+
+
 class StartTest(unittest.TestCase):
     def start(self, *args):
         return subprocess.run([binary_path(), "serve", "--data", os.path.join(tempfile.mkdtemp(), "x.db")] +
