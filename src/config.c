@@ -103,6 +103,11 @@ void config_usage(FILE *out)
             "                              key_limit (default 100000; a key's line may say max_held=N)\n"
             "  --key-max-waiters N         per API key: waiting acquires (default 10000; max_waiters=N)\n"
             "  --insecure-no-auth          listen beyond loopback without --auth-file (refused otherwise)\n"
+            "  --allowed-host NAME         also answer requests whose Host is NAME (any port): a name behind a\n"
+            "                              reverse proxy or load balancer; repeatable, up to 32. Answered\n"
+            "                              anyway: IP addresses, localhost, the hosts of --listen and\n"
+            "                              --advertise; any other Host gets 421 (against DNS rebinding).\n"
+            "                              '*' turns the check off: unsafe wherever a browser can reach it\n"
             "  -h, --help                  show this help\n");
 }
 
@@ -234,7 +239,30 @@ static const NumFlag *num_flag(const char *name)
 
 static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",     "--min-token",
                                            "--access-log", "--store", "--advertise", "--auth-file",
-                                           "--tls-cert",   "--tls-key", "--cacert"};
+                                           "--tls-cert",   "--tls-key", "--cacert",  "--allowed-host"};
+
+/* --allowed-host NAME: a DNS name (letters, digits, '-', '_', '.'), or '*'. */
+static int parse_allowed_host(Config *c, const char *v, char *err, size_t errlen)
+{
+    if (!strcmp(v, "*")) {
+        c->any_host = true;
+        return 0;
+    }
+    size_t n = strlen(v);
+    bool ok = n > 0 && n <= CONFIG_HOST_NAME_MAX && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789-_.") == n;
+    if (!ok) {
+        snprintf(err, errlen, "--allowed-host: '%.80s' is not a host name (letters, digits, '-', '_' and '.'; no "
+                              "port) or '*'", v);
+        return -1;
+    }
+    if (c->nallowed_hosts == CONFIG_MAX_ALLOWED_HOSTS) {
+        snprintf(err, errlen, "--allowed-host: at most %d names", CONFIG_MAX_ALLOWED_HOSTS);
+        return -1;
+    }
+    memcpy(c->allowed_hosts[c->nallowed_hosts++], v, n + 1);
+    return 0;
+}
 
 static bool known_flag(const char *name)
 {
@@ -276,6 +304,8 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
     }
     if (!strcmp(flag, "--guard"))
         return parse_guard(c, value, err, errlen);
+    if (!strcmp(flag, "--allowed-host"))
+        return parse_allowed_host(c, value, err, errlen);
     if (!strcmp(flag, "--tls-cert") || !strcmp(flag, "--tls-key") || !strcmp(flag, "--cacert")) {
         if (!*value) {
             snprintf(err, errlen, "%s: empty path", flag);

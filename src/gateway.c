@@ -194,6 +194,8 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     listener_name(fd, addr, sizeof addr);
     snprintf(advertise, sizeof advertise, "%s%s", cfg->advertise[0] ? "" : tls_on(&s->tls) ? "https://" : "http://",
              cfg->advertise[0] ? cfg->advertise : addr);
+    /* The follower and the leader this gateway may become answer for its advertised name. */
+    hostcheck_init(&s->hosts, cfg, advertise);
     s->election = election_new(&cfg->etcd, advertise, cfg->leader_ttl_s, on_leadership_lost, err, sizeof err);
     if (!s->election) {
         fprintf(stderr, "leasegate: --store %s: %s\n", cfg->store_url, err);
@@ -201,7 +203,7 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
         return -1;
     }
     Standby *sb = standby_start(fd, s->election, (unsigned)cfg->max_connections, cfg->idle_timeout_s, &s->tls,
-                                cfg->auth_metrics ? s->auth : NULL);
+                                cfg->auth_metrics ? s->auth : NULL, &s->hosts);
     const char *why = tls_mhd_started(&s->tls);
     if (!sb) {
         fprintf(stderr, "leasegate: cannot start the %s server on %s: %s\n", tls_on(&s->tls) ? "HTTPS" : "HTTP",
@@ -261,6 +263,7 @@ int gateway_open(Server *s, const Config *cfg)
                         "lock\n",
                 cfg->listen_host);
     }
+    hostcheck_init(&s->hosts, cfg, NULL);
     if (cfg->store_url) {
         if (become_leader(s, cfg, &s->listen_fd))
             return -1;
@@ -346,6 +349,9 @@ int gateway_open(Server *s, const Config *cfg)
     }
     for (size_t i = 0; i < cfg->nguards; i++)
         fprintf(stderr, "leasegate: guard %s -> %s\n", cfg->guards[i].prefix, cfg->guards[i].upstream);
+    char hosts[sizeof s->hosts.names + 200];
+    hostcheck_describe(&s->hosts, hosts, sizeof hosts);
+    fprintf(stderr, "leasegate: answering %s\n", hosts);
     return 0;
 }
 

@@ -12,6 +12,8 @@
 #include "leasegate/etcd.h"
 
 #define CONFIG_MAX_GUARDS 16
+#define CONFIG_MAX_ALLOWED_HOSTS 32
+#define CONFIG_HOST_NAME_MAX 253
 
 /* --guard PREFIX=UPSTREAM[,lock=NAME]: requests under PREFIX go to UPSTREAM;
  * a write is bound to lock NAME, or (lock empty) to the lock its path below
@@ -57,6 +59,10 @@ typedef struct Config {
     bool insecure_no_auth;        /* --insecure-no-auth: listen beyond loopback without keys */
     size_t key_max_held;          /* per API key: locks held and waited for, unless its line says */
     size_t key_max_waiters;       /* per API key: waiting acquires, unless its line says */
+    /* --allowed-host: more names this server answers for (hostcheck.h) */
+    char allowed_hosts[CONFIG_MAX_ALLOWED_HOSTS][CONFIG_HOST_NAME_MAX + 1];
+    size_t nallowed_hosts;
+    bool any_host;                /* --allowed-host '*': no Host check */
 } Config;
 
 typedef enum ConfigResult { CONFIG_OK, CONFIG_HELP, CONFIG_ERROR } ConfigResult;

@@ -20,6 +20,7 @@
 #include "leasegate/election.h"
 #include "leasegate/dlist.h"
 #include "leasegate/fence.h"
+#include "leasegate/hostcheck.h"
 #include "leasegate/leaseid.h"
 #include "leasegate/locktab.h"
 #include "leasegate/metrics.h"
@@ -60,6 +61,7 @@ typedef struct Server {
     LeaseIds lease_ids;
     FILE *access_log;  /* --access-log, or NULL */
     Tls tls;           /* HTTPS (--tls-cert) and the CAs of outbound https calls (--cacert) */
+    HostCheck hosts;   /* the Host names answered for, and the Origins that may write */
     DList waiting;     /* Request.wait.link: requests in a long-poll */
     DList suspended;   /* Request.slink: connections suspended now (waiting, held, proxied) */
     DList parked;      /* Request.park.link: waiters whose socket is ours (park.h) */

@@ -444,13 +444,19 @@ static bool body_worth_discarding(struct MHD_Connection *conn)
            httphead_content_length(conn, &n) && n <= HTTP_MAX_DISCARD;
 }
 
-/* An answer queued at once, from the first callback, before any handler ran. */
-static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message)
+/* An answer queued at once, from the first callback, before any handler ran,
+ * with the fields of extra (taken over; NULL for none). */
+static enum MHD_Result reply_now_with(Request *req, ErrCode code, json_t *extra, const char *message)
 {
     struct MHD_Connection *conn = req->conn;
     Server *s = req->srv;
     req->status = error_status(code);
     json_t *body = json_pack("{s:s, s:s}", "error", error_code(code), "message", message);
+    if (body && extra && json_object_update(body, extra)) {
+        json_decref(body);
+        body = NULL;
+    }
+    json_decref(extra);
     char *text = body ? rawjson_dumps(body, NULL) : NULL;
     json_decref(body);
     if (!text)
@@ -467,6 +473,38 @@ static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message
     enum MHD_Result r = MHD_queue_response(conn, error_status(code), resp);
     MHD_destroy_response(resp);
     return r;
+}
+
+static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message)
+{
+    return reply_now_with(req, code, NULL, message);
+}
+
+/* The Host check (hostcheck.h): true after queueing the refusal (*answer). */
+static bool refused_host(Request *req, const char *method, enum MHD_Result *answer)
+{
+    struct MHD_Connection *conn = req->conn;
+    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    char msg[400];
+    switch (hostcheck_request(&req->srv->hosts, method, host, origin)) {
+    case HOST_OK:
+        return false;
+    case HOST_MISDIRECTED:
+        snprintf(msg, sizeof msg,
+                 "this server does not answer for Host '%.120s' (against DNS rebinding): use its address, "
+                 "or start it with --allowed-host NAME",
+                 host);
+        *answer = reply_now_with(req, ERR_MISDIRECTED_REQUEST, json_pack("{s:s}", "field", "host"), msg);
+        return true;
+    case HOST_BAD_ORIGIN:
+    default:
+        snprintf(msg, sizeof msg,
+                 "a %.16s from a page on '%.120s' is refused: its Origin is not a host this server answers for", method,
+                 origin);
+        *answer = reply_now_with(req, ERR_FORBIDDEN, json_pack("{s:s}", "reason", "origin"), msg);
+        return true;
+    }
 }
 
 static void http_request_end(Request *req, bool delivered);
@@ -545,6 +583,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return reply_now(req, ERR_HEADERS_TOO_LARGE, "the request line and headers are larger than 12288 bytes");
         if (!httphead_names_are_tokens(conn))
             return reply_now(req, ERR_BAD_REQUEST, HTTPHEAD_NAME_NOT_TOKEN);
+        enum MHD_Result refused;
+        if (refused_host(req, method, &refused))
+            return refused;
         req->in_handler = true;
         s->app->begin(req, method, url);
         req->in_handler = false;

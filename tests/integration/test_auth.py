@@ -396,7 +396,7 @@ class JsonBodyTest(ServerTestCase):
             self.assertEqual(st, 415, (ctype, body))
         raw = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         self.addCleanup(raw.close)
-        raw.sendall(b'POST /v1/locks/j/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n{"owner":"page"}')
+        raw.sendall(b'POST /v1/locks/j/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 16\r\n\r\n{"owner":"page"}')
         self.assertTrue(raw.recv(4096).startswith(b"HTTP/1.1 415 "), "no Content-Type at all was accepted")
         self.assertFalse(c.get_lock("j")[2]["held"], "a 415 took the lock")
         for ctype in ("application/json", "application/json; charset=utf-8", "Application/JSON"):

@@ -724,10 +724,10 @@ class ContractTest(unittest.TestCase):
             path = url_of(tpl, {"name": "x/1", "resource": "x/1"}).encode()
             body = b"" if method != "POST" else b"Content-Type: application/json\r\nContent-Length: 2\r\n"
             end = b"\r\n" + (b"{}" if method == "POST" else b"")
-            a.raw(tpl, method, b"%s %s?pad=%s HTTP/1.1\r\nHost: x\r\n%s%s" % (method.encode(), path, b"a" * 9000,
+            a.raw(tpl, method, b"%s %s?pad=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s" % (method.encode(), path, b"a" * 9000,
                                                                                 body, end),
                   expect=414, label=path.decode() + "?pad=(9000 bytes)")
-            a.raw(tpl, method, b"%s %s HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n%s%s" % (method.encode(), path,
+            a.raw(tpl, method, b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: %s\r\n%s%s" % (method.encode(), path,
                                                                                     b"p" * 13000, body, end),
                   expect=431, label=path.decode() + " with a 13 KB header")
 
@@ -779,7 +779,7 @@ class ContractTest(unittest.TestCase):
     def oversize(cls, caller, template, path):
         """413: a body declared larger than 64 KiB, refused before it is read."""
         caller.raw(template, "POST",
-                   b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                    b"Content-Length: 70000\r\n\r\n{", expect=413, label=path + " (70000-byte body)")
 
     @classmethod

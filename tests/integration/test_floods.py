@@ -20,7 +20,7 @@ SANITIZED = os.environ.get("LEASEGATE_SANITIZED") == "1"
 
 def post(path, body):
     data = json.dumps(body).encode()
-    return (("POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    return (("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
              % (path, len(data))).encode() + data)
 
 
