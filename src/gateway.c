@@ -273,6 +273,16 @@ int gateway_open(Server *s, const Config *cfg)
         if (!have_boot)
             fprintf(stderr, "leasegate: the kernel does not say which boot this is: leases held across a restart "
                             "keep what the wall clock says is left of them\n");
+        char narrowed[1200];
+        int n = store_sqlite_narrow(cfg->data_path, narrowed, sizeof narrowed, err, sizeof err);
+        if (n < 0) {
+            fprintf(stderr, "leasegate: %s\n", err);
+            return -1;
+        }
+        if (n > 0)
+            fprintf(stderr, "leasegate: made %s readable by its owner only (0600): the database holds every live "
+                            "lease\n",
+                    narrowed);
         s->store = store_sqlite_open(cfg->data_path, have_boot ? boot_id : NULL, err, sizeof err);
         if (!s->store) {
             fprintf(stderr, "leasegate: cannot open database %s\n", err);

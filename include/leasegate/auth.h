@@ -15,7 +15,8 @@
  * without them the server's --key-max-held and --key-max-waiters apply.
  * Blank lines and lines starting with '#' are
  * skipped. A file over AUTH_MAX_FILE bytes or AUTH_MAX_KEYS keys, or with any
- * line that does not parse, is refused whole (with the line number).
+ * line that does not parse, is refused whole (with the line number); so is a
+ * file its group or others may write (whoever can write it can add a key).
  *
  * Keys are 256 random bits ("lgk_" + 43 base64url characters), so one
  * unsalted SHA-256 is what storing them needs (as for any random API token);

@@ -110,6 +110,12 @@ struct Store {
  * boot-clock deadline is loaded only when it was written in the same boot,
  * else as -1. On failure returns NULL and writes a message into err. */
 Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_t errlen);
+/* Before opening: the database at path and its -wal, -shm and -journal files,
+ * where they exist and others than their owner may read or write them, are
+ * narrowed to their owner's bits (0600): they hold every live lease in
+ * plain text. Returns how many were narrowed, naming each with its old mode
+ * in note; -1 with err when one cannot be. (New files are created 0600.) */
+int store_sqlite_narrow(const char *path, char *note, size_t notelen, char *err, size_t errlen);
 
 typedef struct EtcdUrl EtcdUrl;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #define KEY_PREFIX "lgk_"
 #define KEY_RANDOM_BYTES 32
@@ -253,6 +254,20 @@ AuthTable *auth_load(const char *path, char *err, size_t errlen)
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    /* Whoever may write the file may give themselves an admin key. */
+    struct stat st;
+    bool stat_ok = fstat(fileno(f), &st) == 0;
+    if (!stat_ok || (st.st_mode & 022)) {
+        if (stat_ok)
+            snprintf(err, errlen, "%s: refused: it is writable by %s (mode %04o), so they could add a key of their "
+                                  "own; chmod go-w %s",
+                     path, (st.st_mode & 022) == 022 ? "its group and others" : st.st_mode & 020 ? "its group" : "others",
+                     (unsigned)(st.st_mode & 07777), path);
+        else
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        fclose(f);
         return NULL;
     }
     char *text = malloc(AUTH_MAX_FILE + 1);

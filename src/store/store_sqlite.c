@@ -725,8 +725,11 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
     }
     s->base.ops = &SQLITE_OPS;
     s->path = strdup(path);
-    s->lock_fd = s->path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
-    if (s->lock_fd < 0) {
+    /* 0600 whatever the umask: the database holds every live lease. SQLite
+     * gives its -wal and -shm files the database file's mode. */
+    s->lock_fd = s->path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+    struct stat st;
+    if (s->lock_fd < 0 || fstat(s->lock_fd, &st) != 0 || ((st.st_mode & 0777) != 0600 && fchmod(s->lock_fd, 0600))) {
         snprintf(s->err, sizeof s->err, "%s", strerror(errno));
         goto fail;
     }
@@ -781,8 +784,41 @@ static int sync_parent(const char *path, char *err, size_t errlen)
     return 0;
 }
 
+int store_sqlite_narrow(const char *path, char *note, size_t notelen, char *err, size_t errlen)
+{
+    static const char *const SUFFIX[] = {"", "-wal", "-shm", "-journal"};
+    int narrowed = 0;
+    size_t o = 0;
+    note[0] = '\0';
+    for (size_t i = 0; i < sizeof SUFFIX / sizeof SUFFIX[0]; i++) {
+        char file[4200];
+        snprintf(file, sizeof file, "%s%s", path, SUFFIX[i]);
+        struct stat st;
+        if (stat(file, &st) != 0) {
+            if (errno == ENOENT)
+                continue;
+            snprintf(err, errlen, "%s: %s", file, strerror(errno));
+            return -1;
+        }
+        if (!S_ISREG(st.st_mode) || (st.st_mode & 0077) == 0)
+            continue;
+        if (chmod(file, st.st_mode & 0700) != 0) {
+            snprintf(err, errlen, "cannot narrow %s (mode %04o) to the owner only: %s", file, st.st_mode & 07777,
+                     strerror(errno));
+            return -1;
+        }
+        int n = snprintf(note + o, o < notelen ? notelen - o : 0, "%s%s (was %04o)", narrowed ? ", " : "", file,
+                         st.st_mode & 07777);
+        if (n > 0)
+            o += (size_t)n;
+        narrowed++;
+    }
+    return narrowed;
+}
+
 /* Copies src into a new file next to dest and renames it into place, so that
- * dest is either absent or a complete, checked copy. */
+ * dest is either absent or a complete, checked copy, readable by its owner
+ * only (it holds every live lease) whatever the umask. */
 int store_sqlite_backup(const char *src_path, const char *dest_path, StoreBackupInfo *info, char *err,
                         size_t errlen)
 {
@@ -805,6 +841,16 @@ int store_sqlite_backup(const char *src_path, const char *dest_path, StoreBackup
     }
     sqlite3_busy_timeout(src, 10000);
     unlink(partial);
+    /* An empty file is an empty database: SQLite opens it as is, and gives
+     * its journal the file's mode. */
+    int pfd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (pfd < 0 || fchmod(pfd, 0600) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", partial, strerror(errno));
+        if (pfd >= 0)
+            close(pfd);
+        goto out;
+    }
+    close(pfd);
     if (sqlite3_open_v2(partial, &dest, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
         snprintf(err, errlen, "cannot create %s: %s", partial, dest ? sqlite3_errmsg(dest) : "out of memory");
         goto out;
