@@ -39,7 +39,10 @@ class Server:
         self.port = free_port()
         self.base = "http://127.0.0.1:%d" % self.port
         self.proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data",
-                                      os.path.join(workdir, "db"), "--max-connections", str(N + 100)],
+                                      os.path.join(workdir, "db"), "--max-connections", str(N + 100),
+                                      # one peer (this machine) holds them all
+                                      "--peer-max-connections", str(N + 100), "--peer-max-polls", str(N + 100),
+                                      "--peer-max-half-sent", str(N + 100)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(200):
             try:

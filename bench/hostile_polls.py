@@ -69,7 +69,11 @@ class Server:
         self.port = free_port()
         self.proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data",
                                       os.path.join(workdir, "db"), "--auth-file", keys, "--events-keep", str(RING),
-                                      "--max-connections", str(POLLS + 200)],
+                                      "--max-connections", str(POLLS + 200),
+                                      # every client is on this machine: one peer; the key's
+                                      # share of held polls must let the attack's polls in
+                                      "--peer-max-connections", str(POLLS + 200), "--peer-max-polls", str(POLLS),
+                                      "--key-max-polls", str(POLLS), "--peer-max-half-sent", str(POLLS + 200)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(200):
             try:

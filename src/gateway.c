@@ -10,6 +10,7 @@
 
 #include <microhttpd.h>
 
+#include "leasegate/rekey.h"
 #include "leasegate/accesslog.h"
 #include "leasegate/api.h"
 #include "leasegate/dispatch.h"
@@ -17,6 +18,7 @@
 #include "leasegate/http.h"
 #include "leasegate/listener.h"
 #include "leasegate/loop.h"
+#include "leasegate/peers.h"
 #include "leasegate/proxy.h"
 #include "leasegate/event_stream.h"
 #include "leasegate/events.h"
@@ -47,6 +49,7 @@ static void on_changed(void *ud, const Lock *lock)
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Server *s = ud;
+    quota_named(s, &lock->charge, -1);
     fence_remove(s->guard_marks, lock->name);
     if (!commit_forget(s->commit, lock->name, locktab_last_token(s->locks))) {
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
@@ -58,9 +61,10 @@ static void on_forgotten(void *ud, const Lock *lock)
 }
 
 /* Fence hook: an idle resource goes, its mark lives on in its bucket's floor. */
-static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, uint64_t floor)
+static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, uint64_t floor, const Charge *charge)
 {
     Server *s = ud;
+    quota_fenced(s, charge, -1);
     if (!commit_fence_forget(s->commit, resource, bucket, floor)) {
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
         _exit(70);
@@ -106,10 +110,15 @@ static int load_lock(void *ud, const StoreLock *l)
     ctx->held += l->held;
     if (l->held)
         quota_held(ctx->s, l->holder.key, +1);
-    return locktab_load(ctx->s->locks, l->name, l->last_token, l->held ? &l->holder : NULL, &ctx->now) ==
-                   LOCK_OK
-               ? 0
-               : -1;
+    if (locktab_load(ctx->s->locks, l->name, l->last_token, l->held ? &l->holder : NULL, &ctx->now) != LOCK_OK)
+        return -1;
+    /* Who made the name is not stored: a held one counts against its holder's key. */
+    if (l->held && l->holder.key) {
+        Charge c = quota_charge_of_key(ctx->s, l->holder.key);
+        locktab_set_charge(ctx->s->locks, l->name, c);
+        quota_named(ctx->s, &c, +1);
+    }
+    return 0;
 }
 
 static int load_fence(void *ud, const StoreMark *m)
@@ -344,6 +353,10 @@ int gateway_open(Server *s, const Config *cfg)
         return -1;
     }
     s->app = dispatch_app();
+    if (!(s->peers = peers_new(cfg->peer_max_connections, cfg->peer_max_half_sent))) {
+        fprintf(stderr, "leasegate: start-up failed: out of memory\n");
+        return -1;
+    }
     if (http_start(s))
         return -1;
     s->loop = loop_new();
@@ -384,6 +397,7 @@ void gateway_close(Server *s)
         }
     }
     http_stop(s);
+    peers_free(s->peers); /* after the last connection closed */
     if (s->listen_fd >= 0)
         close(s->listen_fd); /* never handed to MHD */
     /* Stopping MHD completes the last connections, which may release grants
@@ -425,4 +439,6 @@ void gateway_reload_keys(Server *s)
     auth_unref(s->auth); /* requests that began under it hold their own reference */
     s->auth = t;
     fprintf(stderr, "leasegate: SIGHUP: %zu API keys from %s\n", auth_count(t), s->cfg.auth_file);
+    /* What a removed or narrowed key holds open ends now, not when it times out. */
+    rekey_reloaded(s);
 }

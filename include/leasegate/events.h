@@ -47,6 +47,8 @@ void events_tick(Server *s, const Now *now);
 /* The server is stopping: long-polls answer now, other readers are woken
  * (events_draining turns true). */
 void events_drain(Server *s);
+/* A waiting long-poll ends with an error answer (its key was removed or narrowed). */
+void events_end_poll(Request *req, ErrCode code, const char *why);
 /* The request is over: it stops waiting for events. */
 void events_request_end(Request *req);
 

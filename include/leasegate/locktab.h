@@ -29,6 +29,7 @@
 #include "leasegate/clock.h"
 #include "leasegate/dlist.h"
 #include "leasegate/heap.h"
+#include "leasegate/share.h"
 
 #define LEASE_ID_BYTES 16
 
@@ -76,6 +77,8 @@ typedef struct Lock {
     DList waiters;       /* FIFO of Waiter.link: the head is served next */
     uint64_t index;      /* moves with every change a reader can see (holder, renewal,
                           * waiters): locktab_index */
+    Charge charge;       /* who the name is counted against (share.h): AcquireArgs.charge of
+                          * the acquire that made it, or locktab_set_charge; opaque here */
 } Lock;
 
 typedef struct LocktabHooks {
@@ -114,6 +117,7 @@ typedef struct AcquireArgs {
                                   * grant (same request_id, owner and key) changes nothing
                                   * and answers LOCK_REPLAYED */
     const char *key;             /* NULL, or the name of the API key acquiring (Holder.key) */
+    Charge charge;               /* Lock.charge when this acquire makes a new name */
 } AcquireArgs;
 
 typedef enum LockResult {
@@ -143,6 +147,8 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks);
 /* Frees every lock and waiter; waiter contexts are not touched. */
 void locktab_free(Locktab *lt);
 
+/* Start-up, after loading: who lock `name` is counted against (Lock.charge). */
+void locktab_set_charge(Locktab *lt, const char *name, Charge charge);
 /* Two Holder.key values name the same key (or both none). */
 bool locktab_same_key(const char *a, const char *b);
 

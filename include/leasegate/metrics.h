@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "leasegate/share.h"
+
 typedef struct Metrics {
     uint64_t requests;
     uint64_t responses[6];       /* by status class: [2] = 2xx ... [5] = 5xx */
@@ -25,6 +27,7 @@ typedef struct Metrics {
     uint64_t fence_rejected;
     uint64_t guard_rejected_stale;
     uint64_t guard_rejected_missing;
+    uint64_t share_refused[2][SHARE_KINDS]; /* 429s: [0] a key's share, [1] a peer's */
 } Metrics;
 
 #endif

@@ -26,6 +26,16 @@ typedef struct GuardWrite GuardWrite;
 
 typedef void (*Handler)(Request *req);
 
+struct Peer;
+
+/* What the HTTP layer keeps per connection (libmicrohttpd's socket context):
+ * the HTTP layer's, read by park.h. */
+typedef struct HttpConn {
+    void *park;        /* park.h's byte accounting, or NULL (TLS, out of memory) */
+    struct Peer *peer; /* peers.h: its peer's counts, or NULL when not counted */
+    bool sending;      /* counted as one of its peer's half-sent requests */
+} HttpConn;
+
 /* A request whose body the layer above takes as it arrives (a guarded call
  * streams it upstream) instead of the HTTP layer gathering it. */
 typedef struct RequestStream {
@@ -56,6 +66,7 @@ typedef struct RequestPark {
     int64_t write_deadline_ms; /* while writing: given up then (monotonic ms) */
     char *out;          /* owned: the answer's bytes */
     size_t out_len, out_off;
+    struct Peer *peer;  /* its peer's count of connections while parked (peers.h) */
 } RequestPark;
 
 /* Under a guard prefix (guard.h): the upstream call, and for a write its
@@ -79,6 +90,10 @@ typedef struct RequestAccess {
     AuthTable *table; /* a reference, or NULL (no --auth-file, or no key needed) */
     const AuthKey *key; /* in table */
     bool waiting;       /* counted as one of its key's waiters (quota.h) */
+    bool polling;       /* held open: counted in its key's and peer's max_polls (quota.h) */
+    void *key_use, *peer_use; /* while polling: the entries counted (quota.c's) */
+    bool listed;        /* with a key, waiting or polling: in Server.keyed (through link) */
+    DLink link;
 } RequestAccess;
 
 /* A reader of the events that follows the lock names starting with one
@@ -137,6 +152,7 @@ struct Request {
     bool body_nomem;    /* the body could not be held: 503, not 413 */
     bool in_handler;    /* inside the access callback: may queue directly */
     bool suspended;
+    bool over_half_sent; /* begun while its peer was at its share of half-sent requests: 429 */
     DLink slink;        /* in Server.suspended while suspended */
     bool close;         /* on resume, drop the connection */
     unsigned status;

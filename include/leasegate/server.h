@@ -49,7 +49,10 @@ typedef struct Server {
     struct EventStreams *streams; /* GET /v1/events/stream (event_stream.h) */
     struct Watches *watches; /* requests waiting for a lock to change (watch.h) */
     Request *trail_actor; /* the request whose call into the lock table is running, for the trail */
-    struct Smap *key_use; /* API key name -> its locks held and waited for (quota.h), or NULL */
+    struct Smap *key_use; /* API key name -> what it uses of its shares (quota.h), or NULL */
+    struct Smap *peer_use; /* peer address -> what it uses of its shares (quota.h), or NULL */
+    DList keyed;        /* Request.access.link: requests with a key that wait or are held open (quota.h) */
+    struct Peers *peers; /* each peer's connections and half-sent requests (peers.h) */
     Proxy *proxy;       /* the guard's upstream calls */
     Guard *guard;       /* the guard's write queues */
     struct MHD_Daemon *daemon;
@@ -69,6 +72,7 @@ typedef struct Server {
     DList park_writing; /* Request.park.rlink: parked answers waiting for room, by deadline */
     bool stopping;
     bool storage_failed;
+    bool adding_back;  /* park.c hands a connection back to libmicrohttpd: not a new one */
 } Server;
 
 #endif

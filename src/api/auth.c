@@ -142,14 +142,22 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
     }
     for (size_t i = 3; i < nf; i++) {
         if (strchr(f[i], '=')) { /* never in a prefix: '=' is not a lock-name character */
-            size_t *limit = !strncmp(f[i], "max_held=", 9) ? &k->max_held
-                            : !strncmp(f[i], "max_waiters=", 12) ? &k->max_waiters
-                                                                  : NULL;
-            const char *v = limit ? strchr(f[i], '=') + 1 : NULL;
+            static const char *const OPTS[] = {"max_held=", "max_waiters=", "max_names=", "max_fences=", "max_polls="};
+            size_t *const dest[] = {&k->max_held, &k->max_waiters, &k->max_names, &k->max_fences, &k->max_polls};
+            size_t *limit = NULL;
+            const char *v = NULL;
+            for (size_t o = 0; o < sizeof OPTS / sizeof OPTS[0]; o++)
+                if (!strncmp(f[i], OPTS[o], strlen(OPTS[o]))) {
+                    limit = dest[o];
+                    v = f[i] + strlen(OPTS[o]);
+                }
             char *end = NULL;
             unsigned long long n = v && *v >= '1' && *v <= '9' ? strtoull(v, &end, 10) : 0;
             if (!limit || !end || *end || n > 100000000) {
-                snprintf(err, errlen, "'%.80s' is not max_held=N or max_waiters=N (N in 1..100000000)", f[i]);
+                snprintf(err, errlen,
+                         "'%.80s' is not max_held=N, max_waiters=N, max_names=N, max_fences=N or max_polls=N (N in "
+                         "1..100000000)",
+                         f[i]);
                 return false;
             }
             *limit = (size_t)n;
@@ -338,6 +346,14 @@ const AuthKey *auth_find_bearer(const AuthTable *t, const char *h, const char **
     if (!k)
         *why = "unknown API key";
     return k;
+}
+
+const AuthKey *auth_find_same(const AuthTable *t, const AuthKey *old)
+{
+    for (size_t i = 0; i < t->nkeys; i++)
+        if (!strcmp(t->keys[i].name, old->name) && !memcmp(t->keys[i].hash, old->hash, sizeof old->hash))
+            return &t->keys[i];
+    return NULL;
 }
 
 bool auth_covers(const AuthKey *k, const char *name)

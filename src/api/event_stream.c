@@ -14,6 +14,7 @@
 #include "leasegate/jsondump.h"
 #include "leasegate/http.h"
 #include "leasegate/httphead.h"
+#include "leasegate/quota.h"
 
 /* A stream with nothing to say sends a comment this often, so that proxies
  * keep it open and a client that went away is noticed. */
@@ -36,6 +37,7 @@ typedef struct Stream {
     char *out;         /* owned: formatted, not yet taken by libmicrohttpd */
     size_t len, off, cap;
     bool ending;       /* the last message is in out: end the stream after it */
+    char *revoked;     /* owned: the `event: unauthorized` to end with, not sent yet (event_streams_end) */
     EventsReader reader; /* open while the request lasts; reader.first: the next event to send */
     bool waiting;      /* suspended until events, the stop or the keep-alive wake it */
     HeapEntry beat;    /* the next keep-alive comment (EventStreams.beats) */
@@ -95,6 +97,13 @@ static void stream_add(void *ud, const AuditRow *r)
  * this stream since it last looked). */
 static void stream_fill(Stream *st)
 {
+    if (st->revoked) {
+        stream_put(st, st->revoked, strlen(st->revoked));
+        free(st->revoked);
+        st->revoked = NULL;
+        st->ending = true;
+        return;
+    }
     const Audit *ring = events_ring(st->s);
     uint64_t first = st->reader.first, oldest = audit_oldest(ring);
     if (first && oldest && first < oldest) {
@@ -172,6 +181,7 @@ static void stream_freed(void *cls)
         st->req->events.stream = NULL;
     }
     st->s->streams->open--;
+    free(st->revoked);
     free(st->prefix);
     free(st->out);
     free(st);
@@ -198,7 +208,7 @@ void api_events_stream(Request *req)
         after = (long long)v;
     }
     uint64_t from;
-    if (!events_resolve_after(req, (uint64_t)after, &from))
+    if (!events_resolve_after(req, (uint64_t)after, &from) || !quota_poll_start(req))
         return;
     Stream *st = calloc(1, sizeof *st);
     if (!st || (prefix && !(st->prefix = strdup(prefix))) || !stream_put(st, "retry: 1000\n\n", 13)) {
@@ -256,6 +266,27 @@ void event_streams_tick(Server *s, const Now *now)
         st->beat_due = true;
         stream_resume(st);
     }
+}
+
+const char *event_streams_prefix(const Request *req)
+{
+    return req->events.stream ? req->events.stream->prefix : NULL;
+}
+
+void event_streams_end(Request *req, ErrCode code, const char *why)
+{
+    Stream *st = req->events.stream;
+    if (!st || st->revoked || st->ending)
+        return;
+    json_t *data = json_pack("{s:s, s:s}", "error", error_code(code), "message", why);
+    char *text = data ? jsondump_whole(data, JSON_COMPACT) : NULL;
+    json_decref(data);
+    /* It ends whether or not the message could be made: the key is gone. */
+    if (!text || asprintf(&st->revoked, "event: unauthorized\ndata: %s\n\n", text) < 0)
+        st->revoked = NULL, st->ending = true;
+    free(text);
+    events_reader_close(st->s, &st->reader); /* nothing more for it */
+    stream_resume(st);
 }
 
 void event_streams_request_end(Request *req)

@@ -11,6 +11,7 @@
 #include "leasegate/query.h"
 #include "leasegate/container.h"
 #include "leasegate/prefixidx.h"
+#include "leasegate/quota.h"
 #include "leasegate/watch.h"
 
 #define EVENTS_DEFAULT 100
@@ -347,7 +348,7 @@ void api_events(Request *req)
     }
     /* The one look at the ring this poll costs: from here on it hears only
      * of the events its prefix matches. */
-    if (answer_from(req, from, wait_ms == 0 || e->draining))
+    if (answer_from(req, from, wait_ms == 0 || e->draining) || !quota_poll_start(req))
         return;
     Now now = clock_now();
     req->events.reader.woken = poll_woken;
@@ -360,6 +361,12 @@ void api_events(Request *req)
     }
     req->events.waiting = true;
     http_hold(req);
+}
+
+void events_end_poll(Request *req, ErrCode code, const char *why)
+{
+    stop_waiting(req);
+    http_reply_error(req, code, NULL, "%s", why);
 }
 
 int64_t events_next_timeout_ms(const Server *s, const Now *now)

@@ -54,7 +54,8 @@ class SlowlorisTests(unittest.TestCase):
     def test_ten_thousand_trickling_connections(self):
         n = 2000 if SANITIZED else 10000
         harness.raise_nofile_limit()
-        with harness.Server(extra_args=["--max-connections", str(n + 100)]) as srv:
+        with harness.Server(extra_args=["--max-connections", str(n + 100), "--peer-max-connections", str(n + 100),
+                                            "--peer-max-half-sent", str(n + 100)]) as srv:
             health = Health(srv)
             socks = connect_many(srv.port, n)
             try:
@@ -80,7 +81,8 @@ class WaiterFloodTests(unittest.TestCase):
         per_lock = 20
         locks = min(200 if SANITIZED else 1000, (limit - 1000) // per_lock)
         total = locks * per_lock
-        with harness.Server(extra_args=["--max-connections", str(total + 200), "--max-waiters", str(total),
+        with harness.Server(extra_args=["--max-connections", str(total + 200), "--peer-max-connections", str(total + 200),
+                                        "--peer-max-half-sent", str(total + 200), "--max-waiters", str(total),
                                         "--max-waiters-per-lock", str(per_lock)]) as srv:
             health = Health(srv)
             holders = {}
