@@ -13,6 +13,7 @@
 #include "leasegate/rekey.h"
 #include "leasegate/accesslog.h"
 #include "leasegate/api.h"
+#include "leasegate/auditlog.h"
 #include "leasegate/dispatch.h"
 #include "leasegate/guard.h"
 #include "leasegate/http.h"
@@ -80,7 +81,7 @@ static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t 
         _exit(70);
     }
     /* After the change is recorded: its event waits for the batch that holds it. */
-    trail_ended(s, lock->name, lock->holder.owner, token, how);
+    trail_ended(s, lock->name, lock->holder.owner, lock->holder.key, token, how);
 }
 
 static void on_granted(void *ud, void *waiter_ctx, const Lock *lock)
@@ -156,8 +157,17 @@ static int load_revoked(void *ud, uint64_t token)
 static int load_audit(void *ud, const AuditRow *row)
 {
     LoadCtx *ctx = ud;
-    audit_load(ctx->s->audit, row);
-    return 0;
+    return auditlog_load(ctx->s->audit, row) ? 0 : -1;
+}
+
+/* A stored audit row past its key's --audit-keep: storage deletes it too. */
+static void on_audit_dropped(void *ud, const char *key, uint64_t seq)
+{
+    Server *s = ud;
+    if (!commit_audit_drop(s->commit, key, seq, auditlog_gone_below(s->audit))) {
+        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
+        _exit(70);
+    }
 }
 
 static int load_floor(void *ud, const StoreFloor *f)
@@ -309,7 +319,7 @@ int gateway_open(Server *s, const Config *cfg)
     /* Guard marks go with their lock (on_forgotten), never on their own. */
     s->guard_marks = fence_new(cfg->max_locks, 0, NULL);
     s->revoked = revoked_new();
-    s->audit = audit_new(cfg->audit_keep);
+    s->audit = auditlog_new(cfg->audit_keep);
     s->events = events_new(cfg->events_keep);
     s->streams = event_streams_new();
     s->watches = watches_new();
@@ -325,10 +335,13 @@ int gateway_open(Server *s, const Config *cfg)
     StoreLoad cb = {&ctx,      load_lock,         load_fence, load_guard_mark, load_floor, load_history_seq,
                     load_ended, load_revoked, load_audit};
     commit_keep_history(s->commit, cfg->lease_history);
-    commit_keep_audit(s->commit, cfg->audit_keep);
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {
         fprintf(stderr, "leasegate: cannot load %s: %s\n", where, store_error(s->store));
+        return -1;
+    }
+    if (!auditlog_load_done(s->audit, on_audit_dropped, s)) {
+        fprintf(stderr, "leasegate: cannot load %s: out of memory for the audit trail\n", where);
         return -1;
     }
     locktab_raise_last_token(s->locks, last_token);
@@ -412,7 +425,7 @@ void gateway_close(Server *s)
     fence_free(s->fence);
     fence_free(s->guard_marks);
     revoked_free(s->revoked);
-    audit_free(s->audit);
+    auditlog_free(s->audit);
     events_free(s->events);
     event_streams_free(s->streams);
     watches_free(s->watches);

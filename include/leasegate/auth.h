@@ -72,6 +72,8 @@ const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len);
 /* The key an Authorization header value names ("Bearer KEY"), or NULL with
  * the reason (no header, another scheme, an unknown key) in *why. */
 const AuthKey *auth_find_bearer(const AuthTable *t, const char *authorization, const char **why);
+/* Is s a valid key name (1..AUTH_NAME_MAX of [A-Za-z0-9._-])? */
+bool auth_name_ok(const char *s);
 /* The key in t that is old: the same name and the same hash (NULL when the
  * reloaded file no longer has it, or gives that name another key). */
 const AuthKey *auth_find_same(const AuthTable *t, const AuthKey *old);

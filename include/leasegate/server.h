@@ -44,7 +44,7 @@ typedef struct Server {
     Fence *fence;
     Fence *guard_marks; /* per lock: the highest token the guard has let through */
     Revoked *revoked;   /* tokens of force-released leases: refused at /v1/fence */
-    Audit *audit;       /* the audit trail's newest rows (--audit-keep) */
+    struct AuditLog *audit; /* the audit trail's newest rows, per key (--audit-keep, auditlog.h) */
     struct Events *events; /* what happens to locks, and its long-polls (events.h) */
     struct EventStreams *streams; /* GET /v1/events/stream (event_stream.h) */
     struct Watches *watches; /* requests waiting for a lock to change (watch.h) */

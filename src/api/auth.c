@@ -39,7 +39,7 @@ static bool sha256(const void *data, size_t len, uint8_t out[32])
     return gnutls_hash_fast(GNUTLS_DIG_SHA256, data, len, out) == 0;
 }
 
-static bool valid_name(const char *s)
+bool auth_name_ok(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > AUTH_NAME_MAX)
@@ -120,7 +120,7 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
         snprintf(err, errlen, "expected NAME ROLE sha256:HEX PREFIX...");
         return false;
     }
-    if (!valid_name(f[0])) {
+    if (!auth_name_ok(f[0])) {
         snprintf(err, errlen, "key name '%.80s' is not 1..%d of [A-Za-z0-9._-]", f[0], AUTH_NAME_MAX);
         return false;
     }

@@ -49,7 +49,7 @@
 /* Tokens of force-released leases (revoked.h): never pruned. */
 #define REVOKED_SCHEMA "CREATE TABLE IF NOT EXISTS revoked(token INTEGER PRIMARY KEY, lock TEXT NOT NULL);"
 
-/* The audit trail (audit.h), pruned like lease_history. */
+/* The audit trail (auditlog.h): each key's newest --audit-keep rows; a row its key evicts is deleted by seq. */
 #define AUDIT_SCHEMA                                                                                       \
     "CREATE TABLE IF NOT EXISTS audit(seq INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL, kind INTEGER NOT NULL," \
     "  lock TEXT NOT NULL, owner TEXT NOT NULL, token INTEGER NOT NULL, key TEXT NOT NULL, peer TEXT NOT NULL);"
@@ -120,7 +120,7 @@ enum {
     ST_PRUNE_ENDED,
     ST_PUT_REVOKED,
     ST_PUT_AUDIT,
-    ST_PRUNE_AUDIT,
+    ST_DROP_AUDIT,
     ST_COUNT
 };
 
@@ -139,7 +139,7 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_PUT_REVOKED] = "INSERT OR IGNORE INTO revoked(token, lock) VALUES(?1, ?2)",
     [ST_PUT_AUDIT] = "INSERT OR REPLACE INTO audit(seq, at_ms, kind, lock, owner, token, key, peer)"
                      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    [ST_PRUNE_AUDIT] = "DELETE FROM audit WHERE seq <= ?1",
+    [ST_DROP_AUDIT] = "DELETE FROM audit WHERE seq = ?1",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
     [ST_DELETE_FENCE] = "DELETE FROM fences WHERE resource = ?1",
@@ -158,7 +158,6 @@ typedef struct SqliteStore {
     sqlite3 *db;
     sqlite3_int64 boot; /* meta.boot of this run */
     uint64_t pruned_upto; /* lease_history holds no seq at or below this (0: not pruned in this run) */
-    uint64_t audit_pruned_upto; /* the same for audit */
     sqlite3_stmt *st[ST_COUNT];
     char err[512];
 } SqliteStore;
@@ -319,7 +318,9 @@ static int check_files(SqliteStore *s)
     return 0;
 }
 
-static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, uint64_t keep)
+/* New rows, then the rows their keys evicted (auditlog.h: each key keeps
+ * its own newest --audit-keep, so rows go one by one, not by a range). */
+static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, const StoreAuditDrop *drops, size_t ndrops)
 {
     sqlite3_stmt *st = s->st[ST_PUT_AUDIT];
     for (size_t i = 0; i < n; i++) {
@@ -336,18 +337,15 @@ static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, uint64_t keep)
         if (step_reset(s, st))
             return -1;
     }
-    /* Pruned a chunk at a time, as lease_history is. */
-    uint64_t last = n ? r[n - 1].seq : 0, chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
-    if (n == 0 || keep == 0 || last <= keep || last - keep < s->audit_pruned_upto + chunk)
-        return 0;
-    st = s->st[ST_PRUNE_AUDIT];
-    if (sqlite3_bind_int64(st, 1, (sqlite3_int64)(last - keep)) != SQLITE_OK) {
-        set_err(s, "bind audit prune");
-        return -1;
+    st = s->st[ST_DROP_AUDIT];
+    for (size_t i = 0; i < ndrops; i++) {
+        if (sqlite3_bind_int64(st, 1, (sqlite3_int64)drops[i].seq) != SQLITE_OK) {
+            set_err(s, "bind audit drop");
+            return -1;
+        }
+        if (step_reset(s, st))
+            return -1;
     }
-    if (step_reset(s, st))
-        return -1;
-    s->audit_pruned_upto = last - keep;
     return 0;
 }
 
@@ -380,7 +378,7 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
         put_floors(s, b->floors, b->nfloors) ||
         put_marks(s, s->st[ST_PUT_GUARD_MARK], NULL, b->guard_marks, b->nguard_marks))
         goto fail;
-    if (put_ended(s, b->ended, b->nended, b->history_keep) || put_audit(s, b->audit, b->naudit, b->audit_keep) ||
+    if (put_ended(s, b->ended, b->nended, b->history_keep) || put_audit(s, b->audit, b->naudit, b->audit_drops, b->naudit_drops) ||
         step_reset(s, s->st[ST_COMMIT]))
         goto fail;
     return check_files(s);
