@@ -299,6 +299,7 @@ static uint64_t audit_dropped_upto(const StoreBatch *b, const char *key)
  * only rows above what it deletes. */
 static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_t *legacy_below)
 {
+    *legacy_below = 0;
     /* The keys of the batch, each once: new rows or evictions. */
     const char **keys = calloc(b->naudit + b->naudit_drops + 1, sizeof *keys);
     size_t nkeys = 0;
@@ -329,7 +330,6 @@ static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
     free(keys);
     /* Groups of an older gateway, every key's rows together, named by their
      * largest seq: they go once every row below b->audit_gone_below is gone. */
-    *legacy_below = 0;
     uint64_t below = b->audit_gone_below;
     if (s->audit_legacy && below > s->audit_legacy_below + PRUNE_CHUNK) {
         ops_add(ops, seq_key(s, "audit", 0), NULL, seq_key(s, "audit", below), PRIO_PRUNE);
@@ -625,7 +625,7 @@ static int etcd_commit(Store *base, const StoreBatch *b)
 {
     EtcdStore *s = (EtcdStore *)base;
     Ops ops = {0};
-    uint64_t prune_upto, audit_legacy_below;
+    uint64_t prune_upto = 0, audit_legacy_below = 0;
     batch_ops(s, b, &ops, &prune_upto, &audit_legacy_below);
     if (ops.nomem) {
         ops_clear(&ops);
