@@ -7,7 +7,8 @@
 #                              real upstream), faketime (wall-clock steps), etcd-server (the etcd
 #                              store's tests), openssl (the TLS tests' certificates), Node.js and npm (the
 #                              examples and client, unless present), chromium (the dashboard's browser
-#                              test), and that test's npm packages (npm ci in tests/browser)
+#                              test) and that test's npm packages (npm ci in tests/browser), and
+#                              prometheus (test_misc.py checks /metrics with its promtool)
 #   scripts/deps.sh --runtime  only what the built binary needs to run (the container image's last stage)
 set -eu
 SUDO=
@@ -17,7 +18,7 @@ RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 libgnutls30 
 case "${1:-}" in
   "") PKGS="$BUILD" ;;
   --test)
-    PKGS="$BUILD python3 python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server openssl chromium"
+    PKGS="$BUILD python3 python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server openssl chromium prometheus"
     command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
     command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm" ;;
   --runtime) PKGS="$RUNTIME" ;;

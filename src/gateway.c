@@ -17,6 +17,7 @@
 #include "leasegate/dispatch.h"
 #include "leasegate/guard.h"
 #include "leasegate/http.h"
+#include "leasegate/leasehist.h"
 #include "leasegate/listener.h"
 #include "leasegate/loop.h"
 #include "leasegate/peers.h"
@@ -75,6 +76,11 @@ static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, 
 static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
 {
     Server *s = ud;
+    /* From the grant's announced time, on the wall clock: the only time a
+     * grant keeps across restarts (a lease loaded from the store has no
+     * earlier reading of the boot clock). */
+    if (how >= LEASE_END_EXPIRED && how <= LEASE_END_REVOKED)
+        histogram_observe(&s->metrics.hold[how - 1], (double)(clock_now().wall_ms - lock->holder.acquired_at_ms) / 1000);
     quota_held(s, lock->holder.key, -1);
     if (!commit_ended(s->commit, lock->name, lease, token, how, seq)) {
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
@@ -131,7 +137,10 @@ static int load_fence(void *ud, const StoreMark *m)
 static int load_guard_mark(void *ud, const StoreMark *m)
 {
     LoadCtx *ctx = ud;
-    return fence_load(ctx->s->guard_marks, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED ? 0 : -1;
+    return fence_load(ctx->s->guard_marks, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED &&
+                   guard_restore(ctx->s->guard, m->name, m->at_ms, &ctx->now)
+               ? 0
+               : -1;
 }
 
 static int load_history_seq(void *ud, uint64_t seq)
@@ -259,10 +268,24 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     return 0;
 }
 
+/* Upper bounds, in seconds. A wait is allowed up to an hour (wait_ms); a lease
+ * is renewed for as long as its holder likes, so its buckets reach a day. */
+static const double WAIT_BOUNDS_S[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                       2.5,   5,     10,   30,    60,   300, 900,  3600};
+static const double HOLD_BOUNDS_S[] = {0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400};
+
+static void metrics_init(Metrics *m)
+{
+    histogram_init(&m->acquire_wait, WAIT_BOUNDS_S, sizeof WAIT_BOUNDS_S / sizeof *WAIT_BOUNDS_S);
+    for (size_t i = 0; i < sizeof m->hold / sizeof *m->hold; i++)
+        histogram_init(&m->hold[i], HOLD_BOUNDS_S, sizeof HOLD_BOUNDS_S / sizeof *HOLD_BOUNDS_S);
+}
+
 int gateway_open(Server *s, const Config *cfg)
 {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
+    metrics_init(&s->metrics);
     s->listen_fd = -1;
     char err[512];
     /* Before anything listens: a bad certificate or key stops the start. */
@@ -323,8 +346,10 @@ int gateway_open(Server *s, const Config *cfg)
     s->events = events_new(cfg->events_keep);
     s->streams = event_streams_new();
     s->watches = watches_new();
+    /* Before the load: a lock written less than --guard-settle ago waits out the rest. */
+    s->guard = guard_new(s);
     if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events || !s->streams ||
-        !s->watches) {
+        !s->watches || !s->guard) {
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
         return -1;
     }
@@ -378,8 +403,7 @@ int gateway_open(Server *s, const Config *cfg)
         return -1;
     }
     s->proxy = proxy_new(s->loop, cfg->guard_timeout_s, cfg->cacert);
-    s->guard = guard_new(s);
-    if (!s->proxy || !s->guard) {
+    if (!s->proxy) {
         fprintf(stderr, "leasegate: cannot initialise libcurl (or out of memory)\n");
         return -1;
     }

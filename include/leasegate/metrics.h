@@ -1,13 +1,30 @@
 /*
- * metrics — counters the HTTP layer keeps; rendered by GET /metrics together
- * with gauges read from the lock table and commit statistics.
+ * metrics — counters and histograms the loop thread keeps; rendered by GET
+ * /metrics together with gauges read from the lock table, commit statistics
+ * and the process (/proc/self).
  */
 #ifndef LEASEGATE_METRICS_H
 #define LEASEGATE_METRICS_H
 
 #include <stdint.h>
 
+#include "leasegate/histogram.h"
 #include "leasegate/share.h"
+
+/* Why the guard refused a request (leasegate_guard_refused_total{reason}). */
+typedef enum GuardRefusal {
+    GUARD_REFUSED_STALE,         /* 409: the lease does not hold the lock, or a larger token went */
+    GUARD_REFUSED_LEASE_MISSING, /* 428 */
+    GUARD_REFUSED_METHOD,        /* 405: the route does not forward the method */
+    GUARD_REFUSED_REQUEST,       /* 400: a path, header or framing the guard does not forward */
+    GUARD_REFUSED_CALLS,         /* 503: --guard-max-calls */
+    GUARD_REFUSED_LOCK_CALLS,    /* 503: --guard-lock-max-calls */
+    GUARD_REFUSED_KEY_CALLS,     /* 429 key_limit: --guard-key-max-calls */
+    GUARD_REFUSED_PEER_CALLS,    /* 429 peer_limit: --guard-peer-max-calls */
+    GUARD_REFUSED_QUEUE_TIMEOUT, /* 503: waited --guard-timeout for its turn */
+    GUARD_REFUSED_SETTLING,      /* 503: its lock settles (--guard-settle) */
+    GUARD_REFUSED_COUNT
+} GuardRefusal;
 
 typedef struct Metrics {
     uint64_t requests;
@@ -28,6 +45,13 @@ typedef struct Metrics {
     uint64_t guard_rejected_stale;
     uint64_t guard_rejected_missing;
     uint64_t share_refused[2][SHARE_KINDS]; /* 429s: [0] a key's share, [1] a peer's */
+    uint64_t guard_refused[GUARD_REFUSED_COUNT];
+    /* Seconds from an acquire's arrival (its handler) to its grant, for every
+     * fresh grant: 0 for one granted at once, the time queued for a waiter. */
+    Histogram acquire_wait;
+    /* Seconds a lease held its lock, from its grant (acquired_at_ms) to its
+     * end, by how it ended: [LEASE_END_x - 1] (expired, released, revoked). */
+    Histogram hold[3];
 } Metrics;
 
 #endif

@@ -14,6 +14,7 @@
 #include "leasegate/auth.h"
 #include "leasegate/commit.h"
 #include "leasegate/dlist.h"
+#include "leasegate/guardshare.h"
 #include "leasegate/locktab.h"
 #include "leasegate/loop.h"
 #include "leasegate/prefixidx.h"
@@ -69,11 +70,13 @@ typedef struct RequestPark {
     struct Peer *peer;  /* its peer's count of connections while parked (peers.h) */
 } RequestPark;
 
-/* Under a guard prefix (guard.h): the upstream call, and for a write its
- * place in the guard. The guard's. */
+/* Under a guard prefix (guard.h): the upstream call, for a write its place
+ * in the guard, and the call's share of the guard (a write's moves to the
+ * write). The guard's. */
 typedef struct RequestGuard {
     ProxyCall *call;
     GuardWrite *write;
+    GuardTicket ticket;
 } RequestGuard;
 
 /* A grant this request's answer reveals, released if it is not delivered:
@@ -82,6 +85,7 @@ typedef struct RequestGrant {
     bool pending;
     char *lock;         /* owned */
     uint8_t lease[LEASE_ID_BYTES];
+    int64_t asked_us;   /* boot clock: when the acquire was handled; its wait runs from here */
 } RequestGrant;
 
 /* The API key a request was let in with (access.h): the API's. The table is

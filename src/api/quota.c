@@ -145,8 +145,8 @@ static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
 {
     Server *s = req->srv;
     const AuthKey *key = req->access.key;
-    char peer[HTTP_PEER_ADDR_MAX];
-    http_peer_addr(req, peer, sizeof peer);
+    char peer[HTTP_PEER_MAX];
+    http_peer_address(req, peer, sizeof peer);
     *key_use = key ? use_of(s, false, key->name) : NULL;
     *peer_use = use_of(s, true, peer);
     if ((key && !*key_use) || !*peer_use) {

@@ -45,6 +45,7 @@ struct ProxyCall {
     CURLcode result;
     bool has_body;
     bool started, done;
+    bool ever_started;   /* handed to curl at some point (started is cleared when it is taken back) */
     bool body_done;      /* the client's body is fully in `up` */
     bool headers_done;   /* the upstream's final status and headers are in */
     bool final_seen;     /* MHD made its last call; waiting to queue */
@@ -59,6 +60,7 @@ struct ProxyCall {
     uint64_t sent;       /* body bytes handed to curl */
     ProxyAnswered on_answered;
     void *answered_ud;
+    ProxyOutcome outcome; /* set with `answered` */
     bool answered;       /* on_answered is due or done */
     bool in_answered;    /* alink is in Proxy.answered */
     DLink alink;
@@ -79,6 +81,7 @@ struct Proxy {
     int64_t timer_ms; /* monotonic deadline of curl's timer, or -1 */
     Heap idle;        /* running calls by their inactivity deadline */
     DList calls; /* ProxyCall.link */
+    size_t live; /* calls not done yet (started or waiting to start) */
     /* Sockets curl has let go of in this turn: events for them may still be in
      * the loop's current batch, so they are freed at the next tick. */
     CurlSock *dead;
@@ -228,6 +231,11 @@ static void answer_due(ProxyCall *c)
     if (c->answered)
         return;
     c->answered = true;
+    /* A refused connection or name sent nothing; any other failure may have
+     * come after the whole request left. */
+    bool unsent = !c->ever_started || c->result == CURLE_COULDNT_CONNECT || c->result == CURLE_COULDNT_RESOLVE_HOST ||
+                  c->result == CURLE_COULDNT_RESOLVE_PROXY;
+    c->outcome = c->headers_done ? PROXY_ANSWERED : unsent ? PROXY_NOT_SENT : PROXY_UNKNOWN;
     if (c->on_answered) {
         dlist_append(&c->proxy->answered, &c->alink);
         c->in_answered = true;
@@ -245,10 +253,11 @@ static void report_answers(Proxy *p)
         c->in_answered = false;
         ProxyAnswered fn = c->on_answered;
         void *ud = c->answered_ud;
+        ProxyOutcome outcome = c->outcome;
         c->on_answered = NULL;
         if (!c->req)
             call_destroy(c);
-        fn(ud);
+        fn(ud, outcome);
     }
 }
 
@@ -301,6 +310,8 @@ static int on_timer(CURLM *multi, long timeout_ms, void *userp)
 static void finished(ProxyCall *c, CURLcode result)
 {
     heap_remove(&c->proxy->idle, &c->idle);
+    if (!c->done)
+        c->proxy->live--;
     c->done = true;
     c->result = result;
     if (result != CURLE_OK && result != CURLE_ABORTED_BY_CALLBACK)
@@ -479,7 +490,7 @@ static bool append_line(struct curl_slist **list, const char *line)
     return l != NULL;
 }
 
-size_t proxy_calls(const Proxy *p) { return p->calls.len; }
+size_t proxy_calls(const Proxy *p) { return p->live; }
 
 ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char *url, bool has_body,
                           int64_t content_length, const char *const *drop, const char *const *add)
@@ -529,6 +540,7 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
             curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)content_length);
     }
     dlist_append(&p->calls, &c->link);
+    p->live++;
     return c;
 }
 
@@ -542,7 +554,7 @@ void proxy_call_start(ProxyCall *c)
         finished(c, CURLE_FAILED_INIT);
         return;
     }
-    c->started = true;
+    c->started = c->ever_started = true;
     c->proxy->stats.forwarded++;
     /* "Too slow" means no byte moved either way for timeout_s. */
     touch(c);
@@ -611,7 +623,7 @@ void proxy_call_upload(ProxyCall *c, const char *data, size_t *size)
     *size -= n;
     if (*size) {
         c->upload_waiting = true;
-        http_suspend(c->req);
+        http_suspend_watched(c->req);
     }
     if (c->read_paused && c->started)
         unpause(c);
@@ -632,7 +644,7 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
         return c->result == CURLE_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
     /* Nothing yet: park the connection; on_write or finished resumes it. */
     c->reader_waiting = true;
-    http_suspend(c->req);
+    http_suspend_watched(c->req);
     return 0;
 }
 
@@ -685,7 +697,7 @@ enum MHD_Result proxy_call_final(ProxyCall *c)
                          timeout ? "timed out" : "failed", c->refused ? c->refused : curl_easy_strerror(c->result));
     } else {
         c->final_seen = true;
-        http_suspend(req);
+        http_suspend_watched(req);
     }
     return MHD_YES;
 }
@@ -725,5 +737,7 @@ static void call_destroy(ProxyCall *c)
     free(c->up.data);
     free(c->down.data);
     dlist_remove(&p->calls, &c->link);
+    if (!c->done)
+        p->live--;
     free(c);
 }

@@ -448,9 +448,10 @@ static bool body_worth_discarding(struct MHD_Connection *conn)
            httphead_content_length(conn, &n) && n <= HTTP_MAX_DISCARD;
 }
 
-/* An answer queued at once, from the first callback, before any handler ran,
- * with the fields of extra (taken over; NULL for none). */
-static enum MHD_Result reply_now_with(Request *req, ErrCode code, json_t *extra, const char *message)
+/* An answer queued at once, from the first callback, before any handler
+ * ran, with the fields of extra (taken over; NULL for none); with `close`,
+ * the connection closes after the answer. */
+static enum MHD_Result reply_now_with(Request *req, ErrCode code, json_t *extra, const char *message, bool close)
 {
     struct MHD_Connection *conn = req->conn;
     Server *s = req->srv;
@@ -473,15 +474,24 @@ static enum MHD_Result reply_now_with(Request *req, ErrCode code, json_t *extra,
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (error_status(code) == MHD_HTTP_SERVICE_UNAVAILABLE)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     count_status(s, error_status(code));
     enum MHD_Result r = MHD_queue_response(conn, error_status(code), resp);
     MHD_destroy_response(resp);
     return r;
 }
 
+/* With `field`, the body names it and the connection closes after the
+ * answer (the request's framing cannot be trusted). */
+static enum MHD_Result reply_now_field(Request *req, ErrCode code, const char *message, const char *field)
+{
+    return reply_now_with(req, code, field ? json_pack("{s:s}", "field", field) : NULL, message, field != NULL);
+}
+
 static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message)
 {
-    return reply_now_with(req, code, NULL, message);
+    return reply_now_with(req, code, NULL, message, false);
 }
 
 /* The Host check (hostcheck.h): true after queueing the refusal (*answer). */
@@ -499,14 +509,14 @@ static bool refused_host(Request *req, const char *method, enum MHD_Result *answ
                  "this server does not answer for Host '%.120s' (against DNS rebinding): use its address, "
                  "or start it with --allowed-host NAME",
                  host);
-        *answer = reply_now_with(req, ERR_MISDIRECTED_REQUEST, json_pack("{s:s}", "field", "host"), msg);
+        *answer = reply_now_with(req, ERR_MISDIRECTED_REQUEST, json_pack("{s:s}", "field", "host"), msg, false);
         return true;
     case HOST_BAD_ORIGIN:
     default:
         snprintf(msg, sizeof msg,
                  "a %.16s from a page on '%.120s' is refused: its Origin is not a host this server answers for", method,
                  origin);
-        *answer = reply_now_with(req, ERR_FORBIDDEN, json_pack("{s:s}", "reason", "origin"), msg);
+        *answer = reply_now_with(req, ERR_FORBIDDEN, json_pack("{s:s}", "reason", "origin"), msg, false);
         return true;
     }
 }
@@ -616,9 +626,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         enum MHD_Result refused;
         if (refused_host(req, method, &refused))
             return refused;
+        const char *field, *framing = httphead_framing_problem(conn, &field);
+        if (framing)
+            return reply_now_field(req, ERR_BAD_REQUEST, framing, field);
         if (req->over_half_sent) {
-            char peer[PEERS_ADDR_MAX], msg[300];
-            http_peer_addr(req, peer, sizeof peer);
+            char peer[HTTP_PEER_MAX], msg[300];
+            http_peer_address(req, peer, sizeof peer);
             s->metrics.share_refused[1][SHARE_HALF_SENT]++;
             snprintf(msg, sizeof msg,
                      "this client (%s) has %zu requests begun and not complete (--peer-max-half-sent): finish "
@@ -627,7 +640,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return reply_now_with(req, ERR_PEER_LIMIT,
                                   json_pack("{s:s, s:s, s:I}", "peer", peer, "limit", share_limit_name(SHARE_HALF_SENT),
                                             "value", (json_int_t)s->cfg.peer_max_half_sent),
-                                  msg);
+                                  msg, false);
         }
         req->in_handler = true;
         s->app->begin(req, method, url);
@@ -713,7 +726,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
 }
 
-void http_peer_addr(Request *req, char *out, size_t outlen)
+void http_peer_address(Request *req, char *out, size_t outlen)
 {
     struct sockaddr_storage ss;
     const struct sockaddr *sa = NULL;
