@@ -67,14 +67,15 @@ class Client:
 class Server:
     def __init__(self, binary, workdir, keys):
         self.port = free_port()
-        self.proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data",
-                                      os.path.join(workdir, "db"), "--auth-file", keys, "--events-keep", str(RING),
-                                      "--max-connections", str(POLLS + 200),
-                                      # every client is on this machine: one peer; the key's
-                                      # share of held polls must let the attack's polls in
-                                      "--peer-max-connections", str(POLLS + 200), "--peer-max-polls", str(POLLS),
-                                      "--key-max-polls", str(POLLS), "--peer-max-half-sent", str(POLLS + 200)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = [binary, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data", os.path.join(workdir, "db"),
+                "--auth-file", keys, "--events-keep", str(RING), "--max-connections", str(POLLS + 200)]
+        # Every client is on this machine: one peer; the key's share of held polls must
+        # let the attack's polls in. (A binary from before the shares has none of these.)
+        help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True).stdout
+        if "--peer-max-polls" in help_text:
+            args += ["--peer-max-connections", str(POLLS + 200), "--peer-max-polls", str(POLLS),
+                     "--key-max-polls", str(POLLS), "--peer-max-half-sent", str(POLLS + 200)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(200):
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
@@ -93,6 +94,8 @@ class Server:
 
 
 def metric(c, name):
+    # A connection of its own each time: the admin's may have idled out meanwhile.
+    c.conn.close()
     for line in c.call("GET", "/metrics").splitlines():
         if line.startswith(name + " "):
             return float(line.split()[1])
