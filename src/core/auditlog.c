@@ -258,7 +258,8 @@ static int by_seq(const void *x, const void *y)
 
 bool auditlog_load_done(AuditLog *a, AuditDropped dropped, void *ud)
 {
-    qsort(a->loading, a->nloading, sizeof *a->loading, by_seq);
+    if (a->nloading) /* qsort wants an array, even for none */
+        qsort(a->loading, a->nloading, sizeof *a->loading, by_seq);
     uint64_t expect = 1;
     bool ok = true;
     for (size_t i = 0; i < a->nloading; i++) {
