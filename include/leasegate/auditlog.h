@@ -54,7 +54,5 @@ uint64_t auditlog_oldest(const AuditLog *a, const char *key);
 uint64_t auditlog_gone_below(const AuditLog *a);
 /* The largest seq of a row no longer kept (0: none is missing since seq 1). */
 uint64_t auditlog_max_gone(const AuditLog *a);
-/* Rows kept, of every key. */
-size_t auditlog_count(const AuditLog *a);
 
 #endif

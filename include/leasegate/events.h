@@ -60,8 +60,6 @@ void events_request_end(Request *req);
 bool events_reader_open(Server *s, EventsReader *r, const char *prefix, uint64_t first);
 /* No-op unless open. */
 void events_reader_close(Server *s, EventsReader *r);
-/* Open readers: waiting long-polls and streams. */
-size_t events_readers(const Server *s);
 /* Waiting long-polls. */
 size_t events_polls(const Server *s);
 /* audit_list over the published events, for a reader following prefix

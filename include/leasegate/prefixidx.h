@@ -42,6 +42,5 @@ void prefixidx_remove(PrefixIndex *x, PrefixSub *sub);
 /* Calls fn for every subscriber whose prefix starts `name`, longest prefix
  * last. fn must not add or remove subscribers. */
 void prefixidx_match(const PrefixIndex *x, const char *name, void (*fn)(void *ud, PrefixSub *sub), void *ud);
-size_t prefixidx_count(const PrefixIndex *x);
 
 #endif

@@ -60,8 +60,6 @@ void quota_poll_stop(Request *req);
  * open (what a SIGHUP that removes or narrows its key ends). fn may end the
  * request it is given, and no other. */
 void quota_each_keyed(Server *s, void (*fn)(void *ud, Request *req), void *ud);
-/* A request was refused 429 for share k, by its key or its peer (/metrics). */
-void quota_count_refusal(Server *s, ShareKind k, bool peer);
 void quota_free(Server *s);
 
 #endif

@@ -113,8 +113,6 @@ void events_reader_close(Server *s, EventsReader *r)
     }
 }
 
-size_t events_readers(const Server *s) { return s->events->readers.len; }
-
 const Audit *events_ring(const Server *s) { return s->events->ring; }
 
 bool events_list(Server *s, const char *prefix, uint64_t after, size_t limit, void (*fn)(void *ud, const AuditRow *r),

@@ -63,7 +63,7 @@ static void count(Server *s, Use *u, ShareKind k, int delta)
     drop_if_unused(s, u);
 }
 
-void quota_count_refusal(Server *s, ShareKind k, bool peer) { s->metrics.share_refused[peer][k]++; }
+static void count_refusal(Server *s, ShareKind k, bool peer) { s->metrics.share_refused[peer][k]++; }
 
 /* A share as large as the whole is no share: the server-wide limit answers
  * (503, naming it) when it is reached. */
@@ -120,7 +120,7 @@ static const char *const WHAT[SHARE_KINDS] = {
 
 static void over(Request *req, const AuthKey *key, const char *peer, ShareKind k, uint64_t value)
 {
-    quota_count_refusal(req->srv, k, key == NULL);
+    count_refusal(req->srv, k, key == NULL);
     if (key)
         http_reply_error(req, ERR_KEY_LIMIT,
                          json_pack("{s:s, s:s, s:I}", "key", key->name, "limit", share_limit_name(k), "value",

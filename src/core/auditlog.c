@@ -36,7 +36,6 @@ struct AuditLog {
     Smap *keys;     /* key name -> KeyRows */
     Slot *all;      /* [start, end) in use */
     size_t start, end, cap, holes;
-    size_t count;   /* rows kept */
     uint64_t next_seq;
     uint64_t max_gone;
     Row **loading;  /* start-up: rows loaded, not placed yet */
@@ -194,7 +193,6 @@ static void evict_oldest(AuditLog *a, KeyRows *k, AuditDropped dropped, void *ud
     }
     if (r->row.seq > a->max_gone)
         a->max_gone = r->row.seq;
-    a->count--;
     if (dropped)
         dropped(ud, k->name, r->row.seq);
     free(r);
@@ -212,7 +210,6 @@ static bool place(AuditLog *a, Row *r, AuditDropped dropped, void *ud)
     k->n++;
     r->of = k;
     a->all[a->end++] = (Slot){r->row.seq, r};
-    a->count++;
     return true;
 }
 
@@ -338,5 +335,3 @@ uint64_t auditlog_gone_below(const AuditLog *a)
 }
 
 uint64_t auditlog_max_gone(const AuditLog *a) { return a->max_gone; }
-
-size_t auditlog_count(const AuditLog *a) { return a->count; }

@@ -99,5 +99,3 @@ void prefixidx_match(const PrefixIndex *x, const char *name, void (*fn)(void *ud
             fn(ud, DLIST_ITEM(l, PrefixSub, link));
     }
 }
-
-size_t prefixidx_count(const PrefixIndex *x) { return x->count; }
