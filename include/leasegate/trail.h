@@ -15,6 +15,8 @@
 
 /* A row for req (NULL: the server itself, e.g. an expiry). */
 void trail_note(Server *s, Request *req, AuditKind kind, const char *lock, const char *owner, uint64_t token);
+/* A write the guard refused (Server.guard_refused). */
+void trail_guard_refused(Request *req, const char *lock, uint64_t token);
 /* The lock table's hook for an ended lease: released (by s->trail_actor, the
  * request being handled, if any), expired (its row carries the key that held
  * the lease, holder_key, NULL for none: what it counts against, auditlog.h)

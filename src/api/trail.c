@@ -37,6 +37,11 @@ static void note(Server *s, AuditKind kind, const char *lock, const char *owner,
         out_of_memory();
 }
 
+void trail_guard_refused(Request *req, const char *lock, uint64_t token)
+{
+    trail_note(req->srv, req, AUDIT_GUARD_REFUSED, lock, "", token);
+}
+
 void trail_note(Server *s, Request *req, AuditKind kind, const char *lock, const char *owner, uint64_t token)
 {
     char peer[300] = "";
