@@ -4,6 +4,7 @@
  * file) and `healthcheck` (for container health checks and scripts).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <limits.h>
@@ -31,8 +32,12 @@ static int backup_from_server(const char *server, const char *dest, long timeout
         return CLI_FAILED;
     }
     unlink(partial);
-    FILE *f = fopen(partial, "wbxe");
+    /* Readable by its owner only, whatever the umask: it holds every live lease. */
+    int pfd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    FILE *f = pfd >= 0 ? fdopen(pfd, "wb") : NULL;
     if (!f) {
+        if (pfd >= 0)
+            close(pfd);
         fprintf(stderr, "leasegate backup: cannot create %s: %s\n", partial, strerror(errno));
         return CLI_FAILED;
     }

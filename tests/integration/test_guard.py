@@ -719,7 +719,7 @@ class GuardCheckTests(GuardBase):
         g = self.acquire_ok(obj)
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
-            s.sendall(("PUT /store/%s/a HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n"
+            s.sendall(("PUT /store/%s/a HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n"
                        "Expect: 100-continue\r\n\r\n" % marker).encode())
             st, _, body = harness.RawReader(s).read_response(timeout=5)
             self.assertEqual(st, 428, body)
@@ -728,7 +728,7 @@ class GuardCheckTests(GuardBase):
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
             # The lease of another lock than the path's.
-            s.sendall(("PUT /store/%s/b HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n"
+            s.sendall(("PUT /store/%s/b HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n"
                        "Expect: 100-continue\r\nFencing-Lease: %s\r\n\r\n" % (marker, g["lease"])).encode())
             st, _, body = harness.RawReader(s).read_response(timeout=5)
             self.assertEqual(st, 409, body)
@@ -737,7 +737,7 @@ class GuardCheckTests(GuardBase):
         self.assert_never_forwarded(marker)
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
-            s.sendall(("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n"
+            s.sendall(("PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n"
                        "Fencing-Lease: %s\r\n\r\n" % (path, g["lease"])).encode())
             s.settimeout(5)
             first = b""
@@ -799,7 +799,7 @@ class GuardCheckTests(GuardBase):
         """A refused PUT's body (here shaped like a request) must never be parsed as the
         next request on the connection, nor reach nginx."""
         marker = "rej-smuggle-" + uid()
-        smuggled = ("PUT /store/%s/evil HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nevil" % marker).encode()
+        smuggled = ("PUT /store/%s/evil HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4\r\n\r\nevil" % marker).encode()
         body = smuggled + b"z" * (200000 - len(smuggled))
         req = ("PUT /store/%s/outer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n"
                % (marker, len(body))).encode() + body
@@ -834,15 +834,15 @@ class GuardHardeningTests(GuardBase):
         self.assert_written(self.send("PUT", path, b"original", g["lease"]))
         self.assert_bad_request(self.srv.client.request("GET", path, raw=b"overwritten-without-lease"))
         refused = [
-            "GET %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
-            "GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            "GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-            "GET %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            "GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n",
-            "HEAD %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
-            "HEAD %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            "OPTIONS %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
-            "OPTIONS %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello",
+            "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: identity\r\n\r\n",
+            "HEAD %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello",
+            "HEAD %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "OPTIONS %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello",
+            "OPTIONS %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
         ]
         for req in refused:
             with self.subTest(request=req.split("\r\n")[0] + " " + req.split("\r\n")[2]):
@@ -869,7 +869,7 @@ class GuardHardeningTests(GuardBase):
     def test_write_with_both_content_length_and_transfer_encoding(self):
         key, path = self.obj("hard/framing")
         g = self.acquire_ok(key)
-        req = ("PUT %s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\nContent-Length: 5\r\n"
+        req = ("PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\nContent-Length: 5\r\n"
                "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" % (path, g["lease"]))
         st, _, _ = harness.raw_http(self.srv.port, req.encode(), timeout=5)
         self.assertEqual(st, 400)
@@ -893,7 +893,7 @@ class GuardHardeningTests(GuardBase):
             with self.subTest(target=target):
                 for method in ("GET", "PUT"):
                     put = method == "PUT"
-                    req = ("%s %s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\n%s\r\n%s"
+                    req = ("%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\n%s\r\n%s"
                            % (method, target, g["lease"], "Content-Length: 1\r\n" if put else "", "x" if put else ""))
                     st, _, body = harness.raw_http(self.srv.port, req.encode(), timeout=5)
                     self.assertEqual(st, 400, (method, body[:200]))
@@ -915,7 +915,7 @@ class GuardHardeningTests(GuardBase):
                 target = "/store/hard/%s?%s" % (marker, method)
                 put = method == "PUT"
                 # Connection: close, so that an answer without a length (a 204) ends too.
-                req = (b"%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nFencing-Lease: %s\r\n%s\r\n%s\r\n%s"
+                req = (b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nFencing-Lease: %s\r\n%s\r\n%s\r\n%s"
                        % (method.encode(), target.encode(), g["lease"].encode(), line,
                           b"Content-Length: 1\r\n" if put else b"", b"x" if put else b""))
                 st, _, body = harness.raw_http(self.srv.port, req, timeout=5)
@@ -929,13 +929,13 @@ class GuardHardeningTests(GuardBase):
                            ("bare CR", b"X-Custom: a\rb")):
             with self.subTest(value=name):
                 self._assert_header_refused(line)
-        st, _, body = harness.raw_http(self.srv.port, b"GET /store/echo HTTP/1.1\r\nHost: x\r\nX-Custom: a\tb\r\n\r\n")
+        st, _, body = harness.raw_http(self.srv.port, b"GET /store/echo HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Custom: a\tb\r\n\r\n")
         self.assertEqual(st, 200)
         self.assertIn(b"custom=a\tb ", body)
 
     def _echo_with_raw_header(self, line):
         """What nginx's /echo reports for a GET through the guard carrying the raw line."""
-        req = b"GET /store/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n\r\n" % line
+        req = b"GET /store/echo HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s\r\n\r\n" % line
         return harness.raw_http(self.srv.port, req, timeout=5)
 
     def test_header_value_with_nul_is_not_smuggled(self):
@@ -1019,7 +1019,7 @@ class GuardHardeningTests(GuardBase):
         for i in range(150):
             g = self.acquire_ok("hard/gone-%d-%s" % (i, uid()))
             sock = socket.create_connection(("127.0.0.1", self.srv.port), timeout=5)
-            sock.sendall(("PUT /store/%s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\n"
+            sock.sendall(("PUT /store/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\n"
                           "Content-Length: 100\r\n\r\n" % (g["name"], g["lease"])).encode())
             sock.close()
             self.srv.release(g["name"], g["lease"])

@@ -49,7 +49,7 @@ int main(void)
         CHECK(audit_add(a, &r) == (uint64_t)i);
     }
     Seen seen = {0};
-    CHECK(!audit_list(a, NULL, false, 0, 100, collect, &seen));
+    CHECK(!audit_list(a, NULL, false, 0, 100, collect, &seen, NULL));
     CHECK(seen.n == 4);
     for (int k = 0; k < seen.n; k++) {
         int i = 8 + k;
@@ -68,7 +68,7 @@ int main(void)
     AuditRow r = {0, 1, AUDIT_RELEASED, huge, huge, 1, huge, huge};
     CHECK(audit_add(a, &r) == 12);
     seen.n = 0;
-    audit_list(a, NULL, false, 11, 100, collect, &seen);
+    audit_list(a, NULL, false, 11, 100, collect, &seen, NULL);
     CHECK(seen.n == 1 && strlen(seen.locks[0]) == 256);
     audit_free(a);
     return check_report("audit");
