@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/compare.sh — leasegate against Redis 7 and etcd 3.4, same machine, one run.
+# bench/compare.sh — leasegate against Redis 7, etcd 3.4 and ZooKeeper 3.8, and against the ceiling
+# of its own stack (bench/ceiling.c), same machine, one run.
 #
 #   bash bench/compare.sh                    # 5 s per run, median of 3 runs
 #   RUNS=1 SECONDS=2 bash bench/compare.sh   # quick look
@@ -8,12 +9,15 @@
 #   RUNS (3)  SECONDS (5; BENCH_SECONDS also works)  WARMUP (0.5)
 #   LEASEGATE_BIN (build/leasegate of this checkout)   LGBENCH (path of a built lgbench; else built here)
 #   CLIENTS (64)  WAITERS (10000, leasegate)  ETCD_WAITERS (1000: etcd needs ~170 KB and ~8 ms each)
+#   ZK_WAITERS (1000: each is a ZooKeeper session, two client threads here)
 #   STARTUP_LOCKS (1000000)  RAW_OUT (file to keep every raw lgbench line)  KEEP_TMP (1: keep temp dir)
 #   NO_INSTALL (1: never apt-get)
 #
 # Private server instances only: every server is started here on a free 127.0.0.1 port with a
 # temporary data directory and stopped by PID on exit. System redis/etcd services are never
 # touched or used. Prints one markdown table on stdout; progress and raw lines on stderr.
+# Packages: what is missing of redis-server, etcd-server, zookeeper, libzookeeper-mt-dev and
+# default-jdk-headless (jcmd) is installed with apt-get (scripts/deps.sh --bench installs them all).
 
 # SECONDS is bash's own timer: read the caller's value before anything else runs.
 _env_seconds=$(printenv SECONDS || true)
@@ -27,6 +31,7 @@ WARMUP=${WARMUP:-0.5}
 CLIENTS=${CLIENTS:-64}
 WAITERS=${WAITERS:-10000}
 ETCD_WAITERS=${ETCD_WAITERS:-1000}
+ZK_WAITERS=${ZK_WAITERS:-1000}
 STARTUP_LOCKS=${STARTUP_LOCKS:-1000000}
 LEASEGATE_BIN=${LEASEGATE_BIN:-$ROOT/build/leasegate}
 
@@ -44,6 +49,10 @@ command -v etcd >/dev/null 2>&1 || need_pkgs+=(etcd-server)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc)
+[[ -x /usr/share/zookeeper/bin/zkServer.sh ]] || need_pkgs+=(zookeeper)
+[[ -r /usr/include/zookeeper/zookeeper.h ]] || need_pkgs+=(libzookeeper-mt-dev)
+command -v jcmd >/dev/null 2>&1 || need_pkgs+=(default-jdk-headless)
+pkg-config --exists libmicrohttpd jansson 2>/dev/null || need_pkgs+=(libmicrohttpd-dev libjansson-dev pkg-config)
 if ((${#need_pkgs[@]})); then
     [[ ${NO_INSTALL:-0} == 1 ]] && die "missing: ${need_pkgs[*]} (NO_INSTALL=1)"
     SUDO=
@@ -86,6 +95,12 @@ if [[ -z ${LGBENCH:-} ]]; then
         -o "$LGBENCH" "$HERE/lgbench.c" || die "cannot build lgbench"
 fi
 [[ -x $LGBENCH ]] || die "no lgbench at $LGBENCH"
+CEILING=$TMP/ceiling
+# shellcheck disable=SC2046
+cc -std=c11 -O2 -Wall -Wextra -Werror -o "$CEILING" "$HERE/ceiling.c" $(pkg-config --cflags --libs libmicrohttpd jansson) ||
+    die "cannot build the ceiling server"
+ZKBENCH=$TMP/zkbench
+cc -std=c11 -O2 -Wall -Wextra -Werror -o "$ZKBENCH" "$HERE/zkbench.c" -lzookeeper_mt -lpthread || die "cannot build zkbench"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 NOFILE=$(ulimit -n)
 if ((NOFILE < WAITERS + 200)); then
@@ -150,6 +165,59 @@ start_etcd() { # $1 = name
         sleep 0.1
     done
     die "etcd did not become healthy"
+}
+
+CEIL_PID='' CEIL_PORT=''
+start_ceiling() { # $1 = name
+    local dir=$TMP/$1 i
+    mkdir -p "$dir"
+    "$CEILING" --listen 127.0.0.1:0 >"$dir/stdout" 2>"$dir/stderr" &
+    CEIL_PID=$!
+    PIDS+=("$CEIL_PID")
+    for ((i = 0; i < 200; i++)); do
+        CEIL_PORT=$(sed -n 's/^ceiling: listening on http:\/\/127\.0\.0\.1:\([0-9]*\)$/\1/p' "$dir/stdout")
+        [[ -n $CEIL_PORT ]] && return 0
+        kill -0 "$CEIL_PID" 2>/dev/null || die "ceiling exited: $(cat "$dir/stderr")"
+        sleep 0.05
+    done
+    die "ceiling did not report its port"
+}
+
+# ZooKeeper as Debian ships it, its defaults kept (the transaction log fsynced before an
+# answer: forceSync=yes); only the port, the data directory, no limit on connections per
+# address (64 clients from 127.0.0.1) and no admin HTTP server.
+ZK_PID='' ZK_PORT=''
+start_zookeeper() { # $1 = name
+    local dir=$TMP/$1 i
+    mkdir -p "$dir/data"
+    ZK_PORT=$(free_port)
+    printf 'tickTime=2000\ndataDir=%s\nclientPort=%s\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n' \
+        "$dir/data" "$ZK_PORT" >"$dir/zoo.cfg"
+    java -Dzookeeper.log.dir="$dir" -Dzookeeper.root.logger=WARN,CONSOLE \
+        -cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" org.apache.zookeeper.server.quorum.QuorumPeerMain \
+        "$dir/zoo.cfg" >"$dir/zk.log" 2>&1 &
+    ZK_PID=$!
+    PIDS+=("$ZK_PID")
+    for ((i = 0; i < 300; i++)); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT") 2>/dev/null && { sleep 0.5; return 0; }
+        kill -0 "$ZK_PID" 2>/dev/null || die "zookeeper exited: $(tail -3 "$dir/zk.log")"
+        sleep 0.1
+    done
+    die "zookeeper did not listen"
+}
+
+zk() { # cell id, zkbench args: the same bookkeeping as bench()
+    local id=$1 line
+    shift
+    if ! line=$(timeout 900 "$ZKBENCH" "$@" 2>>"$TMP/lgbench.stderr"); then
+        log "FAILED: $id: zkbench $* (see below)"
+        tail -5 "$TMP/lgbench.stderr" >&2
+        return 0
+    fi
+    log "$id: $line"
+    printf '%s %s\n' "$id" "$line" >>"$RESULTS"
+    [[ -n ${RAW_OUT:-} ]] && printf 'run=%s id=%s %s\n' "$RUN" "$id" "$line" >>"$RAW_OUT"
+    return 0
 }
 
 stop_server() { # stop and forget (so the exit trap never signals a recycled PID)
@@ -223,6 +291,13 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
     bench startup.lg --target leasegate --mode startup --bin "$LEASEGATE_BIN" --data "$TMP/startup-$RUN.db"
     rm -f "$TMP/startup-$RUN.db"*
 
+    # the ceiling: the same requests through the same libraries and answer path, no lock table, no commit
+    start_ceiling "ceiling-$RUN"
+    C=(--target leasegate --port "$CEIL_PORT" --pid "$CEIL_PID")
+    bench pairs64.ceil "${C[@]}" --mode pairs --clients "$CLIENTS" "${COMMON[@]}"
+    bench pairs1.ceil "${C[@]}" --mode pairs --clients 1 "${COMMON[@]}"
+    stop_server "$CEIL_PID"
+
     # Redis, no fsync per write (appendonly no, no RDB snapshots)
     start_redis "redis-nofsync-$RUN" --appendonly no
     R=(--target redis --port "$REDIS_PORT" --pid "$REDIS_PID")
@@ -251,6 +326,17 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
     start_etcd "etcdw-$RUN" # fresh process for the memory measurement
     bench waiters.etcd --target etcd --port "$ETCD_PORT" --pid "$ETCD_PID" --mode waiters --clients "$ETCD_WAITERS"
     stop_server "$ETCD_PID"
+
+    # ZooKeeper (standalone, default durability), its lock recipe from libzookeeper-mt
+    start_zookeeper "zk-$RUN"
+    Z=(--hosts "127.0.0.1:$ZK_PORT" --pid "$ZK_PID" --seconds "$SECS" --warmup "$WARMUP")
+    zk pairs64.zk "${Z[@]}" --mode pairs --clients "$CLIENTS"
+    zk pairs1.zk "${Z[@]}" --mode pairs --clients 1
+    zk contend.zk "${Z[@]}" --mode contend --clients "$CLIENTS"
+    stop_server "$ZK_PID"
+    start_zookeeper "zkw-$RUN" # fresh process for the memory measurement
+    zk waiters.zk --hosts "127.0.0.1:$ZK_PORT" --pid "$ZK_PID" --mode waiters --clients "$ZK_WAITERS"
+    stop_server "$ZK_PID"
 done
 
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -263,58 +349,69 @@ ratio() { # leasegate / peer
     awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'
 }
 fmt() { awk -v a="$1" 'BEGIN { if (a == "-") print "-"; else if (a + 0 >= 100 || a == int(a)) printf "%.0f", a; else if (a + 0 >= 10) printf "%.1f", a; else printf "%.3g", a }'; }
-row() { # label, key, lg id, redis id, redisfs id, etcd id
-    local lg r rf e
-    lg=$(med "$3" "$2"); r=$(med "$4" "$2"); rf=$(med "$5" "$2"); e=$(med "$6" "$2")
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$1" "$(fmt "$lg")" "$(fmt "$r")" "$(fmt "$rf")" "$(fmt "$e")" \
-        "$(ratio "$lg" "$r")" "$(ratio "$lg" "$rf")" "$(ratio "$lg" "$e")"
+# A row: label, key, then the cells' ids: leasegate, ceiling, Redis A, Redis B, etcd, ZooKeeper
+# ("-" for none); ratios are leasegate ÷ each peer.
+row() {
+    local label=$1 key=$2 v=() r=() i
+    shift 2
+    for i in "$@"; do v+=("$(med "$i" "$key")"); done
+    for i in 1 2 3 4 5; do r+=("$(ratio "${v[0]}" "${v[$i]}")"); done
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$label" \
+        "$(fmt "${v[0]}")" "$(fmt "${v[1]}")" "$(fmt "${v[2]}")" "$(fmt "${v[3]}")" "$(fmt "${v[4]}")" "$(fmt "${v[5]}")" \
+        "${r[0]}" "${r[1]}" "${r[2]}" "${r[3]}" "${r[4]}"
 }
 kb_per() { awk -v a="$1" 'BEGIN { if (a == "-") print "-"; else printf "%.1f", a / 1024 }'; }
 
-echo "### leasegate vs Redis vs etcd — ${RUNS} run(s) × ${SECS} s (+${WARMUP} s warm-up), median; $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "### leasegate vs its ceiling, Redis, etcd and ZooKeeper — ${RUNS} run(s) × ${SECS} s (+${WARMUP} s warm-up), median; $(date -u +%Y-%m-%dT%H:%MZ)"
 echo
 echo "Durability: **leasegate** SQLite WAL synchronous=FULL, group commit (fsync before every answer that reveals a change)."
+echo "**ceiling** bench/ceiling.c: libmicrohttpd and jansson answering the same requests through the same suspend/resume path, no lock table, nothing stored."
 echo "**Redis A** \`--appendonly no --save ''\` (nothing fsynced; a crash loses every lock). **Redis B** \`--appendonly yes --appendfsync always\` (AOF fsync per write)."
 echo "**etcd** single member, default config (WAL fsync per raft batch before the answer). Redis has no waiting: contenders spin on \`SET NX\`."
+echo "**ZooKeeper** standalone, Debian's defaults (transaction log fsynced before an answer), its lock recipe (ephemeral sequential node, watch on the predecessor) from libzookeeper-mt, one session and thread per client."
 echo
-echo "| workload | leasegate | Redis A (no fsync) | Redis B (fsync always) | etcd | lg/Redis A | lg/Redis B | lg/etcd |"
-echo "|---|---|---|---|---|---|---|---|"
-row "pairs/s, $CLIENTS clients, distinct locks (etcd: txn put-if-absent + delete)" pairs_per_s pairs64.lg pairs64.redis pairs64.redisfs pairs64.etcd
-row "pair p50 ms, $CLIENTS clients" p50_ms pairs64.lg pairs64.redis pairs64.redisfs pairs64.etcd
-row "pair p99 ms, $CLIENTS clients" p99_ms pairs64.lg pairs64.redis pairs64.redisfs pairs64.etcd
+echo "| workload | leasegate | ceiling | Redis A (no fsync) | Redis B (fsync always) | etcd | ZooKeeper | lg/ceiling | lg/Redis A | lg/Redis B | lg/etcd | lg/ZK |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+row "pairs/s, $CLIENTS clients, distinct locks (etcd: txn put-if-absent + delete)" pairs_per_s pairs64.lg pairs64.ceil pairs64.redis pairs64.redisfs pairs64.etcd pairs64.zk
+row "pair p50 ms, $CLIENTS clients" p50_ms pairs64.lg pairs64.ceil pairs64.redis pairs64.redisfs pairs64.etcd pairs64.zk
+row "pair p99 ms, $CLIENTS clients" p99_ms pairs64.lg pairs64.ceil pairs64.redis pairs64.redisfs pairs64.etcd pairs64.zk
 cpu_row() { # server CPU microseconds per pair (median CPU % / median pairs/s)
-    local ids=("$@") v=() i c p
+    local ids=("$@") v=() c=() i p cp r=()
     for i in "${ids[@]}"; do
-        c=$(med "$i" server_cpu_pct); p=$(med "$i" pairs_per_s)
-        v+=("$(awk -v c="$c" -v p="$p" 'BEGIN { if (c == "-" || p == "-" || p + 0 == 0) print "-"; else printf "%.1f", c / 100 / p * 1e6 }')")
+        cp=$(med "$i" server_cpu_pct); p=$(med "$i" pairs_per_s)
+        c+=("$cp")
+        v+=("$(awk -v c="$cp" -v p="$p" 'BEGIN { if (c == "-" || p == "-" || p + 0 == 0) print "-"; else printf "%.1f", c / 100 / p * 1e6 }')")
     done
-    printf '| server CPU µs per pair, %s clients (CPU %% %s / %s / %s / %s) | %s | %s | %s | %s | %s | %s | %s |\n' "$CLIENTS" \
-        "$(med "${ids[0]}" server_cpu_pct)" "$(med "${ids[1]}" server_cpu_pct)" "$(med "${ids[2]}" server_cpu_pct)" "$(med "${ids[3]}" server_cpu_pct)" \
-        "${v[0]}" "${v[1]}" "${v[2]}" "${v[3]}" "$(ratio "${v[0]}" "${v[1]}")" "$(ratio "${v[0]}" "${v[2]}")" "$(ratio "${v[0]}" "${v[3]}")"
+    for i in 1 2 3 4 5; do r+=("$(ratio "${v[0]}" "${v[$i]}")"); done
+    printf '| server CPU µs per pair, %s clients (CPU %% %s / %s / %s / %s / %s / %s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$CLIENTS" \
+        "${c[0]}" "${c[1]}" "${c[2]}" "${c[3]}" "${c[4]}" "${c[5]}" \
+        "${v[0]}" "${v[1]}" "${v[2]}" "${v[3]}" "${v[4]}" "${v[5]}" "${r[0]}" "${r[1]}" "${r[2]}" "${r[3]}" "${r[4]}"
 }
-cpu_row pairs64.lg pairs64.redis pairs64.redisfs pairs64.etcd
-row "pairs/s, 1 client" pairs_per_s pairs1.lg pairs1.redis pairs1.redisfs pairs1.etcd
-row "pair p50 ms, 1 client" p50_ms pairs1.lg pairs1.redis pairs1.redisfs pairs1.etcd
-row "pairs/s, $CLIENTS clients, etcd lock API (lease grant+lock+unlock+revoke)" pairs_per_s pairs64.lg - - pairs64.etcdlock
-row "pair p99 ms, $CLIENTS clients, etcd lock API" p99_ms pairs64.lg - - pairs64.etcdlock
-row "pairs/s, 1 client, etcd lock API" pairs_per_s pairs1.lg - - pairs1.etcdlock
-row "grants/s, $CLIENTS clients on ONE lock (lg: long-poll; Redis: spin; etcd: lock API)" grants_per_s contend.lg contend.redis contend.redisfs contend.etcd
-row "handoff p50 ms (release sent → next grant received)" handoff_p50_ms contend.lg contend.redis contend.redisfs contend.etcd
-row "handoff p99 ms" handoff_p99_ms contend.lg contend.redis contend.redisfs contend.etcd
+cpu_row pairs64.lg pairs64.ceil pairs64.redis pairs64.redisfs pairs64.etcd pairs64.zk
+row "pairs/s, 1 client" pairs_per_s pairs1.lg pairs1.ceil pairs1.redis pairs1.redisfs pairs1.etcd pairs1.zk
+row "pair p50 ms, 1 client" p50_ms pairs1.lg pairs1.ceil pairs1.redis pairs1.redisfs pairs1.etcd pairs1.zk
+row "pairs/s, $CLIENTS clients, etcd lock API (lease grant+lock+unlock+revoke)" pairs_per_s pairs64.lg - - - pairs64.etcdlock -
+row "pair p99 ms, $CLIENTS clients, etcd lock API" p99_ms pairs64.lg - - - pairs64.etcdlock -
+row "pairs/s, 1 client, etcd lock API" pairs_per_s pairs1.lg - - - pairs1.etcdlock -
+row "grants/s, $CLIENTS clients on ONE lock (lg: long-poll; Redis: spin; etcd: lock API; ZK: recipe)" grants_per_s contend.lg - contend.redis contend.redisfs contend.etcd contend.zk
+row "handoff p50 ms (release sent → next grant received)" handoff_p50_ms contend.lg - contend.redis contend.redisfs contend.etcd contend.zk
+row "handoff p99 ms" handoff_p99_ms contend.lg - contend.redis contend.redisfs contend.etcd contend.zk
 mm() { local a b; a=$(med "$1" grants_min); b=$(med "$1" grants_max); [[ $a == - ]] && echo - || echo "$(fmt "$a") / $(fmt "$b")"; }
-printf '| fairness: fewest / most grants to one client | %s | %s | %s | %s | - | - | - |\n' "$(mm contend.lg)" "$(mm contend.redis)" "$(mm contend.redisfs)" "$(mm contend.etcd)"
-row "Redis SET attempts per grant (spinning)" attempts_per_grant - contend.redis contend.redisfs -
-lgw=$(med waiters.lg bytes_per_waiter); ew=$(med waiters.etcd bytes_per_waiter)
-printf '| server KB per waiter (lg: %s waiters; etcd: %s lock-API waiters) | %s | n/a | n/a | %s | - | - | %s |\n' \
-    "$WAITERS" "$ETCD_WAITERS" "$(kb_per "$lgw")" "$(kb_per "$ew")" "$(ratio "$lgw" "$ew")"
-row "wake one waiter, ms (holder releases → first waiter granted)" wake_ms waiters.lg - - waiters.etcd
-printf '| start-up with %s locks, ms (exec → /healthz 200) | %s | n/a | n/a | n/a | - | - | - |\n' "$STARTUP_LOCKS" "$(fmt "$(med startup.lg startup_ms)")"
-printf '| RSS after start-up with %s locks, MB | %s | n/a | n/a | n/a | - | - | - |\n' "$STARTUP_LOCKS" \
+printf '| fairness: fewest / most grants to one client | %s | - | %s | %s | %s | %s | - | - | - | - | - |\n' "$(mm contend.lg)" "$(mm contend.redis)" "$(mm contend.redisfs)" "$(mm contend.etcd)" "$(mm contend.zk)"
+row "Redis SET attempts per grant (spinning)" attempts_per_grant - - contend.redis contend.redisfs - -
+lgw=$(med waiters.lg bytes_per_waiter); ew=$(med waiters.etcd bytes_per_waiter); zw=$(med waiters.zk bytes_per_waiter)
+printf '| server KB per waiter (lg: %s waiters; etcd: %s lock-API waiters; ZK: %s sessions, RSS after a forced GC) | %s | - | n/a | n/a | %s | %s | - | - | - | %s | %s |\n' \
+    "$WAITERS" "$ETCD_WAITERS" "$ZK_WAITERS" "$(kb_per "$lgw")" "$(kb_per "$ew")" "$(kb_per "$zw")" "$(ratio "$lgw" "$ew")" "$(ratio "$lgw" "$zw")"
+row "wake one waiter, ms (holder releases → first waiter granted)" wake_ms waiters.lg - - - waiters.etcd -
+printf '| start-up with %s locks, ms (exec → /healthz 200) | %s | - | n/a | n/a | n/a | n/a | - | - | - | - | - |\n' "$STARTUP_LOCKS" "$(fmt "$(med startup.lg startup_ms)")"
+printf '| RSS after start-up with %s locks, MB | %s | - | n/a | n/a | n/a | n/a | - | - | - | - | - |\n' "$STARTUP_LOCKS" \
     "$(awk -v a="$(med startup.lg server_rss_kb)" 'BEGIN { if (a == "-") print "-"; else printf "%.0f", a / 1024 }')"
 echo
 echo "Checks: leasegate FIFO order kept in every contend run: $(allv contend.lg fifo_ok) (violations: $(allv contend.lg fifo_violations)); tokens increasing: $(allv contend.lg token_ok)."
+echo "ZooKeeper grants in sequence-number order: $(allv contend.zk fifo_ok) (violations: $(allv contend.zk fifo_violations))."
 echo "etcd lock-API grant order = send order: $(allv contend.etcd fifo_ok) (violations: $(allv contend.etcd fifo_violations); the gRPC gateway may reorder near-simultaneous requests)."
 echo "Errors (unexpected answers, dropped connections) per cell: $(awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^errors=/ && $i != "errors=0") s = s " " $1 ":" substr($i, 8) } END { print (s ? s : " none") }' "$RESULTS")."
 echo "Start-up check: locks loaded $(allv startup.lg locks), held $(allv startup.lg locks_held)."
 echo "Ratios are leasegate ÷ peer: above 1 is better for leasegate in rates, worse in latencies and memory."
+echo "The runs of each cell (leasegate): 64-client pairs/s $(allv pairs64.lg pairs_per_s); 1-client $(allv pairs1.lg pairs_per_s); grants/s $(allv contend.lg grants_per_s). Redis B: $(allv pairs64.redisfs pairs_per_s); $(allv pairs1.redisfs pairs_per_s); $(allv contend.redisfs grants_per_s)."
 echo "leasegate binary: sha256 $LG_REV. Machine during the run: load average before/after $LOAD_START / $LOAD_END; CPU over the run $STEAL; pressure (PSI some, avg60) before: $PSI_START, after: $PSI_END; wall time $((T_END - T_START)) s; nproc $(nproc)."

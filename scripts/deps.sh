@@ -14,6 +14,10 @@
 #                              creating or starting a main cluster: the test starts its own server),
 #                              python3-psycopg2 and the SQL example's npm packages (npm ci in
 #                              examples/sql)
+#   scripts/deps.sh --bench    also the peers bench/compare.sh measures against: redis-server,
+#                              etcd-server, zookeeper (the server; a JVM) with libzookeeper-mt-dev
+#                              (bench/zkbench.c's client) and default-jdk-headless (jcmd, for the
+#                              JVM's forced GC), strace (bench/syscalls.sh), curl, python3
 #   scripts/deps.sh --runtime  only what the built binary needs to run (the container image's last stage)
 set -eu
 SUDO=
@@ -26,8 +30,9 @@ case "${1:-}" in
     PKGS="$BUILD python3 python3-venv python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server openssl chromium prometheus postgresql-15 python3-psycopg2"
     command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
     command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm" ;;
+  --bench) PKGS="$BUILD redis-server etcd-server zookeeper libzookeeper-mt-dev default-jdk-headless strace curl python3" ;;
   --runtime) PKGS="$RUNTIME" ;;
-  *) echo "usage: scripts/deps.sh [--test | --runtime]" >&2; exit 2 ;;
+  *) echo "usage: scripts/deps.sh [--test | --bench | --runtime]" >&2; exit 2 ;;
 esac
 export DEBIAN_FRONTEND=noninteractive
 # A first install of postgresql-15 creates and starts the cluster "15 main" unless
