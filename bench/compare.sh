@@ -8,7 +8,9 @@
 # Environment:
 #   RUNS (3)  SECONDS (5; BENCH_SECONDS also works)  WARMUP (0.5)
 #   LEASEGATE_BIN (build/leasegate of this checkout)   LGBENCH (path of a built lgbench; else built here)
-#   CLIENTS (64)  WAITERS (10000, leasegate)  ETCD_WAITERS (1000: etcd needs ~170 KB and ~8 ms each)
+#   CLIENTS (64)  WAITERS (10000, leasegate; past 10000 the server's waiter limits are raised and the
+#   waiters come from several 127.0.0.x addresses; each needs a descriptor in lgbench and in the server)
+#   ETCD_WAITERS (1000: etcd needs ~170 KB and ~8 ms each)
 #   ZK_WAITERS (1000: each is a ZooKeeper session, two client threads here)
 #   STARTUP_LOCKS (1000000)  RAW_OUT (file to keep every raw lgbench line)  KEEP_TMP (1: keep temp dir)
 #   NO_INSTALL (1: never apt-get)
@@ -110,12 +112,22 @@ fi
 
 free_port() { "$LGBENCH" --free-port; }
 
+# Past 10,000 waiters the server's waiter limits are raised, and the waiters connect from
+# several 127.0.0.x addresses (one address has about 28,000 ephemeral ports).
+LG_WAITER_FLAGS=()
+SOURCE_IPS=$((WAITERS / 25000 + 1))
+if ((WAITERS > 10000)); then
+    LG_WAITER_FLAGS=(--max-waiters-per-lock "$((WAITERS + 100))" --max-waiters "$((WAITERS + 100))"
+        --key-max-waiters "$((WAITERS + 100))" --max-connections "$((WAITERS + 1000))")
+fi
+
 # ---------------------------------------------------------------- servers
 LG_PID='' LG_PORT=''
-start_leasegate() { # $1 = data dir name
+start_leasegate() { # $1 = data dir name, rest = more serve flags
     local dir=$TMP/$1 i
+    shift
     mkdir -p "$dir"
-    "$LEASEGATE_BIN" serve --listen 127.0.0.1:0 --data "$dir/leasegate.db" >"$dir/stdout" 2>"$dir/stderr" &
+    "$LEASEGATE_BIN" serve --listen 127.0.0.1:0 --data "$dir/leasegate.db" "$@" >"$dir/stdout" 2>"$dir/stderr" &
     LG_PID=$!
     PIDS+=("$LG_PID")
     for ((i = 0; i < 200; i++)); do
@@ -284,8 +296,9 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
     bench pairs1.lg "${L[@]}" --mode pairs --clients 1 "${COMMON[@]}"
     bench contend.lg "${L[@]}" --mode contend --clients "$CLIENTS" "${COMMON[@]}"
     stop_server "$LG_PID"
-    start_leasegate "lgw-$RUN" # fresh process for the memory measurement
-    bench waiters.lg --target leasegate --port "$LG_PORT" --pid "$LG_PID" --mode waiters --clients "$WAITERS"
+    start_leasegate "lgw-$RUN" "${LG_WAITER_FLAGS[@]}" # fresh process for the memory measurement
+    bench waiters.lg --target leasegate --port "$LG_PORT" --pid "$LG_PID" --mode waiters --clients "$WAITERS" \
+        --source-ips "$SOURCE_IPS"
     stop_server "$LG_PID"
     cp "$TMP/startup-template.db" "$TMP/startup-$RUN.db"
     bench startup.lg --target leasegate --mode startup --bin "$LEASEGATE_BIN" --data "$TMP/startup-$RUN.db"

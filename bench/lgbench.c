@@ -5,6 +5,7 @@
  *
  *   lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup
  *           [--variant txn|lock|lockkeep] [--clients N] [--seconds S] [--warmup S] [--count N]
+ *           [--source-ips N]   (connections from 127.0.0.1..N: past one address's ephemeral ports)
  *           [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]
  *           [--name LOCKNAME] [--bin PATH --data FILE]   (startup)
  *
@@ -258,6 +259,8 @@ static struct {
     const char *bin, *data;
     long wait_ms;
     long count; /* pairs/contend: end after this many (at most --seconds); 0: run --seconds */
+    int source_ips; /* > 1: connections come from 127.0.0.1 .. 127.0.0.N in turn (more than one
+                     * address's ephemeral ports, for 100,000 waiters) */
 } opt = {.clients = 64, .seconds = 5, .warmup = 0.5, .timeout = 120, .host = "127.0.0.1", .variant = "-"};
 
 /* ------------------------------------------------------------------ connections */
@@ -321,6 +324,12 @@ static void conn_open(Conn *c)
         fatal("socket: %s (raise ulimit -n?)", strerror(errno));
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (opt.source_ips > 1) {
+        struct sockaddr_in src = {.sin_family = AF_INET};
+        src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + (uint32_t)(c->idx % opt.source_ips));
+        if (bind(c->fd, (struct sockaddr *)&src, sizeof src))
+            fatal("bind to 127.0.0.%d: %s", 1 + c->idx % opt.source_ips, strerror(errno));
+    }
     int rc = connect(c->fd, (struct sockaddr *)&g_addr, sizeof g_addr);
     if (rc == 0)
         c->connected = 1;
@@ -1629,6 +1638,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup\n"
             "               [--variant txn|lock|lockkeep] [--clients N] [--seconds S] [--warmup S] [--count N]\n"
+            "               [--source-ips N]\n"
             "               [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]\n"
             "               [--name LOCK] [--wait-ms MS] [--timeout S] [--bin PATH --data FILE]\n"
             "       lgbench --free-port\n");
@@ -1670,6 +1680,8 @@ int main(int argc, char **argv)
             opt.warmup = atof(v);
         else if (ARG("--count"))
             opt.count = atol(v);
+        else if (ARG("--source-ips"))
+            opt.source_ips = atoi(v);
         else if (ARG("--timeout"))
             opt.timeout = atof(v);
         else if (ARG("--host"))
@@ -1718,7 +1730,8 @@ int main(int argc, char **argv)
     if (strcmp(opt.variant, "-") && strcmp(opt.variant, "txn") && strcmp(opt.variant, "lock") &&
         strcmp(opt.variant, "lockkeep"))
         usage();
-    if (opt.clients < 1 || opt.clients > 100000 || opt.seconds <= 0 || opt.warmup < 0 || opt.timeout <= 0)
+    if (opt.clients < 1 || opt.clients > 100000 || opt.seconds <= 0 || opt.warmup < 0 || opt.timeout <= 0 ||
+        opt.source_ips < 0 || opt.source_ips > 254)
         usage();
     if (!opt.name[0])
         snprintf(opt.name, sizeof opt.name, "lgbench-%d-%llu", (int)getpid(),
