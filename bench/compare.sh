@@ -112,13 +112,15 @@ fi
 
 free_port() { "$LGBENCH" --free-port; }
 
-# Past 10,000 waiters the server's waiter limits are raised, and the waiters connect from
-# several 127.0.0.x addresses (one address has about 28,000 ephemeral ports).
-LG_WAITER_FLAGS=()
+# The waiters' server takes them all from one client address: its connection limits
+# (--max-connections, and a peer's share of it) are raised to WAITERS, and past 10,000 its
+# waiter limits too; past 25,000 the waiters connect from several 127.0.0.x addresses (one
+# address has about 28,000 ephemeral ports).
+LG_WAITER_FLAGS=(--max-connections "$((WAITERS + 1000))" --peer-max-connections "$((WAITERS + 100))")
 SOURCE_IPS=$((WAITERS / 25000 + 1))
 if ((WAITERS > 10000)); then
-    LG_WAITER_FLAGS=(--max-waiters-per-lock "$((WAITERS + 100))" --max-waiters "$((WAITERS + 100))"
-        --key-max-waiters "$((WAITERS + 100))" --max-connections "$((WAITERS + 1000))")
+    LG_WAITER_FLAGS+=(--max-waiters-per-lock "$((WAITERS + 100))" --max-waiters "$((WAITERS + 100))"
+        --key-max-waiters "$((WAITERS + 100))")
 fi
 
 # ---------------------------------------------------------------- servers

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "leasegate/auth.h"
 #include "leasegate/commit.h"
@@ -145,6 +146,16 @@ typedef struct RequestWatch {
     uint64_t index;     /* answer once the lock's index is past this */
 } RequestWatch;
 
+/* What a long-poll of the API keeps while it waits (an events long-poll or
+ * stream, a watch): allocated by the handler that makes the request one
+ * (request_poll), so that every other request, a waiting acquire above all,
+ * does not carry its 200 bytes. The API's; freed with the request. */
+typedef struct RequestPoll {
+    Request *req;
+    RequestEvents events;
+    RequestWatch watch;
+} RequestPoll;
+
 /* The HTTP layer creates, answers and ends a request; each part below it
  * names is written by one layer only. */
 struct Request {
@@ -185,8 +196,15 @@ struct Request {
     RequestGuard guard;
     RequestGrant grant;
     RequestAccess access;
-    RequestEvents events;
-    RequestWatch watch;
+    RequestPoll *poll;  /* owned; NULL unless the request is a long-poll (request_poll) */
 };
+
+/* req's long-poll part, made on first use; NULL when out of memory. */
+static inline RequestPoll *request_poll(Request *req)
+{
+    if (!req->poll && (req->poll = calloc(1, sizeof *req->poll)))
+        req->poll->req = req;
+    return req->poll;
+}
 
 #endif

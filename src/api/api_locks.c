@@ -438,14 +438,14 @@ static void reply_one_lock(Request *req, const char *name)
 
 /* A watch (?index=N) is due once the lock's index is past N, or when N is
  * beyond every index of this run (it came from before a restart). */
-static bool index_past(const Request *req, const char *name)
+static bool index_past(const Request *req, const char *name, uint64_t index)
 {
     const Locktab *lt = req->srv->locks;
-    return locktab_index(lt, name) > req->watch.index || req->watch.index > locktab_index_now(lt);
+    return locktab_index(lt, name) > index || index > locktab_index_now(lt);
 }
 
-static bool watch_due(Request *req) { return index_past(req, req->watch.name); }
-static void watch_answer(Request *req) { reply_one_lock(req, req->watch.name); }
+static bool watch_due(Request *req) { return index_past(req, req->poll->watch.name, req->poll->watch.index); }
+static void watch_answer(Request *req) { reply_one_lock(req, req->poll->watch.name); }
 
 static const WatchCalls WATCH = {watch_due, watch_answer};
 
@@ -455,13 +455,18 @@ void api_get_lock(Request *req)
     if (!body_check_name(req, "name", req->arg) || !query_int(req, "index", 0, INT64_MAX, 0, &index) ||
         !query_int(req, "wait_ms", 0, WATCH_MAX_MS, 0, &wait_ms))
         return;
-    req->watch.index = (uint64_t)index;
-    if (!http_query(req, "index") || wait_ms == 0 || index_past(req, req->arg) || req->srv->stopping) {
+    if (!http_query(req, "index") || wait_ms == 0 || index_past(req, req->arg, (uint64_t)index) ||
+        req->srv->stopping) {
         reply_one_lock(req, req->arg);
         return;
     }
     if (!quota_poll_start(req))
         return;
+    if (!request_poll(req)) {
+        reply_overloaded(req, LOCK_NOMEM);
+        return;
+    }
+    req->poll->watch.index = (uint64_t)index;
     if (!watch_start(req, wait_ms, &WATCH))
         reply_overloaded(req, LOCK_NOMEM);
 }

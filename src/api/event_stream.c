@@ -178,7 +178,7 @@ static void stream_freed(void *cls)
     Stream *st = cls;
     if (st->req) {
         stream_unlist(st);
-        st->req->events.stream = NULL;
+        st->req->poll->events.stream = NULL;
     }
     st->s->streams->open--;
     free(st->revoked);
@@ -210,7 +210,7 @@ void api_events_stream(Request *req)
     uint64_t from;
     if (!events_resolve_after(req, (uint64_t)after, &from) || !quota_poll_start(req))
         return;
-    Stream *st = calloc(1, sizeof *st);
+    Stream *st = request_poll(req) ? calloc(1, sizeof *st) : NULL;
     if (!st || (prefix && !(st->prefix = strdup(prefix))) || !stream_put(st, "retry: 1000\n\n", 13)) {
         if (st)
             free(st->prefix);
@@ -241,7 +241,7 @@ void api_events_stream(Request *req)
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
-    req->events.stream = st;
+    req->poll->events.stream = st;
     req->srv->streams->open++;
     if (!httphead_add_answer_fields(resp, 200, "text/event-stream") ||
         MHD_add_response_header(resp, "X-Accel-Buffering", "no") != MHD_YES) {
@@ -270,12 +270,12 @@ void event_streams_tick(Server *s, const Now *now)
 
 const char *event_streams_prefix(const Request *req)
 {
-    return req->events.stream ? req->events.stream->prefix : NULL;
+    return req->poll && req->poll->events.stream ? req->poll->events.stream->prefix : NULL;
 }
 
 void event_streams_end(Request *req, ErrCode code, const char *why)
 {
-    Stream *st = req->events.stream;
+    Stream *st = req->poll ? req->poll->events.stream : NULL;
     if (!st || st->revoked || st->ending)
         return;
     json_t *data = json_pack("{s:s, s:s}", "error", error_code(code), "message", why);
@@ -291,10 +291,10 @@ void event_streams_end(Request *req, ErrCode code, const char *why)
 
 void event_streams_request_end(Request *req)
 {
-    Stream *st = req->events.stream;
+    Stream *st = req->poll ? req->poll->events.stream : NULL;
     if (st) {
         stream_unlist(st);
         st->req = NULL;
-        req->events.stream = NULL;
+        req->poll->events.stream = NULL;
     }
 }

@@ -281,11 +281,11 @@ static void add_event(void *ud, const AuditRow *r)
 static void stop_waiting(Request *req)
 {
     Events *e = req->srv->events;
-    if (!req->events.waiting)
+    if (!req->poll || !req->poll->events.waiting)
         return;
-    req->events.waiting = false;
-    events_reader_close(req->srv, &req->events.reader);
-    heap_remove(&e->deadlines, &req->events.deadline);
+    req->poll->events.waiting = false;
+    events_reader_close(req->srv, &req->poll->events.reader);
+    heap_remove(&e->deadlines, &req->poll->events.deadline);
 }
 
 /* Answers req with its events after seq `after`, when there are some (or
@@ -294,7 +294,7 @@ static bool answer_from(Request *req, uint64_t after, bool now)
 {
     Events *e = req->srv->events;
     Page p = {json_array(), after, false};
-    bool more = p.events && events_list(req->srv, req->events.prefix, after, req->events.limit, add_event, &p);
+    bool more = p.events && events_list(req->srv, req->poll->events.prefix, after, req->poll->events.limit, add_event, &p);
     if (p.events && !p.failed && json_array_size(p.events) == 0 && !now) {
         json_decref(p.events);
         return false;
@@ -321,11 +321,11 @@ static bool answer_from(Request *req, uint64_t after, bool now)
  * lose (its `after` may leave the ring meanwhile without harm). */
 static void answer_waiting(Request *req)
 {
-    uint64_t first = req->events.reader.first;
+    uint64_t first = req->poll->events.reader.first;
     answer_from(req, first ? first - 1 : audit_latest(req->srv->events->ring), true);
 }
 
-static void poll_woken(EventsReader *r) { answer_waiting(CONTAINER_OF(r, Request, events.reader)); }
+static void poll_woken(EventsReader *r) { answer_waiting(CONTAINER_OF(r, RequestPoll, events.reader)->req); }
 
 void api_events(Request *req)
 {
@@ -338,9 +338,13 @@ void api_events(Request *req)
     uint64_t from;
     if (!events_resolve_after(req, (uint64_t)after, &from))
         return;
-    req->events.limit = (size_t)limit;
+    if (!request_poll(req)) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    req->poll->events.limit = (size_t)limit;
     /* A copy: the query is gone once the request is held (http_hold). */
-    if (prefix && !(req->events.prefix = strdup(prefix))) {
+    if (prefix && !(req->poll->events.prefix = strdup(prefix))) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
@@ -349,15 +353,15 @@ void api_events(Request *req)
     if (answer_from(req, from, wait_ms == 0 || e->draining) || !quota_poll_start(req))
         return;
     Now now = clock_now();
-    req->events.reader.woken = poll_woken;
-    heap_entry_init(&req->events.deadline);
-    if (!heap_set(&e->deadlines, &req->events.deadline, now.mono_ms + wait_ms) ||
-        !events_reader_open(req->srv, &req->events.reader, prefix, 0)) {
-        heap_remove(&e->deadlines, &req->events.deadline);
+    req->poll->events.reader.woken = poll_woken;
+    heap_entry_init(&req->poll->events.deadline);
+    if (!heap_set(&e->deadlines, &req->poll->events.deadline, now.mono_ms + wait_ms) ||
+        !events_reader_open(req->srv, &req->poll->events.reader, prefix, 0)) {
+        heap_remove(&e->deadlines, &req->poll->events.deadline);
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
-    req->events.waiting = true;
+    req->poll->events.waiting = true;
     http_hold(req);
 }
 
@@ -377,7 +381,7 @@ void events_tick(Server *s, const Now *now)
     Events *e = s->events;
     HeapEntry *h;
     while ((h = heap_peek(&e->deadlines)) && h->deadline_ms <= now->mono_ms)
-        answer_waiting(CONTAINER_OF(h, Request, events.deadline));
+        answer_waiting(CONTAINER_OF(h, RequestPoll, events.deadline)->req);
 }
 
 void events_drain(Server *s)
@@ -386,7 +390,7 @@ void events_drain(Server *s)
     e->draining = true;
     HeapEntry *h;
     while ((h = heap_peek(&e->deadlines)))
-        answer_waiting(CONTAINER_OF(h, Request, events.deadline));
+        answer_waiting(CONTAINER_OF(h, RequestPoll, events.deadline)->req);
     /* The streams: each sees `draining` and ends. Waking one never closes another. */
     for (DLink *l = e->readers.head; l; l = l->next)
         DLIST_ITEM(l, EventsReader, link)->woken(DLIST_ITEM(l, EventsReader, link));
@@ -394,7 +398,9 @@ void events_drain(Server *s)
 
 void events_request_end(Request *req)
 {
+    if (!req->poll)
+        return;
     stop_waiting(req);
-    free(req->events.prefix);
-    req->events.prefix = NULL;
+    free(req->poll->events.prefix);
+    req->poll->events.prefix = NULL;
 }

@@ -29,12 +29,13 @@ static void recheck(void *ud, Request *req)
     Server *s = ud;
     const char *name;
     bool listing = false;
+    const RequestPoll *p = req->poll; /* NULL unless a long-poll */
     if (req->wait.waiter)
         name = locktab_waiter_lock(req->wait.waiter);
-    else if (req->watch.on)
-        name = req->watch.name;
-    else if (req->events.waiting || req->events.stream) {
-        const char *prefix = req->events.stream ? event_streams_prefix(req) : req->events.prefix;
+    else if (p && p->watch.on)
+        name = p->watch.name;
+    else if (p && (p->events.waiting || p->events.stream)) {
+        const char *prefix = p->events.stream ? event_streams_prefix(req) : p->events.prefix;
         name = prefix ? prefix : "";
         listing = true;
     } else
@@ -50,9 +51,9 @@ static void recheck(void *ud, Request *req)
         snprintf(why, sizeof why, "key '%s' was removed (the key file was reloaded)", old->name);
     if (req->wait.waiter)
         api_waiter_revoked(req, code, why);
-    else if (req->watch.on)
+    else if (p && p->watch.on)
         watch_end(req, code, why);
-    else if (req->events.waiting)
+    else if (p && p->events.waiting)
         events_end_poll(req, code, why);
     else
         event_streams_end(req, code, why);

@@ -68,15 +68,15 @@ bool watch_start(Request *req, int64_t wait_ms, const WatchCalls *calls)
         }
     }
     Now now = clock_now();
-    heap_entry_init(&req->watch.deadline);
-    if (!heap_set(&w->deadlines, &req->watch.deadline, now.mono_ms + wait_ms)) {
+    heap_entry_init(&req->poll->watch.deadline);
+    if (!heap_set(&w->deadlines, &req->poll->watch.deadline, now.mono_ms + wait_ms)) {
         watched_drop_if_empty(w, d);
         return false;
     }
-    req->watch.calls = calls;
-    req->watch.on = d;
-    req->watch.name = d->name;
-    dlist_append(&d->reqs, &req->watch.link);
+    req->poll->watch.calls = calls;
+    req->poll->watch.on = d;
+    req->poll->watch.name = d->name;
+    dlist_append(&d->reqs, &req->poll->watch.link);
     w->count++;
     http_hold(req); /* req->arg may be gone from here: the name is d's */
     return true;
@@ -87,10 +87,10 @@ bool watch_start(Request *req, int64_t wait_ms, const WatchCalls *calls)
 static Watched *detach(Request *req)
 {
     Watches *w = req->srv->watches;
-    Watched *d = req->watch.on;
-    req->watch.on = NULL;
-    heap_remove(&w->deadlines, &req->watch.deadline);
-    dlist_remove(&d->reqs, &req->watch.link);
+    Watched *d = req->poll->watch.on;
+    req->poll->watch.on = NULL;
+    heap_remove(&w->deadlines, &req->poll->watch.deadline);
+    dlist_remove(&d->reqs, &req->poll->watch.link);
     w->count--;
     return d;
 }
@@ -107,7 +107,7 @@ static void stop(Request *req)
 static void answer(Request *req)
 {
     Watches *w = req->srv->watches;
-    const WatchCalls *calls = req->watch.calls;
+    const WatchCalls *calls = req->poll->watch.calls;
     Watched *d = detach(req);
     calls->answer(req);
     watched_drop_if_empty(w, d);
@@ -149,26 +149,26 @@ void watch_tick(Server *s, const Now *now)
         /* Answering the last watcher frees d: the next link is read first. */
         for (DLink *l = d->reqs.head, *next; l; l = next) {
             next = l->next;
-            Request *req = DLIST_ITEM(l, Request, watch.link);
-            if (req->watch.calls->due(req))
+            Request *req = DLIST_ITEM(l, RequestPoll, watch.link)->req;
+            if (req->poll->watch.calls->due(req))
                 answer(req);
         }
     }
     HeapEntry *h;
     while ((h = heap_peek(&w->deadlines)) && h->deadline_ms <= now->mono_ms)
-        answer(CONTAINER_OF(h, Request, watch.deadline));
+        answer(CONTAINER_OF(h, RequestPoll, watch.deadline)->req);
 }
 
 void watch_drain(Server *s)
 {
     HeapEntry *h;
     while ((h = heap_peek(&s->watches->deadlines)))
-        answer(CONTAINER_OF(h, Request, watch.deadline));
+        answer(CONTAINER_OF(h, RequestPoll, watch.deadline)->req);
 }
 
 void watch_request_end(Request *req)
 {
-    if (req->watch.on)
+    if (req->poll && req->poll->watch.on)
         stop(req);
 }
 

@@ -49,6 +49,7 @@ static void request_free(Request *req)
     free(req->body);
     free(req->grant.lock);
     free(req->park.out);
+    free(req->poll);
     free(req);
 }
 
