@@ -481,7 +481,7 @@ void api_list_locks(Request *req)
         char *end;
         limit = strtol(limit_s, &end, 10);
         if (!*limit_s || *end || limit < 1 || limit > LIST_MAX) {
-            http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "limit"),
+            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "limit"),
                              "query parameter 'limit' must be an integer in 1..%d", LIST_MAX);
             return;
         }
