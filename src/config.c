@@ -29,6 +29,10 @@ void config_defaults(Config *c)
     c->key_max_waiters = 10000;
     c->guard_timeout_s = 30;
     c->guard_max_calls = 256;
+    c->guard_lock_max_calls = 16;
+    c->guard_key_max_calls = 64;
+    c->guard_peer_max_calls = 64;
+    c->guard_settle_s = 30;
     c->forget_idle_s = 86400;
     c->leader_ttl_s = 3;
     c->etcd_max_txn_ops = 128; /* etcd's default */
@@ -80,14 +84,28 @@ void config_usage(FILE *out)
             "                              0: none (watches still work; default 10000)\n"
             "  --forget-idle-after SECONDS a lock free that long (no holder, no waiter) is forgotten:\n"
             "                              its name and last_token go; tokens still only grow (default 86400)\n"
-            "  --guard PREFIX=UPSTREAM[,lock=NAME]\n"
+            "  --guard PREFIX=UPSTREAM[,lock=NAME][,methods=M1+M2+...]\n"
             "                              forward requests under PREFIX (e.g. /store/) to UPSTREAM\n"
             "                              (e.g. http://127.0.0.1:9000/). A write must carry, in header\n"
             "                              Fencing-Lease, the lease that holds the lock its path below PREFIX\n"
             "                              names (/store/a/b -> lock a/b), or lock NAME for every path;\n"
-            "                              repeatable, up to 16\n"
-            "  --guard-timeout SECONDS     upstream silent this long -> 504 (default 30)\n"
+            "                              methods= lists what is forwarded (default\n"
+            "                              GET+HEAD+OPTIONS+PUT+POST+PATCH+DELETE; others get 405; COPY and\n"
+            "                              MOVE also need the Destination's lease in\n"
+            "                              Fencing-Destination-Lease); repeatable, up to 16\n"
+            "  --guard-timeout SECONDS     upstream silent this long -> 504; a write queued this long\n"
+            "                              behind its lock's other writes -> 503 (default 30)\n"
+            "  --guard-settle SECONDS      after a write's last byte left and its upstream connection closed\n"
+            "                              without an answer (timeout, restart), the lock's next write waits\n"
+            "                              this long, the time a backend may still take to apply it\n"
+            "                              (default 30; 0 turns the wait off: unsafe, see docs/fencing.md)\n"
             "  --guard-max-calls N         upstream calls in flight at once, then 503 (default 256)\n"
+            "  --guard-lock-max-calls N    writes queued or in flight for one lock, then 503 (default 16)\n"
+            "  --guard-key-max-calls N     upstream calls of one API key at once, then 429 key_limit\n"
+            "                              (default 64)\n"
+            "  --guard-peer-max-calls N    upstream calls from one client address at once, then 429\n"
+            "                              peer_limit (default 64; behind a reverse proxy every client is\n"
+            "                              one peer)\n"
             "  --tls-cert PEM --tls-key PEM\n"
             "                              serve HTTPS (TLS 1.2 and 1.3) with this certificate (chain) and its\n"
             "                              unencrypted private key, both PEM files read at start\n"
@@ -146,52 +164,19 @@ static bool prefix_shadows_api(const char *prefix)
     return false;
 }
 
-static int parse_guard(Config *c, const char *spec_in, char *err, size_t errlen)
+static int parse_guard(Config *c, const char *spec, char *err, size_t errlen)
 {
-    /* PREFIX=UPSTREAM[,lock=NAME]: the binding is the last ",lock=" part. */
-    char spec[sizeof c->guards[0].prefix + sizeof c->guards[0].upstream + 300];
-    if (strlen(spec_in) >= sizeof spec) {
-        snprintf(err, errlen, "--guard: '%.60s...' is too long", spec_in);
-        return -1;
-    }
-    snprintf(spec, sizeof spec, "%s", spec_in);
-    char *bind = strstr(spec, ",lock=");
-    for (char *next; bind && (next = strstr(bind + 1, ",lock=")); bind = next)
-        ;
-    const char *lock = "";
-    if (bind) {
-        *bind = '\0';
-        lock = bind + 6;
-        const char *problem = name_lock_problem(lock);
-        if (problem) {
-            snprintf(err, errlen, "--guard: lock name '%s' %s", lock, problem);
-            return -1;
-        }
-    }
-    const char *eq = strchr(spec, '=');
-    size_t plen = eq ? (size_t)(eq - spec) : 0;
-    if (!eq || plen == 0 || spec[0] != '/' || plen >= sizeof c->guards[0].prefix) {
-        snprintf(err, errlen, "--guard: '%s' is not PREFIX=UPSTREAM with PREFIX starting with / (e.g. /store/=http://127.0.0.1:9000/)", spec);
-        return -1;
-    }
-    const char *up = eq + 1;
-    if ((strncmp(up, "http://", 7) && strncmp(up, "https://", 8)) || strlen(up) >= sizeof c->guards[0].upstream) {
-        snprintf(err, errlen, "--guard: upstream '%s' must be an http:// or https:// URL", up);
-        return -1;
-    }
     if (c->nguards == CONFIG_MAX_GUARDS) {
         snprintf(err, errlen, "--guard: at most %d guards", CONFIG_MAX_GUARDS);
         return -1;
     }
     GuardRoute *g = &c->guards[c->nguards];
-    memcpy(g->prefix, spec, plen);
-    g->prefix[plen] = '\0';
+    if (!guardroute_parse(spec, g, err, errlen))
+        return -1;
     if (prefix_shadows_api(g->prefix)) {
         snprintf(err, errlen, "--guard: prefix '%s' overlaps the API (/v1/, /healthz, /metrics or /)", g->prefix);
         return -1;
     }
-    snprintf(g->upstream, sizeof g->upstream, "%s", up);
-    snprintf(g->lock, sizeof g->lock, "%s", lock);
     c->nguards++;
     return 0;
 }
@@ -219,6 +204,10 @@ static const NumFlag NUM_FLAGS[] = {
     {"--dead-client-after", 2, 3600, offsetof(Config, dead_client_s), true},
     {"--guard-timeout", 1, 3600, offsetof(Config, guard_timeout_s), true},
     {"--guard-max-calls", 1, 100000, offsetof(Config, guard_max_calls), false},
+    {"--guard-lock-max-calls", 1, 100000, offsetof(Config, guard_lock_max_calls), false},
+    {"--guard-key-max-calls", 1, 100000, offsetof(Config, guard_key_max_calls), false},
+    {"--guard-peer-max-calls", 1, 100000, offsetof(Config, guard_peer_max_calls), false},
+    {"--guard-settle", 0, 3600, offsetof(Config, guard_settle_s), true},
     {"--forget-idle-after", 1, 31536000, offsetof(Config, forget_idle_s), true},
     {"--leader-ttl", 2, 60, offsetof(Config, leader_ttl_s), true},
     {"--etcd-max-txn-ops", 2, 1000000, offsetof(Config, etcd_max_txn_ops), false},

@@ -122,7 +122,10 @@ static int load_fence(void *ud, const StoreMark *m)
 static int load_guard_mark(void *ud, const StoreMark *m)
 {
     LoadCtx *ctx = ud;
-    return fence_load(ctx->s->guard_marks, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED ? 0 : -1;
+    return fence_load(ctx->s->guard_marks, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED &&
+                   guard_restore(ctx->s->guard, m->name, m->at_ms, &ctx->now)
+               ? 0
+               : -1;
 }
 
 static int load_history_seq(void *ud, uint64_t seq)
@@ -303,8 +306,10 @@ int gateway_open(Server *s, const Config *cfg)
     s->events = events_new(cfg->events_keep);
     s->streams = event_streams_new();
     s->watches = watches_new();
+    /* Before the load: a lock written less than --guard-settle ago waits out the rest. */
+    s->guard = guard_new(s);
     if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events || !s->streams ||
-        !s->watches) {
+        !s->watches || !s->guard) {
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
         return -1;
     }
@@ -351,8 +356,7 @@ int gateway_open(Server *s, const Config *cfg)
         return -1;
     }
     s->proxy = proxy_new(s->loop, cfg->guard_timeout_s, cfg->cacert);
-    s->guard = guard_new(s);
-    if (!s->proxy || !s->guard) {
+    if (!s->proxy) {
         fprintf(stderr, "leasegate: cannot initialise libcurl (or out of memory)\n");
         return -1;
     }

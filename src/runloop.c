@@ -23,6 +23,7 @@
 #include "leasegate/http.h"
 #include "leasegate/loop.h"
 #include "leasegate/park.h"
+#include "leasegate/guard.h"
 #include "leasegate/proxy.h"
 
 #define SHUTDOWN_DRAIN_MS 3000
@@ -124,6 +125,7 @@ static int next_timeout_ms(Server *s, int cap_ms)
     int64_t t = locktab_next_timeout_ms(s->locks, &now);
     t = earliest(t, fence_next_timeout_ms(s->fence, &now));
     t = earliest(t, proxy_next_timeout_ms(s->proxy, &now));
+    t = earliest(t, guard_next_timeout_ms(s->guard, &now));
     t = earliest(t, park_next_timeout_ms(s, &now));
     t = earliest(t, events_next_timeout_ms(s, &now));
     t = earliest(t, event_streams_next_timeout_ms(s, &now));
@@ -166,6 +168,7 @@ static int turn(Run *r, int cap_ms)
     locktab_tick(s->locks, &now);
     fence_tick(s->fence, &now);
     proxy_tick(s->proxy, &now);
+    guard_tick(s->guard, &now);
     park_tick(s, &now);
     events_tick(s, &now);
     event_streams_tick(s, &now);

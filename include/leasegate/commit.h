@@ -87,7 +87,9 @@ bool commit_fence_forget(Commit *c, const char *resource, uint32_t bucket, uint6
 bool commit_ended(Commit *c, const char *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq);
 /* How many ended leases storage keeps (--lease-history); set before the first commit. */
 void commit_keep_history(Commit *c, uint64_t keep);
-bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token);
+/* The guard let a write of `lock` with token max_token through at at_ms
+ * (Unix ms): the mark only grows, the time is the latest. */
+bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token, int64_t at_ms);
 /* A row of the audit trail (audit.h), copied. */
 bool commit_audit(Commit *c, const AuditRow *row);
 /* How many audit rows storage keeps (--audit-keep); set before the first commit. */

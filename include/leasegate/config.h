@@ -10,17 +10,9 @@
 #include <stdio.h>
 
 #include "leasegate/etcd.h"
+#include "leasegate/guardroute.h"
 
 #define CONFIG_MAX_GUARDS 16
-
-/* --guard PREFIX=UPSTREAM[,lock=NAME]: requests under PREFIX go to UPSTREAM;
- * a write is bound to lock NAME, or (lock empty) to the lock its path below
- * PREFIX names. */
-typedef struct GuardRoute {
-    char prefix[256];
-    char upstream[1024];
-    char lock[257];
-} GuardRoute;
 
 typedef struct Config {
     char listen_host[256];        /* an IPv4 or IPv6 address (no brackets) or a host name */
@@ -49,6 +41,11 @@ typedef struct Config {
     size_t nguards;
     unsigned guard_timeout_s;     /* upstream silent this long -> 504 */
     size_t guard_max_calls;       /* upstream calls at once, then 503 */
+    size_t guard_lock_max_calls;  /* writes queued or in flight for one lock, then 503 */
+    size_t guard_key_max_calls;   /* upstream calls of one API key, then 429 key_limit */
+    size_t guard_peer_max_calls;  /* upstream calls of one peer address, then 429 peer_limit */
+    unsigned guard_settle_s;      /* a write whose end left may still be applied this long after its
+                                     upstream connection closed: the lock's next write waits */
     const char *tls_cert;         /* --tls-cert PEM path, borrowed; NULL: plain HTTP */
     const char *tls_key;          /* --tls-key PEM path, given with --tls-cert */
     const char *cacert;           /* --cacert: CAs that outbound https calls trust; NULL: the system's */

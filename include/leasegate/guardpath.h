@@ -26,5 +26,17 @@ const char *guardpath_lock(const char *rest, char *out, size_t outlen, const cha
 /* NULL when a header value of len bytes may be forwarded, else what is wrong
  * (a CR, LF, NUL or other control byte except TAB). */
 const char *guardpath_header_problem(const char *value, size_t len);
+/* The Destination of a COPY or MOVE: it must be an absolute path under
+ * `prefix` (matched by whole segments, as guard routes are) or an absolute
+ * http(s) URI whose authority is exactly `host` (the request's Host, compared
+ * without regard to case; NULL: none was sent), canonical by the rules above,
+ * without a query or fragment. Then the part of its path below the prefix is
+ * copied to `rest` and returned; NULL with *problem set otherwise. */
+const char *guardpath_destination(const char *dest, const char *host, const char *prefix, char *rest,
+                                  size_t restlen, const char **problem);
+/* Does a WebDAV If header (RFC 4918 10.4) name a resource of its own: a
+ * tagged list ("<URI> (...)"), rather than only state tokens of the target
+ * ("(<urn:...>)")? True also for what does not parse. */
+bool guardpath_if_names_resource(const char *value);
 
 #endif

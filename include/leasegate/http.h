@@ -138,6 +138,9 @@ void http_close_suspended(Server *s);
 const char *http_query(Request *req, const char *key);
 /* The client's address, "ADDR:PORT" ("[ADDR]:PORT" for IPv6), or "-". */
 void http_peer(Request *req, char *out, size_t outlen);
+/* The client's address alone ("ADDR", IPv6 without brackets), or "-". */
+#define HTTP_PEER_MAX 64
+void http_peer_address(Request *req, char *out, size_t outlen);
 /* A request header's value (the first of that name), or NULL. */
 const char *http_header(Request *req, const char *name);
 /* Adds a header to the answer already made (no-op without one). */

@@ -108,6 +108,14 @@ bool httphead_content_length(struct MHD_Connection *conn, uint64_t *n);
  * continuation into the name: a server must refuse such a request with 400
  * (RFC 9112 5.1 and 5.2), or whatever it passes on may be framed otherwise. */
 bool httphead_names_are_tokens(struct MHD_Connection *conn);
+/* The framing of a request's body, judged before any of it is read: NULL
+ * when plain, else what is wrong, with the field at fault in *field. A
+ * Transfer-Encoding must be exactly one "chunked" (any case; RFC 9112 6.1:
+ * chunked must be the final coding, and no other coding is understood
+ * here), never beside a Content-Length; there may be one Content-Length.
+ * Any other framing is read differently by different servers, which is how
+ * requests are smuggled: the connection must close after the 400. */
+const char *httphead_framing_problem(struct MHD_Connection *conn, const char **field);
 #define HTTPHEAD_NAME_NOT_TOKEN "a header name is not a token (whitespace before its colon, or a folded line)"
 
 #endif

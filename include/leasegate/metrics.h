@@ -7,6 +7,21 @@
 
 #include <stdint.h>
 
+/* Why the guard refused a request (leasegate_guard_refused_total{reason}). */
+typedef enum GuardRefusal {
+    GUARD_REFUSED_STALE,         /* 409: the lease does not hold the lock, or a larger token went */
+    GUARD_REFUSED_LEASE_MISSING, /* 428 */
+    GUARD_REFUSED_METHOD,        /* 405: the route does not forward the method */
+    GUARD_REFUSED_REQUEST,       /* 400: a path, header or framing the guard does not forward */
+    GUARD_REFUSED_CALLS,         /* 503: --guard-max-calls */
+    GUARD_REFUSED_LOCK_CALLS,    /* 503: --guard-lock-max-calls */
+    GUARD_REFUSED_KEY_CALLS,     /* 429 key_limit: --guard-key-max-calls */
+    GUARD_REFUSED_PEER_CALLS,    /* 429 peer_limit: --guard-peer-max-calls */
+    GUARD_REFUSED_QUEUE_TIMEOUT, /* 503: waited --guard-timeout for its turn */
+    GUARD_REFUSED_SETTLING,      /* 503: its lock settles (--guard-settle) */
+    GUARD_REFUSED_COUNT
+} GuardRefusal;
+
 typedef struct Metrics {
     uint64_t requests;
     uint64_t responses[6];       /* by status class: [2] = 2xx ... [5] = 5xx */
@@ -25,6 +40,7 @@ typedef struct Metrics {
     uint64_t fence_rejected;
     uint64_t guard_rejected_stale;
     uint64_t guard_rejected_missing;
+    uint64_t guard_refused[GUARD_REFUSED_COUNT];
 } Metrics;
 
 #endif

@@ -39,9 +39,16 @@ typedef struct ProxyStats {
     uint64_t upstream_errors; /* 502/504 answers and transfers broken midway */
 } ProxyStats;
 
+/* How a call ended, as far as the upstream's applying the request goes. */
+typedef enum ProxyOutcome {
+    PROXY_ANSWERED, /* the upstream's final status line came */
+    PROXY_NOT_SENT, /* no connection was made: the upstream has none of it */
+    PROXY_UNKNOWN,  /* ended without an answer after the request (maybe whole) was sent */
+} ProxyOutcome;
+
 /* Called on the loop thread, never inside a libcurl callback, once the
  * upstream's final status line is in, or the transfer ended without one. */
-typedef void (*ProxyAnswered)(void *ud);
+typedef void (*ProxyAnswered)(void *ud, ProxyOutcome outcome);
 
 /* timeout_s: a call with no byte moving either way for this long ends: 504
  * before the upstream's answer started, a cut-off body after. https

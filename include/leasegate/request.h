@@ -14,6 +14,7 @@
 #include "leasegate/auth.h"
 #include "leasegate/commit.h"
 #include "leasegate/dlist.h"
+#include "leasegate/guardshare.h"
 #include "leasegate/locktab.h"
 #include "leasegate/loop.h"
 #include "leasegate/server.h"
@@ -57,11 +58,13 @@ typedef struct RequestPark {
     size_t out_len, out_off;
 } RequestPark;
 
-/* Under a guard prefix (guard.h): the upstream call, and for a write its
- * place in the guard. The guard's. */
+/* Under a guard prefix (guard.h): the upstream call, for a write its place
+ * in the guard, and the call's share of the guard (a write's moves to the
+ * write). The guard's. */
 typedef struct RequestGuard {
     ProxyCall *call;
     GuardWrite *write;
+    GuardTicket ticket;
 } RequestGuard;
 
 /* A grant this request's answer reveals, released if it is not delivered:

@@ -34,6 +34,9 @@ typedef struct StoreMark {
     const char *name;
     uint64_t max_token;
     bool forget;
+    /* Guard marks only: when the guard last let a write of the lock through
+     * (Unix ms; 0: unknown), so that a restart waits out --guard-settle. */
+    int64_t at_ms;
 } StoreMark;
 
 /* The floor of one bucket of forgotten fence resources (fence.h). */

@@ -103,6 +103,18 @@ void api_metrics(Request *req)
             m->guard_rejected_missing);
     counter(f, "leasegate_guard_upstream_errors_total", "Upstream calls that failed (502, 504, broken).",
             proxy_stats(s->proxy)->upstream_errors);
+    static const char *const REFUSALS[GUARD_REFUSED_COUNT] = {
+        [GUARD_REFUSED_STALE] = "stale",           [GUARD_REFUSED_LEASE_MISSING] = "lease_missing",
+        [GUARD_REFUSED_METHOD] = "method",         [GUARD_REFUSED_REQUEST] = "bad_request",
+        [GUARD_REFUSED_CALLS] = "calls",           [GUARD_REFUSED_LOCK_CALLS] = "lock_calls",
+        [GUARD_REFUSED_KEY_CALLS] = "key_calls",   [GUARD_REFUSED_PEER_CALLS] = "peer_calls",
+        [GUARD_REFUSED_QUEUE_TIMEOUT] = "queue_timeout", [GUARD_REFUSED_SETTLING] = "settling",
+    };
+    fprintf(f, "# HELP leasegate_guard_refused_total Guarded requests refused, by reason.\n"
+               "# TYPE leasegate_guard_refused_total counter\n");
+    for (int i = 0; i < GUARD_REFUSED_COUNT; i++)
+        fprintf(f, "leasegate_guard_refused_total{reason=\"%s\"} %llu\n", REFUSALS[i],
+                (unsigned long long)m->guard_refused[i]);
     gauge(f, "leasegate_locks", "Locks known (ever granted).", locktab_locks(s->locks));
     gauge(f, "leasegate_locks_held", "Locks held now.", locktab_held(s->locks));
     gauge(f, "leasegate_waiters", "Acquires waiting now.", locktab_waiters(s->locks));

@@ -10,7 +10,6 @@
 #include "leasegate/events.h"
 #include "leasegate/watch.h"
 #include "leasegate/guard.h"
-#include "leasegate/guardpath.h"
 #include "leasegate/router.h"
 
 /* Is the declared media type application/json (parameters such as charset
@@ -30,26 +29,27 @@ static bool declared_json(const char *ctype)
     return next == '\0' || next == ';' || next == ' ' || next == '\t';
 }
 
-/* A guarded request needs a key that may touch the lock its path is bound
- * to. A path the guard will refuse anyway (not canonical) is left to it once
- * the key is known. */
-static bool guard_allowed(Request *req, const GuardRoute *g)
+/* A guarded request needs a key that may touch every lock it is bound to:
+ * its path's, and a COPY's or MOVE's Destination's. A path the guard will
+ * refuse anyway (not canonical) is left to it once the key is known. */
+static bool guard_allowed(Request *req, const GuardRoute *g, const char *method)
 {
     if (!req->srv->auth)
         return true;
-    char lock[300];
-    const char *problem = NULL;
-    const char *name = g->lock[0] ? g->lock
-                                  : guardpath_lock(req->raw_uri + strlen(g->prefix), lock, sizeof lock, &problem);
-    return access_check(req, ACCESS_LOCKS, name ? name : "");
+    char locks[2][NAME_MAX_BYTES + 1];
+    size_t n = guard_bound_locks(req, g, method, locks);
+    for (size_t i = 0; i < n; i++)
+        if (!access_check(req, ACCESS_LOCKS, locks[i]))
+            return false;
+    return true;
 }
 
 static void begin(Request *req, const char *method, const char *url)
 {
     const GuardRoute *g = guard_match(req->srv, req->raw_uri);
     if (g) {
-        if (guard_allowed(req, g))
-            guard_begin(req, g, method);
+        if (guard_allowed(req, g, method))
+            guard_begin(req, g, method, req->access.key ? req->access.key->name : NULL);
         return;
     }
     RouteMatch m;

@@ -1,16 +1,13 @@
 /*
- * guard — lease checks and write order in front of the proxy; see
- * include/leasegate/guard.h.
+ * guard — what a guarded request must be to go upstream; see
+ * include/leasegate/guard.h. The order of writes is guardq's.
  *
- * Each lock with writes in progress has a queue of them, in arrival order.
- * Only the head may talk to the upstream. Life of a write at the head:
- *   waits for its mark to be durable (and, without a body, for the request
- *   to be complete) -> checked -> its call starts, the body streams but its
- *   end is held back -> the body is complete -> checked again -> the end is
- *   released -> the upstream answers -> it leaves the queue, the next starts.
- * A failed check refuses the write with 409 and cuts its call off. A write
- * whose client goes away after its end was released stays at the head until
- * the upstream answers (its call runs on, detached).
+ * A request is checked from its head alone, in this order: the route
+ * forwards its method (405); its target is canonical and its header values
+ * and framing are plain (400); it names no resource but its own (400); there
+ * is a call slot for it, globally and in its key's and its peer's shares
+ * (503, 429); for a write, each lock it is bound to is held by the lease it
+ * presents (428, 409), and that lock's queue has room (503).
  */
 #include "leasegate/guard.h"
 
@@ -21,36 +18,17 @@
 #include <uuid/uuid.h>
 
 #include "leasegate/guardpath.h"
+#include "leasegate/guardq.h"
+#include "leasegate/guardshare.h"
 #include "leasegate/httphead.h"
 #include "leasegate/names.h"
 #include "leasegate/proxy.h"
-#include "leasegate/smap.h"
 #include "leasegate/trail.h"
-
-typedef struct GuardQueue {
-    DList writes;    /* GuardWrite.link, in arrival order */
-    char lock[];     /* the map's key */
-} GuardQueue;
-
-struct GuardWrite {
-    DLink link;          /* in q->writes while queued */
-    GuardQueue *q;       /* NULL once out of the queue */
-    Guard *guard;
-    Request *req;        /* NULL once the client is gone */
-    ProxyCall *call;     /* req->guard.call; this write's own once detached */
-    CommitHold hold;     /* waits for the raised mark to be durable */
-    uint8_t lease[LEASE_ID_BYTES];
-    uint64_t token;
-    bool has_body;
-    bool durable;        /* every change recorded before it is durable */
-    bool body_done;      /* the client's body has fully arrived */
-    bool started;        /* its call was started */
-    bool released;       /* the upstream may have the whole request */
-};
 
 struct Guard {
     Server *srv;
-    Smap *queues; /* lock name -> GuardQueue, only while it has writes */
+    GuardShares *shares;
+    GuardQueues *queues;
 };
 
 Guard *guard_new(Server *s)
@@ -59,9 +37,10 @@ Guard *guard_new(Server *s)
     if (!g)
         return NULL;
     g->srv = s;
-    g->queues = smap_new();
+    g->shares = guardshare_new();
+    g->queues = g->shares ? guardq_new(s, g->shares) : NULL;
     if (!g->queues) {
-        free(g);
+        guard_free(g);
         return NULL;
     }
     return g;
@@ -71,9 +50,19 @@ void guard_free(Guard *g)
 {
     if (!g)
         return;
-    smap_free(g->queues, free);
+    guardq_free(g->queues);
+    guardshare_free(g->shares);
     free(g);
 }
+
+bool guard_restore(Guard *g, const char *lock, int64_t at_ms, const Now *now)
+{
+    return guardq_restore(g->queues, lock, at_ms, now);
+}
+
+int64_t guard_next_timeout_ms(const Guard *g, const Now *now) { return guardq_next_timeout_ms(g->queues, now); }
+
+void guard_tick(Guard *g, const Now *now) { guardq_tick(g->queues, now); }
 
 /* Prefixes match whole path segments: "/store" covers "/store/x" and
  * "/store?q", not "/storefront". */
@@ -91,10 +80,32 @@ const GuardRoute *guard_match(const Server *s, const char *raw_uri)
     return NULL;
 }
 
-static bool safe_method(const char *method)
-{
-    return !strcmp(method, "GET") || !strcmp(method, "HEAD") || !strcmp(method, "OPTIONS");
-}
+static bool names_destination(const char *method) { return !strcmp(method, "COPY") || !strcmp(method, "MOVE"); }
+
+/* Headers that make a backend act on a resource, or with a method, other
+ * than the request's own: a write carrying one is refused on every route (a
+ * method override could make the backend apply a method the route does not
+ * list; a rewritten URL could reach past the route's prefix). Reads lose them. */
+static const char *const OVERRIDES[] = {"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override",
+                                        "X-Original-URL", "X-Rewrite-URL", NULL};
+/* Headers by which one write reaches the members of a collection or another
+ * resource: refused on writes where each path has a lock of its own, allowed
+ * where the route's one lock covers the whole subtree (lock=NAME). */
+static const char *const SUBTREE[] = {"Depth", "Slug", NULL};
+
+/* Never forwarded: the lease is the secret, the guard sets the others
+ * itself; with API keys (--auth-file) the key is leasegate's, not the
+ * upstream's, so Authorization stops here too. A write's Destination is
+ * replaced by the upstream's URL of it. A read loses whatever could turn
+ * it into a write (OVERRIDES, SUBTREE, If, Destination). */
+#define GUARD_OWN "Fencing-Lease", "Fencing-Token", "Fencing-Lock", "Fencing-Destination-Lease", \
+                  "Fencing-Destination-Token", "Fencing-Destination-Lock", "Destination"
+#define READ_ONLY "X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override", "X-Original-URL", \
+                  "X-Rewrite-URL", "Depth", "Slug", "If"
+static const char *const DROP_WRITE[] = {GUARD_OWN, NULL};
+static const char *const DROP_WRITE_KEYS[] = {GUARD_OWN, "Authorization", NULL};
+static const char *const DROP_READ[] = {GUARD_OWN, READ_ONLY, NULL};
+static const char *const DROP_READ_KEYS[] = {GUARD_OWN, READ_ONLY, "Authorization", NULL};
 
 /* A token is a decimal integer in 1..2^63-1, nothing else. */
 static bool parse_token(const char *s, uint64_t *out)
@@ -110,9 +121,15 @@ static bool parse_token(const char *s, uint64_t *out)
     return true;
 }
 
-static const char *header(Request *req, const char *name)
+static const char *header(Request *req, const char *name) { return http_header(req, name); }
+
+static void refused(Request *req, GuardRefusal why) { req->srv->metrics.guard_refused[why]++; }
+
+/* 400 naming the field at fault ("path" or a header's name). */
+static void bad(Request *req, const char *field, const char *fmt, const char *detail)
 {
-    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+    refused(req, GUARD_REFUSED_REQUEST);
+    http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field), fmt, detail);
 }
 
 typedef struct BadHeader {
@@ -136,158 +153,191 @@ static enum MHD_Result find_bad_header(void *cls, enum MHD_ValueKind kind, const
     return MHD_YES;
 }
 
-static const char *const REASONS[] = {
-    [REASON_UNKNOWN] = "the lease is not one this server issued for the lock, or it has been forgotten",
-    [REASON_EXPIRED] = "the lease expired",
-    [REASON_SUPERSEDED] = "the lease expired and the lock has a newer holder",
-    [REASON_RELEASED] = "the lease was released",
-    [REASON_REVOKED] = "an admin force-released the lock",
-};
-
-/* Why a write by `lease` with `token` may not go upstream now, or NULL. */
-static const char *stale_reason(const Server *s, const char *lock, const uint8_t *lease, uint64_t token)
+/* What a request under this route must be, whatever its method. *framed:
+ * it declares a body (Content-Length, even 0, or Transfer-Encoding), which
+ * the upstream call must declare too; *has_body: it may have bytes. */
+static bool acceptable(Request *req, const GuardRoute *route, const char *method, bool *framed, bool *has_body,
+                       int64_t *content_length)
 {
-    Now now = clock_now();
-    const Lock *l = locktab_held_by(s->locks, lock, lease, &now);
-    if (!l)
-        return REASONS[locktab_why_not(s->locks, lock, lease)];
-    if (l->holder.token != token)
-        return "the lease's token changed"; /* cannot happen: reentry keeps it */
-    if (fence_max(s->guard_marks, lock) > token)
-        return "a write with a larger token was let through";
+    const char *problem = guardpath_problem(req->raw_uri + strlen(route->prefix));
+    if (problem) {
+        bad(req, "path", "only canonical paths go through the guard; this one has %s", problem);
+        return false;
+    }
+    BadHeader badh = {NULL, NULL};
+    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, find_bad_header, &badh);
+    if (badh.problem) {
+        refused(req, GUARD_REFUSED_REQUEST);
+        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", badh.name), "header '%.100s': %s",
+                         badh.name, badh.problem);
+        return false;
+    }
+    const char *cl = header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *te = header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    uint64_t n = 0;
+    if (cl && (!httphead_content_length(req->conn, &n) || n > INT64_MAX)) {
+        bad(req, "Content-Length", "Content-Length is not a number%s", "");
+        return false;
+    }
+    *framed = cl || te;
+    *has_body = te || n > 0;
+    *content_length = te ? -1 : (int64_t)n;
+    /* A body on a method that passes unchecked would be a write without a lease. */
+    if (guardroute_is_read(method) && *has_body) {
+        bad(req, te ? "Transfer-Encoding" : "Content-Length", "%s may not carry a body through the guard", method);
+        return false;
+    }
+    return true;
+}
+
+/* A write reaches no resource but the ones it is bound to. */
+static bool reaches_only_its_own(Request *req, const GuardRoute *route, const char *method)
+{
+    for (const char *const *h = OVERRIDES; *h; h++) {
+        if (header(req, *h)) {
+            bad(req, *h, "header %s is not forwarded on writes: a backend that honours it would act on another "
+                         "resource or with another method than the guard checked",
+                *h);
+            return false;
+        }
+    }
+    if (!names_destination(method) && header(req, "Destination")) {
+        bad(req, "Destination", "header Destination is only forwarded on COPY and MOVE, not on %s", method);
+        return false;
+    }
+    if (route->lock[0])
+        return true; /* one lock covers the whole subtree */
+    const char *rest = req->raw_uri + strlen(route->prefix);
+    size_t plen = strcspn(rest, "?");
+    if (plen && rest[plen - 1] == '/') {
+        bad(req, "path",
+            "a write may not go to a collection ('%s' ends in '/'): on this route each path has its own lock, and a "
+            "collection holds paths that other locks protect (bind the route to one lock with lock=NAME)",
+            req->raw_uri);
+        return false;
+    }
+    for (const char *const *h = SUBTREE; *h; h++) {
+        if (header(req, *h)) {
+            bad(req, *h, "header %s is not forwarded on writes where each path has its own lock: it reaches other "
+                         "resources than the one the lease holds (bind the route to one lock with lock=NAME)",
+                *h);
+            return false;
+        }
+    }
+    const char *cond = header(req, "If");
+    if (cond && guardpath_if_names_resource(cond)) {
+        bad(req, "If", "header If names a resource of its own (a tagged list)%s; only untagged lists pass", "");
+        return false;
+    }
+    return true;
+}
+
+/* The lock `rest` (below the route's prefix) is bound to, into lock. */
+static const char *bound_lock(const GuardRoute *route, const char *rest, char *lock, size_t locklen,
+                              const char **problem)
+{
+    if (route->lock[0]) {
+        snprintf(lock, locklen, "%s", route->lock);
+        return lock;
+    }
+    return guardpath_lock(rest, lock, locklen, problem);
+}
+
+/* The part of the Destination below the route's prefix; answers 400 otherwise. */
+static const char *destination_rest(Request *req, const GuardRoute *route, char *rest, size_t restlen)
+{
+    const char *dest = header(req, "Destination");
+    const char *problem = "it is missing";
+    if (dest && guardpath_destination(dest, header(req, MHD_HTTP_HEADER_HOST), route->prefix, rest, restlen, &problem))
+        return rest;
+    bad(req, "Destination",
+        "the Destination of a COPY or MOVE must be an absolute path under this guard's prefix, or an absolute URI "
+        "with the Host of this request, in canonical form: %s",
+        problem);
     return NULL;
 }
 
-/* 409 stale_token; token 0 when the lease holds nothing (so has no token). */
-static void reply_stale(Request *req, const char *lock, uint64_t token, const char *why)
+size_t guard_bound_locks(Request *req, const GuardRoute *route, const char *method,
+                         char locks[2][NAME_MAX_BYTES + 1])
+{
+    const char *problem;
+    size_t n = 0;
+    if (bound_lock(route, req->raw_uri + strlen(route->prefix), locks[n], sizeof locks[n], &problem))
+        n++;
+    else
+        locks[n++][0] = '\0';
+    const char *dest = header(req, "Destination");
+    char rest[HTTP_MAX_TARGET + 1];
+    if (names_destination(method) && dest &&
+        guardpath_destination(dest, header(req, MHD_HTTP_HEADER_HOST), route->prefix, rest, sizeof rest, &problem) &&
+        bound_lock(route, rest, locks[n], sizeof locks[n], &problem))
+        n++;
+    return n;
+}
+
+/* The lease in header `lease_field` holds b->lock: fills b's lease and token.
+ * Answers 428 or 409 otherwise. */
+static bool holds(Request *req, const char *method, const char *lease_field, GuardBinding *b)
 {
     Server *s = req->srv;
-    s->metrics.guard_rejected_stale++;
-    trail_note(s, req, AUDIT_GUARD_REFUSED, lock, "", token);
-    const Lock *l = locktab_get(s->locks, lock);
-    json_t *holder = l && l->held ? json_integer((json_int_t)l->holder.token) : json_null();
-    json_t *extra = json_pack("{s:s, s:o, s:I, s:o}", "lock", lock, "token",
-                              token ? json_integer((json_int_t)token) : json_null(), "max_token",
-                              (json_int_t)fence_max(s->guard_marks, lock), "holder_token", holder);
-    http_reply_error(req, ERR_STALE_TOKEN, extra, "this write to %s under lock '%s' may not go through: %s",
-                     req->raw_uri ? req->raw_uri : "?", lock, why);
-}
-
-static void advance(Guard *g, GuardQueue *q);
-
-/* Takes w out of its queue (the queue goes when empty, unless the caller
- * goes on with it: then it advances it). */
-static void dequeue(GuardWrite *w)
-{
-    if (!w->q)
-        return;
-    dlist_remove(&w->q->writes, &w->link);
-    w->q = NULL;
-    commit_unhold(w->guard->srv->commit, &w->hold);
-}
-
-static void drop_queue_if_empty(Guard *g, GuardQueue *q)
-{
-    if (q->writes.len == 0) {
-        smap_remove(g->queues, q->lock);
-        free(q);
+    const char *lease_s = header(req, lease_field);
+    if (!lease_s || strlen(lease_s) != 36 || uuid_parse(lease_s, b->lease) != 0) {
+        s->metrics.guard_rejected_missing++;
+        refused(req, GUARD_REFUSED_LEASE_MISSING);
+        trail_note(s, req, AUDIT_GUARD_REFUSED, b->lock, "", 0);
+        http_reply_error(req, ERR_TOKEN_REQUIRED, json_pack("{s:s, s:s}", "lock", b->lock, "field", lease_field),
+                         "%s needs header %s: the lease (from acquire) that holds lock '%s'%s", method, lease_field,
+                         b->lock, lease_s ? "; the one sent is not a lease id" : "");
+        return false;
     }
-}
-
-/* Refuses a queued write: its call is cut off, its client answered 409. */
-static void refuse(GuardWrite *w, const char *why)
-{
-    GuardQueue *q = w->q;
-    char lock[NAME_MAX_BYTES + 1];
-    snprintf(lock, sizeof lock, "%s", q->lock);
-    dequeue(w);
-    if (w->call)
-        proxy_call_abort(w->call);
-    if (w->req)
-        reply_stale(w->req, lock, w->token, why);
-}
-
-/* The head of the queue moves as far as it can; see the top of this file. */
-static void advance(Guard *g, GuardQueue *q)
-{
-    Server *s = g->srv;
-    while (q->writes.head) {
-        GuardWrite *w = DLIST_ITEM(q->writes.head, GuardWrite, link);
-        if (w->released)
-            return; /* the upstream may be applying it: wait for its answer */
-        if (!w->started) {
-            /* A write without a body is whole once it starts: it waits for its end. */
-            if (!w->durable || (!w->has_body && !w->body_done))
-                return;
-            const char *why = stale_reason(s, q->lock, w->lease, w->token);
-            if (why) {
-                refuse(w, why);
-                continue;
-            }
-            w->started = true;
-            w->released = !w->has_body;
-            proxy_call_start(w->call);
-            if (w->released)
-                return;
-        }
-        if (!w->body_done)
-            return;
-        const char *why = stale_reason(s, q->lock, w->lease, w->token);
-        if (why) {
-            refuse(w, why);
-            continue;
-        }
-        w->released = true;
-        proxy_call_release(w->call);
-        return;
+    Now now = clock_now();
+    const Lock *l = locktab_held_by(s->locks, b->lock, b->lease, &now);
+    b->token = l ? l->holder.token : 0;
+    const char *why = guardq_stale_reason(s, b);
+    if (why) {
+        refused(req, GUARD_REFUSED_STALE);
+        guardq_reply_stale(req, b->lock, b->token, why);
+        return false;
     }
-    drop_queue_if_empty(g, q);
+    return true;
 }
 
-static void write_free(GuardWrite *w) { free(w); }
-
-/* The upstream answered w (or its call failed): the next write may go. */
-static void on_answered(void *ud)
+/* A client may say which lock and token it means: they must be the binding's. */
+static bool claims_match(Request *req, const GuardBinding *b)
 {
-    GuardWrite *w = ud;
-    GuardQueue *q = w->q;
-    Guard *g = w->guard;
-    dequeue(w);
-    if (!w->req)
-        write_free(w); /* detached: nobody else holds it */
-    if (q)
-        advance(g, q);
-}
-
-/* The raised mark (and everything before it) is durable. */
-static void mark_durable(CommitHold *hold)
-{
-    GuardWrite *w = CONTAINER_OF(hold, GuardWrite, hold);
-    w->durable = true;
-    if (w->q)
-        advance(w->guard, w->q);
-}
-
-static GuardQueue *queue_for(Guard *g, const char *lock)
-{
-    GuardQueue *q = smap_get(g->queues, lock);
-    if (q)
-        return q;
-    size_t n = strlen(lock) + 1;
-    q = calloc(1, sizeof *q + n);
-    if (!q)
-        return NULL;
-    memcpy(q->lock, lock, n);
-    if (!smap_insert(g->queues, q->lock, q)) {
-        free(q);
-        return NULL;
+    const char *named = header(req, "Fencing-Lock");
+    if (named && strcmp(named, b->lock) != 0) {
+        refused(req, GUARD_REFUSED_REQUEST);
+        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:s}", "lock", b->lock, "field", "Fencing-Lock"),
+                         "Fencing-Lock '%.300s' is not the lock this path is bound to ('%s')", named, b->lock);
+        return false;
     }
-    return q;
+    const char *token_s = header(req, "Fencing-Token");
+    uint64_t sent;
+    if (token_s && !parse_token(token_s, &sent)) {
+        refused(req, GUARD_REFUSED_REQUEST);
+        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:s}", "lock", b->lock, "field", "Fencing-Token"),
+                         "Fencing-Token '%.40s' is not a token", token_s);
+        return false;
+    }
+    return true;
 }
 
-static char *upstream_url(const GuardRoute *g, const char *raw_uri)
+static bool token_claim_matches(Request *req, const GuardBinding *b)
 {
-    const char *rest = raw_uri + strlen(g->prefix);
+    const char *token_s = header(req, "Fencing-Token");
+    uint64_t sent;
+    if (token_s && parse_token(token_s, &sent) && sent != b->token) {
+        refused(req, GUARD_REFUSED_REQUEST);
+        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:s}", "lock", b->lock, "field", "Fencing-Token"),
+                         "Fencing-Token '%.40s' is not the token of the lease in Fencing-Lease", token_s);
+        return false;
+    }
+    return true;
+}
+
+static char *upstream_url(const GuardRoute *g, const char *rest)
+{
     size_t ulen = strlen(g->upstream);
     /* "/store/" + "a" -> "http://up/" + "a": exactly one slash between them. */
     bool up_slash = ulen && g->upstream[ulen - 1] == '/';
@@ -300,123 +350,46 @@ static char *upstream_url(const GuardRoute *g, const char *raw_uri)
     return url;
 }
 
-/* Never forwarded: the lease is the secret, and the guard sets the others
- * itself; with API keys (--auth-file), the key is leasegate's, not the
- * upstream's, so Authorization stops here too. */
-static const char *const DROP[] = {"Fencing-Lease", "Fencing-Token", "Fencing-Lock", NULL};
-static const char *const DROP_WITH_KEYS[] = {"Fencing-Lease", "Fencing-Token", "Fencing-Lock", "Authorization", NULL};
-
-/* Checks of the headers that every guarded request passes. */
-/* *framed: the request declares a body (Content-Length, even 0, or
- * Transfer-Encoding), which the upstream call must declare too; *has_body:
- * it may have bytes. */
-static bool acceptable(Request *req, const GuardRoute *route, const char *method, bool *framed, bool *has_body,
-                       int64_t *content_length)
-{
-    const char *rest = req->raw_uri + strlen(route->prefix);
-    const char *problem = guardpath_problem(rest);
-    if (problem) {
-        http_reply_error(req, ERR_BAD_REQUEST, NULL, "only canonical paths go through the guard; this one has %s",
-                         problem);
-        return false;
-    }
-    BadHeader bad = {NULL, NULL};
-    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, find_bad_header, &bad);
-    if (bad.problem) {
-        http_reply_error(req, ERR_BAD_REQUEST, NULL, "header '%.100s': %s", bad.name, bad.problem);
-        return false;
-    }
-    const char *cl = header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    const char *te = header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    uint64_t n = 0;
-    if (cl && te) {
-        http_reply_error(req, ERR_BAD_REQUEST, NULL, "a request may not have both Content-Length and Transfer-Encoding");
-        return false;
-    }
-    if (cl && (!httphead_content_length(req->conn, &n) || n > INT64_MAX)) {
-        http_reply_error(req, ERR_BAD_REQUEST, NULL, "Content-Length is not a number");
-        return false;
-    }
-    *framed = cl || te;
-    *has_body = te || n > 0;
-    *content_length = te ? -1 : (int64_t)n;
-    /* A body on a method that passes unchecked would be a write without a lease. */
-    if (safe_method(method) && *has_body) {
-        http_reply_error(req, ERR_BAD_REQUEST, NULL, "%s may not carry a body through the guard", method);
-        return false;
-    }
-    return true;
-}
-
-/* A write: the lease in Fencing-Lease holds the bound lock, its token is not
- * below the lock's mark. Fills w; replies and returns false otherwise. */
-static bool write_allowed(Request *req, const GuardRoute *route, const char *method, GuardWrite *w, char *lock,
-                          size_t locklen)
+/* The client's share of the guard's calls, into req->guard.ticket. Answers
+ * 503 or 429 when there is none. */
+static bool take_share(Request *req, Guard *g, const char *key)
 {
     Server *s = req->srv;
-    const char *problem = NULL;
-    if (route->lock[0])
-        snprintf(lock, locklen, "%s", route->lock);
-    else if (!guardpath_lock(req->raw_uri + strlen(route->prefix), lock, locklen, &problem)) {
-        http_reply_error(req, ERR_BAD_REQUEST, NULL,
-                         "a write must go to a path that names its lock ([A-Za-z0-9._~:/-], at most 256 bytes, not "
-                         "ending in acquire, renew, release or history): %s",
-                         problem);
+    if (proxy_calls(s->proxy) >= s->cfg.guard_max_calls) {
+        refused(req, GUARD_REFUSED_CALLS);
+        http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s}", "limit", "guard_calls"),
+                         "%zu upstream calls are in flight (--guard-max-calls); retry", s->cfg.guard_max_calls);
         return false;
     }
-    const char *lease_s = header(req, "Fencing-Lease");
-    uuid_t lease;
-    if (!lease_s || strlen(lease_s) != 36 || uuid_parse(lease_s, lease) != 0) {
-        s->metrics.guard_rejected_missing++;
-        trail_note(s, req, AUDIT_GUARD_REFUSED, lock, "", 0);
-        http_reply_error(req, ERR_TOKEN_REQUIRED, json_pack("{s:s}", "lock", lock),
-                         "%s needs header Fencing-Lease: the lease (from acquire) that holds lock '%s'%s", method, lock,
-                         lease_s ? "; the one sent is not a lease id" : "");
+    char peer[HTTP_PEER_MAX];
+    http_peer_address(req, peer, sizeof peer);
+    switch (guardshare_take(g->shares, key, s->cfg.guard_key_max_calls, peer, s->cfg.guard_peer_max_calls,
+                            &req->guard.ticket)) {
+    case SHARE_OK:
+        return true;
+    case SHARE_KEY_FULL:
+        refused(req, GUARD_REFUSED_KEY_CALLS);
+        http_reply_error(req, ERR_KEY_LIMIT,
+                         json_pack("{s:s, s:s, s:I}", "key", key, "limit", "guard_calls", "value",
+                                   (json_int_t)s->cfg.guard_key_max_calls),
+                         "key '%s' has %zu upstream calls in flight, its share (--guard-key-max-calls); retry when "
+                         "one is over",
+                         key, s->cfg.guard_key_max_calls);
+        return false;
+    case SHARE_PEER_FULL:
+        refused(req, GUARD_REFUSED_PEER_CALLS);
+        http_reply_error(req, ERR_PEER_LIMIT,
+                         json_pack("{s:s, s:s, s:I}", "peer", peer, "limit", "guard_calls", "value",
+                                   (json_int_t)s->cfg.guard_peer_max_calls),
+                         "%s has %zu upstream calls in flight, its share (--guard-peer-max-calls); retry when one is "
+                         "over",
+                         peer, s->cfg.guard_peer_max_calls);
+        return false;
+    case SHARE_NOMEM:
+    default:
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return false;
     }
-    const char *named = header(req, "Fencing-Lock");
-    if (named && strcmp(named, lock) != 0) {
-        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "lock", lock),
-                         "Fencing-Lock '%.300s' is not the lock this path is bound to ('%s')", named, lock);
-        return false;
-    }
-    Now now = clock_now();
-    const Lock *l = locktab_held_by(s->locks, lock, lease, &now);
-    uint64_t token = l ? l->holder.token : 0;
-    const char *token_s = header(req, "Fencing-Token");
-    uint64_t sent;
-    if (token_s && (!parse_token(token_s, &sent) || (l && sent != token))) {
-        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "lock", lock),
-                         "Fencing-Token '%.40s' is not the token of the lease in Fencing-Lease", token_s);
-        return false;
-    }
-    if (!l) {
-        reply_stale(req, lock, 0, REASONS[locktab_why_not(s->locks, lock, lease)]);
-        return false;
-    }
-    const char *why = stale_reason(s, lock, lease, token);
-    if (why) {
-        reply_stale(req, lock, token, why);
-        return false;
-    }
-    memcpy(w->lease, lease, LEASE_ID_BYTES);
-    w->token = token;
-    return true;
-}
-
-/* The mark becomes `token` (recorded before it is applied). False: out of memory. */
-static bool raise_mark(Server *s, const char *lock, uint64_t token)
-{
-    Now now = clock_now();
-    uint64_t max;
-    if (fence_check(s->guard_marks, lock, token, &now, &max) != FENCE_ACCEPTED)
-        return false;
-    if (token > max) {
-        if (!commit_guard_mark(s->commit, lock, token))
-            return false;
-        fence_raise(s->guard_marks, lock, token);
-    }
-    return true;
 }
 
 /* The body, as it arrives, goes to the upstream call; a refused request has
@@ -429,14 +402,12 @@ static void stream_upload(Request *req, const char *data, size_t *size)
         *size = 0;
 }
 
-static void body_done(Request *req);
-
 static bool stream_complete(Request *req)
 {
     if (!req->guard.call)
         return false;
     /* The guard may refuse the write now that its body is complete. */
-    body_done(req);
+    guardq_body_done(req);
     return req->response ? true : proxy_call_final(req->guard.call) == MHD_YES;
 }
 
@@ -448,123 +419,146 @@ static void stream_abort(Request *req)
 
 static const RequestStream guarded = {stream_upload, stream_complete, stream_abort};
 
-void guard_begin(Request *req, const GuardRoute *route, const char *method)
+static void begin_read(Request *req, const GuardRoute *route, const char *method)
 {
     Server *s = req->srv;
+    char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
+    /* A read passes with no body (acceptable() saw to that): declaring one,
+     * even of 0 bytes, would make curl send it as an upload (a PUT). */
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, s->auth ? DROP_READ_KEYS : DROP_READ,
+                                           NULL)
+                          : NULL;
+    free(url);
+    if (!req->guard.call) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    proxy_call_start(req->guard.call);
+}
+
+static void begin_write(Request *req, const GuardRoute *route, const char *method, bool framed, bool has_body,
+                        int64_t content_length)
+{
+    Server *s = req->srv;
+    GuardBinding b[2];
+    memset(b, 0, sizeof b);
+    size_t nb = 1;
+    const char *problem = NULL;
+    if (!bound_lock(route, req->raw_uri + strlen(route->prefix), b[0].lock, sizeof b[0].lock, &problem)) {
+        bad(req, "path",
+            "a write must go to a path that names its lock ([A-Za-z0-9._~:/-], at most 256 bytes, not ending in "
+            "acquire, renew, release or history): %s",
+            problem);
+        return;
+    }
+    char dest_rest[HTTP_MAX_TARGET + 1];
+    char *dest_url = NULL;
+    if (names_destination(method)) {
+        char dest_lock[NAME_MAX_BYTES + 1];
+        if (!destination_rest(req, route, dest_rest, sizeof dest_rest))
+            return;
+        size_t dl = strcspn(dest_rest, "?");
+        if (!route->lock[0] && dl && dest_rest[dl - 1] == '/') {
+            bad(req, "Destination",
+                "a COPY or MOVE may not write a collection ('%s' ends in '/') where each path has its own lock",
+                dest_rest);
+            return;
+        }
+        if (!bound_lock(route, dest_rest, dest_lock, sizeof dest_lock, &problem)) {
+            bad(req, "Destination", "the Destination's path does not name a lock: %s", problem);
+            return;
+        }
+        if (strcmp(dest_lock, b[0].lock) != 0)
+            snprintf(b[nb++].lock, sizeof b[0].lock, "%s", dest_lock);
+    }
+    if (!claims_match(req, &b[0]) || !holds(req, method, "Fencing-Lease", &b[0]) || !token_claim_matches(req, &b[0]))
+        return;
+    if (nb == 2 && !holds(req, method, "Fencing-Destination-Lease", &b[1]))
+        return;
+    Now now = clock_now();
+    for (size_t i = 0; i < nb; i++) {
+        int64_t settling = guardq_settling_ms(s->guard->queues, b[i].lock, &now);
+        if (settling) {
+            guardq_reply_settling(req, b[i].lock, settling);
+            return;
+        }
+        if (guardq_writes(s->guard->queues, b[i].lock) >= s->cfg.guard_lock_max_calls) {
+            refused(req, GUARD_REFUSED_LOCK_CALLS);
+            http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s, s:s}", "lock", b[i].lock, "limit", "guard_lock_calls"),
+                             "lock '%s' has %zu writes queued or in flight at the guard (--guard-lock-max-calls); "
+                             "retry",
+                             b[i].lock, s->cfg.guard_lock_max_calls);
+            return;
+        }
+    }
+    /* The upstream is told the token and the lock of each binding. */
+    char lines[5][NAME_MAX_BYTES + 64];
+    const char *add[7] = {NULL};
+    size_t na = 0;
+    snprintf(lines[0], sizeof lines[0], "Fencing-Token: %llu", (unsigned long long)b[0].token);
+    snprintf(lines[1], sizeof lines[1], "Fencing-Lock: %s", b[0].lock);
+    add[na++] = lines[0];
+    add[na++] = lines[1];
+    const GuardBinding *db = nb == 2 ? &b[1] : &b[0];
+    char *dest_line = NULL;
+    if (names_destination(method)) {
+        dest_url = upstream_url(route, dest_rest);
+        if (!dest_url || asprintf(&dest_line, "Destination: %s", dest_url) < 0) {
+            free(dest_url);
+            http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+            return;
+        }
+        free(dest_url);
+        snprintf(lines[2], sizeof lines[2], "Fencing-Destination-Token: %llu", (unsigned long long)db->token);
+        snprintf(lines[3], sizeof lines[3], "Fencing-Destination-Lock: %s", db->lock);
+        add[na++] = dest_line;
+        add[na++] = lines[2];
+        add[na++] = lines[3];
+    }
+    char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length,
+                                           s->auth ? DROP_WRITE_KEYS : DROP_WRITE, add)
+                          : NULL;
+    free(url);
+    free(dest_line);
+    if (!req->guard.call ||
+        !guardq_add(s->guard->queues, req, req->guard.call, has_body, b, nb, &req->guard.ticket))
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+}
+
+void guard_begin(Request *req, const GuardRoute *route, const char *method, const char *key)
+{
     req->stream = &guarded;
-    Guard *g = s->guard;
+    Guard *g = req->srv->guard;
+    if (!guardroute_allows(route, method)) {
+        refused(req, GUARD_REFUSED_METHOD);
+        http_reply_error(req, ERR_METHOD_NOT_ALLOWED, json_pack("{s:s}", "allow", route->allow),
+                         "%.20s is not forwarded under %s (this route forwards: %s)", method, route->prefix,
+                         route->allow);
+        http_add_header(req, MHD_HTTP_HEADER_ALLOW, route->allow);
+        return;
+    }
     bool framed, has_body;
     int64_t content_length;
     if (!acceptable(req, route, method, &framed, &has_body, &content_length))
         return;
-    if (proxy_calls(s->proxy) >= s->cfg.guard_max_calls) {
-        http_reply_error(req, ERR_OVERLOADED, NULL, "%zu upstream calls are in flight (--guard-max-calls); retry",
-                         s->cfg.guard_max_calls);
+    bool read = guardroute_is_read(method);
+    if (!read && !reaches_only_its_own(req, route, method))
         return;
-    }
-    bool write = !safe_method(method);
-    GuardWrite *w = NULL;
-    char lock[NAME_MAX_BYTES + 1];
-    char token_line[64], lock_line[NAME_MAX_BYTES + 32];
-    const char *add[3] = {NULL, NULL, NULL};
-    if (write) {
-        w = calloc(1, sizeof *w);
-        if (!w) {
-            http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
-            return;
-        }
-        if (!write_allowed(req, route, method, w, lock, sizeof lock)) {
-            write_free(w);
-            return;
-        }
-        snprintf(token_line, sizeof token_line, "Fencing-Token: %llu", (unsigned long long)w->token);
-        snprintf(lock_line, sizeof lock_line, "Fencing-Lock: %s", lock);
-        add[0] = token_line;
-        add[1] = lock_line;
-    }
-    char *url = upstream_url(route, req->raw_uri);
-    /* A read passes with no body (acceptable() saw to that): declaring one,
-     * even of 0 bytes, would make curl send it as an upload (a PUT). */
-    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, write && framed, content_length,
-                                                   s->auth ? DROP_WITH_KEYS : DROP, add) : NULL;
-    free(url);
-    GuardQueue *q = w && req->guard.call ? queue_for(g, lock) : NULL;
-    if (!req->guard.call || (w && (!q || !raise_mark(s, lock, w->token)))) {
-        if (q)
-            drop_queue_if_empty(g, q);
-        write_free(w);
-        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+    if (!take_share(req, g, key))
         return;
-    }
-    if (!w) {
-        proxy_call_start(req->guard.call);
-        return;
-    }
-    /* Writes that can no longer pass (a smaller token, not yet with the
-     * upstream) are refused now, so that this one need not wait for them. */
-    for (DLink *l = q->writes.head; l;) {
-        GuardWrite *older = DLIST_ITEM(l, GuardWrite, link);
-        l = l->next;
-        if (older->token < w->token && !older->released)
-            refuse(older, "a write with a larger token arrived");
-    }
-    w->guard = g;
-    w->req = req;
-    w->call = req->guard.call;
-    w->has_body = has_body;
-    req->guard.write = w;
-    proxy_call_hold_end(w->call);
-    proxy_call_on_answered(w->call, on_answered, w);
-    w->q = q;
-    dlist_append(&q->writes, &w->link);
-    if (commit_pending(s->commit)) {
-        w->hold.ready = mark_durable;
-        commit_hold(s->commit, &w->hold);
-    } else {
-        w->durable = true;
-    }
-    advance(g, q);
+    if (read)
+        begin_read(req, route, method);
+    else
+        begin_write(req, route, method, framed, has_body, content_length);
 }
-
-static void body_done(Request *req)
-{
-    GuardWrite *w = req->guard.write;
-    if (!w || w->body_done)
-        return;
-    w->body_done = true;
-    if (w->q)
-        advance(w->guard, w->q);
-}
-
-static void write_end(Request *req);
 
 void guard_request_end(Request *req)
 {
-    write_end(req);
+    guardq_request_end(req);
     if (req->guard.call) {
         proxy_call_free(req->guard.call);
         req->guard.call = NULL;
     }
-}
-
-static void write_end(Request *req)
-{
-    GuardWrite *w = req->guard.write;
-    if (!w)
-        return;
-    req->guard.write = NULL;
-    w->req = NULL;
-    Guard *g = w->guard;
-    GuardQueue *q = w->q;
-    if (q && w->released && req->guard.call) {
-        /* The upstream may have the whole request: the next write waits for its answer. */
-        ProxyCall *call = req->guard.call;
-        req->guard.call = NULL;
-        if (proxy_call_detach(call))
-            return; /* on_answered frees w */
-    }
-    dequeue(w);
-    write_free(w);
-    if (q)
-        advance(g, q);
+    guardshare_give(&req->guard.ticket);
 }

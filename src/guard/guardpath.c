@@ -2,6 +2,7 @@
 #include "leasegate/guardpath.h"
 
 #include <string.h>
+#include <strings.h>
 
 #include "leasegate/names.h"
 
@@ -131,4 +132,87 @@ const char *guardpath_header_problem(const char *value, size_t len)
             return "a header value holds a control character (CR, LF, NUL, ...)";
     }
     return NULL;
+}
+
+/* Does `path` lie under `prefix`, by whole segments? Then where the rest starts. */
+static const char *below_prefix(const char *path, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(path, prefix, n) != 0)
+        return NULL;
+    char next = path[n];
+    return prefix[n - 1] == '/' || next == '\0' || next == '/' ? path + n : NULL;
+}
+
+const char *guardpath_destination(const char *dest, const char *host, const char *prefix, char *rest,
+                                  size_t restlen, const char **problem)
+{
+    const char *path = dest;
+    if (*dest != '/') {
+        size_t scheme = !strncasecmp(dest, "http://", 7) ? 7 : !strncasecmp(dest, "https://", 8) ? 8 : 0;
+        if (!scheme) {
+            *problem = "it must be an absolute path or an absolute http(s) URI of this server";
+            return NULL;
+        }
+        const char *auth = dest + scheme;
+        size_t alen = strcspn(auth, "/?#");
+        if (!host || !*host || alen != strlen(host) || strncasecmp(auth, host, alen) != 0) {
+            *problem = "its host is not the one this request was sent to (Host)";
+            return NULL;
+        }
+        path = auth + alen;
+        if (*path != '/') {
+            *problem = "it has no path";
+            return NULL;
+        }
+    }
+    if (strpbrk(path, "?#")) {
+        *problem = "it has a query or a fragment";
+        return NULL;
+    }
+    const char *below = below_prefix(path, prefix);
+    if (!below) {
+        *problem = "it is not under this guard's prefix";
+        return NULL;
+    }
+    const char *why = guardpath_problem(below);
+    if (why) {
+        *problem = why;
+        return NULL;
+    }
+    size_t n = strlen(below);
+    if (n >= restlen) {
+        *problem = "it is too long";
+        return NULL;
+    }
+    memcpy(rest, below, n + 1);
+    return rest;
+}
+
+bool guardpath_if_names_resource(const char *value)
+{
+    /* Outside parentheses, only whitespace may stand (No-tag-list); a "<"
+     * there opens a Resource-Tag. Inside, "<...>" are state tokens and
+     * "[...]" entity tags: skipped whole, so a ")" in them closes nothing. */
+    int depth = 0;
+    for (const char *p = value; *p; p++) {
+        char c = *p;
+        if (c == '<' || c == '[') {
+            if (depth == 0)
+                return true;
+            const char *close = strchr(p, c == '<' ? '>' : ']');
+            if (!close)
+                return true;
+            p = close;
+        } else if (c == '(') {
+            if (depth++)
+                return true;
+        } else if (c == ')') {
+            if (depth-- == 0)
+                return true;
+        } else if (depth == 0 && c != ' ' && c != '\t') {
+            return true;
+        }
+    }
+    return depth != 0;
 }

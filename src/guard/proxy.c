@@ -45,6 +45,7 @@ struct ProxyCall {
     CURLcode result;
     bool has_body;
     bool started, done;
+    bool ever_started;   /* handed to curl at some point (started is cleared when it is taken back) */
     bool body_done;      /* the client's body is fully in `up` */
     bool headers_done;   /* the upstream's final status and headers are in */
     bool final_seen;     /* MHD made its last call; waiting to queue */
@@ -59,6 +60,7 @@ struct ProxyCall {
     uint64_t sent;       /* body bytes handed to curl */
     ProxyAnswered on_answered;
     void *answered_ud;
+    ProxyOutcome outcome; /* set with `answered` */
     bool answered;       /* on_answered is due or done */
     bool in_answered;    /* alink is in Proxy.answered */
     DLink alink;
@@ -228,6 +230,11 @@ static void answer_due(ProxyCall *c)
     if (c->answered)
         return;
     c->answered = true;
+    /* A refused connection or name sent nothing; any other failure may have
+     * come after the whole request left. */
+    bool unsent = !c->ever_started || c->result == CURLE_COULDNT_CONNECT || c->result == CURLE_COULDNT_RESOLVE_HOST ||
+                  c->result == CURLE_COULDNT_RESOLVE_PROXY;
+    c->outcome = c->headers_done ? PROXY_ANSWERED : unsent ? PROXY_NOT_SENT : PROXY_UNKNOWN;
     if (c->on_answered) {
         dlist_append(&c->proxy->answered, &c->alink);
         c->in_answered = true;
@@ -245,10 +252,11 @@ static void report_answers(Proxy *p)
         c->in_answered = false;
         ProxyAnswered fn = c->on_answered;
         void *ud = c->answered_ud;
+        ProxyOutcome outcome = c->outcome;
         c->on_answered = NULL;
         if (!c->req)
             call_destroy(c);
-        fn(ud);
+        fn(ud, outcome);
     }
 }
 
@@ -542,7 +550,7 @@ void proxy_call_start(ProxyCall *c)
         finished(c, CURLE_FAILED_INIT);
         return;
     }
-    c->started = true;
+    c->started = c->ever_started = true;
     c->proxy->stats.forwarded++;
     /* "Too slow" means no byte moved either way for timeout_s. */
     touch(c);

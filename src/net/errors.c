@@ -16,6 +16,7 @@ static const struct {
     [ERR_PAYLOAD_TOO_LARGE] = {"payload_too_large", 413},
     [ERR_UNSUPPORTED_MEDIA_TYPE] = {"unsupported_media_type", 415},
     [ERR_KEY_LIMIT] = {"key_limit", 429},
+    [ERR_PEER_LIMIT] = {"peer_limit", 429},
     [ERR_TOO_OLD] = {"too_old", 410},
     [ERR_URI_TOO_LONG] = {"uri_too_long", 414},
     [ERR_HEADERS_TOO_LARGE] = {"headers_too_large", 431},

@@ -494,13 +494,17 @@ static bool body_worth_discarding(struct MHD_Connection *conn)
            httphead_content_length(conn, &n) && n <= HTTP_MAX_DISCARD;
 }
 
-/* An answer queued at once, from the first callback, before any handler ran. */
-static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message)
+/* An answer queued at once, from the first callback, before any handler
+ * ran; with `field`, the body names it and the connection closes after the
+ * answer (the request's framing cannot be trusted). */
+static enum MHD_Result reply_now_field(Request *req, ErrCode code, const char *message, const char *field)
 {
     struct MHD_Connection *conn = req->conn;
     Server *s = req->srv;
     req->status = error_status(code);
     json_t *body = json_pack("{s:s, s:s}", "error", error_code(code), "message", message);
+    if (body && field)
+        json_object_set_new(body, "field", json_string(field));
     char *text = body ? rawjson_dumps(body, NULL) : NULL;
     json_decref(body);
     if (!text)
@@ -513,10 +517,17 @@ static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (error_status(code) == MHD_HTTP_SERVICE_UNAVAILABLE)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (field)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     count_status(s, error_status(code));
     enum MHD_Result r = MHD_queue_response(conn, error_status(code), resp);
     MHD_destroy_response(resp);
     return r;
+}
+
+static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message)
+{
+    return reply_now_field(req, code, message, NULL);
 }
 
 static void http_request_end(Request *req, bool delivered);
@@ -598,6 +609,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return reply_now(req, ERR_HEADERS_TOO_LARGE, "the request line and headers are larger than 12288 bytes");
         if (!httphead_names_are_tokens(conn))
             return reply_now(req, ERR_BAD_REQUEST, HTTPHEAD_NAME_NOT_TOKEN);
+        const char *field, *framing = httphead_framing_problem(conn, &field);
+        if (framing)
+            return reply_now_field(req, ERR_BAD_REQUEST, framing, field);
         req->in_handler = true;
         s->app->begin(req, method, url);
         req->in_handler = false;
@@ -681,7 +695,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
 }
 
-void http_peer(Request *req, char *out, size_t outlen)
+/* The client's address, with its port when `port`. */
+static void peer_name(Request *req, char *out, size_t outlen, bool port)
 {
     struct sockaddr_storage ss;
     const struct sockaddr *sa = NULL;
@@ -699,9 +714,15 @@ void http_peer(Request *req, char *out, size_t outlen)
     char host[NI_MAXHOST], serv[NI_MAXSERV];
     if (!sa || getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV))
         snprintf(out, outlen, "-");
+    else if (!port)
+        snprintf(out, outlen, "%s", host);
     else
         snprintf(out, outlen, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, serv);
 }
+
+void http_peer(Request *req, char *out, size_t outlen) { peer_name(req, out, outlen, true); }
+
+void http_peer_address(Request *req, char *out, size_t outlen) { peer_name(req, out, outlen, false); }
 
 static void log_request(Request *req, bool delivered)
 {

@@ -224,6 +224,42 @@ bool httphead_names_are_tokens(struct MHD_Connection *conn)
     return ok;
 }
 
+typedef struct Framing {
+    unsigned te, cl;
+    bool te_chunked; /* the one Transfer-Encoding seen is "chunked" */
+} Framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                     const char *value, size_t value_size)
+{
+    (void)kind;
+    (void)key_size;
+    Framing *f = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        f->cl++;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->te++;
+        /* libmicrohttpd has trimmed the value's surrounding whitespace. */
+        f->te_chunked = value && value_size == 7 && !strncasecmp(value, "chunked", 7);
+    }
+    return MHD_YES;
+}
+
+const char *httphead_framing_problem(struct MHD_Connection *conn, const char **field)
+{
+    Framing f = {0, 0, false};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, count_framing, &f);
+    *field = MHD_HTTP_HEADER_TRANSFER_ENCODING;
+    if (f.te > 1 || (f.te == 1 && !f.te_chunked))
+        return "Transfer-Encoding must be exactly 'chunked' (no other coding, in one header field)";
+    if (f.te && f.cl)
+        return "a request may not have both Content-Length and Transfer-Encoding";
+    *field = MHD_HTTP_HEADER_CONTENT_LENGTH;
+    if (f.cl > 1)
+        return "a request may have only one Content-Length";
+    return NULL;
+}
+
 size_t httphead_answer_head_size(const struct curl_slist *lines)
 {
     /* "HTTP/1.1 NNN " and the longest reason phrase, "Date: " and 29 bytes,

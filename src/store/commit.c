@@ -295,7 +295,7 @@ static bool add_mark(Batch *b, StoreMark **marks, size_t *n, size_t *cap, const 
     const char *copy = arena_strdup(&b->strings, name);
     if (!copy)
         return false;
-    (*marks)[(*n)++] = (StoreMark){copy, max_token, forget};
+    (*marks)[(*n)++] = (StoreMark){copy, max_token, forget, 0};
     return true;
 }
 
@@ -352,10 +352,13 @@ bool commit_audit(Commit *c, const AuditRow *row)
 
 void commit_keep_audit(Commit *c, uint64_t keep) { c->audit_keep = keep; }
 
-bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token)
+bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token, int64_t at_ms)
 {
     Batch *b = c->pending;
-    return add_mark(b, &b->guard_marks, &b->nguard_marks, &b->capguard_marks, lock, max_token, false);
+    if (!add_mark(b, &b->guard_marks, &b->nguard_marks, &b->capguard_marks, lock, max_token, false))
+        return false;
+    b->guard_marks[b->nguard_marks - 1].at_ms = at_ms;
+    return true;
 }
 
 bool commit_pending(const Commit *c)

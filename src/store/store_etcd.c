@@ -11,7 +11,8 @@
  *                             ttl_ms, acquired_at_ms, expires_at_ms, count, metadata (JSON text),
  *                             request_id?, key?}}
  *   PREFIX/fences/RESOURCE    decimal max token
- *   PREFIX/guard/LOCK         decimal max token the guard let through
+ *   PREFIX/guard/LOCK         decimal max token the guard let through, a space, and when it last
+ *                             let a write through (Unix ms; older gateways wrote the token alone)
  *   PREFIX/floors/BUCKET      decimal floor (BUCKET zero-padded to 10 digits)
  *   PREFIX/revoked/TOKEN      the lock name: a force-released lease's token (TOKEN zero-padded
  *                             to 20 digits), never pruned
@@ -172,6 +173,12 @@ static char *decimal(uint64_t v)
     return asprintf(&text, "%" PRIu64, v) < 0 ? NULL : text;
 }
 
+static char *guard_value(const StoreMark *m)
+{
+    char *text;
+    return asprintf(&text, "%" PRIu64 " %" PRId64, m->max_token, m->at_ms) < 0 ? NULL : text;
+}
+
 static char *lock_value(const StoreLock *l)
 {
     json_t *j = json_pack("{s:I}", "last_token", (json_int_t)l->last_token);
@@ -295,7 +302,7 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
         ops_add(ops, key_of(s, "floors", bucket), decimal(b->floors[i].floor), NULL, PRIO_FLOOR);
     }
     for (size_t i = 0; i < b->nguard_marks; i++)
-        ops_add(ops, key_of(s, "guard", b->guard_marks[i].name), decimal(b->guard_marks[i].max_token), NULL, PRIO_PUT);
+        ops_add(ops, key_of(s, "guard", b->guard_marks[i].name), guard_value(&b->guard_marks[i]), NULL, PRIO_PUT);
     uint64_t last = 0;
     for (size_t i = 0; i < b->nended; i++)
         if (b->ended[i].seq > last)
@@ -911,8 +918,19 @@ static int load_lock(EtcdStore *s, const StoreLoad *cb, const char *name, const 
 static int load_mark(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
 {
     int (*const *fn)(void *, const StoreMark *) = arg;
-    StoreMark m = {name, 0, false};
-    if (!parse_u64(value, &m.max_token) || (*fn)(cb->ud, &m)) {
+    StoreMark m = {name, 0, false, 0};
+    /* A guard mark may carry its time after a space. */
+    char token[24];
+    size_t n = strcspn(value, " ");
+    uint64_t at = 0;
+    bool ok = n < sizeof token && (value[n] == '\0' || (parse_u64(value + n + 1, &at) && at <= INT64_MAX));
+    if (ok) {
+        memcpy(token, value, n);
+        token[n] = '\0';
+        ok = parse_u64(token, &m.max_token);
+        m.at_ms = (int64_t)at;
+    }
+    if (!ok || (*fn)(cb->ud, &m)) {
         snprintf(s->err, sizeof s->err, "cannot load mark %s", name);
         return -1;
     }

@@ -34,7 +34,7 @@
 
 /* When you change the schema: add a step to MIGRATIONS (the step from
  * version N-1 to N), bump SCHEMA_VERSION, and write SCHEMA as the result. */
-#define SCHEMA_VERSION 8
+#define SCHEMA_VERSION 9
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
  * PRUNE_CHUNK more). seq is the rowid: every insert appends at the end of one
@@ -67,12 +67,12 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS fences(resource TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS fence_floors(bucket INTEGER PRIMARY KEY, floor INTEGER NOT NULL);"
-    "CREATE TABLE IF NOT EXISTS guard_marks(lock TEXT PRIMARY KEY, max_token INTEGER NOT NULL)"
-    "  WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS guard_marks(lock TEXT PRIMARY KEY, max_token INTEGER NOT NULL,"
+    "  at_ms INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
     LEASE_HISTORY_SCHEMA
     REVOKED_SCHEMA
     AUDIT_SCHEMA
-    "INSERT INTO meta(key, value) VALUES('schema_version', 8), ('last_token', 0), ('boot', 0);";
+    "INSERT INTO meta(key, value) VALUES('schema_version', 9), ('last_token', 0), ('boot', 0);";
 
 /* MIGRATIONS[v] takes a database of version v to v + 1. */
 static const char *const MIGRATIONS[SCHEMA_VERSION] = {
@@ -102,6 +102,10 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
     /* Version 8 keeps the API key's name behind each grant (per-key limits). */
     [7] = "ALTER TABLE locks ADD COLUMN key TEXT;"
           "UPDATE meta SET value = 8 WHERE key = 'schema_version';",
+    /* Version 9 keeps when the guard last let a write of each lock through
+     * (--guard-settle after a restart). */
+    [8] = "ALTER TABLE guard_marks ADD COLUMN at_ms INTEGER NOT NULL DEFAULT 0;"
+          "UPDATE meta SET value = 9 WHERE key = 'schema_version';",
 };
 
 enum {
@@ -145,8 +149,9 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_DELETE_FENCE] = "DELETE FROM fences WHERE resource = ?1",
     [ST_PUT_FLOOR] = "INSERT INTO fence_floors(bucket, floor) VALUES(?1, ?2)"
                      " ON CONFLICT(bucket) DO UPDATE SET floor = max(floor, excluded.floor)",
-    [ST_PUT_GUARD_MARK] = "INSERT INTO guard_marks(lock, max_token) VALUES(?1, ?2)"
-                          " ON CONFLICT(lock) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
+    [ST_PUT_GUARD_MARK] = "INSERT INTO guard_marks(lock, max_token, at_ms) VALUES(?1, ?2, ?3)"
+                          " ON CONFLICT(lock) DO UPDATE SET max_token = max(max_token, excluded.max_token),"
+                          " at_ms = max(at_ms, excluded.at_ms)",
 };
 
 typedef struct SqliteStore {
@@ -220,7 +225,9 @@ static int put_marks(SqliteStore *s, sqlite3_stmt *put, sqlite3_stmt *del, const
     for (size_t i = 0; i < n; i++) {
         sqlite3_stmt *st = del && marks[i].forget ? del : put;
         if (sqlite3_bind_text(st, 1, marks[i].name, -1, SQLITE_STATIC) != SQLITE_OK ||
-            (st == put && sqlite3_bind_int64(st, 2, (sqlite3_int64)marks[i].max_token) != SQLITE_OK)) {
+            (st == put && sqlite3_bind_int64(st, 2, (sqlite3_int64)marks[i].max_token) != SQLITE_OK) ||
+            (st == put && sqlite3_bind_parameter_count(st) >= 3 &&
+             sqlite3_bind_int64(st, 3, marks[i].at_ms) != SQLITE_OK)) {
             set_err(s, "bind mark");
             return -1;
         }
@@ -462,7 +469,8 @@ static int load_marks(SqliteStore *s, const char *sql, int (*fn)(void *ud, const
     }
     int rc, res = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        StoreMark m = {(const char *)sqlite3_column_text(st, 0), (uint64_t)sqlite3_column_int64(st, 1), false};
+        StoreMark m = {(const char *)sqlite3_column_text(st, 0), (uint64_t)sqlite3_column_int64(st, 1), false,
+                       sqlite3_column_count(st) > 2 ? sqlite3_column_int64(st, 2) : 0};
         if (!m.name || fn(ud, &m)) {
             snprintf(s->err, sizeof s->err, "cannot load mark %s", m.name ? m.name : "(null)");
             res = -1;
@@ -631,7 +639,7 @@ static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
     }
     if (load_locks(s, cb, &max_token) ||
         load_marks(s, "SELECT resource, max_token FROM fences", cb->fence, cb->ud) ||
-        load_marks(s, "SELECT lock, max_token FROM guard_marks", cb->guard_mark, cb->ud) ||
+        load_marks(s, "SELECT lock, max_token, at_ms FROM guard_marks", cb->guard_mark, cb->ud) ||
         load_floors(s, cb) || load_ended(s, cb) || load_revoked(s, cb) || load_audit(s, cb))
         return -1;
     *last_token = (uint64_t)counter > max_token ? (uint64_t)counter : max_token;

@@ -52,10 +52,12 @@ static int load_floor(void *ud, const StoreFloor *f)
     return 0;
 }
 static uint64_t loaded_guard_mark;
+static int64_t loaded_guard_at;
 static int load_guard_mark(void *ud, const StoreMark *m)
 {
     (void)ud;
     loaded_guard_mark = m->max_token;
+    loaded_guard_at = m->at_ms;
     return 0;
 }
 
@@ -142,7 +144,7 @@ int main(int argc, char **argv)
     /* k9 is put, then forgotten: records apply in order, so its row goes; the
      * counter it vouched for (10) must survive in meta. */
     CHECK(commit_forget(c, "k9", 10));
-    CHECK(commit_guard_mark(c, "k3", 4));
+    CHECK(commit_guard_mark(c, "k3", 4, 1700000000123));
     /* Audit rows: storage keeps the newest two (pruned a chunk of two at a time). */
     commit_keep_audit(c, 2);
     for (uint64_t i = 1; i <= 4; i++) {
@@ -209,6 +211,7 @@ int main(int argc, char **argv)
     /* Same boot: the boot-clock deadline comes back as written. */
     CHECK(loaded_deadline_of_k7 == 5007);
     CHECK(loaded_guard_mark == 4);
+    CHECK(loaded_guard_at == 1700000000123);
     CHECK(last_token == 11);
     /* A second server on the same file is refused. */
     Store *second = store_sqlite_open(path, "test-boot", err, sizeof err);

@@ -1,0 +1,87 @@
+/*
+ * guardq — the guard's write queues: which write of a lock may talk to the
+ * upstream, when the end of its request may leave, and when the next write of
+ * that lock may start.
+ *
+ * Each lock with writes in progress has a queue of them, in arrival order; a
+ * write bound to two locks (a COPY or MOVE whose Destination has a lock of
+ * its own) is in both, entered in one step, so every queue orders any two
+ * writes alike and none can wait for the other (no deadlock). Only a write at
+ * the head of all its queues talks to the upstream. Life of a write there:
+ *   checked -> its call starts, the body streams but its end is held back ->
+ *   the body is complete -> checked again -> the marks and the time are
+ *   recorded and made durable (the end record) -> checked again -> the end
+ *   is released -> the upstream answers -> it leaves, the next one starts.
+ * A failed check refuses the write with 409 and cuts its call off. A write
+ * whose client goes away after its end was released stays at the head until
+ * the upstream answers (its call runs on, detached).
+ *
+ * Settling: a released write whose upstream connection closed without an
+ * answer (a timeout, a broken connection) may still be applied by a slow
+ * backend; for --guard-settle seconds from then its locks take no write
+ * (503 with Retry-After, queued ones too). The end record holds when a write
+ * was let through, so after a restart (or a failover) a lock written less
+ * than the settle time before settles for the rest: a restart cannot reorder
+ * writes either.
+ *
+ * A write that waits in a queue longer than --guard-timeout before its turn
+ * gets 503.
+ */
+#ifndef LEASEGATE_GUARDQ_H
+#define LEASEGATE_GUARDQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "leasegate/clock.h"
+#include "leasegate/guardshare.h"
+#include "leasegate/leaseid.h"
+#include "leasegate/names.h"
+#include "leasegate/request.h"
+
+typedef struct GuardQueues GuardQueues;
+
+/* One lock a write is bound to, and the lease that holds it with its token. */
+typedef struct GuardBinding {
+    char lock[NAME_MAX_BYTES + 1];
+    uint8_t lease[LEASE_ID_BYTES];
+    uint64_t token;
+} GuardBinding;
+
+GuardQueues *guardq_new(Server *s, GuardShares *shares); /* NULL when out of memory */
+void guardq_free(GuardQueues *gq);
+/* At start: the last write of `lock` was let through at at_ms (Unix ms): if
+ * that is less than --guard-settle ago, the lock's writes wait out the rest.
+ * False when out of memory. */
+bool guardq_restore(GuardQueues *gq, const char *lock, int64_t at_ms, const Now *now);
+/* Writes queued or in flight for `lock`. */
+size_t guardq_writes(const GuardQueues *gq, const char *lock);
+/* Milliseconds until `lock` has settled (0: it takes writes now). */
+int64_t guardq_settling_ms(const GuardQueues *gq, const char *lock, const Now *now);
+/* Answers req 503: `lock` settles for ms more (Retry-After). */
+void guardq_reply_settling(Request *req, const char *lock, int64_t ms);
+/* Why a write bound to b may not go upstream now, or NULL. */
+const char *guardq_stale_reason(const Server *s, const GuardBinding *b);
+/* Answers req 409 stale_token (token 0: the lease holds nothing). */
+void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const char *why);
+
+/* Queues the write that req makes through `call` (the request's; not
+ * started), bound to nb (1 or 2) locks, which must differ. Takes over
+ * *ticket. Writes of those locks that have smaller tokens and are not with
+ * the upstream yet are refused now, so that this one need not wait for them.
+ * Sets req->guard.write. False when out of memory (nothing is queued; the
+ * ticket is still the caller's). */
+bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, const GuardBinding *b, size_t nb,
+                GuardTicket *ticket);
+/* req's whole body has arrived. */
+void guardq_body_done(Request *req);
+/* req is over: its write leaves its queues, unless its whole request is
+ * with the upstream (then its call runs on until the upstream answers, and
+ * the next write waits for that: the write takes req->guard.call over). */
+void guardq_request_end(Request *req);
+
+int64_t guardq_next_timeout_ms(const GuardQueues *gq, const Now *now); /* -1: none */
+void guardq_tick(GuardQueues *gq, const Now *now);
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * guardshare — the guard's upstream calls counted per API key and per peer
+ * address, so that one client cannot take every call slot (--guard-max-calls)
+ * and make the guard refuse everyone else. A call holds a ticket from the
+ * moment it is admitted until it is over (for a write whose end reached the
+ * upstream: until the upstream answers, even after its client left).
+ */
+#ifndef LEASEGATE_GUARDSHARE_H
+#define LEASEGATE_GUARDSHARE_H
+
+#include <stddef.h>
+
+typedef struct GuardShares GuardShares;
+typedef struct ShareUse ShareUse;
+
+/* What one call holds; zeroed when it holds nothing. */
+typedef struct GuardTicket {
+    ShareUse *key, *peer;
+} GuardTicket;
+
+typedef enum ShareResult { SHARE_OK, SHARE_KEY_FULL, SHARE_PEER_FULL, SHARE_NOMEM } ShareResult;
+
+GuardShares *guardshare_new(void); /* NULL when out of memory */
+void guardshare_free(GuardShares *g);
+/* Counts one call of `key` (NULL: requests without a key are not counted per
+ * key) from `peer` into *t, unless either already has `max` calls. */
+ShareResult guardshare_take(GuardShares *g, const char *key, size_t key_max, const char *peer, size_t peer_max,
+                            GuardTicket *t);
+/* Gives back what *t holds (nothing when empty) and empties it. */
+void guardshare_give(GuardTicket *t);
+/* Calls counted now for one key / one peer. */
+size_t guardshare_key_calls(const GuardShares *g, const char *key);
+size_t guardshare_peer_calls(const GuardShares *g, const char *peer);
+
+#endif
