@@ -70,8 +70,9 @@ static int commit_ready(LoopSource *src, uint32_t events)
             /* Another gateway may lead (a failed fence), or this one cannot
              * tell (etcd did not answer within the commit's budget): what was
              * held is answered 503, never from memory. */
-            fprintf(stderr, "leasegate: leadership lost: %s; answering 503 to every request held, then exiting "
-                            "with status 1 (restart this gateway: it becomes a candidate)\n",
+            fprintf(stderr, "leasegate: a commit failed (%s): this gateway cannot know that it still leads; "
+                            "answering 503 to every request held, then exiting with status 1 (restart this "
+                            "gateway: it becomes a candidate)\n",
                     commit_error(s->commit));
             depose(s);
             return 0;

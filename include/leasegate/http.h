@@ -122,7 +122,8 @@ void http_suspend_watched(Request *req);
 void http_hold(Request *req);
 /* The HTTP layer is dropping req's connection: a content reader should end. */
 bool http_closing(const Request *req);
-/* Drops the connection (resuming it if suspended) without a response. */
+/* Drops the connection (resuming it if suspended) without a response; once
+ * the gateway is deposed, a whole request without an answer yet gets 503. */
 void http_close(Request *req);
 
 /* Makes the request a waiter of the lock table: parked, or suspended. */

@@ -245,6 +245,12 @@ void http_hold(Request *req)
 
 void http_close(Request *req)
 {
+    /* A deposed gateway answers 503 to every whole request it holds (a
+     * guarded call cut off: its end never left), rather than closing. */
+    if (req->srv->deposed && req->complete && !req->response && req->conn && req->park.fd < 0) {
+        send_response(req, MHD_HTTP_SERVICE_UNAVAILABLE, deposed_response(), false);
+        return;
+    }
     req->close = true;
     http_resume(req);
 }
