@@ -17,8 +17,13 @@
  * So the lease's timing protects nothing, and a keepalive that gets no answer
  * proves nothing either: etcd cannot expire a lease while it has no leader,
  * and a new etcd leader renews every lease when it takes over. The keeper
- * therefore never gives leadership up for lack of answers; it goes on asking,
- * each attempt (a quarter of the TTL) at the next member.
+ * therefore does not give leadership up when keepalives go unanswered for a
+ * while; it goes on asking, each attempt (a quarter of the TTL) at the next
+ * member. Only a leader that has heard nothing for two TTLs gives up (and
+ * revokes its lease, which reaches etcd when only etcd's answers are lost):
+ * etcd with its default timings elects a new leader within 1-3 s, so such a
+ * silence means this gateway is cut off from etcd, and what it holds would
+ * only wait for commits whose answers it cannot see.
  *
  * Leadership is lost only when etcd says so. A keepalive answered TTL 0 is
  * checked before it is believed: a member may answer it for a lease that

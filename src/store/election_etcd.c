@@ -55,6 +55,9 @@ const char *election_role_name(ElectionRole r)
 /* After a keepalive, a check or a re-grant that got no answer: the next try
  * (at the next member) comes this soon. */
 #define KEEPER_RETRY_MS 250
+/* A leader none of whose keepalives was answered for this many TTLs gives
+ * leadership up (election.h). */
+#define SILENCE_TTLS 2
 /* A failing keepalive is logged at most this often. */
 #define KEEPER_LOG_MS 5000
 /* How long a leader whose lease etcd ended tries to lead again (relead). */
@@ -374,14 +377,15 @@ static void lose(Election *e, const char *why)
 
 /* The keepalive thread: a keepalive every TTL/3; after one that got no clear
  * answer, another at the next member KEEPER_RETRY_MS later, for as long as it
- * takes (election.h: no answer proves nothing). A TTL 0 is checked
+ * takes (election.h: no answer proves nothing), unless a leader hears
+ * nothing for SILENCE_TTLS TTLs. A TTL 0 is checked
  * (lease_verdict); a lease found gone is replaced (relead, or a follower's
  * new grant one TTL later). A gateway that does not lead also asks who does. */
 static void *keeper_main(void *arg)
 {
     Election *e = arg;
     const int64_t interval_ms = (int64_t)e->ttl_s * 1000 / 3;
-    int64_t next_keepalive = mono_ms(), regrant_at = 0, failing_since = 0, logged_at = 0;
+    int64_t next_keepalive = mono_ms(), regrant_at = 0, failing_since = 0, logged_at = 0, renewed_at = mono_ms();
     for (;;) {
         pthread_mutex_lock(&e->mu);
         bool check = e->check_now;
@@ -408,6 +412,7 @@ static void *keeper_main(void *arg)
                         e->lease_id);
             next_keepalive = mono_ms() + (rc == 1 || regrant_at ? interval_ms : KEEPER_RETRY_MS);
             if (rc == 1) {
+                renewed_at = mono_ms();
                 if (failing_since)
                     fprintf(stderr, "leasegate: the etcd lease %s renewed again after %lld ms without\n",
                             e->lease_id, (long long)(mono_ms() - failing_since));
@@ -431,6 +436,16 @@ static void *keeper_main(void *arg)
                                 "campaigns again\n",
                         e->lease_id, e->ttl_s);
                 regrant_at = mono_ms() + (int64_t)e->ttl_s * 1000;
+            } else if (rc < 0 && leading && mono_ms() - renewed_at >= SILENCE_TTLS * (int64_t)e->ttl_s * 1000) {
+                /* Cut off from etcd (election.h): resign, so that when only
+                 * etcd's answers are lost another gateway need not wait out
+                 * the lease that this one's keepalives still renew. */
+                revoke_lease(e);
+                snprintf(why, sizeof why, "no keepalive of the etcd lease %s answered for %lld ms (%s): this "
+                         "gateway is cut off from etcd; resigned",
+                         e->lease_id, (long long)(mono_ms() - renewed_at), err);
+                lose(e, why);
+                return NULL;
             } else if (rc < 0) {
                 if (!failing_since)
                     failing_since = mono_ms();
@@ -438,7 +453,7 @@ static void *keeper_main(void *arg)
                     logged_at = mono_ms();
                     fprintf(stderr, "leasegate: the etcd lease %s not renewed for %lld ms (%s); asking the next "
                                     "member\n",
-                            e->lease_id, (long long)(mono_ms() - failing_since), err);
+                            e->lease_id, (long long)(mono_ms() - renewed_at), err);
                 }
             }
         }
