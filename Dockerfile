@@ -8,7 +8,15 @@
 #
 # A host directory mounted on /data must be writable by uid 7400. `docker stop` sends
 # SIGTERM: the server answers waiters 503, commits the last batch and exits 0.
-FROM debian:bookworm AS build
+#
+# The base image of both stages (a Debian 12 mirror or a local import):
+#   docker build --build-arg BASE_IMAGE=registry.example/debian:bookworm -t leasegate .
+# Podman's default image format (OCI) drops HEALTHCHECK: build with
+# `podman build --format docker`, or give `podman run --health-cmd 'leasegate healthcheck'`.
+# docs/operations.md ("In a container") has both, and the build without a registry.
+ARG BASE_IMAGE=debian:bookworm
+
+FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY scripts/deps.sh scripts/deps.sh
 RUN scripts/deps.sh && rm -rf /var/lib/apt/lists/*
@@ -17,7 +25,7 @@ RUN cmake -B /tmp/build -DLEASEGATE_TESTS=OFF \
  && cmake --build /tmp/build -j"$(nproc)" \
  && cmake --install /tmp/build --prefix /usr/local --strip
 
-FROM debian:bookworm
+FROM ${BASE_IMAGE}
 COPY scripts/deps.sh /tmp/deps.sh
 RUN /tmp/deps.sh --runtime && rm -rf /var/lib/apt/lists/* /tmp/deps.sh \
  && useradd --system --uid 7400 --user-group --home-dir /data --shell /usr/sbin/nologin leasegate \

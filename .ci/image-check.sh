@@ -33,10 +33,11 @@ trap cleanup EXIT
 
 start() {
   local name=lg-ci-$$-$1
+  shift
   names+=("$name")
   # --health-interval disable: no systemd timers here; the check is run by hand below.
-  pm run -d --name "$name" --network host --health-interval disable -v "$data:/data" -e "LEASEGATE_SERVER=$url" "$tag" \
-    leasegate serve --listen "127.0.0.1:$port" --data /data/leasegate.db >/dev/null
+  pm run -d --name "$name" --network host --health-interval disable "$@" -v "$data:/data" -e "LEASEGATE_SERVER=$url" \
+    "$tag" leasegate serve --listen "127.0.0.1:$port" --data /data/leasegate.db >/dev/null
   for _ in $(seq 1 100); do
     curl -sf "$url/healthz" >/dev/null && { echo "$name"; return 0; }
     sleep 0.1
@@ -66,7 +67,10 @@ pm stop -t 20 "$one" >/dev/null
 status=$(pm wait "$one")
 [ "$status" = 0 ] || { pm logs "$one" >&2; echo "image-check: the server exited $status on stop (SIGTERM)" >&2; exit 1; }
 
-two=$(start two)
+# The second one with the check given at run time, as docs/operations.md tells podman users
+# whose image format (OCI) dropped the HEALTHCHECK.
+two=$(start two --health-cmd 'leasegate healthcheck' --health-timeout 6s --health-retries 3)
+pm healthcheck run "$two" || { echo "image-check: --health-cmd 'leasegate healthcheck' failed" >&2; exit 1; }
 renew=$(curl -s -o /dev/stderr -w '%{http_code}' "$url/v1/locks/image/held/renew" --json "{\"lease\":\"$lease\"}" 2>/dev/null)
 [ "$renew" = 200 ] || { echo "image-check: the held lease did not survive the restart (HTTP $renew)" >&2; exit 1; }
 next=$(curl -sf "$url/v1/locks/image/other/acquire" --json '{"owner":"ci"}' | field token)

@@ -2,12 +2,14 @@
 # Installs what leasegate needs on Debian 12 (bookworm). Used by the README, the
 # Dockerfile and .ci/run, so the three stay identical.
 #   scripts/deps.sh            build and run dependencies (compiler, cmake, -dev packages)
-#   scripts/deps.sh --test     also what the tests use: python3, python3-yaml and python3-jsonschema
+#   scripts/deps.sh --test     also what the tests use: python3, python3-venv (the Python client's
+#                              offline pip install test), python3-yaml and python3-jsonschema
 #                              (test_contract.py checks the server against openapi.yaml), curl, iproute2 (ss), nginx (the guard's
 #                              real upstream), faketime (wall-clock steps), etcd-server (the etcd
 #                              store's tests), openssl (the TLS tests' certificates), Node.js and npm (the
 #                              examples and client, unless present), chromium (the dashboard's browser
-#                              test), and that test's npm packages (npm ci in tests/browser)
+#                              test) and that test's npm packages (npm ci in tests/browser), and
+#                              prometheus (test_misc.py checks /metrics with its promtool)
 #   scripts/deps.sh --runtime  only what the built binary needs to run (the container image's last stage)
 set -eu
 SUDO=
@@ -17,7 +19,7 @@ RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 libgnutls30 
 case "${1:-}" in
   "") PKGS="$BUILD" ;;
   --test)
-    PKGS="$BUILD python3 python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server openssl chromium"
+    PKGS="$BUILD python3 python3-venv python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server openssl chromium prometheus"
     command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
     command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm" ;;
   --runtime) PKGS="$RUNTIME" ;;

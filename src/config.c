@@ -33,6 +33,7 @@ void config_defaults(Config *c)
     c->guard_key_max_calls = 64;
     c->guard_peer_max_calls = 64;
     c->guard_settle_s = 30;
+    c->s3_probe_interval_s = 600;
     c->forget_idle_s = 86400;
     c->leader_ttl_s = 3;
     c->etcd_max_txn_ops = 128; /* etcd's default */
@@ -99,6 +100,18 @@ void config_usage(FILE *out)
             "                              without an answer (timeout, restart), the lock's next write waits\n"
             "                              this long, the time a backend may still take to apply it\n"
             "                              (default 30; 0 turns the wait off: unsafe, see docs/fencing.md)\n"
+            "  --guard PREFIX=s3://BUCKET[/KEYPREFIX][,region=R][,endpoint=URL][,lock=NAME][,methods=...]\n"
+            "                              an S3 bucket behind PREFIX: the path below it is the object's key\n"
+            "                              (under KEYPREFIX) and names its lock; GET and HEAD pass signed; a\n"
+            "                              PUT writes with the token as the object's precondition (If-Match on\n"
+            "                              its ETag, the fence in x-amz-meta-fencing-token); region defaults to\n"
+            "                              $AWS_REGION, endpoint to AWS's (path-style); credentials from\n"
+            "                              AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or\n"
+            "                              --s3-credentials; a store that ignores preconditions stops the start\n"
+            "  --s3-credentials FILE       AWS shared credentials file (profile $AWS_PROFILE or default) for\n"
+            "                              s3:// routes, re-read on SIGHUP (default: the environment)\n"
+            "  --s3-probe-interval SECONDS how often each s3:// route checks again that its store honours\n"
+            "                              preconditions; while it does not, its writes get 502 (default 600)\n"
             "  --guard-max-calls N         upstream calls in flight at once, then 503 (default 256)\n"
             "  --guard-lock-max-calls N    writes queued or in flight for one lock, then 503 (default 16)\n"
             "  --guard-key-max-calls N     upstream calls of one API key at once, then 429 key_limit\n"
@@ -208,6 +221,7 @@ static const NumFlag NUM_FLAGS[] = {
     {"--guard-key-max-calls", 1, 100000, offsetof(Config, guard_key_max_calls), false},
     {"--guard-peer-max-calls", 1, 100000, offsetof(Config, guard_peer_max_calls), false},
     {"--guard-settle", 0, 3600, offsetof(Config, guard_settle_s), true},
+    {"--s3-probe-interval", 1, 86400, offsetof(Config, s3_probe_interval_s), true},
     {"--forget-idle-after", 1, 31536000, offsetof(Config, forget_idle_s), true},
     {"--leader-ttl", 2, 60, offsetof(Config, leader_ttl_s), true},
     {"--etcd-max-txn-ops", 2, 1000000, offsetof(Config, etcd_max_txn_ops), false},
@@ -223,7 +237,7 @@ static const NumFlag *num_flag(const char *name)
 
 static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",     "--min-token",
                                            "--access-log", "--store", "--advertise", "--auth-file",
-                                           "--tls-cert",   "--tls-key", "--cacert"};
+                                           "--tls-cert",   "--tls-key", "--cacert", "--s3-credentials"};
 
 static bool known_flag(const char *name)
 {
@@ -265,6 +279,14 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
     }
     if (!strcmp(flag, "--guard"))
         return parse_guard(c, value, err, errlen);
+    if (!strcmp(flag, "--s3-credentials")) {
+        if (!*value) {
+            snprintf(err, errlen, "--s3-credentials: empty path");
+            return -1;
+        }
+        c->s3_credentials = value;
+        return 0;
+    }
     if (!strcmp(flag, "--tls-cert") || !strcmp(flag, "--tls-key") || !strcmp(flag, "--cacert")) {
         if (!*value) {
             snprintf(err, errlen, "%s: empty path", flag);
@@ -357,6 +379,16 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
     }
     if (c->auth_metrics && !c->auth_file) {
         snprintf(err, errlen, "--auth-metrics needs --auth-file");
+        return CONFIG_ERROR;
+    }
+    bool s3 = false;
+    for (size_t i = 0; i < c->nguards; i++) {
+        if (!guardroute_finish_s3(&c->guards[i], getenv("AWS_REGION"), err, errlen))
+            return CONFIG_ERROR;
+        s3 |= c->guards[i].kind == GUARD_S3;
+    }
+    if (c->s3_credentials && !s3) {
+        snprintf(err, errlen, "--s3-credentials needs a --guard PREFIX=s3://... route");
         return CONFIG_ERROR;
     }
     if (c->auth_file && c->insecure_no_auth) {

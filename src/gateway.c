@@ -16,6 +16,7 @@
 #include "leasegate/dispatch.h"
 #include "leasegate/guard.h"
 #include "leasegate/http.h"
+#include "leasegate/leasehist.h"
 #include "leasegate/listener.h"
 #include "leasegate/loop.h"
 #include "leasegate/proxy.h"
@@ -71,6 +72,11 @@ static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, 
 static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
 {
     Server *s = ud;
+    /* From the grant's announced time, on the wall clock: the only time a
+     * grant keeps across restarts (a lease loaded from the store has no
+     * earlier reading of the boot clock). */
+    if (how >= LEASE_END_EXPIRED && how <= LEASE_END_REVOKED)
+        histogram_observe(&s->metrics.hold[how - 1], (double)(clock_now().wall_ms - lock->holder.acquired_at_ms) / 1000);
     quota_held(s, lock->holder.key, -1);
     if (!commit_ended(s->commit, lock->name, lease, token, how, seq)) {
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
@@ -252,10 +258,24 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     return 0;
 }
 
+/* Upper bounds, in seconds. A wait is allowed up to an hour (wait_ms); a lease
+ * is renewed for as long as its holder likes, so its buckets reach a day. */
+static const double WAIT_BOUNDS_S[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                       2.5,   5,     10,   30,    60,   300, 900,  3600};
+static const double HOLD_BOUNDS_S[] = {0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400};
+
+static void metrics_init(Metrics *m)
+{
+    histogram_init(&m->acquire_wait, WAIT_BOUNDS_S, sizeof WAIT_BOUNDS_S / sizeof *WAIT_BOUNDS_S);
+    for (size_t i = 0; i < sizeof m->hold / sizeof *m->hold; i++)
+        histogram_init(&m->hold[i], HOLD_BOUNDS_S, sizeof HOLD_BOUNDS_S / sizeof *HOLD_BOUNDS_S);
+}
+
 int gateway_open(Server *s, const Config *cfg)
 {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
+    metrics_init(&s->metrics);
     s->listen_fd = -1;
     s->deposed_fd = -1;
     char err[512];
@@ -360,6 +380,10 @@ int gateway_open(Server *s, const Config *cfg)
         fprintf(stderr, "leasegate: cannot initialise libcurl (or out of memory)\n");
         return -1;
     }
+    if (!guard_open(s->guard, err, sizeof err)) {
+        fprintf(stderr, "leasegate: %s\n", err);
+        return -1;
+    }
     for (size_t i = 0; i < cfg->nguards; i++)
         fprintf(stderr, "leasegate: guard %s -> %s\n", cfg->guards[i].prefix, cfg->guards[i].upstream);
     return 0;
@@ -416,9 +440,15 @@ void gateway_close(Server *s)
 
 void gateway_reload_keys(Server *s)
 {
+    char err[512];
+    if (s->cfg.s3_credentials) {
+        if (guard_reload(s->guard, err, sizeof err))
+            fprintf(stderr, "leasegate: SIGHUP: S3 credentials read again from %s\n", s->cfg.s3_credentials);
+        else
+            fprintf(stderr, "leasegate: SIGHUP: keeping the S3 credentials loaded before: %s\n", err);
+    }
     if (!s->cfg.auth_file)
         return;
-    char err[512];
     AuthTable *t = auth_load(s->cfg.auth_file, err, sizeof err);
     if (!t) {
         fprintf(stderr, "leasegate: SIGHUP: keeping the %zu API keys loaded before: %s\n", auth_count(s->auth), err);

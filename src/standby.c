@@ -11,6 +11,7 @@
 
 #include "leasegate/forward.h"
 #include "leasegate/jsondump.h"
+#include "leasegate/selfmetrics.h"
 #include "leasegate/httphead.h"
 #include "leasegate/tls.h"
 
@@ -89,6 +90,7 @@ static enum MHD_Result answer_metrics(Standby *sb, struct MHD_Connection *conn, 
     fprintf(f, "# HELP leasegate_forward_failures_total Forwards the leader gave no answer to (503 to the client).\n"
                "# TYPE leasegate_forward_failures_total counter\nleasegate_forward_failures_total %llu\n",
             (unsigned long long)atomic_load(&sb->forward_failures));
+    selfmetrics_write(f);
     if (fclose(f) != 0) {
         free(text);
         return MHD_NO;

@@ -1,9 +1,15 @@
-// Types of the leasegate client (hand-written; the code is plain JavaScript).
+// Types of the leasegate client (hand-written; the code is plain JavaScript). The package is
+// CommonJS (require) with an ES module entry (import) that re-exports these (index.d.mts).
 
 import { EventEmitter } from "node:events";
 
-/** "250ms", "15s", "2m", "1h", or a number of milliseconds. */
-export type Duration = string | number;
+/** A duration with its unit: "250ms", "15s", "2m", "1h", "1.5s" (whole milliseconds). A bare
+ *  number is refused with a TypeError: write "15s" or "15000ms". */
+export type Duration = string;
+
+/** A fencing token as methods take it: a decimal string (as the client hands tokens out),
+ *  a bigint, or a safe integer number. */
+export type TokenLike = string | bigint | number;
 
 export interface ClientOptions {
   /** URLs (or one "URL,URL" string) of servers serving one lock space.
@@ -27,7 +33,7 @@ export interface ClientOptions {
 export interface AcquireOptions {
   /** How long the lease lasts unless renewed. Default "30s". */
   ttl?: Duration;
-  /** How long to wait in the lock's FIFO queue. Default 0: try once. */
+  /** How long to wait in the lock's FIFO queue. Default "0s": try once. */
   wait?: Duration;
   /** Overrides the client's owner label for this lock. */
   owner?: string;
@@ -42,7 +48,8 @@ export interface AcquireOptions {
 /** A holder as others see it: never its lease id. */
 export interface Holder {
   owner: string;
-  token: bigint;
+  /** A decimal string: tokens are 64-bit and exact at any size. */
+  token: string;
   ttl_ms: number;
   acquired_at_ms: number;
   expires_at_ms: number;
@@ -55,13 +62,13 @@ export interface LockState {
   held: boolean;
   holder: Holder | null;
   waiters: number;
-  last_token: bigint;
+  last_token: string;
 }
 
 export interface FenceResult {
   resource: string;
   accepted: true;
-  max_token: bigint;
+  max_token: string;
 }
 
 export class Client {
@@ -78,7 +85,7 @@ export class Client {
   /** Every known lock whose name starts with prefix, in name order, a page at a time. */
   list(options?: { prefix?: string; after?: string; pageSize?: number }): AsyncGenerator<LockState, void, undefined>;
   /** Checks a token against a resource's high-water mark; rejects with StaleTokenError. */
-  fence(resource: string, token: bigint | number): Promise<FenceResult>;
+  fence(resource: string, token: TokenLike): Promise<FenceResult>;
 }
 
 export class Lease extends EventEmitter {
@@ -86,8 +93,9 @@ export class Lease extends EventEmitter {
   readonly owner: string;
   /** The lease id: the secret that renews, releases and writes through the guard. */
   readonly lease: string;
-  /** The fencing token; BigInt because tokens may pass 2^53. */
-  readonly token: bigint;
+  /** The fencing token, a decimal string: tokens may pass 2^53, where a number would round
+   *  them, and a string (unlike a bigint) goes through JSON.stringify. Compare with BigInt(). */
+  readonly token: string;
   readonly metadata: Record<string, unknown>;
   /** Time-to-live in milliseconds, as the server last confirmed it. */
   readonly ttl: number;
@@ -142,6 +150,8 @@ export class BadGatewayError extends LeasegateError {}
 export class GatewayTimeoutError extends LeasegateError {}
 /** No server answered before the operation's time ran out. */
 export class UnavailableError extends LeasegateError {}
+/** An https server's certificate failed verification; thrown at once, never retried. */
+export class TLSVerificationError extends UnavailableError {}
 export class LeaseLostError extends LeasegateError {
   readonly lease: Lease | null;
   /** What the withLock callback threw, when it threw as well. */

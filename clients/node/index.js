@@ -1,6 +1,9 @@
+"use strict";
 // leasegate: a client for the leasegate lock gateway, no dependencies (Node 18+).
+// CommonJS here; index.mjs gives ES modules the same objects (one copy of each class,
+// so instanceof holds whichever way a module loaded it).
 //
-//   import { Client } from "leasegate";
+//   const { Client, ensureOk } = require("leasegate");    // or: import { Client } from "leasegate"
 //   const client = new Client({ servers: ["http://127.0.0.1:7400"] });
 //   await client.withLock("orders/42", { ttl: "15s", wait: "1m" }, async (lease) => {
 //     await ensureOk(await lease.fetch("/store/orders/42", { method: "PUT", body: data }));
@@ -8,10 +11,19 @@
 //
 // README.md beside this file tells the whole story; index.d.ts has the types.
 
-export { Client } from "./src/client.js";
-export { Lease, ensureOk } from "./src/lease.js";
-export {
+const { Client } = require("./src/client.js");
+const { Lease, ensureOk } = require("./src/lease.js");
+const {
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
   LockHeldError, NotHolderError, StaleTokenError, PayloadTooLargeError, UriTooLongError, TokenRequiredError,
-  HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError, UnavailableError, LeaseLostError,
-} from "./src/errors.js";
+  HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError, UnavailableError,
+  TLSVerificationError, LeaseLostError,
+} = require("./src/errors.js");
+
+module.exports = {
+  Client, Lease, ensureOk,
+  LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
+  LockHeldError, NotHolderError, StaleTokenError, PayloadTooLargeError, UriTooLongError, TokenRequiredError,
+  HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError, UnavailableError,
+  TLSVerificationError, LeaseLostError,
+};

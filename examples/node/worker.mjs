@@ -37,7 +37,7 @@ import process from "node:process";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
   Client, LeaseLostError, LeasegateError, LockHeldError, UnavailableError,
-} from "../../clients/node/index.js"; // or: from "leasegate", after npm install ./clients/node
+} from "../../clients/node/index.mjs"; // or: from "leasegate", after npm install ./clients/node
 
 class WorkerError extends Error {}
 
@@ -63,8 +63,6 @@ const WORK_MS = envInt("WORK_MS", 0);
 
 const STORE_PATH = STORE_PREFIX + KEY;
 
-// JSON text of an answer's part; the library reads tokens as BigInt, which JSON.stringify refuses.
-const json = (value) => JSON.stringify(value, (_key, v) => (typeof v === "bigint" ? String(v) : v));
 const unexpected = (step, status, text) => new WorkerError(`${step}: unexpected HTTP ${status}: ${text.slice(0, 500)}`);
 
 async function oneIteration(client, i) {
@@ -73,7 +71,9 @@ async function oneIteration(client, i) {
     // 1. Acquire. The request stays open until we are granted the lock (waiters are
     //    served in arrival order) or WAIT_MS passes (LockHeldError). 2. From here on
     //    the watchdog renews the lease every TTL/3 until the callback is done.
-    await client.withLock(LOCK, { ttl: TTL_MS, wait: WAIT_MS, metadata: { example: "node", pid: process.pid } },
+    // Durations carry their unit: the client refuses a bare number.
+    const options = { ttl: `${TTL_MS}ms`, wait: `${WAIT_MS}ms`, metadata: { example: "node", pid: process.pid } };
+    await client.withLock(LOCK, options,
       async (lease) => {
         token = lease.token;
         // 3. Read the counter through the guard. Reads need no lease (the guard drops
@@ -106,7 +106,7 @@ async function oneIteration(client, i) {
     //    waiter is woken at once (not when our TTL runs out).
   } catch (e) {
     if (e instanceof LockHeldError) {
-      throw new WorkerError(`acquire: lock '${LOCK}' still held after waiting ${WAIT_MS} ms by ${json(e.body.holder)}`);
+      throw new WorkerError(`acquire: lock '${LOCK}' still held after waiting ${WAIT_MS} ms by ${JSON.stringify(e.body.holder)}`);
     }
     if (e instanceof LeaseLostError) throw new WorkerError(`lease lost: ${e.message}`);
     if (e instanceof UnavailableError) {

@@ -84,7 +84,7 @@ def one_iteration(client, i):
         # 1. Acquire. The request stays open until we are granted the lock (waiters
         #    are served in arrival order) or WAIT_MS passes (LockHeld). 2. From here
         #    on the watchdog renews the lease every TTL/3 until the block ends.
-        with client.lock(LOCK, ttl=TTL_MS / 1000, wait=WAIT_MS / 1000,
+        with client.lock(LOCK, ttl="%dms" % TTL_MS, wait="%dms" % WAIT_MS,
                          metadata={"example": "python", "pid": os.getpid()}) as lease:
             # 3. Read the counter through the guard. Reads need no lease (the guard
             #    drops it); a missing object is 0.

@@ -29,8 +29,8 @@ typedef enum Access {
 } Access;
 
 /* True when the request may go on; otherwise it has been answered 401 or 403.
- * A request let in with a key keeps a reference to the key table until
- * access_end. */
+ * A request let in with a key keeps one reference to the key table until
+ * access_end, however many checks it passed. */
 bool access_check(Request *req, Access need, const char *name);
 /* The listing's ?prefix= is within the request's key. Answers 403 otherwise. */
 bool access_check_listing(Request *req, const char *prefix);

@@ -27,7 +27,12 @@ enum {
     CLI_LEASE_LOST = 75,
 };
 
-/* "250ms", "15s", "2m", "1h" -> milliseconds. false when malformed. */
+/* Durations: DIGITS[.DIGITS] then ms, s, m or h ("250ms", "15s", "2m", "1h",
+ * "1.5s"), a whole number of milliseconds up to CLI_DURATION_MAX_MS; nothing else
+ * (no sign, space or exponent; a bare number is refused). The Python and Node
+ * clients read the same grammar (clients/python/leasegate/durations.py,
+ * clients/node/src/duration.js): change the three together. false when malformed. */
+#define CLI_DURATION_MAX_MS ((INT64_C(1) << 53) - 1)
 bool cli_parse_duration(const char *s, int64_t *ms);
 #define CLI_REQUEST_ID_LEN 37
 /* A new random acquire request_id (UUID text): sent on every try of one acquire. */

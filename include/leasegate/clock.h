@@ -29,6 +29,8 @@ typedef struct Now {
 #define CLOCK_PAIR_MAX_GAP_NS 50000
 
 Now clock_now(void);
+/* The boot clock in microseconds, for durations finer than a Now's ms. */
+int64_t clock_boot_us(void);
 
 #define CLOCK_BOOT_ID_LEN 36
 /* The kernel's id of this boot (a UUID), NUL-terminated in out; false when

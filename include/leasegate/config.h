@@ -46,6 +46,8 @@ typedef struct Config {
     size_t guard_peer_max_calls;  /* upstream calls of one peer address, then 429 peer_limit */
     unsigned guard_settle_s;      /* a write whose end left may still be applied this long after its
                                      upstream connection closed: the lock's next write waits */
+    const char *s3_credentials;   /* --s3-credentials FILE, borrowed; NULL: the environment */
+    unsigned s3_probe_interval_s; /* how often s3:// routes check their store again */
     const char *tls_cert;         /* --tls-cert PEM path, borrowed; NULL: plain HTTP */
     const char *tls_key;          /* --tls-key PEM path, given with --tls-cert */
     const char *cacert;           /* --cacert: CAs that outbound https calls trust; NULL: the system's */

@@ -11,7 +11,9 @@
  * names (/store/reports/q3.csv -> reports/q3.csv), or to the route's one lock
  * (--guard PREFIX=UPSTREAM,lock=NAME). A COPY or MOVE also names its
  * Destination, which must be under the same prefix (or an absolute URI with
- * the request's Host) and is bound to its own lock: the write carries that
+ * the request's Host), and one that a request sent to it would reach through
+ * the same route (not a longer prefix listed before it, whose own binding
+ * protects that path), and is bound to its own lock: the write carries that
  * lock's lease in Fencing-Destination-Lease too (one lease covers both on a
  * lock=NAME route), and the upstream gets the Destination rewritten to its
  * own URL, with Fencing-Destination-Token and Fencing-Destination-Lock.
@@ -25,7 +27,8 @@
  * X-HTTP-Method, X-Method-Override, X-Original-URL, X-Rewrite-URL; and
  * Destination on anything but COPY and MOVE) are refused on writes; where
  * each path has its own lock, so are collection targets (a trailing '/'),
- * Depth, Slug and an If header that names a resource. Reads lose all of
+ * Depth, Slug and an If header that names a resource (in any of its lines:
+ * they are one list, and all go upstream). Reads lose all of
  * them before they go upstream.
  *
  * A write must carry the lease that holds its bound lock in Fencing-Lease
@@ -67,6 +70,13 @@ typedef struct GuardWrite GuardWrite;
 
 Guard *guard_new(Server *s); /* NULL on allocation failure */
 void guard_free(Guard *g);
+/* After the proxy exists, before serving: S3 routes load their credentials
+ * and prove their stores honour preconditions (s3.h). False with one line
+ * in err (the start stops). */
+bool guard_open(Guard *g, char *err, size_t errlen);
+/* SIGHUP: S3 credentials are read again. False with one line in err (the
+ * old ones stay). */
+bool guard_reload(Guard *g, char *err, size_t errlen);
 /* At start, for each stored guard mark: the time its lock's last write was
  * let through (guardq.h). False when out of memory. */
 bool guard_restore(Guard *g, const char *lock, int64_t at_ms, const Now *now);

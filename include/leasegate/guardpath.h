@@ -18,6 +18,11 @@
 /* `rest` is the request target after the guard's prefix (path, then
  * optionally "?query"). NULL when canonical, else what is wrong. */
 const char *guardpath_problem(const char *rest);
+/* guardpath_problem for the rest after `prefix`, which may leave the rest a
+ * leading '/' only when it does not end in one itself: "/store/" + "/a" is
+ * "/store//a", an empty segment, and a route with a longer prefix
+ * ("/store/a/") would never see the path that names its resources. */
+const char *guardpath_rest_problem(const char *prefix, const char *rest);
 /* The lock a write to `rest` is bound to when the guard has no fixed lock:
  * the path below the prefix without its query (one leading "/" dropped), if
  * it is a valid lock name. NULL and *problem set when the path cannot name a
@@ -27,7 +32,8 @@ const char *guardpath_lock(const char *rest, char *out, size_t outlen, const cha
  * (a CR, LF, NUL or other control byte except TAB). */
 const char *guardpath_header_problem(const char *value, size_t len);
 /* The Destination of a COPY or MOVE: it must be an absolute path under
- * `prefix` (matched by whole segments, as guard routes are) or an absolute
+ * `prefix` (matched by whole segments, as guard routes are; the rest judged
+ * by guardpath_rest_problem) or an absolute
  * http(s) URI whose authority is exactly `host` (the request's Host, compared
  * without regard to case; NULL: none was sent), canonical by the rules above,
  * without a query or fragment. Then the part of its path below the prefix is

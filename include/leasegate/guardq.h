@@ -66,14 +66,25 @@ const char *guardq_stale_reason(const Server *s, const GuardBinding *b);
 /* Answers req 409 stale_token (token 0: the lease holds nothing). */
 void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const char *why);
 
+/* A step a write takes at its turn, after its check and before its call
+ * starts (an S3 write reads the object's fence and ETag first). It returns
+ * at once and calls guardq_prepared when done; false when it could not
+ * start (it has answered the client). */
+typedef bool (*GuardPrepare)(void *ud, GuardWrite *w);
+
 /* Queues the write that req makes through `call` (the request's; not
- * started), bound to nb (1 or 2) locks, which must differ. Takes over
- * *ticket. Writes of those locks that have smaller tokens and are not with
- * the upstream yet are refused now, so that this one need not wait for them.
- * Sets req->guard.write. False when out of memory (nothing is queued; the
- * ticket is still the caller's). */
+ * started), bound to nb (1 or 2) locks, which must differ; `prepare` (may be
+ * NULL) runs at its turn. Takes over *ticket. Writes of those locks that
+ * have smaller tokens and are not with the upstream yet are refused now, so
+ * that this one need not wait for them. Sets req->guard.write. False when
+ * out of memory (nothing is queued; the ticket is still the caller's). */
 bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, const GuardBinding *b, size_t nb,
-                GuardTicket *ticket);
+                GuardTicket *ticket, GuardPrepare prepare, void *prepare_ud);
+/* Is w still waiting for its prepare step (not refused meanwhile)? */
+bool guardq_preparing(const GuardWrite *w);
+/* The prepare step is over: the write goes on, or (ok false: the step has
+ * answered the client) leaves its queues. */
+void guardq_prepared(GuardWrite *w, bool ok);
 /* req's whole body has arrived. */
 void guardq_body_done(Request *req);
 /* req is over: its write leaves its queues, unless its whole request is

@@ -3,7 +3,11 @@
  * under it is bound to, and which methods it forwards. Pure data and its
  * parser, so that the flags (config.h) and the guard share one definition.
  *
- * Spec: PREFIX=UPSTREAM[,lock=NAME][,methods=M1+M2+...]
+ * Spec: PREFIX=UPSTREAM[,lock=NAME][,methods=M1+M2+...], or for an S3
+ * bucket PREFIX=s3://BUCKET[/KEYPREFIX][,region=R][,endpoint=URL][,lock=NAME]
+ * [,methods=...] (s3.h: the object's key is KEYPREFIX/ and the path below
+ * PREFIX; region defaults to $AWS_REGION, which the caller fills in; the
+ * endpoint to the region's AWS endpoint; methods only narrow GET+HEAD+PUT).
  *  - a path under PREFIX is bound to the lock its path below PREFIX names, or
  *    with lock=NAME every path is bound to lock NAME (the whole subtree is
  *    one resource: collection operations are allowed there);
@@ -21,9 +25,17 @@
 #define GUARD_MAX_METHODS 16
 #define GUARD_METHOD_MAX 15 /* bytes of a method name */
 
+typedef enum GuardKind { GUARD_HTTP, GUARD_S3 } GuardKind;
+
 typedef struct GuardRoute {
+    GuardKind kind;
     char prefix[256];
-    char upstream[1024];
+    char upstream[1024]; /* as given: http(s)://... or s3://BUCKET[/KEYPREFIX] */
+    /* S3 routes only. */
+    char bucket[64];
+    char keyprefix[512]; /* without leading or trailing '/'; "" for none */
+    char region[64];     /* "" until the caller fills it from $AWS_REGION */
+    char endpoint[512];  /* scheme://host[:port], no trailing '/'; "" until the region is known */
     char lock[257]; /* "" : bound by path */
     char methods[GUARD_MAX_METHODS][GUARD_METHOD_MAX + 1];
     size_t nmethods;
@@ -33,6 +45,9 @@ typedef struct GuardRoute {
 /* Parses one --guard value into *r. False with one line in err otherwise.
  * Does not check the prefix against the API's paths (config's rule). */
 bool guardroute_parse(const char *spec, GuardRoute *r, char *err, size_t errlen);
+/* An S3 route without region= takes this one (from $AWS_REGION; NULL when
+ * unset) and the endpoint follows. False with one line in err otherwise. */
+bool guardroute_finish_s3(GuardRoute *r, const char *env_region, char *err, size_t errlen);
 /* Does the route forward `method`? */
 bool guardroute_allows(const GuardRoute *r, const char *method);
 /* GET, HEAD and OPTIONS: pass without a lease, never with a body. */

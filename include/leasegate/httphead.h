@@ -61,6 +61,10 @@ bool httphead_answer_hop(const struct curl_slist *lines, const char *name, size_
  * whose name is not a token (malformed: never passed on, as in an answer). */
 bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, const char *const *drop,
                            struct curl_slist **lines);
+/* The same, passing on only the headers `keep` (NULL: all) says yes to: an
+ * allow-list, for an upstream that signs every header it is sent. */
+bool httphead_pass_request_kept(struct MHD_Connection *conn, const char *const *own, const char *const *drop,
+                                bool (*keep)(const char *name, size_t len), struct curl_slist **lines);
 /* How large an answer's head a proxy keeps: it keeps every field until the
  * head is complete and checks each against the Connection headers among
  * them, so a longer head would cost memory and time (quadratic in fields,
@@ -112,10 +116,12 @@ bool httphead_names_are_tokens(struct MHD_Connection *conn);
  * when plain, else what is wrong, with the field at fault in *field. A
  * Transfer-Encoding must be exactly one "chunked" (any case; RFC 9112 6.1:
  * chunked must be the final coding, and no other coding is understood
- * here), never beside a Content-Length; there may be one Content-Length.
- * Any other framing is read differently by different servers, which is how
- * requests are smuggled: the connection must close after the 400. */
-const char *httphead_framing_problem(struct MHD_Connection *conn, const char **field);
+ * here), never beside a Content-Length, and only in HTTP/1.1 (`http11`:
+ * RFC 9112 6.1, an HTTP/1.0 message with one has faulty framing); there may
+ * be one Content-Length. Any other framing is read differently by different
+ * servers, which is how requests are smuggled: the connection must close
+ * after the 400. */
+const char *httphead_framing_problem(struct MHD_Connection *conn, bool http11, const char **field);
 #define HTTPHEAD_NAME_NOT_TOKEN "a header name is not a token (whitespace before its colon, or a folded line)"
 
 #endif

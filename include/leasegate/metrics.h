@@ -1,11 +1,14 @@
 /*
- * metrics — counters the HTTP layer keeps; rendered by GET /metrics together
- * with gauges read from the lock table and commit statistics.
+ * metrics — counters and histograms the loop thread keeps; rendered by GET
+ * /metrics together with gauges read from the lock table, commit statistics
+ * and the process (/proc/self).
  */
 #ifndef LEASEGATE_METRICS_H
 #define LEASEGATE_METRICS_H
 
 #include <stdint.h>
+
+#include "leasegate/histogram.h"
 
 /* Why the guard refused a request (leasegate_guard_refused_total{reason}). */
 typedef enum GuardRefusal {
@@ -41,6 +44,12 @@ typedef struct Metrics {
     uint64_t guard_rejected_stale;
     uint64_t guard_rejected_missing;
     uint64_t guard_refused[GUARD_REFUSED_COUNT];
+    /* Seconds from an acquire's arrival (its handler) to its grant, for every
+     * fresh grant: 0 for one granted at once, the time queued for a waiter. */
+    Histogram acquire_wait;
+    /* Seconds a lease held its lock, from its grant (acquired_at_ms) to its
+     * end, by how it ended: [LEASE_END_x - 1] (expired, released, revoked). */
+    Histogram hold[3];
 } Metrics;
 
 #endif

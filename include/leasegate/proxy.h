@@ -32,6 +32,7 @@
 
 typedef struct Proxy Proxy;
 typedef struct ProxyCall ProxyCall;
+struct curl_slist;
 typedef struct Request Request;
 
 typedef struct ProxyStats {
@@ -63,15 +64,41 @@ void proxy_tick(Proxy *p, const Now *now);
 void proxy_abort_all(Proxy *p);
 const ProxyStats *proxy_stats(const Proxy *p);
 
-/* Calls alive now (started or not), for the cap on concurrent calls. */
+/* Calls not done yet (started or not), for the cap on concurrent calls. */
 size_t proxy_calls(const Proxy *p);
-/* A call for req to `url`; the client's headers are copied minus hop-by-hop
- * ones (also those named in its Connection header) and minus the names in
- * `drop`; the "Name: value" lines in `add` are sent too (both NULL-terminated,
- * may be NULL). Not started yet. content_length is -1 when unknown. NULL on
- * failure. */
+
+/* Which of the client's headers a call sends: all but hop-by-hop ones (also
+ * those named in its Connection header), the names in `drop`, and (with
+ * `keep`) those keep says no to; plus the "Name: value" lines in `add`
+ * (lists NULL-terminated, may be NULL). */
+typedef struct ProxyHeaders {
+    const char *const *drop;
+    const char *const *add;
+    bool (*keep)(const char *name, size_t len);
+} ProxyHeaders;
+
+/* A call for req to `url`. Not started yet. content_length is -1 when
+ * unknown. NULL on failure. */
 ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char *url, bool has_body,
-                          int64_t content_length, const char *const *drop, const char *const *add);
+                          int64_t content_length, const ProxyHeaders *headers);
+
+/* The outcome of a call the server makes of its own (no client): the
+ * upstream's final status and header lines ("Name: value"), or status 0 when
+ * the call failed or timed out. The call is freed once this returns. */
+typedef void (*ProxyResult)(void *ud, long status, const struct curl_slist *headers);
+/* A call with no client and no body (a HEAD, say), reported to fn. Not
+ * started yet; proxy_call_free cancels it (fn is then never called). */
+ProxyCall *proxy_internal_new(Proxy *p, const char *method, const char *url, ProxyResult fn, void *ud);
+
+/* Lets the caller set libcurl options on the call's handle (signing, say)
+ * and append header lines to *headers, before the call starts. False when
+ * fn says so (it failed: the call must not start). */
+typedef bool (*ProxyConfigure)(void *ud, void *curl_easy, struct curl_slist **headers);
+bool proxy_call_configure(ProxyCall *c, ProxyConfigure fn, void *ud);
+/* One more header line, before the call starts. False when out of memory. */
+bool proxy_call_add_header(ProxyCall *c, const char *line);
+/* The upstream's final status, once it came; else 0. */
+long proxy_call_status(const ProxyCall *c);
 void proxy_call_start(ProxyCall *c);
 bool proxy_call_started(const ProxyCall *c);
 /* Hold back the end of the body until proxy_call_release (before start). */

@@ -65,6 +65,7 @@ typedef struct RequestGuard {
     ProxyCall *call;
     GuardWrite *write;
     GuardTicket ticket;
+    struct S3Write *s3; /* an S3 route's write: its steps (s3req.h) */
 } RequestGuard;
 
 /* A grant this request's answer reveals, released if it is not delivered:
@@ -73,6 +74,7 @@ typedef struct RequestGrant {
     bool pending;
     char *lock;         /* owned */
     uint8_t lease[LEASE_ID_BYTES];
+    int64_t asked_us;   /* boot clock: when the acquire was handled; its wait runs from here */
 } RequestGrant;
 
 /* The API key a request was let in with (access.h): the API's. The table is

@@ -60,7 +60,11 @@ bool access_check(Request *req, Access need, const char *name)
         forbidden(req, k, what, need == ACCESS_ADMIN ? NULL : name);
         return false;
     }
+    /* One reference however many checks pass (a COPY's Destination is a
+     * second lock): taken before the one held is given back. */
+    AuthTable *held = req->access.table;
     req->access.table = auth_ref(t);
+    auth_unref(held);
     req->access.key = k;
     return true;
 }

@@ -3,10 +3,13 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "leasegate/api.h"
 #include "leasegate/event_stream.h"
+#include "leasegate/leasehist.h"
 #include "leasegate/proxy.h"
+#include "leasegate/selfmetrics.h"
 #include "leasegate/watch.h"
 #include "leasegate/web_assets.h"
 
@@ -43,6 +46,20 @@ static void counter(FILE *f, const char *name, const char *help, uint64_t v)
 static void gauge(FILE *f, const char *name, const char *help, uint64_t v)
 {
     fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+/* One histogram's series; labels is "" or 'name="value",' to go before le. */
+static void histogram(FILE *f, const char *name, const char *labels, const Histogram *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        fprintf(f, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, h->bounds[i], (unsigned long long)h->le[i]);
+    fprintf(f, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels, (unsigned long long)h->count);
+    size_t bare = strlen(labels);
+    if (bare) /* without the trailing comma, in braces */
+        fprintf(f, "%s_sum{%.*s} %.6f\n%s_count{%.*s} %llu\n", name, (int)bare - 1, labels, h->sum, name,
+                (int)bare - 1, labels, (unsigned long long)h->count);
+    else
+        fprintf(f, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
 }
 
 void api_metrics(Request *req)
@@ -141,6 +158,15 @@ void api_metrics(Request *req)
     fprintf(f, "leasegate_commit_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cs->commits);
     fprintf(f, "leasegate_commit_seconds_sum %.6f\n", cs->seconds_total);
     fprintf(f, "leasegate_commit_seconds_count %llu\n", (unsigned long long)cs->commits);
+    fprintf(f, "# HELP leasegate_acquire_wait_seconds Time from an acquire's arrival to its grant (fresh grants).\n"
+               "# TYPE leasegate_acquire_wait_seconds histogram\n");
+    histogram(f, "leasegate_acquire_wait_seconds", "", &m->acquire_wait);
+    fprintf(f, "# HELP leasegate_hold_seconds Time a lease held its lock, from its grant to its end, by how it ended.\n"
+               "# TYPE leasegate_hold_seconds histogram\n");
+    static const char *const ENDS[] = {"end=\"expired\",", "end=\"released\",", "end=\"revoked\","};
+    for (int how = LEASE_END_EXPIRED; how <= LEASE_END_REVOKED; how++)
+        histogram(f, "leasegate_hold_seconds", ENDS[how - 1], &m->hold[how - 1]);
+    selfmetrics_write(f);
     if (fclose(f) != 0 || !text) {
         free(text);
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory");

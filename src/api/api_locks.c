@@ -187,6 +187,7 @@ void api_acquire(Request *req)
                             .new_lease = reentry ? NULL : fresh,
                             .request_id = request_id,
                             .key = req->access.key ? req->access.key->name : NULL};
+        req->grant.asked_us = clock_boot_us();
         Now now = clock_now();
         const Lock *lock;
         Waiter *waiter;
@@ -198,6 +199,7 @@ void api_acquire(Request *req)
                 events_note(s, AUDIT_REENTERED, lock->name, lock->holder.owner, lock->holder.token);
             } else {
                 s->metrics.grants++;
+                histogram_observe(&s->metrics.acquire_wait, (double)(clock_boot_us() - req->grant.asked_us) / 1e6);
                 quota_held(s, lock->holder.key, +1);
                 trail_note(s, req, AUDIT_GRANTED, lock->name, lock->holder.owner, lock->holder.token);
             }
@@ -237,6 +239,7 @@ void api_waiter_granted(Request *req, const Lock *lock)
     quota_wait_stop(req);
     quota_held(req->srv, lock->holder.key, +1);
     req->srv->metrics.grants++;
+    histogram_observe(&req->srv->metrics.acquire_wait, (double)(clock_boot_us() - req->grant.asked_us) / 1e6);
     trail_note(req->srv, req, AUDIT_GRANTED, lock->name, lock->holder.owner, lock->holder.token);
     reply_grant(req, lock);
 }

@@ -13,29 +13,63 @@
 
 #define MAX_REPLY (4 * 1024 * 1024)
 
+/* The digits of s from *p on as a number (at most max), advancing *p past them;
+ * -1 when there is none or it is larger than max. */
+static int64_t digits(const char **p, int64_t max)
+{
+    const char *start = *p;
+    int64_t v = 0;
+    for (; **p >= '0' && **p <= '9'; (*p)++) {
+        if (v > (max - (**p - '0')) / 10)
+            return -1;
+        v = v * 10 + (**p - '0');
+    }
+    return *p == start ? -1 : v;
+}
+
 bool cli_parse_duration(const char *s, int64_t *ms)
 {
-    char *end;
-    if (!s || *s < '0' || *s > '9')
+    if (!s)
         return false;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno == ERANGE) /* strtoll saturates: never take that for the value given */
+    const char *p = s;
+    int64_t whole = digits(&p, CLI_DURATION_MAX_MS);
+    if (whole < 0)
         return false;
-    long long unit;
-    if (!strcmp(end, "ms"))
+    /* The fraction without its trailing zeros: with a last digit other than 0 it can be
+     * a whole number of ms only within 7 digits (an hour is 2^7 * 3^2 * 5^5 ms). */
+    const char *frac = "", *frac_end = frac;
+    if (*p == '.') {
+        frac = ++p;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (p == frac)
+            return false;
+        frac_end = p;
+        while (frac_end > frac && frac_end[-1] == '0')
+            frac_end--;
+    }
+    int64_t unit;
+    if (!strcmp(p, "ms"))
         unit = 1;
-    else if (!strcmp(end, "s"))
+    else if (!strcmp(p, "s"))
         unit = 1000;
-    else if (!strcmp(end, "m"))
+    else if (!strcmp(p, "m"))
         unit = 60 * 1000;
-    else if (!strcmp(end, "h"))
+    else if (!strcmp(p, "h"))
         unit = 3600 * 1000;
     else
         return false;
-    if (v > INT64_MAX / unit)
+    if (frac_end - frac > 7 || whole > CLI_DURATION_MAX_MS / unit)
         return false;
-    *ms = v * unit;
+    int64_t f = 0, scale = 1;
+    for (const char *c = frac; c < frac_end; c++)
+        f = f * 10 + (*c - '0'), scale *= 10;
+    if (f * unit % scale) /* a fraction of a millisecond */
+        return false;
+    int64_t total = whole * unit + f * unit / scale;
+    if (total > CLI_DURATION_MAX_MS)
+        return false;
+    *ms = total;
     return true;
 }
 
@@ -43,11 +77,19 @@ bool cli_duration_arg(const char *cmd, const char *flag, const char *value, int6
 {
     if (cli_parse_duration(value, ms))
         return true;
-    if (*value && strspn(value, "0123456789") == strlen(value))
-        fprintf(stderr, "leasegate %s: %s '%s' needs a unit: %sms, %ss, %sm or %sh\n", cmd, flag, value, value, value,
-                value, value);
+    /* A bare number (15, 1.5) gets the units spelled out. */
+    size_t n = strspn(value, "0123456789");
+    if (n && value[n] == '.')
+        n += 1 + strspn(value + n + 1, "0123456789");
+    bool bare = n && value[n] == '\0';
+    if (bare)
+        fprintf(stderr,
+                "leasegate %s: %s '%s' needs a unit: %sms, %ss, %sm or %sh (a bare number is not read as a duration)\n",
+                cmd, flag, value, value, value, value, value);
     else
-        fprintf(stderr, "leasegate %s: %s '%s' is not a duration like 250ms, 15s, 2m or 1h\n", cmd, flag, value);
+        fprintf(stderr,
+                "leasegate %s: %s '%s' is not a duration like 250ms, 15s, 2m, 1h or 1.5s (whole milliseconds)\n", cmd,
+                flag, value);
     return false;
 }
 

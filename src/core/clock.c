@@ -39,6 +39,8 @@ Now clock_now(void)
     return now;
 }
 
+int64_t clock_boot_us(void) { return read_ns(CLOCK_BOOTTIME) / 1000; }
+
 bool clock_boot_id(char out[CLOCK_BOOT_ID_LEN + 1])
 {
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <uuid/uuid.h>
 
 #include "leasegate/guardpath.h"
@@ -23,12 +24,15 @@
 #include "leasegate/httphead.h"
 #include "leasegate/names.h"
 #include "leasegate/proxy.h"
+#include "leasegate/s3.h"
+#include "leasegate/s3req.h"
 #include "leasegate/trail.h"
 
 struct Guard {
     Server *srv;
     GuardShares *shares;
     GuardQueues *queues;
+    S3 *s3;
 };
 
 Guard *guard_new(Server *s)
@@ -39,7 +43,8 @@ Guard *guard_new(Server *s)
     g->srv = s;
     g->shares = guardshare_new();
     g->queues = g->shares ? guardq_new(s, g->shares) : NULL;
-    if (!g->queues) {
+    g->s3 = s3_new(&s->cfg);
+    if (!g->queues || !g->s3) {
         guard_free(g);
         return NULL;
     }
@@ -50,10 +55,15 @@ void guard_free(Guard *g)
 {
     if (!g)
         return;
+    s3_free(g->s3);
     guardq_free(g->queues);
     guardshare_free(g->shares);
     free(g);
 }
+
+bool guard_open(Guard *g, char *err, size_t errlen) { return s3_open(g->s3, err, errlen); }
+
+bool guard_reload(Guard *g, char *err, size_t errlen) { return s3_reload(g->s3, err, errlen); }
 
 bool guard_restore(Guard *g, const char *lock, int64_t at_ms, const Now *now)
 {
@@ -159,7 +169,7 @@ static enum MHD_Result find_bad_header(void *cls, enum MHD_ValueKind kind, const
 static bool acceptable(Request *req, const GuardRoute *route, const char *method, bool *framed, bool *has_body,
                        int64_t *content_length)
 {
-    const char *problem = guardpath_problem(req->raw_uri + strlen(route->prefix));
+    const char *problem = guardpath_rest_problem(route->prefix, req->raw_uri + strlen(route->prefix));
     if (problem) {
         bad(req, "path", "only canonical paths go through the guard; this one has %s", problem);
         return false;
@@ -188,6 +198,19 @@ static bool acceptable(Request *req, const GuardRoute *route, const char *method
         return false;
     }
     return true;
+}
+
+/* Header iterator: sets *cls when an If line names a resource. Every line
+ * counts: the lines of one field are one list (RFC 9110 5.3), and the
+ * upstream gets them all. */
+static enum MHD_Result find_tagged_if(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    bool *tagged = cls;
+    if (strcasecmp(key, "If") != 0 || !guardpath_if_names_resource(value ? value : ""))
+        return MHD_YES;
+    *tagged = true;
+    return MHD_NO;
 }
 
 /* A write reaches no resource but the ones it is bound to. */
@@ -224,8 +247,9 @@ static bool reaches_only_its_own(Request *req, const GuardRoute *route, const ch
             return false;
         }
     }
-    const char *cond = header(req, "If");
-    if (cond && guardpath_if_names_resource(cond)) {
+    bool tagged = false;
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, find_tagged_if, &tagged);
+    if (tagged) {
         bad(req, "If", "header If names a resource of its own (a tagged list)%s; only untagged lists pass", "");
         return false;
     }
@@ -243,12 +267,32 @@ static const char *bound_lock(const GuardRoute *route, const char *rest, char *l
     return guardpath_lock(rest, lock, locklen, problem);
 }
 
+/* The part of the request's Destination below the route's prefix, or NULL
+ * with *problem set. The Destination must be bound as a request sent to it
+ * would be: a path that another route takes (a longer prefix listed before
+ * this one) is protected by that route's binding, not by this one's. */
+static const char *route_destination(Request *req, const GuardRoute *route, char *rest, size_t restlen,
+                                     const char **problem)
+{
+    const char *dest = header(req, "Destination");
+    *problem = "it is missing";
+    if (!dest ||
+        !guardpath_destination(dest, header(req, MHD_HTTP_HEADER_HOST), route->prefix, rest, restlen, problem))
+        return NULL;
+    char path[sizeof route->prefix + HTTP_MAX_TARGET + 1];
+    int n = snprintf(path, sizeof path, "%s%s", route->prefix, rest);
+    if (n < 0 || (size_t)n >= sizeof path || guard_match(req->srv, path) != route) {
+        *problem = "it is under another guard route, whose binding protects it";
+        return NULL;
+    }
+    return rest;
+}
+
 /* The part of the Destination below the route's prefix; answers 400 otherwise. */
 static const char *destination_rest(Request *req, const GuardRoute *route, char *rest, size_t restlen)
 {
-    const char *dest = header(req, "Destination");
-    const char *problem = "it is missing";
-    if (dest && guardpath_destination(dest, header(req, MHD_HTTP_HEADER_HOST), route->prefix, rest, restlen, &problem))
+    const char *problem;
+    if (route_destination(req, route, rest, restlen, &problem))
         return rest;
     bad(req, "Destination",
         "the Destination of a COPY or MOVE must be an absolute path under this guard's prefix, or an absolute URI "
@@ -266,10 +310,8 @@ size_t guard_bound_locks(Request *req, const GuardRoute *route, const char *meth
         n++;
     else
         locks[n++][0] = '\0';
-    const char *dest = header(req, "Destination");
     char rest[HTTP_MAX_TARGET + 1];
-    if (names_destination(method) && dest &&
-        guardpath_destination(dest, header(req, MHD_HTTP_HEADER_HOST), route->prefix, rest, sizeof rest, &problem) &&
+    if (names_destination(method) && route_destination(req, route, rest, sizeof rest, &problem) &&
         bound_lock(route, rest, locks[n], sizeof locks[n], &problem))
         n++;
     return n;
@@ -350,6 +392,17 @@ static char *upstream_url(const GuardRoute *g, const char *rest)
     return url;
 }
 
+/* 429: the key's or the peer's (`who`, named `name`) share of calls is used up. */
+static void over_share(Request *req, GuardRefusal why, ErrCode code, const char *who, const char *name, size_t share,
+                       const char *flag)
+{
+    refused(req, why);
+    http_reply_error(req, code,
+                     json_pack("{s:s, s:s, s:I}", who, name, "limit", "guard_calls", "value", (json_int_t)share),
+                     "%s '%s' has %zu upstream calls in flight, its share (%s); retry when one is over", who, name,
+                     share, flag);
+}
+
 /* The client's share of the guard's calls, into req->guard.ticket. Answers
  * 503 or 429 when there is none. */
 static bool take_share(Request *req, Guard *g, const char *key)
@@ -368,22 +421,12 @@ static bool take_share(Request *req, Guard *g, const char *key)
     case SHARE_OK:
         return true;
     case SHARE_KEY_FULL:
-        refused(req, GUARD_REFUSED_KEY_CALLS);
-        http_reply_error(req, ERR_KEY_LIMIT,
-                         json_pack("{s:s, s:s, s:I}", "key", key, "limit", "guard_calls", "value",
-                                   (json_int_t)s->cfg.guard_key_max_calls),
-                         "key '%s' has %zu upstream calls in flight, its share (--guard-key-max-calls); retry when "
-                         "one is over",
-                         key, s->cfg.guard_key_max_calls);
+        over_share(req, GUARD_REFUSED_KEY_CALLS, ERR_KEY_LIMIT, "key", key, s->cfg.guard_key_max_calls,
+                   "--guard-key-max-calls");
         return false;
     case SHARE_PEER_FULL:
-        refused(req, GUARD_REFUSED_PEER_CALLS);
-        http_reply_error(req, ERR_PEER_LIMIT,
-                         json_pack("{s:s, s:s, s:I}", "peer", peer, "limit", "guard_calls", "value",
-                                   (json_int_t)s->cfg.guard_peer_max_calls),
-                         "%s has %zu upstream calls in flight, its share (--guard-peer-max-calls); retry when one is "
-                         "over",
-                         peer, s->cfg.guard_peer_max_calls);
+        over_share(req, GUARD_REFUSED_PEER_CALLS, ERR_PEER_LIMIT, "peer", peer, s->cfg.guard_peer_max_calls,
+                   "--guard-peer-max-calls");
         return false;
     case SHARE_NOMEM:
     default:
@@ -408,7 +451,11 @@ static bool stream_complete(Request *req)
         return false;
     /* The guard may refuse the write now that its body is complete. */
     guardq_body_done(req);
-    return req->response ? true : proxy_call_final(req->guard.call) == MHD_YES;
+    if (req->response)
+        return true;
+    if (req->guard.s3 && s3req_final(req->guard.s3))
+        return true;
+    return req->guard.call ? proxy_call_final(req->guard.call) == MHD_YES : false;
 }
 
 static void stream_abort(Request *req)
@@ -425,15 +472,38 @@ static void begin_read(Request *req, const GuardRoute *route, const char *method
     char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
     /* A read passes with no body (acceptable() saw to that): declaring one,
      * even of 0 bytes, would make curl send it as an upload (a PUT). */
-    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, s->auth ? DROP_READ_KEYS : DROP_READ,
-                                           NULL)
-                          : NULL;
+    ProxyHeaders h = {s->auth ? DROP_READ_KEYS : DROP_READ, NULL, NULL};
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, &h) : NULL;
     free(url);
     if (!req->guard.call) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
     proxy_call_start(req->guard.call);
+}
+
+/* Each lock takes a write now: it does not settle, and its queue has room.
+ * Answers 503 otherwise. */
+static bool locks_take_writes(Request *req, const GuardBinding *b, size_t nb)
+{
+    Server *s = req->srv;
+    Now now = clock_now();
+    for (size_t i = 0; i < nb; i++) {
+        int64_t settling = guardq_settling_ms(s->guard->queues, b[i].lock, &now);
+        if (settling) {
+            guardq_reply_settling(req, b[i].lock, settling);
+            return false;
+        }
+        if (guardq_writes(s->guard->queues, b[i].lock) >= s->cfg.guard_lock_max_calls) {
+            refused(req, GUARD_REFUSED_LOCK_CALLS);
+            http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s, s:s}", "lock", b[i].lock, "limit", "guard_lock_calls"),
+                             "lock '%s' has %zu writes queued or in flight at the guard (--guard-lock-max-calls); "
+                             "retry",
+                             b[i].lock, s->cfg.guard_lock_max_calls);
+            return false;
+        }
+    }
+    return true;
 }
 
 static void begin_write(Request *req, const GuardRoute *route, const char *method, bool framed, bool has_body,
@@ -475,22 +545,8 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
         return;
     if (nb == 2 && !holds(req, method, "Fencing-Destination-Lease", &b[1]))
         return;
-    Now now = clock_now();
-    for (size_t i = 0; i < nb; i++) {
-        int64_t settling = guardq_settling_ms(s->guard->queues, b[i].lock, &now);
-        if (settling) {
-            guardq_reply_settling(req, b[i].lock, settling);
-            return;
-        }
-        if (guardq_writes(s->guard->queues, b[i].lock) >= s->cfg.guard_lock_max_calls) {
-            refused(req, GUARD_REFUSED_LOCK_CALLS);
-            http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s, s:s}", "lock", b[i].lock, "limit", "guard_lock_calls"),
-                             "lock '%s' has %zu writes queued or in flight at the guard (--guard-lock-max-calls); "
-                             "retry",
-                             b[i].lock, s->cfg.guard_lock_max_calls);
-            return;
-        }
-    }
+    if (!locks_take_writes(req, b, nb))
+        return;
     /* The upstream is told the token and the lock of each binding. */
     char lines[5][NAME_MAX_BYTES + 64];
     const char *add[7] = {NULL};
@@ -516,13 +572,78 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
         add[na++] = lines[3];
     }
     char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
-    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length,
-                                           s->auth ? DROP_WRITE_KEYS : DROP_WRITE, add)
-                          : NULL;
+    ProxyHeaders h = {s->auth ? DROP_WRITE_KEYS : DROP_WRITE, add, NULL};
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length, &h) : NULL;
     free(url);
     free(dest_line);
     if (!req->guard.call ||
-        !guardq_add(s->guard->queues, req, req->guard.call, has_body, b, nb, &req->guard.ticket))
+        !guardq_add(s->guard->queues, req, req->guard.call, has_body, b, nb, &req->guard.ticket, NULL, NULL))
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+}
+
+/* Why an S3 route does not forward a method it could be asked for. */
+static const char *s3_refusal(const char *method)
+{
+    if (!strcmp(method, "DELETE"))
+        return "; a DELETE would drop the fence kept in the object, and a stale holder could then create it again";
+    if (!strcmp(method, "POST"))
+        return "; multipart uploads are not forwarded (the fence is set with one PUT)";
+    return "";
+}
+
+/* A read through an S3 route: signed, with the allowed headers only. */
+static void begin_s3_read(Request *req, const GuardRoute *route, const char *method)
+{
+    Server *s = req->srv;
+    char *url = s3_object_url(route, req->raw_uri + strlen(route->prefix));
+    static const char *const NONE[] = {NULL};
+    ProxyHeaders h = {NONE, NULL, s3req_keep_read};
+    S3Sign sign = {s->guard->s3, route};
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, &h) : NULL;
+    free(url);
+    if (!req->guard.call || !proxy_call_configure(req->guard.call, s3req_sign, &sign)) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    proxy_call_start(req->guard.call);
+}
+
+/* A write through an S3 route: the lease's token becomes the object's
+ * precondition (s3req.h). */
+static void begin_s3_write(Request *req, const GuardRoute *route, const char *method, int64_t content_length)
+{
+    Server *s = req->srv;
+    Guard *g = s->guard;
+    if (!s3_route_ok(g->s3, (size_t)(route - s->cfg.guards))) {
+        http_reply_error(req, ERR_BAD_GATEWAY, NULL,
+                         "the store behind %s does not honour preconditions now (the guard's last probe failed): "
+                         "no write goes until it does",
+                         route->prefix);
+        return;
+    }
+    GuardBinding b;
+    memset(&b, 0, sizeof b);
+    const char *problem = NULL;
+    if (!bound_lock(route, req->raw_uri + strlen(route->prefix), b.lock, sizeof b.lock, &problem)) {
+        bad(req, "path", "a write must go to a path that names its lock: %s", problem);
+        return;
+    }
+    if (!claims_match(req, &b) || !holds(req, method, "Fencing-Lease", &b) || !token_claim_matches(req, &b) ||
+        !locks_take_writes(req, &b, 1))
+        return;
+    char fence[64];
+    snprintf(fence, sizeof fence, "x-amz-meta-fencing-token: %llu", (unsigned long long)b.token);
+    const char *add[] = {fence, NULL};
+    static const char *const NONE[] = {NULL};
+    ProxyHeaders h = {NONE, add, s3req_keep_write};
+    S3Sign sign = {g->s3, route};
+    char *url = s3_object_url(route, req->raw_uri + strlen(route->prefix));
+    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, true, content_length, &h) : NULL;
+    req->guard.s3 = url && req->guard.call ? s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token) : NULL;
+    free(url);
+    if (!req->guard.s3 || !proxy_call_configure(req->guard.call, s3req_sign, &sign) ||
+        !guardq_add(g->queues, req, req->guard.call, content_length > 0, &b, 1, &req->guard.ticket, s3req_prepare,
+                    req->guard.s3))
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
 }
 
@@ -530,11 +651,12 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
 {
     req->stream = &guarded;
     Guard *g = req->srv->guard;
+    bool s3 = route->kind == GUARD_S3;
     if (!guardroute_allows(route, method)) {
         refused(req, GUARD_REFUSED_METHOD);
         http_reply_error(req, ERR_METHOD_NOT_ALLOWED, json_pack("{s:s}", "allow", route->allow),
-                         "%.20s is not forwarded under %s (this route forwards: %s)", method, route->prefix,
-                         route->allow);
+                         "%.20s is not forwarded under %s (this route forwards: %s)%s", method, route->prefix,
+                         route->allow, s3 ? s3_refusal(method) : "");
         http_add_header(req, MHD_HTTP_HEADER_ALLOW, route->allow);
         return;
     }
@@ -543,19 +665,28 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
     if (!acceptable(req, route, method, &framed, &has_body, &content_length))
         return;
     bool read = guardroute_is_read(method);
-    if (!read && !reaches_only_its_own(req, route, method))
+    if (s3 ? !s3req_acceptable(req, route, method, req->srv->auth != NULL)
+           : !read && !reaches_only_its_own(req, route, method))
         return;
     if (!take_share(req, g, key))
         return;
-    if (read)
+    if (s3 && read)
+        begin_s3_read(req, route, method);
+    else if (s3)
+        begin_s3_write(req, route, method, content_length);
+    else if (read)
         begin_read(req, route, method);
     else
         begin_write(req, route, method, framed, has_body, content_length);
+    if (req->response)
+        guardshare_give(&req->guard.ticket); /* refused: its share is free again at once */
 }
 
 void guard_request_end(Request *req)
 {
     guardq_request_end(req);
+    s3req_write_free(req->guard.s3);
+    req->guard.s3 = NULL;
     if (req->guard.call) {
         proxy_call_free(req->guard.call);
         req->guard.call = NULL;

@@ -102,6 +102,14 @@ const char *guardpath_problem(const char *rest)
     return NULL;
 }
 
+const char *guardpath_rest_problem(const char *prefix, const char *rest)
+{
+    size_t n = strlen(prefix);
+    if (n && prefix[n - 1] == '/' && rest[0] == '/')
+        return "empty path segments ('//') are not allowed";
+    return guardpath_problem(rest);
+}
+
 const char *guardpath_lock(const char *rest, char *out, size_t outlen, const char **problem)
 {
     size_t plen = strcspn(rest, "?");
@@ -175,7 +183,7 @@ const char *guardpath_destination(const char *dest, const char *host, const char
         *problem = "it is not under this guard's prefix";
         return NULL;
     }
-    const char *why = guardpath_problem(below);
+    const char *why = guardpath_rest_problem(prefix, below);
     if (why) {
         *problem = why;
         return NULL;

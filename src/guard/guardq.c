@@ -37,6 +37,9 @@ struct GuardWrite {
     GuardTicket ticket; /* its share of the guard's calls, given back when it is freed */
     HeapEntry turn;    /* in GuardQueues.waiting until its turn comes: --guard-timeout */
     CommitHold hold;   /* the end record being made durable */
+    GuardPrepare prepare; /* NULL: none */
+    void *prepare_ud;
+    bool preparing, prepared;
     bool has_body;
     bool body_done;    /* the client's request has fully arrived */
     bool started;      /* its call was started */
@@ -73,9 +76,10 @@ void guardq_free(GuardQueues *gq)
 {
     if (!gq)
         return;
-    smap_free(gq->queues, free);
+    /* The heaps first: clearing them marks their entries, which the queues hold. */
     heap_clear(&gq->settling);
     heap_clear(&gq->waiting);
+    smap_free(gq->queues, free);
     free(gq);
 }
 
@@ -235,13 +239,28 @@ static void dequeue(GuardWrite *w)
 
 static bool queued(const GuardWrite *w) { return w->slots[0].q != NULL; }
 
-/* Refuses a queued write: its call is cut off, its client answered 409. */
+/* A refused write leaves its queues and lets go of its call and its share
+ * at once, not when its client is done sending (a client answered before
+ * its body ends gets the answer only then: libmicrohttpd answers no request
+ * mid-body). The upstream sees its connection close before the request is
+ * complete. */
+static void drop(GuardWrite *w)
+{
+    dequeue(w);
+    if (w->call) {
+        proxy_call_free(w->call);
+        w->call = NULL;
+        if (w->req)
+            w->req->guard.call = NULL;
+    }
+    guardshare_give(&w->ticket);
+}
+
+/* Refuses a queued write: its client is answered 409. */
 static void refuse(GuardWrite *w, const GuardBinding *b, const char *why)
 {
     GuardBinding bind = *b; /* b is in w */
-    dequeue(w);
-    if (w->call)
-        proxy_call_abort(w->call);
+    drop(w);
     if (w->req)
         guardq_reply_stale(w->req, bind.lock, bind.token, why);
 }
@@ -249,9 +268,7 @@ static void refuse(GuardWrite *w, const GuardBinding *b, const char *why)
 /* Refuses a queued write with 503 (its turn did not come, or no memory). */
 static void refuse_busy(GuardWrite *w, const char *fmt, const char *lock)
 {
-    dequeue(w);
-    if (w->call)
-        proxy_call_abort(w->call);
+    drop(w);
     if (w->req)
         http_reply_error(w->req, ERR_OVERLOADED, json_pack("{s:s}", "lock", lock), fmt, lock);
 }
@@ -263,9 +280,7 @@ static void refuse_settling(GuardQueue *q)
     Now now = clock_now();
     while (q->writes.head) {
         GuardWrite *w = DLIST_ITEM(q->writes.head, GuardSlot, link)->w;
-        dequeue(w);
-        if (w->call)
-            proxy_call_abort(w->call);
+        drop(w);
         if (w->req)
             guardq_reply_settling(w->req, q->lock, q->settle_until_ms - now.mono_ms);
     }
@@ -304,10 +319,23 @@ static bool record_end(GuardWrite *w)
 /* One step of the write at the head of its queues. True when it left them. */
 static bool step(GuardWrite *w)
 {
-    if (w->released || w->ending)
-        return false; /* waiting for the upstream's answer, or for the end record */
+    if (w->released || w->ending || w->preparing)
+        return false; /* waiting for the upstream's answer, the end record, or the prepare step */
     const char *why;
     const GuardBinding *stale;
+    if (w->prepare && !w->prepared) {
+        if ((stale = stale_binding(w, &why))) {
+            refuse(w, stale, why);
+            return true;
+        }
+        heap_remove(&w->gq->waiting, &w->turn);
+        w->preparing = true;
+        if (!w->prepare(w->prepare_ud, w)) {
+            drop(w); /* the step answered the client */
+            return true;
+        }
+        return false;
+    }
     if (w->has_body && !w->started) {
         if ((stale = stale_binding(w, &why))) {
             refuse(w, stale, why);
@@ -417,8 +445,24 @@ static int compare_slots(const void *a, const void *b)
     return strcmp(((const GuardSlot *)a)->bind.lock, ((const GuardSlot *)b)->bind.lock);
 }
 
+bool guardq_preparing(const GuardWrite *w) { return w->preparing && queued(w); }
+
+void guardq_prepared(GuardWrite *w, bool ok)
+{
+    if (!guardq_preparing(w))
+        return;
+    GuardQueues *gq = w->gq;
+    w->preparing = false;
+    w->prepared = ok;
+    if (ok)
+        kick_all(w);
+    else
+        drop(w);
+    run(gq);
+}
+
 bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, const GuardBinding *b, size_t nb,
-                GuardTicket *ticket)
+                GuardTicket *ticket, GuardPrepare prepare, void *prepare_ud)
 {
     Server *s = gq->srv;
     GuardWrite *w = calloc(1, sizeof *w);
@@ -472,6 +516,8 @@ bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, c
     w->req = req;
     w->call = call;
     w->has_body = has_body;
+    w->prepare = prepare;
+    w->prepare_ud = prepare_ud;
     w->ticket = *ticket;
     *ticket = (GuardTicket){NULL, NULL};
     req->guard.write = w;

@@ -8,8 +8,11 @@
 
 static const char *const DEFAULT_METHODS[] = {"GET", "HEAD", "OPTIONS", "PUT", "POST", "PATCH", "DELETE"};
 
-/* The route's options, in the order a spec may give them after UPSTREAM. */
-static const char *const OPTIONS[] = {"lock", "methods"};
+static const char *const S3_METHODS[] = {"GET", "HEAD", "PUT"};
+
+/* The route's options, which a spec may give after UPSTREAM. */
+enum { OPT_LOCK, OPT_METHODS, OPT_REGION, OPT_ENDPOINT, OPT_COUNT };
+static const char *const OPTIONS[OPT_COUNT] = {"lock", "methods", "region", "endpoint"};
 
 bool guardroute_is_read(const char *method)
 {
@@ -79,6 +82,70 @@ static void write_allow(GuardRoute *r)
         off += (size_t)snprintf(r->allow + off, sizeof r->allow - off, "%s%s", i ? ", " : "", r->methods[i]);
 }
 
+/* A region name: lower-case letters, digits and '-'. */
+static bool region_ok(const char *v)
+{
+    if (!*v)
+        return false;
+    for (const char *p = v; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
+            return false;
+    return true;
+}
+
+/* s3://BUCKET[/KEYPREFIX]: a bucket name as S3 allows it (3..63 of [a-z0-9.-]),
+ * a key prefix of lock-name characters, without empty or dot segments. */
+static bool parse_bucket(GuardRoute *r, char *err, size_t errlen)
+{
+    const char *b = r->upstream + 5;
+    size_t blen = strcspn(b, "/");
+    bool ok = blen >= 3 && blen < sizeof r->bucket;
+    for (size_t i = 0; ok && i < blen; i++)
+        ok = (b[i] >= 'a' && b[i] <= 'z') || (b[i] >= '0' && b[i] <= '9') || b[i] == '.' || b[i] == '-';
+    if (!ok) {
+        snprintf(err, errlen, "--guard: '%.300s': the bucket name must be 3 to 63 of a-z, 0-9, '.' and '-'",
+                 r->upstream);
+        return false;
+    }
+    memcpy(r->bucket, b, blen);
+    const char *kp = b + blen;
+    if (*kp == '/')
+        kp++;
+    size_t klen = strlen(kp);
+    while (klen && kp[klen - 1] == '/')
+        klen--;
+    if (klen >= sizeof r->keyprefix) {
+        snprintf(err, errlen, "--guard: the key prefix of '%.60s...' is too long", r->upstream);
+        return false;
+    }
+    memcpy(r->keyprefix, kp, klen);
+    if (klen && (name_problem(r->keyprefix) || strstr(r->keyprefix, "//") || r->keyprefix[0] == '/' ||
+                 !strcmp(r->keyprefix, ".") || !strncmp(r->keyprefix, "./", 2) || strstr(r->keyprefix, "/./") ||
+                 strstr(r->keyprefix, "..") )) {
+        snprintf(err, errlen, "--guard: key prefix '%s' must be of [A-Za-z0-9._~:/-], without empty, '.' or '..' "
+                              "segments", r->keyprefix);
+        return false;
+    }
+    return true;
+}
+
+/* endpoint=scheme://host[:port][/]: where path-style requests go. */
+static bool parse_endpoint(GuardRoute *r, const char *v, char *err, size_t errlen)
+{
+    size_t n = strlen(v);
+    while (n && v[n - 1] == '/')
+        n--;
+    size_t scheme = !strncmp(v, "http://", 7) ? 7 : !strncmp(v, "https://", 8) ? 8 : 0;
+    if (!scheme || n <= scheme || n >= sizeof r->endpoint || memchr(v + scheme, '/', n - scheme) ||
+        memchr(v, '?', n) || memchr(v, '@', n)) {
+        snprintf(err, errlen, "--guard: endpoint '%.300s' must be http(s)://HOST[:PORT], without a path", v);
+        return false;
+    }
+    memcpy(r->endpoint, v, n);
+    r->endpoint[n] = '\0';
+    return true;
+}
+
 /* The option that starts at p (",NAME=..."), or -1. */
 static int option_at(const char *p)
 {
@@ -110,13 +177,17 @@ bool guardroute_parse(const char *spec, GuardRoute *r, char *err, size_t errlen)
     while (*end && option_at(end) < 0)
         end++;
     size_t ulen = (size_t)(end - up);
-    if ((strncmp(up, "http://", 7) && strncmp(up, "https://", 8)) || ulen >= sizeof r->upstream || ulen <= 8) {
-        snprintf(err, errlen, "--guard: upstream '%.*s' must be an http:// or https:// URL", (int)(ulen > 300 ? 300 : ulen),
-                 up);
+    r->kind = !strncmp(up, "s3://", 5) ? GUARD_S3 : GUARD_HTTP;
+    if ((r->kind == GUARD_HTTP && strncmp(up, "http://", 7) && strncmp(up, "https://", 8)) ||
+        ulen >= sizeof r->upstream || ulen <= 5 || (r->kind == GUARD_HTTP && ulen <= 8)) {
+        snprintf(err, errlen, "--guard: upstream '%.*s' must be an http://, https:// or s3:// URL",
+                 (int)(ulen > 300 ? 300 : ulen), up);
         return false;
     }
     memcpy(r->upstream, up, ulen);
-    bool seen[sizeof OPTIONS / sizeof OPTIONS[0]] = {false};
+    if (r->kind == GUARD_S3 && !parse_bucket(r, err, errlen))
+        return false;
+    bool seen[OPT_COUNT] = {false};
     for (const char *p = end; *p;) {
         int opt = option_at(p);
         const char *val = p + 2 + strlen(OPTIONS[opt]);
@@ -131,23 +202,64 @@ bool guardroute_parse(const char *spec, GuardRoute *r, char *err, size_t errlen)
         v[vlen] = '\0';
         p = val + vlen;
         if (*p && option_at(p) < 0) {
-            snprintf(err, errlen, "--guard: unknown option '%.60s' (known: lock=NAME, methods=M1+M2)", p + 1);
+            snprintf(err, errlen, "--guard: unknown option '%.60s' (known: lock=NAME, methods=M1+M2, and for s3:// region=R, endpoint=URL)", p + 1);
             return false;
         }
-        if (!strcmp(OPTIONS[opt], "lock")) {
+        if ((opt == OPT_REGION || opt == OPT_ENDPOINT) && r->kind != GUARD_S3) {
+            snprintf(err, errlen, "--guard: %s= is for s3:// routes only", OPTIONS[opt]);
+            return false;
+        }
+        if (opt == OPT_LOCK) {
             const char *problem = name_lock_problem(v);
             if (problem) {
                 snprintf(err, errlen, "--guard: lock name '%s' %s", v, problem);
                 return false;
             }
             memcpy(r->lock, v, strlen(v) + 1); /* a valid name fits */
-        } else if (!parse_methods(r, v, err, errlen)) {
+        } else if (opt == OPT_METHODS) {
+            if (!parse_methods(r, v, err, errlen))
+                return false;
+        } else if (opt == OPT_REGION) {
+            if (!region_ok(v) || strlen(v) >= sizeof r->region) {
+                snprintf(err, errlen, "--guard: region '%.60s' is not a region name (such as eu-west-1)", v);
+                return false;
+            }
+            memcpy(r->region, v, strlen(v) + 1);
+        } else if (!parse_endpoint(r, v, err, errlen)) {
             return false;
         }
     }
-    if (!seen[1])
-        for (size_t i = 0; i < sizeof DEFAULT_METHODS / sizeof DEFAULT_METHODS[0]; i++)
-            snprintf(r->methods[r->nmethods++], sizeof r->methods[0], "%s", DEFAULT_METHODS[i]);
+    if (!seen[OPT_METHODS]) {
+        const char *const *list = r->kind == GUARD_S3 ? S3_METHODS : DEFAULT_METHODS;
+        size_t n = r->kind == GUARD_S3 ? sizeof S3_METHODS / sizeof S3_METHODS[0]
+                                       : sizeof DEFAULT_METHODS / sizeof DEFAULT_METHODS[0];
+        for (size_t i = 0; i < n; i++)
+            snprintf(r->methods[r->nmethods++], sizeof r->methods[0], "%s", list[i]);
+    } else if (r->kind == GUARD_S3) {
+        for (size_t i = 0; i < r->nmethods; i++) {
+            if (strcmp(r->methods[i], "GET") && strcmp(r->methods[i], "HEAD") && strcmp(r->methods[i], "PUT")) {
+                snprintf(err, errlen, "--guard: an s3:// route forwards GET, HEAD and PUT only; methods= may not list %s",
+                         r->methods[i]);
+                return false;
+            }
+        }
+    }
     write_allow(r);
+    return true;
+}
+
+bool guardroute_finish_s3(GuardRoute *r, const char *env_region, char *err, size_t errlen)
+{
+    if (r->kind != GUARD_S3)
+        return true;
+    if (!r->region[0]) {
+        if (!env_region || !region_ok(env_region) || strlen(env_region) >= sizeof r->region) {
+            snprintf(err, errlen, "--guard %s: no region (add ,region=R or set AWS_REGION)", r->prefix);
+            return false;
+        }
+        memcpy(r->region, env_region, strlen(env_region) + 1);
+    }
+    if (!r->endpoint[0])
+        snprintf(r->endpoint, sizeof r->endpoint, "https://s3.%s.amazonaws.com", r->region);
     return true;
 }

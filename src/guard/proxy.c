@@ -60,6 +60,7 @@ struct ProxyCall {
     uint64_t sent;       /* body bytes handed to curl */
     ProxyAnswered on_answered;
     void *answered_ud;
+    ProxyResult result_fn; /* an internal call's report (answered_ud is its ud) */
     ProxyOutcome outcome; /* set with `answered` */
     bool answered;       /* on_answered is due or done */
     bool in_answered;    /* alink is in Proxy.answered */
@@ -81,6 +82,7 @@ struct Proxy {
     int64_t timer_ms; /* monotonic deadline of curl's timer, or -1 */
     Heap idle;        /* running calls by their inactivity deadline */
     DList calls; /* ProxyCall.link */
+    size_t live; /* calls not done yet (started or waiting to start) */
     /* Sockets curl has let go of in this turn: events for them may still be in
      * the loop's current batch, so they are freed at the next tick. */
     CurlSock *dead;
@@ -227,15 +229,15 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud)
  * transfers, which the report may do. */
 static void answer_due(ProxyCall *c)
 {
-    if (c->answered)
-        return;
+    if (c->answered || (c->result_fn && !c->done))
+        return; /* an internal call reports once curl is done with it */
     c->answered = true;
     /* A refused connection or name sent nothing; any other failure may have
      * come after the whole request left. */
     bool unsent = !c->ever_started || c->result == CURLE_COULDNT_CONNECT || c->result == CURLE_COULDNT_RESOLVE_HOST ||
                   c->result == CURLE_COULDNT_RESOLVE_PROXY;
     c->outcome = c->headers_done ? PROXY_ANSWERED : unsent ? PROXY_NOT_SENT : PROXY_UNKNOWN;
-    if (c->on_answered) {
+    if (c->on_answered || c->result_fn) {
         dlist_append(&c->proxy->answered, &c->alink);
         c->in_answered = true;
     }
@@ -250,6 +252,14 @@ static void report_answers(Proxy *p)
         ProxyCall *c = DLIST_ITEM(p->answered.head, ProxyCall, alink);
         dlist_remove(&p->answered, &c->alink);
         c->in_answered = false;
+        if (c->result_fn) {
+            /* An internal call: its whole answer is in once curl is done with it. */
+            ProxyResult fn = c->result_fn;
+            c->result_fn = NULL;
+            fn(c->answered_ud, c->outcome == PROXY_ANSWERED ? c->status : 0, c->resp_headers);
+            call_destroy(c);
+            continue;
+        }
         ProxyAnswered fn = c->on_answered;
         void *ud = c->answered_ud;
         ProxyOutcome outcome = c->outcome;
@@ -309,6 +319,8 @@ static int on_timer(CURLM *multi, long timeout_ms, void *userp)
 static void finished(ProxyCall *c, CURLcode result)
 {
     heap_remove(&c->proxy->idle, &c->idle);
+    if (!c->done)
+        c->proxy->live--;
     c->done = true;
     c->result = result;
     if (result != CURLE_OK && result != CURLE_ABORTED_BY_CALLBACK)
@@ -487,10 +499,10 @@ static bool append_line(struct curl_slist **list, const char *line)
     return l != NULL;
 }
 
-size_t proxy_calls(const Proxy *p) { return p->calls.len; }
+size_t proxy_calls(const Proxy *p) { return p->live; }
 
 ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char *url, bool has_body,
-                          int64_t content_length, const char *const *drop, const char *const *add)
+                          int64_t content_length, const ProxyHeaders *headers)
 {
     ProxyCall *c = calloc(1, sizeof *c);
     if (!c)
@@ -500,8 +512,8 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
     c->req = req;
     c->has_body = has_body;
     c->body_length = has_body ? content_length : 0;
-    bool ok = httphead_pass_request(req->conn, SET_BY_CURL, drop, &c->req_headers);
-    for (const char *const *a = add; a && *a && ok; a++)
+    bool ok = !req || httphead_pass_request_kept(req->conn, SET_BY_CURL, headers->drop, headers->keep, &c->req_headers);
+    for (const char *const *a = headers->add; a && *a && ok; a++)
         ok = append_line(&c->req_headers, *a);
     ok = ok && append_line(&c->req_headers, "Expect:");
     c->easy = curl_easy_init();
@@ -537,6 +549,7 @@ ProxyCall *proxy_call_new(Proxy *p, Request *req, const char *method, const char
             curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)content_length);
     }
     dlist_append(&p->calls, &c->link);
+    p->live++;
     return c;
 }
 
@@ -562,6 +575,36 @@ void proxy_call_start(ProxyCall *c)
 }
 
 bool proxy_call_started(const ProxyCall *c) { return c->started; }
+
+ProxyCall *proxy_internal_new(Proxy *p, const char *method, const char *url, ProxyResult fn, void *ud)
+{
+    ProxyHeaders none = {NULL, NULL, NULL};
+    ProxyCall *c = proxy_call_new(p, NULL, method, url, false, 0, &none);
+    if (c) {
+        c->result_fn = fn;
+        c->answered_ud = ud;
+    }
+    return c;
+}
+
+bool proxy_call_configure(ProxyCall *c, ProxyConfigure fn, void *ud)
+{
+    struct curl_slist *before = c->req_headers;
+    bool ok = fn(ud, c->easy, &c->req_headers);
+    if (c->req_headers != before)
+        curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, c->req_headers);
+    return ok;
+}
+
+bool proxy_call_add_header(ProxyCall *c, const char *line)
+{
+    if (!append_line(&c->req_headers, line))
+        return false;
+    curl_easy_setopt(c->easy, CURLOPT_HTTPHEADER, c->req_headers);
+    return true;
+}
+
+long proxy_call_status(const ProxyCall *c) { return c->headers_done ? c->status : 0; }
 
 void proxy_call_hold_end(ProxyCall *c) { c->hold_end = true; }
 
@@ -619,7 +662,7 @@ void proxy_call_upload(ProxyCall *c, const char *data, size_t *size)
     *size -= n;
     if (*size) {
         c->upload_waiting = true;
-        http_suspend(c->req);
+        http_suspend_watched(c->req);
     }
     if (c->read_paused && c->started)
         unpause(c);
@@ -640,7 +683,7 @@ static ssize_t read_body(void *cls, uint64_t pos, char *out, size_t max)
         return c->result == CURLE_OK ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
     /* Nothing yet: park the connection; on_write or finished resumes it. */
     c->reader_waiting = true;
-    http_suspend(c->req);
+    http_suspend_watched(c->req);
     return 0;
 }
 
@@ -693,7 +736,7 @@ enum MHD_Result proxy_call_final(ProxyCall *c)
                          timeout ? "timed out" : "failed", c->refused ? c->refused : curl_easy_strerror(c->result));
     } else {
         c->final_seen = true;
-        http_suspend(req);
+        http_suspend_watched(req);
     }
     return MHD_YES;
 }
@@ -733,5 +776,7 @@ static void call_destroy(ProxyCall *c)
     free(c->up.data);
     free(c->down.data);
     dlist_remove(&p->calls, &c->link);
+    if (!c->done)
+        p->live--;
     free(c);
 }

@@ -16,6 +16,8 @@ static const struct {
     [ERR_PAYLOAD_TOO_LARGE] = {"payload_too_large", 413},
     [ERR_UNSUPPORTED_MEDIA_TYPE] = {"unsupported_media_type", 415},
     [ERR_KEY_LIMIT] = {"key_limit", 429},
+    [ERR_LENGTH_REQUIRED] = {"length_required", 411},
+    [ERR_WRITE_CONFLICT] = {"write_conflict", 409},
     [ERR_PEER_LIMIT] = {"peer_limit", 429},
     [ERR_TOO_OLD] = {"too_old", 410},
     [ERR_URI_TOO_LONG] = {"uri_too_long", 414},

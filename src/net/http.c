@@ -615,7 +615,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return reply_now(req, ERR_HEADERS_TOO_LARGE, "the request line and headers are larger than 12288 bytes");
         if (!httphead_names_are_tokens(conn))
             return reply_now(req, ERR_BAD_REQUEST, HTTPHEAD_NAME_NOT_TOKEN);
-        const char *field, *framing = httphead_framing_problem(conn, &field);
+        const char *field, *framing = httphead_framing_problem(conn, req->http11, &field);
         if (framing)
             return reply_now_field(req, ERR_BAD_REQUEST, framing, field);
         req->in_handler = true;

@@ -91,6 +91,7 @@ static bool named_in(const char *const *names, const char *name, size_t len)
 typedef struct RequestCopy {
     struct MHD_Connection *conn;
     const char *const *own, *const *drop;
+    bool (*keep)(const char *name, size_t len);
     struct curl_slist *lines;
     bool failed;
 } RequestCopy;
@@ -105,7 +106,7 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
      * which go by exact names, never see such a field, and a backend that
      * reads it otherwise would frame the body otherwise. */
     if (!name_is_http_token(key, len) || request_hop(rc->conn, key, len) || named_in(rc->own, key, len) ||
-        named_in(rc->drop, key, len))
+        named_in(rc->drop, key, len) || (rc->keep && !rc->keep(key, len)))
         return MHD_YES;
     char *line;
     /* libcurl reads "Name:" as "do not send Name"; "Name;" sends it empty. */
@@ -126,7 +127,13 @@ static enum MHD_Result copy_request_header(void *cls, enum MHD_ValueKind kind, c
 bool httphead_pass_request(struct MHD_Connection *conn, const char *const *own, const char *const *drop,
                            struct curl_slist **lines)
 {
-    RequestCopy rc = {conn, own, drop, *lines, false};
+    return httphead_pass_request_kept(conn, own, drop, NULL, lines);
+}
+
+bool httphead_pass_request_kept(struct MHD_Connection *conn, const char *const *own, const char *const *drop,
+                                bool (*keep)(const char *name, size_t len), struct curl_slist **lines)
+{
+    RequestCopy rc = {conn, own, drop, keep, *lines, false};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, copy_request_header, &rc);
     *lines = rc.lines; /* what was appended before a failure is the caller's to free too */
     return !rc.failed;
@@ -245,11 +252,13 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
     return MHD_YES;
 }
 
-const char *httphead_framing_problem(struct MHD_Connection *conn, const char **field)
+const char *httphead_framing_problem(struct MHD_Connection *conn, bool http11, const char **field)
 {
     Framing f = {0, 0, false};
     MHD_get_connection_values_n(conn, MHD_HEADER_KIND, count_framing, &f);
     *field = MHD_HTTP_HEADER_TRANSFER_ENCODING;
+    if (f.te && !http11)
+        return "Transfer-Encoding is not HTTP/1.0 framing: a request with it must be HTTP/1.1";
     if (f.te > 1 || (f.te == 1 && !f.te_chunked))
         return "Transfer-Encoding must be exactly 'chunked' (no other coding, in one header field)";
     if (f.te && f.cl)

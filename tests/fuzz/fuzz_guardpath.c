@@ -21,9 +21,27 @@
  *    other than TAB, or 0x7f, and reads no byte past len;
  *  - name_is_http_token (names.h; http.c refuses a request with any other
  *    header name) accepts exactly the non-empty names made of RFC 9110
- *    token characters, and reads no byte past len.
+ *    token characters, and reads no byte past len;
+ *  - guardpath_rest_problem is guardpath_problem but for a leading '/' after
+ *    a prefix that ends in one;
+ *  - guardpath_destination, the same bytes as a COPY's or MOVE's Destination
+ *    under one of several prefixes and Hosts (the first byte picks them, and
+ *    the buffer's size): it agrees with a reference written from guardpath.h;
+ *    an accepted Destination's rest is canonical by guardpath_problem and has
+ *    the spelled-out properties above, has no '?' or '#', fits the buffer, and
+ *    is exactly what follows the prefix in the Destination's path, the prefix
+ *    matched by whole segments, with no "//" where they meet; an absolute URI is accepted only with an http
+ *    or https scheme and an authority equal to the Host (any case); a refusal
+ *    always says why, and nothing is written past the buffer;
+ *  - guardpath_if_names_resource, the same bytes as an If header: false only
+ *    for one or more untagged lists, checked by a tokenizer of its own (lists
+ *    of state tokens "<...>", entity tags "[...]" and other bytes, no nesting,
+ *    only whitespace between them); a tagged list put before or after any
+ *    value names a resource, and an untagged list put before one that names
+ *    none names none.
  */
 #include <stdbool.h>
+#include <strings.h>
 
 #include "fuzz.h"
 #include "leasegate/guardpath.h"
@@ -216,6 +234,132 @@ static void check_lock(const char *rest, size_t outlen, bool canonical)
     free(out);
 }
 
+static const char *const PREFIXES[] = {"/store/", "/store", "/s", "/a/b/"};
+static const char *const HOSTS[] = {"gw:8080", "GW.example", "", NULL};
+
+static bool starts_ci(const char *s, const char *with) { return strncasecmp(s, with, strlen(with)) == 0; }
+
+/* The reference: the rest guardpath_destination must give for dest, or NULL. */
+static const char *ref_destination(const char *dest, const char *host, const char *prefix, size_t restlen)
+{
+    const char *path = dest;
+    if (dest[0] != '/') {
+        const char *auth = starts_ci(dest, "http://") ? dest + 7 : starts_ci(dest, "https://") ? dest + 8 : NULL;
+        if (!auth || !host || !host[0])
+            return NULL;
+        size_t alen = 0;
+        while (auth[alen] && auth[alen] != '/' && auth[alen] != '?' && auth[alen] != '#')
+            alen++;
+        if (alen != strlen(host) || strncasecmp(auth, host, alen) != 0 || auth[alen] != '/')
+            return NULL;
+        path = auth + alen;
+    }
+    if (strchr(path, '?') || strchr(path, '#'))
+        return NULL;
+    size_t n = strlen(prefix);
+    if (strncmp(path, prefix, n) != 0)
+        return NULL;
+    const char *below = path + n;
+    if (prefix[n - 1] != '/' && below[0] != '\0' && below[0] != '/')
+        return NULL;
+    if (prefix[n - 1] == '/' && below[0] == '/')
+        return NULL; /* "//": an empty segment */
+    if (!ref_canonical(below) || strlen(below) >= restlen)
+        return NULL;
+    return below;
+}
+
+static void check_destination(const char *dest, const uint8_t pick)
+{
+    const char *prefix = PREFIXES[(pick >> 2) % 4];
+    const char *host = HOSTS[(pick >> 4) % 4];
+    size_t restlen = pick % 4 == 0 ? 4096 : 1 + (size_t)(pick >> 2);
+    char *out = malloc(restlen);
+    CHECK(out != NULL, "out of memory");
+    const char *rp = guardpath_rest_problem(prefix, dest);
+    CHECK(!rp == (!(prefix[strlen(prefix) - 1] == '/' && dest[0] == '/') && !guardpath_problem(dest)),
+          "guardpath_rest_problem('%s', '%s') %s it", prefix, dest, rp ? "refuses" : "accepts");
+    const char *problem = NULL;
+    const char *rest = guardpath_destination(dest, host, prefix, out, restlen, &problem);
+    const char *ref = ref_destination(dest, host, prefix, restlen);
+    CHECK(!rest == !ref, "guardpath_destination('%s', host '%s', prefix '%s', %zu bytes) %s it (%s), the reference %s it",
+          dest, host ? host : "(none)", prefix, restlen, rest ? "accepts" : "refuses", problem ? problem : "-",
+          ref ? "accepts" : "refuses");
+    if (!rest) {
+        CHECK(problem != NULL && problem[0], "a refused Destination '%s' with no reason", dest);
+        free(out);
+        return;
+    }
+    CHECK(rest == out, "the rest of '%s' is not in the buffer", dest);
+    CHECK(!strcmp(rest, ref), "the rest of '%s' is '%s', not '%s'", dest, rest, ref);
+    CHECK(strlen(rest) < restlen, "the rest of '%s' does not fit %zu bytes", dest, restlen);
+    CHECK(guardpath_problem(rest) == NULL, "the rest '%s' of '%s' is not canonical", rest, dest);
+    CHECK(!strchr(rest, '?') && !strchr(rest, '#'), "the rest '%s' of '%s' has a query or fragment", rest, dest);
+    check_accepted(rest);
+    /* The Destination's path is the prefix followed by the rest, by whole segments. */
+    size_t dn = strlen(dest), rn = strlen(rest), pn = strlen(prefix);
+    CHECK(dn >= rn + pn && !strcmp(dest + dn - rn, rest) && !strncmp(dest + dn - rn - pn, prefix, pn),
+          "'%s' is not '%s' + '%s' at its end", dest, prefix, rest);
+    CHECK(prefix[pn - 1] == '/' || rest[0] == '\0' || rest[0] == '/', "'%s' is under '%s' by part of a segment", dest,
+          prefix);
+    CHECK(!strstr(dest + dn - rn - pn, "//"), "the path of '%s' has an empty segment", dest);
+    if (dest[0] != '/') {
+        CHECK(host && host[0], "the absolute URI '%s' was taken without a Host", dest);
+        const char *auth = starts_ci(dest, "http://") ? dest + 7 : starts_ci(dest, "https://") ? dest + 8 : NULL;
+        CHECK(auth != NULL, "'%s' has no http(s) scheme", dest);
+        size_t hn = strlen(host);
+        CHECK(!strncasecmp(auth, host, hn) && auth + hn == dest + dn - rn - pn,
+              "the authority of '%s' is not the Host '%s'", dest, host);
+    } else {
+        CHECK(dn == rn + pn, "the path '%s' has more than the prefix and the rest", dest);
+    }
+    free(out);
+}
+
+/* A tokenizer of If headers of its own: true when value is one or more
+ * untagged lists "( ... )" separated by whitespace, each holding state tokens
+ * "<...>", entity tags "[...]" and other bytes but no "(" or ")" outside them. */
+static bool only_untagged_lists(const char *value)
+{
+    const char *p = value;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p)
+            return true;
+        if (*p != '(')
+            return false;
+        for (p++; *p != ')'; p++) {
+            if (!*p || *p == '(')
+                return false;
+            if (*p == '<' || *p == '[') {
+                const char *end = strchr(p + 1, *p == '<' ? '>' : ']');
+                if (!end)
+                    return false;
+                p = end;
+            }
+        }
+        p++;
+    }
+}
+
+static void check_if(const char *value)
+{
+    bool names = guardpath_if_names_resource(value);
+    CHECK(names == !only_untagged_lists(value), "guardpath_if_names_resource('%s') = %d, the tokenizer says %d", value,
+          names, !only_untagged_lists(value));
+    size_t n = strlen(value);
+    char *v = malloc(n + 64);
+    CHECK(v != NULL, "out of memory");
+    snprintf(v, n + 64, "<http://x/other> %s", value);
+    CHECK(guardpath_if_names_resource(v), "a tagged list before '%s' names nothing", value);
+    snprintf(v, n + 64, "%s <http://x/other> (<urn:a>)", value);
+    CHECK(guardpath_if_names_resource(v), "a tagged list after '%s' names nothing", value);
+    snprintf(v, n + 64, "(<urn:a> [\"e\"]) %s", value);
+    CHECK(guardpath_if_names_resource(v) == names, "an untagged list before '%s' changes the answer", value);
+    free(v);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
@@ -258,6 +402,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_accepted(rest);
     size_t outlen = data[0] % 4 == 0 ? NAME_MAX_BYTES + 1 : 1 + (size_t)data[0];
     check_lock(rest, outlen, !problem);
+    check_destination(rest, data[0]);
+    check_if(rest);
     free(rest);
     return 0;
 }

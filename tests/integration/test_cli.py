@@ -708,6 +708,42 @@ class ScriptCommandTests(CliTestBase):
                 self.assertTrue(err.strip())
         self.assertFalse(self.holder(self.srv, lock)["held"])
 
+    def test_a_duration_needs_a_unit_in_every_command(self):
+        # A bare number is refused before any request: exit 2 (a request to the
+        # closed port would have been exit 1), a line naming the flag and the units.
+        lock = self.lock_name("units")
+        url = "http://127.0.0.1:%d" % free_closed_port()
+        cases = [["acquire", "--lock", lock, flag] for flag in ("--ttl", "--wait")]
+        cases += [["renew", "--lock", lock, "--lease", "x", "--ttl"]]
+        cases += [["run", "--lock", lock, flag] for flag in ("--ttl", "--wait", "--grace", "--timeout")]
+        for args in cases:
+            for value in ("15", "1.5", "0"):
+                with self.subTest(args=args, value=value):
+                    argv = args + [value, "--server", url] + (["--", "true"] if args[0] == "run" else [])
+                    rc, out, err = self.cli(argv)
+                    self.assertEqual(rc, EXIT_USAGE, err)
+                    self.assertEqual(out, "")
+                    self.assertIn("%s '%s' needs a unit: %sms, %ss, %sm or %sh" % ((args[-1], value) + (value,) * 4),
+                                  err)
+            for value in ("1.5ms", "1e3ms", "-1s", " 5s", "5S", "0.0001s"):
+                with self.subTest(args=args, value=value):
+                    argv = args + [value, "--server", url] + (["--", "true"] if args[0] == "run" else [])
+                    rc, _, err = self.cli(argv)
+                    self.assertEqual(rc, EXIT_USAGE, err)
+                    self.assertIn("is not a duration like 250ms, 15s, 2m, 1h or 1.5s", err)
+
+    def test_a_duration_may_have_a_fraction(self):
+        lock = self.lock_name("fraction")
+        rc, out, err = self.cli(["acquire", "--lock", lock, "--ttl", "1.5s", "--server", self.srv.url])
+        self.assertEqual(rc, 0, err)
+        acq = self.j(out)
+        self.assertEqual(acq["ttl_ms"], 1500)
+        rc, out, err = self.cli(["renew", "--lock", lock, "--lease", acq["lease"], "--ttl", "0.25m",
+                                 "--server", self.srv.url])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.j(out)["ttl_ms"], 15000)
+        self.srv.release(lock, acq["lease"])
+
     def test_unreachable_server(self):
         url = "http://127.0.0.1:%d" % free_closed_port()
         for args in (["acquire", "--lock", "x"], ["status", "--lock", "x"], ["list"],

@@ -118,8 +118,9 @@ class SlowBackendTests(SettleBase):
 
 
 class RestartTests(SettleBase):
-    """A's whole PUT is in the backend, which applies it 3 s later, when the gateway is
-    killed (-9) and started again on its data: the new process must not let B's write
+    """A's whole PUT is in the backend, which applies it 8 s later, when the gateway is
+    killed (-9) and started again on its data (on etcd the restart itself takes a few
+    seconds: the old leader's key must expire): the new process must not let B's write
     through before A's may have been applied."""
 
     def story(self, settle):
@@ -132,7 +133,7 @@ class RestartTests(SettleBase):
 
         def a_side():
             try:
-                box["a"] = self.put(srv, path, b"A", a["lease"], delay_ms=3000, client=c)[0]
+                box["a"] = self.put(srv, path, b"A", a["lease"], delay_ms=8000, client=c)[0]
             except (OSError, Exception) as e:  # the gateway dies under it
                 box["a"] = repr(e)
 
@@ -152,7 +153,7 @@ class RestartTests(SettleBase):
         return a, b, seen, self.applied_tokens(path)
 
     def test_a_restart_waits_out_the_settle_time(self):
-        a, b, seen, tokens = self.story(settle=6)
+        a, b, seen, tokens = self.story(settle=12)
         self.assertEqual(tokens, [a["token"], b["token"]])
         self.assertEqual(seen[0], 503, seen)
 

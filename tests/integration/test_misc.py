@@ -2,9 +2,11 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -126,6 +128,106 @@ class HttpOpsTests(harness.ServerTestCase):
         self.assertEqual((st1, json.loads(b1)), (200, self.srv.healthy_body()))
         self.assertEqual(st2, 200)
         self.assertEqual(json.loads(b2)["name"], "misc/pipe")
+
+
+class PrometheusTests(unittest.TestCase):
+    """/metrics as Prometheus reads it: promtool accepts it, with leasegate_build_info, the
+    process_* family and the histograms of waits and holds, which move with the traffic."""
+
+    def setUp(self):
+        if not shutil.which("promtool"):
+            self.fail("promtool is missing: scripts/deps.sh --test installs it (Debian package prometheus)")
+        self.srv = harness.Server()
+        self.addCleanup(self.srv.cleanup)
+
+    def metrics(self):
+        st, _, text = self.srv.request("GET", "/metrics")
+        self.assertEqual(st, 200)
+        p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, "promtool check metrics:\n%s%s" % (p.stdout, p.stderr))
+        return text, parse_metrics(text)
+
+    def test_promtool_accepts_metrics_and_the_histograms_move(self):
+        text, m0 = self.metrics()
+        self.assertRegex(text, r'(?m)^leasegate_build_info\{version="\d+\.\d+\.\d+"\} 1$')
+        self.assertRegex(text, r"(?m)^# TYPE leasegate_acquire_wait_seconds histogram$")
+        self.assertRegex(text, r"(?m)^# TYPE leasegate_hold_seconds histogram$")
+        for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+                     "process_open_fds", "process_max_fds", "process_start_time_seconds"):
+            self.assertIn(name, m0, "missing %s" % name)
+        self.assertGreater(m0["process_resident_memory_bytes"], 1e6)
+        self.assertGreater(m0["process_max_fds"], m0["process_open_fds"])
+        self.assertGreater(m0["process_open_fds"], 3)
+        self.assertLessEqual(abs(m0["process_start_time_seconds"] - time.time()), 3600)
+
+        def n(m, name):
+            return m.get(name, 0)
+
+        wait_count, wait_sum = "leasegate_acquire_wait_seconds_count", "leasegate_acquire_wait_seconds_sum"
+        hold = 'leasegate_hold_seconds_count{end="%s"}'
+
+        # Two grants at once, a release of each (one after a reentry, which is no new grant).
+        st, _, a = self.srv.acquire("prom/a", ttl_ms=60000)
+        self.assertEqual(st, 200, a)
+        st, _, b = self.srv.acquire("prom/b", ttl_ms=60000)
+        self.assertEqual(st, 200, b)
+        self.assertEqual(self.srv.acquire("prom/a", lease=a["lease"])[0], 200)
+        self.assertEqual(self.srv.release("prom/a", a["lease"])[0], 200)  # count 2 -> 1: no end yet
+        _, m1 = self.metrics()
+        self.assertEqual(n(m1, wait_count), n(m0, wait_count) + 2)
+        self.assertEqual(n(m1, hold % "released"), n(m0, hold % "released"))
+        self.assertEqual(self.srv.release("prom/a", a["lease"])[0], 200)
+        self.assertEqual(self.srv.release("prom/b", b["lease"])[0], 200)
+
+        # A waiter granted after the holder held on for at least HELD_S: its wait is at least that.
+        HELD_S = 0.3
+        st, _, h = self.srv.acquire("prom/w", ttl_ms=60000)
+        self.assertEqual(st, 200, h)
+        box = {}
+        waiter = self.srv.new_client(timeout=60)
+        self.addCleanup(waiter.close)
+        t = threading.Thread(target=lambda: box.update(r=waiter.acquire("prom/w", owner="w", wait_ms=30000)))
+        t.start()
+        for _ in range(200):
+            if self.srv.get_lock("prom/w")[2].get("waiters") == 1:
+                break
+            time.sleep(0.02)
+        time.sleep(HELD_S)
+        _, m2 = self.metrics()
+        self.assertEqual(self.srv.release("prom/w", h["lease"])[0], 200)
+        t.join(30)
+        st, _, w = box["r"]
+        self.assertEqual(st, 200, w)
+        # A waiter that gives up is no grant: its wait is not counted.
+        self.assertEqual(self.srv.acquire("prom/w", owner="late", wait_ms=200)[0], 409)
+        _, m3 = self.metrics()
+        self.assertEqual(n(m3, wait_count), n(m2, wait_count) + 1)
+        self.assertGreaterEqual(n(m3, wait_sum) - n(m2, wait_sum), HELD_S)
+        self.assertEqual(n(m3, hold % "released"), n(m0, hold % "released") + 3)
+        self.assertGreaterEqual(n(m3, 'leasegate_hold_seconds_sum{end="released"}')
+                                - n(m2, 'leasegate_hold_seconds_sum{end="released"}'), HELD_S)
+
+        # The waiter's lease force-released; another expires by its TTL.
+        st, _, body = self.srv.request("DELETE", "/v1/locks/prom/w")
+        self.assertEqual(st, 200, body)
+        st, _, e = self.srv.acquire("prom/e", ttl_ms=100)
+        self.assertEqual(st, 200, e)
+        for _ in range(250):
+            if not self.srv.get_lock("prom/e")[2].get("held"):
+                break
+            time.sleep(0.02)
+        self.assertFalse(self.srv.get_lock("prom/e")[2].get("held"))
+        _, m4 = self.metrics()
+        self.assertEqual(n(m4, hold % "revoked"), n(m0, hold % "revoked") + 1)
+        self.assertEqual(n(m4, hold % "expired"), n(m0, hold % "expired") + 1)
+        self.assertGreaterEqual(n(m4, 'leasegate_hold_seconds_sum{end="expired"}'), 0.1)
+        self.assertEqual(n(m4, hold % "released"), n(m3, hold % "released"))
+        # Buckets are cumulative and end at the count.
+        for end in ("expired", "released", "revoked"):
+            inf = n(m4, 'leasegate_hold_seconds_bucket{end="%s",le="+Inf"}' % end)
+            self.assertEqual(inf, n(m4, hold % end))
+            self.assertLessEqual(n(m4, 'leasegate_hold_seconds_bucket{end="%s",le="60"}' % end), inf)
+        self.assertGreaterEqual(n(m4, "process_cpu_seconds_total"), n(m0, "process_cpu_seconds_total"))
 
 
 class IdleTimeoutTest(unittest.TestCase):

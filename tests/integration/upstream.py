@@ -33,9 +33,13 @@ STOP_TIMEOUT_S = 10.0
 
 # One access-log line per request: tab separated, fields in this order.
 # An empty field is logged as "-" (so "lease" is "-" unless a Fencing-Lease header came).
-ACCESS_FIELDS = ("method", "request_uri", "status", "token", "lock", "lease", "content_length", "host")
+# Of two lines of one header, nginx 1.22 logs the first (later versions join them).
+ACCESS_FIELDS = ("method", "request_uri", "status", "token", "lock", "lease", "content_length", "host",
+                 "destination", "dest_token", "dest_lock")
 _LOG_FORMAT = "\\t".join(["$request_method", "$request_uri", "$status", "$http_fencing_token",
-                          "$http_fencing_lock", "$http_fencing_lease", "$content_length", "$http_host"])
+                          "$http_fencing_lock", "$http_fencing_lease", "$content_length", "$http_host",
+                          "$http_destination", "$http_fencing_destination_token",
+                          "$http_fencing_destination_lock"])
 
 _NGINX_CONF = """\
 daemon off;

@@ -1,20 +1,22 @@
+"use strict";
 // The client: acquire (long-poll), withLock (with a watchdog), status, list, fence.
 
-import { randomUUID } from "node:crypto";
-import fs from "node:fs";
-import os from "node:os";
-import process from "node:process";
-import { toMillis } from "./duration.js";
-import { LeaseLostError, LeasegateError, LockHeldError } from "./errors.js";
-import { Lease } from "./lease.js";
-import { Transport, lockPath, now, quoteName } from "./transport.js";
+const { randomUUID } = require("node:crypto");
+const fs = require("node:fs");
+const os = require("node:os");
+const process = require("node:process");
+const { toMillis } = require("./duration.js");
+const { LeaseLostError, LeasegateError, LockHeldError } = require("./errors.js");
+const { toToken } = require("./json.js");
+const { Lease } = require("./lease.js");
+const { Transport, lockPath, now, quoteName } = require("./transport.js");
 
 const DEFAULT_SERVER = "http://127.0.0.1:7400";
-// fetch (undici) gives up on an answer whose headers take 300 s, so one long-poll
-// waits at most this long; a longer wait polls again, at the back of the queue.
-const MAX_POLL_MS = 280_000;
+// The server's largest wait_ms: a longer wait polls again (node:http, unlike fetch,
+// never cuts a long-poll short, see transport.js).
+const MAX_POLL_MS = 3_600_000;
 
-export class Client {
+class Client {
   #transport;
 
   /**
@@ -22,8 +24,8 @@ export class Client {
    * @param {string|string[]} [options.servers] URLs (or one "URL,URL" string) of servers
    *   serving one lock space; default $LEASEGATE_SERVER, else http://127.0.0.1:7400
    * @param {string} [options.owner] the label others see on locks taken here (default host-pid)
-   * @param {string|number} [options.timeout] how long one request may take beyond its long-poll wait
-   * @param {string|number} [options.retryFor] how long a call retries failed requests; an
+   * @param {string} [options.timeout] how long one request may take beyond its long-poll wait
+   * @param {string} [options.retryFor] how long a call retries failed requests; an
    *   acquire keeps retrying for its wait when that is longer
    * @param {string|Buffer} [options.ca] the CAs (PEM) that https servers' certificates must
    *   be signed by; default the file $LEASEGATE_CACERT names, else Node's CAs
@@ -57,8 +59,8 @@ export class Client {
    * @param {object} [options] ttl, wait, owner, metadata, onLost, keepAlive (see index.d.ts)
    * @returns {Promise<Lease>}
    */
-  async acquire(name, { ttl = "30s", wait = 0, owner, metadata, onLost, keepAlive = false } = {}) {
-    const ttlMs = Math.round(toMillis(ttl, "ttl"));
+  async acquire(name, { ttl = "30s", wait = "0s", owner, metadata, onLost, keepAlive = false } = {}) {
+    const ttlMs = toMillis(ttl, "ttl");
     const waitMs = toMillis(wait, "wait");
     const body = { owner: owner || this.owner, ttl_ms: ttlMs, request_id: randomUUID() };
     if (metadata !== undefined) body.metadata = metadata;
@@ -134,9 +136,14 @@ export class Client {
     }
   }
 
-  /** Checks `token` against the resource's high-water mark; rejects with StaleTokenError. */
+  /**
+   * Checks `token` (a decimal string, a bigint or a safe integer) against the
+   * resource's high-water mark; rejects with StaleTokenError. Throws TypeError or
+   * RangeError, before any request, for a value that is not a token.
+   */
   async fence(resource, token) {
-    return (await this.#call("POST", `/v1/fence/${quoteName(resource)}`, { token: BigInt(token) })).answer;
+    const body = { token: toToken(token) };
+    return (await this.#call("POST", `/v1/fence/${quoteName(resource)}`, body)).answer;
   }
 
   #call(method, path, body) {
@@ -179,3 +186,5 @@ export class Client {
     return lease.lost;
   }
 }
+
+module.exports = { Client };

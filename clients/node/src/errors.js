@@ -1,3 +1,4 @@
+"use strict";
 // Errors, one class per error code of the HTTP contract (openapi.yaml).
 //
 // Every error answer of leasegate is {"error": "<code>", "message": "...", ...}. The
@@ -6,7 +7,7 @@
 // LockHeldError) ... }`.
 
 /** Base of every error this library throws. */
-export class LeasegateError extends Error {
+class LeasegateError extends Error {
   /**
    * @param {string} message the server's human text (or ours)
    * @param {{status?: number|null, body?: object, cause?: unknown}} [details]
@@ -29,29 +30,38 @@ const define = (name, code) => {
 };
 
 /** 400: a malformed request; body.field names the field at fault. */
-export const BadRequestError = define("BadRequestError", "bad_request");
-export const UnauthorizedError = define("UnauthorizedError", "unauthorized");
-export const ForbiddenError = define("ForbiddenError", "forbidden");
-export const NotFoundError = define("NotFoundError", "not_found");
-export const MethodNotAllowedError = define("MethodNotAllowedError", "method_not_allowed");
+const BadRequestError = define("BadRequestError", "bad_request");
+const UnauthorizedError = define("UnauthorizedError", "unauthorized");
+const ForbiddenError = define("ForbiddenError", "forbidden");
+const NotFoundError = define("NotFoundError", "not_found");
+const MethodNotAllowedError = define("MethodNotAllowedError", "method_not_allowed");
 /** 409: not granted within the wait; body.holder and body.waiters say by whom. */
-export const LockHeldError = define("LockHeldError", "lock_held");
+const LockHeldError = define("LockHeldError", "lock_held");
 /** 409: the lease does not hold the lock; body.reason is expired, superseded, released or unknown. */
-export const NotHolderError = define("NotHolderError", "not_holder");
+const NotHolderError = define("NotHolderError", "not_holder");
 /** 409 from the guard or /v1/fence: a write or token older than one already let through. */
-export const StaleTokenError = define("StaleTokenError", "stale_token");
-export const PayloadTooLargeError = define("PayloadTooLargeError", "payload_too_large");
-export const UriTooLongError = define("UriTooLongError", "uri_too_long");
+const StaleTokenError = define("StaleTokenError", "stale_token");
+const PayloadTooLargeError = define("PayloadTooLargeError", "payload_too_large");
+const UriTooLongError = define("UriTooLongError", "uri_too_long");
 /** 428 from the guard: a write without the Fencing-Lease header. */
-export const TokenRequiredError = define("TokenRequiredError", "token_required");
-export const HeadersTooLargeError = define("HeadersTooLargeError", "headers_too_large");
+const TokenRequiredError = define("TokenRequiredError", "token_required");
+const HeadersTooLargeError = define("HeadersTooLargeError", "headers_too_large");
 /** 503: limits reached or the server is stopping. Retried on the next server. */
-export const OverloadedError = define("OverloadedError", "overloaded");
-export const BadGatewayError = define("BadGatewayError", "bad_gateway");
-export const GatewayTimeoutError = define("GatewayTimeoutError", "gateway_timeout");
+const OverloadedError = define("OverloadedError", "overloaded");
+const BadGatewayError = define("BadGatewayError", "bad_gateway");
+const GatewayTimeoutError = define("GatewayTimeoutError", "gateway_timeout");
 
 /** No server answered (refused, reset, timed out) before the operation's time ran out. */
-export class UnavailableError extends LeasegateError {}
+class UnavailableError extends LeasegateError {}
+
+/**
+ * An https server's certificate failed verification (unknown CA, wrong name, expired).
+ * Thrown at once, not retried: waiting does not fix a certificate. Other servers of the
+ * list are still tried; this is thrown when none was left. The message says what
+ * failed and how to trust a private CA (the ca option or $LEASEGATE_CACERT), as the
+ * CLI does.
+ */
+class TLSVerificationError extends UnavailableError {}
 
 /**
  * The lease can no longer be trusted to hold its lock: a renewal was answered
@@ -59,7 +69,7 @@ export class UnavailableError extends LeasegateError {}
  * Work done under it since may have been done by someone else too; writes through
  * the guard carrying it are refused with 409 stale_token.
  */
-export class LeaseLostError extends LeasegateError {
+class LeaseLostError extends LeasegateError {
   constructor(message, { lease = null, ...details } = {}) {
     super(message, details);
     /** The Lease that was lost. */
@@ -80,7 +90,7 @@ const BY_CODE = new Map(
  * @param {number} status
  * @param {object|string} body the parsed JSON, or the text of an answer that is not JSON
  */
-export function errorFromAnswer(status, body) {
+function errorFromAnswer(status, body) {
   if (body === null || typeof body !== "object") {
     const text = String(body).slice(0, 300);
     return new LeasegateError(`HTTP ${status}: ${text}`, { status, body: { text } });
@@ -88,3 +98,10 @@ export function errorFromAnswer(status, body) {
   const Cls = BY_CODE.get(body.error) ?? LeasegateError;
   return new Cls(body.message || body.error || `HTTP ${status}`, { status, body });
 }
+
+module.exports = {
+  LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
+  LockHeldError, NotHolderError, StaleTokenError, PayloadTooLargeError, UriTooLongError, TokenRequiredError,
+  HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError, UnavailableError,
+  TLSVerificationError, LeaseLostError, errorFromAnswer,
+};

@@ -1,16 +1,38 @@
-// JSON with fencing tokens as BigInt. Tokens come from a 64-bit counter and may pass
-// 2^53 (after --min-token, say), where JSON.parse would round them: two different
-// tokens would compare equal. Node 18's JSON.parse has no access to a number's
-// source text, so integers beyond the safe range are quoted with a marker before
-// parsing and turned into BigInt after; token fields are then BigInt whatever their size.
+"use strict";
+// JSON with fencing tokens as decimal strings.
+//
+// Tokens come from a 64-bit counter and may pass 2^53 (after --min-token, say), where
+// a Number would round them and two different tokens would compare equal. A BigInt
+// would keep them exact, but JSON.stringify throws on one, so every object holding a
+// token (a lease, an error's body) could not be logged or sent on. So the client hands
+// out tokens as decimal strings, exact at any size: every integer field named `token`
+// or `*_token` in an answer, outside `metadata` (which is the caller's own JSON and
+// parsed as JSON.parse does). Compare tokens with BigInt(a) < BigInt(b).
+//
+// Node 18's JSON.parse has no access to a number's source text, so integer literals
+// beyond the safe range are quoted with a marker before parsing and put back after.
 
-const MARK = "\u0000leasegate-int:";
-const MARKED = /"\\u0000leasegate-int:(-?\d+)"/g; // MARK + digits as JSON.stringify writes it
+const { randomUUID } = require("node:crypto");
+
 const NUMBER = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
-const TOKEN_KEYS = new Set(["token", "last_token", "max_token", "holder_token"]);
+const MAX_TOKEN = 2n ** 64n - 1n;
 
-/** Integer literals outside Number's safe range, outside strings, quoted with MARK. */
-function quoteLargeIntegers(text) {
+/** An integer literal beyond the safe range, as its digits. */
+class Exact {
+  constructor(digits) {
+    this.digits = digits;
+  }
+}
+
+const isTokenKey = (key) => key === "token" || key.endsWith("_token");
+
+/** A marker no string of `text` contains: quoted integers are told apart by it. */
+function markerFor(text) {
+  return text.includes("leasegate-int") ? `\u0000leasegate-int-${randomUUID()}:` : "\u0000leasegate-int:";
+}
+
+/** Integer literals outside Number's safe range, outside strings, quoted with `mark`. */
+function quoteLargeIntegers(text, mark) {
   let out = "";
   let copied = 0;
   for (let i = 0; i < text.length; i++) {
@@ -22,7 +44,7 @@ function quoteLargeIntegers(text) {
       const literal = NUMBER.exec(text)?.[0];
       if (!literal) continue; // not a number: JSON.parse reports it
       if (/^-?\d+$/.test(literal) && !Number.isSafeInteger(Number(literal))) {
-        out += text.slice(copied, i) + JSON.stringify(MARK + literal);
+        out += text.slice(copied, i) + JSON.stringify(mark + literal);
         copied = i + literal.length;
       }
       i += literal.length - 1;
@@ -31,32 +53,74 @@ function quoteLargeIntegers(text) {
   return out + text.slice(copied);
 }
 
-/** Token fields (outside metadata, which is the caller's own) as BigInt. */
-function tokensAsBigInt(value) {
+/** Sets an own property (also one named __proto__) without any setter running. */
+function put(object, key, value) {
+  Object.defineProperty(object, key, { value, writable: true, enumerable: true, configurable: true });
+}
+
+/** Token fields as decimal strings, every other Exact as the Number JSON.parse would give. */
+function settle(value, inMetadata) {
+  if (value instanceof Exact) return Number(value.digits);
   if (Array.isArray(value)) {
-    value.forEach(tokensAsBigInt);
+    for (let i = 0; i < value.length; i++) if (value[i] instanceof Exact) value[i] = Number(value[i].digits);
+    value.forEach((v) => settle(v, inMetadata));
   } else if (value !== null && typeof value === "object") {
     for (const [key, v] of Object.entries(value)) {
-      if (key === "metadata") continue;
-      if (TOKEN_KEYS.has(key) && typeof v === "number") value[key] = BigInt(v);
-      else tokensAsBigInt(v);
+      const metadata = inMetadata || key === "metadata";
+      if (!metadata && isTokenKey(key) && (v instanceof Exact || Number.isInteger(v))) {
+        put(value, key, v instanceof Exact ? v.digits : String(v));
+      } else if (v instanceof Exact) {
+        put(value, key, Number(v.digits));
+      } else {
+        settle(v, metadata);
+      }
     }
   }
   return value;
 }
 
 /**
- * Parses an answer of leasegate: tokens are BigInt, and so is any other integer
- * beyond 2^53 (kept exact instead of rounded). Throws SyntaxError like JSON.parse.
+ * Parses an answer of leasegate: token fields are decimal strings, exact whatever
+ * their size. Throws SyntaxError like JSON.parse.
  * @param {string} text
  */
-export function parseAnswer(text) {
-  const value = JSON.parse(quoteLargeIntegers(text), (_key, v) =>
-    typeof v === "string" && v.startsWith(MARK) ? BigInt(v.slice(MARK.length)) : v);
-  return tokensAsBigInt(value);
+function parseAnswer(text) {
+  const mark = markerFor(text);
+  const value = JSON.parse(quoteLargeIntegers(text, mark), (_key, v) =>
+    typeof v === "string" && v.startsWith(mark) ? new Exact(v.slice(mark.length)) : v);
+  return settle(value, false);
+}
+
+/**
+ * A token as methods take it (a decimal string, a bigint or a safe integer Number) as
+ * a BigInt. Throws TypeError for another type, RangeError for a value that is not a
+ * token (negative, beyond 2^64-1, a Number beyond 2^53 that may have been rounded).
+ */
+function toToken(value, what = "token") {
+  let token;
+  if (typeof value === "string") {
+    if (!/^[0-9]{1,20}$/.test(value)) throw new RangeError(`${what}: "${value}" is not a decimal token`);
+    token = BigInt(value);
+  } else if (typeof value === "bigint") {
+    token = value;
+  } else if (typeof value === "number") {
+    if (!Number.isSafeInteger(value)) {
+      throw new RangeError(`${what}: ${value} is not a safe integer (pass a token beyond 2^53 as a string)`);
+    }
+    token = BigInt(value);
+  } else {
+    throw new TypeError(`${what}: expected a decimal string, a bigint or a number, got ${value === null ? "null" : typeof value}`);
+  }
+  if (token < 0n || token > MAX_TOKEN) throw new RangeError(`${what}: ${token} is outside 0..2^64-1`);
+  return token;
 }
 
 /** JSON text of a request body; BigInt values (tokens) are written as plain numbers. */
-export function stringifyBody(body) {
-  return JSON.stringify(body, (_key, v) => (typeof v === "bigint" ? MARK + v : v)).replace(MARKED, "$1");
+function stringifyBody(body) {
+  const mark = `\u0000leasegate-int-${randomUUID()}:`; // no string of the body can hold it
+  const quoted = JSON.stringify(body, (_key, v) => (typeof v === "bigint" ? mark + v : v));
+  const open = JSON.stringify(mark).slice(0, -1).replaceAll("\\", "\\\\"); // as a RegExp source
+  return quoted.replace(new RegExp(`${open}(\\d+)"`, "g"), "$1");
 }
+
+module.exports = { parseAnswer, stringifyBody, toToken };

@@ -1,3 +1,4 @@
+"use strict";
 // A granted lease: its renewal (by hand or by the watchdog), its loss, its release.
 //
 // The client cannot see the server's clock, so it bounds the lease with its own
@@ -5,17 +6,17 @@
 // successful renewal (or the acquire) was *sent*. The server started counting
 // later than that, so the client always gives up first, never after the server.
 
-import { EventEmitter } from "node:events";
-import { setTimeout as sleep } from "node:timers/promises";
-import { toMillis } from "./duration.js";
-import { LeaseLostError, LeasegateError, NotHolderError, UnavailableError, errorFromAnswer } from "./errors.js";
-import { parseAnswer } from "./json.js";
-import { lockPath, now } from "./transport.js";
+const { EventEmitter } = require("node:events");
+const { setTimeout: sleep } = require("node:timers/promises");
+const { toMillis } = require("./duration.js");
+const { LeaseLostError, LeasegateError, NotHolderError, errorFromAnswer } = require("./errors.js");
+const { parseAnswer } = require("./json.js");
+const { UnreachableError, lockPath, now, tlsError, unavailable } = require("./transport.js");
 
 /**
  * One grant of a lock. Emits "lost" (with a LeaseLostError) once, when the lease is lost.
  */
-export class Lease extends EventEmitter {
+class Lease extends EventEmitter {
   #transport;
   #deadline; // performance.now() after which the lease is not trusted
   #lost = null;
@@ -39,7 +40,7 @@ export class Lease extends EventEmitter {
     this.owner = grant.owner;
     /** The lease id: the secret that renews, releases and writes through the guard. */
     this.lease = grant.lease;
-    /** The fencing token, a BigInt that only grows across grants. */
+    /** The fencing token, a decimal string (exact at any size) that only grows across grants. */
     this.token = grant.token;
     this.metadata = grant.metadata ?? {};
     /** Time-to-live in milliseconds, as the server last confirmed it. */
@@ -78,11 +79,11 @@ export class Lease extends EventEmitter {
    * Connection failures and 503 are retried on the next server until the lease would
    * expire. Rejects with LeaseLostError (after emitting "lost") when the server answers
    * not_holder or no renewal succeeds in time; other errors (a bad ttl) as they are.
-   * @param {{ttl?: string|number}} [options]
+   * @param {{ttl?: string}} [options]
    */
   async renew({ ttl } = {}) {
     const body = { lease: this.lease };
-    if (ttl !== undefined) body.ttl_ms = Math.round(toMillis(ttl, "ttl"));
+    if (ttl !== undefined) body.ttl_ms = toMillis(ttl, "ttl");
     try {
       const { answer, sent } = await this.#transport.call("POST", lockPath(this.name, "renew"), {
         body, until: this.#deadline, hard: true,
@@ -137,7 +138,8 @@ export class Lease extends EventEmitter {
    * fetch() with this lease in Fencing-Lease, to the server that granted it: a write
    * through the guard, e.g. `lease.fetch("/store/orders/42", {method: "PUT", body})`.
    * Resolves to fetch's Response for every status (409 stale_token once the lease is
-   * gone); rejects with UnavailableError when no answer came. Not retried.
+   * gone); rejects with UnavailableError when no answer came (TLSVerificationError for a
+   * certificate that failed verification). Not retried.
    * @param {string} path
    * @param {RequestInit} [init]
    */
@@ -148,8 +150,8 @@ export class Lease extends EventEmitter {
     try {
       return await this.#transport.fetch(this.server + path, { ...init, headers, signal });
     } catch (error) {
-      if (error instanceof TypeError) throw error;
-      throw new UnavailableError(`${this.server}: ${error.message}`, { cause: error.cause });
+      if (!(error instanceof UnreachableError)) throw error;
+      throw error.tls ? tlsError([error.message], error.cause) : unavailable([error.message]);
     }
   }
 
@@ -218,7 +220,7 @@ export class Lease extends EventEmitter {
  * LeasegateError for an answer that is not leasegate's (an upstream's own error).
  * @param {Response} response
  */
-export async function ensureOk(response) {
+async function ensureOk(response) {
   if (response.ok) return response;
   const text = await response.text();
   let body;
@@ -229,3 +231,5 @@ export async function ensureOk(response) {
   }
   throw errorFromAnswer(response.status, body);
 }
+
+module.exports = { Lease, ensureOk };

@@ -1,41 +1,78 @@
-// Requests to a list of servers that serve one lock space, with Node's built-in fetch.
+"use strict";
+// Requests to a list of servers that serve one lock space, with node:http and node:https.
+//
+// Not fetch: fetch (undici) gives up on an answer whose headers take 300 s, which would
+// cut a long-polling acquire short and send it to the back of the queue; node:http has
+// no such limit, so one long-poll may wait as long as the server allows (wait_ms up to
+// an hour). Each request's own time limit is an AbortSignal.
 //
 // A connection failure, a timeout or a 503 moves on to the next server, and a whole
-// round of failures backs off before the next one, until the call's time is up. Any
-// other answer is final.
+// round of failures backs off before the next one, until the call's time is up. A
+// certificate that fails verification is not tried again: when no other server is
+// left, the call throws TLSVerificationError at once. Any other answer is final.
 
-import https from "node:https";
-import { performance } from "node:perf_hooks";
-import { setTimeout as sleep } from "node:timers/promises";
-import { LeasegateError, OverloadedError, UnavailableError, errorFromAnswer } from "./errors.js";
-import { parseAnswer, stringifyBody } from "./json.js";
+const http = require("node:http");
+const https = require("node:https");
+const { performance } = require("node:perf_hooks");
+const { setTimeout: sleep } = require("node:timers/promises");
+const {
+  LeasegateError, OverloadedError, TLSVerificationError, UnavailableError, errorFromAnswer,
+} = require("./errors.js");
+const { parseAnswer, stringifyBody } = require("./json.js");
 
 const MIN_ATTEMPT_MS = 50; // no request gets a shorter timeout, even at its call's end
 const COURTESY_MS = 1000; // per server, for the release of a lease already lost
 const BACKOFF_FIRST_MS = 50;
 const BACKOFF_MAX_MS = 1000;
+const MAX_ANSWER_BYTES = 64 * 1024 * 1024; // an answer larger than this is refused, not buffered
+
+// What the CLI says after a failed verification (src/cli/cli_http.c), with our option.
+const TLS_HINT = "a server whose certificate a private CA signed needs the ca option or $LEASEGATE_CACERT";
+// OpenSSL's verification failures as Node names them (error.code), and Node's own for a
+// certificate that is not for the host name.
+const TLS_CODES = new Set([
+  "UNABLE_TO_GET_ISSUER_CERT", "UNABLE_TO_GET_CRL", "UNABLE_TO_DECRYPT_CERT_SIGNATURE",
+  "UNABLE_TO_DECRYPT_CRL_SIGNATURE", "UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY", "CERT_SIGNATURE_FAILURE",
+  "CRL_SIGNATURE_FAILURE", "CERT_NOT_YET_VALID", "CERT_HAS_EXPIRED", "CRL_NOT_YET_VALID", "CRL_HAS_EXPIRED",
+  "ERROR_IN_CERT_NOT_BEFORE_FIELD", "ERROR_IN_CERT_NOT_AFTER_FIELD", "ERROR_IN_CRL_LAST_UPDATE_FIELD",
+  "ERROR_IN_CRL_NEXT_UPDATE_FIELD", "DEPTH_ZERO_SELF_SIGNED_CERT", "SELF_SIGNED_CERT_IN_CHAIN",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY", "UNABLE_TO_VERIFY_LEAF_SIGNATURE", "CERT_CHAIN_TOO_LONG", "CERT_REVOKED",
+  "INVALID_CA", "PATH_LENGTH_EXCEEDED", "INVALID_PURPOSE", "CERT_UNTRUSTED", "CERT_REJECTED", "HOSTNAME_MISMATCH",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
 
 /** Milliseconds on a clock that never jumps. */
-export const now = () => performance.now();
+const now = () => performance.now();
 
 /** A lock or resource name as a path: its own characters stay, anything else is encoded. */
-export function quoteName(name) {
+function quoteName(name) {
   return encodeURIComponent(name).replace(/%2F/gi, "/").replace(/%3A/gi, ":");
 }
 
-export const lockPath = (name, action) => `/v1/locks/${quoteName(name)}/${action}`;
+const lockPath = (name, action) => `/v1/locks/${quoteName(name)}/${action}`;
 
-/** Why a fetch failed, in a few words: ECONNREFUSED, TimeoutError... */
-function describe(error) {
-  return error.cause?.code ?? error.cause?.message ?? error.name ?? String(error);
+/** No answer from a server: refused, reset, timed out, cut short, or not verified (tls). */
+class UnreachableError extends Error {
+  constructor(message, { cause, tls = false } = {}) {
+    super(message, { cause });
+    this.tls = tls;
+  }
 }
 
-/** No answer from a server: refused, reset, timed out, cut short. */
-class UnreachableError extends Error {}
+/** The UnreachableError for a request to `server` that failed with `error`. */
+function unreachable(server, error, signal) {
+  const tls = TLS_CODES.has(error?.code);
+  let text;
+  if (signal?.aborted && signal.reason?.name === "TimeoutError") text = "no answer in time (TimeoutError)";
+  else if (error?.code && !String(error.message).includes(error.code)) text = `${error.code}: ${error.message}`;
+  else text = error?.message ?? String(error);
+  return new UnreachableError(`${server}: ${text}${tls ? ` (${TLS_HINT})` : ""}`, { cause: error, tls });
+}
 
-export class Transport {
+class Transport {
   #urls;
   #current = 0; // the server that answered last; calls start there
+  #httpAgent = new http.Agent({ keepAlive: true });
   #httpsAgent;
   #auth;
 
@@ -54,8 +91,7 @@ export class Transport {
     if (this.#urls.length === 0) throw new TypeError("no server URL given");
     this.timeoutMs = timeoutMs;
     this.retryForMs = retryForMs;
-    // https goes through node:https, whose agent takes the CAs (fetch has no such
-    // option); it verifies certificates and host names, always.
+    // Certificates and host names are verified, always; ca only says which CAs to trust.
     this.#httpsAgent = new https.Agent({ keepAlive: true, ca });
     this.#auth = key ? { Authorization: `Bearer ${key}` } : {};
   }
@@ -67,7 +103,8 @@ export class Transport {
   /**
    * Sends until some server answers other than 503. Resolves to {server, answer,
    * sent}: the server, the parsed answer, and when (on performance.now()) the
-   * successful attempt was sent. Rejects with the error of the answer.
+   * successful attempt was sent. Rejects with the error of the answer,
+   * UnavailableError, or TLSVerificationError.
    *
    * @param {string} method
    * @param {string} path
@@ -78,10 +115,15 @@ export class Transport {
    * @param {boolean} [options.hard] no answer is awaited past `until` either
    */
   async call(method, path, { body, until, waitUntil, hard = false }) {
-    const failures = [];
+    const failures = []; // of attempts without a final answer, latest last
+    const untrusted = new Map(); // index -> why its certificate failed: never tried again in this call
     const count = this.#urls.length;
-    for (let tried = 1; ; tried++) {
+    for (let tried = 0; ;) {
       const index = this.#current % count;
+      if (untrusted.has(index)) {
+        this.#current = index + 1;
+        continue;
+      }
       const server = this.#urls[index];
       const sent = now();
       let timeoutMs = this.timeoutMs;
@@ -92,57 +134,63 @@ export class Transport {
         timeoutMs += waitMs;
       }
       if (hard) timeoutMs = Math.min(timeoutMs, until - sent);
-      let failure;
+      let outcome;
       try {
-        const { status, text } = await this.send(server, method, path, {
+        outcome = await this.send(server, method, path, {
           body: payload === undefined ? undefined : stringifyBody(payload),
           headers: payload === undefined ? {} : { "Content-Type": "application/json" },
           timeoutMs: Math.max(timeoutMs, MIN_ATTEMPT_MS),
         });
-        const answer = parse(status, text);
-        if (status < 300) {
+      } catch (error) {
+        if (!(error instanceof UnreachableError)) throw error;
+        outcome = error;
+      }
+      let failure;
+      if (outcome instanceof UnreachableError) {
+        if (outcome.tls) {
+          untrusted.set(index, outcome.message);
+          if (untrusted.size === count) throw tlsError([...untrusted.values()], outcome.cause);
+          this.#current = index + 1;
+          continue; // to the next server at once: not a round's failure to back off from
+        }
+        failure = outcome.message;
+      } else {
+        const answer = parse(outcome.status, outcome.text);
+        if (outcome.status < 300) {
           this.#current = index;
           return { server, answer, sent };
         }
-        failure = errorFromAnswer(status, answer);
-      } catch (error) {
-        if (!(error instanceof UnreachableError)) throw error;
-        failure = `${server}: ${error.message}`;
+        failure = errorFromAnswer(outcome.status, answer);
+        if (!(failure instanceof OverloadedError)) throw failure;
       }
-      if (failure instanceof LeasegateError && !(failure instanceof OverloadedError)) throw failure;
       failures.push(failure);
       this.#current = index + 1;
+      tried++;
+      const live = count - untrusted.size;
       const left = until - now();
-      if (tried >= count && left <= 0) {
-        throw failure instanceof LeasegateError ? failure : this.#unavailable(failures.slice(-count));
+      if (tried >= live && left <= 0) {
+        throw failure instanceof LeasegateError ? failure : unavailable([...untrusted.values(), ...failures.slice(-live)]);
       }
-      if (tried % count === 0) {
-        const backoff = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (tried / count - 1));
+      if (tried % live === 0) {
+        const backoff = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (tried / live - 1));
         await sleep(Math.min(left, backoff * (0.5 + Math.random() / 2)));
       }
     }
   }
 
   /**
-   * One request to one server; resolves to {status, text} for every status and
-   * rejects with UnreachableError when no whole answer came within timeoutMs.
+   * One request to one server with node:http(s); resolves to {status, text} for every
+   * status and rejects with UnreachableError when no whole answer came within timeoutMs.
    */
   async send(server, method, path, { body, headers, timeoutMs }) {
-    headers = { ...headers, ...this.#auth };
     const signal = AbortSignal.timeout(Math.ceil(timeoutMs));
-    if (server.startsWith("https:")) {
-      try {
-        const res = await httpsRequest(server + path, { method, body, headers, signal, agent: this.#httpsAgent });
-        return { status: res.status, text: res.body.toString("utf8") };
-      } catch (error) {
-        throw new UnreachableError(error.code ?? error.message ?? String(error), { cause: error });
-      }
-    }
     try {
-      const res = await fetch(server + path, { method, body, headers, signal });
-      return { status: res.status, text: await res.text() };
+      const res = await nodeRequest(server + path, {
+        method, body, headers: { ...headers, ...this.#auth }, signal, agent: this.#agent(server),
+      });
+      return { status: res.status, text: res.body.toString("utf8") };
     } catch (error) {
-      throw new UnreachableError(describe(error), { cause: error });
+      throw unreachable(server, error, signal);
     }
   }
 
@@ -159,7 +207,7 @@ export class Transport {
       try {
         return await fetch(url, init);
       } catch (error) {
-        throw new UnreachableError(describe(error), { cause: error });
+        throw unreachable(new URL(url).origin, error.cause ?? error, init.signal);
       }
     }
     const { body } = init;
@@ -169,12 +217,12 @@ export class Transport {
     const method = init.method ?? "GET";
     let res;
     try {
-      res = await httpsRequest(url, {
+      res = await nodeRequest(url, {
         method, body: body ?? undefined, headers: Object.fromEntries(init.headers), signal: init.signal,
         agent: this.#httpsAgent,
       });
     } catch (error) {
-      throw new UnreachableError(error.code ?? error.message ?? String(error), { cause: error });
+      throw unreachable(new URL(url).origin, error, init.signal);
     }
     const headers = new Headers();
     for (const [name, value] of Object.entries(res.headers)) {
@@ -203,27 +251,45 @@ export class Transport {
     }
   }
 
-  #unavailable(failures) {
-    return new UnavailableError(`no leasegate server answered: ${failures.map(String).join("; ")}`);
+  #agent(server) {
+    return server.startsWith("https:") ? this.#httpsAgent : this.#httpAgent;
   }
 }
 
 /**
- * One request with node:https (body: a string, bytes or undefined); resolves to
- * {status, headers, body} (node's header object, a Buffer) once the whole answer is in.
+ * One request with node:http or node:https (body: a string, bytes or undefined);
+ * resolves to {status, headers, body} (node's header object, a Buffer) once the whole
+ * answer is in. No limit on how long the headers take: only `signal` ends a wait.
  */
-function httpsRequest(url, { method, body, headers, signal, agent }) {
+function nodeRequest(url, { method, body, headers, signal, agent }) {
   return new Promise((resolve, reject) => {
     const sized = body === undefined ? headers : { ...headers, "Content-Length": Buffer.byteLength(body) };
-    const req = https.request(url, { method, headers: sized, signal, agent }, (res) => {
+    const request = url.startsWith("https:") ? https.request : http.request;
+    const req = request(url, { method, headers: sized, signal, agent }, (res) => {
       const chunks = [];
-      res.on("data", (chunk) => chunks.push(chunk));
+      let size = 0;
+      res.on("data", (chunk) => {
+        size += chunk.length;
+        if (size > MAX_ANSWER_BYTES) req.destroy(new Error(`an answer of more than ${MAX_ANSWER_BYTES} bytes`));
+        else chunks.push(chunk);
+      });
       res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
       res.on("error", reject);
+      res.on("close", () => {
+        if (!res.complete) reject(new Error("the answer was cut short"));
+      });
     });
     req.on("error", reject);
     req.end(body);
   });
+}
+
+function unavailable(failures) {
+  return new UnavailableError(`no leasegate server answered: ${failures.map(String).join("; ")}`);
+}
+
+function tlsError(failures, cause) {
+  return new TLSVerificationError(`certificate verification failed: ${failures.join("; ")}`, { cause });
 }
 
 /** The JSON of an answer, or for an error answer that is not JSON, its text. */
@@ -237,3 +303,5 @@ function parse(status, text) {
     return text;
   }
 }
+
+module.exports = { Transport, UnreachableError, lockPath, now, quoteName, tlsError, unavailable };

@@ -16,11 +16,14 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+import { createRequire } from "node:module";
 import {
   BadRequestError, Client, ForbiddenError, LeaseLostError, LeasegateError, LockHeldError, NotHolderError,
-  OverloadedError, StaleTokenError, UnauthorizedError, UnavailableError, ensureOk,
-} from "../index.js";
-import { toMillis } from "../src/duration.js";
+  OverloadedError, StaleTokenError, TLSVerificationError, UnauthorizedError, UnavailableError, ensureOk,
+} from "leasegate"; // the package itself, through its exports map (import condition)
+
+const require = createRequire(import.meta.url);
+const { toMillis } = require("../src/duration.js");
 
 const READY = /^leasegate: listening on (https?:\/\/127\.0\.0\.1:(\d+))\s*$/m;
 const BOUND_MS = 20_000; // the longest any wait in these tests may take
@@ -134,6 +137,28 @@ async function startRecorder(forward) {
   return { ...server, bodies };
 }
 
+/** A TCP proxy on a free loopback port to `port`, counting the connections it was asked for. */
+async function countingProxy(port) {
+  let count = 0;
+  const sockets = new Set();
+  const proxy = net.createServer((client) => {
+    count++;
+    const upstream = net.connect(port, "127.0.0.1");
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on("error", () => {});
+      s.on("close", () => { sockets.delete(s); client.destroy(); upstream.destroy(); });
+    }
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+  return {
+    port: proxy.address().port,
+    connections: () => count,
+    close: () => new Promise((resolve) => { for (const s of sockets) s.destroy(); proxy.close(resolve); }),
+  };
+}
+
 /** A loopback URL where nothing listens. */
 async function closedPortUrl() {
   const server = net.createServer();
@@ -162,7 +187,7 @@ test("acquire, renew, release", async () => {
   const name = unique("acquire");
   const lease = await client.acquire(name, { ttl: "30s", metadata: { why: "test" } });
   assert.ok(lease.valid);
-  assert.equal(typeof lease.token, "bigint");
+  assert.match(lease.token, /^[0-9]+$/);
   assert.deepEqual([lease.name, lease.owner, lease.server], [name, "node-test", server.url]);
   const state = await client.status(name);
   assert.equal(state.holder.token, lease.token);
@@ -204,7 +229,7 @@ test("waiters are handed the lock in arrival order", async () => {
   await holder.release();
   await Promise.all(waiters);
   assert.deepEqual(order.map(([label]) => label), ["first", "second"]);
-  const tokens = [holder.token, ...order.map(([, token]) => token)];
+  const tokens = [holder.token, ...order.map(([, token]) => token)].map(BigInt);
   assert.ok(tokens[0] < tokens[1] && tokens[1] < tokens[2], String(tokens));
 });
 
@@ -242,7 +267,7 @@ test("a renewal answered not_holder is a loss", async () => {
 
 test("errors are named after the contract's codes", async () => {
   const name = unique("errors");
-  const held = await client.withLock(name, () => client.acquire(name, { wait: 0 }).catch((e) => e));
+  const held = await client.withLock(name, () => client.acquire(name, { wait: "0s" }).catch((e) => e));
   assert.ok(held instanceof LockHeldError && held instanceof LeasegateError);
   assert.deepEqual([held.status, held.code, held.body.waiters], [409, "lock_held", 0]);
   const bad = await client.acquire("no spaces allowed").catch((e) => e);
@@ -251,7 +276,7 @@ test("errors are named after the contract's codes", async () => {
   await assert.rejects(client.acquire(name, { ttl: "10ms" }), BadRequestError); // below the server's minimum
   const resource = unique("fence");
   assert.equal((await client.fence(resource, held.body.holder.token)).accepted, true);
-  await assert.rejects(client.fence(resource, held.body.holder.token - 1n), StaleTokenError);
+  await assert.rejects(client.fence(resource, BigInt(held.body.holder.token) - 1n), StaleTokenError);
 });
 
 test("a guarded write carries the lease, and is refused once it ended", async () => {
@@ -327,10 +352,20 @@ test("tokens beyond 2^53 stay exact", async () => {
   const big = await new Server(["--min-token", "9007199254740993"]).start();
   try {
     const bigClient = new Client({ servers: big.url });
-    const lease = await bigClient.acquire("big");
-    assert.equal(lease.token, 9007199254740994n);
-    assert.equal((await bigClient.status("big")).last_token, 9007199254740994n);
-    assert.equal((await bigClient.fence("big", lease.token)).max_token, 9007199254740994n);
+    const lease = await bigClient.acquire("big", { metadata: { note: "mine", n: 7 } });
+    assert.equal(lease.token, "9007199254740994");
+    const state = await bigClient.status("big");
+    assert.equal(state.last_token, "9007199254740994");
+    assert.equal(state.holder.token, "9007199254740994");
+    assert.deepEqual(state.holder.metadata, { note: "mine", n: 7 }); // the caller's JSON, as sent
+    assert.equal((await bigClient.fence("big", lease.token)).max_token, "9007199254740994");
+    assert.equal((await bigClient.fence("big", 9007199254740994n)).max_token, "9007199254740994");
+    await assert.rejects(bigClient.fence("big", "9007199254740993"), StaleTokenError);
+    const held = await new Client({ servers: big.url }).acquire("big").catch((e) => e);
+    assert.ok(held instanceof LockHeldError);
+    // Everything the client hands out goes through JSON.stringify, tokens exact.
+    assert.match(JSON.stringify({ lease, state, held: held.body }), /"token":"9007199254740994"/);
+    assert.equal(JSON.parse(JSON.stringify(held.body)).holder.token, "9007199254740994");
   } finally {
     await big.stop();
   }
@@ -397,10 +432,23 @@ test("https with a private CA: verified with the ca option, refused without it",
       assert.equal((await res.json()).status, "ok");
     });
     assert.equal((await trusting.status(name)).held, false);
-    const doubting = new Client({ servers: tls.url, retryFor: "200ms" });
-    const error = await doubting.acquire(unique("tls")).then(() => assert.fail("acquired"), (e) => e);
-    assert.ok(error instanceof UnavailableError, String(error));
-    assert.match(error.message, /UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED|CERT/);
+    // Without the CA: thrown at once, not retried for retryFor (a proxy counts the
+    // connections: retries would make many), with the CLI's explanation.
+    const proxy = await countingProxy(tls.port);
+    try {
+      const doubting = new Client({ servers: `https://127.0.0.1:${proxy.port}`, retryFor: "30s" });
+      const error = await doubting.acquire(unique("tls"), { wait: "30s" }).then(() => assert.fail("acquired"), (e) => e);
+      assert.ok(error instanceof TLSVerificationError && error instanceof UnavailableError, String(error));
+      assert.equal(error.status, null);
+      assert.match(error.message, /UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED|CERT/);
+      assert.match(error.message, /a server whose certificate a private CA signed needs the ca option or \$LEASEGATE_CACERT/);
+      assert.equal(proxy.connections(), 1);
+    } finally {
+      await proxy.close();
+    }
+    // A server that fails verification is passed over for the next one.
+    const mixed = new Client({ servers: [tls.url, server.url] });
+    await mixed.withLock(unique("tls-next"), (lease) => assert.equal(lease.server, server.url));
   } finally {
     await tls.stop();
     fs.rmSync(dir, { recursive: true, force: true });
@@ -430,12 +478,75 @@ test("an API key goes with every request to a server with --auth-file", async ()
   }
 });
 
-test("durations", () => {
+test("durations: a unit is required, a bare number is a TypeError", async () => {
   assert.equal(toMillis("250ms"), 250);
   assert.equal(toMillis("15s"), 15_000);
   assert.equal(toMillis("2m"), 120_000);
   assert.equal(toMillis("1h"), 3_600_000);
-  assert.equal(toMillis(1500), 1500);
-  for (const bad of ["15", "1d", "-1s", "", -1]) assert.throws(() => toMillis(bad), RangeError);
-  assert.throws(() => toMillis(null), TypeError);
+  assert.equal(toMillis("1.5s"), 1500);
+  assert.equal(toMillis("0.25m"), 15_000);
+  assert.equal(toMillis("0s"), 0);
+  assert.equal(toMillis(`${Number.MAX_SAFE_INTEGER}ms`), Number.MAX_SAFE_INTEGER);
+  for (const bare of [0, 15, 1500, 1.5, 15n, "15", "0", "1.5", "-3"]) {
+    assert.throws(() => toMillis(bare, "ttl"), (e) => e instanceof TypeError && /^ttl: .*has no unit/.test(e.message),
+      String(bare));
+  }
+  assert.throws(() => toMillis(15, "ttl"), { message: /"15ms", "15s", "15m" or "15h"/ });
+  for (const bad of ["1d", "-1s", "+1s", "", "s", " 15s", "15s ", "15 s", "1e3ms", ".5s", "5.s", "1.5ms", "15S",
+    "\u0661\u0665s", "15s\n", `${Number.MAX_SAFE_INTEGER + 2}ms`, null, undefined, {}, true]) {
+    assert.throws(() => toMillis(bad), TypeError, String(bad));
+  }
+  // Refused before any request: the server never sees them.
+  await assert.rejects(client.acquire(unique("bare"), { ttl: 15000 }), TypeError);
+  await assert.rejects(client.acquire(unique("bare"), { wait: 0 }), TypeError);
+  await assert.rejects(client.withLock(unique("bare"), { ttl: "15" }, () => assert.fail("ran")), TypeError);
+  assert.throws(() => new Client({ servers: server.url, timeout: 5000 }), TypeError);
+  assert.throws(() => new Client({ servers: server.url, retryFor: 5 }), TypeError);
+  const lease = await client.acquire(unique("bare"), { ttl: "1.5s" });
+  assert.equal(lease.ttl, 1500);
+  await assert.rejects(lease.renew({ ttl: 10 }), TypeError);
+  await lease.renew({ ttl: "2m" });
+  assert.equal((await client.status(lease.name)).holder.ttl_ms, 120_000);
+  await lease.release();
+});
+
+test("tokens: fence takes a decimal string, a bigint or a safe number; refuses anything else", async () => {
+  const resource = unique("fence-types");
+  await client.withLock(unique("fence-types"), async (lease) => {
+    assert.equal((await client.fence(resource, lease.token)).max_token, lease.token);
+    assert.equal((await client.fence(resource, BigInt(lease.token))).max_token, lease.token);
+    assert.equal((await client.fence(resource, Number(lease.token))).max_token, lease.token);
+  });
+  for (const bad of ["12a", "-1", "", "1.0", 1.5, -1, 2 ** 53, -1n, 2n ** 64n]) {
+    await assert.rejects(client.fence(resource, bad), RangeError, String(bad));
+  }
+  for (const bad of [null, undefined, {}, true]) await assert.rejects(client.fence(resource, bad), TypeError);
+});
+
+test("a long wait is one long-poll through node:http, not fetch, and not cut at 280 s", async (t) => {
+  const bodies = [];
+  const held = await listen(async (req, res) => {
+    bodies.push(JSON.parse(await readBody(req)));
+    res.writeHead(409, { "Content-Type": "application/json" })
+      .end('{"error":"lock_held","message":"held","holder":{"owner":"x","token":5},"waiters":0}');
+  });
+  t.mock.method(globalThis, "fetch", () => { throw new Error("fetch must not carry API calls"); });
+  try {
+    const error = await new Client({ servers: held.url }).acquire(unique("long"), { wait: "10m" }).catch((e) => e);
+    assert.ok(error instanceof LockHeldError, String(error));
+    assert.equal(error.body.holder.token, "5");
+  } finally {
+    await held.close();
+  }
+  // One request carries the whole wait: a wait split into polls of at most 280 s would
+  // have sent a second request after this answer.
+  assert.equal(bodies.length, 1);
+  assert.ok(bodies[0].wait_ms > 280_000 && bodies[0].wait_ms <= 600_000, String(bodies[0].wait_ms));
+  // And a real long-poll, granted while it waits, with fetch still unusable.
+  const name = unique("long");
+  const holder = await client.acquire(name, { ttl: "30s" });
+  const waiting = client.acquire(name, { wait: "20s" });
+  await waitFor(async () => (await client.status(name)).waiters === 1, "the waiter");
+  await holder.release();
+  await (await waiting).release();
 });

@@ -5,19 +5,25 @@
     with client.lock("orders/42", ttl="15s", wait="1m") as lease:
         lease.request("PUT", "/store/orders/42", data).raise_for_status()
 
-See README.md beside this package for the whole story.
+    client = leasegate.AsyncClient("http://127.0.0.1:7400")       # asyncio
+    async with client.lock("orders/42", ttl="15s", wait="1m") as lease:
+        (await lease.request("PUT", "/store/orders/42", data)).raise_for_status()
+
+Durations are strings with a unit ("250ms", "15s", "2m", "1h") or timedeltas; a bare
+number is refused. See README.md beside this package for the whole story.
 """
 
+from .aio import AsyncClient, AsyncLease
 from .client import Client
 from .errors import (BadGateway, BadRequest, Forbidden, GatewayTimeout, HeadersTooLarge, LeasegateError,
                      LeaseLost, LockHeld, MethodNotAllowed, NotFound, NotHolder, Overloaded, PayloadTooLarge,
-                     StaleToken, TokenRequired, Unauthorized, Unavailable, UriTooLong)
+                     StaleToken, TLSVerificationError, TokenRequired, Unauthorized, Unavailable, UriTooLong)
 from .lease import Lease
 from .transport import Response
 
 __version__ = "0.1.0"
 
-__all__ = ["Client", "Lease", "Response", "LeasegateError", "BadRequest", "Unauthorized", "Forbidden",
-           "NotFound", "MethodNotAllowed", "LockHeld", "NotHolder", "StaleToken", "PayloadTooLarge", "UriTooLong",
-           "TokenRequired", "HeadersTooLarge", "Overloaded", "BadGateway", "GatewayTimeout", "Unavailable",
-           "LeaseLost"]
+__all__ = ["Client", "AsyncClient", "Lease", "AsyncLease", "Response", "LeasegateError", "BadRequest",
+           "Unauthorized", "Forbidden", "NotFound", "MethodNotAllowed", "LockHeld", "NotHolder", "StaleToken",
+           "PayloadTooLarge", "UriTooLong", "TokenRequired", "HeadersTooLarge", "Overloaded", "BadGateway",
+           "GatewayTimeout", "Unavailable", "TLSVerificationError", "LeaseLost"]

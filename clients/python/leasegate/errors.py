@@ -97,6 +97,14 @@ class Unavailable(LeasegateError):
     operation's time ran out; the message names each server and its failure."""
 
 
+class TLSVerificationError(Unavailable):
+    """An https server's certificate failed verification (unknown CA, wrong name,
+    expired). Raised at once, not retried: waiting does not fix a certificate. Other
+    servers of the list are still tried; this is raised when none was left. The
+    message says what failed and how to trust a private CA (cafile= or
+    $LEASEGATE_CACERT), as the CLI does."""
+
+
 class LeaseLost(LeasegateError):
     """The lease can no longer be trusted to hold its lock: a renewal was answered
     ``not_holder``, or no renewal succeeded within the TTL (counted from when it was

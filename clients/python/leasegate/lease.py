@@ -4,21 +4,27 @@ The client cannot see the server's clock, so it bounds the lease with its own
 monotonic clock: a lease is trusted until ``ttl`` after the moment the last
 successful renewal (or the acquire) was *sent*. The server started counting later
 than that, so the client always gives up first, never after the server.
+
+LeaseCore holds that bound and decides renewals, losses and releases as plans
+(plan.py); Lease runs them blocking with a watchdog thread, aio.AsyncLease with
+asyncio and a watchdog task, so both lose and release a lease alike.
 """
 
 import logging
 import threading
 import time
 
-from .durations import millis
+from . import plan
+from .blocking import run
+from .durations import millis, seconds
 from .errors import LeasegateError, LeaseLost, NotHolder
-from .transport import NETWORK_ERRORS
+from .transport import NETWORK_ERRORS, describe_failure, is_tls_failure
 
 log = logging.getLogger("leasegate")
 
 
-class Lease:
-    """One grant of a lock.
+class LeaseCore:
+    """One grant of a lock: what Lease and AsyncLease share.
 
     name, owner, metadata: as granted.
     lease: the lease id, the secret that renews, releases and writes through the guard.
@@ -40,10 +46,8 @@ class Lease:
         self.lost = None
         self._on_lost = on_lost
         self._deadline = sent + self.ttl
-        self._state = threading.Lock()  # guards _deadline, lost, _ending
+        self._state = threading.Lock()  # guards _deadline, lost, _ending (the watchdog thread shares them)
         self._ending = False  # release() began: a renewal failing now is no loss
-        self._stop = threading.Event()
-        self._watchdog = None
 
     @property
     def server(self):
@@ -69,20 +73,14 @@ class Lease:
             self._lose_by_deadline()
             raise self._lost_error()
 
-    def renew(self, ttl=None):
-        """Extends the lease by its TTL (or by `ttl`, which then becomes its TTL).
-
-        Connection failures and 503 are retried on the next server until the lease
-        would expire. Raises LeaseLost (after calling on_lost) when the server
-        answers not_holder or no renewal succeeds in time; other errors (BadRequest
-        for a bad ttl) are raised as they are.
-        """
+    # Plans, run by the subclasses ---------------------------------------------
+    def _renew_plan(self, ttl):
         body = {"lease": self.lease}
         if ttl is not None:
             body["ttl_ms"] = millis(ttl, "ttl")
         try:
-            _, answer, sent = self._client._call("POST", self._client._lock_path(self.name, "renew"), body,
-                                                 until=self._deadline, hard=True)
+            _, answer, sent = yield from plan.call(self._client, "POST", plan.lock_path(self.name, "renew"), body,
+                                                   until=self._deadline, hard=True)
         except NotHolder as e:
             self._lose("the server says the lease on %r no longer holds it (%s)"
                        % (self.name, e.body.get("reason", e.message)), e)
@@ -101,26 +99,19 @@ class Lease:
             self._lose_by_deadline()
         raise self._lost_error()
 
-    def release(self):
-        """Gives the lock back and stops the watchdog; a second call does nothing.
-
-        A lease already lost gets one short try per server, errors ignored: the
-        server frees the lock at its TTL anyway, and an exit must not hang on a dead
-        server. Raises LeaseLost when the server says the lease had already ended
-        (expired or superseded), and Unavailable when no server answered in time.
-        """
+    def _release_plan(self):
         with self._state:
             if self._ending:
                 return
             self._ending = True
             trusted = self.lost is None and time.monotonic() < self._deadline
-        self._stop.set()
+        self._stop_watchdog()
         if not trusted:
-            self._client._courtesy_release(self.name, self.lease)
+            yield from plan.courtesy_release(self._client, self.name, self.lease)
             return
         try:
-            self._client._call("POST", self._client._lock_path(self.name, "release"), {"lease": self.lease},
-                               until=time.monotonic() + self._client.retry_for)
+            yield from plan.call(self._client, "POST", plan.lock_path(self.name, "release"), {"lease": self.lease},
+                                 until=time.monotonic() + self._client.retry_for)
         except NotHolder as e:
             if e.body.get("reason") == "released":  # a retry after a release whose answer was lost
                 return
@@ -128,62 +119,50 @@ class Lease:
                        e, ending=True)
             raise self._lost_error()
 
-    def request(self, method, path, data=None, headers=None, timeout=None):
-        """Sends a request carrying this lease to the server that granted it: a write
-        through the guard, e.g. ``lease.request("PUT", "/store/orders/42", b"...")``.
-
-        data: bytes, str (sent as UTF-8) or None. Returns a Response for every status;
-        ``response.raise_for_status()`` raises StaleToken, TokenRequired... Raises
-        Unavailable when no answer came. Not retried: a write is the caller's call.
-        """
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        try:
-            return self._endpoint.request(method, path, data,
-                                          {**(headers or {}), **self._client._auth, **self.headers},
-                                          timeout=timeout if timeout is not None else self._client.timeout)
-        except NETWORK_ERRORS as e:
-            raise self._client._unavailable(["%s: %s" % (self.server, e)]) from e
-
-    def keep_alive(self):
-        """Starts the watchdog, a daemon thread that renews at a third of the TTL until
-        release() or loss (acquire(keep_alive=True) calls it); returns the lease. A
-        second call does nothing."""
-        if self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch, name="leasegate-watchdog %s" % self.name,
-                                              daemon=True)
-            self._watchdog.start()
-        return self
-
-    # Used by Client ---------------------------------------------------------
-
-    def _end_of_block(self):
-        """The end of ``with client.lock(...)``: release, and raise LeaseLost if the
-        lease was lost while the block ran (the block's own exception, if any, is
-        kept as its context)."""
+    def _end_of_block_plan(self, interrupted):
+        """The end of a lock block: release, and raise LeaseLost if the lease was lost
+        while the block ran (the block's own exception, if any, is kept as its
+        context). interrupted: the block ends with a BaseException that is not an
+        Exception (KeyboardInterrupt, SystemExit, asyncio.CancelledError), which must
+        go on as it is: the loss is then only recorded (lease.lost, on_lost)."""
         if not self.valid:
             self._lose_by_deadline()
         try:
-            self.release()
+            yield from self._release_plan()
         except LeaseLost:
             pass
         except LeasegateError as e:
             # The work is done and the server frees the lock at its TTL: not the
             # caller's failure, but worth knowing.
             log.warning("release of the lease on %r failed: %s", self.name, e)
-        if self.lost is not None:
+        if self.lost is not None and not interrupted:
             raise self._lost_error()
 
+    # What the subclasses provide ------------------------------------------------
+    def _stop_watchdog(self):
+        raise NotImplementedError
+
+    def _notify(self, error):
+        """Calls on_lost(error), once, from whoever noticed the loss."""
+        if self._on_lost is None:
+            return
+        try:
+            self._on_lost(error)
+        except Exception:
+            log.exception("on_lost callback for the lease on %r failed", self.name)
+
     # Internals --------------------------------------------------------------
-    def _watch(self):
-        while not self._stop.wait(self._renewal_due_in()):
-            try:
-                self.renew()
-            except LeaseLost:
-                return
-            except LeasegateError as e:
-                self._lose("the lease on %r cannot be renewed: %s" % (self.name, e), e)
-                return
+    def _request_args(self, data, headers, timeout):
+        """(body bytes, headers, timeout in seconds) of a request carrying this lease."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        headers = {**(headers or {}), **self._client._auth, **self.headers}
+        return data, headers, seconds(timeout, "timeout") if timeout is not None else self._client.timeout
+
+    def _unreachable(self, error):
+        """The error for a request carrying this lease that got no answer."""
+        failure = describe_failure(self.server, error)
+        return plan.tls_error([failure]) if is_tls_failure(error) else plan.unavailable([failure])
 
     def _renewal_due_in(self):
         """Seconds until a third of the TTL has passed since the last renewal was sent."""
@@ -211,13 +190,96 @@ class Lease:
             if self.lost is not None or (self._ending and not ending):
                 return
             self.lost = error
-        self._stop.set()
-        if self._on_lost is not None:
-            try:
-                self._on_lost(error)
-            except Exception:
-                log.exception("on_lost callback for the lease on %r failed", self.name)
+        self._stop_watchdog()
+        self._notify(error)
 
     def __repr__(self):
-        return "<Lease %s token=%d %s>" % (self.name, self.token, "valid" if self.valid else "not valid")
+        return "<%s %s token=%d %s>" % (type(self).__name__, self.name, self.token,
+                                        "valid" if self.valid else "not valid")
 
+
+class Lease(LeaseCore):
+    """A lease of the blocking Client; the watchdog is a daemon thread."""
+
+    def __init__(self, client, endpoint, grant, sent, on_lost=None):
+        super().__init__(client, endpoint, grant, sent, on_lost)
+        self._stop = threading.Event()
+        self._watchdog = None
+
+    def renew(self, ttl=None):
+        """Extends the lease by its TTL (or by `ttl`, which then becomes its TTL).
+
+        Connection failures and 503 are retried on the next server until the lease
+        would expire. Raises LeaseLost (after calling on_lost) when the server
+        answers not_holder or no renewal succeeds in time; other errors (BadRequest
+        for a bad ttl) are raised as they are.
+        """
+        run(self._renew_plan(ttl))
+
+    def release(self):
+        """Gives the lock back and stops the watchdog; a second call does nothing.
+
+        A lease already lost gets one short try per server, errors ignored: the
+        server frees the lock at its TTL anyway, and an exit must not hang on a dead
+        server. Raises LeaseLost when the server says the lease had already ended
+        (expired or superseded), and Unavailable when no server answered in time.
+        """
+        run(self._release_plan())
+
+    def request(self, method, path, data=None, headers=None, timeout=None):
+        """Sends a request carrying this lease to the server that granted it: a write
+        through the guard, e.g. ``lease.request("PUT", "/store/orders/42", b"...")``.
+
+        data: bytes, str (sent as UTF-8) or None. timeout: a duration (default the
+        client's). Returns a Response for every status; ``response.raise_for_status()``
+        raises StaleToken, TokenRequired... Raises Unavailable (TLSVerificationError for
+        a certificate that failed verification) when no answer came. Not retried: a
+        write is the caller's call.
+        """
+        data, headers, timeout = self._request_args(data, headers, timeout)
+        try:
+            return self._endpoint.request(method, path, data, headers, timeout=timeout)
+        except NETWORK_ERRORS as e:
+            raise self._unreachable(e) from e
+
+    def keep_alive(self):
+        """Starts the watchdog, a daemon thread that renews at a third of the TTL until
+        release() or loss (acquire(keep_alive=True) calls it); returns the lease. A
+        second call does nothing."""
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, name="leasegate-watchdog %s" % self.name,
+                                              daemon=True)
+            self._watchdog.start()
+        return self
+
+    def _end_of_block(self, interrupted):
+        run(self._end_of_block_plan(interrupted))
+
+    def _stop_watchdog(self):
+        self._stop.set()
+
+    def _watch(self):
+        while not self._stop.wait(self._renewal_due_in()):
+            try:
+                self.renew()
+            except LeaseLost:
+                return
+            except LeasegateError as e:
+                self._lose("the lease on %r cannot be renewed: %s" % (self.name, e), e)
+                return
+
+
+class LockBlock:
+    """``with client.lock(...) as lease:`` (see Client.lock)."""
+
+    def __init__(self, client, name, options):
+        self._client, self._name, self._options = client, name, options
+        self._lease = None
+
+    def __enter__(self):
+        self._lease = self._client.acquire(self._name, keep_alive=True, **self._options)
+        return self._lease
+
+    def __exit__(self, exc_type, exc, tb):
+        self._lease._end_of_block(exc_type is not None and not issubclass(exc_type, Exception))
+        return False

@@ -1,19 +1,36 @@
-"""One HTTP request to one server, with the standard library's http.client.
+"""One HTTP request to one server, blocking, with the standard library's http.client.
 
 A fresh connection per request: the watchdog thread and the caller's thread never
 share one, a server that restarted leaves no dead keep-alive connection behind, and
 http.client (unlike urllib) ignores *_proxy variables, which must not reroute
-traffic to a lock service.
+traffic to a lock service. aiotransport.py is the asyncio twin of Endpoint.request.
 """
 
 import http.client
 import json
+import ssl
 import urllib.parse
 
 from .errors import error_from_answer
 
-# What a request raises when no answer came: refused, reset, timed out, cut short.
+# What a request raises when no answer came: refused, reset, timed out, cut short,
+# or a certificate that failed verification (ssl.SSLCertVerificationError, an OSError).
 NETWORK_ERRORS = (OSError, http.client.HTTPException)
+
+# What the CLI says after a failed verification (src/cli/cli_http.c), with our option.
+TLS_HINT = "a server whose certificate a private CA signed needs cafile=PEM or $LEASEGATE_CACERT"
+
+
+def is_tls_failure(error):
+    """True for a certificate that failed verification: a failure no retry fixes."""
+    return isinstance(error, ssl.SSLCertVerificationError)
+
+
+def describe_failure(endpoint, error):
+    """One line for an attempt that got no answer: the server, what happened, and for
+    a certificate failure what to do about it."""
+    text = "%s: %s" % (endpoint, str(error) or type(error).__name__)
+    return text + " (%s)" % TLS_HINT if is_tls_failure(error) else text
 
 
 class Response:
@@ -61,22 +78,23 @@ class Endpoint:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("not an http(s) server URL: %r" % url)
         self.url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
-        self._https = parts.scheme == "https"
-        self._ssl_context = ssl_context
-        self._host = parts.hostname
-        self._port = parts.port
-        self._prefix = parts.path.rstrip("/")
+        self.https = parts.scheme == "https"
+        self.ssl_context = (ssl_context or ssl.create_default_context()) if self.https else None
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.https else 80)
+        self.host_header = parts.netloc.rpartition("@")[2]
+        self.prefix = parts.path.rstrip("/")
 
     def request(self, method, path, body=None, headers=None, timeout=10.0):
         """Sends one request (body: bytes or None) and reads the whole answer; raises
         one of NETWORK_ERRORS when no answer came within `timeout` seconds (per
         socket operation)."""
-        if self._https:
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._ssl_context)
+        if self.https:
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self.ssl_context)
         else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
-            conn.request(method, self._prefix + path, body=body, headers=headers or {})
+            conn.request(method, self.prefix + path, body=body, headers=headers or {})
             resp = conn.getresponse()
             data = resp.read()
             return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data)
@@ -85,3 +103,4 @@ class Endpoint:
 
     def __repr__(self):
         return self.url
+

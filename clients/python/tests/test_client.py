@@ -9,165 +9,17 @@ Run: LEASEGATE_BIN=build/leasegate PYTHONPATH=clients/python \
 """
 
 import datetime
-import http.client
-import http.server
-import json
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
 import time
 import unittest
-import uuid
 
 import leasegate
-from leasegate.durations import seconds
-
-READY = re.compile(r"^leasegate: listening on (https?://127\.0\.0\.1:\d+)\s*$")
-BOUND = 20.0  # the longest any wait in these tests may take
-
-
-def unique(prefix):
-    return "%s/%s" % (prefix, uuid.uuid4().hex[:8])
-
-
-def wait_for(predicate, what, timeout=BOUND):
-    """Polls predicate() until it is true; fails after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.02)
-
-
-class Server:
-    """The real binary on a free loopback port, with its own temporary database."""
-
-    def __init__(self, *args):
-        binary = os.environ.get("LEASEGATE_BIN")
-        if not binary or not os.access(binary, os.X_OK):
-            raise RuntimeError("set LEASEGATE_BIN to the leasegate binary (e.g. build/leasegate)")
-        self.dir = tempfile.mkdtemp(prefix="leasegate-pyclient-")
-        self.stderr = open(os.path.join(self.dir, "stderr.log"), "wb")
-        self.proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0",
-                                      "--data", os.path.join(self.dir, "test.db"), *args],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.stderr)
-        found = []
-        ready = threading.Event()
-
-        def read_stdout():  # for the whole life of the process, so the pipe never fills
-            for line in self.proc.stdout:
-                m = READY.match(line.decode("utf-8", "replace"))
-                if m and not found:
-                    found.append(m.group(1))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=read_stdout, daemon=True).start()
-        ready.wait(10)
-        if not found:
-            self.stop()
-            raise RuntimeError("leasegate did not start; see " + self.stderr.name)
-        self.url = found[0]
-
-    def signal(self, sig):
-        os.kill(self.proc.pid, sig)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.proc.stdout.close()
-        self.stderr.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class LoopbackHTTP:
-    """A ThreadingHTTPServer on a free loopback port running `handler`."""
-
-    def __init__(self, handler):
-        handler.log_message = lambda *args: None
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def stop(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-class Store(LoopbackHTTP):
-    """The guard's upstream: keeps each PUT (path -> (body, Fencing-Token))."""
-
-    def __init__(self):
-        self.objects = {}
-        store = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_PUT(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                store.objects[self.path] = (body, self.headers.get("Fencing-Token"))
-                self.send_response(201)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        super().__init__(Handler)
-
-
-class Recorder(LoopbackHTTP):
-    """A server that answers every request with `status` and a JSON body, and keeps
-    each request body; with drop_first, it instead forwards the first request to
-    `forward`, reads the whole answer and hangs up without passing it on (an answer
-    lost on the way back), and forwards every later one."""
-
-    def __init__(self, status=503, forward=None):
-        self.bodies = []
-        rec = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                rec.bodies.append(json.loads(body))
-                if forward is None:
-                    return self.answer(status, b'{"error":"overloaded","message":"test"}')
-                host, port = forward.rsplit("/", 1)[1].split(":")
-                conn = http.client.HTTPConnection(host, int(port), timeout=BOUND)
-                conn.request("POST", self.path, body, {"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                data = resp.read()
-                conn.close()
-                if len(rec.bodies) > 1:  # the first answer is dropped: nothing is sent
-                    self.answer(resp.status, data)
-
-            def answer(self, code, data):
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        super().__init__(Handler)
-
-
-def closed_port_url():
-    """A loopback URL where nothing listens."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return "http://127.0.0.1:%d" % port
+from support import BOUND, CountingProxy, Recorder, Server, Store, closed_port_url, make_pki, unique, wait_for
 
 
 class ClientTest(unittest.TestCase):
@@ -268,7 +120,7 @@ class ClientTest(unittest.TestCase):
         name = unique("errors")
         with self.client.lock(name):
             with self.assertRaises(leasegate.LockHeld) as cm:
-                self.client.acquire(name, wait=0)
+                self.client.acquire(name, wait="0s")
         e = cm.exception
         self.assertIsInstance(e, leasegate.LeasegateError)
         self.assertEqual((e.status, e.code), (409, "lock_held"))
@@ -335,6 +187,56 @@ class ClientTest(unittest.TestCase):
             proxy.stop()
         self.assertFalse(self.client.status(name)["held"])
 
+    def test_a_bare_number_as_a_duration_is_refused_before_any_request(self):
+        recorder = Recorder(503)
+        try:
+            client = leasegate.Client(recorder.url)
+            for options in ({"ttl": 15}, {"wait": 0}, {"wait": 1.5}, {"ttl": "15"}, {"ttl": "15000"}):
+                with self.subTest(options=options), self.assertRaises(ValueError) as cm:
+                    client.acquire(unique("bare"), **options)
+                self.assertIn("no unit", str(cm.exception))
+            with self.assertRaises(ValueError):
+                client.lock(unique("bare"), ttl=30).__enter__()
+            self.assertEqual(recorder.bodies, [], "a refused duration sent a request")
+        finally:
+            recorder.stop()
+        for options in ({"timeout": 5}, {"retry_for": 5.0}):
+            with self.subTest(options=options):
+                self.assertRaises(ValueError, leasegate.Client, self.server.url, **options)
+        name = unique("bare")
+        lease = self.client.acquire(name, ttl="2s")
+        try:
+            self.assertRaises(ValueError, lease.renew, ttl=10)
+            self.assertRaises(ValueError, lease.request, "GET", "/healthz", timeout=5)
+            self.assertTrue(lease.valid)
+        finally:
+            lease.release()
+
+    def test_fractions_and_timedeltas_reach_the_server_in_milliseconds(self):
+        name = unique("units")
+        lease = self.client.acquire(name, ttl="1.5s")
+        self.assertEqual(lease.ttl, 1.5)
+        self.assertEqual(self.client.status(name)["holder"]["ttl_ms"], 1500)
+        lease.renew(ttl=datetime.timedelta(minutes=2))
+        self.assertEqual(self.client.status(name)["holder"]["ttl_ms"], 120000)
+        lease.release()
+
+    def test_fence_takes_the_token_as_int_or_decimal_string(self):
+        resource = unique("fence-types")
+        with self.client.lock(unique("fence-types")) as lease:
+            self.assertEqual(self.client.fence(resource, str(lease.token))["max_token"], lease.token)
+            self.assertEqual(self.client.fence(resource, lease.token)["max_token"], lease.token)
+        for bad in (None, True, "12a", "-1", 1.0):
+            with self.subTest(token=bad):
+                self.assertRaises(TypeError, self.client.fence, resource, bad)
+
+    def test_a_block_interrupted_by_keyboard_interrupt_releases_and_lets_it_through(self):
+        name = unique("interrupt")
+        with self.assertRaises(KeyboardInterrupt):
+            with self.client.lock(name, ttl="15s"):
+                raise KeyboardInterrupt
+        self.assertFalse(self.client.status(name)["held"])
+
     def test_list_follows_pages(self):
         prefix = unique("list") + "/"
         names = [prefix + n for n in ("a", "b", "c")]
@@ -378,24 +280,6 @@ class LeaseLossTest(unittest.TestCase):
         self.assertEqual(self.store.objects["/" + name][0], b"v1")
 
 
-def make_pki(directory):
-    """A CA and a certificate for 127.0.0.1 that it signs, made with the openssl command:
-    the paths of (CA, certificate, key)."""
-    ca, ca_key, cert, key, csr, ext = (os.path.join(directory, n) for n in
-                                       ("ca.pem", "ca.key", "cert.pem", "cert.key", "cert.csr", "cert.ext"))
-    with open(ext, "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
-                "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    for cmd in (["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=test CA",
-                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"],
-                ["req", "-new", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
-                ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
-                 "-days", "2", "-extfile", ext]):
-        subprocess.run(["openssl", *cmd], check=True, capture_output=True, timeout=60)
-    return ca, cert, key
-
-
 @unittest.skipUnless(shutil.which("openssl"), "the openssl command is missing")
 class TlsTest(unittest.TestCase):
     """An HTTPS server (--tls-cert/--tls-key) whose certificate a private CA signed."""
@@ -421,11 +305,48 @@ class TlsTest(unittest.TestCase):
             self.assertEqual(client.status(name)["holder"]["token"], lease.token)
         self.assertFalse(client.status(name)["held"])
 
-    def test_without_the_ca_no_request_gets_through(self):
-        client = leasegate.Client(self.server.url, retry_for="200ms")
-        with self.assertRaises(leasegate.Unavailable) as caught:
-            client.acquire(unique("tls"))
-        self.assertIn("CERTIFICATE_VERIFY_FAILED", str(caught.exception))
+    def test_without_the_ca_the_failure_is_raised_at_once_with_the_cli_explanation(self):
+        # Through a proxy that counts connections: a failure retried for retry_for
+        # (30 s) would make many; raised at once, it makes exactly one.
+        proxy = CountingProxy(("127.0.0.1", int(self.server.url.rsplit(":", 1)[1])))
+        try:
+            client = leasegate.Client("https://127.0.0.1:%d" % proxy.port, retry_for="30s")
+            name = unique("tls")
+            with self.assertRaises(leasegate.TLSVerificationError) as caught:
+                client.acquire(name, wait="30s")
+        finally:
+            proxy.stop()
+        self.assertEqual(proxy.connections, 1)
+        error = caught.exception
+        self.assertIsInstance(error, leasegate.Unavailable)
+        self.assertIsNone(error.status)
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", str(error))
+        self.assertIn("a server whose certificate a private CA signed needs cafile=PEM or $LEASEGATE_CACERT",
+                      str(error))
+        self.assertFalse(leasegate.Client(self.server.url, cafile=self.ca).status(name)["held"])
+
+    def test_a_server_failing_verification_is_passed_over_for_the_next(self):
+        plain = Server()
+        try:
+            client = leasegate.Client([self.server.url, plain.url])
+            with client.lock(unique("tls-next")) as lease:
+                self.assertEqual(lease.server, plain.url)
+        finally:
+            plain.stop()
+
+    def test_a_guarded_request_failing_verification_says_why(self):
+        client = leasegate.Client(self.server.url, cafile=self.ca)
+        lease = client.acquire(unique("tls-request"))
+        try:
+            lease._client = leasegate.Client(self.server.url)  # forgets the CA
+            lease._endpoint = lease._client._endpoints[0]
+            with self.assertRaises(leasegate.TLSVerificationError) as caught:
+                lease.request("GET", "/healthz")
+            self.assertIn("needs cafile=PEM", str(caught.exception))
+        finally:
+            lease._client = client
+            lease._endpoint = client._endpoints[0]
+            lease.release()
 
 
 class KeyTest(unittest.TestCase):
@@ -465,20 +386,6 @@ class KeyTest(unittest.TestCase):
             del os.environ["LEASEGATE_KEY"]
         with self.assertRaises(leasegate.Unauthorized):
             leasegate.Client(self.server.url).acquire(unique("py/none"))
-
-
-class DurationTest(unittest.TestCase):
-    def test_spellings(self):
-        self.assertEqual(seconds("250ms"), 0.25)
-        self.assertEqual(seconds("15s"), 15.0)
-        self.assertEqual(seconds("2m"), 120.0)
-        self.assertEqual(seconds("1h"), 3600.0)
-        self.assertEqual(seconds(1.5), 1.5)
-        self.assertEqual(seconds(datetime.timedelta(milliseconds=20)), 0.02)
-        for bad in ("15", "1d", "-1s", ""):
-            self.assertRaises(ValueError, seconds, bad)
-        self.assertRaises(ValueError, seconds, -1)
-        self.assertRaises(TypeError, seconds, None)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# CI: the .deb that `cpack -G DEB` builds, installed on a brand-new minimal Debian 12 root
+# (../shared/tools/fresh-debian.sh: a chroot, no systemd as PID 1). Inside the root:
+#   1. build the package as a user would (scripts/deps.sh, cmake, cpack -G DEB);
+#   2. purge the build tools and everything they pulled in, so that no runtime library is
+#      left (checked) and the package's Depends must bring them back;
+#   3. install systemd and man-db (systemd-analyze, systemd-sysusers and man, as on a real
+#      machine), then the .deb with apt-get: user leasegate, keys.txt root:leasegate 0640;
+#   4. systemd-analyze verify leasegate.service (which also runs `man leasegate(1)`, the
+#      unit's Documentation=: the installed man page must be found);
+#   5. run the unit's ExecStart as its user, with its Environment= and EnvironmentFile=,
+#      until /healthz answers; add a key, reload the way ExecReload does (SIGHUP), take a
+#      lock with it; stop with SIGTERM and expect exit status 0.
+# Every wait is bounded; the whole check too (DEB_CHECK_TIMEOUT, default 1500 s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. .ci/tools.sh
+tools=$(find_shared_tools) || { echo "deb-check: shared tools not found (set LEASEGATE_SHARED_TOOLS)" >&2; exit 1; }
+
+inner=$(cat <<'INNER'
+set -euo pipefail
+say() { echo "deb-check: $*"; }
+export DEBIAN_FRONTEND=noninteractive
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed'; }
+# What a bare Debian 12 has anyway (libuuid1, libgnutls30 for apt...): those need no Depends.
+base_pkgs=$(dpkg-query -W -f='${Package}\n')
+scripts/deps.sh
+cmake -B build -DLEASEGATE_TESTS=OFF >/dev/null
+cmake --build build -j"$(nproc)" >/dev/null
+(cd build && cpack -G DEB >/dev/null)
+deb=$(ls build/leasegate_*.deb)
+say "built $deb"
+
+build_pkgs=$(sed -n 's/^BUILD="\(.*\)"$/\1/p' scripts/deps.sh)
+runtime_pkgs=$(sed -n 's/^RUNTIME="\(.*\)"$/\1/p' scripts/deps.sh)
+[ -n "$build_pkgs" ] && [ -n "$runtime_pkgs" ] || { say "cannot read BUILD and RUNTIME from scripts/deps.sh"; exit 1; }
+apt-get purge -y -qq $build_pkgs >/dev/null
+apt-get autoremove --purge -y -qq >/dev/null
+# Every runtime library the base root did not have goes, whatever still pulls it in.
+added=""
+for p in $runtime_pkgs; do
+  printf '%s\n' "$base_pkgs" | grep -qx "$p" || added="$added $p"
+done
+[ -n "$added" ] || { say "every runtime package is in the base root: nothing to test"; exit 1; }
+apt-get purge -y -qq $added >/dev/null
+apt-get autoremove --purge -y -qq >/dev/null
+for p in $added; do
+  ! installed "$p" || { say "$p is still installed: the Depends would go untested"; exit 1; }
+done
+say "build tools purged, and the runtime packages a bare Debian 12 lacks:$added"
+
+apt-get install -y -qq --no-install-recommends systemd man-db >/dev/null
+apt-get install -y -qq --no-install-recommends "./$deb" >/dev/null
+for p in $runtime_pkgs; do
+  installed "$p" || { say "Depends did not bring $p"; exit 1; }
+done
+unit=/usr/lib/systemd/system/leasegate.service
+[ -x /usr/bin/leasegate ] && [ -f "$unit" ] && [ -f /usr/share/man/man1/leasegate.1 ] && [ -f /etc/default/leasegate ] ||
+  { say "the package lacks a file"; dpkg -L leasegate; exit 1; }
+getent passwd leasegate >/dev/null || { say "no user leasegate"; exit 1; }
+[ "$(stat -c '%U:%G %a' /etc/leasegate/keys.txt)" = "root:leasegate 640" ] ||
+  { say "keys.txt is $(stat -c '%U:%G %a' /etc/leasegate/keys.txt), not root:leasegate 640"; exit 1; }
+say "installed: $(leasegate --version), user $(id leasegate)"
+
+systemd-analyze verify "$unit"
+say "systemd-analyze verify: ok"
+
+# An operator's option (the root shares the host's network: not the default port, which
+# another server may hold), then what systemd does before ExecStart: the state directory
+# and the environment.
+port=$(shuf -i 20000-60000 -n 1)
+echo "LEASEGATE_OPTS=\"--listen 127.0.0.1:$port\"" >> /etc/default/leasegate
+export LEASEGATE_SERVER=http://127.0.0.1:$port
+install -d -m 0750 -o leasegate -g leasegate /var/lib/leasegate
+env_default=$(sed -n 's/^Environment="\(.*\)"$/\1/p' "$unit")
+export "${env_default?}"
+set -a; . /etc/default/leasegate; set +a
+exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
+eval "set -- $exec_start"
+say "ExecStart as leasegate: $*"
+setpriv --reuid=leasegate --regid=leasegate --init-groups -- "$@" >/tmp/serve.log 2>&1 &
+pid=$!
+ok=1
+for _ in $(seq 1 100); do
+  if grep -q "listening on http://127.0.0.1:$port" /tmp/serve.log && leasegate healthcheck >/dev/null 2>&1; then
+    ok=0; break
+  fi
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.2
+done
+[ $ok = 0 ] || { say "the service never answered /healthz"; cat /tmp/serve.log; kill -KILL "$pid" 2>/dev/null; exit 1; }
+say "/healthz answers"
+
+out=$(leasegate keygen ci client ci/)
+key=$(printf '%s\n' "$out" | sed -n 1p)
+printf '%s\n' "$out" | sed -n 2p >> /etc/leasegate/keys.txt
+if LEASEGATE_KEY=$key leasegate acquire --lock ci/deb >/dev/null 2>&1; then
+  say "a key not yet loaded was accepted"; kill -KILL "$pid"; exit 1
+fi
+# ExecReload, as systemd runs it (MAINPID in its environment, $$ for $).
+reload=$(sed -n 's/^ExecReload=//p' "$unit" | sed 's/\$\$/$/g')
+eval "MAINPID=$pid $reload"
+granted=1
+for _ in $(seq 1 50); do
+  if LEASEGATE_KEY=$key leasegate acquire --lock ci/deb >/tmp/grant.json 2>/tmp/grant.err; then granted=0; break; fi
+  sleep 0.1
+done
+[ $granted = 0 ] || { say "no grant with the reloaded key"; cat /tmp/grant.err /tmp/serve.log; kill -KILL "$pid"; exit 1; }
+say "reloaded keys; granted: $(cat /tmp/grant.json)"
+
+kill -TERM "$pid"
+status=0
+for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then say "no exit within 10 s of SIGTERM"; kill -KILL "$pid"; exit 1; fi
+wait "$pid" || status=$?
+[ "$status" = 0 ] || { say "exit status $status after SIGTERM"; cat /tmp/serve.log; exit 1; }
+[ "$(stat -c %U /var/lib/leasegate/leasegate.db)" = leasegate ] || { say "the database is not the user's"; exit 1; }
+say "ok: the package installs, its unit verifies, its ExecStart serves as leasegate and stops cleanly"
+INNER
+)
+timeout "${DEB_CHECK_TIMEOUT:-1500}" "$tools/fresh-debian.sh" "$inner"

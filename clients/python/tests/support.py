@@ -1,0 +1,226 @@
+"""What the client tests share: the real binary on a free loopback port, small loopback
+HTTP servers (a guarded store, a recorder), a TCP proxy that counts connections, and a
+private CA. Only loopback traffic; every wait is bounded; every process is stopped by
+its PID.
+"""
+
+import http.client
+import http.server
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+
+READY = re.compile(r"^leasegate: listening on (https?://127\.0\.0\.1:\d+)\s*$")
+BOUND = 20.0  # the longest any wait in these tests may take
+
+
+def unique(prefix):
+    return "%s/%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+def wait_for(predicate, what, timeout=BOUND):
+    """Polls predicate() until it is true; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.02)
+
+
+class Server:
+    """The real binary on a free loopback port, with its own temporary database."""
+
+    def __init__(self, *args):
+        binary = os.environ.get("LEASEGATE_BIN")
+        if not binary or not os.access(binary, os.X_OK):
+            raise RuntimeError("set LEASEGATE_BIN to the leasegate binary (e.g. build/leasegate)")
+        self.dir = tempfile.mkdtemp(prefix="leasegate-pyclient-")
+        self.stderr = open(os.path.join(self.dir, "stderr.log"), "wb")
+        self.proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0",
+                                      "--data", os.path.join(self.dir, "test.db"), *args],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.stderr)
+        found = []
+        ready = threading.Event()
+
+        def read_stdout():  # for the whole life of the process, so the pipe never fills
+            for line in self.proc.stdout:
+                m = READY.match(line.decode("utf-8", "replace"))
+                if m and not found:
+                    found.append(m.group(1))
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=read_stdout, daemon=True).start()
+        ready.wait(10)
+        if not found:
+            self.stop()
+            raise RuntimeError("leasegate did not start; see " + self.stderr.name)
+        self.url = found[0]
+
+    def signal(self, sig):
+        os.kill(self.proc.pid, sig)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc.stdout.close()
+        self.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class LoopbackHTTP:
+    """A ThreadingHTTPServer on a free loopback port running `handler`."""
+
+    def __init__(self, handler):
+        handler.log_message = lambda *args: None
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Store(LoopbackHTTP):
+    """The guard's upstream: keeps each PUT (path -> (body, Fencing-Token))."""
+
+    def __init__(self):
+        self.objects = {}
+        store = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_PUT(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                store.objects[self.path] = (body, self.headers.get("Fencing-Token"))
+                self.send_response(201)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        super().__init__(Handler)
+
+
+class Recorder(LoopbackHTTP):
+    """A server that answers every request with `status` and a JSON body, and keeps
+    each request body; with drop_first, it instead forwards the first request to
+    `forward`, reads the whole answer and hangs up without passing it on (an answer
+    lost on the way back), and forwards every later one."""
+
+    def __init__(self, status=503, forward=None):
+        self.bodies = []
+        rec = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                rec.bodies.append(json.loads(body))
+                if forward is None:
+                    return self.answer(status, b'{"error":"overloaded","message":"test"}')
+                host, port = forward.rsplit("/", 1)[1].split(":")
+                conn = http.client.HTTPConnection(host, int(port), timeout=BOUND)
+                conn.request("POST", self.path, body, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                data = resp.read()
+                conn.close()
+                if len(rec.bodies) > 1:  # the first answer is dropped: nothing is sent
+                    self.answer(resp.status, data)
+
+            def answer(self, code, data):
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        super().__init__(Handler)
+
+
+def closed_port_url():
+    """A loopback URL where nothing listens."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return "http://127.0.0.1:%d" % port
+
+
+class CountingProxy:
+    """A TCP proxy on a free loopback port to `target` (host, port) that counts the
+    connections it was asked for: how many attempts a client made."""
+
+    def __init__(self, target):
+        self.connections = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._target = target
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed by stop()
+            self.connections += 1
+            try:
+                upstream = socket.create_connection(self._target, timeout=BOUND)
+            except OSError:
+                client.close()
+                continue
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self):
+        self._listener.close()
+
+
+def make_pki(directory):
+    """A CA and a certificate for 127.0.0.1 that it signs, made with the openssl command:
+    the paths of (CA, certificate, key)."""
+    ca, ca_key, cert, key, csr, ext = (os.path.join(directory, n) for n in
+                                       ("ca.pem", "ca.key", "cert.pem", "cert.key", "cert.csr", "cert.ext"))
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+                "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    for cmd in (["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=test CA",
+                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"],
+                ["req", "-new", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
+                ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+                 "-days", "2", "-extfile", ext]):
+        subprocess.run(["openssl", *cmd], check=True, capture_output=True, timeout=60)
+    return ca, cert, key

@@ -1,0 +1,247 @@
+"""S3 peers for the guard's s3:// routes, on 127.0.0.1 with free ports:
+
+* Moto       -- moto's S3 server (`python3 -m moto.server`, with boto3), checking SigV4
+                signatures: the first actions (an IAM user, its policy, its access key)
+                run without auth, every later request must be signed with that key.
+                Moto implements If-Match and If-None-Match on PutObject (412).
+* FakeStore  -- a tiny S3 that stores objects in a dict and either honours
+                preconditions or ignores them (a proxy or store that silently drops
+                If-Match), switchable while it runs. It checks no signature.
+* RacingProxy -- a TCP relay in front of moto that, when it sees the PUT of a chosen
+                key go by, first writes that object directly (boto3) with a chosen
+                fencing-token: the store changes between the guard's HEAD and its PUT.
+
+available() says whether moto and boto3 are importable; tests skip with one line when
+they are not (and .ci/run fails if they were skipped). Every process started here is
+stopped by PID; every wait is bounded.
+"""
+
+import http.server
+import json
+import os
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import harness
+from upstream import free_port
+
+REGION = "us-east-1"
+BUCKET = "lgbucket"
+
+
+def available():
+    try:
+        import boto3  # noqa: F401
+        import moto  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def missing_reason():
+    return "moto and boto3 are not importable by %s (pip install 'moto[server]' boto3)" % sys.executable
+
+
+class Moto:
+    def __init__(self):
+        import boto3
+        self.dir = tempfile.mkdtemp(prefix="leasegate-moto-")
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")
+        self.log = open(os.path.join(self.dir, "moto.log"), "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=env, cwd=self.dir)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("moto did not start")
+                time.sleep(0.1)
+        anon = dict(endpoint_url=self.url, region_name=REGION, aws_access_key_id="x", aws_secret_access_key="y")
+        iam = boto3.client("iam", **anon)
+        iam.create_user(UserName="leasegate")
+        policy = iam.create_policy(PolicyName="s3", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        iam.attach_user_policy(UserName="leasegate", PolicyArn=policy["Policy"]["Arn"])
+        key = iam.create_access_key(UserName="leasegate")["AccessKey"]
+        self.key_id, self.secret = key["AccessKeyId"], key["SecretAccessKey"]
+        self.s3 = self.client()
+        self.s3.create_bucket(Bucket=BUCKET)
+
+    def client(self, endpoint=None):
+        import boto3
+        return boto3.client("s3", endpoint_url=endpoint or self.url, region_name=REGION,
+                            aws_access_key_id=self.key_id, aws_secret_access_key=self.secret)
+
+    def env(self):
+        """The gateway's environment: the access key, nothing on its command line."""
+        return {"AWS_ACCESS_KEY_ID": self.key_id, "AWS_SECRET_ACCESS_KEY": self.secret}
+
+    def get(self, key):
+        """(body, fencing-token or None) of the object, or None when absent."""
+        try:
+            o = self.s3.get_object(Bucket=BUCKET, Key=key)
+        except self.s3.exceptions.NoSuchKey:
+            return None
+        return o["Body"].read(), o["Metadata"].get("fencing-token")
+
+    def put_direct(self, key, body, fence=None):
+        meta = {"fencing-token": str(fence)} if fence is not None else {}
+        self.s3.put_object(Bucket=BUCKET, Key=key, Body=body, Metadata=meta)
+
+    def stop(self):
+        harness.stop_process(self.proc)
+        self.log.close()
+        import shutil
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _FakeHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status, body=b"", headers=None):
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self):
+        self.do_GET()
+
+    def do_GET(self):
+        store = self.server.store
+        with store.lock:
+            store.seen.append((self.command, self.path, dict(self.headers)))
+            obj = store.objects.get(self.path)
+        if obj is None:
+            return self._send(404)
+        body, etag, fence = obj
+        h = {"ETag": etag}
+        if fence is not None:
+            h["x-amz-meta-fencing-token"] = fence
+        self._send(200, body, h)
+
+    def do_PUT(self):
+        store = self.server.store
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with store.lock:
+            store.seen.append((self.command, self.path, dict(self.headers)))
+            cur = store.objects.get(self.path)
+            if store.honour:
+                im, inm = self.headers.get("If-Match"), self.headers.get("If-None-Match")
+                if (im is not None and (cur is None or cur[1] != im)) or (inm == "*" and cur is not None):
+                    return self._send(412)
+            store.version += 1
+            etag = '"v%d"' % store.version
+            store.objects[self.path] = (body, etag, self.headers.get("x-amz-meta-fencing-token"))
+        self._send(200, b"", {"ETag": etag})
+
+
+class FakeStore:
+    """A dict-backed S3 on 127.0.0.1 that honours preconditions only while `honour`."""
+
+    def __init__(self, honour=True):
+        self.honour = honour
+        self.objects = {}
+        self.seen = []
+        self.version = 0
+        self.lock = threading.Lock()
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _FakeHandler)
+        self.server.daemon_threads = True
+        self.server.store = self
+        self.port = self.server.server_address[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        self.thread.start()
+
+    def env(self):
+        return {"AWS_ACCESS_KEY_ID": "AKIAFAKE", "AWS_SECRET_ACCESS_KEY": "fake-secret"}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RacingProxy:
+    """A relay in front of moto. Before it passes on the PUT of `key` (a path such as
+    /lgbucket/reports/x.csv), it writes that object directly with `fence`, once."""
+
+    def __init__(self, moto):
+        self.moto = moto
+        self.race_path = None
+        self.race_fence = None
+        self.raced = threading.Event()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def race(self, path, fence):
+        self.race_path, self.race_fence = path, fence
+        self.raced.clear()
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _pipe(self, src, dst, inspect):
+        try:
+            while not self._stop.is_set():
+                data = src.recv(65536)
+                if not data:
+                    break
+                if inspect and self.race_path and not self.raced.is_set() and \
+                        data.startswith(("PUT %s " % self.race_path).encode()):
+                    key = self.race_path.split("/", 2)[2]
+                    self.moto.put_direct(key, b"written directly", self.race_fence)
+                    self.raced.set()
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _serve(self, c):
+        try:
+            up = socket.create_connection(("127.0.0.1", self.moto.port), timeout=30)
+        except OSError:
+            c.close()
+            return
+        c.settimeout(None)
+        threading.Thread(target=self._pipe, args=(up, c, False), daemon=True).start()
+        self._pipe(c, up, True)
+
+    def close(self):
+        self._stop.set()
+        self.sock.close()

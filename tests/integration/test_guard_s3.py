@@ -1,0 +1,297 @@
+"""S3 behind the guard: --guard PREFIX=s3://BUCKET/KEYPREFIX,region=R,endpoint=URL.
+
+Against a real S3 API (moto's server, which checks SigV4 signatures and implements
+If-Match / If-None-Match on PutObject): signed reads and writes through the guard; the
+lease's token as the object's own precondition (the fence in x-amz-meta-fencing-token,
+If-Match on the ETag); a stale write refused; the store changing between the guard's
+HEAD and its PUT (412 -> 409); a higher fence written straight to the store refusing the
+guard's lower token, also after the gateway is killed and comes back with an empty lock
+table. Against a fake store that ignores preconditions: the start stops, and a store
+that starts ignoring them later gets the route's writes refused (502).
+
+Skipped with one line when moto or boto3 is missing (.ci/run fails then). Only
+127.0.0.1; every wait is bounded; no timing assertions.
+"""
+
+import os
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+import harness
+import s3_fixture
+
+
+def uid():
+    return uuid.uuid4().hex[:10]
+
+
+def run_to_exit(args, env, timeout=60):
+    """`leasegate serve` with args on a fresh database, which must exit by itself:
+    (status, stderr)."""
+    import subprocess
+    d = tempfile.mkdtemp(prefix="leasegate-s3exit-")
+    try:
+        p = subprocess.run([harness.binary_path(), "serve", "--listen", "127.0.0.1:0", "--data",
+                            os.path.join(d, "x.db")] + args, capture_output=True, timeout=timeout,
+                           env=dict(os.environ, **env), stdin=subprocess.DEVNULL, cwd=d)
+        return p.returncode, p.stderr.decode("utf-8", "replace")
+    finally:
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def route(endpoint, prefix="/s3/", keyprefix="reports", extra=""):
+    return ["--guard", "%s=s3://%s/%s,region=%s,endpoint=%s%s" % (prefix, s3_fixture.BUCKET, keyprefix,
+                                                                   s3_fixture.REGION, endpoint, extra)]
+
+
+@unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
+class S3Tests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.moto = s3_fixture.Moto()
+        cls.proxy = s3_fixture.RacingProxy(cls.moto)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proxy.close()
+        cls.moto.stop()
+
+    def setUp(self):
+        self.srv = harness.Server(extra_args=route(self.proxy.url), extra_env=self.moto.env())
+
+    def tearDown(self):
+        self.srv.cleanup()
+
+    def acquire(self, lock, owner="o", srv=None):
+        st, _, g = (srv or self.srv).acquire(lock, owner, ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        return g
+
+    def put(self, path, body, lease, srv=None, headers=None):
+        h = {"Fencing-Lease": lease, "Content-Type": "text/csv"}
+        h.update(headers or {})
+        return (srv or self.srv).request("PUT", path, raw=body, headers=h)
+
+    def test_signed_reads_and_writes(self):
+        name = "rw-%s.csv" % uid()
+        g = self.acquire(name)
+        st, hdrs, _ = self.put("/s3/" + name, b"a,b\n1,2\n", g["lease"], headers={"x-amz-meta-owner": "job-1"})
+        self.assertEqual(st, 200)
+        self.assertTrue(hdrs.get("etag"), hdrs)
+        # The key is KEYPREFIX/ + the path below the prefix; the fence is the token.
+        self.assertEqual(self.moto.get("reports/" + name), (b"a,b\n1,2\n", str(g["token"])))
+        meta = self.moto.s3.head_object(Bucket=s3_fixture.BUCKET, Key="reports/" + name)["Metadata"]
+        self.assertEqual(meta.get("owner"), "job-1")
+        st, hdrs, body = self.srv.request("GET", "/s3/" + name)
+        self.assertEqual((st, body), (200, "a,b\n1,2\n"))
+        self.assertEqual(hdrs.get("x-amz-meta-fencing-token"), str(g["token"]))
+        st, _, _ = self.srv.request("GET", "/s3/" + name, headers={"Range": "bytes=0-2"})
+        self.assertEqual((st, self.srv.client.last_raw), (206, b"a,b"))
+        st, _, _ = self.srv.request("HEAD", "/s3/" + name)
+        self.assertEqual(st, 200)
+        self.assertEqual(self.srv.request("GET", "/s3/none-%s" % uid())[0], 404)
+        # The same holder writes twice (the fence equals its token).
+        self.assertEqual(self.put("/s3/" + name, b"v2", g["lease"])[0], 200)
+        self.assertEqual(self.moto.get("reports/" + name), (b"v2", str(g["token"])))
+        # A client's own fencing-token metadata is dropped, never written.
+        self.assertEqual(self.put("/s3/" + name, b"v3", g["lease"],
+                                  headers={"x-amz-meta-fencing-token": "999999"})[0], 200)
+        self.assertEqual(self.moto.get("reports/" + name), (b"v3", str(g["token"])))
+
+    def test_refusals(self):
+        name = "ref-%s.csv" % uid()
+        g = self.acquire(name)
+        p = "/s3/" + name
+        cases = [
+            ("PUT", p, {}, 428, "token_required"),
+            ("PUT", p + "?acl", {"Fencing-Lease": g["lease"]}, 400, "bad_request"),
+            ("PUT", p, {"Fencing-Lease": g["lease"], "x-amz-copy-source": "/lgbucket/secret"}, 400, "bad_request"),
+            ("PUT", p, {"Fencing-Lease": g["lease"], "x-amz-acl": "public-read"}, 400, "bad_request"),
+            ("PUT", p, {"Fencing-Lease": g["lease"], "Authorization": "AWS4-HMAC-SHA256 x"}, 400, "bad_request"),
+            ("PUT", p, {"Fencing-Lease": g["lease"], "If-Match": '"x"'}, 400, "bad_request"),
+            ("PUT", "/s3/.leasegate-probe", {"Fencing-Lease": g["lease"]}, 400, "bad_request"),
+            ("DELETE", p, {"Fencing-Lease": g["lease"]}, 405, "method_not_allowed"),
+            ("POST", p, {"Fencing-Lease": g["lease"]}, 405, "method_not_allowed"),
+            ("GET", p + "?uploads", {}, 400, "bad_request"),
+        ]
+        for method, path, headers, status, error in cases:
+            with self.subTest(method=method, path=path, headers=headers):
+                st, hdrs, body = self.srv.request(method, path, raw=b"x" if method != "GET" else None,
+                                                  headers=dict(headers, **{"Content-Type": "text/plain"}))
+                self.assertEqual((st, body.get("error")), (status, error), body)
+        st, hdrs, _ = self.srv.request("DELETE", p, headers={"Fencing-Lease": g["lease"]})
+        self.assertEqual(hdrs.get("allow"), "GET, HEAD, PUT")
+        # A chunked PUT has no length: 411.
+        req = ("PUT %s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+               "2\r\nab\r\n0\r\n\r\n" % (p, g["lease"]))
+        st, _, body = harness.raw_http(self.srv.port, req.encode())
+        self.assertEqual(st, 411, body)
+        self.assertIsNone(self.moto.get("reports/" + name))
+
+    def test_stale_lease_refused_by_the_guard(self):
+        name = "stale-%s.csv" % uid()
+        a = self.acquire(name, "a")
+        self.assertEqual(self.put("/s3/" + name, b"A", a["lease"])[0], 200)
+        self.assertEqual(self.srv.request("DELETE", "/v1/locks/" + name)[0], 200)
+        b = self.acquire(name, "b")
+        self.assertEqual(self.put("/s3/" + name, b"B", b["lease"])[0], 200)
+        st, _, body = self.put("/s3/" + name, b"stale A", a["lease"])
+        self.assertEqual((st, body["error"]), (409, "stale_token"), body)
+        self.assertEqual(self.moto.get("reports/" + name), (b"B", str(b["token"])))
+
+    def test_a_higher_fence_in_the_store_refuses_a_lower_token(self):
+        """Another writer (another gateway, a script) wrote the object with a larger
+        fencing-token than this lease's: the store's fence decides."""
+        name = "higher-%s.csv" % uid()
+        g = self.acquire(name)
+        self.moto.put_direct("reports/" + name, b"newer", fence=g["token"] + 1000)
+        st, _, body = self.put("/s3/" + name, b"older", g["lease"])
+        self.assertEqual((st, body["error"], body["reason"], body["fence"]),
+                         (409, "stale_token", "store_fence", g["token"] + 1000), body)
+        self.assertEqual(self.moto.get("reports/" + name), (b"newer", str(g["token"] + 1000)))
+
+    def test_store_changes_between_head_and_put(self):
+        """The object changes after the guard read its ETag and before its PUT: the
+        store refuses the precondition (412), and the guard answers 409: stale_token
+        when the new fence is above the token, write_conflict otherwise."""
+        for bump, error in ((1000, "stale_token"), (0, "write_conflict")):
+            with self.subTest(error=error):
+                name = "race-%s.csv" % uid()
+                g = self.acquire(name)
+                self.assertEqual(self.put("/s3/" + name, b"first", g["lease"])[0], 200)
+                self.proxy.race("/%s/reports/%s" % (s3_fixture.BUCKET, name), g["token"] + bump)
+                st, _, body = self.put("/s3/" + name, b"second", g["lease"])
+                self.assertTrue(self.proxy.raced.is_set())
+                self.assertEqual((st, body["error"]), (409, error), body)
+                self.assertEqual(self.moto.get("reports/" + name), (b"written directly", str(g["token"] + bump)))
+                if error == "write_conflict":
+                    # Sent again with the same lease, it goes through.
+                    self.assertEqual(self.put("/s3/" + name, b"third", g["lease"])[0], 200)
+                    self.assertEqual(self.moto.get("reports/" + name), (b"third", str(g["token"])))
+
+    def test_a_gateway_restarted_with_an_empty_table_cannot_reorder(self):
+        """B (token 5 here) wrote through one gateway, which is killed (-9); a gateway
+        with an empty database starts on the same bucket and issues token 1 to A: the
+        object's own fence refuses A's write, although this gateway never saw B's."""
+        name = "restart-%s.csv" % uid()
+        for i in range(4):
+            self.acquire("warmup-%s-%d" % (uid(), i))
+        b = self.acquire(name, "b")
+        self.assertEqual(self.put("/s3/" + name, b"B", b["lease"])[0], 200)
+        self.srv.kill9()
+        fresh = harness.Server(extra_args=route(self.proxy.url), extra_env=self.moto.env())
+        try:
+            a = self.acquire(name, "a", srv=fresh)
+            self.assertLess(a["token"], b["token"])
+            st, _, body = self.put("/s3/" + name, b"A", a["lease"], srv=fresh)
+            self.assertEqual((st, body["error"], body.get("reason")), (409, "stale_token", "store_fence"), body)
+            self.assertEqual(self.moto.get("reports/" + name), (b"B", str(b["token"])))
+        finally:
+            fresh.cleanup()
+        self.srv.start()
+
+    def test_credentials_from_a_file_and_sighup(self):
+        d = tempfile.mkdtemp(prefix="leasegate-s3cred-")
+        path = os.path.join(d, "credentials")
+        with open(path, "w") as f:
+            f.write("[default]\naws_access_key_id = WRONG\naws_secret_access_key = WRONG\n")
+        os.chmod(path, 0o600)
+        # Wrong credentials: the store refuses the probe, the start stops naming the route.
+        rc, err = run_to_exit(route(self.moto.url) + ["--s3-credentials", path], {})
+        self.assertEqual(rc, 1, err)
+        self.assertIn("/s3/", err)
+        self.assertNotIn("WRONG", err, "no credential in the log")
+        with open(path, "w") as f:
+            f.write("[other]\naws_access_key_id = X\naws_secret_access_key = Y\n"
+                    "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n" % (self.moto.key_id,
+                                                                                        self.moto.secret))
+        srv = harness.Server(extra_args=route(self.moto.url) + ["--s3-credentials", path])
+        try:
+            name = "cred-%s.csv" % uid()
+            g = self.acquire(name, srv=srv)
+            self.assertEqual(self.put("/s3/" + name, b"x", g["lease"], srv=srv)[0], 200)
+            # A broken file on SIGHUP keeps the credentials there were.
+            with open(path, "w") as f:
+                f.write("[default]\naws_access_key_id = only-half\n")
+            import signal
+            os.kill(srv.pid, signal.SIGHUP)
+            srv.wait_until(lambda: "keeping the S3 credentials" in srv.stderr_text(), timeout=5,
+                           what="the reload refused")
+            self.assertEqual(self.put("/s3/" + name, b"y", g["lease"], srv=srv)[0], 200)
+            self.assertNotIn(self.moto.secret, srv.stderr_text())
+        finally:
+            srv.cleanup()
+            import shutil
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
+class PreconditionProbeTests(unittest.TestCase):
+    def test_a_store_that_ignores_preconditions_stops_the_start(self):
+        store = s3_fixture.FakeStore(honour=False)
+        try:
+            rc, err = run_to_exit(route(store.url), store.env())
+            self.assertEqual(rc, 1, err)
+            self.assertIn("/s3/=s3://%s/reports" % s3_fixture.BUCKET, err)
+            self.assertIn("ignores preconditions", err)
+            # Nothing but the probe key was ever written.
+            self.assertEqual({p for m, p, _ in store.seen if m == "PUT"},
+                             {"/%s/reports/.leasegate-probe" % s3_fixture.BUCKET})
+        finally:
+            store.close()
+
+    def test_a_store_that_stops_honouring_them_gets_no_writes(self):
+        store = s3_fixture.FakeStore(honour=True)
+        srv = harness.Server(extra_args=route(store.url) + ["--s3-probe-interval", "1"], extra_env=store.env())
+        try:
+            name = "flip-%s.csv" % uid()
+            st, _, g = srv.acquire(name, "o", ttl_ms=60000)
+            h = {"Fencing-Lease": g["lease"], "Content-Type": "text/plain"}
+            self.assertEqual(srv.request("PUT", "/s3/" + name, raw=b"1", headers=h)[0], 200)
+            store.honour = False
+            srv.wait_until(lambda: srv.request("PUT", "/s3/" + name, raw=b"2", headers=h)[0] == 502, timeout=10,
+                           interval=0.3, what="writes refused while the store ignores preconditions")
+            self.assertIn("writes refused", srv.stderr_text())
+            # Reads still pass; and once the store honours them again, writes go again.
+            self.assertEqual(srv.request("GET", "/s3/" + name)[0], 200)
+            store.honour = True
+            srv.wait_until(lambda: srv.request("PUT", "/s3/" + name, raw=b"3", headers=h)[0] == 200, timeout=10,
+                           interval=0.3, what="writes back")
+        finally:
+            srv.cleanup()
+            store.close()
+
+    def test_flags(self):
+        bad = [
+            ["--guard", "/s3/=s3://ab/x,region=us-east-1"],                 # bucket too short
+            ["--guard", "/s3/=s3://Bucket/x,region=us-east-1"],             # upper case
+            ["--guard", "/s3/=s3://lgbucket/a//b,region=us-east-1"],        # empty segment
+            ["--guard", "/s3/=s3://lgbucket/../b,region=us-east-1"],
+            ["--guard", "/s3/=s3://lgbucket,region=US_EAST"],
+            ["--guard", "/s3/=s3://lgbucket,region=us-east-1,endpoint=ftp://x"],
+            ["--guard", "/s3/=s3://lgbucket,region=us-east-1,endpoint=http://h/path"],
+            ["--guard", "/s3/=s3://lgbucket,region=us-east-1,methods=GET+DELETE"],
+            ["--guard", "/x/=http://127.0.0.1:1/,region=us-east-1"],
+            ["--s3-credentials", "/nonexistent"],                             # without an s3 route
+            ["--s3-probe-interval", "0"],
+        ]
+        env = dict(os.environ)
+        env.pop("AWS_REGION", None)
+        for args in bad + [["--guard", "/s3/=s3://lgbucket"]]:               # no region anywhere
+            with self.subTest(args=args):
+                import subprocess
+                p = subprocess.run([harness.binary_path(), "serve", "--listen", "127.0.0.1:0", "--data",
+                                    os.path.join(tempfile.gettempdir(), "never-%s.db" % uid())] + args,
+                                   capture_output=True, timeout=10, env=env, stdin=subprocess.DEVNULL)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(len(p.stderr.decode().strip().splitlines()), 1, p.stderr)
+
+
+if __name__ == "__main__":
+    if not s3_fixture.available():
+        print("SKIPPED: S3 tests: " + s3_fixture.missing_reason())
+    harness.run_tests()
