@@ -31,18 +31,23 @@
  * longer leads, answers TTL 0 for leases granted meanwhile). The leader reads
  * its own key (a linearizable range: only a quorum's leader answers it): if
  * the key stands, the lease lives. If it is gone, the lease is too: etcd 3.4
- * before 3.4.31 (Debian 12 has 3.4.23) lets that resumed leader revoke every
- * lease that ran out while it was paused (etcd issue 15247), so a pause of
- * the etcd leader can end every gateway's lease at once. The leader then
- * leads again under a new lease and key when its new key is the oldest, and
- * the store takes the new key for its fence once the commit mark proves that
- * no one wrote in between (election_refence, store_etcd.c); otherwise
- * (another key is older, the lease lives but the key was deleted) on_lost is
- * called once, on the keepalive thread: the gateway answers 503 to what it
- * holds and exits (a supervisor restarts it as a candidate). A gateway that
- * does not lead and finds its lease gone (checked with LeaseTimeToLive on
- * another member) takes a new one one TTL later, so that a leader whose lease
- * ended with it puts its new key first, and goes on campaigning.
+ * before 3.4.31 (Debian 12 has 3.4.23) lets that resumed leader revoke the
+ * leases that ran out in its view while it was paused, alive or not (etcd
+ * issue 15247), so a pause of the etcd leader can end the gateways' leases,
+ * all or some. The leader then leads again under a new lease and key: a
+ * candidate whose key became the oldest while the leader it followed still
+ * says (/healthz) that it leads waits a moment for that leader's new key and
+ * steps behind it (deletes its own key, to make it again), so the new key
+ * becomes the oldest; the store takes it for its fence once the commit mark
+ * proves that no one wrote in between (election_refence, store_etcd.c).
+ * Otherwise (another gateway leads, or the lease lives but the key was
+ * deleted) on_lost is called once, on the keepalive thread: the gateway
+ * answers 503 to what it holds and exits (a supervisor restarts it as a
+ * candidate). A gateway that does not lead and finds its lease gone
+ * (checked with LeaseTimeToLive on another member) takes a new one one TTL
+ * later, so that a leader whose lease ended with it comes first, and goes on
+ * campaigning. Whoever ends up leading, commits are fenced: only liveness
+ * rides on these rules.
  */
 #ifndef LEASEGATE_ELECTION_H
 #define LEASEGATE_ELECTION_H
@@ -91,6 +96,13 @@ int64_t election_leading_ms(const Election *e);
 /* How long ago, in ms, this gateway last saw the leadership change: it won,
  * or the leader it observes changed (or went; since start when it never saw one). */
 int64_t election_leader_seen_ms(Election *e);
+/* Whether this gateway's lease was renewed within its TTL: now is before
+ * the send time of the last keepalive that renewed it plus the TTL (etcd
+ * restarts the TTL when it processes the keepalive, after it was sent). If
+ * not, etcd may have ended the lease and another gateway may lead: a hint to
+ * refuse new requests early (503) rather than hold them until a barrier
+ * fails. No answer relies on it. Any thread. */
+bool election_renewed(const Election *e);
 /* Leases etcd ended under this gateway that it replaced without giving up
  * its role (see above), for /metrics. Any thread. */
 uint64_t election_leases_replaced(const Election *e);

@@ -601,13 +601,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * for this request, so the answer needs no commit. */
         if (s->stopping)
             return reply_now(req, ERR_OVERLOADED, "server is shutting down; retry");
-        /* Over etcd, whether this gateway still leads is not asked here:
+        /* Over etcd, nothing here decides whether this gateway still leads:
          * every answer that reveals state waits for a barrier made after the
          * request is complete (send_response), however long the gateway is
-         * paused between here and there. Once it knows it is deposed, it
-         * takes nothing more. */
+         * paused between here and there. Once it knows it is deposed it
+         * takes nothing more, and while its lease went unrenewed for a TTL
+         * (cut off from etcd, or etcd without a leader that long) it refuses
+         * new requests at once rather than hold them: another may lead. */
         if (s->deposed)
             return reply_now(req, ERR_OVERLOADED, ERRORS_DEPOSED_MESSAGE);
+        if (s->election && !election_renewed(s->election))
+            return reply_now(req, ERR_OVERLOADED, "this gateway's etcd lease went unrenewed for its TTL: another "
+                                                  "gateway may lead; retry");
         if (strlen(req->raw_uri) > HTTP_MAX_TARGET)
             return reply_now(req, ERR_URI_TOO_LONG, "the request target is longer than 8192 bytes");
         const union MHD_ConnectionInfo *head = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);

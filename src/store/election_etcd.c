@@ -1,6 +1,7 @@
 /* election_etcd — leadership over etcd; see include/leasegate/election.h. */
 #include "leasegate/election.h"
 
+#include <curl/curl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -26,11 +27,15 @@ struct Election {
     bool lost;            /* on_lost was called */
     char lease_id[32];    /* decimal, as etcd's gateway writes int64s; replaced when etcd ends the lease */
     char leader_url[512]; /* the leader's advertised URL, as last observed */
+    char followed_url[512]; /* the last one observed that is not this gateway's own (defer_to_leader) */
     int64_t leader_seen;  /* monotonic ms at which leader_url last changed */
     char *key_b64;        /* the leader key, once leading; replaced by a re-lead */
     long long revision;   /* its create revision */
     _Atomic bool leading;
     _Atomic uint64_t leases_replaced;
+    /* Monotonic ms: the send time of the last keepalive that renewed the
+     * lease, plus the TTL (election_renewed). Written by the keeper only. */
+    _Atomic int64_t renewed_until;
     int64_t leading_since; /* monotonic ms; set by election_campaign before leading turns true */
 };
 
@@ -60,8 +65,16 @@ const char *election_role_name(ElectionRole r)
 #define SILENCE_TTLS 2
 /* A failing keepalive is logged at most this often. */
 #define KEEPER_LOG_MS 5000
-/* How long a leader whose lease etcd ended tries to lead again (relead). */
-#define RELEAD_MS 10000
+/* A candidate whose key became the oldest because the leader's went, while
+ * that leader still answers HTTP, waits this long for it to put a new key
+ * (election_campaign: etcd may have revoked a live leader's lease), and the
+ * leader's re-lead (relead) gives the candidates ahead of its new key this
+ * long plus RELEAD_SLACK_MS to step behind it. The leader finds its lease
+ * gone at its next keepalive (TTL/3) and needs a few round trips more. */
+static int64_t defer_ms(const Election *e) { return (int64_t)e->ttl_s * 1000 / 3 + 500; }
+#define RELEAD_SLACK_MS 2000
+/* How long a candidate asks the leader it followed whether it still answers. */
+#define DEFER_PROBE_MS 500L
 
 /* PREFIX/leader/ and the end of its range, and this gateway's key under it,
  * named by its lease in hex as etcd's election API names it (etcd gives
@@ -89,6 +102,7 @@ static char *own_key_b64(Election *e)
 static int keep_alive(Election *e, char *err, size_t errlen)
 {
     json_t *resp;
+    int64_t sent = mono_ms();
     if (etcd_call(e->keeper_etcd, "/v3/lease/keepalive", json_pack("{s:s}", "ID", e->lease_id), &resp, err, errlen))
         return -1;
     /* The answer of a stream: {"result": ...}, or {"error": ...} when the
@@ -108,6 +122,8 @@ static int keep_alive(Election *e, char *err, size_t errlen)
     json_decref(resp);
     if (rc != 1)
         etcd_client_next(e->keeper_etcd);
+    else
+        atomic_store(&e->renewed_until, sent + (int64_t)e->ttl_s * 1000);
     return rc;
 }
 
@@ -154,12 +170,17 @@ static void observe_leader(Election *e)
         free(v);
     }
     json_decref(resp);
+    size_t n;
+    char *mine = etcd_b64_decode(e->advertise_b64, &n);
     pthread_mutex_lock(&e->mu);
     if (strcmp(e->leader_url, url)) {
         memcpy(e->leader_url, url, sizeof url);
         e->leader_seen = mono_ms();
     }
+    if (url[0] && mine && strcmp(url, mine))
+        memcpy(e->followed_url, url, sizeof url);
     pthread_mutex_unlock(&e->mu);
+    free(mine);
 }
 
 /* How often a gateway that does not lead asks who does: a follower forwards
@@ -277,25 +298,80 @@ static void revoke_lease(Election *e)
     json_decref(resp);
 }
 
-/* Whether any candidate's key is under PREFIX/leader/: 1 yes, 0 no, -1 no
- * answer (err). Linearizable, as key_is_oldest. */
-static int any_key(EtcdClient *etcd, const char *range_b64[2], char *err, size_t errlen)
+typedef struct Small {
+    char text[512];
+    size_t len;
+} Small;
+
+/* An answer's first bytes; the rest is dropped. */
+static size_t keep_small(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    Small *b = ud;
+    size_t n = size * nmemb, room = sizeof b->text - 1 - b->len;
+    memcpy(b->text + b->len, ptr, n < room ? n : room);
+    b->len += n < room ? n : room;
+    b->text[b->len] = '\0';
+    return n;
+}
+
+/* Whether the gateway at url says, within DEFER_PROBE_MS, that it leads
+ * (its /healthz: 200 and role leader): it runs and still thinks it leads.
+ * One that is dead, paused, stopping (503) or that asks for a key says no. */
+static bool says_it_leads(const Election *e, const char *url)
+{
+    char target[600];
+    snprintf(target, sizeof target, "%s/healthz", url);
+    CURL *h = curl_easy_init();
+    if (!h)
+        return false;
+    Small body = {.len = 0};
+    if (e->url.cacert)
+        curl_easy_setopt(h, CURLOPT_CAINFO, e->url.cacert);
+    curl_easy_setopt(h, CURLOPT_URL, target);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, DEFER_PROBE_MS);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, keep_small);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+    long status = 0;
+    bool ok = curl_easy_perform(h) == CURLE_OK && curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
+              status == 200;
+    curl_easy_cleanup(h);
+    json_t *j = ok ? json_loads(body.text, 0, NULL) : NULL;
+    const char *role = json_string_value(json_object_get(j, "role"));
+    ok = role && !strcmp(role, "leader");
+    json_decref(j);
+    return ok;
+}
+
+/* The advertised URL of the oldest candidate's key under PREFIX/leader/
+ * (empty when there is none), or -1 when etcd did not answer. */
+static int oldest_url(EtcdClient *etcd, const char *range_b64[2], char *out, size_t outlen)
 {
     json_t *resp;
+    char err[300];
+    out[0] = '\0';
     if (etcd_call(etcd, "/v3/kv/range",
-                  json_pack("{s:s, s:s, s:i, s:b}", "key", range_b64[0], "range_end", range_b64[1], "limit", 1,
-                            "keys_only", 1),
-                  &resp, err, errlen))
+                  json_pack("{s:s, s:s, s:s, s:s, s:i}", "key", range_b64[0], "range_end", range_b64[1], "sort_order",
+                            "ASCEND", "sort_target", "CREATE", "limit", 1),
+                  &resp, err, sizeof err))
         return -1;
-    int rc = json_array_size(json_object_get(resp, "kvs")) > 0 ? 1 : 0;
+    const char *v64 = json_string_value(json_object_get(json_array_get(json_object_get(resp, "kvs"), 0), "value"));
+    size_t len;
+    char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
+    if (v && strlen(v) == len && len < outlen)
+        memcpy(out, v, len + 1);
+    free(v);
     json_decref(resp);
-    return rc;
+    return 0;
 }
 
 /* etcd ended the lease while this gateway led (election.h): a new lease, a
- * new key under it, and leadership again once that key is the oldest, within
- * RELEAD_MS. 0 with the new key published for election_refence, or -1 with
- * why (an older key stands: its gateway leads next). Keepalive thread. */
+ * new key under it, and leadership again once that key is the oldest (older
+ * candidates step behind it: defer_to_leader), within defer_ms plus
+ * RELEAD_SLACK_MS. 0 with the new key published for election_refence, or -1
+ * with why (the oldest key's gateway leads, or its key stayed ahead).
+ * Keepalive thread. */
 static int relead(Election *e, char *why, size_t len)
 {
     char prefix[300], end[300], err[400] = "";
@@ -304,7 +380,7 @@ static int relead(Election *e, char *why, size_t len)
     const char *range_b64[2] = {prefix_b64, end_b64};
     char *key_b64 = NULL;
     long long rev = 0;
-    int64_t until = mono_ms() + RELEAD_MS;
+    int64_t until = mono_ms() + defer_ms(e) + RELEAD_SLACK_MS, kept_at = 0;
     int rc = -1;
     if (!prefix_b64 || !end_b64) {
         snprintf(err, sizeof err, "out of memory");
@@ -312,17 +388,11 @@ static int relead(Election *e, char *why, size_t len)
     }
     while (mono_ms() < until) {
         if (!key_b64) {
-            /* Any candidate's key left is older than a new one would be:
-             * its gateway leads next. Else a new lease and key. */
-            int others = any_key(e->keeper_etcd, range_b64, err, sizeof err);
-            if (others == 1) {
-                snprintf(err, sizeof err, "another gateway's candidate key stands: that gateway leads next");
-                break;
-            }
-            if (others < 0 || grant_lease(e, err, sizeof err)) {
+            if (grant_lease(e, err, sizeof err)) {
                 pause_ms(CAMPAIGN_POLL_MS);
                 continue;
             }
+            kept_at = mono_ms();
             if (!(key_b64 = own_key_b64(e))) {
                 snprintf(err, sizeof err, "out of memory");
                 break;
@@ -336,9 +406,22 @@ static int relead(Election *e, char *why, size_t len)
             break;
         }
         if (standing == 0) {
-            snprintf(err, sizeof err, "another gateway's candidate key is older than the new one: that gateway "
+            /* Older keys step behind this one when their gateways see it
+             * (defer_to_leader); unless the oldest already leads. */
+            char url[sizeof e->leader_url];
+            if (oldest_url(e->keeper_etcd, range_b64, url, sizeof url) == 0 && url[0] && says_it_leads(e, url)) {
+                snprintf(err, sizeof err, "%s leads now", url);
+                break;
+            }
+            snprintf(err, sizeof err, "another gateway's candidate key stayed older than the new one: that gateway "
                                       "leads next");
-            break;
+        }
+        if (key_b64 && mono_ms() - kept_at >= (int64_t)e->ttl_s * 1000 / 3) {
+            /* The new lease lives while this takes (the keepalive thread's
+             * own keepalives wait for it). */
+            char kerr[300];
+            keep_alive(e, kerr, sizeof kerr);
+            kept_at = mono_ms();
         }
         pause_ms(CAMPAIGN_POLL_MS);
     }
@@ -513,10 +596,12 @@ Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s
         election_free(e);
         return NULL;
     }
+    int64_t sent = mono_ms();
     if (grant_lease(e, err, errlen)) {
         election_free(e);
         return NULL;
     }
+    atomic_store(&e->renewed_until, sent + (int64_t)ttl_s * 1000);
     int rc = pthread_create(&e->keeper, NULL, keeper_main, e);
     if (rc) {
         snprintf(err, errlen, "pthread_create: %s", strerror(rc));
@@ -547,6 +632,69 @@ void election_free(Election *e)
     free(e->advertise_b64);
     free(e->key_b64);
     free(e);
+}
+
+/* A key under PREFIX/leader/ other than mine whose value is url (a gateway's
+ * advertised URL): 1 there is one, 0 none, -1 no answer. */
+static int key_of_url(EtcdClient *etcd, const char *range_b64[2], const char *mine_b64, const char *url)
+{
+    json_t *resp;
+    char err[300];
+    if (etcd_call(etcd, "/v3/kv/range", json_pack("{s:s, s:s, s:i}", "key", range_b64[0], "range_end", range_b64[1],
+                                                  "limit", 64),
+                  &resp, err, sizeof err))
+        return -1;
+    int rc = 0;
+    size_t i;
+    json_t *kv;
+    json_array_foreach(json_object_get(resp, "kvs"), i, kv)
+    {
+        const char *k64 = json_string_value(json_object_get(kv, "key"));
+        const char *v64 = json_string_value(json_object_get(kv, "value"));
+        size_t len;
+        char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
+        if (k64 && strcmp(k64, mine_b64) && v && len == strlen(url) && !memcmp(v, url, len))
+            rc = 1;
+        free(v);
+    }
+    json_decref(resp);
+    return rc;
+}
+
+/* This candidate's key has just become the oldest, but the leader it followed
+ * may only have lost its lease to etcd (etcd before 3.4.31 lets its leader,
+ * resumed after a pause, revoke live leases: election.h) and be about to lead
+ * again under a new key (relead), which is younger than this one. When that
+ * leader still says it leads, this candidate waits up to defer_ms for its new
+ * key and then steps behind it: it deletes its own key, to make it again
+ * later, so that the leader's is the oldest. True when it stepped behind
+ * (*rev is then 0). A leader that is dead, stopping or paused does not say
+ * so: the candidate leads at once (a paused one costs DEFER_PROBE_MS more). Only
+ * liveness rides on this: whoever leads, commits are fenced. */
+static bool defer_to_leader(Election *e, EtcdClient *etcd, const char *range_b64[2], const char *key_b64,
+                            long long *rev)
+{
+    char old[sizeof e->followed_url];
+    pthread_mutex_lock(&e->mu);
+    memcpy(old, e->followed_url, sizeof old);
+    pthread_mutex_unlock(&e->mu);
+    if (!old[0] || !says_it_leads(e, old))
+        return false;
+    for (int64_t until = mono_ms() + defer_ms(e); mono_ms() < until; pause_ms(CAMPAIGN_POLL_MS)) {
+        if (key_of_url(etcd, range_b64, key_b64, old) != 1)
+            continue;
+        json_t *resp;
+        char err[300];
+        if (etcd_call(etcd, "/v3/kv/deleterange", json_pack("{s:s}", "key", key_b64), &resp, err, sizeof err))
+            return false;
+        json_decref(resp);
+        fprintf(stderr, "leasegate: the leader %s leads again under a new key (etcd ended its lease); this "
+                        "candidate steps behind it\n",
+                old);
+        *rev = 0;
+        return true;
+    }
+    return false;
 }
 
 /* Not with etcd's /v3/election/campaign: that call answers only once this
@@ -591,6 +739,8 @@ int election_campaign(Election *e, bool (*cancelled)(void *ud), void *ud, char *
         int standing = rev ? 0 : create_key(e, etcd, key_b64, &rev, why, sizeof why);
         if (standing == 0)
             standing = key_is_oldest(etcd, range_b64, key_b64, &rev, why, sizeof why);
+        if (standing == 1 && defer_to_leader(e, etcd, range_b64, key_b64, &rev))
+            continue;
         if (standing == 1) {
             pthread_mutex_lock(&e->mu);
             e->key_b64 = key_b64;
@@ -659,6 +809,8 @@ int election_refence(Election *e, long long old_rev, char **key_b64, long long *
 }
 
 uint64_t election_leases_replaced(const Election *e) { return atomic_load(&e->leases_replaced); }
+
+bool election_renewed(const Election *e) { return mono_ms() < atomic_load(&e->renewed_until); }
 
 int64_t election_leading_ms(const Election *e)
 {

@@ -292,6 +292,32 @@ class EtcdTest(EtcdTestCase):
         self.assertEqual(status, 200, body)
         self.assertIn("leading again under lease", leader.stderr_text())
 
+    def test_a_leader_whose_lease_etcd_revokes_leads_again_before_a_follower_left_its_key(self):
+        """The same, but etcd revokes the leader's lease only (the nemesis suite saw that too):
+        the follower's key is then the oldest. The follower, seeing the leader it followed
+        still say it leads, waits for its new key and steps behind it (deletes its own key,
+        to make it again): the leader leads on, nobody exits. Before the follower stepped
+        behind, it led, and the old leader exited."""
+        a, b = self.gateway(), self.gateway()
+        leader = wait_leader([a, b])
+        follower = b if leader is a else a
+        self.assertTrue(wait_for(lambda: follower.role() == "follower"), follower.stderr_text())
+        held = self.acquire_ok(leader, "kept", ttl_ms=120000)
+        pids = (leader.pid, follower.pid)
+        r = self.etcd.call("/v3/kv/range", {"key": b64(self.prefix + "/leader/"),
+                                            "range_end": b64(self.prefix + "/leader0"), "sort_order": "ASCEND",
+                                            "sort_target": "CREATE", "keys_only": True})
+        oldest = base64.b64decode(r["kvs"][0]["key"]).decode()
+        self.etcd.call("/v3/lease/revoke", {"ID": str(int(oldest.rsplit("/", 1)[1], 16))})
+        after = self.acquire_ok(leader, "after", ttl_ms=60000)
+        self.assertGreater(after["token"], held["token"])
+        self.assertTrue(wait_for(lambda: len(self.etcd.keys(self.prefix + "/leader/")) == 2), follower.stderr_text())
+        self.assertEqual((leader.pid, follower.pid), pids)
+        self.assertEqual((leader.role(), follower.role()), ("leader", "follower"))
+        self.assertIn("steps behind it", follower.stderr_text())
+        status, _, body = follower.client.get_lock("kept")
+        self.assertEqual((status, body["holder"]["token"]), (200, held["token"]), body)
+
     def test_a_late_copy_of_a_commit_changes_nothing(self):
         """A commit whose answer does not come is sent again to the next endpoint. A copy
         that etcd applies later, after newer batches, must not write its older values over

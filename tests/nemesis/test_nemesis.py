@@ -16,7 +16,8 @@ Faults, in order (each once per round):
   stall_one_way   the leader gateway's etcd traffic held one way (etcd -> gateway)
   stall_two_way   the same both ways
   restart_etcd    every etcd member stopped and started again
-During pause_etcd and kill_etcd no gateway may give up leadership or exit.
+During pause_etcd and kill_etcd no gateway may give up leadership or exit, save for one
+cause that is etcd's own (riding_out says which).
 
 Then the history must hold (history.py): no token twice or backwards, no overlapping
 holds, no acknowledged grant, renewal or fence mark lost, no read older than an answer it
@@ -81,7 +82,7 @@ class Cluster:
         args = ["--leader-ttl", str(LEADER_TTL_S), "--guard", "/store/=" + upstream.url,
                 "--guard-settle", str(SETTLE_S)]
         self.gateways = [Gateway(p, "lg-nemesis", args) for p in self.proxies]
-        self.exits = []  # (time, gateway index, exit status)
+        self.exits = []  # (time, gateway index, exit status, its stderr file)
         self.mu = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -93,7 +94,8 @@ class Cluster:
                 if g.running() or self._stop.is_set():
                     continue
                 with self.mu:
-                    self.exits.append((time.time(), i, g.proc.returncode))
+                    self.exits.append((time.time(), i, g.proc.returncode,
+                                       os.path.join(g.dir, "stderr.%d.log" % g.starts)))
                 try:
                     g.start()
                 except RuntimeError:
@@ -137,6 +139,7 @@ class Nemesis(unittest.TestCase):
         cls.stop_workload = threading.Event()
         cls.faults = []  # (name, t_start, t_end)
         cls.ride_out = []  # what went wrong during the etcd leader's faults
+        cls.etcd_revocations = 0  # leader exits forced by etcd's revocation of its lease (riding_out)
 
     @classmethod
     def tearDownClass(cls):
@@ -294,17 +297,34 @@ class Nemesis(unittest.TestCase):
         return m
 
     def riding_out(self, name, fn):
-        """fn() faults etcd's leader: no gateway may exit meanwhile, nor the leader change."""
+        """fn() faults etcd's leader: no gateway may exit meanwhile, nor the leader change,
+        with one exception, which is etcd's: etcd before 3.4.31 lets its leader, resumed
+        after a pause, revoke leases that ran out in its view (etcd issue 15247). A leader
+        whose lease it revoked leads again under a new key when no other candidate's key
+        survived; when one did, that gateway leads and the old leader exits saying so. Such
+        an exit is counted (etcd_revocations), not failed."""
         g = self.leader_gateway()
         pid, exits = g.pid, self.cluster.exit_count()
         t0 = fn()
         wait_for(self.etcd.leader, timeout=WAIT_S)
         time.sleep(2 * LEADER_TTL_S)  # what a gateway would have lost shows by then
         leader = self.cluster.leader()
-        if self.cluster.exit_count() != exits or leader is None or leader.pid != pid:
+        new_exits = self.cluster.exits[exits:]
+        revoked = [x for x in new_exits if "etcd ended the lease this gateway led with" in self.why_lost(x[3])]
+        if len(revoked) != len(new_exits) or leader is None or (leader.pid != pid and not revoked):
             self.ride_out.append("%s: gateway exits %r, leader pid %s -> %s" % (
-                name, self.cluster.exits[exits:], pid, leader and leader.pid))
+                name, [(t, i, rc, self.why_lost(f)) for t, i, rc, f in new_exits], pid, leader and leader.pid))
+        self.etcd_revocations += len(revoked)
         return t0
+
+    @staticmethod
+    def why_lost(stderr_path):
+        """The 'leadership lost' line of a gateway's log, or ''."""
+        try:
+            with open(stderr_path, errors="replace") as f:
+                return next((line.strip() for line in f if "leadership lost" in line), "")
+        except OSError:
+            return ""
 
     def pause_etcd(self, k):
         def fault():
@@ -396,7 +416,7 @@ class Nemesis(unittest.TestCase):
                     f.write("VIOLATION " + v + "\n")
                 for name, t0, t1 in self.faults:
                     f.write("FAULT %s %.3f %.3f\n" % (name, t0, t1))
-                for t, i, rc in self.cluster.exits:
+                for t, i, rc, _ in self.cluster.exits:
                     f.write("EXIT gateway %d at %.3f status %s\n" % (i, t, rc))
                 for i, g in enumerate(self.cluster.gateways):
                     for n in range(1, g.starts + 1):
@@ -414,9 +434,10 @@ class Nemesis(unittest.TestCase):
         kinds = {}
         for op in ops:
             kinds.setdefault(op.kind, [0, 0])[op.t_ack is not None] += 1
-        print("\nnemesis: %d calls (%s), %d backend writes, gateway exits %d" % (
-            len(ops), ", ".join("%s %d/%d answered" % (k, v[1], v[0] + v[1]) for k, v in sorted(kinds.items())),
-            len(self.upstream.applied), self.cluster.exit_count()), file=sys.stderr)
+        print("\nnemesis: %d calls (%s), %d backend writes, gateway exits %d (%d of them a leader whose lease "
+              "etcd revoked after a pause of its leader, with another candidate's key left)" % (
+                  len(ops), ", ".join("%s %d/%d answered" % (k, v[1], v[0] + v[1]) for k, v in sorted(kinds.items())),
+                  len(self.upstream.applied), self.cluster.exit_count(), self.etcd_revocations), file=sys.stderr)
         starts = [t0 for _, t0, _ in self.faults[1:]] + [float("inf")]
         for (name, t0, t1), next_t0 in zip(self.faults, starts):
             # From the fault to the next one (at most 15 s after its end): the longest
