@@ -66,14 +66,14 @@ const char *election_role_name(ElectionRole r)
 /* A failing keepalive is logged at most this often. */
 #define KEEPER_LOG_MS 5000
 /* A candidate whose key became the oldest because the leader's went, while
- * that leader still answers HTTP, waits this long for it to put a new key
- * (election_campaign: etcd may have revoked a live leader's lease), and the
+ * that leader still says it leads, waits this long for it to put a new key
+ * (defer_to_leader: etcd may have revoked a live leader's lease), and the
  * leader's re-lead (relead) gives the candidates ahead of its new key this
  * long plus RELEAD_SLACK_MS to step behind it. The leader finds its lease
  * gone at its next keepalive (TTL/3) and needs a few round trips more. */
 static int64_t defer_ms(const Election *e) { return (int64_t)e->ttl_s * 1000 / 3 + 500; }
 #define RELEAD_SLACK_MS 2000
-/* How long a candidate asks the leader it followed whether it still answers. */
+/* How long a candidate waits for the leader it followed to say whether it still leads. */
 #define DEFER_PROBE_MS 500L
 
 /* PREFIX/leader/ and the end of its range, and this gateway's key under it,
