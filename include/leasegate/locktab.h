@@ -29,6 +29,7 @@
 #include "leasegate/clock.h"
 #include "leasegate/dlist.h"
 #include "leasegate/heap.h"
+#include "leasegate/share.h"
 
 #define LEASE_ID_BYTES 16
 
@@ -82,6 +83,8 @@ typedef struct Lock {
     DList waiters;       /* FIFO of Waiter.link: the head is served next */
     uint64_t index;      /* moves with every change a reader can see (holder, renewal,
                           * waiters): locktab_index */
+    Charge charge;       /* who the name is counted against (share.h): AcquireArgs.charge of
+                          * the acquire that made it, or locktab_set_charge; opaque here */
 } Lock;
 
 typedef struct LocktabHooks {
@@ -117,9 +120,10 @@ typedef struct AcquireArgs {
     const uint8_t *new_lease;    /* the lease id to use if granted now (NULL for reentry) */
     const char *request_id;      /* NULL, or the client's id for this acquire: a repeat of
                                   * the acquire that made or last re-entered the current
-                                  * grant (same request_id and owner) changes nothing and
-                                  * answers LOCK_REPLAYED */
+                                  * grant (same request_id, owner and key) changes nothing
+                                  * and answers LOCK_REPLAYED */
     const char *key;             /* NULL, or the name of the API key acquiring (Holder.key) */
+    Charge charge;               /* Lock.charge when this acquire makes a new name */
 } AcquireArgs;
 
 typedef enum LockResult {
@@ -148,6 +152,11 @@ typedef struct Locktab Locktab;
 Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks);
 /* Frees every lock and waiter; waiter contexts are not touched. */
 void locktab_free(Locktab *lt);
+
+/* Start-up, after loading: who lock `name` is counted against (Lock.charge). */
+void locktab_set_charge(Locktab *lt, const char *name, Charge charge);
+/* Two Holder.key values name the same key (or both none). */
+bool locktab_same_key(const char *a, const char *b);
 
 /* Start-up: adds a lock read from storage (max_locks applies to new names
  * only). A holder whose expiry has passed is loaded too, and released by the

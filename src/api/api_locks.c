@@ -167,13 +167,16 @@ void api_acquire(Request *req)
             json_decref(obj);
             return;
         }
-        if (!reentry && !quota_admit(req, locktab_get(s->locks, req->arg), wait_ms > 0, owner, request_id)) {
+        const Lock *before = locktab_get(s->locks, req->arg);
+        Charge charge = {NULL, NULL};
+        if (!reentry && !quota_admit(req, before, wait_ms > 0, owner, request_id, &charge)) {
             free(metadata);
             json_decref(obj);
             return;
         }
         uint8_t fresh[LEASE_ID_BYTES];
         if (!reentry && !leaseid_next(&s->lease_ids, fresh)) {
+            quota_named(s, &charge, 0);
             http_reply_error(req, ERR_OVERLOADED, NULL, "no random bytes for a lease id; retry");
             free(metadata);
             json_decref(obj);
@@ -186,12 +189,15 @@ void api_acquire(Request *req)
                             .lease = reentry ? lease : NULL,
                             .new_lease = reentry ? NULL : fresh,
                             .request_id = request_id,
-                            .key = req->access.key ? req->access.key->name : NULL};
+                            .key = req->access.key ? req->access.key->name : NULL,
+                            .charge = charge};
         req->grant.asked_us = clock_boot_us();
         Now now = clock_now();
         const Lock *lock;
         Waiter *waiter;
         LockResult r = locktab_acquire(s->locks, req->arg, &args, req, &now, &lock, &waiter);
+        /* A name made now counts against its charge until it is forgotten. */
+        quota_named(s, &charge, !before && locktab_get(s->locks, req->arg) ? +1 : 0);
         switch (r) {
         case LOCK_OK:
             if (reentry) {
@@ -261,6 +267,15 @@ void api_waiter_left(Request *req)
     locktab_cancel(req->srv->locks, req->wait.waiter);
     quota_wait_stop(req);
     req->srv->metrics.waiter_disconnects++;
+}
+
+void api_waiter_revoked(Request *req, ErrCode code, const char *why)
+{
+    events_note(req->srv, AUDIT_WAITER_LEFT, locktab_waiter_lock(req->wait.waiter), "", 0);
+    locktab_cancel(req->srv->locks, req->wait.waiter);
+    quota_wait_stop(req);
+    http_waiter_done(req);
+    http_reply_error(req, code, NULL, "%s", why);
 }
 
 void api_request_end(Request *req, bool delivered)
@@ -448,6 +463,8 @@ void api_get_lock(Request *req)
         reply_one_lock(req, req->arg);
         return;
     }
+    if (!quota_poll_start(req))
+        return;
     if (!watch_start(req, wait_ms, &WATCH))
         reply_overloaded(req, LOCK_NOMEM);
 }

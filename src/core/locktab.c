@@ -158,7 +158,9 @@ static void idle_from(Locktab *lt, Lock *lock, const Now *now);
 
 /* Returns the lock called name, creating it (free, never granted) if needed;
  * limit refuses a new name beyond max_locks (not for locks loaded from storage). */
-static LockResult find_or_create(Locktab *lt, const char *name, bool limit, const Now *now, Lock **out)
+/* charge: Lock.charge of a lock made here (NULL: none). */
+static LockResult find_or_create(Locktab *lt, const char *name, bool limit, const Charge *charge, const Now *now,
+                                 Lock **out)
 {
     Lock *lock = find(lt, name);
     if (lock) {
@@ -181,6 +183,8 @@ static LockResult find_or_create(Locktab *lt, const char *name, bool limit, cons
     heap_entry_init(&lock->idle.entry);
     lock->idle.kind = DEADLINE_IDLE;
     lock->id = ++lt->next_lock_id;
+    if (charge)
+        lock->charge = *charge;
     /* Not a change yet: the grant or queueing that follows is (so loading a
      * million locks uses up no indexes, and a restart's base stays above). */
     lock->index = lt->changes;
@@ -324,7 +328,7 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
                         const Now *now)
 {
     Lock *lock;
-    LockResult r = find_or_create(lt, name, false, now, &lock); /* stored: no limit */
+    LockResult r = find_or_create(lt, name, false, NULL, now, &lock); /* stored: no limit */
     if (r != LOCK_OK)
         return r;
     if (last_token > lock->last_token)
@@ -375,13 +379,24 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
 }
 
 /* Whether this acquire repeats the one that made or last re-entered the
- * current grant: its answer was lost, and it gets the same grant again. */
+ * current grant: its answer was lost, and it gets the same grant again. Only
+ * the key that made the grant can repeat it: owner labels and request ids are
+ * not secrets, and a replay answers with the lease. */
 static bool is_replay(const Lock *lock, const AcquireArgs *args)
 {
     const Holder *h = &lock->holder;
     return lock->held && args->request_id && h->request_id && strcmp(args->request_id, h->request_id) == 0 &&
-           strcmp(args->owner, h->owner) == 0;
+           strcmp(args->owner, h->owner) == 0 && locktab_same_key(h->key, args->key);
 }
+
+void locktab_set_charge(Locktab *lt, const char *name, Charge charge)
+{
+    Lock *lock = find(lt, name);
+    if (lock)
+        lock->charge = charge;
+}
+
+bool locktab_same_key(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
 
 static LockResult reenter(Locktab *lt, Lock *lock, const AcquireArgs *args, const Now *now)
 {
@@ -472,7 +487,7 @@ LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *arg
         return is_replay(lock, args) ? LOCK_REPLAYED : reenter(lt, lock, args, now);
     }
     Lock *lock;
-    LockResult r = find_or_create(lt, name, true, now, &lock);
+    LockResult r = find_or_create(lt, name, true, &args->charge, now, &lock);
     if (r != LOCK_OK)
         return r;
     *lock_out = lock;

@@ -26,7 +26,6 @@
 #include "leasegate/proxy.h"
 #include "leasegate/s3.h"
 #include "leasegate/s3req.h"
-#include "leasegate/trail.h"
 
 struct Guard {
     Server *srv;
@@ -142,6 +141,35 @@ static void bad(Request *req, const char *field, const char *fmt, const char *de
     http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field), fmt, detail);
 }
 
+/* Names a backend may read as one of the headers the guard checks, sets or
+ * drops: CGI and WSGI servers turn '-' and '_' alike into '_' (HTTP_X_Y), so
+ * "Fencing_Token" would reach such a backend as the guard's Fencing-Token,
+ * "X_HTTP_Method_Override" as the override the guard refuses. */
+static const char *const WATCHED[] = {"Fencing-Lease", "Fencing-Token", "Fencing-Lock", "Fencing-Destination-Lease",
+                                      "Fencing-Destination-Token", "Fencing-Destination-Lock", "Destination",
+                                      "Depth", "Slug", "If", "Authorization", "Host", "Content-Length",
+                                      "Transfer-Encoding", "X-HTTP-Method-Override", "X-HTTP-Method",
+                                      "X-Method-Override", "X-Original-URL", "X-Rewrite-URL", NULL};
+
+/* Is `name` one of WATCHED spelt with '_' in place of a '-'? */
+static bool underscore_alias(const char *name)
+{
+    if (!strchr(name, '_'))
+        return false;
+    for (const char *const *w = WATCHED; *w; w++) {
+        size_t n = strlen(*w);
+        if (strlen(name) != n)
+            continue;
+        size_t i = 0;
+        while (i < n && ((name[i] == '_' && (*w)[i] == '-') ||
+                         ((name[i] | 0x20) == ((*w)[i] | 0x20) && name[i] != '_')))
+            i++;
+        if (i == n)
+            return true;
+    }
+    return false;
+}
+
 typedef struct BadHeader {
     const char *name, *problem;
 } BadHeader;
@@ -156,6 +184,8 @@ static enum MHD_Result find_bad_header(void *cls, enum MHD_ValueKind kind, const
     (void)key_size;
     BadHeader *bad = cls;
     bad->problem = value ? guardpath_header_problem(value, value_size) : NULL;
+    if (!bad->problem && underscore_alias(key))
+        bad->problem = "a name with '_' that a backend may read as the guard's header of the same name with '-'";
     if (bad->problem) {
         bad->name = key;
         return MHD_NO;
@@ -326,7 +356,7 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
     if (!lease_s || strlen(lease_s) != 36 || uuid_parse(lease_s, b->lease) != 0) {
         s->metrics.guard_rejected_missing++;
         refused(req, GUARD_REFUSED_LEASE_MISSING);
-        trail_note(s, req, AUDIT_GUARD_REFUSED, b->lock, "", 0);
+        s->guard_refused(req, b->lock, 0);
         http_reply_error(req, ERR_TOKEN_REQUIRED, json_pack("{s:s, s:s}", "lock", b->lock, "field", lease_field),
                          "%s needs header %s: the lease (from acquire) that holds lock '%s'%s", method, lease_field,
                          b->lock, lease_s ? "; the one sent is not a lease id" : "");
@@ -536,6 +566,11 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
         }
         if (!bound_lock(route, dest_rest, dest_lock, sizeof dest_lock, &problem)) {
             bad(req, "Destination", "the Destination's path does not name a lock: %s", problem);
+            return;
+        }
+        if (guardpath_same_resource(req->raw_uri + strlen(route->prefix), dest_rest)) {
+            bad(req, "Destination", "a COPY or MOVE onto its own path (%s) is refused: some backends truncate it",
+                dest_rest);
             return;
         }
         if (strcmp(dest_lock, b[0].lock) != 0)

@@ -9,7 +9,6 @@
 #include "leasegate/http.h"
 #include "leasegate/proxy.h"
 #include "leasegate/smap.h"
-#include "leasegate/trail.h"
 
 typedef struct GuardQueue {
     DList writes;            /* GuardSlot.link, in arrival order */
@@ -196,7 +195,7 @@ void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const ch
 {
     Server *s = req->srv;
     s->metrics.guard_rejected_stale++;
-    trail_note(s, req, AUDIT_GUARD_REFUSED, lock, "", token);
+    s->guard_refused(req, lock, token);
     const Lock *l = locktab_get(s->locks, lock);
     json_t *holder = l && l->held ? json_integer((json_int_t)l->holder.token) : json_null();
     json_t *extra = json_pack("{s:s, s:o, s:I, s:o}", "lock", lock, "token",

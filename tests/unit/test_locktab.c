@@ -69,7 +69,7 @@ static LockResult acquire(Locktab *lt, const char *name, int id, int64_t ttl_ms,
                           const Lock **lock, Waiter **w)
 {
     memset(ids[id], id + 1, LEASE_ID_BYTES);
-    AcquireArgs a = {"owner", NULL, ttl_ms, wait_ms, NULL, ids[id], NULL, NULL};
+    AcquireArgs a = {"owner", NULL, ttl_ms, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}};
     return locktab_acquire(lt, name, &a, (void *)(intptr_t)id, &now, lock, w);
 }
 
@@ -168,11 +168,11 @@ static void test_reentry_and_renew(void)
     const Lock *lock;
     Waiter *w;
     CHECK(acquire(lt, "r", 0, 1000, 0, &lock, &w) == LOCK_OK);
-    AcquireArgs again = {"owner", "{\"x\":1}", 5000, 0, ids[0], ids[1], NULL, NULL};
+    AcquireArgs again = {"owner", "{\"x\":1}", 5000, 0, ids[0], ids[1], NULL, NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "r", &again, NULL, &now, &lock, &w) == LOCK_OK);
     CHECK(lock->holder.count == 2 && lock->holder.token == 1 && lock->holder.ttl_ms == 5000);
     CHECK(strcmp(lock->holder.metadata, "{\"x\":1}") == 0);
-    AcquireArgs wrong = {"owner", NULL, 5000, 0, ids[7], ids[8], NULL, NULL};
+    AcquireArgs wrong = {"owner", NULL, 5000, 0, ids[7], ids[8], NULL, NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "r", &wrong, NULL, &now, &lock, &w) == LOCK_NOT_HOLDER);
     CHECK(locktab_renew(lt, "r", ids[0], 0, &now, &lock) == LOCK_OK && lock->holder.ttl_ms == 5000);
     CHECK(locktab_renew(lt, "r", ids[0], 700, &now, &lock) == LOCK_OK);
@@ -342,7 +342,7 @@ static void test_no_ok_after_deadline(void)
     CHECK(locktab_release(lt, "b", ids[1], &at_deadline, &left) == LOCK_NOT_HOLDER);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
     CHECK(acquire(lt, "c", 3, 3, 0, &lock, &w) == LOCK_OK);
-    AcquireArgs again = {"owner", NULL, 1000, 0, ids[3], ids[4], NULL, NULL};
+    AcquireArgs again = {"owner", NULL, 1000, 0, ids[3], ids[4], NULL, NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "c", &again, NULL, &at_deadline, &lock, &w) == LOCK_NOT_HOLDER);
     CHECK(locktab_held_by(lt, "b", ids[2], &at_deadline) != NULL);
     locktab_check(lt);
@@ -444,7 +444,7 @@ static void test_request_id_replays(void)
     Waiter *w;
     memset(ids[10], 11, LEASE_ID_BYTES);
     memset(ids[11], 12, LEASE_ID_BYTES);
-    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[10], "req-1", NULL};
+    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[10], "req-1", NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "q", &first, NULL, &now, &lock, &w) == LOCK_OK);
     uint64_t token = lock->holder.token;
     int64_t expires = lock->holder.expires_at_ms;
@@ -452,31 +452,34 @@ static void test_request_id_replays(void)
     Now later = now;
     later.mono_ms += 300;
     later.wall_ms += 300;
-    AcquireArgs retry = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", NULL};
+    AcquireArgs retry = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "q", &retry, NULL, &later, &lock, &w) == LOCK_REPLAYED);
     CHECK(memcmp(lock->holder.lease, ids[10], LEASE_ID_BYTES) == 0 && lock->holder.token == token);
     CHECK(lock->holder.count == 1 && lock->holder.expires_at_ms == expires && rec.changed == changes);
     /* Another owner with the same id, or the same owner with another id: held. */
-    AcquireArgs other = {"mallory", NULL, 1000, 0, NULL, ids[11], "req-1", NULL};
+    AcquireArgs other = {"mallory", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "q", &other, NULL, &later, &lock, &w) == LOCK_BUSY);
-    AcquireArgs fresh = {"alice", NULL, 1000, 0, NULL, ids[11], "req-2", NULL};
+    AcquireArgs fresh = {"alice", NULL, 1000, 0, NULL, ids[11], "req-2", NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "q", &fresh, NULL, &later, &lock, &w) == LOCK_BUSY);
+    /* The same owner and id from another API key: a new acquire, never the grant. */
+    AcquireArgs other_key = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", "tenant-b", {NULL, NULL}};
+    CHECK(locktab_acquire(lt, "q", &other_key, NULL, &later, &lock, &w) == LOCK_BUSY);
     /* A reentry with an id is replayed too, and the count goes up once. */
-    AcquireArgs reenter = {"alice", NULL, 0, 0, ids[10], NULL, "req-3", NULL};
+    AcquireArgs reenter = {"alice", NULL, 0, 0, ids[10], NULL, "req-3", NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "q", &reenter, NULL, &later, &lock, &w) == LOCK_OK && lock->holder.count == 2);
     CHECK(locktab_acquire(lt, "q", &reenter, NULL, &later, &lock, &w) == LOCK_REPLAYED && lock->holder.count == 2);
     /* The first id now names nothing: its grant was re-entered since. */
     CHECK(locktab_acquire(lt, "q", &retry, NULL, &later, &lock, &w) == LOCK_BUSY);
     /* A queued waiter's id, and its API key's name, come with its grant. */
     memset(ids[12], 13, LEASE_ID_BYTES);
-    AcquireArgs queued = {"bob", NULL, 1000, 5000, NULL, ids[12], "bob-1", "tenant-b"};
+    AcquireArgs queued = {"bob", NULL, 1000, 5000, NULL, ids[12], "bob-1", "tenant-b", {NULL, NULL}};
     CHECK(locktab_acquire(lt, "q", &queued, NULL, &later, &lock, &w) == LOCK_QUEUED);
     uint32_t left;
     CHECK(locktab_release(lt, "q", ids[10], &later, &left) == LOCK_OK && left == 1);
     CHECK(locktab_release(lt, "q", ids[10], &later, &left) == LOCK_OK && left == 0);
     lock = locktab_get(lt, "q");
     CHECK(lock->held && strcmp(lock->holder.owner, "bob") == 0 && strcmp(lock->holder.key, "tenant-b") == 0);
-    AcquireArgs bob_retry = {"bob", NULL, 1000, 5000, NULL, ids[13], "bob-1", NULL};
+    AcquireArgs bob_retry = {"bob", NULL, 1000, 5000, NULL, ids[13], "bob-1", "tenant-b", {NULL, NULL}};
     CHECK(locktab_acquire(lt, "q", &bob_retry, NULL, &later, &lock, &w) == LOCK_REPLAYED);
     CHECK(memcmp(lock->holder.lease, ids[12], LEASE_ID_BYTES) == 0);
     memset(ids[15], 16, LEASE_ID_BYTES);
@@ -488,12 +491,12 @@ static void test_request_id_replays(void)
      * expiry grants the queued acquire first, and the retry gets that grant
      * (found by fuzz_locktab's model). */
     memset(ids[14], 15, LEASE_ID_BYTES);
-    AcquireArgs carol = {"carol", NULL, 1000, 60000, NULL, ids[14], "carol-1", NULL};
+    AcquireArgs carol = {"carol", NULL, 1000, 60000, NULL, ids[14], "carol-1", NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "q", &carol, NULL, &later, &lock, &w) == LOCK_QUEUED);
     Now expired = later;
     expired.mono_ms += 5000;
     expired.wall_ms += 5000;
-    AcquireArgs carol_retry = {"carol", NULL, 1000, 60000, NULL, ids[15], "carol-1", NULL};
+    AcquireArgs carol_retry = {"carol", NULL, 1000, 60000, NULL, ids[15], "carol-1", NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "q", &carol_retry, NULL, &expired, &lock, &w) == LOCK_REPLAYED);
     CHECK(memcmp(lock->holder.lease, ids[14], LEASE_ID_BYTES) == 0 && strcmp(lock->holder.owner, "carol") == 0);
     CHECK(locktab_release(lt, "q", ids[14], &expired, &left) == LOCK_OK && left == 0);
@@ -509,7 +512,7 @@ static void test_answers_of_a_grant(void)
     const Lock *lock;
     Waiter *w;
     memset(ids[20], 21, LEASE_ID_BYTES);
-    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[20], "req-a", NULL};
+    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[20], "req-a", NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "a", &first, NULL, &now, &lock, &w) == LOCK_OK);
     locktab_answer_started(lt, "a", ids[20]);
     CHECK(locktab_acquire(lt, "a", &first, NULL, &now, &lock, &w) == LOCK_REPLAYED);
@@ -525,7 +528,7 @@ static void test_answers_of_a_grant(void)
     CHECK(!locktab_answer_ended(lt, "a", ids[20], true));
     CHECK(!locktab_answer_ended(lt, "a", ids[20], false));
     /* A re-entry's answers count for the re-entry. */
-    AcquireArgs again = {"alice", NULL, 0, 0, ids[20], NULL, "req-b", NULL};
+    AcquireArgs again = {"alice", NULL, 0, 0, ids[20], NULL, "req-b", NULL, {NULL, NULL}};
     CHECK(locktab_acquire(lt, "a", &again, NULL, &now, &lock, &w) == LOCK_OK && lock->holder.count == 2);
     locktab_answer_started(lt, "a", ids[20]);
     CHECK(locktab_answer_ended(lt, "a", ids[20], false));
