@@ -410,7 +410,7 @@ static int relead(Election *e, char *why, size_t len)
              * (defer_to_leader); unless the oldest already leads. */
             char url[sizeof e->leader_url];
             if (oldest_url(e->keeper_etcd, range_b64, url, sizeof url) == 0 && url[0] && says_it_leads(e, url)) {
-                snprintf(err, sizeof err, "%s leads now", url);
+                snprintf(err, sizeof err, "%.300s leads now", url);
                 break;
             }
             snprintf(err, sizeof err, "another gateway's candidate key stayed older than the new one: that gateway "
