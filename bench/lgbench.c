@@ -4,7 +4,7 @@
  * (keep-alive, Content-Length and chunked bodies) and a minimal RESP client. libc only.
  *
  *   lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup
- *           [--variant txn|lock|lockkeep] [--clients N] [--seconds S] [--warmup S] [--count N]
+ *           [--variant txn|lock|lockkeep|read] [--clients N] [--seconds S] [--warmup S] [--count N]
  *           [--source-ips N]   (connections from 127.0.0.1..N: past one address's ephemeral ports)
  *           [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]
  *           [--name LOCKNAME] [--bin PATH --data FILE]   (startup)
@@ -22,6 +22,8 @@
  *           deleterange.  etcd --variant lock: lease grant + /v3/lock/lock +
  *           /v3/lock/unlock + lease revoke per pair.  etcd --variant lockkeep: one lease
  *           per client (granted before timing), /v3/lock/lock + /v3/lock/unlock per pair.
+ *           leasegate --variant read: one GET /v1/locks/NAME per "pair" (a read that changes
+ *           nothing: on etcd it waits for a barrier, include/leasegate/commit.h).
  *  contend  all clients want ONE lock.  leasegate: long-polling acquire (wait_ms), release
  *           on grant, re-queue after the release answer.  etcd: /v3/lock/lock (blocking),
  *           unlock on grant, lock again.  redis: spin on SET NX until granted, then
@@ -267,7 +269,7 @@ static struct {
 
 enum {
     OP_NONE,
-    OP_LG_ACQ, OP_LG_REL, OP_LG_GET,
+    OP_LG_ACQ, OP_LG_REL, OP_LG_GET, OP_LG_READ,
     OP_R_SET, OP_R_DEL,
     OP_E_GRANT, OP_E_TXN, OP_E_DEL, OP_E_LOCK, OP_E_UNLOCK, OP_E_REVOKE, OP_E_COUNT,
 };
@@ -839,7 +841,12 @@ static void client_start(Conn *c)
     c->t_pair = now_ns();
     switch (opt.target) {
     case T_LG:
-        if (opt.mode == M_PAIRS) {
+        if (opt.mode == M_PAIRS && !strcmp(opt.variant, "read")) {
+            char name[256], path[512];
+            conn_lock_name(c, name, sizeof name);
+            snprintf(path, sizeof path, "/v1/locks/%s", name);
+            http_send(c, OP_LG_READ, "GET", path, NULL);
+        } else if (opt.mode == M_PAIRS) {
             char name[256];
             conn_lock_name(c, name, sizeof name);
             lg_acquire(c, name, 0, 30000);
@@ -961,6 +968,11 @@ static void on_answer(Conn *c, const Resp *r)
         } else {
             c->held = 1; /* waiters: the holder, or a woken waiter */
         }
+        return;
+    case OP_LG_READ:
+        if (r->status != 200)
+            bad_answer(c, r, "read");
+        pair_done(c);
         return;
     case OP_LG_REL:
         if (r->status != 200) {
@@ -1637,7 +1649,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup\n"
-            "               [--variant txn|lock|lockkeep] [--clients N] [--seconds S] [--warmup S] [--count N]\n"
+            "               [--variant txn|lock|lockkeep|read] [--clients N] [--seconds S] [--warmup S] [--count N]\n"
             "               [--source-ips N]\n"
             "               [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]\n"
             "               [--name LOCK] [--wait-ms MS] [--timeout S] [--bin PATH --data FILE]\n"
@@ -1728,7 +1740,9 @@ int main(int argc, char **argv)
     if (opt.target == T_ETCD && opt.mode == M_PAIRS && !strcmp(opt.variant, "-"))
         opt.variant = "txn";
     if (strcmp(opt.variant, "-") && strcmp(opt.variant, "txn") && strcmp(opt.variant, "lock") &&
-        strcmp(opt.variant, "lockkeep"))
+        strcmp(opt.variant, "lockkeep") && strcmp(opt.variant, "read"))
+        usage();
+    if (!strcmp(opt.variant, "read") && (opt.target != T_LG || opt.mode != M_PAIRS))
         usage();
     if (opt.clients < 1 || opt.clients > 100000 || opt.seconds <= 0 || opt.warmup < 0 || opt.timeout <= 0 ||
         opt.source_ips < 0 || opt.source_ips > 254)

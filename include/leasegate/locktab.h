@@ -47,6 +47,12 @@ typedef struct Holder {
     int64_t deadline_ms;    /* boot clock: when the lease ends; -1 in a record
                              * loaded from another boot (then expires_at_ms rules) */
     uint32_t count;         /* reentries: 1 for a fresh grant */
+    /* In memory only, never stored: the answers that reveal the grant (or its
+     * last re-entry) and have not ended yet, and whether one was delivered
+     * (locktab_answer_started, locktab_answer_ended). A loaded holder counts
+     * as delivered: its answers were another process's. */
+    uint32_t answers;
+    bool delivered;
 } Holder;
 
 /* A deadline is this much later than ttl_ms on the boot clock, so that the
@@ -202,6 +208,15 @@ void locktab_tick(Locktab *lt, const Now *now);
 int64_t locktab_next_timeout_ms(const Locktab *lt, const Now *now);
 
 const Lock *locktab_get(const Locktab *lt, const char *name);
+/* An answer that reveals the grant of `lease` on `name` (a fresh grant, a
+ * re-entry, or a request_id's replay of either) is on its way to a client. */
+void locktab_answer_started(Locktab *lt, const char *name, const uint8_t *lease);
+/* That answer ended, delivered or not. True when the caller must undo the
+ * grant or re-entry (release it once): it was not delivered, and no other
+ * answer of it was delivered or is still on its way (a replay sent while
+ * the first answer waited: undoing the grant then would make that replay's
+ * answer a lie). False when the lease no longer holds the lock. */
+bool locktab_answer_ended(Locktab *lt, const char *name, const uint8_t *lease, bool delivered);
 /* Calls fn for up to `limit` locks whose names start with `prefix` and sort
  * after `after` (NULL: from the start), in byte order. Returns true when more
  * matching locks follow. */

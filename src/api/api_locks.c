@@ -66,6 +66,7 @@ static void reply_grant(Request *req, const Lock *lock)
     char lease[37];
     uuid_unparse_lower(h->lease, lease);
     http_note_grant(req, lock->name, h->lease);
+    locktab_answer_started(req->srv->locks, lock->name, h->lease);
     /* Every client's hot path: written with jsonw (jsonw.h says why). */
     JsonW w;
     jsonw_begin(&w);
@@ -280,7 +281,9 @@ void api_waiter_revoked(Request *req, ErrCode code, const char *why)
 void api_request_end(Request *req, bool delivered)
 {
     Server *s = req->srv;
-    if (req->grant.pending && !delivered) {
+    /* An undelivered grant is undone, unless another answer of it (a replay
+     * of its request_id) was delivered or still may be. */
+    if (req->grant.pending && locktab_answer_ended(s->locks, req->grant.lock, req->grant.lease, delivered)) {
         Now now = clock_now();
         uint32_t left;
         s->trail_actor = req;
@@ -506,7 +509,7 @@ void api_list_locks(Request *req)
         char *end;
         limit = strtol(limit_s, &end, 10);
         if (!*limit_s || *end || limit < 1 || limit > LIST_MAX) {
-            http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "limit"),
+            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "limit"),
                              "query parameter 'limit' must be an integer in 1..%d", LIST_MAX);
             return;
         }

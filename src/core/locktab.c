@@ -250,6 +250,8 @@ static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], 
     h->token = ++lt->last_token;
     h->acquired_at_ms = now->wall_ms;
     h->count = 1;
+    h->answers = 0;
+    h->delivered = false;
     lock->last_token = h->token;
     lock->held = true;
     lt->held++;
@@ -351,6 +353,8 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
      * stored history is replayed, so that its end is the newest entry. */
     Holder *h = &lock->holder;
     *h = *holder;
+    h->answers = 0;
+    h->delivered = true;
     h->owner = strdup(holder->owner);
     h->metadata = strdup(holder->metadata);
     h->request_id = holder->request_id ? strdup(holder->request_id) : NULL;
@@ -411,6 +415,8 @@ static LockResult reenter(Locktab *lt, Lock *lock, const AcquireArgs *args, cons
     free(lock->holder.request_id);
     lock->holder.request_id = request_id;
     lock->holder.count++;
+    lock->holder.answers = 0; /* the answers from here on are the re-entry's */
+    lock->holder.delivered = false;
     changed(lt, lock);
     return LOCK_OK;
 }
@@ -631,6 +637,31 @@ int64_t locktab_next_timeout_ms(const Locktab *lt, const Now *now)
 }
 
 const Lock *locktab_get(const Locktab *lt, const char *name) { return find(lt, name); }
+
+/* The holder of `name` when `lease` holds it, else NULL. */
+static Holder *holder_of(const Locktab *lt, const char *name, const uint8_t *lease)
+{
+    Lock *lock = find(lt, name);
+    return lock && lock->held && !memcmp(lock->holder.lease, lease, LEASE_ID_BYTES) ? &lock->holder : NULL;
+}
+
+void locktab_answer_started(Locktab *lt, const char *name, const uint8_t *lease)
+{
+    Holder *h = holder_of(lt, name, lease);
+    if (h)
+        h->answers++;
+}
+
+bool locktab_answer_ended(Locktab *lt, const char *name, const uint8_t *lease, bool delivered)
+{
+    Holder *h = holder_of(lt, name, lease);
+    if (!h)
+        return false;
+    if (h->answers > 0) /* an answer of the grant, ending after a re-entry reset the count, is not counted */
+        h->answers--;
+    h->delivered |= delivered;
+    return !delivered && !h->delivered && h->answers == 0;
+}
 
 bool locktab_list(const Locktab *lt, const char *prefix, const char *after, size_t limit,
                   void (*fn)(void *ud, const Lock *lock), void *ud)

@@ -816,7 +816,12 @@ static int sqlite_snapshot(Store *base, uint64_t *size)
     return fd;
 }
 
-static const StoreOps SQLITE_OPS = {sqlite_load, sqlite_commit, sqlite_close, sqlite_error, sqlite_snapshot};
+/* No barrier: only this process writes the file (commit.h). */
+static const StoreOps SQLITE_OPS = {.load = sqlite_load,
+                                    .commit = sqlite_commit,
+                                    .close = sqlite_close,
+                                    .error = sqlite_error,
+                                    .snapshot = sqlite_snapshot};
 
 Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_t errlen)
 {

@@ -504,8 +504,47 @@ static void test_request_id_replays(void)
     locktab_free(lt);
 }
 
+/* An undelivered answer undoes its grant only when no other answer of it (a
+ * request_id's replay) was delivered or is still on its way. */
+static void test_answers_of_a_grant(void)
+{
+    Locktab *lt = table(100);
+    const Lock *lock;
+    Waiter *w;
+    memset(ids[20], 21, LEASE_ID_BYTES);
+    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[20], "req-a", NULL, {NULL, NULL}};
+    CHECK(locktab_acquire(lt, "a", &first, NULL, &now, &lock, &w) == LOCK_OK);
+    locktab_answer_started(lt, "a", ids[20]);
+    CHECK(locktab_acquire(lt, "a", &first, NULL, &now, &lock, &w) == LOCK_REPLAYED);
+    locktab_answer_started(lt, "a", ids[20]);
+    /* The first answer is lost while the replay's is on its way: kept. */
+    CHECK(!locktab_answer_ended(lt, "a", ids[20], false));
+    /* The replay's is lost too: nothing of the grant reached anyone. */
+    CHECK(locktab_answer_ended(lt, "a", ids[20], false));
+    /* Delivered once: a later lost answer undoes nothing. */
+    CHECK(locktab_acquire(lt, "a", &first, NULL, &now, &lock, &w) == LOCK_REPLAYED);
+    locktab_answer_started(lt, "a", ids[20]);
+    locktab_answer_started(lt, "a", ids[20]);
+    CHECK(!locktab_answer_ended(lt, "a", ids[20], true));
+    CHECK(!locktab_answer_ended(lt, "a", ids[20], false));
+    /* A re-entry's answers count for the re-entry. */
+    AcquireArgs again = {"alice", NULL, 0, 0, ids[20], NULL, "req-b", NULL, {NULL, NULL}};
+    CHECK(locktab_acquire(lt, "a", &again, NULL, &now, &lock, &w) == LOCK_OK && lock->holder.count == 2);
+    locktab_answer_started(lt, "a", ids[20]);
+    CHECK(locktab_answer_ended(lt, "a", ids[20], false));
+    /* Another lease, or a free lock: nothing to undo. */
+    CHECK(!locktab_answer_ended(lt, "a", ids[21], false));
+    uint32_t left;
+    CHECK(locktab_release(lt, "a", ids[20], &now, &left) == LOCK_OK && left == 1);
+    CHECK(locktab_release(lt, "a", ids[20], &now, &left) == LOCK_OK && left == 0);
+    CHECK(!locktab_answer_ended(lt, "a", ids[20], false));
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
 int main(void)
 {
+    test_answers_of_a_grant();
     test_request_id_replays();
     test_fifo_and_one_wakeup();
     test_expiry_hands_over();
