@@ -103,6 +103,7 @@ static void batch_reset(Batch *b)
     b->holds = (DList){0};
     b->snapshot = false;
     b->snap_fd = -1;
+    b->snap_err[0] = '\0';
     b->result = 0;
 }
 
