@@ -7,8 +7,9 @@
 # Starts build/leasegate (LEASEGATE_BIN) under `strace -f` on a free 127.0.0.1 port with a
 # temporary database, runs lgbench's pairs mode against it (no warm-up, so that every
 # pair is counted), stops the server by PID, and prints the calls of the loop thread per
-# pair by name, and those of the commit writer per pair (the batch's commit). strace slows
-# the server down a lot: the figures are counts, not speeds.
+# pair by name, and those of the commit writer per pair and per commit (per fdatasync). strace
+# slows the server down a lot: the figures are counts, not speeds (the time a commit takes is
+# leasegate_commit_seconds in /metrics, read without strace).
 _env_seconds=$(printenv SECONDS || true)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -60,4 +61,13 @@ for who in ("loop", "writer"):
     print("%s thread: %.2f calls per pair" % (who, total / pairs))
     for name, n in calls[who].most_common(12):
         print("  %-16s %.2f" % (name, n / pairs))
+# The writer per commit (one fdatasync each); its waiting for the next batch
+# (sched_yield while it polls, futex when it sleeps) apart.
+commits = calls["writer"]["fdatasync"]
+if commits:
+    wait = calls["writer"]["sched_yield"] + calls["writer"]["futex"]
+    print("writer per commit (%d commits): %.2f calls, %.2f of them waiting for the next batch"
+          % (commits, sum(calls["writer"].values()) / commits, wait / commits))
+    for name, n in calls["writer"].most_common(12):
+        print("  %-16s %.2f" % (name, n / commits))
 PY
