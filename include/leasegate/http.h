@@ -86,7 +86,7 @@ void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt
 void http_reply_error_raw(Request *req, ErrCode code, json_t *extra, const RawRefs *refs, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* Remembers that the reply about to be sent grants `lease` on `lock`. */
-void http_note_grant(Request *req, const char *lock, const uint8_t *lease);
+void http_note_grant(Request *req, LockKind kind, const char *lock, const uint8_t *lease);
 
 /* Flow control for the proxy: park the connection / let MHD run it again. */
 void http_suspend(Request *req);

@@ -39,21 +39,21 @@ static void over(Request *req, const char *key, const char *limit, uint64_t valu
                      (unsigned long long)value);
 }
 
-bool quota_admit(Request *req, const Lock *lock, bool wait, const char *owner, const char *request_id)
+bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, bool wait, const char *owner,
+                 const char *request_id)
 {
     const AuthKey *k = req->access.key;
     Server *s = req->srv;
     if (!k)
         return true;
     /* A holder whose lease ran out but that the tick has not ended yet is
-     * ended by the acquire itself (expire_if_due), which is then granted:
-     * judge the lock as it will be, not as the table still shows it. */
+     * ended by the acquire itself, which may then be granted: judge the
+     * name as it will be (locktab_preview), not as the table still shows it. */
     Now now = clock_now();
-    bool live = lock && lock->held && lock->holder.deadline_ms > now.mono_ms;
-    if (live && request_id && lock->holder.request_id && !strcmp(request_id, lock->holder.request_id) &&
-        !strcmp(owner, lock->holder.owner))
-        return true; /* a retry of the current grant: nothing new */
-    bool queued = live;
+    LockResult r = locktab_preview(s->locks, kind, name, (uint8_t)mode, limit, owner, request_id, &now);
+    if (r == LOCK_REPLAYED || r == LOCK_LIMIT_MISMATCH)
+        return true; /* a retry of a current grant, or refused: nothing new */
+    bool queued = r == LOCK_BUSY;
     if (queued && !wait)
         return true; /* answered lock_held: nothing new */
     KeyUse *u = use_of(s, k->name);

@@ -38,6 +38,16 @@ const char *audit_kind_name(int kind)
     return kind >= AUDIT_GRANTED && kind <= AUDIT_FENCE_RAISED ? KINDS[kind] : "unknown";
 }
 
+const char *audit_object_name(int object)
+{
+    return object == AUDIT_OF_SEMAPHORE ? "semaphore" : object == AUDIT_OF_FENCE ? "fence" : "lock";
+}
+
+const char *audit_mode_name(int mode)
+{
+    return mode == AUDIT_MODE_WRITE ? "write" : mode == AUDIT_MODE_READ ? "read" : NULL;
+}
+
 Audit *audit_new(size_t keep)
 {
     Audit *a = calloc(1, sizeof *a);
