@@ -3,6 +3,8 @@
 # has a build/ folder and a database (the README's first command ran there), then run
 # with a data volume: acquire, `stop` the container (SIGTERM: it must exit 0), start a
 # new one on the same volume; the held lease still renews and the next token is larger.
+# Then its default start: it needs keys (401 without one), made one admin key at its
+# first start (0600, only its path logged), which `exec ... leasegate acquire` uses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .ci/tools.sh
@@ -22,12 +24,14 @@ BUILDAH_FORMAT=docker "$tools/container.sh" build "$tag"
 
 data=$(mktemp -d /tmp/lg-image-data.XXXXXX)
 chown 7400:7400 "$data"
+secure=$(mktemp -d /tmp/lg-image-secure.XXXXXX)
+chown 7400:7400 "$secure"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 url=http://127.0.0.1:$port
 names=()
 cleanup() {
   for n in "${names[@]}"; do pm rm -f -t 0 "$n" >/dev/null 2>&1 || true; done
-  rm -rf "$data"
+  rm -rf "$data" "$secure"
 }
 trap cleanup EXIT
 
@@ -77,5 +81,29 @@ next=$(curl -sf "$url/v1/locks/image/other/acquire" --json '{"owner":"ci"}' | fi
 [ "$next" -gt "$token" ] || { echo "image-check: token $next after a restart is not above $token" >&2; exit 1; }
 pm stop -t 20 "$two" >/dev/null
 [ "$(pm wait "$two")" = 0 ]
+# The default start: keys on the data volume, made at the first start.
+sname=lg-ci-$$-secure
+names+=("$sname")
+sport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+surl=http://127.0.0.1:$sport
+pm run -d --name "$sname" --network host --health-interval disable -v "$secure:/data" -e "LEASEGATE_SERVER=$surl" \
+  "$tag" --listen "127.0.0.1:$sport" >/dev/null
+for _ in $(seq 1 100); do curl -sf "$surl/healthz" >/dev/null && break; sleep 0.1; done
+code=$(curl -s -o /dev/null -w '%{http_code}' "$surl/v1/locks/image/secure/acquire" --json '{"owner":"ci"}')
+[ "$code" = 401 ] || { pm logs "$sname" >&2; echo "image-check: the default start served without a key ($code)" >&2; exit 1; }
+[ "$(stat -c '%a %u' "$secure/admin.key")" = "600 7400" ] ||
+  { echo "image-check: /data/admin.key is $(stat -c '%a %u' "$secure/admin.key"), not 600 7400" >&2; exit 1; }
+[ "$(stat -c '%a' "$secure/keys")" = 600 ] || { echo "image-check: /data/keys is not 0600" >&2; exit 1; }
+key=$(cat "$secure/admin.key")
+logs=$(pm logs "$sname" 2>&1)
+echo "$logs" | grep -q '/data/admin.key' || { echo "image-check: the log does not say where the key is" >&2; exit 1; }
+if echo "$logs" | grep -qF "$key"; then echo "image-check: the log shows the admin key" >&2; exit 1; fi
+out=$(pm exec "$sname" leasegate acquire --lock image/secure --owner ci) ||
+  { echo "image-check: docker exec ... leasegate acquire failed with the image's key" >&2; exit 1; }
+echo "$out" | grep -q '"token"' || { echo "image-check: acquire answered $out" >&2; exit 1; }
+pm stop -t 20 "$sname" >/dev/null
+[ "$(pm wait "$sname")" = 0 ]
+[ "$(cat "$secure/admin.key")" = "$key" ] || { echo "image-check: the admin key changed" >&2; exit 1; }
 size=$(pm image inspect --format '{{.Size}}' "$tag")
-echo "image-check: ok (lease renewed after restart, token $token -> $next, clean stops; image $((size / 1000000)) MB)"
+echo "image-check: ok (lease renewed after restart, token $token -> $next, clean stops; keys needed by default,"\
+     "admin key made at the first start; image $((size / 1000000)) MB)"

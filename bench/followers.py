@@ -39,7 +39,10 @@ class Server:
         self.port = free_port()
         self.base = "http://127.0.0.1:%d" % self.port
         self.proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:%d" % self.port, "--data",
-                                      os.path.join(workdir, "db"), "--max-connections", str(N + 100)],
+                                      os.path.join(workdir, "db"), "--max-connections", str(N + 100),
+                                      # one peer (this machine) holds them all
+                                      "--peer-max-connections", str(N + 100), "--peer-max-polls", str(N + 100),
+                                      "--peer-max-half-sent", str(N + 100)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(200):
             try:
@@ -79,17 +82,17 @@ class Server:
 def request_for(kind, srv, i):
     if kind == "acquire":
         body = json.dumps({"owner": "w%d" % i, "wait_ms": 600000})
-        return ("POST /v1/locks/bench/held/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        return ("POST /v1/locks/bench/held/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 "Content-Length: %d\r\n\r\n%s" % (len(body), body))
     if kind == "watch":
         index = json.loads(srv.get("/v1/locks/bench/held"))["index"] if i == 0 else request_for.index
         request_for.index = index
-        return "GET /v1/locks/bench/held?index=%d&wait_ms=300000 HTTP/1.1\r\nHost: x\r\n\r\n" % index
+        return "GET /v1/locks/bench/held?index=%d&wait_ms=300000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % index
     if kind == "poll":
         latest = json.loads(srv.get("/v1/events"))["latest"] if i == 0 else request_for.latest
         request_for.latest = latest
-        return "GET /v1/events?after=%d&wait_ms=300000 HTTP/1.1\r\nHost: x\r\n\r\n" % latest
-    return "GET /v1/events/stream HTTP/1.1\r\nHost: x\r\n\r\n"
+        return "GET /v1/events?after=%d&wait_ms=300000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % latest
+    return "GET /v1/events/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
 def measure(binary, kind):

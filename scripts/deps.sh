@@ -8,8 +8,12 @@
 #                              real upstream), faketime (wall-clock steps), etcd-server (the etcd
 #                              store's tests), openssl (the TLS tests' certificates), Node.js and npm (the
 #                              examples and client, unless present), chromium (the dashboard's browser
-#                              test) and that test's npm packages (npm ci in tests/browser), and
-#                              prometheus (test_misc.py checks /metrics with its promtool)
+#                              test) and that test's npm packages (npm ci in tests/browser),
+#                              prometheus (test_misc.py checks /metrics with its promtool), and for
+#                              test_fencing_sql.py PostgreSQL 15 (postgresql-15, installed without
+#                              creating or starting a main cluster: the test starts its own server),
+#                              python3-psycopg2 and the SQL example's npm packages (npm ci in
+#                              examples/sql)
 #   scripts/deps.sh --runtime  only what the built binary needs to run (the container image's last stage)
 set -eu
 SUDO=
@@ -19,18 +23,29 @@ RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 libgnutls30 
 case "${1:-}" in
   "") PKGS="$BUILD" ;;
   --test)
-    PKGS="$BUILD python3 python3-venv python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server openssl chromium prometheus"
+    PKGS="$BUILD python3 python3-venv python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server openssl chromium prometheus postgresql-15 python3-psycopg2"
     command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
     command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm" ;;
   --runtime) PKGS="$RUNTIME" ;;
   *) echo "usage: scripts/deps.sh [--test | --runtime]" >&2; exit 2 ;;
 esac
 export DEBIAN_FRONTEND=noninteractive
+# A first install of postgresql-15 creates and starts the cluster "15 main" unless
+# postgresql-common's createcluster.conf says create_main_cluster = false. The tests start their
+# own server, so say it, in a drop-in that file includes, for this install only.
+NO_MAIN_CLUSTER=/etc/postgresql-common/createcluster.d/leasegate-deps-no-main-cluster.conf
+if [ "${1:-}" = "--test" ] && ! dpkg -s postgresql-15 >/dev/null 2>&1; then
+  trap '$SUDO rm -f "$NO_MAIN_CLUSTER"' EXIT
+  $SUDO mkdir -p "$(dirname "$NO_MAIN_CLUSTER")"
+  echo "create_main_cluster = false" | $SUDO tee "$NO_MAIN_CLUSTER" >/dev/null
+fi
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $PKGS >/dev/null
 # The browser test's driver (playwright-core, pinned in tests/browser/package-lock.json). It
 # uses Debian's chromium installed above and never downloads a browser of its own.
+# The SQL example's driver for Node.js (pg, pinned in examples/sql/package-lock.json).
 if [ "${1:-}" = "--test" ]; then
   (cd "$(dirname "$0")/../tests/browser" && npm ci --no-audit --no-fund --loglevel=error)
+  (cd "$(dirname "$0")/../examples/sql" && npm ci --no-audit --no-fund --loglevel=error)
 fi

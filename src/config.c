@@ -93,7 +93,9 @@ void config_usage(FILE *out)
             "                              methods= lists what is forwarded (default\n"
             "                              GET+HEAD+OPTIONS+PUT+POST+PATCH+DELETE; others get 405; COPY and\n"
             "                              MOVE also need the Destination's lease in\n"
-            "                              Fencing-Destination-Lease); repeatable, up to 16\n"
+            "                              Fencing-Destination-Lease); repeatable, up to 16, a longer PREFIX\n"
+            "                              first, each over upstream objects of its own (unless two share\n"
+            "                              one lock=NAME)\n"
             "  --guard-timeout SECONDS     upstream silent this long -> 504; a write queued this long\n"
             "                              behind its lock's other writes -> 503 (default 30)\n"
             "  --guard-settle SECONDS      after a write's last byte left and its upstream connection closed\n"
@@ -133,7 +135,30 @@ void config_usage(FILE *out)
             "  --key-max-held N            per API key: locks held and waited for together, then 429\n"
             "                              key_limit (default 100000; a key's line may say max_held=N)\n"
             "  --key-max-waiters N         per API key: waiting acquires (default 10000; max_waiters=N)\n"
+            "  shares of what every client uses, per API key and per peer (client address; IPv6 by /64;\n"
+            "  behind a reverse proxy every client is one peer): past one, 429 key_limit or peer_limit.\n"
+            "  Each default is a part of the server-wide limit, but at least the number in brackets\n"
+            "  (or all of it when that is smaller); a key's line may set its own (max_names=N, ...):\n"
+            "  --key-max-names N           lock names in the table first taken by one key, until forgotten\n"
+            "                              (default 1%% of --max-locks [1000])\n"
+            "  --peer-max-names N          the same for one peer (default 25%% of --max-locks [1000])\n"
+            "  --key-max-fences N          fence resources first raised by one key (1%% of --max-fences [1000])\n"
+            "  --peer-max-fences N         the same for one peer (25%% of --max-fences [1000])\n"
+            "  --key-max-polls N           long-polls (GET /v1/events), watches and event streams one key\n"
+            "                              holds open (25%% of --max-connections [100])\n"
+            "  --peer-max-polls N          the same for one peer (25%% of --max-connections [100])\n"
+            "  --peer-max-connections N    open connections of one peer, waiting ones included; more are\n"
+            "                              closed as soon as accepted (50%% of --max-connections [100])\n"
+            "  --peer-max-half-sent N      requests of one peer begun and not complete (a new connection\n"
+            "                              counts until its first request is in): past it, new connections\n"
+            "                              are closed and new requests get 429 (12.5%% of --max-connections\n"
+            "                              [100])\n"
             "  --insecure-no-auth          listen beyond loopback without --auth-file (refused otherwise)\n"
+            "  --allowed-host NAME         also answer requests whose Host is NAME (any port): a name behind a\n"
+            "                              reverse proxy or load balancer; repeatable, up to 32. Answered\n"
+            "                              anyway: IP addresses, localhost, the hosts of --listen and\n"
+            "                              --advertise; any other Host gets 421 (against DNS rebinding).\n"
+            "                              '*' turns the check off: unsafe wherever a browser can reach it\n"
             "  -h, --help                  show this help\n");
 }
 
@@ -213,6 +238,14 @@ static const NumFlag NUM_FLAGS[] = {
     {"--events-keep", 0, 10000000, offsetof(Config, events_keep), false},
     {"--key-max-held", 1, 100000000, offsetof(Config, key_max_held), false},
     {"--key-max-waiters", 1, 100000000, offsetof(Config, key_max_waiters), false},
+    {"--key-max-names", 1, 1000000000, offsetof(Config, key_max_names), false},
+    {"--peer-max-names", 1, 1000000000, offsetof(Config, peer_max_names), false},
+    {"--key-max-fences", 1, 1000000000, offsetof(Config, key_max_fences), false},
+    {"--peer-max-fences", 1, 1000000000, offsetof(Config, peer_max_fences), false},
+    {"--key-max-polls", 1, 1000000, offsetof(Config, key_max_polls), false},
+    {"--peer-max-polls", 1, 1000000, offsetof(Config, peer_max_polls), false},
+    {"--peer-max-connections", 1, 1000000, offsetof(Config, peer_max_connections), false},
+    {"--peer-max-half-sent", 1, 1000000, offsetof(Config, peer_max_half_sent), false},
     {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},
     {"--dead-client-after", 2, 3600, offsetof(Config, dead_client_s), true},
     {"--guard-timeout", 1, 3600, offsetof(Config, guard_timeout_s), true},
@@ -237,7 +270,30 @@ static const NumFlag *num_flag(const char *name)
 
 static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",     "--min-token",
                                            "--access-log", "--store", "--advertise", "--auth-file",
-                                           "--tls-cert",   "--tls-key", "--cacert", "--s3-credentials"};
+                                           "--tls-cert",   "--tls-key", "--cacert",  "--allowed-host", "--s3-credentials"};
+
+/* --allowed-host NAME: a DNS name (letters, digits, '-', '_', '.'), or '*'. */
+static int parse_allowed_host(Config *c, const char *v, char *err, size_t errlen)
+{
+    if (!strcmp(v, "*")) {
+        c->any_host = true;
+        return 0;
+    }
+    size_t n = strlen(v);
+    bool ok = n > 0 && n <= CONFIG_HOST_NAME_MAX && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789-_.") == n;
+    if (!ok) {
+        snprintf(err, errlen, "--allowed-host: '%.80s' is not a host name (letters, digits, '-', '_' and '.'; no "
+                              "port) or '*'", v);
+        return -1;
+    }
+    if (c->nallowed_hosts == CONFIG_MAX_ALLOWED_HOSTS) {
+        snprintf(err, errlen, "--allowed-host: at most %d names", CONFIG_MAX_ALLOWED_HOSTS);
+        return -1;
+    }
+    memcpy(c->allowed_hosts[c->nallowed_hosts++], v, n + 1);
+    return 0;
+}
 
 static bool known_flag(const char *name)
 {
@@ -287,6 +343,8 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
         c->s3_credentials = value;
         return 0;
     }
+    if (!strcmp(flag, "--allowed-host"))
+        return parse_allowed_host(c, value, err, errlen);
     if (!strcmp(flag, "--tls-cert") || !strcmp(flag, "--tls-key") || !strcmp(flag, "--cacert")) {
         if (!*value) {
             snprintf(err, errlen, "%s: empty path", flag);
@@ -329,6 +387,18 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
     else
         *(size_t *)(void *)field = v;
     return 0;
+}
+
+/* A share not given: part of the server-wide limit, but at least `floor` of
+ * it (all of it when it is smaller): shares matter for large tables, and a
+ * small one (a test's, a small deployment's) is not cut into slivers. */
+static void default_share(size_t *share, size_t total, size_t divisor, size_t floor)
+{
+    if (*share)
+        return;
+    *share = total / divisor;
+    if (*share < floor)
+        *share = total < floor ? total : floor;
 }
 
 ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, size_t errlen)
@@ -387,10 +457,22 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
             return CONFIG_ERROR;
         s3 |= c->guards[i].kind == GUARD_S3;
     }
+    for (size_t i = 0; i < c->nguards; i++)
+        for (size_t j = i + 1; j < c->nguards; j++)
+            if (!guardroute_compatible(&c->guards[i], &c->guards[j], err, errlen))
+                return CONFIG_ERROR;
     if (c->s3_credentials && !s3) {
         snprintf(err, errlen, "--s3-credentials needs a --guard PREFIX=s3://... route");
         return CONFIG_ERROR;
     }
+    default_share(&c->key_max_names, c->max_locks, 100, 1000);
+    default_share(&c->peer_max_names, c->max_locks, 4, 1000);
+    default_share(&c->key_max_fences, c->max_fences, 100, 1000);
+    default_share(&c->peer_max_fences, c->max_fences, 4, 1000);
+    default_share(&c->key_max_polls, c->max_connections, 4, 100);
+    default_share(&c->peer_max_polls, c->max_connections, 4, 100);
+    default_share(&c->peer_max_connections, c->max_connections, 2, 100);
+    default_share(&c->peer_max_half_sent, c->max_connections, 8, 100);
     if (c->auth_file && c->insecure_no_auth) {
         snprintf(err, errlen, "--auth-file and --insecure-no-auth exclude each other");
         return CONFIG_ERROR;

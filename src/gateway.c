@@ -10,14 +10,17 @@
 
 #include <microhttpd.h>
 
+#include "leasegate/rekey.h"
 #include "leasegate/accesslog.h"
 #include "leasegate/api.h"
+#include "leasegate/auditlog.h"
 #include "leasegate/dispatch.h"
 #include "leasegate/guard.h"
 #include "leasegate/http.h"
 #include "leasegate/leasehist.h"
 #include "leasegate/listener.h"
 #include "leasegate/loop.h"
+#include "leasegate/peers.h"
 #include "leasegate/proxy.h"
 #include "leasegate/event_stream.h"
 #include "leasegate/events.h"
@@ -63,6 +66,7 @@ static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Server *s = ud;
+    quota_named(s, &lock->charge, -1);
     if (lock->kind == KIND_LOCK)
         fence_remove(s->guard_marks, lock->name);
     if (!commit_forget(s->commit, (LockKind)lock->kind, lock->name, locktab_last_token(s->locks)))
@@ -74,9 +78,10 @@ static void on_forgotten(void *ud, const Lock *lock)
 }
 
 /* Fence hook: an idle resource goes, its mark lives on in its bucket's floor. */
-static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, uint64_t floor)
+static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, uint64_t floor, const Charge *charge)
 {
     Server *s = ud;
+    quota_fenced(s, charge, -1);
     if (!commit_fence_forget(s->commit, resource, bucket, floor)) {
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
         _exit(70);
@@ -122,6 +127,18 @@ typedef struct LoadCtx {
     size_t locks, held, dropped;
 } LoadCtx;
 
+/* Who made a name is not stored: a held one counts against its first
+ * holder's key (the writer's, or the oldest reader's or permit's). */
+static void charge_by_holder(Server *s, LockKind kind, const char *name, const Holder *h)
+{
+    const Lock *lock = locktab_get(s->locks, kind, name);
+    if (!h || !h->key || !lock || lock->charge.key || lock->charge.peer)
+        return;
+    Charge c = quota_charge_of_key(s, h->key);
+    locktab_set_charge(s->locks, kind, name, c);
+    quota_named(s, &c, +1);
+}
+
 static int load_lock(void *ud, const StoreLock *l)
 {
     LoadCtx *ctx = ud;
@@ -133,6 +150,7 @@ static int load_lock(void *ud, const StoreLock *l)
     ctx->held += l->held;
     if (l->held)
         quota_held(ctx->s, l->holder.key, +1);
+    charge_by_holder(ctx->s, (LockKind)l->kind, l->name, l->held ? &l->holder : NULL);
     return 0;
 }
 
@@ -157,6 +175,7 @@ static int load_holder(void *ud, const StoreHolder *r)
         return -1;
     ctx->held++;
     quota_held(ctx->s, r->holder.key, +1);
+    charge_by_holder(ctx->s, (LockKind)r->kind, r->name, &r->holder);
     return 0;
 }
 
@@ -198,8 +217,17 @@ static int load_revoked(void *ud, uint64_t token)
 static int load_audit(void *ud, const AuditRow *row)
 {
     LoadCtx *ctx = ud;
-    audit_load(ctx->s->audit, row);
-    return 0;
+    return auditlog_load(ctx->s->audit, row) ? 0 : -1;
+}
+
+/* A stored audit row past its key's --audit-keep: storage deletes it too. */
+static void on_audit_dropped(void *ud, const char *key, uint64_t seq)
+{
+    Server *s = ud;
+    if (!commit_audit_drop(s->commit, key, seq, auditlog_gone_below(s->audit))) {
+        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
+        _exit(70);
+    }
 }
 
 static int load_floor(void *ud, const StoreFloor *f)
@@ -245,6 +273,8 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     listener_name(fd, addr, sizeof addr);
     snprintf(advertise, sizeof advertise, "%s%s", cfg->advertise[0] ? "" : tls_on(&s->tls) ? "https://" : "http://",
              cfg->advertise[0] ? cfg->advertise : addr);
+    /* The follower and the leader this gateway may become answer for its advertised name. */
+    hostcheck_init(&s->hosts, cfg, advertise);
     s->election = election_new(&cfg->etcd, advertise, cfg->leader_ttl_s, on_leadership_lost, err, sizeof err);
     if (!s->election) {
         fprintf(stderr, "leasegate: --store %s: %s\n", cfg->store_url, err);
@@ -252,7 +282,7 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
         return -1;
     }
     Standby *sb = standby_start(fd, s->election, (unsigned)cfg->max_connections, cfg->idle_timeout_s, &s->tls,
-                                cfg->auth_metrics ? s->auth : NULL);
+                                cfg->auth_metrics ? s->auth : NULL, &s->hosts);
     const char *why = tls_mhd_started(&s->tls);
     if (!sb) {
         fprintf(stderr, "leasegate: cannot start the %s server on %s: %s\n", tls_on(&s->tls) ? "HTTPS" : "HTTP",
@@ -326,6 +356,7 @@ int gateway_open(Server *s, const Config *cfg)
                         "lock\n",
                 cfg->listen_host);
     }
+    hostcheck_init(&s->hosts, cfg, NULL);
     if (cfg->store_url) {
         if (become_leader(s, cfg, &s->listen_fd))
             return -1;
@@ -335,6 +366,16 @@ int gateway_open(Server *s, const Config *cfg)
         if (!have_boot)
             fprintf(stderr, "leasegate: the kernel does not say which boot this is: leases held across a restart "
                             "keep what the wall clock says is left of them\n");
+        char narrowed[1200];
+        int n = store_sqlite_narrow(cfg->data_path, narrowed, sizeof narrowed, err, sizeof err);
+        if (n < 0) {
+            fprintf(stderr, "leasegate: %s\n", err);
+            return -1;
+        }
+        if (n > 0)
+            fprintf(stderr, "leasegate: made %s readable by its owner only (0600): the database holds every live "
+                            "lease\n",
+                    narrowed);
         s->store = store_sqlite_open(cfg->data_path, have_boot ? boot_id : NULL, err, sizeof err);
         if (!s->store) {
             fprintf(stderr, "leasegate: cannot open database %s\n", err);
@@ -352,7 +393,7 @@ int gateway_open(Server *s, const Config *cfg)
     /* Guard marks go with their lock (on_forgotten), never on their own. */
     s->guard_marks = fence_new(cfg->max_locks, 0, NULL);
     s->revoked = revoked_new();
-    s->audit = audit_new(cfg->audit_keep);
+    s->audit = auditlog_new(cfg->audit_keep);
     s->events = events_new(cfg->events_keep);
     s->streams = event_streams_new();
     s->watches = watches_new();
@@ -378,10 +419,13 @@ int gateway_open(Server *s, const Config *cfg)
                     .revoked = load_revoked,
                     .audit = load_audit};
     commit_keep_history(s->commit, cfg->lease_history);
-    commit_keep_audit(s->commit, cfg->audit_keep);
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {
         fprintf(stderr, "leasegate: cannot load %s: %s\n", where, store_error(s->store));
+        return -1;
+    }
+    if (!auditlog_load_done(s->audit, on_audit_dropped, s)) {
+        fprintf(stderr, "leasegate: cannot load %s: out of memory for the audit trail\n", where);
         return -1;
     }
     locktab_raise_last_token(s->locks, last_token);
@@ -407,6 +451,10 @@ int gateway_open(Server *s, const Config *cfg)
         return -1;
     }
     s->app = dispatch_app();
+    if (!(s->peers = peers_new(cfg->peer_max_connections, cfg->peer_max_half_sent))) {
+        fprintf(stderr, "leasegate: start-up failed: out of memory\n");
+        return -1;
+    }
     if (http_start(s))
         return -1;
     s->loop = loop_new();
@@ -425,6 +473,9 @@ int gateway_open(Server *s, const Config *cfg)
     }
     for (size_t i = 0; i < cfg->nguards; i++)
         fprintf(stderr, "leasegate: guard %s -> %s\n", cfg->guards[i].prefix, cfg->guards[i].upstream);
+    char hosts[sizeof s->hosts.names + 200];
+    hostcheck_describe(&s->hosts, hosts, sizeof hosts);
+    fprintf(stderr, "leasegate: answering %s\n", hosts);
     return 0;
 }
 
@@ -447,6 +498,7 @@ void gateway_close(Server *s)
         }
     }
     http_stop(s);
+    peers_free(s->peers); /* after the last connection closed */
     if (s->listen_fd >= 0)
         close(s->listen_fd); /* never handed to MHD */
     /* Stopping MHD completes the last connections, which may release grants
@@ -461,7 +513,7 @@ void gateway_close(Server *s)
     fence_free(s->fence);
     fence_free(s->guard_marks);
     revoked_free(s->revoked);
-    audit_free(s->audit);
+    auditlog_free(s->audit);
     events_free(s->events);
     event_streams_free(s->streams);
     watches_free(s->watches);
@@ -494,4 +546,6 @@ void gateway_reload_keys(Server *s)
     auth_unref(s->auth); /* requests that began under it hold their own reference */
     s->auth = t;
     fprintf(stderr, "leasegate: SIGHUP: %zu API keys from %s\n", auth_count(t), s->cfg.auth_file);
+    /* What a removed or narrowed key holds open ends now, not when it times out. */
+    rekey_reloaded(s);
 }

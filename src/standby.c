@@ -20,6 +20,7 @@ struct Standby {
     Election *election;
     ForwardPool *pool;
     const AuthTable *metrics_keys; /* with --auth-metrics: /healthz and /metrics need one */
+    const HostCheck *hosts;        /* the Host names answered for: checked before anything else */
     _Atomic bool stopping; /* forwards in flight give up: the socket goes to the real server */
     _Atomic uint64_t forwards, forward_failures; /* for /metrics */
 };
@@ -134,6 +135,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!httphead_names_are_tokens(conn))
             return answer(conn, MHD_HTTP_BAD_REQUEST,
                           json_pack("{s:s, s:s}", "error", "bad_request", "message", HTTPHEAD_NAME_NOT_TOKEN));
+        /* As the leader would (http.c), for this gateway's own names: a
+         * forward goes out with the leader's name as Host and no Origin. */
+        const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        switch (hostcheck_request(sb->hosts, method, host,
+                                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"))) {
+        case HOST_MISDIRECTED:
+            return answer(conn, 421,
+                          json_pack("{s:s, s:s, s:s}", "error", "misdirected_request", "message",
+                                    "this server does not answer for this Host (against DNS rebinding): use its "
+                                    "address, or start it with --allowed-host NAME",
+                                    "field", "host"));
+        case HOST_BAD_ORIGIN:
+            return answer(conn, MHD_HTTP_FORBIDDEN,
+                          json_pack("{s:s, s:s, s:s}", "error", "forbidden", "message",
+                                    "a write from a page whose Origin is not a host this server answers for is "
+                                    "refused",
+                                    "reason", "origin"));
+        case HOST_OK:
+            break;
+        }
         ElectionRole role = election_role(sb->election, leader, sizeof leader);
         if (role == ROLE_FOLLOWER && !forwarded && !local_path(url, method) && !atomic_load(&sb->stopping)) {
             atomic_fetch_add(&sb->forwards, 1);
@@ -188,13 +209,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 }
 
 Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s, Tls *tls,
-                       const AuthTable *metrics_keys)
+                       const AuthTable *metrics_keys, const HostCheck *hosts)
 {
     Standby *sb = calloc(1, sizeof *sb);
     if (!sb)
         return NULL;
     sb->election = e;
     sb->metrics_keys = metrics_keys;
+    sb->hosts = hosts;
     if (!(sb->pool = forward_pool_new(tls->cacert))) {
         free(sb);
         return NULL;

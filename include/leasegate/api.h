@@ -34,6 +34,9 @@ void api_waiter_timed_out(Request *req, const Lock *lock);
  * lock's queue; a grant that its answer did not deliver is released at once
  * (it must not sit there until its TTL runs out). */
 void api_waiter_left(Request *req);
+/* A waiter whose key was removed or narrowed (access.h): it leaves the queue
+ * and is answered code (401 or 403) with why. */
+void api_waiter_revoked(Request *req, ErrCode code, const char *why);
 void api_request_end(Request *req, bool delivered);
 
 #endif

@@ -1,14 +1,14 @@
 /*
- * audit — the trail of what happened to locks and who did it: grants,
- * releases, expiries, force-releases, and the fence's and the guard's
- * refusals, each with its time, lock, owner, token, the API key's name and
- * the peer's address, and whether it is about a lock (with the lease's mode),
- * a semaphore or a fence resource. Never a lease.
+ * audit — rows of what happened to locks and who did it: grants, releases,
+ * expiries, force-releases, and the fence's and the guard's refusals, each
+ * with its time, lock, owner, token, the API key's name and the peer's
+ * address, and whether it is about a lock (with the lease's mode), a
+ * semaphore or a fence resource (never a lease); and a ring of the newest
+ * `keep` rows, in seq order, which the events (events.h) are published into.
  *
- * Rows are numbered (seq, from 1, never reused) and written in the same group
- * commit as the change they describe (commit_audit), so the trail costs no
- * fsync of its own; storage keeps the newest `keep`, and so does this ring in
- * memory, which answers GET /v1/audit (storage is the writer thread's).
+ * The audit trail itself is auditlog.h: rows numbered (seq, from 1, never
+ * reused), kept per API key and written in the same group commit as the
+ * change they describe (commit_audit), so the trail costs no fsync of its own.
  */
 #ifndef LEASEGATE_AUDIT_H
 #define LEASEGATE_AUDIT_H
@@ -64,9 +64,10 @@ void audit_start_seq(Audit *a, uint64_t first);
 void audit_load(Audit *a, const AuditRow *row);
 /* Calls fn for up to `limit` rows with seq > after, oldest first, of `lock`
  * only (or, with prefix, of locks whose names start with `lock`) unless lock
- * is NULL. True when more follow. */
+ * is NULL. True when more follow. The rows looked at are added to *looked
+ * (unless NULL): what the listing cost. */
 bool audit_list(const Audit *a, const char *lock, bool prefix, uint64_t after, size_t limit,
-                void (*fn)(void *ud, const AuditRow *row), void *ud);
+                void (*fn)(void *ud, const AuditRow *row), void *ud, uint64_t *looked);
 /* The largest seq given so far (0: none). */
 uint64_t audit_latest(const Audit *a);
 const char *audit_kind_name(int kind);

@@ -4,18 +4,22 @@
  *
  * The file holds one key per line, fields separated by spaces or tabs:
  *
- *     NAME ROLE sha256:HEX PREFIX... [max_held=N] [max_waiters=N]
+ *     NAME ROLE sha256:HEX PREFIX... [max_held=N] [max_waiters=N] [max_names=N]
+ *                                    [max_fences=N] [max_polls=N]
  *
  * NAME is 1..64 bytes of [A-Za-z0-9._-], unique in the file; ROLE is client,
  * fence or admin; HEX is the SHA-256 of the key (64 lower-case hex digits):
  * the file never holds a key itself. Each PREFIX is a start of lock (or, for
  * fence, resource) names the key may touch, 1..256 bytes; `*` is every name.
  * An admin's prefixes are `*`. max_held bounds the locks the key's requests
- * hold and wait for together, max_waiters its waiting acquires (access.h);
- * without them the server's --key-max-held and --key-max-waiters apply.
+ * hold and wait for together, max_waiters its waiting acquires, max_names,
+ * max_fences and max_polls its shares of lock names, fence resources and
+ * requests held open (quota.h); without them the server's --key-max-*
+ * flags apply.
  * Blank lines and lines starting with '#' are
  * skipped. A file over AUTH_MAX_FILE bytes or AUTH_MAX_KEYS keys, or with any
- * line that does not parse, is refused whole (with the line number).
+ * line that does not parse, is refused whole (with the line number); so is a
+ * file its group or others may write (whoever can write it can add a key).
  *
  * Keys are 256 random bits ("lgk_" + 43 base64url characters), so one
  * unsalted SHA-256 is what storing them needs (as for any random API token);
@@ -49,6 +53,9 @@ typedef struct AuthKey {
     size_t nprefixes;
     size_t max_held;    /* 0: the server's default */
     size_t max_waiters; /* 0: the server's default */
+    size_t max_names;   /* 0: the server's default (--key-max-names) */
+    size_t max_fences;  /* 0: the server's default (--key-max-fences) */
+    size_t max_polls;   /* 0: the server's default (--key-max-polls) */
 } AuthKey;
 
 typedef struct AuthTable AuthTable;
@@ -65,6 +72,11 @@ const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len);
 /* The key an Authorization header value names ("Bearer KEY"), or NULL with
  * the reason (no header, another scheme, an unknown key) in *why. */
 const AuthKey *auth_find_bearer(const AuthTable *t, const char *authorization, const char **why);
+/* Is s a valid key name (1..AUTH_NAME_MAX of [A-Za-z0-9._-])? */
+bool auth_name_ok(const char *s);
+/* The key in t that is old: the same name and the same hash (NULL when the
+ * reloaded file no longer has it, or gives that name another key). */
+const AuthKey *auth_find_same(const AuthTable *t, const AuthKey *old);
 /* May k touch `name`? */
 bool auth_covers(const AuthKey *k, const char *name);
 

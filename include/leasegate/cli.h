@@ -37,6 +37,13 @@ bool cli_parse_duration(const char *s, int64_t *ms);
 #define CLI_REQUEST_ID_LEN 37
 /* A new random acquire request_id (UUID text): sent on every try of one acquire. */
 void cli_new_request_id(char out[CLI_REQUEST_ID_LEN]);
+/* The API key to send: $LEASEGATE_KEY, else the first word of the file
+ * $LEASEGATE_KEY_FILE names (in buf), else NULL (no key, also when that file
+ * cannot be read: a server without keys needs none). */
+#define CLI_KEY_MAX 300
+const char *cli_key(char buf[CLI_KEY_MAX]);
+/* For a 401: where the key sent came from, or why none was sent. */
+const char *cli_key_hint(void);
 /* --server, else $LEASEGATE_SERVER, else http://127.0.0.1:7400. */
 const char *cli_default_server(void);
 /* --cacert PATH: https servers must have a certificate for their name signed

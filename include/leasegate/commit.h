@@ -77,8 +77,9 @@ void commit_keep_history(Commit *c, uint64_t keep);
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token, int64_t at_ms);
 /* A row of the audit trail (audit.h), copied. */
 bool commit_audit(Commit *c, const AuditRow *row);
-/* How many audit rows storage keeps (--audit-keep); set before the first commit. */
-void commit_keep_audit(Commit *c, uint64_t keep);
+/* An audit row of `key` ("" for none) was evicted by its key's --audit-keep:
+ * storage deletes it; every row below gone_below is gone (auditlog.h). */
+bool commit_audit_drop(Commit *c, const char *key, uint64_t seq, uint64_t gone_below);
 
 /* True while some recorded change is not durable yet. */
 bool commit_pending(const Commit *c);

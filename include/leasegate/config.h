@@ -13,6 +13,8 @@
 #include "leasegate/guardroute.h"
 
 #define CONFIG_MAX_GUARDS 16
+#define CONFIG_MAX_ALLOWED_HOSTS 32
+#define CONFIG_HOST_NAME_MAX 253
 
 typedef struct Config {
     char listen_host[256];        /* an IPv4 or IPv6 address (no brackets) or a host name */
@@ -56,6 +58,17 @@ typedef struct Config {
     bool insecure_no_auth;        /* --insecure-no-auth: listen beyond loopback without keys */
     size_t key_max_held;          /* per API key: locks held and waited for, unless its line says */
     size_t key_max_waiters;       /* per API key: waiting acquires, unless its line says */
+    /* Shares per API key and per peer (quota.h, peers.h); 0 until parsed: then
+     * the flag's value, or a fraction of the server-wide limit. */
+    size_t key_max_names, peer_max_names;   /* lock names in the table (of --max-locks) */
+    size_t key_max_fences, peer_max_fences; /* fence resources (of --max-fences) */
+    size_t key_max_polls, peer_max_polls;   /* long-polls, watches and streams held open */
+    size_t peer_max_connections;            /* open connections of one peer (of --max-connections) */
+    size_t peer_max_half_sent;              /* requests of one peer begun and not complete */
+    /* --allowed-host: more names this server answers for (hostcheck.h) */
+    char allowed_hosts[CONFIG_MAX_ALLOWED_HOSTS][CONFIG_HOST_NAME_MAX + 1];
+    size_t nallowed_hosts;
+    bool any_host;                /* --allowed-host '*': no Host check */
 } Config;
 
 typedef enum ConfigResult { CONFIG_OK, CONFIG_HELP, CONFIG_ERROR } ConfigResult;

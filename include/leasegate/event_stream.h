@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "leasegate/clock.h"
+#include "leasegate/errors.h"
 #include "leasegate/request.h"
 
 typedef struct EventStreams EventStreams;
@@ -33,6 +34,11 @@ int64_t event_streams_next_timeout_ms(const Server *s, const Now *now);
 void event_streams_tick(Server *s, const Now *now);
 /* Open streams (their answers not yet freed), for /metrics. */
 size_t event_streams_open(const Server *s);
+/* The prefix req's stream follows (NULL: every lock). */
+const char *event_streams_prefix(const Request *req);
+/* req's stream ends with an `event: unauthorized` (its key was removed,
+ * code 401, or narrowed, 403), sent as soon as the client reads. */
+void event_streams_end(Request *req, ErrCode code, const char *why);
 /* The request is over: its stream, if any, ends with it. */
 void event_streams_request_end(Request *req);
 

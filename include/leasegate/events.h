@@ -7,11 +7,19 @@
  * durable (a commit hold per batch), so no reader ever sees a change that a
  * crash could take back; events that change nothing durable (a waiter joined
  * or left) wait behind the ones before them, so the stream is in commit
- * order. Published events are numbered (seq) and kept in a ring of the newest
- * --events-keep; a reader whose SEQ the ring has dropped gets 410 too_old,
- * telling it to list the locks and go on from `latest`. Events carry the
+ * order. Published events are numbered (seq) and kept in a ring of the
+ * newest --events-keep; a request whose SEQ the ring has dropped gets 410
+ * too_old, telling it to list the locks and go on from `latest`.
+ *
+ * A reader (a long-poll or a stream) follows one prefix of lock names and is
+ * kept by it (prefixidx.h): a publish costs a lookup per prefix length in use
+ * plus the readers its events concern, never a walk over the other readers or
+ * over the ring, whatever their `after`. A long-poll looks at the ring once,
+ * when it comes in; while it waits it hears only of its own events, so it
+ * holds no position in the ring that the ring could drop. Events carry the
  * lock, owner and token, whether it is a lock, a semaphore or a fence
- * resource (type) and a lock lease's mode, never a lease. They live in memory only; each run
+ * resource (type) and a lock lease's mode, never a lease. They live in memory
+ * only; each run
  * numbers them from its start time (x1000), so a seq from an earlier run is
  * always below this run's and gets 410 too.
  */
@@ -45,21 +53,27 @@ void events_tick(Server *s, const Now *now);
 /* The server is stopping: long-polls answer now, other readers are woken
  * (events_draining turns true). */
 void events_drain(Server *s);
+/* A waiting long-poll ends with an error answer (its key was removed or narrowed). */
+void events_end_poll(Request *req, ErrCode code, const char *why);
 /* The request is over: it stops waiting for events. */
 void events_request_end(Request *req);
 
 /* ---- For other readers of the events (event_stream.h) ---- */
 
-/* A reader waiting for events: wake is called once, at the next publish or
- * when the server starts stopping, after the reader left the list. */
-typedef struct EventsWaker {
-    void (*wake)(struct EventsWaker *w);
-    DLink link;
-    bool waiting;
-} EventsWaker;
-void events_wait(Server *s, EventsWaker *w);
-/* No-op unless waiting. */
-void events_unwait(Server *s, EventsWaker *w);
+/* r (its woken set) follows the events of the lock names starting with
+ * prefix (NULL: every name); first is reader.first to start with (the seq of
+ * an event it has not taken yet, or 0). False when out of memory. */
+bool events_reader_open(Server *s, EventsReader *r, const char *prefix, uint64_t first);
+/* No-op unless open. */
+void events_reader_close(Server *s, EventsReader *r);
+/* Waiting long-polls. */
+size_t events_polls(const Server *s);
+/* audit_list over the published events, for a reader following prefix
+ * (NULL: every lock); the rows it looks at are counted (events_rows_read). */
+bool events_list(Server *s, const char *prefix, uint64_t after, size_t limit, void (*fn)(void *ud, const AuditRow *r),
+                 void *ud);
+/* Rows of the ring looked at for readers so far: what following the events costs. */
+uint64_t events_rows_read(const Server *s);
 /* The published events (audit_list, audit_oldest, audit_latest). */
 const Audit *events_ring(const Server *s);
 bool events_draining(const Server *s);

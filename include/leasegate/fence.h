@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "leasegate/clock.h"
+#include "leasegate/share.h"
 
 #define FENCE_FLOOR_BUCKETS 4096
 
@@ -40,7 +41,7 @@ typedef struct FenceHooks {
     void *ud;
     /* `resource` (mark `max_token`) was idle too long and is about to go; the
      * floor of its bucket is now `floor`. The caller makes both durable. */
-    void (*forgotten)(void *ud, const char *resource, uint32_t bucket, uint64_t floor);
+    void (*forgotten)(void *ud, const char *resource, uint32_t bucket, uint64_t floor, const Charge *charge);
 } FenceHooks;
 
 typedef struct Fence Fence;
@@ -56,6 +57,12 @@ void fence_load_floor(Fence *f, uint32_t bucket, uint64_t floor);
  * as used (its idle time restarts); an accepted new resource is created at
  * its floor, so that fence_raise cannot fail. Nothing visible changes. */
 FenceResult fence_check(Fence *f, const char *resource, uint64_t token, const Now *now, uint64_t *max_token);
+/* fence_check, and a resource it makes is counted against *charge (handed
+ * back by hooks.forgotten). */
+FenceResult fence_check_charged(Fence *f, const char *resource, uint64_t token, const Now *now, const Charge *charge,
+                                uint64_t *max_token);
+/* Is there a mark of its own for resource? */
+bool fence_known(const Fence *f, const char *resource);
 /* Sets the mark to `token`, which fence_check accepted just before (and the
  * caller has recorded for commit). */
 void fence_raise(Fence *f, const char *resource, uint64_t token);

@@ -40,6 +40,10 @@ const char *guardpath_header_problem(const char *value, size_t len);
  * copied to `rest` and returned; NULL with *problem set otherwise. */
 const char *guardpath_destination(const char *dest, const char *host, const char *prefix, char *rest,
                                   size_t restlen, const char **problem);
+/* Do two canonical rests (each up to its '?', if any) name one resource as
+ * a backend decodes them: equal but for percent-encodings ("a*b", "a%2Ab"
+ * and "a%2ab" are one file to nginx)? */
+bool guardpath_same_resource(const char *a, const char *b);
 /* Does a WebDAV If header (RFC 4918 10.4) name a resource of its own: a
  * tagged list ("<URI> (...)"), rather than only state tokens of the target
  * ("(<urn:...>)")? True also for what does not parse. */

@@ -48,6 +48,15 @@ bool guardroute_parse(const char *spec, GuardRoute *r, char *err, size_t errlen)
 /* An S3 route without region= takes this one (from $AWS_REGION; NULL when
  * unset) and the endpoint follows. False with one line in err otherwise. */
 bool guardroute_finish_s3(GuardRoute *r, const char *env_region, char *err, size_t errlen);
+/* Routes given in this order (a before b) that cannot stand together: b
+ * is never reached (a's prefix covers b's: the first matching route takes a
+ * request), or the two reach the same backend objects (one upstream
+ * path is within the other, by whole segments; an S3 route's objects are
+ * its endpoint's /BUCKET/KEYPREFIX/) under different bindings, so that one
+ * object would be protected by two locks. Upstreams are compared as written
+ * but for the case of scheme and host. Both routes are finished
+ * (guardroute_finish_s3). False with one line in err then. */
+bool guardroute_compatible(const GuardRoute *a, const GuardRoute *b, char *err, size_t errlen);
 /* Does the route forward `method`? */
 bool guardroute_allows(const GuardRoute *r, const char *method);
 /* GET, HEAD and OPTIONS: pass without a lease, never with a body. */

@@ -120,7 +120,9 @@ void http_close_suspended(Server *s);
 const char *http_query(Request *req, const char *key);
 /* The client's address, "ADDR:PORT" ("[ADDR]:PORT" for IPv6), or "-". */
 void http_peer(Request *req, char *out, size_t outlen);
-/* The client's address alone ("ADDR", IPv6 without brackets), or "-". */
+/* The client as a peer of the shares (peers.h): its address alone ("ADDR",
+ * IPv6 without brackets, an IPv6 address by its /64 as "2001:db8:1:2::/64",
+ * an IPv4 client of a dual-stack socket as IPv4), or "-". */
 #define HTTP_PEER_MAX 64
 void http_peer_address(Request *req, char *out, size_t outlen);
 /* A request header's value (the first of that name), or NULL. */

@@ -54,6 +54,7 @@
 #include "leasegate/clock.h"
 #include "leasegate/dlist.h"
 #include "leasegate/heap.h"
+#include "leasegate/share.h"
 
 #define LEASE_ID_BYTES 16
 
@@ -120,6 +121,8 @@ typedef struct Lock {
     DList waiters;       /* FIFO of Waiter.link: the head is served next */
     uint64_t index;      /* moves with every change a reader can see (holders, renewals,
                           * waiters, delays): locktab_index */
+    Charge charge;       /* who the name is counted against (share.h): AcquireArgs.charge of
+                          * the acquire that made it, or locktab_set_charge; opaque here */
 } Lock;
 
 static inline bool locktab_is_held(const Lock *lock) { return lock->holders.len > 0; }
@@ -167,9 +170,10 @@ typedef struct AcquireArgs {
     const uint8_t *new_lease;    /* the lease id to use if granted now (NULL for reentry) */
     const char *request_id;      /* NULL, or the client's id for this acquire: a repeat of
                                   * the acquire that made or last re-entered a current
-                                  * grant (same request_id and owner) changes nothing and
-                                  * answers LOCK_REPLAYED */
+                                  * grant (same request_id, owner and key) changes nothing
+                                  * and answers LOCK_REPLAYED */
     const char *key;             /* NULL, or the name of the API key acquiring (Holder.key) */
+    Charge charge;               /* Lock.charge when this acquire makes a new name */
     uint8_t mode;                /* locks: LockMode */
     bool mode_given;             /* reentry: a mode other than the lease's is LOCK_MODE_CONFLICT */
     int64_t lock_delay_ms;       /* locks: 0..LOCKTAB_DELAY_MAX_MS (Holder.lock_delay_ms) */
@@ -205,6 +209,11 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks);
 /* Frees every lock and waiter; waiter contexts are not touched. */
 void locktab_free(Locktab *lt);
 
+/* Start-up, after loading: who name `name` of kind is counted against (Lock.charge). */
+void locktab_set_charge(Locktab *lt, LockKind kind, const char *name, Charge charge);
+/* Two Holder.key values name the same key (or both none). */
+bool locktab_same_key(const char *a, const char *b);
+
 /* Start-up: adds a name read from storage (max_locks applies to new names
  * only), with its last token, a semaphore's limit and a lock's lock-delay
  * (delay_until_ms, Unix ms; 0: none; what is left of it by the wall clock
@@ -231,11 +240,11 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
                            void *waiter_ctx, const Now *now, const Lock **lock_out, const Holder **holder_out,
                            Waiter **waiter_out);
 /* What locktab_acquire would answer now for a fresh acquire in `mode` with
- * `limit` (no lease), and with request_id and owner a replay, changing
+ * `limit` (no lease), and with request_id, owner and key a replay, changing
  * nothing: LOCK_OK (granted), LOCK_REPLAYED, LOCK_BUSY (queued or refused),
  * LOCK_LIMIT_MISMATCH. Leases and delays that are due count as ended. */
 LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, uint8_t mode, uint32_t limit,
-                           const char *owner, const char *request_id, const Now *now);
+                           const char *owner, const char *request_id, const char *key, const Now *now);
 /* ttl_ms 0 keeps the lease's ttl. *holder_out is the lease renewed. */
 LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, int64_t ttl_ms,
                          const Now *now, const Lock **lock_out, const Holder **holder_out);

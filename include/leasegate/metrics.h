@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "leasegate/histogram.h"
+#include "leasegate/share.h"
 
 /* Why the guard refused a request (leasegate_guard_refused_total{reason}). */
 typedef enum GuardRefusal {
@@ -44,6 +45,7 @@ typedef struct Metrics {
     uint64_t fence_rejected;
     uint64_t guard_rejected_stale;
     uint64_t guard_rejected_missing;
+    uint64_t share_refused[2][SHARE_KINDS]; /* 429s: [0] a key's share, [1] a peer's */
     uint64_t guard_refused[GUARD_REFUSED_COUNT];
     /* Seconds from an acquire's arrival (its handler) to its grant, for every
      * fresh grant: 0 for one granted at once, the time queued for a waiter. */

@@ -17,6 +17,7 @@
 #include "leasegate/guardshare.h"
 #include "leasegate/locktab.h"
 #include "leasegate/loop.h"
+#include "leasegate/prefixidx.h"
 #include "leasegate/server.h"
 
 struct MHD_Connection;
@@ -25,6 +26,16 @@ typedef struct ProxyCall ProxyCall;
 typedef struct GuardWrite GuardWrite;
 
 typedef void (*Handler)(Request *req);
+
+struct Peer;
+
+/* What the HTTP layer keeps per connection (libmicrohttpd's socket context):
+ * the HTTP layer's, read by park.h. */
+typedef struct HttpConn {
+    void *park;        /* park.h's byte accounting, or NULL (TLS, out of memory) */
+    struct Peer *peer; /* peers.h: its peer's counts, or NULL when not counted */
+    bool sending;      /* counted as one of its peer's half-sent requests */
+} HttpConn;
 
 /* A request whose body the layer above takes as it arrives (a guarded call
  * streams it upstream) instead of the HTTP layer gathering it. */
@@ -56,6 +67,7 @@ typedef struct RequestPark {
     int64_t write_deadline_ms; /* while writing: given up then (monotonic ms) */
     char *out;          /* owned: the answer's bytes */
     size_t out_len, out_off;
+    struct Peer *peer;  /* its peer's count of connections while parked (peers.h) */
 } RequestPark;
 
 /* Under a guard prefix (guard.h): the upstream call, for a write its place
@@ -84,14 +96,35 @@ typedef struct RequestAccess {
     AuthTable *table; /* a reference, or NULL (no --auth-file, or no key needed) */
     const AuthKey *key; /* in table */
     bool waiting;       /* counted as one of its key's waiters (quota.h) */
+    bool polling;       /* held open: counted in its key's and peer's max_polls (quota.h) */
+    void *key_use, *peer_use; /* while polling: the entries counted (quota.c's) */
+    bool listed;        /* with a key, waiting or polling: in Server.keyed (through link) */
+    DLink link;
 } RequestAccess;
+
+/* A reader of the events that follows the lock names starting with one
+ * prefix: a long-poll or a stream (events.h). Kept by prefix, so that an
+ * event reaches only the readers it concerns. */
+typedef struct EventsReader {
+    PrefixSub sub;      /* in the events' index while open */
+    DLink link;         /* in the events' list of open readers */
+    bool open;
+    /* The seq of the first event published for this reader that it has not
+     * taken yet; 0: none. Every event between what it took and `first` was
+     * for other readers. */
+    uint64_t first;
+    bool woken_pending; /* in the list of readers a publish wakes (through wlink) */
+    DLink wlink;
+    /* Once per publish that gives it events (after all of them are in the
+     * ring), and when the server starts stopping. */
+    void (*woken)(struct EventsReader *r);
+} EventsReader;
 
 /* A GET /v1/events long-poll waiting for events (events.h): the API's. */
 typedef struct RequestEvents {
-    bool waiting;       /* in Events.waiters (through link) and its deadline heap */
-    DLink link;
+    bool waiting;       /* reader open, deadline queued */
+    EventsReader reader;
     HeapEntry deadline;
-    uint64_t after;     /* the query's, checked */
     size_t limit;
     char *prefix;       /* owned: a copy of the query's, or NULL */
     struct Stream *stream; /* GET /v1/events/stream: its answer's state, owned by the response (event_stream.h) */
@@ -125,6 +158,7 @@ struct Request {
     bool body_nomem;    /* the body could not be held: 503, not 413 */
     bool in_handler;    /* inside the access callback: may queue directly */
     bool suspended;
+    bool over_half_sent; /* begun while its peer was at its share of half-sent requests: 429 */
     DLink slink;        /* in Server.suspended while suspended */
     bool close;         /* on resume, drop the connection */
     unsigned status;

@@ -20,6 +20,7 @@
 #include "leasegate/election.h"
 #include "leasegate/dlist.h"
 #include "leasegate/fence.h"
+#include "leasegate/hostcheck.h"
 #include "leasegate/leaseid.h"
 #include "leasegate/locktab.h"
 #include "leasegate/metrics.h"
@@ -43,12 +44,15 @@ typedef struct Server {
     Fence *fence;
     Fence *guard_marks; /* per lock: the highest token the guard has let through */
     Revoked *revoked;   /* tokens of force-released leases: refused at /v1/fence */
-    Audit *audit;       /* the audit trail's newest rows (--audit-keep) */
+    struct AuditLog *audit; /* the audit trail's newest rows, per key (--audit-keep, auditlog.h) */
     struct Events *events; /* what happens to locks, and its long-polls (events.h) */
     struct EventStreams *streams; /* GET /v1/events/stream (event_stream.h) */
     struct Watches *watches; /* requests waiting for a lock to change (watch.h) */
     Request *trail_actor; /* the request whose call into the lock table is running, for the trail */
-    struct Smap *key_use; /* API key name -> its locks held and waited for (quota.h), or NULL */
+    struct Smap *key_use; /* API key name -> what it uses of its shares (quota.h), or NULL */
+    struct Smap *peer_use; /* peer address -> what it uses of its shares (quota.h), or NULL */
+    DList keyed;        /* Request.access.link: requests with a key that wait or are held open (quota.h) */
+    struct Peers *peers; /* each peer's connections and half-sent requests (peers.h) */
     Proxy *proxy;       /* the guard's upstream calls */
     Guard *guard;       /* the guard's write queues */
     struct MHD_Daemon *daemon;
@@ -60,6 +64,7 @@ typedef struct Server {
     LeaseIds lease_ids;
     FILE *access_log;  /* --access-log, or NULL */
     Tls tls;           /* HTTPS (--tls-cert) and the CAs of outbound https calls (--cacert) */
+    HostCheck hosts;   /* the Host names answered for, and the Origins that may write */
     DList waiting;     /* Request.wait.link: requests in a long-poll */
     DList suspended;   /* Request.slink: connections suspended now (waiting, held, proxied) */
     DList parked;      /* Request.park.link: waiters whose socket is ours (park.h) */
@@ -67,6 +72,7 @@ typedef struct Server {
     DList park_writing; /* Request.park.rlink: parked answers waiting for room, by deadline */
     bool stopping;
     bool storage_failed;
+    bool adding_back;  /* park.c hands a connection back to libmicrohttpd: not a new one */
 } Server;
 
 #endif

@@ -20,6 +20,7 @@
 
 #include "leasegate/auth.h"
 #include "leasegate/election.h"
+#include "leasegate/hostcheck.h"
 #include "leasegate/tls.h"
 
 typedef struct Standby Standby;
@@ -29,9 +30,10 @@ typedef struct Standby Standby;
  * forwards trust tls->cacert. NULL when libmicrohttpd refused
  * (tls_mhd_started says why). tls is borrowed until standby_stop. */
 /* metrics_keys: with --auth-metrics, the keys /healthz and /metrics need
- * (read-only while the standby runs: SIGHUP is read only once serving), else NULL. */
+ * (read-only while the standby runs: SIGHUP is read only once serving), else NULL.
+ * hosts: the Host names answered for (hostcheck.h), borrowed until standby_stop. */
 Standby *standby_start(int listen_fd, Election *e, unsigned max_connections, unsigned idle_timeout_s, Tls *tls,
-                       const AuthTable *metrics_keys);
+                       const AuthTable *metrics_keys, const HostCheck *hosts);
 /* Stops answering and frees sb. true when the listening socket is still
  * open; false when libmicrohttpd could not let go of it (then it is closed). */
 bool standby_stop(Standby *sb);

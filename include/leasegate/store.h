@@ -70,6 +70,12 @@ typedef struct StoreEnded {
     uint64_t seq;
 } StoreEnded;
 
+/* An audit row its key evicted (auditlog.h): storage deletes it. */
+typedef struct StoreAuditDrop {
+    const char *key; /* "" for rows without a key */
+    uint64_t seq;
+} StoreAuditDrop;
+
 typedef struct StoreBatch {
     const StoreLock *locks;
     size_t nlocks;
@@ -86,7 +92,13 @@ typedef struct StoreBatch {
     uint64_t history_keep; /* ended leases kept: the newest this many (by seq) */
     const AuditRow *audit; /* the audit trail's new rows (audit.h), in seq order */
     size_t naudit;
-    uint64_t audit_keep; /* rows kept: the newest this many (by seq) */
+    /* Rows each key's --audit-keep evicted, in the order they went (the rows
+     * of one key in seq order); some may be among `audit` (kept, then
+     * evicted by a later row of the same batch): they are not kept. */
+    const StoreAuditDrop *audit_drops;
+    size_t naudit_drops;
+    /* Every audit row below this seq is gone (auditlog_gone_below); 0: not known. */
+    uint64_t audit_gone_below;
     /* Nonzero when the batch forgets locks: the global token counter, which the
      * deleted rows can no longer vouch for. */
     uint64_t counter;
@@ -133,6 +145,12 @@ struct Store {
  * boot-clock deadline is loaded only when it was written in the same boot,
  * else as -1. On failure returns NULL and writes a message into err. */
 Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_t errlen);
+/* Before opening: the database at path and its -wal, -shm and -journal files,
+ * where they exist and others than their owner may read or write them, are
+ * narrowed to their owner's bits (0600): they hold every live lease in
+ * plain text. Returns how many were narrowed, naming each with its old mode
+ * in note; -1 with err when one cannot be. (New files are created 0600.) */
+int store_sqlite_narrow(const char *path, char *note, size_t notelen, char *err, size_t errlen);
 
 typedef struct EtcdUrl EtcdUrl;
 

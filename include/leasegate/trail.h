@@ -2,7 +2,8 @@
  * trail — writes rows of the audit trail (audit.h) for the endpoints, the
  * guard and the lock table's hooks: who (the request's API key name and peer
  * address) did what to which lock. Each row goes into the pending batch with
- * the change it describes. A no-op with --audit-keep 0.
+ * the change it describes, with the deletes of the rows it evicts (each key
+ * keeps its newest --audit-keep). A no-op with --audit-keep 0.
  */
 #ifndef LEASEGATE_TRAIL_H
 #define LEASEGATE_TRAIL_H
@@ -21,7 +22,9 @@ void trail_note_of(Server *s, Request *req, AuditKind kind, int object, int mode
 int trail_object(const Lock *lock);
 int trail_mode(const Lock *lock, const Holder *h);
 /* The lock table's hook for an ended lease h of lock: released (by
- * s->trail_actor, the request being handled, if any), expired or revoked. */
+ * s->trail_actor, the request being handled, if any), expired (its row
+ * carries the key that held the lease, what it counts against, auditlog.h)
+ * or revoked. */
 void trail_ended(Server *s, const Lock *lock, const Holder *h, int how);
 
 #endif

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "leasegate/clock.h"
+#include "leasegate/errors.h"
 #include "leasegate/request.h"
 
 typedef struct Watches Watches;
@@ -45,6 +46,8 @@ int64_t watch_next_timeout_ms(const Server *s, const Now *now);
 void watch_tick(Server *s, const Now *now);
 /* The server is stopping: every watch answers now. */
 void watch_drain(Server *s);
+/* The watch ends with an error answer (its key was removed or narrowed). */
+void watch_end(Request *req, ErrCode code, const char *why);
 /* The request is over: it stops watching. */
 void watch_request_end(Request *req);
 size_t watch_count(const Server *s);

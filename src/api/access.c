@@ -84,6 +84,7 @@ bool access_check_listing(Request *req, const char *prefix)
 void access_end(Request *req)
 {
     quota_wait_stop(req); /* a waiter that ended some other way (the server stopping) */
+    quota_poll_stop(req);
     auth_unref(req->access.table);
     req->access.table = NULL;
     req->access.key = NULL;

@@ -7,6 +7,8 @@
 
 #include "leasegate/api.h"
 #include "leasegate/event_stream.h"
+#include "leasegate/events.h"
+#include "leasegate/peers.h"
 #include "leasegate/leasehist.h"
 #include "leasegate/proxy.h"
 #include "leasegate/selfmetrics.h"
@@ -147,8 +149,27 @@ void api_metrics(Request *req)
           "Connections of waiting acquires held outside libmicrohttpd (a socket and a request each).",
           s->parked.len);
     gauge(f, "leasegate_event_streams", "Open GET /v1/events/stream answers.", event_streams_open(s));
+    gauge(f, "leasegate_event_polls", "GET /v1/events long-polls waiting for events.", events_polls(s));
+    counter(f, "leasegate_event_rows_read_total",
+            "Events looked at to answer long-polls and streams (a publish looks only at the readers it concerns).",
+            events_rows_read(s));
     gauge(f, "leasegate_watches", "GET /v1/locks/NAME?index= requests waiting for their lock to change.",
           watch_count(s));
+    fprintf(f, "# HELP leasegate_share_refusals_total Requests refused 429 because a key or a peer was at its "
+               "share (key_limit, peer_limit), by share.\n# TYPE leasegate_share_refusals_total counter\n");
+    for (int by = 0; by < 2; by++)
+        for (ShareKind k = 0; k < SHARE_KINDS; k++)
+            if (!(by == 0 && (k == SHARE_CONNECTIONS || k == SHARE_HALF_SENT)) &&
+                !(by == 1 && (k == SHARE_HELD || k == SHARE_WAITERS)))
+                fprintf(f, "leasegate_share_refusals_total{by=\"%s\",limit=\"%s\"} %llu\n", by ? "peer" : "key",
+                        share_limit_name(k), (unsigned long long)m->share_refused[by][k]);
+    fprintf(f, "# HELP leasegate_peer_connections_refused_total Connections closed as soon as accepted: their "
+               "peer was at its share of connections or of half-sent requests.\n"
+               "# TYPE leasegate_peer_connections_refused_total counter\n"
+               "leasegate_peer_connections_refused_total{limit=\"max_connections\"} %llu\n"
+               "leasegate_peer_connections_refused_total{limit=\"max_half_sent\"} %llu\n",
+            (unsigned long long)peers_refused_connections(s->peers), (unsigned long long)peers_refused_half_sent(s->peers));
+    gauge(f, "leasegate_peers", "Peers (client addresses; IPv6 by /64) with a connection open.", peers_count(s->peers));
     gauge(f, "leasegate_last_token", "The last fencing token issued.", locktab_last_token(s->locks));
     gauge(f, "leasegate_fence_resources", "Resources with a fence mark.", fence_count(s->fence));
     const CommitStats *cs = commit_stats(s->commit);

@@ -1,15 +1,19 @@
 /*
- * api_audit — GET /v1/audit?lock=&after=&limit= (admin): the audit trail's
- * rows after seq `after`, oldest first, of one lock (or fence resource) when
- * `lock` is given; from the ring in memory (audit.h), which holds what storage
- * holds. `oldest` is the smallest seq still kept: a reader whose `after` is
- * below oldest - 1 has missed rows to retention (--audit-keep).
+ * api_audit — GET /v1/audit?lock=&key=&after=&limit= (admin): the audit
+ * trail's rows after seq `after`, oldest first, of one lock (or fence
+ * resource) when `lock` is given, of one API key when `key` is (`key=` with
+ * no value: rows without a key); from memory (auditlog.h), which holds what
+ * storage holds. Each key keeps its newest --audit-keep rows. `oldest` is the
+ * smallest seq still kept (of that key, with `key`): a reader of one key whose
+ * `after` is below oldest - 1 has missed rows of it to retention; across all
+ * keys, rows of a busy key may be gone from between kept ones.
  */
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "leasegate/api.h"
-#include "leasegate/audit.h"
+#include "leasegate/auditlog.h"
+#include "leasegate/auth.h"
 #include "leasegate/body.h"
 #include "leasegate/query.h"
 
@@ -40,17 +44,24 @@ static void add_row(void *ud, const AuditRow *r)
 void api_audit(Request *req)
 {
     Server *s = req->srv;
-    const char *lock = http_query(req, "lock");
+    const char *lock = http_query(req, "lock"), *key = http_query(req, "key");
     long long after, limit;
     if ((lock && !body_check_name(req, "lock", lock)) || !query_int(req, "after", 0, INT64_MAX, 0, &after) ||
         !query_int(req, "limit", 1, AUDIT_MAX, AUDIT_DEFAULT, &limit))
         return;
-    if (!audit_enabled(s->audit)) {
+    if (key && *key && !auth_name_ok(key)) {
+        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "key"),
+                         "query key must be an API key's name (1..%d of [A-Za-z0-9._-]), or empty for rows "
+                         "without a key",
+                         AUTH_NAME_MAX);
+        return;
+    }
+    if (!auditlog_enabled(s->audit)) {
         http_reply_error(req, ERR_NOT_FOUND, NULL, "the audit trail is off (--audit-keep 0)");
         return;
     }
     Rows out = {json_array(), 0, false};
-    bool more = out.rows && audit_list(s->audit, lock, false, (uint64_t)after, (size_t)limit, add_row, &out);
+    bool more = out.rows && auditlog_list(s->audit, key, lock, (uint64_t)after, (size_t)limit, add_row, &out);
     if (!out.rows || out.failed) {
         json_decref(out.rows);
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
@@ -59,7 +70,7 @@ void api_audit(Request *req)
     http_reply_json_new(req, 200,
                         json_pack("{s:o, s:o, s:I}", "rows", out.rows, "next",
                                   more ? json_integer((json_int_t)out.last) : json_null(), "oldest",
-                                  (json_int_t)audit_oldest(s->audit)));
+                                  (json_int_t)auditlog_oldest(s->audit, key)));
 }
 
 typedef struct LockRows {
@@ -100,12 +111,12 @@ static void history(Request *req, int object)
     long long limit;
     if (!body_check_name(req, "name", req->arg) || !query_int(req, "limit", 1, AUDIT_MAX, 20, &limit))
         return;
-    if (!audit_enabled(s->audit)) {
+    if (!auditlog_enabled(s->audit)) {
         http_reply_error(req, ERR_NOT_FOUND, NULL, "the audit trail is off (--audit-keep 0): no history is kept");
         return;
     }
     LockRows rows = {.object = object};
-    audit_list(s->audit, req->arg, false, 0, SIZE_MAX, keep_row, &rows);
+    auditlog_list(s->audit, NULL, req->arg, 0, SIZE_MAX, keep_row, &rows);
     json_t *grants = rows.failed ? NULL : json_array();
     size_t shown = 0;
     for (size_t i = rows.n; grants && i-- > 0 && shown < (size_t)limit;) {
@@ -129,8 +140,9 @@ static void history(Request *req, int object)
         }
         shown++;
     }
-    /* Complete: the ring still holds everything since before the oldest grant shown. */
-    bool complete = audit_oldest(s->audit) <= 1 || (shown == (size_t)limit);
+    /* Complete: no row of the trail is missing, so none of this lock's
+     * before the oldest grant shown either (rows go per key: any may be). */
+    bool complete = auditlog_max_gone(s->audit) == 0 || (shown == (size_t)limit);
     free(rows.rows);
     if (!grants) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");

@@ -9,6 +9,7 @@
 #include "leasegate/api.h"
 #include "leasegate/body.h"
 #include "leasegate/events.h"
+#include "leasegate/quota.h"
 #include "leasegate/trail.h"
 
 #define TOKEN_MAX ((json_int_t)INT64_MAX)
@@ -47,9 +48,15 @@ void api_fence(Request *req)
                          "token %lld belonged to a lease an admin force-released", (long long)token);
         return;
     }
+    /* A new resource: the key's and the peer's share of them. */
+    bool known = fence_known(s->fence, req->arg);
+    Charge charge = {NULL, NULL};
+    if (!known && !quota_admit_fence(req, &charge))
+        return;
     Now now = clock_now();
     uint64_t max;
-    FenceResult r = fence_check(s->fence, req->arg, (uint64_t)token, &now, &max);
+    FenceResult r = fence_check_charged(s->fence, req->arg, (uint64_t)token, &now, &charge, &max);
+    quota_fenced(s, &charge, !known && fence_known(s->fence, req->arg) ? +1 : 0);
     if (r == FENCE_ACCEPTED && (uint64_t)token > max) {
         if (!commit_fence(s->commit, req->arg, (uint64_t)token))
             r = FENCE_NOMEM;

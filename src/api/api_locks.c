@@ -191,10 +191,13 @@ static void acquire(Request *req, LockKind kind)
         http_reply_error(req, ERR_OVERLOADED, NULL, "server is shutting down; retry");
         goto out;
     }
-    if (!a.reentry &&
-        !quota_admit(req, kind, req->arg, a.mode, (uint32_t)a.limit, a.wait_ms > 0, a.owner, a.request_id))
+    bool made_before = locktab_get(s->locks, kind, req->arg) != NULL;
+    Charge charge = {NULL, NULL};
+    if (!a.reentry && !quota_admit(req, kind, req->arg, a.mode, (uint32_t)a.limit, a.wait_ms > 0, a.owner,
+                                   a.request_id, &charge))
         goto out;
     if (!a.reentry && !leaseid_next(&s->lease_ids, fresh)) {
+        quota_named(s, &charge, 0);
         http_reply_error(req, ERR_OVERLOADED, NULL, "no random bytes for a lease id; retry");
         goto out;
     }
@@ -206,6 +209,7 @@ static void acquire(Request *req, LockKind kind)
                         .new_lease = a.reentry ? NULL : fresh,
                         .request_id = a.request_id,
                         .key = req->access.key ? req->access.key->name : NULL,
+                        .charge = charge,
                         .mode = a.mode,
                         .mode_given = a.mode_given,
                         .lock_delay_ms = a.lock_delay_ms,
@@ -216,6 +220,8 @@ static void acquire(Request *req, LockKind kind)
     const Holder *h;
     Waiter *waiter;
     LockResult r = locktab_acquire(s->locks, kind, req->arg, &args, req, &now, &lock, &h, &waiter);
+    /* A name made now counts against its charge until it is forgotten. */
+    quota_named(s, &charge, !made_before && locktab_get(s->locks, kind, req->arg) ? +1 : 0);
     switch (r) {
     case LOCK_OK:
         if (a.reentry) {
@@ -312,6 +318,19 @@ void api_waiter_left(Request *req)
     locktab_cancel(req->srv->locks, w, &now);
     quota_wait_stop(req);
     req->srv->metrics.waiter_disconnects++;
+}
+
+void api_waiter_revoked(Request *req, ErrCode code, const char *why)
+{
+    Waiter *w = req->wait.waiter;
+    events_note_of(req->srv, AUDIT_WAITER_LEFT,
+                   locktab_waiter_kind(w) == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : AUDIT_OF_LOCK, AUDIT_MODE_NONE,
+                   locktab_waiter_lock(w), "", 0);
+    Now now = clock_now();
+    locktab_cancel(req->srv->locks, w, &now);
+    quota_wait_stop(req);
+    http_waiter_done(req);
+    http_reply_error(req, code, NULL, "%s", why);
 }
 
 void api_request_end(Request *req, bool delivered)

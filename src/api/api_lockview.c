@@ -11,6 +11,7 @@
 #include "leasegate/body.h"
 #include "leasegate/lockview.h"
 #include "leasegate/query.h"
+#include "leasegate/quota.h"
 #include "leasegate/watch.h"
 
 #define WATCH_MAX_MS 300000 /* as long as a long-poll on events */
@@ -85,6 +86,8 @@ void api_get_lock(Request *req)
         reply_one(req, KIND_LOCK, req->arg);
         return;
     }
+    if (!quota_poll_start(req))
+        return;
     if (!watch_start(req, wait_ms, &WATCH))
         reply_nomem(req);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #define KEY_PREFIX "lgk_"
 #define KEY_RANDOM_BYTES 32
@@ -38,7 +39,7 @@ static bool sha256(const void *data, size_t len, uint8_t out[32])
     return gnutls_hash_fast(GNUTLS_DIG_SHA256, data, len, out) == 0;
 }
 
-static bool valid_name(const char *s)
+bool auth_name_ok(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > AUTH_NAME_MAX)
@@ -119,7 +120,7 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
         snprintf(err, errlen, "expected NAME ROLE sha256:HEX PREFIX...");
         return false;
     }
-    if (!valid_name(f[0])) {
+    if (!auth_name_ok(f[0])) {
         snprintf(err, errlen, "key name '%.80s' is not 1..%d of [A-Za-z0-9._-]", f[0], AUTH_NAME_MAX);
         return false;
     }
@@ -141,14 +142,22 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
     }
     for (size_t i = 3; i < nf; i++) {
         if (strchr(f[i], '=')) { /* never in a prefix: '=' is not a lock-name character */
-            size_t *limit = !strncmp(f[i], "max_held=", 9) ? &k->max_held
-                            : !strncmp(f[i], "max_waiters=", 12) ? &k->max_waiters
-                                                                  : NULL;
-            const char *v = limit ? strchr(f[i], '=') + 1 : NULL;
+            static const char *const OPTS[] = {"max_held=", "max_waiters=", "max_names=", "max_fences=", "max_polls="};
+            size_t *const dest[] = {&k->max_held, &k->max_waiters, &k->max_names, &k->max_fences, &k->max_polls};
+            size_t *limit = NULL;
+            const char *v = NULL;
+            for (size_t o = 0; o < sizeof OPTS / sizeof OPTS[0]; o++)
+                if (!strncmp(f[i], OPTS[o], strlen(OPTS[o]))) {
+                    limit = dest[o];
+                    v = f[i] + strlen(OPTS[o]);
+                }
             char *end = NULL;
             unsigned long long n = v && *v >= '1' && *v <= '9' ? strtoull(v, &end, 10) : 0;
             if (!limit || !end || *end || n > 100000000) {
-                snprintf(err, errlen, "'%.80s' is not max_held=N or max_waiters=N (N in 1..100000000)", f[i]);
+                snprintf(err, errlen,
+                         "'%.80s' is not max_held=N, max_waiters=N, max_names=N, max_fences=N or max_polls=N (N in "
+                         "1..100000000)",
+                         f[i]);
                 return false;
             }
             *limit = (size_t)n;
@@ -255,6 +264,20 @@ AuthTable *auth_load(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
+    /* Whoever may write the file may give themselves an admin key. */
+    struct stat st;
+    bool stat_ok = fstat(fileno(f), &st) == 0;
+    if (!stat_ok || (st.st_mode & 022)) {
+        if (stat_ok)
+            snprintf(err, errlen, "%s: refused: it is writable by %s (mode %04o), so they could add a key of their "
+                                  "own; chmod go-w %s",
+                     path, (st.st_mode & 022) == 022 ? "its group and others" : st.st_mode & 020 ? "its group" : "others",
+                     (unsigned)(st.st_mode & 07777), path);
+        else
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        fclose(f);
+        return NULL;
+    }
     char *text = malloc(AUTH_MAX_FILE + 1);
     size_t n = text ? fread(text, 1, AUTH_MAX_FILE + 1, f) : 0;
     bool read_error = ferror(f);
@@ -323,6 +346,14 @@ const AuthKey *auth_find_bearer(const AuthTable *t, const char *h, const char **
     if (!k)
         *why = "unknown API key";
     return k;
+}
+
+const AuthKey *auth_find_same(const AuthTable *t, const AuthKey *old)
+{
+    for (size_t i = 0; i < t->nkeys; i++)
+        if (!strcmp(t->keys[i].name, old->name) && !memcmp(t->keys[i].hash, old->hash, sizeof old->hash))
+            return &t->keys[i];
+    return NULL;
 }
 
 bool auth_covers(const AuthKey *k, const char *name)

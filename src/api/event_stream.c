@@ -14,6 +14,7 @@
 #include "leasegate/jsondump.h"
 #include "leasegate/http.h"
 #include "leasegate/httphead.h"
+#include "leasegate/quota.h"
 
 /* A stream with nothing to say sends a comment this often, so that proxies
  * keep it open and a client that went away is noticed. */
@@ -31,12 +32,14 @@ struct EventStreams {
 typedef struct Stream {
     Request *req;      /* NULL once the request is over */
     Server *s;
-    uint64_t cursor;   /* every event up to this seq is sent or not for this stream */
+    uint64_t cursor;   /* the last event sent (its id) */
     char *prefix;      /* owned; NULL: every lock */
     char *out;         /* owned: formatted, not yet taken by libmicrohttpd */
     size_t len, off, cap;
     bool ending;       /* the last message is in out: end the stream after it */
-    EventsWaker waker; /* waiting for events: suspended meanwhile */
+    char *revoked;     /* owned: the `event: unauthorized` to end with, not sent yet (event_streams_end) */
+    EventsReader reader; /* open while the request lasts; reader.first: the next event to send */
+    bool waiting;      /* suspended until events, the stop or the keep-alive wake it */
     HeapEntry beat;    /* the next keep-alive comment (EventStreams.beats) */
     bool beat_due;
 } Stream;
@@ -89,12 +92,21 @@ static void stream_add(void *ud, const AuditRow *r)
     st->cursor = r->seq;
 }
 
-/* Fills st->out with what the stream has to say next, if anything. */
+/* Fills st->out with what the stream has to say next, if anything: the
+ * events from reader.first on (none when it is 0: nothing was published for
+ * this stream since it last looked). */
 static void stream_fill(Stream *st)
 {
+    if (st->revoked) {
+        stream_put(st, st->revoked, strlen(st->revoked));
+        free(st->revoked);
+        st->revoked = NULL;
+        st->ending = true;
+        return;
+    }
     const Audit *ring = events_ring(st->s);
-    uint64_t oldest = audit_oldest(ring);
-    if (oldest && st->cursor + 1 < oldest) {
+    uint64_t first = st->reader.first, oldest = audit_oldest(ring);
+    if (first && oldest && first < oldest) {
         /* The reader fell behind the ring: tell it, and end. A reconnect with
          * its Last-Event-ID then gets 410 too, so it lists the locks. */
         char msg[200];
@@ -105,9 +117,11 @@ static void stream_fill(Stream *st)
         st->ending = true;
         return;
     }
-    bool more = audit_list(ring, st->prefix, true, st->cursor, STREAM_BATCH, stream_add, st);
-    if (!more && !st->ending)
-        st->cursor = audit_latest(ring);
+    if (first) {
+        /* Nothing between the last sent and `first` was for this stream. */
+        bool more = events_list(st->s, st->prefix, first - 1, STREAM_BATCH, stream_add, st);
+        st->reader.first = more ? st->cursor + 1 : 0;
+    }
     if (!st->len && st->beat_due)
         stream_put(st, ":\n\n", 3);
     st->beat_due = false;
@@ -117,11 +131,13 @@ static void stream_fill(Stream *st)
  * libmicrohttpd asks the reader again. */
 static void stream_resume(Stream *st)
 {
-    events_unwait(st->s, &st->waker);
+    if (!st->waiting)
+        return;
+    st->waiting = false;
     http_resume(st->req);
 }
 
-static void stream_woken(EventsWaker *w) { http_resume(CONTAINER_OF(w, Stream, waker)->req); }
+static void stream_woken(EventsReader *r) { stream_resume(CONTAINER_OF(r, Stream, reader)); }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -137,7 +153,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     }
     if (st->off == st->len) {
         /* Nothing to say: suspended until events, the stop or the keep-alive wake it. */
-        events_wait(st->s, &st->waker);
+        st->waiting = true;
         http_suspend_watched(st->req);
         return 0;
     }
@@ -152,7 +168,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 /* The request is gone: the stream no longer waits for anything. */
 static void stream_unlist(Stream *st)
 {
-    events_unwait(st->s, &st->waker);
+    st->waiting = false;
+    events_reader_close(st->s, &st->reader);
     heap_remove(&st->s->streams->beats, &st->beat);
 }
 
@@ -164,6 +181,7 @@ static void stream_freed(void *cls)
         st->req->events.stream = NULL;
     }
     st->s->streams->open--;
+    free(st->revoked);
     free(st->prefix);
     free(st->out);
     free(st);
@@ -190,7 +208,7 @@ void api_events_stream(Request *req)
         after = (long long)v;
     }
     uint64_t from;
-    if (!events_resolve_after(req, (uint64_t)after, &from))
+    if (!events_resolve_after(req, (uint64_t)after, &from) || !quota_poll_start(req))
         return;
     Stream *st = calloc(1, sizeof *st);
     if (!st || (prefix && !(st->prefix = strdup(prefix))) || !stream_put(st, "retry: 1000\n\n", 13)) {
@@ -203,11 +221,20 @@ void api_events_stream(Request *req)
     st->req = req;
     st->s = req->srv;
     st->cursor = from;
-    st->waker.wake = stream_woken;
+    st->reader.woken = stream_woken;
     heap_entry_init(&st->beat);
+    /* What was published up to now is looked at once, at the first fill. */
+    if (!events_reader_open(st->s, &st->reader, st->prefix, from < audit_latest(events_ring(st->s)) ? from + 1 : 0)) {
+        free(st->prefix);
+        free(st->out);
+        free(st);
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st,
                                                                   stream_freed);
     if (!resp) {
+        events_reader_close(st->s, &st->reader);
         free(st->prefix);
         free(st->out);
         free(st);
@@ -237,9 +264,29 @@ void event_streams_tick(Server *s, const Now *now)
         Stream *st = CONTAINER_OF(h, Stream, beat);
         heap_remove(&s->streams->beats, h);
         st->beat_due = true;
-        if (st->waker.waiting)
-            stream_resume(st);
+        stream_resume(st);
     }
+}
+
+const char *event_streams_prefix(const Request *req)
+{
+    return req->events.stream ? req->events.stream->prefix : NULL;
+}
+
+void event_streams_end(Request *req, ErrCode code, const char *why)
+{
+    Stream *st = req->events.stream;
+    if (!st || st->revoked || st->ending)
+        return;
+    json_t *data = json_pack("{s:s, s:s}", "error", error_code(code), "message", why);
+    char *text = data ? jsondump_whole(data, JSON_COMPACT) : NULL;
+    json_decref(data);
+    /* It ends whether or not the message could be made: the key is gone. */
+    if (!text || asprintf(&st->revoked, "event: unauthorized\ndata: %s\n\n", text) < 0)
+        st->revoked = NULL, st->ending = true;
+    free(text);
+    events_reader_close(st->s, &st->reader); /* nothing more for it */
+    stream_resume(st);
 }
 
 void event_streams_request_end(Request *req)

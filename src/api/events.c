@@ -10,6 +10,8 @@
 #include "leasegate/body.h"
 #include "leasegate/query.h"
 #include "leasegate/container.h"
+#include "leasegate/prefixidx.h"
+#include "leasegate/quota.h"
 #include "leasegate/watch.h"
 
 #define EVENTS_DEFAULT 100
@@ -29,16 +31,20 @@ struct Events {
     Audit *ring;   /* published events */
     uint64_t floor; /* the seq before this run's first: later than any earlier run's */
     DList groups;  /* Group.link: oldest batch first */
-    DList waiters; /* Request.events.link */
-    Heap deadlines; /* Request.events.deadline */
-    DList wakers;  /* EventsWaker.link: other readers waiting for events */
+    PrefixIndex *by_prefix; /* EventsReader.sub: long-polls and streams, by the prefix they follow */
+    DList readers; /* EventsReader.link: every open reader */
+    DList woken;   /* EventsReader.wlink: readers the publish running now is to wake */
+    Heap deadlines; /* Request.events.deadline: the long-polls */
     bool draining; /* the server is stopping: readers end, long-polls answer */
+    uint64_t rows_read; /* ring rows looked at for readers, for /metrics */
 };
 
 Events *events_new(size_t keep)
 {
     Events *e = calloc(1, sizeof *e);
-    if (!e || !(e->ring = audit_new(keep))) {
+    if (!e || !(e->ring = audit_new(keep)) || !(e->by_prefix = prefixidx_new())) {
+        if (e)
+            audit_free(e->ring);
         free(e);
         return NULL;
     }
@@ -70,6 +76,7 @@ void events_free(Events *e)
         group_free(g);
     }
     heap_clear(&e->deadlines);
+    prefixidx_free(e->by_prefix);
     audit_free(e->ring);
     free(e);
 }
@@ -80,50 +87,78 @@ static void out_of_memory(void)
     _exit(70);
 }
 
-static bool answer_if_any(Request *req, bool timed_out);
-
-void events_wait(Server *s, EventsWaker *w)
-{
-    if (!w->waiting) {
-        w->waiting = true;
-        dlist_append(&s->events->wakers, &w->link);
-    }
-}
-
-void events_unwait(Server *s, EventsWaker *w)
-{
-    if (w->waiting) {
-        w->waiting = false;
-        dlist_remove(&s->events->wakers, &w->link);
-    }
-}
-
-/* Every waiting reader is woken once. */
-static void wake_all(Server *s)
+bool events_reader_open(Server *s, EventsReader *r, const char *prefix, uint64_t first)
 {
     Events *e = s->events;
-    while (e->wakers.head) {
-        EventsWaker *w = DLIST_ITEM(e->wakers.head, EventsWaker, link);
-        events_unwait(s, w);
-        w->wake(w);
+    r->first = first;
+    r->woken_pending = false;
+    if (!prefixidx_add(e->by_prefix, &r->sub, prefix))
+        return false;
+    dlist_append(&e->readers, &r->link);
+    r->open = true;
+    return true;
+}
+
+void events_reader_close(Server *s, EventsReader *r)
+{
+    Events *e = s->events;
+    if (!r->open)
+        return;
+    r->open = false;
+    prefixidx_remove(e->by_prefix, &r->sub);
+    dlist_remove(&e->readers, &r->link);
+    if (r->woken_pending) { /* closed while a publish wakes others: it is not woken */
+        r->woken_pending = false;
+        dlist_remove(&e->woken, &r->wlink);
     }
 }
 
 const Audit *events_ring(const Server *s) { return s->events->ring; }
 
+bool events_list(Server *s, const char *prefix, uint64_t after, size_t limit, void (*fn)(void *ud, const AuditRow *r),
+                 void *ud)
+{
+    Events *e = s->events;
+    return audit_list(e->ring, prefix, true, after, limit, fn, ud, &e->rows_read);
+}
+
+uint64_t events_rows_read(const Server *s) { return s->events->rows_read; }
+
+size_t events_polls(const Server *s) { return heap_len(&s->events->deadlines); }
+
 bool events_draining(const Server *s) { return s->events->draining; }
 
-/* Publishes g's events (its batch is durable) and answers the waiters that now have some. */
+/* A published event concerns this reader: it is woken once its publish has
+ * put every event in the ring. */
+static void concerns(void *ud, PrefixSub *sub)
+{
+    Events *e = ud;
+    EventsReader *r = CONTAINER_OF(sub, EventsReader, sub);
+    if (!r->first)
+        r->first = audit_latest(e->ring);
+    if (!r->woken_pending) {
+        r->woken_pending = true;
+        dlist_append(&e->woken, &r->wlink);
+    }
+}
+
+/* Publishes events whose batch is durable, and wakes the readers they
+ * concern: one lookup per prefix length in use per event, never a walk over
+ * every reader (prefixidx.h). */
 static void publish(Server *s, const AuditRow *rows, size_t n)
 {
     Events *e = s->events;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         audit_add(e->ring, &rows[i]);
-    for (DLink *l = e->waiters.head, *next; l; l = next) {
-        next = l->next;
-        answer_if_any(DLIST_ITEM(l, Request, events.link), false);
+        prefixidx_match(e->by_prefix, rows[i].lock, concerns, e);
     }
-    wake_all(s);
+    /* Taken out before it is woken: an answer may end (and free) its request. */
+    while (e->woken.head) {
+        EventsReader *r = DLIST_ITEM(e->woken.head, EventsReader, wlink);
+        dlist_remove(&e->woken, &r->wlink);
+        r->woken_pending = false;
+        r->woken(r);
+    }
 }
 
 static void group_ready(CommitHold *hold)
@@ -259,17 +294,18 @@ static void stop_waiting(Request *req)
     if (!req->events.waiting)
         return;
     req->events.waiting = false;
-    dlist_remove(&e->waiters, &req->events.link);
+    events_reader_close(req->srv, &req->events.reader);
     heap_remove(&e->deadlines, &req->events.deadline);
 }
 
-/* Answers req when there are events for it (or always, timed_out): true when answered. */
-static bool answer_if_any(Request *req, bool timed_out)
+/* Answers req with its events after seq `after`, when there are some (or
+ * always, when `now`): true when answered. */
+static bool answer_from(Request *req, uint64_t after, bool now)
 {
     Events *e = req->srv->events;
-    Page p = {json_array(), effective_after(e, req->events.after), false};
-    bool more = p.events && audit_list(e->ring, req->events.prefix, true, p.last, req->events.limit, add_event, &p);
-    if (p.events && !p.failed && json_array_size(p.events) == 0 && !timed_out) {
+    Page p = {json_array(), after, false};
+    bool more = p.events && events_list(req->srv, req->events.prefix, after, req->events.limit, add_event, &p);
+    if (p.events && !p.failed && json_array_size(p.events) == 0 && !now) {
         json_decref(p.events);
         return false;
     }
@@ -288,6 +324,19 @@ static bool answer_if_any(Request *req, bool timed_out)
     return true;
 }
 
+/* A waiting long-poll: its events came (from reader.first on), or its time is
+ * up, or the server stops. Its `after` was checked when it came in and every
+ * event up to then was looked at: nothing before `first` is for it, so the
+ * answer starts there, and a reader waits with no position in the ring to
+ * lose (its `after` may leave the ring meanwhile without harm). */
+static void answer_waiting(Request *req)
+{
+    uint64_t first = req->events.reader.first;
+    answer_from(req, first ? first - 1 : audit_latest(req->srv->events->ring), true);
+}
+
+static void poll_woken(EventsReader *r) { answer_waiting(CONTAINER_OF(r, Request, events.reader)); }
+
 void api_events(Request *req)
 {
     Events *e = req->srv->events;
@@ -299,24 +348,33 @@ void api_events(Request *req)
     uint64_t from;
     if (!events_resolve_after(req, (uint64_t)after, &from))
         return;
-    req->events.after = (uint64_t)after;
     req->events.limit = (size_t)limit;
     /* A copy: the query is gone once the request is held (http_hold). */
     if (prefix && !(req->events.prefix = strdup(prefix))) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
-    if (answer_if_any(req, wait_ms == 0 || e->draining))
+    /* The one look at the ring this poll costs: from here on it hears only
+     * of the events its prefix matches. */
+    if (answer_from(req, from, wait_ms == 0 || e->draining) || !quota_poll_start(req))
         return;
     Now now = clock_now();
+    req->events.reader.woken = poll_woken;
     heap_entry_init(&req->events.deadline);
-    if (!heap_set(&e->deadlines, &req->events.deadline, now.mono_ms + wait_ms)) {
+    if (!heap_set(&e->deadlines, &req->events.deadline, now.mono_ms + wait_ms) ||
+        !events_reader_open(req->srv, &req->events.reader, prefix, 0)) {
+        heap_remove(&e->deadlines, &req->events.deadline);
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
     req->events.waiting = true;
-    dlist_append(&e->waiters, &req->events.link);
     http_hold(req);
+}
+
+void events_end_poll(Request *req, ErrCode code, const char *why)
+{
+    stop_waiting(req);
+    http_reply_error(req, code, NULL, "%s", why);
 }
 
 int64_t events_next_timeout_ms(const Server *s, const Now *now)
@@ -329,16 +387,19 @@ void events_tick(Server *s, const Now *now)
     Events *e = s->events;
     HeapEntry *h;
     while ((h = heap_peek(&e->deadlines)) && h->deadline_ms <= now->mono_ms)
-        answer_if_any(CONTAINER_OF(h, Request, events.deadline), true);
+        answer_waiting(CONTAINER_OF(h, Request, events.deadline));
 }
 
 void events_drain(Server *s)
 {
     Events *e = s->events;
     e->draining = true;
-    while (e->waiters.head)
-        answer_if_any(DLIST_ITEM(e->waiters.head, Request, events.link), true);
-    wake_all(s);
+    HeapEntry *h;
+    while ((h = heap_peek(&e->deadlines)))
+        answer_waiting(CONTAINER_OF(h, Request, events.deadline));
+    /* The streams: each sees `draining` and ends. Waking one never closes another. */
+    for (DLink *l = e->readers.head; l; l = l->next)
+        DLIST_ITEM(l, EventsReader, link)->woken(DLIST_ITEM(l, EventsReader, link));
 }
 
 void events_request_end(Request *req)

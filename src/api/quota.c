@@ -1,4 +1,4 @@
-/* quota — per-key limits; see include/leasegate/quota.h. */
+/* quota — the shares of keys and peers; see include/leasegate/quota.h. */
 #include "leasegate/quota.h"
 
 #include <stdlib.h>
@@ -6,106 +6,324 @@
 
 #include "leasegate/auth.h"
 #include "leasegate/clock.h"
+#include "leasegate/container.h"
 #include "leasegate/smap.h"
 
-typedef struct KeyUse {
-    char name[AUTH_NAME_MAX + 1]; /* the map's key */
-    uint64_t held, waiting;
-} KeyUse;
+/* What one key or one peer uses now. Freed when every count is back at zero:
+ * whatever points at an entry (a lock's or a resource's Charge, a held
+ * request) holds one of its counts. */
+typedef struct Use {
+    bool peer;
+    uint64_t n[SHARE_KINDS]; /* SHARE_HELD and SHARE_WAITERS: keys only */
+    char name[];             /* the map's key: the key's name, or the peer's address */
+} Use;
 
-/* The counts of key `name`, created at zero; NULL when out of memory. */
-static KeyUse *use_of(Server *s, const char *name)
+static Smap **map_of(Server *s, bool peer) { return peer ? &s->peer_use : &s->key_use; }
+
+/* The entry of `name`, created at zero; NULL when out of memory. */
+static Use *use_of(Server *s, bool peer, const char *name)
 {
-    if (!s->key_use && !(s->key_use = smap_new()))
+    Smap **m = map_of(s, peer);
+    if (!*m && !(*m = smap_new()))
         return NULL;
-    KeyUse *u = smap_get(s->key_use, name);
+    Use *u = smap_get(*m, name);
     if (u)
         return u;
-    if (!(u = calloc(1, sizeof *u)))
+    size_t len = strlen(name);
+    if (!(u = calloc(1, sizeof *u + len + 1)))
         return NULL;
-    snprintf(u->name, sizeof u->name, "%s", name);
-    if (!smap_insert(s->key_use, u->name, u)) {
+    u->peer = peer;
+    memcpy(u->name, name, len + 1);
+    if (!smap_insert(*m, u->name, u)) {
         free(u);
         return NULL;
     }
     return u;
 }
 
-static void over(Request *req, const char *key, const char *limit, uint64_t value)
+static void drop_if_unused(Server *s, Use *u)
 {
-    http_reply_error(req, ERR_KEY_LIMIT,
-                     json_pack("{s:s, s:s, s:I}", "key", key, "limit", limit, "value", (json_int_t)value),
-                     "key '%s' is at its %s of %llu: release a lock (or stop waiting) first", key, limit,
-                     (unsigned long long)value);
+    for (int k = 0; k < SHARE_KINDS; k++)
+        if (u->n[k])
+            return;
+    smap_remove(*map_of(s, u->peer), u->name);
+    free(u);
+}
+
+/* delta 0: nothing counted (a name that was not made after all); the
+ * entry goes if nothing else counts on it. */
+static void count(Server *s, Use *u, ShareKind k, int delta)
+{
+    if (!u)
+        return;
+    if (delta > 0)
+        u->n[k]++;
+    else if (delta < 0 && u->n[k])
+        u->n[k]--;
+    drop_if_unused(s, u);
+}
+
+static void count_refusal(Server *s, ShareKind k, bool peer) { s->metrics.share_refused[peer][k]++; }
+
+/* A share as large as the whole is no share: the server-wide limit answers
+ * (503, naming it) when it is reached. */
+static uint64_t below(uint64_t share, uint64_t whole) { return share < whole ? share : UINT64_MAX; }
+
+static uint64_t limit_of_raw(const Server *s, const AuthKey *key, ShareKind k);
+
+/* The size of share k for key k (its line's, else the server's), or for a
+ * peer (key NULL); UINT64_MAX when it does not limit anything. */
+static uint64_t limit_of(const Server *s, const AuthKey *key, ShareKind k)
+{
+    uint64_t v = limit_of_raw(s, key, k);
+    return k == SHARE_NAMES ? below(v, s->cfg.max_locks) : k == SHARE_FENCES ? below(v, s->cfg.max_fences) : v;
+}
+
+static uint64_t limit_of_raw(const Server *s, const AuthKey *key, ShareKind k)
+{
+    const Config *c = &s->cfg;
+    if (!key) {
+        switch (k) {
+        case SHARE_NAMES:
+            return c->peer_max_names;
+        case SHARE_FENCES:
+            return c->peer_max_fences;
+        case SHARE_POLLS:
+            return c->peer_max_polls;
+        default:
+            return UINT64_MAX;
+        }
+    }
+    switch (k) {
+    case SHARE_HELD:
+        return key->max_held ? key->max_held : c->key_max_held;
+    case SHARE_WAITERS:
+        return key->max_waiters ? key->max_waiters : c->key_max_waiters;
+    case SHARE_NAMES:
+        return key->max_names ? key->max_names : c->key_max_names;
+    case SHARE_FENCES:
+        return key->max_fences ? key->max_fences : c->key_max_fences;
+    case SHARE_POLLS:
+        return key->max_polls ? key->max_polls : c->key_max_polls;
+    default:
+        return UINT64_MAX;
+    }
+}
+
+static const char *const WHAT[SHARE_KINDS] = {
+    [SHARE_HELD] = "release a lock (or stop waiting) first",
+    [SHARE_WAITERS] = "stop waiting somewhere first",
+    [SHARE_NAMES] = "lock names are counted until forgotten (--forget-idle-after): reuse names",
+    [SHARE_FENCES] = "fence resources are counted until forgotten (--forget-idle-after)",
+    [SHARE_POLLS] = "end a long-poll, watch or event stream first",
+};
+
+static void over(Request *req, const AuthKey *key, const char *peer, ShareKind k, uint64_t value)
+{
+    count_refusal(req->srv, k, key == NULL);
+    if (key)
+        http_reply_error(req, ERR_KEY_LIMIT,
+                         json_pack("{s:s, s:s, s:I}", "key", key->name, "limit", share_limit_name(k), "value",
+                                   (json_int_t)value),
+                         "key '%s' is at its %s of %llu: %s", key->name, share_limit_name(k),
+                         (unsigned long long)value, WHAT[k]);
+    else
+        http_reply_error(req, ERR_PEER_LIMIT,
+                         json_pack("{s:s, s:s, s:I}", "peer", peer, "limit", share_limit_name(k), "value",
+                                   (json_int_t)value),
+                         "this client (%s) is at its %s of %llu: %s (behind a reverse proxy every client is "
+                         "one peer: see --peer-max-%s)",
+                         peer, share_limit_name(k), (unsigned long long)value, WHAT[k],
+                         k == SHARE_NAMES ? "names" : k == SHARE_FENCES ? "fences" : "polls");
+}
+
+static void out_of_memory(Request *req) { http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry"); }
+
+/* The entries of req's key (if any) and peer, created at zero, with room for
+ * one more of share k in both: false after answering 429 (or 503). */
+static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
+{
+    Server *s = req->srv;
+    const AuthKey *key = req->access.key;
+    char peer[HTTP_PEER_MAX];
+    http_peer_address(req, peer, sizeof peer);
+    *key_use = key ? use_of(s, false, key->name) : NULL;
+    *peer_use = use_of(s, true, peer);
+    if ((key && !*key_use) || !*peer_use) {
+        if (*key_use)
+            drop_if_unused(s, *key_use);
+        if (*peer_use)
+            drop_if_unused(s, *peer_use);
+        out_of_memory(req);
+        return false;
+    }
+    uint64_t kmax = limit_of(s, key, k), pmax = limit_of(s, NULL, k);
+    bool key_over = key && (*key_use)->n[k] >= kmax, peer_over = (*peer_use)->n[k] >= pmax;
+    if (!key_over && !peer_over)
+        return true;
+    if (key_over)
+        over(req, key, peer, k, kmax);
+    else
+        over(req, NULL, peer, k, pmax);
+    if (*key_use)
+        drop_if_unused(s, *key_use);
+    drop_if_unused(s, *peer_use);
+    return false;
 }
 
 bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, bool wait, const char *owner,
-                 const char *request_id)
+                 const char *request_id, Charge *charge)
 {
     const AuthKey *k = req->access.key;
     Server *s = req->srv;
-    if (!k)
-        return true;
+    *charge = (Charge){NULL, NULL};
     /* A holder whose lease ran out but that the tick has not ended yet is
      * ended by the acquire itself, which may then be granted: judge the
      * name as it will be (locktab_preview), not as the table still shows it. */
     Now now = clock_now();
-    LockResult r = locktab_preview(s->locks, kind, name, (uint8_t)mode, limit, owner, request_id, &now);
+    LockResult r = locktab_preview(s->locks, kind, name, (uint8_t)mode, limit, owner, request_id, k ? k->name : NULL,
+                                   &now);
     if (r == LOCK_REPLAYED || r == LOCK_LIMIT_MISMATCH)
-        return true; /* a retry of a current grant, or refused: nothing new */
+        return true; /* a retry of a current grant (by its own key), or refused: nothing new */
     bool queued = r == LOCK_BUSY;
     if (queued && !wait)
         return true; /* answered lock_held: nothing new */
-    KeyUse *u = use_of(s, k->name);
+    if (!locktab_get(s->locks, kind, name)) {
+        /* A new name: the key's and the peer's share of the table. */
+        Use *ku, *pu;
+        if (!room_for(req, SHARE_NAMES, &ku, &pu))
+            return false;
+        *charge = (Charge){ku, pu};
+    }
+    if (!k)
+        return true;
+    Use *u = use_of(s, false, k->name);
     if (!u) {
-        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        out_of_memory(req);
         return false;
     }
-    uint64_t max_held = k->max_held ? k->max_held : s->cfg.key_max_held;
-    uint64_t max_waiters = k->max_waiters ? k->max_waiters : s->cfg.key_max_waiters;
-    if (u->held + u->waiting >= max_held) {
-        over(req, k->name, "max_held", max_held);
+    uint64_t max_held = limit_of(s, k, SHARE_HELD), max_waiters = limit_of(s, k, SHARE_WAITERS);
+    ShareKind refused = u->n[SHARE_HELD] + u->n[SHARE_WAITERS] >= max_held       ? SHARE_HELD
+                        : queued && u->n[SHARE_WAITERS] >= max_waiters ? SHARE_WAITERS
+                                                                        : SHARE_KINDS;
+    if (refused == SHARE_KINDS)
+        return true;
+    over(req, k, NULL, refused, refused == SHARE_HELD ? max_held : max_waiters);
+    drop_if_unused(s, u);
+    if (charge->peer)
+        drop_if_unused(s, charge->peer);
+    *charge = (Charge){NULL, NULL};
+    return false;
+}
+
+void quota_named(Server *s, const Charge *c, int delta)
+{
+    count(s, c->key, SHARE_NAMES, delta);
+    count(s, c->peer, SHARE_NAMES, delta);
+}
+
+bool quota_admit_fence(Request *req, Charge *charge)
+{
+    Use *ku, *pu;
+    *charge = (Charge){NULL, NULL};
+    if (!room_for(req, SHARE_FENCES, &ku, &pu))
         return false;
-    }
-    if (queued && u->waiting >= max_waiters) {
-        over(req, k->name, "max_waiters", max_waiters);
-        return false;
-    }
+    *charge = (Charge){ku, pu};
     return true;
+}
+
+void quota_fenced(Server *s, const Charge *c, int delta)
+{
+    count(s, c->key, SHARE_FENCES, delta);
+    count(s, c->peer, SHARE_FENCES, delta);
+}
+
+Charge quota_charge_of_key(Server *s, const char *key)
+{
+    return (Charge){key ? use_of(s, false, key) : NULL, NULL};
 }
 
 void quota_held(Server *s, const char *key, int delta)
 {
-    KeyUse *u;
-    if (!key || !(u = use_of(s, key)))
+    Use *u;
+    if (!key || !(u = use_of(s, false, key)))
         return; /* out of memory: this grant goes uncounted (the limit errs on the lenient side) */
-    if (delta > 0)
-        u->held++;
-    else if (u->held)
-        u->held--;
+    count(s, u, SHARE_HELD, delta);
+}
+
+/* A request with a key that waits or is held open is listed for SIGHUP. */
+static void list_keyed(Request *req)
+{
+    RequestAccess *a = &req->access;
+    bool keyed = a->key && (a->waiting || a->polling);
+    if (keyed && !a->listed) {
+        a->listed = true;
+        dlist_append(&req->srv->keyed, &a->link);
+    } else if (!keyed && a->listed) {
+        a->listed = false;
+        dlist_remove(&req->srv->keyed, &a->link);
+    }
 }
 
 void quota_wait_start(Request *req)
 {
-    KeyUse *u;
-    if (!req->access.key || req->access.waiting || !(u = use_of(req->srv, req->access.key->name)))
+    Use *u;
+    if (!req->access.key || req->access.waiting || !(u = use_of(req->srv, false, req->access.key->name)))
         return;
-    u->waiting++;
+    count(req->srv, u, SHARE_WAITERS, +1);
     req->access.waiting = true;
+    list_keyed(req);
 }
 
 void quota_wait_stop(Request *req)
 {
-    KeyUse *u;
     if (!req->access.waiting)
         return;
     req->access.waiting = false;
-    if ((u = use_of(req->srv, req->access.key->name)) && u->waiting)
-        u->waiting--;
+    list_keyed(req);
+    count(req->srv, use_of(req->srv, false, req->access.key->name), SHARE_WAITERS, -1);
+}
+
+bool quota_poll_start(Request *req)
+{
+    Use *ku, *pu;
+    if (req->access.polling)
+        return true;
+    if (!room_for(req, SHARE_POLLS, &ku, &pu))
+        return false;
+    count(req->srv, ku, SHARE_POLLS, +1);
+    count(req->srv, pu, SHARE_POLLS, +1);
+    req->access.key_use = ku;
+    req->access.peer_use = pu;
+    req->access.polling = true;
+    list_keyed(req);
+    return true;
+}
+
+void quota_poll_stop(Request *req)
+{
+    RequestAccess *a = &req->access;
+    if (!a->polling)
+        return;
+    a->polling = false;
+    list_keyed(req);
+    count(req->srv, a->key_use, SHARE_POLLS, -1);
+    count(req->srv, a->peer_use, SHARE_POLLS, -1);
+    a->key_use = a->peer_use = NULL;
+}
+
+void quota_each_keyed(Server *s, void (*fn)(void *ud, Request *req), void *ud)
+{
+    /* The next one is read first: fn may end (and unlist) the one it is given. */
+    for (DLink *l = s->keyed.head, *next; l; l = next) {
+        next = l->next;
+        fn(ud, CONTAINER_OF(l, Request, access.link));
+    }
 }
 
 void quota_free(Server *s)
 {
     smap_free(s->key_use, free);
-    s->key_use = NULL;
+    smap_free(s->peer_use, free);
+    s->key_use = s->peer_use = NULL;
 }

@@ -113,6 +113,14 @@ static void answer(Request *req)
     watched_drop_if_empty(w, d);
 }
 
+void watch_end(Request *req, ErrCode code, const char *why)
+{
+    Watches *w = req->srv->watches;
+    Watched *d = detach(req);
+    http_reply_error(req, code, NULL, "%s", why);
+    watched_drop_if_empty(w, d);
+}
+
 void watch_note(Server *s, const char *name)
 {
     Watches *w = s->watches;

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 
 #include "leasegate/cli.h"
@@ -60,6 +61,60 @@ static bool parse_opts(const char *cmd, int argc, char **argv, const Opt *opts, 
     return true;
 }
 
+/* The longest lease text read from a file or the environment (a lease is a
+ * UUID, 36 characters; room for whitespace around it). */
+#define LEASE_TEXT_MAX 128
+
+/* The lease of a command: --lease (on the command line, where ps shows it to
+ * every user of the machine: warned about), else --lease-file PATH (- for
+ * stdin), else, when from_env, $LEASEGATE_LEASE (what `leasegate run` gives
+ * its command). *lease is NULL when none was given; false after saying why
+ * it cannot be read. */
+static bool lease_arg(const char *cmd, const char *arg, const char *file, bool from_env, char buf[LEASE_TEXT_MAX],
+                      const char **lease)
+{
+    *lease = NULL;
+    if (arg && file) {
+        fprintf(stderr, "leasegate %s: give --lease or --lease-file, not both\n", cmd);
+        return false;
+    }
+    if (arg) {
+        fprintf(stderr, "leasegate %s: warning: --lease puts the lease on the command line, where every user of "
+                        "this machine can read it (ps): use $LEASEGATE_LEASE or --lease-file\n",
+                cmd);
+        *lease = arg;
+        return true;
+    }
+    if (!file) {
+        const char *env = from_env ? getenv("LEASEGATE_LEASE") : NULL;
+        *lease = env && *env ? env : NULL;
+        return true;
+    }
+    FILE *f = strcmp(file, "-") ? fopen(file, "r") : stdin;
+    size_t n = f ? fread(buf, 1, LEASE_TEXT_MAX - 1, f) : 0;
+    bool failed = !f || ferror(f) || (n == LEASE_TEXT_MAX - 1 && fgetc(f) != EOF);
+    if (f && f != stdin)
+        fclose(f);
+    if (failed) {
+        fprintf(stderr, "leasegate %s: --lease-file %s: %s\n", cmd, file,
+                !f ? strerror(errno) : "cannot be read, or longer than a lease");
+        return false;
+    }
+    buf[n] = '\0';
+    char *start = buf;
+    while (*start == ' ' || *start == '\t' || *start == '\n' || *start == '\r')
+        start++;
+    size_t len = strlen(start);
+    while (len && (start[len - 1] == ' ' || start[len - 1] == '\t' || start[len - 1] == '\n' || start[len - 1] == '\r'))
+        start[--len] = '\0';
+    if (!len) {
+        fprintf(stderr, "leasegate %s: --lease-file %s is empty\n", cmd, file);
+        return false;
+    }
+    *lease = start;
+    return true;
+}
+
 static bool need(const char *cmd, const char *flag, const char *value)
 {
     if (value)
@@ -93,8 +148,8 @@ static int finish(const char *cmd, long status, json_t *reply)
     } else {
         const char *err = json_string_value(json_object_get(reply, "error"));
         const char *msg = json_string_value(json_object_get(reply, "message"));
-        fprintf(stderr, "leasegate %s: %s (HTTP %ld): %s\n", cmd, err ? err : "error", status,
-                msg ? msg : "unexpected answer");
+        fprintf(stderr, "leasegate %s: %s (HTTP %ld): %s%s\n", cmd, err ? err : "error", status,
+                msg ? msg : "unexpected answer", status == 401 ? cli_key_hint() : "");
         code = err && !strcmp(err, "lock_held")    ? CLI_NOT_ACQUIRED
                : err && !strcmp(err, "not_holder") ? CLI_NOT_HOLDER
                                                    : CLI_FAILED;
@@ -120,14 +175,18 @@ static int call(const char *cmd, const char *server, const char *method, const c
 
 int cli_acquire(int argc, char **argv)
 {
-    const char *server = cli_default_server(), *lock = NULL, *owner = NULL, *metadata = NULL, *lease = NULL;
+    const char *server = cli_default_server(), *lock = NULL, *owner = NULL, *metadata = NULL, *lease_opt = NULL,
+               *lease_file = NULL, *lease;
     int64_t ttl = -1, wait = -1;
+    char lease_buf[LEASE_TEXT_MAX];
     const Opt opts[] = {{"--server", OPT_STRING, &server},     {"--lock", OPT_STRING, &lock},
                         {"--owner", OPT_STRING, &owner},       {"--ttl", OPT_DURATION, &ttl},
                         {"--wait", OPT_DURATION, &wait},       {"--metadata", OPT_STRING, &metadata},
-                        {"--lease", OPT_STRING, &lease}};
+                        {"--lease", OPT_STRING, &lease_opt},   {"--lease-file", OPT_STRING, &lease_file}};
+    /* A reentry's lease is never taken from $LEASEGATE_LEASE: an acquire inside
+     * `leasegate run` would then re-enter run's lock instead of taking its own. */
     if (!parse_opts("acquire", argc, argv, opts, sizeof opts / sizeof opts[0]) || !need("acquire", "--lock", lock) ||
-        !valid_lock("acquire", lock))
+        !valid_lock("acquire", lock) || !lease_arg("acquire", lease_opt, lease_file, false, lease_buf, &lease))
         return CLI_USAGE;
     json_t *body = json_pack("{s:s}", "owner", owner ? owner : "leasegate-cli");
     if (ttl >= 0)
@@ -157,16 +216,22 @@ int cli_acquire(int argc, char **argv)
 
 static int lease_call(const char *cmd, int argc, char **argv, bool with_ttl)
 {
-    const char *server = cli_default_server(), *lock = NULL, *lease = NULL;
+    const char *server = cli_default_server(), *lock = NULL, *lease_opt = NULL, *lease_file = NULL, *lease;
     int64_t ttl = -1;
+    char lease_buf[LEASE_TEXT_MAX];
     const Opt opts[] = {{"--server", OPT_STRING, &server},
                         {"--lock", OPT_STRING, &lock},
-                        {"--lease", OPT_STRING, &lease},
+                        {"--lease", OPT_STRING, &lease_opt},
+                        {"--lease-file", OPT_STRING, &lease_file},
                         {"--ttl", OPT_DURATION, &ttl}};
-    size_t nopts = with_ttl ? 4 : 3;
-    if (!parse_opts(cmd, argc, argv, opts, nopts) || !need(cmd, "--lock", lock) || !need(cmd, "--lease", lease) ||
-        !valid_lock(cmd, lock))
+    size_t nopts = with_ttl ? 5 : 4;
+    if (!parse_opts(cmd, argc, argv, opts, nopts) || !need(cmd, "--lock", lock) || !valid_lock(cmd, lock) ||
+        !lease_arg(cmd, lease_opt, lease_file, true, lease_buf, &lease))
         return CLI_USAGE;
+    if (!lease) {
+        fprintf(stderr, "leasegate %s: no lease: set $LEASEGATE_LEASE, or give --lease-file PATH (- for stdin)\n", cmd);
+        return CLI_USAGE;
+    }
     json_t *body = json_pack("{s:s}", "lease", lease);
     if (ttl >= 0)
         json_object_set_new(body, "ttl_ms", json_integer(ttl));
@@ -218,15 +283,18 @@ void cli_usage(FILE *out)
             "client commands (--server URL[,URL...] defaults to $LEASEGATE_SERVER, then http://127.0.0.1:7400;\n"
             "the next URL is tried when one cannot be reached or answers 503; https:// URLs are verified\n"
             "against --cacert PEM, else $LEASEGATE_CACERT, else the system's CAs;\n"
-            "durations: 250ms, 15s, 2m, 1h, 1.5s, never a bare number; a server with --auth-file needs the API key\n"
-            "in $LEASEGATE_KEY):\n"
+            "durations: 250ms, 15s, 2m, 1h, 1.5s, never a bare number; a server with --auth-file needs the API\n"
+            "key in $LEASEGATE_KEY, or in the file $LEASEGATE_KEY_FILE names):\n"
             "  run --lock NAME [--ttl 15s] [--wait 60s | --no-wait] [--grace D] [--timeout D]\n"
             "      [--owner LABEL] [--metadata JSON] [--exit-codes compat|distinct] -- CMD [ARGS...]\n"
             "      hold the lock while CMD runs; CMD gets LEASEGATE_LOCK, LEASEGATE_TOKEN,\n"
             "      LEASEGATE_LEASE, LEASEGATE_SERVER; exits with CMD's status (leasegate help run)\n"
-            "  acquire --lock NAME [--owner LABEL] [--ttl D] [--wait D] [--metadata JSON] [--lease ID]\n"
-            "  renew   --lock NAME --lease ID [--ttl D]\n"
-            "  release --lock NAME --lease ID\n"
+            "  acquire --lock NAME [--owner LABEL] [--ttl D] [--wait D] [--metadata JSON]\n"
+            "          [--lease-file PATH | --lease ID]   with a lease: reentry (never from $LEASEGATE_LEASE)\n"
+            "  renew   --lock NAME [--lease-file PATH | --lease ID] [--ttl D]\n"
+            "  release --lock NAME [--lease-file PATH | --lease ID]\n"
+            "          the lease: from --lease-file PATH (- for stdin), else $LEASEGATE_LEASE (what run\n"
+            "          gives CMD); --lease ID puts it where ps shows it to every user, and warns\n"
             "  status  --lock NAME\n"
             "  list    [--prefix P] [--after NAME] [--limit N]\n"
             "operator commands:\n"

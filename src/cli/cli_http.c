@@ -106,6 +106,36 @@ const char *cli_default_server(void)
     return env && *env ? env : "http://127.0.0.1:7400";
 }
 
+const char *cli_key(char buf[CLI_KEY_MAX])
+{
+    const char *key = getenv("LEASEGATE_KEY");
+    if (key && *key)
+        return key;
+    const char *path = getenv("LEASEGATE_KEY_FILE");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    if (!f)
+        return NULL; /* a 401 then says why (cli_key_hint) */
+    size_t n = fread(buf, 1, CLI_KEY_MAX - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, " \t\r\n")] = '\0'; /* the first word of the file: the key */
+    return *buf ? buf : NULL;
+}
+
+const char *cli_key_hint(void)
+{
+    const char *key = getenv("LEASEGATE_KEY"), *path = getenv("LEASEGATE_KEY_FILE");
+    if (key && *key)
+        return " (the key in $LEASEGATE_KEY)";
+    if (!path || !*path)
+        return " (set $LEASEGATE_KEY, or $LEASEGATE_KEY_FILE to a file holding the key)";
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return " ($LEASEGATE_KEY_FILE names a file that cannot be read)";
+    fclose(f);
+    return " (the key in $LEASEGATE_KEY_FILE)";
+}
+
 static const char *cacert_flag; /* --cacert, for every request of this process */
 
 bool cli_cacert_arg(const char *cmd, const char *path)
@@ -176,8 +206,9 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
     }
     CURL *e = curl_easy_init();
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-    /* The API key from the environment, never from argv (which ps shows). */
-    const char *key = getenv("LEASEGATE_KEY");
+    /* The API key from the environment or a file it names, never from argv (which ps shows). */
+    char keybuf[CLI_KEY_MAX];
+    const char *key = cli_key(keybuf);
     char *auth = NULL;
     if (headers && key && *key) {
         struct curl_slist *h = asprintf(&auth, "Authorization: Bearer %s", key) < 0 ? NULL

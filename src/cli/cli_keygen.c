@@ -1,6 +1,7 @@
 /* cli_keygen — `leasegate keygen NAME ROLE PREFIX...`: a new API key. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "leasegate/auth.h"
 #include "leasegate/cli.h"
@@ -21,6 +22,17 @@ int cli_keygen(int argc, char **argv)
     if (auth_keygen(argv[0], argv[1], argv + 2, (size_t)(argc - 2), &key, &line, err, sizeof err)) {
         fprintf(stderr, "leasegate keygen: %s\n", err);
         return 2;
+    }
+    /* A prefix is the start of a name, not a folder: say so where it matters. */
+    for (int i = 2; i < argc; i++) {
+        const char *p = argv[i];
+        size_t n = strlen(p);
+        if (strchr(p, '=') || !strcmp(p, "*") || !n || p[n - 1] == '/')
+            continue;
+        fprintf(stderr,
+                "leasegate keygen: note: prefix '%s' covers every name that starts with it: %s itself, %s/..., "
+                "but also %s2/..., %s-old and %sX; to cover one folder only, end it with '/' (%s/)\n",
+                p, p, p, p, p, p, p);
     }
     int rc = printf("%s\n%s\n", key, line) < 0 || fflush(stdout) ? 1 : 0;
     free(key);

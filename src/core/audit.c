@@ -128,7 +128,7 @@ void audit_load(Audit *a, const AuditRow *row)
 }
 
 bool audit_list(const Audit *a, const char *lock, bool prefix, uint64_t after, size_t limit,
-                void (*fn)(void *ud, const AuditRow *row), void *ud)
+                void (*fn)(void *ud, const AuditRow *row), void *ud, uint64_t *looked)
 {
     size_t plen = lock && prefix ? strlen(lock) : 0;
     size_t i = 0;
@@ -142,16 +142,21 @@ bool audit_list(const Audit *a, const char *lock, bool prefix, uint64_t after, s
             hi = mid;
     }
     size_t given = 0;
+    bool more = false;
     for (i = lo; i < a->n; i++) {
         const AuditRow *r = &a->rows[(a->head + i) % a->keep];
         if (lock && (prefix ? strncmp(lock, r->lock, plen) : strcmp(lock, r->lock)))
             continue;
-        if (given == limit)
-            return true;
+        if (given == limit) {
+            more = true;
+            break;
+        }
         fn(ud, r);
         given++;
     }
-    return false;
+    if (looked)
+        *looked += i - lo;
+    return more;
 }
 
 uint64_t audit_oldest(const Audit *a) { return a->n ? a->rows[a->head].seq : 0; }

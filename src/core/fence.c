@@ -10,6 +10,7 @@
 typedef struct Mark {
     HeapEntry idle; /* queued while forgetting is on: when to forget */
     uint64_t max_token;
+    Charge charge;  /* who it is counted against (share.h): opaque here */
     char resource[]; /* the map's key */
 } Mark;
 
@@ -66,7 +67,7 @@ static void touch(Fence *f, Mark *m, const Now *now)
 }
 
 /* limit: refuse a new resource beyond max_resources (not for marks loaded from storage). */
-static FenceResult find_or_create(Fence *f, const char *resource, bool limit, Mark **out)
+static FenceResult find_or_create(Fence *f, const char *resource, bool limit, const Charge *charge, Mark **out)
 {
     Mark *m = smap_get(f->marks, resource);
     if (!m) {
@@ -77,6 +78,7 @@ static FenceResult find_or_create(Fence *f, const char *resource, bool limit, Ma
         if (!m)
             return FENCE_NOMEM;
         heap_entry_init(&m->idle);
+        m->charge = charge ? *charge : (Charge){NULL, NULL};
         m->max_token = f->floors[fence_bucket(resource)];
         memcpy(m->resource, resource, n);
         if (!smap_insert(f->marks, m->resource, m)) {
@@ -91,7 +93,7 @@ static FenceResult find_or_create(Fence *f, const char *resource, bool limit, Ma
 FenceResult fence_load(Fence *f, const char *resource, uint64_t max_token, const Now *now)
 {
     Mark *m;
-    FenceResult r = find_or_create(f, resource, false, &m);
+    FenceResult r = find_or_create(f, resource, false, NULL, &m);
     if (r != FENCE_ACCEPTED)
         return r;
     if (max_token > m->max_token)
@@ -108,6 +110,14 @@ void fence_load_floor(Fence *f, uint32_t bucket, uint64_t floor)
 
 FenceResult fence_check(Fence *f, const char *resource, uint64_t token, const Now *now, uint64_t *max_token)
 {
+    return fence_check_charged(f, resource, token, now, NULL, max_token);
+}
+
+bool fence_known(const Fence *f, const char *resource) { return smap_get(f->marks, resource) != NULL; }
+
+FenceResult fence_check_charged(Fence *f, const char *resource, uint64_t token, const Now *now, const Charge *charge,
+                                uint64_t *max_token)
+{
     Mark *m = smap_get(f->marks, resource);
     *max_token = m ? m->max_token : f->floors[fence_bucket(resource)];
     if (token < *max_token) {
@@ -115,7 +125,7 @@ FenceResult fence_check(Fence *f, const char *resource, uint64_t token, const No
             touch(f, m, now);
         return FENCE_STALE;
     }
-    FenceResult r = find_or_create(f, resource, true, &m);
+    FenceResult r = find_or_create(f, resource, true, charge, &m);
     if (r == FENCE_ACCEPTED)
         touch(f, m, now);
     return r;
@@ -159,7 +169,7 @@ void fence_tick(Fence *f, const Now *now)
         if (m->max_token > f->floors[b])
             f->floors[b] = m->max_token;
         if (f->hooks.forgotten)
-            f->hooks.forgotten(f->hooks.ud, m->resource, b, f->floors[b]);
+            f->hooks.forgotten(f->hooks.ud, m->resource, b, f->floors[b], &m->charge);
         drop(f, m);
     }
 }

@@ -253,9 +253,10 @@ static void update_idle(Locktab *lt, Lock *lock, const Now *now)
 }
 
 /* Returns the lock called name, creating it (idle, never granted) if needed;
- * limit refuses a new name beyond max_locks (not for locks loaded from storage). */
-static LockResult find_or_create(Locktab *lt, LockKind kind, const char *name, bool limit, const Now *now,
-                                 Lock **out)
+ * limit refuses a new name beyond max_locks (not for locks loaded from
+ * storage); charge: Lock.charge of a lock made here (NULL: none). */
+static LockResult find_or_create(Locktab *lt, LockKind kind, const char *name, bool limit, const Charge *charge,
+                                 const Now *now, Lock **out)
 {
     Lock *lock = find(lt, kind, name);
     if (lock) {
@@ -279,6 +280,8 @@ static LockResult find_or_create(Locktab *lt, LockKind kind, const char *name, b
     heap_entry_init(&lock->idle.entry);
     lock->idle.kind = DEADLINE_IDLE;
     lock->id = ++lt->next_lock_id;
+    if (charge)
+        lock->charge = *charge;
     /* Not a change yet: the grant or queueing that follows is (so loading a
      * million locks uses up no indexes, and a restart's base stays above). */
     lock->index = lt->changes;
@@ -510,7 +513,7 @@ LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t l
                         int64_t delay_until_ms, const Now *now)
 {
     Lock *lock;
-    LockResult r = find_or_create(lt, kind, name, false, now, &lock); /* stored: no limit */
+    LockResult r = find_or_create(lt, kind, name, false, NULL, now, &lock); /* stored: no limit */
     if (r != LOCK_OK)
         return r;
     if (last_token > lock->last_token)
@@ -538,7 +541,7 @@ LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t l
 LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, const Holder *holder, const Now *now)
 {
     Lock *lock;
-    LockResult r = find_or_create(lt, kind, name, false, now, &lock);
+    LockResult r = find_or_create(lt, kind, name, false, NULL, now, &lock);
     if (r != LOCK_OK)
         return r;
     uint8_t mode = kind == KIND_SEMAPHORE ? MODE_WRITE : holder->mode;
@@ -586,19 +589,21 @@ LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, con
 }
 
 /* Whether this acquire repeats the one that made or last re-entered lease
- * g: its answer was lost, and it gets the same grant again. */
-static bool is_replay(const Grant *g, const char *owner, const char *request_id)
+ * g: its answer was lost, and it gets the same grant again. Only the key
+ * that made the grant can repeat it: owner labels and request ids are not
+ * secrets, and a replay answers with the lease. */
+static bool is_replay(const Grant *g, const char *owner, const char *request_id, const char *key)
 {
     return request_id && g->h.request_id && strcmp(request_id, g->h.request_id) == 0 &&
-           strcmp(owner, g->h.owner) == 0;
+           strcmp(owner, g->h.owner) == 0 && locktab_same_key(g->h.key, key);
 }
 
-static Grant *replay_of(const Lock *lock, const char *owner, const char *request_id)
+static Grant *replay_of(const Lock *lock, const char *owner, const char *request_id, const char *key)
 {
     if (!request_id)
         return NULL;
     for (DLink *l = lock->holders.head; l; l = l->next)
-        if (is_replay(DLIST_ITEM(l, Grant, link), owner, request_id))
+        if (is_replay(DLIST_ITEM(l, Grant, link), owner, request_id, key))
             return DLIST_ITEM(l, Grant, link);
     return NULL;
 }
@@ -612,6 +617,15 @@ static Grant *grant_with(const Lock *lock, const uint8_t *lease)
     }
     return NULL;
 }
+
+void locktab_set_charge(Locktab *lt, LockKind kind, const char *name, Charge charge)
+{
+    Lock *lock = find(lt, kind, name);
+    if (lock)
+        lock->charge = charge;
+}
+
+bool locktab_same_key(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
 
 static LockResult reenter(Locktab *lt, Lock *lock, Grant *g, const AcquireArgs *args, const Now *now)
 {
@@ -692,19 +706,19 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
             return LOCK_NOT_HOLDER;
         *lock_out = lock;
         *holder_out = &g->h;
-        if (is_replay(g, args->owner, args->request_id))
+        if (is_replay(g, args->owner, args->request_id, args->key))
             return LOCK_REPLAYED;
         if (args->mode_given && args->mode != g->h.mode)
             return LOCK_MODE_CONFLICT;
         return reenter(lt, lock, g, args, now);
     }
     Lock *lock;
-    LockResult r = find_or_create(lt, kind, name, true, now, &lock);
+    LockResult r = find_or_create(lt, kind, name, true, &args->charge, now, &lock);
     if (r != LOCK_OK)
         return r;
     *lock_out = lock;
     settle(lt, lock, now);
-    Grant *replayed = replay_of(lock, args->owner, args->request_id);
+    Grant *replayed = replay_of(lock, args->owner, args->request_id, args->key);
     if (replayed) {
         *holder_out = &replayed->h;
         return LOCK_REPLAYED;
@@ -736,7 +750,7 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
 }
 
 LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, uint8_t mode, uint32_t limit,
-                           const char *owner, const char *request_id, const Now *now)
+                           const char *owner, const char *request_id, const char *key, const Now *now)
 {
     const Lock *lock = find(lt, kind, name);
     if (!lock)
@@ -746,7 +760,7 @@ LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, u
         const Grant *g = DLIST_ITEM(l, Grant, link);
         if (g->h.deadline_ms <= now->mono_ms)
             continue;
-        if (is_replay(g, owner, request_id))
+        if (is_replay(g, owner, request_id, key))
             return LOCK_REPLAYED;
         live++;
     }

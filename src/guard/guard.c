@@ -142,6 +142,35 @@ static void bad(Request *req, const char *field, const char *fmt, const char *de
     http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field), fmt, detail);
 }
 
+/* Names a backend may read as one of the headers the guard checks, sets or
+ * drops: CGI and WSGI servers turn '-' and '_' alike into '_' (HTTP_X_Y), so
+ * "Fencing_Token" would reach such a backend as the guard's Fencing-Token,
+ * "X_HTTP_Method_Override" as the override the guard refuses. */
+static const char *const WATCHED[] = {"Fencing-Lease", "Fencing-Token", "Fencing-Lock", "Fencing-Destination-Lease",
+                                      "Fencing-Destination-Token", "Fencing-Destination-Lock", "Destination",
+                                      "Depth", "Slug", "If", "Authorization", "Host", "Content-Length",
+                                      "Transfer-Encoding", "X-HTTP-Method-Override", "X-HTTP-Method",
+                                      "X-Method-Override", "X-Original-URL", "X-Rewrite-URL", NULL};
+
+/* Is `name` one of WATCHED spelt with '_' in place of a '-'? */
+static bool underscore_alias(const char *name)
+{
+    if (!strchr(name, '_'))
+        return false;
+    for (const char *const *w = WATCHED; *w; w++) {
+        size_t n = strlen(*w);
+        if (strlen(name) != n)
+            continue;
+        size_t i = 0;
+        while (i < n && ((name[i] == '_' && (*w)[i] == '-') ||
+                         ((name[i] | 0x20) == ((*w)[i] | 0x20) && name[i] != '_')))
+            i++;
+        if (i == n)
+            return true;
+    }
+    return false;
+}
+
 typedef struct BadHeader {
     const char *name, *problem;
 } BadHeader;
@@ -156,6 +185,8 @@ static enum MHD_Result find_bad_header(void *cls, enum MHD_ValueKind kind, const
     (void)key_size;
     BadHeader *bad = cls;
     bad->problem = value ? guardpath_header_problem(value, value_size) : NULL;
+    if (!bad->problem && underscore_alias(key))
+        bad->problem = "a name with '_' that a backend may read as the guard's header of the same name with '-'";
     if (bad->problem) {
         bad->name = key;
         return MHD_NO;
@@ -392,6 +423,17 @@ static char *upstream_url(const GuardRoute *g, const char *rest)
     return url;
 }
 
+/* 429: the key's or the peer's (`who`, named `name`) share of calls is used up. */
+static void over_share(Request *req, GuardRefusal why, ErrCode code, const char *who, const char *name, size_t share,
+                       const char *flag)
+{
+    refused(req, why);
+    http_reply_error(req, code,
+                     json_pack("{s:s, s:s, s:I}", who, name, "limit", "guard_calls", "value", (json_int_t)share),
+                     "%s '%s' has %zu upstream calls in flight, its share (%s); retry when one is over", who, name,
+                     share, flag);
+}
+
 /* The client's share of the guard's calls, into req->guard.ticket. Answers
  * 503 or 429 when there is none. */
 static bool take_share(Request *req, Guard *g, const char *key)
@@ -410,22 +452,12 @@ static bool take_share(Request *req, Guard *g, const char *key)
     case SHARE_OK:
         return true;
     case SHARE_KEY_FULL:
-        refused(req, GUARD_REFUSED_KEY_CALLS);
-        http_reply_error(req, ERR_KEY_LIMIT,
-                         json_pack("{s:s, s:s, s:I}", "key", key, "limit", "guard_calls", "value",
-                                   (json_int_t)s->cfg.guard_key_max_calls),
-                         "key '%s' has %zu upstream calls in flight, its share (--guard-key-max-calls); retry when "
-                         "one is over",
-                         key, s->cfg.guard_key_max_calls);
+        over_share(req, GUARD_REFUSED_KEY_CALLS, ERR_KEY_LIMIT, "key", key, s->cfg.guard_key_max_calls,
+                   "--guard-key-max-calls");
         return false;
     case SHARE_PEER_FULL:
-        refused(req, GUARD_REFUSED_PEER_CALLS);
-        http_reply_error(req, ERR_PEER_LIMIT,
-                         json_pack("{s:s, s:s, s:I}", "peer", peer, "limit", "guard_calls", "value",
-                                   (json_int_t)s->cfg.guard_peer_max_calls),
-                         "%s has %zu upstream calls in flight, its share (--guard-peer-max-calls); retry when one is "
-                         "over",
-                         peer, s->cfg.guard_peer_max_calls);
+        over_share(req, GUARD_REFUSED_PEER_CALLS, ERR_PEER_LIMIT, "peer", peer, s->cfg.guard_peer_max_calls,
+                   "--guard-peer-max-calls");
         return false;
     case SHARE_NOMEM:
     default:
@@ -535,6 +567,11 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
         }
         if (!bound_lock(route, dest_rest, dest_lock, sizeof dest_lock, &problem)) {
             bad(req, "Destination", "the Destination's path does not name a lock: %s", problem);
+            return;
+        }
+        if (guardpath_same_resource(req->raw_uri + strlen(route->prefix), dest_rest)) {
+            bad(req, "Destination", "a COPY or MOVE onto its own path (%s) is refused: some backends truncate it",
+                dest_rest);
             return;
         }
         if (strcmp(dest_lock, b[0].lock) != 0)

@@ -197,6 +197,28 @@ const char *guardpath_destination(const char *dest, const char *host, const char
     return rest;
 }
 
+/* The byte of the path at *p, decoded, and *p moved past it; -1 at its end. */
+static int next_path_byte(const char **p)
+{
+    const char *c = *p;
+    if (!*c || *c == '?')
+        return -1;
+    int v = *c == '%' ? decoded(c) : -1;
+    *p = c + (v < 0 ? 1 : 3);
+    return v < 0 ? (unsigned char)*c : v;
+}
+
+bool guardpath_same_resource(const char *a, const char *b)
+{
+    for (;;) {
+        int x = next_path_byte(&a), y = next_path_byte(&b);
+        if (x != y)
+            return false;
+        if (x < 0)
+            return true;
+    }
+}
+
 bool guardpath_if_names_resource(const char *value)
 {
     /* Outside parentheses, only whitespace may stand (No-tag-list); a "<"

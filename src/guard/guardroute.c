@@ -248,6 +248,47 @@ bool guardroute_parse(const char *spec, GuardRoute *r, char *err, size_t errlen)
     return true;
 }
 
+/* Where a route's objects live, as a string that another route's covers or
+ * not by prefix: scheme and authority in lower case, the path ending in '/'. */
+static void space_of(const GuardRoute *r, char *out, size_t outlen)
+{
+    if (r->kind == GUARD_S3) {
+        snprintf(out, outlen, "%s/%s/%s%s", r->endpoint, r->bucket, r->keyprefix, r->keyprefix[0] ? "/" : "");
+    } else {
+        const char *path = strchr(strstr(r->upstream, "://") + 3, '/');
+        size_t auth = path ? (size_t)(path - r->upstream) : strlen(r->upstream);
+        snprintf(out, outlen, "%.*s%s%s", (int)auth, r->upstream, path ? path : "/",
+                 !path || path[strlen(path) - 1] == '/' ? "" : "/");
+    }
+    size_t auth_end = strcspn(strstr(out, "://") + 3, "/") + (size_t)(strstr(out, "://") + 3 - out);
+    for (size_t i = 0; i < auth_end; i++)
+        if (out[i] >= 'A' && out[i] <= 'Z')
+            out[i] = (char)(out[i] - 'A' + 'a');
+}
+
+bool guardroute_compatible(const GuardRoute *a, const GuardRoute *b, char *err, size_t errlen)
+{
+    size_t n = strlen(a->prefix);
+    if (!strncmp(b->prefix, a->prefix, n) && (a->prefix[n - 1] == '/' || b->prefix[n] == '\0' || b->prefix[n] == '/')) {
+        snprintf(err, errlen, "--guard %s is never reached: --guard %s, given before it, takes every path under it "
+                              "(give the longer prefix first)", b->prefix, a->prefix);
+        return false;
+    }
+    char sa[2048], sb[2048];
+    space_of(a, sa, sizeof sa);
+    space_of(b, sb, sizeof sb);
+    size_t la = strlen(sa), lb = strlen(sb);
+    bool overlap = !strncmp(sa, sb, la < lb ? la : lb);
+    if (overlap && !(a->lock[0] && !strcmp(a->lock, b->lock))) {
+        snprintf(err, errlen,
+                 "--guard %s and --guard %s reach the same objects upstream (%.300s, %.300s): an object must be "
+                 "bound to one lock, by one route (bind both to one lock=NAME, or give each an upstream path of "
+                 "its own)", a->prefix, b->prefix, sa, sb);
+        return false;
+    }
+    return true;
+}
+
 bool guardroute_finish_s3(GuardRoute *r, const char *env_region, char *err, size_t errlen)
 {
     if (r->kind != GUARD_S3)

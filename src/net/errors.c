@@ -22,6 +22,7 @@ static const struct {
     [ERR_LENGTH_REQUIRED] = {"length_required", 411},
     [ERR_WRITE_CONFLICT] = {"write_conflict", 409},
     [ERR_PEER_LIMIT] = {"peer_limit", 429},
+    [ERR_MISDIRECTED_REQUEST] = {"misdirected_request", 421},
     [ERR_TOO_OLD] = {"too_old", 410},
     [ERR_URI_TOO_LONG] = {"uri_too_long", 414},
     [ERR_HEADERS_TOO_LARGE] = {"headers_too_large", 431},

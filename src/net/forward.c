@@ -304,8 +304,10 @@ static void drive(Forward *f, bool (*until)(const Forward *f))
 
 /* Headers each side of a forward sets itself, dropped both ways besides the
  * hop-by-hop ones: libcurl and libmicrohttpd write Host, Content-Length,
- * Expect and Date for their own hop, and FORWARD_HEADER is the follower's. */
-static const char *const SET_BY_US[] = {"Host", "Content-Length", "Expect", "Date", FORWARD_HEADER, NULL};
+ * Expect and Date for their own hop, and FORWARD_HEADER is the follower's.
+ * Origin was the follower's to check (hostcheck.h): the page's origin is the
+ * follower's name, which the leader need not answer for. */
+static const char *const SET_BY_US[] = {"Host", "Content-Length", "Expect", "Date", FORWARD_HEADER, "Origin", NULL};
 
 /* libcurl asks for request body bytes: what `up` has, the end, or a pause
  * until forward_add_body or forward_answer brings more. */

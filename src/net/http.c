@@ -30,6 +30,7 @@
 #include "leasegate/httphead.h"
 #include "leasegate/listener.h"
 #include "leasegate/park.h"
+#include "leasegate/peers.h"
 #include "leasegate/tls.h"
 
 static int64_t mono_us(void)
@@ -438,6 +439,9 @@ static bool content_length_too_big(struct MHD_Connection *conn)
  * not read, and the connection closes after the answer. */
 #define HTTP_MAX_DISCARD (1024 * 1024)
 
+/* The idle time left to a request begun past its peer's half-sent share. */
+#define HTTP_OVER_SHARE_TIMEOUT_S 2
+
 static bool body_worth_discarding(struct MHD_Connection *conn)
 {
     uint64_t n;
@@ -446,16 +450,19 @@ static bool body_worth_discarding(struct MHD_Connection *conn)
 }
 
 /* An answer queued at once, from the first callback, before any handler
- * ran; with `field`, the body names it and the connection closes after the
- * answer (the request's framing cannot be trusted). */
-static enum MHD_Result reply_now_field(Request *req, ErrCode code, const char *message, const char *field)
+ * ran, with the fields of extra (taken over; NULL for none); with `close`,
+ * the connection closes after the answer. */
+static enum MHD_Result reply_now_with(Request *req, ErrCode code, json_t *extra, const char *message, bool close)
 {
     struct MHD_Connection *conn = req->conn;
     Server *s = req->srv;
     req->status = error_status(code);
     json_t *body = json_pack("{s:s, s:s}", "error", error_code(code), "message", message);
-    if (body && field)
-        json_object_set_new(body, "field", json_string(field));
+    if (body && extra && json_object_update(body, extra)) {
+        json_decref(body);
+        body = NULL;
+    }
+    json_decref(extra);
     char *text = body ? rawjson_dumps(body, NULL) : NULL;
     json_decref(body);
     if (!text)
@@ -468,7 +475,7 @@ static enum MHD_Result reply_now_field(Request *req, ErrCode code, const char *m
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (error_status(code) == MHD_HTTP_SERVICE_UNAVAILABLE)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (field)
+    if (close)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     count_status(s, error_status(code));
     enum MHD_Result r = MHD_queue_response(conn, error_status(code), resp);
@@ -476,9 +483,58 @@ static enum MHD_Result reply_now_field(Request *req, ErrCode code, const char *m
     return r;
 }
 
+/* With `field`, the body names it and the connection closes after the
+ * answer (the request's framing cannot be trusted). */
+static enum MHD_Result reply_now_field(Request *req, ErrCode code, const char *message, const char *field)
+{
+    return reply_now_with(req, code, field ? json_pack("{s:s}", "field", field) : NULL, message, field != NULL);
+}
+
 static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message)
 {
-    return reply_now_field(req, code, message, NULL);
+    return reply_now_with(req, code, NULL, message, false);
+}
+
+/* The Host check (hostcheck.h): true after queueing the refusal (*answer). */
+static bool refused_host(Request *req, const char *method, enum MHD_Result *answer)
+{
+    struct MHD_Connection *conn = req->conn;
+    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    char msg[400];
+    switch (hostcheck_request(&req->srv->hosts, method, host, origin)) {
+    case HOST_OK:
+        return false;
+    case HOST_MISDIRECTED:
+        snprintf(msg, sizeof msg,
+                 "this server does not answer for Host '%.120s' (against DNS rebinding): use its address, "
+                 "or start it with --allowed-host NAME",
+                 host);
+        *answer = reply_now_with(req, ERR_MISDIRECTED_REQUEST, json_pack("{s:s}", "field", "host"), msg, false);
+        return true;
+    case HOST_BAD_ORIGIN:
+    default:
+        snprintf(msg, sizeof msg,
+                 "a %.16s from a page on '%.120s' is refused: its Origin is not a host this server answers for", method,
+                 origin);
+        *answer = reply_now_with(req, ERR_FORBIDDEN, json_pack("{s:s}", "reason", "origin"), msg, false);
+        return true;
+    }
+}
+
+static HttpConn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ctx = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ctx ? ctx->socket_context : NULL;
+}
+
+/* The connection's request is in, or over: it is no longer half-sent. */
+static void conn_sent(Server *s, HttpConn *hc)
+{
+    if (hc && hc->sending) {
+        hc->sending = false;
+        peers_request_done(s->peers, hc->peer);
+    }
 }
 
 static void http_request_end(Request *req, bool delivered);
@@ -503,6 +559,17 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     req->park.fd = -1;
     if (req->srv->access_log)
         req->started_us = mono_us();
+    /* A request on a connection that had its last one: half-sent again
+     * until it is in. Past its peer's share it gets 429 once its head is in,
+     * and meanwhile only a short idle time (a slow sender holds nothing long). */
+    HttpConn *hc = conn_of(conn);
+    if (hc && !hc->sending && hc->peer) {
+        hc->sending = true;
+        if (!peers_request_begins(req->srv->peers, hc->peer)) {
+            req->over_half_sent = true;
+            MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)HTTP_OVER_SHARE_TIMEOUT_S);
+        }
+    }
     return req;
 }
 
@@ -557,9 +624,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return reply_now(req, ERR_HEADERS_TOO_LARGE, "the request line and headers are larger than 12288 bytes");
         if (!httphead_names_are_tokens(conn))
             return reply_now(req, ERR_BAD_REQUEST, HTTPHEAD_NAME_NOT_TOKEN);
+        enum MHD_Result refused;
+        if (refused_host(req, method, &refused))
+            return refused;
         const char *field, *framing = httphead_framing_problem(conn, req->http11, &field);
         if (framing)
             return reply_now_field(req, ERR_BAD_REQUEST, framing, field);
+        if (req->over_half_sent) {
+            char peer[HTTP_PEER_MAX], msg[300];
+            http_peer_address(req, peer, sizeof peer);
+            s->metrics.share_refused[1][SHARE_HALF_SENT]++;
+            snprintf(msg, sizeof msg,
+                     "this client (%s) has %zu requests begun and not complete (--peer-max-half-sent): finish "
+                     "those first",
+                     peer, s->cfg.peer_max_half_sent);
+            return reply_now_with(req, ERR_PEER_LIMIT,
+                                  json_pack("{s:s, s:s, s:I}", "peer", peer, "limit", share_limit_name(SHARE_HALF_SENT),
+                                            "value", (json_int_t)s->cfg.peer_max_half_sent),
+                                  msg, false);
+        }
         req->in_handler = true;
         s->app->begin(req, method, url);
         req->in_handler = false;
@@ -607,6 +690,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return reply_now(req, ERR_OVERLOADED, "server is shutting down; retry");
     }
     req->complete = true;
+    conn_sent(s, conn_of(conn));
     req->wire_bytes = park_request_bytes(conn);
     req->in_handler = true;
     if (req->stream) {
@@ -643,8 +727,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
 }
 
-/* The client's address, with its port when `port`. */
-static void peer_name(Request *req, char *out, size_t outlen, bool port)
+void http_peer_address(Request *req, char *out, size_t outlen)
+{
+    struct sockaddr_storage ss;
+    const struct sockaddr *sa = NULL;
+    socklen_t len = sizeof ss;
+    if (req->park.fd >= 0) {
+        if (getpeername(req->park.fd, (struct sockaddr *)&ss, &len) == 0)
+            sa = (const struct sockaddr *)&ss;
+    } else if (req->conn) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        sa = ci ? ci->client_addr : NULL;
+    }
+    char name[PEERS_ADDR_MAX];
+    peers_addr(sa, name);
+    snprintf(out, outlen, "%s", name);
+}
+
+void http_peer(Request *req, char *out, size_t outlen)
 {
     struct sockaddr_storage ss;
     const struct sockaddr *sa = NULL;
@@ -662,15 +762,9 @@ static void peer_name(Request *req, char *out, size_t outlen, bool port)
     char host[NI_MAXHOST], serv[NI_MAXSERV];
     if (!sa || getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV))
         snprintf(out, outlen, "-");
-    else if (!port)
-        snprintf(out, outlen, "%s", host);
     else
         snprintf(out, outlen, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, serv);
 }
-
-void http_peer(Request *req, char *out, size_t outlen) { peer_name(req, out, outlen, true); }
-
-void http_peer_address(Request *req, char *out, size_t outlen) { peer_name(req, out, outlen, false); }
 
 static void log_request(Request *req, bool delivered)
 {
@@ -707,12 +801,13 @@ static void http_request_end(Request *req, bool delivered)
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
     Request *req = *con_cls;
     bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
-    const union MHD_ConnectionInfo *ctx = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (ctx)
-        park_conn_request_done(ctx->socket_context, ok && req ? req->wire_bytes : 0);
+    HttpConn *hc = conn_of(conn);
+    if (hc) {
+        park_conn_request_done(hc->park, ok && req ? req->wire_bytes : 0);
+        conn_sent(cls, hc);
+    }
     if (!req)
         return;
     *con_cls = NULL;
@@ -722,26 +817,44 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
+    Server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        HttpConn *hc = calloc(1, sizeof *hc);
+        *socket_context = hc;
+        if (!hc)
+            return; /* neither parked nor counted */
         /* Under TLS nothing is parked (http_wait): no byte counts to keep. */
         const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = fdi && !tls_on(&((Server *)cls)->tls) ? park_conn_new(fdi->connect_fd) : NULL;
+        hc->park = fdi && !tls_on(&s->tls) ? park_conn_new(fdi->connect_fd) : NULL;
+        /* A new connection is a request being sent until its first request is
+         * in; one handed back by park.c has just had its answer. */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        hc->sending = !s->adding_back;
+        hc->peer = peers_open(s->peers, ci ? ci->client_addr : NULL, hc->sending);
+        if (!hc->peer)
+            hc->sending = false;
     } else {
-        park_conn_free(*socket_context);
+        HttpConn *hc = *socket_context;
+        if (hc) {
+            peers_close(s->peers, hc->peer, hc->sending);
+            park_conn_free(hc->park);
+            free(hc);
+        }
         *socket_context = NULL;
     }
 }
 
 /* Parked waiters are not libmicrohttpd's connections but still count
- * against --max-connections. */
+ * against --max-connections, and against their peer's share (peers.h). */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
-    (void)addr;
     (void)addrlen;
     Server *s = cls;
+    if (s->adding_back)
+        return MHD_YES;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
     size_t open = (info ? info->num_connections : 0) + s->parked.len;
-    return open < s->cfg.max_connections ? MHD_YES : MHD_NO;
+    return open < s->cfg.max_connections && peers_admit(s->peers, addr) ? MHD_YES : MHD_NO;
 }
 
 /* Decodes %XX as MHD does, except that a decoded NUL would silently cut a

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "leasegate/httphead.h"
+#include "leasegate/peers.h"
 
 typedef struct ConnBytes {
     int64_t origin; /* counted_read when libmicrohttpd had read nothing yet */
@@ -121,7 +122,8 @@ bool park_take(Request *req)
         return false;
     const union MHD_ConnectionInfo *ctx = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    const ConnBytes *cb = ctx ? ctx->socket_context : NULL;
+    const HttpConn *hc = ctx ? ctx->socket_context : NULL;
+    const ConnBytes *cb = hc ? hc->park : NULL;
     uint64_t size = req->wire_bytes;
     int64_t now;
     if (!cb || cb->unknown || !fdi || size == 0 || !counted_read(fdi->connect_fd, &now) ||
@@ -139,6 +141,9 @@ bool park_take(Request *req)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     req->park.fd = fd;
     dlist_append(&s->parked, &req->park.link);
+    /* Still its peer's connection while parked (libmicrohttpd's count ends now). */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    req->park.peer = peers_open(s->peers, ci ? ci->client_addr : NULL, false);
     /* What routed and parsed the request is not needed while it waits (the
      * path only for the access log). */
     if (!s->access_log) {
@@ -162,6 +167,8 @@ static void finish(Request *req, bool delivered)
         dlist_remove(&s->park_ready, &req->park.rlink);
     if (req->park.writing)
         dlist_remove(&s->park_writing, &req->park.rlink);
+    peers_close(s->peers, req->park.peer, false);
+    req->park.peer = NULL;
     req->end(req, delivered);
     if (!delivered) {
         close(fd);
@@ -173,8 +180,12 @@ static void finish(Request *req, bool delivered)
         close(fd);
         return;
     }
-    /* libmicrohttpd owns fd from here, and closes it if it cannot take it. */
+    /* libmicrohttpd owns fd from here, and closes it if it cannot take it.
+     * Not a new connection: no share refuses it, and no request on it is
+     * half-sent yet (http.c). */
+    s->adding_back = true;
     MHD_add_connection(s->daemon, fd, (struct sockaddr *)&peer, len);
+    s->adding_back = false;
 }
 
 static void make_ready(Request *req)

@@ -32,6 +32,9 @@ typedef struct Batch {
     size_t nended, capended;
     AuditRow *audit;
     size_t naudit, capaudit;
+    StoreAuditDrop *audit_drops;
+    size_t naudit_drops, capaudit_drops;
+    uint64_t audit_gone_below;
     Arena strings; /* every string the records point to */
     uint64_t counter; /* see StoreBatch.counter */
     DList holds; /* CommitHold.link, in arrival order */
@@ -67,7 +70,6 @@ struct Commit {
     pthread_cond_t cv;
     CommitStats stats;
     uint64_t history_keep; /* see commit_keep_history */
-    uint64_t audit_keep;   /* see commit_keep_audit */
     char err[256];
 };
 
@@ -86,6 +88,8 @@ static void batch_reset(Batch *b)
     b->nfloors = 0;
     b->nended = 0;
     b->naudit = 0;
+    b->naudit_drops = 0;
+    b->audit_gone_below = 0;
     b->counter = 0;
     arena_reset(&b->strings);
     b->holds = (DList){0};
@@ -102,12 +106,14 @@ static void batch_clear(Batch *b)
     free(b->floors);
     free(b->ended);
     free(b->audit);
+    free(b->audit_drops);
     arena_clear(&b->strings);
 }
 
 static bool batch_has_rows(const Batch *b)
 {
-    return b->nlocks || b->nholders || b->nfences || b->nguard_marks || b->nfloors || b->nended || b->naudit || b->counter;
+    return b->nlocks || b->nholders || b->nfences || b->nguard_marks || b->nfloors || b->nended || b->naudit ||
+           b->naudit_drops || b->counter;
 }
 
 static double seconds_since(const struct timespec *t0)
@@ -169,7 +175,9 @@ static void *writer_main(void *arg)
                          .history_keep = c->history_keep,
                          .audit = b->audit,
                          .naudit = b->naudit,
-                         .audit_keep = c->audit_keep,
+                         .audit_drops = b->audit_drops,
+                         .naudit_drops = b->naudit_drops,
+                         .audit_gone_below = b->audit_gone_below,
                          .counter = b->counter};
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
         b->result = rc ? -1 : 0;
@@ -393,7 +401,19 @@ bool commit_audit(Commit *c, const AuditRow *row)
     return true;
 }
 
-void commit_keep_audit(Commit *c, uint64_t keep) { c->audit_keep = keep; }
+bool commit_audit_drop(Commit *c, const char *key, uint64_t seq, uint64_t gone_below)
+{
+    Batch *b = c->pending;
+    if (!grow((void **)&b->audit_drops, &b->capaudit_drops, b->naudit_drops, sizeof *b->audit_drops))
+        return false;
+    const char *k = arena_strdup(&b->strings, key);
+    if (!k)
+        return false;
+    b->audit_drops[b->naudit_drops++] = (StoreAuditDrop){k, seq};
+    if (gone_below > b->audit_gone_below)
+        b->audit_gone_below = gone_below;
+    return true;
+}
 
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token, int64_t at_ms)
 {
@@ -448,7 +468,8 @@ static void record_stats(Commit *c, const Batch *b)
     if (!batch_has_rows(b))
         return;
     c->stats.commits++;
-    c->stats.rows += b->nlocks + b->nholders + b->nfences + b->nguard_marks + b->nfloors + b->nended + b->naudit;
+    c->stats.rows += b->nlocks + b->nholders + b->nfences + b->nguard_marks + b->nfloors + b->nended + b->naudit +
+                     b->naudit_drops;
     c->stats.seconds_total += b->seconds;
     double ms = b->seconds * 1000;
     for (int i = 0; i < COMMIT_LATENCY_BUCKETS; i++)

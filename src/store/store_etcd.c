@@ -26,9 +26,13 @@
  *                             how, kind?}, ...], SEQ the largest seq in it (zero-padded to 20 digits,
  *                             so key order is seq order: batches commit in order, and every
  *                             seq of a batch is above every seq of the batches before it)
- *   PREFIX/audit/SEQ          the audit rows of one batch (audit.h): JSON [{seq, at_ms, kind,
- *                             lock, owner, token, key, peer, object?, mode?}, ...], SEQ as for
- *                             the history (a field left out is 0)
+ *   PREFIX/audit/KEY/SEQ      the audit rows of one batch of one API key (auditlog.h): JSON
+ *                             [{seq, at_ms, kind, lock, owner, token, key, peer, object?,
+ *                             mode?}, ...] (a field left out is 0), SEQ as for the history; KEY
+ *                             is "k-" and the key's name, or "-" for rows without a key.
+ *                             Gateways before per-key retention wrote PREFIX/audit/SEQ, every
+ *                             key's rows together: still read, and deleted once all their rows
+ *                             are gone (audit_gone_below)
  *
  * One key per batch for each of the two, not one per row: etcd's cost grows
  * with the keys of a transaction more than with their bytes, and a batch of
@@ -40,11 +44,14 @@
  * arrays: it fails its load and exits, committing nothing; upgrade every
  * gateway of a store together).
  *
- * Both are pruned by deleting the range [kind/0, kind/UPTO+1), that is every
- * key whose rows are all at or below UPTO = newest seq - keep: a batch whose
- * rows straddle UPTO stays whole until a later prune, so storage keeps at
- * least the newest `keep` rows and at most one batch and PRUNE_CHUNK more;
- * the load hands every row to the loader, whose rings keep the newest.
+ * The history is pruned by deleting the range [kind/0, kind/UPTO+1), that is
+ * every key whose rows are all at or below UPTO = newest seq - keep: a batch
+ * whose rows straddle UPTO stays whole until a later prune, so storage keeps
+ * at least the newest `keep` rows and at most one batch and PRUNE_CHUNK more;
+ * the load hands every row to the loader, whose rings keep the newest. The
+ * audit trail is kept per key: a batch whose rows of key K evicted K's rows
+ * up to seq U deletes [audit/K/0, audit/K/U+1), so storage keeps each key's
+ * newest rows, and at most one group of a key more.
  *
  * A batch is one etcd transaction whose compare requires the leader key to
  * exist with the create revision this gateway got when it won: a gateway that
@@ -111,7 +118,8 @@ typedef struct EtcdStore {
     size_t max_txn_ops;   /* --etcd-max-txn-ops: operations per transaction, the mark's put included */
     uint64_t mark_seq;    /* the commit mark of the last part sent (see commit_part) */
     uint64_t pruned_upto; /* history seqs up to this are deleted */
-    uint64_t audit_pruned_upto; /* the same for audit rows */
+    bool audit_legacy;    /* the load found audit groups of every key together (PREFIX/audit/SEQ) */
+    uint64_t audit_legacy_below; /* such groups whose rows are all below this are deleted */
     char err[512];
 } EtcdStore;
 
@@ -316,8 +324,69 @@ static void group_add(const EtcdStore *s, Group *g, Ops *ops, const char *kind, 
 }
 
 /* The batch as one operation per record, in the order SQLite applies them. */
+/* Where key's rows go, as a kind for seq_key: "audit/k-NAME", or "audit/-"
+ * for rows without a key. */
+static void audit_kind(const char *key, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "audit/%s%s", *key ? "k-" : "-", key);
+}
+
+/* The newest seq of key's rows the batch evicts (0: none). */
+static uint64_t audit_dropped_upto(const StoreBatch *b, const char *key)
+{
+    uint64_t upto = 0;
+    for (size_t i = 0; i < b->naudit_drops; i++)
+        if (!strcmp(b->audit_drops[i].key, key) && b->audit_drops[i].seq > upto)
+            upto = b->audit_drops[i].seq;
+    return upto;
+}
+
+/* The audit rows of a batch, one group (or more) per key, and the deletes of
+ * the rows each key evicted. A range delete and a put of one key never
+ * overlap (etcd refuses a txn whose operations do): a key's new group holds
+ * only rows above what it deletes. */
+static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_t *legacy_below)
+{
+    *legacy_below = 0;
+    /* The keys of the batch, each once: new rows or evictions. */
+    const char **keys = calloc(b->naudit + b->naudit_drops + 1, sizeof *keys);
+    size_t nkeys = 0;
+    if (!keys) {
+        ops->nomem = true;
+        return;
+    }
+    for (size_t i = 0; i < b->naudit + b->naudit_drops; i++) {
+        const char *k = i < b->naudit ? b->audit[i].key : b->audit_drops[i - b->naudit].key;
+        size_t j = 0;
+        while (j < nkeys && strcmp(keys[j], k))
+            j++;
+        if (j == nkeys)
+            keys[nkeys++] = k;
+    }
+    for (size_t j = 0; j < nkeys; j++) {
+        uint64_t upto = audit_dropped_upto(b, keys[j]);
+        char kind[96];
+        audit_kind(keys[j], kind, sizeof kind);
+        Group g = {0};
+        for (size_t i = 0; i < b->naudit; i++)
+            if (!strcmp(b->audit[i].key, keys[j]) && b->audit[i].seq > upto)
+                group_add(s, &g, ops, kind, audit_row(&b->audit[i]), b->audit[i].seq);
+        group_end(s, &g, ops, kind);
+        if (upto)
+            ops_add(ops, seq_key(s, kind, 0), NULL, seq_key(s, kind, upto + 1), PRIO_PRUNE);
+    }
+    free(keys);
+    /* Groups of an older gateway, every key's rows together, named by their
+     * largest seq: they go once every row below b->audit_gone_below is gone. */
+    uint64_t below = b->audit_gone_below;
+    if (s->audit_legacy && below > s->audit_legacy_below + PRUNE_CHUNK) {
+        ops_add(ops, seq_key(s, "audit", 0), NULL, seq_key(s, "audit", below), PRIO_PRUNE);
+        *legacy_below = below;
+    }
+}
+
 static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_t *prune_upto,
-                      uint64_t *audit_prune_upto)
+                      uint64_t *audit_legacy_below)
 {
     for (size_t i = 0; i < b->nlocks; i++) {
         const StoreLock *l = &b->locks[i];
@@ -377,18 +446,7 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
     group_end(s, &g, ops, "history");
     if (prune)
         ops_add(ops, seq_key(s, "history", 0), NULL, seq_key(s, "history", upto + 1), PRIO_PRUNE);
-    /* The audit trail, grouped and pruned the same way. */
-    uint64_t alast = b->naudit ? b->audit[b->naudit - 1].seq : 0, akeep = b->audit_keep;
-    uint64_t achunk = akeep < PRUNE_CHUNK ? akeep : PRUNE_CHUNK;
-    bool aprune = b->naudit && akeep && alast > akeep && alast - akeep >= s->audit_pruned_upto + achunk;
-    uint64_t aupto = aprune ? alast - akeep : 0;
-    *audit_prune_upto = aupto;
-    for (size_t i = 0; i < b->naudit; i++)
-        if (b->audit[i].seq > aupto)
-            group_add(s, &g, ops, "audit", audit_row(&b->audit[i]), b->audit[i].seq);
-    group_end(s, &g, ops, "audit");
-    if (aprune)
-        ops_add(ops, seq_key(s, "audit", 0), NULL, seq_key(s, "audit", aupto + 1), PRIO_PRUNE);
+    audit_ops(s, b, ops, audit_legacy_below);
 }
 
 static int by_key_then_order(const void *a, const void *b)
@@ -629,8 +687,8 @@ static int etcd_commit(Store *base, const StoreBatch *b)
 {
     EtcdStore *s = (EtcdStore *)base;
     Ops ops = {0};
-    uint64_t prune_upto, audit_prune_upto;
-    batch_ops(s, b, &ops, &prune_upto, &audit_prune_upto);
+    uint64_t prune_upto = 0, audit_legacy_below = 0;
+    batch_ops(s, b, &ops, &prune_upto, &audit_legacy_below);
     if (ops.nomem) {
         ops_clear(&ops);
         snprintf(s->err, sizeof s->err, "out of memory building an etcd transaction");
@@ -659,8 +717,8 @@ static int etcd_commit(Store *base, const StoreBatch *b)
                  parts ? "only a part" : "nothing");
     if (rc == 0 && prune_upto)
         s->pruned_upto = prune_upto;
-    if (rc == 0 && audit_prune_upto)
-        s->audit_pruned_upto = audit_prune_upto;
+    if (rc == 0 && audit_legacy_below)
+        s->audit_legacy_below = audit_legacy_below;
     ops_clear(&ops);
     return rc;
 }
@@ -978,10 +1036,14 @@ static int load_rows(EtcdStore *s, const StoreLoad *cb, const char *name, const 
     return rc;
 }
 
+/* name: "KEY/SEQ" (a key's group), or "SEQ" (an older gateway's, every key's rows together). */
 static int load_audit(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
 {
     (void)arg;
-    if (load_rows(s, cb, name, value, load_audit_row)) {
+    const char *slash = strrchr(name, '/');
+    if (!slash)
+        s->audit_legacy = true;
+    if (load_rows(s, cb, slash ? slash + 1 : name, value, load_audit_row)) {
         snprintf(s->err, sizeof s->err, "cannot load audit rows %s", name);
         return -1;
     }
@@ -1103,7 +1165,8 @@ static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
     }
     /* The prune bound is not stored: start from what is there. */
     s->pruned_upto = 0;
-    s->audit_pruned_upto = 0;
+    s->audit_legacy = false;
+    s->audit_legacy_below = 0;
     int (*fence)(void *, const StoreMark *) = cb->fence, (*guard_mark)(void *, const StoreMark *) = cb->guard_mark;
     if (range_all(s, "locks", cb, load_lock, &max_token) || range_all(s, "semaphores", cb, load_semaphore, &max_token) ||
         range_all(s, "holders", cb, load_holder, &max_token) || range_all(s, "fences", cb, load_mark, &fence) ||

@@ -54,7 +54,7 @@
 /* Tokens of force-released leases (revoked.h): never pruned. */
 #define REVOKED_SCHEMA "CREATE TABLE IF NOT EXISTS revoked(token INTEGER PRIMARY KEY, lock TEXT NOT NULL);"
 
-/* The audit trail (audit.h), pruned like lease_history. */
+/* The audit trail (auditlog.h): each key's newest --audit-keep rows; a row its key evicts is deleted by seq. */
 #define AUDIT_SCHEMA                                                                                       \
     "CREATE TABLE IF NOT EXISTS audit(seq INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL, kind INTEGER NOT NULL," \
     "  lock TEXT NOT NULL, owner TEXT NOT NULL, token INTEGER NOT NULL, key TEXT NOT NULL, peer TEXT NOT NULL);"
@@ -154,7 +154,7 @@ enum {
     ST_PRUNE_ENDED,
     ST_PUT_REVOKED,
     ST_PUT_AUDIT,
-    ST_PRUNE_AUDIT,
+    ST_DROP_AUDIT,
     ST_COUNT
 };
 
@@ -181,7 +181,7 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_PUT_REVOKED] = "INSERT OR IGNORE INTO revoked(token, lock) VALUES(?1, ?2)",
     [ST_PUT_AUDIT] = "INSERT OR REPLACE INTO audit(seq, at_ms, kind, lock, owner, token, key, peer, object, mode)"
                      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    [ST_PRUNE_AUDIT] = "DELETE FROM audit WHERE seq <= ?1",
+    [ST_DROP_AUDIT] = "DELETE FROM audit WHERE seq = ?1",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
     [ST_DELETE_FENCE] = "DELETE FROM fences WHERE resource = ?1",
@@ -201,7 +201,6 @@ typedef struct SqliteStore {
     sqlite3 *db;
     sqlite3_int64 boot; /* meta.boot of this run */
     uint64_t pruned_upto; /* lease_history holds no seq at or below this (0: not pruned in this run) */
-    uint64_t audit_pruned_upto; /* the same for audit */
     sqlite3_stmt *st[ST_COUNT];
     char err[512];
 } SqliteStore;
@@ -410,7 +409,9 @@ static int check_files(SqliteStore *s)
     return 0;
 }
 
-static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, uint64_t keep)
+/* New rows, then the rows their keys evicted (auditlog.h: each key keeps
+ * its own newest --audit-keep, so rows go one by one, not by a range). */
+static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, const StoreAuditDrop *drops, size_t ndrops)
 {
     sqlite3_stmt *st = s->st[ST_PUT_AUDIT];
     for (size_t i = 0; i < n; i++) {
@@ -428,18 +429,15 @@ static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, uint64_t keep)
         if (step_reset(s, st))
             return -1;
     }
-    /* Pruned a chunk at a time, as lease_history is. */
-    uint64_t last = n ? r[n - 1].seq : 0, chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
-    if (n == 0 || keep == 0 || last <= keep || last - keep < s->audit_pruned_upto + chunk)
-        return 0;
-    st = s->st[ST_PRUNE_AUDIT];
-    if (sqlite3_bind_int64(st, 1, (sqlite3_int64)(last - keep)) != SQLITE_OK) {
-        set_err(s, "bind audit prune");
-        return -1;
+    st = s->st[ST_DROP_AUDIT];
+    for (size_t i = 0; i < ndrops; i++) {
+        if (sqlite3_bind_int64(st, 1, (sqlite3_int64)drops[i].seq) != SQLITE_OK) {
+            set_err(s, "bind audit drop");
+            return -1;
+        }
+        if (step_reset(s, st))
+            return -1;
     }
-    if (step_reset(s, st))
-        return -1;
-    s->audit_pruned_upto = last - keep;
     return 0;
 }
 
@@ -477,7 +475,7 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
         put_floors(s, b->floors, b->nfloors) ||
         put_marks(s, s->st[ST_PUT_GUARD_MARK], NULL, b->guard_marks, b->nguard_marks))
         goto fail;
-    if (put_ended(s, b->ended, b->nended, b->history_keep) || put_audit(s, b->audit, b->naudit, b->audit_keep) ||
+    if (put_ended(s, b->ended, b->nended, b->history_keep) || put_audit(s, b->audit, b->naudit, b->audit_drops, b->naudit_drops) ||
         step_reset(s, s->st[ST_COMMIT]))
         goto fail;
     return check_files(s);
@@ -905,8 +903,11 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
     }
     s->base.ops = &SQLITE_OPS;
     s->path = strdup(path);
-    s->lock_fd = s->path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
-    if (s->lock_fd < 0) {
+    /* 0600 whatever the umask: the database holds every live lease. SQLite
+     * gives its -wal and -shm files the database file's mode. */
+    s->lock_fd = s->path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+    struct stat st;
+    if (s->lock_fd < 0 || fstat(s->lock_fd, &st) != 0 || ((st.st_mode & 0777) != 0600 && fchmod(s->lock_fd, 0600))) {
         snprintf(s->err, sizeof s->err, "%s", strerror(errno));
         goto fail;
     }
@@ -961,8 +962,41 @@ static int sync_parent(const char *path, char *err, size_t errlen)
     return 0;
 }
 
+int store_sqlite_narrow(const char *path, char *note, size_t notelen, char *err, size_t errlen)
+{
+    static const char *const SUFFIX[] = {"", "-wal", "-shm", "-journal"};
+    int narrowed = 0;
+    size_t o = 0;
+    note[0] = '\0';
+    for (size_t i = 0; i < sizeof SUFFIX / sizeof SUFFIX[0]; i++) {
+        char file[4200];
+        snprintf(file, sizeof file, "%s%s", path, SUFFIX[i]);
+        struct stat st;
+        if (stat(file, &st) != 0) {
+            if (errno == ENOENT)
+                continue;
+            snprintf(err, errlen, "%s: %s", file, strerror(errno));
+            return -1;
+        }
+        if (!S_ISREG(st.st_mode) || (st.st_mode & 0077) == 0)
+            continue;
+        if (chmod(file, st.st_mode & 0700) != 0) {
+            snprintf(err, errlen, "cannot narrow %s (mode %04o) to the owner only: %s", file, st.st_mode & 07777,
+                     strerror(errno));
+            return -1;
+        }
+        int n = snprintf(note + o, o < notelen ? notelen - o : 0, "%s%s (was %04o)", narrowed ? ", " : "", file,
+                         st.st_mode & 07777);
+        if (n > 0)
+            o += (size_t)n;
+        narrowed++;
+    }
+    return narrowed;
+}
+
 /* Copies src into a new file next to dest and renames it into place, so that
- * dest is either absent or a complete, checked copy. */
+ * dest is either absent or a complete, checked copy, readable by its owner
+ * only (it holds every live lease) whatever the umask. */
 int store_sqlite_backup(const char *src_path, const char *dest_path, StoreBackupInfo *info, char *err,
                         size_t errlen)
 {
@@ -985,6 +1019,16 @@ int store_sqlite_backup(const char *src_path, const char *dest_path, StoreBackup
     }
     sqlite3_busy_timeout(src, 10000);
     unlink(partial);
+    /* An empty file is an empty database: SQLite opens it as is, and gives
+     * its journal the file's mode. */
+    int pfd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (pfd < 0 || fchmod(pfd, 0600) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", partial, strerror(errno));
+        if (pfd >= 0)
+            close(pfd);
+        goto out;
+    }
+    close(pfd);
     if (sqlite3_open_v2(partial, &dest, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
         snprintf(err, errlen, "cannot create %s: %s", partial, dest ? sqlite3_errmsg(dest) : "out of memory");
         goto out;

@@ -136,14 +136,15 @@ export function keyFile(role, ...prefixes) {
   return { key, path, dir };
 }
 
-/** Debian's Chromium, headless, with nothing reaching beyond this machine. */
-export async function launchBrowser() {
+/** Debian's Chromium, headless, with nothing reaching beyond this machine; extraArgs are
+ *  added to its command line (e.g. --host-resolver-rules). */
+export async function launchBrowser(extraArgs = []) {
   const { chromium } = await import(PLAYWRIGHT);
   return chromium.launch({
     executablePath: CHROMIUM,
     timeout: 30000,
     // As root Chromium needs --no-sandbox; the others keep it off the (closed) network.
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-           '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+           '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage', ...extraArgs],
   });
 }

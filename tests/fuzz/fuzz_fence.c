@@ -115,9 +115,10 @@ static int name_index(const char *name)
     return -1;
 }
 
-static void on_forgotten(void *ud, const char *resource, uint32_t bucket, uint64_t floor)
+static void on_forgotten(void *ud, const char *resource, uint32_t bucket, uint64_t floor, const Charge *charge)
 {
     (void)ud;
+    (void)charge;
     CHECK(m.in_tick, "hooks.forgotten outside fence_tick");
     int i = name_index(resource);
     CHECK(i >= 0, "hooks.forgotten for an unknown resource '%s'", resource);

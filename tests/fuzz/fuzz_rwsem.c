@@ -656,7 +656,7 @@ call:;
         *mw = (MWaiter){W_QUEUED, W_QUEUED, i, NULL, lease, mode, ttl, delay, m.now.mono_ms + wait_ms, owner,
                         request_id};
     }
-    AcquireArgs args = {owner, NULL, ttl, wait_ms, NULL, id, request_id, NULL, mode, true, delay, limit};
+    AcquireArgs args = {owner, NULL, ttl, wait_ms, NULL, id, request_id, NULL, {NULL, NULL}, mode, true, delay, limit};
     const Lock *lock;
     const Holder *h;
     Waiter *w;
@@ -707,7 +707,7 @@ static void op_reenter(FuzzIn *in)
             h->request_id = NULL;
         }
     }
-    AcquireArgs args = {"o0", NULL, ttl, 0, id, NULL, NULL, NULL, mode, mode_given, 0, 0};
+    AcquireArgs args = {"o0", NULL, ttl, 0, id, NULL, NULL, NULL, {NULL, NULL}, mode, mode_given, 0, 0};
     const Lock *lock;
     const Holder *h;
     Waiter *w;

@@ -169,6 +169,19 @@ def binary_path():
     return os.path.abspath(path)
 
 
+def serve_to_exit(args, timeout=10.0):
+    """`leasegate serve ARGS` (on a free port, a fresh SQLite file) expected to stop at
+    once, as a refused configuration does: the CompletedProcess, stdout and stderr as
+    text. A server that starts instead is killed after timeout (TimeoutExpired)."""
+    d = tempfile.mkdtemp(prefix="leasegate-serve-exit-")
+    try:
+        return subprocess.run([binary_path(), "serve", "--listen", "127.0.0.1:0", "--data",
+                               os.path.join(d, "x.db")] + list(args), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout, cwd=d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def raise_nofile_limit(want=65536):
     """Raise RLIMIT_NOFILE soft limit to the hard limit (inherited by the server); as
     root, first raise the hard limit to `want` when it is lower."""

@@ -6,6 +6,7 @@ across one), `leasegate keygen`, the refusal to listen beyond loopback without k
 and 415 for a body not declared application/json (a web page's text/plain or form).
 Real binary on 127.0.0.1; nginx as the guard's upstream."""
 
+import json
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ import tempfile
 import threading
 import unittest
 
-from harness import Client, Server, ServerTestCase, binary_path, parse_metrics
+from harness import Client, Server, ServerTestCase, binary_path, parse_metrics, read_response
 import upstream
 
 KEY_RE = re.compile(r"^lgk_[A-Za-z0-9_-]{43}$")
@@ -271,7 +272,7 @@ class ReloadTest(unittest.TestCase):
         admin = Keyed(self.srv.port, admin_key)
         self.addCleanup(admin.close)
         st, _, lock = admin.get_lock("a/lock")
-        self.assertEqual((st, lock["waiters"]), (200, 1), lock)
+        self.assertEqual((st, lock["waiters"]), (200, 0), lock)  # the removed key's waiter left
         # A file that does not parse: the old keys stay, and the log says why.
         self.write(second_line + "\nbroken line\n")
         self.hup_and_wait("SIGHUP: keeping the 2 API keys")
@@ -281,10 +282,110 @@ class ReloadTest(unittest.TestCase):
         self.hup_and_wait("SIGHUP: keeping the 2 API keys")
         self.assertEqual(admin.request("GET", "/v1/locks")[0], 200)
         self.assertTrue(self.srv.running())
-        # The waiter let in under the first file is granted when the lock is released.
-        self.assertEqual(admin.release("a/lock", held["lease"])[0], 200)
+        # The waiter let in under the first file ended with its key (401 at the first
+        # reload, rekey.h), long before its wait_ms.
         t.join(30)
-        self.assertEqual(box["r"][0], 200, box)
+        self.assertEqual((box["r"][0], box["r"][2]["error"]), (401, "unauthorized"), box)
+        self.assertEqual(admin.release("a/lock", held["lease"])[0], 200)
+
+    def test_sighup_ends_what_a_removed_or_narrowed_key_holds_open(self):
+        """Issue 28: after a reload, a removed key's waiting acquires, long-polls and
+        watches answer 401 and its event streams get `event: unauthorized` and end; a key
+        narrowed off what it follows gets 403; what a key still covers goes on."""
+        gone_key, gone = new_key("gone", "client", "p/")
+        narrow_key, narrow = new_key("narrow", "client", "p/", "q/")
+        stay_key, stay = new_key("stay", "client", "p/")
+        admin_key, admin_line = new_key("root", "admin")
+        self.write("\n".join([gone, narrow, stay, admin_line]) + "\n")
+        self.hup_and_wait("SIGHUP: 4 API keys")
+        admin = Keyed(self.srv.port, admin_key)
+        self.addCleanup(admin.close)
+        st, _, held = admin.acquire("p/held", ttl_ms=60000)
+        self.assertEqual(st, 200, held)
+        latest = admin.request("GET", "/v1/events")[2]["latest"]
+        index = admin.get_lock("p/w")[2]["index"]
+
+        def open_(path, key):
+            s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=15)
+            self.addCleanup(s.close)
+            s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n"
+                       % (path, key)).encode())
+            return s
+
+        poll = "/v1/events?prefix=%%s&after=%d&wait_ms=60000" % latest
+        watch = "/v1/locks/%%s?index=%d&wait_ms=60000" % index
+        # (p/poll/: the waiter below joining p/held is an event of p/.)
+        gone_poll, gone_watch = open_(poll % "p/poll/", gone_key), open_(watch % "p/w", gone_key)
+        gone_stream = open_("/v1/events/stream?prefix=p/", gone_key)
+        gone_stream.recv(4096)  # its head and retry line
+        narrow_watch, narrow_poll = open_(watch % "p/w", narrow_key), open_(poll % "q/", narrow_key)
+        stay_poll = open_(poll % "p/poll/", stay_key)
+        waiter = Keyed(self.srv.port, gone_key, timeout=60)
+        self.addCleanup(waiter.close)
+        box = {}
+        t = threading.Thread(target=lambda: box.update(r=waiter.acquire("p/held", wait_ms=60000)))
+        t.start()
+
+        def counts():
+            m = parse_metrics(admin.request("GET", "/metrics")[2])
+            return (m["leasegate_event_polls"], m["leasegate_watches"], m["leasegate_event_streams"],
+                    m["leasegate_waiters"])
+        for _ in range(200):
+            if counts() == (3, 2, 1, 1):
+                break
+            threading.Event().wait(0.05)
+        self.assertEqual(counts(), (3, 2, 1, 1))
+        narrowed = narrow.replace(" p/ q/", " q/")
+        self.assertNotEqual(narrowed, narrow)
+        self.write("\n".join([narrowed, stay, admin_line]) + "\n")
+        self.hup_and_wait("SIGHUP: 3 API keys")
+        for sock, status, error in ((gone_poll, 401, "unauthorized"), (gone_watch, 401, "unauthorized"),
+                                    (narrow_watch, 403, "forbidden")):
+            st, _, body = read_response(sock, timeout=10)
+            body = json.loads(body)
+            self.assertEqual((st, body["error"]), (status, error), body)
+            self.assertIn("reloaded", body["message"])
+        data = b""
+        while b"0\r\n\r\n" not in data:  # the end of the chunked answer
+            chunk = gone_stream.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        self.assertIn(b"event: unauthorized\ndata: {\"error\":\"unauthorized\"", data)
+        t.join(30)
+        self.assertEqual((box["r"][0], box["r"][2]["error"]), (401, "unauthorized"), box)
+        self.assertEqual(counts(), (2, 0, 0, 0))  # narrow's q/ poll and stay's p/ poll go on
+        self.assertEqual(admin.release("p/held", held["lease"])[0], 200)
+        for sock, prefix in ((stay_poll, "p/poll/"), (narrow_poll, "q/")):
+            st, _, g = admin.acquire(prefix + "x")
+            st, _, body = read_response(sock, timeout=10)
+            self.assertEqual(st, 200, body)
+            self.assertEqual(json.loads(body)["events"][-1]["lock"], prefix + "x")
+
+
+class ReplayBoundToKeyTest(KeyedTestCase):
+    """A retried acquire (same owner and request_id) gets the grant it made, lease
+    included: only when the same key retries. Another key's identical request is a new
+    acquire: 409 lock_held, or a wait, never the first key's lease."""
+
+    def test_another_keys_retry_is_a_new_acquire(self):
+        a_key, a_line = new_key("tenant-a", "client", "shared/")
+        b_key, b_line = new_key("tenant-b", "client", "shared/")
+        self.start_keyed([a_line, b_line])
+        a, b = self.as_(a_key), self.as_(b_key)
+        st, _, grant = a.acquire("shared/x", owner="billing-1", request_id="r-1", ttl_ms=60000)
+        self.assertEqual(st, 200, grant)
+        st, _, again = a.acquire("shared/x", owner="billing-1", request_id="r-1", ttl_ms=60000)
+        self.assertEqual((st, again["lease"]), (200, grant["lease"]))  # its own retry: the same grant
+        st, _, other = b.acquire("shared/x", owner="billing-1", request_id="r-1", ttl_ms=60000)
+        self.assertEqual((st, other["error"]), (409, "lock_held"), other)
+        self.assertNotIn(grant["lease"], b.last_text)
+        st, _, other = b.acquire("shared/x", owner="billing-1", request_id="r-1", wait_ms=300)
+        self.assertEqual((st, other["error"]), (409, "lock_held"), other)
+        self.assertNotIn(grant["lease"], b.last_text)
+        # The holder's grant is untouched: a still holds it, and releases it.
+        self.assertEqual(a.renew("shared/x", grant["lease"])[0], 200)
+        self.assertEqual(a.release("shared/x", grant["lease"])[0], 200)
 
 
 class StartTest(unittest.TestCase):
@@ -371,7 +472,7 @@ class JsonBodyTest(ServerTestCase):
             self.assertEqual(st, 415, (ctype, body))
         raw = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         self.addCleanup(raw.close)
-        raw.sendall(b'POST /v1/locks/j/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 16\r\n\r\n{"owner":"page"}')
+        raw.sendall(b'POST /v1/locks/j/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 16\r\n\r\n{"owner":"page"}')
         self.assertTrue(raw.recv(4096).startswith(b"HTTP/1.1 415 "), "no Content-Type at all was accepted")
         self.assertFalse(c.get_lock("j")[2]["held"], "a 415 took the lock")
         for ctype in ("application/json", "application/json; charset=utf-8", "Application/JSON"):

@@ -250,7 +250,7 @@ class BadInputTests(unittest.TestCase):
                            ("not a token", b"X-Custom(1): v"), ("folded", b"X-Custom: a\r\n X-Other: b"),
                            ("framing", b"Transfer-Encoding : chunked")):
             with self.subTest(name=name):
-                req = (b"POST /v1/locks/bad/token-names/acquire HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                req = (b"POST /v1/locks/bad/token-names/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                        b"Content-Type: application/json\r\n%s\r\nContent-Length: %d\r\n\r\n%s"
                        % (line, len(body), body))
                 st, _, raw = harness.raw_http(self.srv.port, req, timeout=5)
@@ -266,7 +266,7 @@ class BadInputTests(unittest.TestCase):
         # Content-Length of 1 GiB with almost nothing sent: must answer 413 without waiting.
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
-            s.sendall(b"POST /v1/locks/bad/free/acquire HTTP/1.1\r\nHost: x\r\n"
+            s.sendall(b"POST /v1/locks/bad/free/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                       b"Content-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n{")
             st, hdrs, body = harness.read_response(s, timeout=5)
         finally:
@@ -278,7 +278,7 @@ class BadInputTests(unittest.TestCase):
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
             data = b'{"owner":"a","metadata":{"x":"' + b"z" * 70000 + b'"}}'
-            req = (b"POST /v1/locks/bad/free/acquire HTTP/1.1\r\nHost: x\r\n"
+            req = (b"POST /v1/locks/bad/free/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                    b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
             req += harness.chunked(data, 8192)
             try:
@@ -397,13 +397,13 @@ class BadInputTests(unittest.TestCase):
         """Up to libmicrohttpd's own limit (a 16 KiB head), an over-long target or head
         gets our JSON error, not an HTML page or an empty reply."""
         for n in (9000, 12000, 15500):
-            st, h, body = harness.raw_http(self.srv.port, ("GET /v1/locks/%s HTTP/1.1\r\nHost: x\r\n\r\n"
+            st, h, body = harness.raw_http(self.srv.port, ("GET /v1/locks/%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
                                                            % ("a" * n)).encode())
             self.assertEqual(st, 414, body[:100])
             self.assertIn("application/json", h.get("content-type", ""))
             self.assertEqual(json.loads(body)["error"], "uri_too_long")
         for n in (12500, 15500):
-            st, h, body = harness.raw_http(self.srv.port, ("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n"
+            st, h, body = harness.raw_http(self.srv.port, ("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: %s\r\n\r\n"
                                                            % ("b" * n)).encode())
             self.assertEqual(st, 431, body[:100])
             self.assertEqual(json.loads(body)["error"], "headers_too_large")

@@ -143,14 +143,15 @@ class CliTestBase(harness.ServerTestCase):
         e.update(extra)
         return e
 
-    def cli(self, args, env=None, timeout=RUN_TIMEOUT_S):
-        """Runs `leasegate ARGS` to completion: (exit code, stdout, stderr)."""
-        p = subprocess.Popen([BIN] + list(args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=env if env is not None else self.env(),
-                             cwd=self.dir, start_new_session=True)
+    def cli(self, args, env=None, timeout=RUN_TIMEOUT_S, stdin=None):
+        """Runs `leasegate ARGS` to completion: (exit code, stdout, stderr). stdin: bytes to
+        feed it (else /dev/null)."""
+        p = subprocess.Popen([BIN] + list(args), stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env if env is not None else self.env(), cwd=self.dir, start_new_session=True)
         self.procs.append(p)
         try:
-            out, err = p.communicate(timeout=timeout)
+            out, err = p.communicate(input=stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             out, err = p.communicate(timeout=10)
@@ -775,6 +776,47 @@ class ScriptCommandTests(CliTestBase):
         rc, out, err = self.cli(["release", "--lock", lock, "--lease", lease], env=env)
         self.assertEqual(rc, 0, err)
         self.assertFalse(self.holder(self.srv, lock)["held"])
+
+    def test_a_lease_from_the_environment_a_file_or_stdin_and_a_warning_for_argv(self):
+        """A lease on the command line is readable by every user (ps): the commands take it
+        from $LEASEGATE_LEASE or --lease-file (- for stdin), and warn when --lease is used."""
+        lock = self.lock_name("secret")
+        env = self.env(server=self.srv.url)
+        rc, out, err = self.cli(["acquire", "--lock", lock, "--ttl", "60s"], env=env)
+        self.assertEqual(rc, 0, err)
+        g = self.j(out)
+        lease = g["lease"]
+        rc, out, err = self.cli(["renew", "--lock", lock], env=dict(env, LEASEGATE_LEASE=lease))
+        self.assertEqual((rc, err), (0, ""))
+        path = self.path("lease")
+        with open(path, "w") as f:
+            f.write("  %s\n" % lease)
+        rc, out, err = self.cli(["renew", "--lock", lock, "--lease-file", path, "--ttl", "30s"], env=env)
+        self.assertEqual((rc, err), (0, ""))
+        self.assertEqual(self.j(out)["ttl_ms"], 30000)
+        # A reentry from a file; never from the environment: an acquire inside `leasegate
+        # run` takes a lock of its own.
+        rc, out, err = self.cli(["acquire", "--lock", lock, "--lease-file", path], env=env)
+        self.assertEqual((rc, self.j(out)["count"]), (0, 2), err)
+        rc, out, err = self.cli(["acquire", "--lock", lock], env=dict(env, LEASEGATE_LEASE=lease))
+        self.assertEqual(rc, EXIT_NOT_ACQUIRED, err)
+        rc, out, err = self.cli(["release", "--lock", lock, "--lease-file", "-"], env=env,
+                                stdin=(lease + "\n").encode())
+        self.assertEqual((rc, err), (0, ""))
+        self.assertEqual(self.j(out)["count"], 1)
+        # --lease still works, with a warning on stderr that does not show the lease.
+        rc, out, err = self.cli(["release", "--lock", lock, "--lease", lease], env=env)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("warning: --lease puts the lease on the command line", err)
+        self.assertNotIn(lease, err)
+        self.assertFalse(self.holder(self.srv, lock)["held"])
+        for args in (["renew", "--lock", lock], ["renew", "--lock", lock, "--lease", lease, "--lease-file", path],
+                     ["release", "--lock", lock, "--lease-file", self.path("missing")],
+                     ["release", "--lock", lock, "--lease-file", "/dev/null"]):
+            with self.subTest(args=args):
+                rc, out, err = self.cli(args, env=env)
+                self.assertEqual(rc, EXIT_USAGE, err)
+                self.assertTrue(err.strip())
 
     def test_other_server_error_is_exit_1(self):
         rc, out, err = self.cli(["release", "--lock", "x", "--lease", "not-a-uuid", "--server", self.srv.url])

@@ -5,8 +5,8 @@ one with the audit trail and the events off and small limits) reaches every path
 method of openapi.yaml and as many of each operation's declared statuses as can be
 provoked deterministically: grants, reentry, retries, long-polls, watches, the event
 long-poll and the SSE stream, paging, history, audit, fencing, force-release, health,
-metrics, the dashboard; 400, 401, 403, 404, 405, 409, 410, 413, 414, 415, 429, 431, 503
-(limits, and waiters while the server stops). A fourth server guards a path in front of a
+metrics, the dashboard; 400, 401, 403, 404, 405, 409, 410, 413, 414, 415, 421, 429, 431,
+503 (limits, shares, and waiters while the server stops). A fourth server guards a path in front of a
 port where nothing listens: the guard proxy's refusals (428, 409, 400, 502) are checked
 against the component schemas the contract names for them (GuardError,
 GuardStaleTokenError), since its paths depend on configuration and no operation lists them.
@@ -26,7 +26,8 @@ The other direction too: a body or parameter the server accepted must validate a
 the operation's request schema and parameters, and a 400 naming a field must be for a
 value the contract refuses as well (limits only its prose states aside).
 
-Not provoked: 503 on operations other than acquire and fence (it comes to a request that
+Not provoked: 429 max_half_sent (a peer's requests begun and not complete: any operation),
+503 on operations other than acquire and fence (it comes to a request that
 arrives after SIGTERM, which cannot be timed without a race, on a gateway over etcd that
 does not lead, and when out of memory), and 413 on operations without a body.
 
@@ -464,7 +465,7 @@ class ContractTest(unittest.TestCase):
         cls.servers = []
         cls.dirs = []
         try:
-            for part in (cls.plain_server, cls.auth_server, cls.small_server, cls.guard_server):
+            for part in (cls.plain_server, cls.auth_server, cls.small_server, cls.shares_server, cls.guard_server):
                 try:
                     part()
                 except Exception:  # the scenario itself broke: report it with the rest
@@ -677,6 +678,9 @@ class ContractTest(unittest.TestCase):
         a.call(AUDIT, "GET", query={"lock": "db/acquire"}, expect=200)  # a fence resource's rows
         a.call(AUDIT, "GET", query={"limit": 0}, expect=400)
         a.call(AUDIT, "GET", query={"lock": "bad name"}, expect=400)
+        a.call(AUDIT, "GET", query={"key": ""}, expect=200)  # rows without a key
+        a.call(AUDIT, "GET", query={"key": "nobody", "lock": "orders/42"}, expect=200)
+        a.call(AUDIT, "GET", query={"key": "bad name"}, expect=400)
         a.call(AUDIT, "POST", body={}, expect=405)
 
         # events: a page, paging, a long-poll woken by a grant, one whose wait_ms passes, 400, 410
@@ -733,12 +737,27 @@ class ContractTest(unittest.TestCase):
             path = url_of(tpl, {"name": "x/1", "resource": "x/1"}).encode()
             body = b"" if method != "POST" else b"Content-Type: application/json\r\nContent-Length: 2\r\n"
             end = b"\r\n" + (b"{}" if method == "POST" else b"")
-            a.raw(tpl, method, b"%s %s?pad=%s HTTP/1.1\r\nHost: x\r\n%s%s" % (method.encode(), path, b"a" * 9000,
+            a.raw(tpl, method, b"%s %s?pad=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s" % (method.encode(), path, b"a" * 9000,
                                                                                 body, end),
                   expect=414, label=path.decode() + "?pad=(9000 bytes)")
-            a.raw(tpl, method, b"%s %s HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n%s%s" % (method.encode(), path,
+            a.raw(tpl, method, b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: %s\r\n%s%s" % (method.encode(), path,
                                                                                     b"p" * 13000, body, end),
                   expect=431, label=path.decode() + " with a 13 KB header")
+
+        # 421 (a Host this server does not answer for) on every operation, before anything
+        # else; 403 for a write from another origin
+        for tpl, method in c.operations():
+            path = url_of(tpl, {"name": "x/1", "resource": "x/1"}).encode()
+            body = b"" if method != "POST" else b"Content-Type: application/json\r\nContent-Length: 2\r\n"
+            end = b"\r\n" + (b"{}" if method == "POST" else b"")
+            a.raw(tpl, method, b"%s %s HTTP/1.1\r\nHost: rebind.test:80\r\n%s%s" % (method.encode(), path, body, end),
+                  expect=421, label=path.decode() + " for Host rebind.test")
+        origin = {"Origin": "http://rebind.test"}
+        a.call(ACQUIRE, "POST", {"name": "o/1"}, body={"owner": "page"}, headers=origin, expect=403)
+        a.call(RENEW, "POST", {"name": "o/1"}, body={"lease": str(uuid.uuid4())}, headers=origin, expect=403)
+        a.call(RELEASE, "POST", {"name": "o/1"}, body={"lease": str(uuid.uuid4())}, headers=origin, expect=403)
+        a.call(LOCK, "DELETE", {"name": "o/1"}, headers=origin, expect=403)
+        a.call(FENCE, "POST", {"resource": "o/1"}, body={"token": 1}, headers={"Origin": "null"}, expect=403)
 
         # stopping: a waiter gets 503 (with Retry-After); a watch and an events long-poll are
         # answered (200); an open event stream ends
@@ -887,7 +906,7 @@ class ContractTest(unittest.TestCase):
     def oversize(cls, caller, template, path):
         """413: a body declared larger than 64 KiB, refused before it is read."""
         caller.raw(template, "POST",
-                   b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                    b"Content-Length: 70000\r\n\r\n{", expect=413, label=path + " (70000-byte body)")
 
     @classmethod
@@ -1042,6 +1061,39 @@ class ContractTest(unittest.TestCase):
         finally:
             a.close()
             b.close()
+
+    # -- small shares per peer: 429 peer_limit for new names, new fence resources, and
+    #    requests held open (long-polls, watches, streams)
+    @classmethod
+    def shares_server(cls):
+        c = cls.c
+        srv = cls.server(["--peer-max-names", "2", "--peer-max-fences", "1", "--peer-max-polls", "1"])
+        a = Caller(c, srv.port)
+        p = Caller(c, srv.port)
+        try:
+            st, _, g = a.call(ACQUIRE, "POST", {"name": "s/1"}, body={"owner": "o"}, expect=200)
+            st2, _, g2 = a.call(ACQUIRE, "POST", {"name": "s/2"}, body={"owner": "o"}, expect=200)
+            a.call(ACQUIRE, "POST", {"name": "s/3"}, body={"owner": "o"}, expect=429)
+            tok = g["token"] if st == 200 else 1
+            a.call(FENCE, "POST", {"resource": "f/1"}, body={"token": tok}, expect=200)
+            a.call(FENCE, "POST", {"resource": "f/2"}, body={"token": tok}, expect=429)
+            st, _, ev = a.call(EVENTS, "GET", expect=200)
+            t, box = in_thread(p.call, EVENTS, "GET", query={"after": ev.get("latest", 0), "wait_ms": 20000,
+                                                             "prefix": "s/2"}, expect=200)
+            wait_for(lambda: srv.metric("leasegate_event_polls") == 1, "a long-poll held", c)
+            a.call(EVENTS, "GET", query={"after": ev.get("latest", 0), "wait_ms": 20000}, expect=429)
+            a.call(STREAM, "GET", expect=429)
+            st, _, lk = a.call(LOCK, "GET", {"name": "s/1"}, expect=200)
+            a.call(LOCK, "GET", {"name": "s/1"}, query={"index": lk.get("index", 0), "wait_ms": 20000}, expect=429)
+            a.call(ACQUIRE, "POST", {"name": "s/9"}, body={"owner": "o"}, expect=429)  # a third name
+            a.call(ACQUIRE, "POST", {"name": "s/1"}, body={"owner": "o2", "wait_ms": 1}, expect=409)
+            a.call(RELEASE, "POST", {"name": "s/1"}, body={"lease": g.get("lease", str(uuid.uuid4()))}, expect=200)
+            a.call(ACQUIRE, "POST", {"name": "s/1"}, body={"owner": "o3"}, expect=200)
+            a.call(RELEASE, "POST", {"name": "s/2"}, body={"lease": g2.get("lease", str(uuid.uuid4()))}, expect=200)
+            joined(t, box, "the long-poll on s/2", c)  # woken by that release
+        finally:
+            a.close()
+            p.close()
 
     # -- the guard proxy's refusals, in front of a port where nothing listens
     @classmethod

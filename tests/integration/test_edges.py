@@ -32,7 +32,7 @@ def acquire_once(srv, name, **kw):
 
 def post(path, body, extra=""):
     data = json.dumps(body).encode()
-    return (("POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n"
+    return (("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n"
              % (path, extra, len(data))).encode() + data)
 
 

@@ -8,6 +8,7 @@ Starts real etcd members (Debian package etcd-server) and a real nginx upstream 
 the tests through the guard when nginx is (scripts/deps.sh --test installs both). Every
 wait is bounded; nothing asserts how long anything took."""
 
+import http.client
 import json
 import os
 import random
@@ -101,8 +102,8 @@ class Worker(threading.Thread):
             c = self.client()
             try:
                 status, headers, body = fn(c)
-            except OSError:
-                status = None
+            except (OSError, http.client.HTTPException):
+                status = None  # no answer, or one cut off when its gateway died: no answer yet
             finally:
                 c.close()
             if status is not None and status != 503:

@@ -76,7 +76,7 @@ class ForwardTest(EtcdTestCase):
         # A waiter whose client hangs up at the follower leaves the leader's queue too.
         raw = socket.create_connection(("127.0.0.1", other.port), timeout=10)
         data = json.dumps({"owner": "gone", "wait_ms": 60000}).encode()
-        raw.sendall(b"POST /v1/locks/fwd/wait/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        raw.sendall(b"POST /v1/locks/fwd/wait/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                     b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
         self.assertTrue(wait_for(lambda: leader.waiters("fwd/wait") == 1), "the raw waiter never queued")
         raw.close()
@@ -141,7 +141,7 @@ class ForwardTest(EtcdTestCase):
         # so the answer depended on the gateway asked.
         for line in (b"X-Other : kept", b"Transfer-Encoding : chunked"):
             for g_ in (leader, other):
-                st, _, raw = raw_http(g_.port, b"GET /store/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                st, _, raw = raw_http(g_.port, b"GET /store/echo HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                                       b"%s\r\n\r\n" % line, timeout=10)
                 self.assertEqual(st, 400, raw[:300])
 
@@ -178,7 +178,7 @@ class ForwardTest(EtcdTestCase):
         # The answer starts before the leader's upstream has finished it.
         raw = socket.create_connection(("127.0.0.1", other.port), timeout=10)
         self.addCleanup(raw.close)
-        raw.sendall(b"GET /slow/stall-body HTTP/1.1\r\nHost: x\r\n\r\n")
+        raw.sendall(b"GET /slow/stall-body HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         got = b""
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not (b"\r\n\r\n" in got and len(got.split(b"\r\n\r\n", 1)[1]) >= 10):
@@ -356,6 +356,47 @@ class ForwardTest(EtcdTestCase):
         self.assertEqual((m["leasegate_forwards_total"], m["leasegate_forward_failures_total"]), (2, 0))
         self.assertNotIn("leasegate_grants_total", m)
         self.assertEqual(leader.metric("leasegate_grants_total"), 1)
+
+
+class HostCheckThroughAFollowerTest(EtcdTestCase):
+    """Gateways advertised under a DNS name (this machine's host name, when it resolves
+    to a loopback address): a follower forwards with the leader's advertised name as
+    Host, which the leader answers for, and checks Host and Origin itself for its own
+    names; a page's Origin on the follower's name does not reach the leader."""
+
+    def test_forwards_pass_the_leaders_host_check(self):
+        name = socket.gethostname()
+        try:
+            loopback = socket.gethostbyname(name).startswith("127.")
+        except OSError:
+            loopback = False
+        if not loopback or name.lower() == "localhost":
+            self.skipTest("this machine's host name %r does not resolve to a loopback address" % name)
+        gws = []
+        for _ in range(2):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            gws.append(self.gateway(["--listen", "127.0.0.1:%d" % port, "--advertise", "http://%s:%d" % (name, port)]))
+        leader = wait_for(lambda: next((g for g in gws if g.running() and g.role() == "leader"), None))
+        self.assertIsNotNone(leader)
+        other = next(g for g in gws if g is not leader)
+        self.assertTrue(wait_for(lambda: (other.health() or {}).get("leader") == "http://%s:%d" % (name, leader.port)))
+        follower_name = "%s:%d" % (name, other.port)
+        g = self.acquire_ok(other, "hc/x", ttl_ms=60000)
+        status, _, body = other.client.request("POST", "/v1/locks/hc/x/renew", body={"lease": g["lease"]},
+                                               headers={"Host": follower_name, "Origin": "http://" + follower_name})
+        self.assertEqual(status, 200, body)
+        status, _, body = other.client.request("GET", "/v1/locks/hc/x", headers={"Host": "rebind.test"})
+        self.assertEqual((status, body.get("error"), body.get("field")), (421, "misdirected_request", "host"), body)
+        status, _, body = other.client.request("POST", "/v1/locks/hc/x/release", body={"lease": g["lease"]},
+                                               headers={"Origin": "http://rebind.test"})
+        self.assertEqual((status, body.get("error"), body.get("reason")), (403, "forbidden", "origin"), body)
+        status, _, body = leader.client.request("GET", "/v1/locks/hc/x", headers={"Host": "rebind.test"})
+        self.assertEqual(status, 421, body)
+        self.assertTrue(leader.client.get_lock("hc/x")[2]["held"])
+        status, _, body = other.client.release("hc/x", g["lease"])
+        self.assertEqual(status, 200, body)
 
 
 if __name__ == "__main__":

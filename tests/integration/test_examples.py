@@ -2,8 +2,9 @@
 
 Starts a real storage upstream (nginx WebDAV from upstream.py; a tiny in-process
 PUT/GET server only when nginx is not installed) and the real leasegate with
-`--guard /store/=<upstream>/` (/store/KEY bound to lock KEY, the workers' default) and
-`--guard /bucket/=<upstream>/bucket/,lock=examples/bucket` (one lock for the prefix),
+`--guard /store/=<upstream>/store/` (/store/KEY bound to lock KEY, the workers' default)
+and `--guard /bucket/=<upstream>/bucket/,lock=examples/bucket` (one lock for the prefix;
+each route over a folder of its own, as two bindings of one object would not start),
 then runs each example worker as a subprocess:
 
   examples/shell/worker.sh     bash + curl
@@ -136,7 +137,7 @@ class ExamplesTest(unittest.TestCase):
             cls.store = MiniStore()
         try:
             cls.server = harness.Server(extra_args=[
-                "--guard", "/store/=" + cls.store.url,
+                "--guard", "/store/=%sstore/" % cls.store.url,
                 "--guard", "/bucket/=%sbucket/,lock=%s" % (cls.store.url, BUCKET_LOCK)])
         except Exception:
             cls.store.cleanup()
@@ -184,7 +185,7 @@ class ExamplesTest(unittest.TestCase):
                          % (lang, rc, out[-2000:], err[-2000:]))
         return out
 
-    def counter(self, key, folder=""):
+    def counter(self, key, folder="store/"):
         """The stored object, read straight from the upstream (not through the guard)."""
         data = self.store.get("/" + folder + key)
         return None if data is None else int(data.decode("ascii").strip())

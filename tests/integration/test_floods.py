@@ -20,7 +20,7 @@ SANITIZED = os.environ.get("LEASEGATE_SANITIZED") == "1"
 
 def post(path, body):
     data = json.dumps(body).encode()
-    return (("POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    return (("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
              % (path, len(data))).encode() + data)
 
 
@@ -54,7 +54,8 @@ class SlowlorisTests(unittest.TestCase):
     def test_ten_thousand_trickling_connections(self):
         n = 2000 if SANITIZED else 10000
         harness.raise_nofile_limit()
-        with harness.Server(extra_args=["--max-connections", str(n + 100)]) as srv:
+        with harness.Server(extra_args=["--max-connections", str(n + 100), "--peer-max-connections", str(n + 100),
+                                            "--peer-max-half-sent", str(n + 100)]) as srv:
             health = Health(srv)
             socks = connect_many(srv.port, n)
             try:
@@ -80,7 +81,8 @@ class WaiterFloodTests(unittest.TestCase):
         per_lock = 20
         locks = min(200 if SANITIZED else 1000, (limit - 1000) // per_lock)
         total = locks * per_lock
-        with harness.Server(extra_args=["--max-connections", str(total + 200), "--max-waiters", str(total),
+        with harness.Server(extra_args=["--max-connections", str(total + 200), "--peer-max-connections", str(total + 200),
+                                        "--peer-max-half-sent", str(total + 200), "--max-waiters", str(total),
                                         "--max-waiters-per-lock", str(per_lock)]) as srv:
             health = Health(srv)
             holders = {}

@@ -75,6 +75,10 @@ class GuardBase(unittest.TestCase):
     """One nginx per class; a fresh leasegate per test guarding /store/ -> nginx."""
 
     extra_args = []
+    # The folder of nginx's tree that /store/ reaches ("" for all of it). Classes
+    # with more routes on the same nginx give each its own folder: routes that
+    # reach the same objects under different bindings do not start.
+    STORE = ""
 
     @classmethod
     def setUpClass(cls):
@@ -101,7 +105,7 @@ class GuardBase(unittest.TestCase):
     METHODS = ",methods=GET+HEAD+OPTIONS+PUT+POST+PATCH+DELETE+MKCOL+PROPPATCH"
 
     def guard_args(self):
-        return ["--guard", "/store/=" + self.ng.url + self.METHODS]
+        return ["--guard", "/store/=" + self.ng.url + self.STORE + self.METHODS]
 
     # Requests through the guard ---------------------------------------------
     def send(self, method, path, data=None, lease=None, headers=None, client=None):
@@ -173,7 +177,7 @@ class GuardBase(unittest.TestCase):
         sentinel = "/store/__sentinel__/" + uid()
         st, _, _ = self.send("GET", sentinel)
         self.assertEqual(st, 404)
-        return self.ng.wait_logged(lambda e: e["request_uri"] == sentinel[len("/store"):],
+        return self.ng.wait_logged(lambda e: e["request_uri"] == "/" + self.STORE + sentinel[len("/store/"):],
                                    what="sentinel " + sentinel)
 
     def assert_never_forwarded(self, marker):
@@ -715,7 +719,7 @@ class GuardCheckTests(GuardBase):
         g = self.acquire_ok(obj)
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
-            s.sendall(("PUT /store/%s/a HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n"
+            s.sendall(("PUT /store/%s/a HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n"
                        "Expect: 100-continue\r\n\r\n" % marker).encode())
             st, _, body = harness.RawReader(s).read_response(timeout=5)
             self.assertEqual(st, 428, body)
@@ -724,7 +728,7 @@ class GuardCheckTests(GuardBase):
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
             # The lease of another lock than the path's.
-            s.sendall(("PUT /store/%s/b HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n"
+            s.sendall(("PUT /store/%s/b HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n"
                        "Expect: 100-continue\r\nFencing-Lease: %s\r\n\r\n" % (marker, g["lease"])).encode())
             st, _, body = harness.RawReader(s).read_response(timeout=5)
             self.assertEqual(st, 409, body)
@@ -733,7 +737,7 @@ class GuardCheckTests(GuardBase):
         self.assert_never_forwarded(marker)
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
-            s.sendall(("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n"
+            s.sendall(("PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n"
                        "Fencing-Lease: %s\r\n\r\n" % (path, g["lease"])).encode())
             s.settimeout(5)
             first = b""
@@ -795,7 +799,7 @@ class GuardCheckTests(GuardBase):
         """A refused PUT's body (here shaped like a request) must never be parsed as the
         next request on the connection, nor reach nginx."""
         marker = "rej-smuggle-" + uid()
-        smuggled = ("PUT /store/%s/evil HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nevil" % marker).encode()
+        smuggled = ("PUT /store/%s/evil HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4\r\n\r\nevil" % marker).encode()
         body = smuggled + b"z" * (200000 - len(smuggled))
         req = ("PUT /store/%s/outer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n"
                % (marker, len(body))).encode() + body
@@ -830,15 +834,15 @@ class GuardHardeningTests(GuardBase):
         self.assert_written(self.send("PUT", path, b"original", g["lease"]))
         self.assert_bad_request(self.srv.client.request("GET", path, raw=b"overwritten-without-lease"))
         refused = [
-            "GET %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
-            "GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            "GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-            "GET %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            "GET %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n",
-            "HEAD %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
-            "HEAD %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            "OPTIONS %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
-            "OPTIONS %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello",
+            "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: identity\r\n\r\n",
+            "HEAD %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello",
+            "HEAD %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "OPTIONS %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello",
+            "OPTIONS %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
         ]
         for req in refused:
             with self.subTest(request=req.split("\r\n")[0] + " " + req.split("\r\n")[2]):
@@ -865,7 +869,7 @@ class GuardHardeningTests(GuardBase):
     def test_write_with_both_content_length_and_transfer_encoding(self):
         key, path = self.obj("hard/framing")
         g = self.acquire_ok(key)
-        req = ("PUT %s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\nContent-Length: 5\r\n"
+        req = ("PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\nContent-Length: 5\r\n"
                "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" % (path, g["lease"]))
         st, _, _ = harness.raw_http(self.srv.port, req.encode(), timeout=5)
         self.assertEqual(st, 400)
@@ -889,7 +893,7 @@ class GuardHardeningTests(GuardBase):
             with self.subTest(target=target):
                 for method in ("GET", "PUT"):
                     put = method == "PUT"
-                    req = ("%s %s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\n%s\r\n%s"
+                    req = ("%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\n%s\r\n%s"
                            % (method, target, g["lease"], "Content-Length: 1\r\n" if put else "", "x" if put else ""))
                     st, _, body = harness.raw_http(self.srv.port, req.encode(), timeout=5)
                     self.assertEqual(st, 400, (method, body[:200]))
@@ -911,7 +915,7 @@ class GuardHardeningTests(GuardBase):
                 target = "/store/hard/%s?%s" % (marker, method)
                 put = method == "PUT"
                 # Connection: close, so that an answer without a length (a 204) ends too.
-                req = (b"%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nFencing-Lease: %s\r\n%s\r\n%s\r\n%s"
+                req = (b"%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nFencing-Lease: %s\r\n%s\r\n%s\r\n%s"
                        % (method.encode(), target.encode(), g["lease"].encode(), line,
                           b"Content-Length: 1\r\n" if put else b"", b"x" if put else b""))
                 st, _, body = harness.raw_http(self.srv.port, req, timeout=5)
@@ -925,13 +929,13 @@ class GuardHardeningTests(GuardBase):
                            ("bare CR", b"X-Custom: a\rb")):
             with self.subTest(value=name):
                 self._assert_header_refused(line)
-        st, _, body = harness.raw_http(self.srv.port, b"GET /store/echo HTTP/1.1\r\nHost: x\r\nX-Custom: a\tb\r\n\r\n")
+        st, _, body = harness.raw_http(self.srv.port, b"GET /store/echo HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Custom: a\tb\r\n\r\n")
         self.assertEqual(st, 200)
         self.assertIn(b"custom=a\tb ", body)
 
     def _echo_with_raw_header(self, line):
         """What nginx's /echo reports for a GET through the guard carrying the raw line."""
-        req = b"GET /store/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n\r\n" % line
+        req = b"GET /store/echo HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s\r\n\r\n" % line
         return harness.raw_http(self.srv.port, req, timeout=5)
 
     def test_header_value_with_nul_is_not_smuggled(self):
@@ -1015,7 +1019,7 @@ class GuardHardeningTests(GuardBase):
         for i in range(150):
             g = self.acquire_ok("hard/gone-%d-%s" % (i, uid()))
             sock = socket.create_connection(("127.0.0.1", self.srv.port), timeout=5)
-            sock.sendall(("PUT /store/%s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\n"
+            sock.sendall(("PUT /store/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\n"
                           "Content-Length: 100\r\n\r\n" % (g["name"], g["lease"])).encode())
             sock.close()
             self.srv.release(g["name"], g["lease"])
@@ -1024,10 +1028,16 @@ class GuardHardeningTests(GuardBase):
 
 
 class GuardMultiTests(GuardBase):
-    """--guard is repeatable; the upstream URL may carry a base path."""
+    """--guard is repeatable; the upstream URL may carry a base path. Routes on one
+    backend reach apart subtrees of it: a route whose upstream path lies within
+    another's (one object reached through two routes, so bound to two locks) stops
+    the start, unless both are bound to one lock=NAME."""
+
+    STORE = "store/"
 
     def guard_args(self):
-        return ["--guard", "/store/=" + self.ng.url, "--guard", "/nested/=" + self.ng.url + "sub/"]
+        return ["--guard", "/store/=" + self.ng.url + "store/" + self.METHODS,
+                "--guard", "/nested/=" + self.ng.url + "sub/"]
 
     def test_two_prefixes(self):
         name = "m-%s.txt" % uid()
@@ -1035,19 +1045,57 @@ class GuardMultiTests(GuardBase):
         # /nested/NAME is bound to lock NAME (the path below the prefix) and lands in sub/.
         self.assert_written(self.send("PUT", "/nested/" + name, b"in sub", g["lease"]), expect=(201,))
         self.assertEqual(self.ng.read_file("sub/" + name), b"in sub")
-        st, _, _ = self.send("GET", "/store/sub/" + name)
-        self.assertEqual((st, self.srv.client.last_raw), (200, b"in sub"))
         st, _, _ = self.send("GET", "/nested/" + name)
         self.assertEqual((st, self.srv.client.last_raw), (200, b"in sub"))
         self.assert_token_required(self.send("PUT", "/nested/" + name, b"no"))
         # The binding is by the path below the prefix, whatever the prefix: /store/NAME
-        # is bound to the same lock, /store/sub/NAME to lock sub/NAME.
+        # is bound to lock NAME too, and is another object, in store/.
         self.assert_written(self.send("PUT", "/store/" + name, b"top", g["lease"]), expect=(201,))
+        self.assertEqual((self.ng.read_file("store/" + name), self.ng.read_file("sub/" + name)),
+                         (b"top", b"in sub"))
+        # No path under /store/ reaches sub/: /store/sub/NAME is store/sub/NAME, bound
+        # to lock sub/NAME.
+        st, h, _ = self.send("GET", "/store/sub/" + name)
+        self.assertEqual((st, h.get("x-upstream")), (404, "nginx"))
         self.assert_stale(self.send("PUT", "/store/sub/" + name, b"no", g["lease"]), "sub/" + name, None)
-        self.assertEqual((self.ng.read_file(name), self.ng.read_file("sub/" + name)), (b"top", b"in sub"))
+        self.assertIsNone(self.ng.read_file("store/sub/" + name))
         entries = [e for e in self.complete_log() if e["method"] == "PUT"]
         self.assertEqual(sorted((e["request_uri"], e["lock"]) for e in entries if name in e["request_uri"]),
-                         sorted([("/sub/" + name, name), ("/" + name, name)]))
+                         sorted([("/sub/" + name, name), ("/store/" + name, name)]))
+
+    def test_routes_over_the_same_objects_do_not_start(self):
+        up = self.ng.url
+        for specs in (["/store/=" + up, "/nested/=" + up + "sub/"],  # what this class had before
+                      ["/nested/=" + up + "sub/", "/store/=" + up],
+                      ["/a/=" + up + "t", "/b/=" + up + "t/u/v/"],
+                      ["/a/=" + up.rstrip("/"), "/b/=" + up + "t/"],  # no path: all of the server
+                      ["/a/=" + up + "t/", "/b/=" + up + "t/"],
+                      ["/a/=" + up + "t/,lock=one", "/b/=" + up + "t/u/,lock=two"],
+                      ["/a/=" + up + "t/,lock=one", "/b/=" + up + "t/u/"],
+                      ["/store/=" + up + "store/", "/store/vault/=" + up + "vault/,lock=v"]):  # never reached
+            with self.subTest(specs=specs):
+                p = harness.serve_to_exit([a for spec in specs for a in ("--guard", spec)])
+                self.assertEqual((p.returncode, p.stdout), (2, ""), p.stderr)
+                lines = p.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, p.stderr)
+                for spec in specs:
+                    self.assertIn("--guard " + spec.split("=", 1)[0], lines[0])
+        # Routes bound to one lock=NAME may share objects: the one lock protects them
+        # whichever route a write takes.
+        lock = "shared-%s" % uid()
+        with harness.Server(extra_args=["--guard", "/a/=%st/,lock=%s" % (up, lock),
+                                        "--guard", "/b/=%st/u/,lock=%s" % (up, lock)]) as srv:
+            st, _, g = srv.acquire(lock, "o", ttl_ms=60000)
+            self.assertEqual(st, 200, g)
+            name = "x-%s.txt" % uid()
+            st, h, body = srv.request("PUT", "/b/" + name, raw=b"one", headers={"Fencing-Lease": g["lease"]})
+            self.assertEqual((st, h.get("x-upstream")), (201, "nginx"), body)
+            st, h, body = srv.request("PUT", "/a/u/" + name, raw=b"two", headers={"Fencing-Lease": g["lease"]})
+            self.assertEqual((st, h.get("x-upstream")), (204, "nginx"), body)
+            self.assertEqual(self.ng.read_file("t/u/" + name), b"two")
+            other = {"Fencing-Lease": harness.random_lease()}
+            st, h, body = srv.request("PUT", "/a/u/" + name, raw=b"no", headers=other)
+            self.assertEqual((st, body.get("lock")), (409, lock), body)
 
 
 class GuardFixedLockTests(GuardBase):
@@ -1055,8 +1103,10 @@ class GuardFixedLockTests(GuardBase):
 
     FIXED = "fixed/bucket"
 
+    STORE = "store/"
+
     def guard_args(self):
-        return ["--guard", "/store/=" + self.ng.url,
+        return ["--guard", "/store/=" + self.ng.url + "store/",
                 "--guard", "/fixed/=" + self.ng.url + "fx/,lock=" + self.FIXED]
 
     def test_every_path_bound_to_the_route_lock(self):

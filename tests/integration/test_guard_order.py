@@ -35,7 +35,7 @@ class RawPut:
     def __init__(self, port, path, body, headers):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=15)
         self.body = body
-        head = "PUT %s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n" % (path, len(body))
+        head = "PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n" % (path, len(body))
         for k, v in headers.items():
             head += "%s: %s\r\n" % (k, v)
         self.head = (head + "\r\n").encode("latin-1")
@@ -209,13 +209,13 @@ class NoFsyncForUpstreamAnswersTests(unittest.TestCase):
             open(slow_flag, "w").close()  # start-up is done: every fsync is slow from now on
             grant = socket.create_connection(("127.0.0.1", srv.port), timeout=20)
             body = json.dumps({"owner": "o", "ttl_ms": 60000}).encode()
-            grant.sendall(b"POST /v1/locks/slow/acquire HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            grant.sendall(b"POST /v1/locks/slow/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
             # Asking the server would wait for the commit too: give the grant a moment
             # to be read (its commit then runs for 1.5 s).
             time.sleep(0.3)
             read = socket.create_connection(("127.0.0.1", srv.port), timeout=20)
-            read.sendall(b"GET /store/nothing HTTP/1.1\r\nHost: t\r\n\r\n")
+            read.sendall(b"GET /store/nothing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             st, hdrs, _ = harness.read_response(read, 20)
             self.assertEqual((st, hdrs.get("x-upstream")), (404, "applying"))
             grant.setblocking(False)
@@ -295,10 +295,10 @@ class HygieneTests(GuardOrderBase):
                "/store/a%zz", "/store/a%2fb"]
         for target in bad:
             for method in ("GET", "PUT"):
-                req = "%s %s HTTP/1.1\r\nHost: t\r\nFencing-Lease: %s\r\nContent-Length: 1\r\n\r\nx" % (
+                req = "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\nContent-Length: 1\r\n\r\nx" % (
                     method, target, a["lease"])
                 if method == "GET":
-                    req = "GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % target
+                    req = "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % target
                 st, _, body = self.raw(req.encode())
                 self.assertEqual(st, 400, (method, target, body))
         self.assertEqual(self.up.seen, [])
@@ -325,15 +325,15 @@ class HygieneTests(GuardOrderBase):
         for extra in ("Content-Length: 0\r\nTransfer-Encoding: chunked\r\n",
                       "Transfer-Encoding: chunked\r\n", "Content-Length: 3\r\n"):
             body = "0\r\n\r\n" if "chunked" in extra else ("abc" if "3" in extra else "")
-            st, _, b = self.raw(("GET /store/safe HTTP/1.1\r\nHost: t\r\n%s\r\n%s" % (extra, body)).encode())
+            st, _, b = self.raw(("GET /store/safe HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n%s" % (extra, body)).encode())
             self.assertEqual(st, 400, (extra, b))
         self.assertEqual(self.up.seen, [])
-        st, _, _ = self.raw(b"GET /store/safe HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
+        st, _, _ = self.raw(b"GET /store/safe HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")
         self.assertEqual(st, 404)  # passed through: the store has no such object
 
     def test_control_bytes_in_a_header_value_are_refused(self):
         a = self.acquire("ctl")
-        st, _, b = self.raw(("PUT /store/ctl HTTP/1.1\r\nHost: t\r\nFencing-Lease: %s\r\nX-A: a\rb\r\n"
+        st, _, b = self.raw(("PUT /store/ctl HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\nX-A: a\rb\r\n"
                              "Content-Length: 1\r\n\r\nx" % a["lease"]).encode())
         self.assertEqual(st, 400, b)
         self.assertEqual(self.up.seen, [])
@@ -467,7 +467,7 @@ class SigtermWhileBodiesArriveTests(unittest.TestCase):
             with harness.Server() as srv:
                 def make(i):
                     body = json.dumps({"owner": "o" * (20 + i % 50), "ttl_ms": 60000}).encode()
-                    return (("POST /v1/locks/t%d/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    return (("POST /v1/locks/t%d/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                              "Content-Length: %d\r\n\r\n" % (i, len(body))).encode(), body)
                 self.trickle_and_stop(make, srv)
 
@@ -479,7 +479,7 @@ class SigtermWhileBodiesArriveTests(unittest.TestCase):
 
                     def make(i):
                         body = b"b" * (60 + i % 50)
-                        return (("PUT /store/g%d HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\n"
+                        return (("PUT /store/g%d HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\n"
                                  "Content-Length: %d\r\n\r\n" % (i, leases[i], len(body))).encode(), body)
                     self.trickle_and_stop(make, srv)
 

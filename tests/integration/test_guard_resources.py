@@ -2,11 +2,13 @@
 does not carry (issue 26), attacked from outside.
 
 nginx (`dav_methods PUT DELETE MKCOL COPY MOVE`, create_full_put_path on) is the backend
-behind five routes of one leasegate:
+behind five routes of one leasegate, each route over a subtree of its own (routes whose
+upstream paths overlap under different bindings do not start: one file would be
+protected by two locks):
 
-  /plain/       -> nginx /         the default method list (no methods=)
+  /plain/       -> nginx /plain/   the default method list (no methods=)
   /store/vault/ -> nginx /vault/   lock=vault-lock; listed before /store/, inside it
-  /store/       -> nginx /         methods=DAV below: each path bound to the lock it names
+  /store/       -> nginx /store/   methods=DAV below: each path bound to the lock it names
   /shared/      -> nginx /shared/  the same methods, lock=shared-tree: one lock for the subtree
   /app/         -> ApplyingUpstream, the same methods: shows every header that crossed
 
@@ -16,12 +18,16 @@ absolute, the upstream's path or authority, outside the prefix, with a query, no
 canonical, a collection) and every wrong Fencing-Destination-Lease (none, the scratch
 lease, a stale lease of the victim); the classic fencing story told through MOVE;
 legitimate COPY and MOVE (the Destination rewritten to the upstream's URL, the
-Fencing-Destination-* headers the guard's own, both marks raised); a Destination (or a
-"//" target) under a nested route, which that route's lock protects; API keys scoped to
-one tenant; lock=NAME routes (one lease, the Destination kept inside the route,
+Fencing-Destination-* headers the guard's own, both marks raised); a COPY or MOVE onto
+its own resource (also spelt with other percent-encodings); a Destination (or a "//"
+target) under a nested route, which that route's lock protects, and the nested route
+sets that do not start (the inner route listed last, or over the outer one's upstream
+objects); API keys scoped to one tenant; lock=NAME routes (one lease, the Destination kept inside the route,
 collection operations allowed); collection writes, Depth, Slug and a tagged If (in any
 If line) refused where each path has its own lock; method and target override headers
-refused on writes and stripped from reads; and the refusals counted in /metrics.
+refused on writes and stripped from reads; header names with '_' that a CGI or WSGI
+backend reads as a header the guard checks refused on every request; and the refusals
+counted in /metrics.
 
 Needs nginx with the DAV module at /usr/sbin/nginx (or $LEASEGATE_NGINX); the tests are
 skipped, saying so, without it. Only 127.0.0.1.
@@ -97,13 +103,13 @@ class Base(unittest.TestCase):
         need_nginx()
         cls.ng = upstream.Nginx()
         cls.app = ApplyingUpstream()
-        os.makedirs(cls.ng.file_path("shared"))
-        os.makedirs(cls.ng.file_path("vault"))
+        for folder in ("plain", "store", "shared", "vault"):
+            os.makedirs(cls.ng.file_path(folder))
         try:
             cls.srv = harness.Server(extra_args=[
-                "--guard", route("/plain/", cls.ng.url, methods=None),
+                "--guard", route("/plain/", cls.ng.url + "plain/", methods=None),
                 "--guard", route("/store/vault/", cls.ng.url + "vault/", lock=VAULT_LOCK),
-                "--guard", route("/store/", cls.ng.url),
+                "--guard", route("/store/", cls.ng.url + "store/"),
                 "--guard", route("/shared/", cls.ng.url + "shared/", lock=SHARED_LOCK),
                 "--guard", route("/app/", cls.app.url)] + cls.server_args)
         except Exception:
@@ -172,7 +178,7 @@ class Base(unittest.TestCase):
         sentinel = "/__sentinel__/" + uid()
         st, _, _ = self.send("GET", "/store" + sentinel)
         self.assertEqual(st, 404)
-        return self.ng.wait_logged(lambda e: e["request_uri"] == sentinel, what="sentinel " + sentinel)
+        return self.ng.wait_logged(lambda e: e["request_uri"] == "/store" + sentinel, what="sentinel " + sentinel)
 
     def upstream_saw(self, marker):
         """Every request nginx received whose URI or Destination contains marker."""
@@ -204,8 +210,8 @@ class MethodTests(Base):
         self.assertEqual((hdrs.get("allow"), body.get("allow")), (DAV_ALLOW, DAV_ALLOW))
         st, hdrs, body = self.send("PATCH", "/store/" + name, b"x", g["lease"])
         self.refused((st, hdrs, body), 405, "method_not_allowed")
-        self.assertEqual(self.ng.read_file(name), b"doc")
-        self.assertIsNone(self.ng.read_file("m%s/other.txt" % u))
+        self.assertEqual(self.ng.read_file("plain/" + name), b"doc")
+        self.assertIsNone(self.ng.read_file("plain/m%s/other.txt" % u))
         self.assertEqual([e["method"] for e in self.upstream_saw("m" + u)], ["PUT"])
 
 
@@ -238,15 +244,15 @@ class DestinationTests(Base):
             "https://127.0.0.1:%d/store/%s" % (self.srv.port, victim),
         ]
         refused = [  # Destinations the guard does not take at all
-            "/" + victim,  # the upstream's own path
+            "/" + victim,
             "http://127.0.0.1:%d/%s" % (self.ng.port, victim),  # the upstream's authority
-            "http://127.0.0.1:%d/store/%s" % (self.ng.port, victim),
+            "http://127.0.0.1:%d/store/%s" % (self.ng.port, victim),  # ... with the upstream's own path
             "//127.0.0.1:%d/%s" % (self.ng.port, victim),  # a network-path reference
             "http://127.0.0.1:%d@127.0.0.1:%d/store/%s" % (self.srv.port, self.ng.port, victim),
             "http://127.0.0.1/store/" + victim,  # not the request's Host
             "http:/store/" + victim,
             "store/" + victim,
-            "/plain/" + victim,  # another route over the same upstream
+            "/plain/" + victim,  # another route (another subtree of the same nginx)
             "/shared/" + victim,
             "/app/" + victim,
             "/store/%s?x=1" % victim,
@@ -286,9 +292,9 @@ class DestinationTests(Base):
                             body = self.refused(resp, 409, "stale_token")
                             self.assertEqual((body.get("lock"), body.get("token")), (victim, None), body)
                             self.assertEqual(body.get("holder_token"), owner["token"], body)
-        self.assertEqual(self.ng.read_file(victim), b"the owner's data")
-        self.assertEqual(self.ng.read_file(scratch), b"the attacker's data")
-        for stray in ("store/" + victim, "plain/" + victim, "shared/" + victim, victim + "/"):
+        self.assertEqual(self.ng.read_file("store/" + victim), b"the owner's data")
+        self.assertEqual(self.ng.read_file("store/" + scratch), b"the attacker's data")
+        for stray in (victim, "store/store/" + victim, "plain/" + victim, "shared/" + victim, "vault/" + victim):
             self.assertFalse(os.path.exists(self.ng.file_path(stray)), stray)
         seen = self.upstream_saw(d)
         self.assertEqual([e for e in seen if e["method"] in ("COPY", "MOVE")], [],
@@ -324,12 +330,12 @@ class DestinationTests(Base):
                                  "token_required", "Fencing-Destination-Lease")
                     self.refused(self.send(method, "/store/" + scratch, lease=s["lease"], dest=dest,
                                            dest_lease=s["lease"]), 409, "stale_token")
-        self.assertEqual(self.ng.read_file(doc), b"B")
-        self.assertEqual(self.ng.read_file(scratch), b"A-stale")
+        self.assertEqual(self.ng.read_file("store/" + doc), b"B")
+        self.assertEqual(self.ng.read_file("store/" + scratch), b"A-stale")
         seen = self.upstream_saw("f" + u)
         self.assertEqual([(e["method"], e["request_uri"], e["token"]) for e in seen],
-                         [("PUT", "/" + doc, str(a["token"])), ("PUT", "/" + doc, str(b["token"])),
-                          ("PUT", "/" + scratch, str(s["token"]))])
+                         [("PUT", "/store/" + doc, str(a["token"])), ("PUT", "/store/" + doc, str(b["token"])),
+                          ("PUT", "/store/" + scratch, str(s["token"]))])
 
     def test_copy_and_move_with_both_leases(self):
         u = uid()
@@ -342,20 +348,22 @@ class DestinationTests(Base):
         st, hdrs, body = self.send("COPY", "/store/" + src, lease=gs["lease"], dest="/store/" + dst,
                                    dest_lease=gd["lease"], headers=forged)
         self.assertEqual((st, hdrs.get("x-upstream")), (204, "nginx"), body)  # nginx's answer to a file's COPY
-        self.assertEqual((self.ng.read_file(src), self.ng.read_file(dst)), (b"payload", b"payload"))
+        self.assertEqual((self.ng.read_file("store/" + src), self.ng.read_file("store/" + dst)),
+                         (b"payload", b"payload"))
         # MOVE with an absolute Destination (the request's Host in another case).
         st, hdrs, body = self.send("MOVE", "/store/" + src, lease=gs["lease"],
                                    dest="http://LocalHost:%d/store/%s" % (self.srv.port, dst2), dest_lease=gd2["lease"],
                                    headers={"Host": "localHOST:%d" % self.srv.port})
         self.assertEqual((st, hdrs.get("x-upstream")), (204, "nginx"), body)
-        self.assertIsNone(self.ng.read_file(src))
-        self.assertEqual(self.ng.read_file(dst2), b"payload")
+        self.assertIsNone(self.ng.read_file("store/" + src))
+        self.assertEqual(self.ng.read_file("store/" + dst2), b"payload")
         seen = [e for e in self.upstream_saw("c" + u) if e["method"] in ("COPY", "MOVE")]
         self.assertEqual([(e["method"], e["request_uri"], e["destination"], e["token"], e["lock"], e["dest_token"],
                            e["dest_lock"], e["lease"]) for e in seen],
-                         [("COPY", "/" + src, self.ng.url + dst, str(gs["token"]), src, str(gd["token"]), dst, "-"),
-                          ("MOVE", "/" + src, self.ng.url + dst2, str(gs["token"]), src, str(gd2["token"]), dst2,
-                           "-")])
+                         [("COPY", "/store/" + src, self.ng.url + "store/" + dst, str(gs["token"]), src,
+                           str(gd["token"]), dst, "-"),
+                          ("MOVE", "/store/" + src, self.ng.url + "store/" + dst2, str(gs["token"]), src,
+                           str(gd2["token"]), dst2, "-")])
         # Both marks were raised: the COPY was the only write of dst, and its token is
         # now the one below which dst takes no write.
         st, _, r = self.srv.release(dst, gd["lease"])
@@ -371,7 +379,10 @@ class DestinationTests(Base):
 
     def test_destination_under_a_nested_route(self):
         """/store/vault/ is its own route, bound to one lock: a Destination there is not
-        this route's to bind, however the path would name a lock under /store/."""
+        this route's to bind, however the path would name a lock under /store/. (Its
+        upstream objects are not /store/'s either, which test_nested_routes_that_do_not_start
+        requires; the guard refuses such a Destination, or a "//" that would take a path
+        past the vault's route, whatever the upstream.)"""
         u = uid()
         doc = "vault/%s.txt" % u
         keeper = self.grant(VAULT_LOCK, "keeper", wait_ms=10000)
@@ -426,19 +437,51 @@ class DestinationTests(Base):
             t.join(90)
         self.assertFalse(any(t.is_alive() for t in threads), "a COPY was never answered")
         self.assertEqual(results, [(204, "nginx")] * 36)
-        self.assertEqual((self.ng.read_file(a), self.ng.read_file(b)), (b"same", b"same"))
+        self.assertEqual((self.ng.read_file("store/" + a), self.ng.read_file("store/" + b)), (b"same", b"same"))
 
-    def test_same_lock_needs_one_lease(self):
-        """A Destination bound to the source's own lock: Fencing-Lease alone covers it."""
+    def test_nested_routes_that_do_not_start(self):
+        """The nested routes of this class stand together because their upstream objects
+        are apart. Listed the other way round, the inner route would never be reached.
+        Over the outer route's objects (/store/ -> nginx /, /store/vault/ -> nginx
+        /vault/), nginx's vault/x would be bound to lock vault-lock through the one
+        route and to lock vault/x through the other: one file, two locks. Neither
+        starts: exit 2, one line that names both routes."""
+        store = route("/store/", self.ng.url + "store/")
+        vault = route("/store/vault/", self.ng.url + "vault/", lock=VAULT_LOCK)
+        cases = (
+            ([store, vault], "--guard /store/vault/ is never reached: --guard /store/,"),
+            ([vault, route("/store/", self.ng.url)],
+             "--guard /store/vault/ and --guard /store/ reach the same objects"),
+            ([route("/store/vault/", self.ng.url + "store/vault/", lock=VAULT_LOCK), store],
+             "--guard /store/vault/ and --guard /store/ reach the same objects"),
+            ([route("/plain/", self.ng.url, methods=None), vault, store],
+             "--guard /plain/ and --guard /store/vault/ reach the same objects"),
+        )
+        for specs, why in cases:
+            with self.subTest(specs=specs):
+                p = harness.serve_to_exit([a for spec in specs for a in ("--guard", spec)])
+                self.assertEqual((p.returncode, p.stdout), (2, ""), p.stderr)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn(why, p.stderr)
+
+    def test_copy_or_move_onto_itself_refused(self):
+        """A COPY or MOVE whose Destination is its own resource (nginx truncates a file
+        copied onto itself): 400, whatever the form of the Destination, and with the
+        one lease that would cover both."""
         u = uid()
         name = "o%s/self.txt" % u
         g = self.grant(name)
         self.write("/store/" + name, b"self", g["lease"])
-        st, hdrs, body = self.send("MOVE", "/store/%s?v=1" % name, lease=g["lease"], dest="/store/" + name)
-        self.assertEqual(hdrs.get("x-upstream"), "nginx", body)
-        seen = [e for e in self.upstream_saw("o" + u) if e["method"] == "MOVE"]
-        self.assertEqual([(e["destination"], e["token"], e["dest_token"], e["dest_lock"]) for e in seen],
-                         [(self.ng.url + name, str(g["token"]), str(g["token"]), name)])
+        for method in ("COPY", "MOVE"):
+            for source in ("/store/" + name, "/store/%s?v=1" % name):
+                for dest in ("/store/" + name, self.gateway("/store/" + name)):
+                    for dest_lease in (None, g["lease"]):
+                        with self.subTest(method=method, source=source, dest=dest, dest_lease=bool(dest_lease)):
+                            body = self.bad(self.send(method, source, lease=g["lease"], dest=dest,
+                                                      dest_lease=dest_lease), "Destination")
+                            self.assertIn("own path", body["message"])
+        self.assertEqual(self.ng.read_file("store/" + name), b"self")
+        self.assertEqual([e["method"] for e in self.upstream_saw("o" + u)], ["PUT"])
 
 
 # ----------------------------------------------------------------------------------
@@ -475,9 +518,27 @@ class SharedRouteTests(Base):
                 with self.subTest(dest=dest, method=method):
                     self.bad(self.send(method, base + "/a.txt", lease=lease, dest=dest, dest_lease=lease),
                              "Destination")
-        self.assertFalse(any(u in f for f in os.listdir(self.ng.data)), os.listdir(self.ng.data))
+        for folder in ("", "store", "plain", "vault"):
+            listed = os.listdir(self.ng.file_path(folder))
+            self.assertFalse(any(u in f for f in listed), (folder, listed))
         self.assertIsNone(self.ng.read_file("store/shared/%s/x.txt" % u))
         self.assertEqual(len([e for e in self.upstream_saw(u) if e["method"] in ("COPY", "MOVE")]), 2)
+
+    def test_copy_or_move_onto_itself_refused(self):
+        """On a lock=NAME route any path may be percent-encoded: a Destination that
+        decodes to the source's own path is its own resource too."""
+        u = uid()
+        base = "/shared/" + u
+        lease = self.g["lease"]
+        self.write(base + "/a*b.txt", b"A", lease)
+        for method in ("COPY", "MOVE"):
+            for source, dest in (("/a*b.txt", "/a*b.txt"), ("/a*b.txt", "/a%2Ab.txt"), ("/a%2ab.txt", "/a%2Ab.txt"),
+                                 ("/a%2Ab.txt?x=1", "/a*b.txt")):
+                with self.subTest(method=method, source=source, dest=dest):
+                    body = self.bad(self.send(method, base + source, lease=lease, dest=base + dest), "Destination")
+                    self.assertIn("own path", body["message"])
+        self.assertEqual(self.ng.read_file("shared/%s/a*b.txt" % u), b"A")
+        self.assertEqual([e["method"] for e in self.upstream_saw(u)], ["PUT"])
 
     def test_collection_operations_allowed(self):
         u = uid()
@@ -524,9 +585,9 @@ class CollectionTests(Base):
                                dest_lease=d3["lease"]), "path")
         self.bad(self.send("MKCOL", "/store/%s/dir3/" % top, lease=d3["lease"]), "path")
         self.bad(self.send("PUT", "/store/%s/dir3/" % top, b"x", d3["lease"]), "path")
-        self.assertEqual(self.ng.read_file("%s/dir/a.txt" % top), b"a")
-        self.assertEqual(self.ng.read_file("%s/dir2/b.txt" % top), b"b")
-        self.assertFalse(os.path.exists(self.ng.file_path("%s/dir3" % top)))
+        self.assertEqual(self.ng.read_file("store/%s/dir/a.txt" % top), b"a")
+        self.assertEqual(self.ng.read_file("store/%s/dir2/b.txt" % top), b"b")
+        self.assertFalse(os.path.exists(self.ng.file_path("store/%s/dir3" % top)))
         # Depth, Slug and a tagged If on a plain resource.
         f, f2 = self.grant("%s/f.txt" % top), self.grant("%s/f2.txt" % top)
         self.write("/store/%s/f.txt" % top, b"f", f["lease"])
@@ -535,7 +596,7 @@ class CollectionTests(Base):
                                dest_lease=f2["lease"], headers={"Depth": depth}), "Depth")
         self.bad(self.send("POST", "/store/%s/f.txt" % top, b"x", f["lease"], headers={"Slug": "a.txt"}), "Slug")
         self.bad(self.send("PUT", "/store/%s/f.txt" % top, b"x", f["lease"], headers={"Depth": "0"}), "Depth")
-        for tagged in ("<http://x/other> (<urn:uuid:1>)", "<http://127.0.0.1:%d/%s/dir/a.txt> ([\"e\"])"
+        for tagged in ("<http://x/other> (<urn:uuid:1>)", "<http://127.0.0.1:%d/store/%s/dir/a.txt> ([\"e\"])"
                        % (self.ng.port, top), "(<urn:uuid:1>) <http://x/other> (<urn:uuid:2>)",
                        "((<urn:uuid:1>))", "(<urn:uuid:1>", "junk", "(<urn:uuid:1>))"):
             with self.subTest(tagged=tagged):
@@ -545,11 +606,11 @@ class CollectionTests(Base):
                 st, hdrs, body = self.send("PUT", "/store/%s/f.txt" % top, b"ok", f["lease"],
                                            headers={"If": untagged})
                 self.assertEqual((st, hdrs.get("x-upstream")), (204, "nginx"), body)
-        self.assertEqual(self.ng.read_file("%s/f.txt" % top), b"ok")
-        self.assertIsNone(self.ng.read_file("%s/f2.txt" % top))
+        self.assertEqual(self.ng.read_file("store/%s/f.txt" % top), b"ok")
+        self.assertIsNone(self.ng.read_file("store/%s/f2.txt" % top))
         self.assertEqual(sorted((e["method"], e["request_uri"]) for e in self.upstream_saw(top)),
-                         sorted([("PUT", "/%s/dir/a.txt" % top), ("PUT", "/%s/dir2/b.txt" % top),
-                                 ("PUT", "/%s/f.txt" % top)] + [("PUT", "/%s/f.txt" % top)] * 3))
+                         sorted([("PUT", "/store/%s/dir/a.txt" % top), ("PUT", "/store/%s/dir2/b.txt" % top),
+                                 ("PUT", "/store/%s/f.txt" % top)] + [("PUT", "/store/%s/f.txt" % top)] * 3))
 
     def test_destination_on_other_writes_refused(self):
         u = uid()
@@ -584,7 +645,7 @@ class OverrideTests(Base):
                                                headers={header.lower(): value}), header)
         finally:
             self.srv.release(SHARED_LOCK, shared["lease"])
-        self.assertEqual(self.ng.read_file(name), b"doc")
+        self.assertEqual(self.ng.read_file("store/" + name), b"doc")
         self.assertIsNone(self.ng.read_file("shared/%s.txt" % u))
         self.assertEqual([e["method"] for e in self.upstream_saw(u)], ["PUT"])
 
@@ -627,6 +688,36 @@ class OverrideTests(Base):
                                  b"y")
         self.assertEqual(st, 201, body)
         self.assertEqual([a["body"] for a in self.app.applied_to("/" + name)], [b"y"])
+
+
+    def test_underscore_spellings_of_checked_headers_refused(self):
+        """CGI and WSGI backends read '-' and '_' in a header name alike (HTTP_FENCING_TOKEN):
+        a name that such a backend would take for a header the guard checks, sets or drops
+        gets 400 with field naming it, on reads as on writes; other names with '_' pass."""
+        u = uid()
+        name = "h%s/doc" % u
+        g = self.grant(name)
+        aliases = ("Fencing_Token", "fencing_lease", "Fencing_Lock", "Fencing_Destination_Lease",
+                   "Fencing_Destination-Token", "FENCING_DESTINATION_LOCK", "Content_Length", "Transfer_Encoding",
+                   "X_HTTP_Method_Override", "x_http_method", "X_Method_Override", "X_Original_URL", "X_Rewrite-URL")
+        values = {"Fencing_Token": str(g["token"] + 1000), "Fencing_Lock": "other", "Content_Length": "5"}
+        for alias in aliases:
+            for method, data in (("PUT", b"x"), ("GET", b""), ("HEAD", b"")):
+                with self.subTest(header=alias, method=method):
+                    st, hdrs, body = send_lines(self.srv.port, method, "/app/" + name,
+                                                [("Fencing-Lease", g["lease"]),
+                                                 (alias, values.get(alias, "DELETE"))], data)
+                    self.assertEqual((st, hdrs.get("x-upstream")), (400, None), body)
+                    if method != "HEAD":
+                        self.assertIn(b'"field":"%s"' % alias.encode(), body)
+        self.assertEqual(self.app.seen_for("/" + name), [])
+        # Names with '_' that alias no checked header reach the backend as they were sent.
+        st, hdrs, body = send_lines(self.srv.port, "PUT", "/app/" + name,
+                                    [("Fencing-Lease", g["lease"]), ("X_Request_Id", "r1"), ("Fencing_Tokens", "1")],
+                                    b"y")
+        self.assertEqual((st, hdrs.get("x-upstream")), (201, "applying"), body)
+        seen = self.app.seen_for("/" + name)[0]["headers"]
+        self.assertEqual((seen.get("x_request_id"), seen.get("fencing_tokens")), ("r1", "1"), seen)
 
 
 # ----------------------------------------------------------------------------------

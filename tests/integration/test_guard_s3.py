@@ -126,7 +126,7 @@ class S3Tests(unittest.TestCase):
         st, hdrs, _ = self.srv.request("DELETE", p, headers={"Fencing-Lease": g["lease"]})
         self.assertEqual(hdrs.get("allow"), "GET, HEAD, PUT")
         # A chunked PUT has no length: 411.
-        req = ("PUT %s HTTP/1.1\r\nHost: x\r\nFencing-Lease: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+        req = ("PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
                "2\r\nab\r\n0\r\n\r\n" % (p, g["lease"]))
         st, _, body = harness.raw_http(self.srv.port, req.encode())
         self.assertEqual(st, 411, body)

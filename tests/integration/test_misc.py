@@ -77,7 +77,7 @@ class HttpOpsTests(harness.ServerTestCase):
 
     def test_body_in_slow_pieces(self):
         body = b'{"owner": "slow", "ttl_ms": 60000, "metadata": {"pad": "' + b"p" * 3000 + b'"}}'
-        req = (b"POST /v1/locks/misc/slow/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        req = (b"POST /v1/locks/misc/slow/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                b"Content-Length: %d\r\n\r\n" % len(body)) + body
         st, _, data = self._raw(req, pieces=7)
         self.assertEqual(st, 200, data)
@@ -87,7 +87,7 @@ class HttpOpsTests(harness.ServerTestCase):
 
     def test_chunked_body(self):
         body = b'{"owner": "chunky", "ttl_ms": 60000}'
-        req = (b"POST /v1/locks/misc/chunked/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        req = (b"POST /v1/locks/misc/chunked/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                b"Transfer-Encoding: chunked\r\n\r\n") + harness.chunked(body, 5)
         st, _, data = self._raw(req, pieces=3)
         self.assertEqual(st, 200, data)
@@ -99,7 +99,7 @@ class HttpOpsTests(harness.ServerTestCase):
         body = b'{"owner": "expect", "ttl_ms": 60000}'
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
-            s.sendall(b"POST /v1/locks/misc/expect/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /v1/locks/misc/expect/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
             s.settimeout(3)
             try:
@@ -116,7 +116,7 @@ class HttpOpsTests(harness.ServerTestCase):
         self.srv.release("misc/expect", json.loads(data)["lease"])
 
     def test_pipelined_requests(self):
-        req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + b"GET /v1/locks/misc/pipe HTTP/1.1\r\nHost: x\r\n\r\n"
+        req = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" + b"GET /v1/locks/misc/pipe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         try:
             s.sendall(req)
@@ -235,7 +235,7 @@ class IdleTimeoutTest(unittest.TestCase):
         with harness.Server(["--idle-timeout", "1"]) as srv:
             s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
             try:
-                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 st, _, _ = harness.read_response(s, timeout=5)
                 self.assertEqual(st, 200)
                 t0 = time.monotonic()

@@ -45,7 +45,7 @@ def http_get(url, timeout=5):
     m = re.match(r"http://(\[[^\]]+\]|[^:/]+):(\d+)(/.*)", url)
     host, port, path = m.group(1).strip("[]"), int(m.group(2)), m.group(3)
     with socket.create_connection((host, port), timeout=timeout) as s:
-        s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % path).encode())
+        s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" % path).encode())
         st, _, body = harness.read_response(s, timeout)
     return st, body.decode()
 

@@ -240,7 +240,7 @@ class RestartTests(unittest.TestCase):
         self.assertEqual(st, 200, g)
         stuck = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
         self.addCleanup(stuck.close)
-        stuck.sendall(b"GET /slow/never HTTP/1.1\r\nHost: x\r\n\r\n")
+        stuck.sendall(b"GET /slow/never HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         srv.wait_until(lambda: slow.counts()[1] == 1, what="the guarded request at the upstream")
         c = srv.new_client(timeout=10)
         out = {}
@@ -260,7 +260,7 @@ class RestartTests(unittest.TestCase):
         late = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
         try:
             body = b'{"owner":"late","wait_ms":30000}'
-            late.sendall(b"POST /v1/locks/rs/late/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+            late.sendall(b"POST /v1/locks/rs/late/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s"
                          % (len(body), body))
             st, _, text = harness.read_response(late, timeout=10)
             self.assertEqual(st, 503, text)
@@ -286,14 +286,14 @@ class RestartTests(unittest.TestCase):
                     rr = harness.RawReader(s)
                     while not stop.is_set():
                         body = json.dumps({"owner": "o%d" % i, "ttl_ms": 60000}).encode()
-                        s.sendall(b"POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                        s.sendall(b"POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n"
                                   % (name.encode(), len(body)) + body)
                         st, _, data = rr.read_response(timeout=5)
                         if st != 200:
                             return
                         holding[i] = json.loads(data)["lease"]
                         body = json.dumps({"lease": holding[i]}).encode()
-                        s.sendall(b"POST /v1/locks/%s/release HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                        s.sendall(b"POST /v1/locks/%s/release HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n"
                                   % (name.encode(), len(body)) + body)
                         st, _, _ = rr.read_response(timeout=5)
                         if st != 200:
@@ -362,7 +362,7 @@ class RestartTests(unittest.TestCase):
             name = "rs/many/%d" % (i % 3)
             r, w = await asyncio.open_connection("127.0.0.1", port)
             body = json.dumps({"owner": "w%d" % i, "wait_ms": 60000}).encode()
-            w.write(("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            w.write(("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      "Content-Length: %d\r\n\r\n" % (name, len(body))).encode() + body)
             await w.drain()
             try:

@@ -17,7 +17,7 @@ def acquire_and_drop_answer(port, name, body):
     data = json.dumps(body).encode()
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     try:
-        s.sendall(b"POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n%s" % (name.encode(), len(data), data))
         readable, _, _ = select.select([s], [], [], 10)
         if not readable:

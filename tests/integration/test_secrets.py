@@ -5,11 +5,15 @@ a kill -9 and restart — then every answer and every line the server wrote (std
 stderr, the access log) is searched for every lease that was ever issued."""
 
 import os
+import signal
+import stat
+import subprocess
+import tempfile
 import threading
 import time
 import unittest
 
-from harness import Server
+from harness import Server, binary_path, sqlite_only
 import upstream
 
 
@@ -112,6 +116,116 @@ class LeaseNeverShownTest(unittest.TestCase):
             upstream_seen = ng.access_entries()
             for lease in leases:
                 self.assertNotIn(lease, repr(upstream_seen), "a lease reached the upstream")
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+class UmaskTestCase(unittest.TestCase):
+    """Runs each test under the umask it sets (restored after)."""
+
+    def umask(self, value):
+        old = os.umask(value)
+        self.addCleanup(os.umask, old)
+
+
+class SecretsAtRestTest(UmaskTestCase):
+    """The database holds every live lease in plain text: it, its -wal and -shm, and every
+    backup are created 0600 whatever the umask; existing ones are narrowed at start."""
+
+    def test_database_wal_shm_and_backups_are_0600_whatever_the_umask(self):
+        sqlite_only(self, "the database files")
+        for umask in (0o022, 0o000):
+            self.umask(umask)
+            srv = Server()
+            self.addCleanup(srv.cleanup)
+            st, _, g = srv.client.acquire("rest/a", ttl_ms=60000)
+            self.assertEqual(st, 200, g)
+            for suffix in ("", "-wal", "-shm"):
+                self.assertEqual(mode(srv.data_path + suffix), 0o600, (umask, suffix))
+            dest = os.path.join(tempfile.mkdtemp(prefix="lg-backup-"), "copy.db")
+            p = subprocess.run([binary_path(), "backup", "--data", srv.data_path, dest], capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(mode(dest), 0o600, umask)
+            with open(dest, "rb") as f:
+                self.assertTrue(f.read(16).startswith(b"SQLite format 3"))
+
+    def test_existing_files_are_narrowed_at_start_with_a_log_line(self):
+        sqlite_only(self, "the database files")
+        self.umask(0o022)
+        srv = Server()
+        self.addCleanup(srv.cleanup)
+        self.assertEqual(srv.client.acquire("rest/b", ttl_ms=60000)[0], 200)
+        srv.stop()
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(srv.data_path + suffix):
+                os.chmod(srv.data_path + suffix, 0o644)
+        srv.start()
+        self.assertEqual(mode(srv.data_path), 0o600)
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(srv.data_path + suffix):
+                self.assertEqual(mode(srv.data_path + suffix), 0o600, suffix)
+        log = srv.stderr_text()
+        self.assertIn("readable by its owner only (0600)", log)
+        self.assertIn("%s (was 0644)" % srv.data_path, log)
+        self.assertTrue(srv.client.get_lock("rest/b")[2]["held"])
+
+
+class AuthFileModeTest(UmaskTestCase):
+    """Whoever may write the --auth-file may give themselves an admin key: a file writable
+    by its group or others is refused at start, and on SIGHUP (the old keys stay)."""
+
+    def keys_file(self, text, file_mode):
+        d = tempfile.mkdtemp(prefix="lg-keys-")
+        path = os.path.join(d, "keys")
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, file_mode)
+        return path
+
+    def test_refused_at_start(self):
+        out = subprocess.run([binary_path(), "keygen", "a", "admin"], capture_output=True, text=True, check=True)
+        line = out.stdout.splitlines()[1]
+        for file_mode, who in ((0o664, "its group"), (0o646, "others"), (0o666, "its group and others")):
+            path = self.keys_file(line + "\n", file_mode)
+            p = subprocess.run([binary_path(), "serve", "--listen", "127.0.0.1:0", "--data",
+                                os.path.join(os.path.dirname(path), "x.db"), "--auth-file", path],
+                               capture_output=True, text=True, timeout=10)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("writable by %s (mode %04o)" % (who, file_mode), p.stderr)
+            self.assertIn("chmod go-w", p.stderr)
+
+    def test_refused_on_sighup_and_the_old_keys_stay(self):
+        key, line = subprocess.run([binary_path(), "keygen", "a", "admin"], capture_output=True, text=True,
+                                   check=True).stdout.splitlines()
+        path = self.keys_file(line + "\n", 0o600)
+        srv = Server(extra_args=["--auth-file", path])
+        self.addCleanup(srv.cleanup)
+        os.chmod(path, 0o620)
+        os.kill(srv.pid, signal.SIGHUP)
+        for _ in range(100):
+            if "SIGHUP: keeping the 1 API keys" in srv.stderr_text():
+                break
+            time.sleep(0.05)
+        self.assertIn("writable by its group (mode 0620)", srv.stderr_text())
+        st, _, _ = srv.client.request("GET", "/v1/locks", headers={"Authorization": "Bearer " + key})
+        self.assertEqual(st, 200)
+
+
+class KeygenPrefixNoteTest(unittest.TestCase):
+    def test_a_prefix_without_a_slash_says_what_it_covers(self):
+        p = subprocess.run([binary_path(), "keygen", "t", "client", "orders"], capture_output=True, text=True,
+                           timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(p.stdout.splitlines()), 2)
+        self.assertIn("'orders' covers every name that starts with it", p.stderr)
+        self.assertIn("orders2/", p.stderr)
+        self.assertIn("(orders/)", p.stderr)
+        p = subprocess.run([binary_path(), "keygen", "t", "client", "orders/", "*"], capture_output=True, text=True,
+                           timeout=10)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
 
 
 if __name__ == "__main__":

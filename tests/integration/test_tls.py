@@ -297,9 +297,9 @@ class TlsServerTest(unittest.TestCase):
         status, _, held = self.srv.acquire("lp/pipe", ttl_ms=60000)
         self.assertEqual(status, 200, held)
         body = json.dumps({"owner": "w", "wait_ms": 20000}).encode()
-        acquire = (b"POST /v1/locks/lp/pipe/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        acquire = (b"POST /v1/locks/lp/pipe/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                    b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        health = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         raw = socket.create_connection(("127.0.0.1", self.srv.port), timeout=20)
         with self.pki.client_context().wrap_socket(raw, server_hostname="127.0.0.1") as s:
             s.sendall(acquire + health + health)

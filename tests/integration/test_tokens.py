@@ -196,7 +196,7 @@ class TokenTests(unittest.TestCase):
 
         def req(method, path, body):
             data = json.dumps(body).encode()
-            return ("%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+            return ("%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                     % (method, path, len(data))).encode() + data
 
         async def read(r):

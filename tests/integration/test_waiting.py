@@ -273,9 +273,9 @@ class WaitingTests(harness.ServerTestCase):
             try:
                 rel = json.dumps({"lease": holder["lease"]}).encode()
                 intr = json.dumps({"owner": "intruder", "ttl_ms": 60000}).encode()
-                ra = ("POST /v1/locks/%s/release HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                ra = ("POST /v1/locks/%s/release HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       "Content-Length: %d\r\n\r\n" % (name, len(rel))).encode() + rel
-                rb = ("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                rb = ("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       "Content-Length: %d\r\n\r\n" % (name, len(intr))).encode() + intr
                 a.sendall(ra)
                 b.sendall(rb)

@@ -21,7 +21,7 @@ def raw_get(port, path, rcvbuf=None, headers=""):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     s.settimeout(30)
     s.connect(("127.0.0.1", port))
-    s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (path, headers)).encode())
+    s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % (path, headers)).encode())
     return s
 
 
@@ -112,7 +112,7 @@ class ParkedWaiterLeavesTest(unittest.TestCase):
         body = json.dumps({"owner": "w", "ttl_ms": 60000, "wait_ms": 60000}).encode()
         s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
         self.addCleanup(s.close)
-        s.sendall(("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(("POST /v1/locks/%s/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                    "Content-Length: %d\r\n\r\n" % (name, len(body))).encode() + body)
         self.srv.wait_until(lambda: self.srv.waiters(name) == 1, what="the waiter")
         self.assertEqual(self.srv.metric("leasegate_connections_parked"), 1)

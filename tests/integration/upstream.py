@@ -563,7 +563,7 @@ if __name__ == "__main__":
             print("closed port", cp.port, "refuses")
     with SlowUpstream() as su:
         c = socket.create_connection(("127.0.0.1", su.port), timeout=5)
-        c.sendall(b"GET /late?ms=100 HTTP/1.1\r\nHost: x\r\n\r\n")
+        c.sendall(b"GET /late?ms=100 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         print(c.recv(1000))
         c.close()
     print("upstream self-check ok")

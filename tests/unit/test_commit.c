@@ -152,7 +152,7 @@ static const Holder *take(Locktab *lt, LockKind kind, const char *name, int id, 
 {
     uint8_t lease[LEASE_ID_BYTES];
     memset(lease, id, sizeof lease);
-    AcquireArgs a = {"o", NULL, 1000, 0, NULL, lease, NULL, NULL, mode, true, delay_ms, 2};
+    AcquireArgs a = {"o", NULL, 1000, 0, NULL, lease, NULL, NULL, {NULL, NULL}, mode, true, delay_ms, 2};
     const Lock *lock;
     const Holder *h = NULL;
     Waiter *w;
@@ -206,12 +206,13 @@ int main(int argc, char **argv)
      * counter it vouched for (10) must survive in meta. */
     CHECK(commit_forget(c, KIND_LOCK, "k9", 10));
     CHECK(commit_guard_mark(c, "k3", 4, 1700000000123));
-    /* Audit rows: storage keeps the newest two (pruned a chunk of two at a time). */
-    commit_keep_audit(c, 2);
+    /* Audit rows: the rows a key evicted (auditlog.h) go, one by one. */
     for (uint64_t i = 1; i <= 4; i++) {
         AuditRow row = {i, 1000, AUDIT_GRANTED, "k1", "o", i, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_WRITE};
         CHECK(commit_audit(c, &row));
     }
+    CHECK(commit_audit_drop(c, "key", 1, 2));
+    CHECK(commit_audit_drop(c, "key", 2, 3));
     /* Five ended leases; storage keeps the newest three. The first was
      * force-released: its token stays revoked after the history drops it. */
     for (int i = 1; i <= 5; i++) {
@@ -269,9 +270,9 @@ int main(int argc, char **argv)
     commit_flush(c);
     wait_done(c);
     /* 10 locks and a forget, 2 fences and a forget, a floor, a guard mark, 5
-     * ended leases, 4 audit rows; 11 lock records, 5 holders and 2 gone, 4
-     * ended, an audit row; 2 forgets. */
-    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 25 + 23 + 2);
+     * ended leases, 4 audit rows and 2 dropped; 11 lock records, 5 holders
+     * and 2 gone, 4 ended, an audit row; 2 forgets. */
+    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 27 + 23 + 2);
     locktab_free(lt);
     commit_free(c);
     store_close(st);

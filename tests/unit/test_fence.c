@@ -10,9 +10,10 @@ static char last_forgotten[32];
 static uint32_t last_bucket;
 static uint64_t last_floor;
 
-static void on_forgotten(void *ud, const char *resource, uint32_t bucket, uint64_t floor)
+static void on_forgotten(void *ud, const char *resource, uint32_t bucket, uint64_t floor, const Charge *charge)
 {
     (void)ud;
+    (void)charge;
     forgotten++;
     snprintf(last_forgotten, sizeof last_forgotten, "%s", resource);
     last_bucket = bucket;

@@ -3,9 +3,12 @@
  * (guardpath.h, guardroute.h): a target's rest after a prefix that ends in '/'
  * (no leading '/' then); the Destination of a COPY or MOVE (an absolute
  * path under the prefix, or an absolute URI with the request's Host, by whole
- * segments, canonical, without query or fragment, within the buffer); whether
- * a WebDAV If header names a resource of its own; and --guard specs
- * (defaults, lock=, methods=, in either order, and every refusal).
+ * segments, canonical, without query or fragment, within the buffer), and
+ * when it is the source's own resource; whether a WebDAV If header names a
+ * resource of its own; --guard specs (defaults, lock=, methods=, in either
+ * order, and every refusal); and which routes may stand together
+ * (guardroute_compatible: no route hidden behind an earlier one, no backend
+ * object reached by two routes of different bindings).
  */
 #include <stdbool.h>
 #include <string.h>
@@ -140,6 +143,26 @@ static void rests(void)
     CHECK(guardpath_rest_problem("/store", "?q") == NULL);
     CHECK(guardpath_rest_problem("/store", "//a") != NULL);
     CHECK(guardpath_rest_problem("/store", "/a//b") != NULL);
+}
+
+/* A COPY or MOVE onto its own resource: the source's rest (with its query)
+ * against the Destination's, as the backend decodes them. */
+static void same_resources(void)
+{
+    CHECK(guardpath_same_resource("a/b.txt", "a/b.txt"));
+    CHECK(guardpath_same_resource("a/b.txt?v=1", "a/b.txt"));
+    CHECK(guardpath_same_resource("a/b.txt", "a/b.txt?x"));
+    CHECK(guardpath_same_resource("", ""));
+    CHECK(guardpath_same_resource("a*b", "a%2Ab"));
+    CHECK(guardpath_same_resource("a%2ab", "a%2Ab"));
+    CHECK(guardpath_same_resource("sp%20ace", "sp%20ace?q"));
+    CHECK(!guardpath_same_resource("a/b.txt", "a/b.tx"));
+    CHECK(!guardpath_same_resource("a/b.tx", "a/b.txt"));
+    CHECK(!guardpath_same_resource("a/b.txt", "a/B.txt"));
+    CHECK(!guardpath_same_resource("a/b.txt", "a/b.txt/"));
+    CHECK(!guardpath_same_resource("a%2Ab", "a%2Bb"));
+    CHECK(!guardpath_same_resource("a", ""));
+    CHECK(!guardpath_same_resource("?a", "a"));
 }
 
 static void if_headers(void)
@@ -283,11 +306,103 @@ static void routes(void)
     CHECK(!parse(longest, &r)); /* a 256-byte prefix */
 }
 
+/* What the last compatible() call refused with. */
+static char compat_err[1024];
+
+/* Routes a (given first) and b, finished with region us-east-1 where they
+ * are S3 routes: may they stand together? A refusal is one line that names
+ * both prefixes, an acceptance leaves compat_err alone. */
+static bool compatible(const char *a_spec, const char *b_spec)
+{
+    GuardRoute a, b;
+    if (!parse(a_spec, &a) || !parse(b_spec, &b) ||
+        !guardroute_finish_s3(&a, "us-east-1", compat_err, sizeof compat_err) ||
+        !guardroute_finish_s3(&b, "us-east-1", compat_err, sizeof compat_err)) {
+        CHECK(!"a spec of the test does not parse");
+        return false;
+    }
+    strcpy(compat_err, "untouched");
+    bool ok = guardroute_compatible(&a, &b, compat_err, sizeof compat_err);
+    CHECK(ok ? !strcmp(compat_err, "untouched")
+             : !strchr(compat_err, '\n') && strstr(compat_err, a.prefix) && strstr(compat_err, b.prefix));
+    return ok;
+}
+
+static void route_sets(void)
+{
+    /* Apart upstream subtrees on one server, each with its own binding. */
+    CHECK(compatible("/store/=http://127.0.0.1:9000/store/", "/fixed/=http://127.0.0.1:9000/fx/,lock=f"));
+    CHECK(compatible("/a/=http://127.0.0.1:9000/a/", "/b/=http://127.0.0.1:9001/a/"));   /* another port */
+    CHECK(compatible("/a/=http://127.0.0.1:9000/a/", "/b/=https://127.0.0.1:9000/a/")); /* another scheme */
+    CHECK(compatible("/a/=http://up/a/", "/b/=http://other/a/"));
+    /* One upstream path within the other (either way round, with or without
+     * the trailing '/', at any depth) reaches the same objects. */
+    CHECK(!compatible("/store/=http://127.0.0.1:9000/", "/nested/=http://127.0.0.1:9000/sub/"));
+    CHECK(strstr(compat_err, "reach the same objects upstream") && strstr(compat_err, "http://127.0.0.1:9000/sub/"));
+    CHECK(!compatible("/nested/=http://127.0.0.1:9000/sub/", "/store/=http://127.0.0.1:9000/"));
+    CHECK(!compatible("/a/=http://up", "/b/=http://up/x/y/")); /* no path: the server's root */
+    CHECK(!compatible("/a/=http://up/x/y/", "/b/=http://up"));
+    CHECK(!compatible("/a/=http://up", "/b/=http://up/"));
+    CHECK(!compatible("/a/=http://up/x", "/b/=http://up/x/"));
+    CHECK(!compatible("/a/=http://up/x/", "/b/=http://up/x/y"));
+    CHECK(!compatible("/a/=http://up/x/", "/b/=http://up/x/"));
+    CHECK(!compatible("/a/=http://up/x", "/b/=http://up/x"));
+    /* ... but by whole segments: /x is not within /xy. */
+    CHECK(compatible("/a/=http://up/x", "/b/=http://up/xy/"));
+    CHECK(compatible("/a/=http://up/x/", "/b/=http://up/x-y"));
+    CHECK(compatible("/a/=http://up/xy/", "/b/=http://up/x"));
+    /* Scheme and host name are compared without regard to case; the path is not. */
+    CHECK(!compatible("/a/=http://UP.example:8080/x/", "/b/=http://up.EXAMPLE:8080/x/y/"));
+    CHECK(compatible("/a/=http://up/X/", "/b/=http://up/x/"));
+    /* Two routes bound to one lock=NAME may share objects: one lock protects
+     * each of them whichever route a write takes. */
+    CHECK(compatible("/a/=http://up/,lock=tree", "/b/=http://up/sub/,lock=tree"));
+    CHECK(!compatible("/a/=http://up/,lock=tree", "/b/=http://up/sub/,lock=other"));
+    CHECK(!compatible("/a/=http://up/,lock=tree", "/b/=http://up/sub/"));
+    CHECK(!compatible("/a/=http://up/", "/b/=http://up/sub/,lock=tree"));
+    CHECK(!compatible("/a/=http://up/", "/b/=http://up/")); /* two path bindings: sub/x is lock x and sub/x */
+    /* S3: endpoint, bucket and key prefix; an HTTP route onto the same
+     * endpoint's path-style bucket reaches the same objects. */
+    CHECK(compatible("/a/=s3://bucket-one/reports", "/b/=s3://bucket-two/reports"));
+    CHECK(compatible("/a/=s3://bucket-one/reports", "/b/=s3://bucket-one/reports-old"));
+    CHECK(compatible("/a/=s3://bucket-one/a/b", "/b/=s3://bucket-one/a/bc"));
+    CHECK(!compatible("/a/=s3://bucket-one", "/b/=s3://bucket-one/reports"));
+    CHECK(!compatible("/a/=s3://bucket-one/reports/q3", "/b/=s3://bucket-one/reports"));
+    CHECK(!compatible("/a/=s3://bucket-one/reports/", "/b/=s3://bucket-one/reports"));
+    CHECK(compatible("/a/=s3://bucket-one/r,region=eu-west-1", "/b/=s3://bucket-one/r")); /* another endpoint */
+    CHECK(!compatible("/a/=s3://bucket-one/r,endpoint=http://MinIO:9000/",
+                      "/b/=s3://bucket-one/r/x,endpoint=http://minio:9000"));
+    CHECK(!compatible("/a/=s3://bucket-one/r,endpoint=http://minio:9000", "/b/=http://minio:9000/bucket-one/"));
+    CHECK(!compatible("/a/=http://minio:9000/", "/b/=s3://bucket-one,endpoint=http://minio:9000"));
+    CHECK(compatible("/a/=http://minio:9000/other/", "/b/=s3://bucket-one,endpoint=http://minio:9000"));
+    CHECK(compatible("/a/=s3://bucket-one/r,lock=t,endpoint=http://m:1",
+                     "/b/=s3://bucket-one/r/x,lock=t,endpoint=http://m:1"));
+
+    /* Order: the first route whose prefix matches takes a request, by whole
+     * segments, so a later route under an earlier one's prefix is never reached. */
+    CHECK(compatible("/store/vault/=http://up/vault/,lock=v", "/store/=http://up/store/"));
+    CHECK(!compatible("/store/=http://up/store/", "/store/vault/=http://up/vault/,lock=v"));
+    CHECK(strstr(compat_err, "--guard /store/vault/ is never reached") && strstr(compat_err, "longer prefix first"));
+    CHECK(!compatible("/store=http://up/store/", "/store/vault/=http://up/vault/"));
+    CHECK(!compatible("/store=http://up/store/", "/store/=http://up/vault/"));
+    CHECK(!compatible("/store/=http://up/a/", "/store/=http://up/b/"));
+    CHECK(!compatible("/store=http://up/a/", "/store=http://up/b/"));
+    CHECK(compatible("/store=http://up/a/", "/storefront/=http://up/b/"));
+    CHECK(compatible("/store=http://up/a/", "/storefront=http://up/b/"));
+    CHECK(compatible("/store/=http://up/a/", "/store=http://up/b/")); /* "/store" and "/store?q" are the second's */
+    CHECK(compatible("/a/b/=http://up/a/", "/a/=http://up/b/"));
+    CHECK(compatible("/a/=http://up/a/", "/a-b/=http://up/b/"));
+    /* Hidden behind an earlier route even with the same lock=NAME. */
+    CHECK(!compatible("/t/=http://up/t/,lock=n", "/t/u/=http://up/t/u/,lock=n"));
+}
+
 int main(void)
 {
     destinations();
     rests();
+    same_resources();
     if_headers();
     routes();
+    route_sets();
     return check_report("guardpath");
 }

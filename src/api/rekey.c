@@ -1,0 +1,62 @@
+/* rekey — a key removed or narrowed ends what it holds open; see include/leasegate/rekey.h. */
+#include "leasegate/rekey.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "leasegate/api.h"
+#include "leasegate/auth.h"
+#include "leasegate/event_stream.h"
+#include "leasegate/events.h"
+#include "leasegate/quota.h"
+#include "leasegate/watch.h"
+
+/* Does k still cover what req holds open: a lock name, or a listing's prefix? */
+static bool still_covers(const AuthKey *k, const char *name, bool listing)
+{
+    if (k->role == AUTH_FENCE)
+        return false;
+    if (!listing || k->every_name)
+        return auth_covers(k, name);
+    for (size_t i = 0; i < k->nprefixes; i++)
+        if (!strncmp(name, k->prefixes[i], strlen(k->prefixes[i])))
+            return true;
+    return false;
+}
+
+static void recheck(void *ud, Request *req)
+{
+    Server *s = ud;
+    const char *name;
+    bool listing = false;
+    if (req->wait.waiter)
+        name = locktab_waiter_lock(req->wait.waiter);
+    else if (req->watch.on)
+        name = req->watch.name;
+    else if (req->events.waiting || req->events.stream) {
+        const char *prefix = req->events.stream ? event_streams_prefix(req) : req->events.prefix;
+        name = prefix ? prefix : "";
+        listing = true;
+    } else
+        return; /* answered already: only its end is to come */
+    const AuthKey *old = req->access.key, *now = s->auth ? auth_find_same(s->auth, old) : NULL;
+    if (now && still_covers(now, name, listing))
+        return;
+    ErrCode code = now ? ERR_FORBIDDEN : ERR_UNAUTHORIZED;
+    char why[300];
+    if (now)
+        snprintf(why, sizeof why, "key '%s' no longer covers '%s' (the key file was reloaded)", old->name, name);
+    else
+        snprintf(why, sizeof why, "key '%s' was removed (the key file was reloaded)", old->name);
+    if (req->wait.waiter)
+        api_waiter_revoked(req, code, why);
+    else if (req->watch.on)
+        watch_end(req, code, why);
+    else if (req->events.waiting)
+        events_end_poll(req, code, why);
+    else
+        event_streams_end(req, code, why);
+}
+
+void rekey_reloaded(Server *s) { quota_each_keyed(s, recheck, s); }
+

@@ -1,0 +1,10 @@
+/* share — the names of the shares; see include/leasegate/share.h. */
+#include "leasegate/share.h"
+
+static const char *const NAMES[SHARE_KINDS] = {
+    [SHARE_HELD] = "max_held",       [SHARE_WAITERS] = "max_waiters",         [SHARE_NAMES] = "max_names",
+    [SHARE_FENCES] = "max_fences",   [SHARE_POLLS] = "max_polls",             [SHARE_CONNECTIONS] = "max_connections",
+    [SHARE_HALF_SENT] = "max_half_sent",
+};
+
+const char *share_limit_name(ShareKind k) { return k < SHARE_KINDS ? NAMES[k] : "unknown"; }
