@@ -399,6 +399,7 @@ int gateway_open(Server *s, const Config *cfg)
     s->watches = watches_new();
     /* Before the load: a lock written less than --guard-settle ago waits out the rest. */
     s->guard = guard_new(s);
+    s->guard_refused = trail_guard_refused;
     if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events || !s->streams ||
         !s->watches || !s->guard) {
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);

@@ -10,13 +10,9 @@
 
 #include <stddef.h>
 
-typedef struct GuardShares GuardShares;
-typedef struct ShareUse ShareUse;
+#include "leasegate/request.h" /* GuardTicket, a part of a request */
 
-/* What one call holds; zeroed when it holds nothing. */
-typedef struct GuardTicket {
-    ShareUse *key, *peer;
-} GuardTicket;
+typedef struct GuardShares GuardShares;
 
 typedef enum ShareResult { SHARE_OK, SHARE_KEY_FULL, SHARE_PEER_FULL, SHARE_NOMEM } ShareResult;
 

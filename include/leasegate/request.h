@@ -14,7 +14,6 @@
 #include "leasegate/auth.h"
 #include "leasegate/commit.h"
 #include "leasegate/dlist.h"
-#include "leasegate/guardshare.h"
 #include "leasegate/locktab.h"
 #include "leasegate/loop.h"
 #include "leasegate/prefixidx.h"
@@ -69,6 +68,13 @@ typedef struct RequestPark {
     size_t out_len, out_off;
     struct Peer *peer;  /* its peer's count of connections while parked (peers.h) */
 } RequestPark;
+
+/* What one guarded call holds of the guard's shares (guardshare.h); zeroed
+ * when it holds nothing. */
+typedef struct ShareUse ShareUse;
+typedef struct GuardTicket {
+    ShareUse *key, *peer;
+} GuardTicket;
 
 /* Under a guard prefix (guard.h): the upstream call, for a write its place
  * in the guard, and the call's share of the guard (a write's moves to the

@@ -47,6 +47,11 @@ int trail_mode(const Lock *lock, const Holder *h)
     return h->mode == MODE_READ ? AUDIT_MODE_READ : AUDIT_MODE_WRITE;
 }
 
+void trail_guard_refused(Request *req, const char *lock, uint64_t token)
+{
+    trail_note(req->srv, req, AUDIT_GUARD_REFUSED, lock, "", token);
+}
+
 void trail_note_of(Server *s, Request *req, AuditKind kind, int object, int mode, const char *lock, const char *owner,
                    uint64_t token)
 {

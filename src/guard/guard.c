@@ -26,7 +26,6 @@
 #include "leasegate/proxy.h"
 #include "leasegate/s3.h"
 #include "leasegate/s3req.h"
-#include "leasegate/trail.h"
 
 struct Guard {
     Server *srv;
@@ -357,7 +356,7 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
     if (!lease_s || strlen(lease_s) != 36 || uuid_parse(lease_s, b->lease) != 0) {
         s->metrics.guard_rejected_missing++;
         refused(req, GUARD_REFUSED_LEASE_MISSING);
-        trail_note(s, req, AUDIT_GUARD_REFUSED, b->lock, "", 0);
+        s->guard_refused(req, b->lock, 0);
         http_reply_error(req, ERR_TOKEN_REQUIRED, json_pack("{s:s, s:s}", "lock", b->lock, "field", lease_field),
                          "%s needs header %s: the lease (from acquire) that holds lock '%s'%s", method, lease_field,
                          b->lock, lease_s ? "; the one sent is not a lease id" : "");

@@ -9,7 +9,6 @@
 #include "leasegate/http.h"
 #include "leasegate/proxy.h"
 #include "leasegate/smap.h"
-#include "leasegate/trail.h"
 
 typedef struct GuardQueue {
     DList writes;            /* GuardSlot.link, in arrival order */
@@ -200,7 +199,7 @@ void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const ch
 {
     Server *s = req->srv;
     s->metrics.guard_rejected_stale++;
-    trail_note(s, req, AUDIT_GUARD_REFUSED, lock, "", token);
+    s->guard_refused(req, lock, token);
     const Lock *l = locktab_get(s->locks, KIND_LOCK, lock);
     const Holder *first = l ? locktab_holder(l) : NULL;
     json_t *holder = first ? json_integer((json_int_t)first->token) : json_null();
