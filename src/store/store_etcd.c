@@ -160,7 +160,8 @@ static void ops_add(Ops *ops, char *key, char *value, char *range_end, int prio)
             ops->nomem = true;
         }
     }
-    if (ops->nomem || !key || (prio != PRIO_DELETE && prio != PRIO_PRUNE && !value)) {
+    bool removal = prio == PRIO_HOLDER_GONE || prio == PRIO_DELETE || prio == PRIO_PRUNE;
+    if (ops->nomem || !key || (!removal && !value)) {
         ops->nomem = true;
         free(key);
         free(value);
