@@ -216,7 +216,7 @@ T_START=$(date +%s)
 # goes through one name's holder list).
 kinds() {
     bench pairs64.lg "${L[@]}" --mode pairs --clients "$CLIENTS" "${COMMON[@]}"
-    bench pairs64read.lg "${L[@]}" --mode pairs --variant read --name "bench-read-$RUN" --clients "$CLIENTS" "${COMMON[@]}"
+    bench pairs64read.lg "${L[@]}" --mode pairs --variant readlock --name "bench-read-$RUN" --clients "$CLIENTS" "${COMMON[@]}"
     bench pairs64sem.lg "${L[@]}" --mode pairs --variant semaphore --name "bench-sem-$RUN" --clients "$CLIENTS" \
         "${COMMON[@]}"
 }

@@ -4,7 +4,8 @@
  * (keep-alive, Content-Length and chunked bodies) and a minimal RESP client. libc only.
  *
  *   lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup
- *           [--variant txn|lock|lockkeep|read|semaphore] [--clients N] [--seconds S] [--warmup S]
+ *           [--variant txn|lock|lockkeep|read|readlock|semaphore] [--clients N] [--seconds S]
+ *           [--warmup S]
  *           [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]
  *           [--name LOCKNAME] [--bin PATH --data FILE]   (startup)
  *
@@ -15,7 +16,7 @@
  * Workloads
  *  pairs    every client loops acquire+release on its own lock; a "pair" is one acquire
  *           and one release; latency is the pair's round trip (acquire sent -> release
- *           answered).  leasegate: POST acquire + POST release; --variant read: every
+ *           answered).  leasegate: POST acquire + POST release; --variant readlock: every
  *           client takes the ONE lock --name in read mode (shared); --variant semaphore:
  *           every client takes a permit of the ONE semaphore --name, whose limit is the
  *           number of clients (so no acquire waits).  redis: SET k v NX PX 30000 +
@@ -24,6 +25,8 @@
  *           deleterange.  etcd --variant lock: lease grant + /v3/lock/lock +
  *           /v3/lock/unlock + lease revoke per pair.  etcd --variant lockkeep: one lease
  *           per client (granted before timing), /v3/lock/lock + /v3/lock/unlock per pair.
+ *           leasegate --variant read: one GET /v1/locks/NAME per "pair" (a read that changes
+ *           nothing: on etcd it waits for a barrier, include/leasegate/commit.h).
  *  contend  all clients want ONE lock.  leasegate: long-polling acquire (wait_ms), release
  *           on grant, re-queue after the release answer.  etcd: /v3/lock/lock (blocking),
  *           unlock on grant, lock again.  redis: spin on SET NX until granted, then
@@ -267,7 +270,7 @@ static struct {
 
 enum {
     OP_NONE,
-    OP_LG_ACQ, OP_LG_REL, OP_LG_GET,
+    OP_LG_ACQ, OP_LG_REL, OP_LG_GET, OP_LG_READ,
     OP_R_SET, OP_R_DEL,
     OP_E_GRANT, OP_E_TXN, OP_E_DEL, OP_E_LOCK, OP_E_UNLOCK, OP_E_REVOKE, OP_E_COUNT,
 };
@@ -704,7 +707,7 @@ static void bad_answer(Conn *c, const Resp *r, const char *what)
 /* ------------------------------------------------------------------ request makers */
 
 static bool lg_semaphore(void) { return opt.target == T_LG && !strcmp(opt.variant, "semaphore"); }
-static bool lg_read(void) { return opt.target == T_LG && !strcmp(opt.variant, "read"); }
+static bool lg_readlock(void) { return opt.target == T_LG && !strcmp(opt.variant, "readlock"); }
 
 static void lg_path(char *out, size_t n, const char *name, const char *action)
 {
@@ -717,7 +720,7 @@ static void lg_acquire(Conn *c, const char *name, long wait_ms, long ttl_ms)
     lg_path(path, sizeof path, name, "acquire");
     if (lg_semaphore())
         snprintf(extra, sizeof extra, ",\"limit\":%d", opt.clients);
-    else if (lg_read())
+    else if (lg_readlock())
         snprintf(extra, sizeof extra, ",\"mode\":\"read\"");
     snprintf(body, sizeof body, "{\"owner\":\"lgbench-%d\",\"ttl_ms\":%ld,\"wait_ms\":%ld%s}", c->idx, ttl_ms,
              wait_ms, extra);
@@ -734,7 +737,7 @@ static void lg_release(Conn *c, const char *name)
 
 static void conn_lock_name(const Conn *c, char *out, size_t n)
 {
-    if (opt.mode == M_PAIRS && !lg_read() && !lg_semaphore())
+    if (opt.mode == M_PAIRS && !lg_readlock() && !lg_semaphore())
         snprintf(out, n, "%s-%d", opt.name, c->idx);
     else
         snprintf(out, n, "%s", opt.name);
@@ -840,7 +843,12 @@ static void client_start(Conn *c)
     c->t_pair = now_ns();
     switch (opt.target) {
     case T_LG:
-        if (opt.mode == M_PAIRS) {
+        if (opt.mode == M_PAIRS && !strcmp(opt.variant, "read")) {
+            char name[256], path[512];
+            conn_lock_name(c, name, sizeof name);
+            snprintf(path, sizeof path, "/v1/locks/%s", name);
+            http_send(c, OP_LG_READ, "GET", path, NULL);
+        } else if (opt.mode == M_PAIRS) {
             char name[256];
             conn_lock_name(c, name, sizeof name);
             lg_acquire(c, name, 0, 30000);
@@ -962,6 +970,11 @@ static void on_answer(Conn *c, const Resp *r)
         } else {
             c->held = 1; /* waiters: the holder, or a woken waiter */
         }
+        return;
+    case OP_LG_READ:
+        if (r->status != 200)
+            bad_answer(c, r, "read");
+        pair_done(c);
         return;
     case OP_LG_REL:
         if (r->status != 200) {
@@ -1637,8 +1650,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup\n"
-            "               [--variant txn|lock|lockkeep|read|semaphore] [--clients N] [--seconds S]\n"
-            "               [--warmup S]\n"
+            "               [--variant txn|lock|lockkeep|read|readlock|semaphore] [--clients N]\n"
+            "               [--seconds S] [--warmup S]\n"
             "               [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]\n"
             "               [--name LOCK] [--wait-ms MS] [--timeout S] [--bin PATH --data FILE]\n"
             "       lgbench --free-port\n");
@@ -1724,11 +1737,13 @@ int main(int argc, char **argv)
     if (opt.target == T_ETCD && opt.mode == M_PAIRS && !strcmp(opt.variant, "-"))
         opt.variant = "txn";
     if (strcmp(opt.variant, "-") && strcmp(opt.variant, "txn") && strcmp(opt.variant, "lock") &&
-        strcmp(opt.variant, "lockkeep") && strcmp(opt.variant, "read") && strcmp(opt.variant, "semaphore"))
+        strcmp(opt.variant, "lockkeep") && strcmp(opt.variant, "read") && strcmp(opt.variant, "readlock") &&
+        strcmp(opt.variant, "semaphore"))
         usage();
-    /* read and semaphore are leasegate's, for pairs (an etcd or Redis client would ignore them). */
-    if ((!strcmp(opt.variant, "read") || !strcmp(opt.variant, "semaphore")) &&
-        (opt.target != T_LG || opt.mode != M_PAIRS || opt.clients > 10000))
+    /* read, readlock and semaphore are leasegate's, for pairs (an etcd or Redis client would ignore
+     * them); a semaphore's limit, the number of clients, is at most 10000. */
+    if ((!strcmp(opt.variant, "read") || !strcmp(opt.variant, "readlock") || !strcmp(opt.variant, "semaphore")) &&
+        (opt.target != T_LG || opt.mode != M_PAIRS || (lg_semaphore() && opt.clients > 10000)))
         usage();
     if (opt.clients < 1 || opt.clients > 100000 || opt.seconds <= 0 || opt.warmup < 0 || opt.timeout <= 0)
         usage();

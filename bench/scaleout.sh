@@ -6,7 +6,8 @@
 #   SECONDS=2 FAILOVERS=1 ETCD_KILLS=1 bash bench/scaleout.sh    # quick look, about 1 minute
 #
 # What it does (everything on 127.0.0.1, temporary directories, every process stopped by PID):
-#  1. SQLite store: one gateway (--data), acquire+release pairs/s with CLIENTS and 1 client(s).
+#  1. SQLite store: one gateway (--data), acquire+release pairs/s with CLIENTS and 1 client(s),
+#     and reads/s (GET /v1/locks/NAME, lgbench --variant read) with CLIENTS.
 #  2. Starts 3 etcd members and 3 gateways (--store etcd://m0,m1,m2/PREFIX --leader-ttl LEADER_TTL).
 #  3. pairs/s with CLIENTS and 1 client(s) through the leader gateway and through a follower
 #     gateway (lgbench --target leasegate), and with etcd's lock API on the same cluster through
@@ -16,6 +17,9 @@
 #     as etcd's Go clients call it; the gateways commit as gRPC too, so this is the fair pair).
 #     Distinct lock names per client everywhere. CPU of the gateways, of the etcd members, of the
 #     client and of the whole machine over each cell; the leader's commit batch size and latency.
+#     Reads/s through the leader gateway with CLIENTS and 1 client(s): a read changes nothing, so
+#     on etcd it waits for a barrier (issue 27: a transaction fenced on the leader key that changes
+#     nothing, one per batch; include/leasegate/commit.h), the cost of no answer from memory.
 #  4. FAILOVERS times: kill -9 the leader gateway while a client loops acquire+release through a
 #     follower gateway (bench/scaleout_failover.py): kill -> first grant of an acquire sent after
 #     the kill; the kill comes at a random point of the keepalive period (LEADER_TTL/3). The
@@ -334,6 +338,7 @@ for ((i = 0; i < 100; i++)); do [[ -n $(health "$SQ_PORT") ]] && break; sleep 0.
 [[ -n $(health "$SQ_PORT") ]] || die "the SQLite gateway did not answer: $(tail -3 "$TMP/sqlite/stderr")"
 cell sqlite.64 "$SQ_PORT" "$SQ_PID" "" -- --target leasegate --mode pairs --clients "$CLIENTS" --port "$SQ_PORT" "${COMMON[@]}"
 cell sqlite.1 "$SQ_PORT" "$SQ_PID" "" -- --target leasegate --mode pairs --clients 1 --port "$SQ_PORT" "${COMMON[@]}"
+cell sqlite_read.64 "$SQ_PORT" "$SQ_PID" "" -- --target leasegate --mode pairs --variant read --clients "$CLIENTS" --port "$SQ_PORT" "${COMMON[@]}"
 stop_pids "$SQ_PID"
 SQ_PID=
 
@@ -357,6 +362,8 @@ ALL_ETCD="${M_PID[*]}"
 LP=${G_PORT[$LEAD]}
 cell lg_leader.64 "$LP" "$ALL_GW" "$ALL_ETCD" -- --target leasegate --mode pairs --clients "$CLIENTS" --port "$LP" "${COMMON[@]}"
 cell lg_leader.1 "$LP" "$ALL_GW" "$ALL_ETCD" -- --target leasegate --mode pairs --clients 1 --port "$LP" "${COMMON[@]}"
+cell lg_read.64 "$LP" "$ALL_GW" "$ALL_ETCD" -- --target leasegate --mode pairs --variant read --clients "$CLIENTS" --port "$LP" "${COMMON[@]}"
+cell lg_read.1 "$LP" "$ALL_GW" "$ALL_ETCD" -- --target leasegate --mode pairs --variant read --clients 1 --port "$LP" "${COMMON[@]}"
 cell lg_follower.64 "$LP" "$ALL_GW" "$ALL_ETCD" -- --target leasegate --mode pairs --clients "$CLIENTS" --port "${G_PORT[$FOLL]}" "${COMMON[@]}"
 cell lg_follower.1 "$LP" "$ALL_GW" "$ALL_ETCD" -- --target leasegate --mode pairs --clients 1 --port "${G_PORT[$FOLL]}" "${COMMON[@]}"
 RL=$(raft_leader)
@@ -473,6 +480,13 @@ done
 echo
 echo "etcd keys written per pair (puts + deletes, from etcd's own counters): leasegate via the leader gateway $(get lg_leader.64 etcd_keys_per_pair) at $CLIENTS clients, $(get lg_leader.1 etcd_keys_per_pair) at 1; etcd's lock API $(get etcd_leader.64 etcd_keys_per_pair) / $(get etcd_leader.1 etcd_keys_per_pair)."
 echo
+echo "| reads (GET /v1/locks/NAME), which change nothing: on etcd each batch of them waits for a barrier | leader gateway, $CLIENTS clients | leader gateway, 1 client | SQLite, $CLIENTS clients |"
+echo "|---|---|---|---|"
+echo "| reads/s | $(fmt "$(get lg_read.64 pairs_per_s)") | $(fmt "$(get lg_read.1 pairs_per_s)") | $(fmt "$(get sqlite_read.64 pairs_per_s)") |"
+echo "| read p50 / p99 ms | $(fmt "$(get lg_read.64 p50_ms)") / $(fmt "$(get lg_read.64 p99_ms)") | $(fmt "$(get lg_read.1 p50_ms)") / $(fmt "$(get lg_read.1 p99_ms)") | $(fmt "$(get sqlite_read.64 p50_ms)") / $(fmt "$(get sqlite_read.64 p99_ms)") |"
+echo "| CPU % gateways / etcd / client / machine busy | $(cpus lg_read.64) | $(cpus lg_read.1) | $(get sqlite_read.64 gw_cpu_pct) / - / $(get sqlite_read.64 client_cpu_pct) / $(get sqlite_read.64 machine_busy_pct) |"
+echo "| etcd CPU µs per read | $(etcd_us lg_read.64) | $(etcd_us lg_read.1) | - |"
+echo
 echo "| etcd alone, one client, transactions one after the other | 1 key | 8 keys | 64 keys | 128 keys |"
 echo "|---|---|---|---|---|"
 echo "| ms per transaction (p50 / mean) | $(get floor.1 p50_ms) / $(get floor.1 mean_ms) | $(get floor.8 p50_ms) / $(get floor.8 mean_ms) | $(get floor.64 p50_ms) / $(get floor.64 mean_ms) | $(get floor.128 p50_ms) / $(get floor.128 mean_ms) |"
@@ -511,5 +525,5 @@ if ((ETCD_KILLS + ETCD_FOLLOWER_KILLS)); then
     echo
 fi
 ((${#UNEXPECTED[@]})) && { echo "Unexpected: ${UNEXPECTED[*]}."; echo; }
-echo "Failed requests: acquire_503 = the gateway answered 503 (no leader known, leader unreachable, or not sure it still leads); acquire_conn = connection refused, reset or 3 s without an answer."
+echo "Failed requests: acquire_503 = the gateway answered 503 (no leader known, leader unreachable, or no longer leading); acquire_conn = connection refused, reset or 3 s without an answer."
 echo "leasegate binary: sha256 $LG_REV. Machine: nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); load average before/after $LOAD_START / $LOAD_END; CPU over the run $STEAL; wall time $((T_END - T_START)) s; etcd $("$ETCD_BIN" --version 2>/dev/null | awk '/etcd Version/ { print $3 }')."

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -239,14 +240,19 @@ static int load_floor(void *ud, const StoreFloor *f)
 
 /* Leadership over etcd. */
 
-/* Called on the election's thread: nothing more may be answered from this
- * table, and the simplest way to make sure of it is to stop at once (as on a
- * storage failure). A supervisor restarts the gateway as a candidate. */
-static void on_leadership_lost(const char *why)
+/* Called on the election's thread, once, when this gateway led and etcd says
+ * its lease is gone. Nothing held can be answered any more (no barrier can
+ * succeed): the loop answers 503 to every request it holds and exits 1
+ * (runloop.c); a supervisor restarts the gateway as a candidate. Before the
+ * loop runs (while loading) the event waits for it. */
+static void on_leadership_lost(void *ud, const char *why)
 {
-    fprintf(stderr, "leasegate: leadership lost: %s; exiting with status 1 (restart this gateway: it becomes a "
-                    "candidate)\n", why);
-    _exit(1);
+    Server *s = ud;
+    fprintf(stderr, "leasegate: leadership lost: %s; answering 503 to every request held, then exiting with status 1 "
+                    "(restart this gateway: it becomes a candidate)\n", why);
+    uint64_t one = 1;
+    if (write(s->deposed_fd, &one, sizeof one) != (ssize_t)sizeof one)
+        _exit(1); /* cannot tell the loop: stop at once, answering nothing */
 }
 
 /* SIGINT and SIGTERM are blocked in every thread (main.c), so a stop asked
@@ -275,7 +281,14 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
              cfg->advertise[0] ? cfg->advertise : addr);
     /* The follower and the leader this gateway may become answer for its advertised name. */
     hostcheck_init(&s->hosts, cfg, advertise);
-    s->election = election_new(&cfg->etcd, advertise, cfg->leader_ttl_s, on_leadership_lost, err, sizeof err);
+    s->deposed_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->deposed_fd < 0) {
+        fprintf(stderr, "leasegate: eventfd: %s\n", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    s->election =
+        election_new(&cfg->etcd, advertise, cfg->leader_ttl_s, on_leadership_lost, s, err, sizeof err);
     if (!s->election) {
         fprintf(stderr, "leasegate: --store %s: %s\n", cfg->store_url, err);
         close(fd);
@@ -309,9 +322,7 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     *listen_fd = fd;
     fprintf(stderr, "leasegate: elected leader of %s (leader key revision %lld); loading the lock space\n",
             cfg->store_url, election_revision(s->election));
-    s->store = store_etcd_open(&cfg->etcd, election_key_b64(s->election), election_revision(s->election),
-                               cfg->etcd_max_txn_ops, err,
-                               sizeof err);
+    s->store = store_etcd_open(&cfg->etcd, s->election, cfg->etcd_max_txn_ops, err, sizeof err);
     if (!s->store) {
         fprintf(stderr, "leasegate: %s\n", err);
         return -1;
@@ -338,6 +349,7 @@ int gateway_open(Server *s, const Config *cfg)
     s->cfg = *cfg;
     metrics_init(&s->metrics);
     s->listen_fd = -1;
+    s->deposed_fd = -1;
     char err[512];
     /* Before anything listens: a bad certificate or key stops the start. */
     if (!tls_load(&s->tls, cfg->tls_cert, cfg->tls_key, cfg->cacert, err, sizeof err)) {
@@ -523,6 +535,8 @@ void gateway_close(Server *s)
         store_close(s->store);
     /* Last: resigning lets the next gateway lead, after everything is committed. */
     election_free(s->election);
+    if (s->deposed_fd >= 0)
+        close(s->deposed_fd);
     accesslog_close(s->access_log);
     tls_clear(&s->tls);
     auth_unref(s->auth);

@@ -27,6 +27,8 @@
 #include "leasegate/proxy.h"
 
 #define SHUTDOWN_DRAIN_MS 3000
+/* A deposed gateway's 503s go out within this, then it exits (deposed_drain). */
+#define DEPOSED_DRAIN_MS 1000
 /* After a wave of at least this many parked connections has mostly gone, the
  * freed memory is handed back to the OS (glibc keeps it in the heap). */
 #define TRIM_WAVE 1000
@@ -37,7 +39,7 @@ typedef struct Run {
     int sigfd;
     size_t suspended_peak; /* since the last trim */
     size_t locks_peak;     /* lock names known, since the last trim */
-    LoopSource mhd, commit, signal;
+    LoopSource mhd, commit, signal, deposed;
 } Run;
 
 static int mhd_ready(LoopSource *src, uint32_t events)
@@ -46,11 +48,35 @@ static int mhd_ready(LoopSource *src, uint32_t events)
     return 0; /* MHD_run, once per turn */
 }
 
+/* Over etcd: this gateway no longer leads, or cannot know that it does.
+ * From here on every answer is 503 (http.h); what waits for a commit or a
+ * barrier is answered 503 now, and no batch goes to the writer again. */
+static void depose(Server *s)
+{
+    if (s->deposed)
+        return;
+    s->deposed = true;
+    commit_fail_holds(s->commit);
+}
+
 static int commit_ready(LoopSource *src, uint32_t events)
 {
     (void)events;
     Server *s = CONTAINER_OF(src, Run, commit)->s;
+    if (s->deposed)
+        return 0; /* its holds were answered 503 already */
     if (commit_done(s->commit) < 0) {
+        if (s->election) {
+            /* Another gateway may lead (a failed fence), or this one cannot
+             * tell (etcd did not answer within the commit's budget): what was
+             * held is answered 503, never from memory. */
+            fprintf(stderr, "leasegate: a commit failed (%s): this gateway cannot know that it still leads; "
+                            "answering 503 to every request held, then exiting with status 1 (restart this "
+                            "gateway: it becomes a candidate)\n",
+                    commit_error(s->commit));
+            depose(s);
+            return 0;
+        }
         fprintf(stderr, "leasegate: storage failure, stopping without replying: %s\n", commit_error(s->commit));
         s->storage_failed = true;
         return -1; /* nothing more may be sent */
@@ -63,6 +89,18 @@ static int commit_ready(LoopSource *src, uint32_t events)
      * the time). Nothing is revealed earlier: every answer still waits for
      * its own batch. */
     commit_flush(s->commit);
+    return 0;
+}
+
+/* The election's thread says leadership is lost (gateway.c wrote why). */
+static int deposed_ready(LoopSource *src, uint32_t events)
+{
+    (void)events;
+    Run *r = CONTAINER_OF(src, Run, deposed);
+    uint64_t n;
+    while (read(r->s->deposed_fd, &n, sizeof n) < 0 && errno == EINTR)
+        ;
+    depose(r->s);
     return 0;
 }
 
@@ -141,10 +179,39 @@ static int turn(Run *r, int cap_ms)
     park_flush(s);
     MHD_run(s->daemon);
     park_flush(s);
-    commit_flush(s->commit);
+    if (!s->deposed)
+        commit_flush(s->commit);
     http_flush_log(s);
     trim_after_wave(r);
     return 0;
+}
+
+/* A deposed gateway's way out: every request it holds gets 503 (waiters,
+ * event long-polls and watches; held answers were failed by depose), its
+ * upstream calls are cut off (no write's end goes to a backend), and once
+ * those answers are written, or DEPOSED_DRAIN_MS has passed, it exits 1
+ * without the orderly shutdown: that would commit and resign, and nothing
+ * may be committed or revealed any more. */
+static int deposed_drain(Run *r)
+{
+    Server *s = r->s;
+    http_cancel_waiters(s);
+    events_drain(s);
+    watch_drain(s);
+    proxy_abort_all(s->proxy);
+    Now start = clock_now();
+    for (;;) {
+        if (turn(r, 10) < 0)
+            break;
+        if ((s->suspended.len == 0 && s->parked.len == 0) || clock_now().mono_ms - start.mono_ms > DEPOSED_DRAIN_MS)
+            break;
+    }
+    /* A few more turns so that the 503s queued last reach the sockets. */
+    for (int i = 0; i < 3; i++)
+        if (turn(r, 10) < 0)
+            break;
+    s->storage_failed = true; /* main: _exit(1), no orderly shutdown */
+    return 1;
 }
 
 /* Ordered shutdown: answer the waiters, let held replies go out once their
@@ -160,6 +227,8 @@ static int drain(Run *r)
     for (;;) {
         if (turn(r, 10) < 0)
             return 1;
+        if (s->deposed)
+            return deposed_drain(r);
         Now now = clock_now();
         bool drained = s->suspended.len == 0 && s->parked.len == 0 && !commit_pending(s->commit);
         if (drained)
@@ -195,7 +264,8 @@ int runloop_run(Server *s)
     printf(s->election ? "leasegate: leading; serving on %s://%s\n" : "leasegate: listening on %s://%s\n",
            tls_scheme(&s->tls), addr);
     fflush(stdout);
-    Run r = {.s = s, .mhd = {mhd_ready}, .commit = {commit_ready}, .signal = {signal_ready}};
+    Run r = {.s = s, .mhd = {mhd_ready}, .commit = {commit_ready}, .signal = {signal_ready},
+             .deposed = {deposed_ready}};
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
@@ -207,19 +277,22 @@ int runloop_run(Server *s)
     int status = 0;
     if (r.sigfd < 0 || mhd_fd < 0 || !loop_watch(s->loop, mhd_fd, EPOLLIN, &r.mhd) ||
         !loop_watch(s->loop, commit_fd(s->commit), EPOLLIN, &r.commit) ||
-        !loop_watch(s->loop, r.sigfd, EPOLLIN, &r.signal)) {
+        !loop_watch(s->loop, r.sigfd, EPOLLIN, &r.signal) ||
+        (s->deposed_fd >= 0 && !loop_watch(s->loop, s->deposed_fd, EPOLLIN, &r.deposed))) {
         fprintf(stderr, "leasegate: event loop setup: %s\n", strerror(errno));
         status = 1;
     }
-    while (!s->stopping && status == 0)
+    while (!s->stopping && !s->deposed && status == 0)
         if (turn(&r, -1) < 0)
             status = 1;
     if (status == 0)
-        status = drain(&r);
+        status = s->deposed ? deposed_drain(&r) : drain(&r);
     /* Unwatching what was never watched fails harmlessly. */
     loop_unwatch(s->loop, mhd_fd);
     loop_unwatch(s->loop, commit_fd(s->commit));
     loop_unwatch(s->loop, r.sigfd);
+    if (s->deposed_fd >= 0)
+        loop_unwatch(s->loop, s->deposed_fd);
     if (r.sigfd >= 0)
         close(r.sigfd);
     return status;

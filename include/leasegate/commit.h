@@ -11,6 +11,17 @@
  *
  * Invariant: batches are committed in the order they were filled, so a hold
  * released after batch N is durable never reveals a change from batch N+1.
+ *
+ * Barriers. A store that another process may take over (etcd: a new leader
+ * gateway) has a barrier (StoreOps.barrier): a transaction fenced like its
+ * commits that changes nothing. On such a store every hold waits for a fenced
+ * transaction sent after it was queued: the commit of its batch, or, when
+ * that batch has no rows, the batch's barrier. So an answer held until its
+ * hold is ready was decided by a gateway that still led after the request
+ * was complete, however long it was paused before: no answer leaves from
+ * the memory of a deposed leader. One transaction serves every hold of its
+ * batch (group commit). On SQLite nothing changes: nothing pending, nothing
+ * to wait for, no extra commit.
  */
 #ifndef LEASEGATE_COMMIT_H
 #define LEASEGATE_COMMIT_H
@@ -27,8 +38,16 @@ typedef struct CommitHold CommitHold;
 struct CommitHold {
     DLink link;  /* in its batch's list of holds */
     void *batch; /* the batch it waits for; NULL when not queued (commit's to set) */
-    /* Called on the loop thread once every change recorded before the hold is durable. */
+    /* Called on the loop thread once every change recorded before the hold is
+     * durable (and, with barriers, a fenced transaction sent after it was
+     * queued has committed). */
     void (*ready)(CommitHold *hold);
+    /* Optional, the owner's to set: called instead of ready by
+     * commit_fail_holds, when what the hold waits for will never be made (the
+     * store failed, or this gateway no longer leads). Nothing the hold guards
+     * may be revealed; the owner answers 503 or lets go. NULL: the hold is
+     * only taken off its queue. */
+    void (*failed)(CommitHold *hold);
 };
 
 static inline bool commit_held(const CommitHold *hold) { return hold->batch != NULL; }
@@ -38,6 +57,7 @@ extern const double COMMIT_LATENCY_BOUNDS_MS[COMMIT_LATENCY_BUCKETS];
 
 typedef struct CommitStats {
     uint64_t commits;
+    uint64_t barriers; /* batches without rows that made a barrier (a fenced transaction changing nothing) */
     uint64_t rows;
     double seconds_total;
     uint64_t latency_buckets[COMMIT_LATENCY_BUCKETS]; /* cumulative counts per upper bound */
@@ -83,9 +103,24 @@ bool commit_audit_drop(Commit *c, const char *key, uint64_t seq, uint64_t gone_b
 
 /* True while some recorded change is not durable yet. */
 bool commit_pending(const Commit *c);
-/* Queues hold->ready to run after the pending batch is durable. Only valid
- * while commit_pending() is true. */
+/* True when a hold queued now would wait: something is pending, or the store
+ * has barriers (then every hold waits for a fenced transaction). */
+bool commit_holds_wait(const Commit *c);
+/* Queues hold->ready to run after the pending batch is durable (and, with
+ * barriers, fenced). Only valid while commit_holds_wait() is true. */
 void commit_hold(Commit *c, CommitHold *hold);
+/* The hold for anything that reveals or relies on state: "run hold->ready once
+ * every change recorded before this call is durable AND, on a store with
+ * barriers, a fenced transaction sent after this call has committed". On etcd
+ * that forces a batch, empty if need be (its barrier), so a gateway that was
+ * deposed meanwhile never gets to ready (its holds fail: commit_fail_holds).
+ * Returns true when the hold is queued (ready, or failed, runs later on the
+ * loop thread); false when there is nothing to wait for (SQLite with nothing
+ * pending): ready is not called, the caller goes on at once. On SQLite it is
+ * commit_hold when something is pending, so it costs nothing more.
+ * For the guard: call it where a write's end would be released, and release
+ * it (after checking again) in ready. */
+bool commit_barrier_hold(Commit *c, CommitHold *hold);
 /* Is hold queued for the batch now pending (not one already handed over)? */
 bool commit_hold_in_pending(const Commit *c, const CommitHold *hold);
 /* Takes a queued hold back (its owner is going away); no-op when not queued. */
@@ -96,6 +131,10 @@ void commit_flush(Commit *c);
  * durable batch. Returns -1 if the batch failed to commit (nothing of it may
  * be revealed; the caller must stop), 0 otherwise. */
 int commit_done(Commit *c);
+/* The store failed or this gateway no longer leads: every queued hold, of
+ * the batch being committed and of the pending one, is taken off its queue
+ * and its failed callback (if any) runs; no ready runs after this. Loop thread. */
+void commit_fail_holds(Commit *c);
 /* Blocks until everything recorded so far is durable (shutdown). -1 on failure. */
 int commit_sync(Commit *c);
 const char *commit_error(const Commit *c);

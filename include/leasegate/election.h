@@ -11,26 +11,43 @@
  * as long as the lease. Its create revision goes into every commit's
  * compare (store_etcd.c), so writes are safe whatever the clocks do.
  *
- * Reads from memory are safe only while the gateway is sure it still leads.
- * The bound (election_fresh): now < S + T - M, where S is the time, on this
- * machine's monotonic clock, at which the last successful keepalive was
- * *sent*, T the TTL etcd granted in its answer, and M = T/5 the margin.
- * Why the send time: etcd restarts the lease's TTL when it processes the
- * keepalive, which is after S, so the lease cannot expire before S + T in
- * real time; measuring from the answer's arrival would count the round trip
- * as lease time, which is the mistake LeaseGuard (arXiv 2512.15659) warns
- * about. Our key is deleted only when the lease expires (or the gateway
- * resigns), and no other gateway leads before that, so within the bound no
- * one else can have committed anything. M absorbs the difference of clock
- * rates between this machine and etcd's leader (NTP keeps it far below 20%),
- * and the time between the check and the answer leaving. An etcd leader
- * change only extends leases (etcd renews them all on promotion), never
- * shortens them.
+ * Nothing is answered from memory on the strength of the lease: every answer
+ * that reveals state waits for a transaction fenced on the leader key that
+ * committed after the request was complete (a commit, or a barrier: commit.h).
+ * So the lease's timing protects nothing, and a keepalive that gets no answer
+ * proves nothing either: etcd cannot expire a lease while it has no leader,
+ * and a new etcd leader renews every lease when it takes over. The keeper
+ * therefore does not give leadership up when keepalives go unanswered for a
+ * while; it goes on asking, each attempt (a quarter of the TTL) at the next
+ * member. Only a leader that has heard nothing for two TTLs gives up (and
+ * revokes its lease, which reaches etcd when only etcd's answers are lost):
+ * etcd with its default timings elects a new leader within 1-3 s, so such a
+ * silence means this gateway is cut off from etcd, and what it holds would
+ * only wait for commits whose answers it cannot see.
  *
- * Leadership is lost when a keepalive says the lease is gone (TTL 0), or
- * when S + T passes without a successful keepalive: on_lost is called once,
- * on the keepalive thread, and must stop the process from answering (the
- * gateway exits; a supervisor restarts it as a candidate).
+ * Leadership is lost only when etcd says so. A keepalive answered TTL 0 is
+ * checked before it is believed: a member may answer it for a lease that
+ * lives (etcd 3.4's leader that resumes after a pause, before it learns it no
+ * longer leads, answers TTL 0 for leases granted meanwhile). The leader reads
+ * its own key (a linearizable range: only a quorum's leader answers it): if
+ * the key stands, the lease lives. If it is gone, the lease is too: etcd 3.4
+ * before 3.4.31 (Debian 12 has 3.4.23) lets that resumed leader revoke the
+ * leases that ran out in its view while it was paused, alive or not (etcd
+ * issue 15247), so a pause of the etcd leader can end the gateways' leases,
+ * all or some. The leader then leads again under a new lease and key: a
+ * candidate whose key became the oldest while the leader it followed still
+ * says (/healthz) that it leads waits a moment for that leader's new key and
+ * steps behind it (deletes its own key, to make it again), so the new key
+ * becomes the oldest; the store takes it for its fence once the commit mark
+ * proves that no one wrote in between (election_refence, store_etcd.c).
+ * Otherwise (another gateway leads, or the lease lives but the key was
+ * deleted) on_lost is called once, on the keepalive thread: the gateway
+ * answers 503 to what it holds and exits (a supervisor restarts it as a
+ * candidate). A gateway that does not lead and finds its lease gone
+ * (checked with LeaseTimeToLive on another member) takes a new one one TTL
+ * later, so that a leader whose lease ended with it comes first, and goes on
+ * campaigning. Whoever ends up leading, commits are fenced: only liveness
+ * rides on these rules.
  */
 #ifndef LEASEGATE_ELECTION_H
 #define LEASEGATE_ELECTION_H
@@ -46,10 +63,11 @@ typedef enum ElectionRole { ROLE_CANDIDATE, ROLE_FOLLOWER, ROLE_LEADER } Electio
 typedef struct Election Election;
 
 /* Grants the lease and starts the keepalive thread. advertise is the URL
- * other gateways and clients see as the leader's. NULL with the reason in err
- * (etcd unreachable, out of memory). */
-Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s, void (*on_lost)(const char *why),
-                       char *err, size_t errlen);
+ * other gateways and clients see as the leader's. on_lost(ud, why) is called
+ * at most once, on the keepalive thread, and only while this gateway leads.
+ * NULL with the reason in err (etcd unreachable, out of memory). */
+Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s,
+                       void (*on_lost)(void *ud, const char *why), void *ud, char *err, size_t errlen);
 /* Resigns (revokes the lease, so that the next candidate wins at once) and
  * stops the thread. Call only once nothing more will be committed. */
 void election_free(Election *e);
@@ -60,18 +78,33 @@ void election_free(Election *e);
  * cut off delays the campaign, never stops it, while others answer. */
 int election_campaign(Election *e, bool (*cancelled)(void *ud), void *ud, char *err, size_t errlen);
 
-/* True while this gateway can be sure it leads (the bound above). Any thread. */
-bool election_fresh(const Election *e);
 /* The role, and the leader's advertised URL ("" when unknown). Any thread. */
 ElectionRole election_role(Election *e, char *leader_url, size_t len);
 const char *election_role_name(ElectionRole r);
 /* After a won campaign: the leader key (base64) and its create revision. */
 const char *election_key_b64(const Election *e);
 long long election_revision(const Election *e);
+/* The store found the leader key with create revision old_rev gone (a fence
+ * failed). Blocks, at most timeout_ms, until the keepalive thread knows
+ * whether this gateway leads again under a new key: 0 with *key_b64 (the new
+ * key in base64, the caller's to free) and *rev, or -1 when it does not (then
+ * on_lost has been, or is being, called) or did not find out in time. Any
+ * thread but the keepalive thread. */
+int election_refence(Election *e, long long old_rev, char **key_b64, long long *rev, long timeout_ms);
 /* How long this gateway has led, in ms (0 when it does not lead). */
 int64_t election_leading_ms(const Election *e);
 /* How long ago, in ms, this gateway last saw the leadership change: it won,
  * or the leader it observes changed (or went; since start when it never saw one). */
 int64_t election_leader_seen_ms(Election *e);
+/* Whether this gateway's lease was renewed within its TTL: now is before
+ * the send time of the last keepalive that renewed it plus the TTL (etcd
+ * restarts the TTL when it processes the keepalive, after it was sent). If
+ * not, etcd may have ended the lease and another gateway may lead: a hint to
+ * refuse new requests early (503) rather than hold them until a barrier
+ * fails. No answer relies on it. Any thread. */
+bool election_renewed(const Election *e);
+/* Leases etcd ended under this gateway that it replaced without giving up
+ * its role (see above), for /metrics. Any thread. */
+uint64_t election_leases_replaced(const Election *e);
 
 #endif

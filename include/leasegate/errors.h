@@ -34,6 +34,12 @@ typedef enum ErrCode {
     ERR_GATEWAY_TIMEOUT,
 } ErrCode;
 
+/* What a gateway that no longer leads answers (503 overloaded) to every
+ * request it still holds: nothing from its memory (http.h). */
+#define ERRORS_DEPOSED_MESSAGE                                                                                      \
+    "this gateway no longer leads (or cannot reach its store); it is stopping: retry at another gateway"
+#define ERRORS_DEPOSED_BODY "{\"error\":\"overloaded\",\"message\":\"" ERRORS_DEPOSED_MESSAGE "\"}"
+
 const char *error_code(ErrCode e);
 unsigned error_status(ErrCode e);
 

@@ -62,6 +62,11 @@ void etcd_client_retry(EtcdClient *c, long first_timeout_ms, long budget_ms);
  * gateway is asked to stop); it is asked about once a second while it waits. */
 void etcd_client_cancel_when(EtcdClient *c, bool (*cancelled)(void *ud), void *ud);
 
+/* The next call starts at the next endpoint: after an answer another member
+ * may give differently (a keepalive's TTL 0 from a member that lost track of
+ * the lease, an error etcd's gateway wrote into a stream's answer). */
+void etcd_client_next(EtcdClient *c);
+
 /* POSTs body to path ("/v3/kv/txn"), taking body over (jansson's "_new"
  * rule: a caller builds it and hands it on); NULL, when building it ran out
  * of memory, fails the call. 0 with *resp the answer (owned by the caller),

@@ -4,7 +4,16 @@
  *
  * A response that reveals state never leaves before the changes made ahead of
  * it are durable: http_reply* hold it (suspending the connection) until the
- * pending commit batch is written, and only then queue it.
+ * pending commit batch is written, and only then queue it. On etcd it also
+ * waits for a barrier (commit.h): a transaction fenced on this gateway's
+ * leader key that committed after the request was complete, so a leader that
+ * was deposed while it held a request (paused, cut off) never answers it
+ * from memory. Exempt, because they reveal nothing of the lock space: the
+ * answers a handler marks with http_reveals_nothing (health, metrics, the
+ * dashboard's files) and errors decided from the request alone
+ * (http_reply_invalid: 400, 401, 403, 405, 413, 415; 414 and 431 never
+ * reach a handler). Once the gateway knows it is deposed (Server.deposed),
+ * every answer it still gives is 503 overloaded with Retry-After: 1.
  *
  * A long-polling acquire holds no thread (http_wait): it is parked outside
  * libmicrohttpd when that is safe (park.h), else its connection is suspended.
@@ -85,6 +94,15 @@ void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt
     __attribute__((format(printf, 4, 5)));
 void http_reply_error_raw(Request *req, ErrCode code, json_t *extra, const RawRefs *refs, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* An error decided from the request alone (a malformed body or query, a
+ * missing or refused key, a wrong method or media type, a body too large):
+ * it reveals nothing of the lock space, so it leaves without waiting for a
+ * commit or a barrier. Never for an error that looked at state. */
+void http_reply_invalid(Request *req, ErrCode code, json_t *extra, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The answer about to be made reveals nothing of the lock space (/healthz,
+ * /metrics, the dashboard's files): it leaves at once. */
+void http_reveals_nothing(Request *req);
 /* Remembers that the reply about to be sent grants `lease` on `lock`. */
 void http_note_grant(Request *req, LockKind kind, const char *lock, const uint8_t *lease);
 
@@ -104,7 +122,8 @@ void http_suspend_watched(Request *req);
 void http_hold(Request *req);
 /* The HTTP layer is dropping req's connection: a content reader should end. */
 bool http_closing(const Request *req);
-/* Drops the connection (resuming it if suspended) without a response. */
+/* Drops the connection (resuming it if suspended) without a response; once
+ * the gateway is deposed, a whole request without an answer yet gets 503. */
 void http_close(Request *req);
 
 /* Makes the request a waiter of the lock table: parked, or suspended. */

@@ -87,6 +87,12 @@ typedef struct Holder {
                              * uncleanly (0: none); 0 for a permit */
     uint32_t count;         /* reentries: 1 for a fresh grant; always 1 for a permit */
     uint8_t mode;           /* LockMode */
+    /* In memory only, never stored: the answers that reveal the grant (or its
+     * last re-entry) and have not ended yet, and whether one was delivered
+     * (locktab_answer_started, locktab_answer_ended). A loaded holder counts
+     * as delivered: its answers were another process's. */
+    uint32_t answers;
+    bool delivered;
 } Holder;
 
 /* A deadline is this much later than ttl_ms on the boot clock, so that the
@@ -285,6 +291,16 @@ int64_t locktab_next_timeout_ms(const Locktab *lt, const Now *now);
 const Lock *locktab_get(const Locktab *lt, LockKind kind, const char *name);
 /* Whether a lock-delay runs on lock at `now` (its deadline not passed). */
 bool locktab_delayed(const Lock *lock, const Now *now);
+/* An answer that reveals the grant of `lease` on `name` (of `kind`: a fresh
+ * grant, a re-entry, or a request_id's replay of either) is on its way to a
+ * client. */
+void locktab_answer_started(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease);
+/* That answer ended, delivered or not. True when the caller must undo the
+ * grant or re-entry (release it once): it was not delivered, and no other
+ * answer of it was delivered or is still on its way (a replay sent while
+ * the first answer waited: undoing the grant then would make that replay's
+ * answer a lie). False when the lease no longer holds the lock. */
+bool locktab_answer_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, bool delivered);
 /* Calls fn for up to `limit` names of `kind` that start with `prefix` and sort
  * after `after` (NULL: from the start), in byte order. Returns true when more
  * matching names follow. */

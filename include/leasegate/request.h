@@ -168,6 +168,7 @@ struct Request {
     DLink slink;        /* in Server.suspended while suspended */
     bool close;         /* on resume, drop the connection */
     unsigned status;
+    bool reveals_nothing; /* its answer needs no commit or barrier (http_reveals_nothing) */
     struct MHD_Response *response; /* owned: built, waiting to be queued */
     CommitHold hold;
     /* How the request ends (the HTTP layer's): also for a parked request,

@@ -76,6 +76,11 @@ typedef struct Server {
     bool stopping;
     bool storage_failed;
     bool adding_back;  /* park.c hands a connection back to libmicrohttpd: not a new one */
+    /* Over etcd: this gateway no longer leads, or cannot know that it does (a
+     * fence failed, its lease is gone, its store gave up). Every request it
+     * still holds gets 503, then the process exits 1 (runloop.c). */
+    bool deposed;
+    int deposed_fd; /* eventfd: the election's thread says leadership is lost (gateway.c); -1 with SQLite */
 } Server;
 
 #endif

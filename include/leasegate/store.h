@@ -131,6 +131,13 @@ typedef struct StoreOps {
     int (*load)(Store *s, const StoreLoad *cb, uint64_t *last_token);
     /* Applies the batch atomically and durably. 0 on success. */
     int (*commit)(Store *s, const StoreBatch *batch);
+    /* A store that another process may take over (etcd) has a barrier: a
+     * transaction fenced like a commit that changes nothing, made now. 0 means
+     * no one else can have written since this store's last commit, as of a
+     * moment after the call began; nonzero (a failed fence, no answer) means
+     * that cannot be known, and nothing may be revealed. NULL for a store that
+     * only this process writes (SQLite): commit.h then makes no barriers. */
+    int (*barrier)(Store *s);
     void (*close)(Store *s);
     /* The last error, for logs. */
     const char *(*error)(const Store *s);
@@ -153,15 +160,16 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
 int store_sqlite_narrow(const char *path, char *note, size_t notelen, char *err, size_t errlen);
 
 typedef struct EtcdUrl EtcdUrl;
+typedef struct Election Election;
 
-/* The store on etcd (store_etcd.c) for the gateway that leads: every commit
- * is one etcd transaction (or, for a large batch, several in order) that
- * applies only while the leader key leader_key_b64 (base64, as etcd's JSON
- * gateway writes it) still has create revision leader_rev, with at most
- * max_txn_ops operations in a transaction (etcd's --max-txn-ops). Connects lazily:
- * NULL only when out of memory (message in err). */
-Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long leader_rev, size_t max_txn_ops,
-                       char *err, size_t errlen);
+/* The store on etcd (store_etcd.c) for the gateway that leads (election, its
+ * campaign won): every commit is one etcd transaction (or, for a large batch,
+ * several in order) that applies only while the election's leader key still
+ * has the create revision it won with (after etcd ended the lease, the new
+ * key it leads with again: election_refence), with at most max_txn_ops
+ * operations in a transaction (etcd's --max-txn-ops). Connects lazily: NULL
+ * only when out of memory (message in err). */
+Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_ops, char *err, size_t errlen);
 
 typedef struct StoreBackupInfo {
     uint64_t locks;      /* lock and semaphore rows in the copy */
@@ -178,6 +186,8 @@ static inline int store_load(Store *s, const StoreLoad *cb, uint64_t *last_token
     return s->ops->load(s, cb, last_token);
 }
 static inline int store_commit(Store *s, const StoreBatch *b) { return s->ops->commit(s, b); }
+static inline bool store_has_barrier(const Store *s) { return s->ops->barrier != NULL; }
+static inline int store_barrier(Store *s) { return s->ops->barrier(s); }
 static inline void store_close(Store *s) { s->ops->close(s); }
 static inline const char *store_error(const Store *s) { return s->ops->error(s); }
 

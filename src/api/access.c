@@ -7,11 +7,11 @@
 #include "leasegate/quota.h"
 
 /* The answer names the scheme (WWW-Authenticate): httphead's rule for every 401. */
-static void unauthorized(Request *req, const char *why) { http_reply_error(req, ERR_UNAUTHORIZED, NULL, "%s", why); }
+static void unauthorized(Request *req, const char *why) { http_reply_invalid(req, ERR_UNAUTHORIZED, NULL, "%s", why); }
 
 static void forbidden(Request *req, const AuthKey *k, const char *what, const char *name)
 {
-    http_reply_error(req, ERR_FORBIDDEN, json_pack("{s:s}", "key", k->name), "key '%s' (role %s) may not %s%s%s%s",
+    http_reply_invalid(req, ERR_FORBIDDEN, json_pack("{s:s}", "key", k->name), "key '%s' (role %s) may not %s%s%s%s",
                      k->name, auth_role_name(k->role), what, name ? " '" : "", name ? name : "", name ? "'" : "");
 }
 

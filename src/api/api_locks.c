@@ -41,6 +41,7 @@ static void reply_grant(Request *req, const Lock *lock, const Holder *h)
     char lease[37];
     uuid_unparse_lower(h->lease, lease);
     http_note_grant(req, (LockKind)lock->kind, lock->name, h->lease);
+    locktab_answer_started(req->srv->locks, (LockKind)lock->kind, lock->name, h->lease);
     /* Every client's hot path: written with jsonw (jsonw.h says why). */
     JsonW w;
     jsonw_begin(&w);
@@ -129,8 +130,8 @@ static bool body_mode(Request *req, json_t *obj, uint8_t *mode, bool *given)
         *mode = MODE_READ;
         return true;
     }
-    http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "mode"),
-                     "field 'mode' must be \"write\" (exclusive, the default) or \"read\" (shared)");
+    http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "mode"),
+                       "field 'mode' must be \"write\" (exclusive, the default) or \"read\" (shared)");
     return false;
 }
 
@@ -154,8 +155,8 @@ static bool read_ask(Request *req, LockKind kind, json_t *obj, Ask *a)
         return false;
     if (kind == KIND_SEMAPHORE) {
         if (json_object_get(obj, "lease")) {
-            http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "lease"),
-                             "field 'lease': a semaphore has no reentry; each acquire takes a permit of its own");
+            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "lease"),
+                               "field 'lease': a semaphore has no reentry; each acquire takes a permit of its own");
             return false;
         }
         if (!body_int(req, obj, "limit", 1, LOCKTAB_LIMIT_MAX, 0, true, &a->limit))
@@ -336,7 +337,10 @@ void api_waiter_revoked(Request *req, ErrCode code, const char *why)
 void api_request_end(Request *req, bool delivered)
 {
     Server *s = req->srv;
-    if (req->grant.pending && !delivered) {
+    /* An undelivered grant is undone, unless another answer of it (a replay
+     * of its request_id) was delivered or still may be. */
+    if (req->grant.pending && locktab_answer_ended(s->locks, (LockKind)req->grant.kind, req->grant.lock,
+                                                                req->grant.lease, delivered)) {
         Now now = clock_now();
         uint32_t left;
         s->trail_actor = req;

@@ -136,8 +136,8 @@ static void list(Request *req, LockKind kind)
         char *end;
         limit = strtol(limit_s, &end, 10);
         if (!*limit_s || *end || limit < 1 || limit > LIST_MAX) {
-            http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "limit"),
-                             "query parameter 'limit' must be an integer in 1..%d", LIST_MAX);
+            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "limit"),
+                               "query parameter 'limit' must be an integer in 1..%d", LIST_MAX);
             return;
         }
     }

@@ -12,7 +12,7 @@ static void bad_field(Request *req, const char *field, const char *fmt, const ch
 {
     char message[300];
     snprintf(message, sizeof message, fmt, field, detail);
-    http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field), "%s", message);
+    http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field), "%s", message);
 }
 
 /* A field's name as an answer shows it: at most outlen - 1 bytes, cut before a
@@ -67,14 +67,14 @@ static bool real_number_before(const Request *req, size_t end)
 json_t *body_object_new(Request *req, const char *const *allowed)
 {
     if (!req->body || req->body_len == 0) {
-        http_reply_error(req, ERR_BAD_REQUEST, NULL, "request body must be a JSON object");
+        http_reply_invalid(req, ERR_BAD_REQUEST, NULL, "request body must be a JSON object");
         return NULL;
     }
     /* A NUL byte is never valid JSON text, but jansson skips one after a number
      * or a literal; refused here, no member (metadata is kept as sent) can hold one. */
     const char *nul = memchr(req->body, '\0', req->body_len);
     if (nul) {
-        http_reply_error(req, ERR_BAD_REQUEST, NULL, "malformed JSON: a NUL byte at offset %zu",
+        http_reply_invalid(req, ERR_BAD_REQUEST, NULL, "malformed JSON: a NUL byte at offset %zu",
                          (size_t)(nul - req->body));
         return NULL;
     }
@@ -89,19 +89,19 @@ json_t *body_object_new(Request *req, const char *const *allowed)
         if (json_error_code(&err) == json_error_numeric_overflow &&
             field_at(req, (size_t)err.position, field, sizeof field)) {
             bool real = real_number_before(req, (size_t)err.position);
-            http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field),
+            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field),
                              "field '%s' holds %s (line %d column %d)%s", field,
                              real ? "a number beyond the range of a double" : "an integer that does not fit in 64 bits",
                              err.line, err.column, strcmp(field, "metadata") ? "" : "; put such numbers in strings");
             return NULL;
         }
-        http_reply_error(req, ERR_BAD_REQUEST, NULL, "malformed JSON at line %d column %d: %s", err.line,
+        http_reply_invalid(req, ERR_BAD_REQUEST, NULL, "malformed JSON at line %d column %d: %s", err.line,
                          err.column, err.text);
         return NULL;
     }
     if (!json_is_object(obj)) {
         json_decref(obj);
-        http_reply_error(req, ERR_BAD_REQUEST, NULL, "request body must be a JSON object");
+        http_reply_invalid(req, ERR_BAD_REQUEST, NULL, "request body must be a JSON object");
         return NULL;
     }
     const char *key;
@@ -236,7 +236,7 @@ bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new)
     /* Kept as sent (rawjson.h): the bytes of the value in the body. */
     size_t start, end;
     if (!rawjson_member(req->body, req->body_len, "metadata", &start, &end)) {
-        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "metadata"),
+        http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "metadata"),
                          "field 'metadata' could not be located in the body");
         return false;
     }
@@ -260,7 +260,7 @@ bool body_check_name(Request *req, const char *what, const char *name)
     const char *problem = strcmp(what, "name") == 0 ? name_lock_problem(name) : name_problem(name);
     if (!problem)
         return true;
-    http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", what), "%s '%.300s' %s", what, name,
+    http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", what), "%s '%.300s' %s", what, name,
                      problem);
     return false;
 }

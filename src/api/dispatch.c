@@ -59,7 +59,7 @@ static void begin(Request *req, const char *method, const char *url)
         if (!access_check(req, m.access, m.arg))
             return;
         if (m.json && !declared_json(http_header(req, "Content-Type"))) {
-            http_reply_error(req, ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
+            http_reply_invalid(req, ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
                              "the body must be declared Content-Type: application/json (curl: --json '{...}')");
             return;
         }

@@ -201,7 +201,7 @@ void api_events_stream(Request *req)
         errno = 0;
         unsigned long long v = strtoull(last_id, &end, 10);
         if (!*last_id || *end || errno || *last_id == '-' || v > INT64_MAX) {
-            http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "Last-Event-ID"),
+            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "Last-Event-ID"),
                              "header Last-Event-ID must be an event's seq");
             return;
         }

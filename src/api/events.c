@@ -186,7 +186,9 @@ void events_note_of(Server *s, AuditKind kind, int object, int mode, const char 
     Now now = clock_now();
     AuditRow row = {0, now.wall_ms, kind, lock, owner ? owner : "", token, "", "", (uint8_t)object, (uint8_t)mode};
     Group *last = e->groups.tail ? DLIST_ITEM(e->groups.tail, Group, link) : NULL;
-    bool pending = commit_pending(s->commit);
+    /* Published once its batch is durable and, on etcd, fenced (commit.h):
+     * a deposed leader's events reach no one. */
+    bool pending = commit_holds_wait(s->commit);
     if (!pending && !last) {
         publish(s, &row, 1); /* nothing before it waits: it is as durable as it will be */
         return;

@@ -14,7 +14,7 @@ bool query_int(Request *req, const char *name, long long min, long long max, lon
     errno = 0;
     long long n = strtoll(v, &end, 10);
     if (!*v || *end || errno || n < min || n > max) {
-        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", name),
+        http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", name),
                          "query parameter '%s' must be an integer in %lld..%lld", name, min, max);
         return false;
     }

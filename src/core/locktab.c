@@ -386,6 +386,8 @@ static Grant *grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES]
     h->count = 1;
     h->mode = lock->kind == KIND_SEMAPHORE ? MODE_WRITE : mode;
     h->lock_delay_ms = lock->kind == KIND_LOCK ? lock_delay_ms : 0;
+    h->answers = 0;
+    h->delivered = false;
     lock->last_token = h->token;
     add_holder(lt, lock, g);
     return g;
@@ -566,6 +568,8 @@ LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, con
     Holder *h = &g->h;
     *h = *holder;
     h->mode = mode;
+    h->answers = 0;
+    h->delivered = true;
     h->owner = strdup(holder->owner);
     h->metadata = strdup(holder->metadata);
     h->request_id = holder->request_id ? strdup(holder->request_id) : NULL;
@@ -644,6 +648,8 @@ static LockResult reenter(Locktab *lt, Lock *lock, Grant *g, const AcquireArgs *
     free(g->h.request_id);
     g->h.request_id = request_id;
     g->h.count++;
+    g->h.answers = 0; /* the answers from here on are the re-entry's */
+    g->h.delivered = false;
     report(lt, lock, g);
     return LOCK_OK;
 }
@@ -932,6 +938,32 @@ int64_t locktab_next_timeout_ms(const Locktab *lt, const Now *now)
 }
 
 const Lock *locktab_get(const Locktab *lt, LockKind kind, const char *name) { return find(lt, kind, name); }
+
+/* The holder of `name` (of `kind`) whose lease is `lease`, else NULL. */
+static Holder *holder_of(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
+{
+    Lock *lock = find(lt, kind, name);
+    Grant *g = lock ? grant_with(lock, lease) : NULL;
+    return g ? &g->h : NULL;
+}
+
+void locktab_answer_started(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
+{
+    Holder *h = holder_of(lt, kind, name, lease);
+    if (h)
+        h->answers++;
+}
+
+bool locktab_answer_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, bool delivered)
+{
+    Holder *h = holder_of(lt, kind, name, lease);
+    if (!h)
+        return false;
+    if (h->answers > 0) /* an answer of the grant, ending after a re-entry reset the count, is not counted */
+        h->answers--;
+    h->delivered |= delivered;
+    return !delivered && !h->delivered && h->answers == 0;
+}
 
 bool locktab_list(const Locktab *lt, LockKind kind, const char *prefix, const char *after, size_t limit,
                   void (*fn)(void *ud, const Lock *lock), void *ud)

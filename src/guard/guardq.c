@@ -304,6 +304,7 @@ static bool its_turn(const GuardWrite *w, int64_t now_ms)
 }
 
 static void end_durable(CommitHold *hold);
+static void end_failed(CommitHold *hold);
 
 /* The end record: the marks and the time this write is let through, durable
  * before its end leaves. False when out of memory. */
@@ -318,6 +319,7 @@ static bool record_end(GuardWrite *w)
     }
     w->ending = true;
     w->hold.ready = end_durable;
+    w->hold.failed = end_failed;
     commit_hold(s->commit, &w->hold);
     return true;
 }
@@ -417,6 +419,23 @@ static void end_durable(CommitHold *hold)
             proxy_call_start(w->call);
         }
     }
+    run(gq);
+}
+
+/* The end record will never be durable (the store failed, or this gateway no
+ * longer leads): the end never leaves, and the client is told to retry
+ * (through the gateway that leads now). */
+static void end_failed(CommitHold *hold)
+{
+    GuardWrite *w = CONTAINER_OF(hold, GuardWrite, hold);
+    GuardQueues *gq = w->gq;
+    w->ending = false;
+    drop(w);
+    if (w->req)
+        http_reply_error(w->req, ERR_OVERLOADED, json_pack("{s:s}", "lock", w->slots[0].bind.lock),
+                         "this gateway cannot record the write of lock '%s' (its store failed, or it no longer "
+                         "leads): nothing of its end was sent; retry",
+                         w->slots[0].bind.lock);
     run(gq);
 }
 

@@ -148,10 +148,48 @@ static void hold_ready(CommitHold *hold)
     deliver(req);
 }
 
-/* Every response goes through here. One that may reveal state (`held`) leaves
- * only once every change recorded before it is durable. Takes ownership of resp. */
+/* What a deposed gateway answers to every request it still holds, whatever
+ * was made for it: nothing from its memory (http.h). NULL when out of memory. */
+static struct MHD_Response *deposed_response(void)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(ERRORS_DEPOSED_BODY),
+                                                                (void *)ERRORS_DEPOSED_BODY, MHD_RESPMEM_PERSISTENT);
+    if (resp && !httphead_add_answer_fields(resp, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json")) {
+        MHD_destroy_response(resp);
+        resp = NULL;
+    }
+    return resp;
+}
+
+static void send_response(Request *req, unsigned status, struct MHD_Response *resp, bool held);
+
+/* The hold of an answer whose batch or barrier will never be made: the
+ * gateway is deposed (or its store failed); it gets 503 instead. */
+static void hold_failed(CommitHold *hold)
+{
+    Request *req = CONTAINER_OF(hold, Request, hold);
+    if (req->response)
+        MHD_destroy_response(req->response);
+    req->response = NULL;
+    unwatch(req);
+    send_response(req, MHD_HTTP_SERVICE_UNAVAILABLE, deposed_response(), false);
+}
+
+/* Every response goes through here. One that may reveal state (`held`, and
+ * not marked http_reveals_nothing) leaves only once every change recorded
+ * before it is durable and, on a store with barriers (etcd), a fenced
+ * transaction made after it was decided has committed (commit.h): a request
+ * is decided when it is complete, so no answer of a deposed leader leaves.
+ * Once the gateway is deposed, every answer is 503. Takes ownership of resp. */
 static void send_response(Request *req, unsigned status, struct MHD_Response *resp, bool held)
 {
+    if (req->srv->deposed && req->park.fd < 0) {
+        if (resp)
+            MHD_destroy_response(resp);
+        resp = deposed_response();
+        status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        held = false;
+    }
     if (req->park.fd >= 0) {
         /* Parked answers are text (park_reply); only a failure to build one
          * ends up here: the client gets no answer. */
@@ -167,16 +205,18 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
     }
     req->status = status;
     req->response = resp;
-    Commit *c = req->srv->commit;
-    if (held && commit_pending(c)) {
+    req->hold.ready = hold_ready;
+    req->hold.failed = hold_failed;
+    if (held && !req->reveals_nothing && commit_barrier_hold(req->srv->commit, &req->hold)) {
         if (req->in_handler)
             http_suspend(req);
-        req->hold.ready = hold_ready;
-        commit_hold(c, &req->hold);
         return;
     }
     deliver(req);
 }
+
+void http_reveals_nothing(Request *req) { req->reveals_nothing = true; }
+
 
 void http_reply_response(Request *req, unsigned status, struct MHD_Response *resp)
 {
@@ -206,6 +246,12 @@ void http_hold(Request *req)
 
 void http_close(Request *req)
 {
+    /* A deposed gateway answers 503 to every whole request it holds (a
+     * guarded call cut off: its end never left), rather than closing. */
+    if (req->srv->deposed && req->complete && !req->response && req->conn && req->park.fd < 0) {
+        send_response(req, MHD_HTTP_SERVICE_UNAVAILABLE, deposed_response(), false);
+        return;
+    }
     req->close = true;
     http_resume(req);
 }
@@ -283,6 +329,16 @@ void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt
     va_start(ap, fmt);
     json_t *body = error_body_new(code, extra, fmt, ap);
     va_end(ap);
+    http_reply_json_new(req, error_status(code), body);
+}
+
+void http_reply_invalid(Request *req, ErrCode code, json_t *extra, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    json_t *body = error_body_new(code, extra, fmt, ap);
+    va_end(ap);
+    req->reveals_nothing = true;
     http_reply_json_new(req, error_status(code), body);
 }
 
@@ -613,10 +669,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * for this request, so the answer needs no commit. */
         if (s->stopping)
             return reply_now(req, ERR_OVERLOADED, "server is shutting down; retry");
-        /* Over etcd, the table in memory is answered from only while this
-         * gateway is sure it still leads (election.h). */
-        if (s->election && !election_fresh(s->election))
-            return reply_now(req, ERR_OVERLOADED, "this gateway cannot be sure it still leads; retry");
+        /* Over etcd, nothing here decides whether this gateway still leads:
+         * every answer that reveals state waits for a barrier made after the
+         * request is complete (send_response), however long the gateway is
+         * paused between here and there. Once it knows it is deposed it
+         * takes nothing more, and while its lease went unrenewed for a TTL
+         * (cut off from etcd, or etcd without a leader that long) it refuses
+         * new requests at once rather than hold them: another may lead. */
+        if (s->deposed)
+            return reply_now(req, ERR_OVERLOADED, ERRORS_DEPOSED_MESSAGE);
+        if (s->election && !election_renewed(s->election))
+            return reply_now(req, ERR_OVERLOADED, "this gateway's etcd lease went unrenewed for its TTL: another "
+                                                  "gateway may lead; retry");
         if (strlen(req->raw_uri) > HTTP_MAX_TARGET)
             return reply_now(req, ERR_URI_TOO_LONG, "the request target is longer than 8192 bytes");
         const union MHD_ConnectionInfo *head = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
@@ -680,14 +744,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return queue_stored(req);
     }
     /* The last callback: the whole request has been read. */
-    if (!req->complete && s->stopping) {
+    if (!req->complete && (s->stopping || s->deposed)) {
         /* Its handler has not run, so nothing changed for it: refuse at once,
          * without a commit to wait for, so that no connection is suspended
          * when libmicrohttpd stops. A guarded call never sent its whole
          * request (the end is held back until here): cut it off. */
         if (req->stream)
             req->stream->abort(req);
-        return reply_now(req, ERR_OVERLOADED, "server is shutting down; retry");
+        return reply_now(req, ERR_OVERLOADED, s->deposed ? ERRORS_DEPOSED_MESSAGE : "server is shutting down; retry");
     }
     req->complete = true;
     conn_sent(s, conn_of(conn));
@@ -701,13 +765,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return keep ? MHD_YES : MHD_NO;
     }
     if (req->body_too_large)
-        http_reply_error(req, ERR_PAYLOAD_TOO_LARGE, NULL, "request body is larger than 65536 bytes");
+        http_reply_invalid(req, ERR_PAYLOAD_TOO_LARGE, NULL, "request body is larger than 65536 bytes");
     else if (req->body_nomem)
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory while reading the request body; retry");
     else if (req->handler)
         req->handler(req);
     else if (req->allow) {
-        http_reply_error(req, ERR_METHOD_NOT_ALLOWED, NULL, "%s is not allowed on %s (allowed: %s)", method, url,
+        http_reply_invalid(req, ERR_METHOD_NOT_ALLOWED, NULL, "%s is not allowed on %s (allowed: %s)", method, url,
                          req->allow);
         if (req->response)
             MHD_add_response_header(req->response, MHD_HTTP_HEADER_ALLOW, req->allow);

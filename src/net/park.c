@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "leasegate/errors.h"
 #include "leasegate/httphead.h"
 #include "leasegate/peers.h"
 
@@ -204,9 +205,28 @@ void park_drop(Request *req)
 
 static void hold_ready(CommitHold *hold) { make_ready(CONTAINER_OF(hold, Request, hold)); }
 
+/* Its batch or barrier will never be made (the gateway is deposed): the
+ * answer written is replaced by 503 (park_reply, deposed). */
+static void hold_failed(CommitHold *hold)
+{
+    Request *req = CONTAINER_OF(hold, Request, hold);
+    park_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json", NULL, 0);
+}
+
 void park_reply(Request *req, unsigned status, const char *content_type, char *text_new, size_t len)
 {
     Server *s = req->srv;
+    if (s->deposed) {
+        /* Whatever was decided from memory, a deposed gateway answers 503 (http.h). */
+        free(text_new);
+        status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        content_type = "application/json";
+        len = strlen(ERRORS_DEPOSED_BODY);
+        if (!(text_new = strdup(ERRORS_DEPOSED_BODY))) {
+            park_drop(req);
+            return;
+        }
+    }
     char date[64];
     time_t t = time(NULL);
     struct tm tm;
@@ -240,11 +260,10 @@ void park_reply(Request *req, unsigned status, const char *content_type, char *t
     req->park.out = out;
     req->park.out_len = (size_t)hl + len;
     req->park.out_off = 0;
-    if (commit_pending(s->commit)) {
-        req->hold.ready = hold_ready;
-        commit_hold(s->commit, &req->hold);
+    req->hold.ready = hold_ready;
+    req->hold.failed = hold_failed;
+    if (!s->deposed && commit_barrier_hold(s->commit, &req->hold))
         return;
-    }
     make_ready(req);
 }
 

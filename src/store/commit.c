@@ -58,6 +58,7 @@ enum { INFLIGHT_IDLE, INFLIGHT_HANDED, INFLIGHT_DONE };
 
 struct Commit {
     Store *store;
+    bool barriers; /* the store has barriers: every batch with holds makes a fenced transaction */
     Batch batches[2];
     Batch *pending;  /* filled by the loop */
     Batch *inflight; /* see the states above */
@@ -179,7 +180,9 @@ static void *writer_main(void *arg)
                          .naudit_drops = b->naudit_drops,
                          .audit_gone_below = b->audit_gone_below,
                          .counter = b->counter};
-        int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : 0;
+        /* A batch without rows was handed over for its holds: with barriers
+         * they wait for a fenced transaction sent now (commit.h). */
+        int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : c->barriers ? store_barrier(c->store) : 0;
         b->result = rc ? -1 : 0;
         b->seconds = seconds_since(&t0);
         clock_gettime(CLOCK_MONOTONIC, &idle_since);
@@ -199,6 +202,7 @@ Commit *commit_new(Store *store, char *err, size_t errlen)
         return NULL;
     }
     c->store = store;
+    c->barriers = store_has_barrier(store);
     batch_init(&c->batches[0]);
     batch_init(&c->batches[1]);
     c->pending = &c->batches[0];
@@ -430,10 +434,20 @@ bool commit_pending(const Commit *c)
            (atomic_load(&c->state) != INFLIGHT_IDLE && batch_has_rows(c->inflight));
 }
 
+bool commit_holds_wait(const Commit *c) { return c->barriers || commit_pending(c); }
+
 void commit_hold(Commit *c, CommitHold *hold)
 {
     hold->batch = c->pending;
     dlist_append(&c->pending->holds, &hold->link);
+}
+
+bool commit_barrier_hold(Commit *c, CommitHold *hold)
+{
+    if (!commit_holds_wait(c))
+        return false;
+    commit_hold(c, hold);
+    return true;
 }
 
 bool commit_hold_in_pending(const Commit *c, const CommitHold *hold) { return hold->batch == c->pending; }
@@ -465,8 +479,10 @@ void commit_flush(Commit *c)
 
 static void record_stats(Commit *c, const Batch *b)
 {
-    if (!batch_has_rows(b))
+    if (!batch_has_rows(b)) {
+        c->stats.barriers += c->barriers;
         return;
+    }
     c->stats.commits++;
     c->stats.rows += b->nlocks + b->nholders + b->nfences + b->nguard_marks + b->nfloors + b->nended + b->naudit +
                      b->naudit_drops;
@@ -504,6 +520,30 @@ int commit_done(Commit *c)
         l = next;
     }
     return 0;
+}
+
+/* Takes every hold off b's queue, then runs the failed callbacks: a callback
+ * may touch other holds (an answer's end), never one still queued here. */
+static void fail_batch_holds(Batch *b)
+{
+    DLink *l = b->holds.head;
+    for (DLink *x = l; x; x = x->next)
+        DLIST_ITEM(x, CommitHold, link)->batch = NULL;
+    b->holds = (DList){0};
+    while (l) {
+        DLink *next = l->next;
+        CommitHold *h = DLIST_ITEM(l, CommitHold, link);
+        if (h->failed)
+            h->failed(h);
+        l = next;
+    }
+}
+
+void commit_fail_holds(Commit *c)
+{
+    /* The batch being committed first: its holds came first. */
+    fail_batch_holds(c->inflight);
+    fail_batch_holds(c->pending);
 }
 
 int commit_sync(Commit *c)

@@ -142,6 +142,8 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
     return c->cancelled && c->cancelled(c->cancel_ud) ? 1 : 0;
 }
 
+void etcd_client_next(EtcdClient *c) { c->current = (c->current + 1) % c->url.nendpoints; }
+
 void etcd_client_retry(EtcdClient *c, long first_timeout_ms, long budget_ms)
 {
     c->first_timeout_ms = first_timeout_ms;

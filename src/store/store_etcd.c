@@ -79,6 +79,7 @@
 #include <string.h>
 #include <uuid/uuid.h>
 
+#include "leasegate/election.h"
 #include "leasegate/etcd.h"
 #include "leasegate/etcd_txn.h"
 #include "leasegate/jsondump.h"
@@ -110,7 +111,8 @@ typedef struct EtcdStore {
     Store base;
     EtcdClient *etcd;
     char prefix[300];     /* "PREFIX/" */
-    char *leader_key;     /* owned */
+    Election *election;   /* this gateway's leadership: a new leader key after etcd ended the lease (refence) */
+    char *leader_key;     /* owned; replaced by refence */
     long long leader_rev;
     long long load_rev;   /* the revision every page of the load reads; 0: the latest */
     char *mark_key;       /* PREFIX/meta/commit; owned */
@@ -572,8 +574,9 @@ static void txn_fence(const EtcdStore *s, PbBuf *txn)
  * requires the stored mark to be the one of the part before it, and writes
  * its own: each part applies once, right after the one before, and a copy
  * that comes after its twin or after any later part changes nothing. A
- * failed compare is read by txn_outcome. */
-static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bool *fenced_out)
+ * failed compare is read by txn_outcome. 0 applied, 1 fenced out (the
+ * leader key is gone or another's), -1 failed (s->err). */
+static int send_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to)
 {
     char mark[48], before[48];
     mark_text(s, s->mark_seq, before);
@@ -608,20 +611,44 @@ static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bo
     char *found;
     TxnOutcome outcome = txn_outcome(s, &answer, mark, &found);
     etcd_txn_answer_free(&answer);
-    if (outcome == TXN_FENCED_OUT)
-        *fenced_out = true; /* etcd_commit says how much of the batch was written */
-    else if (outcome == TXN_MARK_MOVED)
+    if (outcome == TXN_MARK_MOVED)
         snprintf(s->err, sizeof s->err, "the commit mark in etcd is %s, not %s: another writer?",
                  found ? found : "(none)", before);
     free(found);
     if (outcome != TXN_APPLIED)
-        return -1;
+        return outcome == TXN_FENCED_OUT ? 1 : -1;
     s->mark_seq++;
     return 0;
 }
 
-/* The commit mark's mod_revision in etcd now; 0 when there is none yet. */
-static int mark_revision(EtcdStore *s, long long *mod)
+static int refence(EtcdStore *s, const char *last, const char *sent, bool *applied);
+
+/* send_part, and when its fence fails because etcd ended the lease this
+ * gateway led with, the same part again under the new leader key (refence).
+ * *fenced_out: leadership is lost (etcd_commit says how much of the batch
+ * was written). */
+static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bool *fenced_out)
+{
+    for (;;) {
+        char last[48], sent[48];
+        mark_text(s, s->mark_seq, last);
+        mark_text(s, s->mark_seq + 1, sent);
+        int rc = send_part(s, ops, from, to);
+        if (rc != 1)
+            return rc;
+        bool applied;
+        if (refence(s, last, sent, &applied)) {
+            *fenced_out = true;
+            return -1;
+        }
+        if (applied)
+            return 0; /* a copy of it applied before the key went */
+    }
+}
+
+/* The commit mark's mod_revision in etcd now (0 when there is none yet),
+ * and, when value is not NULL, its value (the caller's; NULL when none). */
+static int mark_read(EtcdStore *s, long long *mod, char **value)
 {
     json_t *resp;
     char err[400];
@@ -632,9 +659,15 @@ static int mark_revision(EtcdStore *s, long long *mod)
     const json_t *kv = json_array_get(json_object_get(resp, "kvs"), 0);
     *mod = 0;
     bool ok = !kv || (etcd_int_field(kv, "mod_revision", mod) && *mod > 0);
+    if (ok && value) {
+        const char *v64 = json_string_value(json_object_get(kv, "value"));
+        size_t len;
+        *value = v64 ? etcd_b64_decode(v64, &len) : NULL;
+        ok = !v64 || *value;
+    }
     json_decref(resp);
     if (!ok)
-        snprintf(s->err, sizeof s->err, "etcd: the commit mark has no mod_revision");
+        snprintf(s->err, sizeof s->err, "etcd: the commit mark has no mod_revision (or out of memory)");
     return ok ? 0 : -1;
 }
 
@@ -649,11 +682,8 @@ static int mark_revision(EtcdStore *s, long long *mod)
  * written once. A failed compare is read by txn_outcome (REV.0 in etcd: a
  * copy applied already). A late copy of an earlier leader's transaction
  * fails on its own leader key. */
-static int commit_first_mark(EtcdStore *s)
+static int put_first_mark(EtcdStore *s, long long seen)
 {
-    long long seen;
-    if (mark_revision(s, &seen))
-        return -1;
     char mark[48];
     mark_text(s, 0, mark);
     PbBuf txn = {0};
@@ -682,6 +712,102 @@ static int commit_first_mark(EtcdStore *s)
         return -1;
     s->mark_seq = 0;
     return 0;
+}
+
+static int commit_first_mark(EtcdStore *s)
+{
+    long long seen;
+    return mark_read(s, &seen, NULL) ? -1 : put_first_mark(s, seen);
+}
+
+/* How long the writer waits for the keepalive thread to lead again under a
+ * new key (election_refence): the budget of a commit. */
+#define REFENCE_MS CALL_BUDGET_MS
+
+/* A fence failed: the leader key is gone. When this gateway leads again
+ * under a new key (election.h: etcd ended its lease, and its new key is the
+ * oldest), the fence moves to that key, provided nothing was written since
+ * this store's last transaction: the commit mark must be `last` (that
+ * transaction's), or `sent` (the transaction whose fence failed, when a copy
+ * of it applied before the key went; then *applied is true). The mark moves
+ * to the new key's REV.0 by compare-and-swap (put_first_mark), a transaction
+ * fenced on the new key made after the failure: a barrier too. 0, or -1 with
+ * s->err (leadership is lost). */
+static int refence(EtcdStore *s, const char *last, const char *sent, bool *applied)
+{
+    char *key_b64, *found = NULL;
+    long long rev, seen;
+    *applied = false;
+    if (election_refence(s->election, s->leader_rev, &key_b64, &rev, REFENCE_MS)) {
+        snprintf(s->err, sizeof s->err, "leadership lost: the leader key is no longer this gateway's");
+        return -1;
+    }
+    size_t klen;
+    char *key = etcd_b64_decode(key_b64, &klen);
+    free(key_b64);
+    if (!key || strlen(key) != klen) {
+        free(key);
+        snprintf(s->err, sizeof s->err, "leadership lost: out of memory taking the new leader key");
+        return -1;
+    }
+    free(s->leader_key);
+    s->leader_key = key;
+    s->leader_rev = rev;
+    if (mark_read(s, &seen, &found))
+        return -1;
+    *applied = sent && found && !strcmp(found, sent);
+    if (!found || (strcmp(found, last) && !*applied)) {
+        snprintf(s->err, sizeof s->err, "leadership lost: the commit mark in etcd is %s, not %s, after this "
+                 "gateway's lease ended: another gateway led meanwhile",
+                 found ? found : "(none)", last);
+        free(found);
+        return -1;
+    }
+    free(found);
+    if (put_first_mark(s, seen))
+        return -1;
+    fprintf(stderr, "leasegate: commits go on under the new leader key (revision %lld): nothing was written "
+                    "while this gateway had no lease\n",
+            rev);
+    return 0;
+}
+
+/* The barrier (store.h): the fence of a commit, with nothing to write. Its
+ * compare requires the leader key with this leader's create revision and the
+ * commit mark of the last transaction; its failure branch reads both (so the
+ * transaction, having ranges only, is one that etcd serves as a linearizable
+ * read: confirmed by a quorum, and costing no write). Success means that when
+ * etcd evaluated it, after this call began, the leader key still stood (no
+ * other gateway can have led since this one won: see election.h) and nothing
+ * has been committed since this gateway's last transaction. */
+static int etcd_barrier(Store *base)
+{
+    EtcdStore *s = (EtcdStore *)base;
+    char mark[48];
+    mark_text(s, s->mark_seq, mark);
+    PbBuf txn = {0};
+    txn_fence(s, &txn);
+    etcd_txn_compare_value(&txn, s->mark_key, mark);
+    EtcdTxnAnswer answer;
+    char err[400];
+    int rc = txn.nomem ? (snprintf(err, sizeof err, "out of memory"), -1)
+                       : etcd_txn(s->etcd, &txn, &answer, err, sizeof err);
+    pb_free(&txn);
+    if (rc) {
+        snprintf(s->err, sizeof s->err, "etcd: no answer to a barrier: %s", err);
+        return -1;
+    }
+    char *found;
+    TxnOutcome outcome = txn_outcome(s, &answer, mark, &found);
+    etcd_txn_answer_free(&answer);
+    bool applied;
+    if (outcome == TXN_FENCED_OUT && refence(s, mark, NULL, &applied) == 0)
+        outcome = TXN_APPLIED; /* the move to the new key was made after this barrier began: it is one */
+    else if (outcome == TXN_MARK_MOVED)
+        snprintf(s->err, sizeof s->err, "the commit mark in etcd is %s, not %s: another writer?",
+                 found ? found : "(none)", mark);
+    free(found);
+    return outcome == TXN_APPLIED ? 0 : -1;
 }
 
 static int etcd_commit(Store *base, const StoreBatch *b)
@@ -1193,10 +1319,10 @@ static void etcd_close(Store *base)
 
 static const char *etcd_error(const Store *base) { return ((const EtcdStore *)base)->err; }
 
-static const StoreOps ETCD_OPS = {etcd_load, etcd_commit, etcd_close, etcd_error};
+static const StoreOps ETCD_OPS = {
+    .load = etcd_load, .commit = etcd_commit, .barrier = etcd_barrier, .close = etcd_close, .error = etcd_error};
 
-Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long leader_rev, size_t max_txn_ops,
-                       char *err, size_t errlen)
+Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_ops, char *err, size_t errlen)
 {
     EtcdStore *s = calloc(1, sizeof *s);
     if (!s) {
@@ -1206,13 +1332,14 @@ Store *store_etcd_open(const EtcdUrl *url, const char *leader_key_b64, long long
     s->base.ops = &ETCD_OPS;
     snprintf(s->prefix, sizeof s->prefix, "%s/", url->prefix);
     size_t klen = 0;
-    s->leader_key = etcd_b64_decode(leader_key_b64, &klen);
+    s->election = election;
+    s->leader_key = etcd_b64_decode(election_key_b64(election), &klen);
     if (s->leader_key && strlen(s->leader_key) != klen) {
         snprintf(err, errlen, "the leader key holds a NUL byte");
         etcd_close(&s->base);
         return NULL;
     }
-    s->leader_rev = leader_rev;
+    s->leader_rev = election_revision(election);
     s->max_txn_ops = max_txn_ops;
     s->etcd = etcd_client_new(url, CALL_TIMEOUT_MS);
     if (s->etcd)

@@ -892,7 +892,9 @@ static int note_boot(SqliteStore *s, const char *boot_id)
     return 0;
 }
 
-static const StoreOps SQLITE_OPS = {sqlite_load, sqlite_commit, sqlite_close, sqlite_error};
+/* No barrier: only this process writes the file (commit.h). */
+static const StoreOps SQLITE_OPS = {
+    .load = sqlite_load, .commit = sqlite_commit, .close = sqlite_close, .error = sqlite_error};
 
 Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_t errlen)
 {

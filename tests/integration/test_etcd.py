@@ -260,6 +260,66 @@ class EtcdTest(EtcdTestCase):
         self.assert_grants_nothing_and_exits(g, "after")
         self.assertNotIn(self.prefix + "/locks/after", self.etcd.keys(self.prefix + "/locks/"))
 
+    def test_leases_that_etcd_revokes_are_replaced_without_a_failover(self):
+        """etcd 3.4 before 3.4.31 (Debian 12 has 3.4.23): its Raft leader, resumed after a
+        pause, revokes every lease that ran out meanwhile in its view, however alive (etcd
+        issue 15247); the nemesis suite saw it end every gateway's lease after a SIGSTOP of
+        the etcd leader. Simulated here by revoking them all: the leader leads on under a
+        new lease and key with its table (its commits resume once the commit mark shows
+        nothing was written meanwhile), the follower takes a new lease and follows; neither
+        exits. Before, both exited ("keepalive answered TTL 0") and the next leader loaded."""
+        a, b = self.gateway(), self.gateway()
+        leader = wait_leader([a, b])
+        follower = b if leader is a else a
+        self.assertEqual(follower.role() if wait_for(lambda: follower.role() == "follower") else None, "follower")
+        held = self.acquire_ok(leader, "kept", ttl_ms=120000)
+        pids = (leader.pid, follower.pid)
+        leases = self.etcd.call("/v3/lease/leases", {}).get("leases", [])
+        self.assertEqual(len(leases), 2, leases)
+        for lease in leases:
+            self.etcd.call("/v3/lease/revoke", {"ID": lease["ID"]})
+        self.assertEqual(self.etcd.keys(self.prefix + "/leader/"), [])
+        # The next grant waits for the new key, then goes through.
+        after = self.acquire_ok(leader, "after", ttl_ms=60000)
+        self.assertGreater(after["token"], held["token"])
+        status, _, body = leader.client.get_lock("kept")
+        self.assertEqual((status, body["holder"]["token"]), (200, held["token"]), body)
+        self.assertTrue(wait_for(lambda: leader.metric("leasegate_leases_replaced_total") >= 1), leader.stderr_text())
+        self.assertTrue(wait_for(lambda: follower.role() == "follower" and len(self.etcd.keys(self.prefix + "/leader/")) == 2),
+                        follower.stderr_text())
+        self.assertEqual((leader.pid, follower.pid), pids)
+        self.assertTrue(leader.running() and follower.running())
+        self.assertEqual(leader.role(), "leader")
+        status, _, body = follower.client.acquire("through-the-follower", ttl_ms=60000)
+        self.assertEqual(status, 200, body)
+        self.assertIn("leading again under lease", leader.stderr_text())
+
+    def test_a_leader_whose_lease_etcd_revokes_leads_again_before_a_follower_left_its_key(self):
+        """The same, but etcd revokes the leader's lease only (the nemesis suite saw that too):
+        the follower's key is then the oldest. The follower, seeing the leader it followed
+        still say it leads, waits for its new key and steps behind it (deletes its own key,
+        to make it again): the leader leads on, nobody exits. Before the follower stepped
+        behind, it led, and the old leader exited."""
+        a, b = self.gateway(), self.gateway()
+        leader = wait_leader([a, b])
+        follower = b if leader is a else a
+        self.assertTrue(wait_for(lambda: follower.role() == "follower"), follower.stderr_text())
+        held = self.acquire_ok(leader, "kept", ttl_ms=120000)
+        pids = (leader.pid, follower.pid)
+        r = self.etcd.call("/v3/kv/range", {"key": b64(self.prefix + "/leader/"),
+                                            "range_end": b64(self.prefix + "/leader0"), "sort_order": "ASCEND",
+                                            "sort_target": "CREATE", "keys_only": True})
+        oldest = base64.b64decode(r["kvs"][0]["key"]).decode()
+        self.etcd.call("/v3/lease/revoke", {"ID": str(int(oldest.rsplit("/", 1)[1], 16))})
+        after = self.acquire_ok(leader, "after", ttl_ms=60000)
+        self.assertGreater(after["token"], held["token"])
+        self.assertTrue(wait_for(lambda: len(self.etcd.keys(self.prefix + "/leader/")) == 2), follower.stderr_text())
+        self.assertEqual((leader.pid, follower.pid), pids)
+        self.assertEqual((leader.role(), follower.role()), ("leader", "follower"))
+        self.assertIn("steps behind it", follower.stderr_text())
+        status, _, body = follower.client.get_lock("kept")
+        self.assertEqual((status, body["holder"]["token"]), (200, held["token"]), body)
+
     def test_a_late_copy_of_a_commit_changes_nothing(self):
         """A commit whose answer does not come is sent again to the next endpoint. A copy
         that etcd applies later, after newer batches, must not write its older values over

@@ -222,8 +222,11 @@ class RunWatchdogTests(CliTestBase):
                   "open(sys.argv[1], 'w').write('%d\\n' % os.getpid())\n"
                   "time.sleep(60)\n")
         lock = self.lock_name("zombie")
-        p = self.start_run(lock, ["sh", "-c", 'python3 -c "$0" helper.pid >/dev/null 2>&1 & sleep 0.5', helper],
-                           server=self.srv.url)
+        # The command waits until the helper has set itself up (its pid file written, after
+        # the fork and setsid), however long Python takes to start, then exits.
+        wait_helper = ('python3 -c "$0" helper.pid >/dev/null 2>&1 & i=0; '
+                       'while [ ! -s helper.pid ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done')
+        p = self.start_run(lock, ["sh", "-c", wait_helper, helper], server=self.srv.url)
         self.wait_pid_file("helper.pid", p, group_leader=False)
         rc, _, err = self.finish(p, timeout=15)
         self.assertEqual(rc, 0, err)

@@ -747,8 +747,61 @@ static void test_load_shared(void)
     locktab_free(lt);
 }
 
+/* An undelivered answer undoes its grant only when no other answer of it (a
+ * request_id's replay) was delivered or is still on its way. */
+static void test_answers_of_a_grant(void)
+{
+    Locktab *lt = table(100);
+    const Lock *lock;
+    Waiter *w;
+    memset(ids[20], 21, LEASE_ID_BYTES);
+    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[20], "req-a", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "a", &first, NULL, &now, &lock, &hold, &w) == LOCK_OK);
+    locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
+    CHECK(locktab_acquire(lt, KIND_LOCK, "a", &first, NULL, &now, &lock, &hold, &w) == LOCK_REPLAYED);
+    locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
+    /* The first answer is lost while the replay's is on its way: kept. */
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
+    /* The replay's is lost too: nothing of the grant reached anyone. */
+    CHECK(locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
+    /* Delivered once: a later lost answer undoes nothing. */
+    CHECK(locktab_acquire(lt, KIND_LOCK, "a", &first, NULL, &now, &lock, &hold, &w) == LOCK_REPLAYED);
+    locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
+    locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], true));
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
+    /* A re-entry's answers count for the re-entry. */
+    AcquireArgs again = {"alice", NULL, 0, 0, ids[20], NULL, "req-b", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "a", &again, NULL, &now, &lock, &hold, &w) == LOCK_OK &&
+          locktab_holder(lock)->count == 2);
+    locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
+    CHECK(locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
+    /* Another lease, the same name of the other kind, or a free lock: nothing to undo. */
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[21], false));
+    CHECK(!locktab_answer_ended(lt, KIND_SEMAPHORE, "a", ids[20], false));
+    uint32_t left;
+    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[20], &now, &left) == LOCK_OK && left == 1);
+    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[20], &now, &left) == LOCK_OK && left == 0);
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
+    /* Each permit (and each reader) has answers of its own: one delivered says
+     * nothing of another's. */
+    memset(ids[22], 23, LEASE_ID_BYTES);
+    AcquireArgs p1 = {"p1", NULL, 1000, 0, NULL, ids[21], "req-p1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2};
+    AcquireArgs p2 = {"p2", NULL, 1000, 0, NULL, ids[22], "req-p2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2};
+    CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "s", &p1, NULL, &now, &lock, &hold, &w) == LOCK_OK);
+    locktab_answer_started(lt, KIND_SEMAPHORE, "s", ids[21]);
+    CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "s", &p2, NULL, &now, &lock, &hold, &w) == LOCK_OK);
+    locktab_answer_started(lt, KIND_SEMAPHORE, "s", ids[22]);
+    CHECK(!locktab_answer_ended(lt, KIND_SEMAPHORE, "s", ids[21], true));
+    CHECK(locktab_answer_ended(lt, KIND_SEMAPHORE, "s", ids[22], false));
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "s", ids[22], false));
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
 int main(void)
 {
+    test_answers_of_a_grant();
     test_request_id_replays();
     test_fifo_and_one_wakeup();
     test_expiry_hands_over();

@@ -1,0 +1,130 @@
+"""StallProxy: a TCP proxy in front of every member of an etcd cluster, for one gateway's
+--store etcd://..., that can stall that gateway's etcd traffic: one way or both ways, every
+connection or only the JSON ones (keepalives, elections, loads; the store's commits are
+gRPC, HTTP/2 with prior knowledge, and pass).
+
+A stalled direction is held, not dropped: the bytes wait in the proxy (the sender sees a
+peer that stopped answering, as a network partition looks to TCP), and reach the other side
+when the stall ends, in order. cut() instead closes every connection open now.
+
+Only 127.0.0.1; every thread ends when the proxy is closed; every wait is bounded by the
+stall, which the test ends."""
+
+import socket
+import threading
+import time
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # how an HTTP/2 connection with prior knowledge starts
+TO_ETCD, FROM_ETCD = "to_etcd", "from_etcd"
+
+
+class StallProxy:
+    def __init__(self, members):
+        """members: etcd_fixture.Member objects (or anything with .endpoint "HOST:PORT")."""
+        self.mu = threading.Lock()
+        self.stalled = set()  # the directions held now
+        self.json_only = False
+        self.closed = False
+        self.socks = []
+        self.listeners = []
+        for m in members:
+            host, port = m.endpoint.rsplit(":", 1)
+            ls = socket.socket()
+            ls.bind(("127.0.0.1", 0))
+            ls.listen(64)
+            self.listeners.append(ls)
+            threading.Thread(target=self._accept, args=(ls, (host, int(port))), daemon=True).start()
+        self.endpoint = ",".join("127.0.0.1:%d" % ls.getsockname()[1] for ls in self.listeners)
+
+    def stall(self, directions=(TO_ETCD, FROM_ETCD), json_only=False):
+        """Holds the bytes of these directions from now on (on JSON connections only, when
+        json_only), until release()."""
+        with self.mu:
+            self.stalled = set(directions)
+            self.json_only = json_only
+
+    def release(self):
+        with self.mu:
+            self.stalled = set()
+
+    def cut(self):
+        """Closes every connection open now, as a restarted member or a network would."""
+        with self.mu:
+            socks, self.socks = self.socks, []
+        for s in socks:
+            self._close(s)
+
+    def close(self):
+        with self.mu:
+            self.closed = True
+            self.stalled = set()
+            socks = list(self.socks)
+        for s in self.listeners + socks:
+            self._close(s)
+
+    @staticmethod
+    def _close(s):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+    def _track(self, s):
+        with self.mu:
+            if self.closed:
+                s.close()
+                return False
+            self.socks.append(s)
+            return True
+
+    def _accept(self, ls, target):
+        while True:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return  # closed
+            if self._track(client):
+                threading.Thread(target=self._serve, args=(client, target), daemon=True).start()
+
+    def _serve(self, client, target):
+        try:
+            upstream = socket.create_connection(target, timeout=5)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        if not self._track(upstream):
+            client.close()
+            return
+        conn = {"h2": None}  # None until the first bytes say which protocol
+        threading.Thread(target=self._pump, args=(upstream, client, FROM_ETCD, conn), daemon=True).start()
+        self._pump(client, upstream, TO_ETCD, conn)
+
+    def _held(self, direction, conn):
+        with self.mu:
+            if self.closed or direction not in self.stalled:
+                return False
+            return not (self.json_only and conn["h2"])
+
+    def _pump(self, src, dst, direction, conn):
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            if conn["h2"] is None and direction == TO_ETCD:
+                conn["h2"] = data[:3] == PREFACE[:3]  # the gateway speaks first
+            while self._held(direction, conn):
+                time.sleep(0.01)
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
