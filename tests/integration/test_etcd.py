@@ -491,7 +491,7 @@ class EtcdTest(EtcdTestCase):
         g.kill9()
         g.start()
         self.assertIs(wait_leader([g]), g, g.stderr_text())
-        self.assertIn("loaded 640 locks (640 held", g.stderr_text())
+        self.assertIn("loaded 640 locks and semaphores (640 leases held", g.stderr_text())
         self.assertGreater(self.acquire_ok(g, "last")["token"], tokens[-1])
 
     def test_load_goes_on_when_etcd_compacts_under_it(self):
