@@ -183,10 +183,12 @@ class CliTestBase(harness.ServerTestCase):
         path = self.path(name)
 
         def ready():
-            if p is not None and p.poll() is not None:
+            # The file first: a command may write it and exit before this looks.
+            pid = read_pid_file(path)
+            if pid is None and p is not None and p.poll() is not None:
                 raise AssertionError("leasegate run exited (%r) before %s was written; stderr: %s"
                                      % (p.returncode, name, p.stderr.read().decode("utf-8", "replace")))
-            return read_pid_file(path)
+            return pid
 
         pid = wait_for(ready, timeout, what=name)
         (self.child_pgids if group_leader else self.extra_pids).append(pid)
