@@ -4,6 +4,7 @@
 #
 #   bash bench/compare.sh                    # 5 s per run, median of 3 runs
 #   RUNS=1 SECONDS=2 bash bench/compare.sh   # quick look
+#   KINDS_ONLY=1 RUNS=5 bash bench/compare.sh   # only leasegate's exclusive, read and semaphore pairs
 #
 # Environment:
 #   RUNS (3)  SECONDS (5; BENCH_SECONDS also works)  WARMUP (0.5)
@@ -14,6 +15,8 @@
 #   ZK_WAITERS (1000: each is a ZooKeeper session, two client threads here)
 #   STARTUP_LOCKS (1000000)  RAW_OUT (file to keep every raw lgbench line)  KEEP_TMP (1: keep temp dir)
 #   NO_INSTALL (1: never apt-get)
+#   KINDS_ONLY (1: only the three pairs workloads of leasegate, exclusive on distinct locks, read
+#               on one lock, permits of one semaphore, each run on one server, and their table)
 #
 # Private server instances only: every server is started here on a free 127.0.0.1 port with a
 # temporary data directory and stopped by PID on exit. System redis/etcd services are never
@@ -45,9 +48,12 @@ die() { log "$*"; exit 1; }
 [[ -x $LEASEGATE_BIN ]] || die "no leasegate binary at $LEASEGATE_BIN (set LEASEGATE_BIN)"
 
 # ---------------------------------------------------------------- packages
+KINDS_ONLY=${KINDS_ONLY:-0}
 need_pkgs=()
-command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
-command -v etcd >/dev/null 2>&1 || need_pkgs+=(etcd-server)
+if [[ $KINDS_ONLY != 1 ]]; then
+    command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
+    command -v etcd >/dev/null 2>&1 || need_pkgs+=(etcd-server)
+fi
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc)
@@ -270,6 +276,7 @@ med() {
 }
 # all values of KEY for ID, joined (for flags such as fifo_ok)
 allv() { awk -v id="$1" -v key="$2" '$1 == id { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == key) s = s (s ? "," : "") kv[2] } } END { print (s ? s : "-") }' "$RESULTS"; }
+fmt() { awk -v a="$1" 'BEGIN { if (a == "-") print "-"; else if (a + 0 >= 100 || a == int(a)) printf "%.0f", a; else if (a + 0 >= 10) printf "%.1f", a; else printf "%.3g", a }'; }
 
 # A private copy: the binary under test cannot change under us if the tree is rebuilt meanwhile.
 cp "$LEASEGATE_BIN" "$TMP/leasegate"
@@ -284,6 +291,45 @@ PSI_START="cpu $(psi cpu), io $(psi io)"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
 
+# The exclusive lock's pairs, then a read lock's and a semaphore's, on one server in one run, so
+# that what the machine is doing meanwhile weighs on the three alike. Read: every client takes
+# the ONE lock NAME in read mode. Semaphore: every client takes a permit of the ONE semaphore
+# NAME, whose limit is the number of clients (no acquire waits; every grant and release
+# goes through one name's holder list).
+kinds() {
+    bench pairs64.lg "${L[@]}" --mode pairs --clients "$CLIENTS" "${COMMON[@]}"
+    bench pairs64read.lg "${L[@]}" --mode pairs --variant readlock --name "bench-read-$RUN" --clients "$CLIENTS" "${COMMON[@]}"
+    bench pairs64sem.lg "${L[@]}" --mode pairs --variant semaphore --name "bench-sem-$RUN" --clients "$CLIENTS" \
+        "${COMMON[@]}"
+}
+
+if [[ $KINDS_ONLY == 1 ]]; then
+    for ((RUN = 1; RUN <= RUNS; RUN++)); do
+        log "---- run $RUN of $RUNS (${SECS}s per workload)"
+        start_leasegate "lg-$RUN"
+        L=(--target leasegate --port "$LG_PORT" --pid "$LG_PID")
+        kinds
+        stop_server "$LG_PID"
+    done
+    LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+    T_END=$(date +%s)
+    echo "### leasegate: exclusive, read and semaphore pairs — ${RUNS} run(s) × ${SECS} s (+${WARMUP} s warm-up); $(date -u +%Y-%m-%dT%H:%MZ)"
+    echo
+    echo "| $CLIENTS clients | pairs/s, median | pairs/s, each run | p50 ms | p99 ms | server CPU % |"
+    echo "|---|---|---|---|---|---|"
+    for k in "pairs64.lg:exclusive, distinct locks" "pairs64read.lg:read mode, all on one lock" \
+        "pairs64sem.lg:permits of one semaphore (limit $CLIENTS)"; do
+        id=${k%%:*}
+        printf '| %s | %s | %s | %s | %s | %s |\n' "${k#*:}" "$(fmt "$(med "$id" pairs_per_s)")" \
+            "$(allv "$id" pairs_per_s | sed 's/,/, /g')" "$(fmt "$(med "$id" p50_ms)")" "$(fmt "$(med "$id" p99_ms)")" \
+            "$(med "$id" server_cpu_pct)"
+    done
+    echo
+    echo "Errors per cell: $(awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^errors=/ && $i != "errors=0") s = s " " $1 ":" substr($i, 8) } END { print (s ? s : " none") }' "$RESULTS")."
+    echo "leasegate binary: sha256 $LG_REV. Load average before/after $LOAD_START / $LOAD_END; wall time $((T_END - T_START)) s; nproc $(nproc)."
+    exit 0
+fi
+
 # 1M-lock database for the start-up test (generated once, copied per run)
 log "generating a $STARTUP_LOCKS-lock database"
 python3 "$HERE/gen_db.py" "$TMP/startup-template.db" --locks "$STARTUP_LOCKS" --schema-from "$ROOT/src/store/store_sqlite.c" 2>&1 | sed 's/^/compare: /' >&2
@@ -294,7 +340,7 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
     # leasegate
     start_leasegate "lg-$RUN"
     L=(--target leasegate --port "$LG_PORT" --pid "$LG_PID")
-    bench pairs64.lg "${L[@]}" --mode pairs --clients "$CLIENTS" "${COMMON[@]}"
+    kinds
     bench pairs1.lg "${L[@]}" --mode pairs --clients 1 "${COMMON[@]}"
     bench contend.lg "${L[@]}" --mode contend --clients "$CLIENTS" "${COMMON[@]}"
     stop_server "$LG_PID"
@@ -363,7 +409,6 @@ T_END=$(date +%s)
 ratio() { # leasegate / peer
     awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'
 }
-fmt() { awk -v a="$1" 'BEGIN { if (a == "-") print "-"; else if (a + 0 >= 100 || a == int(a)) printf "%.0f", a; else if (a + 0 >= 10) printf "%.1f", a; else printf "%.3g", a }'; }
 # A row: label, key, then the cells' ids: leasegate, ceiling, Redis A, Redis B, etcd, ZooKeeper
 # ("-" for none); ratios are leasegate ÷ each peer.
 row() {
@@ -403,6 +448,8 @@ cpu_row() { # server CPU microseconds per pair (median CPU % / median pairs/s)
         "${v[0]}" "${v[1]}" "${v[2]}" "${v[3]}" "${v[4]}" "${v[5]}" "${r[0]}" "${r[1]}" "${r[2]}" "${r[3]}" "${r[4]}"
 }
 cpu_row pairs64.lg pairs64.ceil pairs64.redis pairs64.redisfs pairs64.etcd pairs64.zk
+row "pairs/s, $CLIENTS clients, read mode, all on ONE lock (leasegate only)" pairs_per_s pairs64read.lg - - - - -
+row "pairs/s, $CLIENTS clients, permits of ONE semaphore, limit $CLIENTS (leasegate only)" pairs_per_s pairs64sem.lg - - - - -
 row "pairs/s, 1 client" pairs_per_s pairs1.lg pairs1.ceil pairs1.redis pairs1.redisfs pairs1.etcd pairs1.zk
 row "pair p50 ms, 1 client" p50_ms pairs1.lg pairs1.ceil pairs1.redis pairs1.redisfs pairs1.etcd pairs1.zk
 row "pairs/s, $CLIENTS clients, etcd lock API (lease grant+lock+unlock+revoke)" pairs_per_s pairs64.lg - - - pairs64.etcdlock -

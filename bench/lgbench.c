@@ -4,7 +4,8 @@
  * (keep-alive, Content-Length and chunked bodies) and a minimal RESP client. libc only.
  *
  *   lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup
- *           [--variant txn|lock|lockkeep|read] [--clients N] [--seconds S] [--warmup S] [--count N]
+ *           [--variant txn|lock|lockkeep|read|readlock|semaphore] [--clients N] [--seconds S]
+ *           [--warmup S] [--count N]
  *           [--source-ips N]   (connections from 127.0.0.1..N: past one address's ephemeral ports)
  *           [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]
  *           [--name LOCKNAME] [--bin PATH --data FILE]   (startup)
@@ -16,7 +17,10 @@
  * Workloads
  *  pairs    every client loops acquire+release on its own lock; a "pair" is one acquire
  *           and one release; latency is the pair's round trip (acquire sent -> release
- *           answered).  leasegate: POST acquire + POST release.  redis: SET k v NX PX 30000 +
+ *           answered).  leasegate: POST acquire + POST release; --variant readlock: every
+ *           client takes the ONE lock --name in read mode (shared); --variant semaphore:
+ *           every client takes a permit of the ONE semaphore --name, whose limit is the
+ *           number of clients (so no acquire waits).  redis: SET k v NX PX 30000 +
  *           EVALSHA compare-and-delete.  etcd --variant txn: one lease per client (granted
  *           before timing), txn put-if-absent (create_revision == 0) with that lease +
  *           deleterange.  etcd --variant lock: lease grant + /v3/lock/lock +
@@ -49,6 +53,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -711,17 +716,24 @@ static void bad_answer(Conn *c, const Resp *r, const char *what)
 
 /* ------------------------------------------------------------------ request makers */
 
+static bool lg_semaphore(void) { return opt.target == T_LG && !strcmp(opt.variant, "semaphore"); }
+static bool lg_readlock(void) { return opt.target == T_LG && !strcmp(opt.variant, "readlock"); }
+
 static void lg_path(char *out, size_t n, const char *name, const char *action)
 {
-    snprintf(out, n, "/v1/locks/%s/%s", name, action);
+    snprintf(out, n, "/v1/%s/%s/%s", lg_semaphore() ? "semaphores" : "locks", name, action);
 }
 
 static void lg_acquire(Conn *c, const char *name, long wait_ms, long ttl_ms)
 {
-    char path[512], body[256];
+    char path[512], body[256], extra[64] = "";
     lg_path(path, sizeof path, name, "acquire");
-    snprintf(body, sizeof body, "{\"owner\":\"lgbench-%d\",\"ttl_ms\":%ld,\"wait_ms\":%ld}", c->idx, ttl_ms,
-             wait_ms);
+    if (lg_semaphore())
+        snprintf(extra, sizeof extra, ",\"limit\":%d", opt.clients);
+    else if (lg_readlock())
+        snprintf(extra, sizeof extra, ",\"mode\":\"read\"");
+    snprintf(body, sizeof body, "{\"owner\":\"lgbench-%d\",\"ttl_ms\":%ld,\"wait_ms\":%ld%s}", c->idx, ttl_ms,
+             wait_ms, extra);
     http_send(c, OP_LG_ACQ, "POST", path, body);
 }
 
@@ -735,7 +747,7 @@ static void lg_release(Conn *c, const char *name)
 
 static void conn_lock_name(const Conn *c, char *out, size_t n)
 {
-    if (opt.mode == M_PAIRS)
+    if (opt.mode == M_PAIRS && !lg_readlock() && !lg_semaphore())
         snprintf(out, n, "%s-%d", opt.name, c->idx);
     else
         snprintf(out, n, "%s", opt.name);
@@ -1649,8 +1661,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: lgbench --target leasegate|redis|etcd --mode pairs|contend|waiters|startup\n"
-            "               [--variant txn|lock|lockkeep|read] [--clients N] [--seconds S] [--warmup S] [--count N]\n"
-            "               [--source-ips N]\n"
+            "               [--variant txn|lock|lockkeep|read|readlock|semaphore] [--clients N]\n"
+            "               [--seconds S] [--warmup S] [--count N] [--source-ips N]\n"
             "               [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]\n"
             "               [--name LOCK] [--wait-ms MS] [--timeout S] [--bin PATH --data FILE]\n"
             "       lgbench --free-port\n");
@@ -1740,9 +1752,13 @@ int main(int argc, char **argv)
     if (opt.target == T_ETCD && opt.mode == M_PAIRS && !strcmp(opt.variant, "-"))
         opt.variant = "txn";
     if (strcmp(opt.variant, "-") && strcmp(opt.variant, "txn") && strcmp(opt.variant, "lock") &&
-        strcmp(opt.variant, "lockkeep") && strcmp(opt.variant, "read"))
+        strcmp(opt.variant, "lockkeep") && strcmp(opt.variant, "read") && strcmp(opt.variant, "readlock") &&
+        strcmp(opt.variant, "semaphore"))
         usage();
-    if (!strcmp(opt.variant, "read") && (opt.target != T_LG || opt.mode != M_PAIRS))
+    /* read, readlock and semaphore are leasegate's, for pairs (an etcd or Redis client would ignore
+     * them); a semaphore's limit, the number of clients, is at most 10000. */
+    if ((!strcmp(opt.variant, "read") || !strcmp(opt.variant, "readlock") || !strcmp(opt.variant, "semaphore")) &&
+        (opt.target != T_LG || opt.mode != M_PAIRS || (lg_semaphore() && opt.clients > 10000)))
         usage();
     if (opt.clients < 1 || opt.clients > 100000 || opt.seconds <= 0 || opt.warmup < 0 || opt.timeout <= 0 ||
         opt.source_ips < 0 || opt.source_ips > 254)

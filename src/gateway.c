@@ -32,19 +32,34 @@
 
 /* Lock-table hooks. */
 
+/* The change exists only in memory and cannot be made durable: stop before
+ * anything reveals it. Storage still holds a consistent state. */
+static void cannot_record(void)
+{
+    fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
+    _exit(70);
+}
+
 static void on_changed(void *ud, const Lock *lock)
 {
     Server *s = ud;
-    if (!commit_lock(s->commit, lock)) {
-        /* The change exists only in memory and cannot be made durable: stop
-         * before anything reveals it. Storage still holds a consistent state. */
-        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
-        _exit(70);
-    }
-    /* Every change that moves the lock's index wakes its watchers, also those
+    if (!commit_lock(s->commit, lock))
+        cannot_record();
+    /* Every change that moves a lock's index wakes its watchers, also those
      * that report no event (one reentry released). Only marks them: they are
      * asked on the loop's tick, outside the lock table. */
-    watch_note(s, lock->name);
+    if (lock->kind == KIND_LOCK)
+        watch_note(s, lock->name);
+}
+
+/* A reader's or a permit's own record. */
+static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
+{
+    Server *s = ud;
+    if (!commit_holder(s->commit, lock, h))
+        cannot_record();
+    if (lock->kind == KIND_LOCK)
+        watch_note(s, lock->name);
 }
 
 /* A forgotten lock takes its guard mark along (the store deletes both rows):
@@ -53,14 +68,14 @@ static void on_forgotten(void *ud, const Lock *lock)
 {
     Server *s = ud;
     quota_named(s, &lock->charge, -1);
-    fence_remove(s->guard_marks, lock->name);
-    if (!commit_forget(s->commit, lock->name, locktab_last_token(s->locks))) {
-        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
-        _exit(70);
-    }
+    if (lock->kind == KIND_LOCK)
+        fence_remove(s->guard_marks, lock->name);
+    if (!commit_forget(s->commit, (LockKind)lock->kind, lock->name, locktab_last_token(s->locks)))
+        cannot_record();
     /* Its last_token is gone from GET and its index moves (forget_index):
      * watchers of the name are told. */
-    watch_note(s, lock->name);
+    if (lock->kind == KIND_LOCK)
+        watch_note(s, lock->name);
 }
 
 /* Fence hook: an idle resource goes, its mark lives on in its bucket's floor. */
@@ -74,27 +89,29 @@ static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, 
     }
 }
 
-static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
+static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq)
 {
     Server *s = ud;
     /* From the grant's announced time, on the wall clock: the only time a
      * grant keeps across restarts (a lease loaded from the store has no
      * earlier reading of the boot clock). */
     if (how >= LEASE_END_EXPIRED && how <= LEASE_END_REVOKED)
-        histogram_observe(&s->metrics.hold[how - 1], (double)(clock_now().wall_ms - lock->holder.acquired_at_ms) / 1000);
-    quota_held(s, lock->holder.key, -1);
-    if (!commit_ended(s->commit, lock->name, lease, token, how, seq)) {
-        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
-        _exit(70);
-    }
+        histogram_observe(&s->metrics.hold[how - 1], (double)(clock_now().wall_ms - h->acquired_at_ms) / 1000);
+    quota_held(s, h->key, -1);
+    /* A writer's end is in its lock's record (changed comes next); a
+     * reader's or a permit's record goes. */
+    bool shared = lock->kind == KIND_SEMAPHORE || h->mode == MODE_READ;
+    if (!commit_ended(s->commit, (LockKind)lock->kind, lock->name, h->lease, h->token, how, seq) ||
+        (shared && !commit_holder_gone(s->commit, (LockKind)lock->kind, lock->name, h->token)))
+        cannot_record();
     /* After the change is recorded: its event waits for the batch that holds it. */
-    trail_ended(s, lock->name, lock->holder.owner, lock->holder.key, token, how);
+    trail_ended(s, lock, h, how);
 }
 
-static void on_granted(void *ud, void *waiter_ctx, const Lock *lock)
+static void on_granted(void *ud, void *waiter_ctx, const Lock *lock, const Holder *h)
 {
     (void)ud;
-    api_waiter_granted(waiter_ctx, lock);
+    api_waiter_granted(waiter_ctx, lock, h);
 }
 
 static void on_timed_out(void *ud, void *waiter_ctx, const Lock *lock)
@@ -108,24 +125,58 @@ static void on_timed_out(void *ud, void *waiter_ctx, const Lock *lock)
 typedef struct LoadCtx {
     Server *s;
     Now now;
-    size_t locks, held;
+    size_t locks, held, dropped;
 } LoadCtx;
+
+/* Who made a name is not stored: a held one counts against its first
+ * holder's key (the writer's, or the oldest reader's or permit's). */
+static void charge_by_holder(Server *s, LockKind kind, const char *name, const Holder *h)
+{
+    const Lock *lock = locktab_get(s->locks, kind, name);
+    if (!h || !h->key || !lock || lock->charge.key || lock->charge.peer)
+        return;
+    Charge c = quota_charge_of_key(s, h->key);
+    locktab_set_charge(s->locks, kind, name, c);
+    quota_named(s, &c, +1);
+}
 
 static int load_lock(void *ud, const StoreLock *l)
 {
     LoadCtx *ctx = ud;
     ctx->locks++;
+    if (locktab_load(ctx->s->locks, (LockKind)l->kind, l->name, l->last_token, l->limit, l->delay_until_ms,
+                     &ctx->now) != LOCK_OK ||
+        (l->held && locktab_load_holder(ctx->s->locks, KIND_LOCK, l->name, &l->holder, &ctx->now) != LOCK_OK))
+        return -1;
     ctx->held += l->held;
     if (l->held)
         quota_held(ctx->s, l->holder.key, +1);
-    if (locktab_load(ctx->s->locks, l->name, l->last_token, l->held ? &l->holder : NULL, &ctx->now) != LOCK_OK)
-        return -1;
-    /* Who made the name is not stored: a held one counts against its holder's key. */
-    if (l->held && l->holder.key) {
-        Charge c = quota_charge_of_key(ctx->s, l->holder.key);
-        locktab_set_charge(ctx->s->locks, l->name, c);
-        quota_named(ctx->s, &c, +1);
+    charge_by_holder(ctx->s, (LockKind)l->kind, l->name, l->held ? &l->holder : NULL);
+    return 0;
+}
+
+/* Readers and permits come by token, oldest first. One that cannot hold
+ * beside the grants loaded before it (a reader beside a writer, a permit
+ * past the limit) is younger than they are, and can only come from an etcd
+ * batch that was cut between its parts (store_etcd.c, order_ops): no answer
+ * revealed it, so it is dropped; the older grants may have been revealed. */
+static int load_holder(void *ud, const StoreHolder *r)
+{
+    LoadCtx *ctx = ud;
+    LockResult rc = locktab_load_holder(ctx->s->locks, (LockKind)r->kind, r->name, &r->holder, &ctx->now);
+    if (rc == LOCK_BUSY) {
+        fprintf(stderr, "leasegate: dropped %s token %llu of %s '%s': it cannot hold beside older grants (a batch "
+                        "cut short, never revealed)\n",
+                r->kind == KIND_SEMAPHORE ? "permit" : "reader", (unsigned long long)r->holder.token,
+                r->kind == KIND_SEMAPHORE ? "semaphore" : "lock", r->name);
+        ctx->dropped++;
+        return 0;
     }
+    if (rc != LOCK_OK)
+        return -1;
+    ctx->held++;
+    quota_held(ctx->s, r->holder.key, +1);
+    charge_by_holder(ctx->s, (LockKind)r->kind, r->name, &r->holder);
     return 0;
 }
 
@@ -154,7 +205,7 @@ static int load_history_seq(void *ud, uint64_t seq)
 static int load_ended(void *ud, const StoreEnded *e)
 {
     LoadCtx *ctx = ud;
-    locktab_load_ended(ctx->s->locks, e->lock, e->lease, e->token, e->how, e->seq);
+    locktab_load_ended(ctx->s->locks, (LockKind)e->kind, e->lock, e->lease, e->token, e->how, e->seq);
     return 0;
 }
 
@@ -347,7 +398,7 @@ int gateway_open(Server *s, const Config *cfg)
     s->commit = commit_new(s->store, err, sizeof err);
     LocktabLimits limits = {cfg->max_locks, cfg->max_waiters, cfg->max_waiters_per_lock, cfg->lease_history,
                             (int64_t)cfg->forget_idle_s * 1000};
-    LocktabHooks hooks = {s, on_changed, on_granted, on_timed_out, on_forgotten, on_ended};
+    LocktabHooks hooks = {s, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed};
     s->locks = locktab_new(&limits, &hooks);
     FenceHooks fence_hooks = {s, on_fence_forgotten};
     s->fence = fence_new(cfg->max_fences, (int64_t)cfg->forget_idle_s * 1000, &fence_hooks);
@@ -366,12 +417,20 @@ int gateway_open(Server *s, const Config *cfg)
         fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
         return -1;
     }
-    LoadCtx ctx = {s, clock_now(), 0, 0};
+    LoadCtx ctx = {s, clock_now(), 0, 0, 0};
     /* From the wall clock, as event seqs (events.c): a lock's index from
      * before a restart stays below its index after. */
     locktab_start_index(s->locks, (uint64_t)ctx.now.wall_ms * 1000);
-    StoreLoad cb = {&ctx,      load_lock,         load_fence, load_guard_mark, load_floor, load_history_seq,
-                    load_ended, load_revoked, load_audit};
+    StoreLoad cb = {.ud = &ctx,
+                    .lock = load_lock,
+                    .holder = load_holder,
+                    .fence = load_fence,
+                    .guard_mark = load_guard_mark,
+                    .floor = load_floor,
+                    .history_seq = load_history_seq,
+                    .ended = load_ended,
+                    .revoked = load_revoked,
+                    .audit = load_audit};
     commit_keep_history(s->commit, cfg->lease_history);
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {
@@ -384,7 +443,8 @@ int gateway_open(Server *s, const Config *cfg)
     }
     locktab_raise_last_token(s->locks, last_token);
     locktab_tick(s->locks, &ctx.now); /* ends the leases that expired while the server was down */
-    fprintf(stderr, "leasegate: loaded %zu locks (%zu held, %zu expired while down), last token %llu, from %s\n",
+    fprintf(stderr, "leasegate: loaded %zu locks and semaphores (%zu leases held, %zu expired while down), last token "
+                    "%llu, from %s\n",
             ctx.locks, locktab_held(s->locks), ctx.held - locktab_held(s->locks),
             (unsigned long long)locktab_last_token(s->locks), where);
     if (cfg->min_token > locktab_last_token(s->locks)) {

@@ -45,6 +45,23 @@ export interface AcquireOptions {
   keepAlive?: boolean;
 }
 
+export interface LockAcquireOptions extends AcquireOptions {
+  /** "write" (exclusive, the default) or "read" (shared with the other readers; the guard
+   *  refuses a read lease's writes with 409 stale_token, reason "read_lease"). */
+  mode?: LockMode;
+  /** When this lease ends uncleanly (expires, force-released), nobody is granted the lock
+   *  until this long after (at most "60s"). Default: none. */
+  lockDelay?: Duration;
+}
+
+export interface PermitOptions extends AcquireOptions {
+  /** The semaphore's number of permits, 1..10000: set by the first acquire of an idle
+   *  semaphore; another limit while it has holders or waiters is LimitMismatchError. */
+  limit: number;
+}
+
+export type LockMode = "write" | "read";
+
 /** A holder as others see it: never its lease id. */
 export interface Holder {
   owner: string;
@@ -55,12 +72,34 @@ export interface Holder {
   expires_at_ms: number;
   count: number;
   metadata: Record<string, unknown>;
+  /** A lock holder's mode (absent for a semaphore's permit). */
+  mode?: LockMode;
 }
 
 export interface LockState {
   name: string;
   held: boolean;
+  /** The holders' mode, null while free. */
+  mode: LockMode | null;
+  /** The writer, or the oldest reader; null while free. */
   holder: Holder | null;
+  /** Every holder in grant order (the first 100; holders_total counts all). */
+  holders: Holder[];
+  holders_total: number;
+  waiters: number;
+  last_token: string;
+  /** While a lock-delay runs: the server's clock (ms) before which nobody is granted it; else null. */
+  delay_until_ms: number | null;
+}
+
+export interface SemaphoreState {
+  name: string;
+  /** The number of permits; null for a semaphore with neither holders nor waiters. */
+  limit: number | null;
+  /** One per permit held, in grant order (the first 100; holders_total counts all). */
+  holders: Holder[];
+  holders_total: number;
+  available: number | null;
   waiters: number;
   last_token: string;
 }
@@ -76,20 +115,34 @@ export class Client {
   readonly servers: string[];
   readonly owner: string;
   /** Takes the lock; rejects with LockHeldError when not granted within `wait`. */
-  acquire(name: string, options?: AcquireOptions): Promise<Lease>;
+  acquire(name: string, options?: LockAcquireOptions): Promise<Lease>;
   /** Acquires, runs fn while the watchdog keeps the lease alive, releases. Rejects with
    *  LeaseLostError if the lease was lost while fn ran (fn's own error is in callbackError). */
-  withLock<T>(name: string, options: Omit<AcquireOptions, "keepAlive">, fn: (lease: Lease) => Promise<T> | T): Promise<T>;
+  withLock<T>(name: string, options: Omit<LockAcquireOptions, "keepAlive">, fn: (lease: Lease) => Promise<T> | T): Promise<T>;
   withLock<T>(name: string, fn: (lease: Lease) => Promise<T> | T): Promise<T>;
+  /** Takes one permit of a semaphore (a Lease with its own token); rejects with
+   *  SemaphoreFullError when none was free within `wait`, LimitMismatchError for another limit. */
+  acquirePermit(name: string, options: PermitOptions): Promise<Lease>;
+  /** withLock for one permit of a semaphore. */
+  semaphore<T>(name: string, options: Omit<PermitOptions, "keepAlive">, fn: (permit: Lease) => Promise<T> | T): Promise<T>;
   status(name: string): Promise<LockState>;
+  semaphoreStatus(name: string): Promise<SemaphoreState>;
   /** Every known lock whose name starts with prefix, in name order, a page at a time. */
-  list(options?: { prefix?: string; after?: string; pageSize?: number }): AsyncGenerator<LockState, void, undefined>;
+  list(options?: { prefix?: string; after?: string; pageSize?: number; semaphores?: false }): AsyncGenerator<LockState, void, undefined>;
+  /** Every known semaphore whose name starts with prefix, in name order, a page at a time. */
+  list(options: { prefix?: string; after?: string; pageSize?: number; semaphores: true }): AsyncGenerator<SemaphoreState, void, undefined>;
   /** Checks a token against a resource's high-water mark; rejects with StaleTokenError. */
   fence(resource: string, token: TokenLike): Promise<FenceResult>;
 }
 
 export class Lease extends EventEmitter {
   readonly name: string;
+  /** True for a permit of a semaphore. */
+  readonly semaphore: boolean;
+  /** The lock's mode; null for a permit. */
+  readonly mode: LockMode | null;
+  /** The semaphore's number of permits; null for a lock. */
+  readonly limit: number | null;
   readonly owner: string;
   /** The lease id: the secret that renews, releases and writes through the guard. */
   readonly lease: string;
@@ -139,6 +192,12 @@ export class ForbiddenError extends LeasegateError {}
 export class NotFoundError extends LeasegateError {}
 export class MethodNotAllowedError extends LeasegateError {}
 export class LockHeldError extends LeasegateError {}
+/** 409 semaphore_full: no permit within the wait (a LockHeldError). */
+export class SemaphoreFullError extends LockHeldError {}
+/** 409 limit_mismatch: the semaphore is in use under another limit (body.limit). */
+export class LimitMismatchError extends LeasegateError {}
+/** 409 mode_conflict: a reentry asked for another mode than the lease's own. */
+export class ModeConflictError extends LeasegateError {}
 export class NotHolderError extends LeasegateError {}
 export class StaleTokenError extends LeasegateError {}
 export class PayloadTooLargeError extends LeasegateError {}

@@ -15,15 +15,15 @@ const { Client } = require("./src/client.js");
 const { Lease, ensureOk } = require("./src/lease.js");
 const {
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
-  LockHeldError, NotHolderError, StaleTokenError, PayloadTooLargeError, UriTooLongError, TokenRequiredError,
-  HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError, UnavailableError,
-  TLSVerificationError, LeaseLostError,
+  LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
+  PayloadTooLargeError, UriTooLongError, TokenRequiredError, HeadersTooLargeError, OverloadedError, BadGatewayError,
+  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError,
 } = require("./src/errors.js");
 
 module.exports = {
   Client, Lease, ensureOk,
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
-  LockHeldError, NotHolderError, StaleTokenError, PayloadTooLargeError, UriTooLongError, TokenRequiredError,
-  HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError, UnavailableError,
-  TLSVerificationError, LeaseLostError,
+  LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
+  PayloadTooLargeError, UriTooLongError, TokenRequiredError, HeadersTooLargeError, OverloadedError, BadGatewayError,
+  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError,
 };

@@ -6,7 +6,7 @@ import leasegate from "./index.js";
 export const {
   Client, Lease, ensureOk,
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
-  LockHeldError, NotHolderError, StaleTokenError, PayloadTooLargeError, UriTooLongError, TokenRequiredError,
-  HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError, UnavailableError,
-  TLSVerificationError, LeaseLostError,
+  LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
+  PayloadTooLargeError, UriTooLongError, TokenRequiredError, HeadersTooLargeError, OverloadedError, BadGatewayError,
+  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError,
 } = leasegate;

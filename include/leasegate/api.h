@@ -18,13 +18,19 @@ void api_audit(Request *req);
 void api_backup(Request *req);
 void api_lock_history(Request *req);
 void api_list_locks(Request *req);
+void api_semaphore_acquire(Request *req);
+void api_semaphore_renew(Request *req);
+void api_semaphore_release(Request *req);
+void api_get_semaphore(Request *req);
+void api_semaphore_history(Request *req);
+void api_list_semaphores(Request *req);
 void api_fence(Request *req);
 void api_healthz(Request *req);
 void api_metrics(Request *req);
 void api_dashboard(Request *req);
 
 /* Lock-table hooks for long-polling acquires (the waiter context is the Request). */
-void api_waiter_granted(Request *req, const Lock *lock);
+void api_waiter_granted(Request *req, const Lock *lock, const Holder *h);
 void api_waiter_timed_out(Request *req, const Lock *lock);
 /* The lock rules at a request's edges: a waiter whose client left leaves the
  * lock's queue; a grant that its answer did not deliver is released at once

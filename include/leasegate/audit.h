@@ -2,8 +2,9 @@
  * audit — rows of what happened to locks and who did it: grants, releases,
  * expiries, force-releases, and the fence's and the guard's refusals, each
  * with its time, lock, owner, token, the API key's name and the peer's
- * address (never a lease); and a ring of the newest `keep` rows, in seq
- * order, which the events (events.h) are published into.
+ * address, and whether it is about a lock (with the lease's mode), a
+ * semaphore or a fence resource (never a lease); and a ring of the newest
+ * `keep` rows, in seq order, which the events (events.h) are published into.
  *
  * The audit trail itself is auditlog.h: rows numbered (seq, from 1, never
  * reused), kept per API key and written in the same group commit as the
@@ -31,6 +32,10 @@ typedef enum AuditKind {
     AUDIT_FENCE_RAISED,
 } AuditKind;
 
+/* What a row is about (its "type"), and a lock grant's mode ("mode"). */
+typedef enum AuditObject { AUDIT_OF_LOCK = 0, AUDIT_OF_SEMAPHORE = 1, AUDIT_OF_FENCE = 2 } AuditObject;
+typedef enum AuditMode { AUDIT_MODE_NONE = 0, AUDIT_MODE_WRITE = 1, AUDIT_MODE_READ = 2 } AuditMode;
+
 typedef struct AuditRow {
     uint64_t seq;
     int64_t at_ms; /* Unix ms */
@@ -40,6 +45,8 @@ typedef struct AuditRow {
     uint64_t token;    /* 0 when none */
     const char *key;   /* the API key's name; "" without keys or for the server itself */
     const char *peer;  /* "ADDR:PORT"; "" for the server itself */
+    uint8_t object;    /* AuditObject: a lock, a semaphore, a fence resource */
+    uint8_t mode;      /* AuditMode: of the lease a lock's row is about; NONE when none */
 } AuditRow;
 
 typedef struct Audit Audit;
@@ -64,6 +71,9 @@ bool audit_list(const Audit *a, const char *lock, bool prefix, uint64_t after, s
 /* The largest seq given so far (0: none). */
 uint64_t audit_latest(const Audit *a);
 const char *audit_kind_name(int kind);
+const char *audit_object_name(int object);
+/* "write", "read", or NULL for AUDIT_MODE_NONE. */
+const char *audit_mode_name(int mode);
 /* The smallest seq still kept (0: none kept). */
 uint64_t audit_oldest(const Audit *a);
 

@@ -1,10 +1,12 @@
 /*
- * cli — the client side of leasegate: `run` (hold a lock while a command
- * runs) and the script subcommands (acquire, renew, release, status, list).
+ * cli — the client side of leasegate: `run` (hold a lock, or a permit of a
+ * semaphore, while a command runs) and the script subcommands (acquire,
+ * renew, release, status, list).
  *
  * Exit codes (documented in README and `leasegate help`):
  *   0 success; 1 the server could not be reached or answered unexpectedly;
- *   2 usage; 3 the lock was not acquired (held by another past --wait);
+ *   2 usage; 3 the lock was not acquired (held by another past --wait; a
+ *   semaphore's permits all held);
  *   4 the lease does not hold the lock (not_holder);
  *   run: the command's own status (128+N if killed by signal N), 75 when
  *   the lease was lost and the command's process group was stopped, 124 at
@@ -71,6 +73,13 @@ int cli_http_shared(const char *servers, const char *method, const char *path, j
  * is parsed as JSON into *reply_new. */
 int cli_http_download(const char *servers, const char *path, FILE *to, long timeout_ms, long *status,
                       json_t **reply_new, char *err, size_t errlen);
+
+/* The flags beside --lock or --semaphore of acquire and run, checked
+ * together: a semaphore needs --limit N (1..10000) and takes no --read,
+ * --lock-delay (lock_delay_ms -1: not given) or reentry lease; a lock takes
+ * no --limit. *limit_out is N; false after saying why. */
+bool cli_target_flags(const char *cmd, bool semaphore, const char *limit, bool read, int64_t lock_delay_ms,
+                      bool lease, long *limit_out);
 
 int cli_acquire(int argc, char **argv);
 int cli_renew(int argc, char **argv);

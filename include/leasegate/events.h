@@ -17,7 +17,9 @@
  * over the ring, whatever their `after`. A long-poll looks at the ring once,
  * when it comes in; while it waits it hears only of its own events, so it
  * holds no position in the ring that the ring could drop. Events carry the
- * lock, owner and token, never a lease. They live in memory only; each run
+ * lock, owner and token, whether it is a lock, a semaphore or a fence
+ * resource (type) and a lock lease's mode, never a lease. They live in memory
+ * only; each run
  * numbers them from its start time (x1000), so a seq from an earlier run is
  * always below this run's and gets 410 too.
  */
@@ -37,7 +39,11 @@ typedef struct Events Events;
 /* NULL when out of memory. keep 0: no events (404). */
 Events *events_new(size_t keep);
 void events_free(Events *e);
-/* Something happened: published once what is pending now is durable. */
+/* Something happened: published once what is pending now is durable.
+ * object and mode as in an AuditRow; events_note takes a fence resource's
+ * for the fence's kinds, else a lock's, without a mode. */
+void events_note_of(Server *s, AuditKind kind, int object, int mode, const char *lock, const char *owner,
+                    uint64_t token);
 void events_note(Server *s, AuditKind kind, const char *lock, const char *owner, uint64_t token);
 /* GET /v1/events. */
 void api_events(Request *req);

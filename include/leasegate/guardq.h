@@ -61,8 +61,10 @@ size_t guardq_writes(const GuardQueues *gq, const char *lock);
 int64_t guardq_settling_ms(const GuardQueues *gq, const char *lock, const Now *now);
 /* Answers req 503: `lock` settles for ms more (Retry-After). */
 void guardq_reply_settling(Request *req, const char *lock, int64_t ms);
-/* Why a write bound to b may not go upstream now, or NULL. */
+/* Why a write bound to b may not go upstream now, or NULL. A read lease's
+ * reason is GUARDQ_READ_LEASE (the 409 then says reason "read_lease"). */
 const char *guardq_stale_reason(const Server *s, const GuardBinding *b);
+extern const char GUARDQ_READ_LEASE[];
 /* Answers req 409 stale_token (token 0: the lease holds nothing). */
 void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const char *why);
 

@@ -104,7 +104,7 @@ void http_reply_invalid(Request *req, ErrCode code, json_t *extra, const char *f
  * /metrics, the dashboard's files): it leaves at once. */
 void http_reveals_nothing(Request *req);
 /* Remembers that the reply about to be sent grants `lease` on `lock`. */
-void http_note_grant(Request *req, const char *lock, const uint8_t *lease);
+void http_note_grant(Request *req, LockKind kind, const char *lock, const uint8_t *lease);
 
 /* Flow control for the proxy: park the connection / let MHD run it again. */
 void http_suspend(Request *req);

@@ -1,23 +1,48 @@
 /*
- * locktab — the lock state machine: free/held, FIFO waiters, reentry,
- * lease expiry and the global fencing-token counter.
+ * locktab — the lock state machine: locks (exclusive writers or shared
+ * readers) and semaphores (up to `limit` permits), FIFO waiters, reentry,
+ * lease expiry, lock-delay and the global fencing-token counter.
  *
  * It knows nothing of HTTP, JSON or SQL. It is owned by one thread (the loop),
  * so it takes no locks. Time comes in as a Now, never read here.
  *
+ * Two namespaces (LockKind): locks and semaphores; a name may be both, and
+ * they have nothing to do with each other except the one token counter.
+ * Every grant is a lease of its own (a Holder: its own lease id, token and
+ * expiry): the writer of a lock, each reader, each permit of a semaphore.
+ *
+ * Fairness (grant_next in locktab.c): the waiters of a name form one FIFO
+ * list and only its head is ever granted; nobody is granted past a waiter
+ * (no barging: a reader that comes while readers hold and a writer waits
+ * waits behind the writer, so neither side starves). When the head can be
+ * granted, it is, and so is the next, and so on: a writer's end grants the
+ * next writer, or the whole run of readers at the head up to the next
+ * writer; each freed permit grants one waiter.
+ *
+ * Lock-delay (locks only): a lease that ends uncleanly (expired, revoked)
+ * with a lock_delay_ms keeps the lock from every grant until that long after
+ * its end; waiters keep their places.
+ *
  * Invariants (checked by locktab_check in debug builds):
- *  - a lock is held  <=>  its expiry deadline is queued;
- *  - a free lock has no waiters (freeing a lock grants it to the first waiter);
+ *  - every holder's expiry deadline is queued; a lock's holders all have its
+ *    mode; a lock in write mode has one holder; a semaphore has at most
+ *    `limit` holders;
+ *  - the head waiter of a name could not be granted now: a lock-delay runs,
+ *    or the holders exclude it (so a free lock without a delay, or a
+ *    semaphore with a free permit, has no waiters);
  *  - holder.token <= lock.last_token <= locktab's last token, and every grant
  *    takes last token + 1, so tokens never repeat and never go backwards;
- *  - every waiter's wait deadline is queued;
- *  - a lock is free  <=>  its idle deadline is queued: a lock that stays free
- *    (no holder, no waiter) for forget_idle_ms is forgotten (hooks.forgotten),
- *    so names do not pile up; its last_token then lives on only in the
- *    global counter.
- * Every change to a lock's durable state is reported through hooks.changed
- * before the call that made it returns; the caller must make that change
- * durable before it reveals anything about it (group commit).
+ *  - every waiter's wait deadline is queued; a lock-delay's deadline is
+ *    queued while it runs;
+ *  - a name is idle (no holder, no waiter, no delay)  <=>  its idle deadline
+ *    is queued: a name that stays idle for forget_idle_ms is forgotten
+ *    (hooks.forgotten), so names do not pile up; its last_token then lives
+ *    on only in the global counter.
+ * Every change to durable state is reported through hooks.changed (the
+ * name's own record: last token, limit, lock-delay, and a lock's writer) or
+ * hooks.holder_changed (a reader or a permit: records of their own) before
+ * the call that made it returns; the caller must make that change durable
+ * before it reveals anything about it (group commit).
  */
 #ifndef LEASEGATE_LOCKTAB_H
 #define LEASEGATE_LOCKTAB_H
@@ -33,6 +58,18 @@
 
 #define LEASE_ID_BYTES 16
 
+/* Which namespace a name is in. */
+typedef enum LockKind { KIND_LOCK = 0, KIND_SEMAPHORE = 1 } LockKind;
+#define LOCK_KINDS 2
+
+/* A lock's holders: one writer, or readers that share it. A permit is
+ * MODE_WRITE (a semaphore has no modes). */
+typedef enum LockMode { MODE_WRITE = 0, MODE_READ = 1 } LockMode;
+
+/* The longest lock-delay, and the most permits of a semaphore. */
+#define LOCKTAB_DELAY_MAX_MS 60000
+#define LOCKTAB_LIMIT_MAX 10000
+
 typedef struct Holder {
     uint8_t lease[LEASE_ID_BYTES];
     char *owner;    /* owned */
@@ -46,7 +83,10 @@ typedef struct Holder {
     int64_t expires_at_ms;  /* Unix ms: announced, never later than the deadline */
     int64_t deadline_ms;    /* boot clock: when the lease ends; -1 in a record
                              * loaded from another boot (then expires_at_ms rules) */
-    uint32_t count;         /* reentries: 1 for a fresh grant */
+    int64_t lock_delay_ms;  /* locks: no grant for this long after the lease ends
+                             * uncleanly (0: none); 0 for a permit */
+    uint32_t count;         /* reentries: 1 for a fresh grant; always 1 for a permit */
+    uint8_t mode;           /* LockMode */
     /* In memory only, never stored: the answers that reveal the grant (or its
      * last re-entry) and have not ended yet, and whether one was delivered
      * (locktab_answer_started, locktab_answer_ended). A loaded holder counts
@@ -62,53 +102,69 @@ typedef struct Holder {
  * read up to CLOCK_PAIR_MAX_GAP_NS after the boot clock (clock.h). Both
  * hold while the gap of the Now that set the deadline is under 1 ms: with
  * a slack of 1, the roundings alone could use it all up, so any gap broke
- * them. */
+ * them. A lock-delay's deadline has the same slack after its announced
+ * delay_until_ms. */
 #define LOCKTAB_DEADLINE_SLACK_MS 2
 
 typedef struct Deadline {
     HeapEntry entry;
-    uint8_t kind; /* which struct embeds it: a lock's expiry or a waiter's wait */
+    uint8_t kind; /* which struct embeds it: a holder's expiry, a waiter's wait, a name's idle time or delay */
 } Deadline;
 
 typedef struct Waiter Waiter;
 
 typedef struct Lock {
-    char *name;          /* owned; the lock table's key */
+    char *name;          /* owned; the lock table's key (in its kind's namespace) */
     uint64_t id;         /* this incarnation of the name (names can be forgotten and reused) */
-    uint64_t last_token; /* last token granted for this lock; 0 if never */
-    bool held;
-    Holder holder;       /* valid when held */
-    Deadline expiry;     /* queued while held */
-    Deadline idle;       /* queued while free: when to forget the lock */
+    uint64_t last_token; /* last token granted for this name; 0 if never */
+    uint8_t kind;        /* LockKind */
+    uint8_t mode;        /* LockMode of the holders while held (a semaphore's: MODE_WRITE) */
+    uint32_t limit;      /* a semaphore's permits (set by the acquire that finds it idle); 0 for a lock */
+    DList holders;       /* the table's, in grant order: locktab_holder, locktab_next_holder */
+    int64_t delay_until_ms; /* Unix ms: a lock-delay runs until then (announced); 0 when none */
+    Deadline delay;      /* queued while a lock-delay runs */
+    Deadline idle;       /* queued while idle: when to forget the name */
     DList waiters;       /* FIFO of Waiter.link: the head is served next */
-    uint64_t index;      /* moves with every change a reader can see (holder, renewal,
-                          * waiters): locktab_index */
+    uint64_t index;      /* moves with every change a reader can see (holders, renewals,
+                          * waiters, delays): locktab_index */
     Charge charge;       /* who the name is counted against (share.h): AcquireArgs.charge of
                           * the acquire that made it, or locktab_set_charge; opaque here */
 } Lock;
 
+static inline bool locktab_is_held(const Lock *lock) { return lock->holders.len > 0; }
+/* The first holder in grant order (a lock's writer or oldest reader, a
+ * semaphore's oldest permit), or NULL when nobody holds it; the next one. */
+const Holder *locktab_holder(const Lock *lock);
+const Holder *locktab_next_holder(const Holder *h);
+
 typedef struct LocktabHooks {
     void *ud;
-    /* The durable state of `lock` changed. */
+    /* The durable record of `lock` changed (last token, limit, lock-delay, a
+     * lock's writer), or something a reader of it sees (its index moved). */
     void (*changed)(void *ud, const Lock *lock);
-    /* A queued waiter was granted `lock` (its holder is the new grant). */
-    void (*granted)(void *ud, void *waiter_ctx, const Lock *lock);
+    /* A queued waiter was granted `lock`: h is its grant. */
+    void (*granted)(void *ud, void *waiter_ctx, const Lock *lock, const Holder *h);
     /* A queued waiter's wait_ms passed without a grant. */
     void (*timed_out)(void *ud, void *waiter_ctx, const Lock *lock);
-    /* The lock stayed free for forget_idle_ms and is about to be freed. */
+    /* The name stayed idle for forget_idle_ms and is about to be freed. */
     void (*forgotten)(void *ud, const Lock *lock);
-    /* A lease of `lock` ended (how: a LeaseEnd); reported in the same call as
-     * the change that ended it, so it can share its commit. seq is its place
-     * in the lease history. */
-    void (*ended)(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq);
+    /* A lease of `lock` ended (how: a LeaseEnd); h is still valid (no longer
+     * among the holders). Reported in the same call as the change that
+     * ended it, so it can share its commit; a reader's or a permit's record
+     * goes with it. seq is its place in the lease history. May be NULL. */
+    void (*ended)(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq);
+    /* A reader or a permit of `lock` (a record of its own) was granted,
+     * re-entered, renewed or released to a count above 0. A grant reports
+     * changed (the last token) first. */
+    void (*holder_changed)(void *ud, const Lock *lock, const Holder *h);
 } LocktabHooks;
 
 typedef struct LocktabLimits {
-    size_t max_locks;
+    size_t max_locks;            /* names known, of both kinds */
     size_t max_waiters;          /* in total */
     size_t max_waiters_per_lock;
     size_t lease_history;        /* ended leases remembered for not_holder reasons */
-    int64_t forget_idle_ms;      /* a lock free this long is forgotten (> 0) */
+    int64_t forget_idle_ms;      /* a name idle this long is forgotten (> 0) */
 } LocktabLimits;
 
 typedef struct AcquireArgs {
@@ -116,23 +172,29 @@ typedef struct AcquireArgs {
     const char *metadata;        /* NULL: "{}" for a grant, unchanged for reentry */
     int64_t ttl_ms;              /* reentry: 0 keeps the lease's ttl */
     int64_t wait_ms;             /* 0: try once */
-    const uint8_t *lease;        /* NULL, or the holder's lease for reentry */
+    const uint8_t *lease;        /* NULL, or the holder's lease for reentry (locks only) */
     const uint8_t *new_lease;    /* the lease id to use if granted now (NULL for reentry) */
     const char *request_id;      /* NULL, or the client's id for this acquire: a repeat of
-                                  * the acquire that made or last re-entered the current
+                                  * the acquire that made or last re-entered a current
                                   * grant (same request_id, owner and key) changes nothing
                                   * and answers LOCK_REPLAYED */
     const char *key;             /* NULL, or the name of the API key acquiring (Holder.key) */
     Charge charge;               /* Lock.charge when this acquire makes a new name */
+    uint8_t mode;                /* locks: LockMode */
+    bool mode_given;             /* reentry: a mode other than the lease's is LOCK_MODE_CONFLICT */
+    int64_t lock_delay_ms;       /* locks: 0..LOCKTAB_DELAY_MAX_MS (Holder.lock_delay_ms) */
+    uint32_t limit;              /* semaphores: 1..LOCKTAB_LIMIT_MAX */
 } AcquireArgs;
 
 typedef enum LockResult {
     LOCK_OK,          /* granted, reentered, renewed or released */
-    LOCK_REPLAYED,    /* acquire: a retry of the acquire that made the current grant
-                       * (AcquireArgs.request_id); *lock_out is that grant, unchanged */
+    LOCK_REPLAYED,    /* acquire: a retry of the acquire that made a current grant
+                       * (AcquireArgs.request_id); *holder_out is that grant, unchanged */
     LOCK_QUEUED,      /* acquire: waiting; the waiter is returned */
-    LOCK_BUSY,        /* acquire: held by another and not waiting */
+    LOCK_BUSY,        /* acquire: not grantable now (held, full, or in a lock-delay) and not waiting */
     LOCK_NOT_HOLDER,  /* the given lease does not hold the lock */
+    LOCK_MODE_CONFLICT,    /* reentry with a mode other than the lease's */
+    LOCK_LIMIT_MISMATCH,   /* a semaphore with holders or waiters has another limit */
     LOCK_TOO_MANY_LOCKS,   /* max_locks names are known */
     LOCK_TOO_MANY_WAITERS, /* max_waiters, or max_waiters_per_lock for this lock */
     LOCK_NOMEM,
@@ -153,99 +215,132 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks);
 /* Frees every lock and waiter; waiter contexts are not touched. */
 void locktab_free(Locktab *lt);
 
-/* Start-up, after loading: who lock `name` is counted against (Lock.charge). */
-void locktab_set_charge(Locktab *lt, const char *name, Charge charge);
+/* Start-up, after loading: who name `name` of kind is counted against (Lock.charge). */
+void locktab_set_charge(Locktab *lt, LockKind kind, const char *name, Charge charge);
 /* Two Holder.key values name the same key (or both none). */
 bool locktab_same_key(const char *a, const char *b);
 
-/* Start-up: adds a lock read from storage (max_locks applies to new names
- * only). A holder whose expiry has passed is loaded too, and released by the
- * first locktab_tick (call it once loading is done). `holder` may be NULL.
- * The holder's deadline is kept when it is on this boot's clock; a holder
- * from another boot (the machine restarted) keeps what is left until its
- * expires_at_ms by the wall clock, but never more than one ttl (both plus
- * LOCKTAB_DEADLINE_SLACK_MS, as at a grant). */
-LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, const Holder *holder,
-                        const Now *now);
+/* Start-up: adds a name read from storage (max_locks applies to new names
+ * only), with its last token, a semaphore's limit and a lock's lock-delay
+ * (delay_until_ms, Unix ms; 0: none; what is left of it by the wall clock
+ * runs, but never more than LOCKTAB_DELAY_MAX_MS). Then its holders, each
+ * with locktab_load_holder. */
+LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t last_token, uint32_t limit,
+                        int64_t delay_until_ms, const Now *now);
+/* Start-up: a holder read from storage (its name is created if need be). A
+ * holder whose expiry has passed is loaded too, and ended by the first
+ * locktab_tick (call it once loading is done). The holder's deadline is kept
+ * when it is on this boot's clock; a holder from another boot (the machine
+ * restarted) keeps what is left until its expires_at_ms by the wall clock,
+ * but never more than one ttl (both plus LOCKTAB_DEADLINE_SLACK_MS, as at a
+ * grant). LOCK_BUSY when it cannot hold with the holders loaded before (a
+ * writer beside another holder, a reader beside a writer). */
+LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, const Holder *holder, const Now *now);
 
-/* On LOCK_OK *lock_out is the held lock (the grant or the reentry). On
- * LOCK_QUEUED *waiter_out is the new waiter, which calls hooks.granted or
- * hooks.timed_out exactly once, unless cancelled first. */
-LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *args, void *waiter_ctx,
-                           const Now *now, const Lock **lock_out, Waiter **waiter_out);
-/* ttl_ms 0 keeps the lease's ttl. */
-LockResult locktab_renew(Locktab *lt, const char *name, const uint8_t *lease, int64_t ttl_ms,
-                         const Now *now, const Lock **lock_out);
-/* Decrements the reentry count; at zero frees the lock and grants it to the
- * first waiter. *count_left is the count after the release. */
-LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, const Now *now,
+/* On LOCK_OK and LOCK_REPLAYED *lock_out is the lock and *holder_out the
+ * grant (new, re-entered or repeated). On LOCK_QUEUED *waiter_out is the
+ * new waiter, which calls hooks.granted or hooks.timed_out exactly once,
+ * unless cancelled first. On LOCK_BUSY and LOCK_LIMIT_MISMATCH *lock_out is
+ * the lock. */
+LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const AcquireArgs *args,
+                           void *waiter_ctx, const Now *now, const Lock **lock_out, const Holder **holder_out,
+                           Waiter **waiter_out);
+/* What locktab_acquire would answer now for a fresh acquire in `mode` with
+ * `limit` (no lease), and with request_id, owner and key a replay, changing
+ * nothing: LOCK_OK (granted), LOCK_REPLAYED, LOCK_BUSY (queued or refused),
+ * LOCK_LIMIT_MISMATCH. Leases and delays that are due count as ended. */
+LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, uint8_t mode, uint32_t limit,
+                           const char *owner, const char *request_id, const char *key, const Now *now);
+/* ttl_ms 0 keeps the lease's ttl. *holder_out is the lease renewed. */
+LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, int64_t ttl_ms,
+                         const Now *now, const Lock **lock_out, const Holder **holder_out);
+/* Decrements the lease's reentry count; at zero ends the lease and grants
+ * the waiters that can now be. *count_left is the count after the release. */
+LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, const Now *now,
                            uint32_t *count_left);
-/* An admin's force-release: ends the holder's lease whatever its reentry
- * count (hooks.ended with LEASE_END_REVOKED) and grants the lock to the first
- * waiter. LOCK_NOT_HOLDER when nobody holds it; LOCK_OK with the ended
- * lease's token in *token. */
-LockResult locktab_revoke(Locktab *lt, const char *name, const Now *now, uint64_t *token);
-/* The lock `name` held by `lease` right now (its deadline not passed, even
+/* An admin's force-release: ends every lease of the name whatever its
+ * reentry count (hooks.ended with LEASE_END_REVOKED, in grant order), starts
+ * their lock-delays and grants the waiters that can then be.
+ * LOCK_NOT_HOLDER when nobody holds it. */
+LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const Now *now);
+/* The holder with `lease` of name right now (its deadline not passed, even
  * if locktab_tick has not run yet), or NULL. */
-const Lock *locktab_held_by(const Locktab *lt, const char *name, const uint8_t *lease, const Now *now);
+const Holder *locktab_held_by(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease,
+                              const Now *now);
 /* Start-up, before the locks: the last lease-history number stored. */
 void locktab_continue_history(Locktab *lt, uint64_t seq);
 /* Start-up, after the locks: an ended lease read from storage (oldest
- * first). Leases of locks that are no longer known are skipped. */
-void locktab_load_ended(Locktab *lt, const char *name, const uint8_t *lease, uint64_t token, int how,
-                        uint64_t seq);
-/* Why `lease` does not hold lock `name` (after LOCK_NOT_HOLDER). */
-NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8_t *lease);
-/* Removes a waiter whose client went away. Its hooks are never called. */
-void locktab_cancel(Locktab *lt, Waiter *w);
-/* The name of the lock a waiter waits for (valid while it waits). */
+ * first). Leases of names that are no longer known are skipped. */
+void locktab_load_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, uint64_t token,
+                        int how, uint64_t seq);
+/* Why `lease` does not hold name (after LOCK_NOT_HOLDER). */
+NotHolderReason locktab_why_not(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease);
+/* Removes a waiter whose client went away. Its hooks are never called; the
+ * waiters behind it may be granted (hooks.granted). */
+void locktab_cancel(Locktab *lt, Waiter *w, const Now *now);
+/* The name a waiter waits for (valid while it waits), and its kind. */
 const char *locktab_waiter_lock(const Waiter *w);
+LockKind locktab_waiter_kind(const Waiter *w);
 
-/* Fires every deadline due at `now`: expiries (and the grants they cause) and
- * wait timeouts. */
+/* Fires every deadline due at `now`: expiries (and the grants they cause),
+ * ends of lock-delays (and theirs) and wait timeouts. */
 void locktab_tick(Locktab *lt, const Now *now);
 /* Milliseconds until the next deadline (0 if due), or -1 when none. */
 int64_t locktab_next_timeout_ms(const Locktab *lt, const Now *now);
 
-const Lock *locktab_get(const Locktab *lt, const char *name);
-/* An answer that reveals the grant of `lease` on `name` (a fresh grant, a
- * re-entry, or a request_id's replay of either) is on its way to a client. */
-void locktab_answer_started(Locktab *lt, const char *name, const uint8_t *lease);
+const Lock *locktab_get(const Locktab *lt, LockKind kind, const char *name);
+/* Whether a lock-delay runs on lock at `now` (its deadline not passed). */
+bool locktab_delayed(const Lock *lock, const Now *now);
+/* An answer that reveals the grant of `lease` on `name` (of `kind`: a fresh
+ * grant, a re-entry, or a request_id's replay of either) is on its way to a
+ * client. */
+void locktab_answer_started(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease);
 /* That answer ended, delivered or not. True when the caller must undo the
  * grant or re-entry (release it once): it was not delivered, and no other
  * answer of it was delivered or is still on its way (a replay sent while
  * the first answer waited: undoing the grant then would make that replay's
  * answer a lie). False when the lease no longer holds the lock. */
-bool locktab_answer_ended(Locktab *lt, const char *name, const uint8_t *lease, bool delivered);
-/* Calls fn for up to `limit` locks whose names start with `prefix` and sort
+bool locktab_answer_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, bool delivered);
+/* Calls fn for up to `limit` names of `kind` that start with `prefix` and sort
  * after `after` (NULL: from the start), in byte order. Returns true when more
- * matching locks follow. */
-bool locktab_list(const Locktab *lt, const char *prefix, const char *after, size_t limit,
+ * matching names follow. */
+bool locktab_list(const Locktab *lt, LockKind kind, const char *prefix, const char *after, size_t limit,
                   void (*fn)(void *ud, const Lock *lock), void *ud);
 
 /* Change indexes, for watches (GET /v1/locks/NAME?index=N): every change a
- * reader of a lock can see (a grant, renewal, release, expiry, revocation, a
- * waiter joining or leaving) gives the lock the next value of one counter, so
- * a lock's index only grows, and a forgotten lock's next incarnation starts
- * above every index the name had. An absent lock reads as the index of the
- * last forget. start_index sets the counter at start-up: the gateway starts
- * it from the wall clock, so that indexes seen before a restart stay below
- * the new ones. */
+ * reader of a name can see (a grant, renewal, release, expiry, revocation, a
+ * waiter joining or leaving, a lock-delay ending) gives the name the next
+ * value of one counter, so a name's index only grows, and a forgotten name's
+ * next incarnation starts above every index the name had. An absent name
+ * reads as the index of the last forget. start_index sets the counter at
+ * start-up: the gateway starts it from the wall clock, so that indexes seen
+ * before a restart stay below the new ones. */
 void locktab_start_index(Locktab *lt, uint64_t base);
-uint64_t locktab_index(const Locktab *lt, const char *name);
+uint64_t locktab_index(const Locktab *lt, LockKind kind, const char *name);
 uint64_t locktab_index_now(const Locktab *lt); /* the highest index given so far */
 /* Calls fn for the first `limit` waiters of lock, in queue order; since_ms is
- * the Unix time the waiter joined. */
+ * the Unix time the waiter joined, mode its LockMode. */
 void locktab_each_waiter(const Lock *lock, size_t limit,
-                         void (*fn)(void *ud, const char *owner, int64_t since_ms), void *ud);
+                         void (*fn)(void *ud, const char *owner, int64_t since_ms, int mode), void *ud);
+
+/* What the table holds, per kind. */
+typedef struct LocktabCounts {
+    size_t names;   /* known */
+    size_t held;    /* names with a holder */
+    size_t leases;  /* holders */
+    size_t readers; /* holders in MODE_READ */
+    size_t waiters;
+} LocktabCounts;
+LocktabCounts locktab_counts(const Locktab *lt, LockKind kind);
 
 uint64_t locktab_last_token(const Locktab *lt);
 void locktab_raise_last_token(Locktab *lt, uint64_t token); /* start-up: the stored counter */
-size_t locktab_locks(const Locktab *lt);
-size_t locktab_held(const Locktab *lt);
-size_t locktab_waiters(const Locktab *lt);
+size_t locktab_locks(const Locktab *lt);   /* names known, of both kinds */
+size_t locktab_held(const Locktab *lt);    /* leases held, of both kinds */
+size_t locktab_waiters(const Locktab *lt); /* of both kinds */
 uint64_t locktab_expiries(const Locktab *lt); /* leases ended by their TTL so far */
-uint64_t locktab_forgotten(const Locktab *lt); /* idle locks forgotten so far */
+uint64_t locktab_forgotten(const Locktab *lt); /* idle names forgotten so far */
+uint64_t locktab_delays(const Locktab *lt);    /* lock-delays started so far */
 /* Asserts every invariant listed above over the whole table (debug builds). */
 void locktab_check(const Locktab *lt);
 

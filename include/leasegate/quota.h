@@ -2,7 +2,8 @@
  * quota — each API key's and each peer's share of what the server has in
  * common (share.h), so that one tenant cannot take every lock, name, fence,
  * waiter or held request:
- *  - per key: locks held and waited for together (max_held), waiting acquires
+ *  - per key: leases held (a writer, a reader, a permit: one each) and acquires
+ *    waited for together (max_held), waiting acquires
  *    (max_waiters): in the --auth-file line, else --key-max-held and
  *    --key-max-waiters. Held counted from each grant's Holder.key (stored with
  *    the grant, so counts survive restarts and failovers), waiting from the
@@ -27,14 +28,15 @@
 #include "leasegate/http.h"
 #include "leasegate/share.h"
 
-/* Before an acquire of `lock` (NULL: a name not in the table yet) by req's
- * key that would be granted or (wait) queued: true when it may go on; else it
- * has been answered 429. A retry of the current grant (same request_id, owner
- * and key) and a reentry are not new and always pass. *charge is who a new
- * name is counted against (AcquireArgs.charge); quota_named counts it once
- * the name is made. */
-bool quota_admit(Request *req, const Lock *lock, bool wait, const char *owner, const char *request_id,
-                 Charge *charge);
+/* Before an acquire of name (of kind, in mode, with a semaphore's limit) by
+ * req's key that would be granted or (wait) queued: true when it may go on;
+ * else it has been answered 429. A retry of a current grant (same
+ * request_id, owner and key) and a reentry are not new and always pass. Each
+ * lease counts, so a reader or a permit is one of max_held. *charge is who a
+ * new name is counted against (AcquireArgs.charge); quota_named counts it
+ * once the name is made. */
+bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, bool wait, const char *owner,
+                 const char *request_id, Charge *charge);
 /* A lock name counted against c was made (+1) or forgotten (-1); 0: the
  * acquire quota_admit let in made no name after all. */
 void quota_named(Server *s, const Charge *c, int delta);

@@ -91,6 +91,7 @@ typedef struct RequestGuard {
  * the API's (api.h). */
 typedef struct RequestGrant {
     bool pending;
+    uint8_t kind;       /* LockKind: of a lock or of a semaphore */
     char *lock;         /* owned */
     uint8_t lease[LEASE_ID_BYTES];
     int64_t asked_us;   /* boot clock: when the acquire was handled; its wait runs from here */

@@ -5,8 +5,9 @@
  * applied atomically (one transaction, one fsync for SQLite): after
  * store->commit returns 0, every record in it survives a crash or power loss.
  *
- * When you change StoreLock, also change: the schema and statements in
- * store_sqlite.c, the records in store_etcd.c, the snapshot in commit.c, and the loader in server.c.
+ * When you change StoreLock or StoreHolder, also change: the schema and
+ * statements in store_sqlite.c, the records in store_etcd.c, the snapshots
+ * in commit.c, and the loader in gateway.c.
  */
 #ifndef LEASEGATE_STORE_H
 #define LEASEGATE_STORE_H
@@ -18,15 +19,29 @@
 #include "leasegate/audit.h"
 #include "leasegate/locktab.h"
 
-/* One lock's durable state: its name, last token and holder (if held); or,
- * with forget, the lock's removal. Records apply in order. */
+/* One name's durable record: a lock's (last token, lock-delay, and its
+ * writer while a writer holds it) or a semaphore's (last token, limit); or,
+ * with forget, the record's removal. Readers and permits are StoreHolder
+ * records. Records apply in order. */
 typedef struct StoreLock {
     const char *name;
-    bool forget;         /* delete the lock's row and its guard mark; nothing else is set */
+    uint8_t kind;        /* LockKind */
+    bool forget;         /* delete the record (and a lock's guard mark); nothing else is set */
     uint64_t last_token;
-    bool held;
-    Holder holder; /* valid when held; strings borrowed */
+    uint32_t limit;      /* semaphores */
+    int64_t delay_until_ms; /* locks: a lock-delay runs until then (Unix ms); 0: none */
+    bool held;           /* locks: a writer holds it */
+    Holder holder;       /* the writer, valid when held; strings borrowed */
 } StoreLock;
+
+/* A reader of a lock or a permit of a semaphore, keyed by its token (unique,
+ * and fixed for the lease's life); or, with gone, its removal. */
+typedef struct StoreHolder {
+    const char *name;    /* the lock or semaphore */
+    uint8_t kind;        /* LockKind */
+    bool gone;           /* delete it: only holder.token is set */
+    Holder holder;       /* strings borrowed */
+} StoreHolder;
 
 /* A high-water mark: a fence resource's, or the guard's for one lock; or,
  * with forget, a fence resource's removal (its mark lives on in a floor). */
@@ -48,6 +63,7 @@ typedef struct StoreFloor {
 /* A lease that ended (for not_holder reasons after a restart). */
 typedef struct StoreEnded {
     const char *lock;
+    uint8_t kind;         /* LockKind of the name */
     const uint8_t *lease; /* LEASE_ID_BYTES */
     uint64_t token;
     int how; /* LeaseEnd */
@@ -63,6 +79,8 @@ typedef struct StoreAuditDrop {
 typedef struct StoreBatch {
     const StoreLock *locks;
     size_t nlocks;
+    const StoreHolder *holders; /* applied after every lock record */
+    size_t nholders;
     const StoreMark *fences;
     size_t nfences;
     const StoreMark *guard_marks; /* highest token the guard forwarded, per lock */
@@ -88,8 +106,10 @@ typedef struct StoreBatch {
 
 typedef struct StoreLoad {
     void *ud;
-    /* Called once per stored lock; nonzero aborts the load. */
+    /* Called once per stored lock or semaphore; nonzero aborts the load. */
     int (*lock)(void *ud, const StoreLock *lock);
+    /* After the locks: every reader and permit, by token. */
+    int (*holder)(void *ud, const StoreHolder *holder);
     int (*fence)(void *ud, const StoreMark *fence);
     int (*guard_mark)(void *ud, const StoreMark *mark);
     int (*floor)(void *ud, const StoreFloor *floor);
@@ -157,7 +177,7 @@ typedef struct Election Election;
 Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_ops, char *err, size_t errlen);
 
 typedef struct StoreBackupInfo {
-    uint64_t locks;      /* lock rows in the copy */
+    uint64_t locks;      /* lock and semaphore rows in the copy */
     uint64_t last_token; /* the largest token the copy knows was issued */
 } StoreBackupInfo;
 

@@ -13,14 +13,20 @@
 #include "leasegate/audit.h"
 #include "leasegate/http.h"
 
-/* A row for req (NULL: the server itself, e.g. an expiry). */
+/* A row for req (NULL: the server itself, e.g. an expiry); object and mode
+ * as in an AuditRow (trail_note: as events_note takes them). */
 void trail_note(Server *s, Request *req, AuditKind kind, const char *lock, const char *owner, uint64_t token);
+void trail_note_of(Server *s, Request *req, AuditKind kind, int object, int mode, const char *lock, const char *owner,
+                   uint64_t token);
+/* The object and mode of a row about lease h of lock. */
+int trail_object(const Lock *lock);
+int trail_mode(const Lock *lock, const Holder *h);
 /* A write the guard refused (Server.guard_refused). */
 void trail_guard_refused(Request *req, const char *lock, uint64_t token);
-/* The lock table's hook for an ended lease: released (by s->trail_actor, the
- * request being handled, if any), expired (its row carries the key that held
- * the lease, holder_key, NULL for none: what it counts against, auditlog.h)
+/* The lock table's hook for an ended lease h of lock: released (by
+ * s->trail_actor, the request being handled, if any), expired (its row
+ * carries the key that held the lease, what it counts against, auditlog.h)
  * or revoked. */
-void trail_ended(Server *s, const char *lock, const char *owner, const char *holder_key, uint64_t token, int how);
+void trail_ended(Server *s, const Lock *lock, const Holder *h, int how);
 
 #endif

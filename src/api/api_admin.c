@@ -98,6 +98,15 @@ void api_metrics(Request *req)
                 election_leases_replaced(s->election));
     }
     counter(f, "leasegate_grants_total", "Fresh grants (immediate or after waiting).", m->grants);
+    fprintf(f, "# HELP leasegate_grants_by_kind_total Fresh grants by what they grant.\n"
+               "# TYPE leasegate_grants_by_kind_total counter\n"
+               "leasegate_grants_by_kind_total{kind=\"lock\",mode=\"write\"} %llu\n"
+               "leasegate_grants_by_kind_total{kind=\"lock\",mode=\"read\"} %llu\n"
+               "leasegate_grants_by_kind_total{kind=\"semaphore\",mode=\"\"} %llu\n",
+            (unsigned long long)m->grants_of[0], (unsigned long long)m->grants_of[1],
+            (unsigned long long)m->grants_of[2]);
+    counter(f, "leasegate_lock_delays_total", "Lock-delays started (a lease with lock_delay_ms ended uncleanly).",
+            locktab_delays(s->locks));
     counter(f, "leasegate_reentries_total", "Reentrant acquires by the holder.", m->reentries);
     counter(f, "leasegate_acquire_replays_total", "Retried acquires answered with the grant of their request_id.",
             m->replays);
@@ -134,9 +143,14 @@ void api_metrics(Request *req)
     for (int i = 0; i < GUARD_REFUSED_COUNT; i++)
         fprintf(f, "leasegate_guard_refused_total{reason=\"%s\"} %llu\n", REFUSALS[i],
                 (unsigned long long)m->guard_refused[i]);
-    gauge(f, "leasegate_locks", "Locks known (ever granted).", locktab_locks(s->locks));
-    gauge(f, "leasegate_locks_held", "Locks held now.", locktab_held(s->locks));
-    gauge(f, "leasegate_waiters", "Acquires waiting now.", locktab_waiters(s->locks));
+    LocktabCounts lc = locktab_counts(s->locks, KIND_LOCK), sc = locktab_counts(s->locks, KIND_SEMAPHORE);
+    gauge(f, "leasegate_locks", "Lock names known (ever granted, not yet forgotten).", lc.names);
+    gauge(f, "leasegate_locks_held", "Locks held now (by a writer or by readers).", lc.held);
+    gauge(f, "leasegate_read_leases", "Read leases held now (each reader of each lock).", lc.readers);
+    gauge(f, "leasegate_semaphores", "Semaphore names known.", sc.names);
+    gauge(f, "leasegate_semaphore_permits_held", "Semaphore permits held now.", sc.leases);
+    gauge(f, "leasegate_waiters", "Acquires waiting now (locks and semaphores).", locktab_waiters(s->locks));
+    gauge(f, "leasegate_semaphore_waiters", "Acquires of semaphores waiting now.", sc.waiters);
     gauge(f, "leasegate_connections_parked",
           "Connections of waiting acquires held outside libmicrohttpd (a socket and a request each).",
           s->parked.len);

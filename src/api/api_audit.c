@@ -29,11 +29,13 @@ typedef struct Rows {
 static void add_row(void *ud, const AuditRow *r)
 {
     Rows *out = ud;
+    const char *mode = audit_mode_name(r->mode);
     json_t *j = out->failed ? NULL
-                            : json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:s, s:s}", "seq", (json_int_t)r->seq,
+                            : json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:o}", "seq", (json_int_t)r->seq,
                                         "at_ms", (json_int_t)r->at_ms, "kind", audit_kind_name(r->kind), "lock",
                                         r->lock, "owner", r->owner, "token", (json_int_t)r->token, "key", r->key,
-                                        "peer", r->peer);
+                                        "peer", r->peer, "type", audit_object_name(r->object), "mode",
+                                        mode ? json_string(mode) : json_null());
     if (!j || json_array_append_new(out->rows, j))
         out->failed = true;
     out->last = r->seq;
@@ -74,13 +76,16 @@ void api_audit(Request *req)
 typedef struct LockRows {
     const AuditRow **rows; /* borrowed from the ring; valid during this request's handler only */
     size_t n, cap;
+    int object; /* the rows of a lock's or a semaphore's (a name may be both) */
     bool failed;
 } LockRows;
 
 static void keep_row(void *ud, const AuditRow *r)
 {
     LockRows *l = ud;
-    if (r->kind != AUDIT_GRANTED && r->kind != AUDIT_RELEASED && r->kind != AUDIT_EXPIRED && r->kind != AUDIT_REVOKED)
+    if ((r->kind != AUDIT_GRANTED && r->kind != AUDIT_RELEASED && r->kind != AUDIT_EXPIRED &&
+         r->kind != AUDIT_REVOKED) ||
+        r->object != l->object)
         return;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
@@ -95,11 +100,12 @@ static void keep_row(void *ud, const AuditRow *r)
     l->rows[l->n++] = r;
 }
 
-/* GET /v1/locks/{name}/history?limit=: the lock's last grants, newest first,
- * each with how it ended (null while held), from the audit trail (so as far
- * back as --audit-keep reaches; `complete` says whether the trail reaches
- * back past the oldest grant shown). */
-void api_lock_history(Request *req)
+/* GET /v1/locks/{name}/history?limit= (and /v1/semaphores/...): the last
+ * grants of the name, newest first, each with how it ended (null while held)
+ * and a lock's mode, from the audit trail (so as far back as --audit-keep
+ * reaches; `complete` says whether the trail reaches back past the oldest
+ * grant shown). */
+static void history(Request *req, int object)
 {
     Server *s = req->srv;
     long long limit;
@@ -109,7 +115,7 @@ void api_lock_history(Request *req)
         http_reply_error(req, ERR_NOT_FOUND, NULL, "the audit trail is off (--audit-keep 0): no history is kept");
         return;
     }
-    LockRows rows = {0};
+    LockRows rows = {.object = object};
     auditlog_list(s->audit, NULL, req->arg, 0, SIZE_MAX, keep_row, &rows);
     json_t *grants = rows.failed ? NULL : json_array();
     size_t shown = 0;
@@ -125,6 +131,9 @@ void api_lock_history(Request *req)
                               "key", g->key, "acquired_at_ms", (json_int_t)g->at_ms, "ended_at_ms",
                               end ? json_integer((json_int_t)end->at_ms) : json_null(), "how",
                               end ? json_string(audit_kind_name(end->kind)) : json_null());
+        const char *mode = audit_mode_name(g->mode);
+        if (e && object == AUDIT_OF_LOCK && json_object_set_new(e, "mode", mode ? json_string(mode) : json_null()))
+            json_decref(e), e = NULL;
         if (!e || json_array_append_new(grants, e)) {
             json_decref(grants);
             grants = NULL;
@@ -142,3 +151,6 @@ void api_lock_history(Request *req)
     http_reply_json_new(req, 200,
                         json_pack("{s:s, s:o, s:b}", "name", req->arg, "grants", grants, "complete", complete));
 }
+
+void api_lock_history(Request *req) { history(req, AUDIT_OF_LOCK); }
+void api_semaphore_history(Request *req) { history(req, AUDIT_OF_SEMAPHORE); }

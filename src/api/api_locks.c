@@ -1,56 +1,32 @@
 /*
- * api_locks — acquire, renew, release, get and list: JSON in, lock table
- * calls, JSON out. The lease id appears only in the acquire response (it is
- * the credential); every other view of a lock leaves it out.
+ * api_locks — acquire, renew and release of locks (in write or read mode)
+ * and semaphores, force-release, and the lock table's hooks for waiters:
+ * JSON in, lock table calls, JSON out. The lease id appears only in the
+ * acquire response (it is the credential); every other view leaves it out
+ * (lockview.h has them, and api_lockview.c the reads).
  */
 #include <string.h>
 #include <uuid/uuid.h>
 
-#include "leasegate/access.h"
 #include "leasegate/api.h"
 #include "leasegate/body.h"
-#include "leasegate/query.h"
-#include "leasegate/names.h"
 #include "leasegate/events.h"
 #include "leasegate/jsonw.h"
+#include "leasegate/lockview.h"
 #include "leasegate/quota.h"
-#include "leasegate/rawjson.h"
 #include "leasegate/trail.h"
-#include "leasegate/watch.h"
 
 #define TTL_MIN_MS 100
 #define TTL_MAX_MS 86400000
 #define TTL_DEFAULT_MS 30000
 #define WAIT_MAX_MS 3600000
-#define WATCH_MAX_MS 300000 /* as long as a long-poll on events */
-#define QUEUE_SHOWN 100     /* waiters listed by GET /v1/locks/NAME (`waiters` counts them all) */
 #define OWNER_MAX_BYTES 128
 #define REQUEST_ID_MAX_BYTES 64
 #define METADATA_MAX_BYTES 4096
-#define LIST_MAX 1000
-#define LIST_DEFAULT 100
 
 /* Metadata is kept as its client sent it and goes back byte for byte (rawjson.h). */
 
-/* The holder as every reader may see it: no lease id. */
-static json_t *holder_new(const Holder *h, RawRefs *refs)
-{
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:o}", "owner", h->owner, "token", (json_int_t)h->token,
-                     "ttl_ms", (json_int_t)h->ttl_ms, "acquired_at_ms", (json_int_t)h->acquired_at_ms,
-                     "expires_at_ms", (json_int_t)h->expires_at_ms, "count", (json_int_t)h->count, "metadata",
-                     rawjson_ref(refs, h->metadata));
-}
-
-static json_t *lock_state_new(const Locktab *lt, const char *name, const Lock *lock, RawRefs *refs)
-{
-    if (!lock)
-        return json_pack("{s:s, s:b, s:n, s:i, s:i, s:I}", "name", name, "held", 0, "holder", "waiters", 0,
-                         "last_token", 0, "index", (json_int_t)locktab_index(lt, name));
-    return json_pack("{s:s, s:b, s:o, s:I, s:I, s:I}", "name", lock->name, "held", lock->held, "holder",
-                     lock->held ? holder_new(&lock->holder, refs) : json_null(), "waiters",
-                     (json_int_t)lock->waiters.len, "last_token", (json_int_t)lock->last_token, "index",
-                     (json_int_t)lock->index);
-}
+static const char *kind_noun(LockKind kind) { return kind == KIND_SEMAPHORE ? "semaphore" : "lock"; }
 
 /* 200 with the object w has written (jsonw.h: the hot answers). */
 static void reply_written(Request *req, JsonW *w)
@@ -60,13 +36,12 @@ static void reply_written(Request *req, JsonW *w)
     http_reply_json_text(req, 200, text, len);
 }
 
-static void reply_grant(Request *req, const Lock *lock)
+static void reply_grant(Request *req, const Lock *lock, const Holder *h)
 {
-    const Holder *h = &lock->holder;
     char lease[37];
     uuid_unparse_lower(h->lease, lease);
-    http_note_grant(req, lock->name, h->lease);
-    locktab_answer_started(req->srv->locks, lock->name, h->lease);
+    http_note_grant(req, (LockKind)lock->kind, lock->name, h->lease);
+    locktab_answer_started(req->srv->locks, (LockKind)lock->kind, lock->name, h->lease);
     /* Every client's hot path: written with jsonw (jsonw.h says why). */
     JsonW w;
     jsonw_begin(&w);
@@ -74,25 +49,18 @@ static void reply_grant(Request *req, const Lock *lock)
     jsonw_str(&w, "owner", h->owner);
     jsonw_str(&w, "lease", lease);
     jsonw_int(&w, "token", (int64_t)h->token);
+    if (lock->kind == KIND_SEMAPHORE)
+        jsonw_int(&w, "limit", lock->limit);
     jsonw_int(&w, "ttl_ms", h->ttl_ms);
     jsonw_int(&w, "acquired_at_ms", h->acquired_at_ms);
     jsonw_int(&w, "expires_at_ms", h->expires_at_ms);
-    jsonw_int(&w, "count", h->count);
+    if (lock->kind == KIND_LOCK) {
+        jsonw_int(&w, "count", h->count);
+        jsonw_str(&w, "mode", lockview_mode_name(h->mode));
+        jsonw_int(&w, "lock_delay_ms", h->lock_delay_ms);
+    }
     jsonw_raw(&w, "metadata", h->metadata);
     reply_written(req, &w);
-}
-
-static void reply_lock_held(Request *req, const Lock *lock)
-{
-    RawRefs refs = {.n = 0};
-    json_t *extra = json_pack("{s:s, s:o, s:I}", "name", lock->name, "holder",
-                              lock->held ? holder_new(&lock->holder, &refs) : json_null(), "waiters",
-                              (json_int_t)lock->waiters.len);
-    if (lock->held)
-        http_reply_error_raw(req, ERR_LOCK_HELD, extra, &refs, "lock '%s' is held by '%s' (token %llu)",
-                             lock->name, lock->holder.owner, (unsigned long long)lock->holder.token);
-    else
-        http_reply_error_raw(req, ERR_LOCK_HELD, extra, &refs, "lock '%s' was not granted in time", lock->name);
 }
 
 static const char *const REASONS[] = {
@@ -104,20 +72,20 @@ static const char *const REASONS[] = {
 };
 
 static const char *const REASON_TEXT[] = {
-    [REASON_UNKNOWN] = "this server did not issue it for this lock, or has forgotten it",
+    [REASON_UNKNOWN] = "this server did not issue it for this name, or has forgotten it",
     [REASON_EXPIRED] = "its TTL ran out",
-    [REASON_SUPERSEDED] = "its TTL ran out and the lock has since been granted to another lease",
+    [REASON_SUPERSEDED] = "its TTL ran out and the name has since been granted to another lease",
     [REASON_RELEASED] = "it was released",
-    [REASON_REVOKED] = "an admin force-released the lock",
+    [REASON_REVOKED] = "an admin force-released it",
 };
 
-static void reply_not_holder(Request *req, const char *name, const uint8_t *lease)
+static void reply_not_holder(Request *req, LockKind kind, const char *name, const uint8_t *lease)
 {
     Server *s = req->srv;
-    NotHolderReason why = locktab_why_not(s->locks, name, lease);
+    NotHolderReason why = locktab_why_not(s->locks, kind, name, lease);
     s->metrics.not_holder++;
     http_reply_error(req, ERR_NOT_HOLDER, json_pack("{s:s, s:s}", "name", name, "reason", REASONS[why]),
-                     "lease does not hold lock '%s': %s", name, REASON_TEXT[why]);
+                     "lease does not hold %s '%s': %s", kind_noun(kind), name, REASON_TEXT[why]);
 }
 
 static void reply_overloaded(Request *req, LockResult r)
@@ -126,153 +94,241 @@ static void reply_overloaded(Request *req, LockResult r)
     if (r == LOCK_TOO_MANY_LOCKS)
         /* Names are kept until forgotten (--forget-idle-after), for last_token. */
         http_reply_error(req, ERR_OVERLOADED, NULL,
-                         "the lock table is full: %zu lock names are known (--max-locks); idle ones are "
-                         "forgotten after --forget-idle-after",
+                         "the lock table is full: %zu lock and semaphore names are known (--max-locks); idle ones "
+                         "are forgotten after --forget-idle-after",
                          s->cfg.max_locks);
     else if (r == LOCK_TOO_MANY_WAITERS)
         http_reply_error(req, ERR_OVERLOADED, NULL,
-                         "too many waiters (--max-waiters %zu in all, --max-waiters-per-lock %zu for one lock); "
+                         "too many waiters (--max-waiters %zu in all, --max-waiters-per-lock %zu for one name); "
                          "retry later",
                          s->cfg.max_waiters, s->cfg.max_waiters_per_lock);
     else
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry later");
 }
 
-void api_acquire(Request *req)
+/* A lease's grant, reentry, renewal and so on, in the events and the trail. */
+static void note(Server *s, Request *req, AuditKind kind, const Lock *lock, const Holder *h)
 {
-    static const char *const FIELDS[] = {"owner", "ttl_ms", "wait_ms", "metadata", "lease", "request_id", NULL};
+    if (req)
+        trail_note_of(s, req, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner, h->token);
+    else
+        events_note_of(s, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner, h->token);
+}
+
+/* "mode": "write" (the default) or "read". */
+static bool body_mode(Request *req, json_t *obj, uint8_t *mode, bool *given)
+{
+    const char *text;
+    if (!body_string(req, obj, "mode", 8, false, &text))
+        return false;
+    *given = text != NULL;
+    if (!text || !strcmp(text, "write")) {
+        *mode = MODE_WRITE;
+        return true;
+    }
+    if (!strcmp(text, "read")) {
+        *mode = MODE_READ;
+        return true;
+    }
+    http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "mode"),
+                       "field 'mode' must be \"write\" (exclusive, the default) or \"read\" (shared)");
+    return false;
+}
+
+/* What an acquire asks, read from its body; false after answering 400. */
+typedef struct Ask {
+    const char *owner, *request_id;
+    json_int_t ttl_ms, wait_ms, lock_delay_ms, limit;
+    uint8_t lease[LEASE_ID_BYTES];
+    bool reentry;
+    uint8_t mode;
+    bool mode_given;
+    char *metadata; /* owned */
+} Ask;
+
+static bool read_ask(Request *req, LockKind kind, json_t *obj, Ask *a)
+{
+    if (!body_string(req, obj, "owner", OWNER_MAX_BYTES, true, &a->owner) ||
+        !body_int(req, obj, "ttl_ms", TTL_MIN_MS, TTL_MAX_MS, TTL_DEFAULT_MS, false, &a->ttl_ms) ||
+        !body_int(req, obj, "wait_ms", 0, WAIT_MAX_MS, 0, false, &a->wait_ms) ||
+        !body_string(req, obj, "request_id", REQUEST_ID_MAX_BYTES, false, &a->request_id))
+        return false;
+    if (kind == KIND_SEMAPHORE) {
+        if (json_object_get(obj, "lease")) {
+            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "lease"),
+                               "field 'lease': a semaphore has no reentry; each acquire takes a permit of its own");
+            return false;
+        }
+        if (!body_int(req, obj, "limit", 1, LOCKTAB_LIMIT_MAX, 0, true, &a->limit))
+            return false;
+    } else if (!body_lease(req, obj, false, a->lease, &a->reentry) || !body_mode(req, obj, &a->mode, &a->mode_given) ||
+               !body_int(req, obj, "lock_delay_ms", 0, LOCKTAB_DELAY_MAX_MS, 0, false, &a->lock_delay_ms)) {
+        return false;
+    }
+    /* Reentry without ttl_ms keeps the lease's own ttl rather than the default. */
+    if (a->reentry && !json_object_get(obj, "ttl_ms"))
+        a->ttl_ms = 0;
+    return body_metadata(req, obj, METADATA_MAX_BYTES, &a->metadata);
+}
+
+static void acquire(Request *req, LockKind kind)
+{
+    static const char *const LOCK_FIELDS[] = {"owner", "ttl_ms", "wait_ms", "metadata", "lease", "request_id",
+                                              "mode", "lock_delay_ms", NULL};
+    static const char *const SEMAPHORE_FIELDS[] = {"owner", "limit", "ttl_ms", "wait_ms", "metadata", "request_id",
+                                                   "lease", NULL};
     Server *s = req->srv;
     if (!body_check_name(req, "name", req->arg))
         return;
-    json_t *obj = body_object_new(req, FIELDS);
+    json_t *obj = body_object_new(req, kind == KIND_SEMAPHORE ? SEMAPHORE_FIELDS : LOCK_FIELDS);
     if (!obj)
         return;
-    const char *owner, *request_id;
-    json_int_t ttl_ms, wait_ms;
-    uint8_t lease[LEASE_ID_BYTES];
-    bool reentry;
-    char *metadata = NULL;
-    if (body_string(req, obj, "owner", OWNER_MAX_BYTES, true, &owner) &&
-        body_int(req, obj, "ttl_ms", TTL_MIN_MS, TTL_MAX_MS, TTL_DEFAULT_MS, false, &ttl_ms) &&
-        body_int(req, obj, "wait_ms", 0, WAIT_MAX_MS, 0, false, &wait_ms) && body_lease(req, obj, false, lease, &reentry) &&
-        body_string(req, obj, "request_id", REQUEST_ID_MAX_BYTES, false, &request_id) &&
-        body_metadata(req, obj, METADATA_MAX_BYTES, &metadata)) {
-        /* Reentry without ttl_ms keeps the lease's own ttl rather than the default. */
-        if (reentry && !json_object_get(obj, "ttl_ms"))
-            ttl_ms = 0;
-        if (wait_ms > 0 && s->stopping) {
-            /* Shutting down: no new waiters, they could not be answered. */
-            http_reply_error(req, ERR_OVERLOADED, NULL, "server is shutting down; retry");
-            free(metadata);
-            json_decref(obj);
-            return;
-        }
-        const Lock *before = locktab_get(s->locks, req->arg);
-        Charge charge = {NULL, NULL};
-        if (!reentry && !quota_admit(req, before, wait_ms > 0, owner, request_id, &charge)) {
-            free(metadata);
-            json_decref(obj);
-            return;
-        }
-        uint8_t fresh[LEASE_ID_BYTES];
-        if (!reentry && !leaseid_next(&s->lease_ids, fresh)) {
-            quota_named(s, &charge, 0);
-            http_reply_error(req, ERR_OVERLOADED, NULL, "no random bytes for a lease id; retry");
-            free(metadata);
-            json_decref(obj);
-            return;
-        }
-        AcquireArgs args = {.owner = owner,
-                            .metadata = metadata,
-                            .ttl_ms = ttl_ms,
-                            .wait_ms = wait_ms,
-                            .lease = reentry ? lease : NULL,
-                            .new_lease = reentry ? NULL : fresh,
-                            .request_id = request_id,
-                            .key = req->access.key ? req->access.key->name : NULL,
-                            .charge = charge};
-        req->grant.asked_us = clock_boot_us();
-        Now now = clock_now();
-        const Lock *lock;
-        Waiter *waiter;
-        LockResult r = locktab_acquire(s->locks, req->arg, &args, req, &now, &lock, &waiter);
-        /* A name made now counts against its charge until it is forgotten. */
-        quota_named(s, &charge, !before && locktab_get(s->locks, req->arg) ? +1 : 0);
-        switch (r) {
-        case LOCK_OK:
-            if (reentry) {
-                s->metrics.reentries++;
-                events_note(s, AUDIT_REENTERED, lock->name, lock->holder.owner, lock->holder.token);
-            } else {
-                s->metrics.grants++;
-                histogram_observe(&s->metrics.acquire_wait, (double)(clock_boot_us() - req->grant.asked_us) / 1e6);
-                quota_held(s, lock->holder.key, +1);
-                trail_note(s, req, AUDIT_GRANTED, lock->name, lock->holder.owner, lock->holder.token);
-            }
-            reply_grant(req, lock);
-            break;
-        case LOCK_REPLAYED:
-            /* Held like any answer until what is pending is durable: the
-             * grant repeated may still be in the batch being committed. */
-            s->metrics.replays++;
-            reply_grant(req, lock);
-            break;
-        case LOCK_QUEUED:
-            quota_wait_start(req);
-            events_note(s, AUDIT_WAITER_JOINED, req->arg, owner, 0);
-            http_wait(req, waiter);
-            break;
-        case LOCK_BUSY:
-            reply_lock_held(req, lock);
-            break;
-        case LOCK_NOT_HOLDER:
-            reply_not_holder(req, req->arg, lease);
-            break;
-        case LOCK_TOO_MANY_LOCKS:
-        case LOCK_TOO_MANY_WAITERS:
-        case LOCK_NOMEM:
-            reply_overloaded(req, r);
-            break;
-        }
+    Ask a = {0};
+    uint8_t fresh[LEASE_ID_BYTES];
+    if (!read_ask(req, kind, obj, &a))
+        goto out;
+    if (a.wait_ms > 0 && s->stopping) {
+        /* Shutting down: no new waiters, they could not be answered. */
+        http_reply_error(req, ERR_OVERLOADED, NULL, "server is shutting down; retry");
+        goto out;
     }
-    free(metadata);
+    bool made_before = locktab_get(s->locks, kind, req->arg) != NULL;
+    Charge charge = {NULL, NULL};
+    if (!a.reentry && !quota_admit(req, kind, req->arg, a.mode, (uint32_t)a.limit, a.wait_ms > 0, a.owner,
+                                   a.request_id, &charge))
+        goto out;
+    if (!a.reentry && !leaseid_next(&s->lease_ids, fresh)) {
+        quota_named(s, &charge, 0);
+        http_reply_error(req, ERR_OVERLOADED, NULL, "no random bytes for a lease id; retry");
+        goto out;
+    }
+    AcquireArgs args = {.owner = a.owner,
+                        .metadata = a.metadata,
+                        .ttl_ms = a.ttl_ms,
+                        .wait_ms = a.wait_ms,
+                        .lease = a.reentry ? a.lease : NULL,
+                        .new_lease = a.reentry ? NULL : fresh,
+                        .request_id = a.request_id,
+                        .key = req->access.key ? req->access.key->name : NULL,
+                        .charge = charge,
+                        .mode = a.mode,
+                        .mode_given = a.mode_given,
+                        .lock_delay_ms = a.lock_delay_ms,
+                        .limit = (uint32_t)a.limit};
+    req->grant.asked_us = clock_boot_us();
+    Now now = clock_now();
+    const Lock *lock;
+    const Holder *h;
+    Waiter *waiter;
+    LockResult r = locktab_acquire(s->locks, kind, req->arg, &args, req, &now, &lock, &h, &waiter);
+    /* A name made now counts against its charge until it is forgotten. */
+    quota_named(s, &charge, !made_before && locktab_get(s->locks, kind, req->arg) ? +1 : 0);
+    switch (r) {
+    case LOCK_OK:
+        if (a.reentry) {
+            s->metrics.reentries++;
+            note(s, NULL, AUDIT_REENTERED, lock, h);
+        } else {
+            s->metrics.grants++;
+            s->metrics.grants_of[kind == KIND_SEMAPHORE ? 2 : h->mode == MODE_READ]++;
+            histogram_observe(&s->metrics.acquire_wait, (double)(clock_boot_us() - req->grant.asked_us) / 1e6);
+            quota_held(s, h->key, +1);
+            note(s, req, AUDIT_GRANTED, lock, h);
+        }
+        reply_grant(req, lock, h);
+        break;
+    case LOCK_REPLAYED:
+        /* Held like any answer until what is pending is durable: the
+         * grant repeated may still be in the batch being committed. */
+        s->metrics.replays++;
+        reply_grant(req, lock, h);
+        break;
+    case LOCK_QUEUED:
+        quota_wait_start(req);
+        events_note_of(s, AUDIT_WAITER_JOINED, kind == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : AUDIT_OF_LOCK,
+                       kind == KIND_SEMAPHORE ? AUDIT_MODE_NONE
+                       : a.mode == MODE_READ  ? AUDIT_MODE_READ
+                                              : AUDIT_MODE_WRITE,
+                       req->arg, a.owner, 0);
+        http_wait(req, waiter);
+        break;
+    case LOCK_BUSY:
+        lockview_reply_busy(req, lock);
+        break;
+    case LOCK_NOT_HOLDER:
+        reply_not_holder(req, kind, req->arg, a.lease);
+        break;
+    case LOCK_MODE_CONFLICT:
+        http_reply_error(req, ERR_MODE_CONFLICT,
+                         json_pack("{s:s, s:s}", "name", req->arg, "mode", lockview_mode_name(h->mode)),
+                         "this lease holds lock '%s' in %s mode: a reentry keeps the mode (leave mode out); to "
+                         "change it, release and acquire again",
+                         req->arg, lockview_mode_name(h->mode));
+        break;
+    case LOCK_LIMIT_MISMATCH:
+        http_reply_error(req, ERR_LIMIT_MISMATCH,
+                         json_pack("{s:s, s:I}", "name", req->arg, "limit", (json_int_t)lock->limit),
+                         "semaphore '%s' has limit %u while it has holders or waiters; acquire it with that limit",
+                         req->arg, (unsigned)lock->limit);
+        break;
+    case LOCK_TOO_MANY_LOCKS:
+    case LOCK_TOO_MANY_WAITERS:
+    case LOCK_NOMEM:
+        reply_overloaded(req, r);
+        break;
+    }
+out:
+    free(a.metadata);
     json_decref(obj);
 }
 
-void api_waiter_granted(Request *req, const Lock *lock)
+void api_acquire(Request *req) { acquire(req, KIND_LOCK); }
+void api_semaphore_acquire(Request *req) { acquire(req, KIND_SEMAPHORE); }
+
+void api_waiter_granted(Request *req, const Lock *lock, const Holder *h)
 {
+    Server *s = req->srv;
     http_waiter_done(req);
     quota_wait_stop(req);
-    quota_held(req->srv, lock->holder.key, +1);
-    req->srv->metrics.grants++;
-    histogram_observe(&req->srv->metrics.acquire_wait, (double)(clock_boot_us() - req->grant.asked_us) / 1e6);
-    trail_note(req->srv, req, AUDIT_GRANTED, lock->name, lock->holder.owner, lock->holder.token);
-    reply_grant(req, lock);
+    quota_held(s, h->key, +1);
+    s->metrics.grants++;
+    s->metrics.grants_of[lock->kind == KIND_SEMAPHORE ? 2 : h->mode == MODE_READ]++;
+    histogram_observe(&s->metrics.acquire_wait, (double)(clock_boot_us() - req->grant.asked_us) / 1e6);
+    note(s, req, AUDIT_GRANTED, lock, h);
+    reply_grant(req, lock, h);
 }
 
 void api_waiter_timed_out(Request *req, const Lock *lock)
 {
     http_waiter_done(req);
     quota_wait_stop(req);
-    events_note(req->srv, AUDIT_WAITER_LEFT, lock->name, "", 0);
+    events_note_of(req->srv, AUDIT_WAITER_LEFT, trail_object(lock), AUDIT_MODE_NONE, lock->name, "", 0);
     req->srv->metrics.wait_timeouts++;
-    reply_lock_held(req, lock);
+    lockview_reply_busy(req, lock);
 }
 
 void api_waiter_left(Request *req)
 {
     /* The name from the waiter, not req->arg: a parked waiter has none (park.c
      * frees it), and a NULL name crashed watch_note and events_note. */
-    events_note(req->srv, AUDIT_WAITER_LEFT, locktab_waiter_lock(req->wait.waiter), "", 0);
-    locktab_cancel(req->srv->locks, req->wait.waiter);
+    Waiter *w = req->wait.waiter;
+    events_note_of(req->srv, AUDIT_WAITER_LEFT,
+                   locktab_waiter_kind(w) == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : AUDIT_OF_LOCK, AUDIT_MODE_NONE,
+                   locktab_waiter_lock(w), "", 0);
+    Now now = clock_now();
+    locktab_cancel(req->srv->locks, w, &now);
     quota_wait_stop(req);
     req->srv->metrics.waiter_disconnects++;
 }
 
 void api_waiter_revoked(Request *req, ErrCode code, const char *why)
 {
-    events_note(req->srv, AUDIT_WAITER_LEFT, locktab_waiter_lock(req->wait.waiter), "", 0);
-    locktab_cancel(req->srv->locks, req->wait.waiter);
+    Waiter *w = req->wait.waiter;
+    events_note_of(req->srv, AUDIT_WAITER_LEFT,
+                   locktab_waiter_kind(w) == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : AUDIT_OF_LOCK, AUDIT_MODE_NONE,
+                   locktab_waiter_lock(w), "", 0);
+    Now now = clock_now();
+    locktab_cancel(req->srv->locks, w, &now);
     quota_wait_stop(req);
     http_waiter_done(req);
     http_reply_error(req, code, NULL, "%s", why);
@@ -283,17 +339,19 @@ void api_request_end(Request *req, bool delivered)
     Server *s = req->srv;
     /* An undelivered grant is undone, unless another answer of it (a replay
      * of its request_id) was delivered or still may be. */
-    if (req->grant.pending && locktab_answer_ended(s->locks, req->grant.lock, req->grant.lease, delivered)) {
+    if (req->grant.pending && locktab_answer_ended(s->locks, (LockKind)req->grant.kind, req->grant.lock,
+                                                                req->grant.lease, delivered)) {
         Now now = clock_now();
         uint32_t left;
         s->trail_actor = req;
-        if (locktab_release(s->locks, req->grant.lock, req->grant.lease, &now, &left) == LOCK_OK)
+        if (locktab_release(s->locks, (LockKind)req->grant.kind, req->grant.lock, req->grant.lease, &now, &left) ==
+            LOCK_OK)
             s->metrics.undelivered_grants++;
         s->trail_actor = NULL;
     }
 }
 
-void api_renew(Request *req)
+static void renew(Request *req, LockKind kind)
 {
     static const char *const FIELDS[] = {"lease", "ttl_ms", NULL};
     Server *s = req->srv;
@@ -309,19 +367,20 @@ void api_renew(Request *req)
         body_int(req, obj, "ttl_ms", TTL_MIN_MS, TTL_MAX_MS, 0, false, &ttl_ms)) {
         Now now = clock_now();
         const Lock *lock;
-        LockResult r = locktab_renew(s->locks, req->arg, lease, ttl_ms, &now, &lock);
+        const Holder *h;
+        LockResult r = locktab_renew(s->locks, kind, req->arg, lease, ttl_ms, &now, &lock, &h);
         if (r == LOCK_OK) {
             s->metrics.renewals++;
-            events_note(s, AUDIT_RENEWED, lock->name, lock->holder.owner, lock->holder.token);
+            note(s, NULL, AUDIT_RENEWED, lock, h);
             JsonW w;
             jsonw_begin(&w);
             jsonw_str(&w, "name", lock->name);
-            jsonw_int(&w, "token", (int64_t)lock->holder.token);
-            jsonw_int(&w, "ttl_ms", lock->holder.ttl_ms);
-            jsonw_int(&w, "expires_at_ms", lock->holder.expires_at_ms);
+            jsonw_int(&w, "token", (int64_t)h->token);
+            jsonw_int(&w, "ttl_ms", h->ttl_ms);
+            jsonw_int(&w, "expires_at_ms", h->expires_at_ms);
             reply_written(req, &w);
         } else if (r == LOCK_NOT_HOLDER) {
-            reply_not_holder(req, req->arg, lease);
+            reply_not_holder(req, kind, req->arg, lease);
         } else {
             reply_overloaded(req, r);
         }
@@ -329,7 +388,10 @@ void api_renew(Request *req)
     json_decref(obj);
 }
 
-void api_release(Request *req)
+void api_renew(Request *req) { renew(req, KIND_LOCK); }
+void api_semaphore_renew(Request *req) { renew(req, KIND_SEMAPHORE); }
+
+static void release(Request *req, LockKind kind)
 {
     static const char *const FIELDS[] = {"lease", NULL};
     Server *s = req->srv;
@@ -344,7 +406,7 @@ void api_release(Request *req)
         Now now = clock_now();
         uint32_t left;
         s->trail_actor = req;
-        LockResult r = locktab_release(s->locks, req->arg, lease, &now, &left);
+        LockResult r = locktab_release(s->locks, kind, req->arg, lease, &now, &left);
         s->trail_actor = NULL;
         if (r == LOCK_OK) {
             s->metrics.releases++;
@@ -355,18 +417,23 @@ void api_release(Request *req)
             jsonw_int(&w, "count", left);
             reply_written(req, &w);
         } else {
-            reply_not_holder(req, req->arg, lease);
+            reply_not_holder(req, kind, req->arg, lease);
         }
     }
     json_decref(obj);
 }
 
-/* DELETE /v1/locks/{name} (admin): ends the holder's lease, whoever holds it
- * and whatever its reentry count, and hands the lock to the next waiter. Its
- * token is revoked first: from then on /v1/fence refuses it (the holder was
- * told nothing and may still write), and the guard refuses its lease. The
- * ended lease, and with it the revoked token, is in the batch the answer
- * waits for. */
+void api_release(Request *req) { release(req, KIND_LOCK); }
+void api_semaphore_release(Request *req) { release(req, KIND_SEMAPHORE); }
+
+/* DELETE /v1/locks/{name} (admin): ends every lease of the lock (its writer,
+ * or all its readers), whoever holds it and whatever the reentry counts, and
+ * hands the lock to the next waiters (after the leases' lock-delay, if they
+ * have one). Their tokens are revoked first: from then on /v1/fence refuses
+ * them (the holders were told nothing and may still write), and the guard
+ * refuses their leases. The ended leases, and with them the revoked
+ * tokens, are in the batch the answer waits for. `revoked` is the first of
+ * them (the writer, or the oldest reader), `revoked_all` every one. */
 void api_force_release(Request *req)
 {
     Server *s = req->srv;
@@ -374,160 +441,48 @@ void api_force_release(Request *req)
         return;
     Now now = clock_now();
     locktab_tick(s->locks, &now); /* a lease that has run out is ended first, not revoked */
-    const Lock *lock = locktab_get(s->locks, req->arg);
-    json_t *revoked = json_null();
-    if (lock && lock->held && lock->holder.deadline_ms > now.mono_ms) {
-        uint64_t token = lock->holder.token;
-        revoked = json_pack("{s:s, s:I}", "owner", lock->holder.owner, "token", (json_int_t)token);
-        if (!revoked || !revoked_add(s->revoked, token)) {
-            json_decref(revoked);
+    const Lock *lock = locktab_get(s->locks, KIND_LOCK, req->arg);
+    json_t *all = json_array();
+    for (const Holder *h = lock ? locktab_holder(lock) : NULL; all && h; h = locktab_next_holder(h)) {
+        if (h->deadline_ms <= now.mono_ms)
+            continue;
+        json_t *one = json_pack("{s:s, s:I}", "owner", h->owner, "token", (json_int_t)h->token);
+        if (!one || json_array_append_new(all, one) || !revoked_add(s->revoked, h->token)) {
+            bool full = one && revoked_count(s->revoked) == REVOKED_MAX;
+            json_decref(all);
             http_reply_error(req, ERR_OVERLOADED, NULL, "%s",
-                             revoked && revoked_count(s->revoked) == REVOKED_MAX
-                                 ? "a million leases were force-released already: no more can be"
-                                 : "out of memory; retry");
+                             full ? "a million leases were force-released already: no more can be"
+                                  : "out of memory; retry");
             return;
         }
+    }
+    if (!all) {
+        reply_overloaded(req, LOCK_NOMEM);
+        return;
+    }
+    if (json_array_size(all)) {
         s->trail_actor = req;
-        locktab_revoke(s->locks, req->arg, &now, &token);
+        locktab_revoke(s->locks, KIND_LOCK, req->arg, &now);
         s->trail_actor = NULL;
-        s->metrics.force_releases++;
+        s->metrics.force_releases += json_array_size(all);
     }
     RawRefs refs = {.n = 0};
-    json_t *state = lock_state_new(s->locks, req->arg, locktab_get(s->locks, req->arg), &refs);
-    if (!state || json_object_set_new(state, "revoked", revoked)) {
+    json_t *state = lockview_state_new(s->locks, KIND_LOCK, req->arg, locktab_get(s->locks, KIND_LOCK, req->arg),
+                                       true, &now, &refs);
+    json_t *first = json_array_size(all) ? json_deep_copy(json_array_get(all, 0)) : json_null();
+    if (!state || !first) {
+        json_decref(first);
+        json_decref(all);
+        json_decref(state);
+        reply_overloaded(req, LOCK_NOMEM);
+        return;
+    }
+    int bad = json_object_set_new(state, "revoked", first); /* each takes its value, also on failure */
+    bad |= json_object_set_new(state, "revoked_all", all);
+    if (bad) {
         json_decref(state);
         reply_overloaded(req, LOCK_NOMEM);
         return;
     }
     http_reply_json_raw_new(req, 200, state, &refs);
-}
-
-typedef struct Queue {
-    json_t *list;
-    bool failed;
-} Queue;
-
-static void queue_one(void *ud, const char *owner, int64_t since_ms)
-{
-    Queue *q = ud;
-    json_t *w = q->failed ? NULL : json_pack("{s:s, s:I}", "owner", owner, "since_ms", (json_int_t)since_ms);
-    if (!w || json_array_append_new(q->list, w))
-        q->failed = true;
-}
-
-/* One lock as GET /v1/locks/NAME shows it: its state and the head of its queue. */
-static void reply_one_lock(Request *req, const char *name)
-{
-    Server *s = req->srv;
-    const Lock *lock = locktab_get(s->locks, name);
-    RawRefs refs = {.n = 0};
-    json_t *state = lock_state_new(s->locks, name, lock, &refs);
-    Queue q = {json_array(), false};
-    if (q.list && lock)
-        locktab_each_waiter(lock, QUEUE_SHOWN, queue_one, &q);
-    if (!state || !q.list || q.failed) {
-        json_decref(q.list);
-        json_decref(state);
-        reply_overloaded(req, LOCK_NOMEM);
-        return;
-    }
-    if (json_object_set_new(state, "queue", q.list)) { /* takes q.list even when it fails */
-        json_decref(state);
-        reply_overloaded(req, LOCK_NOMEM);
-        return;
-    }
-    http_reply_json_raw_new(req, 200, state, &refs);
-}
-
-/* A watch (?index=N) is due once the lock's index is past N, or when N is
- * beyond every index of this run (it came from before a restart). */
-static bool index_past(const Request *req, const char *name, uint64_t index)
-{
-    const Locktab *lt = req->srv->locks;
-    return locktab_index(lt, name) > index || index > locktab_index_now(lt);
-}
-
-static bool watch_due(Request *req) { return index_past(req, req->poll->watch.name, req->poll->watch.index); }
-static void watch_answer(Request *req) { reply_one_lock(req, req->poll->watch.name); }
-
-static const WatchCalls WATCH = {watch_due, watch_answer};
-
-void api_get_lock(Request *req)
-{
-    long long index, wait_ms;
-    if (!body_check_name(req, "name", req->arg) || !query_int(req, "index", 0, INT64_MAX, 0, &index) ||
-        !query_int(req, "wait_ms", 0, WATCH_MAX_MS, 0, &wait_ms))
-        return;
-    if (!http_query(req, "index") || wait_ms == 0 || index_past(req, req->arg, (uint64_t)index) ||
-        req->srv->stopping) {
-        reply_one_lock(req, req->arg);
-        return;
-    }
-    if (!quota_poll_start(req))
-        return;
-    if (!request_poll(req)) {
-        reply_overloaded(req, LOCK_NOMEM);
-        return;
-    }
-    req->poll->watch.index = (uint64_t)index;
-    if (!watch_start(req, wait_ms, &WATCH))
-        reply_overloaded(req, LOCK_NOMEM);
-}
-
-typedef struct ListCtx {
-    const Locktab *lt;
-    json_t *locks;
-    RawRefs refs;
-    const char *last;
-    bool failed; /* out of memory: the listing would skip a lock */
-} ListCtx;
-
-static void list_one(void *ud, const Lock *lock)
-{
-    ListCtx *ctx = ud;
-    json_t *state = ctx->failed ? NULL : lock_state_new(ctx->lt, lock->name, lock, &ctx->refs);
-    if (!state || json_array_append_new(ctx->locks, state) != 0)
-        ctx->failed = true;
-    ctx->last = lock->name;
-}
-
-void api_list_locks(Request *req)
-{
-    const char *prefix = http_query(req, "prefix");
-    const char *after = http_query(req, "after");
-    const char *limit_s = http_query(req, "limit");
-    if (!prefix)
-        prefix = "";
-    if (*prefix && !body_check_name(req, "prefix", prefix))
-        return;
-    if (!access_check_listing(req, prefix))
-        return;
-    if (after && !body_check_name(req, "after", after))
-        return;
-    long limit = LIST_DEFAULT;
-    if (limit_s) {
-        char *end;
-        limit = strtol(limit_s, &end, 10);
-        if (!*limit_s || *end || limit < 1 || limit > LIST_MAX) {
-            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "limit"),
-                             "query parameter 'limit' must be an integer in 1..%d", LIST_MAX);
-            return;
-        }
-    }
-    ListCtx ctx = {.lt = req->srv->locks, .locks = json_array()}; /* about 8 KiB of raw references, on the loop thread's stack */
-    if (!ctx.locks) {
-        reply_overloaded(req, LOCK_NOMEM);
-        return;
-    }
-    bool more = locktab_list(req->srv->locks, prefix, after, (size_t)limit, list_one, &ctx);
-    if (ctx.failed) {
-        json_decref(ctx.locks);
-        reply_overloaded(req, LOCK_NOMEM);
-        return;
-    }
-    http_reply_json_raw_new(req, 200,
-                            json_pack("{s:o, s:o, s:I}", "locks", ctx.locks, "next",
-                                      more && ctx.last ? json_string(ctx.last) : json_null(), "now_ms",
-                                      (json_int_t)clock_now().wall_ms),
-                            &ctx.refs);
 }

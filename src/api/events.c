@@ -171,12 +171,20 @@ static void group_ready(CommitHold *hold)
 
 void events_note(Server *s, AuditKind kind, const char *lock, const char *owner, uint64_t token)
 {
+    bool fence = kind == AUDIT_FENCE_REFUSED || kind == AUDIT_FENCE_RAISED;
+    events_note_of(s, kind, fence ? AUDIT_OF_FENCE : AUDIT_OF_LOCK, AUDIT_MODE_NONE, lock, owner, token);
+}
+
+void events_note_of(Server *s, AuditKind kind, int object, int mode, const char *lock, const char *owner,
+                    uint64_t token)
+{
     Events *e = s->events;
-    watch_note(s, lock); /* watches work with the stream off too */
+    if (object == AUDIT_OF_LOCK)
+        watch_note(s, lock); /* watches (of locks) work with the stream off too */
     if (!audit_enabled(e->ring))
         return;
     Now now = clock_now();
-    AuditRow row = {0, now.wall_ms, kind, lock, owner ? owner : "", token, "", ""};
+    AuditRow row = {0, now.wall_ms, kind, lock, owner ? owner : "", token, "", "", (uint8_t)object, (uint8_t)mode};
     Group *last = e->groups.tail ? DLIST_ITEM(e->groups.tail, Group, link) : NULL;
     /* Published once its batch is durable and, on etcd, fenced (commit.h):
      * a deposed leader's events reach no one. */
@@ -214,9 +222,11 @@ void events_note(Server *s, AuditKind kind, const char *lock, const char *owner,
 
 json_t *events_event_new(const AuditRow *r)
 {
-    return json_pack("{s:I, s:I, s:s, s:s, s:s, s:I}", "seq", (json_int_t)r->seq, "at_ms", (json_int_t)r->at_ms,
-                     "kind", audit_kind_name(r->kind), "lock", r->lock, "owner", r->owner, "token",
-                     (json_int_t)r->token);
+    const char *mode = audit_mode_name(r->mode);
+    return json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:s, s:o}", "seq", (json_int_t)r->seq, "at_ms",
+                     (json_int_t)r->at_ms, "kind", audit_kind_name(r->kind), "lock", r->lock, "owner", r->owner,
+                     "token", (json_int_t)r->token, "type", audit_object_name(r->object), "mode",
+                     mode ? json_string(mode) : json_null());
 }
 
 /* `after` as the ring sees it: 0 (or none) is "from this run's first event". */

@@ -171,24 +171,24 @@ static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
     return false;
 }
 
-bool quota_admit(Request *req, const Lock *lock, bool wait, const char *owner, const char *request_id,
-                 Charge *charge)
+bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, bool wait, const char *owner,
+                 const char *request_id, Charge *charge)
 {
     const AuthKey *k = req->access.key;
     Server *s = req->srv;
     *charge = (Charge){NULL, NULL};
     /* A holder whose lease ran out but that the tick has not ended yet is
-     * ended by the acquire itself (expire_if_due), which is then granted:
-     * judge the lock as it will be, not as the table still shows it. */
+     * ended by the acquire itself, which may then be granted: judge the
+     * name as it will be (locktab_preview), not as the table still shows it. */
     Now now = clock_now();
-    bool live = lock && lock->held && lock->holder.deadline_ms > now.mono_ms;
-    if (live && request_id && lock->holder.request_id && !strcmp(request_id, lock->holder.request_id) &&
-        !strcmp(owner, lock->holder.owner) && locktab_same_key(lock->holder.key, k ? k->name : NULL))
-        return true; /* a retry of the current grant (by its own key): nothing new */
-    bool queued = live;
+    LockResult r = locktab_preview(s->locks, kind, name, (uint8_t)mode, limit, owner, request_id, k ? k->name : NULL,
+                                   &now);
+    if (r == LOCK_REPLAYED || r == LOCK_LIMIT_MISMATCH)
+        return true; /* a retry of a current grant (by its own key), or refused: nothing new */
+    bool queued = r == LOCK_BUSY;
     if (queued && !wait)
         return true; /* answered lock_held: nothing new */
-    if (!lock) {
+    if (!locktab_get(s->locks, kind, name)) {
         /* A new name: the key's and the peer's share of the table. */
         Use *ku, *pu;
         if (!room_for(req, SHARE_NAMES, &ku, &pu))

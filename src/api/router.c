@@ -33,6 +33,7 @@ static const Route ROUTES[] = {
     {"GET", EXACT, "/healthz", NULL, api_healthz, "GET, HEAD", ACCESS_OPEN, false},
     {"GET", EXACT, "/metrics", NULL, api_metrics, "GET, HEAD", ACCESS_OPEN, false},
     {"GET", EXACT, "/v1/locks", NULL, api_list_locks, "GET, HEAD", ACCESS_LOCKS, false},
+    {"GET", EXACT, "/v1/semaphores", NULL, api_list_semaphores, "GET, HEAD", ACCESS_LOCKS, false},
     {"GET", EXACT, "/v1/audit", NULL, api_audit, "GET, HEAD", ACCESS_ADMIN, false},
     {"GET", EXACT, "/v1/backup", NULL, api_backup, "GET, HEAD", ACCESS_ADMIN, false},
     {"GET", EXACT, "/v1/events", NULL, api_events, "GET, HEAD", ACCESS_LOCKS, false},
@@ -43,6 +44,11 @@ static const Route ROUTES[] = {
     {"GET", LOCK_ACTION, "/v1/locks/", "history", api_lock_history, "GET, HEAD", ACCESS_LOCKS, false},
     {"GET", LOCK_NAME, "/v1/locks/", NULL, api_get_lock, "GET, HEAD, DELETE", ACCESS_LOCKS, false},
     {"DELETE", LOCK_NAME, "/v1/locks/", NULL, api_force_release, "GET, HEAD, DELETE", ACCESS_ADMIN, false},
+    {"POST", LOCK_ACTION, "/v1/semaphores/", "acquire", api_semaphore_acquire, "POST", ACCESS_LOCKS, true},
+    {"POST", LOCK_ACTION, "/v1/semaphores/", "renew", api_semaphore_renew, "POST", ACCESS_LOCKS, true},
+    {"POST", LOCK_ACTION, "/v1/semaphores/", "release", api_semaphore_release, "POST", ACCESS_LOCKS, true},
+    {"GET", LOCK_ACTION, "/v1/semaphores/", "history", api_semaphore_history, "GET, HEAD", ACCESS_LOCKS, false},
+    {"GET", LOCK_NAME, "/v1/semaphores/", NULL, api_get_semaphore, "GET, HEAD", ACCESS_LOCKS, false},
     {"POST", RESOURCE, "/v1/fence/", NULL, api_fence, "POST", ACCESS_FENCE, true},
 };
 

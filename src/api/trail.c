@@ -25,16 +25,26 @@ static void dropped(void *ud, const char *key, uint64_t seq)
         out_of_memory();
 }
 
-static void note(Server *s, AuditKind kind, const char *lock, const char *owner, uint64_t token, const char *key,
-                 const char *peer)
+static void note(Server *s, AuditKind kind, int object, int mode, const char *lock, const char *owner, uint64_t token,
+                 const char *key, const char *peer)
 {
-    events_note(s, kind, lock, owner, token);
+    events_note_of(s, kind, object, mode, lock, owner, token);
     if (!auditlog_enabled(s->audit))
         return;
     Now now = clock_now();
-    AuditRow row = {0, now.wall_ms, kind, lock, owner ? owner : "", token, key ? key : "", peer ? peer : ""};
+    AuditRow row = {0,     now.wall_ms,       kind, lock, owner ? owner : "", token, key ? key : "",
+                    peer ? peer : "", (uint8_t)object, (uint8_t)mode};
     if (!(row.seq = auditlog_add(s->audit, &row, dropped, s)) || !commit_audit(s->commit, &row))
         out_of_memory();
+}
+
+int trail_object(const Lock *lock) { return lock->kind == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : AUDIT_OF_LOCK; }
+
+int trail_mode(const Lock *lock, const Holder *h)
+{
+    if (lock->kind == KIND_SEMAPHORE)
+        return AUDIT_MODE_NONE;
+    return h->mode == MODE_READ ? AUDIT_MODE_READ : AUDIT_MODE_WRITE;
 }
 
 void trail_guard_refused(Request *req, const char *lock, uint64_t token)
@@ -42,20 +52,28 @@ void trail_guard_refused(Request *req, const char *lock, uint64_t token)
     trail_note(req->srv, req, AUDIT_GUARD_REFUSED, lock, "", token);
 }
 
-void trail_note(Server *s, Request *req, AuditKind kind, const char *lock, const char *owner, uint64_t token)
+void trail_note_of(Server *s, Request *req, AuditKind kind, int object, int mode, const char *lock, const char *owner,
+                   uint64_t token)
 {
     char peer[300] = "";
     if (req)
         http_peer(req, peer, sizeof peer);
-    note(s, kind, lock, owner, token, req && req->access.key ? req->access.key->name : "", peer);
+    note(s, kind, object, mode, lock, owner, token, req && req->access.key ? req->access.key->name : "", peer);
 }
 
-void trail_ended(Server *s, const char *lock, const char *owner, const char *holder_key, uint64_t token, int how)
+void trail_note(Server *s, Request *req, AuditKind kind, const char *lock, const char *owner, uint64_t token)
+{
+    bool fence = kind == AUDIT_FENCE_REFUSED || kind == AUDIT_FENCE_RAISED;
+    trail_note_of(s, req, kind, fence ? AUDIT_OF_FENCE : AUDIT_OF_LOCK, AUDIT_MODE_NONE, lock, owner, token);
+}
+
+void trail_ended(Server *s, const Lock *lock, const Holder *h, int how)
 {
     AuditKind kind = how == LEASE_END_EXPIRED ? AUDIT_EXPIRED : how == LEASE_END_REVOKED ? AUDIT_REVOKED
                                                                                         : AUDIT_RELEASED;
     if (kind == AUDIT_EXPIRED) /* the server's doing, on the holder's key's account */
-        note(s, kind, lock, owner, token, holder_key, "");
+        note(s, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner, h->token, h->key, "");
     else
-        trail_note(s, s->trail_actor, kind, lock, owner, token);
+        trail_note_of(s, s->trail_actor, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner,
+                      h->token);
 }

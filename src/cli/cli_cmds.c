@@ -2,6 +2,8 @@
  * cli_cmds — the script subcommands: acquire, renew, release, status, list.
  * Each prints the server's JSON answer on stdout and exits 0, or prints the
  * server's error on stderr and exits with the code of include/leasegate/cli.h.
+ * Each acts on a lock (--lock NAME, --read for a shared one) or a semaphore
+ * (--semaphore NAME, with --limit N to acquire).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,14 +117,6 @@ static bool lease_arg(const char *cmd, const char *arg, const char *file, bool f
     return true;
 }
 
-static bool need(const char *cmd, const char *flag, const char *value)
-{
-    if (value)
-        return true;
-    fprintf(stderr, "leasegate %s: %s is required\n", cmd, flag);
-    return false;
-}
-
 static bool valid_lock(const char *cmd, const char *lock)
 {
     const char *problem = name_problem(lock);
@@ -130,6 +124,49 @@ static bool valid_lock(const char *cmd, const char *lock)
         return true;
     fprintf(stderr, "leasegate %s: lock name '%s' %s\n", cmd, lock, problem);
     return false;
+}
+
+/* What a command acts on: --lock NAME or --semaphore NAME, exactly one. */
+typedef struct Target {
+    const char *lock, *semaphore;
+} Target;
+
+static bool target(const char *cmd, const Target *t, const char **name, bool *semaphore)
+{
+    if (!t->lock == !t->semaphore) {
+        fprintf(stderr, "leasegate %s: give --lock NAME or --semaphore NAME (one of them)\n", cmd);
+        return false;
+    }
+    *semaphore = t->semaphore != NULL;
+    *name = *semaphore ? t->semaphore : t->lock;
+    return valid_lock(cmd, *name);
+}
+
+static const char *base_path(bool semaphore) { return semaphore ? "/v1/semaphores/" : "/v1/locks/"; }
+
+bool cli_target_flags(const char *cmd, bool semaphore, const char *limit, bool read, int64_t lock_delay_ms,
+                      bool lease, long *limit_out)
+{
+    *limit_out = 0;
+    if (!semaphore) {
+        if (!limit)
+            return true;
+        fprintf(stderr, "leasegate %s: --limit is a semaphore's (--semaphore NAME --limit N)\n", cmd);
+        return false;
+    }
+    if (read || lock_delay_ms >= 0 || lease) {
+        fprintf(stderr, "leasegate %s: %s is a lock's, not a semaphore's\n", cmd,
+                read ? "--read" : lock_delay_ms >= 0 ? "--lock-delay" : "a reentry lease");
+        return false;
+    }
+    char *end = NULL;
+    long v = limit ? strtol(limit, &end, 10) : 0;
+    if (!limit || !*limit || *end || strspn(limit, "0123456789") != strlen(limit) || v < 1 || v > 10000) {
+        fprintf(stderr, "leasegate %s: --semaphore needs --limit N, the number of permits (1..10000)\n", cmd);
+        return false;
+    }
+    *limit_out = v;
+    return true;
 }
 
 /* Prints the answer; returns the exit code. Takes over reply. */
@@ -150,9 +187,9 @@ static int finish(const char *cmd, long status, json_t *reply)
         const char *msg = json_string_value(json_object_get(reply, "message"));
         fprintf(stderr, "leasegate %s: %s (HTTP %ld): %s%s\n", cmd, err ? err : "error", status,
                 msg ? msg : "unexpected answer", status == 401 ? cli_key_hint() : "");
-        code = err && !strcmp(err, "lock_held")    ? CLI_NOT_ACQUIRED
-               : err && !strcmp(err, "not_holder") ? CLI_NOT_HOLDER
-                                                   : CLI_FAILED;
+        code = err && (!strcmp(err, "lock_held") || !strcmp(err, "semaphore_full")) ? CLI_NOT_ACQUIRED
+               : err && !strcmp(err, "not_holder")                                   ? CLI_NOT_HOLDER
+                                                                                     : CLI_FAILED;
     }
     json_decref(reply);
     return code;
@@ -175,18 +212,26 @@ static int call(const char *cmd, const char *server, const char *method, const c
 
 int cli_acquire(int argc, char **argv)
 {
-    const char *server = cli_default_server(), *lock = NULL, *owner = NULL, *metadata = NULL, *lease_opt = NULL,
-               *lease_file = NULL, *lease;
-    int64_t ttl = -1, wait = -1;
+    const char *server = cli_default_server(), *owner = NULL, *metadata = NULL, *lease_opt = NULL,
+               *lease_file = NULL, *lease, *limit_s = NULL, *name;
+    Target t = {NULL, NULL};
+    int64_t ttl = -1, wait = -1, delay = -1;
+    bool read = false, semaphore;
     char lease_buf[LEASE_TEXT_MAX];
-    const Opt opts[] = {{"--server", OPT_STRING, &server},     {"--lock", OPT_STRING, &lock},
+    const Opt opts[] = {{"--server", OPT_STRING, &server},     {"--lock", OPT_STRING, &t.lock},
+                        {"--semaphore", OPT_STRING, &t.semaphore}, {"--limit", OPT_STRING, &limit_s},
+                        {"--read", OPT_FLAG, &read},           {"--lock-delay", OPT_DURATION, &delay},
                         {"--owner", OPT_STRING, &owner},       {"--ttl", OPT_DURATION, &ttl},
                         {"--wait", OPT_DURATION, &wait},       {"--metadata", OPT_STRING, &metadata},
                         {"--lease", OPT_STRING, &lease_opt},   {"--lease-file", OPT_STRING, &lease_file}};
     /* A reentry's lease is never taken from $LEASEGATE_LEASE: an acquire inside
      * `leasegate run` would then re-enter run's lock instead of taking its own. */
-    if (!parse_opts("acquire", argc, argv, opts, sizeof opts / sizeof opts[0]) || !need("acquire", "--lock", lock) ||
-        !valid_lock("acquire", lock) || !lease_arg("acquire", lease_opt, lease_file, false, lease_buf, &lease))
+    if (!parse_opts("acquire", argc, argv, opts, sizeof opts / sizeof opts[0]) ||
+        !target("acquire", &t, &name, &semaphore) ||
+        !lease_arg("acquire", lease_opt, lease_file, false, lease_buf, &lease))
+        return CLI_USAGE;
+    long limit = 0;
+    if (!cli_target_flags("acquire", semaphore, limit_s, read, delay, lease != NULL, &limit))
         return CLI_USAGE;
     json_t *body = json_pack("{s:s}", "owner", owner ? owner : "leasegate-cli");
     if (ttl >= 0)
@@ -195,6 +240,12 @@ int cli_acquire(int argc, char **argv)
         json_object_set_new(body, "wait_ms", json_integer(wait));
     if (lease)
         json_object_set_new(body, "lease", json_string(lease));
+    if (semaphore)
+        json_object_set_new(body, "limit", json_integer(limit));
+    if (read)
+        json_object_set_new(body, "mode", json_string("read"));
+    if (delay >= 0)
+        json_object_set_new(body, "lock_delay_ms", json_integer(delay));
     /* The same id on every server tried: a retry after a lost answer gets the grant it made. */
     char request_id[CLI_REQUEST_ID_LEN];
     cli_new_request_id(request_id);
@@ -210,22 +261,25 @@ int cli_acquire(int argc, char **argv)
         json_object_set_new(body, "metadata", m);
     }
     char path[512];
-    snprintf(path, sizeof path, "/v1/locks/%s/acquire", lock);
+    snprintf(path, sizeof path, "%s%s/acquire", base_path(semaphore), name);
     return call("acquire", server, "POST", path, body, HTTP_TIMEOUT_MS + (wait > 0 ? (long)wait : 0));
 }
 
 static int lease_call(const char *cmd, int argc, char **argv, bool with_ttl)
 {
-    const char *server = cli_default_server(), *lock = NULL, *lease_opt = NULL, *lease_file = NULL, *lease;
+    const char *server = cli_default_server(), *lease_opt = NULL, *lease_file = NULL, *lease, *name;
+    Target t = {NULL, NULL};
+    bool semaphore;
     int64_t ttl = -1;
     char lease_buf[LEASE_TEXT_MAX];
     const Opt opts[] = {{"--server", OPT_STRING, &server},
-                        {"--lock", OPT_STRING, &lock},
+                        {"--lock", OPT_STRING, &t.lock},
+                        {"--semaphore", OPT_STRING, &t.semaphore},
                         {"--lease", OPT_STRING, &lease_opt},
                         {"--lease-file", OPT_STRING, &lease_file},
                         {"--ttl", OPT_DURATION, &ttl}};
-    size_t nopts = with_ttl ? 5 : 4;
-    if (!parse_opts(cmd, argc, argv, opts, nopts) || !need(cmd, "--lock", lock) || !valid_lock(cmd, lock) ||
+    size_t nopts = with_ttl ? 6 : 5;
+    if (!parse_opts(cmd, argc, argv, opts, nopts) || !target(cmd, &t, &name, &semaphore) ||
         !lease_arg(cmd, lease_opt, lease_file, true, lease_buf, &lease))
         return CLI_USAGE;
     if (!lease) {
@@ -236,7 +290,7 @@ static int lease_call(const char *cmd, int argc, char **argv, bool with_ttl)
     if (ttl >= 0)
         json_object_set_new(body, "ttl_ms", json_integer(ttl));
     char path[512];
-    snprintf(path, sizeof path, "/v1/locks/%s/%s", lock, cmd);
+    snprintf(path, sizeof path, "%s%s/%s", base_path(semaphore), name, cmd);
     return call(cmd, server, "POST", path, body, HTTP_TIMEOUT_MS);
 }
 
@@ -245,23 +299,28 @@ int cli_release(int argc, char **argv) { return lease_call("release", argc, argv
 
 int cli_status(int argc, char **argv)
 {
-    const char *server = cli_default_server(), *lock = NULL;
-    const Opt opts[] = {{"--server", OPT_STRING, &server}, {"--lock", OPT_STRING, &lock}};
-    if (!parse_opts("status", argc, argv, opts, 2) || !need("status", "--lock", lock) || !valid_lock("status", lock))
+    const char *server = cli_default_server(), *name;
+    Target t = {NULL, NULL};
+    bool semaphore;
+    const Opt opts[] = {{"--server", OPT_STRING, &server}, {"--lock", OPT_STRING, &t.lock},
+                        {"--semaphore", OPT_STRING, &t.semaphore}};
+    if (!parse_opts("status", argc, argv, opts, 3) || !target("status", &t, &name, &semaphore))
         return CLI_USAGE;
     char path[512];
-    snprintf(path, sizeof path, "/v1/locks/%s", lock);
+    snprintf(path, sizeof path, "%s%s", base_path(semaphore), name);
     return call("status", server, "GET", path, NULL, HTTP_TIMEOUT_MS);
 }
 
 int cli_list(int argc, char **argv)
 {
     const char *server = cli_default_server(), *prefix = NULL, *after = NULL, *limit = NULL;
+    bool semaphores = false;
     const Opt opts[] = {{"--server", OPT_STRING, &server},
                         {"--prefix", OPT_STRING, &prefix},
                         {"--after", OPT_STRING, &after},
-                        {"--limit", OPT_STRING, &limit}};
-    if (!parse_opts("list", argc, argv, opts, 4))
+                        {"--limit", OPT_STRING, &limit},
+                        {"--semaphores", OPT_FLAG, &semaphores}};
+    if (!parse_opts("list", argc, argv, opts, 5))
         return CLI_USAGE;
     if ((prefix && name_problem(prefix)) || (after && name_problem(after))) {
         fprintf(stderr, "leasegate list: --prefix and --after must follow the lock name rule\n");
@@ -272,8 +331,8 @@ int cli_list(int argc, char **argv)
         return CLI_USAGE;
     }
     char path[1024];
-    snprintf(path, sizeof path, "/v1/locks?limit=%s%s%s%s%s", limit ? limit : "100", prefix ? "&prefix=" : "",
-             prefix ? prefix : "", after ? "&after=" : "", after ? after : "");
+    snprintf(path, sizeof path, "/v1/%s?limit=%s%s%s%s%s", semaphores ? "semaphores" : "locks", limit ? limit : "100",
+             prefix ? "&prefix=" : "", prefix ? prefix : "", after ? "&after=" : "", after ? after : "");
     return call("list", server, "GET", path, NULL, HTTP_TIMEOUT_MS);
 }
 
@@ -285,18 +344,24 @@ void cli_usage(FILE *out)
             "against --cacert PEM, else $LEASEGATE_CACERT, else the system's CAs;\n"
             "durations: 250ms, 15s, 2m, 1h, 1.5s, never a bare number; a server with --auth-file needs the API\n"
             "key in $LEASEGATE_KEY, or in the file $LEASEGATE_KEY_FILE names):\n"
-            "  run --lock NAME [--ttl 15s] [--wait 60s | --no-wait] [--grace D] [--timeout D]\n"
+            "  run --lock NAME [--read] [--lock-delay D] | --semaphore NAME --limit N\n"
+            "      [--ttl 15s] [--wait 60s | --no-wait] [--grace D] [--timeout D]\n"
             "      [--owner LABEL] [--metadata JSON] [--exit-codes compat|distinct] -- CMD [ARGS...]\n"
-            "      hold the lock while CMD runs; CMD gets LEASEGATE_LOCK, LEASEGATE_TOKEN,\n"
-            "      LEASEGATE_LEASE, LEASEGATE_SERVER; exits with CMD's status (leasegate help run)\n"
-            "  acquire --lock NAME [--owner LABEL] [--ttl D] [--wait D] [--metadata JSON]\n"
+            "      hold the lock (or a permit) while CMD runs; CMD gets LEASEGATE_LOCK (or\n"
+            "      LEASEGATE_SEMAPHORE), LEASEGATE_TOKEN, LEASEGATE_LEASE, LEASEGATE_SERVER; exits\n"
+            "      with CMD's status (leasegate help run)\n"
+            "  acquire --lock NAME [--read] [--lock-delay D] | --semaphore NAME --limit N\n"
+            "          [--owner LABEL] [--ttl D] [--wait D] [--metadata JSON]\n"
             "          [--lease-file PATH | --lease ID]   with a lease: reentry (never from $LEASEGATE_LEASE)\n"
-            "  renew   --lock NAME [--lease-file PATH | --lease ID] [--ttl D]\n"
-            "  release --lock NAME [--lease-file PATH | --lease ID]\n"
+            "          --read: a lock shared with other readers; --lock-delay D: when the lease is lost\n"
+            "          (expires, force-released), nobody gets the lock for D after (0..60s);\n"
+            "          --semaphore NAME --limit N: one of the N permits (1..10000) of a semaphore\n"
+            "  renew   --lock NAME | --semaphore NAME [--lease-file PATH | --lease ID] [--ttl D]\n"
+            "  release --lock NAME | --semaphore NAME [--lease-file PATH | --lease ID]\n"
             "          the lease: from --lease-file PATH (- for stdin), else $LEASEGATE_LEASE (what run\n"
             "          gives CMD); --lease ID puts it where ps shows it to every user, and warns\n"
-            "  status  --lock NAME\n"
-            "  list    [--prefix P] [--after NAME] [--limit N]\n"
+            "  status  --lock NAME | --semaphore NAME\n"
+            "  list    [--prefix P] [--after NAME] [--limit N] [--semaphores]\n"
             "operator commands:\n"
             "  backup [--server URL] [--cacert PEM] [--timeout D] DEST\n"
             "                            consistent copy of the running server's database (asked of it\n"
@@ -308,6 +373,6 @@ void cli_usage(FILE *out)
             "                            (shown once), then the line to append to the file\n"
             "  --version                 print the version\n"
             "exit codes: 0 ok, 1 server unreachable or unexpected answer, 2 usage, 3 not acquired\n"
-            "(lock held), 4 not holder; run: CMD's status (128+N if killed by signal N), 75 when\n"
+            "(lock held, semaphore full), 4 not holder; run: CMD's status (128+N if killed by signal N), 75 when\n"
             "the lease was lost and CMD's process group was stopped, 124 at --timeout\n");
 }

@@ -60,7 +60,12 @@ static const int CODES_DISTINCT[] = {69, 64, 73, 75, 79, 70};
 #define DISTINCT_HIGH 79
 
 typedef struct Run {
-    const char *servers, *lock, *owner, *metadata;
+    const char *servers, *lock, *owner, *metadata; /* lock: the lock's or the semaphore's name */
+    const char *base;   /* "/v1/locks/" or "/v1/semaphores/" */
+    bool semaphore;     /* --semaphore NAME: a permit, --limit of them */
+    long limit;
+    bool read;          /* --read: a shared lock */
+    int64_t lock_delay_ms; /* --lock-delay; -1: not given */
     const char *cacert; /* --cacert, passed on to CMD as LEASEGATE_CACERT */
     int64_t ttl_ms, wait_ms, grace_ms, timeout_ms;
     bool distinct; /* --exit-codes distinct */
@@ -124,7 +129,7 @@ static void reap(Run *r)
 static int renew(Run *r, int64_t timeout_ms)
 {
     char path[512], err[512];
-    snprintf(path, sizeof path, "/v1/locks/%s/renew", r->lock);
+    snprintf(path, sizeof path, "%s%s/renew", r->base, r->lock);
     json_t *body = json_pack("{s:s, s:I}", "lease", r->lease, "ttl_ms", (json_int_t)r->ttl_ms);
     int64_t sent = watchdog_clock_ms();
     long status = 0;
@@ -162,7 +167,7 @@ static void sleep_ms(int64_t ms)
 static int acquire(Run *r)
 {
     char path[512], err[512] = "";
-    snprintf(path, sizeof path, "/v1/locks/%s/acquire", r->lock);
+    snprintf(path, sizeof path, "%s%s/acquire", r->base, r->lock);
     json_t *metadata = NULL;
     if (r->metadata) {
         metadata = json_loads(r->metadata, 0, NULL);
@@ -182,6 +187,12 @@ static int acquire(Run *r)
                                  "wait_ms", (json_int_t)left, "request_id", r->request_id);
         if (metadata)
             json_object_set(body, "metadata", metadata);
+        if (r->semaphore)
+            json_object_set_new(body, "limit", json_integer(r->limit));
+        if (r->read)
+            json_object_set_new(body, "mode", json_string("read"));
+        if (r->lock_delay_ms >= 0)
+            json_object_set_new(body, "lock_delay_ms", json_integer(r->lock_delay_ms));
         long status = 0;
         json_t *reply;
         int rc = cli_http(r->servers, "POST", path, body, (long)left + 30000, &status, &reply, err, sizeof err);
@@ -198,9 +209,17 @@ static int acquire(Run *r)
             result = CLI_OK;
         } else if (rc == 0 && status == 409 && error && !strcmp(error, "lock_held")) {
             json_t *h = json_object_get(reply, "holder");
-            fprintf(stderr, "leasegate run: lock '%s' not acquired within %lldms: held by '%s' (token %lld)\n",
-                    r->lock, (long long)r->wait_ms, h ? json_string_value(json_object_get(h, "owner")) : "?",
-                    h ? (long long)json_integer_value(json_object_get(h, "token")) : 0LL);
+            if (json_is_object(h))
+                fprintf(stderr, "leasegate run: lock '%s' not acquired within %lldms: held by '%s' (token %lld)\n",
+                        r->lock, (long long)r->wait_ms, json_string_value(json_object_get(h, "owner")),
+                        (long long)json_integer_value(json_object_get(h, "token")));
+            else
+                fprintf(stderr, "leasegate run: lock '%s' not acquired within %lldms: %s\n", r->lock,
+                        (long long)r->wait_ms, json_string_value(json_object_get(reply, "message")));
+            result = code(r, OUT_NOT_ACQUIRED);
+        } else if (rc == 0 && status == 409 && error && !strcmp(error, "semaphore_full")) {
+            fprintf(stderr, "leasegate run: no permit of semaphore '%s' within %lldms: all %lld are held\n", r->lock,
+                    (long long)r->wait_ms, (long long)json_integer_value(json_object_get(reply, "limit")));
             result = code(r, OUT_NOT_ACQUIRED);
         } else if (rc == 0 && status < 500) {
             const char *msg = json_string_value(json_object_get(reply, "message"));
@@ -229,7 +248,7 @@ static int acquire(Run *r)
 static void release(Run *r, long timeout_ms)
 {
     char path[512], err[512];
-    snprintf(path, sizeof path, "/v1/locks/%s/release", r->lock);
+    snprintf(path, sizeof path, "%s%s/release", r->base, r->lock);
     json_t *body = json_pack("{s:s}", "lease", r->lease);
     long status;
     json_t *reply;
@@ -326,9 +345,12 @@ static int command_status(const Run *r, int wait_status)
 void cli_run_usage(FILE *out)
 {
     fprintf(out,
-            "leasegate run --lock NAME [flags] -- CMD [ARGS...]\n"
-            "  Holds the lock while CMD runs. CMD gets LEASEGATE_LOCK, LEASEGATE_TOKEN,\n"
-            "  LEASEGATE_LEASE and LEASEGATE_SERVER (and LEASEGATE_CACERT with --cacert). The\n"
+            "leasegate run --lock NAME [--read] [--lock-delay D] [flags] -- CMD [ARGS...]\n"
+            "leasegate run --semaphore NAME --limit N [flags] -- CMD [ARGS...]\n"
+            "  Holds the lock (shared with other readers with --read), or one of the N\n"
+            "  permits of the semaphore, while CMD runs. CMD gets LEASEGATE_LOCK (or\n"
+            "  LEASEGATE_SEMAPHORE), LEASEGATE_TOKEN, LEASEGATE_LEASE and LEASEGATE_SERVER\n"
+            "  (and LEASEGATE_CACERT with --cacert). The\n"
             "  lease is renewed at a third of the TTL; a watchdog process owns CMD's process\n"
             "  group and stops it (SIGTERM, then SIGKILL) before the lease can expire, also\n"
             "  when run itself is killed or stopped.\n"
@@ -345,6 +367,8 @@ void cli_run_usage(FILE *out)
             "  --timeout D    stop CMD (SIGTERM, SIGKILL after --grace) when it runs longer;\n"
             "                 a stopped CMD counts too\n"
             "  --owner LABEL, --metadata JSON   shown to readers of the lock\n"
+            "  --lock-delay D if the lease is lost (expires, force-released), nobody gets the\n"
+            "                 lock for D after (0..60s)\n"
             "  --exit-codes compat|distinct\n"
             "exit status:            compat  distinct\n"
             "  CMD's own status        its status (128+N if killed by signal N); with distinct,\n"
@@ -362,7 +386,7 @@ void cli_run_usage(FILE *out)
 static int parse(Run *r, int argc, char **argv)
 {
     bool no_wait = false;
-    const char *exit_codes = NULL;
+    const char *exit_codes = NULL, *semaphore = NULL, *limit = NULL;
     for (int j = 0; j < argc && strcmp(argv[j], "--") != 0; j++)
         if (!strcmp(argv[j], "--exit-codes") && j + 1 < argc)
             exit_codes = argv[j + 1];
@@ -379,6 +403,10 @@ static int parse(Run *r, int argc, char **argv)
             no_wait = true;
             continue;
         }
+        if (!strcmp(f, "--read")) {
+            r->read = true;
+            continue;
+        }
         if (!strcmp(f, "--help")) {
             cli_run_usage(stdout);
             return CLI_OK;
@@ -387,6 +415,10 @@ static int parse(Run *r, int argc, char **argv)
         bool ok = v != NULL;
         if (ok && !strcmp(f, "--lock"))
             r->lock = v;
+        else if (ok && !strcmp(f, "--semaphore"))
+            semaphore = v;
+        else if (ok && !strcmp(f, "--limit"))
+            limit = v;
         else if (ok && !strcmp(f, "--server"))
             r->servers = v;
         else if (ok && !strcmp(f, "--owner"))
@@ -401,10 +433,11 @@ static int parse(Run *r, int argc, char **argv)
         else if (ok && !strcmp(f, "--exit-codes"))
             ;
         else if (ok && (!strcmp(f, "--ttl") || !strcmp(f, "--wait") || !strcmp(f, "--grace") ||
-                        !strcmp(f, "--timeout"))) {
-            int64_t *dest = !strcmp(f, "--ttl")    ? &r->ttl_ms
-                            : !strcmp(f, "--wait") ? &r->wait_ms
+                        !strcmp(f, "--timeout") || !strcmp(f, "--lock-delay"))) {
+            int64_t *dest = !strcmp(f, "--ttl")     ? &r->ttl_ms
+                            : !strcmp(f, "--wait")  ? &r->wait_ms
                             : !strcmp(f, "--grace") ? &r->grace_ms
+                            : !strcmp(f, "--lock-delay") ? &r->lock_delay_ms
                                                     : &r->timeout_ms;
             if (!cli_duration_arg("run", f, v, dest))
                 return usage;
@@ -422,8 +455,19 @@ static int parse(Run *r, int argc, char **argv)
         return usage;
     }
     r->cmd = argv + i + 1;
-    if (!r->lock || name_problem(r->lock)) {
-        fprintf(stderr, "leasegate run: --lock NAME is required and must follow the name rule\n");
+    if (!r->lock == !semaphore || name_problem(r->lock ? r->lock : semaphore)) {
+        fprintf(stderr, "leasegate run: --lock NAME or --semaphore NAME is required (one of them) and must follow "
+                        "the name rule\n");
+        return usage;
+    }
+    r->semaphore = semaphore != NULL;
+    if (semaphore)
+        r->lock = semaphore;
+    r->base = r->semaphore ? "/v1/semaphores/" : "/v1/locks/";
+    if (!cli_target_flags("run", r->semaphore, limit, r->read, r->lock_delay_ms, false, &r->limit))
+        return usage;
+    if (r->lock_delay_ms > 60000) {
+        fprintf(stderr, "leasegate run: --lock-delay must be at most 60s\n");
         return usage;
     }
     if (r->ttl_ms < 300 || r->ttl_ms > 86400000 || r->wait_ms > 3600000) {
@@ -468,7 +512,8 @@ static int start(Run *r, const sigset_t *oldmask)
     }
     char token[32];
     snprintf(token, sizeof token, "%lld", r->token);
-    if (setenv("LEASEGATE_LOCK", r->lock, 1) || setenv("LEASEGATE_TOKEN", token, 1) ||
+    if (setenv(r->semaphore ? "LEASEGATE_SEMAPHORE" : "LEASEGATE_LOCK", r->lock, 1) ||
+        setenv("LEASEGATE_TOKEN", token, 1) ||
         setenv("LEASEGATE_LEASE", r->lease, 1) || setenv("LEASEGATE_SERVER", r->servers, 1) ||
         (r->cacert && setenv("LEASEGATE_CACERT", r->cacert, 1))) {
         perror("leasegate run: setenv");
@@ -487,7 +532,8 @@ static int start(Run *r, const sigset_t *oldmask)
 
 int cli_run(int argc, char **argv)
 {
-    Run r = {.servers = cli_default_server(), .ttl_ms = 15000, .wait_ms = 60000, .grace_ms = -1, .sock = -1};
+    Run r = {.servers = cli_default_server(), .ttl_ms = 15000, .wait_ms = 60000, .grace_ms = -1, .sock = -1,
+             .lock_delay_ms = -1};
     int rc = parse(&r, argc, argv);
     if (rc >= 0)
         return rc;

@@ -45,6 +45,16 @@ const char *audit_kind_name(int kind)
     return kind >= AUDIT_GRANTED && kind <= AUDIT_FENCE_RAISED ? KINDS[kind] : "unknown";
 }
 
+const char *audit_object_name(int object)
+{
+    return object == AUDIT_OF_SEMAPHORE ? "semaphore" : object == AUDIT_OF_FENCE ? "fence" : "lock";
+}
+
+const char *audit_mode_name(int mode)
+{
+    return mode == AUDIT_MODE_WRITE ? "write" : mode == AUDIT_MODE_READ ? "read" : NULL;
+}
+
 static char *map_slots(size_t keep, size_t bytes)
 {
     void *m = mmap(NULL, keep * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -1,9 +1,12 @@
 /*
  * locktab — the lock state machine; see include/leasegate/locktab.h.
  *
- * Fairness: waiters of a lock form one FIFO list; they are appended at the
- * tail when they arrive and only the head is ever granted (grant_next), so a
- * release wakes exactly one waiter, the one that has waited longest.
+ * Fairness: the waiters of a name form one FIFO list; they are appended at
+ * the tail when they arrive, a newcomer is granted at once only when nobody
+ * waits (no barging), and only the head is ever granted (grant_next): while
+ * the head can be granted it is, so a writer's end wakes the next writer or
+ * the run of readers at the head up to the next writer, and a freed permit
+ * wakes one waiter.
  */
 #include "leasegate/locktab.h"
 
@@ -15,7 +18,15 @@
 #include "leasegate/leasehist.h"
 #include "leasegate/smap.h"
 
-enum { DEADLINE_EXPIRY = 1, DEADLINE_WAIT = 2, DEADLINE_IDLE = 3 };
+enum { DEADLINE_EXPIRY = 1, DEADLINE_WAIT = 2, DEADLINE_IDLE = 3, DEADLINE_DELAY = 4 };
+
+/* A lease as the table keeps it: the holder, its expiry and its place. */
+typedef struct Grant {
+    Holder h;        /* what the hooks and readers see (locktab_holder) */
+    Deadline expiry; /* always queued */
+    DLink link;      /* in lock->holders, grant order */
+    Lock *lock;
+} Grant;
 
 struct Waiter {
     Deadline wait;
@@ -28,25 +39,45 @@ struct Waiter {
     char *request_id; /* NULL when the acquire had none */
     char *key;        /* NULL without an API key */
     int64_t ttl_ms;
+    int64_t lock_delay_ms;
     int64_t since_ms; /* Unix ms: when it joined the queue */
+    uint8_t mode;
 };
 
 struct Locktab {
-    Smap *locks; /* name -> Lock, owns the locks */
+    Smap *names[LOCK_KINDS]; /* name -> Lock, owns the locks */
     Heap deadlines;
     LeaseHist *history;
     LocktabLimits limits;
     LocktabHooks hooks;
     uint64_t last_token;
-    size_t held;
-    size_t waiters;
+    LocktabCounts counts[LOCK_KINDS]; /* names is smap_len's */
     uint64_t expiries;
     uint64_t forgotten;
+    uint64_t delays;
     uint64_t next_lock_id;
     uint64_t changes;      /* the last index given (locktab_index) */
-    uint64_t forget_index; /* what an absent lock reads as: above every forgotten lock's */
+    uint64_t forget_index; /* what an absent name reads as: above every forgotten name's */
 };
 
+static Grant *grant_of(const Holder *h) { return CONTAINER_OF(h, Grant, h); }
+
+static Grant *first_grant(const Lock *lock)
+{
+    return lock->holders.head ? DLIST_ITEM(lock->holders.head, Grant, link) : NULL;
+}
+
+const Holder *locktab_holder(const Lock *lock)
+{
+    Grant *g = first_grant(lock);
+    return g ? &g->h : NULL;
+}
+
+const Holder *locktab_next_holder(const Holder *h)
+{
+    const DLink *next = grant_of(h)->link.next;
+    return next ? &DLIST_ITEM(next, Grant, link)->h : NULL;
+}
 
 static void holder_clear(Holder *h)
 {
@@ -79,7 +110,12 @@ static void lock_free(void *p)
         dlist_remove(&lock->waiters, &w->link);
         waiter_free(w);
     }
-    holder_clear(&lock->holder);
+    Grant *g;
+    while ((g = first_grant(lock))) {
+        dlist_remove(&lock->holders, &g->link);
+        holder_clear(&g->h);
+        free(g);
+    }
     free(lock->name);
     free(lock);
 }
@@ -92,9 +128,10 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks)
     lt->limits = *limits;
     lt->hooks = *hooks;
     heap_init(&lt->deadlines);
-    lt->locks = smap_new();
+    lt->names[KIND_LOCK] = smap_new();
+    lt->names[KIND_SEMAPHORE] = smap_new();
     lt->history = leasehist_new(limits->lease_history ? limits->lease_history : 1);
-    if (!lt->locks || !lt->history) {
+    if (!lt->names[KIND_LOCK] || !lt->names[KIND_SEMAPHORE] || !lt->history) {
         locktab_free(lt);
         return NULL;
     }
@@ -106,20 +143,60 @@ void locktab_free(Locktab *lt)
     if (!lt)
         return;
     heap_clear(&lt->deadlines);
-    smap_free(lt->locks, lock_free);
+    for (int k = 0; k < LOCK_KINDS; k++)
+        smap_free(lt->names[k], lock_free);
     leasehist_free(lt->history);
     free(lt);
+}
+
+static bool delay_running(const Lock *lock) { return heap_queued(&lock->delay.entry); }
+
+bool locktab_delayed(const Lock *lock, const Now *now)
+{
+    return delay_running(lock) && lock->delay.entry.deadline_ms > now->mono_ms;
+}
+
+/* Could a grant in `mode` be made on lock now, its waiters aside? */
+static bool grantable(const Lock *lock, uint8_t mode)
+{
+    if (delay_running(lock))
+        return false;
+    if (lock->kind == KIND_SEMAPHORE)
+        return lock->holders.len < lock->limit;
+    return lock->holders.len == 0 || (mode == MODE_READ && lock->mode == MODE_READ);
+}
+
+/* A reader or a permit: a record of its own (hooks.holder_changed). */
+static bool shared(const Lock *lock, const Grant *g)
+{
+    return lock->kind == KIND_SEMAPHORE || g->h.mode == MODE_READ;
+}
+
+static bool is_idle(const Lock *lock)
+{
+    return lock->holders.len == 0 && lock->waiters.len == 0 && !delay_running(lock);
 }
 
 #ifndef NDEBUG
 static void lock_check(const Locktab *lt, const Lock *lock)
 {
-    assert(lock->held == heap_queued(&lock->expiry.entry));
-    assert(!(lock->held && heap_queued(&lock->idle.entry)));
-    assert(lock->held || lock->waiters.len == 0);
-    assert(!lock->held || (lock->holder.token <= lock->last_token && lock->holder.count >= 1));
-    assert(lock->last_token <= lt->last_token);
     size_t n = 0;
+    for (const DLink *l = lock->holders.head; l; l = l->next, n++) {
+        const Grant *g = DLIST_ITEM(l, Grant, link);
+        assert(g->lock == lock);
+        assert(heap_queued(&g->expiry.entry));
+        assert(g->h.mode == lock->mode);
+        assert(g->h.token <= lock->last_token && g->h.count >= 1);
+        assert(l->next ? l->next->prev == l : lock->holders.tail == l);
+    }
+    assert(n == lock->holders.len);
+    if (lock->kind == KIND_SEMAPHORE)
+        assert(lock->mode == MODE_WRITE && n <= lock->limit && !delay_running(lock));
+    else
+        assert(lock->mode == MODE_READ || n <= 1);
+    assert(!heap_queued(&lock->idle.entry) || is_idle(lock));
+    assert(lock->last_token <= lt->last_token);
+    n = 0;
     for (const DLink *l = lock->waiters.head; l; l = l->next, n++) {
         const Waiter *w = DLIST_ITEM(l, Waiter, link);
         assert(w->lock == lock);
@@ -132,54 +209,74 @@ static void lock_check(const Locktab *lt, const Lock *lock)
 static void lock_check(const Locktab *lt, const Lock *lock) { (void)lt; (void)lock; }
 #endif
 
-static void check_lock(void *ud, const Lock *lock) { lock_check(ud, lock); }
-
 void locktab_check(const Locktab *lt)
 {
-    size_t held = 0, waiters = 0, idle = 0;
-    for (const SmapNode *n = smap_first_after(lt->locks, NULL); n; n = smap_next(n)) {
-        const Lock *lock = smap_value(n);
-        check_lock((void *)lt, lock);
-        held += lock->held;
-        waiters += lock->waiters.len;
-        idle += heap_queued(&lock->idle.entry);
+    size_t queued = 0;
+    for (int k = 0; k < LOCK_KINDS; k++) {
+        LocktabCounts c = {0};
+        for (const SmapNode *n = smap_first_after(lt->names[k], NULL); n; n = smap_next(n)) {
+            const Lock *lock = smap_value(n);
+            lock_check(lt, lock);
+            assert(lock->kind == k);
+            /* Between calls (not inside one, while grant_next walks the
+             * queue): nobody waits who could be granted. */
+            const Waiter *head = first_waiter(lock);
+            assert(!head || !grantable(lock, head->mode));
+            (void)head;
+            c.held += lock->holders.len > 0;
+            c.leases += lock->holders.len;
+            c.readers += lock->kind == KIND_LOCK && lock->mode == MODE_READ ? lock->holders.len : 0;
+            c.waiters += lock->waiters.len;
+            queued += lock->holders.len + lock->waiters.len + heap_queued(&lock->idle.entry) + delay_running(lock);
+        }
+        assert(c.held == lt->counts[k].held && c.leases == lt->counts[k].leases &&
+               c.readers == lt->counts[k].readers && c.waiters == lt->counts[k].waiters);
     }
-    assert(held == lt->held);
-    assert(waiters == lt->waiters);
-    assert(heap_len(&lt->deadlines) == held + waiters + idle);
-    (void)idle;
-    (void)held;
-    (void)waiters;
+    assert(heap_len(&lt->deadlines) == queued);
+    (void)queued;
 }
 
-static Lock *find(const Locktab *lt, const char *name) { return smap_get(lt->locks, name); }
+static Lock *find(const Locktab *lt, LockKind kind, const char *name) { return smap_get(lt->names[kind], name); }
 
-static void idle_from(Locktab *lt, Lock *lock, const Now *now);
-
-/* Returns the lock called name, creating it (free, never granted) if needed;
- * limit refuses a new name beyond max_locks (not for locks loaded from storage). */
-/* charge: Lock.charge of a lock made here (NULL: none). */
-static LockResult find_or_create(Locktab *lt, const char *name, bool limit, const Charge *charge, const Now *now,
-                                 Lock **out)
+/* The lock is idle from now on: forget it if it stays so. (If the heap cannot
+ * grow, the lock is simply kept.) */
+static void idle_from(Locktab *lt, Lock *lock, const Now *now)
 {
-    Lock *lock = find(lt, name);
+    heap_set(&lt->deadlines, &lock->idle.entry, now->mono_ms + lt->limits.forget_idle_ms);
+}
+
+/* Starts the idle time of a lock that has just become idle. */
+static void update_idle(Locktab *lt, Lock *lock, const Now *now)
+{
+    if (is_idle(lock) && !heap_queued(&lock->idle.entry))
+        idle_from(lt, lock, now);
+}
+
+/* Returns the lock called name, creating it (idle, never granted) if needed;
+ * limit refuses a new name beyond max_locks (not for locks loaded from
+ * storage); charge: Lock.charge of a lock made here (NULL: none). */
+static LockResult find_or_create(Locktab *lt, LockKind kind, const char *name, bool limit, const Charge *charge,
+                                 const Now *now, Lock **out)
+{
+    Lock *lock = find(lt, kind, name);
     if (lock) {
         *out = lock;
         return LOCK_OK;
     }
-    if (limit && smap_len(lt->locks) >= lt->limits.max_locks)
+    if (limit && locktab_locks(lt) >= lt->limits.max_locks)
         return LOCK_TOO_MANY_LOCKS;
     lock = calloc(1, sizeof *lock);
     if (!lock)
         return LOCK_NOMEM;
     lock->name = strdup(name);
-    if (!lock->name || !smap_insert(lt->locks, lock->name, lock)) {
+    if (!lock->name || !smap_insert(lt->names[kind], lock->name, lock)) {
         free(lock->name);
         free(lock);
         return LOCK_NOMEM;
     }
-    heap_entry_init(&lock->expiry.entry);
-    lock->expiry.kind = DEADLINE_EXPIRY;
+    lock->kind = (uint8_t)kind;
+    heap_entry_init(&lock->delay.entry);
+    lock->delay.kind = DEADLINE_DELAY;
     heap_entry_init(&lock->idle.entry);
     lock->idle.kind = DEADLINE_IDLE;
     lock->id = ++lt->next_lock_id;
@@ -193,13 +290,6 @@ static LockResult find_or_create(Locktab *lt, const char *name, bool limit, cons
     return LOCK_OK;
 }
 
-/* The lock is free from now on: forget it if it stays so. (If the heap cannot
- * grow, the lock is simply kept.) */
-static void idle_from(Locktab *lt, Lock *lock, const Now *now)
-{
-    heap_set(&lt->deadlines, &lock->idle.entry, now->mono_ms + lt->limits.forget_idle_ms);
-}
-
 static void changed(Locktab *lt, Lock *lock)
 {
     lock->index = ++lt->changes;
@@ -207,16 +297,38 @@ static void changed(Locktab *lt, Lock *lock)
     lt->hooks.changed(lt->hooks.ud, lock);
 }
 
+/* A change of lease g: a writer's is its lock's record, a reader's or a
+ * permit's its own. */
+static void report(Locktab *lt, Lock *lock, Grant *g)
+{
+    if (!shared(lock, g)) {
+        changed(lt, lock);
+        return;
+    }
+    lock->index = ++lt->changes;
+    lock_check(lt, lock);
+    if (lt->hooks.holder_changed)
+        lt->hooks.holder_changed(lt->hooks.ud, lock, &g->h);
+}
+
+/* A new grant: the lock's last token, and a shared lease's own record. */
+static void report_grant(Locktab *lt, Lock *lock, Grant *g)
+{
+    changed(lt, lock);
+    if (shared(lock, g) && lt->hooks.holder_changed)
+        lt->hooks.holder_changed(lt->hooks.ud, lock, &g->h);
+}
+
 /* The announced expiry is a safe bound for the holder: the deadline gets
  * LOCKTAB_DEADLINE_SLACK_MS (locktab.h says why). */
-static bool set_expiry(Locktab *lt, Lock *lock, int64_t ttl_ms, const Now *now)
+static bool set_expiry(Locktab *lt, Grant *g, int64_t ttl_ms, const Now *now)
 {
     int64_t deadline = now->mono_ms + ttl_ms + LOCKTAB_DEADLINE_SLACK_MS;
-    if (!heap_set(&lt->deadlines, &lock->expiry.entry, deadline))
+    if (!heap_set(&lt->deadlines, &g->expiry.entry, deadline))
         return false;
-    lock->holder.ttl_ms = ttl_ms;
-    lock->holder.expires_at_ms = now->wall_ms + ttl_ms;
-    lock->holder.deadline_ms = deadline;
+    g->h.ttl_ms = ttl_ms;
+    g->h.expires_at_ms = now->wall_ms + ttl_ms;
+    g->h.deadline_ms = deadline;
     return true;
 }
 
@@ -233,112 +345,211 @@ static void grant_strings_free(GrantStrings *g)
     free(g->key);
 }
 
-/* Makes a free lock held by a new lease. On success takes ownership of the
- * strings; on failure leaves them to the caller and changes nothing. The
- * token is the next value of the global counter. */
-static bool grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], const GrantStrings *g,
-                  int64_t ttl_ms, const Now *now)
+/* A lease joins lock's holders: counted, and the name is no longer idle. */
+static void add_holder(Locktab *lt, Lock *lock, Grant *g)
 {
-    assert(!lock->held);
-    Holder *h = &lock->holder;
+    LocktabCounts *c = &lt->counts[lock->kind];
+    g->lock = lock;
+    lock->mode = g->h.mode;
+    c->held += lock->holders.len == 0;
+    dlist_append(&lock->holders, &g->link);
+    c->leases++;
+    c->readers += lock->kind == KIND_LOCK && g->h.mode == MODE_READ;
+    heap_remove(&lt->deadlines, &lock->idle.entry);
+}
+
+/* Makes a new lease of lock in `mode` (grantable now). On success takes
+ * ownership of the strings; on failure leaves them to the caller and
+ * changes nothing, so that no undurable token is ever visible. The token is
+ * the next value of the global counter. */
+static Grant *grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], const GrantStrings *gs,
+                    int64_t ttl_ms, uint8_t mode, int64_t lock_delay_ms, const Now *now)
+{
+    assert(grantable(lock, mode));
+    Grant *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    heap_entry_init(&g->expiry.entry);
+    g->expiry.kind = DEADLINE_EXPIRY;
+    if (!set_expiry(lt, g, ttl_ms, now)) {
+        free(g);
+        return NULL;
+    }
+    Holder *h = &g->h;
     memcpy(h->lease, lease, LEASE_ID_BYTES);
-    h->owner = g->owner;
-    h->metadata = g->metadata;
-    h->request_id = g->request_id;
-    h->key = g->key;
-    uint64_t lock_last = lock->last_token;
+    h->owner = gs->owner;
+    h->metadata = gs->metadata;
+    h->request_id = gs->request_id;
+    h->key = gs->key;
     h->token = ++lt->last_token;
     h->acquired_at_ms = now->wall_ms;
     h->count = 1;
+    h->mode = lock->kind == KIND_SEMAPHORE ? MODE_WRITE : mode;
+    h->lock_delay_ms = lock->kind == KIND_LOCK ? lock_delay_ms : 0;
     h->answers = 0;
     h->delivered = false;
     lock->last_token = h->token;
-    lock->held = true;
-    lt->held++;
-    heap_remove(&lt->deadlines, &lock->idle.entry);
-    if (!set_expiry(lt, lock, ttl_ms, now)) {
-        /* Out of memory for the heap: undo all of it, so that no undurable
-         * token is ever visible. */
-        idle_from(lt, lock, now);
-        lock->held = false;
-        lt->held--;
-        lt->last_token--;
-        lock->last_token = lock_last;
-        memset(h, 0, sizeof *h);
-        return false;
-    }
-    return true;
+    add_holder(lt, lock, g);
+    return g;
 }
 
 static void unlink_waiter(Locktab *lt, Waiter *w)
 {
     dlist_remove(&w->lock->waiters, &w->link);
     w->lock->index = ++lt->changes;
-    lt->waiters--;
+    lt->counts[w->lock->kind].waiters--;
     heap_remove(&lt->deadlines, &w->wait.entry);
 }
 
-/* The lock has just become free: hand it to the longest-waiting waiter, or
- * report it free. Exactly one waiter is granted; waiters whose wait ran out
- * (the tick has not timed them out yet) time out now instead, so that no
- * grant comes after a waiter's wait_ms. */
+/* Grants the head of lock's queue while it can be granted, never past it
+ * (FIFO); a waiter at the head that could be granted but whose wait has run
+ * out (the tick has not timed it out yet) times out now instead, so that no
+ * grant comes after a waiter's wait_ms (one that could not be granted is
+ * left to the tick). Each grant is reported (changed, then granted); the
+ * lock is reported once more when nothing was granted. */
 static void grant_next(Locktab *lt, Lock *lock, const Now *now)
 {
+    bool granted = false;
     Waiter *w;
-    while ((w = first_waiter(lock))) {
+    while ((w = first_waiter(lock)) && grantable(lock, w->mode)) {
         bool wait_over = w->wait.entry.deadline_ms <= now->mono_ms;
         unlink_waiter(lt, w);
         void *ctx = w->ctx;
         /* grant() takes the waiter's strings only when it succeeds; it cannot
          * for lack of memory, and then this waiter times out now too. */
-        GrantStrings g = {w->owner, w->metadata, w->request_id, w->key};
-        if (!wait_over && grant(lt, lock, w->lease, &g, w->ttl_ms, now)) {
+        GrantStrings gs = {w->owner, w->metadata, w->request_id, w->key};
+        Grant *g = wait_over ? NULL : grant(lt, lock, w->lease, &gs, w->ttl_ms, w->mode, w->lock_delay_ms, now);
+        if (g) {
             free(w);
-            changed(lt, lock);
-            lt->hooks.granted(lt->hooks.ud, ctx, lock);
-            return;
+            report_grant(lt, lock, g);
+            lt->hooks.granted(lt->hooks.ud, ctx, lock, &g->h);
+            granted = true;
+            continue;
         }
         waiter_free(w);
         lt->hooks.timed_out(lt->hooks.ud, ctx, lock);
     }
-    idle_from(lt, lock, now);
-    changed(lt, lock);
+    update_idle(lt, lock, now);
+    if (!granted)
+        changed(lt, lock);
 }
 
-/* Ends the current lease (count reached 0, or expiry) and passes the lock on. */
 /* Remembers an ended lease, and reports it for storage. */
-static void record_end(Locktab *lt, const Lock *lock, const uint8_t *lease, uint64_t token, LeaseEnd how)
+static void record_end(Locktab *lt, const Lock *lock, const Holder *h, LeaseEnd how)
 {
-    uint64_t seq = leasehist_add(lt->history, lease, lock->id, token, how);
+    uint64_t seq = leasehist_add(lt->history, h->lease, lock->id, h->token, how);
     if (lt->hooks.ended)
-        lt->hooks.ended(lt->hooks.ud, lock, lease, token, (int)how, seq);
+        lt->hooks.ended(lt->hooks.ud, lock, h, (int)how, seq);
 }
 
-static void end_lease(Locktab *lt, Lock *lock, LeaseEnd how, const Now *now)
+/* A lock-delay until delay_ms after end_mono (boot clock), unless one runs
+ * longer already. The announced delay_until_ms is a safe bound, as an
+ * expiry is: the deadline is LOCKTAB_DEADLINE_SLACK_MS later. (Should the
+ * heap fail to grow, the lock goes without this delay.) */
+static void start_delay(Locktab *lt, Lock *lock, int64_t end_mono, int64_t delay_ms, const Now *now)
 {
-    record_end(lt, lock, lock->holder.lease, lock->holder.token, how);
-    heap_remove(&lt->deadlines, &lock->expiry.entry);
-    holder_clear(&lock->holder);
-    lock->held = false;
-    lt->held--;
-    grant_next(lt, lock, now);
+    int64_t left = end_mono + delay_ms - now->mono_ms;
+    int64_t deadline = now->mono_ms + left + LOCKTAB_DEADLINE_SLACK_MS;
+    if (left <= 0 || (delay_running(lock) && lock->delay.entry.deadline_ms >= deadline))
+        return;
+    bool running = delay_running(lock);
+    if (!heap_set(&lt->deadlines, &lock->delay.entry, deadline))
+        return;
+    lock->delay_until_ms = now->wall_ms + left;
+    lt->delays += !running;
+    heap_remove(&lt->deadlines, &lock->idle.entry);
 }
 
-LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, const Holder *holder,
-                        const Now *now)
+/* Ends lease g (released to count 0, expired, revoked): records it, takes it
+ * out, and starts its lock-delay when it ended uncleanly. The caller then
+ * passes the lock on (grant_next). An expired lease ended at its deadline,
+ * however late the table sees it. */
+static void end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, const Now *now)
+{
+    LocktabCounts *c = &lt->counts[lock->kind];
+    dlist_remove(&lock->holders, &g->link);
+    heap_remove(&lt->deadlines, &g->expiry.entry);
+    c->leases--;
+    c->readers -= lock->kind == KIND_LOCK && g->h.mode == MODE_READ;
+    c->held -= lock->holders.len == 0;
+    if (how != LEASE_END_RELEASED && g->h.lock_delay_ms > 0)
+        start_delay(lt, lock, how == LEASE_END_EXPIRED ? g->h.deadline_ms : now->mono_ms, g->h.lock_delay_ms, now);
+    record_end(lt, lock, &g->h, how);
+    holder_clear(&g->h);
+    free(g);
+}
+
+static void end_delay(Locktab *lt, Lock *lock)
+{
+    heap_remove(&lt->deadlines, &lock->delay.entry);
+    lock->delay_until_ms = 0;
+}
+
+/* Leases whose deadline has passed end (in grant order), and so does a
+ * lock-delay whose deadline has passed, before anything else is done with
+ * the name, even when locktab_tick has not run yet (the loop ticks once per
+ * turn and handlers read a later clock): no renewal, release or reentry
+ * ever answers OK after the expiry time announced, and nobody waits for a
+ * delay that is over. */
+static void settle(Locktab *lt, Lock *lock, const Now *now)
+{
+    bool ended = false;
+    for (DLink *l = lock->holders.head, *next; l; l = next) {
+        next = l->next;
+        Grant *g = DLIST_ITEM(l, Grant, link);
+        if (g->h.deadline_ms <= now->mono_ms) {
+            lt->expiries++;
+            end_grant(lt, lock, g, LEASE_END_EXPIRED, now);
+            ended = true;
+        }
+    }
+    if (delay_running(lock) && lock->delay.entry.deadline_ms <= now->mono_ms) {
+        end_delay(lt, lock);
+        ended = true;
+    }
+    if (ended)
+        grant_next(lt, lock, now);
+}
+
+LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t last_token, uint32_t limit,
+                        int64_t delay_until_ms, const Now *now)
 {
     Lock *lock;
-    LockResult r = find_or_create(lt, name, false, NULL, now, &lock); /* stored: no limit */
+    LockResult r = find_or_create(lt, kind, name, false, NULL, now, &lock); /* stored: no limit */
     if (r != LOCK_OK)
         return r;
     if (last_token > lock->last_token)
         lock->last_token = last_token;
     if (last_token > lt->last_token)
         lt->last_token = last_token;
-    if (!holder) {
-        idle_from(lt, lock, now);
-        return LOCK_OK;
+    if (kind == KIND_SEMAPHORE)
+        lock->limit = limit;
+    /* What is left of a lock-delay, by the wall clock (the boot clock of
+     * the run that started it means nothing now), never more than the
+     * longest delay there is: a clock that is behind must not stretch it. */
+    int64_t left = delay_until_ms > 0 ? delay_until_ms - now->wall_ms : 0;
+    if (left > LOCKTAB_DELAY_MAX_MS)
+        left = LOCKTAB_DELAY_MAX_MS;
+    if (kind == KIND_LOCK && left > 0) {
+        if (!heap_set(&lt->deadlines, &lock->delay.entry, now->mono_ms + left + LOCKTAB_DEADLINE_SLACK_MS))
+            return LOCK_NOMEM;
+        lock->delay_until_ms = now->wall_ms + left;
+        heap_remove(&lt->deadlines, &lock->idle.entry);
     }
+    lock_check(lt, lock);
+    return LOCK_OK;
+}
+
+LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, const Holder *holder, const Now *now)
+{
+    Lock *lock;
+    LockResult r = find_or_create(lt, kind, name, false, NULL, now, &lock);
+    if (r != LOCK_OK)
+        return r;
+    uint8_t mode = kind == KIND_SEMAPHORE ? MODE_WRITE : holder->mode;
+    if (kind == KIND_LOCK ? lock->holders.len && (mode == MODE_WRITE || lock->mode == MODE_WRITE)
+                          : lock->holders.len >= lock->limit)
+        return LOCK_BUSY;
     /* What is left: exact on this boot's clock; from another boot, by the
      * wall clock but never more than one ttl (a clock that is behind must not
      * stretch a lease; the last commit of a lease is a grant or renewal, when
@@ -351,80 +562,102 @@ LockResult locktab_load(Locktab *lt, const char *name, uint64_t last_token, cons
     /* A lease that expired while the server was down is loaded all the same,
      * with its deadline passed: the first locktab_tick ends it, after the
      * stored history is replayed, so that its end is the newest entry. */
-    Holder *h = &lock->holder;
+    Grant *g = calloc(1, sizeof *g);
+    if (!g)
+        return LOCK_NOMEM;
+    Holder *h = &g->h;
     *h = *holder;
+    h->mode = mode;
     h->answers = 0;
     h->delivered = true;
     h->owner = strdup(holder->owner);
     h->metadata = strdup(holder->metadata);
     h->request_id = holder->request_id ? strdup(holder->request_id) : NULL;
     h->key = holder->key ? strdup(holder->key) : NULL;
-    if (!h->owner || !h->metadata || (holder->request_id && !h->request_id) || (holder->key && !h->key)) {
-        holder_clear(h);
-        return LOCK_NOMEM;
-    }
-    lock->held = true;
-    lt->held++;
-    heap_remove(&lt->deadlines, &lock->idle.entry);
     h->deadline_ms = now->mono_ms + left_ms;
-    if (!heap_set(&lt->deadlines, &lock->expiry.entry, h->deadline_ms)) {
-        lock->held = false;
-        lt->held--;
+    heap_entry_init(&g->expiry.entry);
+    g->expiry.kind = DEADLINE_EXPIRY;
+    if (!h->owner || !h->metadata || (holder->request_id && !h->request_id) || (holder->key && !h->key) ||
+        !heap_set(&lt->deadlines, &g->expiry.entry, h->deadline_ms)) {
         holder_clear(h);
-        idle_from(lt, lock, now);
+        free(g);
         return LOCK_NOMEM;
     }
+    if (h->token > lock->last_token)
+        lock->last_token = h->token;
+    if (h->token > lt->last_token)
+        lt->last_token = h->token;
+    add_holder(lt, lock, g);
     lock_check(lt, lock);
     return LOCK_OK;
 }
 
-/* Whether this acquire repeats the one that made or last re-entered the
- * current grant: its answer was lost, and it gets the same grant again. Only
- * the key that made the grant can repeat it: owner labels and request ids are
- * not secrets, and a replay answers with the lease. */
-static bool is_replay(const Lock *lock, const AcquireArgs *args)
+/* Whether this acquire repeats the one that made or last re-entered lease
+ * g: its answer was lost, and it gets the same grant again. Only the key
+ * that made the grant can repeat it: owner labels and request ids are not
+ * secrets, and a replay answers with the lease. */
+static bool is_replay(const Grant *g, const char *owner, const char *request_id, const char *key)
 {
-    const Holder *h = &lock->holder;
-    return lock->held && args->request_id && h->request_id && strcmp(args->request_id, h->request_id) == 0 &&
-           strcmp(args->owner, h->owner) == 0 && locktab_same_key(h->key, args->key);
+    return request_id && g->h.request_id && strcmp(request_id, g->h.request_id) == 0 &&
+           strcmp(owner, g->h.owner) == 0 && locktab_same_key(g->h.key, key);
 }
 
-void locktab_set_charge(Locktab *lt, const char *name, Charge charge)
+static Grant *replay_of(const Lock *lock, const char *owner, const char *request_id, const char *key)
 {
-    Lock *lock = find(lt, name);
+    if (!request_id)
+        return NULL;
+    for (DLink *l = lock->holders.head; l; l = l->next)
+        if (is_replay(DLIST_ITEM(l, Grant, link), owner, request_id, key))
+            return DLIST_ITEM(l, Grant, link);
+    return NULL;
+}
+
+static Grant *grant_with(const Lock *lock, const uint8_t *lease)
+{
+    for (DLink *l = lock->holders.head; l; l = l->next) {
+        Grant *g = DLIST_ITEM(l, Grant, link);
+        if (memcmp(g->h.lease, lease, LEASE_ID_BYTES) == 0)
+            return g;
+    }
+    return NULL;
+}
+
+void locktab_set_charge(Locktab *lt, LockKind kind, const char *name, Charge charge)
+{
+    Lock *lock = find(lt, kind, name);
     if (lock)
         lock->charge = charge;
 }
 
 bool locktab_same_key(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
 
-static LockResult reenter(Locktab *lt, Lock *lock, const AcquireArgs *args, const Now *now)
+static LockResult reenter(Locktab *lt, Lock *lock, Grant *g, const AcquireArgs *args, const Now *now)
 {
     char *metadata = args->metadata ? strdup(args->metadata) : NULL;
     char *request_id = args->request_id ? strdup(args->request_id) : NULL;
     if ((args->metadata && !metadata) || (args->request_id && !request_id) ||
-        !set_expiry(lt, lock, args->ttl_ms > 0 ? args->ttl_ms : lock->holder.ttl_ms, now)) {
+        !set_expiry(lt, g, args->ttl_ms > 0 ? args->ttl_ms : g->h.ttl_ms, now)) {
         free(metadata);
         free(request_id);
         return LOCK_NOMEM;
     }
     if (metadata) {
-        free(lock->holder.metadata);
-        lock->holder.metadata = metadata;
+        free(g->h.metadata);
+        g->h.metadata = metadata;
     }
-    free(lock->holder.request_id);
-    lock->holder.request_id = request_id;
-    lock->holder.count++;
-    lock->holder.answers = 0; /* the answers from here on are the re-entry's */
-    lock->holder.delivered = false;
-    changed(lt, lock);
+    free(g->h.request_id);
+    g->h.request_id = request_id;
+    g->h.count++;
+    g->h.answers = 0; /* the answers from here on are the re-entry's */
+    g->h.delivered = false;
+    report(lt, lock, g);
     return LOCK_OK;
 }
 
 static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void *ctx,
                           const Now *now, Waiter **waiter_out)
 {
-    if (lt->waiters >= lt->limits.max_waiters || lock->waiters.len >= lt->limits.max_waiters_per_lock)
+    if (locktab_waiters(lt) >= lt->limits.max_waiters || lock->waiters.len >= lt->limits.max_waiters_per_lock)
         return LOCK_TOO_MANY_WAITERS;
     Waiter *w = calloc(1, sizeof *w);
     if (!w)
@@ -442,67 +675,79 @@ static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void
     }
     memcpy(w->lease, args->new_lease, LEASE_ID_BYTES);
     w->ttl_ms = args->ttl_ms;
+    w->mode = lock->kind == KIND_SEMAPHORE ? MODE_WRITE : args->mode;
+    w->lock_delay_ms = args->lock_delay_ms;
     w->since_ms = now->wall_ms;
     w->ctx = ctx;
     w->lock = lock;
     /* Fairness: append at the tail; only the head is ever granted. */
     dlist_append(&lock->waiters, &w->link);
     lock->index = ++lt->changes;
-    lt->waiters++;
+    lt->counts[lock->kind].waiters++;
     lock_check(lt, lock);
     *waiter_out = w;
     return LOCK_QUEUED;
 }
 
-/* A lease whose deadline has passed ends before anything else is done with its
- * lock, even when locktab_tick has not run yet (the loop ticks once per turn and
- * handlers read a later clock): no renewal, release or reentry ever answers OK
- * after the expiry time announced. */
-static void expire_if_due(Locktab *lt, Lock *lock, const Now *now)
+static Lock *find_live(Locktab *lt, LockKind kind, const char *name, const Now *now)
 {
-    if (lock->held && lock->holder.deadline_ms <= now->mono_ms) {
-        lt->expiries++;
-        end_lease(lt, lock, LEASE_END_EXPIRED, now);
-    }
-}
-
-static Lock *find_live(Locktab *lt, const char *name, const Now *now)
-{
-    Lock *lock = find(lt, name);
+    Lock *lock = find(lt, kind, name);
     if (lock)
-        expire_if_due(lt, lock, now);
+        settle(lt, lock, now);
     return lock;
 }
 
-LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *args, void *waiter_ctx,
-                           const Now *now, const Lock **lock_out, Waiter **waiter_out)
+LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const AcquireArgs *args,
+                           void *waiter_ctx, const Now *now, const Lock **lock_out, const Holder **holder_out,
+                           Waiter **waiter_out)
 {
     *lock_out = NULL;
+    *holder_out = NULL;
     *waiter_out = NULL;
+    uint8_t mode = kind == KIND_SEMAPHORE ? MODE_WRITE : args->mode;
     if (args->lease) {
-        Lock *lock = find_live(lt, name, now);
-        if (!lock || !lock->held || memcmp(lock->holder.lease, args->lease, LEASE_ID_BYTES) != 0)
+        Lock *lock = find_live(lt, kind, name, now);
+        Grant *g = lock && kind == KIND_LOCK ? grant_with(lock, args->lease) : NULL;
+        if (!g)
             return LOCK_NOT_HOLDER;
         *lock_out = lock;
-        return is_replay(lock, args) ? LOCK_REPLAYED : reenter(lt, lock, args, now);
+        *holder_out = &g->h;
+        if (is_replay(g, args->owner, args->request_id, args->key))
+            return LOCK_REPLAYED;
+        if (args->mode_given && args->mode != g->h.mode)
+            return LOCK_MODE_CONFLICT;
+        return reenter(lt, lock, g, args, now);
     }
     Lock *lock;
-    LockResult r = find_or_create(lt, name, true, &args->charge, now, &lock);
+    LockResult r = find_or_create(lt, kind, name, true, &args->charge, now, &lock);
     if (r != LOCK_OK)
         return r;
     *lock_out = lock;
-    expire_if_due(lt, lock, now);
-    if (is_replay(lock, args))
+    settle(lt, lock, now);
+    Grant *replayed = replay_of(lock, args->owner, args->request_id, args->key);
+    if (replayed) {
+        *holder_out = &replayed->h;
         return LOCK_REPLAYED;
-    if (!lock->held) {
+    }
+    /* A semaphore takes the limit of the acquire that finds it idle. */
+    uint32_t limit_before = lock->limit;
+    if (kind == KIND_SEMAPHORE && args->limit != lock->limit) {
+        if (lock->holders.len || lock->waiters.len)
+            return LOCK_LIMIT_MISMATCH;
+        lock->limit = args->limit;
+    }
+    if (lock->waiters.len == 0 && grantable(lock, mode)) {
         GrantStrings g = {strdup(args->owner), strdup(args->metadata ? args->metadata : "{}"),
                           args->request_id ? strdup(args->request_id) : NULL, args->key ? strdup(args->key) : NULL};
+        Grant *made = NULL;
         if (!g.owner || !g.metadata || (args->request_id && !g.request_id) || (args->key && !g.key) ||
-            !grant(lt, lock, args->new_lease, &g, args->ttl_ms, now)) {
+            !(made = grant(lt, lock, args->new_lease, &g, args->ttl_ms, mode, args->lock_delay_ms, now))) {
             grant_strings_free(&g);
+            lock->limit = limit_before;
             return LOCK_NOMEM;
         }
-        changed(lt, lock);
+        report_grant(lt, lock, made);
+        *holder_out = &made->h;
         return LOCK_OK;
     }
     if (args->wait_ms <= 0)
@@ -510,74 +755,104 @@ LockResult locktab_acquire(Locktab *lt, const char *name, const AcquireArgs *arg
     return enqueue(lt, lock, args, waiter_ctx, now, waiter_out);
 }
 
-static Lock *held_by(Locktab *lt, const char *name, const uint8_t *lease, const Now *now)
+LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, uint8_t mode, uint32_t limit,
+                           const char *owner, const char *request_id, const char *key, const Now *now)
 {
-    Lock *lock = find_live(lt, name, now);
-    if (!lock || !lock->held || memcmp(lock->holder.lease, lease, LEASE_ID_BYTES) != 0)
-        return NULL;
-    return lock;
+    const Lock *lock = find(lt, kind, name);
+    if (!lock)
+        return LOCK_OK;
+    size_t live = 0;
+    for (DLink *l = lock->holders.head; l; l = l->next) {
+        const Grant *g = DLIST_ITEM(l, Grant, link);
+        if (g->h.deadline_ms <= now->mono_ms)
+            continue;
+        if (is_replay(g, owner, request_id, key))
+            return LOCK_REPLAYED;
+        live++;
+    }
+    if (kind == KIND_SEMAPHORE && limit != lock->limit && (live || lock->waiters.len))
+        return LOCK_LIMIT_MISMATCH;
+    if (lock->waiters.len || locktab_delayed(lock, now))
+        return LOCK_BUSY;
+    if (kind == KIND_SEMAPHORE)
+        return live < limit ? LOCK_OK : LOCK_BUSY;
+    return live == 0 || (mode == MODE_READ && lock->mode == MODE_READ) ? LOCK_OK : LOCK_BUSY;
 }
 
-LockResult locktab_renew(Locktab *lt, const char *name, const uint8_t *lease, int64_t ttl_ms,
-                         const Now *now, const Lock **lock_out)
+LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, int64_t ttl_ms,
+                         const Now *now, const Lock **lock_out, const Holder **holder_out)
 {
-    Lock *lock = held_by(lt, name, lease, now);
-    *lock_out = lock;
-    if (!lock)
+    Lock *lock = find_live(lt, kind, name, now);
+    Grant *g = lock ? grant_with(lock, lease) : NULL;
+    *lock_out = g ? lock : NULL;
+    *holder_out = g ? &g->h : NULL;
+    if (!g)
         return LOCK_NOT_HOLDER;
-    if (!set_expiry(lt, lock, ttl_ms > 0 ? ttl_ms : lock->holder.ttl_ms, now))
+    if (!set_expiry(lt, g, ttl_ms > 0 ? ttl_ms : g->h.ttl_ms, now))
         return LOCK_NOMEM;
-    changed(lt, lock);
+    report(lt, lock, g);
     return LOCK_OK;
 }
 
-LockResult locktab_release(Locktab *lt, const char *name, const uint8_t *lease, const Now *now,
+LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, const Now *now,
                            uint32_t *count_left)
 {
-    Lock *lock = held_by(lt, name, lease, now);
+    Lock *lock = find_live(lt, kind, name, now);
+    Grant *g = lock ? grant_with(lock, lease) : NULL;
     *count_left = 0;
-    if (!lock)
+    if (!g)
         return LOCK_NOT_HOLDER;
-    if (--lock->holder.count > 0) {
-        *count_left = lock->holder.count;
-        changed(lt, lock);
+    if (--g->h.count > 0) {
+        *count_left = g->h.count;
+        report(lt, lock, g);
         return LOCK_OK;
     }
-    end_lease(lt, lock, LEASE_END_RELEASED, now);
+    end_grant(lt, lock, g, LEASE_END_RELEASED, now);
+    grant_next(lt, lock, now);
     return LOCK_OK;
 }
 
-LockResult locktab_revoke(Locktab *lt, const char *name, const Now *now, uint64_t *token)
+LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const Now *now)
 {
-    Lock *lock = find(lt, name);
-    if (!lock || !lock->held || lock->holder.deadline_ms <= now->mono_ms)
+    Lock *lock = find(lt, kind, name);
+    bool any = false;
+    /* Only leases still running: one whose deadline has passed is the
+     * tick's to end, as expired. */
+    for (DLink *l = lock ? lock->holders.head : NULL, *next; l; l = next) {
+        next = l->next;
+        Grant *g = DLIST_ITEM(l, Grant, link);
+        if (g->h.deadline_ms > now->mono_ms) {
+            end_grant(lt, lock, g, LEASE_END_REVOKED, now);
+            any = true;
+        }
+    }
+    if (!any)
         return LOCK_NOT_HOLDER;
-    *token = lock->holder.token;
-    end_lease(lt, lock, LEASE_END_REVOKED, now);
+    grant_next(lt, lock, now);
     return LOCK_OK;
 }
 
-const Lock *locktab_held_by(const Locktab *lt, const char *name, const uint8_t *lease, const Now *now)
+const Holder *locktab_held_by(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease,
+                              const Now *now)
 {
-    const Lock *lock = find(lt, name);
-    if (!lock || !lock->held || memcmp(lock->holder.lease, lease, LEASE_ID_BYTES) != 0)
-        return NULL;
-    return lock->holder.deadline_ms > now->mono_ms ? lock : NULL;
+    const Lock *lock = find(lt, kind, name);
+    const Grant *g = lock ? grant_with(lock, lease) : NULL;
+    return g && g->h.deadline_ms > now->mono_ms ? &g->h : NULL;
 }
 
 void locktab_continue_history(Locktab *lt, uint64_t seq) { leasehist_continue_after(lt->history, seq); }
 
-void locktab_load_ended(Locktab *lt, const char *name, const uint8_t *lease, uint64_t token, int how,
-                        uint64_t seq)
+void locktab_load_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, uint64_t token,
+                        int how, uint64_t seq)
 {
-    const Lock *lock = find(lt, name);
+    const Lock *lock = find(lt, kind, name);
     if (lock && (how == LEASE_END_EXPIRED || how == LEASE_END_RELEASED || how == LEASE_END_REVOKED))
         leasehist_load(lt->history, lease, lock->id, token, (LeaseEnd)how, seq);
 }
 
-NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8_t *lease)
+NotHolderReason locktab_why_not(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
 {
-    const Lock *lock = find(lt, name);
+    const Lock *lock = find(lt, kind, name);
     uint64_t of_lock;
     uint64_t token;
     LeaseEnd how;
@@ -591,23 +866,36 @@ NotHolderReason locktab_why_not(const Locktab *lt, const char *name, const uint8
 }
 
 const char *locktab_waiter_lock(const Waiter *w) { return w->lock->name; }
+LockKind locktab_waiter_kind(const Waiter *w) { return (LockKind)w->lock->kind; }
 
-void locktab_cancel(Locktab *lt, Waiter *w)
+/* A waiter left the queue (its hooks already called, or never to be): if it
+ * was at the head, the ones behind it may be grantable now (a reader behind
+ * a writer that gave up, while readers hold). */
+static void after_leaving(Locktab *lt, Lock *lock, bool was_head, const Now *now)
 {
-    Lock *lock = w->lock;
-    unlink_waiter(lt, w);
-    waiter_free(w);
+    const Waiter *head = first_waiter(lock);
+    if (was_head && head && grantable(lock, head->mode))
+        grant_next(lt, lock, now);
     lock_check(lt, lock);
 }
 
-/* A lock free for forget_idle_ms leaves the table (and, through the hook, storage). */
+void locktab_cancel(Locktab *lt, Waiter *w, const Now *now)
+{
+    Lock *lock = w->lock;
+    bool was_head = first_waiter(lock) == w;
+    unlink_waiter(lt, w);
+    waiter_free(w);
+    after_leaving(lt, lock, was_head, now);
+}
+
+/* A name idle for forget_idle_ms leaves the table (and, through the hook, storage). */
 static void forget(Locktab *lt, Lock *lock)
 {
-    assert(!lock->held && lock->waiters.len == 0);
+    assert(is_idle(lock));
     heap_remove(&lt->deadlines, &lock->idle.entry);
     lt->hooks.forgotten(lt->hooks.ud, lock);
     lt->forget_index = ++lt->changes;
-    smap_remove(lt->locks, lock->name);
+    smap_remove(lt->names[lock->kind], lock->name);
     lt->forgotten++;
     lock_free(lock);
 }
@@ -618,15 +906,28 @@ void locktab_tick(Locktab *lt, const Now *now)
     while ((e = heap_peek(&lt->deadlines)) && e->deadline_ms <= now->mono_ms) {
         Deadline *d = CONTAINER_OF(e, Deadline, entry);
         if (d->kind == DEADLINE_EXPIRY) {
-            expire_if_due(lt, CONTAINER_OF(d, Lock, expiry), now);
+            /* This lease only, so that deadlines fire earliest first. */
+            Grant *g = CONTAINER_OF(d, Grant, expiry);
+            Lock *lock = g->lock;
+            lt->expiries++;
+            end_grant(lt, lock, g, LEASE_END_EXPIRED, now);
+            grant_next(lt, lock, now);
+        } else if (d->kind == DEADLINE_DELAY) {
+            Lock *lock = CONTAINER_OF(d, Lock, delay);
+            end_delay(lt, lock);
+            grant_next(lt, lock, now);
         } else if (d->kind == DEADLINE_IDLE) {
             forget(lt, CONTAINER_OF(d, Lock, idle));
         } else {
             Waiter *w = CONTAINER_OF(d, Waiter, wait);
             Lock *lock = w->lock;
             void *ctx = w->ctx;
-            locktab_cancel(lt, w);
+            bool was_head = first_waiter(lock) == w;
+            unlink_waiter(lt, w);
+            waiter_free(w);
+            lock_check(lt, lock);
             lt->hooks.timed_out(lt->hooks.ud, ctx, lock);
+            after_leaving(lt, lock, was_head, now);
         }
     }
 }
@@ -636,25 +937,26 @@ int64_t locktab_next_timeout_ms(const Locktab *lt, const Now *now)
     return heap_ms_until_first(&lt->deadlines, now->mono_ms);
 }
 
-const Lock *locktab_get(const Locktab *lt, const char *name) { return find(lt, name); }
+const Lock *locktab_get(const Locktab *lt, LockKind kind, const char *name) { return find(lt, kind, name); }
 
-/* The holder of `name` when `lease` holds it, else NULL. */
-static Holder *holder_of(const Locktab *lt, const char *name, const uint8_t *lease)
+/* The holder of `name` (of `kind`) whose lease is `lease`, else NULL. */
+static Holder *holder_of(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
 {
-    Lock *lock = find(lt, name);
-    return lock && lock->held && !memcmp(lock->holder.lease, lease, LEASE_ID_BYTES) ? &lock->holder : NULL;
+    Lock *lock = find(lt, kind, name);
+    Grant *g = lock ? grant_with(lock, lease) : NULL;
+    return g ? &g->h : NULL;
 }
 
-void locktab_answer_started(Locktab *lt, const char *name, const uint8_t *lease)
+void locktab_answer_started(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
 {
-    Holder *h = holder_of(lt, name, lease);
+    Holder *h = holder_of(lt, kind, name, lease);
     if (h)
         h->answers++;
 }
 
-bool locktab_answer_ended(Locktab *lt, const char *name, const uint8_t *lease, bool delivered)
+bool locktab_answer_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, bool delivered)
 {
-    Holder *h = holder_of(lt, name, lease);
+    Holder *h = holder_of(lt, kind, name, lease);
     if (!h)
         return false;
     if (h->answers > 0) /* an answer of the grant, ending after a re-entry reset the count, is not counted */
@@ -663,12 +965,13 @@ bool locktab_answer_ended(Locktab *lt, const char *name, const uint8_t *lease, b
     return !delivered && !h->delivered && h->answers == 0;
 }
 
-bool locktab_list(const Locktab *lt, const char *prefix, const char *after, size_t limit,
+bool locktab_list(const Locktab *lt, LockKind kind, const char *prefix, const char *after, size_t limit,
                   void (*fn)(void *ud, const Lock *lock), void *ud)
 {
+    const Smap *names = lt->names[kind];
     size_t plen = strlen(prefix);
-    const SmapNode *n = after && strcmp(after, prefix) >= 0 ? smap_first_after(lt->locks, after)
-                                                              : smap_first_from(lt->locks, prefix);
+    const SmapNode *n = after && strcmp(after, prefix) >= 0 ? smap_first_after(names, after)
+                                                              : smap_first_from(names, prefix);
     for (; n && strncmp(smap_key(n), prefix, plen) == 0; n = smap_next(n)) {
         if (limit == 0)
             return true;
@@ -684,21 +987,28 @@ void locktab_start_index(Locktab *lt, uint64_t base)
         lt->changes = lt->forget_index = base;
 }
 
-uint64_t locktab_index(const Locktab *lt, const char *name)
+uint64_t locktab_index(const Locktab *lt, LockKind kind, const char *name)
 {
-    const Lock *lock = find(lt, name);
+    const Lock *lock = find(lt, kind, name);
     return lock ? lock->index : lt->forget_index;
 }
 
 uint64_t locktab_index_now(const Locktab *lt) { return lt->changes; }
 
 void locktab_each_waiter(const Lock *lock, size_t limit,
-                         void (*fn)(void *ud, const char *owner, int64_t since_ms), void *ud)
+                         void (*fn)(void *ud, const char *owner, int64_t since_ms, int mode), void *ud)
 {
     for (const DLink *l = lock->waiters.head; l && limit; l = l->next, limit--) {
         const Waiter *w = CONTAINER_OF(l, Waiter, link);
-        fn(ud, w->owner, w->since_ms);
+        fn(ud, w->owner, w->since_ms, w->mode);
     }
+}
+
+LocktabCounts locktab_counts(const Locktab *lt, LockKind kind)
+{
+    LocktabCounts c = lt->counts[kind];
+    c.names = smap_len(lt->names[kind]);
+    return c;
 }
 
 uint64_t locktab_last_token(const Locktab *lt) { return lt->last_token; }
@@ -709,8 +1019,18 @@ void locktab_raise_last_token(Locktab *lt, uint64_t token)
         lt->last_token = token;
 }
 
-size_t locktab_locks(const Locktab *lt) { return smap_len(lt->locks); }
-size_t locktab_held(const Locktab *lt) { return lt->held; }
-size_t locktab_waiters(const Locktab *lt) { return lt->waiters; }
+size_t locktab_locks(const Locktab *lt)
+{
+    return smap_len(lt->names[KIND_LOCK]) + smap_len(lt->names[KIND_SEMAPHORE]);
+}
+
+size_t locktab_held(const Locktab *lt) { return lt->counts[KIND_LOCK].leases + lt->counts[KIND_SEMAPHORE].leases; }
+
+size_t locktab_waiters(const Locktab *lt)
+{
+    return lt->counts[KIND_LOCK].waiters + lt->counts[KIND_SEMAPHORE].waiters;
+}
+
 uint64_t locktab_expiries(const Locktab *lt) { return lt->expiries; }
 uint64_t locktab_forgotten(const Locktab *lt) { return lt->forgotten; }
+uint64_t locktab_delays(const Locktab *lt) { return lt->delays; }

@@ -363,8 +363,8 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
         return false;
     }
     Now now = clock_now();
-    const Lock *l = locktab_held_by(s->locks, b->lock, b->lease, &now);
-    b->token = l ? l->holder.token : 0;
+    const Holder *h = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
+    b->token = h ? h->token : 0;
     const char *why = guardq_stale_reason(s, b);
     if (why) {
         refused(req, GUARD_REFUSED_STALE);

@@ -178,13 +178,17 @@ static const char *const REASONS[] = {
     [REASON_REVOKED] = "an admin force-released the lock",
 };
 
+const char GUARDQ_READ_LEASE[] = "the lease holds the lock in read mode: a write needs the writer's lease";
+
 const char *guardq_stale_reason(const Server *s, const GuardBinding *b)
 {
     Now now = clock_now();
-    const Lock *l = locktab_held_by(s->locks, b->lock, b->lease, &now);
-    if (!l)
-        return REASONS[locktab_why_not(s->locks, b->lock, b->lease)];
-    if (l->holder.token != b->token)
+    const Holder *h = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
+    if (!h)
+        return REASONS[locktab_why_not(s->locks, KIND_LOCK, b->lock, b->lease)];
+    if (h->mode == MODE_READ)
+        return GUARDQ_READ_LEASE;
+    if (h->token != b->token)
         return "the lease's token changed"; /* cannot happen: reentry keeps it */
     if (fence_max(s->guard_marks, b->lock) > b->token)
         return "a write with a larger token was let through";
@@ -196,11 +200,14 @@ void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const ch
     Server *s = req->srv;
     s->metrics.guard_rejected_stale++;
     s->guard_refused(req, lock, token);
-    const Lock *l = locktab_get(s->locks, lock);
-    json_t *holder = l && l->held ? json_integer((json_int_t)l->holder.token) : json_null();
+    const Lock *l = locktab_get(s->locks, KIND_LOCK, lock);
+    const Holder *first = l ? locktab_holder(l) : NULL;
+    json_t *holder = first ? json_integer((json_int_t)first->token) : json_null();
     json_t *extra = json_pack("{s:s, s:o, s:I, s:o}", "lock", lock, "token",
                               token ? json_integer((json_int_t)token) : json_null(), "max_token",
                               (json_int_t)fence_max(s->guard_marks, lock), "holder_token", holder);
+    if (extra && why == GUARDQ_READ_LEASE && json_object_set_new(extra, "reason", json_string("read_lease")))
+        json_decref(extra), extra = NULL;
     http_reply_error(req, ERR_STALE_TOKEN, extra, "this write to %s under lock '%s' may not go through: %s",
                      req->raw_uri ? req->raw_uri : "?", lock, why);
 }

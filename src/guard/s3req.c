@@ -214,8 +214,9 @@ static void reply_fence_above(S3Write *w, uint64_t fence)
     Server *s = w->req->srv;
     s->metrics.guard_rejected_stale++;
     s->metrics.guard_refused[GUARD_REFUSED_STALE]++;
-    const Lock *l = locktab_get(s->locks, w->lock);
-    json_t *holder = l && l->held ? json_integer((json_int_t)l->holder.token) : json_null();
+    const Lock *l = locktab_get(s->locks, KIND_LOCK, w->lock);
+    const Holder *first = l ? locktab_holder(l) : NULL;
+    json_t *holder = first ? json_integer((json_int_t)first->token) : json_null();
     http_reply_error(w->req, ERR_STALE_TOKEN,
                      json_pack("{s:s, s:I, s:I, s:o, s:I, s:s}", "lock", w->lock, "token", (json_int_t)w->token,
                                "max_token", (json_int_t)fence, "holder_token", holder, "fence", (json_int_t)fence,

@@ -352,8 +352,9 @@ void http_reply_error_raw(Request *req, ErrCode code, json_t *extra, const RawRe
     http_reply_json_raw_new(req, error_status(code), body, refs);
 }
 
-void http_note_grant(Request *req, const char *lock, const uint8_t *lease)
+void http_note_grant(Request *req, LockKind kind, const char *lock, const uint8_t *lease)
 {
+    req->grant.kind = (uint8_t)kind;
     free(req->grant.lock);
     req->grant.lock = strdup(lock);
     req->grant.pending = req->grant.lock != NULL;

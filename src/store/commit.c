@@ -21,6 +21,8 @@ const double COMMIT_LATENCY_BOUNDS_MS[COMMIT_LATENCY_BUCKETS] = {0.25, 0.5, 1,  
 typedef struct Batch {
     StoreLock *locks;
     size_t nlocks, caplocks;
+    StoreHolder *holders;
+    size_t nholders, capholders;
     StoreMark *fences;
     size_t nfences, capfences;
     StoreMark *guard_marks;
@@ -91,6 +93,7 @@ static void batch_init(Batch *b)
 static void batch_reset(Batch *b)
 {
     b->nlocks = 0;
+    b->nholders = 0;
     b->nfences = 0;
     b->nguard_marks = 0;
     b->nfloors = 0;
@@ -110,6 +113,7 @@ static void batch_reset(Batch *b)
 static void batch_clear(Batch *b)
 {
     free(b->locks);
+    free(b->holders);
     free(b->fences);
     free(b->guard_marks);
     free(b->floors);
@@ -121,8 +125,8 @@ static void batch_clear(Batch *b)
 
 static bool batch_has_rows(const Batch *b)
 {
-    return b->nlocks || b->nfences || b->nguard_marks || b->nfloors || b->nended || b->naudit || b->naudit_drops ||
-           b->counter;
+    return b->nlocks || b->nholders || b->nfences || b->nguard_marks || b->nfloors || b->nended || b->naudit ||
+           b->naudit_drops || b->counter;
 }
 
 static double seconds_since(const struct timespec *t0)
@@ -171,6 +175,8 @@ static void *writer_main(void *arg)
         clock_gettime(CLOCK_MONOTONIC, &t0);
         StoreBatch sb = {.locks = b->locks,
                          .nlocks = b->nlocks,
+                         .holders = b->holders,
+                         .nholders = b->nholders,
                          .fences = b->fences,
                          .nfences = b->nfences,
                          .guard_marks = b->guard_marks,
@@ -274,6 +280,17 @@ static bool grow(void **items, size_t *cap, size_t len, size_t size)
     return true;
 }
 
+/* A copy of h with its strings in the batch's arena; false when out of memory. */
+static bool copy_holder(Batch *b, Holder *to, const Holder *h)
+{
+    *to = *h;
+    to->owner = arena_strdup(&b->strings, h->owner);
+    to->metadata = arena_strdup(&b->strings, h->metadata);
+    to->request_id = h->request_id ? arena_strdup(&b->strings, h->request_id) : NULL;
+    to->key = h->key ? arena_strdup(&b->strings, h->key) : NULL;
+    return to->owner && to->metadata && (!h->request_id || to->request_id) && (!h->key || to->key);
+}
+
 bool commit_lock(Commit *c, const Lock *lock)
 {
     Batch *b = c->pending;
@@ -282,33 +299,62 @@ bool commit_lock(Commit *c, const Lock *lock)
     StoreLock *r = &b->locks[b->nlocks];
     memset(r, 0, sizeof *r);
     r->name = arena_strdup(&b->strings, lock->name);
+    r->kind = lock->kind;
     r->last_token = lock->last_token;
-    r->held = lock->held;
+    r->limit = lock->limit;
+    r->delay_until_ms = lock->delay_until_ms;
     if (!r->name)
         return false;
-    if (lock->held) {
-        r->holder = lock->holder;
-        r->holder.owner = arena_strdup(&b->strings, lock->holder.owner);
-        r->holder.metadata = arena_strdup(&b->strings, lock->holder.metadata);
-        r->holder.request_id =
-            lock->holder.request_id ? arena_strdup(&b->strings, lock->holder.request_id) : NULL;
-        r->holder.key = lock->holder.key ? arena_strdup(&b->strings, lock->holder.key) : NULL;
-        if (!r->holder.owner || !r->holder.metadata || (lock->holder.request_id && !r->holder.request_id) ||
-            (lock->holder.key && !r->holder.key))
-            return false;
-    }
+    /* A lock's writer is part of its record; readers and permits are not. */
+    const Holder *writer = locktab_holder(lock);
+    r->held = lock->kind == KIND_LOCK && writer && writer->mode == MODE_WRITE;
+    if (r->held && !copy_holder(b, &r->holder, writer))
+        return false;
     b->nlocks++;
     return true;
 }
 
-bool commit_forget(Commit *c, const char *lock, uint64_t counter)
+bool commit_holder(Commit *c, const Lock *lock, const Holder *h)
+{
+    Batch *b = c->pending;
+    if (!grow((void **)&b->holders, &b->capholders, b->nholders, sizeof *b->holders))
+        return false;
+    StoreHolder *r = &b->holders[b->nholders];
+    memset(r, 0, sizeof *r);
+    r->name = arena_strdup(&b->strings, lock->name);
+    r->kind = lock->kind;
+    if (!r->name || !copy_holder(b, &r->holder, h))
+        return false;
+    b->nholders++;
+    return true;
+}
+
+bool commit_holder_gone(Commit *c, LockKind kind, const char *name, uint64_t token)
+{
+    Batch *b = c->pending;
+    if (!grow((void **)&b->holders, &b->capholders, b->nholders, sizeof *b->holders))
+        return false;
+    StoreHolder *r = &b->holders[b->nholders];
+    memset(r, 0, sizeof *r);
+    r->name = arena_strdup(&b->strings, name);
+    r->kind = (uint8_t)kind;
+    r->gone = true;
+    r->holder.token = token;
+    if (!r->name)
+        return false;
+    b->nholders++;
+    return true;
+}
+
+bool commit_forget(Commit *c, LockKind kind, const char *name, uint64_t counter)
 {
     Batch *b = c->pending;
     if (!grow((void **)&b->locks, &b->caplocks, b->nlocks, sizeof *b->locks))
         return false;
     StoreLock *r = &b->locks[b->nlocks];
     memset(r, 0, sizeof *r);
-    r->name = arena_strdup(&b->strings, lock);
+    r->name = arena_strdup(&b->strings, name);
+    r->kind = (uint8_t)kind;
     if (!r->name)
         return false;
     r->forget = true;
@@ -352,7 +398,8 @@ bool commit_fence_forget(Commit *c, const char *resource, uint32_t bucket, uint6
     return true;
 }
 
-bool commit_ended(Commit *c, const char *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
+bool commit_ended(Commit *c, LockKind kind, const char *lock, const uint8_t *lease, uint64_t token, int how,
+                  uint64_t seq)
 {
     Batch *b = c->pending;
     if (!grow((void **)&b->ended, &b->capended, b->nended, sizeof *b->ended))
@@ -362,7 +409,7 @@ bool commit_ended(Commit *c, const char *lock, const uint8_t *lease, uint64_t to
     if (!name || !id)
         return false;
     memcpy(id, lease, LEASE_ID_BYTES);
-    b->ended[b->nended++] = (StoreEnded){name, id, token, how, seq};
+    b->ended[b->nended++] = (StoreEnded){name, (uint8_t)kind, id, token, how, seq};
     return true;
 }
 
@@ -480,7 +527,8 @@ static void record_stats(Commit *c, const Batch *b)
         return;
     }
     c->stats.commits++;
-    c->stats.rows += b->nlocks + b->nfences + b->nguard_marks + b->nfloors + b->nended + b->naudit + b->naudit_drops;
+    c->stats.rows += b->nlocks + b->nholders + b->nfences + b->nguard_marks + b->nfloors + b->nended + b->naudit +
+                     b->naudit_drops;
     c->stats.seconds_total += b->seconds;
     double ms = b->seconds * 1000;
     for (int i = 0; i < COMMIT_LATENCY_BUCKETS; i++)

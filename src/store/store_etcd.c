@@ -7,9 +7,15 @@
  *                             digits; every transaction applies only while the stored one is
  *                             its predecessor's, and writes its own (commit_part), so a late
  *                             copy of a transaction sent again changes nothing
- *   PREFIX/locks/NAME         JSON {last_token, holder?: {lease (uuid text), owner, token,
- *                             ttl_ms, acquired_at_ms, expires_at_ms, count, metadata (JSON text),
- *                             request_id?, key?}}
+ *   PREFIX/locks/NAME         JSON {last_token, delay_until_ms?, holder?: {lease (uuid text),
+ *                             owner, token, ttl_ms, acquired_at_ms, expires_at_ms, count,
+ *                             metadata (JSON text), request_id?, key?, lock_delay_ms?}}: the
+ *                             holder is the lock's writer
+ *   PREFIX/semaphores/NAME    JSON {last_token, limit}
+ *   PREFIX/holders/TOKEN      a lock's reader or a semaphore's permit (TOKEN zero-padded to 20
+ *                             digits, so key order is grant order): JSON {kind (0 lock,
+ *                             1 semaphore), name, mode (0 write, 1 read), and the fields of a
+ *                             lock's holder}
  *   PREFIX/fences/RESOURCE    decimal max token
  *   PREFIX/guard/LOCK         decimal max token the guard let through, a space, and when it last
  *                             let a write through (Unix ms; older gateways wrote the token alone)
@@ -17,15 +23,16 @@
  *   PREFIX/revoked/TOKEN      the lock name: a force-released lease's token (TOKEN zero-padded
  *                             to 20 digits), never pruned
  *   PREFIX/history/SEQ        the ended leases of one batch: JSON [{seq, lock, lease, token,
- *                             how}, ...], SEQ the largest seq in it (zero-padded to 20 digits,
+ *                             how, kind?}, ...], SEQ the largest seq in it (zero-padded to 20 digits,
  *                             so key order is seq order: batches commit in order, and every
  *                             seq of a batch is above every seq of the batches before it)
  *   PREFIX/audit/KEY/SEQ      the audit rows of one batch of one API key (auditlog.h): JSON
- *                             [{seq, at_ms, kind, lock, owner, token, key, peer}, ...], SEQ as
- *                             for the history; KEY is "k-" and the key's name, or "-" for rows
- *                             without a key. Gateways before per-key retention wrote
- *                             PREFIX/audit/SEQ, every key's rows together: still read, and
- *                             deleted once all their rows are gone (audit_gone_below)
+ *                             [{seq, at_ms, kind, lock, owner, token, key, peer, object?,
+ *                             mode?}, ...] (a field left out is 0), SEQ as for the history; KEY
+ *                             is "k-" and the key's name, or "-" for rows without a key.
+ *                             Gateways before per-key retention wrote PREFIX/audit/SEQ, every
+ *                             key's rows together: still read, and deleted once all their rows
+ *                             are gone (audit_gone_below)
  *
  * One key per batch for each of the two, not one per row: etcd's cost grows
  * with the keys of a transaction more than with their bytes, and a batch of
@@ -54,13 +61,14 @@
  * transactions of one leader apply in the order it sent them, each at most
  * once, whatever copies of them etcd still holds.
  *
- * The counter is max(meta/last_token, every lock's last_token), as in
- * store_sqlite.c. Holder deadlines are on one machine's boot clock and mean
+ * The counter is max(meta/last_token, every lock's and semaphore's
+ * last_token, every holder's token), as in store_sqlite.c. Holder deadlines are on one machine's boot clock and mean
  * nothing to another gateway: they are not stored, and holders load with
  * deadline_ms = -1, so that expires_at_ms (Unix ms) rules (locktab_load).
  *
- * When you change StoreLock or the records above, also change lock_value and
- * load_lock_value together, and the key list above.
+ * When you change StoreLock, StoreHolder or the records above, also change
+ * their writers (lock_value, holder_value) and loaders (load_lock,
+ * load_holder) together, and the key list above.
  */
 #include "leasegate/store.h"
 
@@ -133,7 +141,7 @@ typedef struct Ops {
     bool nomem;
 } Ops;
 
-enum { PRIO_COUNTER, PRIO_FLOOR, PRIO_REVOKED, PRIO_PUT, PRIO_DELETE, PRIO_PRUNE };
+enum { PRIO_COUNTER, PRIO_FLOOR, PRIO_REVOKED, PRIO_HOLDER_GONE, PRIO_PUT, PRIO_DELETE, PRIO_PRUNE };
 
 static char *key_of(const EtcdStore *s, const char *kind, const char *name)
 {
@@ -154,7 +162,8 @@ static void ops_add(Ops *ops, char *key, char *value, char *range_end, int prio)
             ops->nomem = true;
         }
     }
-    if (ops->nomem || !key || (prio != PRIO_DELETE && prio != PRIO_PRUNE && !value)) {
+    bool removal = prio == PRIO_HOLDER_GONE || prio == PRIO_DELETE || prio == PRIO_PRUNE;
+    if (ops->nomem || !key || (!removal && !value)) {
         ops->nomem = true;
         free(key);
         free(value);
@@ -187,24 +196,49 @@ static char *guard_value(const StoreMark *m)
     return asprintf(&text, "%" PRIu64 " %" PRId64, m->max_token, m->at_ms) < 0 ? NULL : text;
 }
 
+/* A holder's fields; NULL when out of memory. */
+static json_t *holder_json(const Holder *h)
+{
+    char lease[37];
+    uuid_unparse_lower(h->lease, lease);
+    json_t *hj = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "lease", lease, "owner", h->owner, "token",
+                           (json_int_t)h->token, "ttl_ms", (json_int_t)h->ttl_ms, "acquired_at_ms",
+                           (json_int_t)h->acquired_at_ms, "expires_at_ms", (json_int_t)h->expires_at_ms, "count",
+                           (json_int_t)h->count, "metadata", h->metadata);
+    if (hj && h->request_id && json_object_set_new(hj, "request_id", json_string(h->request_id)))
+        json_decref(hj), hj = NULL;
+    if (hj && h->key && json_object_set_new(hj, "key", json_string(h->key)))
+        json_decref(hj), hj = NULL;
+    if (hj && h->lock_delay_ms && json_object_set_new(hj, "lock_delay_ms", json_integer(h->lock_delay_ms)))
+        json_decref(hj), hj = NULL;
+    return hj;
+}
+
 static char *lock_value(const StoreLock *l)
 {
-    json_t *j = json_pack("{s:I}", "last_token", (json_int_t)l->last_token);
+    json_t *j = l->kind == KIND_SEMAPHORE
+                    ? json_pack("{s:I, s:I}", "last_token", (json_int_t)l->last_token, "limit", (json_int_t)l->limit)
+                    : json_pack("{s:I}", "last_token", (json_int_t)l->last_token);
+    if (j && l->kind == KIND_LOCK && l->delay_until_ms &&
+        json_object_set_new(j, "delay_until_ms", json_integer(l->delay_until_ms)))
+        json_decref(j), j = NULL;
     if (j && l->held) {
-        const Holder *h = &l->holder;
-        char lease[37];
-        uuid_unparse_lower(h->lease, lease);
-        json_t *hj = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "lease", lease, "owner", h->owner,
-                               "token", (json_int_t)h->token, "ttl_ms", (json_int_t)h->ttl_ms, "acquired_at_ms",
-                               (json_int_t)h->acquired_at_ms, "expires_at_ms", (json_int_t)h->expires_at_ms,
-                               "count", (json_int_t)h->count, "metadata", h->metadata);
-        if (hj && h->request_id && json_object_set_new(hj, "request_id", json_string(h->request_id)))
-            json_decref(hj), hj = NULL;
-        if (hj && h->key && json_object_set_new(hj, "key", json_string(h->key)))
-            json_decref(hj), hj = NULL;
+        json_t *hj = holder_json(&l->holder);
         if (!hj || json_object_set_new(j, "holder", hj))
             json_decref(j), j = NULL;
     }
+    char *text = jsondump_whole(j, JSON_COMPACT);
+    json_decref(j);
+    return text;
+}
+
+static char *holder_value(const StoreHolder *r)
+{
+    json_t *j = holder_json(&r->holder);
+    if (j && (json_object_set_new(j, "kind", json_integer(r->kind)) ||
+              json_object_set_new(j, "name", json_string(r->name)) ||
+              json_object_set_new(j, "mode", json_integer(r->holder.mode))))
+        json_decref(j), j = NULL;
     char *text = jsondump_whole(j, JSON_COMPACT);
     json_decref(j);
     return text;
@@ -216,15 +250,23 @@ static json_t *ended_row(const StoreEnded *e)
 {
     char lease[37];
     uuid_unparse_lower(e->lease, lease);
-    return json_pack("{s:I, s:s, s:s, s:I, s:i}", "seq", (json_int_t)e->seq, "lock", e->lock, "lease", lease,
-                     "token", (json_int_t)e->token, "how", e->how);
+    json_t *j = json_pack("{s:I, s:s, s:s, s:I, s:i}", "seq", (json_int_t)e->seq, "lock", e->lock, "lease", lease,
+                          "token", (json_int_t)e->token, "how", e->how);
+    if (j && e->kind && json_object_set_new(j, "kind", json_integer(e->kind)))
+        json_decref(j), j = NULL;
+    return j;
 }
 
 static json_t *audit_row(const AuditRow *r)
 {
-    return json_pack("{s:I, s:I, s:i, s:s, s:s, s:I, s:s, s:s}", "seq", (json_int_t)r->seq, "at_ms",
-                     (json_int_t)r->at_ms, "kind", r->kind, "lock", r->lock, "owner", r->owner, "token",
-                     (json_int_t)r->token, "key", r->key, "peer", r->peer);
+    json_t *j = json_pack("{s:I, s:I, s:i, s:s, s:s, s:I, s:s, s:s}", "seq", (json_int_t)r->seq, "at_ms",
+                          (json_int_t)r->at_ms, "kind", r->kind, "lock", r->lock, "owner", r->owner, "token",
+                          (json_int_t)r->token, "key", r->key, "peer", r->peer);
+    if (j && r->object && json_object_set_new(j, "object", json_integer(r->object)))
+        json_decref(j), j = NULL;
+    if (j && r->mode && json_object_set_new(j, "mode", json_integer(r->mode)))
+        json_decref(j), j = NULL;
+    return j;
 }
 
 static char *seq_key(const EtcdStore *s, const char *kind, uint64_t seq)
@@ -351,12 +393,21 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
 {
     for (size_t i = 0; i < b->nlocks; i++) {
         const StoreLock *l = &b->locks[i];
+        const char *kind = l->kind == KIND_SEMAPHORE ? "semaphores" : "locks";
         if (l->forget) {
-            ops_add(ops, key_of(s, "locks", l->name), NULL, NULL, PRIO_DELETE);
-            ops_add(ops, key_of(s, "guard", l->name), NULL, NULL, PRIO_DELETE);
+            ops_add(ops, key_of(s, kind, l->name), NULL, NULL, PRIO_DELETE);
+            if (l->kind == KIND_LOCK)
+                ops_add(ops, key_of(s, "guard", l->name), NULL, NULL, PRIO_DELETE);
         } else {
-            ops_add(ops, key_of(s, "locks", l->name), lock_value(l), NULL, PRIO_PUT);
+            ops_add(ops, key_of(s, kind, l->name), lock_value(l), NULL, PRIO_PUT);
         }
+    }
+    for (size_t i = 0; i < b->nholders; i++) {
+        const StoreHolder *r = &b->holders[i];
+        char token[24];
+        snprintf(token, sizeof token, "%020" PRIu64, r->holder.token);
+        ops_add(ops, key_of(s, "holders", token), r->gone ? NULL : holder_value(r), NULL,
+                r->gone ? PRIO_HOLDER_GONE : PRIO_PUT);
     }
     if (b->counter)
         ops_add(ops, key_of(s, "meta", "last_token"), decimal(b->counter), NULL, PRIO_COUNTER);
@@ -421,14 +472,19 @@ static int by_prio_then_order(const void *a, const void *b)
  * floors are only ever raised in memory, so the last is also the largest.
  *
  * Then the order of the parts, for a batch split over several transactions:
- * the counter first, then fence floors, then revoked tokens, then every put,
- * then deletes, then the history prune. Each part is durable on its own, so
- * a gateway that dies between parts leaves a prefix of them: written in this
- * order, no prefix deletes a row before what vouches for its token (the
- * counter for a lock, the floor for a fence mark) is in, so no token and no
- * mark can go backwards for the next leader, and no prefix frees a
- * force-released lock without its token's revocation (the lock's record is a
- * put that comes after). */
+ * the counter first, then fence floors, then revoked tokens, then the
+ * removals of readers and permits, then every put, then deletes, then the
+ * history prune. Each part is durable on its own, so a gateway that dies
+ * between parts leaves a prefix of them: written in this order, no prefix
+ * deletes a row before what vouches for its token (the counter for a lock,
+ * the floor for a fence mark; a reader's or permit's token is its name's
+ * last_token, already in) is in, so no token and no mark can go backwards
+ * for the next leader, and no prefix frees a force-released lock without its
+ * token's revocation (the lock's record is a put that comes after, and a
+ * reader's removal comes after the revocation). A prefix may still hold a
+ * reader or permit of the batch beside its name's record from before it (a
+ * writer, a smaller limit): the load keeps the older grants and drops the
+ * younger, which no answer revealed (gateway.c). */
 static void order_ops(Ops *ops)
 {
     qsort(ops->items, ops->n, sizeof *ops->items, by_key_then_order);
@@ -934,39 +990,89 @@ static bool json_i64(const json_t *obj, const char *key, int64_t *out)
     return true;
 }
 
-/* arg: the largest last_token seen (uint64_t *). */
-static int load_lock(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+/* A holder's fields (holder_json); false when missing or malformed. The
+ * strings point into h. */
+static bool parse_holder(const json_t *h, Holder *x)
 {
-    uint64_t *max_token = arg;
-    json_error_t jerr;
-    json_t *j = json_loads(value, 0, &jerr);
-    StoreLock l = {.name = name};
+    uint64_t count = 0;
+    int64_t delay = 0;
+    const char *lease = json_string_value(json_object_get(h, "lease"));
+    x->owner = (char *)json_string_value(json_object_get(h, "owner"));
+    x->metadata = (char *)json_string_value(json_object_get(h, "metadata"));
+    x->request_id = (char *)json_string_value(json_object_get(h, "request_id")); /* NULL when none */
+    x->key = (char *)json_string_value(json_object_get(h, "key"));               /* NULL when none */
+    x->deadline_ms = -1; /* no boot clock is shared between gateways: expires_at_ms rules */
+    bool ok = lease && uuid_parse(lease, x->lease) == 0 && x->owner && x->metadata && json_u64(h, "token", &x->token) &&
+              json_i64(h, "ttl_ms", &x->ttl_ms) && json_i64(h, "acquired_at_ms", &x->acquired_at_ms) &&
+              json_i64(h, "expires_at_ms", &x->expires_at_ms) && json_u64(h, "count", &count) && count <= UINT32_MAX &&
+              (!json_object_get(h, "lock_delay_ms") || json_i64(h, "lock_delay_ms", &delay));
+    x->count = (uint32_t)count;
+    x->lock_delay_ms = delay;
+    return ok;
+}
+
+/* A record under PREFIX/locks/ or PREFIX/semaphores/ (arg: its kind). */
+static int load_name(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, LockKind kind,
+                     uint64_t *max_token)
+{
+    json_t *j = json_loads(value, 0, NULL);
+    StoreLock l = {.name = name, .kind = (uint8_t)kind};
     json_t *h = json_object_get(j, "holder");
-    bool ok = json_u64(j, "last_token", &l.last_token);
-    l.held = h != NULL;
-    if (ok && h) {
-        Holder *x = &l.holder;
-        uint64_t count = 0;
-        const char *lease = json_string_value(json_object_get(h, "lease"));
-        x->owner = (char *)json_string_value(json_object_get(h, "owner"));
-        x->metadata = (char *)json_string_value(json_object_get(h, "metadata"));
-        x->request_id = (char *)json_string_value(json_object_get(h, "request_id")); /* NULL when none */
-        x->key = (char *)json_string_value(json_object_get(h, "key"));               /* NULL when none */
-        x->deadline_ms = -1; /* no boot clock is shared between gateways: expires_at_ms rules */
-        ok = lease && uuid_parse(lease, x->lease) == 0 && x->owner && x->metadata && json_u64(h, "token", &x->token) &&
-             json_i64(h, "ttl_ms", &x->ttl_ms) && json_i64(h, "acquired_at_ms", &x->acquired_at_ms) &&
-             json_i64(h, "expires_at_ms", &x->expires_at_ms) && json_u64(h, "count", &count) && count <= UINT32_MAX;
-        x->count = (uint32_t)count;
+    uint64_t limit = 0;
+    bool ok = json_u64(j, "last_token", &l.last_token) &&
+              (kind == KIND_LOCK || (json_u64(j, "limit", &limit) && limit >= 1 && limit <= LOCKTAB_LIMIT_MAX)) &&
+              (!json_object_get(j, "delay_until_ms") || json_i64(j, "delay_until_ms", &l.delay_until_ms));
+    l.limit = (uint32_t)limit;
+    l.held = kind == KIND_LOCK && h != NULL;
+    if (ok && l.held) {
+        ok = parse_holder(h, &l.holder);
+        l.holder.mode = MODE_WRITE;
     }
     int rc = 0;
     if (!ok) {
-        snprintf(s->err, sizeof s->err, "lock %s: corrupt record in etcd", name);
+        snprintf(s->err, sizeof s->err, "%s %s: corrupt record in etcd", kind == KIND_LOCK ? "lock" : "semaphore", name);
         rc = -1;
     } else if (cb->lock(cb->ud, &l)) {
-        snprintf(s->err, sizeof s->err, "cannot load lock %s", name);
+        snprintf(s->err, sizeof s->err, "cannot load %s %s", kind == KIND_LOCK ? "lock" : "semaphore", name);
         rc = -1;
     } else if (l.last_token > *max_token) {
         *max_token = l.last_token;
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* arg: the largest last_token seen (uint64_t *). */
+static int load_lock(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    return load_name(s, cb, name, value, KIND_LOCK, arg);
+}
+
+static int load_semaphore(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    return load_name(s, cb, name, value, KIND_SEMAPHORE, arg);
+}
+
+/* A reader or permit under PREFIX/holders/TOKEN (arg: the largest token seen). */
+static int load_holder(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+{
+    uint64_t *max_token = arg, token = 0, kind = 0, mode = 0;
+    json_t *j = json_loads(value, 0, NULL);
+    StoreHolder r = {0};
+    r.name = json_string_value(json_object_get(j, "name"));
+    bool ok = parse_u64(name, &token) && r.name && json_u64(j, "kind", &kind) && kind < LOCK_KINDS &&
+              json_u64(j, "mode", &mode) && mode <= MODE_READ && parse_holder(j, &r.holder) && r.holder.token == token;
+    r.kind = (uint8_t)kind;
+    r.holder.mode = (uint8_t)mode;
+    int rc = 0;
+    if (!ok) {
+        snprintf(s->err, sizeof s->err, "holder %s: corrupt record in etcd", name);
+        rc = -1;
+    } else if (cb->holder(cb->ud, &r)) {
+        snprintf(s->err, sizeof s->err, "cannot load holder %s of %s", name, r.name);
+        rc = -1;
+    } else if (token > *max_token) {
+        *max_token = token;
     }
     json_decref(j);
     return rc;
@@ -1019,9 +1125,14 @@ static int load_audit_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, ui
     r.owner = json_string_value(json_object_get(j, "owner"));
     r.key = json_string_value(json_object_get(j, "key"));
     r.peer = json_string_value(json_object_get(j, "peer"));
+    uint64_t object = 0, mode = 0;
     bool ok = r.lock && r.owner && r.key && r.peer && json_u64(j, "token", &r.token) && json_i64(j, "kind", &kind) &&
-              json_i64(j, "at_ms", &at);
+              json_i64(j, "at_ms", &at) && (!json_object_get(j, "object") || json_u64(j, "object", &object)) &&
+              (!json_object_get(j, "mode") || json_u64(j, "mode", &mode)) && object <= AUDIT_OF_FENCE &&
+              mode <= AUDIT_MODE_READ;
     r.kind = (int)kind;
+    r.object = (uint8_t)object;
+    r.mode = (uint8_t)mode;
     r.at_ms = at;
     return ok && cb->audit(cb->ud, &r) == 0 ? 0 : -1;
 }
@@ -1083,9 +1194,12 @@ static int load_ended_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, ui
     const char *lease = json_string_value(json_object_get(j, "lease"));
     uint8_t id[LEASE_ID_BYTES];
     int64_t how = 0;
-    StoreEnded e = {json_string_value(json_object_get(j, "lock")), id, 0, 0, seq};
+    uint64_t kind = 0;
+    StoreEnded e = {json_string_value(json_object_get(j, "lock")), 0, id, 0, 0, seq};
     bool ok = e.lock && lease && uuid_parse(lease, id) == 0 && json_u64(j, "token", &e.token) &&
-              json_i64(j, "how", &how);
+              json_i64(j, "how", &how) && (!json_object_get(j, "kind") || json_u64(j, "kind", &kind)) &&
+              kind < LOCK_KINDS;
+    e.kind = (uint8_t)kind;
     e.how = (int)how;
     return ok && cb->ended(cb->ud, &e) == 0 ? 0 : -1;
 }
@@ -1181,7 +1295,8 @@ static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
     s->audit_legacy = false;
     s->audit_legacy_below = 0;
     int (*fence)(void *, const StoreMark *) = cb->fence, (*guard_mark)(void *, const StoreMark *) = cb->guard_mark;
-    if (range_all(s, "locks", cb, load_lock, &max_token) || range_all(s, "fences", cb, load_mark, &fence) ||
+    if (range_all(s, "locks", cb, load_lock, &max_token) || range_all(s, "semaphores", cb, load_semaphore, &max_token) ||
+        range_all(s, "holders", cb, load_holder, &max_token) || range_all(s, "fences", cb, load_mark, &fence) ||
         range_all(s, "guard", cb, load_mark, &guard_mark) || range_all(s, "floors", cb, load_floor, NULL) ||
         range_all(s, "history", cb, load_ended, NULL) || range_all(s, "revoked", cb, load_revoked, NULL) ||
         range_all(s, "audit", cb, load_audit, NULL))

@@ -17,10 +17,11 @@
  * One connection, used by the loader at start-up and then only by the commit
  * thread.
  *
- * The token counter is max(meta.last_token, max(locks.last_token)): every grant
- * writes its lock's row in the same transaction, so rows vouch for it without
- * a meta write per commit; a batch that deletes rows (forgotten idle locks)
- * writes the counter to meta in the same transaction.
+ * The token counter is max(meta.last_token, max(locks.last_token),
+ * max(semaphores.last_token), max(holders.token)): every grant writes its
+ * name's row in the same transaction, so rows vouch for it without a meta
+ * write per commit; a batch that deletes rows (forgotten idle names) writes
+ * the counter to meta in the same transaction.
  */
 #include "leasegate/store.h"
 
@@ -38,8 +39,12 @@
 #include <unistd.h>
 
 /* When you change the schema: add a step to MIGRATIONS (the step from
- * version N-1 to N), bump SCHEMA_VERSION, and write SCHEMA as the result. */
-#define SCHEMA_VERSION 9
+ * version N to N + 1, SQL only: prepare_schema sets the version after it) and
+ * bump SCHEMA_VERSION. A new database gets SCHEMA_V9, then every step from
+ * 9 on, like an old one: so steps written on two branches compose by
+ * numbering one after the other, and nobody rewrites a schema by hand. */
+#define SCHEMA_VERSION 10
+#define SCHEMA_BASE_VERSION 9
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
  * PRUNE_CHUNK more). seq is the rowid: every insert appends at the end of one
@@ -59,10 +64,11 @@
     "CREATE TABLE IF NOT EXISTS audit(seq INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL, kind INTEGER NOT NULL," \
     "  lock TEXT NOT NULL, owner TEXT NOT NULL, token INTEGER NOT NULL, key TEXT NOT NULL, peer TEXT NOT NULL);"
 
-/* A new database. meta holds schema_version, last_token, boot_id (text) and
- * boot (a counter that moves whenever boot_id changes; locks.boot says in
- * which boot a row's deadline_ms was written). */
-static const char SCHEMA[] =
+/* A new database, as of version 9 (the steps after it follow). meta holds
+ * schema_version, last_token, boot_id (text) and boot (a counter that moves
+ * whenever boot_id changes; locks.boot and holders.boot say in which boot a
+ * row's deadline_ms was written). */
+static const char SCHEMA_V9[] =
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS locks("
     "  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL,"
@@ -78,8 +84,10 @@ static const char SCHEMA[] =
     REVOKED_SCHEMA
     AUDIT_SCHEMA
     "INSERT INTO meta(key, value) VALUES('schema_version', 9), ('last_token', 0), ('boot', 0);";
+_Static_assert(SCHEMA_BASE_VERSION == 9, "SCHEMA_V9 writes version 9");
 
-/* MIGRATIONS[v] takes a database of version v to v + 1. */
+/* MIGRATIONS[v] takes a database of version v to v + 1 (the steps up to 9
+ * set the version themselves). */
 static const char *const MIGRATIONS[SCHEMA_VERSION] = {
     [1] = "ALTER TABLE locks ADD COLUMN deadline_ms INTEGER;"
           "ALTER TABLE locks ADD COLUMN boot INTEGER;"
@@ -111,6 +119,24 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
      * (--guard-settle after a restart). */
     [8] = "ALTER TABLE guard_marks ADD COLUMN at_ms INTEGER NOT NULL DEFAULT 0;"
           "UPDATE meta SET value = 9 WHERE key = 'schema_version';",
+    /* Version 10: semaphores, readers and lock-delay. A lock's writer stays in
+     * its row (as before); readers and permits are rows of holders, keyed by
+     * token. Ended leases and audit rows say which namespace (kind, object)
+     * and audit rows the lease's mode; the rows written before were a
+     * writer's (mode 1) or a fence's (object 2). */
+    [9] = "ALTER TABLE locks ADD COLUMN lock_delay_ms INTEGER;"
+          "ALTER TABLE locks ADD COLUMN delay_until_ms INTEGER;"
+          "CREATE TABLE semaphores(name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, lim INTEGER NOT NULL)"
+          "  WITHOUT ROWID;"
+          "CREATE TABLE holders(token INTEGER PRIMARY KEY, kind INTEGER NOT NULL, lock TEXT NOT NULL,"
+          "  lease BLOB NOT NULL, owner TEXT NOT NULL, ttl_ms INTEGER NOT NULL, acquired_at_ms INTEGER NOT NULL,"
+          "  expires_at_ms INTEGER NOT NULL, count INTEGER NOT NULL, metadata TEXT NOT NULL, deadline_ms INTEGER,"
+          "  boot INTEGER, request_id TEXT, key TEXT, mode INTEGER NOT NULL, lock_delay_ms INTEGER NOT NULL);"
+          "ALTER TABLE lease_history ADD COLUMN kind INTEGER NOT NULL DEFAULT 0;"
+          "ALTER TABLE audit ADD COLUMN object INTEGER NOT NULL DEFAULT 0;"
+          "ALTER TABLE audit ADD COLUMN mode INTEGER NOT NULL DEFAULT 0;"
+          "UPDATE audit SET object = 2 WHERE kind = 5;"
+          "UPDATE audit SET mode = 1 WHERE kind IN (1, 2, 3, 4);",
 };
 
 enum {
@@ -119,6 +145,10 @@ enum {
     ST_ROLLBACK,
     ST_PUT_LOCK,
     ST_DELETE_LOCK,
+    ST_PUT_SEMAPHORE,
+    ST_DELETE_SEMAPHORE,
+    ST_PUT_HOLDER,
+    ST_DELETE_HOLDER,
     ST_DELETE_GUARD_MARK,
     ST_PUT_FENCE,
     ST_DELETE_FENCE,
@@ -138,16 +168,24 @@ static const char *const STATEMENTS[ST_COUNT] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_PUT_LOCK] = "INSERT OR REPLACE INTO locks(name, last_token, lease, owner, token, ttl_ms,"
-                    " acquired_at_ms, expires_at_ms, count, metadata, deadline_ms, boot, request_id, key)"
-                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                    " acquired_at_ms, expires_at_ms, count, metadata, deadline_ms, boot, request_id, key,"
+                    " lock_delay_ms, delay_until_ms)"
+                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     [ST_DELETE_LOCK] = "DELETE FROM locks WHERE name = ?1",
+    [ST_PUT_SEMAPHORE] = "INSERT OR REPLACE INTO semaphores(name, last_token, lim) VALUES(?1, ?2, ?3)",
+    [ST_DELETE_SEMAPHORE] = "DELETE FROM semaphores WHERE name = ?1",
+    [ST_PUT_HOLDER] = "INSERT OR REPLACE INTO holders(token, kind, lock, lease, owner, ttl_ms, acquired_at_ms,"
+                      " expires_at_ms, count, metadata, deadline_ms, boot, request_id, key, mode, lock_delay_ms)"
+                      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+    [ST_DELETE_HOLDER] = "DELETE FROM holders WHERE token = ?1",
     [ST_DELETE_GUARD_MARK] = "DELETE FROM guard_marks WHERE lock = ?1",
     [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
-    [ST_PUT_ENDED] = "INSERT OR REPLACE INTO lease_history(lease, lock, token, how, seq) VALUES(?1, ?2, ?3, ?4, ?5)",
+    [ST_PUT_ENDED] = "INSERT OR REPLACE INTO lease_history(lease, lock, token, how, seq, kind)"
+                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_PRUNE_ENDED] = "DELETE FROM lease_history WHERE seq <= ?1",
     [ST_PUT_REVOKED] = "INSERT OR IGNORE INTO revoked(token, lock) VALUES(?1, ?2)",
-    [ST_PUT_AUDIT] = "INSERT OR REPLACE INTO audit(seq, at_ms, kind, lock, owner, token, key, peer)"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [ST_PUT_AUDIT] = "INSERT OR REPLACE INTO audit(seq, at_ms, kind, lock, owner, token, key, peer, object, mode)"
+                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [ST_DROP_AUDIT] = "DELETE FROM audit WHERE seq = ?1",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
@@ -206,28 +244,73 @@ static int step_reset(SqliteStore *s, sqlite3_stmt *st)
     return ok ? 0 : -1;
 }
 
+/* The holder's columns from `first` on: lease, owner, token, ttl_ms,
+ * acquired_at_ms, expires_at_ms, count, metadata, deadline_ms, boot,
+ * request_id, key (ST_PUT_LOCK's ?3..?14, ST_PUT_HOLDER's ?4..?14 with the
+ * token first). */
+static int bind_holder(sqlite3_stmt *st, int first, const Holder *h, sqlite3_int64 boot, bool token)
+{
+    int i = first, rc = sqlite3_bind_blob(st, i++, h->lease, LEASE_ID_BYTES, SQLITE_STATIC);
+    rc |= sqlite3_bind_text(st, i++, h->owner, -1, SQLITE_STATIC);
+    if (token)
+        rc |= sqlite3_bind_int64(st, i++, (sqlite3_int64)h->token);
+    rc |= sqlite3_bind_int64(st, i++, h->ttl_ms);
+    rc |= sqlite3_bind_int64(st, i++, h->acquired_at_ms);
+    rc |= sqlite3_bind_int64(st, i++, h->expires_at_ms);
+    rc |= sqlite3_bind_int64(st, i++, h->count);
+    rc |= sqlite3_bind_text(st, i++, h->metadata, -1, SQLITE_STATIC);
+    rc |= sqlite3_bind_int64(st, i++, h->deadline_ms);
+    rc |= sqlite3_bind_int64(st, i++, boot);
+    if (h->request_id)
+        rc |= sqlite3_bind_text(st, i, h->request_id, -1, SQLITE_STATIC);
+    i++;
+    if (h->key)
+        rc |= sqlite3_bind_text(st, i, h->key, -1, SQLITE_STATIC);
+    return rc;
+}
+
 static int bind_lock(sqlite3_stmt *st, const StoreLock *l, sqlite3_int64 boot)
 {
     int rc = sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC);
     rc |= sqlite3_bind_int64(st, 2, (sqlite3_int64)l->last_token);
     if (l->held) {
-        const Holder *h = &l->holder;
-        rc |= sqlite3_bind_blob(st, 3, h->lease, LEASE_ID_BYTES, SQLITE_STATIC);
-        rc |= sqlite3_bind_text(st, 4, h->owner, -1, SQLITE_STATIC);
-        rc |= sqlite3_bind_int64(st, 5, (sqlite3_int64)h->token);
-        rc |= sqlite3_bind_int64(st, 6, h->ttl_ms);
-        rc |= sqlite3_bind_int64(st, 7, h->acquired_at_ms);
-        rc |= sqlite3_bind_int64(st, 8, h->expires_at_ms);
-        rc |= sqlite3_bind_int64(st, 9, h->count);
-        rc |= sqlite3_bind_text(st, 10, h->metadata, -1, SQLITE_STATIC);
-        rc |= sqlite3_bind_int64(st, 11, h->deadline_ms);
-        rc |= sqlite3_bind_int64(st, 12, boot);
-        if (h->request_id)
-            rc |= sqlite3_bind_text(st, 13, h->request_id, -1, SQLITE_STATIC);
-        if (h->key)
-            rc |= sqlite3_bind_text(st, 14, h->key, -1, SQLITE_STATIC);
+        rc |= bind_holder(st, 3, &l->holder, boot, true);
+        rc |= sqlite3_bind_int64(st, 15, l->holder.lock_delay_ms);
     }
+    if (l->delay_until_ms)
+        rc |= sqlite3_bind_int64(st, 16, l->delay_until_ms);
     return rc == SQLITE_OK ? 0 : -1;
+}
+
+static int bind_semaphore(sqlite3_stmt *st, const StoreLock *l)
+{
+    int rc = sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC);
+    rc |= sqlite3_bind_int64(st, 2, (sqlite3_int64)l->last_token);
+    rc |= sqlite3_bind_int64(st, 3, l->limit);
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+static int put_holders(SqliteStore *s, const StoreHolder *hs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const StoreHolder *r = &hs[i];
+        sqlite3_stmt *st = s->st[r->gone ? ST_DELETE_HOLDER : ST_PUT_HOLDER];
+        int rc = sqlite3_bind_int64(st, 1, (sqlite3_int64)r->holder.token);
+        if (!r->gone) {
+            rc |= sqlite3_bind_int(st, 2, r->kind);
+            rc |= sqlite3_bind_text(st, 3, r->name, -1, SQLITE_STATIC);
+            rc |= bind_holder(st, 4, &r->holder, s->boot, false);
+            rc |= sqlite3_bind_int(st, 15, r->holder.mode);
+            rc |= sqlite3_bind_int64(st, 16, r->holder.lock_delay_ms);
+        }
+        if (rc != SQLITE_OK) {
+            set_err(s, "bind holder");
+            return -1;
+        }
+        if (step_reset(s, st))
+            return -1;
+    }
+    return 0;
 }
 
 /* Marks in order; `del` (if not NULL) deletes the ones marked forget. */
@@ -272,7 +355,8 @@ static int put_ended(SqliteStore *s, const StoreEnded *e, size_t n, uint64_t kee
             sqlite3_bind_text(st, 2, e[i].lock, -1, SQLITE_STATIC) != SQLITE_OK ||
             sqlite3_bind_int64(st, 3, (sqlite3_int64)e[i].token) != SQLITE_OK ||
             sqlite3_bind_int(st, 4, e[i].how) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 5, (sqlite3_int64)e[i].seq) != SQLITE_OK) {
+            sqlite3_bind_int64(st, 5, (sqlite3_int64)e[i].seq) != SQLITE_OK ||
+            sqlite3_bind_int(st, 6, e[i].kind) != SQLITE_OK) {
             set_err(s, "bind ended lease");
             return -1;
         }
@@ -374,7 +458,8 @@ static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, const StoreAud
             sqlite3_bind_text(st, 5, r[i].owner, -1, SQLITE_STATIC) != SQLITE_OK ||
             sqlite3_bind_int64(st, 6, (sqlite3_int64)r[i].token) != SQLITE_OK ||
             sqlite3_bind_text(st, 7, r[i].key, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_text(st, 8, r[i].peer, -1, SQLITE_STATIC) != SQLITE_OK) {
+            sqlite3_bind_text(st, 8, r[i].peer, -1, SQLITE_STATIC) != SQLITE_OK ||
+            sqlite3_bind_int(st, 9, r[i].object) != SQLITE_OK || sqlite3_bind_int(st, 10, r[i].mode) != SQLITE_OK) {
             set_err(s, "bind audit row");
             return -1;
         }
@@ -400,8 +485,11 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
         return -1;
     for (size_t i = 0; i < b->nlocks; i++) {
         const StoreLock *l = &b->locks[i];
-        sqlite3_stmt *st = s->st[l->forget ? ST_DELETE_LOCK : ST_PUT_LOCK];
+        bool sem = l->kind == KIND_SEMAPHORE;
+        sqlite3_stmt *st = s->st[l->forget ? (sem ? ST_DELETE_SEMAPHORE : ST_DELETE_LOCK)
+                                           : (sem ? ST_PUT_SEMAPHORE : ST_PUT_LOCK)];
         int bad = l->forget ? sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC) != SQLITE_OK
+                  : sem     ? bind_semaphore(st, l)
                             : bind_lock(st, l, s->boot);
         if (bad) {
             set_err(s, "bind lock");
@@ -409,12 +497,14 @@ static int sqlite_commit(Store *base, const StoreBatch *b)
         }
         if (step_reset(s, st))
             goto fail;
-        if (l->forget) {
+        if (l->forget && !sem) {
             sqlite3_stmt *gm = s->st[ST_DELETE_GUARD_MARK];
             if (sqlite3_bind_text(gm, 1, l->name, -1, SQLITE_STATIC) != SQLITE_OK || step_reset(s, gm))
                 goto fail;
         }
     }
+    if (put_holders(s, b->holders, b->nholders))
+        goto fail;
     if (b->counter && (sqlite3_bind_int64(s->st[ST_PUT_COUNTER], 1, (sqlite3_int64)b->counter) != SQLITE_OK ||
                        step_reset(s, s->st[ST_PUT_COUNTER])))
         goto fail;
@@ -438,61 +528,135 @@ fail:
     return -1;
 }
 
-static int load_locks(SqliteStore *s, const StoreLoad *cb, uint64_t *max_token)
+/* A holder from columns first.. (bind_holder's order, the token at
+ * token_col); false when corrupt. The strings point into the row. */
+static bool column_holder(SqliteStore *s, sqlite3_stmt *st, int first, int token_col, Holder *h)
+{
+    if (sqlite3_column_bytes(st, first) != LEASE_ID_BYTES)
+        return false;
+    int i = first;
+    memcpy(h->lease, sqlite3_column_blob(st, i++), LEASE_ID_BYTES);
+    h->owner = (char *)sqlite3_column_text(st, i++);
+    if (first + 2 == token_col)
+        i++;
+    h->token = (uint64_t)sqlite3_column_int64(st, token_col);
+    h->ttl_ms = sqlite3_column_int64(st, i++);
+    h->acquired_at_ms = sqlite3_column_int64(st, i++);
+    h->expires_at_ms = sqlite3_column_int64(st, i++);
+    h->count = (uint32_t)sqlite3_column_int64(st, i++);
+    h->metadata = (char *)sqlite3_column_text(st, i++);
+    /* A deadline on the boot clock means something only in the boot that wrote it. */
+    bool same_boot = sqlite3_column_type(st, i) != SQLITE_NULL && sqlite3_column_int64(st, i + 1) == s->boot;
+    h->deadline_ms = same_boot ? sqlite3_column_int64(st, i) : -1;
+    i += 2;
+    h->request_id = (char *)sqlite3_column_text(st, i++); /* NULL when none */
+    h->key = (char *)sqlite3_column_text(st, i++);        /* NULL when none */
+    return h->owner && h->metadata;
+}
+
+/* Every row of one SELECT through row_fn, which fills *what and returns -1
+ * after writing s->err. */
+static int load_rows(SqliteStore *s, const char *sql, const char *what,
+                     int (*row_fn)(SqliteStore *s, sqlite3_stmt *st, const StoreLoad *cb, uint64_t *max_token),
+                     const StoreLoad *cb, uint64_t *max_token)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT name, last_token, lease, owner, token, ttl_ms, acquired_at_ms,"
-                           " expires_at_ms, count, metadata, deadline_ms, boot, request_id, key FROM locks",
-                           -1, &st, NULL) != SQLITE_OK) {
-        set_err(s, "load locks");
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        set_err(s, what);
         return -1;
     }
     int rc, res = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        StoreLock l = {0};
-        l.name = (const char *)sqlite3_column_text(st, 0);
-        l.last_token = (uint64_t)sqlite3_column_int64(st, 1);
-        if (l.last_token > *max_token)
-            *max_token = l.last_token;
-        l.held = sqlite3_column_type(st, 2) != SQLITE_NULL;
-        if (l.held) {
-            if (sqlite3_column_bytes(st, 2) != LEASE_ID_BYTES) {
-                snprintf(s->err, sizeof s->err, "lock %s: corrupt lease id", l.name);
-                res = -1;
-                break;
-            }
-            memcpy(l.holder.lease, sqlite3_column_blob(st, 2), LEASE_ID_BYTES);
-            l.holder.owner = (char *)sqlite3_column_text(st, 3);
-            l.holder.token = (uint64_t)sqlite3_column_int64(st, 4);
-            l.holder.ttl_ms = sqlite3_column_int64(st, 5);
-            l.holder.acquired_at_ms = sqlite3_column_int64(st, 6);
-            l.holder.expires_at_ms = sqlite3_column_int64(st, 7);
-            l.holder.count = (uint32_t)sqlite3_column_int64(st, 8);
-            l.holder.metadata = (char *)sqlite3_column_text(st, 9);
-            /* A deadline on the boot clock means something only in the boot that wrote it. */
-            bool same_boot = sqlite3_column_type(st, 10) != SQLITE_NULL && sqlite3_column_int64(st, 11) == s->boot;
-            l.holder.deadline_ms = same_boot ? sqlite3_column_int64(st, 10) : -1;
-            l.holder.request_id = (char *)sqlite3_column_text(st, 12); /* NULL when none */
-            l.holder.key = (char *)sqlite3_column_text(st, 13);        /* NULL when none */
-            if (!l.holder.owner || !l.holder.metadata) {
-                snprintf(s->err, sizeof s->err, "lock %s: corrupt holder", l.name);
-                res = -1;
-                break;
-            }
-        }
-        if (!l.name || cb->lock(cb->ud, &l)) {
-            snprintf(s->err, sizeof s->err, "cannot load lock %s", l.name ? l.name : "(null)");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (row_fn(s, st, cb, max_token)) {
             res = -1;
             break;
         }
-    }
     if (res == 0 && rc != SQLITE_DONE) {
-        set_err(s, "load locks");
+        set_err(s, what);
         res = -1;
     }
     sqlite3_finalize(st);
     return res;
+}
+
+static int lock_row(SqliteStore *s, sqlite3_stmt *st, const StoreLoad *cb, uint64_t *max_token)
+{
+    StoreLock l = {0};
+    l.name = (const char *)sqlite3_column_text(st, 0);
+    l.kind = KIND_LOCK;
+    l.last_token = (uint64_t)sqlite3_column_int64(st, 1);
+    l.delay_until_ms = sqlite3_column_int64(st, 15); /* 0 when NULL */
+    if (l.last_token > *max_token)
+        *max_token = l.last_token;
+    l.held = sqlite3_column_type(st, 2) != SQLITE_NULL;
+    if (l.held) {
+        if (!column_holder(s, st, 2, 4, &l.holder)) {
+            snprintf(s->err, sizeof s->err, "lock %s: corrupt holder", l.name ? l.name : "(null)");
+            return -1;
+        }
+        l.holder.mode = MODE_WRITE;
+        l.holder.lock_delay_ms = sqlite3_column_int64(st, 14);
+    }
+    if (!l.name || cb->lock(cb->ud, &l)) {
+        snprintf(s->err, sizeof s->err, "cannot load lock %s", l.name ? l.name : "(null)");
+        return -1;
+    }
+    return 0;
+}
+
+static int semaphore_row(SqliteStore *s, sqlite3_stmt *st, const StoreLoad *cb, uint64_t *max_token)
+{
+    StoreLock l = {0};
+    l.name = (const char *)sqlite3_column_text(st, 0);
+    l.kind = KIND_SEMAPHORE;
+    l.last_token = (uint64_t)sqlite3_column_int64(st, 1);
+    sqlite3_int64 limit = sqlite3_column_int64(st, 2);
+    l.limit = limit > 0 && limit <= LOCKTAB_LIMIT_MAX ? (uint32_t)limit : 0;
+    if (l.last_token > *max_token)
+        *max_token = l.last_token;
+    if (!l.name || !l.limit || cb->lock(cb->ud, &l)) {
+        snprintf(s->err, sizeof s->err, "cannot load semaphore %s", l.name ? l.name : "(null)");
+        return -1;
+    }
+    return 0;
+}
+
+static int holder_row(SqliteStore *s, sqlite3_stmt *st, const StoreLoad *cb, uint64_t *max_token)
+{
+    StoreHolder h = {0};
+    h.kind = (uint8_t)sqlite3_column_int(st, 1);
+    h.name = (const char *)sqlite3_column_text(st, 2);
+    if (!h.name || h.kind >= LOCK_KINDS || !column_holder(s, st, 3, 0, &h.holder)) {
+        snprintf(s->err, sizeof s->err, "corrupt holder row %lld", (long long)sqlite3_column_int64(st, 0));
+        return -1;
+    }
+    h.holder.mode = (uint8_t)sqlite3_column_int(st, 14);
+    h.holder.lock_delay_ms = sqlite3_column_int64(st, 15);
+    if (h.holder.token > *max_token)
+        *max_token = h.holder.token;
+    if (cb->holder(cb->ud, &h)) {
+        snprintf(s->err, sizeof s->err, "cannot load a holder of %s", h.name);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_locks(SqliteStore *s, const StoreLoad *cb, uint64_t *max_token)
+{
+    return load_rows(s,
+                     "SELECT name, last_token, lease, owner, token, ttl_ms, acquired_at_ms,"
+                     " expires_at_ms, count, metadata, deadline_ms, boot, request_id, key, lock_delay_ms,"
+                     " delay_until_ms FROM locks",
+                     "load locks", lock_row, cb, max_token) ||
+                   load_rows(s, "SELECT name, last_token, lim FROM semaphores", "load semaphores", semaphore_row, cb,
+                             max_token) ||
+                   load_rows(s,
+                             "SELECT token, kind, lock, lease, owner, ttl_ms, acquired_at_ms, expires_at_ms, count,"
+                             " metadata, deadline_ms, boot, request_id, key, mode, lock_delay_ms FROM holders"
+                             " ORDER BY token",
+                             "load holders", holder_row, cb, max_token)
+               ? -1
+               : 0;
 }
 
 static int load_marks(SqliteStore *s, const char *sql, int (*fn)(void *ud, const StoreMark *m), void *ud)
@@ -580,17 +744,17 @@ static int one_value(SqliteStore *s, const char *sql, sqlite3_int64 *value)
 static int load_ended(SqliteStore *s, const StoreLoad *cb)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT lease, lock, token, how, seq FROM lease_history ORDER BY seq", -1, &st,
-                           NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(s->db, "SELECT lease, lock, token, how, seq, kind FROM lease_history ORDER BY seq", -1,
+                           &st, NULL) != SQLITE_OK) {
         set_err(s, "load lease history");
         return -1;
     }
     int rc, res = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        StoreEnded e = {(const char *)sqlite3_column_text(st, 1), sqlite3_column_blob(st, 0),
-                        (uint64_t)sqlite3_column_int64(st, 2), sqlite3_column_int(st, 3),
+        StoreEnded e = {(const char *)sqlite3_column_text(st, 1), (uint8_t)sqlite3_column_int(st, 5),
+                        sqlite3_column_blob(st, 0), (uint64_t)sqlite3_column_int64(st, 2), sqlite3_column_int(st, 3),
                         (uint64_t)sqlite3_column_int64(st, 4)};
-        if (!e.lock || !e.lease || sqlite3_column_bytes(st, 0) != LEASE_ID_BYTES) {
+        if (!e.lock || !e.lease || sqlite3_column_bytes(st, 0) != LEASE_ID_BYTES || e.kind >= LOCK_KINDS) {
             snprintf(s->err, sizeof s->err, "corrupt lease history row");
             res = -1;
             break;
@@ -634,7 +798,8 @@ static int load_revoked(SqliteStore *s, const StoreLoad *cb)
 static int load_audit(SqliteStore *s, const StoreLoad *cb)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT seq, at_ms, kind, lock, owner, token, key, peer FROM audit ORDER BY seq",
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT seq, at_ms, kind, lock, owner, token, key, peer, object, mode FROM audit ORDER BY seq",
                            -1, &st, NULL) != SQLITE_OK) {
         set_err(s, "load audit trail");
         return -1;
@@ -644,7 +809,8 @@ static int load_audit(SqliteStore *s, const StoreLoad *cb)
         AuditRow r = {(uint64_t)sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), sqlite3_column_int(st, 2),
                       (const char *)sqlite3_column_text(st, 3), (const char *)sqlite3_column_text(st, 4),
                       (uint64_t)sqlite3_column_int64(st, 5), (const char *)sqlite3_column_text(st, 6),
-                      (const char *)sqlite3_column_text(st, 7)};
+                      (const char *)sqlite3_column_text(st, 7), (uint8_t)sqlite3_column_int(st, 8),
+                      (uint8_t)sqlite3_column_int(st, 9)};
         if (!r.lock || !r.owner || !r.key || !r.peer || cb->audit(cb->ud, &r)) {
             snprintf(s->err, sizeof s->err, "cannot load the audit trail");
             res = -1;
@@ -709,19 +875,25 @@ static int prepare_schema(SqliteStore *s)
     sqlite3_int64 tables;
     if (one_value(s, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", &tables))
         return -1;
-    if (tables == 0)
-        return exec(s, SCHEMA);
     sqlite3_int64 version;
-    if (read_meta(s, "schema_version", &version))
+    if (tables == 0) {
+        if (exec(s, SCHEMA_V9))
+            return -1;
+        version = SCHEMA_BASE_VERSION;
+    } else if (read_meta(s, "schema_version", &version)) {
         return -1;
+    }
     if (version < 1 || version > SCHEMA_VERSION) {
         snprintf(s->err, sizeof s->err, "schema version %lld: this leasegate reads versions 1..%d%s",
                  (long long)version, SCHEMA_VERSION, version > SCHEMA_VERSION ? " (the database is from a newer leasegate)" : "");
         return -1;
     }
-    for (; version < SCHEMA_VERSION; version++)
-        if (exec(s, MIGRATIONS[version]))
+    for (; version < SCHEMA_VERSION; version++) {
+        char set[96];
+        snprintf(set, sizeof set, "UPDATE meta SET value = %lld WHERE key = 'schema_version'", (long long)version + 1);
+        if (exec(s, MIGRATIONS[version]) || exec(s, set))
             return -1;
+    }
     return 0;
 }
 
@@ -923,11 +1095,24 @@ int store_sqlite_check_copy(const char *partial, const char *dest_path, StoreBac
         return -1;
     }
     sqlite3_stmt *st = NULL;
+    /* Semaphores and shared holders from version 10 on (a copy of an older
+     * database, never opened by this leasegate, has none). */
+    bool v10 = sqlite3_prepare_v2(dest, "SELECT 1 FROM sqlite_master WHERE name = 'semaphores'", -1, &st, NULL) ==
+                   SQLITE_OK &&
+               sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    st = NULL;
     if (sqlite3_prepare_v2(dest,
-                           "SELECT (SELECT count(*) FROM locks),"
-                           " max((SELECT value FROM meta WHERE key = 'last_token'),"
-                           "     (SELECT coalesce(max(last_token), 0) FROM locks)),"
-                           " (SELECT group_concat(integrity_check) FROM pragma_integrity_check)",
+                           v10 ? "SELECT (SELECT count(*) FROM locks) + (SELECT count(*) FROM semaphores),"
+                                 " max((SELECT value FROM meta WHERE key = 'last_token'),"
+                                 "     (SELECT coalesce(max(last_token), 0) FROM locks),"
+                                 "     (SELECT coalesce(max(last_token), 0) FROM semaphores),"
+                                 "     (SELECT coalesce(max(token), 0) FROM holders)),"
+                                 " (SELECT group_concat(integrity_check) FROM pragma_integrity_check)"
+                               : "SELECT (SELECT count(*) FROM locks),"
+                                 " max((SELECT value FROM meta WHERE key = 'last_token'),"
+                                 "     (SELECT coalesce(max(last_token), 0) FROM locks)),"
+                                 " (SELECT group_concat(integrity_check) FROM pragma_integrity_check)",
                            -1, &st, NULL) != SQLITE_OK ||
         sqlite3_step(st) != SQLITE_ROW) {
         snprintf(err, errlen, "the copy is not a leasegate database: %s", sqlite3_errmsg(dest));

@@ -44,17 +44,28 @@ function row(name) {
     const tr = [...document.querySelectorAll('#locks tr[data-name]')].find(t => t.dataset.name === n);
     if (!tr) return null;
     const cell = c => tr.querySelector(`td[data-col=${c}]`).textContent;
-    return { owner: cell('owner'), token: cell('token'), left: cell('left'), count: cell('count'),
+    return { mode: cell('mode'), owner: cell('owner'), token: cell('token'), left: cell('left'), count: cell('count'),
              waiters: cell('waiters') };
   }, name);
 }
 
-/** Waits (bounded) until pred(row(name)) holds; returns how long it took. */
-async function waitForRow(name, pred, timeoutMs, what) {
+/** The row of one semaphore as the page shows it, or null. */
+function semRow(name) {
+  return page.evaluate(n => {
+    const tr = [...document.querySelectorAll('#sems tr[data-name]')].find(t => t.dataset.name === n);
+    if (!tr) return null;
+    const cell = c => tr.querySelector(`td[data-col=${c}]`).textContent;
+    return { permits: cell('permits'), holders: cell('holders'), waiters: cell('waiters'), token: cell('token') };
+  }, name);
+}
+
+/** Waits (bounded) until pred(row(name)) holds (of a semaphore's row with read = semRow);
+ *  returns how long it took. */
+async function waitForRow(name, pred, timeoutMs, what, read = row) {
   const t0 = Date.now();
   let last;
   while (Date.now() - t0 <= timeoutMs) {
-    last = await row(name);
+    last = await read(name);
     if (pred(last)) return Date.now() - t0;
     await sleep(25);
   }
@@ -165,6 +176,46 @@ test('one lock: its queue, its history and the chart of its tokens', async () =>
   assert.equal(await detail.isVisible(), false);
 });
 
+test('readers, a lock-delay and semaphores show live', async () => {
+  const first = await server.acquire('shared/1', { owner: 'reader-a', mode: 'read', ttl_ms: 60000 });
+  const second = await server.acquire('shared/1', { owner: 'reader-b', mode: 'read', ttl_ms: 60000 });
+  await waitForRow('shared/1', r => r && r.mode === 'read' && r.owner === 'reader-a +1 reader' &&
+                   r.token === String(first.token), LIVE_MS, 'two readers');
+  await page.getByRole('button', { name: 'Open lock shared/1' }).click();
+  await page.waitForFunction(() => {
+    const facts = document.getElementById('detail-facts').textContent;
+    return /read \(shared\)/.test(facts) && facts.indexOf('reader-a') < facts.indexOf('reader-b — token');
+  }, null, { timeout: 2000 });
+  await page.getByRole('button', { name: 'Close lock details' }).click();
+  await server.release('shared/1', first.lease);
+  await waitForRow('shared/1', r => r.owner === 'reader-b' && r.token === String(second.token), LIVE_MS,
+                   'the oldest reader left');
+  await server.release('shared/1', second.lease);
+  await waitForRow('shared/1', r => r.owner === 'free' && r.mode === '—', LIVE_MS, 'the last reader left');
+
+  // A lease that expires with a lock-delay leaves the lock free but not grantable.
+  await server.acquire('delayed/1', { owner: 'crashed', ttl_ms: 300, lock_delay_ms: 30000 });
+  await waitForRow('delayed/1', r => r && r.owner === 'free (lock-delay)' && /^delay /.test(r.left), 5000,
+                   'the lock-delay after the expiry');
+
+  const take = async owner => {
+    const r = await server.call('POST', '/v1/semaphores/pool/db/acquire', { owner, limit: 3, ttl_ms: 60000 });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body;
+  };
+  const p1 = await take('worker-1');
+  const p2 = await take('worker-2');
+  await waitForRow('pool/db', s => s && s.permits === '2 / 3' && /worker-1 \(token \d+.*worker-2/.test(s.holders),
+                   LIVE_MS, 'two permits', semRow);
+  assert.equal((await semRow('pool/db')).token, String(p2.token));
+  assert.equal(await row('pool/db'), null, 'a semaphore is not a lock');
+  await page.waitForFunction(() => document.getElementById('t-permits').textContent === '2', null, { timeout: 5000 });
+  for (const p of [p1, p2])
+    assert.equal((await server.call('POST', '/v1/semaphores/pool/db/release', { lease: p.lease })).status, 200);
+  await waitForRow('pool/db', s => s.permits === '0 / 3' && s.holders === 'none', LIVE_MS, 'the permits back',
+                   semRow);
+});
+
 test('the totals come from /metrics', async () => {
   // Two samples 2 s apart give the rates; wait for the second.
   await page.waitForFunction(() => document.getElementById('t-grants').textContent !== '—', null, { timeout: 6000 });
@@ -206,6 +257,9 @@ test('a 410 too_old makes the page list again and carry on from latest', async (
 test('the page survives a server restart', async () => {
   const kept = await server.acquire('kept/1', { owner: 'survivor', ttl_ms: 60000 });
   await waitForRow('kept/1', r => r && r.owner === 'survivor', LIVE_MS, 'kept/1');
+  const permit = await server.call('POST', '/v1/semaphores/kept/sem/acquire', { owner: 'survivor', limit: 2 });
+  assert.equal(permit.status, 200);
+  await waitForRow('kept/sem', s => s && s.holders.startsWith('survivor (token'), LIVE_MS, 'a permit', semRow);
   await server.stop();
   await page.waitForFunction(() => document.getElementById('status').textContent === 'reconnecting…', null,
                              { timeout: 5000 });
@@ -213,6 +267,9 @@ test('the page survives a server restart', async () => {
   await page.waitForFunction(() => document.getElementById('status').textContent === 'live', null, { timeout: 10000 });
   // The lease survived the restart, and the page follows the new server's events.
   assert.equal((await row('kept/1')).token, String(kept.token));
+  // A listing counts a semaphore's holders without naming them.
+  await waitForRow('kept/sem', s => s && s.permits === '1 / 2' && s.holders === '1 holder', LIVE_MS,
+                   'a permit listed after the restart', semRow);
   const g = await server.acquire('after/restart', { owner: 'newcomer' });
   await waitForRow('after/restart', r => r && r.owner === 'newcomer' && r.token === String(g.token), LIVE_MS,
                    'a grant after the restart');

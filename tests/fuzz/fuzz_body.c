@@ -6,8 +6,8 @@
  * read past it). Each endpoint's handler is replayed up to the point where
  * its body is read (replay_*: the same body_* calls, in the same order, with
  * the same field lists, limits and defaults), on a Request whose replies
- * (http_reply_error, defined here) are recorded. The verdict is compared with
- * a reference written from openapi.yaml (AcquireRequest, RenewRequest,
+ * (http_reply_error and http_reply_invalid, defined here) are recorded. The
+ * verdict is compared with a reference written from openapi.yaml (AcquireRequest, RenewRequest,
  * ReleaseRequest, FenceRequest and the schemas they use), not from body.c:
  *
  *  - accepted iff the body has no NUL byte, jansson parses it
@@ -74,6 +74,16 @@ static void record(Request *req, ErrCode code, json_t *extra, const char *fmt, v
 }
 
 void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    record(req, code, extra, fmt, ap);
+    va_end(ap);
+}
+
+/* The body helpers answer their errors with this one (decided from the
+ * request alone: http.h); recorded alike. */
+void http_reply_invalid(Request *req, ErrCode code, json_t *extra, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

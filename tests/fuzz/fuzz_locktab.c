@@ -170,7 +170,7 @@ static MLock *model_lock_of(const Lock *lock)
     CHECK(lock != NULL, "a hook got a NULL lock");
     int i = name_index(lock->name);
     CHECK(i >= 0, "a hook got a lock with a name never used: '%s'", lock->name);
-    CHECK(locktab_get(m.lt, lock->name) == lock, "a hook's lock '%s' is not the table's", lock->name);
+    CHECK(locktab_get(m.lt, KIND_LOCK, lock->name) == lock, "a hook's lock '%s' is not the table's", lock->name);
     return &m.locks[i];
 }
 
@@ -195,18 +195,18 @@ static Dur dur_of(const Lock *lock)
 {
     Dur d;
     memset(&d, 0, sizeof d);
-    d.held = lock->held;
+    d.held = locktab_is_held(lock);
     d.last_token = lock->last_token;
-    if (lock->held) {
-        memcpy(d.lease, lock->holder.lease, LEASE_ID_BYTES);
-        d.token = lock->holder.token;
-        d.ttl_ms = lock->holder.ttl_ms;
-        d.acquired_at = lock->holder.acquired_at_ms;
-        d.expires_at = lock->holder.expires_at_ms;
-        d.deadline = lock->holder.deadline_ms;
-        d.count = lock->holder.count;
-        snprintf(d.owner, sizeof d.owner, "%s", lock->holder.owner ? lock->holder.owner : "(null)");
-        snprintf(d.metadata, sizeof d.metadata, "%s", lock->holder.metadata ? lock->holder.metadata : "(null)");
+    if (locktab_is_held(lock)) {
+        memcpy(d.lease, locktab_holder(lock)->lease, LEASE_ID_BYTES);
+        d.token = locktab_holder(lock)->token;
+        d.ttl_ms = locktab_holder(lock)->ttl_ms;
+        d.acquired_at = locktab_holder(lock)->acquired_at_ms;
+        d.expires_at = locktab_holder(lock)->expires_at_ms;
+        d.deadline = locktab_holder(lock)->deadline_ms;
+        d.count = locktab_holder(lock)->count;
+        snprintf(d.owner, sizeof d.owner, "%s", locktab_holder(lock)->owner ? locktab_holder(lock)->owner : "(null)");
+        snprintf(d.metadata, sizeof d.metadata, "%s", locktab_holder(lock)->metadata ? locktab_holder(lock)->metadata : "(null)");
     }
     return d;
 }
@@ -269,10 +269,10 @@ static void end_model_lease(MLock *M, int how)
 static void model_grant(MLock *M, const Lock *lock)
 {
     int i = (int)(M - m.locks);
-    CHECK(lock->holder.token == m.last_token + 1, "lock '%s' granted token %llu, expected %llu", NAMES[i],
-          (unsigned long long)lock->holder.token, (unsigned long long)(m.last_token + 1));
-    CHECK(lock->last_token == lock->holder.token, "lock '%s': last_token %llu after granting %llu", NAMES[i],
-          (unsigned long long)lock->last_token, (unsigned long long)lock->holder.token);
+    CHECK(locktab_holder(lock)->token == m.last_token + 1, "lock '%s' granted token %llu, expected %llu", NAMES[i],
+          (unsigned long long)locktab_holder(lock)->token, (unsigned long long)(m.last_token + 1));
+    CHECK(lock->last_token == locktab_holder(lock)->token, "lock '%s': last_token %llu after granting %llu", NAMES[i],
+          (unsigned long long)lock->last_token, (unsigned long long)locktab_holder(lock)->token);
     m.last_token++;
     MHolder *h = &M->h;
     memset(h, 0, sizeof *h);
@@ -284,9 +284,9 @@ static void model_grant(MLock *M, const Lock *lock)
         CHECK(m.ctx == C_RELEASE || m.ctx == C_TICK || m.ctx == C_ACQUIRE || m.ctx == C_RENEW,
               "lock '%s': waiter granted during %s", NAMES[i], CTX_NAMES[m.ctx]);
         for (int k = 1; k < M->nq; k++)
-            CHECK(memcmp(lock->holder.lease, M->q[k]->lease, LEASE_ID_BYTES) != 0,
+            CHECK(memcmp(locktab_holder(lock)->lease, M->q[k]->lease, LEASE_ID_BYTES) != 0,
                   "lock '%s': waiter #%d of %d granted before the head (FIFO)", NAMES[i], k + 1, M->nq);
-        CHECK(!memcmp(lock->holder.lease, w->lease, LEASE_ID_BYTES),
+        CHECK(!memcmp(locktab_holder(lock)->lease, w->lease, LEASE_ID_BYTES),
               "lock '%s': granted to a lease that is not the head waiter's", NAMES[i]);
         CHECK(w->wait_deadline > m.now.mono_ms, "lock '%s': a waiter granted at %lld, its wait ended at %lld",
               NAMES[i], (long long)m.now.mono_ms, (long long)w->wait_deadline);
@@ -303,7 +303,7 @@ static void model_grant(MLock *M, const Lock *lock)
     } else {
         CHECK(m.ctx == C_ACQUIRE && m.cur_lock == i && m.cur_new_lease,
               "lock '%s': a grant with no waiter during %s", NAMES[i], CTX_NAMES[m.ctx]);
-        CHECK(!memcmp(lock->holder.lease, m.cur_new_lease, LEASE_ID_BYTES),
+        CHECK(!memcmp(locktab_holder(lock)->lease, m.cur_new_lease, LEASE_ID_BYTES),
               "lock '%s': an acquire granted a lease other than new_lease", NAMES[i]);
         memcpy(h->lease, m.cur_new_lease, LEASE_ID_BYTES);
         h->owner = m.cur_owner;
@@ -328,8 +328,8 @@ static void model_grant(MLock *M, const Lock *lock)
  * model's reading: only a lease still before its deadline can be released. */
 static void ended_unreported(MLock *M, const Lock *lock)
 {
-    if (M->held && (!lock->held || memcmp(lock->holder.lease, M->h.lease, LEASE_ID_BYTES) != 0 ||
-                    lock->holder.token != M->h.token)) {
+    if (M->held && (!locktab_is_held(lock) || memcmp(locktab_holder(lock)->lease, M->h.lease, LEASE_ID_BYTES) != 0 ||
+                    locktab_holder(lock)->token != M->h.token)) {
         CHECK(!m.with_ended, "lock '%s': its lease ended without hooks.ended", lock->name);
         end_model_lease(M, m.ctx == C_RELEASE && M->h.deadline > m.now.mono_ms ? LEASE_END_RELEASED
                                                                                  : LEASE_END_EXPIRED);
@@ -350,9 +350,9 @@ static void on_changed(void *ud, const Lock *lock)
     ended_unreported(M, lock);
     CHECK(!m.due_pending, "'%s' reported changed during %s while its lease (deadline %lld, now %lld) was not ended",
           lock->name, CTX_NAMES[m.ctx], (long long)M->h.deadline, (long long)m.now.mono_ms);
-    if (lock->held && !M->held) {
+    if (locktab_is_held(lock) && !M->held) {
         model_grant(M, lock);
-    } else if (!lock->held) {
+    } else if (!locktab_is_held(lock)) {
         CHECK(M->nq == 0, "lock '%s' is free with %d waiters in the model", lock->name, M->nq);
         CHECK(lock->waiters.len == 0, "lock '%s' is free with %zu waiters", lock->name, lock->waiters.len);
         if (M->just_ended) {
@@ -364,9 +364,10 @@ static void on_changed(void *ud, const Lock *lock)
     M->reported_valid = true;
 }
 
-static void on_granted(void *ud, void *ctx, const Lock *lock)
+static void on_granted(void *ud, void *ctx, const Lock *lock, const Holder *granted)
 {
     (void)ud;
+    CHECK(granted == locktab_holder(lock), "hooks.granted: the grant is not the lock's holder");
     CHECK(m.ctx == C_RELEASE || m.ctx == C_TICK || m.ctx == C_ACQUIRE || m.ctx == C_RENEW, "hooks.granted during %s",
           CTX_NAMES[m.ctx]);
     MWaiter *w = ctx;
@@ -375,7 +376,7 @@ static void on_granted(void *ud, void *ctx, const Lock *lock)
           "hooks.granted for a waiter in state %d (before its changed, twice, or after a timeout/cancel)", w->state);
     MLock *M = model_lock_of(lock);
     CHECK(M == &m.locks[w->lock], "hooks.granted for '%s', the waiter waits on '%s'", lock->name, NAMES[w->lock]);
-    CHECK(lock->held && !memcmp(lock->holder.lease, w->lease, LEASE_ID_BYTES),
+    CHECK(locktab_is_held(lock) && !memcmp(locktab_holder(lock)->lease, w->lease, LEASE_ID_BYTES),
           "hooks.granted but '%s' is not held by the waiter's lease", lock->name);
     if (fuzz_tracing())
         fprintf(stderr, "    granted: a waiter on %s (wait deadline %lld) during %s at %lld\n", lock->name,
@@ -432,7 +433,7 @@ static void on_forgotten(void *ud, const Lock *lock)
     CHECK(m.ctx == C_TICK, "hooks.forgotten during %s", CTX_NAMES[m.ctx]);
     MLock *M = model_lock_of(lock);
     CHECK(M->known && !M->held && M->nq == 0, "'%s' forgotten while held or waited for", lock->name);
-    CHECK(!lock->held && lock->waiters.len == 0, "'%s' forgotten while held or waited for (table)", lock->name);
+    CHECK(!locktab_is_held(lock) && lock->waiters.len == 0, "'%s' forgotten while held or waited for (table)", lock->name);
     CHECK(M->idle_deadline <= m.now.mono_ms, "'%s' forgotten at %lld before its idle deadline %lld", lock->name,
           (long long)m.now.mono_ms, (long long)M->idle_deadline);
     CHECK(M->idle_deadline == min_deadline(), "'%s' forgotten (deadline %lld) before an earlier deadline %lld",
@@ -444,9 +445,12 @@ static void on_forgotten(void *ud, const Lock *lock)
     m.forgotten++;
 }
 
-static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
+static void on_ended(void *ud, const Lock *lock, const Holder *ended, int how, uint64_t seq)
 {
     (void)ud;
+    const uint8_t *lease = ended->lease;
+    uint64_t token = ended->token;
+    CHECK(!locktab_is_held(lock), "hooks.ended: the lease ended is still among the holders");
     CHECK(m.with_ended, "harness: ended hook not installed");
     CHECK(m.ctx == C_ACQUIRE || m.ctx == C_RENEW || m.ctx == C_RELEASE || m.ctx == C_TICK, "hooks.ended during %s",
           CTX_NAMES[m.ctx]);
@@ -491,7 +495,7 @@ static NotHolderReason expected_why(int i, const uint8_t *lease)
 static void check_why(int i, const uint8_t *lease)
 {
     static const char *const REASONS[] = {"unknown", "expired", "superseded", "released"};
-    NotHolderReason got = locktab_why_not(m.lt, NAMES[i], lease), want = expected_why(i, lease);
+    NotHolderReason got = locktab_why_not(m.lt, KIND_LOCK, NAMES[i], lease), want = expected_why(i, lease);
     CHECK(got == want, "locktab_why_not('%s') = %s, model %s", NAMES[i],
           (unsigned)got < 4 ? REASONS[got] : "(out of range)", REASONS[want]);
 }
@@ -499,19 +503,19 @@ static void check_why(int i, const uint8_t *lease)
 static void check_lock_state(int i)
 {
     const MLock *M = &m.locks[i];
-    const Lock *L = locktab_get(m.lt, NAMES[i]);
+    const Lock *L = locktab_get(m.lt, KIND_LOCK, NAMES[i]);
     CHECK(!!L == M->known, "'%s' is %s in the table, %s in the model", NAMES[i], L ? "known" : "unknown",
           M->known ? "known" : "unknown");
     if (!L)
         return;
     CHECK(!strcmp(L->name, NAMES[i]), "lock name '%s' != '%s'", L->name, NAMES[i]);
-    CHECK(L->held == M->held, "'%s' held=%d, model %d", NAMES[i], L->held, M->held);
+    CHECK(locktab_is_held(L) == M->held, "'%s' held=%d, model %d", NAMES[i], locktab_is_held(L), M->held);
     CHECK(L->last_token == M->last_token, "'%s' last_token %llu, model %llu", NAMES[i],
           (unsigned long long)L->last_token, (unsigned long long)M->last_token);
     CHECK(L->waiters.len == (size_t)M->nq, "'%s' has %zu waiters, model %d", NAMES[i], L->waiters.len, M->nq);
     CHECK(!M->just_ended, "harness: '%s' ended but not reported", NAMES[i]);
-    if (L->held) {
-        const Holder *h = &L->holder;
+    if (locktab_is_held(L)) {
+        const Holder *h = locktab_holder(L);
         const MHolder *mh = &M->h;
         CHECK(!memcmp(h->lease, mh->lease, LEASE_ID_BYTES), "'%s' held by another lease than the model's", NAMES[i]);
         CHECK(h->token == mh->token, "'%s' token %llu, model %llu", NAMES[i], (unsigned long long)h->token,
@@ -529,8 +533,9 @@ static void check_lock_state(int i)
               h->owner ? h->owner : "(null)", mh->owner);
         CHECK(h->metadata && !strcmp(h->metadata, mh->metadata), "'%s' metadata '%s', model '%s'", NAMES[i],
               h->metadata ? h->metadata : "(null)", mh->metadata);
-        const Lock *by = locktab_held_by(m.lt, NAMES[i], mh->lease, &m.now);
-        CHECK(by == (mh->deadline > m.now.mono_ms ? L : NULL), "locktab_held_by('%s') wrong at mono %lld, deadline %lld",
+        const Holder *by = locktab_held_by(m.lt, KIND_LOCK, NAMES[i], mh->lease, &m.now);
+        CHECK(by == (mh->deadline > m.now.mono_ms ? locktab_holder(L) : NULL),
+              "locktab_held_by('%s') wrong at mono %lld, deadline %lld",
               NAMES[i], (long long)m.now.mono_ms, (long long)mh->deadline);
     }
     CHECK(M->reported_valid, "'%s' known but its state was never reported nor loaded", NAMES[i]);
@@ -566,7 +571,7 @@ static void check_list(const char *prefix, const char *after, size_t limit)
             want[nwant++] = NAMES[i];
     qsort(want, (size_t)nwant, sizeof want[0], cmp_str);
     ListOut out = {.n = 0};
-    bool more = locktab_list(m.lt, prefix, after, limit, list_fn, &out);
+    bool more = locktab_list(m.lt, KIND_LOCK, prefix, after, limit, list_fn, &out);
     int expect_n = (size_t)nwant < limit ? nwant : (int)limit;
     CHECK(out.n == expect_n, "locktab_list(prefix '%s', after '%s', limit %zu) gave %d locks, expected %d", prefix,
           after ? after : "(null)", limit, out.n, expect_n);
@@ -745,8 +750,9 @@ static void op_acquire(FuzzIn *in, bool wait)
         fprintf(stderr, "[%d] acquire %s owner=%s meta=%s ttl=%lld wait=%lld lease#%u due=%d (now %lld)\n", m.ops,
                 NAMES[i], owner, meta ? meta : "NULL", (long long)ttl, (long long)wait_ms, m.nleases, due,
                 (long long)m.now.mono_ms);
-    AcquireArgs args = {owner, meta, ttl, wait_ms, NULL, lease, request_id, NULL, {NULL, NULL}};
+    AcquireArgs args = {owner, meta, ttl, wait_ms, NULL, lease, request_id, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
     const Lock *lock_out;
+    const Holder *hold_out;
     Waiter *wout;
     op_begin(C_ACQUIRE, i);
     m.cur_new_lease = lease;
@@ -754,23 +760,23 @@ static void op_acquire(FuzzIn *in, bool wait)
     m.cur_metadata = meta;
     m.cur_request_id = request_id;
     m.cur_ttl = ttl;
-    LockResult r = locktab_acquire(m.lt, NAMES[i], &args, mw, &m.now, &lock_out, &wout);
+    LockResult r = locktab_acquire(m.lt, KIND_LOCK, NAMES[i], &args, mw, &m.now, &lock_out, &hold_out, &wout);
     op_end(i);
     m.cur_new_lease = NULL;
     CHECK(r == want, "acquire '%s' = %d, model %d (due=%d)", NAMES[i], (int)r, (int)want, due);
     if (r == LOCK_OK) {
-        CHECK(lock_out == locktab_get(m.lt, NAMES[i]) && lock_out->held &&
-                  !memcmp(lock_out->holder.lease, lease, LEASE_ID_BYTES),
+        CHECK(lock_out == locktab_get(m.lt, KIND_LOCK, NAMES[i]) && locktab_is_held(lock_out) &&
+                  !memcmp(locktab_holder(lock_out)->lease, lease, LEASE_ID_BYTES),
               "acquire '%s' OK but lock_out is not the lock held by the new lease", NAMES[i]);
         CHECK(M->held && !memcmp(M->h.lease, lease, LEASE_ID_BYTES), "acquire '%s' granted without hooks.changed",
               NAMES[i]);
     } else if (r == LOCK_REPLAYED) {
-        CHECK(lock_out == locktab_get(m.lt, NAMES[i]) && lock_out->held &&
-                  !memcmp(lock_out->holder.lease, M->h.lease, LEASE_ID_BYTES) &&
-                  lock_out->holder.token == M->h.token && lock_out->holder.count == M->h.count,
+        CHECK(lock_out == locktab_get(m.lt, KIND_LOCK, NAMES[i]) && locktab_is_held(lock_out) &&
+                  !memcmp(locktab_holder(lock_out)->lease, M->h.lease, LEASE_ID_BYTES) &&
+                  locktab_holder(lock_out)->token == M->h.token && locktab_holder(lock_out)->count == M->h.count,
               "acquire '%s' replayed but lock_out is not the grant unchanged", NAMES[i]);
     } else if (r == LOCK_BUSY) {
-        CHECK(lock_out == locktab_get(m.lt, NAMES[i]), "acquire '%s' BUSY without the lock in lock_out", NAMES[i]);
+        CHECK(lock_out == locktab_get(m.lt, KIND_LOCK, NAMES[i]), "acquire '%s' BUSY without the lock in lock_out", NAMES[i]);
     } else if (r == LOCK_QUEUED) {
         CHECK(wout != NULL, "acquire '%s' QUEUED without a waiter", NAMES[i]);
         mw->w = wout;
@@ -799,12 +805,13 @@ static void op_reenter(FuzzIn *in)
     if (fuzz_tracing())
         fprintf(stderr, "[%d] reenter %s holds=%d stale=%d due=%d meta=%s ttl=%lld (now %lld)\n", m.ops, NAMES[i],
                 holds, stale, lease_due(M), meta ? meta : "NULL", (long long)ttl, (long long)m.now.mono_ms);
-    AcquireArgs args = {"reentrant", meta, ttl, wait_ms, lease, fresh, NULL, NULL, {NULL, NULL}};
+    AcquireArgs args = {"reentrant", meta, ttl, wait_ms, lease, fresh, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
     const Lock *lock_out;
+    const Holder *hold_out;
     Waiter *wout;
     op_begin(C_ACQUIRE, i);
     m.cur_new_lease = NULL;
-    LockResult r = locktab_acquire(m.lt, NAMES[i], &args, NULL, &m.now, &lock_out, &wout);
+    LockResult r = locktab_acquire(m.lt, KIND_LOCK, NAMES[i], &args, NULL, &m.now, &lock_out, &hold_out, &wout);
     op_end(i);
     if (stale)
         CHECK(r == LOCK_NOT_HOLDER, "reentry of '%s' with a lease whose deadline %lld passed (now %lld) = %d",
@@ -812,7 +819,7 @@ static void op_reenter(FuzzIn *in)
     CHECK(r == (holds ? LOCK_OK : LOCK_NOT_HOLDER), "reentry '%s' = %d, holds=%d", NAMES[i], (int)r, holds);
     CHECK(wout == NULL, "reentry returned a waiter");
     if (r == LOCK_OK) {
-        CHECK(lock_out == locktab_get(m.lt, NAMES[i]), "reentry '%s': lock_out is not the lock", NAMES[i]);
+        CHECK(lock_out == locktab_get(m.lt, KIND_LOCK, NAMES[i]), "reentry '%s': lock_out is not the lock", NAMES[i]);
         MHolder *h = &M->h;
         if (meta)
             h->metadata = meta;
@@ -842,15 +849,16 @@ static void op_renew(FuzzIn *in)
         fprintf(stderr, "[%d] renew %s holds=%d stale=%d due=%d ttl=%lld (now %lld)\n", m.ops, NAMES[i], holds, stale,
                 lease_due(M), (long long)ttl, (long long)m.now.mono_ms);
     const Lock *lock_out;
+    const Holder *hold_out;
     op_begin(C_RENEW, i);
-    LockResult r = locktab_renew(m.lt, NAMES[i], lease, ttl, &m.now, &lock_out);
+    LockResult r = locktab_renew(m.lt, KIND_LOCK, NAMES[i], lease, ttl, &m.now, &lock_out, &hold_out);
     op_end(i);
     if (stale)
         CHECK(r == LOCK_NOT_HOLDER, "renew of '%s' with a lease whose deadline %lld passed (now %lld) = %d", NAMES[i],
               (long long)M->h.deadline, (long long)m.now.mono_ms, (int)r);
     CHECK(r == (holds ? LOCK_OK : LOCK_NOT_HOLDER), "renew '%s' = %d, holds=%d", NAMES[i], (int)r, holds);
     if (r == LOCK_OK) {
-        CHECK(lock_out == locktab_get(m.lt, NAMES[i]), "renew '%s': lock_out is not the lock", NAMES[i]);
+        CHECK(lock_out == locktab_get(m.lt, KIND_LOCK, NAMES[i]), "renew '%s': lock_out is not the lock", NAMES[i]);
         MHolder *h = &M->h;
         if (ttl > 0)
             h->ttl_ms = ttl;
@@ -880,7 +888,7 @@ static void op_release(FuzzIn *in)
     uint32_t left = 12345;
     op_begin(C_RELEASE, i);
     m.cur_lease = lease;
-    LockResult r = locktab_release(m.lt, NAMES[i], lease, &m.now, &left);
+    LockResult r = locktab_release(m.lt, KIND_LOCK, NAMES[i], lease, &m.now, &left);
     op_end(i);
     m.cur_lease = NULL;
     if (stale)
@@ -921,7 +929,7 @@ static void op_cancel(FuzzIn *in)
         if (fuzz_tracing())
             fprintf(stderr, "[%d] cancel waiter #%d of %s\n", m.ops, k + 1, NAMES[i]);
         m.ctx = C_CANCEL;
-        locktab_cancel(m.lt, w->w);
+        locktab_cancel(m.lt, w->w, &m.now);
         m.ctx = C_NONE;
         memmove(M->q + k, M->q + k + 1, sizeof M->q[0] * (size_t)(M->nq - k - 1));
         M->nq--;
@@ -999,7 +1007,8 @@ static void op_restart(FuzzIn *in)
     if (!same_boot) /* a new boot; its wall clock may also have been set back */
         m.now.wall_ms -= fuzz_u8(in) % 64;
     m.now.mono_ms = same_boot ? m.now.mono_ms + pause : 1 + b / 2;
-    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, m.with_ended ? on_ended : NULL};
+    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, m.with_ended ? on_ended : NULL,
+                          NULL};
     m.lt = locktab_new(&m.limits, &hooks);
     CHECK(m.lt != NULL, "locktab_new failed");
     m.expiries = m.forgotten = 0;
@@ -1046,7 +1055,9 @@ static void op_restart(FuzzIn *in)
                     left = M->h.ttl_ms + LOCKTAB_DEADLINE_SLACK_MS;
             }
         }
-        LockResult r = locktab_load(m.lt, NAMES[i], M->last_token, M->held ? &h : NULL, &m.now);
+        LockResult r = locktab_load(m.lt, KIND_LOCK, NAMES[i], M->last_token, 0, 0, &m.now);
+        if (r == LOCK_OK && M->held)
+            r = locktab_load_holder(m.lt, KIND_LOCK, NAMES[i], &h, &m.now);
         CHECK(r == LOCK_OK, "locktab_load('%s') = %d", NAMES[i], (int)r);
         if (M->held) { /* held, also when nothing is left (left <= 0: due now) */
             M->h.deadline = m.now.mono_ms + left;
@@ -1055,7 +1066,7 @@ static void op_restart(FuzzIn *in)
         } else {
             M->idle_deadline = m.now.mono_ms + m.limits.forget_idle_ms;
         }
-        M->reported = dur_of(locktab_get(m.lt, NAMES[i]));
+        M->reported = dur_of(locktab_get(m.lt, KIND_LOCK, NAMES[i]));
         M->reported_valid = true;
     }
     for (int k = 0; k < nold; k++) {
@@ -1063,7 +1074,7 @@ static void op_restart(FuzzIn *in)
         const MLock *M = &m.locks[e->lock];
         if (!M->known || M->old_inc != e->inc)
             continue; /* storage keeps the history of a lock with the lock */
-        locktab_load_ended(m.lt, NAMES[e->lock], e->lease, e->token, e->how, e->seq);
+        locktab_load_ended(m.lt, KIND_LOCK, NAMES[e->lock], e->lease, e->token, e->how, e->seq);
         hist_add(e->lock, M->inc, e->lease, e->token, e->how, e->seq);
     }
     uint64_t raise = m.last_token + fuzz_u8(in) % 3; /* --min-token may raise it */
@@ -1088,7 +1099,7 @@ static void op_query(FuzzIn *in)
     const MLock *M = &m.locks[i];
     if (!(M->known && M->held && !memcmp(M->h.lease, lease, LEASE_ID_BYTES))) {
         check_why(i, lease);
-        CHECK(locktab_held_by(m.lt, NAMES[i], lease, &m.now) == NULL, "locktab_held_by('%s') for a lease that does not hold it",
+        CHECK(locktab_held_by(m.lt, KIND_LOCK, NAMES[i], lease, &m.now) == NULL, "locktab_held_by('%s') for a lease that does not hold it",
               NAMES[i]);
     }
     m.ctx = C_NONE;
@@ -1107,7 +1118,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     m.with_ended = cfg / 6 % 4 != 0;
     m.now.mono_ms = 1000 + fuzz_u8(&in);
     m.now.wall_ms = 1700000000000LL + fuzz_u8(&in) * 1000LL;
-    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, m.with_ended ? on_ended : NULL};
+    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, m.with_ended ? on_ended : NULL,
+                          NULL};
     m.lt = locktab_new(&m.limits, &hooks);
     CHECK(m.lt != NULL, "locktab_new failed");
     if (fuzz_tracing())

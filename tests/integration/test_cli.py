@@ -691,6 +691,73 @@ class ScriptCommandTests(CliTestBase):
         self.assertEqual(rc, 0, err)
         self.assertFalse(self.j(out)["held"])
 
+    def test_semaphores_and_readers(self):
+        sem, lock = self.lock_name("sem"), self.lock_name("rw")
+        s = ["--server", self.srv.url]
+        permits = []
+        for i in range(2):
+            rc, out, err = self.cli(["acquire", "--semaphore", sem, "--limit", "2", "--owner", "p%d" % i] + s)
+            self.assertEqual(rc, 0, err)
+            permits.append(self.j(out))
+        self.assertEqual([p["limit"] for p in permits], [2, 2])
+        rc, out, err = self.cli(["acquire", "--semaphore", sem, "--limit", "2", "--wait", "100ms"] + s)
+        self.assertEqual(rc, EXIT_NOT_ACQUIRED, err)
+        self.assertIn("semaphore_full", err)
+        rc, out, err = self.cli(["acquire", "--semaphore", sem, "--limit", "3"] + s)
+        self.assertEqual(rc, EXIT_FAILED, err)
+        self.assertIn("limit_mismatch", err)
+        rc, out, err = self.cli(["status", "--semaphore", sem] + s)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual([h["owner"] for h in self.j(out)["holders"]], ["p0", "p1"])
+        rc, out, err = self.cli(["renew", "--semaphore", sem, "--lease-file", "-"] + s, stdin=permits[0]["lease"].encode())
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.cli(["release", "--semaphore", sem, "--lease-file", "-"] + s,
+                                stdin=permits[0]["lease"].encode())
+        self.assertEqual((rc, self.j(out)["released"]), (0, True), err)
+        rc, out, err = self.cli(["release", "--lock", sem, "--lease-file", "-"] + s, stdin=permits[1]["lease"].encode())
+        self.assertEqual(rc, EXIT_NOT_HOLDER, err)  # a permit holds no lock
+        rc, out, err = self.cli(["list", "--semaphores", "--prefix", sem] + s)
+        self.assertEqual([x["name"] for x in self.j(out)["semaphores"]], [sem])
+        # Readers share; a writer is not acquired.
+        readers = []
+        for i in range(2):
+            rc, out, err = self.cli(["acquire", "--lock", lock, "--read", "--lock-delay", "1s"] + s)
+            self.assertEqual(rc, 0, err)
+            readers.append(self.j(out))
+        self.assertEqual([(r["mode"], r["lock_delay_ms"]) for r in readers], [("read", 1000)] * 2)
+        rc, out, err = self.cli(["acquire", "--lock", lock] + s)
+        self.assertEqual(rc, EXIT_NOT_ACQUIRED, err)
+        rc, out, err = self.cli(["status", "--lock", lock] + s)
+        self.assertEqual((self.j(out)["mode"], self.j(out)["holders_total"]), ("read", 2))
+        for r in readers:
+            self.assertEqual(self.srv.release(lock, r["lease"])[0], 200)
+        self.srv.release(sem, permits[1]["lease"])
+
+    def test_run_with_a_permit_or_as_a_reader(self):
+        sem, lock = self.lock_name("runsem"), self.lock_name("runrw")
+        env = self.env(server=self.srv.url)
+        cmd = ["sh", "-c", 'echo "$LEASEGATE_SEMAPHORE/$LEASEGATE_LOCK/$LEASEGATE_TOKEN"']
+        rc, out, err = self.cli(["run", "--semaphore", sem, "--limit", "1", "--"] + cmd, env=env)
+        self.assertEqual(rc, 0, err)
+        name, nolock, token = out.strip().split("/", 2)
+        self.assertEqual((name, nolock), (sem, ""))
+        self.assertTrue(token.isdigit())
+        st, _, g = self.srv.request("GET", "/v1/semaphores/%s" % sem)
+        self.assertEqual((g["holders_total"], g["last_token"]), (0, int(token)), g)  # released at the end
+        st, _, r = self.srv.acquire(lock, owner="other-reader", mode="read", ttl_ms=60000)
+        self.assertEqual(st, 200, r)
+        rc, out, err = self.cli(["run", "--lock", lock, "--read", "--no-wait", "--"] + cmd, env=env)
+        self.assertEqual(rc, 0, err)  # a reader beside a reader
+        rc, out, err = self.cli(["run", "--lock", lock, "--no-wait", "--"] + cmd, env=env)
+        self.assertEqual(rc, EXIT_NOT_ACQUIRED, err)
+        self.srv.release(lock, r["lease"])
+        # The semaphore full: not acquired, with the limit in the message.
+        st, _, p = self.srv.request("POST", "/v1/semaphores/%s/acquire" % sem, body={"owner": "x", "limit": 1})
+        rc, out, err = self.cli(["run", "--semaphore", sem, "--limit", "1", "--no-wait", "--", "true"], env=env)
+        self.assertEqual(rc, EXIT_NOT_ACQUIRED, err)
+        self.assertIn("all 1 are held", err)
+        self.srv.request("POST", "/v1/semaphores/%s/release" % sem, body={"lease": p["lease"]})
+
     def test_list_limit_and_after(self):
         base = self.lock_name("lst")
         names = [base + "-a", base + "-b", base + "-c"]
@@ -724,6 +791,18 @@ class ScriptCommandTests(CliTestBase):
             ["status", "--lock", lock, "--bogus", "1"],
             ["list", "--limit", "ten"],
             ["acquire", "--lock"],
+            ["acquire", "--semaphore", lock],
+            ["acquire", "--semaphore", lock, "--limit", "0"],
+            ["acquire", "--semaphore", lock, "--limit", "10001"],
+            ["acquire", "--semaphore", lock, "--limit", "2", "--read"],
+            ["acquire", "--semaphore", lock, "--limit", "2", "--lock-delay", "1s"],
+            ["acquire", "--lock", lock, "--limit", "2"],
+            ["acquire", "--lock", lock, "--semaphore", lock, "--limit", "2"],
+            ["acquire", "--lock", lock, "--lock-delay", "5"],
+            ["status", "--semaphore"],
+            ["run", "--semaphore", lock, "--", "true"],
+            ["run", "--lock", lock, "--limit", "3", "--", "true"],
+            ["run", "--lock", lock, "--lock-delay", "61s", "--", "true"],
         ]
         for args in bad:
             with self.subTest(args=args):

@@ -403,6 +403,12 @@ FENCE = "/v1/fence/{resource}"
 HEALTH = "/healthz"
 METRICS = "/metrics"
 DASHBOARD = "/"
+SEMAPHORE = "/v1/semaphores/{name}"
+SEM_ACQUIRE = "/v1/semaphores/{name}/acquire"
+SEM_RENEW = "/v1/semaphores/{name}/renew"
+SEM_RELEASE = "/v1/semaphores/{name}/release"
+SEM_HISTORY = "/v1/semaphores/{name}/history"
+SEMAPHORES = "/v1/semaphores"
 
 
 def in_thread(fn, *args, **kwargs):
@@ -618,6 +624,8 @@ class ContractTest(unittest.TestCase):
             a.call(FENCE, "POST", {"resource": "db/invoices"}, body={"token": waited[2]["token"]},
                    expect=409)  # revoked token
 
+        cls._modes_and_semaphores(c, srv, a, b)
+
         # history
         a.call(HISTORY, "GET", {"name": "orders/42"}, expect=200)
         a.call(HISTORY, "GET", {"name": "orders/42"}, query={"limit": 1}, expect=200)
@@ -728,7 +736,8 @@ class ContractTest(unittest.TestCase):
         # HEAD on every GET operation (Allow names it with GET)
         for tpl, params in ((DASHBOARD, None), (HEALTH, None), (METRICS, None), (LOCKS, None),
                             (LOCK, {"name": "orders/42"}), (HISTORY, {"name": "orders/42"}), (EVENTS, None),
-                            (STREAM, None), (AUDIT, None), (BACKUP, None)):
+                            (STREAM, None), (AUDIT, None), (SEMAPHORES, None), (SEMAPHORE, {"name": "crawl/slots"}),
+                            (SEM_HISTORY, {"name": "crawl/slots"}), (BACKUP, None)):
             a.call(tpl, "HEAD", params, expect=404 if tpl == BACKUP and harness.on_etcd() else 200)
 
         # 414 (a target over 8 KiB) and 431 (a head over 12 KiB) on every operation
@@ -803,6 +812,105 @@ class ContractTest(unittest.TestCase):
             c.fail("SIGTERM", "the server exited with %r" % rc)
 
     @classmethod
+    def _modes_and_semaphores(cls, c, srv, a, b):
+        """Readers and writers, lock-delay, and every semaphore operation."""
+        # readers share; a writer behind them is held; a reader behind the writer waits (no barging)
+        st, _, r1 = a.call(ACQUIRE, "POST", {"name": "rw/1"}, body={"owner": "reader-1", "mode": "read"}, expect=200)
+        a.call(ACQUIRE, "POST", {"name": "rw/1"}, body={"owner": "reader-2", "mode": "read", "lock_delay_ms": 0},
+               expect=200)
+        a.call(ACQUIRE, "POST", {"name": "rw/1"}, body={"owner": "writer"}, expect=409)  # lock_held, two holders
+        a.call(LOCK, "GET", {"name": "rw/1"}, expect=200)
+        t, box = in_thread(b.call, ACQUIRE, "POST", {"name": "rw/1"}, body={"owner": "writer", "wait_ms": 3000},
+                           expect=409)
+        wait_for(lambda: waiters(srv, "rw/1") == 1, "a writer queued on rw/1", c)
+        a.call(ACQUIRE, "POST", {"name": "rw/1"}, body={"owner": "reader-3", "mode": "read"}, expect=409)
+        a.call(LOCK, "GET", {"name": "rw/1"}, expect=200)  # a queue with a mode
+        joined(t, box, "the writer behind the readers", c)
+        if st == 200:
+            a.call(ACQUIRE, "POST", {"name": "rw/1"}, body={"owner": "reader-1", "lease": r1["lease"]},
+                   expect=200)  # reentry keeps read
+            a.call(ACQUIRE, "POST", {"name": "rw/1"}, body={"owner": "reader-1", "lease": r1["lease"],
+                                                            "mode": "write"}, expect=409)  # mode_conflict
+        for body in ({"owner": "x", "mode": "exclusive"}, {"owner": "x", "mode": 1},
+                     {"owner": "x", "lock_delay_ms": -1}, {"owner": "x", "lock_delay_ms": 60001}):
+            a.call(ACQUIRE, "POST", {"name": "bad/1"}, body=body, expect=400)
+        a.call(LOCK, "DELETE", {"name": "rw/1"}, expect=200)  # revokes both readers
+        # lock-delay: the lease expires, acquires get lock_held with delay_until_ms and holder null
+        st, _, d = a.call(ACQUIRE, "POST", {"name": "delayed"},
+                          body={"owner": "gone", "ttl_ms": 100, "lock_delay_ms": 60000}, expect=200)
+        if st == 200:
+            st, _, s0 = a.call(LOCK, "GET", {"name": "delayed"}, expect=200)
+            for _ in range(20):  # bounded watches, as for "short" above
+                if st != 200 or not s0.get("held"):
+                    break
+                st, _, s0 = a.call(LOCK, "GET", {"name": "delayed"},
+                                   query={"index": s0["index"], "wait_ms": 20000}, expect=200)
+            st, _, held = a.call(ACQUIRE, "POST", {"name": "delayed"}, body={"owner": "next"}, expect=409)
+            if st == 409 and (held.get("holder") is not None or not held.get("delay_until_ms")):
+                c.fail("POST /v1/locks/delayed/acquire", "no delay in the 409: %r" % (held,))
+
+        # semaphores: permits, full, limit mismatch, a waiter granted by a release, renew, history, listing
+        grants = []
+        for i in range(2):
+            st, _, g = a.call(SEM_ACQUIRE, "POST", {"name": "crawl/slots"},
+                              body={"owner": "crawler-%d" % i, "limit": 2, "ttl_ms": 15000, "request_id": "sr-%d" % i,
+                                    "metadata": {"n": i}}, expect=200)
+            if st == 200:
+                grants.append(g)
+        a.call(SEM_ACQUIRE, "POST", {"name": "crawl/slots"}, body={"owner": "crawler-0", "limit": 2,
+                                                                   "request_id": "sr-0"}, expect=200)  # replay
+        a.call(SEM_ACQUIRE, "POST", {"name": "crawl/slots"}, body={"owner": "crawler-9", "limit": 2},
+               expect=409)  # semaphore_full
+        a.call(SEM_ACQUIRE, "POST", {"name": "crawl/slots"}, body={"owner": "crawler-9", "limit": 3},
+               expect=409)  # limit_mismatch
+        for body in ({"owner": "x"}, {"owner": "x", "limit": 0}, {"owner": "x", "limit": 10001},
+                     {"owner": "x", "limit": 2, "lease": str(uuid.uuid4())}, {"owner": "x", "limit": 2, "mode": "read"},
+                     {"owner": "x", "limit": 2, "lock_delay_ms": 5}, {"limit": 2}, {"owner": "x", "limit": "2"}):
+            a.call(SEM_ACQUIRE, "POST", {"name": "bad/1"}, body=body, expect=400)
+        a.call(SEM_ACQUIRE, "POST", {"name": "bad%20name"}, body={"owner": "x", "limit": 1}, expect=400)
+        a.call(SEM_ACQUIRE, "POST", {"name": ""}, body={"owner": "x", "limit": 1}, expect=404)
+        a.call(SEM_ACQUIRE, "GET", {"name": "crawl/slots"}, expect=405)
+        a.call(SEM_ACQUIRE, "POST", {"name": "bad/1"}, raw=b'{"owner":"x","limit":1}',
+               headers={"Content-Type": "text/plain"}, expect=415)
+        cls.oversize(a, SEM_ACQUIRE, "/v1/semaphores/bad/1/acquire")
+        t, box = in_thread(b.call, SEM_ACQUIRE, "POST", {"name": "crawl/slots"},
+                           body={"owner": "crawler-2", "limit": 2, "wait_ms": 20000}, expect=200)
+        wait_for(lambda: a.call(SEMAPHORE, "GET", {"name": "crawl/slots"}, expect=200)[2].get("waiters") == 1,
+                 "a waiter queued on crawl/slots", c)
+        a.call(SEMAPHORE, "GET", {"name": "crawl/slots"}, expect=200)
+        if grants:
+            a.call(SEM_RENEW, "POST", {"name": "crawl/slots"}, body={"lease": grants[0]["lease"], "ttl_ms": 20000},
+                   expect=200)
+            a.call(SEM_RELEASE, "POST", {"name": "crawl/slots"}, body={"lease": grants[0]["lease"]}, expect=200)
+            a.call(SEM_RELEASE, "POST", {"name": "crawl/slots"}, body={"lease": grants[0]["lease"]}, expect=409)
+            a.call(SEM_RENEW, "POST", {"name": "crawl/slots"}, body={"lease": grants[0]["lease"]}, expect=409)
+            if len(grants) > 1:
+                a.call(RENEW, "POST", {"name": "crawl/slots"}, body={"lease": grants[1]["lease"]},
+                       expect=409)  # a permit holds no lock
+        joined(t, box, "the waiter on crawl/slots", c)
+        for tpl in (SEM_RENEW, SEM_RELEASE):
+            a.call(tpl, "POST", {"name": "crawl/slots"}, body={"lease": "nope"}, expect=400)
+            a.call(tpl, "POST", {"name": "crawl/slots"}, body={"lease": str(uuid.uuid4()), "extra": 1}, expect=400)
+            a.call(tpl, "POST", {"name": ""}, body={"lease": str(uuid.uuid4())}, expect=404)
+            a.call(tpl, "GET", {"name": "crawl/slots"}, expect=405)
+            a.call(tpl, "POST", {"name": "crawl/slots"}, raw=b'{}', headers={"Content-Type": "text/plain"},
+                   expect=415)
+            cls.oversize(a, tpl, url_of(tpl, {"name": "crawl/slots"}))
+        a.call(SEMAPHORE, "GET", {"name": "never/taken"}, expect=200)
+        a.call(SEMAPHORE, "GET", {"name": "bad%20name"}, expect=400)
+        a.call(SEMAPHORE, "GET", {"name": ""}, expect=404)
+        a.call(SEMAPHORE, "DELETE", {"name": "crawl/slots"}, expect=405)
+        a.call(SEM_HISTORY, "GET", {"name": "crawl/slots"}, expect=200)
+        a.call(SEM_HISTORY, "GET", {"name": "crawl/slots"}, query={"limit": 0}, expect=400)
+        a.call(SEM_HISTORY, "GET", {"name": ""}, expect=404)
+        a.call(SEM_HISTORY, "POST", {"name": "crawl/slots"}, body={}, expect=405)
+        a.call(SEMAPHORES, "GET", expect=200)
+        a.call(SEMAPHORES, "GET", query={"prefix": "crawl/", "limit": 1}, expect=200)
+        a.call(SEMAPHORES, "GET", query={"limit": 0}, expect=400)
+        a.call(SEMAPHORES, "GET", query={"prefix": "bad prefix"}, expect=400)
+        a.call(SEMAPHORES, "POST", body={}, expect=405)
+
+    @classmethod
     def oversize(cls, caller, template, path):
         """413: a body declared larger than 64 KiB, refused before it is read."""
         caller.raw(template, "POST",
@@ -873,6 +981,8 @@ class ContractTest(unittest.TestCase):
             lease = g["lease"] if st == 200 else str(uuid.uuid4())
             tok = g["token"] if st == 200 else 1
             alice.call(ACQUIRE, "POST", {"name": "t/2"}, body={"owner": "alice"}, expect=429)  # max_held=1
+            alice.call(SEM_ACQUIRE, "POST", {"name": "t/s"}, body={"owner": "alice", "limit": 5},
+                       expect=429)  # a permit counts as one of max_held
             requests = [
                 (ACQUIRE, "POST", {"name": "t/1"}, {"owner": "x"}, "x/1"),
                 (RENEW, "POST", {"name": "t/1"}, {"lease": lease}, "x/1"),
@@ -881,6 +991,12 @@ class ContractTest(unittest.TestCase):
                 (LOCK, "DELETE", {"name": "t/1"}, None, None),
                 (HISTORY, "GET", {"name": "t/1"}, None, "x/1"),
                 (LOCKS, "GET", None, None, None),
+                (SEM_ACQUIRE, "POST", {"name": "t/s"}, {"owner": "x", "limit": 1}, "x/1"),
+                (SEM_RENEW, "POST", {"name": "t/s"}, {"lease": lease}, "x/1"),
+                (SEM_RELEASE, "POST", {"name": "t/s"}, {"lease": lease}, "x/1"),
+                (SEMAPHORE, "GET", {"name": "t/s"}, None, "x/1"),
+                (SEM_HISTORY, "GET", {"name": "t/s"}, None, "x/1"),
+                (SEMAPHORES, "GET", None, None, None),
                 (EVENTS, "GET", None, None, None),
                 (STREAM, "GET", None, None, None),
                 (AUDIT, "GET", None, None, None),
@@ -941,6 +1057,17 @@ class ContractTest(unittest.TestCase):
             tok = g["token"] if st == 200 else 1
             a.call(FENCE, "POST", {"resource": "r1"}, body={"token": tok}, expect=200)
             a.call(FENCE, "POST", {"resource": "r2"}, body={"token": tok}, expect=503)  # --max-fences 1
+            st, _, p = a.call(SEM_ACQUIRE, "POST", {"name": "s"}, body={"owner": "h", "limit": 1}, expect=200)
+            t, box = in_thread(b.call, SEM_ACQUIRE, "POST", {"name": "s"},
+                               body={"owner": "w", "limit": 1, "wait_ms": 20000}, expect=200)
+            wait_for(lambda: a.call(SEMAPHORE, "GET", {"name": "s"}, expect=200)[2].get("waiters") == 1,
+                     "a waiter queued on semaphore s", c)
+            a.call(SEM_ACQUIRE, "POST", {"name": "s"}, body={"owner": "w2", "limit": 1, "wait_ms": 20000},
+                   expect=503)  # --max-waiters-per-lock 1
+            if st == 200:
+                a.call(SEM_RELEASE, "POST", {"name": "s"}, body={"lease": p["lease"]}, expect=200)
+            joined(t, box, "the waiter on semaphore s", c)
+            a.call(SEM_HISTORY, "GET", {"name": "s"}, expect=404)
         finally:
             a.close()
             b.close()
@@ -1010,6 +1137,12 @@ class ContractTest(unittest.TestCase):
             put("/g/a", 502, "GuardError", {"Fencing-Lease": lease_a}, error="bad_gateway")
             put("/g/b", 409, "GuardStaleTokenError", {"Fencing-Lease": lease_a}, lock="b", token=None,
                 max_token=0, holder_token=gb.get("token"))
+            _, _, gr = a.call(ACQUIRE, "POST", {"name": "r"}, body={"owner": "reader", "mode": "read"}, expect=200)
+            put("/g/r", 409, "GuardStaleTokenError", {"Fencing-Lease": gr.get("lease", str(uuid.uuid4()))}, lock="r",
+                token=gr.get("token"), reason="read_lease", holder_token=gr.get("token"))
+            _, _, gs = a.call(SEM_ACQUIRE, "POST", {"name": "a"}, body={"owner": "permit", "limit": 1}, expect=200)
+            put("/g/a", 409, "GuardStaleTokenError", {"Fencing-Lease": gs.get("lease", str(uuid.uuid4()))}, lock="a",
+                token=None, holder_token=token_a)
         finally:
             a.close()
             closed.close()

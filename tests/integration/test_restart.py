@@ -155,9 +155,13 @@ class RestartTests(unittest.TestCase):
             st, _, r = srv.release("v3/free", g["lease"])
             self.assertEqual(st, 200, r)
         db = sqlite3.connect(os.path.join(d, "leasegate.db"))
-        self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0], 9)
+        self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0], 10)
         # Version 9 keeps when the guard last let a write of each lock through.
         self.assertIn("at_ms", [c[1] for c in db.execute("PRAGMA table_info(guard_marks)")])
+        # Version 10: semaphores, readers and permits, lock-delay.
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self.assertTrue({"semaphores", "holders"} <= tables, tables)
+        self.assertIn("delay_until_ms", [c[1] for c in db.execute("PRAGMA table_info(locks)")])
         self.assertEqual(db.execute("SELECT seq, lock, token, how FROM lease_history ORDER BY seq").fetchall(),
                          [(41, "v3/free", 6, 2), (42, "v3/free", 8, 2)])
         db.close()

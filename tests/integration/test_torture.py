@@ -67,7 +67,9 @@ class TortureRun(unittest.TestCase):
                     "checked: fence answers after an acknowledged mark, across a restart",
                     "checked: requests with a released lease",
                     "checked: applied writes matched to their request",
-                    "checked: (answer, earlier lease) pairs compared"):
+                    "checked: (answer, earlier lease) pairs compared",
+                    "checked: (answer, earlier reader) pairs allowed to overlap",
+                    "checked: permit answers that filled the semaphore"):
             self.assertGreater(st[key], 0, key)
         self.assertGreater(st["acquire 200"], 0)
         self.assertGreater(st["renew 409"], 0, "no lease ever ran out")
@@ -94,7 +96,7 @@ class TortureRun(unittest.TestCase):
 
     def test_catches_overlapping_grant(self):
         events, applied, seq = self.corrupt()
-        a = next(g for g in self.grants(events) if g.resp["ttl_ms"] >= 1000)
+        a = next(g for g in self.grants(events) if g.resp["ttl_ms"] >= 1000 and g.resp.get("mode") == "write")
         b = copy.copy(a)
         b.resp = dict(a.resp, lease=new_lease(), token=10 ** 12, acquired_at_ms=a.resp["acquired_at_ms"] + 1,
                       expires_at_ms=a.resp["acquired_at_ms"] + 1 + 300)
@@ -134,6 +136,7 @@ class TortureRun(unittest.TestCase):
         g = next(e for e in events if e.seq == seqs[len(seqs) // 2])
         g.resp["holder"] = None
         g.resp["held"] = False
+        g.resp["holders"] = []
         self.assertCaught("held-after-restart", events, applied)
 
     def test_catches_released_lease_renewed(self):
@@ -177,6 +180,35 @@ class TortureRun(unittest.TestCase):
                         "token": str(put.req["token"]), "lock": put.lock})
         self.assertCaught("upstream-stale", events, applied)
 
+    def test_catches_permits_over_the_limit(self):
+        events, applied, seq = self.corrupt()
+        p = next(g for g in self.grants(events) if torture.is_sem(g.lock) and g.resp["ttl_ms"] >= 1000)
+        for i in range(torture.SEM_LIMIT):
+            b = copy.copy(p)
+            b.resp = dict(p.resp, lease=new_lease(), token=10 ** 12 + i,
+                          acquired_at_ms=p.resp["acquired_at_ms"] + 1 + i,
+                          expires_at_ms=p.resp["acquired_at_ms"] + 1 + i + 300)
+            b.seq, b.client, b.s_ms, b.r_ms = seq(), "intruder%d" % i, p.r_ms + i, p.r_ms + i
+            events.append(b)
+        self.assertCaught("sem-over-limit", events, applied)
+
+    def test_catches_a_writer_beside_a_reader(self):
+        events, applied, seq = self.corrupt()
+        r = next(g for g in self.grants(events) if g.resp.get("mode") == "read" and g.resp["ttl_ms"] >= 1000)
+        w = copy.copy(r)
+        w.resp = dict(r.resp, lease=new_lease(), token=10 ** 12, mode="write",
+                      acquired_at_ms=r.resp["acquired_at_ms"] + 1, expires_at_ms=r.resp["acquired_at_ms"] + 301)
+        w.seq, w.client, w.s_ms, w.r_ms = seq(), "intruder", r.r_ms, r.r_ms
+        events.append(w)
+        self.assertCaught("two-holders", events, applied)
+
+    def test_catches_a_read_lease_write_let_through(self):
+        events, applied, _ = self.corrupt()
+        readers = {g.resp["lease"] for g in self.grants(events) if g.resp.get("mode") == "read"}
+        put = next(e for e in events if e.kind == "put" and e.ok(409) and e.lease in readers)
+        put.status, put.resp = 204, {"upstream": True}
+        self.assertCaught("read-lease-write", events, applied)
+
     def test_catches_bad_integrity(self):
         harness.sqlite_only(self, "the history has integrity checks of the SQLite file only then")
         events, applied, _ = self.corrupt()
@@ -214,12 +246,14 @@ class Hist:
         self.events.append(e)
         return e
 
-    def grant(self, at, ttl, token, client="c0", lock="L", s=None, r=None):
+    def grant(self, at, ttl, token, client="c0", lock="L", s=None, r=None, mode=None):
         lease = new_lease()
+        resp = {"lease": lease, "token": token, "acquired_at_ms": at, "expires_at_ms": at + ttl, "ttl_ms": ttl,
+                "count": 1}
+        if mode:
+            resp["mode"] = mode
         self.add("acquire", at - 1 if s is None else s, at + 1 if r is None else r, client=client, lock=lock,
-                 req={"ttl_ms": ttl, "wait_ms": 0},
-                 resp={"lease": lease, "token": token, "acquired_at_ms": at, "expires_at_ms": at + ttl,
-                       "ttl_ms": ttl, "count": 1})
+                 req={"ttl_ms": ttl, "wait_ms": 0}, resp=resp)
         return lease
 
     def renew(self, lease, at, ttl, token, s=None, r=None, outcome="ok", status=200):
@@ -247,6 +281,38 @@ class Hist:
 
 
 class CheckerRules(unittest.TestCase):
+    def test_readers_share_a_writer_does_not(self):
+        h = Hist()
+        h.grant(1000, 500, 1, mode="read")
+        h.grant(1100, 500, 2, client="c1", mode="read")
+        self.assertEqual(h.found(), set())
+        h.grant(1200, 500, 3, client="c2", mode="write")
+        self.assertEqual(h.found(), {"two-holders"})
+
+    def test_permits_up_to_the_limit(self):
+        h = Hist()
+        for i in range(torture.SEM_LIMIT):
+            h.grant(1000 + i, 500, i + 1, client="c%d" % i, lock="s/k000")
+        self.assertEqual(h.found(), set())
+        h.grant(1499, 500, 10, client="late", lock="s/k000")
+        self.assertEqual(h.found(), {"sem-over-limit"})
+
+    def test_a_permit_at_the_announced_expiry_of_another_is_fine(self):
+        h = Hist()
+        for i in range(torture.SEM_LIMIT):
+            h.grant(1000, 500 + i, i + 1, client="c%d" % i, lock="s/k000")
+        h.grant(1500, 500, 10, client="late", lock="s/k000")
+        self.assertEqual(h.found(), set())
+
+    def test_a_reader_missing_from_the_holders_is_reported(self):
+        h = Hist()
+        h.grant(1000, 5000, 1, mode="read")
+        h.grant(1001, 5000, 2, client="c1", mode="read")
+        h.add("get", 1100, 1101, client="probe", resp={"held": True, "holder": {"token": 1}, "holders": [1, 2]})
+        self.assertEqual(h.found(), set())
+        h.add("get", 1200, 1201, client="probe", resp={"held": True, "holder": {"token": 1}, "holders": [1]})
+        self.assertEqual(h.found(), {"holder-mismatch"})
+
     def test_grant_at_the_announced_expiry_is_fine(self):
         h = Hist()
         h.grant(1000, 500, 1)

@@ -66,8 +66,9 @@ class VisibilityTests(harness.ServerTestCase):
         self.assertNotIn(lease, self.srv.last_text)
         self.assertFalse(harness.find_key(lst, "lease"))
         self.assertEqual([x["name"] for x in lst["locks"]], [name])
-        # The same state, but for the queue, which only GET /v1/locks/NAME lists.
-        self.assertEqual(lst["locks"][0], {k: v for k, v in g.items() if k != "queue"})
+        # The same state, but for the queue and the holders, which only GET /v1/locks/NAME lists.
+        self.assertEqual(lst["locks"][0], {k: v for k, v in g.items() if k not in ("queue", "holders")})
+        self.assertEqual(g["holders"], [g["holder"]])
         # Neither do metrics or the dashboard.
         for path in ("/metrics", "/"):
             st, _, _ = self.srv.request("GET", path)

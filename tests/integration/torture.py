@@ -4,8 +4,9 @@
     python3 tests/integration/torture.py --cycles N --seed S [--locks L] [--clients C]
 
 One leasegate server (`--guard /store/=<ApplyingUpstream>`) and C client threads that
-acquire (try-once and waiting), renew, release, reenter, fence and write through the
-guard on a few hundred locks with TTLs from 300 ms to 10 s, while the server is
+acquire (try-once and waiting; writers and readers), renew, release, reenter, fence and
+write through the guard on a few hundred locks, and take permits of a few semaphores of
+SEM_LIMIT permits, with TTLs from 300 ms to 10 s, while the server is
 `kill -9`ed at seeded random moments and restarted on the same data file, N times.
 Between the kill and the restart the database gets `PRAGMA integrity_check` (read-only;
 not on the etcd store, LEASEGATE_TEST_STORE=etcd);
@@ -51,6 +52,7 @@ from applying_upstream import ApplyingUpstream  # noqa: E402
 
 INF = float("inf")
 TTLS_MS = (300, 400, 600, 1000, 2000, 4000, 10000)
+SEM_LIMIT = 3  # every semaphore of a run has this many permits
 REQUEST_TIMEOUT_S = 15.0
 IDLE_WAIT_S = 60.0
 
@@ -60,7 +62,7 @@ IDLE_WAIT_S = 60.0
 
 _RESP_KEEP = ("error", "reason", "token", "lease", "expires_at_ms", "acquired_at_ms", "ttl_ms",
               "count", "released", "max_token", "holder_token", "last_token", "held", "accepted",
-              "field", "result", "rc", "port", "pid", "stderr")
+              "field", "result", "rc", "port", "pid", "stderr", "mode", "limit")
 
 
 def extract(body):
@@ -71,6 +73,8 @@ def extract(body):
             h = body["holder"]
             d["holder"] = ({k: h.get(k) for k in ("token", "expires_at_ms", "acquired_at_ms", "ttl_ms", "count")}
                            if isinstance(h, dict) else None)
+        if isinstance(body.get("holders"), list):  # every holder's token: readers, permits
+            d["holders"] = [h.get("token") for h in body["holders"] if isinstance(h, dict)]
         return d
     if body in (None, "", b""):
         return {}
@@ -237,6 +241,19 @@ def lock_name(i):
     return "t/k%03d" % i
 
 
+def sem_name(i):
+    return "s/k%03d" % i
+
+
+def is_sem(name):
+    """The history names semaphores s/... and locks t/...: the namespaces are apart."""
+    return name.startswith("s/")
+
+
+def api(name):
+    return "/v1/semaphores/" if is_sem(name) else "/v1/locks/"
+
+
 def fence_resource(lock):
     return "f/" + lock
 
@@ -262,10 +279,14 @@ class Actor:
         return e
 
     # Requests ------------------------------------------------------------
-    def acquire(self, lock, ttl_ms, wait_ms):
+    def acquire(self, lock, ttl_ms, wait_ms, mode="write"):
         body = {"owner": self.name, "ttl_ms": ttl_ms, "wait_ms": wait_ms}
-        return self.send("acquire", "POST", "/v1/locks/%s/acquire" % lock, lock=lock,
-                         req={"ttl_ms": ttl_ms, "wait_ms": wait_ms}, body=body,
+        req = {"ttl_ms": ttl_ms, "wait_ms": wait_ms}
+        if is_sem(lock):
+            body["limit"] = req["limit"] = SEM_LIMIT
+        elif mode == "read":
+            body["mode"] = req["mode"] = "read"
+        return self.send("acquire", "POST", "%s%s/acquire" % (api(lock), lock), lock=lock, req=req, body=body,
                          timeout=REQUEST_TIMEOUT_S + wait_ms / 1000.0)
 
     def reenter(self, lock, lease, ttl_ms):
@@ -279,14 +300,15 @@ class Actor:
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
             req["ttl_ms"] = ttl_ms
-        return self.send("renew", "POST", "/v1/locks/%s/renew" % lock, lock=lock, lease=lease, req=req, body=body)
+        return self.send("renew", "POST", "%s%s/renew" % (api(lock), lock), lock=lock, lease=lease, req=req,
+                         body=body)
 
     def release(self, lock, lease):
-        return self.send("release", "POST", "/v1/locks/%s/release" % lock, lock=lock, lease=lease,
+        return self.send("release", "POST", "%s%s/release" % (api(lock), lock), lock=lock, lease=lease,
                          body={"lease": lease})
 
     def get(self, lock):
-        return self.send("get", "GET", "/v1/locks/%s" % lock, lock=lock)
+        return self.send("get", "GET", "%s%s" % (api(lock), lock), lock=lock)
 
     def fence(self, resource, token):
         return self.send("fence", "POST", "/v1/fence/%s" % resource, lock=resource, req={"token": token},
@@ -299,12 +321,13 @@ class Actor:
 
 
 class Client(Actor):
-    """One client thread: a few leases at a time, believed held until told otherwise."""
+    """One client thread: a few leases at a time (writers, readers, permits), believed
+    held until told otherwise."""
 
     def __init__(self, idx, driver, seed):
         Actor.__init__(self, "c%d" % idx, driver)
         self.rng = random.Random(seed)
-        self.held = {}        # lock -> {lease, token, count, exp}
+        self.held = {}        # lock (or semaphore) -> {lease, token, count, exp, mode}
         self.released = []    # (lock, lease, token) of acknowledged releases
         self.idle = threading.Event()
         self.writes = 0
@@ -312,6 +335,8 @@ class Client(Actor):
 
     def _pick_lock(self):
         d = self.driver
+        if self.rng.random() < 0.2:
+            return sem_name(self.rng.randrange(d.sems))
         if self.rng.random() < 0.5:
             return lock_name(self.rng.randrange(d.hot))
         return lock_name(self.rng.randrange(d.locks))
@@ -350,10 +375,11 @@ class Client(Actor):
                 self.do_reenter(lock)
             else:
                 wait_ms = 0 if rng.random() < 0.55 else rng.randint(20, 1000)
-                e = self.acquire(lock, self._ttl(), wait_ms)
+                mode = "read" if not is_sem(lock) and rng.random() < 0.4 else "write"
+                e = self.acquire(lock, self._ttl(), wait_ms, mode)
                 if e.ok(200):
                     self.held[lock] = {"lease": e.resp["lease"], "token": e.resp["token"], "count": 1,
-                                       "exp": e.resp["expires_at_ms"]}
+                                       "exp": e.resp["expires_at_ms"], "mode": mode}
         else:
             lock = rng.choice(sorted(self.held))
             h = self.held[lock]
@@ -379,8 +405,8 @@ class Client(Actor):
                 self.do_reenter(lock)
             elif a < 0.70:
                 self.fence(fence_resource(lock), h["token"])
-            elif a < 0.95:
-                self.write(lock, h["lease"], h["token"])
+            elif a < 0.95 and not is_sem(lock) and (h["mode"] == "write" or a < 0.75):
+                self.write(lock, h["lease"], h["token"])  # a reader's must be refused
             else:
                 self.get(lock)
         t = rng.random()
@@ -391,6 +417,13 @@ class Client(Actor):
 
     def do_reenter(self, lock):
         h = self.held[lock]
+        if is_sem(lock):  # no reentry for a permit
+            e = self.renew(lock, h["lease"], self._ttl())
+            if e.ok(200):
+                h["exp"] = e.resp["expires_at_ms"]
+            elif e.ok(409):
+                del self.held[lock]
+            return
         e = self.reenter(lock, h["lease"], self._ttl())
         if e.ok(200):
             h["count"] = e.resp.get("count", h["count"] + 1)
@@ -432,11 +465,12 @@ class Torture:
     """The whole run; run() returns a Result (the checker already applied)."""
 
     def __init__(self, cycles, seed, locks=200, clients=8, run_ms=(150, 2200), log=None,
-                 keep_dir=False, extra_args=(), rollback_at=None):
+                 keep_dir=False, extra_args=(), rollback_at=None, sems=None):
         self.cycles = cycles
         self.seed = seed
         self.locks = locks
         self.hot = max(1, locks // 40)
+        self.sems = sems if sems is not None else max(1, clients // 3)
         self.nclients = clients
         self.run_ms = run_ms
         self.log = log or (lambda msg: None)
@@ -503,6 +537,7 @@ class Torture:
         for c in self.clients:
             locks.update(c.held)
         others = [lock_name(i) for i in self.rng.sample(range(self.locks), min(10, self.locks))]
+        others += [sem_name(i) for i in range(self.sems)]
         for lock in sorted(locks) + others:
             probe.get(lock)
         marks = sorted(self.fence_marks.items())
@@ -648,7 +683,8 @@ class Violation:
 
 
 PROPERTIES = (
-    "two-holders",           # two leases of one lock promised at one instant
+    "two-holders",           # a writer's lease and another lease of one lock promised at one instant
+    "sem-over-limit",        # more than SEM_LIMIT permits of one semaphore promised at one instant
     "lease-lost",            # a lease refused (not_holder / guard 409) while promised
     "held-after-restart",    # GET after a restart does not show a lease still promised
     "holder-mismatch",       # GET / lock_held shows another holder while a lease is promised
@@ -661,6 +697,7 @@ PROPERTIES = (
     "fence-issued",          # a revealed token refused by the fence as never issued
     "upstream-order",        # applied writes of one path not in token order
     "upstream-stale",        # applied write whose lease had ended (released, superseded) before it was sent
+    "read-lease-write",      # the guard let a write carrying a read lease through
     "integrity",             # PRAGMA integrity_check not ok
     "server-crash",          # the server died by itself, failed to start, or exited non-zero on SIGTERM
 )
@@ -735,17 +772,21 @@ def check(events, applied=(), counters=None, notes=None):
 
     The rules (Violation.prop):
     two-holders       an acknowledged grant, reentry or renew of lease B at stamp p while
-                      another lease A of the lock was promised: A's promise started before
-                      (A's stamp < p, or A's answer read before B's request was sent),
-                      p < A's announced expiry, p before A's next acknowledged renewal's
-                      stamp, and B's answer read before A's next ending request was sent.
+                      another lease A of the lock was promised, one of them a writer's (two
+                      readers share): A's promise started before (A's stamp < p, or A's
+                      answer read before B's request was sent), p < A's announced expiry, p
+                      before A's next acknowledged renewal's stamp, and B's answer read
+                      before A's next ending request was sent.
+    sem-over-limit    the same for permits of a semaphore: an acknowledged grant or renew
+                      of a permit while SEM_LIMIT other permits were promised.
     lease-lost        renew/reentry/release refused not_holder, or a guard write of the
                       lease refused 409, while the lease was certainly promised (promise
                       answer read before the request was sent, its answer read before the
                       announced expiry, nothing sent on the lease in between).
     held-after-restart / holder-mismatch
-                      a GET (or a lock_held answer) certainly inside a lease's promise that
-                      does not show that lease's token as the holder; held-after-restart
+                      a GET (or a lock_held or semaphore_full answer) certainly inside a
+                      lease's promise that does not show that lease's token among the
+                      holders (the holder, without a holders list); held-after-restart
                       when a restart lies between the promise and the read (the probes GET
                       every lock a client believes it holds right after each restart).
     token-unique      one token granted to two leases (or one lease id granted twice).
@@ -766,6 +807,7 @@ def check(events, applied=(), counters=None, notes=None):
     fence-issued      the fence refused a token that had been revealed as never issued.
     upstream-order    the ApplyingUpstream applied writes of one path out of token order,
                       or one whose Fencing-Token is not its lease's token.
+    read-lease-write  the guard let a write through (2xx) that carried a read lease.
     upstream-stale    it applied a write whose lease's release had been acknowledged, or
                       whose lock had been granted to a lease with a larger token
                       (acknowledged), before the write was sent ("after a larger token"
@@ -835,6 +877,11 @@ def check(events, applied=(), counters=None, notes=None):
             if op.s_ms < grant.r_ms:
                 continue  # cannot happen with an honest client: the lease was not known yet
             if k == "put":
+                if grant.resp.get("mode") == "read":
+                    if op.outcome == "ok" and 200 <= op.status < 300:
+                        rep.add("read-lease-write", lease, "the guard let a write with a read lease through",
+                                grant, op)
+                    continue
                 if op.ok(409) and covers(cur, op):
                     rep.add("lease-lost", lease, "the guard refused a write of a lease that was promised "
                             "to hold the lock", cur.ev, op)
@@ -882,7 +929,10 @@ def check(events, applied=(), counters=None, notes=None):
         merged.append(m)
         segs_by_lock[lock].extend(merged)
 
-    # -- two holders at once ------------------------------------------------------------
+    # -- two holders at once (a writer and anyone; more permits than the limit) ---------
+    def mode_of(seg):
+        return leases[seg.lease].resp.get("mode", "write")
+
     for lock, segs in segs_by_lock.items():
         segs.sort(key=lambda x: x.p)
         starts = sorted(starts_by_lock[lock], key=lambda x: x.p)
@@ -895,19 +945,38 @@ def check(events, applied=(), counters=None, notes=None):
             if len(active) > 8:
                 active = [S for S in active if S.e > E.p]
             cnt["grant/renew/reentry answers checked against other leases"] += 1
+            permits = []  # other permits certainly promised at E's stamp
             for S in active:
                 if S.lease == E.lease or S.e <= E.p:
                     continue
                 if not (S.p < E.p or S.r <= E.s):
                     continue  # not certainly earlier
+                if is_sem(lock):
+                    if E.p < S.e and E.p < S.cut_p and E.r <= S.cut_ms and S.lease not in [x.lease for x in permits]:
+                        permits.append(S)
+                    continue
+                if mode_of(S) == "read" and mode_of(E) == "read":
+                    cnt["(answer, earlier reader) pairs allowed to overlap"] += 1
+                    continue
                 cnt["(answer, earlier lease) pairs compared"] += 1
                 if E.p < S.e and E.p < S.cut_p and E.r <= S.cut_ms:
                     what = "granted" if E.ev.kind == "acquire" else "%s succeeded" % E.ev.kind
                     rep.add("two-holders", (lock, S.lease, E.lease),
                             "lock %s: lease %s (token %s) %s at server time %d, while lease %s (token %s) "
-                            "was promised until %d and not released before"
-                            % (lock, E.lease, E.token, what, E.p, S.lease, S.token, min(S.e, S.cut_p)),
+                            "was promised until %d and not released before (modes %s, %s)"
+                            % (lock, E.lease, E.token, what, E.p, S.lease, S.token, min(S.e, S.cut_p),
+                               mode_of(E), mode_of(S)),
                             S.ev, E.ev)
+            if is_sem(lock):
+                cnt["permit answers compared against the limit"] += 1
+                cnt["permit answers with other permits promised"] += bool(permits)
+                cnt["permit answers that filled the semaphore"] += len(permits) == SEM_LIMIT - 1
+                if len(permits) >= SEM_LIMIT:
+                    what = "granted" if E.ev.kind == "acquire" else "%s succeeded" % E.ev.kind
+                    rep.add("sem-over-limit", (lock, E.lease),
+                            "semaphore %s: permit %s (token %s) %s at server time %d while %d other permits "
+                            "(limit %d) were promised" % (lock, E.lease, E.token, what, E.p, len(permits), SEM_LIMIT),
+                            *([S.ev for S in permits] + [E.ev]))
 
     # -- what GET and lock_held show -------------------------------------------------
     index = {}
@@ -925,16 +994,19 @@ def check(events, applied=(), counters=None, notes=None):
             continue
         if e.kind == "get" and e.status == 200:
             pass
-        elif e.kind == "acquire" and e.status == 409 and e.resp.get("error") == "lock_held":
+        elif e.kind == "acquire" and e.status == 409 and e.resp.get("error") in ("lock_held", "semaphore_full"):
             pass
         else:
             continue
         holder = e.resp.get("holder")
-        shown = holder.get("token") if isinstance(holder, dict) else None
-        rel = rel_by_token.get(shown)
-        if rel is not None and rel.lock == e.lock and rel.r_ms <= e.s_ms:
-            rep.add("release-sticks", rel.lease, "lock %s: %s shows the released lease (token %s) as its holder"
-                    % (e.lock, e.kind, shown), rel, e)
+        shown = {holder.get("token")} if isinstance(holder, dict) else set()
+        if isinstance(e.resp.get("holders"), list):
+            shown = set(e.resp["holders"])
+        for tok in shown:
+            rel = rel_by_token.get(tok)
+            if rel is not None and rel.lock == e.lock and rel.r_ms <= e.s_ms:
+                rep.add("release-sticks", rel.lease, "%s: %s shows the released lease (token %s) as a holder"
+                        % (e.lock, e.kind, tok), rel, e)
         if e.lock not in index:
             continue
         rs, segs, pm = index[e.lock]
@@ -946,10 +1018,11 @@ def check(events, applied=(), counters=None, notes=None):
                 if restart_between(S.r, e.s_ms):
                     cnt["reads inside a promise, across a restart"] += 1
                     notes["reads inside a promise, across a restart"].append(e.seq)
-            if covers(S, e) and shown != S.token:
+            if covers(S, e) and S.token not in shown:
                 prop = "held-after-restart" if restart_between(S.r, e.s_ms) else "holder-mismatch"
-                rep.add(prop, (e.lock, S.lease), "lock %s: %s shows holder token %r while lease %s (token %s) "
-                        "was promised to hold it until %d" % (e.lock, e.kind, shown, S.lease, S.token, S.end_ms()),
+                rep.add(prop, (e.lock, S.lease), "%s: %s shows holder tokens %r while lease %s (token %s) "
+                        "was promised to hold it until %d" % (e.lock, e.kind, sorted(shown), S.lease, S.token,
+                                                              S.end_ms()),
                         S.ev, e)
             i -= 1
 
@@ -975,6 +1048,8 @@ def check(events, applied=(), counters=None, notes=None):
             toks.append(e.resp.get("token"))
         if isinstance(e.resp.get("holder"), dict):
             toks.append(e.resp["holder"].get("token"))
+        if isinstance(e.resp.get("holders"), list):
+            toks += e.resp["holders"]
         if e.kind == "get":
             toks.append(e.resp.get("last_token"))
         if e.kind == "fence" and e.status in (200, 409):

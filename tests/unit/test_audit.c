@@ -44,8 +44,8 @@ int main(void)
     for (int i = 1; i <= 11; i++) {
         name_of(i, lock, sizeof lock);
         snprintf(owner, sizeof owner, "owner-%d%s", i, i % 3 == 0 ? "-with-a-long-label-that-goes-on" : "");
-        AuditRow r = {0, 1000 + i, AUDIT_GRANTED, lock, owner, (uint64_t)i,
-                      i % 3 == 0 ? "a-key-name" : "", i % 3 == 0 ? "127.0.0.1:65535" : ""};
+        AuditRow r = {.at_ms = 1000 + i, .kind = AUDIT_GRANTED, .lock = lock, .owner = owner, .token = (uint64_t)i,
+                      .key = i % 3 == 0 ? "a-key-name" : "", .peer = i % 3 == 0 ? "127.0.0.1:65535" : ""};
         CHECK(audit_add(a, &r) == (uint64_t)i);
     }
     Seen seen = {0};
@@ -65,7 +65,7 @@ int main(void)
     char huge[1000];
     memset(huge, 'z', sizeof huge - 1);
     huge[sizeof huge - 1] = '\0';
-    AuditRow r = {0, 1, AUDIT_RELEASED, huge, huge, 1, huge, huge};
+    AuditRow r = {.at_ms = 1, .kind = AUDIT_RELEASED, .lock = huge, .owner = huge, .token = 1, .key = huge, .peer = huge};
     CHECK(audit_add(a, &r) == 12);
     seen.n = 0;
     audit_list(a, NULL, false, 11, 100, collect, &seen, NULL);

@@ -37,16 +37,38 @@ static void on_snapshot(CommitHold *h)
     s->fd = commit_snapshot_take(s->c, &s->size, &why);
 }
 
-static int loaded_locks;
+static int loaded_locks, loaded_semaphores;
 static uint64_t loaded_token_of_k7;
 static int64_t loaded_deadline_of_k7;
+static uint32_t loaded_limit;
+static int64_t loaded_delay;
 static int load_lock(void *ud, const StoreLock *l)
 {
     (void)ud;
+    if (l->kind == KIND_SEMAPHORE) {
+        loaded_semaphores++;
+        loaded_limit = l->limit;
+        return 0;
+    }
     loaded_locks++;
     if (!strcmp(l->name, "k7") && l->held) {
         loaded_token_of_k7 = l->holder.token;
         loaded_deadline_of_k7 = l->holder.deadline_ms;
+    }
+    if (!strcmp(l->name, "dl"))
+        loaded_delay = l->delay_until_ms;
+    return 0;
+}
+static int loaded_readers, loaded_permits;
+static uint64_t loaded_reader_token;
+static int load_holder(void *ud, const StoreHolder *h)
+{
+    (void)ud;
+    if (h->kind == KIND_SEMAPHORE) {
+        loaded_permits += !strcmp(h->name, "sem") && h->holder.mode == MODE_WRITE;
+    } else {
+        loaded_readers += !strcmp(h->name, "rd") && h->holder.mode == MODE_READ;
+        loaded_reader_token = h->holder.token;
     }
     return 0;
 }
@@ -86,13 +108,14 @@ static int load_history_seq(void *ud, uint64_t seq)
     return 0;
 }
 static uint64_t loaded_ended_seqs[16];
-static int loaded_ended;
+static int loaded_ended, loaded_ended_permits;
 static int load_ended(void *ud, const StoreEnded *e)
 {
     (void)ud;
     if (loaded_ended < 16)
         loaded_ended_seqs[loaded_ended] = e->seq;
     loaded_ended++;
+    loaded_ended_permits += e->kind == KIND_SEMAPHORE;
     return 0;
 }
 
@@ -108,12 +131,50 @@ static int load_revoked(void *ud, uint64_t token)
 
 static int loaded_audit;
 static uint64_t loaded_audit_last_seq;
+static int loaded_audit_object, loaded_audit_mode;
 static int load_audit(void *ud, const AuditRow *row)
 {
     (void)ud;
     loaded_audit++;
     loaded_audit_last_seq = row->seq;
+    loaded_audit_object = row->object;
+    loaded_audit_mode = row->mode;
     return 0;
+}
+
+/* The lock table's hooks as the gateway has them: every change recorded. */
+static Commit *commit;
+static void on_changed(void *ud, const Lock *lock)
+{
+    (void)ud;
+    CHECK(commit_lock(commit, lock));
+}
+static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
+{
+    (void)ud;
+    CHECK(commit_holder(commit, lock, h));
+}
+static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq)
+{
+    (void)ud;
+    CHECK(commit_ended(commit, (LockKind)lock->kind, lock->name, h->lease, h->token, how, seq));
+    if (lock->kind == KIND_SEMAPHORE || h->mode == MODE_READ)
+        CHECK(commit_holder_gone(commit, (LockKind)lock->kind, lock->name, h->token));
+}
+static void on_forgotten(void *ud, const Lock *lock) { (void)ud, (void)lock; }
+
+/* A grant of name (of kind, in mode, with lease byte id) at `at`. */
+static const Holder *take(Locktab *lt, LockKind kind, const char *name, int id, uint8_t mode, int64_t delay_ms,
+                          const Now *at)
+{
+    uint8_t lease[LEASE_ID_BYTES];
+    memset(lease, id, sizeof lease);
+    AcquireArgs a = {"o", NULL, 1000, 0, NULL, lease, NULL, NULL, {NULL, NULL}, mode, true, delay_ms, 2};
+    const Lock *lock;
+    const Holder *h = NULL;
+    Waiter *w;
+    CHECK(locktab_acquire(lt, kind, name, &a, NULL, at, &lock, &h, &w) == LOCK_OK);
+    return h;
 }
 
 static void wait_done(Commit *c)
@@ -136,21 +197,21 @@ int main(int argc, char **argv)
     if (!st)
         return check_report("commit");
     Commit *c = commit_new(st, err, sizeof err);
+    commit = c;
     CHECK(!commit_pending(c));
     commit_keep_history(c, 3);
+    LocktabLimits limits = {1000, 1000, 10, 16, 600000};
+    LocktabHooks hooks = {NULL, on_changed, NULL, NULL, on_forgotten, on_ended, on_holder_changed};
+    Locktab *lt = locktab_new(&limits, &hooks);
+    locktab_continue_history(lt, 105); /* its ended leases come after the five below */
 
-    Lock lock = {0};
     char name[16];
     Probe probes[10];
     for (int i = 0; i < 10; i++) {
         snprintf(name, sizeof name, "k%d", i);
-        lock.name = name;
-        lock.held = true;
-        lock.last_token = (uint64_t)i + 1;
-        lock.holder = (Holder){.owner = "o", .metadata = "{}", .token = (uint64_t)i + 1, .ttl_ms = 1000,
-                               .acquired_at_ms = 1, .expires_at_ms = 4102444800000,
-                               .deadline_ms = 5000 + i, .count = 1};
-        CHECK(commit_lock(c, &lock));
+        /* Token i + 1; the lease ends at 5000 + i on the boot clock. */
+        Now at = {5000 + i - 1000 - LOCKTAB_DEADLINE_SLACK_MS, 4102444800000 - 1000};
+        CHECK(take(lt, KIND_LOCK, name, i + 1, MODE_WRITE, 0, &at)->token == (uint64_t)i + 1);
         probes[i] = (Probe){{.ready = on_ready}, 0};
         commit_hold(c, &probes[i].hold);
     }
@@ -160,11 +221,11 @@ int main(int argc, char **argv)
     CHECK(commit_fence_forget(c, "idle-res", 77, 30));
     /* k9 is put, then forgotten: records apply in order, so its row goes; the
      * counter it vouched for (10) must survive in meta. */
-    CHECK(commit_forget(c, "k9", 10));
+    CHECK(commit_forget(c, KIND_LOCK, "k9", 10));
     CHECK(commit_guard_mark(c, "k3", 4, 1700000000123));
     /* Audit rows: the rows a key evicted (auditlog.h) go, one by one. */
     for (uint64_t i = 1; i <= 4; i++) {
-        AuditRow row = {i, 1000, AUDIT_GRANTED, "k1", "o", i, "key", "127.0.0.1:1"};
+        AuditRow row = {i, 1000, AUDIT_GRANTED, "k1", "o", i, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_WRITE};
         CHECK(commit_audit(c, &row));
     }
     CHECK(commit_audit_drop(c, "key", 1, 2));
@@ -173,16 +234,32 @@ int main(int argc, char **argv)
      * force-released: its token stays revoked after the history drops it. */
     for (int i = 1; i <= 5; i++) {
         uint8_t lease[LEASE_ID_BYTES] = {(uint8_t)i};
-        CHECK(commit_ended(c, "k1", lease, (uint64_t)i, i == 1 ? LEASE_END_REVOKED : LEASE_END_RELEASED,
+        CHECK(commit_ended(c, KIND_LOCK, "k1", lease, (uint64_t)i, i == 1 ? LEASE_END_REVOKED : LEASE_END_RELEASED,
                            (uint64_t)(100 + i)));
     }
     CHECK(commit_pending(c));
     commit_flush(c);
-    /* While the first batch is in flight, the next one fills up. */
-    lock.name = "late";
-    lock.held = false;
-    lock.last_token = 11;
-    CHECK(commit_lock(c, &lock));
+    /* While the first batch is in flight, the next one fills up: "late" is
+     * granted token 11 and released; readers, permits and a lock-delay. */
+    Now at = {100000, 1700000000000};
+    uint8_t lease[LEASE_ID_BYTES];
+    uint32_t left;
+    CHECK(take(lt, KIND_LOCK, "late", 11, MODE_WRITE, 0, &at)->token == 11);
+    memset(lease, 11, sizeof lease);
+    CHECK(locktab_release(lt, KIND_LOCK, "late", lease, &at, &left) == LOCK_OK);
+    CHECK(take(lt, KIND_LOCK, "rd", 12, MODE_READ, 0, &at)->token == 12);
+    CHECK(take(lt, KIND_LOCK, "rd", 13, MODE_READ, 0, &at)->token == 13);
+    memset(lease, 12, sizeof lease);
+    CHECK(locktab_release(lt, KIND_LOCK, "rd", lease, &at, &left) == LOCK_OK); /* its row goes */
+    CHECK(take(lt, KIND_SEMAPHORE, "sem", 14, MODE_WRITE, 0, &at)->token == 14);
+    CHECK(take(lt, KIND_SEMAPHORE, "sem", 15, MODE_WRITE, 0, &at)->token == 15);
+    memset(lease, 14, sizeof lease);
+    CHECK(locktab_release(lt, KIND_SEMAPHORE, "sem", lease, &at, &left) == LOCK_OK);
+    CHECK(take(lt, KIND_SEMAPHORE, "sem", 16, MODE_WRITE, 0, &at)->token == 16);
+    CHECK(take(lt, KIND_LOCK, "dl", 17, MODE_WRITE, 5000, &at)->token == 17);
+    CHECK(locktab_revoke(lt, KIND_LOCK, "dl", &at) == LOCK_OK);
+    AuditRow read_row = {5, 1000, AUDIT_GRANTED, "rd", "o", 13, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_READ};
+    CHECK(commit_audit(c, &read_row));
     Probe late = {{.ready = on_ready}, 0};
     commit_hold(c, &late.hold);
     /* A hold whose owner goes away is taken back and never runs. */
@@ -204,16 +281,21 @@ int main(int argc, char **argv)
     CHECK(gone.ready == 0);
     CHECK(!commit_held(&late.hold));
     CHECK(!commit_pending(c));
-    /* Forget the lock with the largest token: only meta can vouch for 11 now.
-     * A snapshot asked in the same batch: the change is in the copy, taken
+    /* Forget the names with the largest tokens: only meta can vouch for 17 now. */
+    CHECK(commit_forget(c, KIND_LOCK, "late", 17));
+    CHECK(commit_forget(c, KIND_LOCK, "dl", 17));
+    /* A snapshot asked in the same batch: the changes are in the copy, taken
      * once the batch is durable; the copy is a file of its own, unlinked. */
-    CHECK(commit_forget(c, "late", 11));
     CHECK(commit_can_snapshot(c));
     snapped = (Snap){{.ready = on_snapshot}, c, -1, 0};
     commit_snapshot_hold(c, &snapped.hold);
     commit_flush(c);
     wait_done(c);
-    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 29);
+    /* 10 locks and a forget, 2 fences and a forget, a floor, a guard mark, 5
+     * ended leases, 4 audit rows and 2 dropped; 11 lock records, 5 holders
+     * and 2 gone, 4 ended, an audit row; 2 forgets. */
+    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 27 + 23 + 2);
+    locktab_free(lt);
     CHECK(snapped.fd >= 0 && snapped.size >= 4096);
     if (snapped.fd >= 0) {
         char head[16] = {0};
@@ -235,7 +317,7 @@ int main(int argc, char **argv)
         snprintf(final, sizeof final, "%s.final", copy);
         unlink(final);
         CHECK(store_sqlite_check_copy(copy, final, &info, err, sizeof err) == 0);
-        CHECK(info.last_token == 11 && info.locks == 9);
+        CHECK(info.last_token == 17 && info.locks == 11); /* 10 locks and a semaphore */
         unlink(final);
         unlink(copy);
     }
@@ -244,23 +326,34 @@ int main(int argc, char **argv)
 
     st = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(st != NULL);
-    StoreLoad cb = {NULL,      load_lock,         load_fence, load_guard_mark, load_floor, load_history_seq,
-                    load_ended, load_revoked, load_audit};
+    StoreLoad cb = {.lock = load_lock,
+                    .holder = load_holder,
+                    .fence = load_fence,
+                    .guard_mark = load_guard_mark,
+                    .floor = load_floor,
+                    .history_seq = load_history_seq,
+                    .ended = load_ended,
+                    .revoked = load_revoked,
+                    .audit = load_audit};
     uint64_t last_token = 0;
     CHECK(store_load(st, &cb, &last_token) == 0);
-    CHECK(loaded_locks == 9);
+    CHECK(loaded_locks == 10); /* k0..k8 and rd */
     CHECK(loaded_token_of_k7 == 8);
+    CHECK(loaded_semaphores == 1 && loaded_limit == 2);
+    CHECK(loaded_readers == 1 && loaded_reader_token == 13 && loaded_permits == 2);
     CHECK(loaded_fence == 42 && loaded_fences == 1);
-    CHECK(loaded_history_seq == 105);
-    CHECK(loaded_ended == 3 && loaded_ended_seqs[0] == 103 && loaded_ended_seqs[2] == 105);
+    CHECK(loaded_history_seq == 109);
+    CHECK(loaded_ended == 3 && loaded_ended_seqs[0] == 107 && loaded_ended_seqs[2] == 109);
+    CHECK(loaded_ended_permits == 1);
     CHECK(loaded_floor == 30 && loaded_floor_bucket == 77);
-    CHECK(loaded_revoked == 1 && loaded_revoked_token == 1);
-    CHECK(loaded_audit == 2 && loaded_audit_last_seq == 4);
+    CHECK(loaded_revoked == 2 && loaded_revoked_token == 17);
+    CHECK(loaded_audit == 3 && loaded_audit_last_seq == 5);
+    CHECK(loaded_audit_object == AUDIT_OF_LOCK && loaded_audit_mode == AUDIT_MODE_READ);
     /* Same boot: the boot-clock deadline comes back as written. */
     CHECK(loaded_deadline_of_k7 == 5007);
     CHECK(loaded_guard_mark == 4);
     CHECK(loaded_guard_at == 1700000000123);
-    CHECK(last_token == 11);
+    CHECK(last_token == 17);
     /* A second server on the same file is refused. */
     Store *second = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(second == NULL);

@@ -25,15 +25,15 @@ static void on_changed(void *ud, const Lock *lock)
 {
     Rec *r = ud;
     r->changed++;
-    if (lock->held) {
-        if (lock->holder.token < r->last_token_seen)
+    if (locktab_is_held(lock)) {
+        if (locktab_holder(lock)->token < r->last_token_seen)
             r->tokens_monotonic = false;
-        r->last_token_seen = lock->holder.token;
+        r->last_token_seen = locktab_holder(lock)->token;
     }
 }
-static void on_granted(void *ud, void *ctx, const Lock *lock)
+static void on_granted(void *ud, void *ctx, const Lock *lock, const Holder *h)
 {
-    (void)lock;
+    (void)lock, (void)h;
     Rec *r = ud;
     r->granted[r->ngranted++] = (int)(intptr_t)ctx;
 }
@@ -53,13 +53,21 @@ static void on_forgotten(void *ud, const Lock *lock)
 
 static Rec rec;
 static Now now = {1000, 1700000000000};
+static const Holder *hold; /* the last acquire's or renewal's grant */
+
+/* A stored lock, as the gateway loads it: its record, then its writer. */
+static LockResult load(Locktab *lt, const char *name, uint64_t last_token, const Holder *h, const Now *at)
+{
+    LockResult r = locktab_load(lt, KIND_LOCK, name, last_token, 0, 0, at);
+    return r == LOCK_OK && h ? locktab_load_holder(lt, KIND_LOCK, name, h, at) : r;
+}
 
 static Locktab *table(size_t max_waiters_per_lock)
 {
     memset(&rec, 0, sizeof rec);
     rec.tokens_monotonic = true;
     LocktabLimits limits = {1000, 1000, max_waiters_per_lock, 128, 60000};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, NULL};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, NULL, NULL};
     return locktab_new(&limits, &hooks);
 }
 
@@ -69,8 +77,8 @@ static LockResult acquire(Locktab *lt, const char *name, int id, int64_t ttl_ms,
                           const Lock **lock, Waiter **w)
 {
     memset(ids[id], id + 1, LEASE_ID_BYTES);
-    AcquireArgs a = {"owner", NULL, ttl_ms, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}};
-    return locktab_acquire(lt, name, &a, (void *)(intptr_t)id, &now, lock, w);
+    AcquireArgs a = {"owner", NULL, ttl_ms, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    return locktab_acquire(lt, KIND_LOCK, name, &a, (void *)(intptr_t)id, &now, lock, &hold, w);
 }
 
 static void test_fifo_and_one_wakeup(void)
@@ -79,7 +87,7 @@ static void test_fifo_and_one_wakeup(void)
     const Lock *lock;
     Waiter *w;
     CHECK(acquire(lt, "a", 0, 1000, 0, &lock, &w) == LOCK_OK);
-    CHECK(lock->holder.token == 1);
+    CHECK(locktab_holder(lock)->token == 1);
     for (int i = 1; i <= 5; i++)
         CHECK(acquire(lt, "a", i, 1000, 5000, &lock, &w) == LOCK_QUEUED);
     CHECK(lock->waiters.len == 5);
@@ -87,14 +95,14 @@ static void test_fifo_and_one_wakeup(void)
     uint32_t left;
     /* Each release wakes exactly one waiter, the oldest. */
     for (int i = 0; i < 5; i++) {
-        CHECK(locktab_release(lt, "a", ids[i], &now, &left) == LOCK_OK && left == 0);
+        CHECK(locktab_release(lt, KIND_LOCK, "a", ids[i], &now, &left) == LOCK_OK && left == 0);
         CHECK(rec.ngranted == i + 1);
         CHECK(rec.granted[i] == i + 1);
-        CHECK(locktab_get(lt, "a")->holder.token == (uint64_t)(i + 2));
+        CHECK(locktab_holder(locktab_get(lt, KIND_LOCK, "a"))->token == (uint64_t)(i + 2));
         locktab_check(lt);
     }
-    CHECK(locktab_release(lt, "a", ids[5], &now, &left) == LOCK_OK);
-    CHECK(!locktab_get(lt, "a")->held);
+    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[5], &now, &left) == LOCK_OK);
+    CHECK(!locktab_is_held(locktab_get(lt, KIND_LOCK, "a")));
     CHECK(rec.tokens_monotonic);
     locktab_check(lt);
     locktab_free(lt);
@@ -110,32 +118,32 @@ static void test_expiry_hands_over(void)
     /* The lease ends LOCKTAB_DEADLINE_SLACK_MS after the announced
      * expires_at_ms, never before it. */
     CHECK(locktab_next_timeout_ms(lt, &now) == 200 + LOCKTAB_DEADLINE_SLACK_MS);
-    int64_t announced = lock->holder.expires_at_ms;
+    int64_t announced = locktab_holder(lock)->expires_at_ms;
     now.mono_ms += 200 + LOCKTAB_DEADLINE_SLACK_MS - 1;
     now.wall_ms += 200;
     CHECK(now.wall_ms == announced);
     locktab_tick(lt, &now);
     CHECK(rec.ngranted == 0);
-    CHECK(locktab_held_by(lt, "e", ids[0], &now) != NULL);
+    CHECK(locktab_held_by(lt, KIND_LOCK, "e", ids[0], &now) != NULL);
     now.mono_ms += 1;
     now.wall_ms += 1;
-    CHECK(locktab_held_by(lt, "e", ids[0], &now) == NULL); /* due, even before the tick runs */
+    CHECK(locktab_held_by(lt, KIND_LOCK, "e", ids[0], &now) == NULL); /* due, even before the tick runs */
     locktab_tick(lt, &now);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 1);
-    CHECK(lock->holder.acquired_at_ms > announced);
-    CHECK(lock->holder.token == 2 && lock->holder.ttl_ms == 300);
+    CHECK(locktab_holder(lock)->acquired_at_ms > announced);
+    CHECK(locktab_holder(lock)->token == 2 && locktab_holder(lock)->ttl_ms == 300);
     CHECK(locktab_expiries(lt) == 1);
     /* The expired lease is told apart from an unknown one. */
-    CHECK(locktab_why_not(lt, "e", ids[0]) == REASON_SUPERSEDED);
+    CHECK(locktab_why_not(lt, KIND_LOCK, "e", ids[0]) == REASON_SUPERSEDED);
     uint8_t stranger[LEASE_ID_BYTES] = {9};
-    CHECK(locktab_why_not(lt, "e", stranger) == REASON_UNKNOWN);
+    CHECK(locktab_why_not(lt, KIND_LOCK, "e", stranger) == REASON_UNKNOWN);
     now.mono_ms += 300 + LOCKTAB_DEADLINE_SLACK_MS;
     now.wall_ms += 300 + LOCKTAB_DEADLINE_SLACK_MS;
     locktab_tick(lt, &now);
-    CHECK(!lock->held);
-    CHECK(locktab_why_not(lt, "e", ids[1]) == REASON_EXPIRED);
+    CHECK(!locktab_is_held(lock));
+    CHECK(locktab_why_not(lt, KIND_LOCK, "e", ids[1]) == REASON_EXPIRED);
     uint32_t left;
-    CHECK(locktab_release(lt, "e", ids[1], &now, &left) == LOCK_NOT_HOLDER);
+    CHECK(locktab_release(lt, KIND_LOCK, "e", ids[1], &now, &left) == LOCK_NOT_HOLDER);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -152,12 +160,12 @@ static void test_wait_timeout_and_cancel(void)
     now.mono_ms += 50;
     locktab_tick(lt, &now);
     CHECK(rec.ntimed_out == 1 && rec.timed_out[0] == 1);
-    locktab_cancel(lt, w2); /* client went away: never granted, never timed out */
+    locktab_cancel(lt, w2, &now); /* client went away: never granted, never timed out */
     CHECK(lock->waiters.len == 1);
     uint32_t left;
-    CHECK(locktab_release(lt, "t", ids[0], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "t", ids[0], &now, &left) == LOCK_OK);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 3);
-    CHECK(locktab_why_not(lt, "t", ids[0]) == REASON_RELEASED);
+    CHECK(locktab_why_not(lt, KIND_LOCK, "t", ids[0]) == REASON_RELEASED);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -168,22 +176,22 @@ static void test_reentry_and_renew(void)
     const Lock *lock;
     Waiter *w;
     CHECK(acquire(lt, "r", 0, 1000, 0, &lock, &w) == LOCK_OK);
-    AcquireArgs again = {"owner", "{\"x\":1}", 5000, 0, ids[0], ids[1], NULL, NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "r", &again, NULL, &now, &lock, &w) == LOCK_OK);
-    CHECK(lock->holder.count == 2 && lock->holder.token == 1 && lock->holder.ttl_ms == 5000);
-    CHECK(strcmp(lock->holder.metadata, "{\"x\":1}") == 0);
-    AcquireArgs wrong = {"owner", NULL, 5000, 0, ids[7], ids[8], NULL, NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "r", &wrong, NULL, &now, &lock, &w) == LOCK_NOT_HOLDER);
-    CHECK(locktab_renew(lt, "r", ids[0], 0, &now, &lock) == LOCK_OK && lock->holder.ttl_ms == 5000);
-    CHECK(locktab_renew(lt, "r", ids[0], 700, &now, &lock) == LOCK_OK);
-    CHECK(lock->holder.expires_at_ms == now.wall_ms + 700);
-    CHECK(locktab_renew(lt, "r", ids[5], 700, &now, &lock) == LOCK_NOT_HOLDER);
+    AcquireArgs again = {"owner", "{\"x\":1}", 5000, 0, ids[0], ids[1], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "r", &again, NULL, &now, &lock, &hold, &w) == LOCK_OK);
+    CHECK(locktab_holder(lock)->count == 2 && locktab_holder(lock)->token == 1 && locktab_holder(lock)->ttl_ms == 5000);
+    CHECK(strcmp(locktab_holder(lock)->metadata, "{\"x\":1}") == 0);
+    AcquireArgs wrong = {"owner", NULL, 5000, 0, ids[7], ids[8], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "r", &wrong, NULL, &now, &lock, &hold, &w) == LOCK_NOT_HOLDER);
+    CHECK(locktab_renew(lt, KIND_LOCK, "r", ids[0], 0, &now, &lock, &hold) == LOCK_OK && locktab_holder(lock)->ttl_ms == 5000);
+    CHECK(locktab_renew(lt, KIND_LOCK, "r", ids[0], 700, &now, &lock, &hold) == LOCK_OK);
+    CHECK(locktab_holder(lock)->expires_at_ms == now.wall_ms + 700);
+    CHECK(locktab_renew(lt, KIND_LOCK, "r", ids[5], 700, &now, &lock, &hold) == LOCK_NOT_HOLDER);
     uint32_t left;
-    CHECK(locktab_release(lt, "r", ids[0], &now, &left) == LOCK_OK && left == 1);
-    CHECK(locktab_get(lt, "r")->held);
-    CHECK(locktab_release(lt, "r", ids[0], &now, &left) == LOCK_OK && left == 0);
-    CHECK(!locktab_get(lt, "r")->held);
-    CHECK(acquire(lt, "r", 2, 1000, 0, &lock, &w) == LOCK_OK && lock->holder.token == 2);
+    CHECK(locktab_release(lt, KIND_LOCK, "r", ids[0], &now, &left) == LOCK_OK && left == 1);
+    CHECK(locktab_is_held(locktab_get(lt, KIND_LOCK, "r")));
+    CHECK(locktab_release(lt, KIND_LOCK, "r", ids[0], &now, &left) == LOCK_OK && left == 0);
+    CHECK(!locktab_is_held(locktab_get(lt, KIND_LOCK, "r")));
+    CHECK(acquire(lt, "r", 2, 1000, 0, &lock, &w) == LOCK_OK && locktab_holder(lock)->token == 2);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -219,9 +227,9 @@ static void test_load(void)
     Holder dead = live;
     dead.token = 8;
     dead.expires_at_ms = now.wall_ms - LOCKTAB_DEADLINE_SLACK_MS;
-    CHECK(locktab_load(lt, "live", 7, &live, &now) == LOCK_OK);
-    CHECK(locktab_load(lt, "dead", 8, &dead, &now) == LOCK_OK);
-    CHECK(locktab_load(lt, "idle", 3, NULL, &now) == LOCK_OK);
+    CHECK(load(lt, "live", 7, &live, &now) == LOCK_OK);
+    CHECK(load(lt, "dead", 8, &dead, &now) == LOCK_OK);
+    CHECK(load(lt, "idle", 3, NULL, &now) == LOCK_OK);
     locktab_raise_last_token(lt, 12);
     /* The lease that expired while the server was down ends at the first tick. */
     CHECK(locktab_next_timeout_ms(lt, &now) == 0);
@@ -229,13 +237,13 @@ static void test_load(void)
     locktab_tick(lt, &now);
     CHECK(rec.changed == before + 1); /* the release is recorded */
     CHECK(locktab_held(lt) == 1 && locktab_locks(lt) == 3);
-    CHECK(locktab_get(lt, "live")->holder.count == 2);
+    CHECK(locktab_holder(locktab_get(lt, KIND_LOCK, "live"))->count == 2);
     CHECK(locktab_next_timeout_ms(lt, &now) == 500 + LOCKTAB_DEADLINE_SLACK_MS);
     const Lock *lock;
     Waiter *w;
     /* Tokens continue above the stored counter. */
-    CHECK(acquire(lt, "dead", 0, 1000, 0, &lock, &w) == LOCK_OK && lock->holder.token == 13);
-    CHECK(locktab_why_not(lt, "dead", dead.lease) == REASON_SUPERSEDED);
+    CHECK(acquire(lt, "dead", 0, 1000, 0, &lock, &w) == LOCK_OK && locktab_holder(lock)->token == 13);
+    CHECK(locktab_why_not(lt, KIND_LOCK, "dead", dead.lease) == REASON_SUPERSEDED);
     locktab_check(lt);
     locktab_free(lt);
 
@@ -246,19 +254,19 @@ static void test_load(void)
     same.deadline_ms = now.mono_ms + 250;
     same.expires_at_ms = now.wall_ms + 250;
     Now stepped = {now.mono_ms, now.wall_ms - 3600000};
-    CHECK(locktab_load(lt, "same", 7, &same, &stepped) == LOCK_OK);
+    CHECK(load(lt, "same", 7, &same, &stepped) == LOCK_OK);
     CHECK(locktab_next_timeout_ms(lt, &stepped) == 250);
     /* ... and from another boot, a clock that is behind gives at most one ttl. */
     Holder other = live;
-    CHECK(locktab_load(lt, "other", 7, &other, &stepped) == LOCK_OK);
-    CHECK(locktab_get(lt, "other")->holder.deadline_ms == stepped.mono_ms + 1000 + LOCKTAB_DEADLINE_SLACK_MS);
+    CHECK(load(lt, "other", 7, &other, &stepped) == LOCK_OK);
+    CHECK(locktab_holder(locktab_get(lt, KIND_LOCK, "other"))->deadline_ms == stepped.mono_ms + 1000 + LOCKTAB_DEADLINE_SLACK_MS);
     /* A deadline that passed while the server was down: released at load. */
     Holder gone = live;
     gone.deadline_ms = now.mono_ms - 1;
     gone.expires_at_ms = now.wall_ms + 100000; /* the wall clock would keep it */
-    CHECK(locktab_load(lt, "gone", 7, &gone, &now) == LOCK_OK);
+    CHECK(load(lt, "gone", 7, &gone, &now) == LOCK_OK);
     locktab_tick(lt, &now);
-    CHECK(!locktab_get(lt, "gone")->held);
+    CHECK(!locktab_is_held(locktab_get(lt, KIND_LOCK, "gone")));
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -274,23 +282,23 @@ static void test_load_by_wall_clock_keeps_the_announced_expiry(void)
 {
     Locktab *lt = table(10);
     Holder h = from_another_boot(100, 1);
-    CHECK(locktab_load(lt, "a", 7, &h, &now) == LOCK_OK);
+    CHECK(load(lt, "a", 7, &h, &now) == LOCK_OK);
     const Lock *lock;
     Waiter *w;
     CHECK(acquire(lt, "a", 0, 1000, 1000, &lock, &w) == LOCK_QUEUED);
     /* 100 ms later by the boot clock; the wall clock may read 99. */
     Now later = {now.mono_ms + 100, now.wall_ms + 99};
     locktab_tick(lt, &later);
-    CHECK(locktab_get(lt, "a")->holder.token == 7);
+    CHECK(locktab_holder(locktab_get(lt, KIND_LOCK, "a"))->token == 7);
     Now after = {now.mono_ms + 100 + LOCKTAB_DEADLINE_SLACK_MS, now.wall_ms + 100};
     locktab_tick(lt, &after);
-    lock = locktab_get(lt, "a");
-    CHECK(lock->holder.token == 8 && lock->holder.acquired_at_ms >= h.expires_at_ms);
+    lock = locktab_get(lt, KIND_LOCK, "a");
+    CHECK(locktab_holder(lock)->token == 8 && locktab_holder(lock)->acquired_at_ms >= h.expires_at_ms);
     /* The cap for a clock that is behind keeps the same millisecond. */
     Holder other = h;
     other.expires_at_ms = now.wall_ms + 5000;
-    CHECK(locktab_load(lt, "b", 7, &other, &now) == LOCK_OK);
-    CHECK(locktab_get(lt, "b")->holder.deadline_ms == now.mono_ms + 1000 + LOCKTAB_DEADLINE_SLACK_MS);
+    CHECK(load(lt, "b", 7, &other, &now) == LOCK_OK);
+    CHECK(locktab_holder(locktab_get(lt, KIND_LOCK, "b"))->deadline_ms == now.mono_ms + 1000 + LOCKTAB_DEADLINE_SLACK_MS);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -306,7 +314,7 @@ static void test_readings_apart_keep_the_announced_times(void)
     const Lock *lock;
     Waiter *w;
     CHECK(acquire(lt, "a", 0, 1000, 0, &lock, &w) == LOCK_OK);
-    int64_t announced = lock->holder.expires_at_ms;
+    int64_t announced = locktab_holder(lock)->expires_at_ms;
     CHECK(acquire(lt, "a", 1, 1000, 100000, &lock, &w) == LOCK_QUEUED);
     /* The boot clock reaches the deadline with the wall clock read 2 ms
      * behind what the grant's reading would make it. */
@@ -314,11 +322,11 @@ static void test_readings_apart_keep_the_announced_times(void)
                        now.wall_ms + 1000 + LOCKTAB_DEADLINE_SLACK_MS - 2};
     Now just_before = {at_deadline.mono_ms - 1, at_deadline.wall_ms - 1};
     locktab_tick(lt, &just_before);
-    CHECK(rec.ngranted == 0 && locktab_held_by(lt, "a", ids[0], &just_before) != NULL);
+    CHECK(rec.ngranted == 0 && locktab_held_by(lt, KIND_LOCK, "a", ids[0], &just_before) != NULL);
     locktab_tick(lt, &at_deadline);
-    lock = locktab_get(lt, "a");
-    CHECK(rec.ngranted == 1 && lock->holder.token == 2);
-    CHECK(lock->holder.acquired_at_ms >= announced);
+    lock = locktab_get(lt, KIND_LOCK, "a");
+    CHECK(rec.ngranted == 1 && locktab_holder(lock)->token == 2);
+    CHECK(locktab_holder(lock)->acquired_at_ms >= announced);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -332,19 +340,19 @@ static void test_no_ok_after_deadline(void)
     Waiter *w;
     CHECK(acquire(lt, "a", 0, 3, 0, &lock, &w) == LOCK_OK); /* deadline: mono + 3 + slack */
     Now at_deadline = {now.mono_ms + 3 + LOCKTAB_DEADLINE_SLACK_MS, now.wall_ms + 3 + LOCKTAB_DEADLINE_SLACK_MS};
-    CHECK(locktab_renew(lt, "a", ids[0], 1000, &at_deadline, &lock) == LOCK_NOT_HOLDER);
-    CHECK(locktab_why_not(lt, "a", ids[0]) == REASON_EXPIRED);
-    CHECK(!locktab_get(lt, "a")->held);
+    CHECK(locktab_renew(lt, KIND_LOCK, "a", ids[0], 1000, &at_deadline, &lock, &hold) == LOCK_NOT_HOLDER);
+    CHECK(locktab_why_not(lt, KIND_LOCK, "a", ids[0]) == REASON_EXPIRED);
+    CHECK(!locktab_is_held(locktab_get(lt, KIND_LOCK, "a")));
     /* Release and reentry too; and a waiter is granted before a newcomer. */
     CHECK(acquire(lt, "b", 1, 3, 0, &lock, &w) == LOCK_OK);
     CHECK(acquire(lt, "b", 2, 1000, 100000, &lock, &w) == LOCK_QUEUED);
     uint32_t left;
-    CHECK(locktab_release(lt, "b", ids[1], &at_deadline, &left) == LOCK_NOT_HOLDER);
+    CHECK(locktab_release(lt, KIND_LOCK, "b", ids[1], &at_deadline, &left) == LOCK_NOT_HOLDER);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
     CHECK(acquire(lt, "c", 3, 3, 0, &lock, &w) == LOCK_OK);
-    AcquireArgs again = {"owner", NULL, 1000, 0, ids[3], ids[4], NULL, NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "c", &again, NULL, &at_deadline, &lock, &w) == LOCK_NOT_HOLDER);
-    CHECK(locktab_held_by(lt, "b", ids[2], &at_deadline) != NULL);
+    AcquireArgs again = {"owner", NULL, 1000, 0, ids[3], ids[4], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "c", &again, NULL, &at_deadline, &lock, &hold, &w) == LOCK_NOT_HOLDER);
+    CHECK(locktab_held_by(lt, KIND_LOCK, "b", ids[2], &at_deadline) != NULL);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -361,18 +369,18 @@ static void test_no_grant_after_wait(void)
     CHECK(acquire(lt, "a", 2, 1000, 100, &lock, &w) == LOCK_QUEUED); /* until mono + 100 */
     Now later = {now.mono_ms + 11, now.wall_ms + 11};
     uint32_t left;
-    CHECK(locktab_release(lt, "a", ids[0], &later, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[0], &later, &left) == LOCK_OK);
     CHECK(rec.ntimed_out == 1 && rec.timed_out[0] == 1);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
-    CHECK(locktab_held_by(lt, "a", ids[2], &later) != NULL);
+    CHECK(locktab_held_by(lt, KIND_LOCK, "a", ids[2], &later) != NULL);
     locktab_check(lt);
     locktab_free(lt);
 }
 
 static uint64_t ended_seq;
-static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t token, int how, uint64_t seq)
+static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq)
 {
-    (void)ud, (void)lock, (void)lease, (void)token, (void)how;
+    (void)ud, (void)lock, (void)h, (void)how;
     ended_seq = seq;
 }
 
@@ -382,7 +390,7 @@ static void on_ended(void *ud, const Lock *lock, const uint8_t *lease, uint64_t 
 static void test_history_newest_kept_at_restart(void)
 {
     LocktabLimits limits = {1000, 1000, 10, 1, 60000}; /* history of one lease */
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_ended};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, NULL};
     Locktab *lt = locktab_new(&limits, &hooks);
     Holder dead = {.owner = "o", .metadata = "{}", .token = 2, .ttl_ms = 3, .acquired_at_ms = now.wall_ms - 10,
                    .expires_at_ms = now.wall_ms - 7, .deadline_ms = now.mono_ms - 7, .count = 1};
@@ -390,10 +398,10 @@ static void test_history_newest_kept_at_restart(void)
     uint8_t released[LEASE_ID_BYTES];
     memset(released, 8, LEASE_ID_BYTES);
     locktab_continue_history(lt, 1);
-    CHECK(locktab_load(lt, "a", 2, &dead, &now) == LOCK_OK);
-    locktab_load_ended(lt, "a", released, 1, LEASE_END_RELEASED, 1);
+    CHECK(load(lt, "a", 2, &dead, &now) == LOCK_OK);
+    locktab_load_ended(lt, KIND_LOCK, "a", released, 1, LEASE_END_RELEASED, 1);
     locktab_tick(lt, &now);
-    CHECK(locktab_why_not(lt, "a", dead.lease) == REASON_EXPIRED);
+    CHECK(locktab_why_not(lt, KIND_LOCK, "a", dead.lease) == REASON_EXPIRED);
     CHECK(ended_seq == 2); /* numbered after the stored history */
     locktab_check(lt);
     locktab_free(lt);
@@ -408,29 +416,29 @@ static void test_forget_idle(void)
     CHECK(acquire(lt, "busy", 1, 100000, 0, &lock, &w) == LOCK_OK);
     CHECK(acquire(lt, "busy", 2, 1000, 200000, &lock, &w) == LOCK_QUEUED);
     uint32_t left;
-    CHECK(locktab_release(lt, "idle", ids[0], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "idle", ids[0], &now, &left) == LOCK_OK);
     locktab_check(lt);
     /* Free for less than forget_idle_ms: kept. */
     now.mono_ms += 59999;
     locktab_tick(lt, &now);
-    CHECK(rec.forgotten == 0 && locktab_get(lt, "idle") != NULL);
+    CHECK(rec.forgotten == 0 && locktab_get(lt, KIND_LOCK, "idle") != NULL);
     now.mono_ms += 1;
     locktab_tick(lt, &now);
     CHECK(rec.forgotten == 1 && strcmp(rec.last_forgotten, "idle") == 0);
-    CHECK(locktab_get(lt, "idle") == NULL);
+    CHECK(locktab_get(lt, KIND_LOCK, "idle") == NULL);
     CHECK(locktab_locks(lt) == 1); /* a held lock with a waiter is never forgotten */
     CHECK(locktab_forgotten(lt) == 1);
     /* The name can be used again; tokens still only grow; the old lease is unknown there. */
-    CHECK(acquire(lt, "idle", 3, 1000, 0, &lock, &w) == LOCK_OK && lock->holder.token == 3);
-    CHECK(locktab_why_not(lt, "idle", ids[0]) == REASON_UNKNOWN);
+    CHECK(acquire(lt, "idle", 3, 1000, 0, &lock, &w) == LOCK_OK && locktab_holder(lock)->token == 3);
+    CHECK(locktab_why_not(lt, KIND_LOCK, "idle", ids[0]) == REASON_UNKNOWN);
     /* Acquiring again before the idle deadline keeps the lock. */
-    CHECK(locktab_release(lt, "idle", ids[3], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "idle", ids[3], &now, &left) == LOCK_OK);
     now.mono_ms += 30000;
     locktab_tick(lt, &now);
     CHECK(acquire(lt, "idle", 4, 1000000, 0, &lock, &w) == LOCK_OK);
     now.mono_ms += 60000;
     locktab_tick(lt, &now);
-    CHECK(locktab_get(lt, "idle") != NULL && rec.forgotten == 1);
+    CHECK(locktab_get(lt, KIND_LOCK, "idle") != NULL && rec.forgotten == 1);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -444,62 +452,297 @@ static void test_request_id_replays(void)
     Waiter *w;
     memset(ids[10], 11, LEASE_ID_BYTES);
     memset(ids[11], 12, LEASE_ID_BYTES);
-    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[10], "req-1", NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "q", &first, NULL, &now, &lock, &w) == LOCK_OK);
-    uint64_t token = lock->holder.token;
-    int64_t expires = lock->holder.expires_at_ms;
+    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[10], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &first, NULL, &now, &lock, &hold, &w) == LOCK_OK);
+    uint64_t token = locktab_holder(lock)->token;
+    int64_t expires = locktab_holder(lock)->expires_at_ms;
     int changes = rec.changed;
     Now later = now;
     later.mono_ms += 300;
     later.wall_ms += 300;
-    AcquireArgs retry = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "q", &retry, NULL, &later, &lock, &w) == LOCK_REPLAYED);
-    CHECK(memcmp(lock->holder.lease, ids[10], LEASE_ID_BYTES) == 0 && lock->holder.token == token);
-    CHECK(lock->holder.count == 1 && lock->holder.expires_at_ms == expires && rec.changed == changes);
+    AcquireArgs retry = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &retry, NULL, &later, &lock, &hold, &w) == LOCK_REPLAYED);
+    CHECK(memcmp(locktab_holder(lock)->lease, ids[10], LEASE_ID_BYTES) == 0 && locktab_holder(lock)->token == token);
+    CHECK(locktab_holder(lock)->count == 1 && locktab_holder(lock)->expires_at_ms == expires && rec.changed == changes);
     /* Another owner with the same id, or the same owner with another id: held. */
-    AcquireArgs other = {"mallory", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "q", &other, NULL, &later, &lock, &w) == LOCK_BUSY);
-    AcquireArgs fresh = {"alice", NULL, 1000, 0, NULL, ids[11], "req-2", NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "q", &fresh, NULL, &later, &lock, &w) == LOCK_BUSY);
+    AcquireArgs other = {"mallory", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &other, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
+    AcquireArgs fresh = {"alice", NULL, 1000, 0, NULL, ids[11], "req-2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &fresh, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
     /* The same owner and id from another API key: a new acquire, never the grant. */
-    AcquireArgs other_key = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", "tenant-b", {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "q", &other_key, NULL, &later, &lock, &w) == LOCK_BUSY);
+    AcquireArgs other_key = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &other_key, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
     /* A reentry with an id is replayed too, and the count goes up once. */
-    AcquireArgs reenter = {"alice", NULL, 0, 0, ids[10], NULL, "req-3", NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "q", &reenter, NULL, &later, &lock, &w) == LOCK_OK && lock->holder.count == 2);
-    CHECK(locktab_acquire(lt, "q", &reenter, NULL, &later, &lock, &w) == LOCK_REPLAYED && lock->holder.count == 2);
+    AcquireArgs reenter = {"alice", NULL, 0, 0, ids[10], NULL, "req-3", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &reenter, NULL, &later, &lock, &hold, &w) == LOCK_OK && locktab_holder(lock)->count == 2);
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &reenter, NULL, &later, &lock, &hold, &w) == LOCK_REPLAYED && locktab_holder(lock)->count == 2);
     /* The first id now names nothing: its grant was re-entered since. */
-    CHECK(locktab_acquire(lt, "q", &retry, NULL, &later, &lock, &w) == LOCK_BUSY);
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &retry, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
     /* A queued waiter's id, and its API key's name, come with its grant. */
     memset(ids[12], 13, LEASE_ID_BYTES);
-    AcquireArgs queued = {"bob", NULL, 1000, 5000, NULL, ids[12], "bob-1", "tenant-b", {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "q", &queued, NULL, &later, &lock, &w) == LOCK_QUEUED);
+    AcquireArgs queued = {"bob", NULL, 1000, 5000, NULL, ids[12], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &queued, NULL, &later, &lock, &hold, &w) == LOCK_QUEUED);
     uint32_t left;
-    CHECK(locktab_release(lt, "q", ids[10], &later, &left) == LOCK_OK && left == 1);
-    CHECK(locktab_release(lt, "q", ids[10], &later, &left) == LOCK_OK && left == 0);
-    lock = locktab_get(lt, "q");
-    CHECK(lock->held && strcmp(lock->holder.owner, "bob") == 0 && strcmp(lock->holder.key, "tenant-b") == 0);
-    AcquireArgs bob_retry = {"bob", NULL, 1000, 5000, NULL, ids[13], "bob-1", "tenant-b", {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "q", &bob_retry, NULL, &later, &lock, &w) == LOCK_REPLAYED);
-    CHECK(memcmp(lock->holder.lease, ids[12], LEASE_ID_BYTES) == 0);
+    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[10], &later, &left) == LOCK_OK && left == 1);
+    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[10], &later, &left) == LOCK_OK && left == 0);
+    lock = locktab_get(lt, KIND_LOCK, "q");
+    CHECK(locktab_is_held(lock) && strcmp(locktab_holder(lock)->owner, "bob") == 0 && strcmp(locktab_holder(lock)->key, "tenant-b") == 0);
+    AcquireArgs bob_retry = {"bob", NULL, 1000, 5000, NULL, ids[13], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &bob_retry, NULL, &later, &lock, &hold, &w) == LOCK_REPLAYED);
+    CHECK(memcmp(locktab_holder(lock)->lease, ids[12], LEASE_ID_BYTES) == 0);
     memset(ids[15], 16, LEASE_ID_BYTES);
     /* Once that grant has ended, the id is a new acquire. */
-    CHECK(locktab_release(lt, "q", ids[12], &later, &left) == LOCK_OK && left == 0);
-    CHECK(locktab_acquire(lt, "q", &bob_retry, NULL, &later, &lock, &w) == LOCK_OK);
-    CHECK(memcmp(lock->holder.lease, ids[13], LEASE_ID_BYTES) == 0 && lock->holder.token > token + 1);
+    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[12], &later, &left) == LOCK_OK && left == 0);
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &bob_retry, NULL, &later, &lock, &hold, &w) == LOCK_OK);
+    CHECK(memcmp(locktab_holder(lock)->lease, ids[13], LEASE_ID_BYTES) == 0 && locktab_holder(lock)->token > token + 1);
     /* A retry arriving after the holder's deadline, before any tick: the
      * expiry grants the queued acquire first, and the retry gets that grant
      * (found by fuzz_locktab's model). */
     memset(ids[14], 15, LEASE_ID_BYTES);
-    AcquireArgs carol = {"carol", NULL, 1000, 60000, NULL, ids[14], "carol-1", NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "q", &carol, NULL, &later, &lock, &w) == LOCK_QUEUED);
+    AcquireArgs carol = {"carol", NULL, 1000, 60000, NULL, ids[14], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &carol, NULL, &later, &lock, &hold, &w) == LOCK_QUEUED);
     Now expired = later;
     expired.mono_ms += 5000;
     expired.wall_ms += 5000;
-    AcquireArgs carol_retry = {"carol", NULL, 1000, 60000, NULL, ids[15], "carol-1", NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "q", &carol_retry, NULL, &expired, &lock, &w) == LOCK_REPLAYED);
-    CHECK(memcmp(lock->holder.lease, ids[14], LEASE_ID_BYTES) == 0 && strcmp(lock->holder.owner, "carol") == 0);
-    CHECK(locktab_release(lt, "q", ids[14], &expired, &left) == LOCK_OK && left == 0);
+    AcquireArgs carol_retry = {"carol", NULL, 1000, 60000, NULL, ids[15], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "q", &carol_retry, NULL, &expired, &lock, &hold, &w) == LOCK_REPLAYED);
+    CHECK(memcmp(locktab_holder(lock)->lease, ids[14], LEASE_ID_BYTES) == 0 && strcmp(locktab_holder(lock)->owner, "carol") == 0);
+    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[14], &expired, &left) == LOCK_OK && left == 0);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* An acquire of `kind` in `mode` (a semaphore's with `limit`) with lease ids[id]. */
+static LockResult take(Locktab *lt, LockKind kind, const char *name, int id, uint8_t mode, uint32_t limit,
+                       int64_t wait_ms, int64_t delay_ms)
+{
+    const Lock *lock;
+    Waiter *w;
+    memset(ids[id], id + 1, LEASE_ID_BYTES);
+    AcquireArgs a = {"owner", NULL, 1000, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, mode, true, delay_ms, limit};
+    return locktab_acquire(lt, kind, name, &a, (void *)(intptr_t)id, &now, &lock, &hold, &w);
+}
+
+static size_t holders_of(Locktab *lt, LockKind kind, const char *name)
+{
+    const Lock *lock = locktab_get(lt, kind, name);
+    return lock ? lock->holders.len : 0;
+}
+
+/* Readers share; a reader that comes while a writer waits waits behind it
+ * (no barging); a writer's end grants the run of readers at the head, up
+ * to the next writer; each grant has its own token. */
+static void test_readers_fifo(void)
+{
+    Locktab *lt = table(100);
+    uint32_t left;
+    CHECK(take(lt, KIND_LOCK, "rw", 0, MODE_READ, 0, 0, 0) == LOCK_OK && hold->token == 1);
+    CHECK(take(lt, KIND_LOCK, "rw", 1, MODE_READ, 0, 0, 0) == LOCK_OK && hold->token == 2);
+    CHECK(holders_of(lt, KIND_LOCK, "rw") == 2);
+    CHECK(take(lt, KIND_LOCK, "rw", 2, MODE_WRITE, 0, 0, 0) == LOCK_BUSY);
+    CHECK(take(lt, KIND_LOCK, "rw", 2, MODE_WRITE, 0, 5000, 0) == LOCK_QUEUED);
+    /* No barging: a reader behind the waiting writer waits too. */
+    CHECK(take(lt, KIND_LOCK, "rw", 3, MODE_READ, 0, 0, 0) == LOCK_BUSY);
+    CHECK(take(lt, KIND_LOCK, "rw", 3, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
+    CHECK(take(lt, KIND_LOCK, "rw", 4, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
+    CHECK(take(lt, KIND_LOCK, "rw", 5, MODE_WRITE, 0, 5000, 0) == LOCK_QUEUED);
+    CHECK(take(lt, KIND_LOCK, "rw", 6, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
+    locktab_check(lt);
+    /* The writer waits for every reader. */
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[0], &now, &left) == LOCK_OK && rec.ngranted == 0);
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[1], &now, &left) == LOCK_OK);
+    CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
+    const Lock *lock = locktab_get(lt, KIND_LOCK, "rw");
+    CHECK(lock->mode == MODE_WRITE && lock->holders.len == 1 && locktab_holder(lock)->token == 3);
+    locktab_check(lt);
+    /* Its end grants readers 3 and 4 (the run at the head), not writer 5. */
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[2], &now, &left) == LOCK_OK);
+    CHECK(rec.ngranted == 3 && rec.granted[1] == 3 && rec.granted[2] == 4);
+    CHECK(lock->mode == MODE_READ && lock->holders.len == 2 && lock->waiters.len == 2);
+    CHECK(locktab_holder(lock)->token == 4 && locktab_next_holder(locktab_holder(lock))->token == 5);
+    locktab_check(lt);
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[4], &now, &left) == LOCK_OK && rec.ngranted == 3);
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[3], &now, &left) == LOCK_OK);
+    CHECK(rec.ngranted == 4 && rec.granted[3] == 5);
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[5], &now, &left) == LOCK_OK);
+    CHECK(rec.ngranted == 5 && rec.granted[4] == 6 && lock->mode == MODE_READ);
+    CHECK(rec.tokens_monotonic);
+    LocktabCounts c = locktab_counts(lt, KIND_LOCK);
+    CHECK(c.held == 1 && c.leases == 1 && c.readers == 1 && c.waiters == 0);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* A writer at the head that gives up (or times out) lets the readers
+ * behind it join the readers that hold the lock at once. */
+static void test_writer_gives_up(void)
+{
+    Locktab *lt = table(100);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(take(lt, KIND_LOCK, "g", 0, MODE_READ, 0, 0, 0) == LOCK_OK);
+    memset(ids[1], 2, LEASE_ID_BYTES);
+    AcquireArgs writer = {"owner", NULL, 1000, 5000, NULL, ids[1], NULL, NULL, {NULL, NULL}, MODE_WRITE, true, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "g", &writer, (void *)1, &now, &lock, &hold, &w) == LOCK_QUEUED);
+    CHECK(take(lt, KIND_LOCK, "g", 2, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
+    CHECK(take(lt, KIND_LOCK, "g", 3, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
+    locktab_cancel(lt, w, &now);
+    CHECK(rec.ngranted == 2 && rec.granted[0] == 2 && rec.granted[1] == 3 && lock->holders.len == 3);
+    locktab_check(lt);
+    /* The same when its wait runs out. */
+    CHECK(take(lt, KIND_LOCK, "g", 4, MODE_WRITE, 0, 100, 0) == LOCK_QUEUED);
+    CHECK(take(lt, KIND_LOCK, "g", 5, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
+    now.mono_ms += 100;
+    locktab_tick(lt, &now);
+    CHECK(rec.ntimed_out == 1 && rec.timed_out[0] == 4);
+    CHECK(rec.ngranted == 3 && rec.granted[2] == 5 && lock->holders.len == 4);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* Reentry keeps the lease's mode: left out, it is the lease's; another is a conflict. */
+static void test_reentry_modes(void)
+{
+    Locktab *lt = table(100);
+    const Lock *lock;
+    Waiter *w;
+    CHECK(take(lt, KIND_LOCK, "m", 0, MODE_READ, 0, 0, 0) == LOCK_OK);
+    AcquireArgs same = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "m", &same, NULL, &now, &lock, &hold, &w) == LOCK_OK);
+    CHECK(hold->count == 2 && hold->mode == MODE_READ);
+    AcquireArgs other = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, true, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "m", &other, NULL, &now, &lock, &hold, &w) == LOCK_MODE_CONFLICT);
+    CHECK(hold->count == 2);
+    AcquireArgs read = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_READ, true, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "m", &read, NULL, &now, &lock, &hold, &w) == LOCK_OK && hold->count == 3);
+    /* A semaphore's permit cannot be re-entered. */
+    CHECK(take(lt, KIND_SEMAPHORE, "m", 1, MODE_WRITE, 2, 0, 0) == LOCK_OK);
+    AcquireArgs permit = {"owner", NULL, 0, 0, ids[1], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2};
+    CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "m", &permit, NULL, &now, &lock, &hold, &w) == LOCK_NOT_HOLDER);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* A semaphore: `limit` permits, each a lease with its own token; one wake
+ * per freed permit, FIFO; a permit ends at its TTL; the limit is the first
+ * acquire's while anyone holds or waits; a lock of the same name is
+ * another thing. */
+static void test_semaphore(void)
+{
+    Locktab *lt = table(100);
+    uint32_t left;
+    CHECK(take(lt, KIND_SEMAPHORE, "s", 0, MODE_WRITE, 2, 0, 0) == LOCK_OK && hold->token == 1);
+    CHECK(take(lt, KIND_SEMAPHORE, "s", 1, MODE_WRITE, 2, 0, 0) == LOCK_OK && hold->token == 2);
+    CHECK(take(lt, KIND_SEMAPHORE, "s", 2, MODE_WRITE, 2, 0, 0) == LOCK_BUSY);
+    CHECK(take(lt, KIND_SEMAPHORE, "s", 2, MODE_WRITE, 3, 0, 0) == LOCK_LIMIT_MISMATCH);
+    CHECK(take(lt, KIND_SEMAPHORE, "s", 2, MODE_WRITE, 2, 5000, 0) == LOCK_QUEUED);
+    CHECK(take(lt, KIND_SEMAPHORE, "s", 3, MODE_WRITE, 2, 5000, 0) == LOCK_QUEUED);
+    CHECK(take(lt, KIND_LOCK, "s", 4, MODE_WRITE, 0, 0, 0) == LOCK_OK && hold->token == 3); /* another namespace */
+    locktab_check(lt);
+    CHECK(locktab_release(lt, KIND_SEMAPHORE, "s", ids[0], &now, &left) == LOCK_OK && left == 0);
+    CHECK(rec.ngranted == 1 && rec.granted[0] == 2 && holders_of(lt, KIND_SEMAPHORE, "s") == 2);
+    CHECK(locktab_held_by(lt, KIND_SEMAPHORE, "s", ids[2], &now)->token == 4);
+    CHECK(locktab_held_by(lt, KIND_LOCK, "s", ids[2], &now) == NULL);
+    /* A crashed holder's permit comes back at its TTL, to the next waiter. */
+    CHECK(locktab_renew(lt, KIND_SEMAPHORE, "s", ids[2], 5000, &now, &(const Lock *){NULL}, &hold) == LOCK_OK);
+    now.mono_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
+    now.wall_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
+    locktab_tick(lt, &now);
+    CHECK(rec.ngranted == 2 && rec.granted[1] == 3 && holders_of(lt, KIND_SEMAPHORE, "s") == 2);
+    CHECK(locktab_why_not(lt, KIND_SEMAPHORE, "s", ids[1]) == REASON_SUPERSEDED);
+    locktab_check(lt);
+    CHECK(locktab_release(lt, KIND_SEMAPHORE, "s", ids[2], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_SEMAPHORE, "s", ids[3], &now, &left) == LOCK_OK);
+    /* Idle: the next acquire sets the limit. */
+    CHECK(take(lt, KIND_SEMAPHORE, "s", 5, MODE_WRITE, 1, 0, 0) == LOCK_OK);
+    CHECK(locktab_get(lt, KIND_SEMAPHORE, "s")->limit == 1);
+    CHECK(take(lt, KIND_SEMAPHORE, "s", 6, MODE_WRITE, 1, 0, 0) == LOCK_BUSY);
+    LocktabCounts c = locktab_counts(lt, KIND_SEMAPHORE);
+    CHECK(c.names == 1 && c.held == 1 && c.leases == 1 && c.readers == 0);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* Lock-delay: after an unclean end (expiry, revocation) nobody is granted
+ * the lock until the delay has passed; waiters keep their places; a
+ * release starts none. */
+static void test_lock_delay(void)
+{
+    Locktab *lt = table(100);
+    uint32_t left;
+    CHECK(take(lt, KIND_LOCK, "d", 0, MODE_WRITE, 0, 0, 500) == LOCK_OK && hold->lock_delay_ms == 500);
+    CHECK(take(lt, KIND_LOCK, "d", 1, MODE_WRITE, 0, 100000, 0) == LOCK_QUEUED);
+    CHECK(take(lt, KIND_LOCK, "d", 2, MODE_READ, 0, 100000, 0) == LOCK_QUEUED);
+    int64_t expiry = now.wall_ms + 1000;
+    now.mono_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
+    now.wall_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
+    locktab_tick(lt, &now);
+    const Lock *lock = locktab_get(lt, KIND_LOCK, "d");
+    CHECK(rec.ngranted == 0 && !locktab_is_held(lock) && locktab_delayed(lock, &now));
+    CHECK(lock->delay_until_ms == expiry + LOCKTAB_DEADLINE_SLACK_MS + 500);
+    CHECK(take(lt, KIND_LOCK, "d", 3, MODE_WRITE, 0, 0, 0) == LOCK_BUSY);
+    CHECK(locktab_delays(lt) == 1);
+    locktab_check(lt);
+    /* Not a moment before delay_until_ms, on the boot clock with its slack. */
+    now.mono_ms += 500 + LOCKTAB_DEADLINE_SLACK_MS - 1;
+    now.wall_ms += 500;
+    CHECK(now.wall_ms == lock->delay_until_ms);
+    locktab_tick(lt, &now);
+    CHECK(rec.ngranted == 0);
+    now.mono_ms += 1;
+    now.wall_ms += 1;
+    CHECK(locktab_next_timeout_ms(lt, &now) == 0);
+    locktab_tick(lt, &now);
+    CHECK(rec.ngranted == 1 && rec.granted[0] == 1 && !locktab_delayed(lock, &now) && lock->delay_until_ms == 0);
+    locktab_check(lt);
+    /* A clean release: no delay, the reader is granted at once. */
+    CHECK(locktab_release(lt, KIND_LOCK, "d", ids[1], &now, &left) == LOCK_OK);
+    CHECK(rec.ngranted == 2 && rec.granted[1] == 2 && locktab_delays(lt) == 1);
+    /* A revocation: the delay of the lease revoked. */
+    CHECK(locktab_release(lt, KIND_LOCK, "d", ids[2], &now, &left) == LOCK_OK);
+    CHECK(take(lt, KIND_LOCK, "d", 4, MODE_READ, 0, 0, 300) == LOCK_OK);
+    CHECK(take(lt, KIND_LOCK, "d", 5, MODE_READ, 0, 0, 0) == LOCK_OK);
+    CHECK(locktab_revoke(lt, KIND_LOCK, "d", &now) == LOCK_OK && !locktab_is_held(lock));
+    CHECK(locktab_delayed(lock, &now) && lock->delay_until_ms == now.wall_ms + 300);
+    CHECK(locktab_why_not(lt, KIND_LOCK, "d", ids[5]) == REASON_REVOKED);
+    CHECK(take(lt, KIND_LOCK, "d", 6, MODE_READ, 0, 0, 0) == LOCK_BUSY);
+    /* The delay is over at the next operation even before the tick. */
+    Now later = {now.mono_ms + 300 + LOCKTAB_DEADLINE_SLACK_MS, now.wall_ms + 300 + LOCKTAB_DEADLINE_SLACK_MS};
+    now = later;
+    CHECK(take(lt, KIND_LOCK, "d", 6, MODE_READ, 0, 0, 0) == LOCK_OK);
+    locktab_check(lt);
+    /* Stored: what is left by the wall clock, never more than the longest delay. */
+    CHECK(locktab_load(lt, KIND_LOCK, "stored", 3, 0, now.wall_ms + 250, &now) == LOCK_OK);
+    CHECK(locktab_load(lt, KIND_LOCK, "far", 3, 0, now.wall_ms + 10 * LOCKTAB_DELAY_MAX_MS, &now) == LOCK_OK);
+    CHECK(locktab_delayed(locktab_get(lt, KIND_LOCK, "stored"), &now));
+    CHECK(locktab_get(lt, KIND_LOCK, "far")->delay_until_ms == now.wall_ms + LOCKTAB_DELAY_MAX_MS);
+    CHECK(take(lt, KIND_LOCK, "stored", 7, MODE_WRITE, 0, 0, 0) == LOCK_BUSY);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* Stored readers and permits load beside their name; one that cannot hold
+ * beside what loaded before it is refused (the gateway drops it). */
+static void test_load_shared(void)
+{
+    Locktab *lt = table(10);
+    Holder r1 = from_another_boot(500, 1), r2 = r1, w = r1;
+    r1.mode = r2.mode = MODE_READ;
+    r2.token = 8;
+    memset(r2.lease, 4, LEASE_ID_BYTES);
+    w.token = 9;
+    memset(w.lease, 5, LEASE_ID_BYTES);
+    CHECK(locktab_load(lt, KIND_LOCK, "r", 6, 0, 0, &now) == LOCK_OK);
+    CHECK(locktab_load_holder(lt, KIND_LOCK, "r", &r1, &now) == LOCK_OK);
+    CHECK(locktab_load_holder(lt, KIND_LOCK, "r", &r2, &now) == LOCK_OK);
+    CHECK(locktab_load_holder(lt, KIND_LOCK, "r", &w, &now) == LOCK_BUSY);
+    const Lock *lock = locktab_get(lt, KIND_LOCK, "r");
+    CHECK(lock->holders.len == 2 && lock->mode == MODE_READ && lock->last_token == 8);
+    CHECK(locktab_last_token(lt) == 8);
+    CHECK(locktab_load(lt, KIND_SEMAPHORE, "s", 9, 1, 0, &now) == LOCK_OK);
+    CHECK(locktab_load_holder(lt, KIND_SEMAPHORE, "s", &w, &now) == LOCK_OK);
+    CHECK(locktab_load_holder(lt, KIND_SEMAPHORE, "s", &r2, &now) == LOCK_BUSY); /* past the limit */
+    CHECK(locktab_held(lt) == 3);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -512,32 +755,46 @@ static void test_answers_of_a_grant(void)
     const Lock *lock;
     Waiter *w;
     memset(ids[20], 21, LEASE_ID_BYTES);
-    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[20], "req-a", NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "a", &first, NULL, &now, &lock, &w) == LOCK_OK);
-    locktab_answer_started(lt, "a", ids[20]);
-    CHECK(locktab_acquire(lt, "a", &first, NULL, &now, &lock, &w) == LOCK_REPLAYED);
-    locktab_answer_started(lt, "a", ids[20]);
+    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[20], "req-a", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "a", &first, NULL, &now, &lock, &hold, &w) == LOCK_OK);
+    locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
+    CHECK(locktab_acquire(lt, KIND_LOCK, "a", &first, NULL, &now, &lock, &hold, &w) == LOCK_REPLAYED);
+    locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
     /* The first answer is lost while the replay's is on its way: kept. */
-    CHECK(!locktab_answer_ended(lt, "a", ids[20], false));
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
     /* The replay's is lost too: nothing of the grant reached anyone. */
-    CHECK(locktab_answer_ended(lt, "a", ids[20], false));
+    CHECK(locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
     /* Delivered once: a later lost answer undoes nothing. */
-    CHECK(locktab_acquire(lt, "a", &first, NULL, &now, &lock, &w) == LOCK_REPLAYED);
-    locktab_answer_started(lt, "a", ids[20]);
-    locktab_answer_started(lt, "a", ids[20]);
-    CHECK(!locktab_answer_ended(lt, "a", ids[20], true));
-    CHECK(!locktab_answer_ended(lt, "a", ids[20], false));
+    CHECK(locktab_acquire(lt, KIND_LOCK, "a", &first, NULL, &now, &lock, &hold, &w) == LOCK_REPLAYED);
+    locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
+    locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], true));
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
     /* A re-entry's answers count for the re-entry. */
-    AcquireArgs again = {"alice", NULL, 0, 0, ids[20], NULL, "req-b", NULL, {NULL, NULL}};
-    CHECK(locktab_acquire(lt, "a", &again, NULL, &now, &lock, &w) == LOCK_OK && lock->holder.count == 2);
-    locktab_answer_started(lt, "a", ids[20]);
-    CHECK(locktab_answer_ended(lt, "a", ids[20], false));
-    /* Another lease, or a free lock: nothing to undo. */
-    CHECK(!locktab_answer_ended(lt, "a", ids[21], false));
+    AcquireArgs again = {"alice", NULL, 0, 0, ids[20], NULL, "req-b", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    CHECK(locktab_acquire(lt, KIND_LOCK, "a", &again, NULL, &now, &lock, &hold, &w) == LOCK_OK &&
+          locktab_holder(lock)->count == 2);
+    locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
+    CHECK(locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
+    /* Another lease, the same name of the other kind, or a free lock: nothing to undo. */
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[21], false));
+    CHECK(!locktab_answer_ended(lt, KIND_SEMAPHORE, "a", ids[20], false));
     uint32_t left;
-    CHECK(locktab_release(lt, "a", ids[20], &now, &left) == LOCK_OK && left == 1);
-    CHECK(locktab_release(lt, "a", ids[20], &now, &left) == LOCK_OK && left == 0);
-    CHECK(!locktab_answer_ended(lt, "a", ids[20], false));
+    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[20], &now, &left) == LOCK_OK && left == 1);
+    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[20], &now, &left) == LOCK_OK && left == 0);
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
+    /* Each permit (and each reader) has answers of its own: one delivered says
+     * nothing of another's. */
+    memset(ids[22], 23, LEASE_ID_BYTES);
+    AcquireArgs p1 = {"p1", NULL, 1000, 0, NULL, ids[21], "req-p1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2};
+    AcquireArgs p2 = {"p2", NULL, 1000, 0, NULL, ids[22], "req-p2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2};
+    CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "s", &p1, NULL, &now, &lock, &hold, &w) == LOCK_OK);
+    locktab_answer_started(lt, KIND_SEMAPHORE, "s", ids[21]);
+    CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "s", &p2, NULL, &now, &lock, &hold, &w) == LOCK_OK);
+    locktab_answer_started(lt, KIND_SEMAPHORE, "s", ids[22]);
+    CHECK(!locktab_answer_ended(lt, KIND_SEMAPHORE, "s", ids[21], true));
+    CHECK(locktab_answer_ended(lt, KIND_SEMAPHORE, "s", ids[22], false));
+    CHECK(!locktab_answer_ended(lt, KIND_LOCK, "s", ids[22], false));
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -558,5 +815,11 @@ int main(void)
     test_no_ok_after_deadline();
     test_no_grant_after_wait();
     test_history_newest_kept_at_restart();
+    test_readers_fifo();
+    test_writer_gives_up();
+    test_reentry_modes();
+    test_semaphore();
+    test_lock_delay();
+    test_load_shared();
     return check_report("locktab");
 }

@@ -1,5 +1,6 @@
 "use strict";
-// The client: acquire (long-poll), withLock (with a watchdog), status, list, fence.
+// The client: acquire (long-poll), withLock (with a watchdog), semaphore permits
+// (acquirePermit, semaphore), status, list, fence.
 
 const { randomUUID } = require("node:crypto");
 const fs = require("node:fs");
@@ -53,36 +54,40 @@ class Client {
    * Takes the lock `name`, waiting up to `wait` in its FIFO queue.
    * One request_id goes with every attempt of this acquire, so a retry whose
    * predecessor's answer was lost gets that grant back instead of lock_held.
+   * mode: "write" (exclusive, the default) or "read" (shared with the other readers;
+   * the guard refuses a read lease's writes). lockDelay: a duration (at most 60s):
+   * when this lease ends uncleanly (expires, force-released), nobody is granted the
+   * lock until that long after.
    * Rejects with LockHeldError when not granted within `wait`, UnavailableError when
    * no server answered in time.
    * @param {string} name
-   * @param {object} [options] ttl, wait, owner, metadata, onLost, keepAlive (see index.d.ts)
+   * @param {object} [options] ttl, wait, owner, metadata, onLost, keepAlive, mode, lockDelay (see index.d.ts)
    * @returns {Promise<Lease>}
    */
-  async acquire(name, { ttl = "30s", wait = "0s", owner, metadata, onLost, keepAlive = false } = {}) {
-    const ttlMs = toMillis(ttl, "ttl");
-    const waitMs = toMillis(wait, "wait");
-    const body = { owner: owner || this.owner, ttl_ms: ttlMs, request_id: randomUUID() };
-    if (metadata !== undefined) body.metadata = metadata;
-    const path = lockPath(name, "acquire");
-    const start = now();
-    const waitUntil = start + waitMs;
-    const until = start + Math.max(waitMs, this.#transport.retryForMs);
-    let granted;
-    for (;;) {
-      const pollUntil = Math.min(waitUntil, now() + MAX_POLL_MS);
-      try {
-        granted = await this.#transport.call("POST", path, { body, until, waitUntil: pollUntil });
-        break;
-      } catch (error) {
-        if (!(error instanceof LockHeldError) || pollUntil >= waitUntil) throw error;
-      }
+  async acquire(name, { mode = "write", lockDelay, ...options } = {}) {
+    if (mode !== "write" && mode !== "read") {
+      throw new TypeError(`mode: "write" (exclusive) or "read" (shared), not ${JSON.stringify(mode)}`);
     }
-    const { server, answer: grant } = granted;
-    let sent = start; // any attempt may have made the grant: the first was sent first
-    if (now() - sent > grant.ttl_ms / 3) sent = await this.#confirm(name, grant);
-    const lease = new Lease(this.#transport, server, grant, sent, onLost);
-    return keepAlive ? lease.keepAlive() : lease;
+    const extra = mode === "read" ? { mode } : {};
+    if (lockDelay !== undefined) extra.lock_delay_ms = toMillis(lockDelay, "lockDelay");
+    return this.#take(name, false, extra, options);
+  }
+
+  /**
+   * Takes one of the `limit` permits of the semaphore `name`, waiting up to `wait` in
+   * its FIFO queue. The permit is a Lease (lease.semaphore is true) with its own token,
+   * renewed and released as a lock's; one its holder stops renewing comes back at its
+   * TTL. Rejects with SemaphoreFullError (a LockHeldError) when not granted within
+   * `wait`, LimitMismatchError when the semaphore has holders or waiters under another
+   * limit.
+   * @param {string} name
+   * @param {object} options limit (1..10000, required), ttl, wait, owner, metadata, onLost, keepAlive
+   * @returns {Promise<Lease>}
+   */
+  async acquirePermit(name, { limit, ...options } = {}) {
+    if (!Number.isInteger(limit)) throw new TypeError(`limit: expected an integer, got ${JSON.stringify(limit)}`);
+    if (limit < 1 || limit > 10000) throw new RangeError(`limit: the number of permits is 1..10000, not ${limit}`);
+    return this.#take(name, true, { limit }, options);
   }
 
   /**
@@ -99,7 +104,95 @@ class Client {
    */
   async withLock(name, options, fn) {
     if (typeof options === "function") [options, fn] = [{}, options];
-    const lease = await this.acquire(name, { ...options, keepAlive: true });
+    return this.#hold(await this.acquire(name, { ...options, keepAlive: true }), fn);
+  }
+
+  /**
+   * withLock for one of the `limit` permits of a semaphore:
+   * `await client.semaphore("crawl/slots", { limit: 10, wait: "1m" }, async (permit) => ...)`.
+   * @template T
+   * @param {string} name
+   * @param {object} options as for acquirePermit (limit required)
+   * @param {(permit: Lease) => Promise<T>|T} fn
+   * @returns {Promise<T>}
+   */
+  async semaphore(name, options, fn) {
+    return this.#hold(await this.acquirePermit(name, { ...options, keepAlive: true }), fn);
+  }
+
+  /**
+   * The lock's state: {name, held, mode, holder, holders, waiters, last_token,
+   * delay_until_ms...} (never a lease id).
+   */
+  async status(name) {
+    return (await this.#call("GET", `/v1/locks/${quoteName(name)}`)).answer;
+  }
+
+  /** The semaphore's state: {name, limit, holders, holders_total, available, waiters, last_token...}. */
+  async semaphoreStatus(name) {
+    return (await this.#call("GET", `/v1/semaphores/${quoteName(name)}`)).answer;
+  }
+
+  /**
+   * The state of every lock (with semaphores: true, every semaphore) the server
+   * knows whose name starts with `prefix`, in name order, fetched `pageSize` at a
+   * time: `for await (const lock of client.list())`.
+   */
+  async *list({ prefix = "", after, pageSize = 100, semaphores = false } = {}) {
+    const kind = semaphores ? "semaphores" : "locks";
+    for (;;) {
+      const query = new URLSearchParams({ prefix, limit: String(pageSize) });
+      if (after !== undefined && after !== null) query.set("after", after);
+      const { answer: page } = await this.#call("GET", `/v1/${kind}?${query}`);
+      yield* page[kind];
+      after = page.next;
+      if (after === null) return;
+    }
+  }
+
+  /**
+   * Checks `token` (a decimal string, a bigint or a safe integer) against the
+   * resource's high-water mark; rejects with StaleTokenError. Throws TypeError or
+   * RangeError, before any request, for a value that is not a token.
+   */
+  async fence(resource, token) {
+    const body = { token: toToken(token) };
+    return (await this.#call("POST", `/v1/fence/${quoteName(resource)}`, body)).answer;
+  }
+
+  /**
+   * The acquire of a lock or (semaphore) of a permit, with `extra` in its body.
+   * One request_id goes with every attempt, so a retry whose predecessor's answer
+   * was lost gets that grant back instead of lock_held.
+   */
+  async #take(name, semaphore, extra, { ttl = "30s", wait = "0s", owner, metadata, onLost, keepAlive = false }) {
+    const ttlMs = toMillis(ttl, "ttl");
+    const waitMs = toMillis(wait, "wait");
+    const body = { owner: owner || this.owner, ttl_ms: ttlMs, request_id: randomUUID(), ...extra };
+    if (metadata !== undefined) body.metadata = metadata;
+    const path = lockPath(name, "acquire", semaphore);
+    const start = now();
+    const waitUntil = start + waitMs;
+    const until = start + Math.max(waitMs, this.#transport.retryForMs);
+    let granted;
+    for (;;) {
+      const pollUntil = Math.min(waitUntil, now() + MAX_POLL_MS);
+      try {
+        granted = await this.#transport.call("POST", path, { body, until, waitUntil: pollUntil });
+        break;
+      } catch (error) {
+        if (!(error instanceof LockHeldError) || pollUntil >= waitUntil) throw error;
+      }
+    }
+    const { server, answer: grant } = granted;
+    let sent = start; // any attempt may have made the grant: the first was sent first
+    if (now() - sent > grant.ttl_ms / 3) sent = await this.#confirm(name, grant, semaphore);
+    const lease = new Lease(this.#transport, server, grant, sent, onLost, semaphore);
+    return keepAlive ? lease.keepAlive() : lease;
+  }
+
+  /** Runs fn(lease) on a kept-alive lease, then releases it (see withLock). */
+  async #hold(lease, fn) {
     let outcome;
     try {
       outcome = { value: await fn(lease) };
@@ -116,36 +209,6 @@ class Client {
     return outcome.value;
   }
 
-  /** The lock's state: {name, held, holder, waiters, last_token} (never a lease id). */
-  async status(name) {
-    return (await this.#call("GET", `/v1/locks/${quoteName(name)}`)).answer;
-  }
-
-  /**
-   * The state of every lock the server knows whose name starts with `prefix`, in
-   * name order, fetched `pageSize` at a time: `for await (const lock of client.list())`.
-   */
-  async *list({ prefix = "", after, pageSize = 100 } = {}) {
-    for (;;) {
-      const query = new URLSearchParams({ prefix, limit: String(pageSize) });
-      if (after !== undefined && after !== null) query.set("after", after);
-      const { answer: page } = await this.#call("GET", `/v1/locks?${query}`);
-      yield* page.locks;
-      after = page.next;
-      if (after === null) return;
-    }
-  }
-
-  /**
-   * Checks `token` (a decimal string, a bigint or a safe integer) against the
-   * resource's high-water mark; rejects with StaleTokenError. Throws TypeError or
-   * RangeError, before any request, for a value that is not a token.
-   */
-  async fence(resource, token) {
-    const body = { token: toToken(token) };
-    return (await this.#call("POST", `/v1/fence/${quoteName(resource)}`, body)).answer;
-  }
-
   #call(method, path, body) {
     return this.#transport.call(method, path, { body, until: now() + this.#transport.retryForMs });
   }
@@ -155,11 +218,11 @@ class Client {
    * or retries): it was made at an unknown moment since, so only the send time of a
    * renewal bounds it. On failure releases the grant as a courtesy and rethrows.
    */
-  async #confirm(name, grant) {
+  async #confirm(name, grant, semaphore) {
     try {
-      return (await this.#call("POST", lockPath(name, "renew"), { lease: grant.lease })).sent;
+      return (await this.#call("POST", lockPath(name, "renew", semaphore), { lease: grant.lease })).sent;
     } catch (error) {
-      await this.#transport.courtesyRelease(name, grant.lease);
+      await this.#transport.courtesyRelease(name, grant.lease, semaphore);
       throw error;
     }
   }

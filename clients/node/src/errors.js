@@ -37,6 +37,16 @@ const NotFoundError = define("NotFoundError", "not_found");
 const MethodNotAllowedError = define("MethodNotAllowedError", "method_not_allowed");
 /** 409: not granted within the wait; body.holder and body.waiters say by whom. */
 const LockHeldError = define("LockHeldError", "lock_held");
+/**
+ * 409 from a semaphore: no permit within the wait; body.holders and body.waiters say
+ * by whom. A LockHeldError, so code that catches "not granted" catches both.
+ */
+class SemaphoreFullError extends LockHeldError {}
+SemaphoreFullError.code = "semaphore_full";
+/** 409: the semaphore has holders or waiters under another limit (body.limit). */
+const LimitMismatchError = define("LimitMismatchError", "limit_mismatch");
+/** 409: a reentry asked for another mode than the lease's own (body.mode). */
+const ModeConflictError = define("ModeConflictError", "mode_conflict");
 /** 409: the lease does not hold the lock; body.reason is expired, superseded, released or unknown. */
 const NotHolderError = define("NotHolderError", "not_holder");
 /** 409 from the guard or /v1/fence: a write or token older than one already let through. */
@@ -82,7 +92,8 @@ class LeaseLostError extends LeasegateError {
 const BY_CODE = new Map(
   [BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError, LockHeldError,
     NotHolderError, StaleTokenError, PayloadTooLargeError, UriTooLongError, TokenRequiredError,
-    HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError].map((cls) => [cls.code, cls]),
+    HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError, SemaphoreFullError,
+    LimitMismatchError, ModeConflictError].map((cls) => [cls.code, cls]),
 );
 
 /**
@@ -101,7 +112,7 @@ function errorFromAnswer(status, body) {
 
 module.exports = {
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
-  LockHeldError, NotHolderError, StaleTokenError, PayloadTooLargeError, UriTooLongError, TokenRequiredError,
-  HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError, UnavailableError,
-  TLSVerificationError, LeaseLostError, errorFromAnswer,
+  LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
+  PayloadTooLargeError, UriTooLongError, TokenRequiredError, HeadersTooLargeError, OverloadedError, BadGatewayError,
+  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError, errorFromAnswer,
 };

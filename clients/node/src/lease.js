@@ -14,7 +14,8 @@ const { parseAnswer } = require("./json.js");
 const { UnreachableError, lockPath, now, tlsError, unavailable } = require("./transport.js");
 
 /**
- * One grant of a lock. Emits "lost" (with a LeaseLostError) once, when the lease is lost.
+ * One grant of a lock, or one permit of a semaphore. Emits "lost" (with a
+ * LeaseLostError) once, when the lease is lost.
  */
 class Lease extends EventEmitter {
   #transport;
@@ -30,10 +31,17 @@ class Lease extends EventEmitter {
    * @param {object} grant the acquire answer
    * @param {number} sent when the acquire (or its confirming renewal) was sent
    * @param {(error: LeaseLostError) => void} [onLost]
+   * @param {boolean} [semaphore] a permit of the semaphore grant.name
    */
-  constructor(transport, server, grant, sent, onLost) {
+  constructor(transport, server, grant, sent, onLost, semaphore = false) {
     super();
     this.#transport = transport;
+    /** True for a permit of a semaphore (renewed and released under /v1/semaphores). */
+    this.semaphore = semaphore;
+    /** "write" (exclusive) or "read" (shared) for a lock; null for a permit. */
+    this.mode = semaphore ? null : grant.mode ?? "write";
+    /** The semaphore's number of permits; null for a lock. */
+    this.limit = semaphore ? grant.limit : null;
     /** Base URL of the server that granted the lease; lease.fetch() goes there. */
     this.server = server;
     this.name = grant.name;
@@ -85,7 +93,7 @@ class Lease extends EventEmitter {
     const body = { lease: this.lease };
     if (ttl !== undefined) body.ttl_ms = toMillis(ttl, "ttl");
     try {
-      const { answer, sent } = await this.#transport.call("POST", lockPath(this.name, "renew"), {
+      const { answer, sent } = await this.#transport.call("POST", lockPath(this.name, "renew", this.semaphore), {
         body, until: this.#deadline, hard: true,
       });
       if (this.#lost === null && now() < this.#deadline) {
@@ -119,11 +127,11 @@ class Lease extends EventEmitter {
     const trusted = this.#lost === null && now() < this.#deadline;
     this.#stop.abort();
     if (!trusted) {
-      await this.#transport.courtesyRelease(this.name, this.lease);
+      await this.#transport.courtesyRelease(this.name, this.lease, this.semaphore);
       return;
     }
     try {
-      await this.#transport.call("POST", lockPath(this.name, "release"), {
+      await this.#transport.call("POST", lockPath(this.name, "release", this.semaphore), {
         body: { lease: this.lease }, until: now() + this.#transport.retryForMs,
       });
     } catch (error) {

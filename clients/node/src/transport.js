@@ -49,7 +49,9 @@ function quoteName(name) {
   return encodeURIComponent(name).replace(/%2F/gi, "/").replace(/%3A/gi, ":");
 }
 
-const lockPath = (name, action) => `/v1/locks/${quoteName(name)}/${action}`;
+/** The path of an action on a lock, or (semaphore true) on a semaphore. */
+const lockPath = (name, action, semaphore = false) =>
+  `/v1/${semaphore ? "semaphores" : "locks"}/${quoteName(name)}/${action}`;
 
 /** No answer from a server: refused, reset, timed out, cut short, or not verified (tls). */
 class UnreachableError extends Error {
@@ -234,12 +236,12 @@ class Transport {
 
   /**
    * One short release attempt per server, errors ignored: for a lease that may
-   * already be gone, where the server frees the lock at its TTL anyway.
+   * already be gone, where the server frees the lock (or permit) at its TTL anyway.
    */
-  async courtesyRelease(name, lease) {
+  async courtesyRelease(name, lease, semaphore = false) {
     for (const server of this.#urls) {
       try {
-        const { status } = await this.send(server, "POST", lockPath(name, "release"), {
+        const { status } = await this.send(server, "POST", lockPath(name, "release", semaphore), {
           body: JSON.stringify({ lease }),
           headers: { "Content-Type": "application/json" },
           timeoutMs: Math.min(this.timeoutMs, COURTESY_MS),

@@ -18,8 +18,9 @@ import { after, before, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { createRequire } from "node:module";
 import {
-  BadRequestError, Client, ForbiddenError, LeaseLostError, LeasegateError, LockHeldError, NotHolderError,
-  OverloadedError, StaleTokenError, TLSVerificationError, UnauthorizedError, UnavailableError, ensureOk,
+  BadRequestError, Client, ForbiddenError, LeaseLostError, LeasegateError, LimitMismatchError, LockHeldError,
+  ModeConflictError, NotHolderError, OverloadedError, SemaphoreFullError, StaleTokenError, TLSVerificationError,
+  UnauthorizedError, UnavailableError, ensureOk,
 } from "leasegate"; // the package itself, through its exports map (import condition)
 
 const require = createRequire(import.meta.url);
@@ -292,6 +293,99 @@ test("a guarded write carries the lease, and is refused once it ended", async ()
   assert.equal(late.status, 409);
   await assert.rejects(ensureOk(late), StaleTokenError);
   assert.equal(store.objects.get(`/${name}`).body, "v1");
+});
+
+test("readers share a lock, a writer waits for them and is refused by the guard as a reader", async () => {
+  const name = unique("rw");
+  const first = await client.acquire(name, { mode: "read", ttl: "30s" });
+  const second = await client.acquire(name, { mode: "read" });
+  assert.deepEqual([first.mode, second.mode, first.semaphore, first.limit], ["read", "read", false, null]);
+  assert.notEqual(first.token, second.token);
+  const state = await client.status(name);
+  assert.equal(state.mode, "read");
+  assert.deepEqual(state.holders.map((h) => h.token), [first.token, second.token]);
+  assert.equal(state.holder.token, first.token); // the oldest reader
+  const writer = client.acquire(name, { wait: "20s" });
+  await waitFor(async () => (await client.status(name)).waiters === 1, "the writer waiting");
+  // No barging: a reader arriving behind a waiting writer waits too.
+  const late = await client.acquire(name, { mode: "read" }).catch((e) => e);
+  assert.ok(late instanceof LockHeldError);
+  assert.equal(late.body.mode, "read");
+  assert.equal(late.body.holders.length, 2);
+  const refused = await first.fetch(`/store/${name}`, { method: "PUT", body: "by a reader" });
+  assert.equal(refused.status, 409);
+  assert.equal((await refused.json()).reason, "read_lease");
+  await first.release();
+  await second.release();
+  const lease = await writer;
+  assert.equal(lease.mode, "write");
+  assert.ok(BigInt(lease.token) > BigInt(second.token));
+  await lease.release();
+  await assert.rejects(client.acquire(name, { mode: "exclusive" }), TypeError);
+});
+
+test("a reentry in another mode is ModeConflictError", async () => {
+  const name = unique("reentry");
+  const body = await client.withLock(name, { mode: "read" }, async (lease) => {
+    const answer = await fetch(`${server.url}/v1/locks/${name}/acquire`, {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ owner: "x", lease: lease.lease, mode: "write" }),
+    });
+    return answer.json();
+  });
+  assert.equal(body.error, "mode_conflict");
+  // The error class the client maps the code to.
+  const { errorFromAnswer } = require("../src/errors.js");
+  assert.ok(errorFromAnswer(409, body) instanceof ModeConflictError);
+});
+
+test("a semaphore hands out limit permits, each its own lease and token", async () => {
+  const name = unique("sem");
+  const a = await client.acquirePermit(name, { limit: 2, ttl: "30s" });
+  const b = await client.acquirePermit(name, { limit: 2 });
+  assert.deepEqual([a.semaphore, a.mode, a.limit], [true, null, 2]);
+  assert.notEqual(a.token, b.token);
+  const full = await client.acquirePermit(name, { limit: 2 }).catch((e) => e);
+  assert.ok(full instanceof SemaphoreFullError && full instanceof LockHeldError);
+  assert.deepEqual([full.code, full.body.holders.length, full.body.waiters], ["semaphore_full", 2, 0]);
+  await assert.rejects(client.acquirePermit(name, { limit: 3 }), LimitMismatchError);
+  await assert.rejects(client.acquirePermit(name, {}), TypeError);
+  await assert.rejects(client.acquirePermit(name, { limit: 0 }), RangeError);
+  const state = await client.semaphoreStatus(name);
+  assert.deepEqual([state.limit, state.holders_total, state.available], [2, 2, 0]);
+  assert.equal((await client.status(name)).held, false); // locks are another namespace
+  await a.renew({ ttl: "10s" });
+  assert.equal(a.ttl, 10_000);
+  // A waiter gets the permit b frees, through the semaphore's own watchdog and release.
+  const waiting = client.semaphore(name, { limit: 2, wait: "20s" }, async (permit) => {
+    assert.equal((await client.semaphoreStatus(name)).holders_total, 2);
+    return permit.token;
+  });
+  await waitFor(async () => (await client.semaphoreStatus(name)).waiters === 1, "a waiter");
+  await b.release();
+  assert.ok(BigInt(await waiting) > BigInt(b.token));
+  await a.release();
+  await assert.rejects(a.renew(), LeaseLostError);
+  const listed = [];
+  for await (const sem of client.list({ prefix: name, semaphores: true })) listed.push([sem.name, sem.holders_total]);
+  assert.deepEqual(listed, [[name, 0]]);
+  const refused = await (await client.acquirePermit(name, { limit: 1 })).fetch(`/store/${name}`, { method: "PUT" });
+  assert.equal(refused.status, 409);
+});
+
+test("a lock-delay keeps a lock after its lease expired", async () => {
+  const name = unique("delay");
+  const lease = await client.acquire(name, { ttl: "300ms", lockDelay: "20s" }); // no watchdog
+  await waitFor(async () => {
+    const state = await client.status(name);
+    return !state.held && state.delay_until_ms !== null;
+  }, "the lease to expire into its lock-delay");
+  const held = await client.acquire(name).catch((e) => e);
+  assert.ok(held instanceof LockHeldError);
+  assert.equal(held.body.holder, null);
+  assert.equal(typeof held.body.delay_until_ms, "number");
+  await assert.rejects(lease.renew(), LeaseLostError);
+  await assert.rejects(client.acquire(name, { lockDelay: 5 }), TypeError);
 });
 
 test("fails over past a closed port", async () => {

@@ -4,6 +4,10 @@
     client = leasegate.Client("http://127.0.0.1:7400")
     with client.lock("orders/42", ttl="15s", wait="1m") as lease:
         lease.request("PUT", "/store/orders/42", data).raise_for_status()
+    with client.lock("orders/42", mode="read") as lease:            # shared with other readers
+        ...
+    with client.semaphore("crawl/slots", limit=10, wait="1m") as permit:   # one of 10 permits
+        ...
 
     client = leasegate.AsyncClient("http://127.0.0.1:7400")       # asyncio
     async with client.lock("orders/42", ttl="15s", wait="1m") as lease:
@@ -16,8 +20,9 @@ number is refused. See README.md beside this package for the whole story.
 from .aio import AsyncClient, AsyncLease
 from .client import Client
 from .errors import (BadGateway, BadRequest, Forbidden, GatewayTimeout, HeadersTooLarge, LeasegateError,
-                     LeaseLost, LockHeld, MethodNotAllowed, NotFound, NotHolder, Overloaded, PayloadTooLarge,
-                     StaleToken, TLSVerificationError, TokenRequired, Unauthorized, Unavailable, UriTooLong)
+                     LeaseLost, LimitMismatch, LockHeld, MethodNotAllowed, ModeConflict, NotFound, NotHolder,
+                     Overloaded, PayloadTooLarge, SemaphoreFull, StaleToken, TLSVerificationError, TokenRequired,
+                     Unauthorized, Unavailable, UriTooLong)
 from .lease import Lease
 from .transport import Response
 
@@ -26,4 +31,5 @@ __version__ = "0.1.0"
 __all__ = ["Client", "AsyncClient", "Lease", "AsyncLease", "Response", "LeasegateError", "BadRequest",
            "Unauthorized", "Forbidden", "NotFound", "MethodNotAllowed", "LockHeld", "NotHolder", "StaleToken",
            "PayloadTooLarge", "UriTooLong", "TokenRequired", "HeadersTooLarge", "Overloaded", "BadGateway",
-           "GatewayTimeout", "Unavailable", "TLSVerificationError", "LeaseLost"]
+           "GatewayTimeout", "Unavailable", "TLSVerificationError", "LeaseLost", "SemaphoreFull", "LimitMismatch",
+           "ModeConflict"]

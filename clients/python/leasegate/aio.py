@@ -31,7 +31,7 @@ class AsyncClient(ClientCore):
     one event loop at a time."""
 
     async def acquire(self, name, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None,
-                      keep_alive=False):
+                      keep_alive=False, mode="write", lock_delay=None):
         """Takes the lock `name`, waiting up to `wait` in its FIFO queue; returns an
         AsyncLease. As Client.acquire; on_lost(error) is called on the event loop
         (a coroutine function's coroutine is run as a task).
@@ -40,16 +40,32 @@ class AsyncClient(ClientCore):
         drops it from the queue. A grant that crossed the cancellation on the wire is
         released as a courtesy when the client knows of it, else it runs out at its TTL.
         """
-        endpoint, grant, start = await arun(self._acquire_plan(name, ttl, wait, owner, metadata))
+        return await self._take(name, self._acquire_plan(name, ttl, wait, owner, metadata, mode, lock_delay),
+                                on_lost, keep_alive, False)
+
+    async def acquire_permit(self, name, *, limit, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None,
+                             keep_alive=False):
+        """As Client.acquire_permit: one of the `limit` permits of the semaphore `name`."""
+        return await self._take(name, self._acquire_plan(name, ttl, wait, owner, metadata, limit=limit), on_lost,
+                                keep_alive, True)
+
+    async def _take(self, name, acquire_plan, on_lost, keep_alive, semaphore):
+        endpoint, grant, start = await arun(acquire_plan)
         try:
-            sent = await arun(plan.confirm(self, name, grant, start))
+            sent = await arun(plan.confirm(self, name, grant, start, semaphore))
         except asyncio.CancelledError:
-            self._spawn(arun(plan.courtesy_release(self, name, grant["lease"])))
+            self._spawn(arun(plan.courtesy_release(self, name, grant["lease"], semaphore)))
             raise
-        lease = AsyncLease(self, endpoint, grant, sent, on_lost)
+        lease = AsyncLease(self, endpoint, grant, sent, on_lost, semaphore)
         return lease.keep_alive() if keep_alive else lease
 
-    def lock(self, name, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None):
+    def semaphore(self, name, *, limit, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None):
+        """``async with client.semaphore("crawl/slots", limit=10) as permit:`` (as Client.semaphore)."""
+        return AsyncLockBlock(self, name, {"limit": limit, "ttl": ttl, "wait": wait, "owner": owner,
+                                           "metadata": metadata, "on_lost": on_lost}, self.acquire_permit)
+
+    def lock(self, name, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None, mode="write",
+             lock_delay=None):
         """``async with client.lock("orders/42", ttl="15s", wait="1m") as lease:``
 
         As Client.lock: acquires, keeps the lease alive with the watchdog task while
@@ -59,18 +75,23 @@ class AsyncClient(ClientCore):
         cancellation interrupts it, and the lock then runs out at its TTL).
         """
         return AsyncLockBlock(self, name, {"ttl": ttl, "wait": wait, "owner": owner, "metadata": metadata,
-                                           "on_lost": on_lost})
+                                           "on_lost": on_lost, "mode": mode, "lock_delay": lock_delay})
 
     async def status(self, name):
-        """The lock's state: {name, held, holder, waiters, last_token} (never a lease id)."""
+        """The lock's state (as Client.status)."""
         return (await arun(self._status_plan(name)))[1]
 
-    async def list(self, prefix="", *, after=None, page_size=100):
-        """``async for lock in client.list(prefix)``: the state of every lock the server
-        knows whose name starts with `prefix`, in name order, `page_size` at a time."""
+    async def semaphore_status(self, name):
+        """The semaphore's state (as Client.semaphore_status)."""
+        return (await arun(self._status_plan(name, True)))[1]
+
+    async def list(self, prefix="", *, after=None, page_size=100, semaphores=False):
+        """``async for lock in client.list(prefix)``: the state of every lock (with
+        semaphores=True, every semaphore) the server knows whose name starts with
+        `prefix`, in name order, `page_size` at a time."""
         while True:
-            page = (await arun(self._page_plan(prefix, after, page_size)))[1]
-            for lock in page["locks"]:
+            page = (await arun(self._page_plan(prefix, after, page_size, semaphores)))[1]
+            for lock in page["semaphores" if semaphores else "locks"]:
                 yield lock
             after = page.get("next")
             if after is None:
@@ -97,8 +118,8 @@ class AsyncLease(LeaseCore):
     server, metadata, valid, lost, headers, check()), with coroutines to renew,
     release and send a request; the watchdog is a task on the event loop."""
 
-    def __init__(self, client, endpoint, grant, sent, on_lost=None):
-        super().__init__(client, endpoint, grant, sent, on_lost)
+    def __init__(self, client, endpoint, grant, sent, on_lost=None, semaphore=False):
+        super().__init__(client, endpoint, grant, sent, on_lost, semaphore)
         self._stop = asyncio.Event()
         self._watchdog = None
 
@@ -165,14 +186,16 @@ class AsyncLease(LeaseCore):
 
 
 class AsyncLockBlock:
-    """``async with client.lock(...) as lease:`` (see AsyncClient.lock)."""
+    """``async with client.lock(...) as lease:`` (see AsyncClient.lock) and ``async
+    with client.semaphore(...) as permit:``."""
 
-    def __init__(self, client, name, options):
+    def __init__(self, client, name, options, acquire=None):
         self._client, self._name, self._options = client, name, options
+        self._acquire = acquire or client.acquire
         self._lease = None
 
     async def __aenter__(self):
-        self._lease = await self._client.acquire(self._name, keep_alive=True, **self._options)
+        self._lease = await self._acquire(self._name, keep_alive=True, **self._options)
         return self._lease
 
     async def __aexit__(self, exc_type, exc, tb):

@@ -1,4 +1,5 @@
-"""The blocking client: acquire (long-poll), lock (with a watchdog), status, list, fence.
+"""The blocking client: acquire (long-poll), lock (with a watchdog), semaphore
+permits (acquire_permit, semaphore), status, list, fence.
 
 ClientCore holds what the blocking Client and aio.AsyncClient share: the servers,
 the owner label, the limits and the key. How a call retries and fails over is in
@@ -45,24 +46,40 @@ class ClientCore:
     def servers(self):
         return [e.url for e in self._endpoints]
 
-    def _acquire_plan(self, name, ttl, wait, owner, metadata):
-        """The plan of an acquire: (endpoint, grant, send time of its first attempt).
-        One request_id goes with every attempt, so a retry whose predecessor's answer
-        was lost gets that grant back instead of lock_held."""
+    def _acquire_plan(self, name, ttl, wait, owner, metadata, mode="write", lock_delay=None, limit=None):
+        """The plan of an acquire of a lock (in `mode`, with a lock_delay) or, with
+        a limit, of a semaphore's permit: (endpoint, grant, send time of its first
+        attempt). One request_id goes with every attempt, so a retry whose
+        predecessor's answer was lost gets that grant back instead of lock_held."""
         body = {"owner": owner or self.owner, "ttl_ms": millis(ttl, "ttl"), "request_id": uuid.uuid4().hex}
         wait_s = seconds(wait, "wait")
         if metadata is not None:
             body["metadata"] = metadata
-        return plan.acquire(self, name, body["ttl_ms"], wait_s, body)
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise TypeError("limit: expected an int, got %r" % (limit,))
+            if not 1 <= limit <= 10000:
+                raise ValueError("limit: the number of permits is 1..10000, not %d" % limit)
+            body["limit"] = limit
+        else:
+            if mode not in ("write", "read"):
+                raise ValueError('mode: "write" (exclusive) or "read" (shared), not %r' % (mode,))
+            if mode == "read":
+                body["mode"] = "read"
+            if lock_delay is not None:
+                body["lock_delay_ms"] = millis(lock_delay, "lock_delay")
+        return plan.acquire(self, name, body["ttl_ms"], wait_s, body, limit is not None)
 
-    def _status_plan(self, name):
-        return plan.call(self, "GET", "/v1/locks/" + plan.quote(name), until=self._retry_until())
+    def _status_plan(self, name, semaphore=False):
+        return plan.call(self, "GET", "/v1/%s/%s" % ("semaphores" if semaphore else "locks", plan.quote(name)),
+                         until=self._retry_until())
 
-    def _page_plan(self, prefix, after, page_size):
+    def _page_plan(self, prefix, after, page_size, semaphores=False):
         query = {"prefix": prefix, "limit": page_size}
         if after is not None:
             query["after"] = after
-        return plan.call(self, "GET", "/v1/locks?" + urllib.parse.urlencode(query), until=self._retry_until())
+        return plan.call(self, "GET", "/v1/%s?%s" % ("semaphores" if semaphores else "locks",
+                                                     urllib.parse.urlencode(query)), until=self._retry_until())
 
     def _fence_plan(self, resource, token):
         if isinstance(token, str) and token.isascii() and token.isdigit():
@@ -98,21 +115,48 @@ class Client(ClientCore):
     datetime.timedelta; a bare number raises ValueError (see durations.py).
     """
 
-    def acquire(self, name, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None, keep_alive=False):
+    def acquire(self, name, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None, keep_alive=False,
+                mode="write", lock_delay=None):
         """Takes the lock `name`, waiting up to `wait` in its FIFO queue; returns a Lease.
 
         ttl: how long the lease lasts unless renewed. keep_alive: start the watchdog,
         which renews at a third of the TTL until release() (client.lock does this).
         on_lost(error): called once, from the thread that noticed, when the lease is
-        lost. Raises LockHeld when not granted within `wait`, Unavailable when no
-        server answered in time.
+        lost. mode: "write" (exclusive, the default) or "read" (shared with other
+        readers; the guard refuses a read lease's writes). lock_delay: a duration
+        (at most 60s): when this lease is lost (expires, force-released), nobody is
+        granted the lock until that long after. Raises LockHeld when not granted
+        within `wait`, Unavailable when no server answered in time.
         """
-        endpoint, grant, start = run(self._acquire_plan(name, ttl, wait, owner, metadata))
+        endpoint, grant, start = run(self._acquire_plan(name, ttl, wait, owner, metadata, mode, lock_delay))
         sent = run(plan.confirm(self, name, grant, start))
         lease = Lease(self, endpoint, grant, sent, on_lost)
         return lease.keep_alive() if keep_alive else lease
 
-    def lock(self, name, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None):
+    def acquire_permit(self, name, *, limit, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None,
+                       keep_alive=False):
+        """Takes one of the `limit` permits of the semaphore `name`, waiting up to
+        `wait` in its FIFO queue; returns a Lease (``lease.semaphore`` is True) with
+        its own token, renewed and released like a lock's. A permit its holder stops
+        renewing comes back at its TTL. Raises SemaphoreFull (a LockHeld) when not
+        granted within `wait`, LimitMismatch when the semaphore has holders or
+        waiters under another limit.
+        """
+        endpoint, grant, start = run(self._acquire_plan(name, ttl, wait, owner, metadata, limit=limit))
+        sent = run(plan.confirm(self, name, grant, start, True))
+        lease = Lease(self, endpoint, grant, sent, on_lost, semaphore=True)
+        return lease.keep_alive() if keep_alive else lease
+
+    def semaphore(self, name, *, limit, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None):
+        """``with client.semaphore("crawl/slots", limit=10, wait="1m") as permit:``
+
+        As lock(), for one of the `limit` permits of a semaphore (acquire_permit).
+        """
+        return LockBlock(self, name, {"limit": limit, "ttl": ttl, "wait": wait, "owner": owner,
+                                      "metadata": metadata, "on_lost": on_lost}, self.acquire_permit)
+
+    def lock(self, name, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None, mode="write",
+             lock_delay=None):
         """``with client.lock("orders/42", ttl="15s", wait="1m") as lease:``
 
         Acquires (see acquire), keeps the lease alive with the watchdog while the
@@ -121,20 +165,28 @@ class Client(ClientCore):
         LeaseLost, raised on exit: the block is not interrupted, so check
         ``lease.valid`` or call ``lease.check()`` before steps that need the lock.
         (A block ended by KeyboardInterrupt or SystemExit ends with that instead.)
+        mode and lock_delay: as for acquire().
         """
         return LockBlock(self, name, {"ttl": ttl, "wait": wait, "owner": owner, "metadata": metadata,
-                                      "on_lost": on_lost})
+                                      "on_lost": on_lost, "mode": mode, "lock_delay": lock_delay})
 
     def status(self, name):
-        """The lock's state: {name, held, holder, waiters, last_token} (never a lease id)."""
+        """The lock's state: {name, held, mode, holder, holders, waiters, last_token,
+        delay_until_ms...} (never a lease id)."""
         return run(self._status_plan(name))[1]
 
-    def list(self, prefix="", *, after=None, page_size=100):
-        """Yields the state of every lock the server knows whose name starts with
-        `prefix`, in name order, fetching `page_size` at a time."""
+    def semaphore_status(self, name):
+        """The semaphore's state: {name, limit, holders, holders_total, available,
+        waiters, last_token...} (never a lease id)."""
+        return run(self._status_plan(name, True))[1]
+
+    def list(self, prefix="", *, after=None, page_size=100, semaphores=False):
+        """Yields the state of every lock (with semaphores=True, every semaphore) the
+        server knows whose name starts with `prefix`, in name order, fetching
+        `page_size` at a time."""
         while True:
-            page = run(self._page_plan(prefix, after, page_size))[1]
-            yield from page["locks"]
+            page = run(self._page_plan(prefix, after, page_size, semaphores))[1]
+            yield from page["semaphores" if semaphores else "locks"]
             after = page.get("next")
             if after is None:
                 return

@@ -47,8 +47,26 @@ class MethodNotAllowed(LeasegateError):
 
 
 class LockHeld(LeasegateError):
-    """409: not granted within the wait; ``body["holder"]`` and ``body["waiters"]`` say by whom."""
+    """409: not granted within the wait; ``body["holder"]``, ``body["holders"]`` and
+    ``body["waiters"]`` say by whom (``body.get("delay_until_ms")``: a lock-delay runs)."""
     code = "lock_held"
+
+
+class SemaphoreFull(LockHeld):
+    """409: no permit of the semaphore within the wait; ``body["holders"]`` (at most
+    100) and ``body["waiters"]``. A LockHeld, so ``except LockHeld`` catches both."""
+    code = "semaphore_full"
+
+
+class LimitMismatch(LeasegateError):
+    """409: the semaphore has holders or waiters and another limit (``body["limit"]``)."""
+    code = "limit_mismatch"
+
+
+class ModeConflict(LeasegateError):
+    """409: a reentry asked for another mode than the lease's (``body["mode"]``):
+    release, then acquire in the other mode."""
+    code = "mode_conflict"
 
 
 class NotHolder(LeasegateError):
@@ -119,7 +137,13 @@ class LeaseLost(LeasegateError):
         self.lease = lease
 
 
-_BY_CODE = {cls.code: cls for cls in LeasegateError.__subclasses__() if cls.code}
+def _all_subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _all_subclasses(sub)
+
+
+_BY_CODE = {cls.code: cls for cls in _all_subclasses(LeasegateError) if cls.code}
 
 
 def error_from_answer(status, body):

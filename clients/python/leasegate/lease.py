@@ -24,9 +24,11 @@ log = logging.getLogger("leasegate")
 
 
 class LeaseCore:
-    """One grant of a lock: what Lease and AsyncLease share.
+    """One grant of a lock, or one permit of a semaphore: what Lease and AsyncLease share.
 
     name, owner, metadata: as granted.
+    mode: "write" or "read" for a lock; None for a permit.
+    semaphore: True for a permit of a semaphore (limit: its number of permits).
     lease: the lease id, the secret that renews, releases and writes through the guard.
     token: the fencing token (an int that only grows across grants).
     ttl: the lease's time-to-live in seconds, as the server last confirmed it.
@@ -34,9 +36,12 @@ class LeaseCore:
     lost: None, or the LeaseLost error once the lease was lost.
     """
 
-    def __init__(self, client, endpoint, grant, sent, on_lost=None):
+    def __init__(self, client, endpoint, grant, sent, on_lost=None, semaphore=False):
         self._client = client
         self._endpoint = endpoint
+        self.semaphore = semaphore
+        self.mode = None if semaphore else grant.get("mode", "write")
+        self.limit = grant.get("limit") if semaphore else None
         self.name = grant["name"]
         self.owner = grant["owner"]
         self.lease = grant["lease"]
@@ -79,7 +84,8 @@ class LeaseCore:
         if ttl is not None:
             body["ttl_ms"] = millis(ttl, "ttl")
         try:
-            _, answer, sent = yield from plan.call(self._client, "POST", plan.lock_path(self.name, "renew"), body,
+            _, answer, sent = yield from plan.call(self._client, "POST",
+                                                   plan.lock_path(self.name, "renew", self.semaphore), body,
                                                    until=self._deadline, hard=True)
         except NotHolder as e:
             self._lose("the server says the lease on %r no longer holds it (%s)"
@@ -107,11 +113,11 @@ class LeaseCore:
             trusted = self.lost is None and time.monotonic() < self._deadline
         self._stop_watchdog()
         if not trusted:
-            yield from plan.courtesy_release(self._client, self.name, self.lease)
+            yield from plan.courtesy_release(self._client, self.name, self.lease, self.semaphore)
             return
         try:
-            yield from plan.call(self._client, "POST", plan.lock_path(self.name, "release"), {"lease": self.lease},
-                                 until=time.monotonic() + self._client.retry_for)
+            yield from plan.call(self._client, "POST", plan.lock_path(self.name, "release", self.semaphore),
+                                 {"lease": self.lease}, until=time.monotonic() + self._client.retry_for)
         except NotHolder as e:
             if e.body.get("reason") == "released":  # a retry after a release whose answer was lost
                 return
@@ -201,8 +207,8 @@ class LeaseCore:
 class Lease(LeaseCore):
     """A lease of the blocking Client; the watchdog is a daemon thread."""
 
-    def __init__(self, client, endpoint, grant, sent, on_lost=None):
-        super().__init__(client, endpoint, grant, sent, on_lost)
+    def __init__(self, client, endpoint, grant, sent, on_lost=None, semaphore=False):
+        super().__init__(client, endpoint, grant, sent, on_lost, semaphore)
         self._stop = threading.Event()
         self._watchdog = None
 
@@ -270,14 +276,16 @@ class Lease(LeaseCore):
 
 
 class LockBlock:
-    """``with client.lock(...) as lease:`` (see Client.lock)."""
+    """``with client.lock(...) as lease:`` (see Client.lock) and ``with
+    client.semaphore(...) as permit:`` (see Client.semaphore)."""
 
-    def __init__(self, client, name, options):
+    def __init__(self, client, name, options, acquire=None):
         self._client, self._name, self._options = client, name, options
+        self._acquire = acquire or client.acquire
         self._lease = None
 
     def __enter__(self):
-        self._lease = self._client.acquire(self._name, keep_alive=True, **self._options)
+        self._lease = self._acquire(self._name, keep_alive=True, **self._options)
         return self._lease
 
     def __exit__(self, exc_type, exc, tb):

@@ -148,6 +148,24 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(leasegate.StaleToken):
             await self.client.fence(fenced, token - 1)
 
+    async def test_readers_and_semaphore_permits(self):
+        name = unique("aio-rw")
+        async with self.client.lock(name, mode="read") as a, self.client.lock(name, mode="read") as b:
+            self.assertEqual((a.mode, b.mode), ("read", "read"))
+            with self.assertRaises(leasegate.LockHeld):
+                await self.client.acquire(name)
+            resp = await a.request("PUT", "/store/" + name, "from a reader")
+            self.assertRaises(leasegate.StaleToken, resp.raise_for_status)
+        sem = unique("aio-sem")
+        async with self.client.semaphore(sem, limit=1) as p:
+            self.assertTrue(p.semaphore)
+            with self.assertRaises(leasegate.SemaphoreFull):
+                await self.client.acquire_permit(sem, limit=1)
+            await p.renew()
+            self.assertEqual((await self.client.semaphore_status(sem))["holders_total"], 1)
+            self.assertEqual([s["name"] async for s in self.client.list(sem, semaphores=True)], [sem])
+        self.assertEqual((await self.client.semaphore_status(sem))["holders_total"], 0)
+
     async def test_a_bare_number_as_a_duration_is_refused(self):
         for options in ({"ttl": 15}, {"wait": 0}, {"ttl": "15"}):
             with self.subTest(options=options), self.assertRaises(ValueError):

@@ -135,6 +135,50 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(leasegate.StaleToken):
             self.client.fence(fenced, e.body["holder"]["token"] - 1)
 
+    def test_readers_share_the_lock_and_the_guard_refuses_their_writes(self):
+        name = unique("readers")
+        with self.client.lock(name, mode="read") as a, self.client.lock(name, mode="read") as b:
+            self.assertEqual((a.mode, b.mode), ("read", "read"))
+            self.assertLess(a.token, b.token)
+            state = self.client.status(name)
+            self.assertEqual((state["mode"], [h["token"] for h in state["holders"]]), ("read", [a.token, b.token]))
+            with self.assertRaises(leasegate.LockHeld) as cm:
+                self.client.acquire(name)  # a writer waits for every reader
+            self.assertEqual(cm.exception.body["mode"], "read")
+            with self.assertRaises(leasegate.StaleToken) as cm:
+                a.request("PUT", "/store/" + name, "from a reader").raise_for_status()
+            self.assertEqual(cm.exception.body["reason"], "read_lease")
+        with self.client.lock(name, lock_delay="1s") as w:
+            self.assertEqual(w.mode, "write")
+        with self.assertRaises(ValueError):
+            self.client.acquire(name, mode="shared")
+
+    def test_semaphore_permits(self):
+        name = unique("sem")
+        with self.client.semaphore(name, limit=2, ttl="15s") as p1, \
+                self.client.semaphore(name, limit=2) as p2:
+            self.assertTrue(p1.semaphore and p2.semaphore)
+            self.assertEqual((p1.limit, p1.mode), (2, None))
+            self.assertNotEqual(p1.token, p2.token)
+            with self.assertRaises(leasegate.SemaphoreFull) as cm:
+                self.client.acquire_permit(name, limit=2)
+            self.assertIsInstance(cm.exception, leasegate.LockHeld)
+            self.assertEqual(len(cm.exception.body["holders"]), 2)
+            with self.assertRaises(leasegate.LimitMismatch) as cm:
+                self.client.acquire_permit(name, limit=3)
+            self.assertEqual(cm.exception.body["limit"], 2)
+            p1.renew(ttl="20s")
+            state = self.client.semaphore_status(name)
+            self.assertEqual((state["holders_total"], state["available"]), (2, 0))
+            self.assertIn(name, [s["name"] for s in self.client.list(name, semaphores=True)])
+            self.assertFalse(self.client.status(name)["held"])  # a lock of that name is another thing
+        self.assertEqual(self.client.semaphore_status(name)["holders_total"], 0)
+        permit = self.client.acquire_permit(name, limit=1, wait="1s")
+        permit.release()
+        for bad, error in ((0, ValueError), (10001, ValueError), ("2", TypeError), (True, TypeError)):
+            with self.assertRaises(error):
+                self.client.acquire_permit(name, limit=bad)
+
     def test_guarded_write_carries_the_lease(self):
         name = unique("guarded")
         with self.client.lock(name) as lease:

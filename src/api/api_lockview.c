@@ -1,0 +1,169 @@
+/*
+ * api_lockview — the reads: GET /v1/locks/NAME (with ?index= a watch),
+ * GET /v1/semaphores/NAME, and their listings GET /v1/locks and
+ * GET /v1/semaphores. Never a lease id (lockview.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "leasegate/access.h"
+#include "leasegate/api.h"
+#include "leasegate/body.h"
+#include "leasegate/lockview.h"
+#include "leasegate/query.h"
+#include "leasegate/quota.h"
+#include "leasegate/watch.h"
+
+#define WATCH_MAX_MS 300000 /* as long as a long-poll on events */
+#define QUEUE_SHOWN 100     /* waiters listed by GET of one name (`waiters` counts them all) */
+#define LIST_MAX 1000
+#define LIST_DEFAULT 100
+
+static void reply_nomem(Request *req) { http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry later"); }
+
+typedef struct Queue {
+    json_t *list;
+    bool semaphore; /* its waiters have no mode */
+    bool failed;
+} Queue;
+
+static void queue_one(void *ud, const char *owner, int64_t since_ms, int mode)
+{
+    Queue *q = ud;
+    json_t *w = q->failed ? NULL : json_pack("{s:s, s:I}", "owner", owner, "since_ms", (json_int_t)since_ms);
+    if (w && !q->semaphore && json_object_set_new(w, "mode", json_string(lockview_mode_name(mode))))
+        json_decref(w), w = NULL;
+    if (!w || json_array_append_new(q->list, w))
+        q->failed = true;
+}
+
+/* One name as GET shows it: its state, its holders and the head of its queue. */
+static void reply_one(Request *req, LockKind kind, const char *name)
+{
+    Server *s = req->srv;
+    const Lock *lock = locktab_get(s->locks, kind, name);
+    RawRefs refs = {.n = 0};
+    Now now = clock_now();
+    json_t *state = lockview_state_new(s->locks, kind, name, lock, true, &now, &refs);
+    Queue q = {json_array(), kind == KIND_SEMAPHORE, false};
+    if (q.list && lock)
+        locktab_each_waiter(lock, QUEUE_SHOWN, queue_one, &q);
+    if (!state || !q.list || q.failed) {
+        json_decref(q.list);
+        json_decref(state);
+        reply_nomem(req);
+        return;
+    }
+    if (json_object_set_new(state, "queue", q.list)) { /* takes q.list even when it fails */
+        json_decref(state);
+        reply_nomem(req);
+        return;
+    }
+    http_reply_json_raw_new(req, 200, state, &refs);
+}
+
+/* A watch (?index=N) is due once the lock's index is past N, or when N is
+ * beyond every index of this run (it came from before a restart). */
+static bool index_past(const Request *req, const char *name, uint64_t index)
+{
+    const Locktab *lt = req->srv->locks;
+    return locktab_index(lt, KIND_LOCK, name) > index || index > locktab_index_now(lt);
+}
+
+static bool watch_due(Request *req) { return index_past(req, req->poll->watch.name, req->poll->watch.index); }
+static void watch_answer(Request *req) { reply_one(req, KIND_LOCK, req->poll->watch.name); }
+
+static const WatchCalls WATCH = {watch_due, watch_answer};
+
+void api_get_lock(Request *req)
+{
+    long long index, wait_ms;
+    if (!body_check_name(req, "name", req->arg) || !query_int(req, "index", 0, INT64_MAX, 0, &index) ||
+        !query_int(req, "wait_ms", 0, WATCH_MAX_MS, 0, &wait_ms))
+        return;
+    if (!http_query(req, "index") || wait_ms == 0 || index_past(req, req->arg, (uint64_t)index) ||
+        req->srv->stopping) {
+        reply_one(req, KIND_LOCK, req->arg);
+        return;
+    }
+    if (!quota_poll_start(req))
+        return;
+    if (!request_poll(req)) {
+        reply_nomem(req);
+        return;
+    }
+    req->poll->watch.index = (uint64_t)index;
+    if (!watch_start(req, wait_ms, &WATCH))
+        reply_nomem(req);
+}
+
+void api_get_semaphore(Request *req)
+{
+    if (body_check_name(req, "name", req->arg))
+        reply_one(req, KIND_SEMAPHORE, req->arg);
+}
+
+typedef struct ListCtx {
+    const Locktab *lt;
+    LockKind kind;
+    Now now;
+    json_t *locks;
+    RawRefs refs;
+    const char *last;
+    bool failed; /* out of memory: the listing would skip a name */
+} ListCtx;
+
+static void list_one(void *ud, const Lock *lock)
+{
+    ListCtx *ctx = ud;
+    json_t *state =
+        ctx->failed ? NULL : lockview_state_new(ctx->lt, ctx->kind, lock->name, lock, false, &ctx->now, &ctx->refs);
+    if (!state || json_array_append_new(ctx->locks, state) != 0)
+        ctx->failed = true;
+    ctx->last = lock->name;
+}
+
+static void list(Request *req, LockKind kind)
+{
+    const char *prefix = http_query(req, "prefix");
+    const char *after = http_query(req, "after");
+    const char *limit_s = http_query(req, "limit");
+    if (!prefix)
+        prefix = "";
+    if (*prefix && !body_check_name(req, "prefix", prefix))
+        return;
+    if (!access_check_listing(req, prefix))
+        return;
+    if (after && !body_check_name(req, "after", after))
+        return;
+    long limit = LIST_DEFAULT;
+    if (limit_s) {
+        char *end;
+        limit = strtol(limit_s, &end, 10);
+        if (!*limit_s || *end || limit < 1 || limit > LIST_MAX) {
+            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "limit"),
+                               "query parameter 'limit' must be an integer in 1..%d", LIST_MAX);
+            return;
+        }
+    }
+    /* About 8 KiB of raw references, on the loop thread's stack. */
+    ListCtx ctx = {.lt = req->srv->locks, .kind = kind, .now = clock_now(), .locks = json_array()};
+    if (!ctx.locks) {
+        reply_nomem(req);
+        return;
+    }
+    bool more = locktab_list(req->srv->locks, kind, prefix, after, (size_t)limit, list_one, &ctx);
+    if (ctx.failed) {
+        json_decref(ctx.locks);
+        reply_nomem(req);
+        return;
+    }
+    http_reply_json_raw_new(req, 200,
+                            json_pack("{s:o, s:o, s:I}", kind == KIND_SEMAPHORE ? "semaphores" : "locks", ctx.locks,
+                                      "next", more && ctx.last ? json_string(ctx.last) : json_null(), "now_ms",
+                                      (json_int_t)ctx.now.wall_ms),
+                            &ctx.refs);
+}
+
+void api_list_locks(Request *req) { list(req, KIND_LOCK); }
+void api_list_semaphores(Request *req) { list(req, KIND_SEMAPHORE); }

@@ -1,0 +1,87 @@
+/* lockview — what readers see of locks and semaphores; see include/leasegate/lockview.h. */
+#include "leasegate/lockview.h"
+
+#include "leasegate/clock.h"
+
+const char *lockview_mode_name(int mode) { return mode == MODE_READ ? "read" : "write"; }
+
+json_t *lockview_holder_new(const Lock *lock, const Holder *h, RawRefs *refs)
+{
+    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:o}", "owner", h->owner, "token", (json_int_t)h->token,
+                          "ttl_ms", (json_int_t)h->ttl_ms, "acquired_at_ms", (json_int_t)h->acquired_at_ms,
+                          "expires_at_ms", (json_int_t)h->expires_at_ms, "count", (json_int_t)h->count, "metadata",
+                          rawjson_ref(refs, h->metadata));
+    if (j && lock->kind == KIND_LOCK && json_object_set_new(j, "mode", json_string(lockview_mode_name(h->mode))))
+        json_decref(j), j = NULL;
+    return j;
+}
+
+/* The first LOCKVIEW_HOLDERS_SHOWN holders, in grant order. */
+static json_t *holders_new(const Lock *lock, RawRefs *refs)
+{
+    json_t *list = json_array();
+    size_t n = 0;
+    for (const Holder *h = lock ? locktab_holder(lock) : NULL; list && h && n < LOCKVIEW_HOLDERS_SHOWN;
+         h = locktab_next_holder(h), n++)
+        if (json_array_append_new(list, lockview_holder_new(lock, h, refs)))
+            json_decref(list), list = NULL;
+    return list;
+}
+
+json_t *lockview_state_new(const Locktab *lt, LockKind kind, const char *name, const Lock *lock, bool holders,
+                           const Now *now, RawRefs *refs)
+{
+    const Holder *first = lock ? locktab_holder(lock) : NULL;
+    size_t total = lock ? lock->holders.len : 0;
+    json_t *j;
+    if (kind == KIND_SEMAPHORE)
+        j = json_pack("{s:s, s:o, s:I, s:o, s:I, s:I, s:I}", "name", name, "limit",
+                      lock ? json_integer(lock->limit) : json_null(), "holders_total", (json_int_t)total, "available",
+                      lock ? json_integer((json_int_t)(lock->limit - total)) : json_null(), "waiters",
+                      (json_int_t)(lock ? lock->waiters.len : 0), "last_token",
+                      (json_int_t)(lock ? lock->last_token : 0), "index", (json_int_t)locktab_index(lt, kind, name));
+    else
+        j = json_pack("{s:s, s:b, s:o, s:o, s:I, s:I, s:I, s:I, s:o}", "name", name, "held", first != NULL, "mode",
+                      first ? json_string(lockview_mode_name(lock->mode)) : json_null(), "holder",
+                      first ? lockview_holder_new(lock, first, refs) : json_null(), "holders_total", (json_int_t)total,
+                      "waiters", (json_int_t)(lock ? lock->waiters.len : 0), "last_token",
+                      (json_int_t)(lock ? lock->last_token : 0), "index", (json_int_t)locktab_index(lt, kind, name),
+                      "delay_until_ms",
+                      lock && locktab_delayed(lock, now) ? json_integer(lock->delay_until_ms) : json_null());
+    if (j && holders && json_object_set_new(j, "holders", holders_new(lock, refs)))
+        json_decref(j), j = NULL;
+    return j;
+}
+
+void lockview_reply_busy(Request *req, const Lock *lock)
+{
+    RawRefs refs = {.n = 0};
+    Now now = clock_now();
+    const Holder *first = locktab_holder(lock);
+    json_t *extra;
+    if (lock->kind == KIND_SEMAPHORE) {
+        extra = json_pack("{s:s, s:I, s:o, s:I}", "name", lock->name, "limit", (json_int_t)lock->limit, "holders",
+                          holders_new(lock, &refs), "waiters", (json_int_t)lock->waiters.len);
+        http_reply_error_raw(req, ERR_SEMAPHORE_FULL, extra, &refs, "semaphore '%s': all %u permits are held",
+                             lock->name, (unsigned)lock->limit);
+        return;
+    }
+    bool delayed = locktab_delayed(lock, &now);
+    extra = json_pack("{s:s, s:o, s:o, s:o, s:I}", "name", lock->name, "holder",
+                      first ? lockview_holder_new(lock, first, &refs) : json_null(), "mode",
+                      first ? json_string(lockview_mode_name(lock->mode)) : json_null(), "holders",
+                      holders_new(lock, &refs), "waiters", (json_int_t)lock->waiters.len);
+    if (extra && delayed && json_object_set_new(extra, "delay_until_ms", json_integer(lock->delay_until_ms)))
+        json_decref(extra), extra = NULL;
+    if (first)
+        http_reply_error_raw(req, ERR_LOCK_HELD, extra, &refs, "lock '%s' is held by '%s' (token %llu%s)", lock->name,
+                             first->owner, (unsigned long long)first->token,
+                             lock->holders.len > 1 ? ", and other readers" : "");
+    else if (delayed)
+        http_reply_error_raw(req, ERR_LOCK_HELD, extra, &refs,
+                             "lock '%s' is in its lock-delay after a lease ended uncleanly: nobody is granted it "
+                             "before delay_until_ms",
+                             lock->name);
+    else
+        http_reply_error_raw(req, ERR_LOCK_HELD, extra, &refs, "lock '%s' was not granted in time", lock->name);
+}
