@@ -61,7 +61,7 @@ for t in $TARGETS; do
   set -e
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$WORK/$t.log")
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$WORK/$t.log")
-  cov=$(grep -o 'cov: [0-9]*' "$WORK/$t.log" | tail -1 | cut -d' ' -f2)
+  cov=$(grep -o 'cov: [0-9]*' "$WORK/$t.log" | tail -1 | cut -d' ' -f2 || true) # none when it failed at once
   line="$t: ${execs:-?} executions, ${rate:-?}/s, ${cov:-?} coverage points"
   if [ "$rc" -ne 0 ]; then
     failed=1
