@@ -89,7 +89,7 @@ size_t guard_bound_locks(Request *req, const GuardRoute *route, const char *meth
                          char locks[2][NAME_MAX_BYTES + 1]);
 /* Runs at the request's first callback (headers only): the guard takes the
  * body as it arrives (req->stream, also when it refuses the request), and
- * either rejects it or sets up its upstream call (req->guard.call), which
+ * either rejects it or sets up its upstream call (req->guard->call), which
  * starts when its turn comes. The body's end may still refuse a write. `key`
  * is the name of the API key the request came with (NULL: none). */
 void guard_begin(Request *req, const GuardRoute *route, const char *method, const char *key);

@@ -78,7 +78,7 @@ typedef bool (*GuardPrepare)(void *ud, GuardWrite *w);
  * started), bound to nb (1 or 2) locks, which must differ; `prepare` (may be
  * NULL) runs at its turn. Takes over *ticket. Writes of those locks that
  * have smaller tokens and are not with the upstream yet are refused now, so
- * that this one need not wait for them. Sets req->guard.write. False when
+ * that this one need not wait for them. Sets req->guard->write. False when
  * out of memory (nothing is queued; the ticket is still the caller's). */
 bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, const GuardBinding *b, size_t nb,
                 GuardTicket *ticket, GuardPrepare prepare, void *prepare_ud);
@@ -91,7 +91,7 @@ void guardq_prepared(GuardWrite *w, bool ok);
 void guardq_body_done(Request *req);
 /* req is over: its write leaves its queues, unless its whole request is
  * with the upstream (then its call runs on until the upstream answers, and
- * the next write waits for that: the write takes req->guard.call over). */
+ * the next write waits for that: the write takes req->guard->call over). */
 void guardq_request_end(Request *req);
 
 int64_t guardq_next_timeout_ms(const GuardQueues *gq, const Now *now); /* -1: none */

@@ -79,7 +79,8 @@ typedef struct GuardTicket {
 
 /* Under a guard prefix (guard.h): the upstream call, for a write its place
  * in the guard, and the call's share of the guard (a write's moves to the
- * write). The guard's. */
+ * write). The guard's, made for a guarded request only (a waiting acquire
+ * does not carry it). */
 typedef struct RequestGuard {
     ProxyCall *call;
     GuardWrite *write;
@@ -190,12 +191,10 @@ struct Request {
     /* What this request took from the socket (park.h); 0 when unknown. */
     bool http11;
     uint64_t wire_bytes;
-    /* For --access-log only (unset without it). */
-    int64_t started_us; /* monotonic */
-    char method[16];
+    struct RequestLog *log; /* owned; what --access-log writes of it; NULL without one */
     RequestWait wait;
     RequestPark park;
-    RequestGuard guard;
+    RequestGuard *guard; /* owned by the guard; NULL unless guarded */
     RequestGrant grant;
     RequestAccess access;
     RequestPoll *poll;  /* owned; NULL unless the request is a long-poll (request_poll) */

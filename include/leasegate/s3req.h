@@ -63,7 +63,7 @@ typedef struct S3Sign {
 bool s3req_sign(void *ud, void *curl_easy, struct curl_slist **headers);
 
 /* The state of req's write to `url` with `token` under `lock`: owned by the
- * request (req->guard.s3), freed at its end. NULL when out of memory. */
+ * request (req->guard->s3), freed at its end. NULL when out of memory. */
 S3Write *s3req_write_new(S3 *s3, Proxy *proxy, Request *req, const GuardRoute *route, const char *url,
                          const char *lock, uint64_t token);
 void s3req_write_free(S3Write *w);

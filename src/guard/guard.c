@@ -433,7 +433,7 @@ static void over_share(Request *req, GuardRefusal why, ErrCode code, const char 
                      share, flag);
 }
 
-/* The client's share of the guard's calls, into req->guard.ticket. Answers
+/* The client's share of the guard's calls, into req->guard->ticket. Answers
  * 503 or 429 when there is none. */
 static bool take_share(Request *req, Guard *g, const char *key)
 {
@@ -447,7 +447,7 @@ static bool take_share(Request *req, Guard *g, const char *key)
     char peer[HTTP_PEER_MAX];
     http_peer_address(req, peer, sizeof peer);
     switch (guardshare_take(g->shares, key, s->cfg.guard_key_max_calls, peer, s->cfg.guard_peer_max_calls,
-                            &req->guard.ticket)) {
+                            &req->guard->ticket)) {
     case SHARE_OK:
         return true;
     case SHARE_KEY_FULL:
@@ -469,29 +469,29 @@ static bool take_share(Request *req, Guard *g, const char *key)
  * none, and its body is dropped. */
 static void stream_upload(Request *req, const char *data, size_t *size)
 {
-    if (req->guard.call)
-        proxy_call_upload(req->guard.call, data, size);
+    if (req->guard->call)
+        proxy_call_upload(req->guard->call, data, size);
     else
         *size = 0;
 }
 
 static bool stream_complete(Request *req)
 {
-    if (!req->guard.call)
+    if (!req->guard->call)
         return false;
     /* The guard may refuse the write now that its body is complete. */
     guardq_body_done(req);
     if (req->response)
         return true;
-    if (req->guard.s3 && s3req_final(req->guard.s3))
+    if (req->guard->s3 && s3req_final(req->guard->s3))
         return true;
-    return req->guard.call ? proxy_call_final(req->guard.call) == MHD_YES : false;
+    return req->guard->call ? proxy_call_final(req->guard->call) == MHD_YES : false;
 }
 
 static void stream_abort(Request *req)
 {
-    if (req->guard.call)
-        proxy_call_abort(req->guard.call);
+    if (req->guard->call)
+        proxy_call_abort(req->guard->call);
 }
 
 static const RequestStream guarded = {stream_upload, stream_complete, stream_abort};
@@ -503,13 +503,13 @@ static void begin_read(Request *req, const GuardRoute *route, const char *method
     /* A read passes with no body (acceptable() saw to that): declaring one,
      * even of 0 bytes, would make curl send it as an upload (a PUT). */
     ProxyHeaders h = {s->auth ? DROP_READ_KEYS : DROP_READ, NULL, NULL};
-    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, &h) : NULL;
+    req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, &h) : NULL;
     free(url);
-    if (!req->guard.call) {
+    if (!req->guard->call) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
-    proxy_call_start(req->guard.call);
+    proxy_call_start(req->guard->call);
 }
 
 /* Each lock takes a write now: it does not settle, and its queue has room.
@@ -608,11 +608,11 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
     }
     char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
     ProxyHeaders h = {s->auth ? DROP_WRITE_KEYS : DROP_WRITE, add, NULL};
-    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length, &h) : NULL;
+    req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length, &h) : NULL;
     free(url);
     free(dest_line);
-    if (!req->guard.call ||
-        !guardq_add(s->guard->queues, req, req->guard.call, has_body, b, nb, &req->guard.ticket, NULL, NULL))
+    if (!req->guard->call ||
+        !guardq_add(s->guard->queues, req, req->guard->call, has_body, b, nb, &req->guard->ticket, NULL, NULL))
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
 }
 
@@ -634,13 +634,13 @@ static void begin_s3_read(Request *req, const GuardRoute *route, const char *met
     static const char *const NONE[] = {NULL};
     ProxyHeaders h = {NONE, NULL, s3req_keep_read};
     S3Sign sign = {s->guard->s3, route};
-    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, &h) : NULL;
+    req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, &h) : NULL;
     free(url);
-    if (!req->guard.call || !proxy_call_configure(req->guard.call, s3req_sign, &sign)) {
+    if (!req->guard->call || !proxy_call_configure(req->guard->call, s3req_sign, &sign)) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
-    proxy_call_start(req->guard.call);
+    proxy_call_start(req->guard->call);
 }
 
 /* A write through an S3 route: the lease's token becomes the object's
@@ -673,17 +673,21 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     ProxyHeaders h = {NONE, add, s3req_keep_write};
     S3Sign sign = {g->s3, route};
     char *url = s3_object_url(route, req->raw_uri + strlen(route->prefix));
-    req->guard.call = url ? proxy_call_new(s->proxy, req, method, url, true, content_length, &h) : NULL;
-    req->guard.s3 = url && req->guard.call ? s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token) : NULL;
+    req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, true, content_length, &h) : NULL;
+    req->guard->s3 = url && req->guard->call ? s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token) : NULL;
     free(url);
-    if (!req->guard.s3 || !proxy_call_configure(req->guard.call, s3req_sign, &sign) ||
-        !guardq_add(g->queues, req, req->guard.call, content_length > 0, &b, 1, &req->guard.ticket, s3req_prepare,
-                    req->guard.s3))
+    if (!req->guard->s3 || !proxy_call_configure(req->guard->call, s3req_sign, &sign) ||
+        !guardq_add(g->queues, req, req->guard->call, content_length > 0, &b, 1, &req->guard->ticket, s3req_prepare,
+                    req->guard->s3))
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
 }
 
 void guard_begin(Request *req, const GuardRoute *route, const char *method, const char *key)
 {
+    if (!(req->guard = calloc(1, sizeof *req->guard))) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
     req->stream = &guarded;
     Guard *g = req->srv->guard;
     bool s3 = route->kind == GUARD_S3;
@@ -714,17 +718,21 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
     else
         begin_write(req, route, method, framed, has_body, content_length);
     if (req->response)
-        guardshare_give(&req->guard.ticket); /* refused: its share is free again at once */
+        guardshare_give(&req->guard->ticket); /* refused: its share is free again at once */
 }
 
 void guard_request_end(Request *req)
 {
+    if (!req->guard)
+        return;
     guardq_request_end(req);
-    s3req_write_free(req->guard.s3);
-    req->guard.s3 = NULL;
-    if (req->guard.call) {
-        proxy_call_free(req->guard.call);
-        req->guard.call = NULL;
+    s3req_write_free(req->guard->s3);
+    req->guard->s3 = NULL;
+    if (req->guard->call) {
+        proxy_call_free(req->guard->call);
+        req->guard->call = NULL;
     }
-    guardshare_give(&req->guard.ticket);
+    guardshare_give(&req->guard->ticket);
+    free(req->guard);
+    req->guard = NULL;
 }

@@ -32,7 +32,7 @@ struct GuardWrite {
     size_t nslots;
     GuardQueues *gq;
     Request *req;      /* NULL once the client is gone */
-    ProxyCall *call;   /* req->guard.call; this write's own once detached */
+    ProxyCall *call;   /* req->guard->call; this write's own once detached */
     GuardTicket ticket; /* its share of the guard's calls, given back when it is freed */
     HeapEntry turn;    /* in GuardQueues.waiting until its turn comes: --guard-timeout */
     CommitHold hold;   /* the end record being made durable */
@@ -257,7 +257,7 @@ static void drop(GuardWrite *w)
         proxy_call_free(w->call);
         w->call = NULL;
         if (w->req)
-            w->req->guard.call = NULL;
+            w->req->guard->call = NULL;
     }
     guardshare_give(&w->ticket);
 }
@@ -545,7 +545,7 @@ bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, c
     w->prepare_ud = prepare_ud;
     w->ticket = *ticket;
     *ticket = (GuardTicket){NULL, NULL};
-    req->guard.write = w;
+    req->guard->write = w;
     if (has_body)
         proxy_call_hold_end(call);
     proxy_call_on_answered(call, on_answered, w);
@@ -555,7 +555,7 @@ bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, c
 
 void guardq_body_done(Request *req)
 {
-    GuardWrite *w = req->guard.write;
+    GuardWrite *w = req->guard->write;
     if (!w || w->body_done)
         return;
     w->body_done = true;
@@ -565,16 +565,16 @@ void guardq_body_done(Request *req)
 
 void guardq_request_end(Request *req)
 {
-    GuardWrite *w = req->guard.write;
+    GuardWrite *w = req->guard->write;
     if (!w)
         return;
     GuardQueues *gq = w->gq;
-    req->guard.write = NULL;
+    req->guard->write = NULL;
     w->req = NULL;
-    if (queued(w) && w->released && req->guard.call) {
+    if (queued(w) && w->released && req->guard->call) {
         /* The upstream may have the whole request: the next write waits for its answer. */
-        ProxyCall *call = req->guard.call;
-        req->guard.call = NULL;
+        ProxyCall *call = req->guard->call;
+        req->guard->call = NULL;
         if (proxy_call_detach(call))
             return; /* on_answered frees w */
     }

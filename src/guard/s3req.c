@@ -239,7 +239,7 @@ static void prepared(void *ud, long status, const struct curl_slist *headers)
     char etag[256], line[300];
     bool ok = false;
     if (status == 404) {
-        ok = proxy_call_add_header(w->req->guard.call, "If-None-Match: *");
+        ok = proxy_call_add_header(w->req->guard->call, "If-None-Match: *");
     } else if (status == 200 && header_value(headers, "ETag", etag, sizeof etag) && fence_of(headers, &fence)) {
         if (fence > w->token) {
             reply_fence_above(w, fence);
@@ -247,7 +247,7 @@ static void prepared(void *ud, long status, const struct curl_slist *headers)
             return;
         }
         snprintf(line, sizeof line, "If-Match: %s", etag);
-        ok = proxy_call_add_header(w->req->guard.call, line);
+        ok = proxy_call_add_header(w->req->guard->call, line);
     } else {
         reply_store_failed(w, status, status == 200 ? "before the write (its answer had no ETag, or a fencing-token "
                                                       "that is not a number)"
@@ -313,7 +313,7 @@ bool s3req_final(S3Write *w)
         http_suspend_watched(w->req); /* woken early by the finished call: go on waiting */
         return true;
     }
-    long status = proxy_call_status(w->req->guard.call);
+    long status = proxy_call_status(w->req->guard->call);
     if (status != 412 && status != 409)
         return false;
     w->rechecking = true;

@@ -40,6 +40,12 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* What --access-log writes of a request, kept only with one. */
+typedef struct RequestLog {
+    int64_t started_us; /* monotonic */
+    char method[16];
+} RequestLog;
+
 static void request_free(Request *req)
 {
     if (req->response)
@@ -50,6 +56,7 @@ static void request_free(Request *req)
     free(req->grant.lock);
     free(req->park.out);
     free(req->poll);
+    free(req->log);
     free(req);
 }
 
@@ -614,8 +621,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     req->conn = conn;
     req->wait.watch_fd = -1;
     req->park.fd = -1;
-    if (req->srv->access_log)
-        req->started_us = mono_us();
+    if (req->srv->access_log && (req->log = calloc(1, sizeof *req->log)))
+        req->log->started_us = mono_us();
     /* A request on a connection that had its last one: half-sent again
      * until it is in. Past its peer's share it gets 429 once its head is in,
      * and meanwhile only a short idle time (a slow sender holds nothing long). */
@@ -663,8 +670,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->routed = true;
         req->http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
         s->metrics.requests++;
-        if (s->access_log)
-            snprintf(req->method, sizeof req->method, "%s", method);
+        if (req->log)
+            snprintf(req->log->method, sizeof req->log->method, "%s", method);
         /* Stopping: no new work, so what is held or waiting drains and no
          * connection is left suspended when MHD stops. Nothing has changed
          * for this request, so the answer needs no commit. */
@@ -833,10 +840,12 @@ void http_peer(Request *req, char *out, size_t outlen)
 
 static void log_request(Request *req, bool delivered)
 {
+    if (!req->log)
+        return; /* out of memory when it began: no line */
     char peer[NI_MAXHOST + NI_MAXSERV + 4];
     http_peer(req, peer, sizeof peer);
-    accesslog_write(req->srv->access_log, peer, req->method[0] ? req->method : "-",
-                    req->raw_uri ? req->raw_uri : "-", req->status, delivered, mono_us() - req->started_us);
+    accesslog_write(req->srv->access_log, peer, req->log->method[0] ? req->log->method : "-",
+                    req->raw_uri ? req->raw_uri : "-", req->status, delivered, mono_us() - req->log->started_us);
 }
 
 void http_flush_log(Server *s)
