@@ -142,13 +142,23 @@ class SecretsAtRestTest(UmaskTestCase):
             self.addCleanup(srv.cleanup)
             st, _, g = srv.client.acquire("rest/a", ttl_ms=60000)
             self.assertEqual(st, 200, g)
-            for suffix in ("", "-wal", "-shm"):
+            for suffix in ("", "-wal"):
                 self.assertEqual(mode(srv.data_path + suffix), 0o600, (umask, suffix))
+            # SQLite runs in exclusive locking mode: no -shm file; were there one, 0600 too.
+            if os.path.exists(srv.data_path + "-shm"):
+                self.assertEqual(mode(srv.data_path + "-shm"), 0o600, (umask, "-shm"))
+            # A backup of the running server (asked of it), and of its file once stopped.
             dest = os.path.join(tempfile.mkdtemp(prefix="lg-backup-"), "copy.db")
-            p = subprocess.run([binary_path(), "backup", "--data", srv.data_path, dest], capture_output=True,
+            p = subprocess.run([binary_path(), "backup", "--server", srv.url, dest], capture_output=True,
                                text=True, timeout=30)
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertEqual(mode(dest), 0o600, umask)
+            srv.stop()
+            dest2 = dest + ".stopped"
+            p = subprocess.run([binary_path(), "backup", "--data", srv.data_path, dest2], capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(mode(dest2), 0o600, umask)
             with open(dest, "rb") as f:
                 self.assertTrue(f.read(16).startswith(b"SQLite format 3"))
 
