@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "leasegate/pb.h"
+#include "store/pb.h"
 
 #define MAX_CLIENTS 1024
 #define MAX_SAMPLES 200000 /* per client */

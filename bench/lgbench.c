@@ -27,7 +27,7 @@
  *           /v3/lock/unlock + lease revoke per pair.  etcd --variant lockkeep: one lease
  *           per client (granted before timing), /v3/lock/lock + /v3/lock/unlock per pair.
  *           leasegate --variant read: one GET /v1/locks/NAME per "pair" (a read that changes
- *           nothing: on etcd it waits for a barrier, include/leasegate/commit.h).
+ *           nothing: on etcd it waits for a barrier, src/store/commit.h).
  *  contend  all clients want ONE lock.  leasegate: long-polling acquire (wait_ms), release
  *           on grant, re-queue after the release answer.  etcd: /v3/lock/lock (blocking),
  *           unlock on grant, lock again.  redis: spin on SET NX until granted, then

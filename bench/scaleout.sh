@@ -19,7 +19,7 @@
 #     client and of the whole machine over each cell; the leader's commit batch size and latency.
 #     Reads/s through the leader gateway with CLIENTS and 1 client(s): a read changes nothing, so
 #     on etcd it waits for a barrier (issue 27: a transaction fenced on the leader key that changes
-#     nothing, one per batch; include/leasegate/commit.h), the cost of no answer from memory.
+#     nothing, one per batch; src/store/commit.h), the cost of no answer from memory.
 #  4. FAILOVERS times: kill -9 the leader gateway while a client loops acquire+release through a
 #     follower gateway (bench/scaleout_failover.py): kill -> first grant of an acquire sent after
 #     the kill; the kill comes at a random point of the keepalive period (LEADER_TTL/3). The

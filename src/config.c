@@ -1,4 +1,4 @@
-/* config — flags of `leasegate serve`; see include/leasegate/config.h. */
+/* config — flags of `leasegate serve`; see include/leasegate/config.h (a context header). */
 #include "leasegate/config.h"
 
 #include <errno.h>
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/listener.h"
-#include "leasegate/names.h"
+#include "core/names.h"
+#include "net/listener.h"
 
 void config_defaults(Config *c)
 {

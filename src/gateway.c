@@ -1,5 +1,5 @@
-/* gateway — start-up and shutdown in order; see include/leasegate/gateway.h. */
-#include "leasegate/gateway.h"
+/* gateway — start-up and shutdown in order; see gateway.h. */
+#include "gateway.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -11,24 +11,24 @@
 
 #include <microhttpd.h>
 
-#include "leasegate/rekey.h"
-#include "leasegate/accesslog.h"
-#include "leasegate/api.h"
-#include "leasegate/auditlog.h"
-#include "leasegate/dispatch.h"
-#include "leasegate/guard.h"
-#include "leasegate/http.h"
-#include "leasegate/leasehist.h"
-#include "leasegate/listener.h"
-#include "leasegate/loop.h"
-#include "leasegate/peers.h"
-#include "leasegate/proxy.h"
-#include "leasegate/event_stream.h"
-#include "leasegate/events.h"
-#include "leasegate/watch.h"
-#include "leasegate/quota.h"
-#include "leasegate/standby.h"
-#include "leasegate/trail.h"
+#include "api/api.h"
+#include "api/dispatch.h"
+#include "api/event_stream.h"
+#include "api/events.h"
+#include "api/quota.h"
+#include "api/rekey.h"
+#include "api/trail.h"
+#include "api/watch.h"
+#include "core/auditlog.h"
+#include "core/leasehist.h"
+#include "guard/guard.h"
+#include "guard/proxy.h"
+#include "net/accesslog.h"
+#include "net/http.h"
+#include "net/listener.h"
+#include "net/loop.h"
+#include "net/peers.h"
+#include "standby.h"
 
 /* Lock-table hooks. */
 

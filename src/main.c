@@ -9,10 +9,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "leasegate/cli.h"
+#include "cli/cli.h"
+#include "gateway.h"
 #include "leasegate/config.h"
-#include "leasegate/gateway.h"
-#include "leasegate/runloop.h"
+#include "runloop.h"
 
 static void usage(FILE *out)
 {

@@ -1,9 +1,9 @@
 /*
- * runloop — the server's turn and its shutdown; see include/leasegate/runloop.h.
+ * runloop — the server's turn and its shutdown; see runloop.h.
  * Only this file calls MHD_run and the ticks of the lock table, fences, the
  * proxy and parked waiters.
  */
-#include "leasegate/runloop.h"
+#include "runloop.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -15,16 +15,16 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "api/event_stream.h"
+#include "api/events.h"
+#include "api/watch.h"
+#include "gateway.h"
+#include "guard/guard.h"
+#include "guard/proxy.h"
 #include "leasegate/container.h"
-#include "leasegate/event_stream.h"
-#include "leasegate/events.h"
-#include "leasegate/watch.h"
-#include "leasegate/gateway.h"
-#include "leasegate/http.h"
-#include "leasegate/loop.h"
-#include "leasegate/park.h"
-#include "leasegate/guard.h"
-#include "leasegate/proxy.h"
+#include "net/http.h"
+#include "net/loop.h"
+#include "net/park.h"
 
 #define SHUTDOWN_DRAIN_MS 3000
 /* A deposed gateway's 503s go out within this, then it exits (deposed_drain). */

@@ -1,5 +1,5 @@
-/* standby — the non-leader's answers; see include/leasegate/standby.h. */
-#include "leasegate/standby.h"
+/* standby — the non-leader's answers; see standby.h. */
+#include "standby.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/forward.h"
-#include "leasegate/jsondump.h"
-#include "leasegate/selfmetrics.h"
-#include "leasegate/httphead.h"
-#include "leasegate/tls.h"
+#include "api/selfmetrics.h"
+#include "net/forward.h"
+#include "net/httphead.h"
+#include "net/tls.h"
+#include "store/jsondump.h"
 
 struct Standby {
     struct MHD_Daemon *daemon;

@@ -1,5 +1,6 @@
 /*
  * config — `leasegate serve` flags into one validated Config, with defaults.
+ * A context header: every layer may read it (data, no code of its own).
  */
 #ifndef LEASEGATE_CONFIG_H
 #define LEASEGATE_CONFIG_H
@@ -9,8 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "leasegate/etcd.h"
-#include "leasegate/guardroute.h"
+#include "guard/guardroute.h"
+#include "store/etcd.h"
 
 #define CONFIG_MAX_GUARDS 16
 #define CONFIG_MAX_ALLOWED_HOSTS 32

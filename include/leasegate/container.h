@@ -1,6 +1,7 @@
 /*
  * container — CONTAINER_OF, the one way from an embedded member (a list link,
  * a heap entry, a loop source) back to the struct that embeds it.
+ * A shared helper: every layer may read it.
  */
 #ifndef LEASEGATE_CONTAINER_H
 #define LEASEGATE_CONTAINER_H

@@ -3,6 +3,7 @@
  * element that embeds a DLink, with the list's length kept.
  * Whether an element is in a list is its owner's to know (the list does not
  * mark links); removing an element that is not in the list is a bug.
+ * A shared helper: every layer may read it.
  */
 #ifndef LEASEGATE_DLIST_H
 #define LEASEGATE_DLIST_H

@@ -3,6 +3,7 @@
  * creates and ends it, park.h may hold its socket, the endpoints answer it,
  * and a guarded one carries its upstream call. A declaration only, so that
  * the layers that keep a part of it need not include each other.
+ * A context header: every layer may read it.
  */
 #ifndef LEASEGATE_REQUEST_H
 #define LEASEGATE_REQUEST_H
@@ -12,13 +13,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "leasegate/auth.h"
-#include "leasegate/commit.h"
+#include "core/locktab.h"
+#include "core/prefixidx.h"
 #include "leasegate/dlist.h"
-#include "leasegate/locktab.h"
-#include "leasegate/loop.h"
-#include "leasegate/prefixidx.h"
 #include "leasegate/server.h"
+#include "net/auth.h"
+#include "net/loop.h"
+#include "store/commit.h"
 
 struct MHD_Connection;
 struct MHD_Response;

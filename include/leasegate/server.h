@@ -5,6 +5,7 @@
  * A declaration only: putting it together is gateway.h's, running it
  * runloop.h's, so that every layer can see the context and none of them
  * depends on the layers above it through it.
+ * A context header: every layer may read it.
  */
 #ifndef LEASEGATE_SERVER_H
 #define LEASEGATE_SERVER_H
@@ -13,20 +14,20 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "leasegate/audit.h"
-#include "leasegate/auth.h"
-#include "leasegate/commit.h"
+#include "core/audit.h"
+#include "core/fence.h"
+#include "core/leaseid.h"
+#include "core/locktab.h"
+#include "core/metrics.h"
+#include "core/revoked.h"
 #include "leasegate/config.h"
-#include "leasegate/election.h"
 #include "leasegate/dlist.h"
-#include "leasegate/fence.h"
-#include "leasegate/hostcheck.h"
-#include "leasegate/leaseid.h"
-#include "leasegate/locktab.h"
-#include "leasegate/metrics.h"
-#include "leasegate/revoked.h"
-#include "leasegate/store.h"
-#include "leasegate/tls.h"
+#include "net/auth.h"
+#include "net/hostcheck.h"
+#include "net/tls.h"
+#include "store/commit.h"
+#include "store/election.h"
+#include "store/store.h"
 
 struct MHD_Daemon;
 struct HttpApp;

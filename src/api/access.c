@@ -1,10 +1,10 @@
-/* access — who may make which request; see include/leasegate/access.h. */
-#include "leasegate/access.h"
+/* access — who may make which request; see access.h. */
+#include "api/access.h"
 
 #include <string.h>
 
-#include "leasegate/auth.h"
-#include "leasegate/quota.h"
+#include "api/quota.h"
+#include "net/auth.h"
 
 /* The answer names the scheme (WWW-Authenticate): httphead's rule for every 401. */
 static void unauthorized(Request *req, const char *why) { http_reply_invalid(req, ERR_UNAUTHORIZED, NULL, "%s", why); }

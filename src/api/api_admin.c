@@ -5,15 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/api.h"
-#include "leasegate/event_stream.h"
-#include "leasegate/events.h"
-#include "leasegate/peers.h"
-#include "leasegate/leasehist.h"
-#include "leasegate/proxy.h"
-#include "leasegate/selfmetrics.h"
-#include "leasegate/watch.h"
+#include "api/api.h"
+#include "api/event_stream.h"
+#include "api/events.h"
+#include "api/selfmetrics.h"
+#include "api/watch.h"
+#include "core/leasehist.h"
+#include "guard/proxy.h"
 #include "leasegate/web_assets.h"
+#include "net/peers.h"
 
 /* Over etcd, also the role (here always leader: a follower's answers come
  * from standby.c) and the leader's URL. */

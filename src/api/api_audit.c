@@ -11,11 +11,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "leasegate/api.h"
-#include "leasegate/auditlog.h"
-#include "leasegate/auth.h"
-#include "leasegate/body.h"
-#include "leasegate/query.h"
+#include "api/api.h"
+#include "api/body.h"
+#include "api/query.h"
+#include "core/auditlog.h"
+#include "net/auth.h"
 
 #define AUDIT_DEFAULT 100
 #define AUDIT_MAX 1000

@@ -12,11 +12,11 @@
 #include <microhttpd.h>
 #include <unistd.h>
 
-#include "leasegate/api.h"
-#include "leasegate/commit.h"
+#include "api/api.h"
 #include "leasegate/container.h"
-#include "leasegate/http.h"
-#include "leasegate/httphead.h"
+#include "net/http.h"
+#include "net/httphead.h"
+#include "store/commit.h"
 
 #define BACKUP_CONTENT_TYPE "application/vnd.sqlite3"
 

@@ -6,11 +6,11 @@
  * that could be lost. A token above the highest ever issued is refused: it
  * cannot come from a grant, and accepting it would lock every real token out.
  */
-#include "leasegate/api.h"
-#include "leasegate/body.h"
-#include "leasegate/events.h"
-#include "leasegate/quota.h"
-#include "leasegate/trail.h"
+#include "api/api.h"
+#include "api/body.h"
+#include "api/events.h"
+#include "api/quota.h"
+#include "api/trail.h"
 
 #define TOKEN_MAX ((json_int_t)INT64_MAX)
 

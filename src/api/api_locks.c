@@ -8,13 +8,13 @@
 #include <string.h>
 #include <uuid/uuid.h>
 
-#include "leasegate/api.h"
-#include "leasegate/body.h"
-#include "leasegate/events.h"
-#include "leasegate/jsonw.h"
-#include "leasegate/lockview.h"
-#include "leasegate/quota.h"
-#include "leasegate/trail.h"
+#include "api/api.h"
+#include "api/body.h"
+#include "api/events.h"
+#include "api/jsonw.h"
+#include "api/lockview.h"
+#include "api/quota.h"
+#include "api/trail.h"
 
 #define TTL_MIN_MS 100
 #define TTL_MAX_MS 86400000

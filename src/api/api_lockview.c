@@ -6,13 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/access.h"
-#include "leasegate/api.h"
-#include "leasegate/body.h"
-#include "leasegate/lockview.h"
-#include "leasegate/query.h"
-#include "leasegate/quota.h"
-#include "leasegate/watch.h"
+#include "api/access.h"
+#include "api/api.h"
+#include "api/body.h"
+#include "api/lockview.h"
+#include "api/query.h"
+#include "api/quota.h"
+#include "api/watch.h"
 
 #define WATCH_MAX_MS 300000 /* as long as a long-poll on events */
 #define QUEUE_SHOWN 100     /* waiters listed by GET of one name (`waiters` counts them all) */

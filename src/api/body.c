@@ -1,12 +1,12 @@
-/* body — request body validation; see include/leasegate/body.h. */
-#include "leasegate/body.h"
+/* body — request body validation; see body.h. */
+#include "api/body.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <uuid/uuid.h>
 
-#include "leasegate/names.h"
-#include "leasegate/rawjson.h"
+#include "core/names.h"
+#include "net/rawjson.h"
 
 static void bad_field(Request *req, const char *field, const char *fmt, const char *detail)
 {

@@ -1,16 +1,16 @@
-/* dispatch — the layers above HTTP; see include/leasegate/dispatch.h. */
-#include "leasegate/dispatch.h"
+/* dispatch — the layers above HTTP; see dispatch.h. */
+#include "api/dispatch.h"
 
 #include <string.h>
 #include <strings.h>
 
-#include "leasegate/access.h"
-#include "leasegate/api.h"
-#include "leasegate/event_stream.h"
-#include "leasegate/events.h"
-#include "leasegate/watch.h"
-#include "leasegate/guard.h"
-#include "leasegate/router.h"
+#include "api/access.h"
+#include "api/api.h"
+#include "api/event_stream.h"
+#include "api/events.h"
+#include "api/router.h"
+#include "api/watch.h"
+#include "guard/guard.h"
 
 /* Is the declared media type application/json (parameters such as charset
  * allowed)? A page on another origin can send text/plain or a form without

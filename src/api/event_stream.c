@@ -1,5 +1,5 @@
-/* event_stream — Server-Sent Events; see include/leasegate/event_stream.h. */
-#include "leasegate/event_stream.h"
+/* event_stream — Server-Sent Events; see event_stream.h. */
+#include "api/event_stream.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,13 +8,13 @@
 
 #include <microhttpd.h>
 
+#include "api/events.h"
+#include "api/quota.h"
+#include "core/heap.h"
 #include "leasegate/container.h"
-#include "leasegate/events.h"
-#include "leasegate/heap.h"
-#include "leasegate/jsondump.h"
-#include "leasegate/http.h"
-#include "leasegate/httphead.h"
-#include "leasegate/quota.h"
+#include "net/http.h"
+#include "net/httphead.h"
+#include "store/jsondump.h"
 
 /* A stream with nothing to say sends a comment this often, so that proxies
  * keep it open and a client that went away is noticed. */

@@ -1,18 +1,18 @@
-/* events — what happens to locks, and the long-poll; see include/leasegate/events.h. */
-#include "leasegate/events.h"
+/* events — what happens to locks, and the long-poll; see events.h. */
+#include "api/events.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "leasegate/access.h"
-#include "leasegate/body.h"
-#include "leasegate/query.h"
+#include "api/access.h"
+#include "api/body.h"
+#include "api/query.h"
+#include "api/quota.h"
+#include "api/watch.h"
+#include "core/prefixidx.h"
 #include "leasegate/container.h"
-#include "leasegate/prefixidx.h"
-#include "leasegate/quota.h"
-#include "leasegate/watch.h"
 
 #define EVENTS_DEFAULT 100
 #define EVENTS_MAX 1000

@@ -1,5 +1,5 @@
-/* jsonw — a flat JSON object written straight into text; see include/leasegate/jsonw.h. */
-#include "leasegate/jsonw.h"
+/* jsonw — a flat JSON object written straight into text; see jsonw.h. */
+#include "api/jsonw.h"
 
 #include <stdlib.h>
 #include <string.h>

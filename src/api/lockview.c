@@ -1,7 +1,7 @@
-/* lockview — what readers see of locks and semaphores; see include/leasegate/lockview.h. */
-#include "leasegate/lockview.h"
+/* lockview — what readers see of locks and semaphores; see lockview.h. */
+#include "api/lockview.h"
 
-#include "leasegate/clock.h"
+#include "core/clock.h"
 
 const char *lockview_mode_name(int mode) { return mode == MODE_READ ? "read" : "write"; }
 

@@ -1,5 +1,5 @@
-/* query — query-parameter checks; see include/leasegate/query.h. */
-#include "leasegate/query.h"
+/* query — query-parameter checks; see query.h. */
+#include "api/query.h"
 
 #include <errno.h>
 #include <stdlib.h>

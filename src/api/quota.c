@@ -1,13 +1,13 @@
-/* quota — the shares of keys and peers; see include/leasegate/quota.h. */
-#include "leasegate/quota.h"
+/* quota — the shares of keys and peers; see quota.h. */
+#include "api/quota.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/auth.h"
-#include "leasegate/clock.h"
+#include "core/clock.h"
+#include "core/smap.h"
 #include "leasegate/container.h"
-#include "leasegate/smap.h"
+#include "net/auth.h"
 
 /* What one key or one peer uses now. Freed when every count is back at zero:
  * whatever points at an entry (a lock's or a resource's Charge, a held

@@ -1,15 +1,15 @@
-/* rekey — a key removed or narrowed ends what it holds open; see include/leasegate/rekey.h. */
-#include "leasegate/rekey.h"
+/* rekey — a key removed or narrowed ends what it holds open; see rekey.h. */
+#include "api/rekey.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "leasegate/api.h"
-#include "leasegate/auth.h"
-#include "leasegate/event_stream.h"
-#include "leasegate/events.h"
-#include "leasegate/quota.h"
-#include "leasegate/watch.h"
+#include "api/api.h"
+#include "api/event_stream.h"
+#include "api/events.h"
+#include "api/quota.h"
+#include "api/watch.h"
+#include "net/auth.h"
 
 /* Does k still cover what req holds open: a lock name, or a listing's prefix? */
 static bool still_covers(const AuthKey *k, const char *name, bool listing)

@@ -1,14 +1,14 @@
-/* router — the route table; see include/leasegate/router.h. */
-#include "leasegate/router.h"
+/* router — the route table; see router.h. */
+#include "api/router.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/api.h"
-#include "leasegate/event_stream.h"
-#include "leasegate/events.h"
-#include "leasegate/names.h"
+#include "api/api.h"
+#include "api/event_stream.h"
+#include "api/events.h"
+#include "core/names.h"
 
 typedef enum Shape {
     EXACT,       /* the path is exactly `path` */

@@ -1,5 +1,5 @@
-/* selfmetrics — build and process metrics; see include/leasegate/selfmetrics.h. */
-#include "leasegate/selfmetrics.h"
+/* selfmetrics — build and process metrics; see selfmetrics.h. */
+#include "api/selfmetrics.h"
 
 #include <dirent.h>
 #include <stdbool.h>

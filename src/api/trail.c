@@ -1,13 +1,13 @@
-/* trail — rows of the audit trail; see include/leasegate/trail.h. */
-#include "leasegate/trail.h"
+/* trail — rows of the audit trail; see trail.h. */
+#include "api/trail.h"
 
 #include <stdio.h>
 #include <unistd.h>
 
-#include "leasegate/auditlog.h"
-#include "leasegate/clock.h"
-#include "leasegate/events.h"
-#include "leasegate/leasehist.h"
+#include "api/events.h"
+#include "core/auditlog.h"
+#include "core/clock.h"
+#include "core/leasehist.h"
 
 /* A trail with holes is no trail: like any change that cannot be recorded,
  * this stops the server (as the lock table's hooks do). */

@@ -1,12 +1,12 @@
-/* watch — lock watches; see include/leasegate/watch.h. */
-#include "leasegate/watch.h"
+/* watch — lock watches; see watch.h. */
+#include "api/watch.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/smap.h"
 #include "leasegate/container.h"
-#include "leasegate/http.h"
-#include "leasegate/smap.h"
+#include "net/http.h"
 
 /* The watchers of one lock name. */
 typedef struct Watched {

@@ -1,7 +1,7 @@
 /*
  * cli_cmds — the script subcommands: acquire, renew, release, status, list.
  * Each prints the server's JSON answer on stdout and exits 0, or prints the
- * server's error on stderr and exits with the code of include/leasegate/cli.h.
+ * server's error on stderr and exits with the code of cli.h.
  * Each acts on a lock (--lock NAME, --read for a shared one) or a semaphore
  * (--semaphore NAME, with --limit N to acquire).
  */
@@ -10,9 +10,9 @@
 #include <errno.h>
 #include <string.h>
 
-#include "leasegate/cli.h"
-#include "leasegate/jsondump.h"
-#include "leasegate/names.h"
+#include "cli/cli.h"
+#include "core/names.h"
+#include "store/jsondump.h"
 
 #define HTTP_TIMEOUT_MS 30000
 

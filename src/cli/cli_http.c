@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "leasegate/cli.h"
-#include "leasegate/jsondump.h"
+#include "cli/cli.h"
+#include "store/jsondump.h"
 
 #define MAX_REPLY (4 * 1024 * 1024)
 

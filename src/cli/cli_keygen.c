@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/auth.h"
-#include "leasegate/cli.h"
+#include "cli/cli.h"
+#include "net/auth.h"
 
 /* Prints exactly two lines: the key (shown this once; the file keeps only its
  * hash), then the line to append to the --auth-file. */

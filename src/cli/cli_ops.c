@@ -10,8 +10,8 @@
 #include <limits.h>
 #include <unistd.h>
 
-#include "leasegate/cli.h"
-#include "leasegate/store.h"
+#include "cli/cli.h"
+#include "store/store.h"
 
 #define HEALTH_TIMEOUT_MS 5000
 #define BACKUP_TIMEOUT_MS (10 * 60 * 1000)

@@ -36,9 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "leasegate/cli.h"
-#include "leasegate/names.h"
-#include "leasegate/watchdog.h"
+#include "cli/cli.h"
+#include "cli/watchdog.h"
+#include "core/names.h"
 
 #define RENEW_RETRY_MS 250
 #define RELEASE_TIMEOUT_MS 2000

@@ -1,6 +1,6 @@
 /*
  * watchdog — owns the command's process group for `leasegate run` (see
- * include/leasegate/watchdog.h for the protocol and the rules).
+ * watchdog.h for the protocol and the rules).
  *
  * Invariant: once stopping starts, SIGKILL goes to the group no later than
  * stop_by - grace/2, so the group is gone before the lease's lower bound; a
@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "leasegate/watchdog.h"
+#include "cli/watchdog.h"
 
 #define GONE_POLL_MS 20 /* how often to look whether a killed group is gone */
 

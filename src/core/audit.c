@@ -1,5 +1,5 @@
-/* audit — the trail in memory; see include/leasegate/audit.h. */
-#include "leasegate/audit.h"
+/* audit — the trail in memory; see audit.h. */
+#include "core/audit.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,10 +1,10 @@
-/* auditlog — the audit trail in memory, kept per key; see include/leasegate/auditlog.h. */
-#include "leasegate/auditlog.h"
+/* auditlog — the audit trail in memory, kept per key; see auditlog.h. */
+#include "core/auditlog.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/smap.h"
+#include "core/smap.h"
 
 static const size_t FIELD_MAX[4] = {256, 128, 64, 64}; /* lock, owner, key, peer: longer is cut */
 

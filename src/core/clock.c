@@ -1,5 +1,5 @@
-/* clock — the boot clock and Unix time in milliseconds; see include/leasegate/clock.h. */
-#include "leasegate/clock.h"
+/* clock — the boot clock and Unix time in milliseconds; see clock.h. */
+#include "core/clock.h"
 
 #include <stdio.h>
 #include <string.h>

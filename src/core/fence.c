@@ -1,11 +1,11 @@
-/* fence — high-water marks in an ordered map; see include/leasegate/fence.h. */
-#include "leasegate/fence.h"
+/* fence — high-water marks in an ordered map; see fence.h. */
+#include "core/fence.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/heap.h"
-#include "leasegate/smap.h"
+#include "core/heap.h"
+#include "core/smap.h"
 
 typedef struct Mark {
     HeapEntry idle; /* queued while forgetting is on: when to forget */

@@ -1,5 +1,5 @@
-/* heap — min-heap of embedded deadline entries; see include/leasegate/heap.h. */
-#include "leasegate/heap.h"
+/* heap — min-heap of embedded deadline entries; see heap.h. */
+#include "core/heap.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
-/* histogram — fixed-bound histograms; see include/leasegate/histogram.h. */
-#include "leasegate/histogram.h"
+/* histogram — fixed-bound histograms; see histogram.h. */
+#include "core/histogram.h"
 
 #include <assert.h>
 #include <string.h>

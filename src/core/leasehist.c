@@ -1,5 +1,5 @@
 /* leasehist — ring of ended leases with a chained hash index; see leasehist.h. */
-#include "leasegate/leasehist.h"
+#include "core/leasehist.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* leaseid — version 4 UUIDs from a buffer of CSPRNG bytes; see leaseid.h. */
-#include "leasegate/leaseid.h"
+#include "core/leaseid.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * locktab — the lock state machine; see include/leasegate/locktab.h.
+ * locktab — the lock state machine; see locktab.h.
  *
  * Fairness: the waiters of a name form one FIFO list; they are appended at
  * the tail when they arrive, a newcomer is granted at once only when nobody
@@ -8,15 +8,15 @@
  * the run of readers at the head up to the next writer, and a freed permit
  * wakes one waiter.
  */
-#include "leasegate/locktab.h"
+#include "core/locktab.h"
 
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/leasehist.h"
+#include "core/smap.h"
 #include "leasegate/container.h"
-#include "leasegate/leasehist.h"
-#include "leasegate/smap.h"
 
 enum { DEADLINE_EXPIRY = 1, DEADLINE_WAIT = 2, DEADLINE_IDLE = 3, DEADLINE_DELAY = 4 };
 

@@ -1,5 +1,5 @@
-/* names — validation of lock names and resources; see include/leasegate/names.h. */
-#include "leasegate/names.h"
+/* names — validation of lock names and resources; see names.h. */
+#include "core/names.h"
 
 #include <string.h>
 

@@ -1,11 +1,11 @@
-/* prefixidx — subscribers by name prefix; see include/leasegate/prefixidx.h. */
-#include "leasegate/prefixidx.h"
+/* prefixidx — subscribers by name prefix; see prefixidx.h. */
+#include "core/prefixidx.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/smap.h"
+#include "core/smap.h"
 
 /* The subscribers of one prefix. */
 typedef struct PrefixGroup {

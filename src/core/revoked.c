@@ -1,5 +1,5 @@
-/* revoked — force-released tokens; see include/leasegate/revoked.h. */
-#include "leasegate/revoked.h"
+/* revoked — force-released tokens; see revoked.h. */
+#include "core/revoked.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
-/* share — the names of the shares; see include/leasegate/share.h. */
-#include "leasegate/share.h"
+/* share — the names of the shares; see share.h. */
+#include "core/share.h"
 
 static const char *const NAMES[SHARE_KINDS] = {
     [SHARE_HELD] = "max_held",       [SHARE_WAITERS] = "max_waiters",         [SHARE_NAMES] = "max_names",

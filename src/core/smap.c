@@ -1,5 +1,5 @@
-/* smap — skip list keyed by strings; see include/leasegate/smap.h. */
-#include "leasegate/smap.h"
+/* smap — skip list keyed by strings; see smap.h. */
+#include "core/smap.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* awscred — S3 credentials; see include/leasegate/awscred.h. */
-#include "leasegate/awscred.h"
+/* awscred — S3 credentials; see awscred.h. */
+#include "guard/awscred.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /*
  * guard — what a guarded request must be to go upstream; see
- * include/leasegate/guard.h. The order of writes is guardq's.
+ * guard.h. The order of writes is guardq's.
  *
  * A request is checked from its head alone, in this order: the route
  * forwards its method (405); its target is canonical and its header values
@@ -9,7 +9,7 @@
  * (503, 429); for a write, each lock it is bound to is held by the lease it
  * presents (428, 409), and that lock's queue has room (503).
  */
-#include "leasegate/guard.h"
+#include "guard/guard.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,14 +18,14 @@
 #include <strings.h>
 #include <uuid/uuid.h>
 
-#include "leasegate/guardpath.h"
-#include "leasegate/guardq.h"
-#include "leasegate/guardshare.h"
-#include "leasegate/httphead.h"
-#include "leasegate/names.h"
-#include "leasegate/proxy.h"
-#include "leasegate/s3.h"
-#include "leasegate/s3req.h"
+#include "core/names.h"
+#include "guard/guardpath.h"
+#include "guard/guardq.h"
+#include "guard/guardshare.h"
+#include "guard/proxy.h"
+#include "guard/s3.h"
+#include "guard/s3req.h"
+#include "net/httphead.h"
 
 struct Guard {
     Server *srv;

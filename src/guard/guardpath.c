@@ -1,10 +1,10 @@
-/* guardpath — canonical targets and path-bound locks; see include/leasegate/guardpath.h. */
-#include "leasegate/guardpath.h"
+/* guardpath — canonical targets and path-bound locks; see guardpath.h. */
+#include "guard/guardpath.h"
 
 #include <string.h>
 #include <strings.h>
 
-#include "leasegate/names.h"
+#include "core/names.h"
 
 static bool unreserved(unsigned char c)
 {

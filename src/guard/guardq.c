@@ -1,14 +1,14 @@
-/* guardq — the guard's write queues; see include/leasegate/guardq.h. */
-#include "leasegate/guardq.h"
+/* guardq — the guard's write queues; see guardq.h. */
+#include "guard/guardq.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/heap.h"
-#include "leasegate/http.h"
-#include "leasegate/proxy.h"
-#include "leasegate/smap.h"
+#include "core/heap.h"
+#include "core/smap.h"
+#include "guard/proxy.h"
+#include "net/http.h"
 
 typedef struct GuardQueue {
     DList writes;            /* GuardSlot.link, in arrival order */

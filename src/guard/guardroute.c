@@ -1,10 +1,10 @@
-/* guardroute — --guard specs; see include/leasegate/guardroute.h. */
-#include "leasegate/guardroute.h"
+/* guardroute — --guard specs; see guardroute.h. */
+#include "guard/guardroute.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "leasegate/names.h"
+#include "core/names.h"
 
 static const char *const DEFAULT_METHODS[] = {"GET", "HEAD", "OPTIONS", "PUT", "POST", "PATCH", "DELETE"};
 

@@ -1,11 +1,11 @@
-/* guardshare — calls per key and per peer; see include/leasegate/guardshare.h. */
-#include "leasegate/guardshare.h"
+/* guardshare — calls per key and per peer; see guardshare.h. */
+#include "guard/guardshare.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/smap.h"
+#include "core/smap.h"
 
 /* One key's or one peer's count; in its map only while it is above zero. */
 struct ShareUse {

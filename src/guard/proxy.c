@@ -1,5 +1,5 @@
 /*
- * proxy — upstream calls over libcurl multi; see include/leasegate/proxy.h.
+ * proxy — upstream calls over libcurl multi; see proxy.h.
  *
  * Who waits for whom (each wait has exactly one waker):
  *   client body -> `up` buffer -> curl read callback
@@ -13,7 +13,7 @@
  *            callback or the end of the transfer resumes it.
  * curl_easy_pause is never called from inside a curl callback.
  */
-#include "leasegate/proxy.h"
+#include "guard/proxy.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -21,10 +21,10 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include "core/heap.h"
 #include "leasegate/dlist.h"
-#include "leasegate/heap.h"
-#include "leasegate/http.h"
-#include "leasegate/httphead.h"
+#include "net/http.h"
+#include "net/httphead.h"
 
 typedef struct Buf {
     char *data;

@@ -1,5 +1,5 @@
-/* s3 — credentials and the precondition probe of S3 routes; see include/leasegate/s3.h. */
-#include "leasegate/s3.h"
+/* s3 — credentials and the precondition probe of S3 routes; see s3.h. */
+#include "guard/s3.h"
 
 #include <curl/curl.h>
 #include <pthread.h>

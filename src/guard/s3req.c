@@ -1,5 +1,5 @@
-/* s3req — requests through S3 routes; see include/leasegate/s3req.h. */
-#include "leasegate/s3req.h"
+/* s3req — requests through S3 routes; see s3req.h. */
+#include "guard/s3req.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "leasegate/http.h"
+#include "net/http.h"
 
 #define FENCE_META "x-amz-meta-fencing-token"
 

@@ -1,5 +1,5 @@
-/* accesslog — one line per request; see include/leasegate/accesslog.h. */
-#include "leasegate/accesslog.h"
+/* accesslog — one line per request; see accesslog.h. */
+#include "net/accesslog.h"
 
 #include <errno.h>
 #include <string.h>

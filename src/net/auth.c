@@ -1,5 +1,5 @@
-/* auth — API keys; see include/leasegate/auth.h. */
-#include "leasegate/auth.h"
+/* auth — API keys; see auth.h. */
+#include "net/auth.h"
 
 #include <errno.h>
 #include <gnutls/crypto.h>

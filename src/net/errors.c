@@ -1,5 +1,5 @@
-/* errors — the error table; see include/leasegate/errors.h. */
-#include "leasegate/errors.h"
+/* errors — the error table; see errors.h. */
+#include "net/errors.h"
 
 static const struct {
     const char *code;

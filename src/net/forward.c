@@ -1,5 +1,5 @@
-/* forward — a follower's request streamed on to the leader; see include/leasegate/forward.h. */
-#include "leasegate/forward.h"
+/* forward — a follower's request streamed on to the leader; see forward.h. */
+#include "net/forward.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "leasegate/httphead.h"
+#include "net/httphead.h"
 
 #define CONNECT_TIMEOUT_MS 2000L
 #define WAIT_STEP_MS 100        /* how often a waiting forward looks at its client and the leader */

@@ -1,5 +1,5 @@
-/* hostcheck — Host and Origin against DNS rebinding; see include/leasegate/hostcheck.h. */
-#include "leasegate/hostcheck.h"
+/* hostcheck — Host and Origin against DNS rebinding; see hostcheck.h. */
+#include "net/hostcheck.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

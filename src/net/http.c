@@ -1,5 +1,5 @@
 /*
- * http — libmicrohttpd glue; see include/leasegate/http.h.
+ * http — libmicrohttpd glue; see http.h.
  *
  * Life of a request: the first callback routes it (router_match) and checks
  * Content-Length; the next ones gather the body (bounded by HTTP_MAX_BODY);
@@ -9,7 +9,7 @@
  * only while suspended, and its stored response is queued on the callback that
  * follows the resume.
  */
-#include "leasegate/http.h"
+#include "net/http.h"
 
 #include <errno.h>
 #include <microhttpd.h>
@@ -26,12 +26,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "leasegate/accesslog.h"
-#include "leasegate/httphead.h"
-#include "leasegate/listener.h"
-#include "leasegate/park.h"
-#include "leasegate/peers.h"
-#include "leasegate/tls.h"
+#include "net/accesslog.h"
+#include "net/httphead.h"
+#include "net/listener.h"
+#include "net/park.h"
+#include "net/peers.h"
+#include "net/tls.h"
 
 static int64_t mono_us(void)
 {

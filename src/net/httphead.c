@@ -1,5 +1,5 @@
-/* httphead — header helpers; see include/leasegate/httphead.h. */
-#include "leasegate/httphead.h"
+/* httphead — header helpers; see httphead.h. */
+#include "net/httphead.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "leasegate/names.h"
+#include "core/names.h"
 
 /* Is the token of n bytes one of list's (any case)? */
 static bool lists_token(const char *list, const char *token, size_t n)

@@ -1,5 +1,5 @@
-/* listener — the listening socket; see include/leasegate/listener.h. */
-#include "leasegate/listener.h"
+/* listener — the listening socket; see listener.h. */
+#include "net/listener.h"
 
 #include <errno.h>
 #include <fcntl.h>

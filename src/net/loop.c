@@ -1,5 +1,5 @@
-/* loop — an epoll set of sources; see include/leasegate/loop.h. */
-#include "leasegate/loop.h"
+/* loop — an epoll set of sources; see loop.h. */
+#include "net/loop.h"
 
 #include <errno.h>
 #include <stdio.h>

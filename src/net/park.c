@@ -1,5 +1,5 @@
 /*
- * park — waiters held outside libmicrohttpd; see include/leasegate/park.h.
+ * park — waiters held outside libmicrohttpd; see park.h.
  *
  * Life of a parked request: park_take (socket duplicated, watched for
  * hang-up) -> park_reply (answer formatted, held for its commit) -> ready
@@ -14,7 +14,7 @@
  * from inside lock-table callbacks: a failure there queues the request on the
  * ready list with no answer, and park_flush ends it.
  */
-#include "leasegate/park.h"
+#include "net/park.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,9 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "leasegate/errors.h"
-#include "leasegate/httphead.h"
-#include "leasegate/peers.h"
+#include "net/errors.h"
+#include "net/httphead.h"
+#include "net/peers.h"
 
 typedef struct ConnBytes {
     int64_t origin; /* counted_read when libmicrohttpd had read nothing yet */

@@ -1,5 +1,5 @@
-/* peers — connections and half-sent requests per peer; see include/leasegate/peers.h. */
-#include "leasegate/peers.h"
+/* peers — connections and half-sent requests per peer; see peers.h. */
+#include "net/peers.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/smap.h"
+#include "core/smap.h"
 
 struct Peer {
     uint64_t connections, half_sent;

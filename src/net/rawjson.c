@@ -1,11 +1,11 @@
-/* rawjson — values kept as sent; see include/leasegate/rawjson.h. */
-#include "leasegate/rawjson.h"
+/* rawjson — values kept as sent; see rawjson.h. */
+#include "net/rawjson.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "leasegate/jsondump.h"
+#include "store/jsondump.h"
 
 static size_t skip_ws(const char *p, size_t i, size_t len)
 {

@@ -1,5 +1,5 @@
-/* tls — HTTPS set-up; see include/leasegate/tls.h. */
-#include "leasegate/tls.h"
+/* tls — HTTPS set-up; see tls.h. */
+#include "net/tls.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
-/* arena — chunked bump allocator; see include/leasegate/arena.h. */
-#include "leasegate/arena.h"
+/* arena — chunked bump allocator; see arena.h. */
+#include "store/arena.h"
 
 #include <stdlib.h>
 #include <string.h>

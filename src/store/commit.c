@@ -1,5 +1,5 @@
-/* commit — group commit with one writer thread; see include/leasegate/commit.h. */
-#include "leasegate/commit.h"
+/* commit — group commit with one writer thread; see commit.h. */
+#include "store/commit.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "leasegate/arena.h"
+#include "store/arena.h"
 
 const double COMMIT_LATENCY_BOUNDS_MS[COMMIT_LATENCY_BUCKETS] = {0.25, 0.5, 1,   2,   5,    10,
                                                                  25,   50,  100, 250, 1000, 5000};

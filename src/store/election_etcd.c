@@ -1,5 +1,5 @@
-/* election_etcd — leadership over etcd; see include/leasegate/election.h. */
-#include "leasegate/election.h"
+/* election_etcd — leadership over etcd; see election.h. */
+#include "store/election.h"
 
 #include <curl/curl.h>
 #include <pthread.h>

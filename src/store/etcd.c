@@ -1,5 +1,5 @@
-/* etcd — the etcd client (JSON gateway and gRPC); see include/leasegate/etcd.h. */
-#include "leasegate/etcd.h"
+/* etcd — the etcd client (JSON gateway and gRPC); see etcd.h. */
+#include "store/etcd.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -9,7 +9,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "leasegate/jsondump.h"
+#include "store/jsondump.h"
 
 /* A dead member on a reachable machine refuses at once; one whose machine is
  * gone does not answer the SYN: this bounds the wait for it. */

@@ -1,4 +1,4 @@
-/* etcd_txn — an etcd transaction as protobuf; see include/leasegate/etcd_txn.h.
+/* etcd_txn — an etcd transaction as protobuf; see etcd_txn.h.
  *
  * Field numbers are etcd 3.4's rpc.proto and kv.proto:
  *   TxnRequest   compare 1, success 2, failure 3
@@ -10,7 +10,7 @@
  *   ResponseOp   response_range 1 (response_put 2, response_delete_range 3)
  *   RangeResponse header 1, kvs 2; KeyValue key 1, create_revision 2, mod_revision 3, value 5
  */
-#include "leasegate/etcd_txn.h"
+#include "store/etcd_txn.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* jsondump — json_dumps whole or not at all; see include/leasegate/jsondump.h. */
-#include "leasegate/jsondump.h"
+/* jsondump — json_dumps whole or not at all; see jsondump.h. */
+#include "store/jsondump.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
-/* pb — the protobuf wire format; see include/leasegate/pb.h. */
-#include "leasegate/pb.h"
+/* pb — the protobuf wire format; see pb.h. */
+#include "store/pb.h"
 
 #include <stdlib.h>
 #include <string.h>

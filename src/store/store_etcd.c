@@ -70,7 +70,7 @@
  * their writers (lock_value, holder_value) and loaders (load_lock,
  * load_holder) together, and the key list above.
  */
-#include "leasegate/store.h"
+#include "store/store.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -79,11 +79,11 @@
 #include <string.h>
 #include <uuid/uuid.h>
 
-#include "leasegate/election.h"
-#include "leasegate/etcd.h"
-#include "leasegate/etcd_txn.h"
-#include "leasegate/jsondump.h"
-#include "leasegate/leasehist.h"
+#include "core/leasehist.h"
+#include "store/election.h"
+#include "store/etcd.h"
+#include "store/etcd_txn.h"
+#include "store/jsondump.h"
 
 /* A transaction carries at most --etcd-max-txn-ops operations (etcd's
  * --max-txn-ops, 128 by default) and stays well below etcd's default

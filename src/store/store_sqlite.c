@@ -23,9 +23,9 @@
  * write per commit; a batch that deletes rows (forgotten idle names) writes
  * the counter to meta in the same transaction.
  */
-#include "leasegate/store.h"
+#include "store/store.h"
 
-#include "leasegate/leasehist.h"
+#include "core/leasehist.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -31,10 +31,10 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "api/body.h"
+#include "core/names.h"
 #include "fuzz.h"
-#include "leasegate/body.h"
-#include "leasegate/http.h"
-#include "leasegate/names.h"
+#include "net/http.h"
 
 #define CHECK(cond, ...) FUZZ_CHECK(cond, __VA_ARGS__)
 

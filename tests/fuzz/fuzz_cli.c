@@ -2,10 +2,10 @@
  * fuzz_cli — the command-line parsers on arbitrary argv split from the input
  * (at NUL bytes; a one-byte argument below 0x20 stands for a known flag):
  *
- *  - cli_parse_duration (include/leasegate/cli.h, src/cli/cli_http.c) accepts
+ *  - cli_parse_duration (src/cli/cli.h, src/cli/cli_http.c) accepts
  *    exactly DIGITS followed by ms, s, m or h whose value in milliseconds
  *    fits in int64_t, and then gives that exact value (>= 0, no overflow);
- *  - listener_parse (include/leasegate/listener.h) agrees with a reference:
+ *  - listener_parse (src/net/listener.h) agrees with a reference:
  *    HOST:PORT with no other ':' or [HOST]:PORT, a non-empty host that fits
  *    hostlen (buffers of exactly hostlen bytes), 1 to 5 digits of port up to
  *    65535; host and port are the ones in the spec;
@@ -20,11 +20,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cli/cli.h"
+#include "core/names.h"
 #include "fuzz.h"
-#include "leasegate/cli.h"
 #include "leasegate/config.h"
-#include "leasegate/listener.h"
-#include "leasegate/names.h"
+#include "net/listener.h"
 
 #define CHECK(cond, ...) FUZZ_CHECK(cond, __VA_ARGS__)
 #define MAX_ARGS 40

@@ -1,6 +1,6 @@
 /*
- * fuzz_etcdtxn — the protobuf reader (include/leasegate/pb.h) and the reading
- * of an etcd transaction's answer (include/leasegate/etcd_txn.h) on arbitrary
+ * fuzz_etcdtxn — the protobuf reader (src/store/pb.h) and the reading
+ * of an etcd transaction's answer (src/store/etcd_txn.h) on arbitrary
  * bytes, as a member (or anything at its address) could send them:
  *
  *  - pb_next ends (every field moves the reader forward), never hands out a
@@ -14,8 +14,8 @@
 #include <stdbool.h>
 
 #include "fuzz.h"
-#include "leasegate/etcd_txn.h"
-#include "leasegate/pb.h"
+#include "store/etcd_txn.h"
+#include "store/pb.h"
 
 #define CHECK(cond, ...) FUZZ_CHECK(cond, __VA_ARGS__)
 

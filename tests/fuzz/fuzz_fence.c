@@ -1,5 +1,5 @@
 /*
- * fuzz_fence — fence marks (include/leasegate/fence.h) driven by operations
+ * fuzz_fence — fence marks (src/core/fence.h) driven by operations
  * decoded from the input, with a fake clock, against a model:
  *
  *  - fence_check accepts exactly the tokens >= the mark (the resource's own,
@@ -20,8 +20,8 @@
  */
 #include <stdbool.h>
 
+#include "core/fence.h"
 #include "fuzz.h"
-#include "leasegate/fence.h"
 
 #define CHECK(cond, ...) FUZZ_CHECK(cond, __VA_ARGS__)
 #define NRES 8

@@ -1,6 +1,6 @@
 /*
  * fuzz_guardpath — the guard's canonical-target, path-bound lock and header
- * rules (include/leasegate/guardpath.h, include/leasegate/names.h) on
+ * rules (src/guard/guardpath.h, src/core/names.h) on
  * arbitrary bytes:
  *
  *  - guardpath_problem agrees with a reference written from guardpath.h: a
@@ -43,9 +43,9 @@
 #include <stdbool.h>
 #include <strings.h>
 
+#include "core/names.h"
 #include "fuzz.h"
-#include "leasegate/guardpath.h"
-#include "leasegate/names.h"
+#include "guard/guardpath.h"
 
 #define CHECK(cond, ...) FUZZ_CHECK(cond, __VA_ARGS__)
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_locktab — the lock table (include/leasegate/locktab.h) driven by a
+ * fuzz_locktab — the lock table (src/core/locktab.h) driven by a
  * sequence of operations decoded from the input, on a handful of lock names
  * with a fake clock, and checked against a small reference model after every
  * step and inside every hook:
@@ -45,9 +45,9 @@
  */
 #include <stdbool.h>
 
+#include "core/leasehist.h"
+#include "core/locktab.h"
 #include "fuzz.h"
-#include "leasegate/leasehist.h"
-#include "leasegate/locktab.h"
 
 #define NNAMES 5
 static const char *const NAMES[NNAMES] = {"a", "b/c", "orders/42", "x", "y.z"};

@@ -1,5 +1,5 @@
 /*
- * fuzz_rawjson — values kept as sent (include/leasegate/rawjson.h):
+ * fuzz_rawjson — values kept as sent (src/net/rawjson.h):
  *
  *  - rawjson_member and rawjson_member_at on arbitrary bytes (in a buffer of
  *    exactly len bytes, so ASan sees any read past it) never read out of
@@ -17,16 +17,16 @@
  *    placeholders for raw texts (each placed once, as the server does) dumps
  *    to text that jansson parses back equal to the same body with the raw
  *    values in place of the placeholders;
- *  - jsonw (include/leasegate/jsonw.h): the input bytes as a string are
+ *  - jsonw (src/api/jsonw.h): the input bytes as a string are
  *    written exactly as jansson's json_dumps writes them, and refused exactly
  *    when jansson refuses them (not UTF-8).
  */
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "api/jsonw.h"
 #include "fuzz.h"
-#include "leasegate/jsonw.h"
-#include "leasegate/rawjson.h"
+#include "net/rawjson.h"
 
 #define CHECK(cond, ...) FUZZ_CHECK(cond, __VA_ARGS__)
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_rwsem — the lock table's readers, writers, semaphores and
- * lock-delays (include/leasegate/locktab.h), in fuzz_locktab's style: a
+ * lock-delays (src/core/locktab.h), in fuzz_locktab's style: a
  * sequence of operations decoded from the input on three lock names and
  * two semaphore names (one of them spelled like a lock: the namespaces are
  * apart) with a fake clock, checked after every step against a small
@@ -39,9 +39,9 @@
  */
 #include <stdbool.h>
 
+#include "core/leasehist.h"
+#include "core/locktab.h"
 #include "fuzz.h"
-#include "leasegate/leasehist.h"
-#include "leasegate/locktab.h"
 
 #define NNAMES 5
 #define NLOCKS 3 /* names 0..2 are locks, 3..4 semaphores */

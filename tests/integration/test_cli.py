@@ -25,7 +25,7 @@ import harness
 BIN = harness.binary_path()
 RUN_TIMEOUT_S = 30.0
 
-# Exit codes of include/leasegate/cli.h
+# Exit codes of src/cli/cli.h
 EXIT_FAILED, EXIT_USAGE, EXIT_NOT_ACQUIRED, EXIT_NOT_HOLDER, EXIT_LEASE_LOST = 1, 2, 3, 4, 75
 
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "leasegate/audit.h"
+#include "core/audit.h"
 
 typedef struct Seen {
     int n;

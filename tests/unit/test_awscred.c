@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "leasegate/awscred.h"
+#include "guard/awscred.h"
 
 static void test_profiles(void)
 {

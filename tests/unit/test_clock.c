@@ -5,8 +5,8 @@
 #include <time.h>
 
 #include "check.h"
-#include "leasegate/clock.h"
-#include "leasegate/locktab.h"
+#include "core/clock.h"
+#include "core/locktab.h"
 
 /* The true boot clock (ns) and the wall clock, a fixed distance ahead. */
 #define WALL_AHEAD_NS ((int64_t)1700000000 * 1000000000 + 123456789)

@@ -12,8 +12,8 @@
 #include <poll.h>
 
 #include "check.h"
-#include "leasegate/commit.h"
-#include "leasegate/leasehist.h"
+#include "core/leasehist.h"
+#include "store/commit.h"
 
 typedef struct Probe {
     CommitHold hold;

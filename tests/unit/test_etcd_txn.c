@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "leasegate/etcd_txn.h"
-#include "leasegate/pb.h"
+#include "store/etcd_txn.h"
+#include "store/pb.h"
 
 static bool bytes_are(const PbBuf *b, const char *expect, size_t n)
 {

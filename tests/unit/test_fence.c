@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "leasegate/fence.h"
+#include "core/fence.h"
 
 static int forgotten;
 static char last_forgotten[32];

@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "leasegate/guardpath.h"
-#include "leasegate/guardroute.h"
+#include "guard/guardpath.h"
+#include "guard/guardroute.h"
 
 static char rest[64];
 

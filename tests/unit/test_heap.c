@@ -2,7 +2,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "leasegate/heap.h"
+#include "core/heap.h"
 
 #define N 1000
 

@@ -1,6 +1,6 @@
 /* Unit tests of the fixed-bound histogram: cumulative buckets, the edges, the sum. */
 #include "check.h"
-#include "leasegate/histogram.h"
+#include "core/histogram.h"
 
 static const double BOUNDS[] = {0.001, 0.01, 0.1, 1};
 

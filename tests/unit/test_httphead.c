@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "leasegate/httphead.h"
+#include "net/httphead.h"
 
 static bool hop(const struct curl_slist *lines, const char *name)
 {

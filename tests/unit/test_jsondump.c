@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "leasegate/jsondump.h"
+#include "store/jsondump.h"
 
 static long allocations, fail_at;
 

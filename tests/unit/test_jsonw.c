@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/jsonw.h"
 #include "check.h"
-#include "leasegate/jsonw.h"
 
 /* jsonw's text for the string s (n bytes, NUL allowed) equals jansson's, and
  * jsonw refuses it exactly when jansson does. */

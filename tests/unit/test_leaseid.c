@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "leasegate/leaseid.h"
+#include "core/leaseid.h"
 
 #define N 3000 /* about twelve refills */
 

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "leasegate/leasehist.h"
-#include "leasegate/locktab.h"
+#include "core/leasehist.h"
+#include "core/locktab.h"
 
 typedef struct Rec {
     int changed;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "leasegate/smap.h"
+#include "core/smap.h"
 
 #define N 5000
 

@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "leasegate/awscred.h"
+#include "guard/awscred.h"
 #include "leasegate/config.h"
 
 #define S3_PROBE_KEY ".leasegate-probe"

@@ -56,7 +56,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/etcd.h"
+#include "store/etcd.h"
 
 typedef enum ElectionRole { ROLE_CANDIDATE, ROLE_FOLLOWER, ROLE_LEADER } ElectionRole;
 

@@ -6,7 +6,7 @@
 #ifndef LEASEGATE_API_H
 #define LEASEGATE_API_H
 
-#include "leasegate/http.h"
+#include "net/http.h"
 
 void api_acquire(Request *req);
 void api_renew(Request *req);

@@ -9,7 +9,7 @@
 #ifndef LEASEGATE_REKEY_H
 #define LEASEGATE_REKEY_H
 
-#include "leasegate/http.h"
+#include "net/http.h"
 
 void rekey_reloaded(Server *s);
 

@@ -6,8 +6,8 @@
 #ifndef LEASEGATE_ROUTER_H
 #define LEASEGATE_ROUTER_H
 
-#include "leasegate/access.h"
-#include "leasegate/http.h"
+#include "api/access.h"
+#include "net/http.h"
 
 typedef enum RouteResult { ROUTE_FOUND, ROUTE_NOT_FOUND, ROUTE_BAD_METHOD } RouteResult;
 

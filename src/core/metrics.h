@@ -8,8 +8,8 @@
 
 #include <stdint.h>
 
-#include "leasegate/histogram.h"
-#include "leasegate/share.h"
+#include "core/histogram.h"
+#include "core/share.h"
 
 /* Why the guard refused a request (leasegate_guard_refused_total{reason}). */
 typedef enum GuardRefusal {

@@ -25,8 +25,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "leasegate/http.h"
-#include "leasegate/share.h"
+#include "core/share.h"
+#include "net/http.h"
 
 /* Before an acquire of name (of kind, in mode, with a semaphore's limit) by
  * req's key that would be granted or (wait) queued: true when it may go on;

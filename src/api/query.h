@@ -7,7 +7,7 @@
 
 #include <stdbool.h>
 
-#include "leasegate/http.h"
+#include "net/http.h"
 
 /* A query parameter that must be an integer in min..max (def when absent);
  * false after answering 400. */

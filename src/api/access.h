@@ -18,7 +18,7 @@
 
 #include <stdbool.h>
 
-#include "leasegate/http.h"
+#include "net/http.h"
 
 typedef enum Access {
     ACCESS_PAGE,  /* the dashboard's page: always open */

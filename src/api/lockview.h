@@ -10,9 +10,9 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "leasegate/http.h"
-#include "leasegate/locktab.h"
-#include "leasegate/rawjson.h"
+#include "core/locktab.h"
+#include "net/http.h"
+#include "net/rawjson.h"
 
 /* Holders listed by one view (`holders_total` counts them all). */
 #define LOCKVIEW_HOLDERS_SHOWN 100

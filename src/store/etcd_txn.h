@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/etcd.h"
-#include "leasegate/pb.h"
+#include "store/etcd.h"
+#include "store/pb.h"
 
 /* The branch an operation belongs to: the field number of TxnRequest's
  * `success` and `failure`. */

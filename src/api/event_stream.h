@@ -18,9 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/clock.h"
-#include "leasegate/errors.h"
+#include "core/clock.h"
 #include "leasegate/request.h"
+#include "net/errors.h"
 
 typedef struct EventStreams EventStreams;
 

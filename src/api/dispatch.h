@@ -6,7 +6,7 @@
 #ifndef LEASEGATE_DISPATCH_H
 #define LEASEGATE_DISPATCH_H
 
-#include "leasegate/http.h"
+#include "net/http.h"
 
 const HttpApp *dispatch_app(void);
 

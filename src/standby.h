@@ -18,10 +18,10 @@
 
 #include <stdbool.h>
 
-#include "leasegate/auth.h"
-#include "leasegate/election.h"
-#include "leasegate/hostcheck.h"
-#include "leasegate/tls.h"
+#include "net/auth.h"
+#include "net/hostcheck.h"
+#include "net/tls.h"
+#include "store/election.h"
 
 typedef struct Standby Standby;
 

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/audit.h"
+#include "core/audit.h"
 
 typedef struct AuditLog AuditLog;
 

@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/audit.h"
-#include "leasegate/locktab.h"
+#include "core/audit.h"
+#include "core/locktab.h"
 
 /* One name's durable record: a lock's (last token, lock-delay, and its
  * writer while a writer holds it) or a semaphore's (last token, limit); or,

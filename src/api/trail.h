@@ -10,8 +10,8 @@
 
 #include <stdint.h>
 
-#include "leasegate/audit.h"
-#include "leasegate/http.h"
+#include "core/audit.h"
+#include "net/http.h"
 
 /* A row for req (NULL: the server itself, e.g. an expiry); object and mode
  * as in an AuditRow (trail_note: as events_note takes them). */

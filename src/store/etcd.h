@@ -27,7 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "leasegate/pb.h"
+#include "store/pb.h"
 
 #define ETCD_MAX_ENDPOINTS 8
 

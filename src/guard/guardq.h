@@ -34,10 +34,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/clock.h"
-#include "leasegate/guardshare.h"
-#include "leasegate/leaseid.h"
-#include "leasegate/names.h"
+#include "core/clock.h"
+#include "core/leaseid.h"
+#include "core/names.h"
+#include "guard/guardshare.h"
 #include "leasegate/request.h"
 
 typedef struct GuardQueues GuardQueues;

@@ -41,10 +41,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "leasegate/guardq.h"
-#include "leasegate/guardroute.h"
-#include "leasegate/proxy.h"
-#include "leasegate/s3.h"
+#include "guard/guardq.h"
+#include "guard/guardroute.h"
+#include "guard/proxy.h"
+#include "guard/s3.h"
 
 typedef struct S3Write S3Write;
 

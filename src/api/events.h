@@ -30,9 +30,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "leasegate/audit.h"
+#include "core/audit.h"
 #include "leasegate/dlist.h"
-#include "leasegate/http.h"
+#include "net/http.h"
 
 typedef struct Events Events;
 

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/http.h"
+#include "net/http.h"
 
 /* Parses req->body; `allowed` is a NULL-terminated list of field names.
  * Returns a new reference, or NULL after replying. */

@@ -30,9 +30,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/locktab.h"
 #include "leasegate/dlist.h"
-#include "leasegate/locktab.h"
-#include "leasegate/store.h"
+#include "store/store.h"
 
 typedef struct CommitHold CommitHold;
 struct CommitHold {

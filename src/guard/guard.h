@@ -60,10 +60,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "leasegate/clock.h"
-#include "leasegate/guardroute.h"
-#include "leasegate/http.h"
-#include "leasegate/names.h"
+#include "core/clock.h"
+#include "core/names.h"
+#include "guard/guardroute.h"
+#include "net/http.h"
 
 typedef struct Guard Guard;
 typedef struct GuardWrite GuardWrite;

@@ -28,13 +28,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/commit.h"
-#include "leasegate/errors.h"
-#include "leasegate/locktab.h"
-#include "leasegate/loop.h"
-#include "leasegate/rawjson.h"
+#include "core/locktab.h"
 #include "leasegate/request.h"
 #include "leasegate/server.h"
+#include "net/errors.h"
+#include "net/loop.h"
+#include "net/rawjson.h"
+#include "store/commit.h"
 
 #define HTTP_MAX_BODY (64 * 1024)
 /* Limits on a request's target and head, below libmicrohttpd's own (its

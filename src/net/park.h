@@ -42,7 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/clock.h"
+#include "core/clock.h"
 #include "leasegate/request.h"
 
 struct MHD_Connection;

@@ -25,8 +25,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "leasegate/clock.h"
-#include "leasegate/loop.h"
+#include "core/clock.h"
+#include "net/loop.h"
 
 #define PROXY_BUFFER (256 * 1024)
 

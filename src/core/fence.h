@@ -25,8 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/clock.h"
-#include "leasegate/share.h"
+#include "core/clock.h"
+#include "core/share.h"
 
 #define FENCE_FLOOR_BUCKETS 4096
 

@@ -51,10 +51,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "leasegate/clock.h"
+#include "core/clock.h"
+#include "core/heap.h"
+#include "core/share.h"
 #include "leasegate/dlist.h"
-#include "leasegate/heap.h"
-#include "leasegate/share.h"
 
 #define LEASE_ID_BYTES 16
 
