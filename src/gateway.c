@@ -89,7 +89,7 @@ static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, 
     }
 }
 
-static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq)
+static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq)
 {
     Server *s = ud;
     /* From the grant's announced time, on the wall clock: the only time a
@@ -105,7 +105,7 @@ static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint6
         (shared && !commit_holder_gone(s->commit, (LockKind)lock->kind, lock->name, h->token)))
         cannot_record();
     /* After the change is recorded: its event waits for the batch that holds it. */
-    trail_ended(s, lock, h, how);
+    trail_ended(s, actor, lock, h, how);
 }
 
 static void on_granted(void *ud, void *waiter_ctx, const Lock *lock, const Holder *h)

@@ -49,7 +49,6 @@ typedef struct Server {
     struct Events *events; /* what happens to locks, and its long-polls (events.h) */
     struct EventStreams *streams; /* GET /v1/events/stream (event_stream.h) */
     struct Watches *watches; /* requests waiting for a lock to change (watch.h) */
-    Request *trail_actor; /* the request whose call into the lock table is running, for the trail */
     /* The audit trail's row for a write the guard refused (the API's trail,
      * handed down so that the guard need not include a layer above it). */
     void (*guard_refused)(Request *req, const char *lock, uint64_t token);

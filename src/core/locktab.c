@@ -435,11 +435,11 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now)
 }
 
 /* Remembers an ended lease, and reports it for storage. */
-static void record_end(Locktab *lt, const Lock *lock, const Holder *h, LeaseEnd how)
+static void record_end(Locktab *lt, const Lock *lock, const Holder *h, LeaseEnd how, void *actor)
 {
     uint64_t seq = leasehist_add(lt->history, h->lease, lock->id, h->token, how);
     if (lt->hooks.ended)
-        lt->hooks.ended(lt->hooks.ud, lock, h, (int)how, seq);
+        lt->hooks.ended(lt->hooks.ud, actor, lock, h, (int)how, seq);
 }
 
 /* A lock-delay until delay_ms after end_mono (boot clock), unless one runs
@@ -460,11 +460,11 @@ static void start_delay(Locktab *lt, Lock *lock, int64_t end_mono, int64_t delay
     heap_remove(&lt->deadlines, &lock->idle.entry);
 }
 
-/* Ends lease g (released to count 0, expired, revoked): records it, takes it
- * out, and starts its lock-delay when it ended uncleanly. The caller then
- * passes the lock on (grant_next). An expired lease ended at its deadline,
- * however late the table sees it. */
-static void end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, const Now *now)
+/* Ends lease g (released to count 0, expired, revoked; by actor, see
+ * hooks.ended): records it, takes it out, and starts its lock-delay when it
+ * ended uncleanly. The caller then passes the lock on (grant_next). An
+ * expired lease ended at its deadline, however late the table sees it. */
+static void end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, void *actor, const Now *now)
 {
     LocktabCounts *c = &lt->counts[lock->kind];
     dlist_remove(&lock->holders, &g->link);
@@ -474,7 +474,7 @@ static void end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, const Now
     c->held -= lock->holders.len == 0;
     if (how != LEASE_END_RELEASED && g->h.lock_delay_ms > 0)
         start_delay(lt, lock, how == LEASE_END_EXPIRED ? g->h.deadline_ms : now->mono_ms, g->h.lock_delay_ms, now);
-    record_end(lt, lock, &g->h, how);
+    record_end(lt, lock, &g->h, how, actor);
     holder_clear(&g->h);
     free(g);
 }
@@ -499,7 +499,7 @@ static void settle(Locktab *lt, Lock *lock, const Now *now)
         Grant *g = DLIST_ITEM(l, Grant, link);
         if (g->h.deadline_ms <= now->mono_ms) {
             lt->expiries++;
-            end_grant(lt, lock, g, LEASE_END_EXPIRED, now);
+            end_grant(lt, lock, g, LEASE_END_EXPIRED, NULL, now);
             ended = true;
         }
     }
@@ -794,8 +794,8 @@ LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uin
     return LOCK_OK;
 }
 
-LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, const Now *now,
-                           uint32_t *count_left)
+LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, void *actor,
+                           const Now *now, uint32_t *count_left)
 {
     Lock *lock = find_live(lt, kind, name, now);
     Grant *g = lock ? grant_with(lock, lease) : NULL;
@@ -807,12 +807,12 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
         report(lt, lock, g);
         return LOCK_OK;
     }
-    end_grant(lt, lock, g, LEASE_END_RELEASED, now);
+    end_grant(lt, lock, g, LEASE_END_RELEASED, actor, now);
     grant_next(lt, lock, now);
     return LOCK_OK;
 }
 
-LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const Now *now)
+LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *actor, const Now *now)
 {
     Lock *lock = find(lt, kind, name);
     bool any = false;
@@ -822,7 +822,7 @@ LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const No
         next = l->next;
         Grant *g = DLIST_ITEM(l, Grant, link);
         if (g->h.deadline_ms > now->mono_ms) {
-            end_grant(lt, lock, g, LEASE_END_REVOKED, now);
+            end_grant(lt, lock, g, LEASE_END_REVOKED, actor, now);
             any = true;
         }
     }
@@ -910,7 +910,7 @@ void locktab_tick(Locktab *lt, const Now *now)
             Grant *g = CONTAINER_OF(d, Grant, expiry);
             Lock *lock = g->lock;
             lt->expiries++;
-            end_grant(lt, lock, g, LEASE_END_EXPIRED, now);
+            end_grant(lt, lock, g, LEASE_END_EXPIRED, NULL, now);
             grant_next(lt, lock, now);
         } else if (d->kind == DEADLINE_DELAY) {
             Lock *lock = CONTAINER_OF(d, Lock, delay);

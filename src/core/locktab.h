@@ -58,7 +58,9 @@
 
 #define LEASE_ID_BYTES 16
 
-/* Which namespace a name is in. */
+/* Which namespace a name is in. LockKind and LockMode are stored (records
+ * and rows name them by number): every value is numbered, and a number once
+ * written keeps its meaning. */
 typedef enum LockKind { KIND_LOCK = 0, KIND_SEMAPHORE = 1 } LockKind;
 #define LOCK_KINDS 2
 
@@ -151,8 +153,10 @@ typedef struct LocktabHooks {
     /* A lease of `lock` ended (how: a LeaseEnd); h is still valid (no longer
      * among the holders). Reported in the same call as the change that
      * ended it, so it can share its commit; a reader's or a permit's record
-     * goes with it. seq is its place in the lease history. May be NULL. */
-    void (*ended)(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq);
+     * goes with it. seq is its place in the lease history; actor is what
+     * the caller of locktab_release or locktab_revoke passed (NULL for an
+     * expiry). May be NULL. */
+    void (*ended)(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq);
     /* A reader or a permit of `lock` (a record of its own) was granted,
      * re-entered, renewed or released to a count above 0. A grant reports
      * changed (the last token) first. */
@@ -255,14 +259,15 @@ LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, u
 LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, int64_t ttl_ms,
                          const Now *now, const Lock **lock_out, const Holder **holder_out);
 /* Decrements the lease's reentry count; at zero ends the lease and grants
- * the waiters that can now be. *count_left is the count after the release. */
-LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, const Now *now,
-                           uint32_t *count_left);
+ * the waiters that can now be. *count_left is the count after the release.
+ * actor (opaque here: who asks, or NULL) is handed to hooks.ended. */
+LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, void *actor,
+                           const Now *now, uint32_t *count_left);
 /* An admin's force-release: ends every lease of the name whatever its
  * reentry count (hooks.ended with LEASE_END_REVOKED, in grant order), starts
  * their lock-delays and grants the waiters that can then be.
  * LOCK_NOT_HOLDER when nobody holds it. */
-LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const Now *now);
+LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *actor, const Now *now);
 /* The holder with `lease` of name right now (its deadline not passed, even
  * if locktab_tick has not run yet), or NULL. */
 const Holder *locktab_held_by(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease,

@@ -36,7 +36,6 @@ typedef struct Metrics {
     uint64_t renewals;
     uint64_t releases;           /* release calls that succeeded */
     uint64_t force_releases;     /* leases an admin ended (DELETE /v1/locks/{name}) */
-    uint64_t expiries;           /* leases ended by their TTL */
     uint64_t wait_timeouts;
     uint64_t waiter_disconnects;
     uint64_t undelivered_grants; /* grants released because the response failed */

@@ -100,7 +100,6 @@ bool proxy_call_add_header(ProxyCall *c, const char *line);
 /* The upstream's final status, once it came; else 0. */
 long proxy_call_status(const ProxyCall *c);
 void proxy_call_start(ProxyCall *c);
-bool proxy_call_started(const ProxyCall *c);
 /* Hold back the end of the body until proxy_call_release (before start). */
 void proxy_call_hold_end(ProxyCall *c);
 void proxy_call_release(ProxyCall *c);

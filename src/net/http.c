@@ -536,11 +536,12 @@ static enum MHD_Result reply_now_with(Request *req, ErrCode code, json_t *extra,
         free(text);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (error_status(code) == MHD_HTTP_SERVICE_UNAVAILABLE)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (close)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* The fields every answer has (httphead_answer_fields), as on the handlers' path. */
+    if (!httphead_add_answer_fields(resp, error_status(code), "application/json") ||
+        (close && MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)) {
+        MHD_destroy_response(resp);
+        return MHD_NO;
+    }
     count_status(s, error_status(code));
     enum MHD_Result r = MHD_queue_response(conn, error_status(code), resp);
     MHD_destroy_response(resp);

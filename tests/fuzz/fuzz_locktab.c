@@ -445,8 +445,9 @@ static void on_forgotten(void *ud, const Lock *lock)
     m.forgotten++;
 }
 
-static void on_ended(void *ud, const Lock *lock, const Holder *ended, int how, uint64_t seq)
+static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *ended, int how, uint64_t seq)
 {
+    (void)actor;
     (void)ud;
     const uint8_t *lease = ended->lease;
     uint64_t token = ended->token;
@@ -888,7 +889,7 @@ static void op_release(FuzzIn *in)
     uint32_t left = 12345;
     op_begin(C_RELEASE, i);
     m.cur_lease = lease;
-    LockResult r = locktab_release(m.lt, KIND_LOCK, NAMES[i], lease, &m.now, &left);
+    LockResult r = locktab_release(m.lt, KIND_LOCK, NAMES[i], lease, NULL, &m.now, &left);
     op_end(i);
     m.cur_lease = NULL;
     if (stale)

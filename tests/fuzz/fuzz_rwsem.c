@@ -332,8 +332,9 @@ static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
     store_holder(shared_slot(&m.stored[name_of(lock)], h->token, true), h);
 }
 
-static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq)
+static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq)
 {
+    (void)actor;
     (void)ud;
     CHECK(seq > 0, "hooks.ended seq 0");
     for (const Holder *x = locktab_holder(lock); x; x = locktab_next_holder(x))
@@ -755,7 +756,7 @@ static void op_renew_release(FuzzIn *in, bool release)
     const Holder *h;
     op_begin(release ? C_RELEASE : C_RENEW);
     if (release)
-        got = locktab_release(m.lt, kind_of(i), NAMES[i], id, &m.now, &left);
+        got = locktab_release(m.lt, kind_of(i), NAMES[i], id, NULL, &m.now, &left);
     else
         got = locktab_renew(m.lt, kind_of(i), NAMES[i], id, ttl, &m.now, &lock, &h);
     op_end();
@@ -790,7 +791,7 @@ static void op_revoke(FuzzIn *in)
         }
     }
     op_begin(C_REVOKE);
-    LockResult got = locktab_revoke(m.lt, KIND_LOCK, NAMES[i], &m.now);
+    LockResult got = locktab_revoke(m.lt, KIND_LOCK, NAMES[i], NULL, &m.now);
     op_end();
     run_call(got, want, "revoke", i);
 }

@@ -154,8 +154,9 @@ static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
     (void)ud;
     CHECK(commit_holder(commit, lock, h));
 }
-static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq)
+static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq)
 {
+    (void)actor;
     (void)ud;
     CHECK(commit_ended(commit, (LockKind)lock->kind, lock->name, h->lease, h->token, how, seq));
     if (lock->kind == KIND_SEMAPHORE || h->mode == MODE_READ)
@@ -246,18 +247,18 @@ int main(int argc, char **argv)
     uint32_t left;
     CHECK(take(lt, KIND_LOCK, "late", 11, MODE_WRITE, 0, &at)->token == 11);
     memset(lease, 11, sizeof lease);
-    CHECK(locktab_release(lt, KIND_LOCK, "late", lease, &at, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "late", lease, NULL, &at, &left) == LOCK_OK);
     CHECK(take(lt, KIND_LOCK, "rd", 12, MODE_READ, 0, &at)->token == 12);
     CHECK(take(lt, KIND_LOCK, "rd", 13, MODE_READ, 0, &at)->token == 13);
     memset(lease, 12, sizeof lease);
-    CHECK(locktab_release(lt, KIND_LOCK, "rd", lease, &at, &left) == LOCK_OK); /* its row goes */
+    CHECK(locktab_release(lt, KIND_LOCK, "rd", lease, NULL, &at, &left) == LOCK_OK); /* its row goes */
     CHECK(take(lt, KIND_SEMAPHORE, "sem", 14, MODE_WRITE, 0, &at)->token == 14);
     CHECK(take(lt, KIND_SEMAPHORE, "sem", 15, MODE_WRITE, 0, &at)->token == 15);
     memset(lease, 14, sizeof lease);
-    CHECK(locktab_release(lt, KIND_SEMAPHORE, "sem", lease, &at, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_SEMAPHORE, "sem", lease, NULL, &at, &left) == LOCK_OK);
     CHECK(take(lt, KIND_SEMAPHORE, "sem", 16, MODE_WRITE, 0, &at)->token == 16);
     CHECK(take(lt, KIND_LOCK, "dl", 17, MODE_WRITE, 5000, &at)->token == 17);
-    CHECK(locktab_revoke(lt, KIND_LOCK, "dl", &at) == LOCK_OK);
+    CHECK(locktab_revoke(lt, KIND_LOCK, "dl", NULL, &at) == LOCK_OK);
     AuditRow read_row = {5, 1000, AUDIT_GRANTED, "rd", "o", 13, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_READ};
     CHECK(commit_audit(c, &read_row));
     Probe late = {{.ready = on_ready}, 0};
