@@ -62,15 +62,16 @@ static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
         watch_note(s, lock->name);
 }
 
-/* A forgotten lock takes its guard mark along (the store deletes both rows):
- * the next grant of the name has a larger token than any mark it had. */
+/* A forgotten lock takes its guard mark along: the next grant of the name
+ * has a larger token than any mark it had. */
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Server *s = ud;
     quota_named(s, &lock->charge, -1);
     if (lock->kind == KIND_LOCK)
         fence_remove(s->guard_marks, lock->name);
-    if (!commit_forget(s->commit, (LockKind)lock->kind, lock->name, locktab_last_token(s->locks)))
+    if (!commit_forget(s->commit, (LockKind)lock->kind, lock->name, locktab_last_token(s->locks)) ||
+        (lock->kind == KIND_LOCK && !commit_guard_mark_forget(s->commit, lock->name)))
         cannot_record();
     /* Its last_token is gone from GET and its index moves (forget_index):
      * watchers of the name are told. */
@@ -209,10 +210,10 @@ static int load_ended(void *ud, const StoreEnded *e)
     return 0;
 }
 
-static int load_revoked(void *ud, uint64_t token)
+static int load_revoked(void *ud, const StoreRevoked *r)
 {
     LoadCtx *ctx = ud;
-    return revoked_add(ctx->s->revoked, token) ? 0 : -1;
+    return revoked_add(ctx->s->revoked, r->token) ? 0 : -1;
 }
 
 static int load_audit(void *ud, const AuditRow *row)

@@ -1,13 +1,9 @@
 /*
  * store — where durable state lives, behind one small interface.
  *
- * Storage receives plain records and never sees the lock table. A batch is
- * applied atomically (one transaction, one fsync for SQLite): after
+ * Storage receives plain records (record.h) and never sees the lock table. A
+ * batch is applied atomically (one transaction, one fsync for SQLite): after
  * store->commit returns 0, every record in it survives a crash or power loss.
- *
- * When you change StoreLock or StoreHolder, also change: the schema and
- * statements in store_sqlite.c, the records in store_etcd.c, the snapshots
- * in commit.c, and the loader in gateway.c.
  */
 #ifndef LEASEGATE_STORE_H
 #define LEASEGATE_STORE_H
@@ -16,87 +12,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/audit.h"
-#include "core/locktab.h"
+#include "store/record.h"
 
-/* One name's durable record: a lock's (last token, lock-delay, and its
- * writer while a writer holds it) or a semaphore's (last token, limit); or,
- * with forget, the record's removal. Readers and permits are StoreHolder
- * records. Records apply in order. */
-typedef struct StoreLock {
-    const char *name;
-    uint8_t kind;        /* LockKind */
-    bool forget;         /* delete the record (and a lock's guard mark); nothing else is set */
-    uint64_t last_token;
-    uint32_t limit;      /* semaphores */
-    int64_t delay_until_ms; /* locks: a lock-delay runs until then (Unix ms); 0: none */
-    bool held;           /* locks: a writer holds it */
-    Holder holder;       /* the writer, valid when held; strings borrowed */
-} StoreLock;
-
-/* A reader of a lock or a permit of a semaphore, keyed by its token (unique,
- * and fixed for the lease's life); or, with gone, its removal. */
-typedef struct StoreHolder {
-    const char *name;    /* the lock or semaphore */
-    uint8_t kind;        /* LockKind */
-    bool gone;           /* delete it: only holder.token is set */
-    Holder holder;       /* strings borrowed */
-} StoreHolder;
-
-/* A high-water mark: a fence resource's, or the guard's for one lock; or,
- * with forget, a fence resource's removal (its mark lives on in a floor). */
-typedef struct StoreMark {
-    const char *name;
-    uint64_t max_token;
-    bool forget;
-    /* Guard marks only: when the guard last let a write of the lock through
-     * (Unix ms; 0: unknown), so that a restart waits out --guard-settle. */
-    int64_t at_ms;
-} StoreMark;
-
-/* The floor of one bucket of forgotten fence resources (fence.h). */
-typedef struct StoreFloor {
-    uint32_t bucket;
-    uint64_t floor;
-} StoreFloor;
-
-/* A lease that ended (for not_holder reasons after a restart). */
-typedef struct StoreEnded {
-    const char *lock;
-    uint8_t kind;         /* LockKind of the name */
-    const uint8_t *lease; /* LEASE_ID_BYTES */
-    uint64_t token;
-    int how; /* LeaseEnd */
-    uint64_t seq;
-} StoreEnded;
-
-/* An audit row its key evicted (auditlog.h): storage deletes it. */
-typedef struct StoreAuditDrop {
-    const char *key; /* "" for rows without a key */
-    uint64_t seq;
-} StoreAuditDrop;
-
+/* The records of one batch, applied in order, and what belongs to the batch
+ * as a whole. */
 typedef struct StoreBatch {
-    const StoreLock *locks;
-    size_t nlocks;
-    const StoreHolder *holders; /* applied after every lock record */
-    size_t nholders;
-    const StoreMark *fences;
-    size_t nfences;
-    const StoreMark *guard_marks; /* highest token the guard forwarded, per lock */
-    size_t nguard_marks;
-    const StoreFloor *floors;
-    size_t nfloors;
-    const StoreEnded *ended;
-    size_t nended;
+    const StoreRecord *records;
+    size_t n;
     uint64_t history_keep; /* ended leases kept: the newest this many (by seq) */
-    const AuditRow *audit; /* the audit trail's new rows (audit.h), in seq order */
-    size_t naudit;
-    /* Rows each key's --audit-keep evicted, in the order they went (the rows
-     * of one key in seq order); some may be among `audit` (kept, then
-     * evicted by a later row of the same batch): they are not kept. */
-    const StoreAuditDrop *audit_drops;
-    size_t naudit_drops;
     /* Every audit row below this seq is gone (auditlog_gone_below); 0: not known. */
     uint64_t audit_gone_below;
     /* Nonzero when the batch forgets locks: the global token counter, which the
@@ -119,7 +42,7 @@ typedef struct StoreLoad {
     int (*ended)(void *ud, const StoreEnded *ended);
     /* The token of every lease ever force-released (how LEASE_END_REVOKED):
      * kept whatever the history keeps. */
-    int (*revoked)(void *ud, uint64_t token);
+    int (*revoked)(void *ud, const StoreRevoked *revoked);
     /* The audit trail's rows, oldest first. */
     int (*audit)(void *ud, const AuditRow *row);
 } StoreLoad;

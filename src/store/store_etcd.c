@@ -326,7 +326,6 @@ static void group_add(const EtcdStore *s, Group *g, Ops *ops, const char *kind, 
         g->last = seq;
 }
 
-/* The batch as one operation per record, in the order SQLite applies them. */
 /* Where key's rows go, as a kind for seq_key: "audit/k-NAME", or "audit/-"
  * for rows without a key. */
 static void audit_kind(const char *key, char *out, size_t outlen)
@@ -338,9 +337,11 @@ static void audit_kind(const char *key, char *out, size_t outlen)
 static uint64_t audit_dropped_upto(const StoreBatch *b, const char *key)
 {
     uint64_t upto = 0;
-    for (size_t i = 0; i < b->naudit_drops; i++)
-        if (!strcmp(b->audit_drops[i].key, key) && b->audit_drops[i].seq > upto)
-            upto = b->audit_drops[i].seq;
+    for (size_t i = 0; i < b->n; i++) {
+        const StoreRecord *r = &b->records[i];
+        if (r->kind == REC_AUDIT && r->removal && !strcmp(r->audit.key, key) && r->audit.seq > upto)
+            upto = r->audit.seq;
+    }
     return upto;
 }
 
@@ -352,14 +353,16 @@ static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
 {
     *legacy_below = 0;
     /* The keys of the batch, each once: new rows or evictions. */
-    const char **keys = calloc(b->naudit + b->naudit_drops + 1, sizeof *keys);
+    const char **keys = calloc(b->n + 1, sizeof *keys);
     size_t nkeys = 0;
     if (!keys) {
         ops->nomem = true;
         return;
     }
-    for (size_t i = 0; i < b->naudit + b->naudit_drops; i++) {
-        const char *k = i < b->naudit ? b->audit[i].key : b->audit_drops[i - b->naudit].key;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->records[i].kind != REC_AUDIT)
+            continue;
+        const char *k = b->records[i].audit.key;
         size_t j = 0;
         while (j < nkeys && strcmp(keys[j], k))
             j++;
@@ -371,9 +374,11 @@ static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
         char kind[96];
         audit_kind(keys[j], kind, sizeof kind);
         Group g = {0};
-        for (size_t i = 0; i < b->naudit; i++)
-            if (!strcmp(b->audit[i].key, keys[j]) && b->audit[i].seq > upto)
-                group_add(s, &g, ops, kind, audit_row(&b->audit[i]), b->audit[i].seq);
+        for (size_t i = 0; i < b->n; i++) {
+            const StoreRecord *r = &b->records[i];
+            if (r->kind == REC_AUDIT && !r->removal && !strcmp(r->audit.key, keys[j]) && r->audit.seq > upto)
+                group_add(s, &g, ops, kind, audit_row(&r->audit), r->audit.seq);
+        }
         group_end(s, &g, ops, kind);
         if (upto)
             ops_add(ops, seq_key(s, kind, 0), NULL, seq_key(s, kind, upto + 1), PRIO_PRUNE);
@@ -388,63 +393,80 @@ static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
     }
 }
 
+static char *token_key(const EtcdStore *s, const char *kind, uint64_t token)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%020" PRIu64, token);
+    return key_of(s, kind, text);
+}
+
+/* One record's operation (ended leases and audit rows are grouped apart:
+ * batch_ops, audit_ops). */
+static void record_op(const EtcdStore *s, const StoreRecord *r, Ops *ops)
+{
+    switch ((StoreRecordKind)r->kind) {
+    case REC_LOCK: {
+        const char *kind = r->lock.kind == KIND_SEMAPHORE ? "semaphores" : "locks";
+        if (r->removal)
+            ops_add(ops, key_of(s, kind, r->lock.name), NULL, NULL, PRIO_DELETE);
+        else
+            ops_add(ops, key_of(s, kind, r->lock.name), lock_value(&r->lock), NULL, PRIO_PUT);
+        return;
+    }
+    case REC_HOLDER:
+        ops_add(ops, token_key(s, "holders", r->holder.holder.token), r->removal ? NULL : holder_value(&r->holder),
+                NULL, r->removal ? PRIO_HOLDER_GONE : PRIO_PUT);
+        return;
+    case REC_FENCE:
+        ops_add(ops, key_of(s, "fences", r->fence.name), r->removal ? NULL : decimal(r->fence.max_token), NULL,
+                r->removal ? PRIO_DELETE : PRIO_PUT);
+        return;
+    case REC_GUARD_MARK:
+        ops_add(ops, key_of(s, "guard", r->guard_mark.name), r->removal ? NULL : guard_value(&r->guard_mark), NULL,
+                r->removal ? PRIO_DELETE : PRIO_PUT);
+        return;
+    case REC_FLOOR: {
+        char bucket[16];
+        snprintf(bucket, sizeof bucket, "%010" PRIu32, r->floor.bucket);
+        ops_add(ops, key_of(s, "floors", bucket), decimal(r->floor.floor), NULL, PRIO_FLOOR);
+        return;
+    }
+    case REC_REVOKED:
+        ops_add(ops, token_key(s, "revoked", r->revoked.token), strdup(r->revoked.lock), NULL, PRIO_REVOKED);
+        return;
+    case REC_ENDED:
+    case REC_AUDIT:
+    case REC_KINDS:
+        return;
+    }
+}
+
+/* The batch as one operation per record, in the order SQLite applies them. */
 static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_t *prune_upto,
                       uint64_t *audit_legacy_below)
 {
-    for (size_t i = 0; i < b->nlocks; i++) {
-        const StoreLock *l = &b->locks[i];
-        const char *kind = l->kind == KIND_SEMAPHORE ? "semaphores" : "locks";
-        if (l->forget) {
-            ops_add(ops, key_of(s, kind, l->name), NULL, NULL, PRIO_DELETE);
-            if (l->kind == KIND_LOCK)
-                ops_add(ops, key_of(s, "guard", l->name), NULL, NULL, PRIO_DELETE);
-        } else {
-            ops_add(ops, key_of(s, kind, l->name), lock_value(l), NULL, PRIO_PUT);
-        }
-    }
-    for (size_t i = 0; i < b->nholders; i++) {
-        const StoreHolder *r = &b->holders[i];
-        char token[24];
-        snprintf(token, sizeof token, "%020" PRIu64, r->holder.token);
-        ops_add(ops, key_of(s, "holders", token), r->gone ? NULL : holder_value(r), NULL,
-                r->gone ? PRIO_HOLDER_GONE : PRIO_PUT);
+    uint64_t last = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        record_op(s, &b->records[i], ops);
+        if (b->records[i].kind == REC_ENDED && b->records[i].ended.seq > last)
+            last = b->records[i].ended.seq;
     }
     if (b->counter)
         ops_add(ops, key_of(s, "meta", "last_token"), decimal(b->counter), NULL, PRIO_COUNTER);
-    for (size_t i = 0; i < b->nfences; i++) {
-        const StoreMark *m = &b->fences[i];
-        ops_add(ops, key_of(s, "fences", m->name), m->forget ? NULL : decimal(m->max_token), NULL,
-                m->forget ? PRIO_DELETE : PRIO_PUT);
-    }
-    for (size_t i = 0; i < b->nfloors; i++) {
-        char bucket[16];
-        snprintf(bucket, sizeof bucket, "%010" PRIu32, b->floors[i].bucket);
-        ops_add(ops, key_of(s, "floors", bucket), decimal(b->floors[i].floor), NULL, PRIO_FLOOR);
-    }
-    for (size_t i = 0; i < b->nguard_marks; i++)
-        ops_add(ops, key_of(s, "guard", b->guard_marks[i].name), guard_value(&b->guard_marks[i]), NULL, PRIO_PUT);
-    uint64_t last = 0;
-    for (size_t i = 0; i < b->nended; i++)
-        if (b->ended[i].seq > last)
-            last = b->ended[i].seq;
     /* Pruning deletes [history/0, history/upto+1): every group whose largest
      * seq is at most upto. No put may fall in that range (etcd refuses a txn
      * whose operations overlap): a group holds only seqs above upto (an ended
      * lease at or below it would be pruned at once anyway), so its key, its
      * largest seq, is above upto too. */
     uint64_t keep = b->history_keep, chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
-    bool prune = b->nended && keep && last > keep && last - keep >= s->pruned_upto + chunk;
+    bool prune = last && keep && last > keep && last - keep >= s->pruned_upto + chunk;
     uint64_t upto = prune ? last - keep : 0;
     *prune_upto = upto;
     Group g = {0};
-    for (size_t i = 0; i < b->nended; i++) {
-        if (b->ended[i].seq > upto)
-            group_add(s, &g, ops, "history", ended_row(&b->ended[i]), b->ended[i].seq);
-        if (b->ended[i].how == LEASE_END_REVOKED) {
-            char token[24];
-            snprintf(token, sizeof token, "%020" PRIu64, b->ended[i].token);
-            ops_add(ops, key_of(s, "revoked", token), strdup(b->ended[i].lock), NULL, PRIO_REVOKED);
-        }
+    for (size_t i = 0; i < b->n; i++) {
+        const StoreRecord *r = &b->records[i];
+        if (r->kind == REC_ENDED && r->ended.seq > upto)
+            group_add(s, &g, ops, "history", ended_row(&r->ended), r->ended.seq);
     }
     group_end(s, &g, ops, "history");
     if (prune)
@@ -1082,7 +1104,7 @@ static int load_holder(EtcdStore *s, const StoreLoad *cb, const char *name, cons
 static int load_mark(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
 {
     int (*const *fn)(void *, const StoreMark *) = arg;
-    StoreMark m = {name, 0, false, 0};
+    StoreMark m = {name, 0, 0};
     /* A guard mark may carry its time after a space. */
     char token[24];
     size_t n = strcspn(value, " ");
@@ -1179,9 +1201,9 @@ static int load_audit(EtcdStore *s, const StoreLoad *cb, const char *name, const
 
 static int load_revoked(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
 {
-    (void)arg, (void)value;
-    uint64_t token;
-    if (!parse_u64(name, &token) || cb->revoked(cb->ud, token)) {
+    (void)arg;
+    StoreRevoked r = {0, value};
+    if (!parse_u64(name, &r.token) || cb->revoked(cb->ud, &r)) {
         snprintf(s->err, sizeof s->err, "cannot load revoked token %s", name);
         return -1;
     }

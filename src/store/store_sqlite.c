@@ -290,98 +290,102 @@ static int bind_semaphore(sqlite3_stmt *st, const StoreLock *l)
     return rc == SQLITE_OK ? 0 : -1;
 }
 
-static int put_holders(SqliteStore *s, const StoreHolder *hs, size_t n)
+/* One record's statement, bound; NULL after writing s->err. */
+static sqlite3_stmt *bind_record(SqliteStore *s, const StoreRecord *r)
 {
-    for (size_t i = 0; i < n; i++) {
-        const StoreHolder *r = &hs[i];
-        sqlite3_stmt *st = s->st[r->gone ? ST_DELETE_HOLDER : ST_PUT_HOLDER];
-        int rc = sqlite3_bind_int64(st, 1, (sqlite3_int64)r->holder.token);
-        if (!r->gone) {
-            rc |= sqlite3_bind_int(st, 2, r->kind);
-            rc |= sqlite3_bind_text(st, 3, r->name, -1, SQLITE_STATIC);
-            rc |= bind_holder(st, 4, &r->holder, s->boot, false);
-            rc |= sqlite3_bind_int(st, 15, r->holder.mode);
-            rc |= sqlite3_bind_int64(st, 16, r->holder.lock_delay_ms);
-        }
-        if (rc != SQLITE_OK) {
-            set_err(s, "bind holder");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
+    sqlite3_stmt *st = NULL;
+    int rc = SQLITE_OK;
+    switch ((StoreRecordKind)r->kind) {
+    case REC_LOCK: {
+        const StoreLock *l = &r->lock;
+        bool sem = l->kind == KIND_SEMAPHORE;
+        st = s->st[r->removal ? (sem ? ST_DELETE_SEMAPHORE : ST_DELETE_LOCK) : (sem ? ST_PUT_SEMAPHORE : ST_PUT_LOCK)];
+        rc = r->removal ? sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC)
+             : sem      ? bind_semaphore(st, l)
+                        : bind_lock(st, l, s->boot);
+        break;
     }
-    return 0;
+    case REC_HOLDER: {
+        const StoreHolder *h = &r->holder;
+        st = s->st[r->removal ? ST_DELETE_HOLDER : ST_PUT_HOLDER];
+        rc = sqlite3_bind_int64(st, 1, (sqlite3_int64)h->holder.token);
+        if (!r->removal) {
+            rc |= sqlite3_bind_int(st, 2, h->kind);
+            rc |= sqlite3_bind_text(st, 3, h->name, -1, SQLITE_STATIC);
+            rc |= bind_holder(st, 4, &h->holder, s->boot, false);
+            rc |= sqlite3_bind_int(st, 15, h->holder.mode);
+            rc |= sqlite3_bind_int64(st, 16, h->holder.lock_delay_ms);
+        }
+        break;
+    }
+    case REC_FENCE:
+    case REC_GUARD_MARK: {
+        const StoreMark *m = r->kind == REC_FENCE ? &r->fence : &r->guard_mark;
+        st = s->st[r->kind == REC_FENCE ? (r->removal ? ST_DELETE_FENCE : ST_PUT_FENCE)
+                                        : (r->removal ? ST_DELETE_GUARD_MARK : ST_PUT_GUARD_MARK)];
+        rc = sqlite3_bind_text(st, 1, m->name, -1, SQLITE_STATIC);
+        if (!r->removal)
+            rc |= sqlite3_bind_int64(st, 2, (sqlite3_int64)m->max_token);
+        if (!r->removal && r->kind == REC_GUARD_MARK)
+            rc |= sqlite3_bind_int64(st, 3, m->at_ms);
+        break;
+    }
+    case REC_FLOOR:
+        st = s->st[ST_PUT_FLOOR];
+        rc = sqlite3_bind_int64(st, 1, r->floor.bucket) | sqlite3_bind_int64(st, 2, (sqlite3_int64)r->floor.floor);
+        break;
+    case REC_ENDED: {
+        const StoreEnded *e = &r->ended;
+        st = s->st[ST_PUT_ENDED];
+        rc = sqlite3_bind_blob(st, 1, e->lease, LEASE_ID_BYTES, SQLITE_STATIC) |
+             sqlite3_bind_text(st, 2, e->lock, -1, SQLITE_STATIC) | sqlite3_bind_int64(st, 3, (sqlite3_int64)e->token) |
+             sqlite3_bind_int(st, 4, e->how) | sqlite3_bind_int64(st, 5, (sqlite3_int64)e->seq) |
+             sqlite3_bind_int(st, 6, e->kind);
+        break;
+    }
+    case REC_REVOKED:
+        st = s->st[ST_PUT_REVOKED];
+        rc = sqlite3_bind_int64(st, 1, (sqlite3_int64)r->revoked.token) |
+             sqlite3_bind_text(st, 2, r->revoked.lock, -1, SQLITE_STATIC);
+        break;
+    case REC_AUDIT: {
+        const AuditRow *a = &r->audit;
+        st = s->st[r->removal ? ST_DROP_AUDIT : ST_PUT_AUDIT];
+        rc = sqlite3_bind_int64(st, 1, (sqlite3_int64)a->seq);
+        if (!r->removal)
+            rc |= sqlite3_bind_int64(st, 2, a->at_ms) | sqlite3_bind_int(st, 3, a->kind) |
+                  sqlite3_bind_text(st, 4, a->lock, -1, SQLITE_STATIC) |
+                  sqlite3_bind_text(st, 5, a->owner, -1, SQLITE_STATIC) |
+                  sqlite3_bind_int64(st, 6, (sqlite3_int64)a->token) |
+                  sqlite3_bind_text(st, 7, a->key, -1, SQLITE_STATIC) |
+                  sqlite3_bind_text(st, 8, a->peer, -1, SQLITE_STATIC) | sqlite3_bind_int(st, 9, a->object) |
+                  sqlite3_bind_int(st, 10, a->mode);
+        break;
+    }
+    case REC_KINDS:
+        break;
+    }
+    if (!st || rc != SQLITE_OK) {
+        snprintf(s->err, sizeof s->err, "bind %s: %s", record_kind_name((StoreRecordKind)r->kind),
+                 st ? sqlite3_errmsg(s->db) : "no statement");
+        if (st) {
+            sqlite3_reset(st);
+            sqlite3_clear_bindings(st);
+        }
+        return NULL;
+    }
+    return st;
 }
 
-/* Marks in order; `del` (if not NULL) deletes the ones marked forget. */
-static int put_marks(SqliteStore *s, sqlite3_stmt *put, sqlite3_stmt *del, const StoreMark *marks, size_t n)
+/* Ended leases are pruned to the newest `keep` a chunk at a time: a delete
+ * from the start of the table every PRUNE_CHUNK ended leases (or `keep`, when
+ * fewer are kept), not one in every commit. last: the largest seq of the batch. */
+static int prune_ended(SqliteStore *s, uint64_t last, uint64_t keep)
 {
-    for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st = del && marks[i].forget ? del : put;
-        if (sqlite3_bind_text(st, 1, marks[i].name, -1, SQLITE_STATIC) != SQLITE_OK ||
-            (st == put && sqlite3_bind_int64(st, 2, (sqlite3_int64)marks[i].max_token) != SQLITE_OK) ||
-            (st == put && sqlite3_bind_parameter_count(st) >= 3 &&
-             sqlite3_bind_int64(st, 3, marks[i].at_ms) != SQLITE_OK)) {
-            set_err(s, "bind mark");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
-    }
-    return 0;
-}
-
-static int put_floors(SqliteStore *s, const StoreFloor *floors, size_t n)
-{
-    sqlite3_stmt *st = s->st[ST_PUT_FLOOR];
-    for (size_t i = 0; i < n; i++) {
-        if (sqlite3_bind_int64(st, 1, floors[i].bucket) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 2, (sqlite3_int64)floors[i].floor) != SQLITE_OK) {
-            set_err(s, "bind floor");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
-    }
-    return 0;
-}
-
-static int put_ended(SqliteStore *s, const StoreEnded *e, size_t n, uint64_t keep)
-{
-    sqlite3_stmt *st = s->st[ST_PUT_ENDED];
-    uint64_t last = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (sqlite3_bind_blob(st, 1, e[i].lease, LEASE_ID_BYTES, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_text(st, 2, e[i].lock, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 3, (sqlite3_int64)e[i].token) != SQLITE_OK ||
-            sqlite3_bind_int(st, 4, e[i].how) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 5, (sqlite3_int64)e[i].seq) != SQLITE_OK ||
-            sqlite3_bind_int(st, 6, e[i].kind) != SQLITE_OK) {
-            set_err(s, "bind ended lease");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
-        if (e[i].seq > last)
-            last = e[i].seq;
-        if (e[i].how == LEASE_END_REVOKED) {
-            sqlite3_stmt *rv = s->st[ST_PUT_REVOKED];
-            if (sqlite3_bind_int64(rv, 1, (sqlite3_int64)e[i].token) != SQLITE_OK ||
-                sqlite3_bind_text(rv, 2, e[i].lock, -1, SQLITE_STATIC) != SQLITE_OK) {
-                set_err(s, "bind revoked token");
-                return -1;
-            }
-            if (step_reset(s, rv))
-                return -1;
-        }
-    }
-    /* Pruned a chunk at a time: a delete from the start of the table every
-     * PRUNE_CHUNK ended leases (or `keep`, when fewer are kept), not one in
-     * every commit. */
     uint64_t chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
-    if (n == 0 || keep == 0 || last <= keep || last - keep < s->pruned_upto + chunk)
+    if (!last || keep == 0 || last <= keep || last - keep < s->pruned_upto + chunk)
         return 0;
-    st = s->st[ST_PRUNE_ENDED];
+    sqlite3_stmt *st = s->st[ST_PRUNE_ENDED];
     if (sqlite3_bind_int64(st, 1, (sqlite3_int64)(last - keep)) != SQLITE_OK) {
         set_err(s, "bind prune");
         return -1;
@@ -446,74 +450,24 @@ static int check_files(SqliteStore *s)
     return check_paths(s);
 }
 
-/* New rows, then the rows their keys evicted (auditlog.h: each key keeps
- * its own newest --audit-keep, so rows go one by one, not by a range). */
-static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, const StoreAuditDrop *drops, size_t ndrops)
-{
-    sqlite3_stmt *st = s->st[ST_PUT_AUDIT];
-    for (size_t i = 0; i < n; i++) {
-        if (sqlite3_bind_int64(st, 1, (sqlite3_int64)r[i].seq) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 2, r[i].at_ms) != SQLITE_OK || sqlite3_bind_int(st, 3, r[i].kind) != SQLITE_OK ||
-            sqlite3_bind_text(st, 4, r[i].lock, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_text(st, 5, r[i].owner, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 6, (sqlite3_int64)r[i].token) != SQLITE_OK ||
-            sqlite3_bind_text(st, 7, r[i].key, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_text(st, 8, r[i].peer, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int(st, 9, r[i].object) != SQLITE_OK || sqlite3_bind_int(st, 10, r[i].mode) != SQLITE_OK) {
-            set_err(s, "bind audit row");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
-    }
-    st = s->st[ST_DROP_AUDIT];
-    for (size_t i = 0; i < ndrops; i++) {
-        if (sqlite3_bind_int64(st, 1, (sqlite3_int64)drops[i].seq) != SQLITE_OK) {
-            set_err(s, "bind audit drop");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
-    }
-    return 0;
-}
-
 static int sqlite_commit(Store *base, const StoreBatch *b)
 {
     SqliteStore *s = (SqliteStore *)base;
     if (step_reset(s, s->st[ST_BEGIN]))
         return -1;
-    for (size_t i = 0; i < b->nlocks; i++) {
-        const StoreLock *l = &b->locks[i];
-        bool sem = l->kind == KIND_SEMAPHORE;
-        sqlite3_stmt *st = s->st[l->forget ? (sem ? ST_DELETE_SEMAPHORE : ST_DELETE_LOCK)
-                                           : (sem ? ST_PUT_SEMAPHORE : ST_PUT_LOCK)];
-        int bad = l->forget ? sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC) != SQLITE_OK
-                  : sem     ? bind_semaphore(st, l)
-                            : bind_lock(st, l, s->boot);
-        if (bad) {
-            set_err(s, "bind lock");
+    uint64_t last_ended = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        const StoreRecord *r = &b->records[i];
+        sqlite3_stmt *st = bind_record(s, r);
+        if (!st || step_reset(s, st))
             goto fail;
-        }
-        if (step_reset(s, st))
-            goto fail;
-        if (l->forget && !sem) {
-            sqlite3_stmt *gm = s->st[ST_DELETE_GUARD_MARK];
-            if (sqlite3_bind_text(gm, 1, l->name, -1, SQLITE_STATIC) != SQLITE_OK || step_reset(s, gm))
-                goto fail;
-        }
+        if (r->kind == REC_ENDED && r->ended.seq > last_ended)
+            last_ended = r->ended.seq;
     }
-    if (put_holders(s, b->holders, b->nholders))
-        goto fail;
     if (b->counter && (sqlite3_bind_int64(s->st[ST_PUT_COUNTER], 1, (sqlite3_int64)b->counter) != SQLITE_OK ||
                        step_reset(s, s->st[ST_PUT_COUNTER])))
         goto fail;
-    if (put_marks(s, s->st[ST_PUT_FENCE], s->st[ST_DELETE_FENCE], b->fences, b->nfences) ||
-        put_floors(s, b->floors, b->nfloors) ||
-        put_marks(s, s->st[ST_PUT_GUARD_MARK], NULL, b->guard_marks, b->nguard_marks))
-        goto fail;
-    if (put_ended(s, b->ended, b->nended, b->history_keep) || put_audit(s, b->audit, b->naudit, b->audit_drops, b->naudit_drops) ||
-        step_reset(s, s->st[ST_COMMIT]))
+    if (prune_ended(s, last_ended, b->history_keep) || step_reset(s, s->st[ST_COMMIT]))
         goto fail;
     return check_files(s);
 fail:
@@ -668,7 +622,7 @@ static int load_marks(SqliteStore *s, const char *sql, int (*fn)(void *ud, const
     }
     int rc, res = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        StoreMark m = {(const char *)sqlite3_column_text(st, 0), (uint64_t)sqlite3_column_int64(st, 1), false,
+        StoreMark m = {(const char *)sqlite3_column_text(st, 0), (uint64_t)sqlite3_column_int64(st, 1),
                        sqlite3_column_count(st) > 2 ? sqlite3_column_int64(st, 2) : 0};
         if (!m.name || fn(ud, &m)) {
             snprintf(s->err, sizeof s->err, "cannot load mark %s", m.name ? m.name : "(null)");
@@ -776,17 +730,19 @@ static int load_ended(SqliteStore *s, const StoreLoad *cb)
 static int load_revoked(SqliteStore *s, const StoreLoad *cb)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT token FROM revoked", -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(s->db, "SELECT token, lock FROM revoked", -1, &st, NULL) != SQLITE_OK) {
         set_err(s, "load revoked tokens");
         return -1;
     }
     int rc, res = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        if (cb->revoked(cb->ud, (uint64_t)sqlite3_column_int64(st, 0))) {
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        StoreRevoked r = {(uint64_t)sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1)};
+        if (!r.lock || cb->revoked(cb->ud, &r)) {
             snprintf(s->err, sizeof s->err, "cannot load the revoked tokens");
             res = -1;
             break;
         }
+    }
     if (res == 0 && rc != SQLITE_DONE) {
         set_err(s, "load revoked tokens");
         res = -1;

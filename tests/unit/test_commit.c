@@ -121,10 +121,10 @@ static int load_ended(void *ud, const StoreEnded *e)
 
 static uint64_t loaded_revoked_token;
 static int loaded_revoked;
-static int load_revoked(void *ud, uint64_t token)
+static int load_revoked(void *ud, const StoreRevoked *r)
 {
     (void)ud;
-    loaded_revoked_token = token;
+    loaded_revoked_token = r->token;
     loaded_revoked++;
     return 0;
 }
@@ -293,9 +293,10 @@ int main(int argc, char **argv)
     commit_flush(c);
     wait_done(c);
     /* 10 locks and a forget, 2 fences and a forget, a floor, a guard mark, 5
-     * ended leases, 4 audit rows and 2 dropped; 11 lock records, 5 holders
-     * and 2 gone, 4 ended, an audit row; 2 forgets. */
-    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 27 + 23 + 2);
+     * ended leases and a revoked token, 4 audit rows and 2 dropped; 11 lock
+     * records, 5 holders and 2 gone, 4 ended and a revoked token, an audit
+     * row; 2 forgets. */
+    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 28 + 24 + 2);
     locktab_free(lt);
     CHECK(snapped.fd >= 0 && snapped.size >= 4096);
     if (snapped.fd >= 0) {
