@@ -40,19 +40,20 @@ static void cannot_record(void)
     _exit(70);
 }
 
+/* The hooks record one change each: the name's record, a lease's record,
+ * a lease's end. Every change that moves a lock's index wakes its watchers,
+ * also those that report no event (one reentry released); a waiter's
+ * coming and going is noted by its event (events_note_of). Only marks them:
+ * they are asked on the loop's tick, outside the lock table. */
 static void on_changed(void *ud, const Lock *lock)
 {
     Server *s = ud;
     if (!commit_lock(s->commit, lock))
         cannot_record();
-    /* Every change that moves a lock's index wakes its watchers, also those
-     * that report no event (one reentry released). Only marks them: they are
-     * asked on the loop's tick, outside the lock table. */
     if (lock->kind == KIND_LOCK)
         watch_note(s, lock->name);
 }
 
-/* A reader's or a permit's own record. */
 static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
 {
     Server *s = ud;
@@ -99,12 +100,11 @@ static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, i
     if (how >= LEASE_END_EXPIRED && how <= LEASE_END_REVOKED)
         histogram_observe(&s->metrics.hold[how - 1], (double)(clock_now().wall_ms - h->acquired_at_ms) / 1000);
     quota_held(s, h->key, -1);
-    /* A writer's end is in its lock's record (changed comes next); a
-     * reader's or a permit's record goes. */
-    bool shared = lock->kind == KIND_SEMAPHORE || h->mode == MODE_READ;
     if (!commit_ended(s->commit, (LockKind)lock->kind, lock->name, h->lease, h->token, how, seq) ||
-        (shared && !commit_holder_gone(s->commit, (LockKind)lock->kind, lock->name, h->token)))
+        !commit_holder_gone(s->commit, (LockKind)lock->kind, lock->name, h->token))
         cannot_record();
+    if (lock->kind == KIND_LOCK)
+        watch_note(s, lock->name);
     /* After the change is recorded: its event waits for the batch that holds it. */
     trail_ended(s, actor, lock, h, how);
 }
@@ -130,46 +130,40 @@ typedef struct LoadCtx {
 } LoadCtx;
 
 /* Who made a name is not stored: a held one counts against its first
- * holder's key (the writer's, or the oldest reader's or permit's). */
+ * holder's key (its oldest lease's). */
 static void charge_by_holder(Server *s, LockKind kind, const char *name, const Holder *h)
 {
     const Lock *lock = locktab_get(s->locks, kind, name);
-    if (!h || !h->key || !lock || lock->charge.key || lock->charge.peer)
+    if (!h->key || !lock || lock->charge.key || lock->charge.peer)
         return;
     Charge c = quota_charge_of_key(s, h->key);
     locktab_set_charge(s->locks, kind, name, c);
     quota_named(s, &c, +1);
 }
 
-static int load_lock(void *ud, const StoreLock *l)
+static int load_lock(LoadCtx *ctx, const StoreLock *l)
 {
-    LoadCtx *ctx = ud;
     ctx->locks++;
-    if (locktab_load(ctx->s->locks, (LockKind)l->kind, l->name, l->last_token, l->limit, l->delay_until_ms,
-                     &ctx->now) != LOCK_OK ||
-        (l->held && locktab_load_holder(ctx->s->locks, KIND_LOCK, l->name, &l->holder, &ctx->now) != LOCK_OK))
-        return -1;
-    ctx->held += l->held;
-    if (l->held)
-        quota_held(ctx->s, l->holder.key, +1);
-    charge_by_holder(ctx->s, (LockKind)l->kind, l->name, l->held ? &l->holder : NULL);
-    return 0;
+    return locktab_load(ctx->s->locks, (LockKind)l->kind, l->name, l->last_token, l->limit, l->delay_until_ms,
+                        &ctx->now) == LOCK_OK
+               ? 0
+               : -1;
 }
 
-/* Readers and permits come by token, oldest first. One that cannot hold
- * beside the grants loaded before it (a reader beside a writer, a permit
- * past the limit) is younger than they are, and can only come from an etcd
- * batch that was cut between its parts (store_etcd.c, order_ops): no answer
- * revealed it, so it is dropped; the older grants may have been revealed. */
-static int load_holder(void *ud, const StoreHolder *r)
+/* Leases come by token, oldest first, whatever their mode. One that cannot
+ * hold beside the grants loaded before it (a second writer, a reader beside
+ * a writer, a permit past the limit) is younger than they are: only an etcd
+ * batch cut between its parts could leave one (store_etcd.c, order_ops,
+ * says why none should), and no answer revealed it, so it is dropped; the
+ * older grants may have been revealed. */
+static int load_holder(LoadCtx *ctx, const StoreHolder *r)
 {
-    LoadCtx *ctx = ud;
     LockResult rc = locktab_load_holder(ctx->s->locks, (LockKind)r->kind, r->name, &r->holder, &ctx->now);
     if (rc == LOCK_BUSY) {
         fprintf(stderr, "leasegate: dropped %s token %llu of %s '%s': it cannot hold beside older grants (a batch "
                         "cut short, never revealed)\n",
-                r->kind == KIND_SEMAPHORE ? "permit" : "reader", (unsigned long long)r->holder.token,
-                r->kind == KIND_SEMAPHORE ? "semaphore" : "lock", r->name);
+                r->kind == KIND_SEMAPHORE ? "permit" : r->holder.mode == MODE_READ ? "reader" : "writer",
+                (unsigned long long)r->holder.token, r->kind == KIND_SEMAPHORE ? "semaphore" : "lock", r->name);
         ctx->dropped++;
         return 0;
     }
@@ -181,19 +175,9 @@ static int load_holder(void *ud, const StoreHolder *r)
     return 0;
 }
 
-static int load_fence(void *ud, const StoreMark *m)
+static int load_mark(Fence *f, const StoreMark *m, const Now *now)
 {
-    LoadCtx *ctx = ud;
-    return fence_load(ctx->s->fence, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED ? 0 : -1;
-}
-
-static int load_guard_mark(void *ud, const StoreMark *m)
-{
-    LoadCtx *ctx = ud;
-    return fence_load(ctx->s->guard_marks, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED &&
-                   guard_restore(ctx->s->guard, m->name, m->at_ms, &ctx->now)
-               ? 0
-               : -1;
+    return fence_load(f, m->name, m->max_token, now) == FENCE_ACCEPTED ? 0 : -1;
 }
 
 static int load_history_seq(void *ud, uint64_t seq)
@@ -203,23 +187,39 @@ static int load_history_seq(void *ud, uint64_t seq)
     return 0;
 }
 
-static int load_ended(void *ud, const StoreEnded *e)
+/* One stored record, each kind to its place (the kinds come in record.h's order). */
+static int load_record(void *ud, const StoreRecord *r)
 {
     LoadCtx *ctx = ud;
-    locktab_load_ended(ctx->s->locks, (LockKind)e->kind, e->lock, e->lease, e->token, e->how, e->seq);
-    return 0;
-}
-
-static int load_revoked(void *ud, const StoreRevoked *r)
-{
-    LoadCtx *ctx = ud;
-    return revoked_add(ctx->s->revoked, r->token) ? 0 : -1;
-}
-
-static int load_audit(void *ud, const AuditRow *row)
-{
-    LoadCtx *ctx = ud;
-    return auditlog_load(ctx->s->audit, row) ? 0 : -1;
+    Server *s = ctx->s;
+    switch ((StoreRecordKind)r->kind) {
+    case REC_LOCK:
+        return load_lock(ctx, &r->lock);
+    case REC_HOLDER:
+        return load_holder(ctx, &r->holder);
+    case REC_FENCE:
+        return load_mark(s->fence, &r->fence, &ctx->now);
+    case REC_GUARD_MARK:
+        return load_mark(s->guard_marks, &r->guard_mark, &ctx->now) == 0 &&
+                       guard_restore(s->guard, r->guard_mark.name, r->guard_mark.at_ms, &ctx->now)
+                   ? 0
+                   : -1;
+    case REC_FLOOR:
+        fence_load_floor(s->fence, r->floor.bucket, r->floor.floor);
+        return 0;
+    case REC_ENDED: {
+        const StoreEnded *e = &r->ended;
+        locktab_load_ended(s->locks, (LockKind)e->kind, e->lock, e->lease, e->token, e->how, e->seq);
+        return 0;
+    }
+    case REC_REVOKED:
+        return revoked_add(s->revoked, r->revoked.token) ? 0 : -1;
+    case REC_AUDIT:
+        return auditlog_load(s->audit, &r->audit) ? 0 : -1;
+    case REC_KINDS:
+        break;
+    }
+    return -1;
 }
 
 /* A stored audit row past its key's --audit-keep: storage deletes it too. */
@@ -230,13 +230,6 @@ static void on_audit_dropped(void *ud, const char *key, uint64_t seq)
         fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
         _exit(70);
     }
-}
-
-static int load_floor(void *ud, const StoreFloor *f)
-{
-    LoadCtx *ctx = ud;
-    fence_load_floor(ctx->s->fence, f->bucket, f->floor);
-    return 0;
 }
 
 /* Leadership over etcd. */
@@ -422,16 +415,7 @@ int gateway_open(Server *s, const Config *cfg)
     /* From the wall clock, as event seqs (events.c): a lock's index from
      * before a restart stays below its index after. */
     locktab_start_index(s->locks, (uint64_t)ctx.now.wall_ms * 1000);
-    StoreLoad cb = {.ud = &ctx,
-                    .lock = load_lock,
-                    .holder = load_holder,
-                    .fence = load_fence,
-                    .guard_mark = load_guard_mark,
-                    .floor = load_floor,
-                    .history_seq = load_history_seq,
-                    .ended = load_ended,
-                    .revoked = load_revoked,
-                    .audit = load_audit};
+    StoreLoad cb = {&ctx, load_history_seq, load_record};
     commit_keep_history(s->commit, cfg->lease_history);
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {

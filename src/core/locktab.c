@@ -166,12 +166,6 @@ static bool grantable(const Lock *lock, uint8_t mode)
     return lock->holders.len == 0 || (mode == MODE_READ && lock->mode == MODE_READ);
 }
 
-/* A reader or a permit: a record of its own (hooks.holder_changed). */
-static bool shared(const Lock *lock, const Grant *g)
-{
-    return lock->kind == KIND_SEMAPHORE || g->h.mode == MODE_READ;
-}
-
 static bool is_idle(const Lock *lock)
 {
     return lock->holders.len == 0 && lock->waiters.len == 0 && !delay_running(lock);
@@ -290,32 +284,30 @@ static LockResult find_or_create(Locktab *lt, LockKind kind, const char *name, b
     return LOCK_OK;
 }
 
-static void changed(Locktab *lt, Lock *lock)
+/* Something a reader of lock sees changed (its index moves); with `record`,
+ * the name's own record changed too (hooks.changed). */
+static void touched(Locktab *lt, Lock *lock, bool record)
 {
     lock->index = ++lt->changes;
     lock_check(lt, lock);
-    lt->hooks.changed(lt->hooks.ud, lock);
+    if (record)
+        lt->hooks.changed(lt->hooks.ud, lock);
 }
 
-/* A change of lease g: a writer's is its lock's record, a reader's or a
- * permit's its own. */
+/* Lease g's record changed (re-entered, renewed, released to a count above
+ * 0): every lease is a record of its own, whatever its mode. */
 static void report(Locktab *lt, Lock *lock, Grant *g)
 {
-    if (!shared(lock, g)) {
-        changed(lt, lock);
-        return;
-    }
-    lock->index = ++lt->changes;
-    lock_check(lt, lock);
+    touched(lt, lock, false);
     if (lt->hooks.holder_changed)
         lt->hooks.holder_changed(lt->hooks.ud, lock, &g->h);
 }
 
-/* A new grant: the lock's last token, and a shared lease's own record. */
+/* A new grant: the name's last token (its record), then the lease's own record. */
 static void report_grant(Locktab *lt, Lock *lock, Grant *g)
 {
-    changed(lt, lock);
-    if (shared(lock, g) && lt->hooks.holder_changed)
+    touched(lt, lock, true);
+    if (lt->hooks.holder_changed)
         lt->hooks.holder_changed(lt->hooks.ud, lock, &g->h);
 }
 
@@ -405,9 +397,12 @@ static void unlink_waiter(Locktab *lt, Waiter *w)
  * (FIFO); a waiter at the head that could be granted but whose wait has run
  * out (the tick has not timed it out yet) times out now instead, so that no
  * grant comes after a waiter's wait_ms (one that could not be granted is
- * left to the tick). Each grant is reported (changed, then granted); the
- * lock is reported once more when nothing was granted. */
-static void grant_next(Locktab *lt, Lock *lock, const Now *now)
+ * left to the tick). Each grant is reported (report_grant, then granted).
+ * When nothing was granted the lock's index moves once more (its holders
+ * changed before the call), and with `record` (the caller changed the name's
+ * record: a lock-delay began or ended) hooks.changed reports it; a grant
+ * reports the record anyway. */
+static void grant_next(Locktab *lt, Lock *lock, const Now *now, bool record)
 {
     bool granted = false;
     Waiter *w;
@@ -431,7 +426,7 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now)
     }
     update_idle(lt, lock, now);
     if (!granted)
-        changed(lt, lock);
+        touched(lt, lock, record);
 }
 
 /* Remembers an ended lease, and reports it for storage. */
@@ -445,26 +440,29 @@ static void record_end(Locktab *lt, const Lock *lock, const Holder *h, LeaseEnd 
 /* A lock-delay until delay_ms after end_mono (boot clock), unless one runs
  * longer already. The announced delay_until_ms is a safe bound, as an
  * expiry is: the deadline is LOCKTAB_DEADLINE_SLACK_MS later. (Should the
- * heap fail to grow, the lock goes without this delay.) */
-static void start_delay(Locktab *lt, Lock *lock, int64_t end_mono, int64_t delay_ms, const Now *now)
+ * heap fail to grow, the lock goes without this delay.) True when it began
+ * or was extended: the name's record changed. */
+static bool start_delay(Locktab *lt, Lock *lock, int64_t end_mono, int64_t delay_ms, const Now *now)
 {
     int64_t left = end_mono + delay_ms - now->mono_ms;
     int64_t deadline = now->mono_ms + left + LOCKTAB_DEADLINE_SLACK_MS;
     if (left <= 0 || (delay_running(lock) && lock->delay.entry.deadline_ms >= deadline))
-        return;
+        return false;
     bool running = delay_running(lock);
     if (!heap_set(&lt->deadlines, &lock->delay.entry, deadline))
-        return;
+        return false;
     lock->delay_until_ms = now->wall_ms + left;
     lt->delays += !running;
     heap_remove(&lt->deadlines, &lock->idle.entry);
+    return true;
 }
 
 /* Ends lease g (released to count 0, expired, revoked; by actor, see
  * hooks.ended): records it, takes it out, and starts its lock-delay when it
  * ended uncleanly. The caller then passes the lock on (grant_next). An
- * expired lease ended at its deadline, however late the table sees it. */
-static void end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, void *actor, const Now *now)
+ * expired lease ended at its deadline, however late the table sees it.
+ * True when a lock-delay began: the name's record changed. */
+static bool end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, void *actor, const Now *now)
 {
     LocktabCounts *c = &lt->counts[lock->kind];
     dlist_remove(&lock->holders, &g->link);
@@ -472,11 +470,13 @@ static void end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, void *act
     c->leases--;
     c->readers -= lock->kind == KIND_LOCK && g->h.mode == MODE_READ;
     c->held -= lock->holders.len == 0;
-    if (how != LEASE_END_RELEASED && g->h.lock_delay_ms > 0)
-        start_delay(lt, lock, how == LEASE_END_EXPIRED ? g->h.deadline_ms : now->mono_ms, g->h.lock_delay_ms, now);
+    bool delayed = how != LEASE_END_RELEASED && g->h.lock_delay_ms > 0 &&
+                   start_delay(lt, lock, how == LEASE_END_EXPIRED ? g->h.deadline_ms : now->mono_ms,
+                               g->h.lock_delay_ms, now);
     record_end(lt, lock, &g->h, how, actor);
     holder_clear(&g->h);
     free(g);
+    return delayed;
 }
 
 static void end_delay(Locktab *lt, Lock *lock)
@@ -493,22 +493,22 @@ static void end_delay(Locktab *lt, Lock *lock)
  * delay that is over. */
 static void settle(Locktab *lt, Lock *lock, const Now *now)
 {
-    bool ended = false;
+    bool ended = false, record = false;
     for (DLink *l = lock->holders.head, *next; l; l = next) {
         next = l->next;
         Grant *g = DLIST_ITEM(l, Grant, link);
         if (g->h.deadline_ms <= now->mono_ms) {
             lt->expiries++;
-            end_grant(lt, lock, g, LEASE_END_EXPIRED, NULL, now);
+            record |= end_grant(lt, lock, g, LEASE_END_EXPIRED, NULL, now);
             ended = true;
         }
     }
     if (delay_running(lock) && lock->delay.entry.deadline_ms <= now->mono_ms) {
         end_delay(lt, lock);
-        ended = true;
+        ended = record = true;
     }
     if (ended)
-        grant_next(lt, lock, now);
+        grant_next(lt, lock, now, record);
 }
 
 LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t last_token, uint32_t limit,
@@ -807,28 +807,28 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
         report(lt, lock, g);
         return LOCK_OK;
     }
-    end_grant(lt, lock, g, LEASE_END_RELEASED, actor, now);
-    grant_next(lt, lock, now);
+    bool record = end_grant(lt, lock, g, LEASE_END_RELEASED, actor, now);
+    grant_next(lt, lock, now, record);
     return LOCK_OK;
 }
 
 LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *actor, const Now *now)
 {
     Lock *lock = find(lt, kind, name);
-    bool any = false;
+    bool any = false, record = false;
     /* Only leases still running: one whose deadline has passed is the
      * tick's to end, as expired. */
     for (DLink *l = lock ? lock->holders.head : NULL, *next; l; l = next) {
         next = l->next;
         Grant *g = DLIST_ITEM(l, Grant, link);
         if (g->h.deadline_ms > now->mono_ms) {
-            end_grant(lt, lock, g, LEASE_END_REVOKED, actor, now);
+            record |= end_grant(lt, lock, g, LEASE_END_REVOKED, actor, now);
             any = true;
         }
     }
     if (!any)
         return LOCK_NOT_HOLDER;
-    grant_next(lt, lock, now);
+    grant_next(lt, lock, now, record);
     return LOCK_OK;
 }
 
@@ -875,7 +875,7 @@ static void after_leaving(Locktab *lt, Lock *lock, bool was_head, const Now *now
 {
     const Waiter *head = first_waiter(lock);
     if (was_head && head && grantable(lock, head->mode))
-        grant_next(lt, lock, now);
+        grant_next(lt, lock, now, false);
     lock_check(lt, lock);
 }
 
@@ -910,12 +910,12 @@ void locktab_tick(Locktab *lt, const Now *now)
             Grant *g = CONTAINER_OF(d, Grant, expiry);
             Lock *lock = g->lock;
             lt->expiries++;
-            end_grant(lt, lock, g, LEASE_END_EXPIRED, NULL, now);
-            grant_next(lt, lock, now);
+            bool record = end_grant(lt, lock, g, LEASE_END_EXPIRED, NULL, now);
+            grant_next(lt, lock, now, record);
         } else if (d->kind == DEADLINE_DELAY) {
             Lock *lock = CONTAINER_OF(d, Lock, delay);
             end_delay(lt, lock);
-            grant_next(lt, lock, now);
+            grant_next(lt, lock, now, true);
         } else if (d->kind == DEADLINE_IDLE) {
             forget(lt, CONTAINER_OF(d, Lock, idle));
         } else {

@@ -239,18 +239,8 @@ static bool add(Commit *c, const StoreRecord *r)
 
 bool commit_lock(Commit *c, const Lock *lock)
 {
-    /* A lock's writer is part of its record; readers and permits are not. */
-    const Holder *writer = locktab_holder(lock);
-    bool held = lock->kind == KIND_LOCK && writer && writer->mode == MODE_WRITE;
     StoreRecord r = {.kind = REC_LOCK,
-                     .lock = {.name = lock->name,
-                              .kind = lock->kind,
-                              .last_token = lock->last_token,
-                              .limit = lock->limit,
-                              .delay_until_ms = lock->delay_until_ms,
-                              .held = held}};
-    if (held)
-        r.lock.holder = *writer;
+                     .lock = {lock->name, lock->kind, lock->last_token, lock->limit, lock->delay_until_ms}};
     return add(c, &r);
 }
 

@@ -75,9 +75,11 @@ int commit_fd(const Commit *c);
 
 /* Record a change of lock's own record (record.h: StoreLock); false on
  * allocation failure (nothing recorded). Each of these appends one record
- * (or two) to the pending batch, in call order. */
+ * (or two) to the pending batch, in call order: the lock table's hooks call
+ * them (gateway.c), one for each kind of change. */
 bool commit_lock(Commit *c, const Lock *lock);
-/* A reader's or a permit's record (StoreHolder), or its removal. */
+/* A lease's record, whatever its mode (StoreHolder): made or changed; and
+ * its removal, when the lease ended. */
 bool commit_holder(Commit *c, const Lock *lock, const Holder *h);
 bool commit_holder_gone(Commit *c, LockKind kind, const char *name, uint64_t token);
 /* The name is forgotten: its row goes, and the counter (the largest token ever

@@ -37,8 +37,6 @@ bool record_copy(Arena *a, StoreRecord *to, const StoreRecord *from)
     switch ((StoreRecordKind)from->kind) {
     case REC_LOCK:
         to->lock.name = dup(a, from->lock.name, &ok);
-        if (to->lock.held)
-            copy_holder(a, &to->lock.holder, &ok);
         return ok;
     case REC_HOLDER:
         to->holder.name = dup(a, from->holder.name, &ok);

@@ -26,25 +26,24 @@
 #include "core/locktab.h"
 #include "store/arena.h"
 
-/* One name's durable record: a lock's (last token, lock-delay, and its
- * writer while a writer holds it) or a semaphore's (last token, limit); or,
- * as a removal, the record's. Readers and permits are StoreHolder records. */
+/* A name's own record: what belongs to the lock or semaphore, not to any of
+ * its leases (last token, a semaphore's limit, a lock's lock-delay), keyed
+ * by (kind, name); as a removal, the forgotten name's. */
 typedef struct StoreLock {
     const char *name;
     uint8_t kind;        /* LockKind */
     uint64_t last_token;
-    uint32_t limit;      /* semaphores */
+    uint32_t limit;      /* a semaphore's permits; 0 for a lock */
     int64_t delay_until_ms; /* locks: a lock-delay runs until then (Unix ms); 0: none */
-    bool held;           /* locks: a writer holds it */
-    Holder holder;       /* the writer, valid when held; strings borrowed */
 } StoreLock;
 
-/* A reader of a lock or a permit of a semaphore, keyed by its token (unique,
- * and fixed for the lease's life); as a removal only holder.token, name and
- * kind are set. */
+/* One lease, whatever its mode: a lock's writer or one of its readers, or a
+ * semaphore's permit (holder.mode says which), keyed by its token (unique,
+ * and fixed for the lease's life). As a removal (the lease ended) only
+ * holder.token, name and kind are set. */
 typedef struct StoreHolder {
     const char *name;    /* the lock or semaphore */
-    uint8_t kind;        /* LockKind */
+    uint8_t kind;        /* LockKind of the name */
     Holder holder;       /* strings borrowed */
 } StoreHolder;
 
@@ -81,10 +80,12 @@ typedef struct StoreRevoked {
     const char *lock;
 } StoreRevoked;
 
-/* Every kind, once: X(KIND, member, type). The order is the load's: a lock
- * before its holders, a name before its ended leases. An audit row is
- * keyed by its seq; its removal (a row its key's --audit-keep evicted,
- * auditlog.h) names the seq and the key. */
+/* Every kind, once: X(KIND, member, type). The order is the load's (every
+ * record of a kind, then the next kind): names before leases, leases by
+ * token (oldest grant first), ended leases and audit rows by seq, so that a
+ * name is known before anything of it loads. An audit row is keyed by its
+ * seq; its removal (a row its key's --audit-keep evicted, auditlog.h) names
+ * the seq and the key. */
 #define STORE_RECORD_KINDS(X)                                                                                     \
     X(LOCK, lock, StoreLock)                                                                                      \
     X(HOLDER, holder, StoreHolder)                                                                                \

@@ -29,22 +29,11 @@ typedef struct StoreBatch {
 
 typedef struct StoreLoad {
     void *ud;
-    /* Called once per stored lock or semaphore; nonzero aborts the load. */
-    int (*lock)(void *ud, const StoreLock *lock);
-    /* After the locks: every reader and permit, by token. */
-    int (*holder)(void *ud, const StoreHolder *holder);
-    int (*fence)(void *ud, const StoreMark *fence);
-    int (*guard_mark)(void *ud, const StoreMark *mark);
-    int (*floor)(void *ud, const StoreFloor *floor);
-    /* Before the locks: the largest seq of a stored ended lease (0: none). */
+    /* First: the largest seq of a stored ended lease (0: none). */
     int (*history_seq)(void *ud, uint64_t seq);
-    /* After the locks: ended leases, oldest first. */
-    int (*ended)(void *ud, const StoreEnded *ended);
-    /* The token of every lease ever force-released (how LEASE_END_REVOKED):
-     * kept whatever the history keeps. */
-    int (*revoked)(void *ud, const StoreRevoked *revoked);
-    /* The audit trail's rows, oldest first. */
-    int (*audit)(void *ud, const AuditRow *row);
+    /* Then every stored record, kind by kind in the order of record.h
+     * (STORE_RECORD_KINDS), each a put; nonzero aborts the load. */
+    int (*record)(void *ud, const StoreRecord *r);
 } StoreLoad;
 
 typedef struct Store Store;

@@ -409,12 +409,16 @@ class EtcdTest(EtcdTestCase):
         st, _, body = g.client.request("DELETE", "/v1/locks/split/x")
         self.assertEqual(st, 200, body)
 
-        def mod_revision(key):
-            kvs = self.etcd.call("/v3/kv/range", {"key": b64(self.prefix + key)})["kvs"]
-            return int(kvs[0]["mod_revision"])
-        revoked = mod_revision("/revoked/%020d" % x["token"])
-        freed = mod_revision("/locks/split/x")
-        self.assertLess(revoked, freed, "the lock was freed in etcd before its token was revoked")
+        def at(key, revision=None):
+            req = {"key": b64(self.prefix + key)}
+            if revision:
+                req["revision"] = str(revision)
+            return self.etcd.call("/v3/kv/range", req).get("kvs", [])
+        # The lock is freed when its lease's record goes (its own record, the name's, stays).
+        lease = "/holders/%020d" % x["token"]
+        self.assertEqual(at(lease), [], "the force-released lease's record is still in etcd")
+        revoked = int(at("/revoked/%020d" % x["token"])[0]["mod_revision"])
+        self.assertEqual(len(at(lease, revoked)), 1, "the lock was freed in etcd before its token was revoked")
         g.kill9()
         g.start()
         self.assertIs(wait_leader([g]), g, g.stderr_text())

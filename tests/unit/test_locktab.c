@@ -10,7 +10,8 @@
 #include "core/locktab.h"
 
 typedef struct Rec {
-    int changed;
+    int changed; /* durable changes: hooks.changed, holder_changed and ended */
+    int ended;
     int forgotten;
     char last_forgotten[32];
     int granted[64]; /* waiter ids in grant order */
@@ -44,6 +45,19 @@ static void on_timed_out(void *ud, void *ctx, const Lock *lock)
     r->timed_out[r->ntimed_out++] = (int)(intptr_t)ctx;
 }
 
+static void on_lease(void *ud, const Lock *lock, const Holder *h)
+{
+    (void)lock, (void)h;
+    ((Rec *)ud)->changed++;
+}
+static void on_lease_ended(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq)
+{
+    (void)actor, (void)lock, (void)h, (void)how, (void)seq;
+    Rec *r = ud;
+    r->changed++;
+    r->ended++;
+}
+
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Rec *r = ud;
@@ -67,7 +81,7 @@ static Locktab *table(size_t max_waiters_per_lock)
     memset(&rec, 0, sizeof rec);
     rec.tokens_monotonic = true;
     LocktabLimits limits = {1000, 1000, max_waiters_per_lock, 128, 60000};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, NULL, NULL};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease};
     return locktab_new(&limits, &hooks);
 }
 
@@ -233,9 +247,9 @@ static void test_load(void)
     locktab_raise_last_token(lt, 12);
     /* The lease that expired while the server was down ends at the first tick. */
     CHECK(locktab_next_timeout_ms(lt, &now) == 0);
-    int before = rec.changed;
+    int before = rec.ended;
     locktab_tick(lt, &now);
-    CHECK(rec.changed == before + 1); /* the release is recorded */
+    CHECK(rec.ended == before + 1); /* the end is recorded */
     CHECK(locktab_held(lt) == 1 && locktab_locks(lt) == 3);
     CHECK(locktab_holder(locktab_get(lt, KIND_LOCK, "live"))->count == 2);
     CHECK(locktab_next_timeout_ms(lt, &now) == 500 + LOCKTAB_DEADLINE_SLACK_MS);
