@@ -95,6 +95,7 @@
 #include "store/election.h"
 #include "store/etcd.h"
 #include "store/etcd_txn.h"
+#include "store/arena.h"
 #include "store/jsondump.h"
 
 /* A transaction carries at most --etcd-max-txn-ops operations (etcd's
@@ -134,6 +135,15 @@ typedef struct EtcdStore {
     uint64_t pruned_upto; /* history seqs up to this are deleted */
     bool audit_legacy;    /* the load found audit groups of every key together (PREFIX/audit/SEQ) */
     uint64_t load_max_token; /* while loading: the largest last_token and token seen */
+    /* While loading: the writers found inside their locks' records (layout 1),
+     * as the records that rewrite them in layout 2 (each writer's lease,
+     * then its lock's record without it), and their tokens, sorted once the
+     * locks are read; their strings in `legacy_strings`. */
+    StoreRecord *legacy;
+    size_t nlegacy, caplegacy;
+    uint64_t *legacy_tokens;
+    bool legacy_sorted;
+    Arena legacy_strings;
     char *layout_key;     /* PREFIX/meta/layout; owned */
     char *layout_key_b64; /* the same in base64, for the JSON gateway; owned */
     uint64_t audit_legacy_below; /* such groups whose rows are all below this are deleted */
@@ -1089,6 +1099,63 @@ static void saw_token(EtcdStore *s, uint64_t token)
         s->load_max_token = token;
 }
 
+/* A layout-1 writer w of the lock whose record is r: kept, to be written
+ * again in layout 2 once the load is done (rewrite_legacy). 0, or -1 when
+ * out of memory. */
+static int keep_legacy(EtcdStore *s, const StoreRecord *w, const StoreRecord *r)
+{
+    if (s->nlegacy + 2 > s->caplegacy) {
+        size_t cap = s->caplegacy ? s->caplegacy * 2 : 64;
+        StoreRecord *p = realloc(s->legacy, cap * sizeof *p);
+        uint64_t *t = p ? realloc(s->legacy_tokens, cap / 2 * sizeof *t) : NULL;
+        if (p)
+            s->legacy = p;
+        if (!p || !t) {
+            snprintf(s->err, sizeof s->err, "out of memory");
+            return -1;
+        }
+        s->legacy_tokens = t;
+        s->caplegacy = cap;
+    }
+    if (!record_copy(&s->legacy_strings, &s->legacy[s->nlegacy], w) ||
+        !record_copy(&s->legacy_strings, &s->legacy[s->nlegacy + 1], r)) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    s->legacy_tokens[s->nlegacy / 2] = w->holder.holder.token;
+    s->nlegacy += 2;
+    s->legacy_sorted = false;
+    return 0;
+}
+
+static int by_token(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Is token a layout-1 writer's, already loaded from its lock's record? */
+static bool legacy_writer(EtcdStore *s, uint64_t token)
+{
+    if (!s->nlegacy)
+        return false;
+    if (!s->legacy_sorted) {
+        qsort(s->legacy_tokens, s->nlegacy / 2, sizeof *s->legacy_tokens, by_token);
+        s->legacy_sorted = true;
+    }
+    return bsearch(&token, s->legacy_tokens, s->nlegacy / 2, sizeof *s->legacy_tokens, by_token) != NULL;
+}
+
+static void legacy_clear(EtcdStore *s)
+{
+    free(s->legacy);
+    free(s->legacy_tokens);
+    s->legacy = NULL;
+    s->legacy_tokens = NULL;
+    s->nlegacy = s->caplegacy = 0;
+    arena_clear(&s->legacy_strings);
+}
+
 /* A name's record under PREFIX/locks/ or PREFIX/semaphores/ (arg: its
  * LockKind); in layout 1, a lock's record that holds its writer is two
  * records: the name's, then the writer's lease. */
@@ -1111,7 +1178,8 @@ static int load_name(EtcdStore *s, const StoreLoad *cb, const char *name, const 
     if (!ok) {
         snprintf(s->err, sizeof s->err, "%s %s: corrupt record in etcd", what, name);
         rc = -1;
-    } else if (deliver(s, cb, &r, what, name) || (h && deliver(s, cb, &w, "the writer of lock", name))) {
+    } else if (deliver(s, cb, &r, what, name) || (h && deliver(s, cb, &w, "the writer of lock", name)) ||
+               (h && keep_legacy(s, &w, &r))) {
         rc = -1;
     } else {
         saw_token(s, r.lock.last_token);
@@ -1139,6 +1207,9 @@ static int load_holder(EtcdStore *s, const StoreLoad *cb, const char *name, cons
     if (!ok) {
         snprintf(s->err, sizeof s->err, "holder %s: corrupt record in etcd", name);
         rc = -1;
+    } else if (legacy_writer(s, token)) {
+        /* The same lease, written in layout 2 while its lock's record still
+         * held it (a rewrite cut short): loaded once, from the lock's record. */
     } else if (deliver(s, cb, &r, "lease", name)) {
         rc = -1;
     } else {
@@ -1416,11 +1487,25 @@ static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
     s->audit_legacy = false;
     s->audit_legacy_below = 0;
     s->load_max_token = 0;
-    for (size_t i = 0; i < sizeof LOAD_RANGES / sizeof LOAD_RANGES[0]; i++)
-        if (range_all(s, LOAD_RANGES[i].dir, cb, LOAD_RANGES[i].fn, LOAD_RANGES[i].arg))
-            return -1;
+    legacy_clear(s);
+    int rc = 0;
+    for (size_t i = 0; i < sizeof LOAD_RANGES / sizeof LOAD_RANGES[0] && rc == 0; i++)
+        rc = range_all(s, LOAD_RANGES[i].dir, cb, LOAD_RANGES[i].fn, LOAD_RANGES[i].arg);
+    if (rc == 0 && s->nlegacy) {
+        /* A writer of layout 1 lives in its lock's record, which layout 2
+         * writes only when the name's own fields change: written again now,
+         * in one batch (fenced like any), or its lock's record would bring
+         * it back after it ended. A batch cut short leaves the lease in both
+         * places; the load above takes it once. */
+        StoreBatch b = {s->legacy, s->nlegacy, 0, 0, 0};
+        rc = etcd_commit(base, &b);
+        if (rc == 0)
+            fprintf(stderr, "leasegate: %zu writers of layout 1 written again as leases of their own (layout %d)\n",
+                    s->nlegacy / 2, LAYOUT);
+    }
+    legacy_clear(s);
     *last_token = counter > s->load_max_token ? counter : s->load_max_token;
-    return 0;
+    return rc;
 }
 
 static void etcd_close(Store *base)
@@ -1434,6 +1519,7 @@ static void etcd_close(Store *base)
     free(s->mark_key_b64);
     free(s->layout_key);
     free(s->layout_key_b64);
+    legacy_clear(s);
     free(s);
 }
 
