@@ -340,6 +340,7 @@ static void metrics_init(Metrics *m)
 int gateway_open(Server *s, const Config *cfg)
 {
     memset(s, 0, sizeof *s);
+    thread_own(&s->owner); /* the thread that opens the server runs its loop (threads.h) */
     s->cfg = *cfg;
     metrics_init(&s->metrics);
     s->listen_fd = -1;

@@ -5,6 +5,7 @@
  */
 #include "runloop.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <malloc.h>
 #include <microhttpd.h>
@@ -163,6 +164,7 @@ static void trim_after_wave(Run *r)
 static int turn(Run *r, int cap_ms)
 {
     Server *s = r->s;
+    assert(thread_owns(&s->owner));
     if (loop_wait(s->loop, next_timeout_ms(s, cap_ms)) < 0)
         return -1;
     Now now = clock_now();

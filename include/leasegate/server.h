@@ -1,7 +1,7 @@
 /*
  * server — the one context that owns everything a running server has.
- * No other mutable state exists outside it. Only the loop thread touches it,
- * except the commit module's writer thread, which owns only its batch.
+ * No other mutable state exists outside it. Only the loop thread touches it
+ * (core/threads.h says what the other threads may reach, and how).
  * A declaration only: putting it together is gateway.h's, running it
  * runloop.h's, so that every layer can see the context and none of them
  * depends on the layers above it through it.
@@ -20,6 +20,7 @@
 #include "core/locktab.h"
 #include "core/metrics.h"
 #include "core/revoked.h"
+#include "core/threads.h"
 #include "leasegate/config.h"
 #include "leasegate/dlist.h"
 #include "net/auth.h"
@@ -37,6 +38,7 @@ typedef struct Proxy Proxy;
 typedef struct Guard Guard;
 
 typedef struct Server {
+    ThreadOwner owner; /* the loop (threads.h): the handlers and each turn assert it */
     Config cfg;
     Store *store;
     Election *election; /* --store etcd://: this gateway's leadership; NULL with SQLite */

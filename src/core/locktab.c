@@ -16,6 +16,7 @@
 
 #include "core/leasehist.h"
 #include "core/smap.h"
+#include "core/threads.h"
 #include "leasegate/container.h"
 
 enum { DEADLINE_EXPIRY = 1, DEADLINE_WAIT = 2, DEADLINE_IDLE = 3, DEADLINE_DELAY = 4 };
@@ -58,7 +59,11 @@ struct Locktab {
     uint64_t next_lock_id;
     uint64_t changes;      /* the last index given (locktab_index) */
     uint64_t forget_index; /* what an absent name reads as: above every forgotten name's */
+    ThreadOwner owner;     /* the loop (threads.h): every call that changes the table asserts it */
 };
+
+/* Every entry point that changes the table runs on its owner (threads.h). */
+#define OWNED(lt) assert(thread_owns(&(lt)->owner))
 
 static Grant *grant_of(const Holder *h) { return CONTAINER_OF(h, Grant, h); }
 
@@ -127,6 +132,7 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks)
         return NULL;
     lt->limits = *limits;
     lt->hooks = *hooks;
+    thread_own(&lt->owner);
     heap_init(&lt->deadlines);
     lt->names[KIND_LOCK] = smap_new();
     lt->names[KIND_SEMAPHORE] = smap_new();
@@ -514,6 +520,7 @@ static void settle(Locktab *lt, Lock *lock, const Now *now)
 LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t last_token, uint32_t limit,
                         int64_t delay_until_ms, const Now *now)
 {
+    OWNED(lt);
     Lock *lock;
     LockResult r = find_or_create(lt, kind, name, false, NULL, now, &lock); /* stored: no limit */
     if (r != LOCK_OK)
@@ -542,6 +549,7 @@ LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t l
 
 LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, const Holder *holder, const Now *now)
 {
+    OWNED(lt);
     Lock *lock;
     LockResult r = find_or_create(lt, kind, name, false, NULL, now, &lock);
     if (r != LOCK_OK)
@@ -624,6 +632,7 @@ static Grant *grant_with(const Lock *lock, const uint8_t *lease)
 
 void locktab_set_charge(Locktab *lt, LockKind kind, const char *name, Charge charge)
 {
+    OWNED(lt);
     Lock *lock = find(lt, kind, name);
     if (lock)
         lock->charge = charge;
@@ -701,6 +710,7 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
                            void *waiter_ctx, const Now *now, const Lock **lock_out, const Holder **holder_out,
                            Waiter **waiter_out)
 {
+    OWNED(lt);
     *lock_out = NULL;
     *holder_out = NULL;
     *waiter_out = NULL;
@@ -782,6 +792,7 @@ LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, u
 LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, int64_t ttl_ms,
                          const Now *now, const Lock **lock_out, const Holder **holder_out)
 {
+    OWNED(lt);
     Lock *lock = find_live(lt, kind, name, now);
     Grant *g = lock ? grant_with(lock, lease) : NULL;
     *lock_out = g ? lock : NULL;
@@ -797,6 +808,7 @@ LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uin
 LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, void *actor,
                            const Now *now, uint32_t *count_left)
 {
+    OWNED(lt);
     Lock *lock = find_live(lt, kind, name, now);
     Grant *g = lock ? grant_with(lock, lease) : NULL;
     *count_left = 0;
@@ -814,6 +826,7 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
 
 LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *actor, const Now *now)
 {
+    OWNED(lt);
     Lock *lock = find(lt, kind, name);
     bool any = false, record = false;
     /* Only leases still running: one whose deadline has passed is the
@@ -840,11 +853,16 @@ const Holder *locktab_held_by(const Locktab *lt, LockKind kind, const char *name
     return g && g->h.deadline_ms > now->mono_ms ? &g->h : NULL;
 }
 
-void locktab_continue_history(Locktab *lt, uint64_t seq) { leasehist_continue_after(lt->history, seq); }
+void locktab_continue_history(Locktab *lt, uint64_t seq)
+{
+    OWNED(lt);
+    leasehist_continue_after(lt->history, seq);
+}
 
 void locktab_load_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, uint64_t token,
                         int how, uint64_t seq)
 {
+    OWNED(lt);
     const Lock *lock = find(lt, kind, name);
     if (lock && (how == LEASE_END_EXPIRED || how == LEASE_END_RELEASED || how == LEASE_END_REVOKED))
         leasehist_load(lt->history, lease, lock->id, token, (LeaseEnd)how, seq);
@@ -881,6 +899,7 @@ static void after_leaving(Locktab *lt, Lock *lock, bool was_head, const Now *now
 
 void locktab_cancel(Locktab *lt, Waiter *w, const Now *now)
 {
+    OWNED(lt);
     Lock *lock = w->lock;
     bool was_head = first_waiter(lock) == w;
     unlink_waiter(lt, w);
@@ -902,6 +921,7 @@ static void forget(Locktab *lt, Lock *lock)
 
 void locktab_tick(Locktab *lt, const Now *now)
 {
+    OWNED(lt);
     HeapEntry *e;
     while ((e = heap_peek(&lt->deadlines)) && e->deadline_ms <= now->mono_ms) {
         Deadline *d = CONTAINER_OF(e, Deadline, entry);
@@ -949,6 +969,7 @@ static Holder *holder_of(const Locktab *lt, LockKind kind, const char *name, con
 
 void locktab_answer_started(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
 {
+    OWNED(lt);
     Holder *h = holder_of(lt, kind, name, lease);
     if (h)
         h->answers++;
@@ -956,6 +977,7 @@ void locktab_answer_started(Locktab *lt, LockKind kind, const char *name, const 
 
 bool locktab_answer_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, bool delivered)
 {
+    OWNED(lt);
     Holder *h = holder_of(lt, kind, name, lease);
     if (!h)
         return false;
@@ -1015,6 +1037,7 @@ uint64_t locktab_last_token(const Locktab *lt) { return lt->last_token; }
 
 void locktab_raise_last_token(Locktab *lt, uint64_t token)
 {
+    OWNED(lt);
     if (token > lt->last_token)
         lt->last_token = token;
 }

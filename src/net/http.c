@@ -11,6 +11,7 @@
  */
 #include "net/http.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -665,6 +666,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     Server *s = cls;
     Request *req = *con_cls;
+    assert(thread_owns(&s->owner)); /* the serving daemon's callbacks are the loop's (threads.h) */
     if (!req)
         return MHD_NO; /* on_uri ran out of memory */
     if (!req->routed) {
@@ -878,6 +880,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     Request *req = *con_cls;
     bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    assert(thread_owns(&((Server *)cls)->owner));
     HttpConn *hc = conn_of(conn);
     if (hc) {
         park_conn_request_done(hc->park, ok && req ? req->wire_bytes : 0);

@@ -1,6 +1,7 @@
 /* commit — group commit with one writer thread; see commit.h. */
 #include "store/commit.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -63,6 +64,7 @@ struct Commit {
     pthread_cond_t cv;
     CommitStats stats;
     uint64_t history_keep; /* see commit_keep_history */
+    ThreadOwner owner; /* the loop (threads.h): it fills the pending batch and collects the done one */
     /* While the holds of a batch with a snapshot run: the copy (owned) or -1. */
     int snap_fd;
     uint64_t snap_size;
@@ -139,6 +141,8 @@ static void *writer_main(void *arg)
     while (wait_for_batch(c, spin)) {
         /* Poll next time only if this batch came within the polling window. */
         spin = seconds_since(&idle_since) * 1e9 < WRITER_SPIN_NS;
+        /* The batch and the store are the writer's from the hand-off (threads.h). */
+        thread_own(&c->store->owner);
         Batch *b = c->inflight;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -172,6 +176,7 @@ Commit *commit_new(Store *store, char *err, size_t errlen)
         return NULL;
     }
     c->store = store;
+    thread_own(&c->owner);
     c->snap_fd = -1;
     c->barriers = store_has_barrier(store);
     batch_init(&c->batches[0]);
@@ -205,6 +210,7 @@ void commit_free(Commit *c)
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->writer, NULL);
+    thread_own(&c->store->owner); /* back to the caller, which closes it */
     close(c->efd);
     for (int i = 0; i < 2; i++)
         if (c->batches[i].snap_fd >= 0)
@@ -222,6 +228,7 @@ int commit_fd(const Commit *c) { return c->efd; }
  * batch; false when out of memory (nothing recorded). */
 static bool add(Commit *c, const StoreRecord *r)
 {
+    assert(thread_owns(&c->owner));
     Batch *b = c->pending;
     if (b->n == b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
@@ -333,6 +340,7 @@ bool commit_holds_wait(const Commit *c) { return c->barriers || commit_pending(c
 
 void commit_hold(Commit *c, CommitHold *hold)
 {
+    assert(thread_owns(&c->owner));
     hold->batch = c->pending;
     dlist_append(&c->pending->holds, &hold->link);
 }
@@ -370,6 +378,7 @@ int commit_snapshot_take(Commit *c, uint64_t *size, const char **err)
 void commit_unhold(Commit *c, CommitHold *hold)
 {
     (void)c;
+    assert(thread_owns(&c->owner));
     Batch *b = hold->batch;
     if (!b)
         return;
@@ -379,6 +388,7 @@ void commit_unhold(Commit *c, CommitHold *hold)
 
 void commit_flush(Commit *c)
 {
+    assert(thread_owns(&c->owner));
     Batch *b = c->pending;
     if (atomic_load(&c->state) != INFLIGHT_IDLE || (!batch_has_rows(b) && b->holds.len == 0))
         return;
@@ -409,6 +419,7 @@ static void record_stats(Commit *c, const Batch *b)
 
 int commit_done(Commit *c)
 {
+    assert(thread_owns(&c->owner));
     uint64_t n;
     if (read(c->efd, &n, sizeof n) < 0 && errno != EAGAIN)
         return 0;
@@ -466,6 +477,7 @@ static void fail_batch_holds(Batch *b)
 
 void commit_fail_holds(Commit *c)
 {
+    assert(thread_owns(&c->owner));
     /* The batch being committed first: its holds came first. */
     fail_batch_holds(c->inflight);
     fail_batch_holds(c->pending);

@@ -12,6 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <assert.h>
+
+#include "core/threads.h"
 #include "store/record.h"
 
 /* The records of one batch, applied in order, and what belongs to the batch
@@ -60,8 +63,13 @@ typedef struct StoreOps {
     int (*snapshot)(Store *s, uint64_t *size);
 } StoreOps;
 
+/* A store has one owner at a time (threads.h): the thread that opened it,
+ * which loads it, then the commit writer from the first batch it commits
+ * until commit_free joins it. Its error may be read by the loop once a
+ * commit is DONE (commit.c publishes it). */
 struct Store {
     const StoreOps *ops;
+    ThreadOwner owner;
 };
 
 /* Opens (creating if needed) the SQLite database at path. boot_id names this
@@ -106,12 +114,25 @@ int store_sqlite_check_copy(const char *partial, const char *dest, StoreBackupIn
 
 static inline int store_load(Store *s, const StoreLoad *cb, uint64_t *last_token)
 {
+    assert(thread_owns(&s->owner));
     return s->ops->load(s, cb, last_token);
 }
-static inline int store_commit(Store *s, const StoreBatch *b) { return s->ops->commit(s, b); }
+static inline int store_commit(Store *s, const StoreBatch *b)
+{
+    assert(thread_owns(&s->owner));
+    return s->ops->commit(s, b);
+}
 static inline bool store_has_barrier(const Store *s) { return s->ops->barrier != NULL; }
-static inline int store_barrier(Store *s) { return s->ops->barrier(s); }
-static inline void store_close(Store *s) { s->ops->close(s); }
+static inline int store_barrier(Store *s)
+{
+    assert(thread_owns(&s->owner));
+    return s->ops->barrier(s);
+}
+static inline void store_close(Store *s)
+{
+    assert(thread_owns(&s->owner));
+    s->ops->close(s);
+}
 static inline const char *store_error(const Store *s) { return s->ops->error(s); }
 static inline bool store_can_snapshot(const Store *s) { return s->ops->snapshot != NULL; }
 

@@ -1536,6 +1536,7 @@ Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_op
         return NULL;
     }
     s->base.ops = &ETCD_OPS;
+    thread_own(&s->base.owner);
     snprintf(s->prefix, sizeof s->prefix, "%s/", url->prefix);
     size_t klen = 0;
     s->election = election;

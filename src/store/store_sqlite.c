@@ -712,6 +712,7 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
         return NULL;
     }
     s->base.ops = &SQLITE_OPS;
+    thread_own(&s->base.owner);
     s->watch_fd = -1;
     s->path = strdup(path);
     size_t wlen = strlen(path) + sizeof "-wal";
