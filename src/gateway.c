@@ -150,7 +150,7 @@ static int load_lock(LoadCtx *ctx, const StoreLock *l)
                : -1;
 }
 
-/* Leases come by token, oldest first, whatever their mode. One that cannot
+/* A name's leases come by token, oldest first, whatever their mode. One that cannot
  * hold beside the grants loaded before it (a second writer, a reader beside
  * a writer, a permit past the limit) is younger than they are: only an etcd
  * batch cut between its parts could leave one (store_etcd.c, order_ops,

@@ -81,9 +81,10 @@ typedef struct StoreRevoked {
 } StoreRevoked;
 
 /* Every kind, once: X(KIND, member, type). The order is the load's (every
- * record of a kind, then the next kind): names before leases, leases by
- * token (oldest grant first), ended leases and audit rows by seq, so that a
- * name is known before anything of it loads. An audit row is keyed by its
+ * record of a kind, then the next kind): names before leases, a name's
+ * leases by token (oldest grant first; etcd's come by token across names
+ * too), ended leases and audit rows by seq, so that a name is known before
+ * anything of it loads. An audit row is keyed by its
  * seq; its removal (a row its key's --audit-keep evicted, auditlog.h) names
  * the seq and the key. */
 #define STORE_RECORD_KINDS(X)                                                                                     \

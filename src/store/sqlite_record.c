@@ -262,7 +262,8 @@ static bool read_audit(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
 #define SQL_KIND_OF(P, TABLE, WHERE, ORDER, COUNTER, NAMES, member)                                                \
     {TABLE, P##_COLUMNS, P##_NCOLUMNS, P##_NKEY, WHERE, ORDER, COUNTER, NAMES, bind_##member, read_##member}
 #define SQL_KIND_LOCK SQL_KIND_OF(LOCK, "lockspace", "token = 0", NULL, LOCK_last_token, true, lock)
-#define SQL_KIND_HOLDER SQL_KIND_OF(HOLDER, "lockspace", "token <> 0", "token", HOLDER_token, false, holder)
+/* Leases in the table's own order (its key: no sort at start-up), so by token within each name. */
+#define SQL_KIND_HOLDER SQL_KIND_OF(HOLDER, "lockspace", "token <> 0", "kind, name, token", HOLDER_token, false, holder)
 #define SQL_KIND_FENCE SQL_KIND_OF(FENCE, "fences", NULL, NULL, -1, false, fence)
 #define SQL_KIND_GUARD_MARK SQL_KIND_OF(GUARD_MARK, "guard_marks", NULL, NULL, -1, false, guard_mark)
 #define SQL_KIND_FLOOR SQL_KIND_OF(FLOOR, "fence_floors", NULL, NULL, -1, false, floor)

@@ -46,9 +46,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* When you change the schema: add a step to MIGRATIONS (the step from
- * version N to N + 1, SQL only: prepare_schema sets the version after it) and
- * bump SCHEMA_VERSION. A new database gets SCHEMA_V9, then every step from
+/* The schema changes by steps: MIGRATIONS[N] takes version N to N + 1 (SQL
+ * only: prepare_schema sets the version after it), and SCHEMA_VERSION is the
+ * last. Each record kind's columns are sqlite_record.c's; the statements are
+ * built from them, so a step that renames or drops a column they name is
+ * caught when the store opens. A new database gets SCHEMA_V9, then every step from
  * 9 on, like an old one: so steps written on two branches compose by
  * numbering one after the other, and nobody rewrites a schema by hand. */
 #define SCHEMA_VERSION 11

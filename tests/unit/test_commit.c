@@ -56,10 +56,13 @@ static int load_lock(const StoreLock *l)
 }
 static int loaded_readers, loaded_permits, loaded_writers;
 static uint64_t loaded_reader_token, last_holder_token;
+static char last_holder_name[32];
 static int load_holder(const StoreHolder *h)
 {
-    CHECK(h->holder.token > last_holder_token); /* leases come oldest first */
+    /* A name's leases come oldest first. */
+    CHECK(strcmp(h->name, last_holder_name) || h->holder.token > last_holder_token);
     last_holder_token = h->holder.token;
+    snprintf(last_holder_name, sizeof last_holder_name, "%s", h->name);
     if (h->kind == KIND_SEMAPHORE) {
         loaded_permits += !strcmp(h->name, "sem") && h->holder.mode == MODE_WRITE;
     } else if (h->holder.mode == MODE_READ) {
@@ -382,6 +385,7 @@ int main(int argc, char **argv)
     CHECK(st != NULL);
     loaded_deadline_of_k7 = 0;
     last_holder_token = 0;
+    last_holder_name[0] = '\0';
     CHECK(store_load(st, &cb, &last_token) == 0);
     CHECK(loaded_deadline_of_k7 == -1);
     store_close(st);
