@@ -397,7 +397,7 @@ public final class LeasegateClient implements AutoCloseable {
     }
 
     public CompletableFuture<JsonNode> statusAsync(String name) {
-        return transport.call("GET", Transport.lockPath(name, "", false), null).thenApply(Transport.Answer::body);
+        return transport.call("GET", Transport.lockPath(name, "", false), null).map(Transport.Answer::body);
     }
 
     /** The semaphore's state: {name, limit, holders, holders_total, available, waiters, last_token...}. */
@@ -406,7 +406,7 @@ public final class LeasegateClient implements AutoCloseable {
     }
 
     public CompletableFuture<JsonNode> semaphoreStatusAsync(String name) {
-        return transport.call("GET", Transport.lockPath(name, "", true), null).thenApply(Transport.Answer::body);
+        return transport.call("GET", Transport.lockPath(name, "", true), null).map(Transport.Answer::body);
     }
 
     /**
@@ -428,7 +428,7 @@ public final class LeasegateClient implements AutoCloseable {
     public CompletableFuture<FenceResult> fenceAsync(String resource, long token) {
         ObjectNode body = Transport.JSON.createObjectNode();
         body.put("token", Tokens.toJson(token));
-        return transport.call("POST", "/v1/fence/" + Transport.quote(resource), body).thenApply(answer ->
+        return transport.call("POST", "/v1/fence/" + Transport.quote(resource), body).map(answer ->
                 new FenceResult(answer.body().path("resource").asText(resource), answer.body().path("accepted").asBoolean(),
                         Tokens.fromJson(answer.body(), "max_token")));
     }

@@ -246,7 +246,7 @@ public class LeasegateLock implements Lock, AutoCloseable {
 
     /** {@link #lock()} for the holder {@code threadId}. */
     public CompletableFuture<Void> lockAsync(long threadId) {
-        return acquire(threadId, 0, true).thenApply(token -> null);
+        return acquire(threadId, 0, true).map(token -> null);
     }
 
     /** {@link #lockAndGetToken()} as a future. */
@@ -256,7 +256,7 @@ public class LeasegateLock implements Lock, AutoCloseable {
 
     /** {@link #tryLock()} as a future. */
     public CompletableFuture<Boolean> tryLockAsync() {
-        return acquire(threadId(), 0, false).thenApply(token -> token != null);
+        return acquire(threadId(), 0, false).map(token -> token != null);
     }
 
     /** {@link #tryLock(long, TimeUnit)} as a future. */
@@ -266,7 +266,7 @@ public class LeasegateLock implements Lock, AutoCloseable {
 
     /** {@link #tryLock(long, TimeUnit)} for the holder {@code threadId}. */
     public CompletableFuture<Boolean> tryLockAsync(long waitTime, TimeUnit unit, long threadId) {
-        return acquire(threadId, unit.toNanos(Math.max(0, waitTime)), false).thenApply(token -> token != null);
+        return acquire(threadId, unit.toNanos(Math.max(0, waitTime)), false).map(token -> token != null);
     }
 
     /** {@link #tryLockAndGetToken(long, TimeUnit)} as a future: the token, or null. */

@@ -35,6 +35,27 @@ class Op<T> extends CompletableFuture<T> {
         return cancelled;
     }
 
+    /**
+     * Like {@code thenApply}, but the stage it returns is an Op whose cancellation cancels this
+     * one (a plain derived stage would leave it running: an acquire would stay in the queue).
+     */
+    <U> Op<U> map(java.util.function.Function<? super T, ? extends U> fn) {
+        Op<U> mapped = new Op<>();
+        mapped.step(this);
+        whenComplete((value, error) -> {
+            if (error != null) {
+                mapped.completeExceptionally(Transport.unwrap(error));
+                return;
+            }
+            try {
+                mapped.complete(fn.apply(value));
+            } catch (RuntimeException e) {
+                mapped.completeExceptionally(e);
+            }
+        });
+        return mapped;
+    }
+
     @Override
     public <U> CompletableFuture<U> newIncompleteFuture() {
         return new CompletableFuture<>();
