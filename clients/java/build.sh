@@ -1,8 +1,8 @@
 #!/bin/sh
 # Builds the Java client offline: javac against Debian's jars in /usr/share/java, the same
 # artifacts pom.xml names for Maven users (Debian 12: default-jdk-headless,
-# libjackson2-databind-java, libjakarta-servlet-api-java; for the tests junit5 and
-# libtomcat10-embed-java; scripts/deps.sh --test installs them all).
+# libjackson2-databind-java, libjakarta-servlet-api-java; for the tests junit5,
+# libtomcat10-embed-java and libjakarta-annotation-api-java; scripts/deps.sh --test installs them all).
 #
 #   clients/java/build.sh jar OUT    OUT/leasegate-client.jar (the library) and
 #                                    OUT/leasegate-conformance.jar (the contract driver)
@@ -57,10 +57,10 @@ jar --create --file "$out/leasegate-conformance.jar" --manifest "$work/conforman
 [ "$what" = jar ] && exit 0
 [ "$what" = test ] || { echo "build.sh: unknown step '$what' (jar or test)" >&2; exit 2; }
 
-need junit-platform-console-standalone.jar junit-jupiter-api.jar tomcat10-embed-core.jar
+need junit-platform-console-standalone.jar junit-jupiter-api.jar tomcat10-embed-core.jar jakarta-annotation-api.jar
 : "${LEASEGATE_BIN:?set LEASEGATE_BIN to the leasegate binary (e.g. build/leasegate)}"
 mkdir -p "$work/test"
-testcp="$out/leasegate-client.jar:$out/leasegate-conformance.jar:$lib:$J/jakarta-servlet-api.jar:$J/junit-jupiter-api.jar:$J/apiguardian-api.jar:$J/opentest4j.jar:$J/junit-platform-commons.jar:$J/tomcat10-embed-core.jar"
+testcp="$out/leasegate-client.jar:$out/leasegate-conformance.jar:$lib:$J/jakarta-servlet-api.jar:$J/junit-jupiter-api.jar:$J/apiguardian-api.jar:$J/opentest4j.jar:$J/junit-platform-commons.jar:$J/tomcat10-embed-core.jar:$J/jakarta-annotation-api.jar"
 find "$here/src/test/java" -name '*.java' > "$work/test.list"
 javac --release 17 -Xlint:all -Xlint:-processing -Werror -encoding UTF-8 -d "$work/test" -cp "$testcp" @"$work/test.list"
 exec java -jar "$J/junit-platform-console-standalone.jar" --disable-banner --disable-ansi-colors --details=tree --fail-if-no-tests \

@@ -214,7 +214,7 @@ class ClientTest {
     void cancellingAWaitingAcquireLeavesTheQueue() throws Exception {
         String name = unique("java/cancel");
         Lease holder = client.acquire(name, AcquireOptions.defaults());
-        var waiting = client.acquireAsync(name, AcquireOptions.defaults().waitFor(Duration.ofSeconds(30)));
+        var waiting = client.acquireAsync(name, AcquireOptions.defaults().waitFor(Duration.ofSeconds(120)));
         waitFor("a waiter", () -> client.status(name).get("waiters").asInt() == 1);
         waiting.cancel(true);
         waitFor("no waiter", () -> client.status(name).get("waiters").asInt() == 0);
@@ -229,7 +229,7 @@ class ClientTest {
         java.util.concurrent.CompletableFuture<Throwable> outcome = new java.util.concurrent.CompletableFuture<>();
         Thread t = new Thread(() -> {
             try {
-                client.acquire(name, AcquireOptions.defaults().waitFor(Duration.ofSeconds(30)));
+                client.acquire(name, AcquireOptions.defaults().waitFor(Duration.ofSeconds(120)));
                 outcome.complete(null);
             } catch (Throwable e) {
                 outcome.complete(e);

@@ -169,6 +169,11 @@ class LockTest {
         onAnotherThread(() -> lock.unlockAsync(me).get()); // the id names the holder, not the thread
         assertTrue(waiting.get(TestServer.BOUND_MS, TimeUnit.MILLISECONDS));
         assertTrue(lock.isHeldByThread(78));
+        CompletableFuture<Boolean> cancelled = lock.tryLockAsync(120, TimeUnit.SECONDS, 79); // longer than any wait here
+        waitFor("a waiter", () -> client.status(name).get("waiters").asInt() == 1);
+        cancelled.cancel(true); // closes its exchange: the server drops the waiter
+        waitFor("no waiter", () -> client.status(name).get("waiters").asInt() == 0);
+        assertFalse(lock.isHeldByThread(79));
         lock.unlockAsync(78).get();
         assertFalse(lock.isLocked());
         CompletableFuture<Void> failed = lock.unlockAsync(78);
