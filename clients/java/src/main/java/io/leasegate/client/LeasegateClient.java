@@ -58,6 +58,9 @@ public final class LeasegateClient implements AutoCloseable {
     /** The server used when neither the builder nor {@code $LEASEGATE_SERVER} names one. */
     public static final String DEFAULT_SERVER = "http://127.0.0.1:7400";
 
+    /** A wait this long (about 146 years) or longer is no deadline at all. */
+    private static final long FOREVER_NANOS = 1L << 62;
+
     private final Transport transport;
     private final String owner;
     private final ScheduledThreadPoolExecutor timer;
@@ -259,7 +262,7 @@ public final class LeasegateClient implements AutoCloseable {
 
     /** {@link #acquire} as a future; cancelling it gives up the wait (and a grant that crossed it). */
     public CompletableFuture<Lease> acquireAsync(String name, AcquireOptions options) {
-        return take(name, 0, options, options.waitTime().toNanos(), false, options.requestId());
+        return take(name, 0, options, saturatedNanos(options.waitTime()), false, options.requestId());
     }
 
     /**
@@ -276,7 +279,11 @@ public final class LeasegateClient implements AutoCloseable {
     /** {@link #acquirePermit} as a future. */
     public CompletableFuture<Lease> acquirePermitAsync(String name, int limit, AcquireOptions options) {
         checkLimit(limit);
-        return take(name, limit, options, options.waitTime().toNanos(), false, options.requestId());
+        return take(name, limit, options, saturatedNanos(options.waitTime()), false, options.requestId());
+    }
+
+    private static long saturatedNanos(Duration d) {
+        return d.compareTo(Duration.ofNanos(FOREVER_NANOS)) >= 0 ? FOREVER_NANOS : d.toNanos();
     }
 
     static void checkLimit(int limit) {
@@ -295,6 +302,7 @@ public final class LeasegateClient implements AutoCloseable {
      */
     Op<Lease> take(String name, int limit, AcquireOptions options, long waitNanos, boolean forever, String requestId) {
         boolean semaphore = limit > 0;
+        forever = forever || waitNanos >= FOREVER_NANOS; // nanoTime arithmetic stays far from overflow
         Op<Lease> op = new Op<>();
         if (closed) {
             op.completeExceptionally(new IllegalStateException("the client is closed"));
@@ -348,7 +356,7 @@ public final class LeasegateClient implements AutoCloseable {
             }
             long ttlNanos = TimeUnit.MILLISECONDS.toNanos(grant.body().path("ttl_ms").asLong());
             if (System.nanoTime() - start <= ttlNanos / 3) {
-                grant(op, grant, start, semaphore, options);
+                grant(op, name, grant, start, semaphore, options);
                 return;
             }
             // The grant was made at an unknown moment since the first attempt was sent: only the
@@ -363,16 +371,18 @@ public final class LeasegateClient implements AutoCloseable {
                     return;
                 }
                 ObjectNode confirmed = ((ObjectNode) grant.body().deepCopy()).put("ttl_ms", renewed.body().path("ttl_ms").asLong());
-                grant(op, new Transport.Answer(grant.server(), confirmed, renewed.sentNanos()), renewed.sentNanos(), semaphore, options);
+                grant(op, name, new Transport.Answer(grant.server(), confirmed, renewed.sentNanos()), renewed.sentNanos(), semaphore,
+                        options);
             });
         });
     }
 
-    private void grant(Op<Lease> op, Transport.Answer answer, long sent, boolean semaphore, AcquireOptions options) {
+    private void grant(Op<Lease> op, String name, Transport.Answer answer, long sent, boolean semaphore, AcquireOptions options) {
         Lease lease;
         try {
             lease = new Lease(this, answer, sent, semaphore);
-        } catch (RuntimeException e) {
+        } catch (RuntimeException e) { // a grant without its fields, or a closed client: nobody may keep it
+            transport.courtesyRelease(name, answer.body().path("lease").asText(), semaphore);
             op.completeExceptionally(e);
             return;
         }

@@ -214,7 +214,8 @@ class ClientTest {
     void cancellingAWaitingAcquireLeavesTheQueue() throws Exception {
         String name = unique("java/cancel");
         Lease holder = client.acquire(name, AcquireOptions.defaults());
-        var waiting = client.acquireAsync(name, AcquireOptions.defaults().waitFor(Duration.ofSeconds(120)));
+        // The longest wait there is (2^53 - 1 ms, past what a long counts in nanoseconds): no deadline.
+        var waiting = client.acquireAsync(name, AcquireOptions.defaults().waitFor(Duration.ofMillis(Durations.MAX_MS)));
         waitFor("a waiter", () -> client.status(name).get("waiters").asInt() == 1);
         waiting.cancel(true);
         waitFor("no waiter", () -> client.status(name).get("waiters").asInt() == 0);

@@ -100,6 +100,28 @@ class LockTest {
     }
 
     @Test
+    void aWaitTooLongForTheClockIsNoDeadline() throws Exception {
+        String name = unique("java/lock-forever");
+        LeasegateLock lock = client.getLock(name);
+        lock.lock();
+        CompletableFuture<Boolean> waiter = new CompletableFuture<>();
+        Thread t = new Thread(() -> {
+            try {
+                waiter.complete(lock.tryLock(Long.MAX_VALUE, TimeUnit.DAYS)); // nanoseconds overflow a long
+                lock.unlock();
+            } catch (Throwable e) {
+                waiter.completeExceptionally(e);
+            }
+        });
+        t.start();
+        waitFor("a waiter", () -> client.status(name).get("waiters").asInt() == 1 || waiter.isDone());
+        assertFalse(waiter.isDone(), "it waits rather than giving up at once");
+        lock.unlock();
+        assertTrue(waiter.get(TestServer.BOUND_MS, TimeUnit.MILLISECONDS));
+        t.join(TestServer.BOUND_MS);
+    }
+
+    @Test
     void lockInterruptiblyGivesUpItsPlaceWhenInterrupted() throws Exception {
         String name = unique("java/lock-int");
         LeasegateLock lock = client.getLock(name);
