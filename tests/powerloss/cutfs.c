@@ -2,7 +2,7 @@
  * cutfs — a file system whose power can be cut: it loses, at the cut, every
  * write that no fsync made durable, as a disk with a volatile cache would.
  *
- *   cutfs [--cut-at N [--cut-only GLOB]] DISK MOUNTPOINT
+ *   cutfs [--cut-at N [--cut-only GLOB]] [--torn SEED] DISK MOUNTPOINT
  *
  * DISK/root is the disk: what a sync made durable (created if missing);
  * DISK/trash holds removed files until their removal is durable (wiped at
@@ -20,7 +20,10 @@
  * back the names not yet durable, drops the unsynced pages by exiting, and
  * unmounts (lazily: the processes that used it get errors until they are
  * killed, as on a machine that lost power). A new cutfs on the same DISK is the
- * machine powered on again. SIGTERM, SIGINT or an unmount instead end it
+ * machine powered on again. With --torn, the disk had written part of its
+ * cache when the power went: each 512-byte sector of the unsynced pages (and
+ * each unsynced truncation) reaches DISK or not, drawn from SEED
+ * (pagecache_spill); without it, none does. SIGTERM, SIGINT or an unmount instead end it
  * cleanly: everything is synced first, as at a clean shutdown.
  *
  * It prints "cutfs: mounted" on stdout once the mount serves, on stderr one
@@ -28,9 +31,9 @@
  * operations so far ("cutfs: ops N matching M"), so that a test can aim a
  * later --cut-at inside a phase it measured.
  *
- * What it does not model: a disk keeping part of what was not synced (it
- * loses all of it, never a torn or reordered part), attributes (chmod, times:
- * durable at once), hard and symbolic links (not supported), a directory
+ * What it does not model: a torn sector (a sector is written whole or not at
+ * all), names kept in part (a name change is durable with its directory's
+ * fsync, and undone otherwise), attributes (chmod, times: durable at once), hard and symbolic links (not supported), a directory
  * renamed over another. It serves one request at a time (FUSE single-threaded),
  * so that a cut falls between two operations.
  */
@@ -63,6 +66,8 @@ typedef struct CutFs {
     UndoLog *undo;
     const char *cut_glob;  /* NULL: every path */
     uint64_t cut_at;       /* 0: only SIGUSR1 cuts */
+    bool torn;             /* --torn: part of the unsynced pages reach the disk at the cut */
+    unsigned long long torn_seed;
     _Atomic uint64_t ops;      /* changing operations so far */
     _Atomic uint64_t matching; /* of those, on a path matching cut_glob */
     uint64_t syncs;
@@ -444,20 +449,21 @@ static int open_disk(CutFs *fs, const char *disk)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: cutfs [--cut-at N [--cut-only GLOB]] DISK MOUNTPOINT\n");
+    fprintf(stderr, "usage: cutfs [--cut-at N [--cut-only GLOB]] [--torn SEED] DISK MOUNTPOINT\n");
     return 2;
 }
 
 /* What happened, on stderr: the test reads this line. */
-static void report(CutFs *fs, size_t dirty_files, size_t dirty_pages, size_t undone, size_t undo_failed, int sync_rc)
+static void report(CutFs *fs, size_t dirty_files, size_t dirty_pages, long spilled, size_t undone,
+                   size_t undo_failed, int sync_rc)
 {
     if (fs->cut)
         fprintf(stderr,
                 "cutfs: power cut after %llu operations (%llu matching, %llu syncs): dropped %zu unsynced pages of "
-                "%zu files, took back %zu names%s\n",
+                "%zu files (%ld sectors of them written), took back %zu names%s\n",
                 (unsigned long long)atomic_load(&fs->ops), (unsigned long long)atomic_load(&fs->matching),
-                (unsigned long long)fs->syncs, dirty_pages, dirty_files, undone,
-                undo_failed ? " (some could not be: see the disk)" : "");
+                (unsigned long long)fs->syncs, dirty_pages, dirty_files, spilled, undone,
+                undo_failed || spilled < 0 ? " (some of it failed: see the disk)" : "");
     else
         fprintf(stderr, "cutfs: unmounted cleanly after %llu operations (%llu syncs)%s\n",
                 (unsigned long long)atomic_load(&fs->ops), (unsigned long long)fs->syncs,
@@ -476,6 +482,12 @@ int main(int argc, char **argv)
                 return usage();
         } else if (!strcmp(argv[i], "--cut-only") && i + 1 < argc) {
             fs.cut_glob = argv[++i];
+        } else if (!strcmp(argv[i], "--torn") && i + 1 < argc) {
+            char *end;
+            fs.torn = true;
+            fs.torn_seed = strtoull(argv[++i], &end, 10);
+            if (*end)
+                return usage();
         } else {
             return usage();
         }
@@ -516,6 +528,9 @@ int main(int argc, char **argv)
     size_t dirty_files, dirty_pages, undone = 0, undo_failed = 0;
     pagecache_dirty(fs.cache, &dirty_files, &dirty_pages);
     int sync_rc = 0;
+    long spilled = 0;
+    if (fs.cut && fs.torn)
+        spilled = pagecache_spill(fs.cache, fs.torn_seed);
     if (fs.cut)
         undone = undolog_undo_all(fs.undo, &undo_failed);
     else
@@ -523,7 +538,7 @@ int main(int argc, char **argv)
     fuse_remove_signal_handlers(fs.session);
     fuse_unmount(f);
     fuse_destroy(f);
-    report(&fs, dirty_files, dirty_pages, undone, undo_failed, sync_rc);
+    report(&fs, dirty_files, dirty_pages, spilled, undone, undo_failed, sync_rc);
     pagecache_free(fs.cache);
     undolog_free(fs.undo);
     close(fs.root_fd);

@@ -7,7 +7,8 @@
     m = CutFs(disk, mountpoint)          # powered on again
 
 CutFs(..., cut_at=N, cut_only=GLOB) cuts by itself at the N-th changing operation on a
-path matching GLOB (m.wait_cut() waits for it). m.stop() unmounts cleanly (syncs all).
+path matching GLOB (m.wait_cut() waits for it); torn=SEED lets part of what was not synced
+reach the disk at the cut (sectors drawn from SEED). m.stop() unmounts cleanly (syncs all).
 The binary is $LEASEGATE_CUTFS, else build/tests/cutfs beside this checkout. Every wait is
 bounded; the process is stopped by its PID.
 """
@@ -64,7 +65,7 @@ def is_mounted(path):
 
 
 class CutFs:
-    def __init__(self, disk, mountpoint, cut_at=None, cut_only=None):
+    def __init__(self, disk, mountpoint, cut_at=None, cut_only=None, torn=None):
         self.disk = disk
         self.mountpoint = mountpoint
         os.makedirs(disk, exist_ok=True)
@@ -77,6 +78,8 @@ class CutFs:
             args += ["--cut-at", str(cut_at)]
         if cut_only is not None:
             args += ["--cut-only", cut_only]
+        if torn is not None:
+            args += ["--torn", str(torn)]
         args += [disk, mountpoint]
         self._err_path = os.path.join(disk, "cutfs.%d.log" % time.monotonic_ns())
         self._err = open(self._err_path, "wb")

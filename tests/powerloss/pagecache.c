@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #define PAGE 4096
+#define SECTOR 512
 #define BUCKETS 256
 #define NO_CUT INT64_MAX /* `keep` when no truncation waits for a sync */
 
@@ -330,4 +331,45 @@ int cachedfile_sync(CachedFile *f)
     f->durable = f->size;
     f->keep = NO_CUT;
     return 0;
+}
+
+/* xorshift64*: a reproducible draw per seed, nothing more. */
+static uint64_t draw(uint64_t *state)
+{
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    return *state * 0x2545F4914F6CDD1DULL;
+}
+
+long pagecache_spill(PageCache *pc, unsigned long long seed)
+{
+    uint64_t state = seed ? seed : 1;
+    long written = 0;
+    for (int b = 0; b < BUCKETS; b++)
+        for (CachedFile *f = pc->buckets[b]; f; f = f->next) {
+            if (f->nameless)
+                continue;
+            if (f->keep < f->durable && (draw(&state) & 1)) {
+                if (ftruncate(f->fd, f->keep) != 0)
+                    return -errno;
+                f->durable = f->keep;
+            }
+            for (size_t pg = 0; pg < f->npages; pg++) {
+                if (!f->pages[pg])
+                    continue;
+                off_t start = (off_t)pg * PAGE;
+                size_t len = f->size - start < PAGE ? (size_t)(f->size - start) : PAGE;
+                for (size_t at = 0; at < len; at += SECTOR) {
+                    if (!(draw(&state) & 1))
+                        continue;
+                    size_t n = len - at < SECTOR ? len - at : SECTOR;
+                    int rc = write_all(f->fd, f->pages[pg] + at, n, start + (off_t)at);
+                    if (rc)
+                        return rc;
+                    written++;
+                }
+            }
+        }
+    return written;
 }

@@ -7,7 +7,7 @@
  * backing file overlaid with the dirty pages, cut at `size`; backing bytes at
  * or past `keep` read as zeros (a truncation not yet synced). Nothing here
  * reaches the backing file before cachedfile_sync: a power cut loses it all
- * simply by cutfs exiting.
+ * simply by cutfs exiting (or part of it: pagecache_spill).
  *
  * Invariants: every byte at or past `size` of a dirty page is zero; `keep` <=
  * `size` whenever `keep` is below the backing file's size; a file with no
@@ -44,6 +44,12 @@ void pagecache_gone(PageCache *pc, ino_t ino);
 int pagecache_sync_all(PageCache *pc);
 /* What a power cut now would drop: files and pages with unsynced changes. */
 void pagecache_dirty(const PageCache *pc, size_t *files, size_t *pages);
+/* A power cut on a disk that had written part of its cache: each 512-byte
+ * sector of each unsynced page reaches the backing file or not, and each
+ * unsynced truncation happens or not, as the seeded generator draws (a
+ * subset, in no order; bytes nobody wrote are never changed). Returns how
+ * many sectors were written, or -errno. */
+long pagecache_spill(PageCache *pc, unsigned long long seed);
 
 int cachedfile_fd(const CachedFile *f);
 off_t cachedfile_size(const CachedFile *f);

@@ -111,6 +111,27 @@ class CutFsTest(unittest.TestCase):
         self.fs.cut()
         self.assertEqual(read(self.d("a")), expect)
 
+    def test_torn_keeps_a_part_of_what_was_not_synced(self):
+        self.fs.stop()
+        self.remount(torn=12345)
+        old, new = b"o" * 32768, b"n" * 32768
+        self.durable_file("a", old)
+        fd = os.open(self.m("a"), os.O_WRONLY)
+        os.pwrite(fd, new[:20000], 1000)  # not synced: bytes 1000..20999, pages 0..5
+        os.close(fd)
+        line = self.fs.cut()
+        self.assertRegex(line, r"dropped 6 unsynced pages of 1 files \(\d+ sectors of them written\)")
+        disk = read(self.d("a"))
+        self.assertEqual(len(disk), 32768)
+        self.assertEqual(disk[:1000], old[:1000], "bytes nobody wrote")
+        self.assertEqual(disk[21000:], old[21000:], "bytes nobody wrote")
+        sectors = [disk[i:i + 512] for i in range(0, 21504, 512)]
+        for i, sec in enumerate(sectors):
+            lo, hi = max(i * 512, 1000), min(i * 512 + 512, 21000)
+            self.assertIn(disk[lo:hi], (old[lo:hi], new[lo:hi]), "sector %d is one or the other" % i)
+        kept = sum(1 for i in range(2, 41) if disk[i * 512] == ord("n"))
+        self.assertTrue(0 < kept < 39, "a part of the sectors, not none or all: %d" % kept)
+
     def test_unsynced_truncate_is_lost(self):
         self.durable_file("a", b"0123456789")
         os.truncate(self.m("a"), 3)
