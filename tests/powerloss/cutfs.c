@@ -2,7 +2,7 @@
  * cutfs — a file system whose power can be cut: it loses, at the cut, every
  * write that no fsync made durable, as a disk with a volatile cache would.
  *
- *   cutfs [--cut-at N [--cut-only GLOB]] [--torn SEED] DISK MOUNTPOINT
+ *   cutfs [--cut-at N [--cut-only GLOB]] [--torn SEED] [--trace-syncs] DISK MOUNTPOINT
  *
  * DISK/root is the disk: what a sync made durable (created if missing);
  * DISK/trash holds removed files until their removal is durable (wiped at
@@ -29,7 +29,9 @@
  * It prints "cutfs: mounted" on stdout once the mount serves, on stderr one
  * line with what it did when it ends, and on SIGUSR2 the number of changing
  * operations so far ("cutfs: ops N matching M"), so that a test can aim a
- * later --cut-at inside a phase it measured.
+ * later --cut-at inside a phase it measured; with --trace-syncs, a line for
+ * each fsync of a file or a directory ("cutfs: sync at op N PATH"), so that
+ * it can aim just before or just after one.
  *
  * What it does not model: a torn sector (a sector is written whole or not at
  * all), names kept in part (a name change is durable with its directory's
@@ -67,6 +69,7 @@ typedef struct CutFs {
     const char *cut_glob;  /* NULL: every path */
     uint64_t cut_at;       /* 0: only SIGUSR1 cuts */
     bool torn;             /* --torn: part of the unsynced pages reach the disk at the cut */
+    bool trace_syncs;
     unsigned long long torn_seed;
     _Atomic uint64_t ops;      /* changing operations so far */
     _Atomic uint64_t matching; /* of those, on a path matching cut_glob */
@@ -211,6 +214,12 @@ static int op_release(const char *path, struct fuse_file_info *fi)
     return 0;
 }
 
+static void trace_sync(CutFs *fs, const char *path)
+{
+    if (fs->trace_syncs)
+        fprintf(stderr, "cutfs: sync at op %llu %s\n", (unsigned long long)atomic_load(&fs->ops), path ? path : "-");
+}
+
 static int op_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 {
     (void)datasync; /* the size is data here: fdatasync keeps it too */
@@ -218,6 +227,7 @@ static int op_fsync(const char *path, int datasync, struct fuse_file_info *fi)
     if (power_fails(fs, path))
         return -EIO;
     fs->syncs++;
+    trace_sync(fs, path);
     return cachedfile_sync(file_of(fi));
 }
 
@@ -228,6 +238,7 @@ static int op_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi
     if (power_fails(fs, path))
         return -EIO;
     fs->syncs++;
+    trace_sync(fs, path);
     if (path) /* NULL: the directory was removed meanwhile */
         undolog_dir_synced(fs->undo, path);
     return 0;
@@ -449,7 +460,7 @@ static int open_disk(CutFs *fs, const char *disk)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: cutfs [--cut-at N [--cut-only GLOB]] [--torn SEED] DISK MOUNTPOINT\n");
+    fprintf(stderr, "usage: cutfs [--cut-at N [--cut-only GLOB]] [--torn SEED] [--trace-syncs] DISK MOUNTPOINT\n");
     return 2;
 }
 
@@ -482,6 +493,8 @@ int main(int argc, char **argv)
                 return usage();
         } else if (!strcmp(argv[i], "--cut-only") && i + 1 < argc) {
             fs.cut_glob = argv[++i];
+        } else if (!strcmp(argv[i], "--trace-syncs")) {
+            fs.trace_syncs = true;
         } else if (!strcmp(argv[i], "--torn") && i + 1 < argc) {
             char *end;
             fs.torn = true;

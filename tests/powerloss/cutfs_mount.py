@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MOUNT_TIMEOUT_S = 10.0
 EXIT_TIMEOUT_S = 15.0
 OPS_RE = re.compile(r"^cutfs: ops (\d+) matching (\d+)$")
+SYNC_RE = re.compile(r"^cutfs: sync at op (\d+) (.*)$", re.M)
 
 
 def binary():
@@ -65,7 +66,7 @@ def is_mounted(path):
 
 
 class CutFs:
-    def __init__(self, disk, mountpoint, cut_at=None, cut_only=None, torn=None):
+    def __init__(self, disk, mountpoint, cut_at=None, cut_only=None, torn=None, trace_syncs=False):
         self.disk = disk
         self.mountpoint = mountpoint
         os.makedirs(disk, exist_ok=True)
@@ -80,6 +81,8 @@ class CutFs:
             args += ["--cut-only", cut_only]
         if torn is not None:
             args += ["--torn", str(torn)]
+        if trace_syncs:
+            args.append("--trace-syncs")
         args += [disk, mountpoint]
         self._err_path = os.path.join(disk, "cutfs.%d.log" % time.monotonic_ns())
         self._err = open(self._err_path, "wb")
@@ -97,6 +100,11 @@ class CutFs:
                 return f.read().decode("utf-8", "replace")
         except OSError:
             return ""
+
+    def syncs(self):
+        """[(op, path)] of every fsync so far (with trace_syncs): op is the number of the
+        changing operation the fsync was."""
+        return [(int(m.group(1)), m.group(2)) for m in SYNC_RE.finditer(self.log())]
 
     def running(self):
         return self.proc.poll() is None
