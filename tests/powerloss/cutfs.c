@@ -481,33 +481,42 @@ static void report(CutFs *fs, size_t dirty_files, size_t dirty_pages, long spill
                 sync_rc ? ": the last sync failed" : "");
 }
 
-int main(int argc, char **argv)
+/* The options into fs, the two paths into *disk and *mnt: 0, or -1 when the command line is wrong. */
+static int parse_args(int argc, char **argv, CutFs *fs, const char **disk, const char **mnt)
 {
-    CutFs fs = {.root_fd = -1, .trash_fd = -1};
     int i = 1;
     for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
+        char *end = NULL;
         if (!strcmp(argv[i], "--cut-at") && i + 1 < argc) {
-            char *end;
-            fs.cut_at = strtoull(argv[++i], &end, 10);
-            if (*end || fs.cut_at == 0)
-                return usage();
+            fs->cut_at = strtoull(argv[++i], &end, 10);
+            if (*end || fs->cut_at == 0)
+                return -1;
         } else if (!strcmp(argv[i], "--cut-only") && i + 1 < argc) {
-            fs.cut_glob = argv[++i];
+            fs->cut_glob = argv[++i];
         } else if (!strcmp(argv[i], "--trace-syncs")) {
-            fs.trace_syncs = true;
+            fs->trace_syncs = true;
         } else if (!strcmp(argv[i], "--torn") && i + 1 < argc) {
-            char *end;
-            fs.torn = true;
-            fs.torn_seed = strtoull(argv[++i], &end, 10);
+            fs->torn = true;
+            fs->torn_seed = strtoull(argv[++i], &end, 10);
             if (*end)
-                return usage();
+                return -1;
         } else {
-            return usage();
+            return -1;
         }
     }
     if (argc - i != 2)
+        return -1;
+    *disk = argv[i];
+    *mnt = argv[i + 1];
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    CutFs fs = {.root_fd = -1, .trash_fd = -1};
+    const char *disk, *mnt;
+    if (parse_args(argc, argv, &fs, &disk, &mnt))
         return usage();
-    const char *disk = argv[i], *mnt = argv[i + 1];
     if (open_disk(&fs, disk) || !(fs.cache = pagecache_new()) || !(fs.undo = undolog_new(fs.root_fd, fs.trash_fd))) {
         if (!fs.cache || !fs.undo)
             fprintf(stderr, "cutfs: out of memory\n");
@@ -536,6 +545,9 @@ int main(int argc, char **argv)
     printf("cutfs: mounted %s/root on %s\n", disk, mnt);
     fflush(stdout);
     int loop_rc = fuse_loop(f);
+    /* The session goes away below: no handler may reach it any more. */
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
     if (cut_signalled)
         fs.cut = true;
     size_t dirty_files, dirty_pages, undone = 0, undo_failed = 0;

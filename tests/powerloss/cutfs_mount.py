@@ -110,7 +110,8 @@ class CutFs:
         return self.proc.poll() is None
 
     def ops(self):
-        """(changing operations so far, of those matching --cut-only), asked with SIGUSR2."""
+        """(changing operations so far, of those matching --cut-only), asked with SIGUSR2;
+        None when cutfs ended (its own cut came) before it answered."""
         before = self.log().count("cutfs: ops ")
         self.proc.send_signal(signal.SIGUSR2)
         deadline = time.monotonic() + EXIT_TIMEOUT_S
@@ -120,7 +121,7 @@ class CutFs:
                 m = OPS_RE.match(lines[-1])
                 return int(m.group(1)), int(m.group(2))
             if not self.running():
-                break
+                return None
             time.sleep(0.005)
         raise RuntimeError("cutfs did not say its count: %s" % self.log())
 

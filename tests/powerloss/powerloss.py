@@ -14,7 +14,8 @@ cut comes (drawn from the seed):
   checkpoint  inside a WAL checkpoint: at the K-th write, truncation or fsync of the
               database file itself, which in WAL mode only a checkpoint touches;
   backup      inside `leasegate backup --server URL DEST` with DEST on the mount: at the
-              K-th change of the server's snapshot file or of the CLI's copy;
+              K-th change of the server's snapshot file or of the CLI's copy (or, for some,
+              just after the backup ended);
 and some restarts are cut too (start): at the K-th changing operation of the start, K below
 what the last start took. After each cut the disk's database passes PRAGMA integrity_check,
 a backup the CLI reported written is on the disk and passes it too, and the server starts.
@@ -58,6 +59,7 @@ from cutfs_mount import CutFs  # noqa: E402
 DB = "leasegate.db"
 KINDS = (("load", 0.25), ("commit", 0.25), ("checkpoint", 0.25), ("backup", 0.25))
 START_CUT_SHARE = 0.3
+BACKUP_WHOLE_SHARE = 0.3   # of the backup cycles, those cut only once the backup ended
 CHECKPOINT_WAIT_S = 10.0   # the longest a cycle waits for its checkpoint cut
 BACKUP_TIMEOUT_S = 30.0
 DIED_OF_THE_CUT_S = 5.0    # a server that stopped must have lost its disk within this
@@ -103,12 +105,14 @@ class PowerCut(torture.KillNine):
     # Mounts ------------------------------------------------------------------------
     def _mount(self, kind, cut_at=None, cut_only=None):
         torn = self.rng.randrange(1 << 30) if self.rng.random() < self.torn_share else None
-        if kind in self.kmax:
+        if kind == "backup" and self.rng.random() < BACKUP_WHOLE_SHARE:
+            pass  # the backup ends, then the power goes: what it reported written must be there
+        elif kind in self.kmax:
             cut_only = {"commit": "*/%s-wal" % DB, "checkpoint": "*/" + DB}.get(kind) or \
                 self.rng.choice(("*/%s.snapshot-*" % DB, "*/backups/*"))
             cut_at = self.rng.randint(1, self.kmax[kind])
         self.kind = kind
-        self.cut_only = cut_only
+        self.cut_at = cut_at
         self.torn = torn
         self.fs = CutFs(self.disk, self.mnt, cut_at=cut_at, cut_only=cut_only, torn=torn)
 
@@ -163,14 +167,15 @@ class PowerCut(torture.KillNine):
         return self.fs.wait_cut(DIED_OF_THE_CUT_S) and "power cut" in (self.fs.result or "")
 
     def crash(self, torture_run, srv, cycle):
+        ops = self.fs.ops() if self.fs.running() and self.kind in self.kmax else None
         by_itself = not self.fs.running()
-        matching = None
-        if not by_itself and self.kind in self.kmax:
-            matching = self.fs.ops()[1]
+        matching = ops[1] if ops and not by_itself else None
         self.fs.cut()
         srv.kill9()
         if self.kind == "load":
             what = "under load"
+        elif self.kind == "backup" and self.cut_at is None:
+            what = "just after a backup"
         elif by_itself:
             what = "inside a " + self.kind
         else:
@@ -201,7 +206,8 @@ class PowerCut(torture.KillNine):
         try:
             srv.start()
         except RuntimeError:
-            if self.fs.running():
+            # A start that failed must have lost its disk first (cutfs may still be ending).
+            if not (self.fs.wait_cut(DIED_OF_THE_CUT_S) and "power cut" in (self.fs.result or "")):
                 raise  # the disk is fine: the server itself did not start
             # The cycle's own cut came during the start: the start was cut, start again.
             self._note_cut(torture_run, "inside the start (%s)" % kind)
@@ -209,7 +215,9 @@ class PowerCut(torture.KillNine):
             torture_run._sys("integrity", result=self.integrity(srv))
             self._mount("load")
             srv.start()
-        self.start_ops = self.fs.ops()[0]
+        ops = self.fs.ops()
+        if ops is not None:  # else the cycle's own cut came already
+            self.start_ops = ops[0]
 
     def close(self, srv):
         if self.backup is not None:
