@@ -201,7 +201,8 @@ class PowerCut(torture.KillNine):
     def restart(self, torture_run, srv, cycle):
         if self.start_ops and self.rng.random() < START_CUT_SHARE:
             self._cut_the_start(torture_run, srv, self.rng.randint(1, self.start_ops))
-        kind = self._next_kind()
+        # After the last cycle the server is stopped with SIGTERM: its disk must not go.
+        kind = self._next_kind() if cycle < torture_run.cycles else "load"
         self._mount(kind)
         try:
             srv.start()
@@ -393,7 +394,11 @@ def migration_cuts(version, cuts, seed, log=None):
     try:
         fresh_disk()
         old = schema_of(db_on_disk, scratch)
-        fences = [r[0] for r in sqlite3.connect(db_on_disk).execute("SELECT resource FROM fences")]
+        db = sqlite3.connect(db_on_disk)
+        try:
+            fences = [r[0] for r in db.execute("SELECT resource FROM fences")]
+        finally:
+            db.close()
         # The reference: a clean migration, how many changing operations its start takes,
         # and which of them were fsyncs.
         fs = CutFs(disk, mnt, trace_syncs=True)
