@@ -304,7 +304,9 @@ def s_lost_answer(ctx):
     a = ctx.driver([proxy.url], "conf-a")
     n = ctx.name("lost-answer")
     proxy.arm("/acquire")
-    r = ctx.ok(6, a.call("acquire", name=n, ttl_ms=LONG_TTL_MS, wait_ms=0), "acquire whose first answer was lost")
+    # With a wait (the lock is free: nothing is waited for), so that every client retries: the
+    # CLI retries only within --wait.
+    r = ctx.ok(6, a.call("acquire", name=n, ttl_ms=LONG_TTL_MS, wait_ms=5000), "acquire whose first answer was lost")
     t = ctx.token(6, r, "acquire")
     if not ctx.check(6, len(proxy.dropped) == 1, "the proxy lost no answer (the client sent no acquire?)"):
         raise Abort()
@@ -352,7 +354,8 @@ def s_restart(ctx):
     r1 = ctx.ok(10, a.call("acquire", name=n, ttl_ms=LONG_TTL_MS, wait_ms=0), "acquire")
     t1 = ctx.token(1, r1, "acquire")
     srv.kill9()
-    pending = a.send("acquire", name=n2, ttl_ms=LONG_TTL_MS, wait_ms=0)
+    # With a wait (the lock is free): the CLI retries only within --wait.
+    pending = a.send("acquire", name=n2, ttl_ms=LONG_TTL_MS, wait_ms=15000)
     time.sleep(1.0)
     srv.start()
     r2 = ctx.ok(10, a.answer(pending, 40), "an acquire sent while the server was down")
@@ -388,7 +391,7 @@ def s_failover(ctx):
     r1 = ctx.ok(10, a.call("acquire", name=n, ttl_ms=LONG_TTL_MS * 2, wait_ms=0), "acquire")
     t1 = ctx.token(1, r1, "acquire")
     leader.kill9()
-    pending = a.send("acquire", name=n2, ttl_ms=LONG_TTL_MS, wait_ms=0)
+    pending = a.send("acquire", name=n2, ttl_ms=LONG_TTL_MS, wait_ms=30000)
     if not wait_until(lambda: other.role() == "leader", 30):
         raise Abort(ctx.check(10, False, "the other gateway never took over"))
     r2 = ctx.ok(10, a.answer(pending, 60), "an acquire sent during the failover")
