@@ -215,7 +215,8 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, limit int, opts
 // ctx is). If the lease was lost meanwhile, WithLock returns a *LostError (errors.Is
 // ErrLeaseLost) with fn's own error in its Work; otherwise fn's error. A release that fails
 // after the work is not reported: the server frees the lock at its TTL.
-func (c *Client) WithLock(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error, opts ...AcquireOption) error {
+func (c *Client) WithLock(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error,
+	opts ...AcquireOption) error {
 	l, err := c.Acquire(ctx, name, opts...)
 	if err != nil {
 		return err
@@ -224,7 +225,8 @@ func (c *Client) WithLock(ctx context.Context, name string, fn func(ctx context.
 }
 
 // WithPermit is WithLock for one of the limit permits of the semaphore name.
-func (c *Client) WithPermit(ctx context.Context, name string, limit int, fn func(ctx context.Context, l *Lease) error, opts ...AcquireOption) error {
+func (c *Client) WithPermit(ctx context.Context, name string, limit int, fn func(ctx context.Context, l *Lease) error,
+	opts ...AcquireOption) error {
 	l, err := c.AcquirePermit(ctx, name, limit, opts...)
 	if err != nil {
 		return err
@@ -390,7 +392,8 @@ type SemaphoreState struct {
 // Status is the lock's state. Any name is valid: one never taken is free.
 func (c *Client) Status(ctx context.Context, name string) (*LockState, error) {
 	var s LockState
-	_, err := c.call(ctx, spec{method: http.MethodGet, path: "/v1/locks/" + quoteName(name), until: time.Now().Add(c.retryFor)}, &s)
+	_, err := c.call(ctx, spec{method: http.MethodGet, path: "/v1/locks/" + quoteName(name),
+		until: time.Now().Add(c.retryFor)}, &s)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +403,8 @@ func (c *Client) Status(ctx context.Context, name string) (*LockState, error) {
 // SemaphoreStatus is the semaphore's state.
 func (c *Client) SemaphoreStatus(ctx context.Context, name string) (*SemaphoreState, error) {
 	var s SemaphoreState
-	_, err := c.call(ctx, spec{method: http.MethodGet, path: "/v1/semaphores/" + quoteName(name), until: time.Now().Add(c.retryFor)}, &s)
+	_, err := c.call(ctx, spec{method: http.MethodGet, path: "/v1/semaphores/" + quoteName(name),
+		until: time.Now().Add(c.retryFor)}, &s)
 	if err != nil {
 		return nil, err
 	}

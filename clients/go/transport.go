@@ -82,7 +82,8 @@ func (c *Client) call(ctx context.Context, s spec, out interface{}) (result, err
 		case ctx.Err() != nil:
 			return result{}, ctx.Err()
 		case err != nil && isTLSFailure(err):
-			untrusted[index] = describe(server, err) + " (a server whose certificate a private CA signed needs Config.TLSConfig or $LEASEGATE_CACERT)"
+			untrusted[index] = describe(server, err) +
+				" (a server whose certificate a private CA signed needs Config.TLSConfig or $LEASEGATE_CACERT)"
 			c.setCurrent(index + 1)
 			if len(untrusted) == count {
 				return result{}, &UnavailableError{Failures: values(untrusted), TLS: true}
@@ -95,7 +96,8 @@ func (c *Client) call(ctx context.Context, s spec, out interface{}) (result, err
 			c.setCurrent(index)
 			if out != nil {
 				if err := json.Unmarshal(answer, out); err != nil {
-					return result{}, fmt.Errorf("leasegate: %s answered HTTP %d with a body that is not the expected JSON: %v", server, status, err)
+					return result{}, fmt.Errorf("leasegate: %s answered HTTP %d with a body that is not the expected JSON: %v",
+						server, status, err)
 				}
 			}
 			return result{server: server, sent: sent}, nil
@@ -133,7 +135,8 @@ func (c *Client) call(ctx context.Context, s spec, out interface{}) (result, err
 
 // attempt is one request to one server: its status and body, or the error when no whole answer
 // came within timeout.
-func (c *Client) attempt(ctx context.Context, server, method, path string, body map[string]interface{}, timeout time.Duration) (int, []byte, error) {
+func (c *Client) attempt(ctx context.Context, server, method, path string, body map[string]interface{},
+	timeout time.Duration) (int, []byte, error) {
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var payload io.Reader

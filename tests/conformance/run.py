@@ -50,7 +50,8 @@ INVARIANTS = [
 ]
 PLANTS = {"late-loss": ("go", "leasegate_plant_late_loss")}
 DOC = os.path.join(REPO, "docs", "TOKEN.md")
-BEGIN = "<!-- conformance table: begin (tests/conformance/run.py --update-doc writes it; ctest conformance checks it) -->"
+BEGIN = ("<!-- conformance table: begin (tests/conformance/run.py --update-doc writes it;"
+         " ctest conformance checks it) -->")
 END = "<!-- conformance table: end -->"
 
 
@@ -245,7 +246,8 @@ def main():
     args.scenarios = set(args.scenarios.split(",")) if args.scenarios else None
     known = {name for name, _, _ in scenarios.SCENARIOS}
     if args.scenarios and args.scenarios - known:
-        p.error("unknown scenarios: %s (known: %s)" % (", ".join(sorted(args.scenarios - known)), ", ".join(sorted(known))))
+        p.error("unknown scenarios: %s (known: %s)"
+                % (", ".join(sorted(args.scenarios - known)), ", ".join(sorted(known))))
     workdir = tempfile.mkdtemp(prefix="leasegate-conformance-")
     runner = Runner(args, workdir)
     clients = runner.clients.names()
