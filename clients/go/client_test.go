@@ -405,3 +405,60 @@ func TestBadOptionsAreRefusedBeforeAnyRequest(t *testing.T) {
 		t.Fatal("an ftp server URL was taken")
 	}
 }
+
+// A 503 moves on to the next server; another error answer is final; a certificate that fails
+// verification is not tried again and fails at once with ErrTLSVerification.
+func TestWhichAnswersMoveToTheNextServer(t *testing.T) {
+	srv := testserver.Start(t)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	answer := func(status int, body string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			calls[body]++
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, body)
+		}))
+	}
+	overloaded := answer(503, `{"error":"overloaded","message":"busy"}`)
+	defer overloaded.Close()
+	refusing := answer(400, `{"error":"bad_request","message":"no","field":"owner"}`)
+	defer refusing.Close()
+
+	l := acquire(t, newClient(t, overloaded.URL, srv.URL), "go/next")
+	if l.Server() != srv.URL {
+		t.Fatalf("granted by %s after a 503 of the first server", l.Server())
+	}
+	_ = l.Release(context.Background())
+
+	_, err := newClient(t, refusing.URL, srv.URL).Acquire(context.Background(), "go/next")
+	var answered *leasegate.Error
+	if !errors.Is(err, leasegate.ErrBadRequest) || !errors.As(err, &answered) || answered.Field != "owner" {
+		t.Fatalf("a 400 of the first server: %v", err)
+	}
+	if st, _ := newClient(t, srv.URL).Status(context.Background(), "go/next"); st.Held {
+		t.Fatal("a 400 was retried on the next server")
+	}
+
+	tlsServer := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls["tls"]++
+		mu.Unlock()
+	}))
+	defer tlsServer.Close()
+	c, err := leasegate.NewClient(leasegate.Config{Servers: []string{tlsServer.URL}, RetryFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(context.Background(), "go/next")
+	if !errors.Is(err, leasegate.ErrTLSVerification) || !errors.Is(err, leasegate.ErrUnavailable) {
+		t.Fatalf("an unverifiable certificate: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls["tls"] != 0 || calls[`{"error":"bad_request","message":"no","field":"owner"}`] != 1 {
+		t.Fatalf("requests that reached the servers: %v", calls)
+	}
+}

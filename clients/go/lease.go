@@ -64,7 +64,9 @@ func newLease(c *Client, server string, g *grant, sent time.Time, semaphore bool
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.ttl = time.Duration(g.TTLMs) * time.Millisecond
 	l.deadline = trustedUntil(sent, l.ttl)
+	l.mu.Lock() // expire, which may run at once, reads l.timer under mu
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.expire)
+	l.mu.Unlock()
 	go l.renewLoop()
 	return l
 }
