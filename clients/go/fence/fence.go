@@ -11,6 +11,7 @@
 // unchecked. Writes to one resource run one at a time in this process, each checked just
 // before its handler, so the handler applies them in token order; across several processes
 // behind one store, the store's own atomic check is the decisive one (docs/fencing-sql.md).
+// It behaves as the fence checks of the Python, Node and Java clients (docs/fencing.md).
 package fence
 
 import (
@@ -92,23 +93,46 @@ func (r Remote) Check(ctx context.Context, resource string, token uint64) (uint6
 type Options struct {
 	// Checker decides (required).
 	Checker Checker
-	// Resource names the resource a request writes. Default: the URL path without its
-	// leading "/" ("/orders/42" -> "orders/42"), the name leasegate's guard binds to a lock.
+	// Resource names the resource a request writes ("" refuses it with 400). Default: Prefix
+	// and the URL path without its leading "/" ("/orders/42" -> "orders/42"), the name
+	// leasegate's guard binds to a lock.
 	Resource func(*http.Request) string
+	// Prefix goes before the default resource's name, to keep one backend's resources apart
+	// from another's on one leasegate ("billing/" + "orders/42").
+	Prefix string
 	// Header carries the token. Default: "Fencing-Token".
 	Header string
+	// NoSerialize lets writes of one resource run at once, for a handler that orders them
+	// itself; by default each waits for the one before it (first come, first served).
+	NoSerialize bool
+}
+
+type tokenKey struct{}
+
+// Token is the fencing token of a write the middleware admitted, from its request's context.
+func Token(ctx context.Context) (uint64, bool) {
+	token, ok := ctx.Value(tokenKey{}).(uint64)
+	return token, ok
 }
 
 // Middleware checks every write (any method but GET, HEAD and OPTIONS) before next runs:
 // no token is 428 token_required, a token that is not a decimal integer in 1..2^64-1 is 400
-// bad_request (so is one the checker refuses as never issued), a stale token 409 stale_token
-// with max_token, a checker that fails 503 fence_unavailable. Each is a JSON body as leasegate's own errors.
+// bad_request (so is one the checker refuses as never issued, and a path that names no
+// resource), a stale token 409 stale_token with max_token, a checker that fails 503
+// fence_unavailable with Retry-After: 1. Each is a JSON body as leasegate's own errors. An
+// admitted write runs next with its token in the request's context (Token).
 func Middleware(opts Options) func(http.Handler) http.Handler {
 	if opts.Checker == nil {
 		panic("fence.Middleware: Options.Checker is required")
 	}
 	if opts.Resource == nil {
-		opts.Resource = func(r *http.Request) string { return strings.TrimPrefix(r.URL.Path, "/") }
+		opts.Resource = func(r *http.Request) string {
+			path := strings.TrimPrefix(r.URL.Path, "/")
+			if path == "" {
+				return ""
+			}
+			return opts.Prefix + path
+		}
 	}
 	if opts.Header == "" {
 		opts.Header = "Fencing-Token"
@@ -127,27 +151,37 @@ func Middleware(opts Options) func(http.Handler) http.Handler {
 					fmt.Sprintf("a write needs its fencing token in %s", opts.Header), nil)
 				return
 			}
+			field := map[string]interface{}{"field": opts.Header}
 			token, err := strconv.ParseUint(text, 10, 64)
 			if err != nil || token == 0 || text[0] == '+' {
 				reply(w, http.StatusBadRequest, "bad_request",
-					fmt.Sprintf("%s must be a decimal integer in 1..18446744073709551615", opts.Header), nil)
+					fmt.Sprintf("%s must be a decimal integer in 1..18446744073709551615", opts.Header), field)
 				return
 			}
 			resource := opts.Resource(r)
-			unlock := queues.lock(resource)
-			defer unlock()
+			if resource == "" {
+				reply(w, http.StatusBadRequest, "bad_request", "this path names no resource to fence", nil)
+				return
+			}
+			if !opts.NoSerialize {
+				defer queues.lock(resource)()
+				if r.Context().Err() != nil {
+					return // its client left while it waited for its turn: not run
+				}
+			}
 			max, accepted, err := opts.Checker.Check(r.Context(), resource, token)
 			switch {
 			case errors.Is(err, ErrInvalidToken):
-				reply(w, http.StatusBadRequest, "bad_request", err.Error(), nil)
+				reply(w, http.StatusBadRequest, "bad_request", err.Error(), field)
 			case err != nil:
+				w.Header().Set("Retry-After", "1")
 				reply(w, http.StatusServiceUnavailable, "fence_unavailable", "the fence check failed: "+err.Error(), nil)
 			case !accepted:
 				reply(w, http.StatusConflict, "stale_token",
 					fmt.Sprintf("token %d is older than %d, which %q has seen", token, max, resource),
 					map[string]interface{}{"max_token": max, "resource": resource})
 			default:
-				next.ServeHTTP(w, r)
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, token)))
 			}
 		})
 	}

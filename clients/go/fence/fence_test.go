@@ -48,6 +48,12 @@ func (b *backend) tokens() []string {
 
 func send(t *testing.T, url, method, token string) (int, map[string]interface{}) {
 	t.Helper()
+	status, _, body := sendFull(t, url, method, token)
+	return status, body
+}
+
+func sendFull(t *testing.T, url, method, token string) (int, http.Header, map[string]interface{}) {
+	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader("data"))
 	if token != "" {
 		req.Header.Set("Fencing-Token", token)
@@ -60,7 +66,7 @@ func send(t *testing.T, url, method, token string) (int, map[string]interface{})
 	data, _ := io.ReadAll(resp.Body)
 	var body map[string]interface{}
 	_ = json.Unmarshal(data, &body)
-	return resp.StatusCode, body
+	return resp.StatusCode, resp.Header, body
 }
 
 func TestLocalRefusesStaleTokens(t *testing.T) {
@@ -162,10 +168,64 @@ func TestRemoteAsksLeasegate(t *testing.T) {
 		t.Fatalf("a token never issued: %d %v", status, body)
 	}
 	lg.Stop()
-	if status, body := send(t, srv.URL+"/reports/q3", "PUT", token(current)); status != 503 || body["error"] != "fence_unavailable" {
-		t.Fatalf("with leasegate down: %d %v", status, body)
+	status, header, body := sendFull(t, srv.URL+"/reports/q3", "PUT", token(current))
+	if status != 503 || body["error"] != "fence_unavailable" || header.Get("Retry-After") != "1" {
+		t.Fatalf("with leasegate down: %d %v %v", status, header, body)
 	}
 	if got := b.tokens(); len(got) != 1 || got[0] != token(current) {
 		t.Fatalf("the backend applied %v", got)
 	}
+}
+
+// Prefix names the resources, the admitted token is in the handler's context, a path that
+// names no resource is refused, and NoSerialize lets writes of one resource run at once.
+func TestOptions(t *testing.T) {
+	local := fence.NewLocal()
+	var mu sync.Mutex
+	var seen []string
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := fence.Token(r.Context())
+		mu.Lock()
+		seen = append(seen, r.URL.Path+"="+strconv.FormatUint(token, 10)+"/"+strconv.FormatBool(ok))
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := httptest.NewServer(fence.Middleware(fence.Options{Checker: local, Prefix: "billing/"})(handler))
+	defer srv.Close()
+	if status, _ := send(t, srv.URL+"/orders/1", "PUT", "9"); status != 204 {
+		t.Fatalf("a write: %d", status)
+	}
+	if max, ok, _ := local.Check(context.Background(), "billing/orders/1", 8); ok || max != 9 {
+		t.Fatalf("the mark of billing/orders/1: %d %v", max, ok)
+	}
+	if status, body := send(t, srv.URL+"/", "PUT", "9"); status != 400 || body["error"] != "bad_request" {
+		t.Fatalf("a path without a resource: %d %v", status, body)
+	}
+	if status, _ := send(t, srv.URL+"/orders/1", "GET", ""); status != 204 {
+		t.Fatalf("a read: %d", status)
+	}
+	mu.Lock()
+	if strings.Join(seen, ",") != "/orders/1=9/true,/orders/1=0/false" {
+		t.Fatalf("the handler saw %v", seen)
+	}
+	mu.Unlock()
+
+	b := &backend{hold: make(chan struct{}), entered: make(chan string, 2)}
+	concurrent := httptest.NewServer(fence.Middleware(fence.Options{Checker: fence.NewLocal(), NoSerialize: true})(b))
+	defer concurrent.Close()
+	var once sync.Once
+	release := func() { once.Do(func() { close(b.hold) }) }
+	defer release()
+	results := make(chan int, 2)
+	for _, token := range []string{"5", "6"} {
+		go func(token string) { status, _ := send(t, concurrent.URL+"/r", "PUT", token); results <- status }(token)
+		select {
+		case <-b.entered: // without serialization both reach the backend at once
+		case <-time.After(20 * time.Second):
+			t.Fatalf("write %s did not reach the backend while another was held", token)
+		}
+	}
+	release()
+	<-results
+	<-results
 }
