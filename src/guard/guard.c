@@ -64,6 +64,31 @@ bool guard_open(Guard *g, char *err, size_t errlen) { return s3_open(g->s3, err,
 
 bool guard_reload(Guard *g, char *err, size_t errlen) { return s3_reload(g->s3, err, errlen); }
 
+GuardRouteUp guard_route_state(Guard *g, size_t route, char *detail, size_t detail_len)
+{
+    const GuardRoute *r = &g->srv->cfg.guards[route];
+    if (r->kind != GUARD_S3) {
+        snprintf(detail, detail_len, "forwarded; its upstream is not probed");
+        return GUARD_ROUTE_UNPROBED;
+    }
+    switch (s3_route_state(g->s3, route, detail, detail_len)) {
+    case S3_ROUTE_OPEN:
+        return GUARD_ROUTE_OPEN;
+    case S3_ROUTE_REFUSED:
+        return GUARD_ROUTE_REFUSED;
+    case S3_ROUTE_CLOSED:
+    default:
+        return GUARD_ROUTE_CLOSED;
+    }
+}
+
+const char *guard_route_state_name(GuardRouteUp st)
+{
+    static const char *const NAMES[] = {[GUARD_ROUTE_UNPROBED] = "forwarding", [GUARD_ROUTE_OPEN] = "open",
+                                        [GUARD_ROUTE_CLOSED] = "closed", [GUARD_ROUTE_REFUSED] = "refused"};
+    return NAMES[st];
+}
+
 bool guard_restore(Guard *g, const char *lock, int64_t at_ms, const Now *now)
 {
     return guardq_restore(g->queues, lock, at_ms, now);
@@ -626,10 +651,47 @@ static const char *s3_refusal(const char *method)
     return "";
 }
 
+/* Is the route's store known to answer and honour preconditions? Answers
+ * otherwise: a write 503 with Retry-After while the store is unreached, 502
+ * when it ignores preconditions; a read 502 while it is unreached. */
+static bool route_open(Request *req, const GuardRoute *route, bool read)
+{
+    Server *s = req->srv;
+    S3 *s3 = s->guard->s3;
+    char detail[256];
+    S3RouteState st = s3_route_state(s3, (size_t)(route - s->cfg.guards), detail, sizeof detail);
+    if (st == S3_ROUTE_OPEN || (read && st == S3_ROUTE_REFUSED))
+        return true;
+    refused(req, GUARD_REFUSED_ROUTE_CLOSED);
+    if (st == S3_ROUTE_REFUSED) {
+        http_reply_error(req, ERR_BAD_GATEWAY, json_pack("{s:s, s:s}", "route", route->prefix, "state", "refused"),
+                         "the store behind %s is not trusted with writes: %s", route->prefix, detail);
+        return false;
+    }
+    if (read) {
+        http_reply_error(req, ERR_BAD_GATEWAY, json_pack("{s:s, s:s}", "route", route->prefix, "state", "closed"),
+                         "the store behind %s does not answer (%s); reads go again once it does", route->prefix,
+                         detail);
+        return false;
+    }
+    unsigned retry = s3_retry_s(s3);
+    http_reply_error(req, ERR_OVERLOADED,
+                     json_pack("{s:s, s:s, s:I}", "route", route->prefix, "state", "closed", "retry_after_ms",
+                               (json_int_t)retry * 1000),
+                     "the store behind %s does not answer (%s): no write goes until it does; retry in %u s",
+                     route->prefix, detail, retry);
+    char secs[16];
+    snprintf(secs, sizeof secs, "%u", retry);
+    http_add_header(req, MHD_HTTP_HEADER_RETRY_AFTER, secs);
+    return false;
+}
+
 /* A read through an S3 route: signed, with the allowed headers only. */
 static void begin_s3_read(Request *req, const GuardRoute *route, const char *method)
 {
     Server *s = req->srv;
+    if (!route_open(req, route, true))
+        return;
     char *url = s3_object_url(route, req->raw_uri + strlen(route->prefix));
     static const char *const NONE[] = {NULL};
     ProxyHeaders h = {NONE, NULL, s3req_keep_read};
@@ -649,13 +711,8 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
 {
     Server *s = req->srv;
     Guard *g = s->guard;
-    if (!s3_route_ok(g->s3, (size_t)(route - s->cfg.guards))) {
-        http_reply_error(req, ERR_BAD_GATEWAY, NULL,
-                         "the store behind %s does not honour preconditions now (the guard's last probe failed): "
-                         "no write goes until it does",
-                         route->prefix);
+    if (!route_open(req, route, false))
         return;
-    }
     GuardBinding b;
     memset(&b, 0, sizeof b);
     const char *problem = NULL;

@@ -11,13 +11,16 @@
 
 struct S3 {
     const Config *cfg;
-    pthread_mutex_t mu; /* guards creds, stop */
-    pthread_cond_t cv;
+    pthread_mutex_t mu; /* guards creds, stop, reprobe, first_done, detail */
+    pthread_cond_t cv;  /* the probe thread waits on it; so does s3_open for the first round */
     AwsCreds creds;
     bool stop;
+    bool reprobe;       /* probe every route now (SIGHUP) */
+    bool first_done;    /* every route has been probed once */
     bool thread_started;
     pthread_t thread;
-    atomic_bool ok[CONFIG_MAX_GUARDS]; /* the probe's last word per route */
+    atomic_int state[CONFIG_MAX_GUARDS]; /* S3RouteState: the probe's last word per route */
+    char detail[CONFIG_MAX_GUARDS][256]; /* why, for /healthz: never the store's URL */
 };
 
 static bool any_s3(const Config *cfg)
@@ -36,8 +39,10 @@ S3 *s3_new(const Config *cfg)
     s->cfg = cfg;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    for (size_t i = 0; i < CONFIG_MAX_GUARDS; i++)
-        atomic_init(&s->ok[i], false);
+    for (size_t i = 0; i < CONFIG_MAX_GUARDS; i++) {
+        atomic_init(&s->state[i], S3_ROUTE_CLOSED);
+        snprintf(s->detail[i], sizeof s->detail[i], "not probed yet");
+    }
     return s;
 }
 
@@ -62,7 +67,12 @@ static bool load_creds(const Config *cfg, AwsCreds *out, char *err, size_t errle
 {
     if (cfg->s3_credentials) {
         const char *profile = getenv("AWS_PROFILE");
-        return awscred_load_file(cfg->s3_credentials, profile && *profile ? profile : "default", out, err, errlen);
+        char warn[512];
+        bool ok = awscred_load_file(cfg->s3_credentials, profile && *profile ? profile : "default", out, err, errlen,
+                                    warn, sizeof warn);
+        if (ok && warn[0])
+            fprintf(stderr, "leasegate: warning: --s3-credentials %s\n", warn);
+        return ok;
     }
     return awscred_from_env(getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN"),
                             out, err, errlen);
@@ -77,8 +87,12 @@ void s3_credentials(S3 *s, AwsCreds *out)
 
 bool s3_reload(S3 *s, char *err, size_t errlen)
 {
-    if (!s->cfg->s3_credentials || !any_s3(s->cfg))
+    if (!any_s3(s->cfg))
         return true;
+    if (!s->cfg->s3_credentials) {
+        s3_reprobe(s);
+        return true;
+    }
     AwsCreds fresh;
     if (!load_creds(s->cfg, &fresh, err, errlen))
         return false;
@@ -86,10 +100,35 @@ bool s3_reload(S3 *s, char *err, size_t errlen)
     s->creds = fresh;
     pthread_mutex_unlock(&s->mu);
     explicit_bzero(&fresh, sizeof fresh);
+    s3_reprobe(s);
     return true;
 }
 
-bool s3_route_ok(const S3 *s, size_t route) { return route < CONFIG_MAX_GUARDS && atomic_load(&s->ok[route]); }
+void s3_reprobe(S3 *s)
+{
+    if (!s->thread_started)
+        return;
+    for (size_t i = 0; i < s->cfg->nguards; i++)
+        atomic_compare_exchange_strong(&s->state[i], &(int){S3_ROUTE_REFUSED}, S3_ROUTE_CLOSED);
+    pthread_mutex_lock(&s->mu);
+    s->reprobe = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+S3RouteState s3_route_state(S3 *s, size_t route, char *detail, size_t detail_len)
+{
+    if (route >= CONFIG_MAX_GUARDS)
+        return S3_ROUTE_CLOSED;
+    if (detail_len) {
+        pthread_mutex_lock(&s->mu);
+        snprintf(detail, detail_len, "%s", s->detail[route]);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return (S3RouteState)atomic_load(&s->state[route]);
+}
+
+unsigned s3_retry_s(const S3 *s) { return s->cfg->s3_probe_interval_s < S3_RETRY_S ? s->cfg->s3_probe_interval_s : S3_RETRY_S; }
 
 /* Appends line to *list; false when out of memory. */
 static bool append(struct curl_slist **list, const char *line)
@@ -249,20 +288,30 @@ out:
     return status;
 }
 
-/* Does the route's store honour preconditions? False with the reason in err. */
-static bool probe(const Config *cfg, const GuardRoute *route, const AwsCreds *creds, char *err, size_t errlen)
+/* What a probe found; why (for anyone: no URL) says more. */
+typedef enum ProbeResult { PROBE_OK, PROBE_DOWN, PROBE_IGNORES } ProbeResult;
+
+/* Does the route's store honour preconditions? */
+static ProbeResult probe(const Config *cfg, const GuardRoute *route, const AwsCreds *creds, char *why,
+                         size_t whylen)
 {
     char *url = s3_object_url(route, S3_PROBE_KEY);
     if (!url) {
-        snprintf(err, errlen, "out of memory");
-        return false;
+        snprintf(why, whylen, "out of memory");
+        return PROBE_DOWN;
     }
-    char why[256] = "";
-    bool ok = false;
-    long st = probe_put(route, creds, url, "If-None-Match: *", cfg->guard_timeout_s, cfg->cacert, why, sizeof why);
+    char err[256] = "";
+    ProbeResult r = PROBE_DOWN;
+    long st = probe_put(route, creds, url, "If-None-Match: *", cfg->guard_timeout_s, cfg->cacert, err, sizeof err);
     if (st != 200 && st != 201 && st != 412) {
-        snprintf(err, errlen, "creating the probe key %s with If-None-Match: * got %s%ld%s", url, st ? "HTTP " : "",
-                 st, st ? "" : why);
+        if (st == 0)
+            snprintf(why, whylen, "the store cannot be reached (%s)", err);
+        else
+            snprintf(why, whylen,
+                     "the store answered HTTP %ld to the creation of the probe key (%s)", st,
+                     st == 403 ? "wrong credentials, or no right to write the key prefix"
+                     : st == 404 ? "no such bucket"
+                                 : "not 200 or 412");
         goto out;
     }
     static const struct {
@@ -270,58 +319,106 @@ static bool probe(const Config *cfg, const GuardRoute *route, const AwsCreds *cr
     } MUST_FAIL[] = {{"If-Match: \"leasegate-never-an-etag\"", "a wrong If-Match"},
                      {"If-None-Match: *", "If-None-Match: * on a key that exists"}};
     for (size_t i = 0; i < sizeof MUST_FAIL / sizeof MUST_FAIL[0]; i++) {
-        st = probe_put(route, creds, url, MUST_FAIL[i].cond, cfg->guard_timeout_s, cfg->cacert, why, sizeof why);
-        if (st != 412) {
-            if (st >= 200 && st < 300)
-                snprintf(err, errlen,
-                         "the store wrote %s despite %s (HTTP %ld): it ignores preconditions, and a stale write "
-                         "could land",
-                         url, MUST_FAIL[i].name, st);
-            else
-                snprintf(err, errlen, "a PUT of %s with %s got %s%ld%s, not 412", url, MUST_FAIL[i].name,
-                         st ? "HTTP " : "", st, st ? "" : why);
-            goto out;
+        st = probe_put(route, creds, url, MUST_FAIL[i].cond, cfg->guard_timeout_s, cfg->cacert, err, sizeof err);
+        if (st == 412)
+            continue;
+        if (st >= 200 && st < 300) {
+            snprintf(why, whylen,
+                     "the store wrote the probe key despite %s (HTTP %ld): it ignores preconditions, and a stale "
+                     "write could land",
+                     MUST_FAIL[i].name, st);
+            r = PROBE_IGNORES;
+        } else if (st == 0) {
+            snprintf(why, whylen, "the store cannot be reached (%s)", err);
+        } else {
+            snprintf(why, whylen, "a PUT of the probe key with %s got HTTP %ld, not 412", MUST_FAIL[i].name, st);
         }
+        goto out;
     }
-    ok = true;
+    snprintf(why, whylen, "the store honours preconditions");
+    r = PROBE_OK;
 out:
     free(url);
-    return ok;
+    return r;
 }
 
-static bool probe_route(S3 *s, size_t i, char *err, size_t errlen)
+/* Probes route i and records what it found; says so on stderr when the
+ * route's state changes (the first time too). */
+static void probe_route(S3 *s, size_t i)
 {
+    const GuardRoute *r = &s->cfg->guards[i];
     AwsCreds creds;
     s3_credentials(s, &creds);
-    bool ok = probe(s->cfg, &s->cfg->guards[i], &creds, err, errlen);
+    char why[256];
+    ProbeResult res = probe(s->cfg, r, &creds, why, sizeof why);
     explicit_bzero(&creds, sizeof creds);
-    bool was = atomic_exchange(&s->ok[i], ok);
-    if (was != ok)
-        fprintf(stderr, "leasegate: guard %s: %s%s\n", s->cfg->guards[i].prefix,
-                ok ? "the store honours preconditions again: writes go through" : "writes refused (502): ",
-                ok ? "" : err);
-    return ok;
+    S3RouteState now = res == PROBE_OK ? S3_ROUTE_OPEN : res == PROBE_IGNORES ? S3_ROUTE_REFUSED : S3_ROUTE_CLOSED;
+    pthread_mutex_lock(&s->mu);
+    bool first = !s->first_done;
+    bool changed = strcmp(s->detail[i], why) != 0;
+    snprintf(s->detail[i], sizeof s->detail[i], "%s", why);
+    pthread_mutex_unlock(&s->mu);
+    S3RouteState was = (S3RouteState)atomic_exchange(&s->state[i], now);
+    if (!first && was == now && !changed)
+        return;
+    char where[1200];
+    snprintf(where, sizeof where, "%s/%s/%s (region %s)", r->endpoint, r->bucket, r->keyprefix, r->region);
+    if (now == S3_ROUTE_OPEN)
+        fprintf(stderr, "leasegate: guard %s -> %s: %s: the route is open\n", r->prefix, where, why);
+    else if (now == S3_ROUTE_REFUSED)
+        fprintf(stderr,
+                "leasegate: guard %s -> %s is closed for good: %s. No write goes through it until the store honours "
+                "them and leasegate is reloaded (SIGHUP) or restarted; reads still pass\n",
+                r->prefix, where, why);
+    else
+        fprintf(stderr,
+                "leasegate: guard %s -> %s is closed: %s. Writes get 503 and reads 502 until the store answers; "
+                "it is probed again every %u s\n",
+                r->prefix, where, why, s3_retry_s(s));
 }
 
 static void *prober(void *ud)
 {
     S3 *s = ud;
+    size_t n = s->cfg->nguards;
+    struct timespec due[CONFIG_MAX_GUARDS]; /* when each route is probed next (monotonic) */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    for (size_t i = 0; i < n; i++)
+        due[i] = now;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += (time_t)s->cfg->s3_probe_interval_s;
-        while (!s->stop && pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
-            ;
-        if (s->stop)
-            break;
+        bool all = s->reprobe;
+        s->reprobe = false;
         pthread_mutex_unlock(&s->mu);
-        for (size_t i = 0; i < s->cfg->nguards; i++) {
-            char err[512];
-            if (s->cfg->guards[i].kind == GUARD_S3)
-                probe_route(s, i, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        struct timespec next = {0, 0};
+        for (size_t i = 0; i < n; i++) {
+            if (s->cfg->guards[i].kind != GUARD_S3)
+                continue;
+            S3RouteState st = (S3RouteState)atomic_load(&s->state[i]);
+            /* A store that ignores preconditions is not asked again: only a reload does. */
+            if (st != S3_ROUTE_REFUSED && (all || now.tv_sec >= due[i].tv_sec)) {
+                probe_route(s, i);
+                clock_gettime(CLOCK_MONOTONIC, &now);
+                st = (S3RouteState)atomic_load(&s->state[i]);
+                due[i] = now;
+                due[i].tv_sec += (time_t)(st == S3_ROUTE_OPEN ? s->cfg->s3_probe_interval_s : s3_retry_s(s));
+            }
+            if (st != S3_ROUTE_REFUSED && (next.tv_sec == 0 || due[i].tv_sec < next.tv_sec))
+                next = due[i];
         }
         pthread_mutex_lock(&s->mu);
+        if (!s->first_done) {
+            s->first_done = true;
+            pthread_cond_broadcast(&s->cv);
+        }
+        if (next.tv_sec == 0) {
+            next = now;
+            next.tv_sec += (time_t)s->cfg->s3_probe_interval_s;
+        }
+        while (!s->stop && !s->reprobe && pthread_cond_timedwait(&s->cv, &s->mu, &next) == 0)
+            ;
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -336,17 +433,6 @@ bool s3_open(S3 *s, char *err, size_t errlen)
         snprintf(err, errlen, "s3:// routes: no credentials: %s", why);
         return false;
     }
-    for (size_t i = 0; i < s->cfg->nguards; i++) {
-        const GuardRoute *r = &s->cfg->guards[i];
-        if (r->kind != GUARD_S3)
-            continue;
-        if (!probe_route(s, i, why, sizeof why)) {
-            snprintf(err, errlen, "--guard %s=%s: %s", r->prefix, r->upstream, why);
-            return false;
-        }
-        fprintf(stderr, "leasegate: guard %s -> %s/%s/%s (region %s): the store honours preconditions\n", r->prefix,
-                r->endpoint, r->bucket, r->keyprefix, r->region);
-    }
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -358,5 +444,14 @@ bool s3_open(S3 *s, char *err, size_t errlen)
         return false;
     }
     s->thread_started = true;
+    /* A store that answers at once opens its route before the first request;
+     * one that does not never holds the lock service up longer than this. */
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += S3_FIRST_WAIT_S;
+    pthread_mutex_lock(&s->mu);
+    while (!s->first_done && pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&s->mu);
     return true;
 }

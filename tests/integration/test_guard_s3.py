@@ -200,24 +200,36 @@ class S3Tests(unittest.TestCase):
         with open(path, "w") as f:
             f.write("[default]\naws_access_key_id = WRONG\naws_secret_access_key = WRONG\n")
         os.chmod(path, 0o600)
-        # Wrong credentials: the store refuses the probe, the start stops naming the route.
-        rc, err = run_to_exit(route(self.moto.url) + ["--s3-credentials", path], {})
-        self.assertEqual(rc, 1, err)
-        self.assertIn("/s3/", err)
-        self.assertNotIn("WRONG", err, "no credential in the log")
-        with open(path, "w") as f:
-            f.write("[other]\naws_access_key_id = X\naws_secret_access_key = Y\n"
-                    "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n" % (self.moto.key_id,
-                                                                                        self.moto.secret))
-        srv = harness.Server(extra_args=route(self.moto.url) + ["--s3-credentials", path])
+        # Wrong credentials: the store refuses the probe, which closes the route only: the
+        # locks are served, the route's writes get 503, /healthz names the route's state.
+        srv = harness.Server(extra_args=route(self.moto.url) + ["--s3-credentials", path, "--s3-probe-interval", "1"])
         try:
             name = "cred-%s.csv" % uid()
             g = self.acquire(name, srv=srv)
+            st, hdrs, body = self.put("/s3/" + name, b"x", g["lease"], srv=srv)
+            self.assertEqual((st, body["state"]), (503, "closed"), body)
+            self.assertEqual(hdrs.get("retry-after"), "1")
+            st, _, health = srv.request("GET", "/healthz")
+            self.assertEqual(st, 200)
+            self.assertEqual(health["guard"][0]["state"], "closed", health)
+            self.assertIn("HTTP 403", health["guard"][0]["detail"])
+            self.assertEqual(srv.metric('leasegate_guard_route_up{route="/s3/"}'), 0)
+            self.assertIn("/s3/", srv.stderr_text())
+            self.assertNotIn("WRONG", srv.stderr_text(), "no credential in the log")
+            # The right ones, on SIGHUP: the route opens.
+            with open(path, "w") as f:
+                f.write("[other]\naws_access_key_id = X\naws_secret_access_key = Y\n"
+                        "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n" % (self.moto.key_id,
+                                                                                            self.moto.secret))
+            import signal
+            os.kill(srv.pid, signal.SIGHUP)
+            srv.wait_until(lambda: srv.request("GET", "/healthz")[2]["guard"][0]["state"] == "open", timeout=20,
+                           interval=0.2, what="the route open")
+            self.assertEqual(srv.metric('leasegate_guard_route_up{route="/s3/"}'), 1)
             self.assertEqual(self.put("/s3/" + name, b"x", g["lease"], srv=srv)[0], 200)
             # A broken file on SIGHUP keeps the credentials there were.
             with open(path, "w") as f:
                 f.write("[default]\naws_access_key_id = only-half\n")
-            import signal
             os.kill(srv.pid, signal.SIGHUP)
             srv.wait_until(lambda: "keeping the S3 credentials" in srv.stderr_text(), timeout=5,
                            what="the reload refused")
@@ -228,20 +240,68 @@ class S3Tests(unittest.TestCase):
             import shutil
             shutil.rmtree(d, ignore_errors=True)
 
+    def test_credentials_file_modes(self):
+        """--s3-credentials as --auth-file: refused when its group or others may write it
+        (they could swap in keys of their own), a warning when everyone may read it."""
+        d = tempfile.mkdtemp(prefix="leasegate-s3mode-")
+        path = os.path.join(d, "credentials")
+        try:
+            with open(path, "w") as f:
+                f.write("[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n" % (self.moto.key_id,
+                                                                                           self.moto.secret))
+            for mode in (0o620, 0o602, 0o666):
+                os.chmod(path, mode)
+                rc, err = run_to_exit(route(self.moto.url) + ["--s3-credentials", path], {})
+                self.assertEqual(rc, 1, err)
+                self.assertIn("refused: it is writable by", err)
+                self.assertIn("chmod go-w", err)
+            os.chmod(path, 0o644)
+            srv = harness.Server(extra_args=route(self.moto.url) + ["--s3-credentials", path])
+            try:
+                self.assertIn("readable by every user of this machine", srv.stderr_text())
+            finally:
+                srv.cleanup()
+        finally:
+            import shutil
+            shutil.rmtree(d, ignore_errors=True)
+
 
 @unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
 class PreconditionProbeTests(unittest.TestCase):
-    def test_a_store_that_ignores_preconditions_stops_the_start(self):
+    def test_a_store_that_ignores_preconditions_closes_its_route_for_good(self):
+        """Its route is refused, loudly (the log, /healthz, the metric), and stays so when
+        the store seems to honour them later: only a reload probes it again. The lock
+        service serves all along."""
         store = s3_fixture.FakeStore(honour=False)
+        srv = harness.Server(extra_args=route(store.url) + ["--s3-probe-interval", "1"], extra_env=store.env())
         try:
-            rc, err = run_to_exit(route(store.url), store.env())
-            self.assertEqual(rc, 1, err)
-            self.assertIn("/s3/=s3://%s/reports" % s3_fixture.BUCKET, err)
-            self.assertIn("ignores preconditions", err)
+            st, _, health = srv.request("GET", "/healthz")
+            self.assertEqual(st, 200)
+            self.assertEqual(health["status"], "ok")
+            self.assertEqual((health["guard"][0]["route"], health["guard"][0]["state"]), ("/s3/", "refused"), health)
+            self.assertIn("ignores preconditions", health["guard"][0]["detail"])
+            self.assertNotIn("127.0.0.1", str(health), "no store URL in an answer")
+            self.assertEqual(srv.metric('leasegate_guard_route_up{route="/s3/"}'), 0)
+            self.assertIn("/s3/ -> %s/%s/reports" % (store.url, s3_fixture.BUCKET), srv.stderr_text())
+            self.assertIn("is closed for good", srv.stderr_text())
+            name = "ign-%s.csv" % uid()
+            st, _, g = srv.acquire(name, "o", ttl_ms=60000)
+            self.assertEqual(st, 200)
+            h = {"Fencing-Lease": g["lease"], "Content-Type": "text/plain"}
+            st, _, body = srv.request("PUT", "/s3/" + name, raw=b"1", headers=h)
+            self.assertEqual((st, body.get("state")), (502, "refused"), body)
+            store.honour = True
+            time.sleep(2.5)  # two probe intervals: a closed route would have been probed
+            self.assertEqual(srv.request("PUT", "/s3/" + name, raw=b"1", headers=h)[0], 502)
             # Nothing but the probe key was ever written.
             self.assertEqual({p for m, p, _ in store.seen if m == "PUT"},
                              {"/%s/reports/.leasegate-probe" % s3_fixture.BUCKET})
+            import signal
+            os.kill(srv.pid, signal.SIGHUP)
+            srv.wait_until(lambda: srv.request("PUT", "/s3/" + name, raw=b"2", headers=h)[0] == 200, timeout=10,
+                           interval=0.3, what="writes after the reload")
         finally:
+            srv.cleanup()
             store.close()
 
     def test_a_store_that_stops_honouring_them_gets_no_writes(self):
@@ -255,15 +315,47 @@ class PreconditionProbeTests(unittest.TestCase):
             store.honour = False
             srv.wait_until(lambda: srv.request("PUT", "/s3/" + name, raw=b"2", headers=h)[0] == 502, timeout=10,
                            interval=0.3, what="writes refused while the store ignores preconditions")
-            self.assertIn("writes refused", srv.stderr_text())
-            # Reads still pass; and once the store honours them again, writes go again.
+            self.assertIn("is closed for good", srv.stderr_text())
+            # Reads still pass.
             self.assertEqual(srv.request("GET", "/s3/" + name)[0], 200)
-            store.honour = True
-            srv.wait_until(lambda: srv.request("PUT", "/s3/" + name, raw=b"3", headers=h)[0] == 200, timeout=10,
-                           interval=0.3, what="writes back")
         finally:
             srv.cleanup()
             store.close()
+
+    def test_a_store_down_at_start_never_stops_the_lock_service(self):
+        """The endpoint refuses connections at start: the server serves locks at once, the
+        route is closed (writes 503 with Retry-After, reads 502), and it opens by itself
+        once the store answers."""
+        from upstream import free_port
+        port = free_port()
+        url = "http://127.0.0.1:%d" % port
+        srv = harness.Server(extra_args=route(url) + ["--s3-probe-interval", "1"],
+                             extra_env={"AWS_ACCESS_KEY_ID": "AKIAFAKE", "AWS_SECRET_ACCESS_KEY": "fake-secret"})
+        store = None
+        try:
+            name = "down-%s.csv" % uid()
+            st, _, g = srv.acquire(name, "o", ttl_ms=60000)
+            self.assertEqual(st, 200, g)
+            st, _, health = srv.request("GET", "/healthz")
+            self.assertEqual((st, health["guard"][0]["state"]), (200, "closed"), health)
+            self.assertIn("cannot be reached", health["guard"][0]["detail"])
+            self.assertNotIn(str(port), str(health), "no store URL in an answer")
+            h = {"Fencing-Lease": g["lease"], "Content-Type": "text/plain"}
+            st, hdrs, body = srv.request("PUT", "/s3/" + name, raw=b"1", headers=h)
+            self.assertEqual((st, body["error"]), (503, "overloaded"), body)
+            self.assertEqual(hdrs.get("retry-after"), "1")
+            self.assertNotIn(str(port), str(body))
+            self.assertEqual(srv.request("GET", "/s3/" + name)[0], 502)
+            self.assertIn("is closed: the store cannot be reached", srv.stderr_text())
+            store = s3_fixture.FakeStore(honour=True, port=port)
+            srv.wait_until(lambda: srv.request("PUT", "/s3/" + name, raw=b"2", headers=h)[0] == 200, timeout=20,
+                           interval=0.3, what="the route open once the store answers")
+            self.assertEqual(srv.request("GET", "/healthz")[2]["guard"][0]["state"], "open")
+            self.assertIn("the route is open", srv.stderr_text())
+        finally:
+            srv.cleanup()
+            if store:
+                store.close()
 
     def test_flags(self):
         bad = [
