@@ -24,6 +24,8 @@
 #include "guard/guardshare.h"
 #include "guard/proxy.h"
 #include "guard/s3.h"
+#include "guard/s3err.h"
+#include "guard/s3list.h"
 #include "guard/s3req.h"
 #include "net/httphead.h"
 
@@ -99,20 +101,26 @@ int64_t guard_next_timeout_ms(const Guard *g, const Now *now) { return guardq_ne
 void guard_tick(Guard *g, const Now *now) { guardq_tick(g->queues, now); }
 
 /* Prefixes match whole path segments: "/store" covers "/store/x" and
- * "/store?q", not "/storefront". */
+ * "/store?q", not "/storefront". An S3 route's prefix is the bucket its
+ * clients name: "/reports/" also takes "/reports" and "/reports?list-type=2". */
 const GuardRoute *guard_match(const Server *s, const char *raw_uri)
 {
     for (size_t i = 0; i < s->cfg.nguards; i++) {
         const GuardRoute *g = &s->cfg.guards[i];
         size_t n = strlen(g->prefix);
-        if (strncmp(raw_uri, g->prefix, n) != 0)
+        if (strncmp(raw_uri, g->prefix, n) != 0) {
+            if (g->kind == GUARD_S3 && n > 1 && g->prefix[n - 1] == '/' && !strncmp(raw_uri, g->prefix, n - 1) &&
+                (raw_uri[n - 1] == '\0' || raw_uri[n - 1] == '?'))
+                return g;
             continue;
+        }
         char next = raw_uri[n];
         if (g->prefix[n - 1] == '/' || next == '\0' || next == '/' || next == '?')
             return g;
     }
     return NULL;
 }
+
 
 static bool names_destination(const char *method) { return !strcmp(method, "COPY") || !strcmp(method, "MOVE"); }
 
@@ -224,7 +232,7 @@ static enum MHD_Result find_bad_header(void *cls, enum MHD_ValueKind kind, const
 static bool acceptable(Request *req, const GuardRoute *route, const char *method, bool *framed, bool *has_body,
                        int64_t *content_length)
 {
-    const char *problem = guardpath_rest_problem(route->prefix, req->raw_uri + strlen(route->prefix));
+    const char *problem = guardpath_rest_problem(route->prefix, guardroute_rest(route, req->raw_uri));
     if (problem) {
         bad(req, "path", "only canonical paths go through the guard; this one has %s", problem);
         return false;
@@ -285,7 +293,7 @@ static bool reaches_only_its_own(Request *req, const GuardRoute *route, const ch
     }
     if (route->lock[0])
         return true; /* one lock covers the whole subtree */
-    const char *rest = req->raw_uri + strlen(route->prefix);
+    const char *rest = guardroute_rest(route, req->raw_uri);
     size_t plen = strcspn(rest, "?");
     if (plen && rest[plen - 1] == '/') {
         bad(req, "path",
@@ -361,7 +369,7 @@ size_t guard_bound_locks(Request *req, const GuardRoute *route, const char *meth
 {
     const char *problem;
     size_t n = 0;
-    if (bound_lock(route, req->raw_uri + strlen(route->prefix), locks[n], sizeof locks[n], &problem))
+    if (bound_lock(route, guardroute_rest(route, req->raw_uri), locks[n], sizeof locks[n], &problem))
         n++;
     else
         locks[n++][0] = '\0';
@@ -524,7 +532,7 @@ static const RequestStream guarded = {stream_upload, stream_complete, stream_abo
 static void begin_read(Request *req, const GuardRoute *route, const char *method)
 {
     Server *s = req->srv;
-    char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
+    char *url = upstream_url(route, guardroute_rest(route, req->raw_uri));
     /* A read passes with no body (acceptable() saw to that): declaring one,
      * even of 0 bytes, would make curl send it as an upload (a PUT). */
     ProxyHeaders h = {s->auth ? DROP_READ_KEYS : DROP_READ, NULL, NULL};
@@ -569,7 +577,7 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
     memset(b, 0, sizeof b);
     size_t nb = 1;
     const char *problem = NULL;
-    if (!bound_lock(route, req->raw_uri + strlen(route->prefix), b[0].lock, sizeof b[0].lock, &problem)) {
+    if (!bound_lock(route, guardroute_rest(route, req->raw_uri), b[0].lock, sizeof b[0].lock, &problem)) {
         bad(req, "path",
             "a write must go to a path that names its lock ([A-Za-z0-9._~:/-], at most 256 bytes, not ending in "
             "acquire, renew, release or history): %s",
@@ -593,7 +601,7 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
             bad(req, "Destination", "the Destination's path does not name a lock: %s", problem);
             return;
         }
-        if (guardpath_same_resource(req->raw_uri + strlen(route->prefix), dest_rest)) {
+        if (guardpath_same_resource(guardroute_rest(route, req->raw_uri), dest_rest)) {
             bad(req, "Destination", "a COPY or MOVE onto its own path (%s) is refused: some backends truncate it",
                 dest_rest);
             return;
@@ -631,7 +639,7 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
         add[na++] = lines[2];
         add[na++] = lines[3];
     }
-    char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
+    char *url = upstream_url(route, guardroute_rest(route, req->raw_uri));
     ProxyHeaders h = {s->auth ? DROP_WRITE_KEYS : DROP_WRITE, add, NULL};
     req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length, &h) : NULL;
     free(url);
@@ -639,16 +647,6 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
     if (!req->guard->call ||
         !guardq_add(s->guard->queues, req, req->guard->call, has_body, b, nb, &req->guard->ticket, NULL, NULL))
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
-}
-
-/* Why an S3 route does not forward a method it could be asked for. */
-static const char *s3_refusal(const char *method)
-{
-    if (!strcmp(method, "DELETE"))
-        return "; a DELETE would drop the fence kept in the object, and a stale holder could then create it again";
-    if (!strcmp(method, "POST"))
-        return "; multipart uploads are not forwarded (the fence is set with one PUT)";
-    return "";
 }
 
 /* Is the route's store known to answer and honour preconditions? Answers
@@ -676,8 +674,8 @@ static bool route_open(Request *req, const GuardRoute *route, bool read)
     }
     unsigned retry = s3_retry_s(s3);
     http_reply_error(req, ERR_OVERLOADED,
-                     json_pack("{s:s, s:s, s:I}", "route", route->prefix, "state", "closed", "retry_after_ms",
-                               (json_int_t)retry * 1000),
+                     json_pack("{s:s, s:s, s:I, s:s}", "route", route->prefix, "state", "closed", "retry_after_ms",
+                               (json_int_t)retry * 1000, "s3_code", "ServiceUnavailable"),
                      "the store behind %s does not answer (%s): no write goes until it does; retry in %u s",
                      route->prefix, detail, retry);
     char secs[16];
@@ -686,37 +684,76 @@ static bool route_open(Request *req, const GuardRoute *route, bool read)
     return false;
 }
 
-/* A read through an S3 route: signed, with the allowed headers only. */
-static void begin_s3_read(Request *req, const GuardRoute *route, const char *method)
+/* A signed call of an S3 route for req, to `url`; started, or answered. */
+static void s3_call(Request *req, const GuardRoute *route, const char *method, char *url_owned, ProxyAnswerHead head,
+                    ProxyAnswerGathered gathered)
 {
     Server *s = req->srv;
-    if (!route_open(req, route, true))
-        return;
-    char *url = s3_object_url(route, req->raw_uri + strlen(route->prefix));
     static const char *const NONE[] = {NULL};
     ProxyHeaders h = {NONE, NULL, s3req_keep_read};
     S3Sign sign = {s->guard->s3, route};
-    req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, &h) : NULL;
-    free(url);
+    req->guard->call = url_owned ? proxy_call_new(s->proxy, req, method, url_owned, false, 0, &h) : NULL;
+    free(url_owned);
     if (!req->guard->call || !proxy_call_configure(req->guard->call, s3req_sign, &sign)) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
+    proxy_call_on_answer(req->guard->call, head, gathered, (void *)route);
     proxy_call_start(req->guard->call);
 }
 
+/* A read through an S3 route: signed, with the allowed headers only. */
+static void begin_s3_read(Request *req, const GuardRoute *route, const char *method)
+{
+    if (!route_open(req, route, true))
+        return;
+    s3_call(req, route, method, s3_object_url(route, guardroute_rest(route, req->raw_uri)), s3req_read_head,
+            s3req_read_gathered);
+}
+
+static ProxyAnswerAction gather_all(void *ud, long status, const struct curl_slist *headers)
+{
+    (void)ud;
+    (void)status;
+    (void)headers;
+    return PROXY_GATHER;
+}
+
+static void list_v1_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                             size_t len, bool complete)
+{
+    (void)headers;
+    s3list_reply(req, ud, false, status, body, len, complete);
+}
+
+static void list_v2_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                             size_t len, bool complete)
+{
+    (void)headers;
+    s3list_reply(req, ud, true, status, body, len, complete);
+}
+
+/* A listing of the bucket: the store's, within the route's key prefix, rewritten (s3list.h). */
+static void begin_s3_list(Request *req, const GuardRoute *route, bool v2)
+{
+    if (!route_open(req, route, true))
+        return;
+    s3_call(req, route, "GET", s3list_url(req, route, v2), gather_all, v2 ? list_v2_gathered : list_v1_gathered);
+}
+
 /* A write through an S3 route: the lease's token becomes the object's
- * precondition (s3req.h). */
+ * precondition (s3req.h). A DELETE writes a tombstone. */
 static void begin_s3_write(Request *req, const GuardRoute *route, const char *method, int64_t content_length)
 {
     Server *s = req->srv;
     Guard *g = s->guard;
     if (!route_open(req, route, false))
         return;
+    bool del = !strcmp(method, "DELETE");
     GuardBinding b;
     memset(&b, 0, sizeof b);
     const char *problem = NULL;
-    if (!bound_lock(route, req->raw_uri + strlen(route->prefix), b.lock, sizeof b.lock, &problem)) {
+    if (!bound_lock(route, guardroute_rest(route, req->raw_uri), b.lock, sizeof b.lock, &problem)) {
         bad(req, "path", "a write must go to a path that names its lock: %s", problem);
         return;
     }
@@ -725,34 +762,82 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
         return;
     char fence[64];
     snprintf(fence, sizeof fence, "x-amz-meta-fencing-token: %llu", (unsigned long long)b.token);
-    const char *add[] = {fence, NULL};
+    const char *add_put[] = {fence, NULL};
+    const char *add_del[] = {fence, S3_TOMBSTONE_META ": 1", "Content-Type: text/plain", NULL};
     static const char *const NONE[] = {NULL};
-    ProxyHeaders h = {NONE, add, s3req_keep_write};
+    ProxyHeaders h = {NONE, del ? add_del : add_put, del ? NULL : s3req_keep_write};
+    if (del) {
+        static const char *const ALL[] = {NULL};
+        h.drop = ALL;
+        h.keep = s3req_keep_none;
+    }
     S3Sign sign = {g->s3, route};
-    char *url = s3_object_url(route, req->raw_uri + strlen(route->prefix));
-    req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, true, content_length, &h) : NULL;
+    char *url = s3_object_url(route, guardroute_rest(route, req->raw_uri));
+    int64_t length = del ? (int64_t)(sizeof S3_TOMBSTONE_BODY - 1) : content_length;
+    req->guard->call = url ? proxy_call_new(s->proxy, req, "PUT", url, true, length, &h) : NULL;
     req->guard->s3 = url && req->guard->call ? s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token) : NULL;
     free(url);
     if (!req->guard->s3 || !proxy_call_configure(req->guard->call, s3req_sign, &sign) ||
-        !guardq_add(g->queues, req, req->guard->call, content_length > 0, &b, 1, &req->guard->ticket, s3req_prepare,
-                    req->guard->s3))
+        (del && !proxy_call_fixed_body(req->guard->call, S3_TOMBSTONE_BODY, sizeof S3_TOMBSTONE_BODY - 1)) ||
+        !guardq_add(g->queues, req, req->guard->call, !del && content_length > 0, &b, 1, &req->guard->ticket,
+                    s3req_prepare, req->guard->s3)) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    proxy_call_on_answer(req->guard->call, del ? s3req_delete_head : s3req_write_head,
+                         del ? s3req_delete_gathered : s3req_read_gathered, (void *)route);
+}
+
+/* An S3 route's request, once its share is taken. */
+static void begin_s3(Request *req, const GuardRoute *route, const char *method, S3Op op, int64_t content_length)
+{
+    switch (op) {
+    case S3_OP_READ:
+        begin_s3_read(req, route, method);
+        break;
+    case S3_OP_PUT:
+    case S3_OP_DELETE:
+        begin_s3_write(req, route, method, content_length);
+        break;
+    case S3_OP_LIST_V1:
+    case S3_OP_LIST_V2:
+        begin_s3_list(req, route, op == S3_OP_LIST_V2);
+        break;
+    case S3_OP_LOCATION:
+    case S3_OP_HEAD_BUCKET:
+    case S3_OP_CREATE_BUCKET:
+        s3list_answer_bucket(req, route, method, op == S3_OP_LOCATION);
+        break;
+    case S3_OP_NONE:
+    default:
+        break;
+    }
+}
+
+bool guard_prepare(Request *req, const GuardRoute *route)
+{
+    if (!req->guard && !(req->guard = calloc(1, sizeof *req->guard))) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return false;
+    }
+    req->guard->route = route;
+    if (route->kind == GUARD_S3)
+        req->guard->reply_error = s3err_reply;
+    return true;
 }
 
 void guard_begin(Request *req, const GuardRoute *route, const char *method, const char *key)
 {
-    if (!(req->guard = calloc(1, sizeof *req->guard))) {
-        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+    if (!guard_prepare(req, route))
         return;
-    }
     req->stream = &guarded;
     Guard *g = req->srv->guard;
     bool s3 = route->kind == GUARD_S3;
     if (!guardroute_allows(route, method)) {
         refused(req, GUARD_REFUSED_METHOD);
         http_reply_error(req, ERR_METHOD_NOT_ALLOWED, json_pack("{s:s}", "allow", route->allow),
-                         "%.20s is not forwarded under %s (this route forwards: %s)%s", method, route->prefix,
-                         route->allow, s3 ? s3_refusal(method) : "");
+                         "%.20s is not forwarded under %s (this route forwards: %s)", method, route->prefix,
+                         route->allow);
         http_add_header(req, MHD_HTTP_HEADER_ALLOW, route->allow);
         return;
     }
@@ -761,15 +846,14 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
     if (!acceptable(req, route, method, &framed, &has_body, &content_length))
         return;
     bool read = guardroute_is_read(method);
-    if (s3 ? !s3req_acceptable(req, route, method, req->srv->auth != NULL)
+    S3Op op = S3_OP_NONE;
+    if (s3 ? (op = s3req_classify(req, route, method, req->srv->auth != NULL)) == S3_OP_NONE
            : !read && !reaches_only_its_own(req, route, method))
         return;
     if (!take_share(req, g, key))
         return;
-    if (s3 && read)
-        begin_s3_read(req, route, method);
-    else if (s3)
-        begin_s3_write(req, route, method, content_length);
+    if (s3)
+        begin_s3(req, route, method, op, content_length);
     else if (read)
         begin_read(req, route, method);
     else

@@ -88,6 +88,9 @@ const char *guard_route_state_name(GuardRouteUp st);
 bool guard_restore(Guard *g, const char *lock, int64_t at_ms, const Now *now);
 /* The guard whose prefix raw_uri starts with, or NULL. */
 const GuardRoute *guard_match(const Server *s, const char *raw_uri);
+/* Before the access check: the request is the route's, and on an S3 route
+ * its errors are S3's (s3err.h). False when out of memory (answered). */
+bool guard_prepare(Request *req, const GuardRoute *route);
 /* The locks a request under `route` is bound to, for the access check that
  * comes before guard_begin: its path's ("" when the path names none), and a
  * COPY's or MOVE's Destination's when that parses. Returns how many (1 or 2). */

@@ -208,8 +208,12 @@ void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const ch
                               (json_int_t)fence_max(s->guard_marks, lock), "holder_token", holder);
     if (extra && why == GUARDQ_READ_LEASE && json_object_set_new(extra, "reason", json_string("read_lease")))
         json_decref(extra), extra = NULL;
-    http_reply_error(req, ERR_STALE_TOKEN, extra, "this write to %s under lock '%s' may not go through: %s",
-                     req->raw_uri ? req->raw_uri : "?", lock, why);
+    char claim[48] = "";
+    if (token)
+        snprintf(claim, sizeof claim, " (fencing token %llu)", (unsigned long long)token);
+    http_reply_error(req, ERR_STALE_TOKEN, extra, "this write%s to %.*s under lock '%s' may not go through: %s",
+                     claim, req->raw_uri ? (int)strcspn(req->raw_uri, "?") : 1, req->raw_uri ? req->raw_uri : "?",
+                     lock, why);
 }
 
 /* The first of w's locks whose write may not go now, or NULL; *why says why. */

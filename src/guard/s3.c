@@ -191,7 +191,7 @@ static int hexval(unsigned char c)
 
 /* Appends `in` to out as SigV4 wants a path: every byte but the unreserved
  * ones and '/' as %XX (upper case), after decoding the %XX already there. */
-static size_t encode_path(char *out, const char *in)
+size_t s3_encode_path(char *out, const char *in)
 {
     static const char HEX[] = "0123456789ABCDEF";
     size_t n = 0;
@@ -217,16 +217,24 @@ char *s3_object_url(const GuardRoute *route, const char *rest)
 {
     while (*rest == '/')
         rest++;
-    size_t cap = strlen(route->endpoint) + strlen(route->bucket) + 3 * (strlen(route->keyprefix) + strlen(rest)) + 8;
+    size_t plen = strcspn(rest, "?"); /* the query is the caller's to add */
+    size_t cap = strlen(route->endpoint) + strlen(route->bucket) + 3 * (strlen(route->keyprefix) + plen) + 8;
     char *url = malloc(cap);
-    if (!url)
+    char *path = malloc(plen + 1);
+    if (!url || !path) {
+        free(url);
+        free(path);
         return NULL;
+    }
+    memcpy(path, rest, plen);
+    path[plen] = '\0';
     size_t n = (size_t)snprintf(url, cap, "%s/%s/", route->endpoint, route->bucket);
     if (route->keyprefix[0]) {
-        n += encode_path(url + n, route->keyprefix);
+        n += s3_encode_path(url + n, route->keyprefix);
         url[n++] = '/';
     }
-    encode_path(url + n, rest);
+    s3_encode_path(url + n, path);
+    free(path);
     return url;
 }
 

@@ -71,8 +71,13 @@ void s3_credentials(S3 *s, AwsCreds *out);
  * memory. */
 bool s3_sign_easy(void *curl_easy, const GuardRoute *route, const AwsCreds *creds, struct curl_slist **headers);
 /* The object's URL (path-style, percent-encoded as SigV4 expects) for
- * `rest`, the canonical path below the route's prefix. Owned; NULL when
+ * `rest`, the canonical path below the route's prefix (a query is left
+ * out). Owned; NULL when
  * out of memory. */
 char *s3_object_url(const GuardRoute *route, const char *rest);
+/* Writes `in` to out as SigV4 wants a path (every byte but A-Za-z0-9-._~
+ * and '/' as %XX, after decoding the %XX there): out holds 3 * strlen(in)
+ * + 1 bytes. Returns its length. */
+size_t s3_encode_path(char *out, const char *in);
 
 #endif

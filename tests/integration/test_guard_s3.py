@@ -28,6 +28,22 @@ def uid():
     return uuid.uuid4().hex[:10]
 
 
+def xml_error(body):
+    """An S3 route's error (<Error><Code>..</Code>...), as a dict of its elements: code,
+    message, error (LeasegateError: the JSON API's code), fence, token, lock, argument."""
+    import xml.etree.ElementTree as ET
+    assert isinstance(body, str) and body.startswith("<?xml"), body
+    root = ET.fromstring(body)
+    assert root.tag == "Error", body
+    names = {"Code": "code", "Message": "message", "LeasegateError": "error", "Fence": "fence", "Token": "token",
+             "Lock": "lock", "ArgumentName": "argument", "Resource": "resource"}
+    out = {}
+    for child in root:
+        key = names.get(child.tag, child.tag)
+        out[key] = int(child.text) if key in ("fence", "token") else child.text
+    return out
+
+
 def run_to_exit(args, env, timeout=60):
     """`leasegate serve` with args on a fresh database, which must exit by itself:
     (status, stderr)."""
@@ -72,9 +88,11 @@ class S3Tests(unittest.TestCase):
         return g
 
     def put(self, path, body, lease, srv=None, headers=None):
+        """(status, headers, body): an error's body as xml_error's dict."""
         h = {"Fencing-Lease": lease, "Content-Type": "text/csv"}
         h.update(headers or {})
-        return (srv or self.srv).request("PUT", path, raw=body, headers=h)
+        st, hdrs, b = (srv or self.srv).request("PUT", path, raw=body, headers=h)
+        return st, hdrs, xml_error(b) if st >= 300 else b
 
     def test_signed_reads_and_writes(self):
         name = "rw-%s.csv" % uid()
@@ -103,34 +121,127 @@ class S3Tests(unittest.TestCase):
         self.assertEqual(self.moto.get("reports/" + name), (b"v3", str(g["token"])))
 
     def test_refusals(self):
+        """Refusals in S3's format, each with a reason; none reaches the store."""
         name = "ref-%s.csv" % uid()
         g = self.acquire(name)
         p = "/s3/" + name
+        lease = {"Fencing-Lease": g["lease"]}
         cases = [
-            ("PUT", p, {}, 428, "token_required"),
-            ("PUT", p + "?acl", {"Fencing-Lease": g["lease"]}, 400, "bad_request"),
-            ("PUT", p, {"Fencing-Lease": g["lease"], "x-amz-copy-source": "/lgbucket/secret"}, 400, "bad_request"),
-            ("PUT", p, {"Fencing-Lease": g["lease"], "x-amz-acl": "public-read"}, 400, "bad_request"),
-            ("PUT", p, {"Fencing-Lease": g["lease"], "Authorization": "AWS4-HMAC-SHA256 x"}, 400, "bad_request"),
-            ("PUT", p, {"Fencing-Lease": g["lease"], "If-Match": '"x"'}, 400, "bad_request"),
-            ("PUT", "/s3/.leasegate-probe", {"Fencing-Lease": g["lease"]}, 400, "bad_request"),
-            ("DELETE", p, {"Fencing-Lease": g["lease"]}, 405, "method_not_allowed"),
-            ("POST", p, {"Fencing-Lease": g["lease"]}, 405, "method_not_allowed"),
-            ("GET", p + "?uploads", {}, 400, "bad_request"),
+            ("PUT", p, {}, 403, "AccessDenied", "token_required"),
+            ("PUT", p + "?acl", lease, 501, "NotImplemented", "bad_request"),
+            ("PUT", p, dict(lease, **{"x-amz-copy-source": "/lgbucket/secret"}), 400, "InvalidArgument",
+             "bad_request"),
+            ("PUT", p, dict(lease, **{"x-amz-acl": "public-read"}), 400, "InvalidArgument", "bad_request"),
+            ("PUT", p, dict(lease, **{"x-amz-grant-read": "id=x"}), 400, "InvalidArgument", "bad_request"),
+            ("PUT", p, dict(lease, **{"x-amz-object-lock-mode": "GOVERNANCE"}), 400, "InvalidArgument",
+             "bad_request"),
+            ("PUT", p, dict(lease, **{"Authorization": "AWS foo:bar"}), 400, "InvalidArgument", "bad_request"),
+            ("PUT", p, dict(lease, **{"If-Match": '"x"'}), 400, "InvalidArgument", "bad_request"),
+            ("PUT", "/s3/.leasegate-probe", lease, 400, "InvalidArgument", "bad_request"),
+            ("POST", p + "?uploads", lease, 501, "NotImplemented", "bad_request"),
+            ("GET", p + "?torrent", {}, 501, "NotImplemented", "bad_request"),
+            ("PATCH", p, lease, 405, "MethodNotAllowed", "method_not_allowed"),
         ]
-        for method, path, headers, status, error in cases:
+        for method, path, headers, status, code, error in cases:
             with self.subTest(method=method, path=path, headers=headers):
                 st, hdrs, body = self.srv.request(method, path, raw=b"x" if method != "GET" else None,
                                                   headers=dict(headers, **{"Content-Type": "text/plain"}))
-                self.assertEqual((st, body.get("error")), (status, error), body)
-        st, hdrs, _ = self.srv.request("DELETE", p, headers={"Fencing-Lease": g["lease"]})
-        self.assertEqual(hdrs.get("allow"), "GET, HEAD, PUT")
+                e = xml_error(body)
+                self.assertEqual((st, e["code"], e["error"]), (status, code, error), body)
+                self.assertEqual(e["resource"], path.split("?")[0])
+                self.assertNotIn(s3_fixture.BUCKET, body)
+                self.assertNotIn("reports/", body)
+        st, hdrs, _ = self.srv.request("PATCH", p, headers=lease)
+        self.assertEqual(hdrs.get("allow"), "GET, HEAD, PUT, POST, DELETE")
         # A chunked PUT has no length: 411.
         req = ("PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
                "2\r\nab\r\n0\r\n\r\n" % (p, g["lease"]))
         st, _, body = harness.raw_http(self.srv.port, req.encode())
         self.assertEqual(st, 411, body)
         self.assertIsNone(self.moto.get("reports/" + name))
+        # The SDKs' default headers pass: checksums (the store checks them), Content-MD5, a private ACL,
+        # storage class, server-side encryption, tagging.
+        import base64, hashlib, zlib
+        data = b"sdk defaults"
+        crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+        st, _, body = self.put(p, data, g["lease"], headers={
+            "x-amz-checksum-crc32": crc, "x-amz-sdk-checksum-algorithm": "CRC32",
+            "Content-MD5": base64.b64encode(hashlib.md5(data).digest()).decode(), "x-amz-acl": "private",
+            "x-amz-storage-class": "STANDARD", "x-amz-server-side-encryption": "AES256",
+            "x-amz-tagging": "team=a", "Expect": "100-continue"})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.moto.get("reports/" + name), (data, str(g["token"])))
+
+    def test_delete_leaves_a_tombstone_that_keeps_the_fence(self):
+        """DELETE writes a tombstone (the fence stays): GET and HEAD answer 404 NoSuchKey, a
+        listing leaves it out, a stale holder cannot create the object again, and the next
+        holder writes it."""
+        name = "del-%s.csv" % uid()
+        a = self.acquire(name, "a")
+        self.assertEqual(self.put("/s3/" + name, b"A", a["lease"])[0], 200)
+        st, _, body = self.srv.request("DELETE", "/s3/" + name, headers={"Fencing-Lease": a["lease"]})
+        self.assertEqual(st, 204, body)
+        st, _, body = self.srv.request("GET", "/s3/" + name)
+        self.assertEqual((st, xml_error(body)["code"]), (404, "NoSuchKey"), body)
+        self.assertEqual(self.srv.request("HEAD", "/s3/" + name)[0], 404)
+        self.assertEqual(self.srv.request("GET", "/s3/" + name, headers={"Range": "bytes=0-3"})[0], 404)
+        st, _, listing = self.srv.request("GET", "/s3?list-type=2&prefix=" + name)
+        self.assertEqual(st, 200, listing)
+        self.assertNotIn("<Key>" + name, listing)
+        # In the store: the tombstone, with the deleter's fence.
+        self.assertEqual(self.moto.get("reports/" + name)[1], str(a["token"]))
+        # The next holder; then A, stale, tries to create it again: refused by the store's fence.
+        self.assertEqual(self.srv.request("DELETE", "/v1/locks/" + name)[0], 200)
+        b = self.acquire(name, "b")
+        self.assertEqual(self.srv.request("DELETE", "/s3/" + name, headers={"Fencing-Lease": b["lease"]})[0], 204)
+        fresh = harness.Server(extra_args=route(self.proxy.url), extra_env=self.moto.env())
+        try:
+            # A gateway that never saw B: only the tombstone's fence can refuse A's token.
+            stale = self.acquire(name, "a-again", srv=fresh)
+            self.assertLess(stale["token"], b["token"])
+            st, _, e = self.put("/s3/" + name, b"stale", stale["lease"], srv=fresh)
+            self.assertEqual((st, e["code"], e["fence"]), (409, "StaleFencingToken", b["token"]), e)
+            self.assertIn("fencing token %d is stale" % stale["token"], e["message"])
+        finally:
+            fresh.cleanup()
+        self.assertEqual(self.put("/s3/" + name, b"B", b["lease"])[0], 200)
+        self.assertEqual(self.srv.request("GET", "/s3/" + name)[2], "B")
+
+    def test_listing_within_the_route(self):
+        """ListObjectsV2 and ListObjects name the client's bucket and keys: within the
+        route's key prefix, without it, without the probe key or tombstones; GET ?location
+        and HEAD of the bucket are answered by the guard."""
+        tag = uid()
+        self.moto.put_direct("outside-%s.txt" % tag, b"not the route's")
+        names = ["ls-%s/a.txt" % tag, "ls-%s/b.txt" % tag, "ls-%s/sub/c.txt" % tag, "ls-%s/gone.txt" % tag]
+        for n in names:
+            g = self.acquire(n)
+            self.assertEqual(self.put("/s3/" + n, b"x", g["lease"])[0], 200)
+        self.assertEqual(self.srv.request("DELETE", "/s3/" + names[3], headers={"Fencing-Lease": g["lease"]})[0], 204)
+        import xml.etree.ElementTree as ET
+        ns = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+        for path in ("/s3?list-type=2&prefix=ls-%s/" % tag, "/s3/?prefix=ls-%s/" % tag):
+            with self.subTest(path=path):
+                st, _, body = self.srv.request("GET", path)
+                self.assertEqual(st, 200, body)
+                root = ET.fromstring(body)
+                self.assertEqual(root.find(ns + "Name").text, "s3")
+                self.assertEqual(root.find(ns + "Prefix").text, "ls-%s/" % tag)
+                self.assertEqual([c.find(ns + "Key").text for c in root.findall(ns + "Contents")], names[:3])
+                self.assertNotIn(s3_fixture.BUCKET, body)
+                self.assertNotIn("reports/", body)
+        st, _, body = self.srv.request("GET", "/s3?list-type=2&delimiter=/&prefix=ls-%s/" % tag)
+        root = ET.fromstring(body)
+        self.assertEqual([c.find(ns + "Prefix").text for c in root.findall(ns + "CommonPrefixes")],
+                         ["ls-%s/sub/" % tag])
+        self.assertEqual(root.find(ns + "KeyCount").text, "3")
+        st, _, body = self.srv.request("GET", "/s3?list-type=2")
+        self.assertNotIn(".leasegate-probe", body)
+        self.assertNotIn("outside-", body)
+        st, _, body = self.srv.request("GET", "/s3?location")
+        self.assertEqual(st, 200)
+        self.assertIn("<LocationConstraint", body)
+        self.assertEqual(self.srv.request("HEAD", "/s3")[0], 200)
 
     def test_stale_lease_refused_by_the_guard(self):
         name = "stale-%s.csv" % uid()
@@ -140,7 +251,8 @@ class S3Tests(unittest.TestCase):
         b = self.acquire(name, "b")
         self.assertEqual(self.put("/s3/" + name, b"B", b["lease"])[0], 200)
         st, _, body = self.put("/s3/" + name, b"stale A", a["lease"])
-        self.assertEqual((st, body["error"]), (409, "stale_token"), body)
+        self.assertEqual((st, body["code"], body["error"]), (409, "StaleFencingToken", "stale_token"), body)
+        self.assertIn("force-released", body["message"])
         self.assertEqual(self.moto.get("reports/" + name), (b"B", str(b["token"])))
 
     def test_a_higher_fence_in_the_store_refuses_a_lower_token(self):
@@ -150,8 +262,8 @@ class S3Tests(unittest.TestCase):
         g = self.acquire(name)
         self.moto.put_direct("reports/" + name, b"newer", fence=g["token"] + 1000)
         st, _, body = self.put("/s3/" + name, b"older", g["lease"])
-        self.assertEqual((st, body["error"], body["reason"], body["fence"]),
-                         (409, "stale_token", "store_fence", g["token"] + 1000), body)
+        self.assertEqual((st, body["error"], body["fence"]), (409, "stale_token", g["token"] + 1000), body)
+        self.assertIn("fencing token %d is stale" % g["token"], body["message"])
         self.assertEqual(self.moto.get("reports/" + name), (b"newer", str(g["token"] + 1000)))
 
     def test_store_changes_between_head_and_put(self):
@@ -188,7 +300,7 @@ class S3Tests(unittest.TestCase):
             a = self.acquire(name, "a", srv=fresh)
             self.assertLess(a["token"], b["token"])
             st, _, body = self.put("/s3/" + name, b"A", a["lease"], srv=fresh)
-            self.assertEqual((st, body["error"], body.get("reason")), (409, "stale_token", "store_fence"), body)
+            self.assertEqual((st, body["error"], body["fence"]), (409, "stale_token", b["token"]), body)
             self.assertEqual(self.moto.get("reports/" + name), (b"B", str(b["token"])))
         finally:
             fresh.cleanup()
@@ -207,7 +319,7 @@ class S3Tests(unittest.TestCase):
             name = "cred-%s.csv" % uid()
             g = self.acquire(name, srv=srv)
             st, hdrs, body = self.put("/s3/" + name, b"x", g["lease"], srv=srv)
-            self.assertEqual((st, body["state"]), (503, "closed"), body)
+            self.assertEqual((st, body["code"]), (503, "ServiceUnavailable"), body)
             self.assertEqual(hdrs.get("retry-after"), "1")
             st, _, health = srv.request("GET", "/healthz")
             self.assertEqual(st, 200)
@@ -289,7 +401,7 @@ class PreconditionProbeTests(unittest.TestCase):
             self.assertEqual(st, 200)
             h = {"Fencing-Lease": g["lease"], "Content-Type": "text/plain"}
             st, _, body = srv.request("PUT", "/s3/" + name, raw=b"1", headers=h)
-            self.assertEqual((st, body.get("state")), (502, "refused"), body)
+            self.assertEqual((st, xml_error(body)["code"]), (502, "BadGateway"), body)
             store.honour = True
             time.sleep(2.5)  # two probe intervals: a closed route would have been probed
             self.assertEqual(srv.request("PUT", "/s3/" + name, raw=b"1", headers=h)[0], 502)
@@ -342,7 +454,7 @@ class PreconditionProbeTests(unittest.TestCase):
             self.assertNotIn(str(port), str(health), "no store URL in an answer")
             h = {"Fencing-Lease": g["lease"], "Content-Type": "text/plain"}
             st, hdrs, body = srv.request("PUT", "/s3/" + name, raw=b"1", headers=h)
-            self.assertEqual((st, body["error"]), (503, "overloaded"), body)
+            self.assertEqual((st, xml_error(body)["code"]), (503, "ServiceUnavailable"), body)
             self.assertEqual(hdrs.get("retry-after"), "1")
             self.assertNotIn(str(port), str(body))
             self.assertEqual(srv.request("GET", "/s3/" + name)[0], 502)
@@ -366,7 +478,7 @@ class PreconditionProbeTests(unittest.TestCase):
             ["--guard", "/s3/=s3://lgbucket,region=US_EAST"],
             ["--guard", "/s3/=s3://lgbucket,region=us-east-1,endpoint=ftp://x"],
             ["--guard", "/s3/=s3://lgbucket,region=us-east-1,endpoint=http://h/path"],
-            ["--guard", "/s3/=s3://lgbucket,region=us-east-1,methods=GET+DELETE"],
+            ["--guard", "/s3/=s3://lgbucket,region=us-east-1,methods=GET+PATCH"],
             ["--guard", "/x/=http://127.0.0.1:1/,region=us-east-1"],
             ["--s3-credentials", "/nonexistent"],                             # without an s3 route
             ["--s3-probe-interval", "0"],
