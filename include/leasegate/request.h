@@ -92,6 +92,8 @@ typedef struct RequestGuard {
      * takes over extra (an ErrCode, a json_t *). NULL: the JSON error. */
     void (*reply_error)(Request *req, int code, void *extra, const char *message);
     const void *route;  /* the GuardRoute, once matched */
+    struct S3Auth *auth; /* an S3 route's signed request: its body's checks (s3auth.h) */
+    bool write_checked;  /* the signed body's last checks were made */
 } RequestGuard;
 
 /* A grant this request's answer reveals, released if it is not delivered:

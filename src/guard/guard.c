@@ -24,6 +24,7 @@
 #include "guard/guardshare.h"
 #include "guard/proxy.h"
 #include "guard/s3.h"
+#include "guard/s3auth.h"
 #include "guard/s3err.h"
 #include "guard/s3list.h"
 #include "guard/s3req.h"
@@ -502,16 +503,33 @@ static bool take_share(Request *req, Guard *g, const char *key)
  * none, and its body is dropped. */
 static void stream_upload(Request *req, const char *data, size_t *size)
 {
-    if (req->guard->call)
-        proxy_call_upload(req->guard->call, data, size);
-    else
+    if (!req->guard->call || req->response) {
         *size = 0;
+        return;
+    }
+    if (req->guard->auth) {
+        /* Decoded and checked on the way; a refused body never ends at the store. */
+        if (!s3auth_upload(req->guard->auth, req, req->guard->call, data, size)) {
+            *size = 0;
+            proxy_call_abort(req->guard->call);
+        }
+        return;
+    }
+    proxy_call_upload(req->guard->call, data, size);
 }
 
 static bool stream_complete(Request *req)
 {
     if (!req->guard->call)
         return false;
+    /* A signed body's last checks come before its end may leave. */
+    if (req->guard->auth && !req->guard->write_checked) {
+        req->guard->write_checked = true;
+        if (!s3auth_body_done(req->guard->auth, req)) {
+            proxy_call_abort(req->guard->call);
+            return true;
+        }
+    }
     /* The guard may refuse the write now that its body is complete. */
     guardq_body_done(req);
     if (req->response)
@@ -702,10 +720,39 @@ static void s3_call(Request *req, const GuardRoute *route, const char *method, c
     proxy_call_start(req->guard->call);
 }
 
+/* A signed read: checked with the lease when its token holds the object's
+ * lock. Without --auth-file reads are open, so one whose token holds
+ * another lock passes unchecked; with it, an SDK's read is signed with a
+ * lease of the object's lock (a reader's will do), which its key was
+ * allowed to take: no weaker than the API's rule. A listing's signature
+ * names no lock: with --auth-file, a listing takes an API key. */
+static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *method)
+{
+    if (!s3req_signed(req))
+        return true;
+    char lock[NAME_MAX_BYTES + 1] = "";
+    const char *problem;
+    bool object = bound_lock(route, guardroute_rest(route, req->raw_uri), lock, sizeof lock, &problem) != NULL;
+    if (object && s3auth_token_holds(req, lock)) {
+        uint8_t lease[LEASE_ID_BYTES];
+        uint64_t token;
+        return s3auth_check(req, method, lock, true, lease, &token, &req->guard->auth) == S3AUTH_OK;
+    }
+    if (!req->srv->auth)
+        return true;
+    req->srv->metrics.guard_refused[GUARD_REFUSED_LEASE_MISSING]++;
+    http_reply_error(req, ERR_FORBIDDEN, NULL,
+                     object ? "with API keys, a signed read must be signed with a lease of the object's lock (a read "
+                              "lease will do: acquire it with mode read)"
+                            : "with API keys, a listing takes an API key (Authorization: Bearer KEY), not a "
+                              "signature");
+    return false;
+}
+
 /* A read through an S3 route: signed, with the allowed headers only. */
 static void begin_s3_read(Request *req, const GuardRoute *route, const char *method)
 {
-    if (!route_open(req, route, true))
+    if (!route_open(req, route, true) || !s3_read_allowed(req, route, method))
         return;
     s3_call(req, route, method, s3_object_url(route, guardroute_rest(route, req->raw_uri)), s3req_read_head,
             s3req_read_gathered);
@@ -757,15 +804,56 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
         bad(req, "path", "a write must go to a path that names its lock: %s", problem);
         return;
     }
-    if (!claims_match(req, &b) || !holds(req, method, "Fencing-Lease", &b) || !token_claim_matches(req, &b) ||
-        !locks_take_writes(req, &b, 1))
+    if (!claims_match(req, &b))
         return;
+    if (s3req_signed(req)) {
+        if (s3auth_check(req, method, b.lock, false, b.lease, &b.token, &req->guard->auth) != S3AUTH_OK)
+            return;
+        const char *why = guardq_stale_reason(s, &b);
+        if (why) {
+            refused(req, GUARD_REFUSED_STALE);
+            guardq_reply_stale(req, b.lock, b.token, why);
+            return;
+        }
+    } else if (!holds(req, method, "Fencing-Lease", &b)) {
+        return;
+    }
+    if (!token_claim_matches(req, &b) || !locks_take_writes(req, &b, 1))
+        return;
+    if (s3auth_chunked(req->guard->auth)) {
+        content_length = s3auth_store_length(req, req->guard->auth, content_length);
+        if (content_length < 0)
+            return;
+    }
+    char encoding[128] = "";
+    const char *ce = header(req, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (s3auth_chunked(req->guard->auth) && ce) {
+        /* aws-chunked is the guard's to take off; another coding stays the object's. */
+        char rest[96] = "";
+        for (const char *p = ce; *p;) {
+            size_t n = strcspn(p, ",");
+            const char *t = p;
+            size_t tn = n;
+            while (tn && (*t == ' ' || *t == '\t'))
+                t++, tn--;
+            while (tn && (t[tn - 1] == ' ' || t[tn - 1] == '\t'))
+                tn--;
+            if (tn && !(tn == 11 && !strncasecmp(t, "aws-chunked", 11)) && strlen(rest) + tn + 2 < sizeof rest)
+                snprintf(rest + strlen(rest), sizeof rest - strlen(rest), "%s%.*s", rest[0] ? "," : "", (int)tn, t);
+            p += n;
+            if (*p == ',')
+                p++;
+        }
+        if (rest[0])
+            snprintf(encoding, sizeof encoding, "Content-Encoding: %s", rest);
+    }
     char fence[64];
     snprintf(fence, sizeof fence, "x-amz-meta-fencing-token: %llu", (unsigned long long)b.token);
-    const char *add_put[] = {fence, NULL};
+    const char *add_put[] = {fence, encoding[0] ? encoding : NULL, NULL};
     const char *add_del[] = {fence, S3_TOMBSTONE_META ": 1", "Content-Type: text/plain", NULL};
     static const char *const NONE[] = {NULL};
-    ProxyHeaders h = {NONE, del ? add_del : add_put, del ? NULL : s3req_keep_write};
+    ProxyHeaders h = {NONE, del ? add_del : add_put,
+                      s3auth_chunked(req->guard->auth) ? s3req_keep_write_unencoded : s3req_keep_write};
     if (del) {
         static const char *const ALL[] = {NULL};
         h.drop = ALL;
@@ -869,6 +957,8 @@ void guard_request_end(Request *req)
     guardq_request_end(req);
     s3req_write_free(req->guard->s3);
     req->guard->s3 = NULL;
+    s3auth_free(req->guard->auth);
+    req->guard->auth = NULL;
     if (req->guard->call) {
         proxy_call_free(req->guard->call);
         req->guard->call = NULL;

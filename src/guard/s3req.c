@@ -77,6 +77,11 @@ static bool amz_write_header(const char *name, size_t len)
            prefixed(name, len, "x-amz-server-side-encryption");
 }
 
+bool s3req_keep_write_unencoded(const char *name, size_t len)
+{
+    return !(len == 16 && !strncasecmp(name, "Content-Encoding", 16)) && s3req_keep_write(name, len);
+}
+
 bool s3req_keep_none(const char *name, size_t len)
 {
     (void)name;

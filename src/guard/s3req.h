@@ -89,6 +89,8 @@ void s3req_delete_gathered(void *ud, Request *req, long status, const struct cur
 bool s3req_keep_read(const char *name, size_t len);
 bool s3req_keep_write(const char *name, size_t len);
 bool s3req_keep_none(const char *name, size_t len); /* a tombstone's: none of the client's */
+/* An aws-chunked write's: its Content-Encoding is rewritten without aws-chunked. */
+bool s3req_keep_write_unencoded(const char *name, size_t len);
 /* Signs a call of `route` (a ProxyConfigure; ud is an S3Sign). */
 typedef struct S3Sign {
     S3 *s3;
