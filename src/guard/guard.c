@@ -783,7 +783,7 @@ static void list_v2_gathered(void *ud, Request *req, long status, const struct c
 /* A listing of the bucket: the store's, within the route's key prefix, rewritten (s3list.h). */
 static void begin_s3_list(Request *req, const GuardRoute *route, bool v2)
 {
-    if (!route_open(req, route, true))
+    if (!route_open(req, route, true) || !s3_read_allowed(req, route, "GET"))
         return;
     s3_call(req, route, "GET", s3list_url(req, route, v2), gather_all, v2 ? list_v2_gathered : list_v1_gathered);
 }

@@ -388,6 +388,87 @@ class S3ClientTests(unittest.TestCase):
         self.srv.release("report.csv", g["lease"])
 
 
+
+@unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
+class S3KeyedTests(unittest.TestCase):
+    """With --auth-file: an SDK's write and read are signed with a lease its key took; a
+    signed read with a lease of another lock, and a signed listing, are refused; a listing
+    with an API key shows only the names the key covers."""
+
+    def test_reads_no_weaker_than_the_api(self):
+        moto = s3_fixture.Moto()
+        d = tempfile.mkdtemp(prefix="leasegate-s3keys-")
+        try:
+            p = subprocess.run([harness.binary_path(), "keygen", "team", "client", "team-a/"], capture_output=True,
+                               text=True, timeout=10)
+            key, line = p.stdout.splitlines()
+            keys = os.path.join(d, "keys")
+            with open(keys, "w") as f:
+                f.write(line + "\n")
+            os.chmod(keys, 0o600)
+            srv = harness.Server(extra_args=[
+                "--auth-file", keys, "--guard", "/%s/=s3://%s/keyed,region=%s,endpoint=%s" % (
+                    BUCKET, s3_fixture.BUCKET, s3_fixture.REGION, moto.url)], extra_env=moto.env())
+            try:
+                bearer = {"Authorization": "Bearer " + key}
+                grants = {}
+                for name in ("team-a/x.txt", "team-a/sub/y.txt", "team-a/read.txt"):
+                    st, _, grants[name] = srv.request("POST", "/v1/locks/%s/acquire" % name, body={"owner": "t"},
+                                                      headers=bearer)
+                    self.assertEqual(st, 200, grants[name])
+                    moto.put_direct("keyed/" + name, b"x", grants[name]["token"])
+                moto.put_direct("keyed/team-b/secret.txt", b"other team's")
+                import boto3
+                from botocore.config import Config
+                from botocore.exceptions import ClientError
+
+                def sdk(grant):
+                    return boto3.client("s3", endpoint_url=srv.url, region_name="us-east-1",
+                                        aws_access_key_id=str(grant["token"]), aws_secret_access_key=grant["lease"],
+                                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+                st, _, w = srv.request("POST", "/v1/locks/team-a/w.txt/acquire", body={"owner": "t"}, headers=bearer)
+                sdk(w).put_object(Bucket=BUCKET, Key="team-a/w.txt", Body=b"written")
+                self.assertEqual(sdk(w).get_object(Bucket=BUCKET, Key="team-a/w.txt")["Body"].read(), b"written")
+                # A read lease of the object's lock proves the right to read it.
+                st, _, _ = srv.request("POST", "/v1/locks/team-a/read.txt/release",
+                                       body={"lease": grants["team-a/read.txt"]["lease"]}, headers=bearer)
+                self.assertEqual(st, 200)
+                st, _, r = srv.request("POST", "/v1/locks/team-a/read.txt/acquire",
+                                       body={"owner": "reader", "mode": "read", "ttl_ms": 60000}, headers=bearer)
+                self.assertEqual(st, 200, r)
+                self.assertEqual(sdk(r).get_object(Bucket=BUCKET, Key="team-a/read.txt")["Body"].read(), b"x")
+                # ... but not another lock's object, nor a write with it.
+                with self.assertRaises(ClientError) as cm:
+                    sdk(r).get_object(Bucket=BUCKET, Key="team-a/x.txt")
+                self.assertEqual(cm.exception.response["Error"]["Code"], "AccessDenied")
+                with self.assertRaises(ClientError) as cm:
+                    sdk(r).put_object(Bucket=BUCKET, Key="team-a/read.txt", Body=b"reader writes")
+                self.assertEqual(cm.exception.response["Error"]["Code"], "StaleFencingToken")
+                with self.assertRaises(ClientError) as cm:
+                    sdk(w).get_object(Bucket=BUCKET, Key="team-b/secret.txt")
+                self.assertEqual(cm.exception.response["Error"]["Code"], "AccessDenied")
+                with self.assertRaises(ClientError) as cm:
+                    sdk(w).list_objects_v2(Bucket=BUCKET)
+                self.assertEqual(cm.exception.response["Error"]["Code"], "AccessDenied")
+                # Unsigned and keyless: AccessDenied, in S3's format.
+                st, _, body = srv.request("GET", "/%s/team-a/x.txt" % BUCKET)
+                self.assertEqual(st, 403, body)
+                self.assertIn("<Code>AccessDenied</Code>", body)
+                # A listing with the key shows its names only.
+                st, _, body = srv.request("GET", "/%s?list-type=2" % BUCKET, headers=bearer)
+                self.assertEqual(st, 200, body)
+                self.assertIn("team-a/x.txt", body)
+                self.assertNotIn("team-b", body)
+                st, _, body = srv.request("GET", "/%s?list-type=2&delimiter=/" % BUCKET, headers=bearer)
+                self.assertIn("<Prefix>team-a/</Prefix>", body)
+                self.assertNotIn("team-b", body)
+            finally:
+                srv.cleanup()
+        finally:
+            moto.stop()
+            shutil.rmtree(d, ignore_errors=True)
+
+
 if __name__ == "__main__":
     if not s3_fixture.available():
         print("SKIPPED: S3 client tests: " + s3_fixture.missing_reason())
