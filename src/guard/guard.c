@@ -872,6 +872,7 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
+    guardq_set_confirm(req->guard->write, s3req_confirm);
     proxy_call_on_answer(req->guard->call, del ? s3req_delete_head : s3req_write_head,
                          del ? s3req_delete_gathered : s3req_read_gathered, (void *)route);
 }

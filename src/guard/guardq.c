@@ -39,6 +39,8 @@ struct GuardWrite {
     GuardPrepare prepare; /* NULL: none */
     void *prepare_ud;
     bool preparing, prepared;
+    GuardPrepare confirm; /* NULL: none; its ud is prepare_ud */
+    bool confirming, confirmed;
     bool has_body;
     bool body_done;    /* the client's request has fully arrived */
     bool started;      /* its call was started */
@@ -331,8 +333,8 @@ static bool record_end(GuardWrite *w)
 /* One step of the write at the head of its queues. True when it left them. */
 static bool step(GuardWrite *w)
 {
-    if (w->released || w->ending || w->preparing)
-        return false; /* waiting for the upstream's answer, the end record, or the prepare step */
+    if (w->released || w->ending || w->preparing || w->confirming)
+        return false; /* waiting for the upstream's answer, the end record, or the prepare or confirm step */
     const char *why;
     const GuardBinding *stale;
     if (w->prepare && !w->prepared) {
@@ -403,7 +405,8 @@ static void kick_all(GuardWrite *w)
             kick(w->gq, w->slots[i].q);
 }
 
-/* The end record is durable: the end leaves, if the write may still go. */
+/* The end record is durable: the end leaves, if the write may still go
+ * (and its confirm step, when it has one, has found nothing changed). */
 static void end_durable(CommitHold *hold)
 {
     GuardWrite *w = CONTAINER_OF(hold, GuardWrite, hold);
@@ -413,6 +416,12 @@ static void end_durable(CommitHold *hold)
     const GuardBinding *stale = stale_binding(w, &why);
     if (stale) {
         refuse(w, stale, why);
+    } else if (w->confirm && !w->confirmed) {
+        w->confirming = true;
+        if (!w->confirm(w->prepare_ud, w)) {
+            w->confirming = false;
+            drop(w); /* the step answered the client */
+        }
     } else {
         w->released = true;
         if (w->has_body) {
@@ -474,7 +483,24 @@ static int compare_slots(const void *a, const void *b)
     return strcmp(((const GuardSlot *)a)->bind.lock, ((const GuardSlot *)b)->bind.lock);
 }
 
-bool guardq_preparing(const GuardWrite *w) { return w->preparing && queued(w); }
+bool guardq_preparing(const GuardWrite *w) { return (w->preparing || w->confirming) && queued(w); }
+
+void guardq_set_confirm(GuardWrite *w, GuardPrepare confirm) { w->confirm = confirm; }
+
+void guardq_confirmed(GuardWrite *w, bool ok)
+{
+    if (!w->confirming || !queued(w))
+        return;
+    GuardQueues *gq = w->gq;
+    w->confirming = false;
+    if (!ok) {
+        drop(w);
+        run(gq);
+        return;
+    }
+    w->confirmed = true;
+    end_durable(&w->hold);
+}
 
 void guardq_prepared(GuardWrite *w, bool ok)
 {

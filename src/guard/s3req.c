@@ -23,6 +23,12 @@ struct S3Write {
     ProxyCall *head;   /* the HEAD in flight, or NULL */
     bool rechecking;   /* the store refused the precondition: reading the object again */
     uint64_t token;
+    /* What the prepare step read, for the confirm step to compare: the
+     * object existed, its ETag, fence and Last-Modified. */
+    bool existed;
+    char etag[256];
+    char modified[64];
+    uint64_t fence;
     char *url;         /* owned */
     char lock[NAME_MAX_BYTES + 1];
 };
@@ -420,6 +426,11 @@ static void prepared(void *ud, long status, const struct curl_slist *headers)
         }
         snprintf(line, sizeof line, "If-Match: %s", etag);
         ok = proxy_call_add_header(w->req->guard->call, line);
+        w->existed = true;
+        snprintf(w->etag, sizeof w->etag, "%s", etag);
+        w->fence = fence;
+        if (!header_value(headers, "Last-Modified", w->modified, sizeof w->modified))
+            w->modified[0] = '\0';
     } else {
         reply_store_failed(w, status, status == 200 ? "before the write (its answer had no ETag, or a fencing-token "
                                                       "that is not a number)"
@@ -451,6 +462,57 @@ bool s3req_prepare(void *ud, GuardWrite *gw)
     S3Write *w = ud;
     w->gw = gw;
     if (!start_head(w, prepared)) {
+        http_reply_error(w->req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return false;
+    }
+    return true;
+}
+
+/* The object read again right before the write's end leaves: a write that
+ * reached the store meanwhile without changing the ETag (a metadata-only
+ * copy onto itself raising the fence keeps it) shows in the fence or in
+ * Last-Modified, and the write is refused before the store has all of it. */
+static void confirmed(void *ud, long status, const struct curl_slist *headers)
+{
+    S3Write *w = ud;
+    w->head = NULL;
+    if (!guardq_preparing(w->gw))
+        return; /* refused meanwhile */
+    uint64_t fence = 0;
+    char etag[256] = "", modified[64] = "";
+    bool same;
+    if (status == 404) {
+        same = !w->existed;
+    } else if (status == 200 && fence_of(headers, &fence)) {
+        header_value(headers, "ETag", etag, sizeof etag);
+        header_value(headers, "Last-Modified", modified, sizeof modified);
+        same = w->existed && !strcmp(etag, w->etag) && fence == w->fence && !strcmp(modified, w->modified);
+    } else {
+        reply_store_failed(w, status, "right before the write's end");
+        guardq_confirmed(w->gw, false);
+        return;
+    }
+    if (same) {
+        guardq_confirmed(w->gw, true);
+        return;
+    }
+    if (fence > w->token)
+        reply_fence_above(w, fence);
+    else
+        http_reply_error(w->req, ERR_WRITE_CONFLICT,
+                         json_pack("{s:s, s:I, s:I}", "lock", w->lock, "token", (json_int_t)w->token, "fence",
+                                   (json_int_t)fence),
+                         "the object %.*s changed while the write's body arrived (another writer, not through this "
+                         "gateway?); nothing was written: send the write again with the same lease",
+                         path_len(w), w->req->raw_uri);
+    guardq_confirmed(w->gw, false);
+}
+
+bool s3req_confirm(void *ud, GuardWrite *gw)
+{
+    S3Write *w = ud;
+    w->gw = gw;
+    if (!start_head(w, confirmed)) {
         http_reply_error(w->req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return false;
     }

@@ -105,6 +105,10 @@ S3Write *s3req_write_new(S3 *s3, Proxy *proxy, Request *req, const GuardRoute *r
 void s3req_write_free(S3Write *w);
 /* The write's prepare step (a GuardPrepare; ud is the S3Write). */
 bool s3req_prepare(void *ud, GuardWrite *gw);
+/* Its confirm step, right before the end leaves (guardq_set_confirm): the
+ * object read again must have the ETag, fence and Last-Modified the prepare
+ * step read. */
+bool s3req_confirm(void *ud, GuardWrite *gw);
 /* The client's request is complete: true when the store refused the PUT's
  * precondition (412, 409) and the write answers the client itself (after
  * reading the object again); false to pass the store's answer on. */

@@ -14,6 +14,7 @@ Skipped with one line when moto or boto3 is missing (.ci/run fails then). Only
 """
 
 import os
+import re
 import sys
 import tempfile
 import time
@@ -277,13 +278,52 @@ class S3Tests(unittest.TestCase):
                 self.assertEqual(self.put("/s3/" + name, b"first", g["lease"])[0], 200)
                 self.proxy.race("/%s/reports/%s" % (s3_fixture.BUCKET, name), g["token"] + bump)
                 st, _, body = self.put("/s3/" + name, b"second", g["lease"])
-                self.assertTrue(self.proxy.raced.is_set())
+                self.assertTrue(self.proxy.raced.wait(10))
                 self.assertEqual((st, body["error"]), (409, error), body)
                 self.assertEqual(self.moto.get("reports/" + name), (b"written directly", str(g["token"] + bump)))
                 if error == "write_conflict":
                     # Sent again with the same lease, it goes through.
                     self.assertEqual(self.put("/s3/" + name, b"third", g["lease"])[0], 200)
                     self.assertEqual(self.moto.get("reports/" + name), (b"third", str(g["token"])))
+
+    def test_the_fence_cannot_be_lowered_by_a_self_copy_during_a_slow_upload(self):
+        """The hostile review's attack: while A's upload is slow, a writer that reaches the
+        store directly raises the object's fence with a metadata-only copy onto itself (same
+        bytes, same ETag), and A's If-Match would still match. The guard reads the object again
+        right before the upload's last byte leaves: the raised fence refuses A (409), and the
+        store keeps the higher fence."""
+        import socket
+        name = "lower-%s.csv" % uid()
+        g = self.acquire(name)
+        self.assertEqual(self.put("/s3/" + name, b"v1", g["lease"])[0], 200)
+        body = b"x" * 100000
+        sock = socket.create_connection(("127.0.0.1", self.srv.port), timeout=30)
+        try:
+            sock.sendall(("PUT /s3/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\nContent-Type: text/csv\r\n"
+                          "Content-Length: %d\r\n\r\n" % (name, g["lease"], len(body))).encode())
+            sock.sendall(body[:50000])
+            # The guard has read the ETag by now (its HEAD goes before the body streams), or reads it after
+            # the copy; either way the fence that reaches the store is the copy's.
+            self.srv.wait_until(lambda: self.srv.metric("leasegate_guard_forwarded_total") >= 3, timeout=10,
+                                what="the upload under way")
+            key = "reports/" + name
+            self.moto.s3.copy_object(Bucket=s3_fixture.BUCKET, Key=key, CopySource={"Bucket": s3_fixture.BUCKET,
+                                                                                      "Key": key},
+                                     Metadata={"fencing-token": str(g["token"] + 1000)}, MetadataDirective="REPLACE")
+            sock.sendall(body[50000:])
+            resp = b""
+            while b"\r\n\r\n" not in resp or len(resp.split(b"\r\n\r\n", 1)[1]) < int(
+                    re.search(rb"(?i)content-length: (\d+)", resp).group(1) if re.search(rb"(?i)content-length: (\d+)", resp) else 0):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                resp += chunk
+        finally:
+            sock.close()
+        status = int(resp.split(b" ", 2)[1])
+        e = xml_error(resp.split(b"\r\n\r\n", 1)[1].decode())
+        self.assertEqual((status, e["code"], e["fence"]), (409, "StaleFencingToken", g["token"] + 1000), resp)
+        self.assertEqual(self.moto.get("reports/" + name), (b"v1", str(g["token"] + 1000)))
 
     def test_a_gateway_restarted_with_an_empty_table_cannot_reorder(self):
         """B (token 5 here) wrote through one gateway, which is killed (-9); a gateway
