@@ -27,6 +27,7 @@
 #include "guard/s3auth.h"
 #include "guard/s3err.h"
 #include "guard/s3list.h"
+#include "guard/s3mpu.h"
 #include "guard/s3req.h"
 #include "net/httphead.h"
 
@@ -35,6 +36,7 @@ struct Guard {
     GuardShares *shares;
     GuardQueues *queues;
     S3 *s3;
+    S3Uploads *uploads; /* multipart uploads begun through the guard */
 };
 
 Guard *guard_new(Server *s)
@@ -46,7 +48,8 @@ Guard *guard_new(Server *s)
     g->shares = guardshare_new();
     g->queues = g->shares ? guardq_new(s, g->shares) : NULL;
     g->s3 = s3_new(&s->cfg);
-    if (!g->queues || !g->s3) {
+    g->uploads = s3mpu_new();
+    if (!g->queues || !g->s3 || !g->uploads) {
         guard_free(g);
         return NULL;
     }
@@ -58,6 +61,7 @@ void guard_free(Guard *g)
     if (!g)
         return;
     s3_free(g->s3);
+    s3mpu_free(g->uploads);
     guardq_free(g->queues);
     guardshare_free(g->shares);
     free(g);
@@ -780,6 +784,69 @@ static void list_v2_gathered(void *ud, Request *req, long status, const struct c
     s3list_reply(req, ud, true, status, body, len, complete);
 }
 
+/* The route's prefix and the object's path: the object a multipart upload is of. */
+static void upload_object(Request *req, const GuardRoute *route, char *out, size_t outlen)
+{
+    const char *rest = guardroute_rest(route, req->raw_uri);
+    snprintf(out, outlen, "%s%.*s", route->prefix, (int)strcspn(rest, "?"), rest);
+}
+
+/* Is the holder that began an upload still the lock's (for pruning)? */
+static bool upload_still_held(const char *lock, uint64_t token, void *ud)
+{
+    Server *s = ud;
+    const Lock *l = locktab_get(s->locks, KIND_LOCK, lock);
+    for (const Holder *h = l ? locktab_holder(l) : NULL; h; h = locktab_next_holder(h))
+        if (h->token == token)
+            return true;
+    return false;
+}
+
+static void s3_created(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                       size_t len, bool complete)
+{
+    (void)headers;
+    const GuardRoute *route = ud;
+    char id[S3MPU_ID_MAX + 1] = "";
+    if (!s3list_rewrite(req, route, status, body, len, complete, id, sizeof id))
+        return;
+    char object[HTTP_MAX_TARGET + 300];
+    upload_object(req, route, object, sizeof object);
+    if (!id[0] || !s3mpu_add(req->srv->guard->uploads, id, object, req->guard->s3_lock, req->guard->s3_token))
+        fprintf(stderr, "leasegate: guard %s: multipart upload of %s not recorded (%s): its Complete will be "
+                        "refused\n",
+                route->prefix, object, id[0] ? "the guard's table is full" : "the store named no upload id");
+}
+
+static void s3_completed(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                         size_t len, bool complete)
+{
+    (void)headers;
+    const GuardRoute *route = ud;
+    if (s3list_rewrite(req, route, status, body, len, complete, NULL, 0) && status == 200) {
+        const char *id = http_query(req, "uploadId");
+        if (id)
+            s3mpu_remove(req->srv->guard->uploads, id);
+    }
+}
+
+static void s3_aborted(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                       size_t len, bool complete)
+{
+    (void)headers;
+    if (status >= 200 && status < 300)
+        http_reply_text(req, 204, "application/xml", NULL, 0);
+    else
+        s3list_rewrite(req, ud, status, body, len, complete, NULL, 0);
+}
+
+static void s3_listed_parts(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                            size_t len, bool complete)
+{
+    (void)headers;
+    s3list_rewrite(req, ud, status, body, len, complete, NULL, 0);
+}
+
 /* A listing of the bucket: the store's, within the route's key prefix, rewritten (s3list.h). */
 static void begin_s3_list(Request *req, const GuardRoute *route, bool v2)
 {
@@ -788,93 +855,256 @@ static void begin_s3_list(Request *req, const GuardRoute *route, bool v2)
     s3_call(req, route, "GET", s3list_url(req, route, v2), gather_all, v2 ? list_v2_gathered : list_v1_gathered);
 }
 
-/* A write through an S3 route: the lease's token becomes the object's
- * precondition (s3req.h). A DELETE writes a tombstone. */
-static void begin_s3_write(Request *req, const GuardRoute *route, const char *method, int64_t content_length)
+/* The checks every write of an S3 route makes from its head: the route is
+ * open, the path names a lock, and the request proves that it holds it (a
+ * SigV4 signature made with the lease, or Fencing-Lease) with a token that
+ * is not stale. Fills b; answers otherwise. */
+static bool s3_write_allowed(Request *req, const GuardRoute *route, const char *method, GuardBinding *b)
+{
+    Server *s = req->srv;
+    if (!route_open(req, route, false))
+        return false;
+    memset(b, 0, sizeof *b);
+    const char *problem = NULL;
+    if (!bound_lock(route, guardroute_rest(route, req->raw_uri), b->lock, sizeof b->lock, &problem)) {
+        bad(req, "path", "a write must go to a path that names its lock: %s", problem);
+        return false;
+    }
+    if (!claims_match(req, b))
+        return false;
+    if (s3req_signed(req)) {
+        if (s3auth_check(req, method, b->lock, false, b->lease, &b->token, &req->guard->auth) != S3AUTH_OK)
+            return false;
+        const char *why = guardq_stale_reason(s, b);
+        if (why) {
+            refused(req, GUARD_REFUSED_STALE);
+            guardq_reply_stale(req, b->lock, b->token, why);
+            return false;
+        }
+    } else if (!holds(req, method, "Fencing-Lease", b)) {
+        return false;
+    }
+    return token_claim_matches(req, b);
+}
+
+/* "Content-Encoding: ..." without aws-chunked (the guard's to take off;
+ * another coding stays the object's), or "" when none is left. */
+static void encoding_line(Request *req, char *line, size_t linelen)
+{
+    line[0] = '\0';
+    const char *ce = header(req, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (!ce || !s3auth_chunked(req->guard->auth))
+        return;
+    char rest[96] = "";
+    for (const char *p = ce; *p;) {
+        size_t n = strcspn(p, ",");
+        const char *t = p;
+        size_t tn = n;
+        while (tn && (*t == ' ' || *t == '\t'))
+            t++, tn--;
+        while (tn && (t[tn - 1] == ' ' || t[tn - 1] == '\t'))
+            tn--;
+        if (tn && !(tn == 11 && !strncasecmp(t, "aws-chunked", 11)) && strlen(rest) + tn + 2 < sizeof rest)
+            snprintf(rest + strlen(rest), sizeof rest - strlen(rest), "%s%.*s", rest[0] ? "," : "", (int)tn, t);
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    if (rest[0])
+        snprintf(line, linelen, "Content-Encoding: %s", rest);
+}
+
+/* The object's store URL with a query of the request's own parameters
+ * (each once, sorted as SigV4 sorts them). Owned; NULL when out of memory. */
+static char *s3_url_with(Request *req, const GuardRoute *route, const char *const *params)
+{
+    char *base = s3_object_url(route, guardroute_rest(route, req->raw_uri));
+    if (!base)
+        return NULL;
+    size_t cap = strlen(base) + 8;
+    for (const char *const *p = params; *p; p++) {
+        const char *v = http_query(req, *p);
+        cap += strlen(*p) + 2 + 3 * (v ? strlen(v) : 0);
+    }
+    char *url = realloc(base, cap);
+    if (!url) {
+        free(base);
+        return NULL;
+    }
+    size_t n = strlen(url);
+    char sep = '?';
+    static const char HEX[] = "0123456789ABCDEF";
+    for (const char *const *p = params; *p; p++) {
+        const char *v = http_query(req, *p);
+        if (!v)
+            continue;
+        n += (size_t)snprintf(url + n, cap - n, "%c%s=", sep, *p);
+        sep = '&';
+        /* Encoded as libcurl 7.88 signs a query (s3list.c says why). */
+        for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+            if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' ||
+                *c == '.' || *c == '_' || *c == '~' || *c == '/' || *c == ':') {
+                url[n++] = (char)*c;
+            } else {
+                url[n++] = '%';
+                url[n++] = HEX[*c >> 4];
+                url[n++] = HEX[*c & 15];
+            }
+        }
+        url[n] = '\0';
+    }
+    return url;
+}
+
+/* An UploadPart or a Complete must come with the token its upload was begun
+ * with: a stale holder's upload cannot be finished by anyone, nor one begun
+ * before a restart. Answers 409 otherwise. */
+static bool upload_is_the_tokens(Request *req, const GuardRoute *route, const GuardBinding *b)
+{
+    char object[HTTP_MAX_TARGET + 300];
+    upload_object(req, route, object, sizeof object);
+    const char *id = http_query(req, "uploadId");
+    uint64_t began = id ? s3mpu_token(req->srv->guard->uploads, id, object) : 0;
+    if (began == b->token)
+        return true;
+    refused(req, GUARD_REFUSED_STALE);
+    req->srv->metrics.guard_rejected_stale++;
+    if (!began)
+        http_reply_error(req, ERR_STALE_TOKEN,
+                         json_pack("{s:s, s:I, s:s}", "lock", b->lock, "token", (json_int_t)b->token, "s3_code",
+                                   "NoSuchUpload"),
+                         "upload %.200s of this object was not begun through this gateway since it started (or "
+                         "was completed or aborted): begin the upload again",
+                         id ? id : "");
+    else
+        http_reply_error(req, ERR_STALE_TOKEN,
+                         json_pack("{s:s, s:I, s:I}", "lock", b->lock, "token", (json_int_t)b->token, "fence",
+                                   (json_int_t)began),
+                         "fencing token %llu did not begin this upload (token %llu did): an upload is finished "
+                         "by the lease that began it, while it holds the lock",
+                         (unsigned long long)b->token, (unsigned long long)began);
+    return false;
+}
+
+/* A write through an S3 route, queued: the lease's token becomes the
+ * object's precondition (s3req.h). A PUT writes the object, a DELETE a
+ * tombstone, a Complete the upload's parts (each with the prepare and
+ * confirm steps); an UploadPart writes a part only, with neither. */
+static void begin_s3_write(Request *req, const GuardRoute *route, const char *method, S3Op op, int64_t content_length)
 {
     Server *s = req->srv;
     Guard *g = s->guard;
-    if (!route_open(req, route, false))
-        return;
-    bool del = !strcmp(method, "DELETE");
+    bool del = op == S3_OP_DELETE, part = op == S3_OP_MP_PART, complete = op == S3_OP_MP_COMPLETE;
     GuardBinding b;
-    memset(&b, 0, sizeof b);
-    const char *problem = NULL;
-    if (!bound_lock(route, guardroute_rest(route, req->raw_uri), b.lock, sizeof b.lock, &problem)) {
-        bad(req, "path", "a write must go to a path that names its lock: %s", problem);
+    if (!s3_write_allowed(req, route, method, &b) || ((part || complete) && !upload_is_the_tokens(req, route, &b)) ||
+        !locks_take_writes(req, &b, 1))
         return;
-    }
-    if (!claims_match(req, &b))
-        return;
-    if (s3req_signed(req)) {
-        if (s3auth_check(req, method, b.lock, false, b.lease, &b.token, &req->guard->auth) != S3AUTH_OK)
-            return;
-        const char *why = guardq_stale_reason(s, &b);
-        if (why) {
-            refused(req, GUARD_REFUSED_STALE);
-            guardq_reply_stale(req, b.lock, b.token, why);
-            return;
-        }
-    } else if (!holds(req, method, "Fencing-Lease", &b)) {
-        return;
-    }
-    if (!token_claim_matches(req, &b) || !locks_take_writes(req, &b, 1))
-        return;
-    if (s3auth_chunked(req->guard->auth)) {
+    if (s3auth_chunked(req->guard->auth))
         content_length = s3auth_store_length(req, req->guard->auth, content_length);
-        if (content_length < 0)
-            return;
-    }
-    char encoding[128] = "";
-    const char *ce = header(req, MHD_HTTP_HEADER_CONTENT_ENCODING);
-    if (s3auth_chunked(req->guard->auth) && ce) {
-        /* aws-chunked is the guard's to take off; another coding stays the object's. */
-        char rest[96] = "";
-        for (const char *p = ce; *p;) {
-            size_t n = strcspn(p, ",");
-            const char *t = p;
-            size_t tn = n;
-            while (tn && (*t == ' ' || *t == '\t'))
-                t++, tn--;
-            while (tn && (t[tn - 1] == ' ' || t[tn - 1] == '\t'))
-                tn--;
-            if (tn && !(tn == 11 && !strncasecmp(t, "aws-chunked", 11)) && strlen(rest) + tn + 2 < sizeof rest)
-                snprintf(rest + strlen(rest), sizeof rest - strlen(rest), "%s%.*s", rest[0] ? "," : "", (int)tn, t);
-            p += n;
-            if (*p == ',')
-                p++;
-        }
-        if (rest[0])
-            snprintf(encoding, sizeof encoding, "Content-Encoding: %s", rest);
-    }
-    char fence[64];
+    char encoding[128], fence[64];
+    encoding_line(req, encoding, sizeof encoding);
     snprintf(fence, sizeof fence, "x-amz-meta-fencing-token: %llu", (unsigned long long)b.token);
     const char *add_put[] = {fence, encoding[0] ? encoding : NULL, NULL};
     const char *add_del[] = {fence, S3_TOMBSTONE_META ": 1", "Content-Type: text/plain", NULL};
+    const char *add_part[] = {encoding[0] ? encoding : NULL, NULL};
     static const char *const NONE[] = {NULL};
-    ProxyHeaders h = {NONE, del ? add_del : add_put,
-                      s3auth_chunked(req->guard->auth) ? s3req_keep_write_unencoded : s3req_keep_write};
-    if (del) {
-        static const char *const ALL[] = {NULL};
-        h.drop = ALL;
-        h.keep = s3req_keep_none;
-    }
-    S3Sign sign = {g->s3, route};
-    char *url = s3_object_url(route, guardroute_rest(route, req->raw_uri));
+    ProxyHeaders h = {NONE, del ? add_del : part || complete ? add_part : add_put,
+                      del        ? s3req_keep_none
+                      : complete ? s3req_keep_complete
+                      : s3auth_chunked(req->guard->auth) ? s3req_keep_write_unencoded
+                                                         : s3req_keep_write};
+    static const char *const PART_Q[] = {"partNumber", "uploadId", NULL};
+    static const char *const DONE_Q[] = {"uploadId", NULL};
+    char *url = part ? s3_url_with(req, route, PART_Q)
+                : complete ? s3_url_with(req, route, DONE_Q)
+                           : s3_object_url(route, guardroute_rest(route, req->raw_uri));
     int64_t length = del ? (int64_t)(sizeof S3_TOMBSTONE_BODY - 1) : content_length;
-    req->guard->call = url ? proxy_call_new(s->proxy, req, "PUT", url, true, length, &h) : NULL;
-    req->guard->s3 = url && req->guard->call ? s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token) : NULL;
+    S3Sign sign = {g->s3, route};
+    req->guard->call = url ? proxy_call_new(s->proxy, req, complete ? "POST" : "PUT", url, true, length, &h) : NULL;
+    if (url && req->guard->call && !part)
+        req->guard->s3 = s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token);
     free(url);
-    if (!req->guard->s3 || !proxy_call_configure(req->guard->call, s3req_sign, &sign) ||
+    if (!req->guard->call || (!part && !req->guard->s3) ||
+        !proxy_call_configure(req->guard->call, s3req_sign, &sign) ||
         (del && !proxy_call_fixed_body(req->guard->call, S3_TOMBSTONE_BODY, sizeof S3_TOMBSTONE_BODY - 1)) ||
         !guardq_add(g->queues, req, req->guard->call, !del && content_length > 0, &b, 1, &req->guard->ticket,
-                    s3req_prepare, req->guard->s3)) {
+                    part ? NULL : s3req_prepare, req->guard->s3)) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
-    guardq_set_confirm(req->guard->write, s3req_confirm);
-    proxy_call_on_answer(req->guard->call, del ? s3req_delete_head : s3req_write_head,
-                         del ? s3req_delete_gathered : s3req_read_gathered, (void *)route);
+    if (complete)
+        s3req_write_completes(req->guard->s3, s3_route_mpu_if_match(g->s3, (size_t)(route - s->cfg.guards)));
+    if (!part)
+        guardq_set_confirm(req->guard->write, s3req_confirm);
+    req->guard->s3_token = b.token;
+    if (complete)
+        proxy_call_on_answer(req->guard->call, gather_all, s3_completed, (void *)route);
+    else
+        proxy_call_on_answer(req->guard->call, del ? s3req_delete_head : s3req_write_head,
+                             del ? s3req_delete_gathered : s3req_read_gathered, (void *)route);
+}
+
+/* CreateMultipartUpload: the token goes into the object's fencing-token
+ * metadata now (the object gets it when the upload completes), and the
+ * upload is recorded as this token's (s3mpu.h). Nothing of the object
+ * changes yet, so it does not wait in the lock's queue. */
+static void begin_s3_create(Request *req, const GuardRoute *route, const char *method)
+{
+    Server *s = req->srv;
+    Guard *g = s->guard;
+    GuardBinding b;
+    if (!s3_write_allowed(req, route, method, &b))
+        return;
+    if (s3mpu_count(g->uploads) >= S3MPU_MAX)
+        s3mpu_prune(g->uploads, upload_still_held, s);
+    if (s3mpu_count(g->uploads) >= S3MPU_MAX) {
+        http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s}", "lock", b.lock),
+                         "%d multipart uploads are open at the guard, its most: complete or abort one, or retry",
+                         S3MPU_MAX);
+        return;
+    }
+    char fence[64];
+    snprintf(fence, sizeof fence, "x-amz-meta-fencing-token: %llu", (unsigned long long)b.token);
+    const char *add[] = {fence, NULL};
+    static const char *const NONE[] = {NULL};
+    ProxyHeaders h = {NONE, add, s3req_keep_write};
+    static const char *const CREATE_Q[] = {NULL};
+    char *base = s3_url_with(req, route, CREATE_Q);
+    char *url = NULL;
+    if (base && asprintf(&url, "%s?uploads=", base) < 0)
+        url = NULL;
+    free(base);
+    S3Sign sign = {g->s3, route};
+    req->guard->call = url ? proxy_call_new(s->proxy, req, "POST", url, false, 0, &h) : NULL;
+    free(url);
+    if (!req->guard->call || !proxy_call_configure(req->guard->call, s3req_sign, &sign)) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    req->guard->s3_token = b.token;
+    snprintf(req->guard->s3_lock, sizeof req->guard->s3_lock, "%s", b.lock);
+    proxy_call_on_answer(req->guard->call, gather_all, s3_created, (void *)route);
+    proxy_call_start(req->guard->call);
+}
+
+/* AbortMultipartUpload: the lease must hold the object's lock (any holder
+ * may clean up an upload). ListParts: a read. */
+static void begin_s3_upload_call(Request *req, const GuardRoute *route, const char *method, S3Op op)
+{
+    Guard *g = req->srv->guard;
+    GuardBinding b;
+    if (op == S3_OP_MP_ABORT ? !s3_write_allowed(req, route, method, &b)
+                             : !route_open(req, route, true) || !s3_read_allowed(req, route, method))
+        return;
+    static const char *const ABORT_Q[] = {"uploadId", NULL};
+    static const char *const LIST_Q[] = {"max-parts", "part-number-marker", "uploadId", NULL};
+    char *url = s3_url_with(req, route, op == S3_OP_MP_ABORT ? ABORT_Q : LIST_Q);
+    if (op == S3_OP_MP_ABORT && url) {
+        const char *id = http_query(req, "uploadId");
+        if (id)
+            s3mpu_remove(g->uploads, id);
+    }
+    s3_call(req, route, method, url, gather_all, op == S3_OP_MP_ABORT ? s3_aborted : s3_listed_parts);
 }
 
 /* An S3 route's request, once its share is taken. */
@@ -886,7 +1116,16 @@ static void begin_s3(Request *req, const GuardRoute *route, const char *method, 
         break;
     case S3_OP_PUT:
     case S3_OP_DELETE:
-        begin_s3_write(req, route, method, content_length);
+    case S3_OP_MP_PART:
+    case S3_OP_MP_COMPLETE:
+        begin_s3_write(req, route, method, op, content_length);
+        break;
+    case S3_OP_MP_CREATE:
+        begin_s3_create(req, route, method);
+        break;
+    case S3_OP_MP_ABORT:
+    case S3_OP_MP_LIST_PARTS:
+        begin_s3_upload_call(req, route, method, op);
         break;
     case S3_OP_LIST_V1:
     case S3_OP_LIST_V2:

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 struct S3 {
@@ -20,6 +21,7 @@ struct S3 {
     bool thread_started;
     pthread_t thread;
     atomic_int state[CONFIG_MAX_GUARDS]; /* S3RouteState: the probe's last word per route */
+    atomic_bool mpu_if_match[CONFIG_MAX_GUARDS]; /* the store honours If-Match on CompleteMultipartUpload */
     char detail[CONFIG_MAX_GUARDS][256]; /* why, for /healthz: never the store's URL */
 };
 
@@ -41,6 +43,7 @@ S3 *s3_new(const Config *cfg)
     pthread_cond_init(&s->cv, NULL);
     for (size_t i = 0; i < CONFIG_MAX_GUARDS; i++) {
         atomic_init(&s->state[i], S3_ROUTE_CLOSED);
+        atomic_init(&s->mpu_if_match[i], false);
         snprintf(s->detail[i], sizeof s->detail[i], "not probed yet");
     }
     return s;
@@ -126,6 +129,11 @@ S3RouteState s3_route_state(S3 *s, size_t route, char *detail, size_t detail_len
         pthread_mutex_unlock(&s->mu);
     }
     return (S3RouteState)atomic_load(&s->state[route]);
+}
+
+bool s3_route_mpu_if_match(const S3 *s, size_t route)
+{
+    return route < CONFIG_MAX_GUARDS && atomic_load(&s->mpu_if_match[route]);
 }
 
 unsigned s3_retry_s(const S3 *s) { return s->cfg->s3_probe_interval_s < S3_RETRY_S ? s->cfg->s3_probe_interval_s : S3_RETRY_S; }
@@ -254,35 +262,73 @@ static size_t probe_read(char *out, size_t size, size_t nitems, void *ud)
     return n;
 }
 
-static size_t discard(char *p, size_t size, size_t n, void *ud)
+/* What a probe request brings back: the answer's body (cut to its buffer)
+ * and its ETag. */
+typedef struct ProbeAnswer {
+    char body[4096];
+    size_t len;
+    char etag[256];
+} ProbeAnswer;
+
+static size_t keep_body(char *p, size_t size, size_t n, void *ud)
 {
-    (void)p;
-    (void)ud;
+    ProbeAnswer *a = ud;
+    size_t take = size * n;
+    if (a && a->len + take < sizeof a->body) {
+        memcpy(a->body + a->len, p, take);
+        a->len += take;
+        a->body[a->len] = '\0';
+    }
     return size * n;
 }
 
-/* One signed PUT of the probe key with one precondition: its status, or 0
- * with the transport's error in err. */
-static long probe_put(const GuardRoute *route, const AwsCreds *creds, const char *url, const char *cond,
-                      unsigned timeout_s, const char *cacert, char *err, size_t errlen)
+static size_t keep_etag(char *p, size_t size, size_t n, void *ud)
+{
+    ProbeAnswer *a = ud;
+    size_t len = size * n;
+    if (a && len > 5 && !strncasecmp(p, "ETag:", 5)) {
+        const char *v = p + 5;
+        size_t vl = len - 5;
+        while (vl && (*v == ' ' || *v == '\t'))
+            v++, vl--;
+        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+            vl--;
+        snprintf(a->etag, sizeof a->etag, "%.*s", (int)vl, v);
+    }
+    return len;
+}
+
+/* One signed request of the probe (method, url, one header line or NULL,
+ * a body or NULL): its status, or 0 with the transport's error in err. */
+static long probe_request(const GuardRoute *route, const AwsCreds *creds, const char *method, const char *url,
+                          const char *cond, const char *data, unsigned timeout_s, const char *cacert, char *err,
+                          size_t errlen, ProbeAnswer *answer)
 {
     CURL *e = curl_easy_init();
     struct curl_slist *headers = NULL;
-    static const char BODY[] = "leasegate checks that this store honours If-Match and If-None-Match\n";
-    ProbeBody body = {BODY, sizeof BODY - 1, 0};
+    ProbeBody body = {data ? data : "", data ? strlen(data) : 0, 0};
     long status = 0;
-    if (!e || !append(&headers, cond) || !s3_sign_easy(e, route, creds, &headers) ||
+    if (answer)
+        memset(answer, 0, sizeof *answer);
+    if (!e || (cond && !append(&headers, cond)) || !s3_sign_easy(e, route, creds, &headers) ||
         (cacert && curl_easy_setopt(e, CURLOPT_CAINFO, cacert) != CURLE_OK)) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(e, CURLOPT_READFUNCTION, probe_read);
-    curl_easy_setopt(e, CURLOPT_READDATA, &body);
-    curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)body.len);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
+    if (!strcmp(method, "PUT") || data) {
+        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(e, CURLOPT_READFUNCTION, probe_read);
+        curl_easy_setopt(e, CURLOPT_READDATA, &body);
+        curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)body.len);
+    }
+    if (strcmp(method, "PUT") != 0)
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, keep_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, answer);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, keep_etag);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, answer);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(e, CURLOPT_TIMEOUT, (long)timeout_s);
     CURLcode rc = curl_easy_perform(e);
@@ -296,12 +342,66 @@ out:
     return status;
 }
 
+static long probe_put(const GuardRoute *route, const AwsCreds *creds, const char *url, const char *cond,
+                      unsigned timeout_s, const char *cacert, char *err, size_t errlen)
+{
+    static const char BODY[] = "leasegate checks that this store honours If-Match and If-None-Match\n";
+    return probe_request(route, creds, "PUT", url, cond, BODY, timeout_s, cacert, err, errlen, NULL);
+}
+
+/* Does the store honour If-Match on CompleteMultipartUpload? An upload of
+ * the probe key completed with a wrong If-Match must get 412 (S3 may say
+ * so in a 200's body). False when it does not, or multipart fails. */
+static bool probe_multipart(const Config *cfg, const GuardRoute *route, const AwsCreds *creds, const char *url)
+{
+    char err[256], u[2048], id[512] = "";
+    ProbeAnswer a;
+    snprintf(u, sizeof u, "%s?uploads=", url);
+    if (probe_request(route, creds, "POST", u, NULL, NULL, cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a) !=
+        200)
+        return false;
+    const char *s = strstr(a.body, "<UploadId>"), *e = s ? strstr(s, "</UploadId>") : NULL;
+    if (!s || !e || (size_t)(e - s - 10) >= sizeof id)
+        return false;
+    snprintf(id, sizeof id, "%.*s", (int)(e - s - 10), s + 10);
+    char enc[3 * sizeof id];
+    size_t n = 0;
+    static const char HEX[] = "0123456789ABCDEF";
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+            *p == '.' || *p == '_' || *p == '~' || *p == '/' || *p == ':') {
+            enc[n++] = (char)*p;
+        } else {
+            enc[n++] = '%', enc[n++] = HEX[*p >> 4], enc[n++] = HEX[*p & 15];
+        }
+    }
+    enc[n] = '\0';
+    snprintf(u, sizeof u, "%s?partNumber=1&uploadId=%s", url, enc);
+    bool honoured = false;
+    if (probe_request(route, creds, "PUT", u, NULL, "p", cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a) ==
+            200 &&
+        a.etag[0]) {
+        char done[1024];
+        snprintf(done, sizeof done,
+                 "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>%s</ETag></Part>"
+                 "</CompleteMultipartUpload>",
+                 a.etag);
+        snprintf(u, sizeof u, "%s?uploadId=%s", url, enc);
+        long st = probe_request(route, creds, "POST", u, "If-Match: \"leasegate-never-an-etag\"", done,
+                                cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a);
+        honoured = st == 412 || (st == 200 && strstr(a.body, "<Code>PreconditionFailed</Code>"));
+    }
+    snprintf(u, sizeof u, "%s?uploadId=%s", url, enc);
+    probe_request(route, creds, "DELETE", u, NULL, NULL, cfg->guard_timeout_s, cfg->cacert, err, sizeof err, NULL);
+    return honoured;
+}
+
 /* What a probe found; why (for anyone: no URL) says more. */
 typedef enum ProbeResult { PROBE_OK, PROBE_DOWN, PROBE_IGNORES } ProbeResult;
 
 /* Does the route's store honour preconditions? */
 static ProbeResult probe(const Config *cfg, const GuardRoute *route, const AwsCreds *creds, char *why,
-                         size_t whylen)
+                         size_t whylen, bool *mpu_if_match)
 {
     char *url = s3_object_url(route, S3_PROBE_KEY);
     if (!url) {
@@ -345,6 +445,13 @@ static ProbeResult probe(const Config *cfg, const GuardRoute *route, const AwsCr
     }
     snprintf(why, whylen, "the store honours preconditions");
     r = PROBE_OK;
+    if (mpu_if_match) {
+        *mpu_if_match = probe_multipart(cfg, route, creds, url);
+        if (!*mpu_if_match)
+            snprintf(why, whylen,
+                     "the store honours preconditions, but not If-Match on CompleteMultipartUpload: a multipart "
+                     "upload may only create an object");
+    }
 out:
     free(url);
     return r;
@@ -358,7 +465,9 @@ static void probe_route(S3 *s, size_t i)
     AwsCreds creds;
     s3_credentials(s, &creds);
     char why[256];
-    ProbeResult res = probe(s->cfg, r, &creds, why, sizeof why);
+    bool mpu = false;
+    ProbeResult res = probe(s->cfg, r, &creds, why, sizeof why, &mpu);
+    atomic_store(&s->mpu_if_match[i], mpu);
     explicit_bzero(&creds, sizeof creds);
     S3RouteState now = res == PROBE_OK ? S3_ROUTE_OPEN : res == PROBE_IGNORES ? S3_ROUTE_REFUSED : S3_ROUTE_CLOSED;
     pthread_mutex_lock(&s->mu);

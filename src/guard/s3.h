@@ -19,6 +19,9 @@
  *    writes get 502, reads pass; it is not probed again until a reload
  *    (SIGHUP) or a restart. Never a fall back to unconditional writes.
  * Each change is one line on stderr; /healthz and /metrics show the state.
+ * The probe also completes a multipart upload of the probe key with a wrong
+ * If-Match: a store that ignores that precondition (moto does) lets
+ * multipart uploads through the route create objects only.
  *
  * The credentials come from --s3-credentials FILE (re-read on SIGHUP) or the
  * environment; they are copied under a mutex, because the probe thread signs
@@ -59,6 +62,10 @@ void s3_reprobe(S3 *s);
 /* The probe's last word on the route (index into cfg->guards), and why in
  * detail (no URL of the store's: it is shown to anyone). */
 S3RouteState s3_route_state(S3 *s, size_t route, char *detail, size_t detail_len);
+/* Does the route's store honour If-Match on CompleteMultipartUpload (the
+ * probe completes an upload of the probe key with a wrong one)? Without
+ * it, a multipart upload through the route may only create an object. */
+bool s3_route_mpu_if_match(const S3 *s, size_t route);
 /* Seconds between the probes of a closed route (the writes' Retry-After). */
 unsigned s3_retry_s(const S3 *s);
 /* A copy of the credentials now. */

@@ -260,3 +260,66 @@ void s3list_reply(Request *req, const GuardRoute *route, bool v2, long status, c
     }
     http_reply_text(req, 200, "application/xml", text, n);
 }
+
+/* The HTTP status of an error code a store sends in a 200's body (S3 does
+ * for CompleteMultipartUpload). */
+static long status_of(const char *code)
+{
+    static const struct {
+        const char *code;
+        long status;
+    } S[] = {{"PreconditionFailed", 412}, {"NoSuchUpload", 404}, {"NoSuchKey", 404}, {"InvalidPart", 400},
+             {"InvalidPartOrder", 400}, {"EntityTooSmall", 400}, {"AccessDenied", 403}, {"SlowDown", 503}};
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++)
+        if (!strcmp(S[i].code, code))
+            return S[i].status;
+    return 500;
+}
+
+bool s3list_rewrite(Request *req, const GuardRoute *route, long status, const char *body, size_t len, bool complete,
+                    char *upload_id, size_t id_len)
+{
+    if (!complete) {
+        http_reply_error(req, ERR_BAD_GATEWAY, NULL, "the store's answer did not arrive whole");
+        return false;
+    }
+    S3Xml *root = status == 200 && len ? s3xml_parse(body, len) : NULL;
+    if (status != 200 || !root || !strcmp(root->name, "Error")) {
+        const char *code = root ? s3xml_text(root, "Code") : NULL;
+        s3err_from_store(req, route, status == 200 ? (code ? status_of(code) : 502) : status, body, len);
+        s3xml_free(root);
+        return false;
+    }
+    char bucket[256];
+    s3list_bucket_name(route, bucket, sizeof bucket);
+    bool ok = true;
+    for (S3Xml *c = root->first; ok && c; c = c->next) {
+        if (!strcmp(c->name, "Bucket")) {
+            ok = s3xml_set_text(c, bucket);
+        } else if (!strcmp(c->name, "Key")) {
+            const char *b = below(route, c->text);
+            char *copy = strdup(b ? b : "");
+            ok = copy && s3xml_set_text(c, copy);
+            free(copy);
+        } else if (!strcmp(c->name, "Location")) {
+            char loc[1200];
+            snprintf(loc, sizeof loc, "%.*s", (int)strcspn(req->raw_uri, "?"), req->raw_uri);
+            ok = s3xml_set_text(c, loc);
+        } else if (!strcmp(c->name, "UploadId") && upload_id) {
+            snprintf(upload_id, id_len, "%s", c->text);
+        }
+    }
+    S3Out o = {0};
+    if (ok)
+        s3xml_write(&o, root);
+    s3xml_free(root);
+    size_t n;
+    char *text = ok ? s3out_take(&o, &n) : NULL;
+    if (!text) {
+        free(o.s);
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return false;
+    }
+    http_reply_text(req, 200, "application/xml", text, n);
+    return true;
+}

@@ -42,6 +42,13 @@ char *s3list_url(Request *req, const GuardRoute *route, bool v2);
 /* The store's listing (status and body as gathered), rewritten for req. */
 void s3list_reply(Request *req, const GuardRoute *route, bool v2, long status, const char *body, size_t len,
                   bool complete);
+/* A multipart answer of the store (InitiateMultipartUploadResult,
+ * CompleteMultipartUploadResult, ListPartsResult), rewritten for req:
+ * Bucket, Key and Location in the client's terms; an error (also one in a
+ * 200's body, as S3 may send for a Complete) as s3err_from_store. True
+ * when it answered 200 (the upload id into upload_id when given). */
+bool s3list_rewrite(Request *req, const GuardRoute *route, long status, const char *body, size_t len, bool complete,
+                    char *upload_id, size_t id_len);
 /* The client's name of the bucket: the route's prefix without its slashes. */
 void s3list_bucket_name(const GuardRoute *route, char *out, size_t outlen);
 

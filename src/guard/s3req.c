@@ -26,6 +26,8 @@ struct S3Write {
     /* What the prepare step read, for the confirm step to compare: the
      * object existed, its ETag, fence and Last-Modified. */
     bool existed;
+    bool completes;     /* a CompleteMultipartUpload */
+    bool if_match_ok;   /* ... and the store honours If-Match on it */
     char etag[256];
     char modified[64];
     uint64_t fence;
@@ -81,6 +83,13 @@ static bool amz_write_header(const char *name, size_t len)
                                       "x-amz-tagging", NULL};
     return one_of(AMZ, name, len) || prefixed(name, len, "x-amz-checksum-") ||
            prefixed(name, len, "x-amz-server-side-encryption");
+}
+
+bool s3req_keep_complete(const char *name, size_t len)
+{
+    static const char *const DONE[] = {"Content-Type", "x-amz-sdk-checksum-algorithm", NULL};
+    return one_of(DONE, name, len) || prefixed(name, len, "x-amz-checksum-") ||
+           prefixed(name, len, "x-amz-server-side-encryption-customer-");
 }
 
 bool s3req_keep_write_unencoded(const char *name, size_t len)
@@ -178,7 +187,8 @@ static enum MHD_Result find_query(void *cls, enum MHD_ValueKind kind, const char
     (void)kind;
     (void)value;
     QueryCheck *q = cls;
-    static const char *const OBJECT[] = {"x-id", "partNumber", NULL};
+    static const char *const OBJECT[] = {"x-id",      "partNumber", "uploads", "uploadId", "max-parts",
+                                         "part-number-marker", NULL};
     static const char *const LIST[] = {"x-id",   "list-type",  "prefix", "delimiter", "max-keys", "encoding-type",
                                        "marker", "start-after", "continuation-token", "fetch-owner", "location",
                                        NULL};
@@ -238,7 +248,7 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
             "the lease in Fencing-Lease");
         return S3_OP_NONE;
     }
-    AmzCheck amz = {NULL, NULL, !strcmp(method, "PUT")};
+    AmzCheck amz = {NULL, NULL, !strcmp(method, "PUT") || !strcmp(method, "POST")};
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, find_amz, &amz);
     if (amz.bad) {
         req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
@@ -268,16 +278,39 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
         bad(req, "path", "%s is the key the guard checks the store with, not for clients", S3_PROBE_KEY);
         return S3_OP_NONE;
     }
+    bool upload = query_has(req, "uploadId"), part = query_has(req, "partNumber");
+    if (query_has(req, "uploads"))
+        return !strcmp(method, "POST") && !upload && !part ? S3_OP_MP_CREATE
+                                                           : (not_implemented(req, "?uploads but with a POST"), S3_OP_NONE);
+    if (upload) {
+        if (!strcmp(method, "GET") && !part)
+            return S3_OP_MP_LIST_PARTS;
+        if (!strcmp(method, "DELETE") && !part)
+            return S3_OP_MP_ABORT;
+        if (!strcmp(method, "POST") && !part)
+            return S3_OP_MP_COMPLETE;
+        if (!strcmp(method, "PUT") && part) {
+            if (!http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+                req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+                http_reply_error(req, ERR_LENGTH_REQUIRED, json_pack("{s:s}", "field", "Content-Length"),
+                                 "an UploadPart needs Content-Length");
+                return S3_OP_NONE;
+            }
+            return S3_OP_MP_PART;
+        }
+        not_implemented(req, "this request on a multipart upload");
+        return S3_OP_NONE;
+    }
+    if (part && strcmp(method, "GET") && strcmp(method, "HEAD")) {
+        not_implemented(req, "?partNumber without ?uploadId");
+        return S3_OP_NONE;
+    }
     if (!strcmp(method, "GET") || !strcmp(method, "HEAD"))
         return S3_OP_READ;
     if (!strcmp(method, "DELETE"))
         return S3_OP_DELETE;
     if (strcmp(method, "PUT") != 0) {
-        not_implemented(req, "POST on an object (multipart uploads)");
-        return S3_OP_NONE;
-    }
-    if (query_has(req, "partNumber")) {
-        not_implemented(req, "a PUT with ?partNumber (a multipart upload's part)");
+        not_implemented(req, "POST on an object without ?uploads or ?uploadId");
         return S3_OP_NONE;
     }
     static const char *const CONDITIONS[] = {"If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since"};
@@ -424,6 +457,18 @@ static void prepared(void *ud, long status, const struct curl_slist *headers)
             guardq_prepared(w->gw, false);
             return;
         }
+        if (w->completes && !w->if_match_ok) {
+            w->req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+            http_reply_error(w->req, ERR_BAD_REQUEST,
+                             json_pack("{s:s, s:s, s:i}", "lock", w->lock, "s3_code", "NotImplemented", "s3_status",
+                                       501),
+                             "the object %.*s exists (or was deleted: its tombstone keeps the fence), and this "
+                             "store ignores If-Match on CompleteMultipartUpload (the guard's probe found): a "
+                             "multipart upload may only create an object here; write it with one PUT",
+                             path_len(w), w->req->raw_uri);
+            guardq_prepared(w->gw, false);
+            return;
+        }
         snprintf(line, sizeof line, "If-Match: %s", etag);
         ok = proxy_call_add_header(w->req->guard->call, line);
         w->existed = true;
@@ -466,6 +511,14 @@ bool s3req_prepare(void *ud, GuardWrite *gw)
         return false;
     }
     return true;
+}
+
+void s3req_write_completes(S3Write *w, bool if_match_ok)
+{
+    if (!w)
+        return;
+    w->completes = true;
+    w->if_match_ok = if_match_ok;
 }
 
 /* The object read again right before the write's end leaves: a write that

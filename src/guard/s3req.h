@@ -67,6 +67,11 @@ typedef enum S3Op {
     S3_OP_CREATE_BUCKET, /* CreateBucket: it is there */
     S3_OP_LIST_V1,       /* ListObjects */
     S3_OP_LIST_V2,       /* ListObjectsV2 */
+    S3_OP_MP_CREATE,     /* CreateMultipartUpload: POST ?uploads */
+    S3_OP_MP_PART,       /* UploadPart: PUT ?partNumber=N&uploadId=U */
+    S3_OP_MP_COMPLETE,   /* CompleteMultipartUpload: POST ?uploadId=U */
+    S3_OP_MP_ABORT,      /* AbortMultipartUpload: DELETE ?uploadId=U */
+    S3_OP_MP_LIST_PARTS, /* ListParts: GET ?uploadId=U */
 } S3Op;
 
 /* The operation, after the refusals that the request's head decides (see
@@ -89,6 +94,8 @@ void s3req_delete_gathered(void *ud, Request *req, long status, const struct cur
 bool s3req_keep_read(const char *name, size_t len);
 bool s3req_keep_write(const char *name, size_t len);
 bool s3req_keep_none(const char *name, size_t len); /* a tombstone's: none of the client's */
+/* A CompleteMultipartUpload's: its content type, checksums and SSE-C keys. */
+bool s3req_keep_complete(const char *name, size_t len);
 /* An aws-chunked write's: its Content-Encoding is rewritten without aws-chunked. */
 bool s3req_keep_write_unencoded(const char *name, size_t len);
 /* Signs a call of `route` (a ProxyConfigure; ud is an S3Sign). */
@@ -105,6 +112,10 @@ S3Write *s3req_write_new(S3 *s3, Proxy *proxy, Request *req, const GuardRoute *r
 void s3req_write_free(S3Write *w);
 /* The write's prepare step (a GuardPrepare; ud is the S3Write). */
 bool s3req_prepare(void *ud, GuardWrite *gw);
+/* The write is a CompleteMultipartUpload; if_match_ok: the store honours
+ * If-Match on it (s3_route_mpu_if_match). Without that, it may only create
+ * an object (its prepare step answers 501 when the object exists). */
+void s3req_write_completes(S3Write *w, bool if_match_ok);
 /* Its confirm step, right before the end leaves (guardq_set_confirm): the
  * object read again must have the ETag, fence and Last-Modified the prepare
  * step read. */

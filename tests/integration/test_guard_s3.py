@@ -139,7 +139,9 @@ class S3Tests(unittest.TestCase):
             ("PUT", p, dict(lease, **{"Authorization": "AWS foo:bar"}), 400, "InvalidArgument", "bad_request"),
             ("PUT", p, dict(lease, **{"If-Match": '"x"'}), 400, "InvalidArgument", "bad_request"),
             ("PUT", "/s3/.leasegate-probe", lease, 400, "InvalidArgument", "bad_request"),
-            ("POST", p + "?uploads", lease, 501, "NotImplemented", "bad_request"),
+            ("GET", "/s3?uploads", {}, 501, "NotImplemented", "bad_request"),
+            ("PUT", p + "?partNumber=1", lease, 501, "NotImplemented", "bad_request"),
+            ("POST", p, lease, 501, "NotImplemented", "bad_request"),
             ("GET", p + "?torrent", {}, 501, "NotImplemented", "bad_request"),
             ("PATCH", p, lease, 405, "MethodNotAllowed", "method_not_allowed"),
         ]
@@ -150,6 +152,7 @@ class S3Tests(unittest.TestCase):
                 e = xml_error(body)
                 self.assertEqual((st, e["code"], e["error"]), (status, code, error), body)
                 self.assertEqual(e["resource"], path.split("?")[0])
+                self.assertNotIn(s3_fixture.BUCKET, body)
                 self.assertNotIn(s3_fixture.BUCKET, body)
                 self.assertNotIn("reports/", body)
         st, hdrs, _ = self.srv.request("PATCH", p, headers=lease)

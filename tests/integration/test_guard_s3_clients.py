@@ -8,8 +8,9 @@ SDK sends them), and for each a stale holder (its lease expired while another ho
 is refused and the tool shows an error naming its stale token. docs/fencing.md's "With your
 S3 SDK" examples run as they stand there.
 
-Not here: multipart uploads (the guard answers 501 NotImplemented; boto3's upload_file of a
-file below its 8 MiB threshold is one PUT). A client that is missing (awscli, rclone, s3cmd,
+Multipart uploads: boto3's upload_file of 64 MiB and the CLI's cp of 10 MiB (moto ignores
+If-Match on CompleteMultipartUpload, which the guard's probe finds: there a multipart upload
+may only create an object, and the test says so). A client that is missing (awscli, rclone, s3cmd,
 the npm packages) skips its test with a line saying so; .ci/run installs them all.
 Only 127.0.0.1; every wait is bounded; no timing assertions.
 """
@@ -156,6 +157,61 @@ class S3ClientTests(unittest.TestCase):
         self.assertEqual(cm.exception.response["Error"]["Code"], "StaleFencingToken")
         self.assert_stale_shown(str(cm.exception), a, skey)
 
+    def test_boto3_multipart(self):
+        """upload_file of 64 MiB goes multipart: Create carries the token, the parts go while
+        the lease holds, Complete goes with the object's precondition (If-None-Match: * on
+        a new key). A stale holder cannot complete an upload it began while it held the
+        lock. moto ignores If-Match on CompleteMultipartUpload, and the guard's probe finds
+        that: on this store a multipart upload may only create an object (501 otherwise)."""
+        from boto3.s3.transfer import TransferConfig
+        from botocore.exceptions import ClientError
+        key = "mpu-%s/big.bin" % uid()
+        g = self.acquire(key)
+        s3 = self.boto3(g)
+        path = os.path.join(self.dir, "big.bin")
+        with open(path, "wb") as f:
+            for _ in range(64):
+                f.write(os.urandom(1024 * 1024))
+        s3.upload_file(path, BUCKET, key, Config=TransferConfig(max_concurrency=4))
+        with open(path, "rb") as f:
+            self.assertEqual(self.stored(key), (f.read(), str(g["token"])))
+        os.unlink(path)
+        st, _, health = self.srv.request("GET", "/healthz")
+        self.assertIn("not If-Match on CompleteMultipartUpload", health["guard"][0]["detail"])
+        # Overwriting through a multipart upload needs If-Match on Complete, which moto ignores.
+        up = s3.create_multipart_upload(Bucket=BUCKET, Key=key)["UploadId"]
+        etag = s3.upload_part(Bucket=BUCKET, Key=key, UploadId=up, PartNumber=1, Body=b"small")["ETag"]
+        with self.assertRaises(ClientError) as cm:
+            s3.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=up,
+                                         MultipartUpload={"Parts": [{"ETag": etag, "PartNumber": 1}]})
+        self.assertEqual(cm.exception.response["Error"]["Code"], "NotImplemented")
+        parts = s3.list_parts(Bucket=BUCKET, Key=key, UploadId=up)
+        self.assertEqual((parts["Bucket"], parts["Key"], len(parts["Parts"])), (BUCKET, key, 1))
+        s3.abort_multipart_upload(Bucket=BUCKET, Key=key, UploadId=up)
+        # A stale holder's upload: begun while A held the lock, completed after B wrote.
+        skey = "mpu-stale-%s.bin" % uid()
+        a = self.acquire(skey, ttl_ms=300, owner="a")
+        sa = self.boto3(a)
+        up = sa.create_multipart_upload(Bucket=BUCKET, Key=skey)["UploadId"]
+        etag = sa.upload_part(Bucket=BUCKET, Key=skey, UploadId=up, PartNumber=1, Body=b"stale part")["ETag"]
+        self.srv.wait_until(lambda: not self.srv.get_lock(skey)[2].get("held"), timeout=10, interval=0.05,
+                            what="A's lease to expire")
+        b = self.acquire(skey, owner="b")
+        self.assertEqual(self.srv.request("PUT", "/%s/%s" % (BUCKET, skey), raw=b"B's",
+                                          headers={"Fencing-Lease": b["lease"]})[0], 200)
+        with self.assertRaises(ClientError) as cm:
+            sa.complete_multipart_upload(Bucket=BUCKET, Key=skey, UploadId=up,
+                                         MultipartUpload={"Parts": [{"ETag": etag, "PartNumber": 1}]})
+        self.assertEqual(cm.exception.response["Error"]["Code"], "StaleFencingToken")
+        self.assert_stale_shown(str(cm.exception), a, skey)
+        # B cannot complete A's upload either: an upload is finished by the lease that began it.
+        with self.assertRaises(ClientError) as cm:
+            self.boto3(b).complete_multipart_upload(Bucket=BUCKET, Key=skey, UploadId=up,
+                                                    MultipartUpload={"Parts": [{"ETag": etag, "PartNumber": 1}]})
+        self.assertEqual(cm.exception.response["Error"]["Code"], "StaleFencingToken")
+        self.assertIn("did not begin this upload", str(cm.exception))
+        self.assertEqual(self.stored(skey)[0], b"B's")
+
     def test_docs_boto3_snippet(self):
         g = self.acquire("report.csv")
         rc, out = self.run_tool([sys.executable, "-c", snippet("boto3")], self.env(g))
@@ -252,6 +308,16 @@ class S3ClientTests(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         with open(down, "rb") as f:
             self.assertEqual(f.read(), b"from the cli\n")
+        # Above 8 MiB the CLI goes multipart (a new key: see test_boto3_multipart for moto's limit).
+        big, bigkey = os.path.join(self.dir, "cli-big.bin"), "cli-big-%s.bin" % uid()
+        with open(big, "wb") as f:
+            f.write(os.urandom(10 * 1024 * 1024))
+        gb = self.acquire(bigkey)
+        rc, out = self.run_tool(base + ["s3", "cp", big, "s3://%s/%s" % (BUCKET, bigkey)], self.env(gb))
+        self.assertEqual(rc, 0, out)
+        with open(big, "rb") as f:
+            self.assertEqual(self.stored(bigkey), (f.read(), str(gb["token"])))
+        os.unlink(big)
         rc, out = self.run_tool(base + ["s3", "ls", "s3://%s/" % BUCKET], env)
         self.assertEqual(rc, 0, out)
         self.assertIn(key, out)
