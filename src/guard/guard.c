@@ -999,6 +999,8 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     if (!s3_write_allowed(req, route, method, &b) || ((part || complete) && !upload_is_the_tokens(req, route, &b)) ||
         !locks_take_writes(req, &b, 1))
         return;
+    if (!del && !complete && !s3auth_header_checksum(req, &req->guard->auth))
+        return;
     if (s3auth_chunked(req->guard->auth))
         content_length = s3auth_store_length(req, req->guard->auth, content_length);
     char encoding[128], fence[64];

@@ -34,6 +34,7 @@ struct S3Auth {
     /* The trailing checksum (x-amz-trailer). */
     Sum sum;
     char sum_name[64];
+    char sum_expected[128]; /* from the x-amz-checksum-* header, when the body's checksum came there */
     uLong crc;
     struct sha1_ctx sha1;
     struct sha256_ctx sha256;
@@ -172,6 +173,27 @@ static bool parse_token(const char *s, uint64_t *out)
     return true;
 }
 
+/* Which checksum a header or trailer name is; SUM_NONE for one the guard does not compute. */
+static Sum sum_named(const char *name)
+{
+    return !strcasecmp(name, "x-amz-checksum-crc32")    ? SUM_CRC32
+           : !strcasecmp(name, "x-amz-checksum-sha1")   ? SUM_SHA1
+           : !strcasecmp(name, "x-amz-checksum-sha256") ? SUM_SHA256
+                                                         : SUM_NONE;
+}
+
+static void sum_start(S3Auth *a, Sum sum, const char *name)
+{
+    a->sum = sum;
+    snprintf(a->sum_name, sizeof a->sum_name, "%s", name);
+    if (sum == SUM_CRC32)
+        a->crc = crc32(0L, Z_NULL, 0);
+    else if (sum == SUM_SHA1)
+        sha1_init(&a->sha1);
+    else if (sum == SUM_SHA256)
+        sha256_init(&a->sha256);
+}
+
 static bool setup_payload(S3Auth *a, Request *req)
 {
     const char *p = http_header(req, "x-amz-content-sha256");
@@ -204,16 +226,9 @@ static bool setup_payload(S3Auth *a, Request *req)
                    "x-amz-trailer needs a -TRAILER x-amz-content-sha256");
             return false;
         }
-        snprintf(a->sum_name, sizeof a->sum_name, "%s", trailer);
-        if (!strcasecmp(trailer, "x-amz-checksum-crc32")) {
-            a->sum = SUM_CRC32;
-            a->crc = crc32(0L, Z_NULL, 0);
-        } else if (!strcasecmp(trailer, "x-amz-checksum-sha1")) {
-            a->sum = SUM_SHA1;
-            sha1_init(&a->sha1);
-        } else if (!strcasecmp(trailer, "x-amz-checksum-sha256")) {
-            a->sum = SUM_SHA256;
-            sha256_init(&a->sha256);
+        Sum sum = sum_named(trailer);
+        if (sum != SUM_NONE) {
+            sum_start(a, sum, trailer);
         } else {
             refuse(req, ERR_BAD_REQUEST, "InvalidRequest", 400,
                    "the guard verifies a trailing checksum of CRC32, SHA1 or SHA256, not %.60s: have the client "
@@ -511,6 +526,46 @@ bool s3auth_upload(S3Auth *a, Request *req, ProxyCall *call, const char *data, s
     return true;
 }
 
+/* The body's checksum as S3 writes it (base64). */
+static void sum_base64(S3Auth *a, char *out)
+{
+    uint8_t d[SHA256_DIGEST_SIZE];
+    size_t dn;
+    if (a->sum == SUM_CRC32) {
+        d[0] = (uint8_t)(a->crc >> 24), d[1] = (uint8_t)(a->crc >> 16), d[2] = (uint8_t)(a->crc >> 8),
+        d[3] = (uint8_t)a->crc;
+        dn = 4;
+    } else if (a->sum == SUM_SHA1) {
+        sha1_digest(&a->sha1, SHA1_DIGEST_SIZE, d);
+        dn = SHA1_DIGEST_SIZE;
+    } else {
+        sha256_digest(&a->sha256, SHA256_DIGEST_SIZE, d);
+        dn = SHA256_DIGEST_SIZE;
+    }
+    base64_encode_raw(out, dn, d);
+    out[BASE64_ENCODE_RAW_LENGTH(dn)] = '\0';
+}
+
+bool s3auth_header_checksum(Request *req, S3Auth **a)
+{
+    static const char *const NAMES[] = {"x-amz-checksum-crc32", "x-amz-checksum-sha1", "x-amz-checksum-sha256"};
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
+        const char *v = http_header(req, NAMES[i]);
+        if (!v)
+            continue;
+        if (*a && (*a)->sum != SUM_NONE)
+            return true; /* a trailer's checksum: checked there */
+        if (!*a && !(*a = calloc(1, sizeof **a))) {
+            http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+            return false;
+        }
+        sum_start(*a, sum_named(NAMES[i]), NAMES[i]);
+        snprintf((*a)->sum_expected, sizeof (*a)->sum_expected, "%s", v);
+        return true;
+    }
+    return true;
+}
+
 /* The trailer's checksum and signature. */
 static bool check_trailer(S3Auth *a, Request *req)
 {
@@ -537,22 +592,8 @@ static bool check_trailer(S3Auth *a, Request *req)
         bad_body(req, "InvalidRequest", "the aws-chunked trailer lacks the checksum x-amz-trailer names");
         return false;
     }
-    uint8_t d[SHA256_DIGEST_SIZE];
-    size_t dn;
-    if (a->sum == SUM_CRC32) {
-        d[0] = (uint8_t)(a->crc >> 24), d[1] = (uint8_t)(a->crc >> 16), d[2] = (uint8_t)(a->crc >> 8),
-        d[3] = (uint8_t)a->crc;
-        dn = 4;
-    } else if (a->sum == SUM_SHA1) {
-        sha1_digest(&a->sha1, SHA1_DIGEST_SIZE, d);
-        dn = SHA1_DIGEST_SIZE;
-    } else {
-        sha256_digest(&a->sha256, SHA256_DIGEST_SIZE, d);
-        dn = SHA256_DIGEST_SIZE;
-    }
     char b64[BASE64_ENCODE_RAW_LENGTH(SHA256_DIGEST_SIZE) + 1];
-    base64_encode_raw(b64, dn, d);
-    b64[BASE64_ENCODE_RAW_LENGTH(dn)] = '\0';
+    sum_base64(a, b64);
     if (strcmp(b64, value) != 0) {
         bad_body(req, "BadDigest", "the body's checksum is not the one in the aws-chunked trailer");
         return false;
@@ -590,7 +631,14 @@ bool s3auth_body_done(S3Auth *a, Request *req)
                      "the body's SHA-256 is not the x-amz-content-sha256 the request was signed with");
             return false;
         }
-        return true;
+    }
+    if (a->sum_expected[0]) {
+        char b64[BASE64_ENCODE_RAW_LENGTH(SHA256_DIGEST_SIZE) + 1];
+        sum_base64(a, b64);
+        if (strcmp(b64, a->sum_expected) != 0) {
+            bad_body(req, "BadDigest", "the body's checksum is not the one its x-amz-checksum header names");
+            return false;
+        }
     }
     if (!s3auth_chunked(a))
         return true;

@@ -51,6 +51,12 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
 /* Does the token of req's signature hold `lock` (any mode)? */
 bool s3auth_token_holds(Request *req, const char *lock);
 void s3auth_free(S3Auth *a);
+/* A write's x-amz-checksum-crc32, -sha1 or -sha256 header: the guard
+ * computes that checksum over the body too and refuses a body that does not
+ * match it before its last byte leaves (400 BadDigest), so that a store that
+ * checks none (moto) still gets none wrong. Makes *a (a plain one, for an
+ * unsigned request) when needed. False when out of memory (answered). */
+bool s3auth_header_checksum(Request *req, S3Auth **a);
 /* The body's length as the store gets it: x-amz-decoded-content-length for
  * aws-chunked, else content_length. -1 (answered) when it is missing. */
 int64_t s3auth_store_length(Request *req, const S3Auth *a, int64_t content_length);
