@@ -279,9 +279,12 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
         return S3_OP_NONE;
     }
     bool upload = query_has(req, "uploadId"), part = query_has(req, "partNumber");
-    if (query_has(req, "uploads"))
-        return !strcmp(method, "POST") && !upload && !part ? S3_OP_MP_CREATE
-                                                           : (not_implemented(req, "?uploads but with a POST"), S3_OP_NONE);
+    if (query_has(req, "uploads")) {
+        if (!strcmp(method, "POST") && !upload && !part)
+            return S3_OP_MP_CREATE;
+        not_implemented(req, "?uploads on an object other than a POST");
+        return S3_OP_NONE;
+    }
     if (upload) {
         if (!strcmp(method, "GET") && !part)
             return S3_OP_MP_LIST_PARTS;
