@@ -213,9 +213,10 @@ void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const ch
     char claim[48] = "";
     if (token)
         snprintf(claim, sizeof claim, " (fencing token %llu)", (unsigned long long)token);
-    http_reply_error(req, ERR_STALE_TOKEN, extra, "this write%s to %.*s under lock '%s' may not go through: %s",
-                     claim, req->raw_uri ? (int)strcspn(req->raw_uri, "?") : 1, req->raw_uri ? req->raw_uri : "?",
-                     lock, why);
+    http_reply_error(req, ERR_STALE_TOKEN, extra,
+                     "this write%s to %.*s under lock '%s' may not go through: %s; the lock's fence is %llu", claim,
+                     req->raw_uri ? (int)strcspn(req->raw_uri, "?") : 1, req->raw_uri ? req->raw_uri : "?", lock, why,
+                     (unsigned long long)fence_max(s->guard_marks, lock));
 }
 
 /* The first of w's locks whose write may not go now, or NULL; *why says why. */

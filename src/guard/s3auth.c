@@ -300,10 +300,11 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
                          json_pack("{s:s, s:I, s:o, s:I}", "lock", lock, "token", (json_int_t)*token, "holder_token",
                                    first ? json_integer((json_int_t)first->token) : json_null(), "max_token",
                                    (json_int_t)(l ? l->last_token : 0)),
-                         h ? "fencing token %llu holds lock '%s' as a reader: a write needs the writer's lease"
+                         h ? "fencing token %llu holds lock '%s' as a reader: a write needs the writer's lease "
+                             "(the lock's last token is %llu)"
                            : "fencing token %llu is stale: it holds no lease of lock '%s' (ended, never issued, or "
-                             "another lock's)",
-                         (unsigned long long)*token, lock);
+                             "another lock's); the lock's last token is %llu",
+                         (unsigned long long)*token, lock, (unsigned long long)(l ? l->last_token : 0));
         goto fail;
     }
     char secret[37];
