@@ -190,12 +190,12 @@ class S3ClientTests(unittest.TestCase):
         s3.abort_multipart_upload(Bucket=BUCKET, Key=key, UploadId=up)
         # A stale holder's upload: begun while A held the lock, completed after B wrote.
         skey = "mpu-stale-%s.bin" % uid()
-        a = self.acquire(skey, ttl_ms=300, owner="a")
+        a = self.acquire(skey, owner="a")
         sa = self.boto3(a)
         up = sa.create_multipart_upload(Bucket=BUCKET, Key=skey)["UploadId"]
         etag = sa.upload_part(Bucket=BUCKET, Key=skey, UploadId=up, PartNumber=1, Body=b"stale part")["ETag"]
-        self.srv.wait_until(lambda: not self.srv.get_lock(skey)[2].get("held"), timeout=10, interval=0.05,
-                            what="A's lease to expire")
+        # A's lease ends (an admin's force-release here: its TTL running out is the same to the guard).
+        self.assertEqual(self.srv.request("DELETE", "/v1/locks/" + skey)[0], 200)
         b = self.acquire(skey, owner="b")
         self.assertEqual(self.srv.request("PUT", "/%s/%s" % (BUCKET, skey), raw=b"B's",
                                           headers={"Fencing-Lease": b["lease"]})[0], 200)
