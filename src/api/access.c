@@ -30,6 +30,15 @@ bool access_check(Request *req, Access need, const char *name)
     AuthTable *t = req->srv->auth;
     if (!t || need == ACCESS_PAGE || (need == ACCESS_OPEN && !req->srv->cfg.auth_metrics))
         return true;
+    if (req->srv->auth_error[0]) {
+        /* The keys loaded before may hold one that was just revoked: none is
+         * trusted until the file loads (gateway_reload_keys). */
+        http_reply_invalid(req, ERR_OVERLOADED, NULL,
+                           "this server's key file did not load at its last reload (%.300s): no request that needs "
+                           "a key is served until it does; retry",
+                           req->srv->auth_error);
+        return false;
+    }
     const AuthKey *k = presented_key(req, t);
     if (!k)
         return false;

@@ -77,16 +77,7 @@ void guard_tick(Guard *g, const Now *now) { guardq_tick(g->queues, now); }
  * "/store?q", not "/storefront". */
 const GuardRoute *guard_match(const Server *s, const char *raw_uri)
 {
-    for (size_t i = 0; i < s->cfg.nguards; i++) {
-        const GuardRoute *g = &s->cfg.guards[i];
-        size_t n = strlen(g->prefix);
-        if (strncmp(raw_uri, g->prefix, n) != 0)
-            continue;
-        char next = raw_uri[n];
-        if (g->prefix[n - 1] == '/' || next == '\0' || next == '/' || next == '?')
-            return g;
-    }
-    return NULL;
+    return guardroute_match(s->cfg.guards, s->cfg.nguards, raw_uri);
 }
 
 static bool names_destination(const char *method) { return !strcmp(method, "COPY") || !strcmp(method, "MOVE"); }

@@ -19,6 +19,20 @@ bool guardroute_is_read(const char *method)
     return !strcmp(method, "GET") || !strcmp(method, "HEAD") || !strcmp(method, "OPTIONS");
 }
 
+const GuardRoute *guardroute_match(const GuardRoute *routes, size_t n, const char *raw_uri)
+{
+    for (size_t i = 0; i < n; i++) {
+        const GuardRoute *g = &routes[i];
+        size_t len = strlen(g->prefix);
+        if (strncmp(raw_uri, g->prefix, len) != 0)
+            continue;
+        char next = raw_uri[len];
+        if (g->prefix[len - 1] == '/' || next == '\0' || next == '/' || next == '?')
+            return g;
+    }
+    return NULL;
+}
+
 bool guardroute_allows(const GuardRoute *r, const char *method)
 {
     for (size_t i = 0; i < r->nmethods; i++)

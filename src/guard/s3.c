@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/log.h"
+
 struct S3 {
     const Config *cfg;
     pthread_mutex_t mu; /* guards creds, stop */
@@ -297,9 +299,9 @@ static bool probe_route(S3 *s, size_t i, char *err, size_t errlen)
     explicit_bzero(&creds, sizeof creds);
     bool was = atomic_exchange(&s->ok[i], ok);
     if (was != ok)
-        fprintf(stderr, "leasegate: guard %s: %s%s\n", s->cfg->guards[i].prefix,
-                ok ? "the store honours preconditions again: writes go through" : "writes refused (502): ",
-                ok ? "" : err);
+        log_line(ok ? LEVEL_INFO : LEVEL_WARN, "guard %s: %s%s", s->cfg->guards[i].prefix,
+                 ok ? "the store honours preconditions again: writes go through" : "writes refused (502): ",
+                 ok ? "" : err);
     return ok;
 }
 
@@ -344,8 +346,8 @@ bool s3_open(S3 *s, char *err, size_t errlen)
             snprintf(err, errlen, "--guard %s=%s: %s", r->prefix, r->upstream, why);
             return false;
         }
-        fprintf(stderr, "leasegate: guard %s -> %s/%s/%s (region %s): the store honours preconditions\n", r->prefix,
-                r->endpoint, r->bucket, r->keyprefix, r->region);
+        log_line(LEVEL_INFO, "guard %s -> %s/%s/%s (region %s): the store honours preconditions", r->prefix,
+                 r->endpoint, r->bucket, r->keyprefix, r->region);
     }
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);

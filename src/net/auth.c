@@ -2,6 +2,7 @@
 #include "net/auth.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <stdio.h>
@@ -15,7 +16,7 @@
 #define KEY_RANDOM_BYTES 32
 
 struct AuthTable {
-    int refs;
+    _Atomic int refs; /* a standby's threads take and drop references too (standby.c) */
     AuthKey *keys; /* owned, with their prefixes */
     size_t nkeys;
 };
@@ -100,13 +101,13 @@ static void table_free(AuthTable *t)
 
 AuthTable *auth_ref(AuthTable *t)
 {
-    t->refs++;
+    atomic_fetch_add(&t->refs, 1);
     return t;
 }
 
 void auth_unref(AuthTable *t)
 {
-    if (t && --t->refs == 0)
+    if (t && atomic_fetch_sub(&t->refs, 1) == 1)
         table_free(t);
 }
 

@@ -27,7 +27,8 @@
  * time, so an answer's timing does not depend on which key matched.
  *
  * A table is shared by reference: SIGHUP loads a new one while requests that
- * began under the old one keep theirs until they end.
+ * began under the old one keep theirs until they end. References may be
+ * taken and dropped on any thread (atomically); the table never changes.
  */
 #ifndef LEASEGATE_AUTH_H
 #define LEASEGATE_AUTH_H

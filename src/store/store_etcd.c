@@ -80,6 +80,7 @@
 #include <uuid/uuid.h>
 
 #include "core/leasehist.h"
+#include "core/log.h"
 #include "store/election.h"
 #include "store/etcd.h"
 #include "store/etcd_txn.h"
@@ -766,9 +767,9 @@ static int refence(EtcdStore *s, const char *last, const char *sent, bool *appli
     free(found);
     if (put_first_mark(s, seen))
         return -1;
-    fprintf(stderr, "leasegate: commits go on under the new leader key (revision %lld): nothing was written "
-                    "while this gateway had no lease\n",
-            rev);
+    log_line(LEVEL_INFO, "commits go on under the new leader key (revision %lld): nothing was written "
+                         "while this gateway had no lease",
+             rev);
     return 0;
 }
 
@@ -876,8 +877,8 @@ static int load_range(EtcdStore *s, json_t *req, json_t **resp, char *err, size_
             json_decref(req);
             return rc;
         }
-        fprintf(stderr, "leasegate: etcd compacted revision %lld during the load; going on at the latest\n",
-                s->load_rev);
+        log_line(LEVEL_INFO, "etcd compacted revision %lld during the load; going on at the latest",
+                 s->load_rev);
         s->load_rev = 0;
         json_object_del(req, "revision");
     }

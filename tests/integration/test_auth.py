@@ -245,7 +245,10 @@ class ReloadTest(unittest.TestCase):
             threading.Event().wait(0.05)
         self.fail("no '%s' in the log after SIGHUP:\n%s" % (words, self.srv.stderr_text()))
 
-    def test_sighup_reloads_and_a_bad_file_keeps_the_old_keys(self):
+    def test_sighup_reloads_and_a_bad_file_refuses_every_key(self):
+        """SIGHUP reloads the keys; a file that does not load is not ignored (issue 37): the
+        keys loaded before may hold one just revoked, so no key is trusted (503, /readyz
+        not ready, the log says why) until a reload succeeds."""
         first = Keyed(self.srv.port, self.key)
         self.addCleanup(first.close)
         st, _, held = first.acquire("a/lock", ttl_ms=60000)
@@ -273,15 +276,26 @@ class ReloadTest(unittest.TestCase):
         self.addCleanup(admin.close)
         st, _, lock = admin.get_lock("a/lock")
         self.assertEqual((st, lock["waiters"]), (200, 0), lock)  # the removed key's waiter left
-        # A file that does not parse: the old keys stay, and the log says why.
+        # A file that does not parse: no key passes, /readyz says why, the log too.
         self.write(second_line + "\nbroken line\n")
-        self.hup_and_wait("SIGHUP: keeping the 2 API keys")
+        self.hup_and_wait("SIGHUP: the key file does not load")
         self.assertIn("line 2", self.srv.stderr_text())
-        self.assertEqual(second.acquire("b/y")[0], 200)
+        st, _, body = second.acquire("b/y")
+        self.assertEqual((st, body["error"]), (503, "overloaded"), body)
+        self.assertIn("did not load", body["message"])
+        st, _, ready = self.srv.request("GET", "/readyz")
+        self.assertEqual((st, ready["reason"]), (503, "keys"), ready)
+        self.assertIn("line 2", ready["message"])
+        self.assertEqual(self.srv.request("GET", "/healthz")[0], 200)  # alive: a reload mends it
         os.remove(self.path)
-        self.hup_and_wait("SIGHUP: keeping the 2 API keys")
-        self.assertEqual(admin.request("GET", "/v1/locks")[0], 200)
+        self.hup_and_wait("SIGHUP: the key file does not load")
+        self.assertEqual(admin.request("GET", "/v1/locks")[0], 503)
         self.assertTrue(self.srv.running())
+        # A good file again: served at once.
+        self.write(second_line + "\n" + admin_line + "\n")
+        self.hup_and_wait("SIGHUP: 2 API keys")
+        self.assertEqual(admin.request("GET", "/v1/locks")[0], 200)
+        self.assertEqual(self.srv.request("GET", "/readyz")[0], 200)
         # The waiter let in under the first file ended with its key (401 at the first
         # reload, rekey.h), long before its wait_ms.
         t.join(30)
