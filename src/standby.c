@@ -332,7 +332,7 @@ static bool key_known(Standby *sb, struct MHD_Connection *conn, unsigned *status
         ok = false;
     } else if (t) {
         const char *reason;
-        ok = auth_find_bearer(t, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), &reason);
+        ok = auth_find_bearer(t, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"), NULL, &reason);
         if (!ok) {
             *status = MHD_HTTP_UNAUTHORIZED, *code = "unauthorized";
             snprintf(why, len, "%s", reason);

@@ -16,10 +16,10 @@ static void forbidden(Request *req, const AuthKey *k, const char *what, const ch
 }
 
 /* The key the request presents (Authorization: Bearer KEY), or NULL after answering 401. */
-static const AuthKey *presented_key(Request *req, AuthTable *t)
+static const AuthKey *presented_key(Request *req, AuthTable *t, unsigned *secret)
 {
     const char *why;
-    const AuthKey *k = auth_find_bearer(t, http_header(req, "Authorization"), &why);
+    const AuthKey *k = auth_find_bearer(t, http_header(req, "Authorization"), secret, &why);
     if (!k)
         unauthorized(req, why);
     return k;
@@ -39,7 +39,8 @@ bool access_check(Request *req, Access need, const char *name)
                            req->srv->auth_error);
         return false;
     }
-    const AuthKey *k = presented_key(req, t);
+    unsigned secret;
+    const AuthKey *k = presented_key(req, t, &secret);
     if (!k)
         return false;
     bool ok;
@@ -75,6 +76,7 @@ bool access_check(Request *req, Access need, const char *name)
     req->access.table = auth_ref(t);
     auth_unref(held);
     req->access.key = k;
+    req->access.secret = secret;
     return true;
 }
 

@@ -40,7 +40,7 @@ static void recheck(void *ud, Request *req)
         listing = true;
     } else
         return; /* answered already: only its end is to come */
-    const AuthKey *old = req->access.key, *now = s->auth ? auth_find_same(s->auth, old) : NULL;
+    const AuthKey *old = req->access.key, *now = s->auth ? auth_find_same(s->auth, old, req->access.secret) : NULL;
     if (now && !s->auth_error[0] && still_covers(now, name, listing))
         return;
     ErrCode code = s->auth_error[0] ? ERR_OVERLOADED : now ? ERR_FORBIDDEN : ERR_UNAUTHORIZED;
@@ -50,7 +50,9 @@ static void recheck(void *ud, Request *req)
     else if (now)
         snprintf(why, sizeof why, "key '%s' no longer covers '%s' (the key file was reloaded)", old->name, name);
     else
-        snprintf(why, sizeof why, "key '%s' was removed (the key file was reloaded)", old->name);
+        snprintf(why, sizeof why,
+                 "key '%s', or the secret of it this request presented, was removed (the key file was reloaded)",
+                 old->name);
     if (req->wait.waiter)
         api_waiter_revoked(req, code, why);
     else if (p && p->watch.on)
