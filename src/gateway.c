@@ -564,6 +564,7 @@ int gateway_open(Server *s, const Config *cfg)
         return -1;
     }
     locktab_raise_last_token(s->locks, last_token);
+    s->metrics.since_ms = ctx.now.wall_ms;
     locktab_tick(s->locks, &ctx.now); /* ends the leases that expired while the server was down */
     log_line(LEVEL_INFO, "loaded %zu locks and semaphores (%zu leases held, %zu expired while down), last token "
                          "%llu, from %s",

@@ -126,6 +126,11 @@ void api_metrics(Request *req)
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory");
         return;
     }
+    fprintf(f, "# HELP leasegate_lock_metrics_start_time_seconds When the lock space's counters below began at zero "
+               "(Unix time): this server's start, or over etcd when this gateway became leader; a failover restarts "
+               "them on the new leader.\n# TYPE leasegate_lock_metrics_start_time_seconds gauge\n"
+               "leasegate_lock_metrics_start_time_seconds %.3f\n",
+            (double)m->since_ms / 1000);
     counter(f, "leasegate_http_requests_total", "HTTP requests received.", m->requests);
     fprintf(f, "# HELP leasegate_http_responses_total HTTP responses by status class.\n"
                "# TYPE leasegate_http_responses_total counter\n");

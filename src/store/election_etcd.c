@@ -55,6 +55,17 @@ static int64_t mono_ms(void)
     return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+/* Waits on e->cv (e->mu held) until the CLOCK_MONOTONIC time until: 0 when
+ * woken, ETIMEDOUT. The clock is named in the call (glibc's
+ * pthread_cond_clockwait) rather than set on the condition: libfaketime
+ * 0.9.10, which the clock-step tests run the gateway under
+ * (tests/nemesis/test_clock.py), mistimes pthread_cond_timedwait on a
+ * monotonic condition (it returns at once), and leaves this call alone. */
+static int cv_wait_until(Election *e, const struct timespec *until)
+{
+    return pthread_cond_clockwait(&e->cv, &e->mu, CLOCK_MONOTONIC, until);
+}
+
 static void pause_ms(long ms)
 {
     struct timespec t = {ms / 1000, ms % 1000 * 1000000L};
@@ -656,7 +667,7 @@ static void *keeper_main(void *arg)
         until.tv_nsec = (long)(ns % 1000000000);
         pthread_mutex_lock(&e->mu);
         while (!e->stop && !e->check_now && !e->announce && e->resigned == resigned &&
-               pthread_cond_timedwait(&e->cv, &e->mu, &until) == 0)
+               cv_wait_until(e, &until) == 0)
             ;
         bool stop = e->stop;
         pthread_mutex_unlock(&e->mu);
@@ -681,11 +692,7 @@ Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s
     e->on_lost_ud = hooks->ud;
     e->reload_seen = -1;
     pthread_mutex_init(&e->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&e->cv, NULL); /* waited on with the monotonic clock named (cv_wait_until) */
     char name[300];
     snprintf(name, sizeof name, "%s/leader", url->prefix);
     e->name_b64 = etcd_b64_encode(name, strlen(name));
@@ -923,7 +930,7 @@ int election_refence(Election *e, long long old_rev, char **key_b64, long long *
         e->check_now = true;
         pthread_cond_broadcast(&e->cv);
     }
-    while (!e->lost && !e->stop && e->revision == old_rev && pthread_cond_timedwait(&e->cv, &e->mu, &until) == 0)
+    while (!e->lost && !e->stop && e->revision == old_rev && cv_wait_until(e, &until) == 0)
         ;
     int rc = -1;
     if (!e->lost && e->revision != old_rev && (*key_b64 = strdup(e->key_b64))) {
