@@ -83,7 +83,7 @@ static void forward_failed(Standby *sb, const char *method, const char *uri, con
     int64_t now = mono_ms();
     if (!sb->failures_logged_at || now - sb->failures_logged_at >= FORWARD_LOG_MS) {
         if (sb->failures_unlogged == 1)
-            log_line(LEVEL_WARN, "forward of %s failed (further failures are counted, one line per %d s)",
+            log_line(LEVEL_WARN, "a forward failed: %s (further failures are counted, one line per %d s)",
                      sb->last_failure, FORWARD_LOG_MS / 1000);
         else
             log_line(LEVEL_WARN, "%llu forwards failed in the last %lld ms; the last: %s",

@@ -48,6 +48,16 @@
  * later, so that a leader whose lease ended with it comes first, and goes on
  * campaigning. Whoever ends up leading, commits are fenced: only liveness
  * rides on these rules.
+ *
+ * A leader also reads its own key after every keepalive that renewed its
+ * lease: a key deleted under a live lease (an operator forcing an election)
+ * means another may lead, and an idle leader, with no commit to find out,
+ * would otherwise go on saying it leads (/healthz) indefinitely; it gives up
+ * within TTL/3 instead. Etcd that does not answer at start is waited for:
+ * the keeper asks for the lease until it is granted, and the campaign waits
+ * for it (the gateway is not ready meanwhile). Every gateway also looks at
+ * PREFIX/auth/reload every second, so that one reloading its API keys has
+ * every other reload its own (election_announce_reload).
  */
 #ifndef LEASEGATE_ELECTION_H
 #define LEASEGATE_ELECTION_H
