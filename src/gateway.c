@@ -21,6 +21,7 @@
 #include "api/watch.h"
 #include "core/auditlog.h"
 #include "core/leasehist.h"
+#include "core/log.h"
 #include "guard/guard.h"
 #include "guard/proxy.h"
 #include "net/accesslog.h"
@@ -28,7 +29,6 @@
 #include "net/listener.h"
 #include "net/loop.h"
 #include "net/peers.h"
-#include "core/log.h"
 #include "standby.h"
 
 /* Lock-table hooks. */
@@ -475,7 +475,7 @@ int gateway_open(Server *s, const Config *cfg)
     char err[512];
     /* Before anything listens: a bad certificate or key stops the start. */
     if (!tls_load(&s->tls, cfg->tls_cert, cfg->tls_key, cfg->cacert, err, sizeof err)) {
-        log_line(LEVEL_INFO, "%s", err);
+        log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
     if (cfg->auth_file) {
@@ -503,7 +503,7 @@ int gateway_open(Server *s, const Config *cfg)
         char narrowed[1200];
         int n = store_sqlite_narrow(cfg->data_path, narrowed, sizeof narrowed, err, sizeof err);
         if (n < 0) {
-            log_line(LEVEL_INFO, "%s", err);
+            log_line(LEVEL_ERROR, "%s", err);
             return -1;
         }
         if (n > 0)
@@ -583,7 +583,7 @@ int gateway_open(Server *s, const Config *cfg)
                  (unsigned long long)cfg->min_token + 1);
     }
     if (cfg->access_log && !(s->access_log = accesslog_open(cfg->access_log, err, sizeof err))) {
-        log_line(LEVEL_INFO, "%s", err);
+        log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
     s->app = dispatch_app();
@@ -604,7 +604,7 @@ int gateway_open(Server *s, const Config *cfg)
         return -1;
     }
     if (!guard_open(s->guard, err, sizeof err)) {
-        log_line(LEVEL_INFO, "%s", err);
+        log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
     for (size_t i = 0; i < cfg->nguards; i++)

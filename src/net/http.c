@@ -960,7 +960,7 @@ int http_start(Server *s)
     int fd = s->listen_fd >= 0 ? s->listen_fd : listener_open(s->cfg.listen_host, s->cfg.listen_port, 1024, err, sizeof err);
     s->listen_fd = -1; /* this function's from here on: MHD's, or closed below */
     if (fd < 0) {
-        log_line(LEVEL_INFO, "%s", err);
+        log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
     struct MHD_OptionItem tls[TLS_MHD_OPTIONS];
