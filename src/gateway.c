@@ -275,10 +275,11 @@ static void on_keys_reloaded_elsewhere(void *ud)
 static void reload_keys(Server *s, Standby *sb, const char *from)
 {
     char err[512];
-    /* S3 routes are probed again, those closed for good too. */
-    if (!guard_reload(s->guard, err, sizeof err))
+    /* S3 routes are probed again, those closed for good too. A candidate
+     * has none yet (the guard opens when it leads, reading them afresh). */
+    if (s->guard && !guard_reload(s->guard, err, sizeof err))
         log_line(LEVEL_WARN, "%s: keeping the S3 credentials loaded before: %s", from, err);
-    else if (s->cfg.s3_credentials)
+    else if (s->guard && s->cfg.s3_credentials)
         log_line(LEVEL_INFO, "%s: S3 credentials read again from %s", from, s->cfg.s3_credentials);
     if (!s->cfg.auth_file)
         return;
