@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "core/audit.h"
@@ -42,6 +43,7 @@ typedef struct Server {
     Config cfg;
     Store *store;
     Election *election; /* --store etcd://: this gateway's leadership; NULL with SQLite */
+    EtcdStats etcd_stats; /* what this gateway's etcd clients met (its election's and its store's) */
     Commit *commit;
     Locktab *locks;
     Fence *fence;
@@ -76,6 +78,14 @@ typedef struct Server {
     DList park_ready;  /* Request.park.rlink: parked requests whose answer can be written */
     DList park_writing; /* Request.park.rlink: parked answers waiting for room, by deadline */
     bool stopping;
+    /* A planned stop (SIGTERM) with --drain-seconds: not ready (/readyz 503)
+     * while still serving, until drain_until_ms (monotonic), then stopping. */
+    bool draining;
+    int64_t drain_until_ms;
+    /* "" or why --auth-file did not load at the last reload: requests that
+     * need a key get 503 and /readyz says so until a reload succeeds (the
+     * keys loaded before are not trusted: they may hold a revoked key). */
+    char auth_error[512];
     bool storage_failed;
     bool adding_back;  /* park.c hands a connection back to libmicrohttpd: not a new one */
     /* Over etcd: this gateway no longer leads, or cannot know that it does (a
@@ -83,6 +93,7 @@ typedef struct Server {
      * still holds gets 503, then the process exits 1 (runloop.c). */
     bool deposed;
     int deposed_fd; /* eventfd: the election's thread says leadership is lost (gateway.c); -1 with SQLite */
+    int reload_fd;  /* eventfd: the election's thread says another gateway reloaded its keys; -1 with SQLite */
 } Server;
 
 #endif

@@ -8,12 +8,13 @@
 #include "core/auditlog.h"
 #include "core/clock.h"
 #include "core/leasehist.h"
+#include "core/log.h"
 
 /* A trail with holes is no trail: like any change that cannot be recorded,
  * this stops the server (as the lock table's hooks do). */
 static void out_of_memory(void)
 {
-    fprintf(stderr, "leasegate: out of memory recording the audit trail; exiting\n");
+    log_line(LEVEL_ERROR, "out of memory recording the audit trail; exiting");
     _exit(70);
 }
 

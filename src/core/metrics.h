@@ -28,6 +28,10 @@ typedef enum GuardRefusal {
 } GuardRefusal;
 
 typedef struct Metrics {
+    /* Unix ms at which these counters (and the lock table's) began at zero:
+     * the start, or over etcd the moment this gateway took the lock space
+     * over. A failover restarts them on the new leader, which says so here. */
+    int64_t since_ms;
     uint64_t requests;
     uint64_t responses[6];       /* by status class: [2] = 2xx ... [5] = 5xx */
     uint64_t grants;             /* fresh grants, immediate or after waiting */

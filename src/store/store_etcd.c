@@ -92,6 +92,7 @@
 #include <uuid/uuid.h>
 
 #include "core/leasehist.h"
+#include "core/log.h"
 #include "store/election.h"
 #include "store/etcd.h"
 #include "store/etcd_txn.h"
@@ -838,9 +839,9 @@ static int refence(EtcdStore *s, const char *last, const char *sent, bool *appli
     free(found);
     if (put_first_mark(s, seen))
         return -1;
-    fprintf(stderr, "leasegate: commits go on under the new leader key (revision %lld): nothing was written "
-                    "while this gateway had no lease\n",
-            rev);
+    log_line(LEVEL_INFO, "commits go on under the new leader key (revision %lld): nothing was written "
+                         "while this gateway had no lease",
+             rev);
     return 0;
 }
 
@@ -948,8 +949,8 @@ static int load_range(EtcdStore *s, json_t *req, json_t **resp, char *err, size_
             json_decref(req);
             return rc;
         }
-        fprintf(stderr, "leasegate: etcd compacted revision %lld during the load; going on at the latest\n",
-                s->load_rev);
+        log_line(LEVEL_INFO, "etcd compacted revision %lld during the load; going on at the latest",
+                 s->load_rev);
         s->load_rev = 0;
         json_object_del(req, "revision");
     }
@@ -1500,8 +1501,8 @@ static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
         StoreBatch b = {s->legacy, s->nlegacy, 0, 0, 0};
         rc = etcd_commit(base, &b);
         if (rc == 0)
-            fprintf(stderr, "leasegate: %zu writers of layout 1 written again as leases of their own (layout %d)\n",
-                    s->nlegacy / 2, LAYOUT);
+            log_line(LEVEL_INFO, "%zu writers of layout 1 written again as leases of their own (layout %d)",
+                     s->nlegacy / 2, LAYOUT);
     }
     legacy_clear(s);
     *last_token = counter > s->load_max_token ? counter : s->load_max_token;

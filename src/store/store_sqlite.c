@@ -35,6 +35,7 @@
 #include "store/sqlite_record.h"
 
 #include "core/leasehist.h"
+#include "core/log.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -247,18 +248,18 @@ static int on_wal(void *arg, sqlite3 *db, const char *name, int pages)
     int rc = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     if (rc == SQLITE_OK) {
         if (s->checkpoint_failures)
-            fprintf(stderr, "leasegate: checkpoints work again, after %llu failed: %s is up to date\n",
-                    s->checkpoint_failures, s->path);
+            log_line(LEVEL_INFO, "checkpoints work again, after %llu failed: %s is up to date", s->checkpoint_failures,
+                     s->path);
         s->checkpoint_failures = 0;
         s->checkpoint_at = CHECKPOINT_PAGES;
         return SQLITE_OK;
     }
     s->checkpoint_failures++;
     s->checkpoint_at = pages + CHECKPOINT_PAGES;
-    fprintf(stderr,
-            "leasegate: copying the WAL into %s failed (%s; %llu in a row): every commit is still durable in the "
-            "WAL, which grows until a checkpoint works (the next try at %d pages; it holds %d)\n",
-            s->path, sqlite3_errmsg(db), s->checkpoint_failures, s->checkpoint_at, pages);
+    log_line(LEVEL_WARN,
+             "copying the WAL into %s failed (%s; %llu in a row): every commit is still durable in the "
+             "WAL, which grows until a checkpoint works (the next try at %d pages; it holds %d)",
+             s->path, sqlite3_errmsg(db), s->checkpoint_failures, s->checkpoint_at, pages);
     return SQLITE_OK;
 }
 

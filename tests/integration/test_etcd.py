@@ -21,7 +21,6 @@ import urllib.error
 import urllib.request
 
 from harness import binary_path
-from upstream import free_port
 import etcd_fixture
 from etcd_fixture import EtcdTestCase, Gateway, b64, wait_for, wait_leader
 from txn_proxy import TxnProxy
@@ -640,14 +639,6 @@ class EtcdTest(EtcdTestCase):
                 run.communicate(timeout=10)
         self.assertEqual(run.returncode, 0, err)
         self.assertFalse(other.client.get_lock("nightly")[2]["held"])
-
-    def test_etcd_unreachable_at_start(self):
-        port = free_port()
-        proc = subprocess.run([binary_path(), "serve", "--listen", "127.0.0.1:0",
-                               "--store", "etcd://127.0.0.1:%d/lg" % port],
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
-        self.assertEqual(proc.returncode, 1, proc.stderr)
-        self.assertIn(b"cannot reach etcd", proc.stderr)
 
     def test_usage_errors(self):
         cases = [["--store", "etcd://127.0.0.1:2379/lg", "--data", "x.db"],
