@@ -255,7 +255,9 @@ void api_metrics(Request *req)
     gauge(f, "leasegate_locks_held", "Locks held now (by a writer or by readers).", lc.held);
     gauge(f, "leasegate_read_leases", "Read leases held now (each reader of each lock).", lc.readers);
     gauge(f, "leasegate_semaphores", "Semaphore names known.", sc.names);
-    gauge(f, "leasegate_semaphore_permits_held", "Semaphore permits held now.", sc.leases);
+    gauge(f, "leasegate_semaphore_permits_held", "Semaphore permits held now (a lease may hold several).",
+          sc.permits);
+    gauge(f, "leasegate_semaphore_leases", "Semaphore leases held now (each holds one permit or more).", sc.leases);
     gauge(f, "leasegate_waiters", "Acquires waiting now (locks and semaphores).", locktab_waiters(s->locks));
     gauge(f, "leasegate_semaphore_waiters", "Acquires of semaphores waiting now.", sc.waiters);
     gauge(f, "leasegate_connections_parked",

@@ -49,8 +49,10 @@ static void reply_grant(Request *req, const Lock *lock, const Holder *h)
     jsonw_str(&w, "owner", h->owner);
     jsonw_str(&w, "lease", lease);
     jsonw_int(&w, "token", (int64_t)h->token);
-    if (lock->kind == KIND_SEMAPHORE)
+    if (lock->kind == KIND_SEMAPHORE) {
         jsonw_int(&w, "limit", lock->limit);
+        jsonw_int(&w, "permits", h->permits);
+    }
     jsonw_int(&w, "ttl_ms", h->ttl_ms);
     jsonw_int(&w, "acquired_at_ms", h->acquired_at_ms);
     jsonw_int(&w, "expires_at_ms", h->expires_at_ms);
@@ -138,7 +140,7 @@ static bool body_mode(Request *req, json_t *obj, uint8_t *mode, bool *given)
 /* What an acquire asks, read from its body; false after answering 400. */
 typedef struct Ask {
     const char *owner, *request_id;
-    json_int_t ttl_ms, wait_ms, lock_delay_ms, limit;
+    json_int_t ttl_ms, wait_ms, lock_delay_ms, limit, permits;
     uint8_t lease[LEASE_ID_BYTES];
     bool reentry;
     uint8_t mode;
@@ -159,8 +161,16 @@ static bool read_ask(Request *req, LockKind kind, json_t *obj, Ask *a)
                                "field 'lease': a semaphore has no reentry; each acquire takes a permit of its own");
             return false;
         }
-        if (!body_int(req, obj, "limit", 1, LOCKTAB_LIMIT_MAX, 0, true, &a->limit))
+        if (!body_int(req, obj, "limit", 1, LOCKTAB_LIMIT_MAX, 0, true, &a->limit) ||
+            !body_int(req, obj, "permits", 1, LOCKTAB_LIMIT_MAX, 1, false, &a->permits))
             return false;
+        /* Never grantable: refused rather than queued for ever. */
+        if (a->permits > a->limit) {
+            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "permits"),
+                               "field 'permits' (%lld) is more than the semaphore's limit (%lld)",
+                               (long long)a->permits, (long long)a->limit);
+            return false;
+        }
     } else if (!body_lease(req, obj, false, a->lease, &a->reentry) || !body_mode(req, obj, &a->mode, &a->mode_given) ||
                !body_int(req, obj, "lock_delay_ms", 0, LOCKTAB_DELAY_MAX_MS, 0, false, &a->lock_delay_ms)) {
         return false;
@@ -175,8 +185,8 @@ static void acquire(Request *req, LockKind kind)
 {
     static const char *const LOCK_FIELDS[] = {"owner", "ttl_ms", "wait_ms", "metadata", "lease", "request_id",
                                               "mode", "lock_delay_ms", NULL};
-    static const char *const SEMAPHORE_FIELDS[] = {"owner", "limit", "ttl_ms", "wait_ms", "metadata", "request_id",
-                                                   "lease", NULL};
+    static const char *const SEMAPHORE_FIELDS[] = {"owner", "limit", "permits", "ttl_ms", "wait_ms", "metadata",
+                                                   "request_id", "lease", NULL};
     Server *s = req->srv;
     if (!body_check_name(req, "name", req->arg))
         return;
@@ -196,8 +206,8 @@ static void acquire(Request *req, LockKind kind)
     Charge charge = {NULL, NULL};
     /* One instant for the share's preview and the acquire itself. */
     Now now = clock_now();
-    if (!a.reentry && !quota_admit(req, kind, req->arg, a.mode, (uint32_t)a.limit, a.wait_ms > 0, a.owner,
-                                   a.request_id, &now, &charge))
+    if (!a.reentry && !quota_admit(req, kind, req->arg, a.mode, (uint32_t)a.limit, (uint32_t)a.permits,
+                                   a.wait_ms > 0, a.owner, a.request_id, &now, &charge))
         goto out;
     if (!a.reentry && !leaseid_next(&s->lease_ids, fresh)) {
         quota_named(s, &charge, 0);
@@ -216,7 +226,8 @@ static void acquire(Request *req, LockKind kind)
                         .mode = a.mode,
                         .mode_given = a.mode_given,
                         .lock_delay_ms = a.lock_delay_ms,
-                        .limit = (uint32_t)a.limit};
+                        .limit = (uint32_t)a.limit,
+                        .permits = (uint32_t)a.permits};
     req->grant.asked_us = clock_boot_us();
     const Lock *lock;
     const Holder *h;

@@ -13,6 +13,8 @@ json_t *lockview_holder_new(const Lock *lock, const Holder *h, RawRefs *refs)
                           rawjson_ref(refs, h->metadata));
     if (j && lock->kind == KIND_LOCK && json_object_set_new(j, "mode", json_string(lockview_mode_name(h->mode))))
         json_decref(j), j = NULL;
+    if (j && lock->kind == KIND_SEMAPHORE && json_object_set_new(j, "permits", json_integer(h->permits)))
+        json_decref(j), j = NULL;
     return j;
 }
 
@@ -35,9 +37,10 @@ json_t *lockview_state_new(const Locktab *lt, LockKind kind, const char *name, c
     size_t total = lock ? lock->holders.len : 0;
     json_t *j;
     if (kind == KIND_SEMAPHORE)
-        j = json_pack("{s:s, s:o, s:I, s:o, s:I, s:I, s:I}", "name", name, "limit",
-                      lock ? json_integer(lock->limit) : json_null(), "holders_total", (json_int_t)total, "available",
-                      lock ? json_integer((json_int_t)(lock->limit - total)) : json_null(), "waiters",
+        j = json_pack("{s:s, s:o, s:I, s:I, s:o, s:I, s:I, s:I}", "name", name, "limit",
+                      lock ? json_integer(lock->limit) : json_null(), "holders_total", (json_int_t)total,
+                      "permits_used", (json_int_t)(lock ? lock->permits_used : 0), "available",
+                      lock ? json_integer((json_int_t)(lock->limit - lock->permits_used)) : json_null(), "waiters",
                       (json_int_t)(lock ? lock->waiters.len : 0), "last_token",
                       (json_int_t)(lock ? lock->last_token : 0), "index", (json_int_t)locktab_index(lt, kind, name));
     else
@@ -60,10 +63,18 @@ void lockview_reply_busy(Request *req, const Lock *lock)
     const Holder *first = locktab_holder(lock);
     json_t *extra;
     if (lock->kind == KIND_SEMAPHORE) {
-        extra = json_pack("{s:s, s:I, s:o, s:I}", "name", lock->name, "limit", (json_int_t)lock->limit, "holders",
+        extra = json_pack("{s:s, s:I, s:I, s:o, s:I}", "name", lock->name, "limit", (json_int_t)lock->limit,
+                          "available", (json_int_t)(lock->limit - lock->permits_used), "holders",
                           holders_new(lock, &refs), "waiters", (json_int_t)lock->waiters.len);
-        http_reply_error_raw(req, ERR_SEMAPHORE_FULL, extra, &refs, "semaphore '%s': all %u permits are held",
-                             lock->name, (unsigned)lock->limit);
+        if (lock->waiters.len)
+            http_reply_error_raw(req, ERR_SEMAPHORE_FULL, extra, &refs,
+                                 "semaphore '%s': %u of %u permits are held and %zu acquires wait (first come, "
+                                 "first served)",
+                                 lock->name, (unsigned)lock->permits_used, (unsigned)lock->limit, lock->waiters.len);
+        else
+            http_reply_error_raw(req, ERR_SEMAPHORE_FULL, extra, &refs,
+                                 "semaphore '%s': %u of %u permits are held, too many for this acquire", lock->name,
+                                 (unsigned)lock->permits_used, (unsigned)lock->limit);
         return;
     }
     bool delayed = locktab_delayed(lock, &now);

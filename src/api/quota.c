@@ -171,8 +171,8 @@ static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
     return false;
 }
 
-bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, bool wait, const char *owner,
-                 const char *request_id, const Now *now, Charge *charge)
+bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, uint32_t permits, bool wait,
+                 const char *owner, const char *request_id, const Now *now, Charge *charge)
 {
     const AuthKey *k = req->access.key;
     Server *s = req->srv;
@@ -182,8 +182,8 @@ bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32
      * name as it will be (locktab_preview), not as the table still shows it,
      * at the same instant as the acquire that follows: a later clock could
      * end a lease the preview still counted, and grant past the key's limit. */
-    LockResult r = locktab_preview(s->locks, kind, name, (uint8_t)mode, limit, owner, request_id, k ? k->name : NULL,
-                                   now);
+    LockResult r = locktab_preview(s->locks, kind, name, (uint8_t)mode, limit, permits, owner, request_id,
+                                   k ? k->name : NULL, now);
     if (r == LOCK_REPLAYED || r == LOCK_LIMIT_MISMATCH)
         return true; /* a retry of a current grant (by its own key), or refused: nothing new */
     bool queued = r == LOCK_BUSY;

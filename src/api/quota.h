@@ -28,15 +28,16 @@
 #include "core/share.h"
 #include "net/http.h"
 
-/* Before an acquire of name (of kind, in mode, with a semaphore's limit) by
- * req's key that would be granted or (wait) queued: true when it may go on;
- * else it has been answered 429. A retry of a current grant (same
+/* Before an acquire of name (of kind, in mode, with a semaphore's limit and
+ * permits) by req's key that would be granted or (wait) queued: true when it
+ * may go on; else it has been answered 429. A retry of a current grant (same
  * request_id, owner and key) and a reentry are not new and always pass. Each
- * lease counts, so a reader or a permit is one of max_held. *charge is who a
+ * lease counts, so a reader or a semaphore's lease (however many permits it
+ * holds) is one of max_held. *charge is who a
  * new name is counted against (AcquireArgs.charge); quota_named counts it
  * once the name is made. */
-bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, bool wait, const char *owner,
-                 const char *request_id, const Now *now, Charge *charge);
+bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, uint32_t permits, bool wait,
+                 const char *owner, const char *request_id, const Now *now, Charge *charge);
 /* A lock name counted against c was made (+1) or forgotten (-1); 0: the
  * acquire quota_admit let in made no name after all. */
 void quota_named(Server *s, const Charge *c, int delta);

@@ -5,8 +5,9 @@
  * the tail when they arrive, a newcomer is granted at once only when nobody
  * waits (no barging), and only the head is ever granted (grant_next): while
  * the head can be granted it is, so a writer's end wakes the next writer or
- * the run of readers at the head up to the next writer, and a freed permit
- * wakes one waiter.
+ * the run of readers at the head up to the next writer, and freed permits
+ * wake the waiters at the head whose permits fit, in order: a head that
+ * asks for more than is free keeps everyone behind it waiting.
  */
 #include "core/locktab.h"
 
@@ -42,6 +43,7 @@ struct Waiter {
     int64_t ttl_ms;
     int64_t lock_delay_ms;
     int64_t since_ms; /* Unix ms: when it joined the queue */
+    uint32_t permits; /* a semaphore's: what the grant will hold; 1 otherwise */
     uint8_t mode;
 };
 
@@ -162,13 +164,14 @@ bool locktab_delayed(const Lock *lock, const Now *now)
     return delay_running(lock) && lock->delay.entry.deadline_ms > now->mono_ms;
 }
 
-/* Could a grant in `mode` be made on lock now, its waiters aside? */
-static bool grantable(const Lock *lock, uint8_t mode)
+/* Could a grant in `mode` (of `permits`, on a semaphore) be made on lock
+ * now, its waiters aside? */
+static bool grantable(const Lock *lock, uint8_t mode, uint32_t permits)
 {
     if (delay_running(lock))
         return false;
     if (lock->kind == KIND_SEMAPHORE)
-        return lock->holders.len < lock->limit;
+        return permits <= lock->limit && lock->permits_used <= lock->limit - permits;
     return lock->holders.len == 0 || (mode == MODE_READ && lock->mode == MODE_READ);
 }
 
@@ -181,19 +184,24 @@ static bool is_idle(const Lock *lock)
 static void lock_check(const Locktab *lt, const Lock *lock)
 {
     size_t n = 0;
+    uint64_t permits = 0;
     for (const DLink *l = lock->holders.head; l; l = l->next, n++) {
         const Grant *g = DLIST_ITEM(l, Grant, link);
         assert(g->lock == lock);
         assert(heap_queued(&g->expiry.entry));
         assert(g->h.mode == lock->mode);
         assert(g->h.token <= lock->last_token && g->h.count >= 1);
+        assert(g->h.permits >= 1 && (lock->kind == KIND_SEMAPHORE || g->h.permits == 1));
+        permits += g->h.permits;
         assert(l->next ? l->next->prev == l : lock->holders.tail == l);
     }
     assert(n == lock->holders.len);
     if (lock->kind == KIND_SEMAPHORE)
-        assert(lock->mode == MODE_WRITE && n <= lock->limit && !delay_running(lock));
+        assert(lock->mode == MODE_WRITE && permits == lock->permits_used && permits <= lock->limit &&
+               !delay_running(lock));
     else
-        assert(lock->mode == MODE_READ || n <= 1);
+        assert((lock->mode == MODE_READ || n <= 1) && lock->permits_used == 0);
+    (void)permits;
     assert(!heap_queued(&lock->idle.entry) || is_idle(lock));
     assert(lock->last_token <= lt->last_token);
     n = 0;
@@ -201,6 +209,7 @@ static void lock_check(const Locktab *lt, const Lock *lock)
         const Waiter *w = DLIST_ITEM(l, Waiter, link);
         assert(w->lock == lock);
         assert(heap_queued(&w->wait.entry));
+        assert(w->permits >= 1 && (lock->kind == KIND_SEMAPHORE || w->permits == 1));
         assert(l->next ? l->next->prev == l : lock->waiters.tail == l);
     }
     assert(n == lock->waiters.len);
@@ -221,16 +230,18 @@ void locktab_check(const Locktab *lt)
             /* Between calls (not inside one, while grant_next walks the
              * queue): nobody waits who could be granted. */
             const Waiter *head = first_waiter(lock);
-            assert(!head || !grantable(lock, head->mode));
+            assert(!head || !grantable(lock, head->mode, head->permits));
             (void)head;
             c.held += lock->holders.len > 0;
             c.leases += lock->holders.len;
             c.readers += lock->kind == KIND_LOCK && lock->mode == MODE_READ ? lock->holders.len : 0;
+            c.permits += lock->permits_used;
             c.waiters += lock->waiters.len;
             queued += lock->holders.len + lock->waiters.len + heap_queued(&lock->idle.entry) + delay_running(lock);
         }
         assert(c.held == lt->counts[k].held && c.leases == lt->counts[k].leases &&
-               c.readers == lt->counts[k].readers && c.waiters == lt->counts[k].waiters);
+               c.readers == lt->counts[k].readers && c.permits == lt->counts[k].permits &&
+               c.waiters == lt->counts[k].waiters);
     }
     assert(heap_len(&lt->deadlines) == queued);
     (void)queued;
@@ -353,23 +364,35 @@ static void add_holder(Locktab *lt, Lock *lock, Grant *g)
     dlist_append(&lock->holders, &g->link);
     c->leases++;
     c->readers += lock->kind == KIND_LOCK && g->h.mode == MODE_READ;
+    if (lock->kind == KIND_SEMAPHORE) {
+        lock->permits_used += g->h.permits;
+        c->permits += g->h.permits;
+    }
     heap_remove(&lt->deadlines, &lock->idle.entry);
 }
 
-/* Makes a new lease of lock in `mode` (grantable now). On success takes
- * ownership of the strings; on failure leaves them to the caller and
- * changes nothing, so that no undurable token is ever visible. The token is
- * the next value of the global counter. */
+/* What a new lease is, besides its id and strings. */
+typedef struct GrantTerms {
+    int64_t ttl_ms;
+    uint8_t mode;
+    int64_t lock_delay_ms;
+    uint32_t permits; /* a semaphore's; 1 otherwise */
+} GrantTerms;
+
+/* Makes a new lease of lock (grantable now). On success takes ownership of
+ * the strings; on failure leaves them to the caller and changes nothing, so
+ * that no undurable token is ever visible. The token is the next value of
+ * the global counter. */
 static Grant *grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], const GrantStrings *gs,
-                    int64_t ttl_ms, uint8_t mode, int64_t lock_delay_ms, const Now *now)
+                    const GrantTerms *t, const Now *now)
 {
-    assert(grantable(lock, mode));
+    assert(grantable(lock, t->mode, t->permits));
     Grant *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
     heap_entry_init(&g->expiry.entry);
     g->expiry.kind = DEADLINE_EXPIRY;
-    if (!set_expiry(lt, g, ttl_ms, now)) {
+    if (!set_expiry(lt, g, t->ttl_ms, now)) {
         free(g);
         return NULL;
     }
@@ -382,8 +405,9 @@ static Grant *grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES]
     h->token = ++lt->last_token;
     h->acquired_at_ms = now->wall_ms;
     h->count = 1;
-    h->mode = lock->kind == KIND_SEMAPHORE ? MODE_WRITE : mode;
-    h->lock_delay_ms = lock->kind == KIND_LOCK ? lock_delay_ms : 0;
+    h->mode = lock->kind == KIND_SEMAPHORE ? MODE_WRITE : t->mode;
+    h->lock_delay_ms = lock->kind == KIND_LOCK ? t->lock_delay_ms : 0;
+    h->permits = lock->kind == KIND_SEMAPHORE ? t->permits : 1;
     h->answers = 0;
     h->delivered = false;
     lock->last_token = h->token;
@@ -412,14 +436,15 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now, bool record)
 {
     bool granted = false;
     Waiter *w;
-    while ((w = first_waiter(lock)) && grantable(lock, w->mode)) {
+    while ((w = first_waiter(lock)) && grantable(lock, w->mode, w->permits)) {
         bool wait_over = w->wait.entry.deadline_ms <= now->mono_ms;
         unlink_waiter(lt, w);
         void *ctx = w->ctx;
         /* grant() takes the waiter's strings only when it succeeds; it cannot
          * for lack of memory, and then this waiter times out now too. */
         GrantStrings gs = {w->owner, w->metadata, w->request_id, w->key};
-        Grant *g = wait_over ? NULL : grant(lt, lock, w->lease, &gs, w->ttl_ms, w->mode, w->lock_delay_ms, now);
+        GrantTerms terms = {w->ttl_ms, w->mode, w->lock_delay_ms, w->permits};
+        Grant *g = wait_over ? NULL : grant(lt, lock, w->lease, &gs, &terms, now);
         if (g) {
             free(w);
             report_grant(lt, lock, g);
@@ -476,6 +501,10 @@ static bool end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, void *act
     c->leases--;
     c->readers -= lock->kind == KIND_LOCK && g->h.mode == MODE_READ;
     c->held -= lock->holders.len == 0;
+    if (lock->kind == KIND_SEMAPHORE) {
+        lock->permits_used -= g->h.permits;
+        c->permits -= g->h.permits;
+    }
     bool delayed = how != LEASE_END_RELEASED && g->h.lock_delay_ms > 0 &&
                    start_delay(lt, lock, how == LEASE_END_EXPIRED ? g->h.deadline_ms : now->mono_ms,
                                g->h.lock_delay_ms, now);
@@ -555,8 +584,9 @@ LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, con
     if (r != LOCK_OK)
         return r;
     uint8_t mode = kind == KIND_SEMAPHORE ? MODE_WRITE : holder->mode;
+    uint32_t permits = kind == KIND_SEMAPHORE && holder->permits ? holder->permits : 1;
     if (kind == KIND_LOCK ? lock->holders.len && (mode == MODE_WRITE || lock->mode == MODE_WRITE)
-                          : lock->holders.len >= lock->limit)
+                          : !grantable(lock, MODE_WRITE, permits))
         return LOCK_BUSY;
     /* What is left: exact on this boot's clock; from another boot, by the
      * wall clock but never more than one ttl (a clock that is behind must not
@@ -576,6 +606,7 @@ LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, con
     Holder *h = &g->h;
     *h = *holder;
     h->mode = mode;
+    h->permits = permits;
     h->answers = 0;
     h->delivered = true;
     h->owner = strdup(holder->owner);
@@ -685,6 +716,7 @@ static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void
     memcpy(w->lease, args->new_lease, LEASE_ID_BYTES);
     w->ttl_ms = args->ttl_ms;
     w->mode = lock->kind == KIND_SEMAPHORE ? MODE_WRITE : args->mode;
+    w->permits = lock->kind == KIND_SEMAPHORE && args->permits ? args->permits : 1;
     w->lock_delay_ms = args->lock_delay_ms;
     w->since_ms = now->wall_ms;
     w->ctx = ctx;
@@ -715,6 +747,7 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
     *holder_out = NULL;
     *waiter_out = NULL;
     uint8_t mode = kind == KIND_SEMAPHORE ? MODE_WRITE : args->mode;
+    uint32_t permits = kind == KIND_SEMAPHORE && args->permits ? args->permits : 1;
     if (args->lease) {
         Lock *lock = find_live(lt, kind, name, now);
         Grant *g = lock && kind == KIND_LOCK ? grant_with(lock, args->lease) : NULL;
@@ -746,12 +779,15 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
             return LOCK_LIMIT_MISMATCH;
         lock->limit = args->limit;
     }
-    if (lock->waiters.len == 0 && grantable(lock, mode)) {
+    /* The caller refuses a request for more permits than the limit (it could never be granted). */
+    assert(kind != KIND_SEMAPHORE || permits <= lock->limit);
+    if (lock->waiters.len == 0 && grantable(lock, mode, permits)) {
         GrantStrings g = {strdup(args->owner), strdup(args->metadata ? args->metadata : "{}"),
                           args->request_id ? strdup(args->request_id) : NULL, args->key ? strdup(args->key) : NULL};
+        GrantTerms terms = {args->ttl_ms, mode, args->lock_delay_ms, permits};
         Grant *made = NULL;
         if (!g.owner || !g.metadata || (args->request_id && !g.request_id) || (args->key && !g.key) ||
-            !(made = grant(lt, lock, args->new_lease, &g, args->ttl_ms, mode, args->lock_delay_ms, now))) {
+            !(made = grant(lt, lock, args->new_lease, &g, &terms, now))) {
             grant_strings_free(&g);
             lock->limit = limit_before;
             return LOCK_NOMEM;
@@ -766,12 +802,14 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
 }
 
 LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, uint8_t mode, uint32_t limit,
-                           const char *owner, const char *request_id, const char *key, const Now *now)
+                           uint32_t permits, const char *owner, const char *request_id, const char *key,
+                           const Now *now)
 {
     const Lock *lock = find(lt, kind, name);
     if (!lock)
         return LOCK_OK;
     size_t live = 0;
+    uint64_t live_permits = 0;
     for (DLink *l = lock->holders.head; l; l = l->next) {
         const Grant *g = DLIST_ITEM(l, Grant, link);
         if (g->h.deadline_ms <= now->mono_ms)
@@ -779,13 +817,14 @@ LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, u
         if (is_replay(g, owner, request_id, key))
             return LOCK_REPLAYED;
         live++;
+        live_permits += g->h.permits;
     }
     if (kind == KIND_SEMAPHORE && limit != lock->limit && (live || lock->waiters.len))
         return LOCK_LIMIT_MISMATCH;
     if (lock->waiters.len || locktab_delayed(lock, now))
         return LOCK_BUSY;
     if (kind == KIND_SEMAPHORE)
-        return live < limit ? LOCK_OK : LOCK_BUSY;
+        return live_permits + (permits ? permits : 1) <= limit ? LOCK_OK : LOCK_BUSY;
     return live == 0 || (mode == MODE_READ && lock->mode == MODE_READ) ? LOCK_OK : LOCK_BUSY;
 }
 
@@ -892,7 +931,7 @@ LockKind locktab_waiter_kind(const Waiter *w) { return (LockKind)w->lock->kind; 
 static void after_leaving(Locktab *lt, Lock *lock, bool was_head, const Now *now)
 {
     const Waiter *head = first_waiter(lock);
-    if (was_head && head && grantable(lock, head->mode))
+    if (was_head && head && grantable(lock, head->mode, head->permits))
         grant_next(lt, lock, now, false);
     lock_check(lt, lock);
 }
@@ -1017,12 +1056,12 @@ uint64_t locktab_index(const Locktab *lt, LockKind kind, const char *name)
 
 uint64_t locktab_index_now(const Locktab *lt) { return lt->changes; }
 
-void locktab_each_waiter(const Lock *lock, size_t limit,
-                         void (*fn)(void *ud, const char *owner, int64_t since_ms, int mode), void *ud)
+void locktab_each_waiter(const Lock *lock, size_t limit, void (*fn)(void *ud, const WaiterView *w), void *ud)
 {
     for (const DLink *l = lock->waiters.head; l && limit; l = l->next, limit--) {
         const Waiter *w = CONTAINER_OF(l, Waiter, link);
-        fn(ud, w->owner, w->since_ms, w->mode);
+        WaiterView v = {w->owner, w->since_ms, w->mode, w->permits};
+        fn(ud, &v);
     }
 }
 

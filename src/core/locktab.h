@@ -9,7 +9,9 @@
  * Two namespaces (LockKind): locks and semaphores; a name may be both, and
  * they have nothing to do with each other except the one token counter.
  * Every grant is a lease of its own (a Holder: its own lease id, token and
- * expiry): the writer of a lock, each reader, each permit of a semaphore.
+ * expiry): the writer of a lock, each reader, each grant of a semaphore,
+ * which holds one permit or several (AcquireArgs.permits: one lease, one
+ * token, all its permits given back together).
  *
  * Fairness (grant_next in locktab.c): the waiters of a name form one FIFO
  * list and only its head is ever granted; nobody is granted past a waiter
@@ -17,7 +19,9 @@
  * waits behind the writer, so neither side starves). When the head can be
  * granted, it is, and so is the next, and so on: a writer's end grants the
  * next writer, or the whole run of readers at the head up to the next
- * writer; each freed permit grants one waiter.
+ * writer; freed permits grant the waiters at the head while their permits
+ * fit (a head that asks for 3 keeps one that asks for 1 behind it waiting,
+ * so that large requests do not starve).
  *
  * Lock-delay (locks only): a lease that ends uncleanly (expired, revoked)
  * with a lock_delay_ms keeps the lock from every grant until that long after
@@ -25,8 +29,8 @@
  *
  * Invariants (checked by locktab_check in debug builds):
  *  - every holder's expiry deadline is queued; a lock's holders all have its
- *    mode; a lock in write mode has one holder; a semaphore has at most
- *    `limit` holders;
+ *    mode; a lock in write mode has one holder; a semaphore's holders hold
+ *    at most `limit` permits together (Lock.permits_used, their sum);
  *  - the head waiter of a name could not be granted now: a lock-delay runs,
  *    or the holders exclude it (so a free lock without a delay, or a
  *    semaphore with a free permit, has no waiters);
@@ -70,7 +74,7 @@ typedef enum LockKind { KIND_LOCK = 0, KIND_SEMAPHORE = 1 } LockKind;
  * MODE_WRITE (a semaphore has no modes). */
 typedef enum LockMode { MODE_WRITE = 0, MODE_READ = 1 } LockMode;
 
-/* The longest lock-delay, and the most permits of a semaphore. */
+/* The longest lock-delay, and the most permits of a semaphore (and of one of its leases). */
 #define LOCKTAB_DELAY_MAX_MS 60000
 #define LOCKTAB_LIMIT_MAX 10000
 
@@ -90,6 +94,7 @@ typedef struct Holder {
     int64_t lock_delay_ms;  /* locks: no grant for this long after the lease ends
                              * uncleanly (0: none); 0 for a permit */
     uint32_t count;         /* reentries: 1 for a fresh grant; always 1 for a permit */
+    uint32_t permits;       /* a semaphore's lease: the permits it holds (1..limit); 1 for a lock's */
     uint8_t mode;           /* LockMode */
     /* In memory only, never stored: the answers that reveal the grant (or its
      * last re-entry) and have not ended yet, and whether one was delivered
@@ -124,6 +129,7 @@ typedef struct Lock {
     uint8_t kind;        /* LockKind */
     uint8_t mode;        /* LockMode of the holders while held (a semaphore's: MODE_WRITE) */
     uint32_t limit;      /* a semaphore's permits (set by the acquire that finds it idle); 0 for a lock */
+    uint32_t permits_used; /* a semaphore's permits its holders hold (their Holder.permits); 0 for a lock */
     DList holders;       /* the table's, in grant order: locktab_holder, locktab_next_holder */
     int64_t delay_until_ms; /* Unix ms: a lock-delay runs until then (announced); 0 when none */
     Deadline delay;      /* queued while a lock-delay runs */
@@ -192,6 +198,7 @@ typedef struct AcquireArgs {
     bool mode_given;             /* reentry: a mode other than the lease's is LOCK_MODE_CONFLICT */
     int64_t lock_delay_ms;       /* locks: 0..LOCKTAB_DELAY_MAX_MS (Holder.lock_delay_ms) */
     uint32_t limit;              /* semaphores: 1..LOCKTAB_LIMIT_MAX */
+    uint32_t permits;            /* semaphores: the permits one lease takes, 1..limit (0: 1) */
 } AcquireArgs;
 
 typedef enum LockResult {
@@ -235,14 +242,15 @@ bool locktab_same_key(const char *a, const char *b);
  * with locktab_load_holder. */
 LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t last_token, uint32_t limit,
                         int64_t delay_until_ms, const Now *now);
-/* Start-up: a holder read from storage (its name is created if need be). A
- * holder whose expiry has passed is loaded too, and ended by the first
+/* Start-up: a holder read from storage (its name is created if need be;
+ * permits 0 reads as 1). A holder whose expiry has passed is loaded too, and ended by the first
  * locktab_tick (call it once loading is done). The holder's deadline is kept
  * when it is on this boot's clock; a holder from another boot (the machine
  * restarted) keeps what is left until its expires_at_ms by the wall clock,
  * but never more than one ttl (both plus LOCKTAB_DEADLINE_SLACK_MS, as at a
  * grant). LOCK_BUSY when it cannot hold with the holders loaded before (a
- * writer beside another holder, a reader beside a writer). */
+ * writer beside another holder, a reader beside a writer, permits past a
+ * semaphore's limit). */
 LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, const Holder *holder, const Now *now);
 
 /* On LOCK_OK and LOCK_REPLAYED *lock_out is the lock and *holder_out the
@@ -254,11 +262,13 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
                            void *waiter_ctx, const Now *now, const Lock **lock_out, const Holder **holder_out,
                            Waiter **waiter_out);
 /* What locktab_acquire would answer now for a fresh acquire in `mode` with
- * `limit` (no lease), and with request_id, owner and key a replay, changing
- * nothing: LOCK_OK (granted), LOCK_REPLAYED, LOCK_BUSY (queued or refused),
- * LOCK_LIMIT_MISMATCH. Leases and delays that are due count as ended. */
+ * `limit` and `permits` (no lease), and with request_id, owner and key a
+ * replay, changing nothing: LOCK_OK (granted), LOCK_REPLAYED, LOCK_BUSY
+ * (queued or refused), LOCK_LIMIT_MISMATCH. Leases and delays that are due
+ * count as ended. */
 LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, uint8_t mode, uint32_t limit,
-                           const char *owner, const char *request_id, const char *key, const Now *now);
+                           uint32_t permits, const char *owner, const char *request_id, const char *key,
+                           const Now *now);
 /* ttl_ms 0 keeps the lease's ttl. *holder_out is the lease renewed. */
 LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, int64_t ttl_ms,
                          const Now *now, const Lock **lock_out, const Holder **holder_out);
@@ -327,10 +337,16 @@ bool locktab_list(const Locktab *lt, LockKind kind, const char *prefix, const ch
 void locktab_start_index(Locktab *lt, uint64_t base);
 uint64_t locktab_index(const Locktab *lt, LockKind kind, const char *name);
 uint64_t locktab_index_now(const Locktab *lt); /* the highest index given so far */
-/* Calls fn for the first `limit` waiters of lock, in queue order; since_ms is
- * the Unix time the waiter joined, mode its LockMode. */
-void locktab_each_waiter(const Lock *lock, size_t limit,
-                         void (*fn)(void *ud, const char *owner, int64_t since_ms, int mode), void *ud);
+/* One waiter as readers see it: since_ms is the Unix time it joined, mode
+ * its LockMode, permits what it asks of a semaphore (1 otherwise). */
+typedef struct WaiterView {
+    const char *owner;
+    int64_t since_ms;
+    int mode;
+    uint32_t permits;
+} WaiterView;
+/* Calls fn for the first `limit` waiters of lock, in queue order. */
+void locktab_each_waiter(const Lock *lock, size_t limit, void (*fn)(void *ud, const WaiterView *w), void *ud);
 
 /* What the table holds, per kind. */
 typedef struct LocktabCounts {
@@ -338,6 +354,7 @@ typedef struct LocktabCounts {
     size_t held;    /* names with a holder */
     size_t leases;  /* holders */
     size_t readers; /* holders in MODE_READ */
+    size_t permits; /* semaphores: the permits held (a lease may hold several) */
     size_t waiters;
 } LocktabCounts;
 LocktabCounts locktab_counts(const Locktab *lt, LockKind kind);

@@ -43,7 +43,7 @@ DESCRIBE_COLUMNS(LOCK, LOCK_LIST);
     X(P, kind, SQL_KEY) X(P, name, SQL_KEY) X(P, token, SQL_KEY) X(P, lease, SQL_SET) X(P, owner, SQL_SET)          \
         X(P, mode, SQL_SET) X(P, ttl_ms, SQL_SET) X(P, acquired_at_ms, SQL_SET) X(P, expires_at_ms, SQL_SET)        \
             X(P, count, SQL_SET) X(P, metadata, SQL_SET) X(P, deadline_ms, SQL_SET) X(P, boot, SQL_SET)             \
-                X(P, request_id, SQL_SET) X(P, key, SQL_SET) X(P, lock_delay_ms, SQL_SET)
+                X(P, request_id, SQL_SET) X(P, key, SQL_SET) X(P, lock_delay_ms, SQL_SET) X(P, permits, SQL_SET)
 DESCRIBE_COLUMNS(HOLDER, HOLDER_LIST);
 
 static int bind_lock(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot)
@@ -89,7 +89,8 @@ static int bind_holder(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boo
            bind_i64(st, HOLDER_expires_at_ms, h->expires_at_ms) | bind_i64(st, HOLDER_count, h->count) |
            bind_text(st, HOLDER_metadata, h->metadata) | bind_i64(st, HOLDER_deadline_ms, h->deadline_ms) |
            bind_i64(st, HOLDER_boot, boot) | bind_text(st, HOLDER_request_id, h->request_id) |
-           bind_text(st, HOLDER_key, h->key) | bind_i64(st, HOLDER_lock_delay_ms, h->lock_delay_ms);
+           bind_text(st, HOLDER_key, h->key) | bind_i64(st, HOLDER_lock_delay_ms, h->lock_delay_ms) |
+           (h->permits > 1 ? bind_i64(st, HOLDER_permits, h->permits) : SQLITE_OK); /* unbound: NULL, one */
 }
 
 static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
@@ -98,6 +99,9 @@ static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
     Holder *h = &x->holder;
     sqlite3_int64 kind = sqlite3_column_int64(st, HOLDER_kind), mode = sqlite3_column_int64(st, HOLDER_mode),
                   count = sqlite3_column_int64(st, HOLDER_count);
+    sqlite3_int64 permits = sqlite3_column_type(st, HOLDER_permits) == SQLITE_NULL
+                                ? 1
+                                : sqlite3_column_int64(st, HOLDER_permits);
     x->name = col_text(st, HOLDER_name);
     x->kind = (uint8_t)kind;
     if (sqlite3_column_bytes(st, HOLDER_lease) != LEASE_ID_BYTES)
@@ -113,6 +117,7 @@ static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
     h->acquired_at_ms = sqlite3_column_int64(st, HOLDER_acquired_at_ms);
     h->expires_at_ms = sqlite3_column_int64(st, HOLDER_expires_at_ms);
     h->count = (uint32_t)count;
+    h->permits = (uint32_t)permits;
     h->lock_delay_ms = sqlite3_column_int64(st, HOLDER_lock_delay_ms);
     /* A deadline on the boot clock means something only in the boot that wrote it. */
     bool same_boot = sqlite3_column_type(st, HOLDER_deadline_ms) != SQLITE_NULL &&
@@ -120,7 +125,8 @@ static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
                      sqlite3_column_int64(st, HOLDER_boot) == boot;
     h->deadline_ms = same_boot ? sqlite3_column_int64(st, HOLDER_deadline_ms) : -1;
     return x->name && h->owner && h->metadata && kind >= 0 && kind < LOCK_KINDS && h->token > 0 &&
-           (mode == MODE_WRITE || (mode == MODE_READ && kind == KIND_LOCK)) && count >= 1 && count <= UINT32_MAX;
+           (mode == MODE_WRITE || (mode == MODE_READ && kind == KIND_LOCK)) && count >= 1 && count <= UINT32_MAX &&
+           permits >= 1 && permits <= LOCKTAB_LIMIT_MAX && (permits == 1 || kind == KIND_SEMAPHORE);
 }
 
 #define FENCE_LIST(P, X) X(P, resource, SQL_KEY) X(P, max_token, SQL_MAX)

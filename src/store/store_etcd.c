@@ -18,7 +18,8 @@
  *                             key order is grant order): JSON {kind (0 lock, 1 semaphore), name,
  *                             mode? (1: a reader; left out: a writer or a permit), lease (uuid
  *                             text), owner, token, ttl_ms, acquired_at_ms, expires_at_ms, count,
- *                             metadata (JSON text), request_id?, key?, lock_delay_ms?}. Layout 1
+ *                             metadata (JSON text), request_id?, key?, lock_delay_ms?, permits?
+ *                             (a semaphore's lease of more than one permit; layout 3)}. Layout 1
  *                             wrote readers and permits here, with "mode" always
  *   PREFIX/fences/RESOURCE    decimal max token
  *   PREFIX/guard/LOCK         decimal max token the guard let through, a space, and when it last
@@ -49,11 +50,16 @@
  * gateway of a store together).
  *
  * Layouts across a rolling upgrade (docs/high-availability.md): this gateway
- * loads layout 1 and 2 alike, and writes layout 2. A gateway of layout 1
- * elected over a lock space this one has written fails its load on the
- * first writer's or permit's key (it requires "mode", which layout 2 leaves
- * out for them, so that it can never load a writer it would then keep in two
- * places) and exits, having written nothing but its commit mark.
+ * loads layouts 1 to 3 alike, and writes layout 3 (layout 2 is layout 3
+ * without what issue 40 added: leases of several permits, values, elections,
+ * each left out of a record or a folder that holds none). A gateway of
+ * layout 2 refuses a lock space marked 3 before it loads anything (its
+ * check_layout), so that it never loads a lease of three permits as one. A
+ * gateway of layout 1 (it has no such check) elected over a lock space a
+ * newer one has written fails its load on the first writer's or permit's key
+ * (it requires "mode", which layout 2 leaves out for them, so that it can
+ * never load a writer it would then keep in two places) and exits, having
+ * written nothing but its commit mark.
  *
  * The history is pruned by deleting the range [kind/0, kind/UPTO+1), that is
  * every key whose rows are all at or below UPTO = newest seq - keep: a batch
@@ -216,8 +222,11 @@ static char *decimal(uint64_t v)
     return asprintf(&text, "%" PRIu64, v) < 0 ? NULL : text;
 }
 
-/* The layout this gateway writes (see the key list at the top). */
-#define LAYOUT 2
+/* The layout this gateway writes (see the key list at the top). Layout 3
+ * (issue 40) adds what an older gateway must not load as if it knew it: a
+ * semaphore's lease of several permits (it would count one), a lock's
+ * value (it would drop it). */
+#define LAYOUT 3
 
 /* A holder's fields; NULL when out of memory. */
 static json_t *holder_json(const Holder *h)
@@ -233,6 +242,8 @@ static json_t *holder_json(const Holder *h)
     if (hj && h->key && json_object_set_new(hj, "key", json_string(h->key)))
         json_decref(hj), hj = NULL;
     if (hj && h->lock_delay_ms && json_object_set_new(hj, "lock_delay_ms", json_integer(h->lock_delay_ms)))
+        json_decref(hj), hj = NULL;
+    if (hj && h->permits > 1 && json_object_set_new(hj, "permits", json_integer(h->permits)))
         json_decref(hj), hj = NULL;
     return hj;
 }
@@ -1067,7 +1078,7 @@ static bool json_i64(const json_t *obj, const char *key, int64_t *out)
  * strings point into h. */
 static bool parse_holder(const json_t *h, Holder *x)
 {
-    uint64_t count = 0;
+    uint64_t count = 0, permits = 1;
     int64_t delay = 0;
     const char *lease = json_string_value(json_object_get(h, "lease"));
     x->owner = (char *)json_string_value(json_object_get(h, "owner"));
@@ -1078,8 +1089,11 @@ static bool parse_holder(const json_t *h, Holder *x)
     bool ok = lease && uuid_parse(lease, x->lease) == 0 && x->owner && x->metadata && json_u64(h, "token", &x->token) &&
               json_i64(h, "ttl_ms", &x->ttl_ms) && json_i64(h, "acquired_at_ms", &x->acquired_at_ms) &&
               json_i64(h, "expires_at_ms", &x->expires_at_ms) && json_u64(h, "count", &count) && count <= UINT32_MAX &&
-              (!json_object_get(h, "lock_delay_ms") || json_i64(h, "lock_delay_ms", &delay));
+              (!json_object_get(h, "lock_delay_ms") || json_i64(h, "lock_delay_ms", &delay)) &&
+              (!json_object_get(h, "permits") || json_u64(h, "permits", &permits)) && permits >= 1 &&
+              permits <= LOCKTAB_LIMIT_MAX;
     x->count = (uint32_t)count;
+    x->permits = (uint32_t)permits;
     x->lock_delay_ms = delay;
     return ok;
 }

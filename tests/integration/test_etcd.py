@@ -77,13 +77,15 @@ class EtcdTest(EtcdTestCase):
         kvs = self.etcd.call("/v3/kv/range", {"key": b64(self.prefix + key)}).get("kvs", [])
         return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
 
-    def test_a_layout_1_lock_space_loads_and_is_written_in_layout_2(self):
+    def test_a_layout_1_lock_space_loads_and_is_written_in_the_current_layout(self):
         """Issue 38: gateways before every lease had a key of its own (layout 1) kept a lock's
         writer inside the lock's record, and readers and permits under holders/ with "mode"
-        always. A gateway of layout 2 loads such a lock space with every lease and token,
-        writes every lease as a key of its own (a writer's and a permit's without "mode", so
-        that a layout-1 gateway, which requires it, refuses the store rather than keep a
-        writer in two places), marks the layout, and refuses a lock space of a newer layout."""
+        always. A gateway of layout 2 or later loads such a lock space with every lease and
+        token, writes every lease as a key of its own (a writer's and a permit's without
+        "mode", so that a layout-1 gateway, which requires it, refuses the store rather than
+        keep a writer in two places), marks the layout (3 since issue 40: a layout-2 gateway
+        refuses it, rather than load a lease of several permits as one), and refuses a lock
+        space of a newer layout."""
         now = int(time.time() * 1000)
 
         def lease(token, owner, **more):
@@ -102,7 +104,7 @@ class EtcdTest(EtcdTestCase):
         self.put("/meta/last_token", "9")
         g = self.gateway()
         self.assertIs(wait_leader([g]), g, g.stderr_text())
-        self.assertEqual(self.value("/meta/layout"), 2)
+        self.assertEqual(self.value("/meta/layout"), 3)
         st, _, body = g.client.get_lock("old/w")
         self.assertEqual((body["holder"]["owner"], body["holder"]["token"], body["holder"]["count"],
                           body["holder"]["metadata"]), ("old-writer", 5, 2, {"a": 1}), body)
@@ -116,7 +118,7 @@ class EtcdTest(EtcdTestCase):
         st, _, body = g.client.request("POST", "/v1/semaphores/old/s/renew", {"lease": permit["lease"]})
         self.assertEqual((st, body.get("token")), (200, 8), body)
         self.assertEqual(self.acquire_ok(g, "new/x")["token"], 10)
-        # Written again in layout 2: the writer's lease a key of its own, its lock's record the name's.
+        # Written again: the writer's lease a key of its own, its lock's record the name's.
         self.assertNotIn("holder", self.value("/locks/old/w"))
         w = self.value("/holders/%020d" % 5)
         self.assertEqual((w["name"], w["kind"], w["owner"], w["count"], "mode" in w), ("old/w", 0, "old-writer", 2, False), w)
@@ -133,11 +135,11 @@ class EtcdTest(EtcdTestCase):
         self.assertEqual((body["held"], body["last_token"]), (False, 5), body)
         g.stop_clean()
         # A lock space a newer leasegate has written is refused, saying so, before anything is written.
-        self.put("/meta/layout", "3")
+        self.put("/meta/layout", "4")
         g.start()
         self.assertEqual(g.wait_exit(), 1, g.stderr_text())
-        self.assertIn("written by a newer leasegate (layout 3", g.stderr_text())
-        self.assertEqual(self.value("/meta/layout"), 3)
+        self.assertIn("written by a newer leasegate (layout 4", g.stderr_text())
+        self.assertEqual(self.value("/meta/layout"), 4)
 
     def etcd_rows(self, kind):
         """{key: decoded JSON value} of every key under PREFIX/kind/ (history or audit)."""

@@ -3,7 +3,13 @@ keeps only what is the name's. A database written by the last binary of schema 1
 (fixtures/schema10.db, made by fixtures/make_schema10.py, which says how) loads with every
 lease, token, reason, revocation, lock-delay, fence mark and audit row it held. The migration is
 one step inside the transaction that opens the database, so a kill -9 in its middle leaves
-version 10 as it was, never a mix of the two, and the next start migrates it whole."""
+version 10 as it was, never a mix of the two, and the next start migrates it whole (to the
+current version: every step runs in that one transaction).
+
+Schema 12 (issue 40): a semaphore's lease may hold several permits, an election's leader lease
+carries its value, and a lock's value is a row of its own. A database written by the last
+binary of schema 11 (tests/powerloss/schemas/v11.sql, made by tests/powerloss/schemas/make.py)
+loads with every lease as it was, each of one permit, and takes the new records at once."""
 
 import json
 import os
@@ -23,6 +29,8 @@ with open(os.path.join(HERE, "fixtures", "schema10.json")) as _f:
     MADE = json.load(_f)
 DAY = 86400000
 OLD_TABLES = {"locks", "semaphores", "holders"}
+CURRENT = 12  # the schema this leasegate writes
+V11_SQL = os.path.join(HERE, "..", "powerloss", "schemas", "v11.sql")
 
 
 def schema10_copy(into):
@@ -116,7 +124,7 @@ class MigrationTest(unittest.TestCase):
             st, _, body = c.request("GET", "/v1/audit?limit=1000")
             self.assertGreaterEqual(len(body["rows"]), MADE["audit_rows"] + 1, body)
         version, tables, rows = schema_of(path)
-        self.assertEqual(version, 11)
+        self.assertEqual(version, CURRENT)
         self.assertIn("lockspace", tables)
         self.assertFalse(OLD_TABLES & tables, tables)
 
@@ -125,8 +133,8 @@ class MigrationTest(unittest.TestCase):
         as it goes); the server is killed with SIGKILL, before it listens, once its WAL has
         grown to a few sizes, and once the database file itself grows (a checkpoint: right
         after a commit, which a migration cut in two transactions would show half done);
-        after each kill the file holds version 10 with every row, or version 11 with every
-        row, never a mix; then a start migrates it and serves every lease."""
+        after each kill the file holds version 10 with every row, or the current version with
+        every row, never a mix; then a start migrates it and serves every lease."""
         path = schema10_copy(self.dir)
         now = int(time.time() * 1000)
         writers, readers = 60000, 20000
@@ -158,7 +166,7 @@ class MigrationTest(unittest.TestCase):
         after = before["locks"] + before["semaphores"] + held + before["holders"]
         wal = path + "-wal"
         size = os.path.getsize(path)
-        seen = {10: 0, 11: 0}
+        seen = {10: 0, CURRENT: 0}
         # (WAL bytes, database bytes): a kill once either is reached.
         for wal_bytes, db_bytes in ((1 << 20, None), (size // 8, None), (size // 2, None), (None, size + 1),
                                     (None, size + 1)):
@@ -180,11 +188,11 @@ class MigrationTest(unittest.TestCase):
                 self.assertTrue(OLD_TABLES <= tables and "lockspace" not in tables, tables)
                 self.assertEqual(rows, before)
             else:
-                self.assertEqual(version, 11)
+                self.assertEqual(version, CURRENT)
                 self.assertFalse(OLD_TABLES & tables, tables)
                 self.assertEqual(rows, {"lockspace": after})
             seen[version] += 1
-            if version == 11:
+            if version == CURRENT:
                 break  # migrated whole: nothing left to cut
         # At least one kill came while the migration wrote (its WAL had grown, it did not listen).
         self.assertGreater(seen[10], 0, seen)
@@ -196,7 +204,55 @@ class MigrationTest(unittest.TestCase):
             st, _, body = srv.client.acquire("fresh", owner="new")
             self.assertEqual((st, body.get("token")), (200, last + 1), body)
         version, tables, rows = schema_of(path)
-        self.assertEqual(version, 11)
+        self.assertEqual(version, CURRENT)
+
+    def test_a_schema_11_database_keeps_every_lease_and_takes_the_new_records(self):
+        path = os.path.join(self.dir, "leasegate.db")
+        with open(V11_SQL) as f:
+            sql = f.read()
+        db = sqlite3.connect(path)
+        db.executescript(sql)
+        # Its leases (of an hour) as if granted now; its boot unknown here.
+        newest = db.execute("SELECT max(acquired_at_ms) FROM lockspace").fetchone()[0]
+        age = int(time.time() * 1000) - newest
+        db.execute("UPDATE lockspace SET acquired_at_ms = acquired_at_ms + ?1, expires_at_ms = expires_at_ms + ?1"
+                   " WHERE token <> 0", (age,))
+        db.execute("UPDATE meta SET value = 'fixture' WHERE key = 'boot_id'")
+        leases = db.execute("SELECT kind, name, token, owner, count, mode FROM lockspace WHERE token <> 0"
+                            " ORDER BY token").fetchall()
+        last = db.execute("SELECT max(max(coalesce(last_token, 0)), max(token)) FROM lockspace").fetchone()[0]
+        db.commit()
+        db.close()
+        self.assertEqual(schema_of(path)[0], 11)
+        self.assertGreater(len(leases), 50)
+        with harness.Server(data_dir=self.dir) as srv:
+            c = srv.client
+            for kind, name, token, owner, count, mode in leases:
+                base = "/v1/%s/%s" % ("semaphores" if kind == 1 else "locks", name)
+                st, _, view = c.request("GET", base)
+                mine = [h for h in view["holders"] if h["token"] == token]
+                self.assertEqual(len(mine), 1, (name, token, view))
+                self.assertEqual((mine[0]["owner"], mine[0]["count"]), (owner, count), view)
+                if kind == 1:
+                    self.assertEqual(mine[0]["permits"], 1, view)
+                    self.assertEqual(view["permits_used"], view["holders_total"], view)
+            # A migrated semaphore (3 permits, 2 held) takes a lease of one more; not of two.
+            st, _, body = c.request("POST", "/v1/semaphores/fx/s0/acquire",
+                                    {"owner": "wide", "limit": 3, "permits": 2})
+            self.assertEqual((st, body.get("error")), (409, "semaphore_full"), body)
+            st, _, body = c.request("POST", "/v1/semaphores/fx/s0/acquire",
+                                    {"owner": "one", "limit": 3, "permits": 1})
+            self.assertEqual((st, body.get("token")), (200, last + 1), body)
+            st, _, body = c.request("POST", "/v1/semaphores/fx/new/acquire",
+                                    {"owner": "wide", "limit": 5, "permits": 4, "ttl_ms": DAY})
+            self.assertEqual((st, body.get("permits")), (200, 4), body)
+        version, tables, rows = schema_of(path)
+        self.assertEqual(version, CURRENT)
+        self.assertIn("lock_values", tables)
+        db = sqlite3.connect(path)
+        self.assertEqual(db.execute("SELECT permits FROM lockspace WHERE owner = 'wide'").fetchall(), [(4,)])
+        self.assertEqual(db.execute("SELECT count(*) FROM lockspace WHERE permits IS NOT NULL").fetchone()[0], 1)
+        db.close()
 
 
 if __name__ == "__main__":

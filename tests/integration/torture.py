@@ -5,8 +5,8 @@
 
 One leasegate server (`--guard /store/=<ApplyingUpstream>`) and C client threads that
 acquire (try-once and waiting; writers and readers), renew, release, reenter, fence and
-write through the guard on a few hundred locks, and take permits of a few semaphores of
-SEM_LIMIT permits, with TTLs from 300 ms to 10 s, while the server is
+write through the guard on a few hundred locks, and take leases of 1..SEM_LIMIT permits of a
+few semaphores of SEM_LIMIT permits, with TTLs from 300 ms to 10 s, while the server is
 `kill -9`ed at seeded random moments and restarted on the same data file, N times.
 Between the kill and the restart the database gets `PRAGMA integrity_check` (read-only;
 not on the etcd store, LEASEGATE_TEST_STORE=etcd);
@@ -62,7 +62,7 @@ IDLE_WAIT_S = 60.0
 
 _RESP_KEEP = ("error", "reason", "token", "lease", "expires_at_ms", "acquired_at_ms", "ttl_ms",
               "count", "released", "max_token", "holder_token", "last_token", "held", "accepted",
-              "field", "result", "rc", "port", "pid", "stderr", "mode", "limit")
+              "field", "result", "rc", "port", "pid", "stderr", "mode", "limit", "permits")
 
 
 def extract(body):
@@ -279,11 +279,12 @@ class Actor:
         return e
 
     # Requests ------------------------------------------------------------
-    def acquire(self, lock, ttl_ms, wait_ms, mode="write"):
+    def acquire(self, lock, ttl_ms, wait_ms, mode="write", permits=1):
         body = {"owner": self.name, "ttl_ms": ttl_ms, "wait_ms": wait_ms}
         req = {"ttl_ms": ttl_ms, "wait_ms": wait_ms}
         if is_sem(lock):
             body["limit"] = req["limit"] = SEM_LIMIT
+            body["permits"] = req["permits"] = permits
         elif mode == "read":
             body["mode"] = req["mode"] = "read"
         return self.send("acquire", "POST", "%s%s/acquire" % (api(lock), lock), lock=lock, req=req, body=body,
@@ -376,7 +377,9 @@ class Client(Actor):
             else:
                 wait_ms = 0 if rng.random() < 0.55 else rng.randint(20, 1000)
                 mode = "read" if not is_sem(lock) and rng.random() < 0.4 else "write"
-                e = self.acquire(lock, self._ttl(), wait_ms, mode)
+                # A semaphore's lease of one permit mostly, of several (up to all) often enough.
+                permits = rng.choice((1, 1, 1, 2, SEM_LIMIT)) if is_sem(lock) else 1
+                e = self.acquire(lock, self._ttl(), wait_ms, mode, permits)
                 if e.ok(200):
                     self.held[lock] = {"lease": e.resp["lease"], "token": e.resp["token"], "count": 1,
                                        "exp": e.resp["expires_at_ms"], "mode": mode}
@@ -714,7 +717,8 @@ class Violation:
 
 PROPERTIES = (
     "two-holders",           # a writer's lease and another lease of one lock promised at one instant
-    "sem-over-limit",        # more than SEM_LIMIT permits of one semaphore promised at one instant
+    "sem-over-limit",        # more than SEM_LIMIT permits of one semaphore promised at one instant (a
+                             # lease holds 1..SEM_LIMIT of them)
     "lease-lost",            # a lease refused (not_holder / guard 409) while promised
     "held-after-restart",    # GET after a restart does not show a lease still promised
     "holder-mismatch",       # GET / lock_held shows another holder while a lease is promised
@@ -808,7 +812,9 @@ def check(events, applied=(), counters=None, notes=None):
                       before A's next acknowledged renewal's stamp, and B's answer read
                       before A's next ending request was sent.
     sem-over-limit    the same for permits of a semaphore: an acknowledged grant or renew
-                      of a permit while SEM_LIMIT other permits were promised.
+                      of a lease of n permits while other leases holding more than
+                      SEM_LIMIT - n permits together were promised (each lease's permits
+                      are its grant's answer's `permits`).
     lease-lost        renew/reentry/release refused not_holder, or a guard write of the
                       lease refused 409, while the lease was certainly promised (promise
                       answer read before the request was sent, its answer read before the
@@ -963,6 +969,9 @@ def check(events, applied=(), counters=None, notes=None):
     def mode_of(seg):
         return leases[seg.lease].resp.get("mode", "write")
 
+    def permits_of(seg):
+        return leases[seg.lease].resp.get("permits", 1)
+
     for lock, segs in segs_by_lock.items():
         segs.sort(key=lambda x: x.p)
         starts = sorted(starts_by_lock[lock], key=lambda x: x.p)
@@ -998,14 +1007,17 @@ def check(events, applied=(), counters=None, notes=None):
                                mode_of(E), mode_of(S)),
                             S.ev, E.ev)
             if is_sem(lock):
+                others = sum(permits_of(S) for S in permits)
                 cnt["permit answers compared against the limit"] += 1
                 cnt["permit answers with other permits promised"] += bool(permits)
-                cnt["permit answers that filled the semaphore"] += len(permits) == SEM_LIMIT - 1
-                if len(permits) >= SEM_LIMIT:
+                cnt["permit answers that filled the semaphore"] += others + permits_of(E) == SEM_LIMIT
+                cnt["answers of leases of several permits compared"] += permits_of(E) > 1
+                if others + permits_of(E) > SEM_LIMIT:
                     what = "granted" if E.ev.kind == "acquire" else "%s succeeded" % E.ev.kind
                     rep.add("sem-over-limit", (lock, E.lease),
-                            "semaphore %s: permit %s (token %s) %s at server time %d while %d other permits "
-                            "(limit %d) were promised" % (lock, E.lease, E.token, what, E.p, len(permits), SEM_LIMIT),
+                            "semaphore %s: lease %s of %d permits (token %s) %s at server time %d while %d other "
+                            "leases holding %d permits (limit %d) were promised"
+                            % (lock, E.lease, permits_of(E), E.token, what, E.p, len(permits), others, SEM_LIMIT),
                             *([S.ev for S in permits] + [E.ev]))
 
     # -- what GET and lock_held show -------------------------------------------------
