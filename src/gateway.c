@@ -64,8 +64,17 @@ static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
         watch_note(s, lock->name);
 }
 
+static void on_value_changed(void *ud, const Lock *lock)
+{
+    Server *s = ud;
+    if (!commit_value(s->commit, lock))
+        cannot_record();
+    watch_note(s, lock->name);
+}
+
 /* A forgotten lock takes its guard mark along: the next grant of the name
- * has a larger token than any mark it had. */
+ * has a larger token than any mark it had; and its value record, which
+ * only a value of null (written) leaves to a name that can be forgotten. */
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Server *s = ud;
@@ -73,7 +82,8 @@ static void on_forgotten(void *ud, const Lock *lock)
     if (lock->kind == KIND_LOCK)
         fence_remove(s->guard_marks, lock->name);
     if (!commit_forget(s->commit, (LockKind)lock->kind, lock->name, locktab_last_token(s->locks)) ||
-        (lock->kind == KIND_LOCK && !commit_guard_mark_forget(s->commit, lock->name)))
+        (lock->kind == KIND_LOCK && !commit_guard_mark_forget(s->commit, lock->name)) ||
+        (lock->value.version && !commit_value_gone(s->commit, lock->name)))
         cannot_record();
     /* Its last_token is gone from GET and its index moves (forget_index):
      * watchers of the name are told. */
@@ -176,6 +186,21 @@ static int load_holder(LoadCtx *ctx, const StoreHolder *r)
     return 0;
 }
 
+/* A lock's value counts against the key that wrote it (its peer is not stored). */
+static int load_value(LoadCtx *ctx, const StoreValue *v)
+{
+    Server *s = ctx->s;
+    LockValue value = {(char *)v->text, v->version, v->token, (char *)v->key, v->at_ms, {NULL, NULL}};
+    if (locktab_load_value(s->locks, v->name, &value, &ctx->now) != LOCK_OK)
+        return -1;
+    if (v->text && v->key) {
+        Charge c = quota_charge_of_key(s, v->key);
+        locktab_set_value_charge(s->locks, v->name, c);
+        quota_value_counted(s, &c, strlen(v->text), +1);
+    }
+    return 0;
+}
+
 static int load_mark(Fence *f, const StoreMark *m, const Now *now)
 {
     return fence_load(f, m->name, m->max_token, now) == FENCE_ACCEPTED ? 0 : -1;
@@ -198,6 +223,8 @@ static int load_record(void *ud, const StoreRecord *r)
         return load_lock(ctx, &r->lock);
     case REC_HOLDER:
         return load_holder(ctx, &r->holder);
+    case REC_VALUE:
+        return load_value(ctx, &r->value);
     case REC_FENCE:
         return load_mark(s->fence, &r->fence, &ctx->now);
     case REC_GUARD_MARK:
@@ -515,7 +542,8 @@ int gateway_open(Server *s, const Config *cfg)
     s->commit = commit_new(s->store, err, sizeof err);
     LocktabLimits limits = {cfg->max_locks, cfg->max_waiters, cfg->max_waiters_per_lock, cfg->lease_history,
                             (int64_t)cfg->forget_idle_s * 1000};
-    LocktabHooks hooks = {s, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed};
+    LocktabHooks hooks = {s,        on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed,
+                          on_value_changed};
     s->locks = locktab_new(&limits, &hooks);
     FenceHooks fence_hooks = {s, on_fence_forgotten};
     s->fence = fence_new(cfg->max_fences, (int64_t)cfg->forget_idle_s * 1000, &fence_hooks);

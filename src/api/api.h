@@ -17,6 +17,9 @@ void api_audit(Request *req);
 /* GET /v1/backup (api_backup.c). */
 void api_backup(Request *req);
 void api_lock_history(Request *req);
+/* PUT and GET /v1/locks/{name}/value (api_values.c). */
+void api_set_value(Request *req);
+void api_get_value(Request *req);
 void api_list_locks(Request *req);
 void api_semaphore_acquire(Request *req);
 void api_semaphore_renew(Request *req);

@@ -254,6 +254,18 @@ void api_metrics(Request *req)
     gauge(f, "leasegate_locks", "Lock names known (ever granted, not yet forgotten).", lc.names);
     gauge(f, "leasegate_locks_held", "Locks held now (by a writer or by readers).", lc.held);
     gauge(f, "leasegate_read_leases", "Read leases held now (each reader of each lock).", lc.readers);
+    gauge(f, "leasegate_lock_values", "Locks with a value (not null) kept: written by a holder, outliving it.",
+          lc.values);
+    gauge(f, "leasegate_lock_value_bytes", "Bytes of the locks' values kept (each at most --max-value-bytes).",
+          lc.value_bytes);
+    counter(f, "leasegate_value_writes_total", "Locks' values written by their holders (PUT /v1/locks/NAME/value).",
+            m->value_writes);
+    fprintf(f, "# HELP leasegate_value_refusals_total Writes of a lock's value refused: a lease that did not hold "
+               "the lock as its writer (stale_token), or another version (version_mismatch).\n"
+               "# TYPE leasegate_value_refusals_total counter\n"
+               "leasegate_value_refusals_total{reason=\"stale_token\"} %llu\n"
+               "leasegate_value_refusals_total{reason=\"version_mismatch\"} %llu\n",
+            (unsigned long long)m->value_refused[0], (unsigned long long)m->value_refused[1]);
     gauge(f, "leasegate_semaphores", "Semaphore names known.", sc.names);
     gauge(f, "leasegate_semaphore_permits_held", "Semaphore permits held now (a lease may hold several).",
           sc.permits);

@@ -285,6 +285,7 @@ static void acquire(Request *req, LockKind kind)
         break;
     case LOCK_TOO_MANY_LOCKS:
     case LOCK_TOO_MANY_WAITERS:
+    case LOCK_VERSION_MISMATCH: /* a value's, never an acquire's */
     case LOCK_NOMEM:
         reply_overloaded(req, r);
         break;

@@ -44,13 +44,21 @@ json_t *lockview_state_new(const Locktab *lt, LockKind kind, const char *name, c
                       (json_int_t)(lock ? lock->waiters.len : 0), "last_token",
                       (json_int_t)(lock ? lock->last_token : 0), "index", (json_int_t)locktab_index(lt, kind, name));
     else
-        j = json_pack("{s:s, s:b, s:o, s:o, s:I, s:I, s:I, s:I, s:o}", "name", name, "held", first != NULL, "mode",
+        j = json_pack("{s:s, s:b, s:o, s:o, s:I, s:I, s:I, s:I, s:o, s:I, s:o}", "name", name, "held", first != NULL,
+                      "mode",
                       first ? json_string(lockview_mode_name(lock->mode)) : json_null(), "holder",
                       first ? lockview_holder_new(lock, first, refs) : json_null(), "holders_total", (json_int_t)total,
                       "waiters", (json_int_t)(lock ? lock->waiters.len : 0), "last_token",
                       (json_int_t)(lock ? lock->last_token : 0), "index", (json_int_t)locktab_index(lt, kind, name),
                       "delay_until_ms",
-                      lock && locktab_delayed(lock, now) ? json_integer(lock->delay_until_ms) : json_null());
+                      lock && locktab_delayed(lock, now) ? json_integer(lock->delay_until_ms) : json_null(),
+                      "value_version", (json_int_t)(lock ? lock->value.version : 0), "value_token",
+                      lock && lock->value.version ? json_integer((json_int_t)lock->value.token) : json_null());
+    /* The value itself in the view of one lock, not in listings (their raw references would not fit). */
+    if (j && kind == KIND_LOCK && holders &&
+        json_object_set_new(j, "value",
+                            lock && lock->value.text ? rawjson_ref(refs, lock->value.text) : json_null()))
+        json_decref(j), j = NULL;
     if (j && holders && json_object_set_new(j, "holders", holders_new(lock, refs)))
         json_decref(j), j = NULL;
     return j;

@@ -90,6 +90,8 @@ static uint64_t limit_of_raw(const Server *s, const AuthKey *key, ShareKind k)
             return c->peer_max_fences;
         case SHARE_POLLS:
             return c->peer_max_polls;
+        case SHARE_VALUE_BYTES:
+            return c->peer_max_value_bytes;
         default:
             return UINT64_MAX;
         }
@@ -105,6 +107,8 @@ static uint64_t limit_of_raw(const Server *s, const AuthKey *key, ShareKind k)
         return key->max_fences ? key->max_fences : c->key_max_fences;
     case SHARE_POLLS:
         return key->max_polls ? key->max_polls : c->key_max_polls;
+    case SHARE_VALUE_BYTES:
+        return key->max_value_bytes ? key->max_value_bytes : c->key_max_value_bytes;
     default:
         return UINT64_MAX;
     }
@@ -116,6 +120,8 @@ static const char *const WHAT[SHARE_KINDS] = {
     [SHARE_NAMES] = "lock names are counted until forgotten (--forget-idle-after): reuse names",
     [SHARE_FENCES] = "fence resources are counted until forgotten (--forget-idle-after)",
     [SHARE_POLLS] = "end a long-poll, watch or event stream first",
+    [SHARE_VALUE_BYTES] = "a lock's value counts against the key (and client) that wrote it until another is "
+                          "written: write smaller values, or null",
 };
 
 static void over(Request *req, const AuthKey *key, const char *peer, ShareKind k, uint64_t value)
@@ -134,7 +140,10 @@ static void over(Request *req, const AuthKey *key, const char *peer, ShareKind k
                          "this client (%s) is at its %s of %llu: %s (behind a reverse proxy every client is "
                          "one peer: see --peer-max-%s)",
                          peer, share_limit_name(k), (unsigned long long)value, WHAT[k],
-                         k == SHARE_NAMES ? "names" : k == SHARE_FENCES ? "fences" : "polls");
+                         k == SHARE_NAMES    ? "names"
+                         : k == SHARE_FENCES ? "fences"
+                         : k == SHARE_POLLS  ? "polls"
+                                             : "value-bytes");
 }
 
 static void out_of_memory(Request *req) { http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry"); }
@@ -165,6 +174,38 @@ static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
         over(req, key, peer, k, kmax);
     else
         over(req, NULL, peer, k, pmax);
+    if (*key_use)
+        drop_if_unused(s, *key_use);
+    drop_if_unused(s, *peer_use);
+    return false;
+}
+
+/* Like room_for, for a share of bytes: room for `bytes` more, less `old_bytes`
+ * that go from the entries `old` holds when they are req's own. */
+static bool room_for_bytes(Request *req, ShareKind k, const Charge *old, size_t old_bytes, size_t bytes,
+                           Use **key_use, Use **peer_use)
+{
+    Server *s = req->srv;
+    const AuthKey *key = req->access.key;
+    char peer[HTTP_PEER_MAX];
+    http_peer_address(req, peer, sizeof peer);
+    *key_use = key ? use_of(s, false, key->name) : NULL;
+    *peer_use = use_of(s, true, peer);
+    if ((key && !*key_use) || !*peer_use) {
+        if (*key_use)
+            drop_if_unused(s, *key_use);
+        if (*peer_use)
+            drop_if_unused(s, *peer_use);
+        out_of_memory(req);
+        return false;
+    }
+    uint64_t kmax = limit_of(s, key, k), pmax = limit_of(s, NULL, k);
+    uint64_t kfreed = old->key == *key_use ? old_bytes : 0, pfreed = old->peer == *peer_use ? old_bytes : 0;
+    bool key_over = key && (*key_use)->n[k] - kfreed + bytes > kmax;
+    bool peer_over = (*peer_use)->n[k] - pfreed + bytes > pmax;
+    if (!key_over && !peer_over)
+        return true;
+    over(req, key_over ? key : NULL, peer, k, key_over ? kmax : pmax);
     if (*key_use)
         drop_if_unused(s, *key_use);
     drop_if_unused(s, *peer_use);
@@ -299,6 +340,42 @@ bool quota_poll_start(Request *req)
     req->access.polling = true;
     list_keyed(req);
     return true;
+}
+
+/* Adds `bytes` (or takes them away) on u, counted in share k. */
+static void add_bytes(Server *s, Use *u, ShareKind k, int64_t bytes)
+{
+    if (!u)
+        return;
+    uint64_t *n = &u->n[k];
+    *n = bytes >= 0 ? *n + (uint64_t)bytes : *n >= (uint64_t)-bytes ? *n - (uint64_t)-bytes : 0;
+    drop_if_unused(s, u);
+}
+
+bool quota_admit_value(Request *req, const Charge *old, size_t old_bytes, size_t bytes, Charge *charge)
+{
+    Server *s = req->srv;
+    Use *ku, *pu;
+    *charge = (Charge){NULL, NULL};
+    if (!room_for_bytes(req, SHARE_VALUE_BYTES, old, old_bytes, bytes, &ku, &pu))
+        return false;
+    if (bytes == 0) { /* null: nothing to count, no entry held */
+        if (ku)
+            drop_if_unused(s, ku);
+        drop_if_unused(s, pu);
+        return true;
+    }
+    /* Taken now: counted from here on (the caller takes the old value's away once it is written over). */
+    add_bytes(s, ku, SHARE_VALUE_BYTES, (int64_t)bytes);
+    add_bytes(s, pu, SHARE_VALUE_BYTES, (int64_t)bytes);
+    *charge = (Charge){ku, pu};
+    return true;
+}
+
+void quota_value_counted(Server *s, const Charge *c, size_t bytes, int sign)
+{
+    add_bytes(s, c->key, SHARE_VALUE_BYTES, sign * (int64_t)bytes);
+    add_bytes(s, c->peer, SHARE_VALUE_BYTES, sign * (int64_t)bytes);
 }
 
 void quota_poll_stop(Request *req)

@@ -11,7 +11,11 @@
  *  - per key and per peer: lock names in the table first taken by it
  *    (max_names: --key-max-names, --peer-max-names), fence resources first
  *    raised by it (max_fences), long-polls, watches and event streams held
- *    open (max_polls). A name or resource is counted until it is forgotten
+ *    open (max_polls), bytes of the locks' values it wrote while they are
+ *    kept (max_value_bytes: --key-max-value-bytes, --peer-max-value-bytes;
+ *    a value counts against the key and the peer that wrote it until another
+ *    is written over it; loaded at a start, against its writer's key). A
+ *    name or resource is counted until it is forgotten
  *    (--forget-idle-after); names loaded at a start count against the key of
  *    their holder, idle ones against nobody.
  * Past a share the request is answered 429 key_limit or 429 peer_limit, with
@@ -59,6 +63,16 @@ void quota_wait_stop(Request *req);
  * latest when the request ends), else answered 429. */
 bool quota_poll_start(Request *req);
 void quota_poll_stop(Request *req);
+/* Before req writes a lock's value of `bytes` over one of old_bytes counted
+ * against `old` (LockValue.charge): true when its key and its peer have
+ * room (the old value's bytes count as freed where they were req's own);
+ * the new bytes are counted from now on against *charge, the new value's
+ * LockValue.charge. Else answered 429 (or 503), and nothing is counted. */
+bool quota_admit_value(Request *req, const Charge *old, size_t old_bytes, size_t bytes, Charge *charge);
+/* A value of `bytes` counted against c stops counting (sign -1: it was
+ * written over, its lock forgotten, or the write quota_admit_value let in
+ * did not happen after all) or starts (+1: loaded at a start). */
+void quota_value_counted(Server *s, const Charge *c, size_t bytes, int sign);
 /* Calls fn for every request with a key that waits in a queue or is held
  * open (what a SIGHUP that removes or narrows its key ends). fn may end the
  * request it is given, and no other. */

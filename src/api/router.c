@@ -43,6 +43,8 @@ static const Route ROUTES[] = {
     {"POST", LOCK_ACTION, "/v1/locks/", "renew", api_renew, "POST", ACCESS_LOCKS, true},
     {"POST", LOCK_ACTION, "/v1/locks/", "release", api_release, "POST", ACCESS_LOCKS, true},
     {"GET", LOCK_ACTION, "/v1/locks/", "history", api_lock_history, "GET, HEAD", ACCESS_LOCKS, false},
+    {"PUT", LOCK_ACTION, "/v1/locks/", "value", api_set_value, "GET, HEAD, PUT", ACCESS_LOCKS, true},
+    {"GET", LOCK_ACTION, "/v1/locks/", "value", api_get_value, "GET, HEAD, PUT", ACCESS_LOCKS, false},
     {"GET", LOCK_NAME, "/v1/locks/", NULL, api_get_lock, "GET, HEAD, DELETE", ACCESS_LOCKS, false},
     {"DELETE", LOCK_NAME, "/v1/locks/", NULL, api_force_release, "GET, HEAD, DELETE", ACCESS_ADMIN, false},
     {"POST", LOCK_ACTION, "/v1/semaphores/", "acquire", api_semaphore_acquire, "POST", ACCESS_LOCKS, true},

@@ -38,11 +38,12 @@ static const char *const KINDS[] = {[AUDIT_GRANTED] = "granted",
                                     [AUDIT_RENEWED] = "renewed",
                                     [AUDIT_WAITER_JOINED] = "waiter_joined",
                                     [AUDIT_WAITER_LEFT] = "waiter_left",
-                                    [AUDIT_FENCE_RAISED] = "fence_raised"};
+                                    [AUDIT_FENCE_RAISED] = "fence_raised",
+                                    [AUDIT_VALUE_SET] = "value_set"};
 
 const char *audit_kind_name(int kind)
 {
-    return kind >= AUDIT_GRANTED && kind <= AUDIT_FENCE_RAISED ? KINDS[kind] : "unknown";
+    return kind >= AUDIT_GRANTED && kind <= AUDIT_VALUE_SET ? KINDS[kind] : "unknown";
 }
 
 const char *audit_object_name(int object)

@@ -33,6 +33,8 @@ typedef enum AuditKind {
     AUDIT_WAITER_JOINED = 9,
     AUDIT_WAITER_LEFT = 10,
     AUDIT_FENCE_RAISED = 11,
+    /* Stored again (issue 40): a lock's value written by its holder. */
+    AUDIT_VALUE_SET = 12,
 } AuditKind;
 
 /* What a row is about (its "type"), and a lock grant's mode ("mode"): stored,

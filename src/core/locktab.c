@@ -123,6 +123,8 @@ static void lock_free(void *p)
         holder_clear(&g->h);
         free(g);
     }
+    free(lock->value.text);
+    free(lock->value.key);
     free(lock->name);
     free(lock);
 }
@@ -175,9 +177,10 @@ static bool grantable(const Lock *lock, uint8_t mode, uint32_t permits)
     return lock->holders.len == 0 || (mode == MODE_READ && lock->mode == MODE_READ);
 }
 
+/* A value other than null keeps the name: it outlives its holders. */
 static bool is_idle(const Lock *lock)
 {
-    return lock->holders.len == 0 && lock->waiters.len == 0 && !delay_running(lock);
+    return lock->holders.len == 0 && lock->waiters.len == 0 && !delay_running(lock) && !lock->value.text;
 }
 
 #ifndef NDEBUG
@@ -204,6 +207,8 @@ static void lock_check(const Locktab *lt, const Lock *lock)
     (void)permits;
     assert(!heap_queued(&lock->idle.entry) || is_idle(lock));
     assert(lock->last_token <= lt->last_token);
+    assert(lock->kind == KIND_LOCK || (lock->value.version == 0 && !lock->value.text));
+    assert(lock->value.token <= lock->last_token && (lock->value.version > 0 || !lock->value.text));
     n = 0;
     for (const DLink *l = lock->waiters.head; l; l = l->next, n++) {
         const Waiter *w = DLIST_ITEM(l, Waiter, link);
@@ -236,12 +241,15 @@ void locktab_check(const Locktab *lt)
             c.leases += lock->holders.len;
             c.readers += lock->kind == KIND_LOCK && lock->mode == MODE_READ ? lock->holders.len : 0;
             c.permits += lock->permits_used;
+            c.values += lock->value.text != NULL;
+            c.value_bytes += lock->value.text ? strlen(lock->value.text) : 0;
             c.waiters += lock->waiters.len;
             queued += lock->holders.len + lock->waiters.len + heap_queued(&lock->idle.entry) + delay_running(lock);
         }
         assert(c.held == lt->counts[k].held && c.leases == lt->counts[k].leases &&
                c.readers == lt->counts[k].readers && c.permits == lt->counts[k].permits &&
-               c.waiters == lt->counts[k].waiters);
+               c.waiters == lt->counts[k].waiters && c.values == lt->counts[k].values &&
+               c.value_bytes == lt->counts[k].value_bytes);
     }
     assert(heap_len(&lt->deadlines) == queued);
     (void)queued;
@@ -861,6 +869,85 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
     bool record = end_grant(lt, lock, g, LEASE_END_RELEASED, actor, now);
     grant_next(lt, lock, now, record);
     return LOCK_OK;
+}
+
+LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease, const ValueArgs *args,
+                             const Now *now, const Lock **lock_out)
+{
+    OWNED(lt);
+    /* Leases that ran out end first: an expired writer writes nothing. */
+    Lock *lock = find_live(lt, KIND_LOCK, name, now);
+    *lock_out = lock;
+    Grant *g = lock ? grant_with(lock, lease) : NULL;
+    if (!g || g->h.mode != MODE_WRITE)
+        return LOCK_NOT_HOLDER;
+    LockValue *v = &lock->value;
+    if (args->check_version && args->if_version != v->version)
+        return LOCK_VERSION_MISMATCH;
+    char *text = args->text ? strdup(args->text) : NULL;
+    char *key = args->key ? strdup(args->key) : NULL;
+    if ((args->text && !text) || (args->key && !key)) {
+        free(text);
+        free(key);
+        return LOCK_NOMEM;
+    }
+    LocktabCounts *c = &lt->counts[KIND_LOCK];
+    c->values += (text != NULL) - (v->text != NULL);
+    c->value_bytes += (text ? strlen(text) : 0) - (v->text ? strlen(v->text) : 0);
+    free(v->text);
+    free(v->key);
+    v->text = text;
+    v->key = key;
+    v->version++;
+    v->token = g->h.token;
+    v->at_ms = now->wall_ms;
+    v->charge = args->charge;
+    /* Held now, so not idle; when it is let go, a null value no longer keeps it. */
+    touched(lt, lock, false);
+    if (lt->hooks.value_changed)
+        lt->hooks.value_changed(lt->hooks.ud, lock);
+    return LOCK_OK;
+}
+
+LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *value, const Now *now)
+{
+    OWNED(lt);
+    Lock *lock;
+    LockResult r = find_or_create(lt, KIND_LOCK, name, false, NULL, now, &lock);
+    if (r != LOCK_OK)
+        return r;
+    char *text = value->text ? strdup(value->text) : NULL;
+    char *key = value->key ? strdup(value->key) : NULL;
+    if ((value->text && !text) || (value->key && !key)) {
+        free(text);
+        free(key);
+        return LOCK_NOMEM;
+    }
+    LocktabCounts *c = &lt->counts[KIND_LOCK];
+    c->values += (text != NULL) - (lock->value.text != NULL);
+    c->value_bytes += (text ? strlen(text) : 0) - (lock->value.text ? strlen(lock->value.text) : 0);
+    free(lock->value.text);
+    free(lock->value.key);
+    lock->value = *value;
+    lock->value.text = text;
+    lock->value.key = key;
+    lock->value.charge = (Charge){NULL, NULL};
+    if (value->token > lock->last_token) /* its writer's grant is older: its token was counted */
+        lock->last_token = value->token;
+    if (value->token > lt->last_token)
+        lt->last_token = value->token;
+    if (!is_idle(lock))
+        heap_remove(&lt->deadlines, &lock->idle.entry);
+    lock_check(lt, lock);
+    return LOCK_OK;
+}
+
+void locktab_set_value_charge(Locktab *lt, const char *name, Charge charge)
+{
+    OWNED(lt);
+    Lock *lock = find(lt, KIND_LOCK, name);
+    if (lock)
+        lock->value.charge = charge;
 }
 
 LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *actor, const Now *now)

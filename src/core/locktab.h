@@ -23,6 +23,11 @@
  * fit (a head that asks for 3 keeps one that asks for 1 behind it waiting,
  * so that large requests do not starve).
  *
+ * A lock's value (issue 40: Chubby's contents, a checkpoint the next holder
+ * reads): opaque JSON text that only the lock's writer can set, and that
+ * outlives the holder until a writer sets another (or null). A lock with a
+ * value other than null is never idle, so it is never forgotten.
+ *
  * Lock-delay (locks only): a lease that ends uncleanly (expired, revoked)
  * with a lock_delay_ms keeps the lock from every grant until that long after
  * its end; waiters keep their places.
@@ -38,7 +43,7 @@
  *    takes last token + 1, so tokens never repeat and never go backwards;
  *  - every waiter's wait deadline is queued; a lock-delay's deadline is
  *    queued while it runs;
- *  - a name is idle (no holder, no waiter, no delay)  <=>  its idle deadline
+ *  - a name is idle (no holder, no waiter, no delay, no value)  <=>  its idle deadline
  *    is queued: a name that stays idle for forget_idle_ms is forgotten
  *    (hooks.forgotten), so names do not pile up; its last_token then lives
  *    on only in the global counter.
@@ -46,7 +51,8 @@
  * it is reported before the call that made it returns, through one hook per
  * record: hooks.changed (the name's own record: last token, limit,
  * lock-delay), hooks.holder_changed (a lease's record, whatever its mode:
- * made or changed) and hooks.ended (a lease's record goes); the caller must
+ * made or changed), hooks.ended (a lease's record goes) and
+ * hooks.value_changed (a lock's value, a record of its own); the caller must
  * make the change durable before it reveals anything about it (group
  * commit).
  */
@@ -115,6 +121,16 @@ typedef struct Holder {
  * delay_until_ms. */
 #define LOCKTAB_DEADLINE_SLACK_MS 2
 
+/* A lock's value: what its writer last set (locktab_set_value). */
+typedef struct LockValue {
+    char *text;       /* owned; the JSON text as its writer sent it, or NULL: none, or null written */
+    uint64_t version; /* how many times it was written since the name was made (0: never) */
+    uint64_t token;   /* the token of the lease that wrote it (0: never written) */
+    char *key;        /* owned; the API key that wrote it (what it counts against), or NULL */
+    int64_t at_ms;    /* Unix ms of the write */
+    Charge charge;    /* who its bytes are counted against (share.h); opaque here */
+} LockValue;
+
 typedef struct Deadline {
     HeapEntry entry;
     uint8_t kind; /* which struct embeds it: a holder's expiry, a waiter's wait, a name's idle time or delay */
@@ -139,6 +155,7 @@ typedef struct Lock {
                           * waiters, delays): locktab_index */
     Charge charge;       /* who the name is counted against (share.h): AcquireArgs.charge of
                           * the acquire that made it, or locktab_set_charge; opaque here */
+    LockValue value;     /* locks only; zero until written */
 } Lock;
 
 static inline bool locktab_is_held(const Lock *lock) { return lock->holders.len > 0; }
@@ -171,6 +188,8 @@ typedef struct LocktabHooks {
      * reported the name's last token), re-entered, renewed or released to a
      * count above 0: its record is h. May be NULL. */
     void (*holder_changed)(void *ud, const Lock *lock, const Holder *h);
+    /* lock->value was written (locktab_set_value): its record. May be NULL. */
+    void (*value_changed)(void *ud, const Lock *lock);
 } LocktabHooks;
 
 typedef struct LocktabLimits {
@@ -212,6 +231,7 @@ typedef enum LockResult {
     LOCK_LIMIT_MISMATCH,   /* a semaphore with holders or waiters has another limit */
     LOCK_TOO_MANY_LOCKS,   /* max_locks names are known */
     LOCK_TOO_MANY_WAITERS, /* max_waiters, or max_waiters_per_lock for this lock */
+    LOCK_VERSION_MISMATCH, /* set_value: the value's version is not the one asked for */
     LOCK_NOMEM,
 } LockResult;
 
@@ -277,6 +297,30 @@ LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uin
  * actor (opaque here: who asks, or NULL) is handed to hooks.ended. */
 LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, void *actor,
                            const Now *now, uint32_t *count_left);
+/* What a write of a lock's value asks (locktab_set_value). */
+typedef struct ValueArgs {
+    const char *text;    /* the new value's JSON text (copied), or NULL: null */
+    bool check_version;  /* write only when the value's version is if_version now */
+    uint64_t if_version;
+    const char *key;     /* NULL, or the name of the API key writing (LockValue.key) */
+    Charge charge;       /* LockValue.charge from now on */
+} ValueArgs;
+/* Writes lock `name`'s value, for `lease`, which must hold it now as its
+ * writer (a reader's lease, another lock's, or one that ended is
+ * LOCK_NOT_HOLDER, and nothing changes): its version goes up by one, its
+ * token is the lease's; the index moves and hooks.value_changed reports
+ * it. LOCK_VERSION_MISMATCH when check_version and the version is another.
+ * *lock_out is the lock, when there is one (its value as it is after the
+ * call). The old value's text is freed: the caller reads what it needs of
+ * it (its charge, its size) before. */
+LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease, const ValueArgs *args,
+                             const Now *now, const Lock **lock_out);
+/* Start-up, after the holders: a lock's value read from storage (its name
+ * is created if need be). The strings are copied. */
+LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *value, const Now *now);
+/* Start-up: who the value of lock `name` is counted against. */
+void locktab_set_value_charge(Locktab *lt, const char *name, Charge charge);
+
 /* An admin's force-release: ends every lease of the name whatever its
  * reentry count (hooks.ended with LEASE_END_REVOKED, in grant order), starts
  * their lock-delays and grants the waiters that can then be.
@@ -356,6 +400,8 @@ typedef struct LocktabCounts {
     size_t readers; /* holders in MODE_READ */
     size_t permits; /* semaphores: the permits held (a lease may hold several) */
     size_t waiters;
+    size_t values;      /* locks with a value other than null */
+    size_t value_bytes; /* their texts' bytes */
 } LocktabCounts;
 LocktabCounts locktab_counts(const Locktab *lt, LockKind kind);
 

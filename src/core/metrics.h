@@ -45,6 +45,8 @@ typedef struct Metrics {
     uint64_t waiter_disconnects;
     uint64_t undelivered_grants; /* grants released because the response failed */
     uint64_t not_holder;
+    uint64_t value_writes;       /* locks' values written (PUT /v1/locks/NAME/value answered 200) */
+    uint64_t value_refused[2];   /* value writes refused: [0] stale_token, [1] version_mismatch */
     uint64_t fence_accepted;
     uint64_t fence_rejected;
     uint64_t guard_rejected_stale;

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-static const char *const ACTIONS[] = {"acquire", "renew", "release", "history"};
+static const char *const ACTIONS[] = {"acquire", "renew", "release", "history", "value"};
 
 bool name_is_action(const char *segment)
 {
@@ -36,7 +36,9 @@ const char *name_lock_problem(const char *name)
     if (problem)
         return problem;
     const char *slash = strrchr(name, '/');
-    return name_is_action(slash ? slash + 1 : name) ? "may not end in a segment named acquire, renew, release or history" : NULL;
+    return name_is_action(slash ? slash + 1 : name)
+               ? "may not end in a segment named acquire, renew, release, history or value"
+               : NULL;
 }
 
 bool name_is_http_token(const char *name, size_t len)

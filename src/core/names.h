@@ -1,7 +1,7 @@
 /*
  * names — the rule for lock names and fence resources.
  * [A-Za-z0-9._~:/-]{1,256}; for locks the last '/'-segment may not be an
- * action word (acquire, renew, release, history), which the router reads as the action.
+ * action word (acquire, renew, release, history, value), which the router reads as the action.
  * And the rule for HTTP field names, which both proxies and the guard apply.
  */
 #ifndef LEASEGATE_NAMES_H

@@ -590,7 +590,7 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
     if (!bound_lock(route, guardroute_rest(route, req->raw_uri), b[0].lock, sizeof b[0].lock, &problem)) {
         bad(req, "path",
             "a write must go to a path that names its lock ([A-Za-z0-9._~:/-], at most 256 bytes, not ending in "
-            "acquire, renew, release or history): %s",
+            "acquire, renew, release, history or value): %s",
             problem);
         return;
     }

@@ -165,8 +165,10 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
     }
     for (size_t i = 3; i < nf; i++) {
         if (strchr(f[i], '=')) { /* never in a prefix: '=' is not a lock-name character */
-            static const char *const OPTS[] = {"max_held=", "max_waiters=", "max_names=", "max_fences=", "max_polls="};
-            size_t *const dest[] = {&k->max_held, &k->max_waiters, &k->max_names, &k->max_fences, &k->max_polls};
+            static const char *const OPTS[] = {"max_held=",  "max_waiters=", "max_names=",
+                                               "max_fences=", "max_polls=",   "max_value_bytes="};
+            size_t *const dest[] = {&k->max_held,  &k->max_waiters, &k->max_names,
+                                    &k->max_fences, &k->max_polls,   &k->max_value_bytes};
             size_t *limit = NULL;
             const char *v = NULL;
             for (size_t o = 0; o < sizeof OPTS / sizeof OPTS[0]; o++)
@@ -178,8 +180,8 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
             unsigned long long n = v && *v >= '1' && *v <= '9' ? strtoull(v, &end, 10) : 0;
             if (!limit || !end || *end || n > 100000000) {
                 snprintf(err, errlen,
-                         "'%.80s' is not max_held=N, max_waiters=N, max_names=N, max_fences=N or max_polls=N (N in "
-                         "1..100000000)",
+                         "'%.80s' is not max_held=N, max_waiters=N, max_names=N, max_fences=N, max_polls=N or "
+                         "max_value_bytes=N (N in 1..100000000)",
                          f[i]);
                 return false;
             }

@@ -263,6 +263,19 @@ bool commit_holder_gone(Commit *c, LockKind kind, const char *name, uint64_t tok
     return add(c, &r);
 }
 
+bool commit_value(Commit *c, const Lock *lock)
+{
+    const LockValue *v = &lock->value;
+    StoreRecord r = {.kind = REC_VALUE, .value = {lock->name, v->text, v->version, v->token, v->key, v->at_ms}};
+    return add(c, &r);
+}
+
+bool commit_value_gone(Commit *c, const char *name)
+{
+    StoreRecord r = {.kind = REC_VALUE, .removal = true, .value = {.name = name}};
+    return add(c, &r);
+}
+
 bool commit_forget(Commit *c, LockKind kind, const char *name, uint64_t counter)
 {
     StoreRecord r = {.kind = REC_LOCK, .removal = true, .lock = {.name = name, .kind = (uint8_t)kind}};

@@ -43,6 +43,11 @@ bool record_copy(Arena *a, StoreRecord *to, const StoreRecord *from)
         if (!to->removal)
             copy_holder(a, &to->holder.holder, &ok);
         return ok;
+    case REC_VALUE:
+        to->value.name = dup(a, from->value.name, &ok);
+        to->value.text = dup(a, from->value.text, &ok);
+        to->value.key = dup(a, from->value.key, &ok);
+        return ok;
     case REC_FENCE:
         to->fence.name = dup(a, from->fence.name, &ok);
         return ok;

@@ -129,6 +129,31 @@ static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
            permits >= 1 && permits <= LOCKTAB_LIMIT_MAX && (permits == 1 || kind == KIND_SEMAPHORE);
 }
 
+/* Lock values, keyed by the lock's name (value NULL: null written). */
+#define VALUE_LIST(P, X)                                                                                             \
+    X(P, name, SQL_KEY) X(P, value, SQL_SET) X(P, version, SQL_SET) X(P, token, SQL_SET) X(P, key, SQL_SET)         \
+        X(P, at_ms, SQL_SET)
+DESCRIBE_COLUMNS(VALUE, VALUE_LIST);
+
+static int bind_value(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot)
+{
+    (void)boot;
+    const StoreValue *v = &r->value;
+    int rc = bind_text(st, VALUE_name, v->name);
+    if (r->removal)
+        return rc;
+    return rc | bind_text(st, VALUE_value, v->text) | bind_u64(st, VALUE_version, v->version) |
+           bind_u64(st, VALUE_token, v->token) | bind_text(st, VALUE_key, v->key) | bind_i64(st, VALUE_at_ms, v->at_ms);
+}
+
+static bool read_value(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
+{
+    (void)boot;
+    r->value = (StoreValue){col_text(st, VALUE_name),  col_text(st, VALUE_value), col_u64(st, VALUE_version),
+                            col_u64(st, VALUE_token), col_text(st, VALUE_key),    sqlite3_column_int64(st, VALUE_at_ms)};
+    return r->value.name && r->value.version >= 1 && r->value.token >= 1;
+}
+
 #define FENCE_LIST(P, X) X(P, resource, SQL_KEY) X(P, max_token, SQL_MAX)
 DESCRIBE_COLUMNS(FENCE, FENCE_LIST);
 
@@ -270,6 +295,7 @@ static bool read_audit(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
 #define SQL_KIND_LOCK SQL_KIND_OF(LOCK, "lockspace", "token = 0", NULL, LOCK_last_token, true, lock)
 /* Leases in the table's own order (its key: no sort at start-up), so by token within each name. */
 #define SQL_KIND_HOLDER SQL_KIND_OF(HOLDER, "lockspace", "token <> 0", "kind, name, token", HOLDER_token, false, holder)
+#define SQL_KIND_VALUE SQL_KIND_OF(VALUE, "lock_values", NULL, NULL, -1, false, value)
 #define SQL_KIND_FENCE SQL_KIND_OF(FENCE, "fences", NULL, NULL, -1, false, fence)
 #define SQL_KIND_GUARD_MARK SQL_KIND_OF(GUARD_MARK, "guard_marks", NULL, NULL, -1, false, guard_mark)
 #define SQL_KIND_FLOOR SQL_KIND_OF(FLOOR, "fence_floors", NULL, NULL, -1, false, floor)

@@ -21,6 +21,8 @@
  *                             metadata (JSON text), request_id?, key?, lock_delay_ms?, permits?
  *                             (a semaphore's lease of more than one permit; layout 3)}. Layout 1
  *                             wrote readers and permits here, with "mode" always
+ *   PREFIX/values/NAME        a lock's value (layout 3): JSON {value? (the value's JSON text, as a
+ *                             string; left out: null), version, token, key?, at_ms}
  *   PREFIX/fences/RESOURCE    decimal max token
  *   PREFIX/guard/LOCK         decimal max token the guard let through, a space, and when it last
  *                             let a write through (Unix ms; older gateways wrote the token alone)
@@ -294,6 +296,20 @@ static char *holder_value(const StoreRecord *r)
     return json_text(j);
 }
 
+static char *value_key(const EtcdStore *s, const StoreRecord *r) { return key_of(s, "values", r->value.name); }
+
+static char *value_value(const StoreRecord *r)
+{
+    const StoreValue *v = &r->value;
+    json_t *j = json_pack("{s:I, s:I, s:I}", "version", (json_int_t)v->version, "token", (json_int_t)v->token,
+                          "at_ms", (json_int_t)v->at_ms);
+    if (j && v->text && json_object_set_new(j, "value", json_string(v->text)))
+        json_decref(j), j = NULL;
+    if (j && v->key && json_object_set_new(j, "key", json_string(v->key)))
+        json_decref(j), j = NULL;
+    return json_text(j);
+}
+
 static char *fence_key(const EtcdStore *s, const StoreRecord *r) { return key_of(s, "fences", r->fence.name); }
 static char *fence_value(const StoreRecord *r) { return decimal(r->fence.max_token); }
 static char *guard_mark_key(const EtcdStore *s, const StoreRecord *r) { return key_of(s, "guard", r->guard_mark.name); }
@@ -476,6 +492,7 @@ typedef struct EtcdKind {
 
 #define ETCD_KIND_LOCK {lock_key, lock_value, PRIO_PUT, PRIO_DELETE}
 #define ETCD_KIND_HOLDER {holder_key, holder_value, PRIO_PUT, PRIO_HOLDER_GONE}
+#define ETCD_KIND_VALUE {value_key, value_value, PRIO_PUT, PRIO_DELETE}
 #define ETCD_KIND_FENCE {fence_key, fence_value, PRIO_PUT, PRIO_DELETE}
 #define ETCD_KIND_GUARD_MARK {guard_mark_key, guard_mark_value, PRIO_PUT, PRIO_DELETE}
 #define ETCD_KIND_FLOOR {floor_key, floor_value, PRIO_FLOOR, PRIO_DELETE}
@@ -1234,6 +1251,30 @@ static int load_holder(EtcdStore *s, const StoreLoad *cb, const char *name, cons
     return rc;
 }
 
+/* A lock's value under PREFIX/values/NAME. */
+static int load_value(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
+{
+    (void)arg;
+    json_t *j = json_loads(value, 0, NULL);
+    StoreRecord r = {.kind = REC_VALUE, .value = {.name = name}};
+    StoreValue *v = &r.value;
+    json_t *text = json_object_get(j, "value"), *key = json_object_get(j, "key");
+    v->text = json_string_value(text);
+    v->key = json_string_value(key);
+    bool ok = json_u64(j, "version", &v->version) && v->version >= 1 && json_u64(j, "token", &v->token) &&
+              v->token >= 1 && json_i64(j, "at_ms", &v->at_ms) && (!text || v->text) && (!key || v->key);
+    int rc = 0;
+    if (!ok) {
+        snprintf(s->err, sizeof s->err, "value of lock %s: corrupt record in etcd", name);
+        rc = -1;
+    } else {
+        rc = deliver(s, cb, &r, "the value of lock", name);
+        saw_token(s, v->token);
+    }
+    json_decref(j);
+    return rc;
+}
+
 /* A mark under PREFIX/fences/ or PREFIX/guard/ (arg: its StoreRecordKind). */
 static int load_mark(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
 {
@@ -1385,6 +1426,7 @@ static const struct LoadRange {
     int arg;
 } LOAD_RANGES[] = {
     {"locks", load_name, KIND_LOCK},   {"semaphores", load_name, KIND_SEMAPHORE}, {"holders", load_holder, 0},
+    {"values", load_value, 0},
     {"fences", load_mark, REC_FENCE},  {"guard", load_mark, REC_GUARD_MARK},       {"floors", load_floor, 0},
     {"history", load_ended, 0},        {"revoked", load_revoked, 0},               {"audit", load_audit, 0},
 };

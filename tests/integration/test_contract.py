@@ -154,8 +154,9 @@ class Contract:
         return sorted(set(out))
 
     # What JSON Schema cannot say (the description does): metadata's size in bytes as
-    # sent, its depth, integers beyond 64 bits in it.
-    SCHEMA_CANNOT_SAY = ("metadata",)
+    # sent, its depth, integers beyond 64 bits in it; a value's depth; a semaphore's
+    # permits above the limit given beside them.
+    SCHEMA_CANNOT_SAY = ("metadata", "value", "permits")
 
     def check_request(self, template, method, params, query, body, status, answer, where):
         """The other direction: what the server accepted, the contract's request schemas
@@ -394,6 +395,7 @@ ACQUIRE = "/v1/locks/{name}/acquire"
 RENEW = "/v1/locks/{name}/renew"
 RELEASE = "/v1/locks/{name}/release"
 HISTORY = "/v1/locks/{name}/history"
+VALUE = "/v1/locks/{name}/value"
 LOCKS = "/v1/locks"
 EVENTS = "/v1/events"
 STREAM = "/v1/events/stream"
@@ -628,6 +630,7 @@ class ContractTest(unittest.TestCase):
                    expect=409)  # revoked token
 
         cls._modes_and_semaphores(c, srv, a, b)
+        cls._values(c, srv, a, b)
 
         # history
         a.call(HISTORY, "GET", {"name": "orders/42"}, expect=200)
@@ -866,6 +869,13 @@ class ContractTest(unittest.TestCase):
                expect=409)  # semaphore_full
         a.call(SEM_ACQUIRE, "POST", {"name": "crawl/slots"}, body={"owner": "crawler-9", "limit": 3},
                expect=409)  # limit_mismatch
+        a.call(SEM_ACQUIRE, "POST", {"name": "wide/slots"}, body={"owner": "bulk", "limit": 3, "permits": 2},
+               expect=200)  # a lease of two permits
+        a.call(SEM_ACQUIRE, "POST", {"name": "wide/slots"}, body={"owner": "bulk", "limit": 3, "permits": 2},
+               expect=409)  # one is free
+        a.call(SEM_ACQUIRE, "POST", {"name": "wide/slots"}, body={"owner": "bulk", "limit": 3, "permits": 4},
+               expect=400)  # more than the limit
+        a.call(SEMAPHORE, "GET", {"name": "wide/slots"}, expect=200)
         for body in ({"owner": "x"}, {"owner": "x", "limit": 0}, {"owner": "x", "limit": 10001},
                      {"owner": "x", "limit": 2, "lease": str(uuid.uuid4())}, {"owner": "x", "limit": 2, "mode": "read"},
                      {"owner": "x", "limit": 2, "lock_delay_ms": 5}, {"limit": 2}, {"owner": "x", "limit": "2"}):
@@ -912,6 +922,37 @@ class ContractTest(unittest.TestCase):
         a.call(SEMAPHORES, "GET", query={"limit": 0}, expect=400)
         a.call(SEMAPHORES, "GET", query={"prefix": "bad prefix"}, expect=400)
         a.call(SEMAPHORES, "POST", body={}, expect=405)
+
+    @classmethod
+    def _values(cls, c, srv, a, b):
+        """A lock's value: written by its writer (with and without if_version), read, refused to a
+        released lease (stale_token), on a stale version (version_mismatch), too large (413)."""
+        a.call(VALUE, "GET", {"name": "cfg/1"}, expect=200)  # never written
+        st, _, w = a.call(ACQUIRE, "POST", {"name": "cfg/1"}, body={"owner": "writer", "ttl_ms": 60000}, expect=200)
+        if st == 200:
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body={"lease": w["lease"], "value": {"step": 1}}, expect=200)
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body={"lease": w["lease"], "value": [1, "two"], "if_version": 1},
+                   expect=200)
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body={"lease": w["lease"], "value": 3, "if_version": 1},
+                   expect=409)  # version_mismatch
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body={"lease": w["lease"], "value": "x" * 5000}, expect=413)
+            a.call(VALUE, "GET", {"name": "cfg/1"}, expect=200)
+            a.call(VALUE, "HEAD", {"name": "cfg/1"}, expect=200)
+            a.call(LOCK, "GET", {"name": "cfg/1"}, expect=200)
+            a.call(HISTORY, "GET", {"name": "cfg/1"}, expect=200)
+            a.call(RELEASE, "POST", {"name": "cfg/1"}, body={"lease": w["lease"]}, expect=200)
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body={"lease": w["lease"], "value": None}, expect=409)
+        for body in ({"value": 1}, {"lease": str(uuid.uuid4())}, {"lease": "nope", "value": 1},
+                     {"lease": str(uuid.uuid4()), "value": 1, "if_version": -1},
+                     {"lease": str(uuid.uuid4()), "value": 1, "extra": 1}):
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body=body, expect=400)
+        a.call(VALUE, "PUT", {"name": "bad%20name"}, body={"lease": str(uuid.uuid4()), "value": 1}, expect=400)
+        a.call(VALUE, "PUT", {"name": ""}, body={"lease": str(uuid.uuid4()), "value": 1}, expect=404)
+        a.call(VALUE, "PUT", {"name": "cfg/1"}, raw=b'{}', headers={"Content-Type": "text/plain"}, expect=415)
+        a.call(VALUE, "POST", {"name": "cfg/1"}, body={}, expect=405)
+        a.call(VALUE, "GET", {"name": "bad%20name"}, expect=400)
+        a.call(VALUE, "GET", {"name": ""}, expect=404)
+        a.call(ACQUIRE, "POST", {"name": "cfg/value"}, body={"owner": "x"}, expect=400)  # a reserved last segment
 
     @classmethod
     def oversize(cls, caller, template, path):

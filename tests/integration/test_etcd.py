@@ -297,6 +297,57 @@ class EtcdTest(EtcdTestCase):
         status, _, body = other.client.release("shared", held["lease"])
         self.assertEqual(status, 200, body)
 
+    def test_failover_shows_the_last_acknowledged_value(self):
+        """Issue 40: a lock's value is written by its holder through the leader, one version per
+        write (the value names its write); the leader is killed with -9 while writes go on. The
+        new leader shows a version at least the last acknowledged one, and the value of that
+        very write (a later version only for a write whose answer was lost); the holder goes on
+        writing there, and a released lease writes nothing."""
+        a, b = self.gateway(), self.gateway()
+        leader = wait_leader([a, b])
+        other = b if leader is a else a
+        held = self.acquire_ok(leader, "cfg", ttl_ms=120000)
+        acked = []
+        stop = threading.Event()
+
+        def write():
+            c = leader.new_client(timeout=10)
+            i = 0
+            while not stop.is_set():
+                try:
+                    st, _, body = c.request("PUT", "/v1/locks/cfg/value",
+                                            body={"lease": held["lease"], "value": {"write": i}})
+                except OSError:
+                    break
+                if st != 200:
+                    break
+                acked.append((body["value_version"], i))
+                i += 1
+            c.close()
+
+        t = threading.Thread(target=write)
+        t.start()
+        self.assertTrue(wait_for(lambda: len(acked) >= 20), "no value writes acknowledged")
+        leader.kill9()
+        stop.set()
+        t.join(30)
+        last_version, last_write = acked[-1]
+        self.assertEqual(last_version, last_write + 1)  # one version per write, in order
+        self.assertIs(wait_leader([other]), other, other.stderr_text())
+        st, _, view = other.client.get_lock("cfg")
+        self.assertEqual(st, 200, view)
+        self.assertGreaterEqual(view["value_version"], last_version, view)
+        self.assertEqual(view["value"], {"write": view["value_version"] - 1}, view)
+        self.assertEqual(view["value_token"], held["token"])
+        st, _, body = other.client.request("PUT", "/v1/locks/cfg/value",
+                                           body={"lease": held["lease"], "value": "after", "if_version":
+                                                 view["value_version"]})
+        self.assertEqual((st, body.get("value_version")), (200, view["value_version"] + 1), body)
+        self.assertEqual(other.client.release("cfg", held["lease"])[0], 200)
+        st, _, body = other.client.request("PUT", "/v1/locks/cfg/value", body={"lease": held["lease"], "value": "x"})
+        self.assertEqual((st, body.get("error")), (409, "stale_token"), body)
+        self.assertEqual(other.client.get_lock("cfg")[2]["value"], "after")
+
     def test_paused_leader_commits_nothing_after_takeover(self):
         """The key safety test: a leader SIGSTOPped past its lease is replaced;
         after SIGCONT it grants nothing, and no token is ever issued twice."""

@@ -70,7 +70,10 @@ class TortureRun(unittest.TestCase):
                     "checked: (answer, earlier lease) pairs compared",
                     "checked: (answer, earlier reader) pairs allowed to overlap",
                     "checked: permit answers that filled the semaphore",
-                    "checked: answers of leases of several permits compared"):
+                    "checked: answers of leases of several permits compared",
+                    "checked: acknowledged value writes",
+                    "checked: value writes refused",
+                    "checked: reads of a lock's value"):
             self.assertGreater(st[key], 0, key)
         self.assertGreater(st["acquire 200"], 0)
         self.assertGreater(st["renew 409"], 0, "no lease ever ran out")
@@ -192,6 +195,28 @@ class TortureRun(unittest.TestCase):
             b.seq, b.client, b.s_ms, b.r_ms = seq(), "intruder%d" % i, p.r_ms + i, p.r_ms + i
             events.append(b)
         self.assertCaught("sem-over-limit", events, applied)
+
+    def test_catches_a_value_written_by_a_released_lease(self):
+        events, applied, seq = self.corrupt()
+        rel = next(e for e in events if e.kind == "release" and e.ok(200) and e.resp.get("released")
+                   and not torture.is_sem(e.lock))
+        g = next(e for e in self.grants(events) if e.resp.get("lease") == rel.lease)
+        w = torture.Event(seq=seq(), cycle=rel.cycle, client="intruder", kind="value", lock=rel.lock, lease=rel.lease,
+                          req={"id": "stale-write"}, outcome="ok", status=200,
+                          resp={"value_version": 10 ** 6, "token": g.resp["token"]},
+                          s_ms=rel.r_ms + 1, r_ms=rel.r_ms + 2, s_mono=0, r_mono=0)
+        events.append(w)
+        self.assertCaught("value-stale", events, applied)
+
+    def test_catches_a_lost_value(self):
+        events, applied, seq = self.corrupt()
+        w = next(e for e in events if e.kind == "value" and e.ok(200) and e.resp.get("value_version", 0) > 1)
+        r = torture.Event(seq=seq(), cycle=w.cycle, client="probe", kind="get", lock=w.lock, outcome="ok", status=200,
+                          resp={"value_version": w.resp["value_version"] - 1, "value": "older", "held": False,
+                                "holder": None, "last_token": 0},
+                          s_ms=w.r_ms + 1, r_ms=w.r_ms + 2, s_mono=0, r_mono=0)
+        events.append(r)
+        self.assertCaught("value-lost", events, applied)
 
     def test_catches_a_lease_of_several_permits_over_the_limit(self):
         events, applied, seq = self.corrupt()
@@ -325,6 +350,30 @@ class CheckerRules(unittest.TestCase):
         h.grant(1000, 500, 1, client="c0", lock="s/k000", permits=torture.SEM_LIMIT)
         h.grant(1500, 500, 2, client="c1", lock="s/k000", permits=torture.SEM_LIMIT)
         self.assertEqual(h.found(), set())
+
+    def test_values_of_the_writer_and_after_it(self):
+        h = Hist()
+        a = h.grant(1000, 5000, 1)
+        h.add("value", 1100, 1101, lease=a, req={"id": "v1"}, resp={"value_version": 1, "token": 1})
+        h.add("get", 1200, 1201, client="probe", resp={"held": True, "holder": {"token": 1}, "last_token": 1,
+                                                       "value_version": 1, "value": "v1"})
+        self.assertEqual(h.found(), set())
+        h.add("get", 1300, 1301, client="probe", resp={"held": True, "holder": {"token": 1}, "last_token": 1,
+                                                       "value_version": 0, "value": None})
+        self.assertEqual(h.found(), {"value-lost"})
+        h = Hist()
+        a = h.grant(1000, 5000, 1)
+        h.release(a, 1100, 1101)
+        h.add("value", 1050, 1060, lease=a, req={"id": "v1"}, resp={"value_version": 1, "token": 1})
+        self.assertEqual(h.found(), set())  # sent before the release was answered: fine
+        h.add("value", 1200, 1201, lease=a, req={"id": "v2"}, resp={"value_version": 2, "token": 1})
+        self.assertEqual(h.found(), {"value-stale"})
+        h = Hist()
+        a = h.grant(1000, 5000, 1)
+        h.add("value", 1100, 1101, lease=a, status=409, req={"id": "refused"}, resp={"error": "stale_token"})
+        h.add("get", 1200, 1201, client="probe", resp={"held": True, "holder": {"token": 1}, "last_token": 1,
+                                                       "value_version": 1, "value": "refused"})
+        self.assertEqual(h.found(), {"value-stale"})
 
     def test_a_permit_at_the_announced_expiry_of_another_is_fine(self):
         h = Hist()

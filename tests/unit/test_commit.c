@@ -81,6 +81,23 @@ static int load_holder(const StoreHolder *h)
     }
     return 0;
 }
+static int loaded_values;
+static char loaded_value_text[32];
+static uint64_t loaded_value_version, loaded_value_token;
+static bool loaded_null_value;
+static int load_value(const StoreValue *v)
+{
+    loaded_values++;
+    if (!strcmp(v->name, "val")) {
+        snprintf(loaded_value_text, sizeof loaded_value_text, "%s", v->text ? v->text : "(null)");
+        loaded_value_version = v->version;
+        loaded_value_token = v->token;
+        CHECK(v->key && !strcmp(v->key, "writer-key") && v->at_ms == 1700000000000);
+    }
+    loaded_null_value |= !strcmp(v->name, "nul") && v->text == NULL && v->version == 1;
+    return 0;
+}
+
 static uint64_t loaded_fence;
 static int loaded_fences;
 static int load_fence(const StoreMark *f)
@@ -153,6 +170,8 @@ static int load_record(void *ud, const StoreRecord *r)
         return load_lock(&r->lock);
     case REC_HOLDER:
         return load_holder(&r->holder);
+    case REC_VALUE:
+        return load_value(&r->value);
     case REC_FENCE:
         return load_fence(&r->fence);
     case REC_GUARD_MARK:
@@ -189,6 +208,11 @@ static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, i
     (void)ud;
     CHECK(commit_ended(commit, (LockKind)lock->kind, lock->name, h->lease, h->token, how, seq));
     CHECK(commit_holder_gone(commit, (LockKind)lock->kind, lock->name, h->token));
+}
+static void on_value_changed(void *ud, const Lock *lock)
+{
+    (void)ud;
+    CHECK(commit_value(commit, lock));
 }
 static void on_forgotten(void *ud, const Lock *lock) { (void)ud, (void)lock; }
 
@@ -238,7 +262,7 @@ int main(int argc, char **argv)
     CHECK(!commit_pending(c));
     commit_keep_history(c, 3);
     LocktabLimits limits = {1000, 1000, 10, 16, 600000};
-    LocktabHooks hooks = {NULL, on_changed, NULL, NULL, on_forgotten, on_ended, on_holder_changed};
+    LocktabHooks hooks = {NULL, on_changed, NULL, NULL, on_forgotten, on_ended, on_holder_changed, on_value_changed};
     Locktab *lt = locktab_new(&limits, &hooks);
     locktab_continue_history(lt, 105); /* its ended leases come after the five below */
 
@@ -299,6 +323,18 @@ int main(int argc, char **argv)
     CHECK(locktab_revoke(lt, KIND_LOCK, "dl", NULL, &at) == LOCK_OK);
     /* One lease of three permits, one token: its permits are part of its record. */
     CHECK(take_permits(lt, KIND_SEMAPHORE, "wide", 18, MODE_WRITE, 0, 3, &at)->permits == 3);
+    /* A lock's value, written twice by its holder (the later record wins), one of null, and
+     * one whose name is forgotten with it. */
+    const Lock *vl;
+    const Holder *vh = take(lt, KIND_LOCK, "val", 19, MODE_WRITE, 0, &at);
+    ValueArgs v1 = {"{\"a\":1}", false, 0, "writer-key", {NULL, NULL}}, v2 = {"[2, 3]", true, 1, "writer-key",
+                                                                          {NULL, NULL}};
+    CHECK(locktab_set_value(lt, "val", vh->lease, &v1, &at, &vl) == LOCK_OK);
+    CHECK(locktab_set_value(lt, "val", vh->lease, &v2, &at, &vl) == LOCK_OK && vl->value.version == 2);
+    const Holder *nh = take(lt, KIND_LOCK, "nul", 20, MODE_WRITE, 0, &at);
+    ValueArgs null = {NULL, false, 0, NULL, {NULL, NULL}};
+    CHECK(locktab_set_value(lt, "nul", nh->lease, &null, &at, &vl) == LOCK_OK);
+    CHECK(commit_value_gone(c, "gone"));
     AuditRow read_row = {5, 1000, AUDIT_GRANTED, "rd", "o", 13, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_READ};
     CHECK(commit_audit(c, &read_row));
     Probe late = {{.ready = on_ready}, 0};
@@ -336,8 +372,9 @@ int main(int argc, char **argv)
      * forget, 2 fences and a forget, a floor, a guard mark, 5 ended leases
      * and a revoked token, 4 audit rows and 2 dropped; 8 name records, 7
      * leases and 4 gone, 4 ended and a revoked token, an audit row; 2
-     * forgets; a wide lease and its name's record. */
-    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 39 + 25 + 2 + 2);
+     * forgets; a wide lease and its name's record; two more names and leases, three values
+     * written and one removed. */
+    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 39 + 25 + 2 + 2 + 4 + 4);
     locktab_free(lt);
     CHECK(snapped.fd >= 0 && snapped.size >= 4096);
     if (snapped.fd >= 0) {
@@ -360,7 +397,7 @@ int main(int argc, char **argv)
         snprintf(final, sizeof final, "%s.final", copy);
         unlink(final);
         CHECK(store_sqlite_check_copy(copy, final, &info, err, sizeof err) == 0);
-        CHECK(info.last_token == 18 && info.locks == 12); /* 10 locks and two semaphores */
+        CHECK(info.last_token == 20 && info.locks == 14); /* 12 locks and two semaphores */
         unlink(final);
         unlink(copy);
     }
@@ -372,8 +409,10 @@ int main(int argc, char **argv)
     StoreLoad cb = {NULL, load_history_seq, load_record};
     uint64_t last_token = 0;
     CHECK(store_load(st, &cb, &last_token) == 0);
-    CHECK(loaded_locks == 10); /* k0..k8 and rd */
-    CHECK(loaded_writers == 9);
+    CHECK(loaded_locks == 12); /* k0..k8, rd, val and nul */
+    CHECK(loaded_writers == 11);
+    CHECK(loaded_values == 2 && !strcmp(loaded_value_text, "[2, 3]") && loaded_value_version == 2);
+    CHECK(loaded_value_token == 19 && loaded_null_value);
     CHECK(loaded_token_of_k7 == 8);
     CHECK(loaded_semaphores == 2 && loaded_limit == 2 && loaded_permits_of_wide == 3);
     CHECK(loaded_readers == 1 && loaded_reader_token == 13 && loaded_permits == 2);
@@ -389,7 +428,7 @@ int main(int argc, char **argv)
     CHECK(loaded_deadline_of_k7 == 5007);
     CHECK(loaded_guard_mark == 4);
     CHECK(loaded_guard_at == 1700000000123);
-    CHECK(last_token == 18);
+    CHECK(last_token == 20);
     /* A second server on the same file is refused. */
     Store *second = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(second == NULL);

@@ -58,6 +58,14 @@ static void on_lease_ended(void *ud, void *actor, const Lock *lock, const Holder
     r->ended++;
 }
 
+static int values_changed;
+static void on_value(void *ud, const Lock *lock)
+{
+    (void)lock;
+    ((Rec *)ud)->changed++;
+    values_changed++;
+}
+
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Rec *r = ud;
@@ -81,7 +89,7 @@ static Locktab *table(size_t max_waiters_per_lock)
     memset(&rec, 0, sizeof rec);
     rec.tokens_monotonic = true;
     LocktabLimits limits = {1000, 1000, max_waiters_per_lock, 128, 60000};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease, on_value};
     return locktab_new(&limits, &hooks);
 }
 
@@ -405,7 +413,7 @@ static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, i
 static void test_history_newest_kept_at_restart(void)
 {
     LocktabLimits limits = {1000, 1000, 10, 1, 60000}; /* history of one lease */
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, NULL};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, NULL, NULL};
     Locktab *lt = locktab_new(&limits, &hooks);
     Holder dead = {.owner = "o", .metadata = "{}", .token = 2, .ttl_ms = 3, .acquired_at_ms = now.wall_ms - 10,
                    .expires_at_ms = now.wall_ms - 7, .deadline_ms = now.mono_ms - 7, .count = 1};
@@ -745,6 +753,76 @@ static void test_permits(void)
     locktab_free(lt);
 }
 
+/* A lock's value: only its writer, now, writes it (not a reader, not a lease
+ * that ended or ran out, not another lock's); if_version; it outlives the
+ * writer and keeps the name from being forgotten until null is written. */
+static void test_values(void)
+{
+    Locktab *lt = table(100);
+    uint32_t left;
+    const Lock *lock;
+    values_changed = 0;
+    ValueArgs set = {"{\"step\":1}", false, 0, "k", {NULL, NULL}};
+    CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_NOT_HOLDER && lock == NULL);
+    CHECK(take(lt, KIND_LOCK, "v", 0, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    uint64_t token = hold->token, index = locktab_index(lt, KIND_LOCK, "v");
+    CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_OK);
+    CHECK(!strcmp(lock->value.text, "{\"step\":1}") && lock->value.version == 1 && lock->value.token == token);
+    CHECK(!strcmp(lock->value.key, "k") && values_changed == 1 && locktab_index(lt, KIND_LOCK, "v") > index);
+    ValueArgs stale = {"2", true, 0, NULL, {NULL, NULL}};
+    CHECK(locktab_set_value(lt, "v", ids[0], &stale, &now, &lock) == LOCK_VERSION_MISMATCH);
+    stale.if_version = 1;
+    CHECK(locktab_set_value(lt, "v", ids[0], &stale, &now, &lock) == LOCK_OK && lock->value.version == 2);
+    CHECK(!strcmp(lock->value.text, "2") && lock->value.key == NULL);
+    /* Another lock's lease, a semaphore's: not this lock's writer. */
+    CHECK(take(lt, KIND_LOCK, "w", 1, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    CHECK(locktab_set_value(lt, "v", ids[1], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    locktab_check(lt);
+    /* Released: the value stays (the next holder reads it), and so does the name. */
+    CHECK(locktab_release(lt, KIND_LOCK, "v", ids[0], NULL, &now, &left) == LOCK_OK);
+    CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    for (int i = 0; i < 2; i++) { /* "w" expires at the first tick, and is forgotten at the second */
+        now.mono_ms += 120000;
+        now.wall_ms += 120000;
+        locktab_tick(lt, &now);
+    }
+    CHECK(locktab_get(lt, KIND_LOCK, "w") == NULL && (lock = locktab_get(lt, KIND_LOCK, "v")) != NULL);
+    CHECK(!strcmp(lock->value.text, "2"));
+    locktab_check(lt);
+    /* Readers may not write it; a reader's lease is refused and nothing changes. */
+    CHECK(take(lt, KIND_LOCK, "v", 2, MODE_READ, 0, 0, 0) == LOCK_OK);
+    CHECK(locktab_set_value(lt, "v", ids[2], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    CHECK(locktab_release(lt, KIND_LOCK, "v", ids[2], NULL, &now, &left) == LOCK_OK);
+    /* A writer that ran out writes nothing, even before the tick ended it. */
+    CHECK(take(lt, KIND_LOCK, "v", 3, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    Now late = now;
+    late.mono_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
+    late.wall_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
+    CHECK(locktab_set_value(lt, "v", ids[3], &set, &late, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    now = late;
+    /* Null lets the name go once it is idle. */
+    CHECK(take(lt, KIND_LOCK, "v", 4, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    ValueArgs clear = {NULL, false, 0, NULL, {NULL, NULL}};
+    CHECK(locktab_set_value(lt, "v", ids[4], &clear, &now, &lock) == LOCK_OK && lock->value.text == NULL);
+    CHECK(lock->value.version == 3 && lock->value.token == hold->token);
+    CHECK(locktab_release(lt, KIND_LOCK, "v", ids[4], NULL, &now, &left) == LOCK_OK);
+    now.mono_ms += 120000;
+    now.wall_ms += 120000;
+    locktab_tick(lt, &now);
+    CHECK(locktab_get(lt, KIND_LOCK, "v") == NULL);
+    /* Loaded from storage: kept, and the name is not idle. */
+    LockValue stored = {"[1,2]", 7, 3, NULL, 1700000000000, {NULL, NULL}};
+    CHECK(locktab_load_value(lt, "loaded", &stored, &now) == LOCK_OK);
+    lock = locktab_get(lt, KIND_LOCK, "loaded");
+    CHECK(lock && !strcmp(lock->value.text, "[1,2]") && lock->value.version == 7 && lock->last_token >= 3);
+    now.mono_ms += 120000;
+    now.wall_ms += 120000;
+    locktab_tick(lt, &now);
+    CHECK(locktab_get(lt, KIND_LOCK, "loaded") != NULL);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
 /* Lock-delay: after an unclean end (expiry, revocation) nobody is granted
  * the lock until the delay has passed; waiters keep their places; a
  * release starts none. */
@@ -902,6 +980,7 @@ int main(void)
     test_reentry_modes();
     test_semaphore();
     test_permits();
+    test_values();
     test_lock_delay();
     test_load_shared();
     return check_report("locktab");
