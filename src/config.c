@@ -147,6 +147,10 @@ void config_usage(FILE *out)
             "  --key-max-polls N           long-polls (GET /v1/events), watches and event streams one key\n"
             "                              holds open (25%% of --max-connections [100])\n"
             "  --peer-max-polls N          the same for one peer (25%% of --max-connections [100])\n"
+            "  --key-max-watch-bytes N     bytes of the answers one key's watches of locks will get or are\n"
+            "                              sending, each counted at the size of its lock's view (default\n"
+            "                              67108864, 64 MiB; at least 1048576)\n"
+            "  --peer-max-watch-bytes N    the same for one peer (default 64 MiB)\n"
             "  --peer-max-connections N    open connections of one peer, waiting ones included; more are\n"
             "                              closed as soon as accepted (50%% of --max-connections [100])\n"
             "  --peer-max-half-sent N      requests of one peer begun and not complete (a new connection\n"
@@ -244,6 +248,8 @@ static const NumFlag NUM_FLAGS[] = {
     {"--peer-max-fences", 1, 1000000000, offsetof(Config, peer_max_fences), false},
     {"--key-max-polls", 1, 1000000, offsetof(Config, key_max_polls), false},
     {"--peer-max-polls", 1, 1000000, offsetof(Config, peer_max_polls), false},
+    {"--key-max-watch-bytes", CONFIG_MIN_WATCH_BYTES, 1000000000000, offsetof(Config, key_max_watch_bytes), false},
+    {"--peer-max-watch-bytes", CONFIG_MIN_WATCH_BYTES, 1000000000000, offsetof(Config, peer_max_watch_bytes), false},
     {"--peer-max-connections", 1, 1000000, offsetof(Config, peer_max_connections), false},
     {"--peer-max-half-sent", 1, 1000000, offsetof(Config, peer_max_half_sent), false},
     {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},
@@ -471,6 +477,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
     default_share(&c->peer_max_fences, c->max_fences, 4, 1000);
     default_share(&c->key_max_polls, c->max_connections, 4, 100);
     default_share(&c->peer_max_polls, c->max_connections, 4, 100);
+    if (!c->key_max_watch_bytes)
+        c->key_max_watch_bytes = CONFIG_DEFAULT_WATCH_BYTES;
+    if (!c->peer_max_watch_bytes)
+        c->peer_max_watch_bytes = CONFIG_DEFAULT_WATCH_BYTES;
     default_share(&c->peer_max_connections, c->max_connections, 2, 100);
     default_share(&c->peer_max_half_sent, c->max_connections, 8, 100);
     if (c->auth_file && c->insecure_no_auth) {

@@ -66,8 +66,11 @@ typedef struct RequestPark {
     DLink rlink;
     bool writing;       /* in Server.park_writing (through rlink): waiting for EPOLLOUT */
     int64_t write_deadline_ms; /* while writing: given up then (monotonic ms) */
-    char *out;          /* owned: the answer's bytes */
-    size_t out_len, out_off;
+    char *out;          /* owned: the answer's bytes, or its head before `shared` */
+    size_t out_len;     /* bytes in out */
+    size_t out_off;     /* written so far, of out and then of shared */
+    struct SharedText *shared; /* a reference (sharedtext.h): the answer's body, shared with other
+                                * requests (a watch's), or NULL */
     struct Peer *peer;  /* its peer's count of connections while parked (peers.h) */
 } RequestPark;
 
@@ -107,6 +110,7 @@ typedef struct RequestAccess {
     bool waiting;       /* counted as one of its key's waiters (quota.h) */
     bool polling;       /* held open: counted in its key's and peer's max_polls (quota.h) */
     void *key_use, *peer_use; /* while polling: the entries counted (quota.c's) */
+    uint64_t watch_bytes; /* while polling: counted in their max_watch_bytes (a watch's answer) */
     bool listed;        /* with a key, waiting or polling: in Server.keyed (through link) */
     DLink link;
 } RequestAccess;
