@@ -151,7 +151,8 @@ const char *http_query(Request *req, const char *key);
 void http_peer(Request *req, char *out, size_t outlen);
 /* The client as a peer of the shares (peers.h): its address alone ("ADDR",
  * IPv6 without brackets, an IPv6 address by its /64 as "2001:db8:1:2::/64",
- * an IPv4 client of a dual-stack socket as IPv4), or "-". */
+ * an IPv4 client of a dual-stack socket as IPv4, any of 127.0.0.0/8 as
+ * "127.0.0.0/8"), or "-". */
 #define HTTP_PEER_MAX 64
 void http_peer_address(Request *req, char *out, size_t outlen);
 /* A request header's value (the first of that name), or NULL. */
