@@ -812,7 +812,8 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
     return LOCK_OK;
 }
 
-LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const Now *now)
+/* Ends the running leases of name with token `token` (0: every one). */
+static LockResult revoke(Locktab *lt, LockKind kind, const char *name, uint64_t token, const Now *now)
 {
     Lock *lock = find(lt, kind, name);
     bool any = false;
@@ -821,7 +822,7 @@ LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const No
     for (DLink *l = lock ? lock->holders.head : NULL, *next; l; l = next) {
         next = l->next;
         Grant *g = DLIST_ITEM(l, Grant, link);
-        if (g->h.deadline_ms > now->mono_ms) {
+        if (g->h.deadline_ms > now->mono_ms && (token == 0 || g->h.token == token)) {
             end_grant(lt, lock, g, LEASE_END_REVOKED, now);
             any = true;
         }
@@ -830,6 +831,16 @@ LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const No
         return LOCK_NOT_HOLDER;
     grant_next(lt, lock, now);
     return LOCK_OK;
+}
+
+LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const Now *now)
+{
+    return revoke(lt, kind, name, 0, now);
+}
+
+LockResult locktab_revoke_token(Locktab *lt, LockKind kind, const char *name, uint64_t token, const Now *now)
+{
+    return token ? revoke(lt, kind, name, token, now) : LOCK_NOT_HOLDER;
 }
 
 const Holder *locktab_held_by(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease,

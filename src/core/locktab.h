@@ -263,6 +263,10 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
  * their lock-delays and grants the waiters that can then be.
  * LOCK_NOT_HOLDER when nobody holds it. */
 LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const Now *now);
+/* The same for the one running lease of name whose token is `token` (a
+ * semaphore's permit; tokens never repeat): the other leases are untouched.
+ * LOCK_NOT_HOLDER when no running lease has it. */
+LockResult locktab_revoke_token(Locktab *lt, LockKind kind, const char *name, uint64_t token, const Now *now);
 /* The holder with `lease` of name right now (its deadline not passed, even
  * if locktab_tick has not run yet), or NULL. */
 const Holder *locktab_held_by(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease,
