@@ -24,7 +24,9 @@
  * its end; waiters keep their places.
  *
  * Invariants (checked by locktab_check in debug builds):
- *  - every holder's expiry deadline is queued; a lock's holders all have its
+ *  - every holder's expiry deadline is queued, and the holder is found by its
+ *    lease id in O(1) (the table's lease index: a lock with thousands of
+ *    readers is never scanned for a lease); a lock's holders all have its
  *    mode; a lock in write mode has one holder; a semaphore has at most
  *    `limit` holders;
  *  - the head waiter of a name could not be granted now: a lock-delay runs,
@@ -121,6 +123,8 @@ typedef struct Lock {
     uint8_t mode;        /* LockMode of the holders while held (a semaphore's: MODE_WRITE) */
     uint32_t limit;      /* a semaphore's permits (set by the acquire that finds it idle); 0 for a lock */
     DList holders;       /* the table's, in grant order: locktab_holder, locktab_next_holder */
+    int64_t holders_due_from_ms; /* boot clock: no holder's deadline is earlier (a lower bound, made
+                                  * exact whenever the holders are walked for expiries) */
     int64_t delay_until_ms; /* Unix ms: a lock-delay runs until then (announced); 0 when none */
     Deadline delay;      /* queued while a lock-delay runs */
     Deadline idle;       /* queued while idle: when to forget the name */
@@ -343,6 +347,11 @@ size_t locktab_locks(const Locktab *lt);   /* names known, of both kinds */
 size_t locktab_held(const Locktab *lt);    /* leases held, of both kinds */
 size_t locktab_waiters(const Locktab *lt); /* of both kinds */
 uint64_t locktab_expiries(const Locktab *lt); /* leases ended by their TTL so far */
+/* Holders looked at so far by renewals, releases and reentries, to find
+ * their lease and the leases that ran out meanwhile: about one per call,
+ * however many holders a lock has (the lease index, and a bound on the
+ * holders' deadlines), not a walk of the lock's holders. */
+uint64_t locktab_holder_visits(const Locktab *lt);
 uint64_t locktab_forgotten(const Locktab *lt); /* idle names forgotten so far */
 uint64_t locktab_delays(const Locktab *lt);    /* lock-delays started so far */
 /* Asserts every invariant listed above over the whole table (debug builds). */
