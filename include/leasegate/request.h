@@ -90,6 +90,7 @@ typedef struct RequestGuard {
     GuardWrite *write;
     GuardTicket ticket;
     struct S3Write *s3; /* an S3 route's write: its steps (s3req.h) */
+    struct FormScan *form; /* owned: a write's form body, scanned for a method override (formscan.h) */
 } RequestGuard;
 
 /* A grant this request's answer reveals, released if it is not delivered:

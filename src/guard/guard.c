@@ -19,6 +19,7 @@
 #include <uuid/uuid.h>
 
 #include "core/names.h"
+#include "guard/formscan.h"
 #include "guard/guardpath.h"
 #include "guard/guardq.h"
 #include "guard/guardshare.h"
@@ -465,18 +466,57 @@ static bool take_share(Request *req, Guard *g, const char *key)
     }
 }
 
-/* The body, as it arrives, goes to the upstream call; a refused request has
- * none, and its body is dropped. */
+#define OVERRIDE_WHY                                                                                           \
+    "a backend that honours it (Rails, Laravel, Symfony, method-override) would apply another method than the " \
+    "guard checked"
+
+/* A query that names a method override (?_method=DELETE) is refused on
+ * every request of a plain HTTP route, reads included (a read passes
+ * without a lease), as the override headers are on writes. */
+static bool query_names_no_override(Request *req)
+{
+    const char *q = strchr(req->raw_uri, '?');
+    FormScan f;
+    formscan_init(&f, FORM_URLENCODED);
+    if (q)
+        formscan_feed(&f, q + 1, strlen(q + 1));
+    if (!q || !formscan_finish(&f))
+        return true;
+    bad(req, "_method", "query parameter _method (or X-HTTP-Method-Override) is not forwarded: %s", OVERRIDE_WHY);
+    return false;
+}
+
+/* The write's form body carries a method override: refused, its call cut
+ * off before the upstream has the whole request. */
+static void refuse_body_override(Request *req)
+{
+    guardq_refuse(req);
+    bad(req, "_method", "a form body with a field _method (or X-HTTP-Method-Override) is not forwarded: %s",
+        OVERRIDE_WHY);
+}
+
+/* The body, as it arrives, goes to the upstream call, a form's scanned as
+ * it goes; a refused request has none, and its body is dropped. */
 static void stream_upload(Request *req, const char *data, size_t *size)
 {
-    if (req->guard->call)
-        proxy_call_upload(req->guard->call, data, size);
-    else
+    if (!req->guard->call) {
         *size = 0;
+        return;
+    }
+    size_t offered = *size;
+    proxy_call_upload(req->guard->call, data, size);
+    FormScan *form = req->guard->form;
+    if (form) {
+        formscan_feed(form, data, offered - *size);
+        if (formscan_found(form))
+            refuse_body_override(req);
+    }
 }
 
 static bool stream_complete(Request *req)
 {
+    if (req->guard->form && !req->response && formscan_finish(req->guard->form))
+        refuse_body_override(req);
     if (!req->guard->call)
         return false;
     /* The guard may refuse the write now that its body is complete. */
@@ -611,7 +651,11 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
     req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length, &h) : NULL;
     free(url);
     free(dest_line);
-    if (!req->guard->call ||
+    /* A form body is scanned for a method override as it streams. */
+    FormKind form = has_body ? formscan_kind(header(req, MHD_HTTP_HEADER_CONTENT_TYPE)) : FORM_NONE;
+    if (form != FORM_NONE && (req->guard->form = malloc(sizeof *req->guard->form)))
+        formscan_init(req->guard->form, form);
+    if (!req->guard->call || (form != FORM_NONE && !req->guard->form) ||
         !guardq_add(s->guard->queues, req, req->guard->call, has_body, b, nb, &req->guard->ticket, NULL, NULL))
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
 }
@@ -705,7 +749,7 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
         return;
     bool read = guardroute_is_read(method);
     if (s3 ? !s3req_acceptable(req, route, method, req->srv->auth != NULL)
-           : !read && !reaches_only_its_own(req, route, method))
+           : !query_names_no_override(req) || (!read && !reaches_only_its_own(req, route, method)))
         return;
     if (!take_share(req, g, key))
         return;
@@ -728,6 +772,8 @@ void guard_request_end(Request *req)
     guardq_request_end(req);
     s3req_write_free(req->guard->s3);
     req->guard->s3 = NULL;
+    free(req->guard->form);
+    req->guard->form = NULL;
     if (req->guard->call) {
         proxy_call_free(req->guard->call);
         req->guard->call = NULL;

@@ -563,6 +563,16 @@ void guardq_body_done(Request *req)
     run(w->gq);
 }
 
+void guardq_refuse(Request *req)
+{
+    GuardWrite *w = req->guard->write;
+    if (!w || w->released)
+        return;
+    GuardQueues *gq = w->gq;
+    drop(w);
+    run(gq);
+}
+
 void guardq_request_end(Request *req)
 {
     GuardWrite *w = req->guard->write;

@@ -89,6 +89,11 @@ bool guardq_preparing(const GuardWrite *w);
 void guardq_prepared(GuardWrite *w, bool ok);
 /* req's whole body has arrived. */
 void guardq_body_done(Request *req);
+/* The guard refuses req's write for what its request turned out to carry
+ * (a method override in its body): the write leaves its queues, its call is
+ * cut off before its end reaches the upstream, and its share is given
+ * back. The caller answers. */
+void guardq_refuse(Request *req);
 /* req is over: its write leaves its queues, unless its whole request is
  * with the upstream (then its call runs on until the upstream answers, and
  * the next write waits for that: the write takes req->guard->call over). */
