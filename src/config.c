@@ -124,6 +124,10 @@ void config_usage(FILE *out)
             "  --tls-cert PEM --tls-key PEM\n"
             "                              serve HTTPS (TLS 1.2 and 1.3) with this certificate (chain) and its\n"
             "                              unencrypted private key, both PEM files read at start\n"
+            "  --tls-ciphers PRIORITY      a GnuTLS priority string for HTTPS, in place of the default: TLS 1.3,\n"
+            "                              and TLS 1.2 with forward-secret AEAD suites only (ECDHE with AES-GCM\n"
+            "                              or ChaCha20-Poly1305); e.g. to let TLS 1.2 CBC clients in:\n"
+            "                              'NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2'\n"
             "  --cacert PEM                CA certificates that https upstreams (--guard) and, with --store,\n"
             "                              the leader gateway and etcds:// must be signed by (default: the\n"
             "                              system's)\n"
@@ -276,7 +280,8 @@ static const NumFlag *num_flag(const char *name)
 
 static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",     "--min-token",
                                            "--access-log", "--store", "--advertise", "--auth-file",
-                                           "--tls-cert",   "--tls-key", "--cacert",  "--allowed-host", "--s3-credentials"};
+                                           "--tls-cert",   "--tls-key", "--cacert",  "--allowed-host", "--s3-credentials",
+                                           "--tls-ciphers"};
 
 /* --allowed-host NAME: a DNS name (letters, digits, '-', '_', '.'), or '*'. */
 static int parse_allowed_host(Config *c, const char *v, char *err, size_t errlen)
@@ -351,6 +356,14 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
     }
     if (!strcmp(flag, "--allowed-host"))
         return parse_allowed_host(c, value, err, errlen);
+    if (!strcmp(flag, "--tls-ciphers")) {
+        if (!*value || strlen(value) > CONFIG_TLS_CIPHERS_MAX) {
+            snprintf(err, errlen, "--tls-ciphers: a GnuTLS priority string of 1..%d bytes", CONFIG_TLS_CIPHERS_MAX);
+            return -1;
+        }
+        c->tls_ciphers = value;
+        return 0;
+    }
     if (!strcmp(flag, "--tls-cert") || !strcmp(flag, "--tls-key") || !strcmp(flag, "--cacert")) {
         if (!*value) {
             snprintf(err, errlen, "%s: empty path", flag);
@@ -438,6 +451,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
     if (c->store_url && c->data_set) {
         snprintf(err, errlen, "--store and --data exclude each other: the lock space lives either in etcd or in "
                               "one SQLite file");
+        return CONFIG_ERROR;
+    }
+    if (c->tls_ciphers && !c->tls_cert) {
+        snprintf(err, errlen, "--tls-ciphers needs --tls-cert and --tls-key: it chooses what HTTPS accepts");
         return CONFIG_ERROR;
     }
     if (!c->tls_cert != !c->tls_key) {

@@ -16,6 +16,7 @@
 #define CONFIG_MAX_GUARDS 16
 #define CONFIG_MAX_ALLOWED_HOSTS 32
 #define CONFIG_HOST_NAME_MAX 253
+#define CONFIG_TLS_CIPHERS_MAX 1024
 /* --key-max-watch-bytes and --peer-max-watch-bytes: the default, and the
  * least, which holds one watch of the largest view of a lock (100 holders
  * with 4 KiB of metadata each, about 450 KB). */
@@ -58,6 +59,7 @@ typedef struct Config {
     unsigned s3_probe_interval_s; /* how often s3:// routes check their store again */
     const char *tls_cert;         /* --tls-cert PEM path, borrowed; NULL: plain HTTP */
     const char *tls_key;          /* --tls-key PEM path, given with --tls-cert */
+    const char *tls_ciphers;      /* --tls-ciphers: a GnuTLS priority string; NULL: forward-secret AEAD only */
     const char *cacert;           /* --cacert: CAs that outbound https calls trust; NULL: the system's */
     const char *auth_file;        /* --auth-file: borrowed; NULL: no API keys */
     bool auth_metrics;            /* --auth-metrics: /, /healthz and /metrics need a key too */
