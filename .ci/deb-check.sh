@@ -143,11 +143,16 @@ stop() {
 }
 start() {
   (
+    # A daemon systemd starts inherits none of its caller's descriptors (apt's pipes).
+    for fd in /proc/self/fd/*; do
+      n=${fd##*/}
+      [ "$n" -gt 2 ] && eval "exec $n>&-" 2>/dev/null
+    done
     env_default=$(sed -n 's/^Environment="\(.*\)"$/\1/p' "$unit")
     export "${env_default?}"
     set -a; . /etc/default/leasegate; set +a
     eval "set -- $(sed -n 's/^ExecStart=//p' "$unit")"
-    setpriv --reuid=leasegate --regid=leasegate --init-groups -- "$@" >>/tmp/unit.log 2>&1 &
+    setpriv --reuid=leasegate --regid=leasegate --init-groups -- "$@" </dev/null >>/tmp/unit.log 2>&1 &
     echo $! > "$pidfile"
   )
 }
@@ -158,7 +163,10 @@ case "$1" in
   *) echo "leasegate-unit: $1?" >&2; exit 1 ;;
 esac
 UNIT
-cat > /usr/local/sbin/systemctl <<'CTL'
+# apt runs maintainer scripts with PATH=/usr/sbin:/usr/bin:/sbin:/bin: systemd's own
+# systemctl is set aside (dpkg-divert) for the stand-in, and put back at the end.
+dpkg-divert --quiet --local --rename --add /usr/bin/systemctl
+cat > /usr/bin/systemctl <<'CTL'
 #!/bin/sh
 # What the maintainer scripts ask of systemd, recorded, and done to leasegate.service.
 echo "$*" >> /tmp/systemctl.log
@@ -169,7 +177,7 @@ esac
 echo "systemctl stand-in: $* is not expected here" >&2
 exit 1
 CTL
-chmod 0755 /usr/local/sbin/leasegate-unit /usr/local/sbin/systemctl
+chmod 0755 /usr/local/sbin/leasegate-unit /usr/bin/systemctl
 mkdir -p /run/systemd/system
 serving() {
   for _ in $(seq 1 100); do
@@ -198,7 +206,8 @@ say "upgraded to $(dpkg-query -W -f='${Version}' leasegate): try-restart, pid $o
 apt-get remove -y -qq leasegate >/dev/null
 grep -qx 'stop leasegate.service' /tmp/systemctl.log || { say "removing did not stop the service"; exit 1; }
 ! kill -0 "$new_pid" 2>/dev/null || { say "the service still runs after removal"; exit 1; }
-rm -rf /run/systemd/system /usr/local/sbin/systemctl /usr/local/sbin/leasegate-unit
+rm -rf /run/systemd/system /usr/bin/systemctl /usr/local/sbin/leasegate-unit
+dpkg-divert --quiet --local --rename --remove /usr/bin/systemctl
 say "ok: the package installs, its unit verifies, its ExecStart serves as leasegate and stops cleanly; an upgrade restarts it, a removal stops it"
 INNER
 )
