@@ -894,6 +894,17 @@ void locktab_load_ended(Locktab *lt, LockKind kind, const char *name, const uint
         leasehist_load(lt->history, lease, lock->id, token, (LeaseEnd)how, seq);
 }
 
+uint64_t locktab_token_of(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
+{
+    const Lock *lock = find(lt, kind, name);
+    const Grant *g = lock ? grant_with(lt, lock, lease, NULL) : NULL;
+    uint64_t of_lock, token;
+    LeaseEnd how;
+    if (g)
+        return g->h.token;
+    return lock && leasehist_find(lt->history, lease, &of_lock, &token, &how) && of_lock == lock->id ? token : 0;
+}
+
 NotHolderReason locktab_why_not(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
 {
     const Lock *lock = find(lt, kind, name);

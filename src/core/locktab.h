@@ -281,6 +281,10 @@ void locktab_continue_history(Locktab *lt, uint64_t seq);
  * first). Leases of names that are no longer known are skipped. */
 void locktab_load_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, uint64_t token,
                         int how, uint64_t seq);
+/* The token of `lease` on name: its holder's (even if its deadline has
+ * passed), else that of its ended lease while the history remembers it, else
+ * 0 (never issued for name, or forgotten). */
+uint64_t locktab_token_of(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease);
 /* Why `lease` does not hold name (after LOCK_NOT_HOLDER). */
 NotHolderReason locktab_why_not(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease);
 /* Removes a waiter whose client went away. Its hooks are never called; the

@@ -357,7 +357,7 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
     if (!lease_s || strlen(lease_s) != 36 || uuid_parse(lease_s, b->lease) != 0) {
         s->metrics.guard_rejected_missing++;
         refused(req, GUARD_REFUSED_LEASE_MISSING);
-        s->guard_refused(req, b->lock, 0);
+        s->guard_refused(req, b->lock, 0, "", lease_s ? "not_a_lease" : "lease_missing");
         http_reply_error(req, ERR_TOKEN_REQUIRED, json_pack("{s:s, s:s}", "lock", b->lock, "field", lease_field),
                          "%s needs header %s: the lease (from acquire) that holds lock '%s'%s", method, lease_field,
                          b->lock, lease_s ? "; the one sent is not a lease id" : "");
@@ -366,10 +366,10 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
     Now now = clock_now();
     const Holder *h = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
     b->token = h ? h->token : 0;
-    const char *why = guardq_stale_reason(s, b);
+    const GuardStale *why = guardq_stale_reason(s, b);
     if (why) {
         refused(req, GUARD_REFUSED_STALE);
-        guardq_reply_stale(req, b->lock, b->token, why);
+        guardq_reply_stale(req, b, why);
         return false;
     }
     return true;

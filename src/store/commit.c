@@ -422,7 +422,8 @@ bool commit_audit(Commit *c, const AuditRow *row)
         return false;
     AuditRow r = *row;
     if (!(r.lock = arena_strdup(&b->strings, row->lock)) || !(r.owner = arena_strdup(&b->strings, row->owner)) ||
-        !(r.key = arena_strdup(&b->strings, row->key)) || !(r.peer = arena_strdup(&b->strings, row->peer)))
+        !(r.key = arena_strdup(&b->strings, row->key)) || !(r.peer = arena_strdup(&b->strings, row->peer)) ||
+        !(r.reason = arena_strdup(&b->strings, row->reason ? row->reason : "")))
         return false;
     b->audit[b->naudit++] = r;
     return true;

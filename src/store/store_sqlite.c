@@ -43,7 +43,7 @@
  * bump SCHEMA_VERSION. A new database gets SCHEMA_V9, then every step from
  * 9 on, like an old one: so steps written on two branches compose by
  * numbering one after the other, and nobody rewrites a schema by hand. */
-#define SCHEMA_VERSION 10
+#define SCHEMA_VERSION 11
 #define SCHEMA_BASE_VERSION 9
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
@@ -137,6 +137,8 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
           "ALTER TABLE audit ADD COLUMN mode INTEGER NOT NULL DEFAULT 0;"
           "UPDATE audit SET object = 2 WHERE kind = 5;"
           "UPDATE audit SET mode = 1 WHERE kind IN (1, 2, 3, 4);",
+    /* Version 11: a guard refusal's row says why (AuditRow.reason). */
+    [10] = "ALTER TABLE audit ADD COLUMN reason TEXT NOT NULL DEFAULT '';",
 };
 
 enum {
@@ -184,8 +186,8 @@ static const char *const STATEMENTS[ST_COUNT] = {
                      " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_PRUNE_ENDED] = "DELETE FROM lease_history WHERE seq <= ?1",
     [ST_PUT_REVOKED] = "INSERT OR IGNORE INTO revoked(token, lock) VALUES(?1, ?2)",
-    [ST_PUT_AUDIT] = "INSERT OR REPLACE INTO audit(seq, at_ms, kind, lock, owner, token, key, peer, object, mode)"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    [ST_PUT_AUDIT] = "INSERT OR REPLACE INTO audit(seq, at_ms, kind, lock, owner, token, key, peer, object, mode,"
+                     " reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     [ST_DROP_AUDIT] = "DELETE FROM audit WHERE seq = ?1",
     [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
                      " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
@@ -459,7 +461,8 @@ static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, const StoreAud
             sqlite3_bind_int64(st, 6, (sqlite3_int64)r[i].token) != SQLITE_OK ||
             sqlite3_bind_text(st, 7, r[i].key, -1, SQLITE_STATIC) != SQLITE_OK ||
             sqlite3_bind_text(st, 8, r[i].peer, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int(st, 9, r[i].object) != SQLITE_OK || sqlite3_bind_int(st, 10, r[i].mode) != SQLITE_OK) {
+            sqlite3_bind_int(st, 9, r[i].object) != SQLITE_OK || sqlite3_bind_int(st, 10, r[i].mode) != SQLITE_OK ||
+            sqlite3_bind_text(st, 11, r[i].reason ? r[i].reason : "", -1, SQLITE_STATIC) != SQLITE_OK) {
             set_err(s, "bind audit row");
             return -1;
         }
@@ -799,7 +802,8 @@ static int load_audit(SqliteStore *s, const StoreLoad *cb)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
-                           "SELECT seq, at_ms, kind, lock, owner, token, key, peer, object, mode FROM audit ORDER BY seq",
+                           "SELECT seq, at_ms, kind, lock, owner, token, key, peer, object, mode, reason FROM audit "
+                           "ORDER BY seq",
                            -1, &st, NULL) != SQLITE_OK) {
         set_err(s, "load audit trail");
         return -1;
@@ -810,8 +814,8 @@ static int load_audit(SqliteStore *s, const StoreLoad *cb)
                       (const char *)sqlite3_column_text(st, 3), (const char *)sqlite3_column_text(st, 4),
                       (uint64_t)sqlite3_column_int64(st, 5), (const char *)sqlite3_column_text(st, 6),
                       (const char *)sqlite3_column_text(st, 7), (uint8_t)sqlite3_column_int(st, 8),
-                      (uint8_t)sqlite3_column_int(st, 9)};
-        if (!r.lock || !r.owner || !r.key || !r.peer || cb->audit(cb->ud, &r)) {
+                      (uint8_t)sqlite3_column_int(st, 9), (const char *)sqlite3_column_text(st, 10)};
+        if (!r.lock || !r.owner || !r.key || !r.peer || !r.reason || cb->audit(cb->ud, &r)) {
             snprintf(s->err, sizeof s->err, "cannot load the audit trail");
             res = -1;
             break;

@@ -294,7 +294,10 @@ class DestinationTests(Base):
                             self.assertEqual(body.get("lock"), victim, body)
                         else:
                             body = self.refused(resp, 409, "stale_token")
-                            self.assertEqual((body.get("lock"), body.get("token")), (victim, None), body)
+                            # The stale lease's own token, named (issue 39), not the holder's.
+                            self.assertEqual((body.get("lock"), body.get("token"), body.get("reason")),
+                                             (victim, old["token"] if which == "stale" else None,
+                                              "released" if which == "stale" else "unknown"), body)
                             self.assertEqual(body.get("holder_token"), owner["token"], body)
         self.assertEqual(self.ng.read_file("store/" + victim), b"the owner's data")
         self.assertEqual(self.ng.read_file("store/" + scratch), b"the attacker's data")
@@ -319,7 +322,8 @@ class DestinationTests(Base):
         self.assertGreater(b["token"], a["token"])
         self.write("/store/" + doc, b"B", b["lease"])
         body = self.refused(self.send("PUT", "/store/" + doc, b"A-stale", a["lease"]), 409, "stale_token")
-        self.assertEqual((body["lock"], body["token"], body["max_token"]), (doc, None, b["token"]))
+        self.assertEqual((body["lock"], body["token"], body["max_token"], body["reason"]),
+                         (doc, a["token"], b["token"], "superseded"))
         scratch = "f%s/a-scratch" % u
         s = self.grant(scratch, "A")
         self.assertGreater(s["token"], b["token"])
@@ -329,7 +333,8 @@ class DestinationTests(Base):
                 with self.subTest(method=method, dest=dest):
                     body = self.refused(self.send(method, "/store/" + scratch, lease=s["lease"], dest=dest,
                                                   dest_lease=a["lease"]), 409, "stale_token")
-                    self.assertEqual((body["lock"], body["token"], body["holder_token"]), (doc, None, b["token"]))
+                    self.assertEqual((body["lock"], body["token"], body["holder_token"]),
+                                     (doc, a["token"], b["token"]))
                     self.refused(self.send(method, "/store/" + scratch, lease=s["lease"], dest=dest), 428,
                                  "token_required", "Fencing-Destination-Lease")
                     self.refused(self.send(method, "/store/" + scratch, lease=s["lease"], dest=dest,
