@@ -74,7 +74,11 @@ say "systemd-analyze verify: ok"
 # An operator's option (the root shares the host's network: not the default port, which
 # another server may hold), then what systemd does before ExecStart: the state directory
 # and the environment.
-port=$(shuf -i 20000-60000 -n 1)
+# Below the kernel's ephemeral range, and no socket of the host on it yet.
+while :; do
+  port=$(shuf -i 20000-32000 -n 1)
+  grep -qi "$(printf ':%04X ' "$port")" /proc/net/tcp /proc/net/tcp6 2>/dev/null || break
+done
 echo "LEASEGATE_OPTS=\"--listen 127.0.0.1:$port\"" >> /etc/default/leasegate
 export LEASEGATE_SERVER=http://127.0.0.1:$port
 install -d -m 0750 -o leasegate -g leasegate /var/lib/leasegate
