@@ -5,8 +5,9 @@
  * hang-up) -> park_reply (answer formatted, held for its commit) -> ready
  * list -> park_flush writes it -> the connection goes back to libmicrohttpd,
  * or is closed when the answer did not get out. A write the socket cannot
- * take at once waits for EPOLLOUT on the writing list, and is given up after
- * --idle-timeout without progress, as libmicrohttpd does with its own.
+ * take at once waits for EPOLLOUT on the writing list, then rejoins the ready
+ * list (every write goes through park_flush and its budget), and is given up
+ * after --idle-timeout without progress, as libmicrohttpd does with its own.
  *
  * Every end goes through finish(), which hands the Request to
  * req->end (the HTTP layer's, which frees it). finish() runs only from the loop's own steps
@@ -380,11 +381,22 @@ static size_t write_out(Request *req)
 
 void park_event(Request *req, uint32_t events)
 {
+    Server *s = req->srv;
     if (req->park.writing && !(events & (EPOLLERR | EPOLLHUP))) {
-        write_out(req);
+        /* Room to write: the rest goes out with the next flush, within its
+         * budget of bytes (thousands of sockets a change woke all have room
+         * at once), and the socket is not watched for room meanwhile. */
+        dlist_remove(&s->park_writing, &req->park.rlink);
+        req->park.writing = false;
+        if (!loop_rewatch(s->loop, req->park.fd, 0, &req->source)) {
+            finish(req, false);
+            return;
+        }
+        make_ready(req);
         return;
     }
-    /* Waiting, or holding an answer for its commit: the client is gone. */
+    /* Waiting, holding an answer for its commit, or ready to write it: the
+     * client is gone. */
     finish(req, false);
 }
 
