@@ -195,8 +195,10 @@ static void acquire(Request *req, LockKind kind)
     }
     bool made_before = locktab_get(s->locks, kind, req->arg) != NULL;
     Charge charge = {NULL, NULL};
+    /* One instant for the share's preview and the acquire itself. */
+    Now now = clock_now();
     if (!a.reentry && !quota_admit(req, kind, req->arg, a.mode, (uint32_t)a.limit, a.wait_ms > 0, a.owner,
-                                   a.request_id, &charge))
+                                   a.request_id, &now, &charge))
         goto out;
     if (!a.reentry && !leaseid_next(&s->lease_ids, fresh)) {
         quota_named(s, &charge, 0);
@@ -217,7 +219,6 @@ static void acquire(Request *req, LockKind kind)
                         .lock_delay_ms = a.lock_delay_ms,
                         .limit = (uint32_t)a.limit};
     req->grant.asked_us = clock_boot_us();
-    Now now = clock_now();
     const Lock *lock;
     const Holder *h;
     Waiter *waiter;
