@@ -35,10 +35,11 @@ void formscan_init(FormScan *f, FormKind kind)
     f->kind = kind;
 }
 
-static bool is_override(const char *name)
+/* Is name (len bytes, which may hold a NUL) an override's? */
+static bool is_override(const char *name, size_t len)
 {
     for (const char *const *o = OVERRIDE_FIELDS; *o; o++)
-        if (strcasecmp(name, *o) == 0)
+        if (strlen(*o) == len && strncasecmp(name, *o, len) == 0)
             return true;
     return false;
 }
@@ -46,8 +47,7 @@ static bool is_override(const char *name)
 /* A name is over ('=', '&' or the end): is it an override's? */
 static void name_done(FormScan *f)
 {
-    f->name[f->len] = '\0';
-    if (f->len && !f->too_long && !f->pct && is_override(f->name))
+    if (f->len && !f->too_long && !f->pct && is_override(f->name, f->len))
         f->found = true;
     f->len = 0;
     f->too_long = false;

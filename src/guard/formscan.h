@@ -36,7 +36,7 @@ typedef struct FormScan {
     unsigned char pct; /* 0, or how many hex digits of a %XX were read (1, 2) */
     unsigned char hex;
     size_t len;
-    char name[FORMSCAN_NAME_MAX + 1];
+    char name[FORMSCAN_NAME_MAX];
     /* multipart: the last bytes seen, lower-cased */
     size_t ntail;
     char tail[FORMSCAN_TAIL];
