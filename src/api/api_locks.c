@@ -345,11 +345,9 @@ void api_request_end(Request *req, bool delivered)
                                                                 req->grant.lease, delivered)) {
         Now now = clock_now();
         uint32_t left;
-        s->trail_actor = req;
-        if (locktab_release(s->locks, (LockKind)req->grant.kind, req->grant.lock, req->grant.lease, &now, &left) ==
-            LOCK_OK)
+        if (locktab_release(s->locks, (LockKind)req->grant.kind, req->grant.lock, req->grant.lease, req, &now,
+                            &left) == LOCK_OK)
             s->metrics.undelivered_grants++;
-        s->trail_actor = NULL;
     }
 }
 
@@ -407,9 +405,7 @@ static void release(Request *req, LockKind kind)
     if (body_lease(req, obj, true, lease, &present)) {
         Now now = clock_now();
         uint32_t left;
-        s->trail_actor = req;
-        LockResult r = locktab_release(s->locks, kind, req->arg, lease, &now, &left);
-        s->trail_actor = NULL;
+        LockResult r = locktab_release(s->locks, kind, req->arg, lease, req, &now, &left);
         if (r == LOCK_OK) {
             s->metrics.releases++;
             JsonW w;
@@ -472,12 +468,10 @@ static void force_release(Request *req, LockKind kind, uint64_t token)
         return;
     }
     if (json_array_size(all)) {
-        s->trail_actor = req;
         if (token)
-            locktab_revoke_token(s->locks, kind, req->arg, token, &now);
+            locktab_revoke_token(s->locks, kind, req->arg, token, req, &now);
         else
-            locktab_revoke(s->locks, kind, req->arg, &now);
-        s->trail_actor = NULL;
+            locktab_revoke(s->locks, kind, req->arg, req, &now);
         s->metrics.force_releases += json_array_size(all);
     }
     RawRefs refs = {.n = 0};
