@@ -125,9 +125,9 @@ if kill -0 "$pid" 2>/dev/null; then say "no exit within 10 s of SIGTERM"; kill -
 wait "$pid" || status=$?
 [ "$status" = 0 ] || { say "exit status $status after SIGTERM"; cat /tmp/serve.log; exit 1; }
 [ "$(stat -c %U /var/lib/leasegate/leasegate.db)" = leasegate ] || { say "the database is not the user's"; exit 1; }
-[ "$(grep -c '^leasegate: stopped on SIGTERM: ' /tmp/serve.log)" = 1 ] ||
+[ "$(grep -c 'leasegate: stopped on SIGTERM: ' /tmp/serve.log)" = 1 ] ||
   { say "an orderly stop did not log its one line"; cat /tmp/serve.log; exit 1; }
-say "stopped cleanly: $(grep '^leasegate: stopped' /tmp/serve.log)"
+say "stopped cleanly: $(grep 'leasegate: stopped' /tmp/serve.log)"
 
 # 6. The upgrade. The stand-in: systemctl as the maintainer scripts call it, the unit run
 # the way systemd runs it (its user, Environment=, EnvironmentFile=, ExecStart, SIGTERM).
@@ -204,7 +204,7 @@ grep -qx 'try-restart leasegate.service' /tmp/systemctl.log ||
 serving || { say "the service does not answer after the upgrade"; cat /tmp/systemctl.log /tmp/unit.log; exit 1; }
 new_pid=$(cat /run/leasegate-unit.pid)
 [ "$new_pid" != "$old_pid" ] || { say "the service was not restarted (still pid $old_pid)"; exit 1; }
-[ "$(grep -c '^leasegate: stopped on SIGTERM: ' /tmp/unit.log)" = 1 ] ||
+[ "$(grep -c 'leasegate: stopped on SIGTERM: ' /tmp/unit.log)" = 1 ] ||
   { say "the old process did not stop in order"; cat /tmp/unit.log; exit 1; }
 say "upgraded to $(dpkg-query -W -f='${Version}' leasegate): try-restart, pid $old_pid -> $new_pid, answering"
 apt-get remove -y -qq leasegate >/dev/null
