@@ -90,6 +90,8 @@ static uint64_t limit_of_raw(const Server *s, const AuthKey *key, ShareKind k)
             return c->peer_max_fences;
         case SHARE_POLLS:
             return c->peer_max_polls;
+        case SHARE_WATCH_BYTES:
+            return c->peer_max_watch_bytes;
         case SHARE_VALUE_BYTES:
             return c->peer_max_value_bytes;
         default:
@@ -107,6 +109,8 @@ static uint64_t limit_of_raw(const Server *s, const AuthKey *key, ShareKind k)
         return key->max_fences ? key->max_fences : c->key_max_fences;
     case SHARE_POLLS:
         return key->max_polls ? key->max_polls : c->key_max_polls;
+    case SHARE_WATCH_BYTES:
+        return key->max_watch_bytes ? key->max_watch_bytes : c->key_max_watch_bytes;
     case SHARE_VALUE_BYTES:
         return key->max_value_bytes ? key->max_value_bytes : c->key_max_value_bytes;
     default:
@@ -120,6 +124,7 @@ static const char *const WHAT[SHARE_KINDS] = {
     [SHARE_NAMES] = "lock names are counted until forgotten (--forget-idle-after): reuse names",
     [SHARE_FENCES] = "fence resources are counted until forgotten (--forget-idle-after)",
     [SHARE_POLLS] = "end a long-poll, watch or event stream first",
+    [SHARE_WATCH_BYTES] = "each watch counts the size of its lock's view: end watches, or watch smaller locks",
     [SHARE_VALUE_BYTES] = "a lock's value counts against the key (and client) that wrote it until another is "
                           "written: write smaller values, or null",
 };
@@ -143,7 +148,8 @@ static void over(Request *req, const AuthKey *key, const char *peer, ShareKind k
                          k == SHARE_NAMES    ? "names"
                          : k == SHARE_FENCES ? "fences"
                          : k == SHARE_POLLS  ? "polls"
-                                             : "value-bytes");
+                         : k == SHARE_WATCH_BYTES ? "watch-bytes"
+                                                 : "value-bytes");
 }
 
 static void out_of_memory(Request *req) { http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry"); }
@@ -342,6 +348,45 @@ bool quota_poll_start(Request *req)
     return true;
 }
 
+/* Adds (or takes away) `delta` bytes of watch answers on u. */
+static void count_bytes(Use *u, int64_t delta)
+{
+    if (!u)
+        return;
+    uint64_t *n = &u->n[SHARE_WATCH_BYTES];
+    *n = delta >= 0 ? *n + (uint64_t)delta : *n >= (uint64_t)-delta ? *n - (uint64_t)-delta : 0;
+}
+
+bool quota_watch_start(Request *req, uint64_t bytes)
+{
+    RequestAccess *a = &req->access;
+    Server *s = req->srv;
+    const AuthKey *key = a->key;
+    Use *ku = a->key_use, *pu = a->peer_use;
+    uint64_t kmax = limit_of(s, key, SHARE_WATCH_BYTES), pmax = limit_of(s, NULL, SHARE_WATCH_BYTES);
+    bool key_over = ku && ku->n[SHARE_WATCH_BYTES] + bytes > kmax;
+    bool peer_over = pu && pu->n[SHARE_WATCH_BYTES] + bytes > pmax;
+    if (key_over || peer_over) {
+        char peer[HTTP_PEER_MAX];
+        http_peer_address(req, peer, sizeof peer);
+        over(req, key_over ? key : NULL, peer, SHARE_WATCH_BYTES, key_over ? kmax : pmax);
+        return false;
+    }
+    quota_watch_answer(req, bytes);
+    return true;
+}
+
+void quota_watch_answer(Request *req, uint64_t bytes)
+{
+    RequestAccess *a = &req->access;
+    if (!a->polling)
+        return;
+    int64_t delta = (int64_t)bytes - (int64_t)a->watch_bytes;
+    count_bytes(a->key_use, delta);
+    count_bytes(a->peer_use, delta);
+    a->watch_bytes = bytes;
+}
+
 /* Adds `bytes` (or takes them away) on u, counted in share k. */
 static void add_bytes(Server *s, Use *u, ShareKind k, int64_t bytes)
 {
@@ -383,6 +428,7 @@ void quota_poll_stop(Request *req)
     RequestAccess *a = &req->access;
     if (!a->polling)
         return;
+    quota_watch_answer(req, 0);
     a->polling = false;
     list_keyed(req);
     count(req->srv, a->key_use, SHARE_POLLS, -1);

@@ -11,11 +11,13 @@
  *  - per key and per peer: lock names in the table first taken by it
  *    (max_names: --key-max-names, --peer-max-names), fence resources first
  *    raised by it (max_fences), long-polls, watches and event streams held
- *    open (max_polls), bytes of the locks' values it wrote while they are
- *    kept (max_value_bytes: --key-max-value-bytes, --peer-max-value-bytes;
- *    a value counts against the key and the peer that wrote it until another
- *    is written over it; loaded at a start, against its writer's key). A
- *    name or resource is counted until it is forgotten
+ *    open (max_polls), bytes of the answers of watches (max_watch_bytes: each
+ *    watch counts the size of its lock's view), bytes of the locks' values
+ *    it wrote while they are kept (max_value_bytes: --key-max-value-bytes,
+ *    --peer-max-value-bytes; a value counts against the key and the peer
+ *    that wrote it until another is written over it; loaded at a start,
+ *    against its writer's key). A name or resource is counted until it is
+ *    forgotten
  *    (--forget-idle-after); names loaded at a start count against the key of
  *    their holder, idle ones against nobody.
  * Past a share the request is answered 429 key_limit or 429 peer_limit, with
@@ -63,6 +65,16 @@ void quota_wait_stop(Request *req);
  * latest when the request ends), else answered 429. */
 bool quota_poll_start(Request *req);
 void quota_poll_stop(Request *req);
+/* A watch (of a request quota_poll_start let in) is about to be held: its
+ * answer, of about `bytes` (the lock's view now), counts against its key's
+ * and its peer's max_watch_bytes until the request ends, so that a tenant
+ * whose watches of a large lock are not read cannot make the server hold
+ * more than its share (each watcher that has not read its answer keeps that
+ * answer alive). True when it fits, else answered 429. */
+bool quota_watch_start(Request *req, uint64_t bytes);
+/* The watch's answer is made, of `bytes`: counted in place of its estimate,
+ * past the share or not (it is no longer refused). */
+void quota_watch_answer(Request *req, uint64_t bytes);
 /* Before req writes a lock's value of `bytes` over one of old_bytes counted
  * against `old` (LockValue.charge): true when its key and its peer have
  * room (the old value's bytes count as freed where they were req's own);

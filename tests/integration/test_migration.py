@@ -6,10 +6,10 @@ one step inside the transaction that opens the database, so a kill -9 in its mid
 version 10 as it was, never a mix of the two, and the next start migrates it whole (to the
 current version: every step runs in that one transaction).
 
-Schema 12 (issue 40): a semaphore's lease may hold several permits, an election's leader lease
-carries its value, and a lock's value is a row of its own. A database written by the last
-binary of schema 11 (tests/powerloss/schemas/v11.sql, made by tests/powerloss/schemas/make.py)
-loads with every lease as it was, each of one permit, and takes the new records at once."""
+Schema 13 (issue 40): a semaphore's lease may hold several permits, an election's leader lease
+carries its value, and a lock's value is a row of its own. Databases written by the binaries of
+schemas 11 and 12 (tests/powerloss/schemas/vN.sql, made by tests/powerloss/schemas/make.py) load
+with every lease as it was, each of one permit, and take the new records at once."""
 
 import json
 import os
@@ -25,12 +25,15 @@ import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "schema10.db")
+# The schema a start migrates to: 11's lockspace, then 12's audit reason, then 13's permits,
+# leaders' values and locks' values (issue 40); every step of the migration is in the one
+# opening transaction.
+LATEST = 13
 with open(os.path.join(HERE, "fixtures", "schema10.json")) as _f:
     MADE = json.load(_f)
 DAY = 86400000
 OLD_TABLES = {"locks", "semaphores", "holders"}
-CURRENT = 12  # the schema this leasegate writes
-V11_SQL = os.path.join(HERE, "..", "powerloss", "schemas", "v11.sql")
+SCHEMAS = os.path.join(HERE, "..", "powerloss", "schemas")
 
 
 def schema10_copy(into):
@@ -124,7 +127,7 @@ class MigrationTest(unittest.TestCase):
             st, _, body = c.request("GET", "/v1/audit?limit=1000")
             self.assertGreaterEqual(len(body["rows"]), MADE["audit_rows"] + 1, body)
         version, tables, rows = schema_of(path)
-        self.assertEqual(version, CURRENT)
+        self.assertEqual(version, LATEST)
         self.assertIn("lockspace", tables)
         self.assertFalse(OLD_TABLES & tables, tables)
 
@@ -133,8 +136,8 @@ class MigrationTest(unittest.TestCase):
         as it goes); the server is killed with SIGKILL, before it listens, once its WAL has
         grown to a few sizes, and once the database file itself grows (a checkpoint: right
         after a commit, which a migration cut in two transactions would show half done);
-        after each kill the file holds version 10 with every row, or the current version with
-        every row, never a mix; then a start migrates it and serves every lease."""
+        after each kill the file holds version 10 with every row, or the latest (LATEST) with every
+        row, never a mix; then a start migrates it and serves every lease."""
         path = schema10_copy(self.dir)
         now = int(time.time() * 1000)
         writers, readers = 60000, 20000
@@ -162,11 +165,11 @@ class MigrationTest(unittest.TestCase):
         db = sqlite3.connect(path)
         held = db.execute("SELECT count(*) FROM locks WHERE lease IS NOT NULL").fetchone()[0]
         db.close()
-        # Version 11 has a row per name and one per lease.
+        # Version 11 on has a row per name and one per lease.
         after = before["locks"] + before["semaphores"] + held + before["holders"]
         wal = path + "-wal"
         size = os.path.getsize(path)
-        seen = {10: 0, CURRENT: 0}
+        seen = {10: 0, LATEST: 0}
         # (WAL bytes, database bytes): a kill once either is reached.
         for wal_bytes, db_bytes in ((1 << 20, None), (size // 8, None), (size // 2, None), (None, size + 1),
                                     (None, size + 1)):
@@ -188,11 +191,11 @@ class MigrationTest(unittest.TestCase):
                 self.assertTrue(OLD_TABLES <= tables and "lockspace" not in tables, tables)
                 self.assertEqual(rows, before)
             else:
-                self.assertEqual(version, CURRENT)
+                self.assertEqual(version, LATEST)
                 self.assertFalse(OLD_TABLES & tables, tables)
                 self.assertEqual(rows, {"lockspace": after})
             seen[version] += 1
-            if version == CURRENT:
+            if version == LATEST:
                 break  # migrated whole: nothing left to cut
         # At least one kill came while the migration wrote (its WAL had grown, it did not listen).
         self.assertGreater(seen[10], 0, seen)
@@ -204,11 +207,19 @@ class MigrationTest(unittest.TestCase):
             st, _, body = srv.client.acquire("fresh", owner="new")
             self.assertEqual((st, body.get("token")), (200, last + 1), body)
         version, tables, rows = schema_of(path)
-        self.assertEqual(version, CURRENT)
+        self.assertEqual(version, LATEST)
 
     def test_a_schema_11_database_keeps_every_lease_and_takes_the_new_records(self):
+        self.older_database_keeps_every_lease(11)
+
+    def test_a_schema_12_database_keeps_every_lease_and_takes_the_new_records(self):
+        self.older_database_keeps_every_lease(12)
+
+    def older_database_keeps_every_lease(self, version):
+        """A database of `version` (schemas/vN.sql, written by that schema's binary) migrates to
+        LATEST with every lease as it was, each of one permit, and takes issue 40's records."""
         path = os.path.join(self.dir, "leasegate.db")
-        with open(V11_SQL) as f:
+        with open(os.path.join(SCHEMAS, "v%d.sql" % version)) as f:
             sql = f.read()
         db = sqlite3.connect(path)
         db.executescript(sql)
@@ -223,7 +234,7 @@ class MigrationTest(unittest.TestCase):
         last = db.execute("SELECT max(max(coalesce(last_token, 0)), max(token)) FROM lockspace").fetchone()[0]
         db.commit()
         db.close()
-        self.assertEqual(schema_of(path)[0], 11)
+        self.assertEqual(schema_of(path)[0], version)
         self.assertGreater(len(leases), 50)
         with harness.Server(data_dir=self.dir) as srv:
             c = srv.client
@@ -247,7 +258,7 @@ class MigrationTest(unittest.TestCase):
                                     {"owner": "wide", "limit": 5, "permits": 4, "ttl_ms": DAY})
             self.assertEqual((st, body.get("permits")), (200, 4), body)
         version, tables, rows = schema_of(path)
-        self.assertEqual(version, CURRENT)
+        self.assertEqual(version, LATEST)
         self.assertIn("lock_values", tables)
         db = sqlite3.connect(path)
         self.assertEqual(db.execute("SELECT permits FROM lockspace WHERE owner = 'wide'").fetchall(), [(4,)])

@@ -153,12 +153,14 @@ static int load_revoked(const StoreRevoked *r)
 static int loaded_audit;
 static uint64_t loaded_audit_last_seq;
 static int loaded_audit_object, loaded_audit_mode;
+static char loaded_audit_reason[32];
 static int load_audit(const AuditRow *row)
 {
     loaded_audit++;
     loaded_audit_last_seq = row->seq;
     loaded_audit_object = row->object;
     loaded_audit_mode = row->mode;
+    snprintf(loaded_audit_reason, sizeof loaded_audit_reason, "%s", row->reason ? row->reason : "(null)");
     return 0;
 }
 
@@ -288,7 +290,8 @@ int main(int argc, char **argv)
     CHECK(commit_guard_mark(c, "k3", 4, 1700000000123));
     /* Audit rows: the rows a key evicted (auditlog.h) go, one by one. */
     for (uint64_t i = 1; i <= 4; i++) {
-        AuditRow row = {i, 1000, AUDIT_GRANTED, "k1", "o", i, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_WRITE};
+        AuditRow row = {i, 1000, AUDIT_GRANTED, "k1", "o", i, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_WRITE,
+                        ""};
         CHECK(commit_audit(c, &row));
     }
     CHECK(commit_audit_drop(c, "key", 1, 2));
@@ -335,7 +338,8 @@ int main(int argc, char **argv)
     ValueArgs null = {NULL, false, 0, NULL, {NULL, NULL}};
     CHECK(locktab_set_value(lt, "nul", nh->lease, &null, &at, &vl) == LOCK_OK);
     CHECK(commit_value_gone(c, "gone"));
-    AuditRow read_row = {5, 1000, AUDIT_GRANTED, "rd", "o", 13, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_READ};
+    AuditRow read_row = {5,   1000,           AUDIT_GRANTED,   "rd", "o", 13, "key", "127.0.0.1:1",
+                         AUDIT_OF_LOCK, AUDIT_MODE_READ, "read_lease"};
     CHECK(commit_audit(c, &read_row));
     Probe late = {{.ready = on_ready}, 0};
     commit_hold(c, &late.hold);
@@ -424,6 +428,7 @@ int main(int argc, char **argv)
     CHECK(loaded_revoked == 2 && loaded_revoked_token == 17);
     CHECK(loaded_audit == 3 && loaded_audit_last_seq == 5);
     CHECK(loaded_audit_object == AUDIT_OF_LOCK && loaded_audit_mode == AUDIT_MODE_READ);
+    CHECK(!strcmp(loaded_audit_reason, "read_lease")); /* the reason comes back from storage */
     /* Same boot: the boot-clock deadline comes back as written. */
     CHECK(loaded_deadline_of_k7 == 5007);
     CHECK(loaded_guard_mark == 4);
