@@ -15,6 +15,7 @@
 #include "api/dispatch.h"
 #include "api/event_stream.h"
 #include "api/events.h"
+#include "api/observe.h"
 #include "api/quota.h"
 #include "api/rekey.h"
 #include "api/trail.h"
@@ -51,8 +52,8 @@ static void on_changed(void *ud, const Lock *lock)
     Server *s = ud;
     if (!commit_lock(s->commit, lock))
         cannot_record();
-    if (lock->kind == KIND_LOCK)
-        watch_note(s, lock->name);
+    if (lock->kind != KIND_SEMAPHORE)
+        watch_note(s, (LockKind)lock->kind, lock->name);
 }
 
 static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
@@ -60,8 +61,8 @@ static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
     Server *s = ud;
     if (!commit_holder(s->commit, lock, h))
         cannot_record();
-    if (lock->kind == KIND_LOCK)
-        watch_note(s, lock->name);
+    if (lock->kind != KIND_SEMAPHORE)
+        watch_note(s, (LockKind)lock->kind, lock->name);
 }
 
 static void on_value_changed(void *ud, const Lock *lock)
@@ -69,7 +70,7 @@ static void on_value_changed(void *ud, const Lock *lock)
     Server *s = ud;
     if (!commit_value(s->commit, lock))
         cannot_record();
-    watch_note(s, lock->name);
+    watch_note(s, KIND_LOCK, lock->name);
 }
 
 /* A forgotten lock takes its guard mark along: the next grant of the name
@@ -79,16 +80,25 @@ static void on_forgotten(void *ud, const Lock *lock)
 {
     Server *s = ud;
     quota_named(s, &lock->charge, -1);
-    if (lock->kind == KIND_LOCK)
-        fence_remove(s->guard_marks, lock->name);
+    /* The guard's mark of the name: a lock's by its name, an election's by "@" and its name (guardroute.h). */
+    char mark[GUARD_BINDING_MAX + 1];
+    if (lock->kind == KIND_ELECTION)
+        snprintf(mark, sizeof mark, "%c%s", GUARD_ELECTION_MARK, lock->name);
+    else
+        snprintf(mark, sizeof mark, "%s", lock->name);
+    bool marked = lock->kind != KIND_SEMAPHORE;
+    if (marked)
+        fence_remove(s->guard_marks, mark);
+    if (lock->kind == KIND_ELECTION)
+        observed_forgotten(s, lock->name);
     if (!commit_forget(s->commit, (LockKind)lock->kind, lock->name, locktab_last_token(s->locks)) ||
-        (lock->kind == KIND_LOCK && !commit_guard_mark_forget(s->commit, lock->name)) ||
+        (marked && !commit_guard_mark_forget(s->commit, mark)) ||
         (lock->value.version && !commit_value_gone(s->commit, lock->name)))
         cannot_record();
     /* Its last_token is gone from GET and its index moves (forget_index):
      * watchers of the name are told. */
-    if (lock->kind == KIND_LOCK)
-        watch_note(s, lock->name);
+    if (lock->kind != KIND_SEMAPHORE)
+        watch_note(s, (LockKind)lock->kind, lock->name);
 }
 
 /* Fence hook: an idle resource goes, its mark lives on in its bucket's floor. */
@@ -114,8 +124,8 @@ static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, i
     if (!commit_ended(s->commit, (LockKind)lock->kind, lock->name, h->lease, h->token, how, seq) ||
         !commit_holder_gone(s->commit, (LockKind)lock->kind, lock->name, h->token))
         cannot_record();
-    if (lock->kind == KIND_LOCK)
-        watch_note(s, lock->name);
+    if (lock->kind != KIND_SEMAPHORE)
+        watch_note(s, (LockKind)lock->kind, lock->name);
     /* After the change is recorded: its event waits for the batch that holds it. */
     trail_ended(s, actor, lock, h, how);
 }
@@ -182,6 +192,8 @@ static int load_holder(LoadCtx *ctx, const StoreHolder *r)
         return -1;
     ctx->held++;
     quota_held(ctx->s, r->holder.key, +1);
+    if (r->kind == KIND_ELECTION && !observed_loaded(ctx->s, r->name, &r->holder))
+        return -1;
     charge_by_holder(ctx->s, (LockKind)r->kind, r->name, &r->holder);
     return 0;
 }
@@ -554,11 +566,12 @@ int gateway_open(Server *s, const Config *cfg)
     s->events = events_new(cfg->events_keep);
     s->streams = event_streams_new();
     s->watches = watches_new();
+    s->observed = observed_new();
     /* Before the load: a lock written less than --guard-settle ago waits out the rest. */
     s->guard = guard_new(s);
     s->guard_refused = trail_guard_refused;
     if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events || !s->streams ||
-        !s->watches || !s->guard) {
+        !s->watches || !s->observed || !s->guard) {
         log_line(LEVEL_ERROR, "start-up failed: %s", s->commit ? "out of memory" : err);
         return -1;
     }
@@ -667,6 +680,7 @@ void gateway_close(Server *s)
     events_free(s->events);
     event_streams_free(s->streams);
     watches_free(s->watches);
+    observed_free(s->observed);
     quota_free(s);
     if (s->store)
         store_close(s->store);

@@ -207,9 +207,10 @@ void api_metrics(Request *req)
                "# TYPE leasegate_grants_by_kind_total counter\n"
                "leasegate_grants_by_kind_total{kind=\"lock\",mode=\"write\"} %llu\n"
                "leasegate_grants_by_kind_total{kind=\"lock\",mode=\"read\"} %llu\n"
-               "leasegate_grants_by_kind_total{kind=\"semaphore\",mode=\"\"} %llu\n",
+               "leasegate_grants_by_kind_total{kind=\"semaphore\",mode=\"\"} %llu\n"
+               "leasegate_grants_by_kind_total{kind=\"election\",mode=\"\"} %llu\n",
             (unsigned long long)m->grants_of[0], (unsigned long long)m->grants_of[1],
-            (unsigned long long)m->grants_of[2]);
+            (unsigned long long)m->grants_of[2], (unsigned long long)m->grants_of[3]);
     counter(f, "leasegate_lock_delays_total", "Lock-delays started (a lease with lock_delay_ms ended uncleanly).",
             locktab_delays(s->locks));
     counter(f, "leasegate_reentries_total", "Reentrant acquires by the holder.", m->reentries);
@@ -250,7 +251,8 @@ void api_metrics(Request *req)
         fprintf(f, "leasegate_guard_refused_total{reason=\"%s\"} %llu\n", REFUSALS[i],
                 (unsigned long long)m->guard_refused[i]);
     guard_route_metrics(f, s);
-    LocktabCounts lc = locktab_counts(s->locks, KIND_LOCK), sc = locktab_counts(s->locks, KIND_SEMAPHORE);
+    LocktabCounts lc = locktab_counts(s->locks, KIND_LOCK), sc = locktab_counts(s->locks, KIND_SEMAPHORE),
+                  ec = locktab_counts(s->locks, KIND_ELECTION);
     gauge(f, "leasegate_locks", "Lock names known (ever granted, not yet forgotten).", lc.names);
     gauge(f, "leasegate_locks_held", "Locks held now (by a writer or by readers).", lc.held);
     gauge(f, "leasegate_read_leases", "Read leases held now (each reader of each lock).", lc.readers);
@@ -266,11 +268,15 @@ void api_metrics(Request *req)
                "leasegate_value_refusals_total{reason=\"stale_token\"} %llu\n"
                "leasegate_value_refusals_total{reason=\"version_mismatch\"} %llu\n",
             (unsigned long long)m->value_refused[0], (unsigned long long)m->value_refused[1]);
+    gauge(f, "leasegate_elections", "Election names known.", ec.names);
+    gauge(f, "leasegate_elections_led", "Elections with a leader now.", ec.held);
+    gauge(f, "leasegate_election_candidates", "Campaigns waiting to lead now.", ec.waiters);
+    counter(f, "leasegate_proclamations_total", "Values proclaimed by elections' leaders.", m->proclamations);
     gauge(f, "leasegate_semaphores", "Semaphore names known.", sc.names);
     gauge(f, "leasegate_semaphore_permits_held", "Semaphore permits held now (a lease may hold several).",
           sc.permits);
     gauge(f, "leasegate_semaphore_leases", "Semaphore leases held now (each holds one permit or more).", sc.leases);
-    gauge(f, "leasegate_waiters", "Acquires waiting now (locks and semaphores).", locktab_waiters(s->locks));
+    gauge(f, "leasegate_waiters", "Acquires and campaigns waiting now (locks, semaphores and elections).", locktab_waiters(s->locks));
     gauge(f, "leasegate_semaphore_waiters", "Acquires of semaphores waiting now.", sc.waiters);
     gauge(f, "leasegate_connections_parked",
           "Connections of waiting acquires held outside libmicrohttpd (a socket and a request each).",

@@ -117,7 +117,7 @@ void api_get_lock(Request *req)
         return;
     }
     req->poll->watch.index = (uint64_t)index;
-    watch_start(req, wait_ms, &WATCH);
+    watch_start(req, KIND_LOCK, wait_ms, &WATCH);
 }
 
 void api_get_semaphore(Request *req)

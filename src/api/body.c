@@ -290,7 +290,11 @@ bool body_json(Request *req, json_t *obj, const char *field, size_t max, bool *p
 
 bool body_check_name(Request *req, const char *what, const char *name)
 {
-    const char *problem = strcmp(what, "name") == 0 ? name_lock_problem(name) : name_problem(name);
+    const char *problem = strcmp(what, "name") == 0       ? name_lock_problem(name)
+                          : strcmp(what, "election") == 0 ? name_election_problem(name)
+                                                          : name_problem(name);
+    if (!strcmp(what, "election"))
+        what = "name";
     if (!problem)
         return true;
     http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", what), "%s '%.300s' %s", what, name,

@@ -33,7 +33,8 @@ bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new);
  * (malloc'd, caller frees), or NULL when it is null or absent (*present
  * says which). */
 bool body_json(Request *req, json_t *obj, const char *field, size_t max, bool *present, char **out_new);
-/* Replies 400 when a path name breaks the name rule. */
+/* Replies 400 when a path name breaks the name rule: `what` "name" is a
+ * lock's or a semaphore's, "election" an election's (the field named "name"). */
 bool body_check_name(Request *req, const char *what, const char *name);
 
 #endif

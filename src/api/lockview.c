@@ -30,9 +30,51 @@ static json_t *holders_new(const Lock *lock, RawRefs *refs)
     return list;
 }
 
+typedef struct Candidates {
+    json_t *list;
+    bool failed;
+} Candidates;
+
+static void candidate_one(void *ud, const WaiterView *v)
+{
+    Candidates *c = ud;
+    json_t *j = c->failed ? NULL : json_pack("{s:s, s:I}", "owner", v->owner, "since_ms", (json_int_t)v->since_ms);
+    if (!j || json_array_append_new(c->list, j))
+        c->failed = true;
+}
+
+json_t *lockview_election_new(const Locktab *lt, const char *name, const Lock *lock, bool candidates, RawRefs *refs)
+{
+    const Holder *leader = lock ? locktab_holder(lock) : NULL;
+    json_t *who = leader ? json_pack("{s:s, s:I, s:o, s:I}", "owner", leader->owner, "term",
+                                     (json_int_t)leader->token, "value",
+                                     leader->value ? rawjson_ref(refs, leader->value) : json_null(), "since_ms",
+                                     (json_int_t)leader->acquired_at_ms)
+                         : json_null();
+    json_t *j = json_pack("{s:s, s:o, s:o, s:I, s:I, s:I}", "name", name, "leader", who, "vacant_since_ms",
+                          lock && !leader ? json_integer(lock->vacant_since_ms) : json_null(), "candidates_total",
+                          (json_int_t)(lock ? lock->waiters.len : 0), "last_token",
+                          (json_int_t)(lock ? lock->last_token : 0), "index",
+                          (json_int_t)locktab_index(lt, KIND_ELECTION, name));
+    if (j && candidates) {
+        Candidates c = {json_array(), false};
+        if (c.list && lock)
+            locktab_each_waiter(lock, LOCKVIEW_HOLDERS_SHOWN, candidate_one, &c);
+        if (!c.list || c.failed || json_object_set_new(j, "candidates", c.list)) {
+            if (c.failed)
+                json_decref(c.list);
+            json_decref(j);
+            j = NULL;
+        }
+    }
+    return j;
+}
+
 json_t *lockview_state_new(const Locktab *lt, LockKind kind, const char *name, const Lock *lock, bool holders,
                            const Now *now, RawRefs *refs)
 {
+    if (kind == KIND_ELECTION)
+        return lockview_election_new(lt, name, lock, holders, refs);
     const Holder *first = lock ? locktab_holder(lock) : NULL;
     size_t total = lock ? lock->holders.len : 0;
     json_t *j;
@@ -70,6 +112,23 @@ void lockview_reply_busy(Request *req, const Lock *lock)
     Now now = clock_now();
     const Holder *first = locktab_holder(lock);
     json_t *extra;
+    if (lock->kind == KIND_ELECTION) {
+        json_t *who = first ? json_pack("{s:s, s:I, s:I}", "owner", first->owner, "term", (json_int_t)first->token,
+                                        "since_ms", (json_int_t)first->acquired_at_ms)
+                            : json_null();
+        extra = json_pack("{s:s, s:o, s:I}", "name", lock->name, "leader", who, "candidates_total",
+                          (json_int_t)lock->waiters.len);
+        if (first)
+            http_reply_error_raw(req, ERR_NOT_LEADER, extra, &refs,
+                                 "election '%s' is led by '%s' (term %llu); %zu candidates wait: this campaign did "
+                                 "not win in time",
+                                 lock->name, first->owner, (unsigned long long)first->token, lock->waiters.len);
+        else
+            http_reply_error_raw(req, ERR_NOT_LEADER, extra, &refs,
+                                 "election '%s': this campaign did not win in time (%zu candidates wait before it)",
+                                 lock->name, lock->waiters.len);
+        return;
+    }
     if (lock->kind == KIND_SEMAPHORE) {
         extra = json_pack("{s:s, s:I, s:I, s:o, s:I}", "name", lock->name, "limit", (json_int_t)lock->limit,
                           "available", (json_int_t)(lock->limit - lock->permits_used), "holders",

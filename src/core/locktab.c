@@ -42,6 +42,7 @@ struct Waiter {
     char *metadata;
     char *request_id; /* NULL when the acquire had none */
     char *key;        /* NULL without an API key */
+    char *value;      /* an election's candidate: its value, or NULL */
     int64_t ttl_ms;
     int64_t lock_delay_ms;
     int64_t since_ms; /* Unix ms: when it joined the queue */
@@ -96,6 +97,7 @@ static void holder_clear(Holder *h)
     free(h->metadata);
     free(h->request_id);
     free(h->key);
+    free(h->value);
     memset(h, 0, sizeof *h);
 }
 
@@ -105,6 +107,7 @@ static void waiter_free(Waiter *w)
     free(w->metadata);
     free(w->request_id);
     free(w->key);
+    free(w->value);
     free(w);
 }
 
@@ -143,10 +146,11 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks)
     lt->hooks = *hooks;
     thread_own(&lt->owner);
     heap_init(&lt->deadlines);
-    lt->names[KIND_LOCK] = smap_new();
-    lt->names[KIND_SEMAPHORE] = smap_new();
+    bool made = true;
+    for (int k = 0; k < LOCK_KINDS; k++)
+        made &= (lt->names[k] = smap_new()) != NULL;
     lt->history = leasehist_new(limits->lease_history ? limits->lease_history : 1);
-    if (!lt->names[KIND_LOCK] || !lt->names[KIND_SEMAPHORE] || !lt->history || !leaseidx_init(&lt->leases)) {
+    if (!made || !lt->history || !leaseidx_init(&lt->leases)) {
         locktab_free(lt);
         return NULL;
     }
@@ -261,7 +265,7 @@ void locktab_check(const Locktab *lt)
                c.waiters == lt->counts[k].waiters && c.values == lt->counts[k].values &&
                c.value_bytes == lt->counts[k].value_bytes);
     }
-    assert(lt->leases.len == lt->counts[KIND_LOCK].leases + lt->counts[KIND_SEMAPHORE].leases);
+    assert(lt->leases.len == locktab_held(lt));
     assert(heap_len(&lt->deadlines) == queued);
     (void)queued;
 }
@@ -310,6 +314,7 @@ static LockResult find_or_create(Locktab *lt, LockKind kind, const char *name, b
     heap_entry_init(&lock->idle.entry);
     lock->idle.kind = DEADLINE_IDLE;
     lock->id = ++lt->next_lock_id;
+    lock->vacant_since_ms = now->wall_ms;
     if (charge)
         lock->charge = *charge;
     /* Not a change yet: the grant or queueing that follows is (so loading a
@@ -364,7 +369,7 @@ static bool set_expiry(Locktab *lt, Grant *g, int64_t ttl_ms, const Now *now)
 
 /* The strings a new grant takes: owner and metadata non-NULL, the others may be. */
 typedef struct GrantStrings {
-    char *owner, *metadata, *request_id, *key;
+    char *owner, *metadata, *request_id, *key, *value;
 } GrantStrings;
 
 static void grant_strings_free(GrantStrings *g)
@@ -373,6 +378,7 @@ static void grant_strings_free(GrantStrings *g)
     free(g->metadata);
     free(g->request_id);
     free(g->key);
+    free(g->value);
 }
 
 /* A lease (its id set) joins lock's holders: indexed, counted, and the name
@@ -427,10 +433,11 @@ static Grant *grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES]
     h->metadata = gs->metadata;
     h->request_id = gs->request_id;
     h->key = gs->key;
+    h->value = gs->value;
     h->token = ++lt->last_token;
     h->acquired_at_ms = now->wall_ms;
     h->count = 1;
-    h->mode = lock->kind == KIND_SEMAPHORE ? MODE_WRITE : t->mode;
+    h->mode = lock->kind == KIND_LOCK ? t->mode : MODE_WRITE;
     h->lock_delay_ms = lock->kind == KIND_LOCK ? t->lock_delay_ms : 0;
     h->permits = lock->kind == KIND_SEMAPHORE ? t->permits : 1;
     h->answers = 0;
@@ -467,7 +474,7 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now, bool record)
         void *ctx = w->ctx;
         /* grant() takes the waiter's strings only when it succeeds; it cannot
          * for lack of memory, and then this waiter times out now too. */
-        GrantStrings gs = {w->owner, w->metadata, w->request_id, w->key};
+        GrantStrings gs = {w->owner, w->metadata, w->request_id, w->key, w->value};
         GrantTerms terms = {w->ttl_ms, w->mode, w->lock_delay_ms, w->permits};
         Grant *g = wait_over ? NULL : grant(lt, lock, w->lease, &gs, &terms, now);
         if (g) {
@@ -531,6 +538,9 @@ static bool end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, void *act
         lock->permits_used -= g->h.permits;
         c->permits -= g->h.permits;
     }
+    if (lock->holders.len == 0) /* an election's: nobody leads from now (an expiry: from its deadline's announced time) */
+        lock->vacant_since_ms = how == LEASE_END_EXPIRED && g->h.expires_at_ms < now->wall_ms ? g->h.expires_at_ms
+                                                                                             : now->wall_ms;
     bool delayed = how != LEASE_END_RELEASED && g->h.lock_delay_ms > 0 &&
                    start_delay(lt, lock, how == LEASE_END_EXPIRED ? g->h.deadline_ms : now->mono_ms,
                                g->h.lock_delay_ms, now);
@@ -619,7 +629,7 @@ LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, con
     LockResult r = find_or_create(lt, kind, name, false, NULL, now, &lock);
     if (r != LOCK_OK)
         return r;
-    uint8_t mode = kind == KIND_SEMAPHORE ? MODE_WRITE : holder->mode;
+    uint8_t mode = kind == KIND_LOCK ? holder->mode : MODE_WRITE;
     uint32_t permits = kind == KIND_SEMAPHORE && holder->permits ? holder->permits : 1;
     if (kind == KIND_LOCK ? lock->holders.len && (mode == MODE_WRITE || lock->mode == MODE_WRITE)
                           : !grantable(lock, MODE_WRITE, permits))
@@ -649,10 +659,13 @@ LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, con
     h->metadata = strdup(holder->metadata);
     h->request_id = holder->request_id ? strdup(holder->request_id) : NULL;
     h->key = holder->key ? strdup(holder->key) : NULL;
+    bool valued = kind == KIND_ELECTION && holder->value;
+    h->value = valued ? strdup(holder->value) : NULL;
     h->deadline_ms = now->mono_ms + left_ms;
     heap_entry_init(&g->expiry.entry);
     g->expiry.kind = DEADLINE_EXPIRY;
     if (!h->owner || !h->metadata || (holder->request_id && !h->request_id) || (holder->key && !h->key) ||
+        (valued && !h->value) ||
         !heap_set(&lt->deadlines, &g->expiry.entry, h->deadline_ms)) {
         holder_clear(h);
         free(g);
@@ -747,16 +760,18 @@ static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void
     w->metadata = strdup(args->metadata ? args->metadata : "{}");
     w->request_id = args->request_id ? strdup(args->request_id) : NULL;
     w->key = args->key ? strdup(args->key) : NULL;
+    w->value = lock->kind == KIND_ELECTION && args->value ? strdup(args->value) : NULL;
     heap_entry_init(&w->wait.entry);
     w->wait.kind = DEADLINE_WAIT;
     if (!w->owner || !w->metadata || (args->request_id && !w->request_id) || (args->key && !w->key) ||
+        (lock->kind == KIND_ELECTION && args->value && !w->value) ||
         !heap_set(&lt->deadlines, &w->wait.entry, now->mono_ms + args->wait_ms)) {
         waiter_free(w);
         return LOCK_NOMEM;
     }
     memcpy(w->lease, args->new_lease, LEASE_ID_BYTES);
     w->ttl_ms = args->ttl_ms;
-    w->mode = lock->kind == KIND_SEMAPHORE ? MODE_WRITE : args->mode;
+    w->mode = lock->kind == KIND_LOCK ? args->mode : MODE_WRITE;
     w->permits = lock->kind == KIND_SEMAPHORE && args->permits ? args->permits : 1;
     w->lock_delay_ms = args->lock_delay_ms;
     w->since_ms = now->wall_ms;
@@ -787,7 +802,7 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
     *lock_out = NULL;
     *holder_out = NULL;
     *waiter_out = NULL;
-    uint8_t mode = kind == KIND_SEMAPHORE ? MODE_WRITE : args->mode;
+    uint8_t mode = kind == KIND_LOCK ? args->mode : MODE_WRITE;
     uint32_t permits = kind == KIND_SEMAPHORE && args->permits ? args->permits : 1;
     if (args->lease) {
         Lock *lock = find_live(lt, kind, name, now);
@@ -823,11 +838,14 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
     /* The caller refuses a request for more permits than the limit (it could never be granted). */
     assert(kind != KIND_SEMAPHORE || permits <= lock->limit);
     if (lock->waiters.len == 0 && grantable(lock, mode, permits)) {
+        bool valued = kind == KIND_ELECTION && args->value;
         GrantStrings g = {strdup(args->owner), strdup(args->metadata ? args->metadata : "{}"),
-                          args->request_id ? strdup(args->request_id) : NULL, args->key ? strdup(args->key) : NULL};
+                          args->request_id ? strdup(args->request_id) : NULL, args->key ? strdup(args->key) : NULL,
+                          valued ? strdup(args->value) : NULL};
         GrantTerms terms = {args->ttl_ms, mode, args->lock_delay_ms, permits};
         Grant *made = NULL;
         if (!g.owner || !g.metadata || (args->request_id && !g.request_id) || (args->key && !g.key) ||
+            (valued && !g.value) ||
             !(made = grant(lt, lock, args->new_lease, &g, &terms, now))) {
             grant_strings_free(&g);
             lock->limit = limit_before;
@@ -972,6 +990,26 @@ LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *va
     if (!is_idle(lock))
         heap_remove(&lt->deadlines, &lock->idle.entry);
     lock_check(lt, lock);
+    return LOCK_OK;
+}
+
+LockResult locktab_proclaim(Locktab *lt, const char *name, const uint8_t *lease, const char *text, const Now *now,
+                            const Lock **lock_out, const Holder **holder_out)
+{
+    OWNED(lt);
+    /* A leader whose lease ran out proclaims nothing: its end comes first. */
+    Lock *lock = find_live(lt, KIND_ELECTION, name, now);
+    Grant *g = lock ? grant_with(lt, lock, lease, &lt->holder_visits) : NULL;
+    *lock_out = lock;
+    *holder_out = g ? &g->h : NULL;
+    if (!g)
+        return LOCK_NOT_HOLDER;
+    char *copy = text ? strdup(text) : NULL;
+    if (text && !copy)
+        return LOCK_NOMEM;
+    free(g->h.value);
+    g->h.value = copy;
+    report(lt, lock, g);
     return LOCK_OK;
 }
 
@@ -1226,14 +1264,26 @@ void locktab_raise_last_token(Locktab *lt, uint64_t token)
 
 size_t locktab_locks(const Locktab *lt)
 {
-    return smap_len(lt->names[KIND_LOCK]) + smap_len(lt->names[KIND_SEMAPHORE]);
+    size_t n = 0;
+    for (int k = 0; k < LOCK_KINDS; k++)
+        n += smap_len(lt->names[k]);
+    return n;
 }
 
-size_t locktab_held(const Locktab *lt) { return lt->counts[KIND_LOCK].leases + lt->counts[KIND_SEMAPHORE].leases; }
+size_t locktab_held(const Locktab *lt)
+{
+    size_t n = 0;
+    for (int k = 0; k < LOCK_KINDS; k++)
+        n += lt->counts[k].leases;
+    return n;
+}
 
 size_t locktab_waiters(const Locktab *lt)
 {
-    return lt->counts[KIND_LOCK].waiters + lt->counts[KIND_SEMAPHORE].waiters;
+    size_t n = 0;
+    for (int k = 0; k < LOCK_KINDS; k++)
+        n += lt->counts[k].waiters;
+    return n;
 }
 
 uint64_t locktab_holder_visits(const Locktab *lt) { return lt->holder_visits; }

@@ -6,8 +6,13 @@
  * It knows nothing of HTTP, JSON or SQL. It is owned by one thread (the loop),
  * so it takes no locks. Time comes in as a Now, never read here.
  *
- * Two namespaces (LockKind): locks and semaphores; a name may be both, and
- * they have nothing to do with each other except the one token counter.
+ * Three namespaces (LockKind): locks, semaphores and elections (issue 40); a
+ * name may be all three, and they have nothing to do with each other except
+ * the one token counter. An election is a lock in its own namespace whose
+ * one holder is the leader (its token the term) and whose waiters are the
+ * candidates, in arrival order: always in write mode, without reentry or
+ * lock-delay, its leader's lease carrying a value (Holder.value: what the
+ * candidate campaigned with, then what the leader proclaims).
  * Every grant is a lease of its own (a Holder: its own lease id, token and
  * expiry): the writer of a lock, each reader, each grant of a semaphore,
  * which holds one permit or several (AcquireArgs.permits: one lease, one
@@ -75,8 +80,8 @@
 /* Which namespace a name is in. LockKind and LockMode are stored (records
  * and rows name them by number): every value is numbered, and a number once
  * written keeps its meaning. */
-typedef enum LockKind { KIND_LOCK = 0, KIND_SEMAPHORE = 1 } LockKind;
-#define LOCK_KINDS 2
+typedef enum LockKind { KIND_LOCK = 0, KIND_SEMAPHORE = 1, KIND_ELECTION = 2 } LockKind;
+#define LOCK_KINDS 3
 
 /* A lock's holders: one writer, or readers that share it. A permit is
  * MODE_WRITE (a semaphore has no modes). */
@@ -93,6 +98,7 @@ typedef struct Holder {
     char *request_id; /* owned; the client's id of the acquire that made or last
                        * re-entered this grant, or NULL when it gave none */
     char *key;        /* owned; the name of the API key the grant was made for, or NULL */
+    char *value;      /* owned; an election's leader: its value (JSON text), or NULL (null); else NULL */
     uint64_t token;
     int64_t ttl_ms;
     int64_t acquired_at_ms; /* Unix ms */
@@ -160,6 +166,8 @@ typedef struct Lock {
     Charge charge;       /* who the name is counted against (share.h): AcquireArgs.charge of
                           * the acquire that made it, or locktab_set_charge; opaque here */
     LockValue value;     /* locks only; zero until written */
+    int64_t vacant_since_ms; /* elections: Unix ms since when nobody leads (its last leader's end,
+                              * or when this gateway made or loaded the name) */
 } Lock;
 
 static inline bool locktab_is_held(const Lock *lock) { return lock->holders.len > 0; }
@@ -222,6 +230,7 @@ typedef struct AcquireArgs {
     int64_t lock_delay_ms;       /* locks: 0..LOCKTAB_DELAY_MAX_MS (Holder.lock_delay_ms) */
     uint32_t limit;              /* semaphores: 1..LOCKTAB_LIMIT_MAX */
     uint32_t permits;            /* semaphores: the permits one lease takes, 1..limit (0: 1) */
+    const char *value;           /* elections: the candidate's value (Holder.value), or NULL */
 } AcquireArgs;
 
 typedef enum LockResult {
@@ -319,6 +328,12 @@ typedef struct ValueArgs {
  * it (its charge, its size) before. */
 LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease, const ValueArgs *args,
                              const Now *now, const Lock **lock_out);
+/* An election's leader replaces its value (Holder.value; text copied, NULL:
+ * null): LOCK_NOT_HOLDER unless `lease` leads election `name` now. The
+ * lease's record changes (hooks.holder_changed) and the index moves.
+ * *holder_out is the leader's lease. */
+LockResult locktab_proclaim(Locktab *lt, const char *name, const uint8_t *lease, const char *text, const Now *now,
+                            const Lock **lock_out, const Holder **holder_out);
 /* Start-up, after the holders: a lock's value read from storage (its name
  * is created if need be). The strings are copied. */
 LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *value, const Now *now);

@@ -35,7 +35,8 @@ typedef struct Metrics {
     uint64_t requests;
     uint64_t responses[6];       /* by status class: [2] = 2xx ... [5] = 5xx */
     uint64_t grants;             /* fresh grants, immediate or after waiting */
-    uint64_t grants_of[3];       /* the same: [0] writers, [1] readers, [2] permits */
+    uint64_t grants_of[4];       /* the same: [0] writers, [1] readers, [2] semaphores' leases, [3] leaders */
+    uint64_t proclamations;      /* values proclaimed by elections' leaders */
     uint64_t reentries;
     uint64_t replays;            /* acquires answered with the grant of their request_id */
     uint64_t renewals;

@@ -359,7 +359,7 @@ static const char *destination_rest(Request *req, const GuardRoute *route, char 
 }
 
 size_t guard_bound_locks(Request *req, const GuardRoute *route, const char *method,
-                         char locks[2][NAME_MAX_BYTES + 1])
+                         char locks[2][GUARD_BINDING_MAX + 1])
 {
     const char *problem;
     size_t n = 0;
@@ -390,7 +390,7 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
         return false;
     }
     Now now = clock_now();
-    const Holder *h = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
+    const Holder *h = locktab_held_by(s->locks, guard_binding_kind(b->lock), guard_binding_name(b->lock), b->lease, &now);
     b->token = h ? h->token : 0;
     const GuardStale *why = guardq_stale_reason(s, b);
     if (why) {
@@ -636,7 +636,7 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
     char dest_rest[HTTP_MAX_TARGET + 1];
     char *dest_url = NULL;
     if (names_destination(method)) {
-        char dest_lock[NAME_MAX_BYTES + 1];
+        char dest_lock[GUARD_BINDING_MAX + 1];
         if (!destination_rest(req, route, dest_rest, sizeof dest_rest))
             return;
         size_t dl = strcspn(dest_rest, "?");

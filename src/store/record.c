@@ -28,6 +28,7 @@ static void copy_holder(Arena *a, Holder *h, bool *ok)
     h->metadata = dup(a, h->metadata, ok);
     h->request_id = dup(a, h->request_id, ok);
     h->key = dup(a, h->key, ok);
+    h->value = dup(a, h->value, ok);
 }
 
 bool record_copy(Arena *a, StoreRecord *to, const StoreRecord *from)
@@ -68,6 +69,7 @@ bool record_copy(Arena *a, StoreRecord *to, const StoreRecord *from)
         to->revoked.lock = dup(a, from->revoked.lock, &ok);
         return ok;
     case REC_AUDIT:
+        to->audit.value = NULL; /* an event's only, never stored */
         to->audit.lock = dup(a, from->audit.lock, &ok);
         to->audit.owner = dup(a, from->audit.owner, &ok);
         to->audit.key = dup(a, from->audit.key, &ok);

@@ -43,7 +43,8 @@ DESCRIBE_COLUMNS(LOCK, LOCK_LIST);
     X(P, kind, SQL_KEY) X(P, name, SQL_KEY) X(P, token, SQL_KEY) X(P, lease, SQL_SET) X(P, owner, SQL_SET)          \
         X(P, mode, SQL_SET) X(P, ttl_ms, SQL_SET) X(P, acquired_at_ms, SQL_SET) X(P, expires_at_ms, SQL_SET)        \
             X(P, count, SQL_SET) X(P, metadata, SQL_SET) X(P, deadline_ms, SQL_SET) X(P, boot, SQL_SET)             \
-                X(P, request_id, SQL_SET) X(P, key, SQL_SET) X(P, lock_delay_ms, SQL_SET) X(P, permits, SQL_SET)
+                X(P, request_id, SQL_SET) X(P, key, SQL_SET) X(P, lock_delay_ms, SQL_SET) X(P, permits, SQL_SET)     \
+                    X(P, value, SQL_SET)
 DESCRIBE_COLUMNS(HOLDER, HOLDER_LIST);
 
 static int bind_lock(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot)
@@ -72,7 +73,7 @@ static bool read_lock(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
     l->last_token = col_u64(st, LOCK_last_token);
     l->limit = kind == KIND_SEMAPHORE && lim >= 1 && lim <= LOCKTAB_LIMIT_MAX ? (uint32_t)lim : 0;
     l->delay_until_ms = sqlite3_column_int64(st, LOCK_delay_until_ms); /* 0 when NULL */
-    return l->name && kind >= 0 && kind < LOCK_KINDS && (kind == KIND_LOCK || l->limit);
+    return l->name && kind >= 0 && kind < LOCK_KINDS && (kind != KIND_SEMAPHORE || l->limit);
 }
 
 static int bind_holder(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot)
@@ -90,7 +91,8 @@ static int bind_holder(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boo
            bind_text(st, HOLDER_metadata, h->metadata) | bind_i64(st, HOLDER_deadline_ms, h->deadline_ms) |
            bind_i64(st, HOLDER_boot, boot) | bind_text(st, HOLDER_request_id, h->request_id) |
            bind_text(st, HOLDER_key, h->key) | bind_i64(st, HOLDER_lock_delay_ms, h->lock_delay_ms) |
-           (h->permits > 1 ? bind_i64(st, HOLDER_permits, h->permits) : SQLITE_OK); /* unbound: NULL, one */
+           (h->permits > 1 ? bind_i64(st, HOLDER_permits, h->permits) : SQLITE_OK) | /* unbound: NULL, one */
+           bind_text(st, HOLDER_value, h->value);
 }
 
 static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
@@ -111,6 +113,7 @@ static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
     h->metadata = (char *)col_text(st, HOLDER_metadata);
     h->request_id = (char *)col_text(st, HOLDER_request_id); /* NULL when none */
     h->key = (char *)col_text(st, HOLDER_key);               /* NULL when none */
+    h->value = (char *)col_text(st, HOLDER_value);           /* NULL when none (or null) */
     h->token = col_u64(st, HOLDER_token);
     h->mode = (uint8_t)mode;
     h->ttl_ms = sqlite3_column_int64(st, HOLDER_ttl_ms);
@@ -287,7 +290,8 @@ static bool read_audit(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
                           col_text(st, AUDIT_peer),
                           (uint8_t)sqlite3_column_int(st, AUDIT_object),
                           (uint8_t)sqlite3_column_int(st, AUDIT_mode),
-                          col_text(st, AUDIT_reason)};
+                          col_text(st, AUDIT_reason),
+                          NULL};
     return r->audit.lock && r->audit.owner && r->audit.key && r->audit.peer && r->audit.reason;
 }
 

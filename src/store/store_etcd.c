@@ -14,12 +14,14 @@
  *                             kept the lock's writer in it too ("holder": the fields of a
  *                             lease below, without kind, name and mode): still read
  *   PREFIX/semaphores/NAME    JSON {last_token, limit}
+ *   PREFIX/elections/NAME     JSON {last_token} (layout 3)
  *   PREFIX/holders/TOKEN      one lease, whatever its mode (TOKEN zero-padded to 20 digits, so
  *                             key order is grant order): JSON {kind (0 lock, 1 semaphore), name,
  *                             mode? (1: a reader; left out: a writer or a permit), lease (uuid
  *                             text), owner, token, ttl_ms, acquired_at_ms, expires_at_ms, count,
  *                             metadata (JSON text), request_id?, key?, lock_delay_ms?, permits?
- *                             (a semaphore's lease of more than one permit; layout 3)}. Layout 1
+ *                             (a semaphore's lease of more than one permit; layout 3), value? (an
+ *                             election's leader's value, JSON text as a string; layout 3)}. Layout 1
  *                             wrote readers and permits here, with "mode" always
  *   PREFIX/values/NAME        a lock's value (layout 3): JSON {value? (the value's JSON text, as a
  *                             string; left out: null), version, token, key?, at_ms}
@@ -247,6 +249,8 @@ static json_t *holder_json(const Holder *h)
         json_decref(hj), hj = NULL;
     if (hj && h->permits > 1 && json_object_set_new(hj, "permits", json_integer(h->permits)))
         json_decref(hj), hj = NULL;
+    if (hj && h->value && json_object_set_new(hj, "value", json_string(h->value)))
+        json_decref(hj), hj = NULL;
     return hj;
 }
 
@@ -267,10 +271,11 @@ static char *token_key(const EtcdStore *s, const char *kind, uint64_t token)
 /* Each kind's key (under PREFIX) and a put's value (owned; NULL when out
  * of memory): see the key list at the top. */
 
-static char *lock_key(const EtcdStore *s, const StoreRecord *r)
-{
-    return key_of(s, r->lock.kind == KIND_SEMAPHORE ? "semaphores" : "locks", r->lock.name);
-}
+/* Each namespace's folder, by LockKind. */
+static const char *const NAME_DIRS[LOCK_KINDS] = {[KIND_LOCK] = "locks", [KIND_SEMAPHORE] = "semaphores",
+                                                  [KIND_ELECTION] = "elections"};
+
+static char *lock_key(const EtcdStore *s, const StoreRecord *r) { return key_of(s, NAME_DIRS[r->lock.kind], r->lock.name); }
 
 static char *lock_value(const StoreRecord *r)
 {
@@ -1104,6 +1109,7 @@ static bool parse_holder(const json_t *h, Holder *x)
     x->metadata = (char *)json_string_value(json_object_get(h, "metadata"));
     x->request_id = (char *)json_string_value(json_object_get(h, "request_id")); /* NULL when none */
     x->key = (char *)json_string_value(json_object_get(h, "key"));               /* NULL when none */
+    x->value = (char *)json_string_value(json_object_get(h, "value"));           /* NULL when none */
     x->deadline_ms = -1; /* no boot clock is shared between gateways: expires_at_ms rules */
     bool ok = lease && uuid_parse(lease, x->lease) == 0 && x->owner && x->metadata && json_u64(h, "token", &x->token) &&
               json_i64(h, "ttl_ms", &x->ttl_ms) && json_i64(h, "acquired_at_ms", &x->acquired_at_ms) &&
@@ -1190,7 +1196,7 @@ static void legacy_clear(EtcdStore *s)
     arena_clear(&s->legacy_strings);
 }
 
-/* A name's record under PREFIX/locks/ or PREFIX/semaphores/ (arg: its
+/* A name's record under PREFIX/locks/, PREFIX/semaphores/ or PREFIX/elections/ (arg: its
  * LockKind); in layout 1, a lock's record that holds its writer is two
  * records: the name's, then the writer's lease. */
 static int load_name(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
@@ -1202,12 +1208,12 @@ static int load_name(EtcdStore *s, const StoreLoad *cb, const char *name, const 
     json_t *h = json_object_get(j, "holder");
     uint64_t limit = 0;
     bool ok = json_u64(j, "last_token", &r.lock.last_token) &&
-              (kind == KIND_LOCK || (json_u64(j, "limit", &limit) && limit >= 1 && limit <= LOCKTAB_LIMIT_MAX)) &&
+              (kind != KIND_SEMAPHORE || (json_u64(j, "limit", &limit) && limit >= 1 && limit <= LOCKTAB_LIMIT_MAX)) &&
               (!json_object_get(j, "delay_until_ms") || json_i64(j, "delay_until_ms", &r.lock.delay_until_ms)) &&
               (!h || (kind == KIND_LOCK && parse_holder(h, &w.holder.holder)));
     r.lock.limit = (uint32_t)limit;
     w.holder.holder.mode = MODE_WRITE;
-    const char *what = kind == KIND_LOCK ? "lock" : "semaphore";
+    const char *what = kind == KIND_LOCK ? "lock" : kind == KIND_SEMAPHORE ? "semaphore" : "election";
     int rc = 0;
     if (!ok) {
         snprintf(s->err, sizeof s->err, "%s %s: corrupt record in etcd", what, name);
@@ -1335,7 +1341,7 @@ static int load_audit_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, ui
     bool ok = r->lock && r->owner && r->key && r->peer && r->reason && json_u64(j, "token", &r->token) &&
               json_i64(j, "kind", &kind) && json_i64(j, "at_ms", &at) &&
               (!json_object_get(j, "object") || json_u64(j, "object", &object)) &&
-              (!json_object_get(j, "mode") || json_u64(j, "mode", &mode)) && object <= AUDIT_OF_FENCE &&
+              (!json_object_get(j, "mode") || json_u64(j, "mode", &mode)) && object <= AUDIT_OF_ELECTION &&
               mode <= AUDIT_MODE_READ;
     r->kind = (int)kind;
     r->object = (uint8_t)object;
@@ -1429,8 +1435,8 @@ static const struct LoadRange {
     KvFn fn;
     int arg;
 } LOAD_RANGES[] = {
-    {"locks", load_name, KIND_LOCK},   {"semaphores", load_name, KIND_SEMAPHORE}, {"holders", load_holder, 0},
-    {"values", load_value, 0},
+    {"locks", load_name, KIND_LOCK},   {"semaphores", load_name, KIND_SEMAPHORE}, {"elections", load_name, KIND_ELECTION},
+    {"holders", load_holder, 0},       {"values", load_value, 0},
     {"fences", load_mark, REC_FENCE},  {"guard", load_mark, REC_GUARD_MARK},       {"floors", load_floor, 0},
     {"history", load_ended, 0},        {"revoked", load_revoked, 0},               {"audit", load_audit, 0},
 };

@@ -784,7 +784,7 @@ static void op_acquire(FuzzIn *in, bool wait)
         fprintf(stderr, "[%d] acquire %s owner=%s meta=%s ttl=%lld wait=%lld lease#%u due=%d (now %lld)\n", m.ops,
                 NAMES[i], owner, meta ? meta : "NULL", (long long)ttl, (long long)wait_ms, m.nleases, due,
                 (long long)m.now.mono_ms);
-    AcquireArgs args = {owner, meta, ttl, wait_ms, NULL, lease, request_id, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs args = {owner, meta, ttl, wait_ms, NULL, lease, request_id, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     const Lock *lock_out;
     const Holder *hold_out;
     Waiter *wout;
@@ -839,7 +839,7 @@ static void op_reenter(FuzzIn *in)
     if (fuzz_tracing())
         fprintf(stderr, "[%d] reenter %s holds=%d stale=%d due=%d meta=%s ttl=%lld (now %lld)\n", m.ops, NAMES[i],
                 holds, stale, lease_due(M), meta ? meta : "NULL", (long long)ttl, (long long)m.now.mono_ms);
-    AcquireArgs args = {"reentrant", meta, ttl, wait_ms, lease, fresh, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs args = {"reentrant", meta, ttl, wait_ms, lease, fresh, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     const Lock *lock_out;
     const Holder *hold_out;
     Waiter *wout;

@@ -671,7 +671,7 @@ call:;
                         request_id, permits};
     }
     AcquireArgs args = {owner, NULL, ttl, wait_ms, NULL, id, request_id, NULL, {NULL, NULL}, mode, true, delay, limit,
-                        permits};
+                        permits, NULL};
     const Lock *lock;
     const Holder *h;
     Waiter *w;
@@ -722,7 +722,7 @@ static void op_reenter(FuzzIn *in)
             h->request_id = NULL;
         }
     }
-    AcquireArgs args = {"o0", NULL, ttl, 0, id, NULL, NULL, NULL, {NULL, NULL}, mode, mode_given, 0, 0, 0};
+    AcquireArgs args = {"o0", NULL, ttl, 0, id, NULL, NULL, NULL, {NULL, NULL}, mode, mode_given, 0, 0, 0, NULL};
     const Lock *lock;
     const Holder *h;
     Waiter *w;

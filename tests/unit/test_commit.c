@@ -226,7 +226,7 @@ static const Holder *take_permits(Locktab *lt, LockKind kind, const char *name, 
     uint8_t lease[LEASE_ID_BYTES];
     memset(lease, id, sizeof lease);
     AcquireArgs a = {"o",  NULL,     1000,     0,   NULL, lease, NULL, NULL, {NULL, NULL}, mode, true, delay_ms,
-                     permits > 1 ? 5 : 2, permits};
+                     permits > 1 ? 5 : 2, permits, NULL};
     const Lock *lock;
     const Holder *h = NULL;
     Waiter *w;
@@ -291,7 +291,7 @@ int main(int argc, char **argv)
     /* Audit rows: the rows a key evicted (auditlog.h) go, one by one. */
     for (uint64_t i = 1; i <= 4; i++) {
         AuditRow row = {i, 1000, AUDIT_GRANTED, "k1", "o", i, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_WRITE,
-                        ""};
+                        "",  NULL};
         CHECK(commit_audit(c, &row));
     }
     CHECK(commit_audit_drop(c, "key", 1, 2));
@@ -339,7 +339,7 @@ int main(int argc, char **argv)
     CHECK(locktab_set_value(lt, "nul", nh->lease, &null, &at, &vl) == LOCK_OK);
     CHECK(commit_value_gone(c, "gone"));
     AuditRow read_row = {5,   1000,           AUDIT_GRANTED,   "rd", "o", 13, "key", "127.0.0.1:1",
-                         AUDIT_OF_LOCK, AUDIT_MODE_READ, "read_lease"};
+                         AUDIT_OF_LOCK, AUDIT_MODE_READ, "read_lease", NULL};
     CHECK(commit_audit(c, &read_row));
     Probe late = {{.ready = on_ready}, 0};
     commit_hold(c, &late.hold);

@@ -99,7 +99,7 @@ static LockResult acquire(Locktab *lt, const char *name, int id, int64_t ttl_ms,
                           const Lock **lock, Waiter **w)
 {
     memset(ids[id], id + 1, LEASE_ID_BYTES);
-    AcquireArgs a = {"owner", NULL, ttl_ms, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs a = {"owner", NULL, ttl_ms, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     return locktab_acquire(lt, KIND_LOCK, name, &a, (void *)(intptr_t)id, &now, lock, &hold, w);
 }
 
@@ -198,11 +198,11 @@ static void test_reentry_and_renew(void)
     const Lock *lock;
     Waiter *w;
     CHECK(acquire(lt, "r", 0, 1000, 0, &lock, &w) == LOCK_OK);
-    AcquireArgs again = {"owner", "{\"x\":1}", 5000, 0, ids[0], ids[1], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs again = {"owner", "{\"x\":1}", 5000, 0, ids[0], ids[1], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "r", &again, NULL, &now, &lock, &hold, &w) == LOCK_OK);
     CHECK(locktab_holder(lock)->count == 2 && locktab_holder(lock)->token == 1 && locktab_holder(lock)->ttl_ms == 5000);
     CHECK(strcmp(locktab_holder(lock)->metadata, "{\"x\":1}") == 0);
-    AcquireArgs wrong = {"owner", NULL, 5000, 0, ids[7], ids[8], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs wrong = {"owner", NULL, 5000, 0, ids[7], ids[8], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "r", &wrong, NULL, &now, &lock, &hold, &w) == LOCK_NOT_HOLDER);
     CHECK(locktab_renew(lt, KIND_LOCK, "r", ids[0], 0, &now, &lock, &hold) == LOCK_OK && locktab_holder(lock)->ttl_ms == 5000);
     CHECK(locktab_renew(lt, KIND_LOCK, "r", ids[0], 700, &now, &lock, &hold) == LOCK_OK);
@@ -372,7 +372,7 @@ static void test_no_ok_after_deadline(void)
     CHECK(locktab_release(lt, KIND_LOCK, "b", ids[1], NULL, &at_deadline, &left) == LOCK_NOT_HOLDER);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
     CHECK(acquire(lt, "c", 3, 3, 0, &lock, &w) == LOCK_OK);
-    AcquireArgs again = {"owner", NULL, 1000, 0, ids[3], ids[4], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs again = {"owner", NULL, 1000, 0, ids[3], ids[4], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "c", &again, NULL, &at_deadline, &lock, &hold, &w) == LOCK_NOT_HOLDER);
     CHECK(locktab_held_by(lt, KIND_LOCK, "b", ids[2], &at_deadline) != NULL);
     locktab_check(lt);
@@ -475,7 +475,7 @@ static void test_request_id_replays(void)
     Waiter *w;
     memset(ids[10], 11, LEASE_ID_BYTES);
     memset(ids[11], 12, LEASE_ID_BYTES);
-    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[10], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[10], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &first, NULL, &now, &lock, &hold, &w) == LOCK_OK);
     uint64_t token = locktab_holder(lock)->token;
     int64_t expires = locktab_holder(lock)->expires_at_ms;
@@ -483,34 +483,34 @@ static void test_request_id_replays(void)
     Now later = now;
     later.mono_ms += 300;
     later.wall_ms += 300;
-    AcquireArgs retry = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs retry = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &retry, NULL, &later, &lock, &hold, &w) == LOCK_REPLAYED);
     CHECK(memcmp(locktab_holder(lock)->lease, ids[10], LEASE_ID_BYTES) == 0 && locktab_holder(lock)->token == token);
     CHECK(locktab_holder(lock)->count == 1 && locktab_holder(lock)->expires_at_ms == expires && rec.changed == changes);
     /* Another owner with the same id, or the same owner with another id: held. */
-    AcquireArgs other = {"mallory", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs other = {"mallory", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &other, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
-    AcquireArgs fresh = {"alice", NULL, 1000, 0, NULL, ids[11], "req-2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs fresh = {"alice", NULL, 1000, 0, NULL, ids[11], "req-2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &fresh, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
     /* The same owner and id from another API key: a new acquire, never the grant. */
-    AcquireArgs other_key = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs other_key = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &other_key, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
     /* A reentry with an id is replayed too, and the count goes up once. */
-    AcquireArgs reenter = {"alice", NULL, 0, 0, ids[10], NULL, "req-3", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs reenter = {"alice", NULL, 0, 0, ids[10], NULL, "req-3", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &reenter, NULL, &later, &lock, &hold, &w) == LOCK_OK && locktab_holder(lock)->count == 2);
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &reenter, NULL, &later, &lock, &hold, &w) == LOCK_REPLAYED && locktab_holder(lock)->count == 2);
     /* The first id now names nothing: its grant was re-entered since. */
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &retry, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
     /* A queued waiter's id, and its API key's name, come with its grant. */
     memset(ids[12], 13, LEASE_ID_BYTES);
-    AcquireArgs queued = {"bob", NULL, 1000, 5000, NULL, ids[12], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs queued = {"bob", NULL, 1000, 5000, NULL, ids[12], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &queued, NULL, &later, &lock, &hold, &w) == LOCK_QUEUED);
     uint32_t left;
     CHECK(locktab_release(lt, KIND_LOCK, "q", ids[10], NULL, &later, &left) == LOCK_OK && left == 1);
     CHECK(locktab_release(lt, KIND_LOCK, "q", ids[10], NULL, &later, &left) == LOCK_OK && left == 0);
     lock = locktab_get(lt, KIND_LOCK, "q");
     CHECK(locktab_is_held(lock) && strcmp(locktab_holder(lock)->owner, "bob") == 0 && strcmp(locktab_holder(lock)->key, "tenant-b") == 0);
-    AcquireArgs bob_retry = {"bob", NULL, 1000, 5000, NULL, ids[13], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs bob_retry = {"bob", NULL, 1000, 5000, NULL, ids[13], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &bob_retry, NULL, &later, &lock, &hold, &w) == LOCK_REPLAYED);
     CHECK(memcmp(locktab_holder(lock)->lease, ids[12], LEASE_ID_BYTES) == 0);
     memset(ids[15], 16, LEASE_ID_BYTES);
@@ -522,12 +522,12 @@ static void test_request_id_replays(void)
      * expiry grants the queued acquire first, and the retry gets that grant
      * (found by fuzz_locktab's model). */
     memset(ids[14], 15, LEASE_ID_BYTES);
-    AcquireArgs carol = {"carol", NULL, 1000, 60000, NULL, ids[14], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs carol = {"carol", NULL, 1000, 60000, NULL, ids[14], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &carol, NULL, &later, &lock, &hold, &w) == LOCK_QUEUED);
     Now expired = later;
     expired.mono_ms += 5000;
     expired.wall_ms += 5000;
-    AcquireArgs carol_retry = {"carol", NULL, 1000, 60000, NULL, ids[15], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs carol_retry = {"carol", NULL, 1000, 60000, NULL, ids[15], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &carol_retry, NULL, &expired, &lock, &hold, &w) == LOCK_REPLAYED);
     CHECK(memcmp(locktab_holder(lock)->lease, ids[14], LEASE_ID_BYTES) == 0 && strcmp(locktab_holder(lock)->owner, "carol") == 0);
     CHECK(locktab_release(lt, KIND_LOCK, "q", ids[14], NULL, &expired, &left) == LOCK_OK && left == 0);
@@ -542,7 +542,7 @@ static LockResult take(Locktab *lt, LockKind kind, const char *name, int id, uin
     const Lock *lock;
     Waiter *w;
     memset(ids[id], id + 1, LEASE_ID_BYTES);
-    AcquireArgs a = {"owner", NULL, 1000, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, mode, true, delay_ms, limit, 0};
+    AcquireArgs a = {"owner", NULL, 1000, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, mode, true, delay_ms, limit, 0, NULL};
     return locktab_acquire(lt, kind, name, &a, (void *)(intptr_t)id, &now, &lock, &hold, &w);
 }
 
@@ -554,7 +554,7 @@ static LockResult take_permits(Locktab *lt, const char *name, int id, uint32_t l
     const Lock *lock;
     memset(ids[id], id + 1, LEASE_ID_BYTES);
     AcquireArgs a = {"owner", NULL, 1000, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0,
-                     limit, permits};
+                     limit, permits, NULL};
     return locktab_acquire(lt, KIND_SEMAPHORE, name, &a, (void *)(intptr_t)id, &now, &lock, &hold, &last_waiter);
 }
 
@@ -617,7 +617,7 @@ static void test_writer_gives_up(void)
     Waiter *w;
     CHECK(take(lt, KIND_LOCK, "g", 0, MODE_READ, 0, 0, 0) == LOCK_OK);
     memset(ids[1], 2, LEASE_ID_BYTES);
-    AcquireArgs writer = {"owner", NULL, 1000, 5000, NULL, ids[1], NULL, NULL, {NULL, NULL}, MODE_WRITE, true, 0, 0, 0};
+    AcquireArgs writer = {"owner", NULL, 1000, 5000, NULL, ids[1], NULL, NULL, {NULL, NULL}, MODE_WRITE, true, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "g", &writer, (void *)1, &now, &lock, &hold, &w) == LOCK_QUEUED);
     CHECK(take(lt, KIND_LOCK, "g", 2, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
     CHECK(take(lt, KIND_LOCK, "g", 3, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
@@ -642,17 +642,17 @@ static void test_reentry_modes(void)
     const Lock *lock;
     Waiter *w;
     CHECK(take(lt, KIND_LOCK, "m", 0, MODE_READ, 0, 0, 0) == LOCK_OK);
-    AcquireArgs same = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs same = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "m", &same, NULL, &now, &lock, &hold, &w) == LOCK_OK);
     CHECK(hold->count == 2 && hold->mode == MODE_READ);
-    AcquireArgs other = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, true, 0, 0, 0};
+    AcquireArgs other = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, true, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "m", &other, NULL, &now, &lock, &hold, &w) == LOCK_MODE_CONFLICT);
     CHECK(hold->count == 2);
-    AcquireArgs read = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_READ, true, 0, 0, 0};
+    AcquireArgs read = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_READ, true, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "m", &read, NULL, &now, &lock, &hold, &w) == LOCK_OK && hold->count == 3);
     /* A semaphore's permit cannot be re-entered. */
     CHECK(take(lt, KIND_SEMAPHORE, "m", 1, MODE_WRITE, 2, 0, 0) == LOCK_OK);
-    AcquireArgs permit = {"owner", NULL, 0, 0, ids[1], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2, 0};
+    AcquireArgs permit = {"owner", NULL, 0, 0, ids[1], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "m", &permit, NULL, &now, &lock, &hold, &w) == LOCK_NOT_HOLDER);
     locktab_check(lt);
     locktab_free(lt);
@@ -915,7 +915,7 @@ static void test_answers_of_a_grant(void)
     const Lock *lock;
     Waiter *w;
     memset(ids[20], 21, LEASE_ID_BYTES);
-    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[20], "req-a", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[20], "req-a", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "a", &first, NULL, &now, &lock, &hold, &w) == LOCK_OK);
     locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
     CHECK(locktab_acquire(lt, KIND_LOCK, "a", &first, NULL, &now, &lock, &hold, &w) == LOCK_REPLAYED);
@@ -931,7 +931,7 @@ static void test_answers_of_a_grant(void)
     CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], true));
     CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
     /* A re-entry's answers count for the re-entry. */
-    AcquireArgs again = {"alice", NULL, 0, 0, ids[20], NULL, "req-b", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0};
+    AcquireArgs again = {"alice", NULL, 0, 0, ids[20], NULL, "req-b", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "a", &again, NULL, &now, &lock, &hold, &w) == LOCK_OK &&
           locktab_holder(lock)->count == 2);
     locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
@@ -946,8 +946,8 @@ static void test_answers_of_a_grant(void)
     /* Each permit (and each reader) has answers of its own: one delivered says
      * nothing of another's. */
     memset(ids[22], 23, LEASE_ID_BYTES);
-    AcquireArgs p1 = {"p1", NULL, 1000, 0, NULL, ids[21], "req-p1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2, 0};
-    AcquireArgs p2 = {"p2", NULL, 1000, 0, NULL, ids[22], "req-p2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2, 0};
+    AcquireArgs p1 = {"p1", NULL, 1000, 0, NULL, ids[21], "req-p1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2, 0, NULL};
+    AcquireArgs p2 = {"p2", NULL, 1000, 0, NULL, ids[22], "req-p2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "s", &p1, NULL, &now, &lock, &hold, &w) == LOCK_OK);
     locktab_answer_started(lt, KIND_SEMAPHORE, "s", ids[21]);
     CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "s", &p2, NULL, &now, &lock, &hold, &w) == LOCK_OK);
@@ -980,7 +980,7 @@ static void test_lease_lookups_do_not_walk_the_holders(void)
         uint64_t v = (i + 1) * 0x9e3779b97f4a7c15ULL, u = ~v * 0xbf58476d1ce4e5b9ULL;
         memcpy(leases[i], &v, 8);
         memcpy(leases[i] + 8, &u, 8);
-        AcquireArgs a = {"reader", NULL, 60000, 0, NULL, leases[i], NULL, NULL, {NULL, NULL}, MODE_READ, true, 0, 0, 0};
+        AcquireArgs a = {"reader", NULL, 60000, 0, NULL, leases[i], NULL, NULL, {NULL, NULL}, MODE_READ, true, 0, 0, 0, NULL};
         granted &= locktab_acquire(lt, KIND_LOCK, "crowd", &a, NULL, &now, &lock, &h, &w) == LOCK_OK;
     }
     CHECK(granted && holders_of(lt, KIND_LOCK, "crowd") == CROWD);
