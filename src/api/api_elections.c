@@ -21,6 +21,7 @@
 #include "api/access.h"
 #include "api/api.h"
 #include "api/body.h"
+#include "api/event_stream.h"
 #include "api/events.h"
 #include "api/jsonw.h"
 #include "api/lockview.h"
@@ -31,6 +32,9 @@
 #include "api/watch.h"
 
 #define WATCH_MAX_MS 300000 /* as a lock's */
+
+/* What an observer gets of the events (observe.h). */
+static const EventStreamView OBSERVE_VIEW = {observed_takes, observed_message_new};
 #define LIST_MAX 1000
 #define LIST_DEFAULT 100
 

@@ -180,15 +180,13 @@ char *observed_state_message_new(const Server *s, const char *name)
     return vacant_message_new(e ? e->ended : 0, e ? e->previous_term : 0);
 }
 
-static bool takes(const AuditRow *r, const char *prefix)
+bool observed_takes(const AuditRow *r, const char *name)
 {
-    return r->object == AUDIT_OF_ELECTION && !strcmp(r->lock, prefix) &&
+    return r->object == AUDIT_OF_ELECTION && !strcmp(r->lock, name) &&
            (r->kind == AUDIT_GRANTED || r->kind == AUDIT_PROCLAIMED || is_end(r->kind));
 }
 
-static char *row_message_new(const AuditRow *r)
+char *observed_message_new(const AuditRow *r)
 {
     return is_end(r->kind) ? vacant_message_new(r->kind, r->token) : leader_message_new(r->owner, r->token, r->value);
 }
-
-const EventStreamView OBSERVE_VIEW = {takes, row_message_new};

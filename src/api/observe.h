@@ -24,9 +24,9 @@
 
 #include <stdbool.h>
 
-#include "api/event_stream.h"
 #include "core/audit.h"
 #include "core/locktab.h"
+#include "leasegate/server.h"
 
 typedef struct Observed Observed;
 
@@ -43,7 +43,9 @@ void observed_forgotten(Server *s, const char *name);
  * ...\n\n"; malloc'd), NULL when out of memory. An election nobody led in
  * this run's memory is vacant with reason and previous_term null. */
 char *observed_state_message_new(const Server *s, const char *name);
-/* The stream's view of the events: an election's own, as leader and vacant. */
-extern const EventStreamView OBSERVE_VIEW;
+/* The stream's view of the events (event_stream.h's EventStreamView): an
+ * election's own (the stream follows its name), each as leader or vacant. */
+bool observed_takes(const AuditRow *r, const char *name);
+char *observed_message_new(const AuditRow *r);
 
 #endif
