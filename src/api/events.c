@@ -236,10 +236,18 @@ void events_note_value(Server *s, AuditKind kind, int object, int mode, const ch
 json_t *events_event_new(const AuditRow *r)
 {
     const char *mode = audit_mode_name(r->mode);
-    return json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:s, s:o}", "seq", (json_int_t)r->seq, "at_ms",
-                     (json_int_t)r->at_ms, "kind", audit_kind_name(r->kind), "lock", r->lock, "owner", r->owner,
-                     "token", (json_int_t)r->token, "type", audit_object_name(r->object), "mode",
-                     mode ? json_string(mode) : json_null());
+    json_t *j = json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:s, s:o}", "seq", (json_int_t)r->seq, "at_ms",
+                          (json_int_t)r->at_ms, "kind", audit_kind_name(r->kind), "lock", r->lock, "owner", r->owner,
+                          "token", (json_int_t)r->token, "type", audit_object_name(r->object), "mode",
+                          mode ? json_string(mode) : json_null());
+    /* A leader's value, as JSON again (it was JSON when it was accepted). */
+    bool valued = r->object == AUDIT_OF_ELECTION && (r->kind == AUDIT_GRANTED || r->kind == AUDIT_PROCLAIMED);
+    if (j && valued) {
+        json_t *v = r->value ? json_loads(r->value, JSON_DECODE_ANY, NULL) : json_null();
+        if (json_object_set_new(j, "value", v ? v : json_null()))
+            json_decref(j), j = NULL;
+    }
+    return j;
 }
 
 /* `after` as the ring sees it: 0 (or none) is "from this run's first event". */
