@@ -36,9 +36,14 @@
 
 /* GET ?location, HEAD and PUT of the bucket: answered here. */
 void s3list_answer_bucket(Request *req, const GuardRoute *route, const char *method, bool location);
-/* The store's URL of a listing (v2: ListObjectsV2) for req. Owned; NULL
- * when out of memory. */
-char *s3list_url(Request *req, const GuardRoute *route, bool v2);
+/* What req's listing asks the store (s3scope.h): true with the client's
+ * prefix to ask for into prefix (len bytes); false when the guard answered
+ * (a page of its own, or 403). */
+bool s3list_scope(Request *req, const GuardRoute *route, bool v2, char *prefix, size_t len);
+/* The store's URL of a listing (v2: ListObjectsV2) for req, of `prefix`
+ * (the client's name; the key prefix goes before it). Owned; NULL when out
+ * of memory. */
+char *s3list_url(Request *req, const GuardRoute *route, bool v2, const char *prefix);
 /* The store's listing (status and body as gathered), rewritten for req. */
 void s3list_reply(Request *req, const GuardRoute *route, bool v2, long status, const char *body, size_t len,
                   bool complete);
