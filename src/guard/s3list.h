@@ -9,9 +9,12 @@
  * the route's key prefix (KEYPREFIX/ + the client's prefix, start-after,
  * marker), and the answer names the client's bucket and keys: the key
  * prefix cut off, the probe key and tombstones (deleted keys, s3req.h)
- * left out, and with --auth-file only the names the request's key may
- * read (and the common prefixes under which it may read some). Keys come
- * back URL-encoded when the client asked (encoding-type=url).
+ * left out, and the store's account (Owner, Initiator) too. With
+ * --auth-file, a key that reads only some names has the store asked about
+ * those only (s3scope.h says why and how), and what comes back is still
+ * filtered by them. A truncated ListObjects page's NextMarker is its last
+ * entry. Keys come back URL-encoded when the client asked
+ * (encoding-type=url).
  *
  * What cannot be hidden without reading every object: a listing's page may
  * hold fewer keys than max-keys (those left out), never more.
