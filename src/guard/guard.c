@@ -459,6 +459,15 @@ static void over_share(Request *req, GuardRefusal why, ErrCode code, const char 
                      share, flag);
 }
 
+/* One route's share of --guard-max-calls: three quarters of them when there
+ * are other routes, so that a backend slow enough for its calls to pile up
+ * (each waits up to --guard-timeout) leaves the others a quarter. */
+static size_t guard_route_max_calls(const Config *cfg)
+{
+    size_t share = cfg->guard_max_calls * 3 / 4;
+    return cfg->nguards > 1 && share ? share : cfg->guard_max_calls;
+}
+
 /* The client's share of the guard's calls, into req->guard->ticket. Answers
  * 503 or 429 when there is none. */
 static bool take_share(Request *req, Guard *g, const char *key)
@@ -472,10 +481,21 @@ static bool take_share(Request *req, Guard *g, const char *key)
     }
     char peer[HTTP_PEER_MAX];
     http_peer_address(req, peer, sizeof peer);
+    const GuardRoute *route = req->guard->route;
+    size_t route_max = guard_route_max_calls(&s->cfg);
     switch (guardshare_take(g->shares, key, s->cfg.guard_key_max_calls, peer, s->cfg.guard_peer_max_calls,
-                            &req->guard->ticket)) {
+                            route->prefix, route_max, &req->guard->ticket)) {
     case SHARE_OK:
         return true;
+    case SHARE_ROUTE_FULL:
+        refused(req, GUARD_REFUSED_CALLS);
+        http_reply_error(req, ERR_OVERLOADED,
+                         json_pack("{s:s, s:s, s:I}", "limit", "guard_route_calls", "route", route->prefix, "value",
+                                   (json_int_t)route_max),
+                         "%zu upstream calls of %s are in flight, its share of --guard-max-calls (its backend is "
+                         "slow?); retry",
+                         route_max, route->prefix);
+        return false;
     case SHARE_KEY_FULL:
         over_share(req, GUARD_REFUSED_KEY_CALLS, ERR_KEY_LIMIT, "key", key, s->cfg.guard_key_max_calls,
                    "--guard-key-max-calls");

@@ -13,6 +13,8 @@ hangs could do, each a test that failed before its fix (docs/RELIABILITY.md list
 * an x-amz-* header added to a signed request, outside its SignedHeaders, reached the store
   (S3 refuses those: they could have been added on the way);
 * one lease could take all 4096 multipart uploads the guard keeps;
+* a store gone slow took every one of --guard-max-calls (reads that each wait
+  --guard-timeout), and every other route got 503;
 * one store that accepts connections and never answers held every other S3 route closed for
   --guard-timeout at each probe round (the probe went route by route), and SIGTERM waited for
   its probe as long.
@@ -23,11 +25,13 @@ timing assertions.
 
 import os
 import re
+import select
 import shutil
 import socket
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 import uuid
 import xml.etree.ElementTree as ET
@@ -220,6 +224,64 @@ class S3HostileTests(unittest.TestCase):
         s3.abort_multipart_upload(Bucket=BUCKET, Key=name, UploadId=up)
 
 
+class Relay:
+    """A TCP relay to moto on 127.0.0.1 that, once `stall` is set, accepts connections
+    and never answers them: a store gone slow after its route opened."""
+
+    def __init__(self, port):
+        self.target = port
+        self.stall = threading.Event()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c = self.sock.accept()[0]
+            except OSError:
+                return
+            self.conns.append(c)
+            if not self.stall.is_set():
+                threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _pipe(self, a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _serve(self, c):
+        try:
+            up = socket.create_connection(("127.0.0.1", self.target), timeout=30)
+        except OSError:
+            c.close()
+            return
+        self.conns.append(up)
+        threading.Thread(target=self._pipe, args=(up, c), daemon=True).start()
+        self._pipe(c, up)
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+
 class Silent:
     """A TCP server on 127.0.0.1 that accepts every connection and never answers."""
 
@@ -276,6 +338,55 @@ class S3SlowStoreTests(unittest.TestCase):
             if srv:
                 srv.cleanup()
             silent.close()
+            moto.stop()
+
+
+@unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
+class S3SlowRouteTests(unittest.TestCase):
+    def test_a_slow_store_leaves_the_other_routes_calls(self):
+        """Before, a store gone slow took every one of --guard-max-calls with reads that
+        wait --guard-timeout, and every other route got 503."""
+        moto = s3_fixture.Moto()
+        relay = Relay(moto.port)
+        srv, held = None, []
+        try:
+            srv = harness.Server(extra_args=[
+                "--guard-max-calls", "8", "--guard-timeout", "120",
+                "--guard", "/slow/=s3://%s/slow,region=%s,endpoint=http://127.0.0.1:%d" % (
+                    s3_fixture.BUCKET, s3_fixture.REGION, relay.port),
+                "--guard", "/%s/=s3://%s/fine,region=%s,endpoint=%s" % (
+                    BUCKET, s3_fixture.BUCKET, s3_fixture.REGION, moto.url)], extra_env=moto.env())
+            moto.put_direct("fine/x.txt", b"fine")
+            srv.wait_until(lambda: all(r["state"] == "open" for r in srv.request("GET", "/healthz")[2]["guard"]),
+                           timeout=30, what="both routes to open")
+            relay.stall.set()
+            # Reads of the slow route, each left waiting, until the guard refuses one.
+            for _ in range(8):
+                c = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+                c.sendall(b"GET /slow/k.txt HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                held.append(c)
+            # Three quarters of the 8 calls wait; the other two reads are refused at once.
+            answers = {}
+            deadline = time.monotonic() + 60
+            while len(answers) < 2 and time.monotonic() < deadline:
+                for c in select.select(held, [], [], 1)[0]:
+                    answers[c] = answers.get(c, b"") + c.recv(65536)
+            self.assertEqual(len(answers), 2, "two reads of the slow route answered")
+            for text in answers.values():
+                head, _, body = text.partition(b"\r\n\r\n")
+                self.assertTrue(head.startswith(b"HTTP/1.1 503 "), text)
+                self.assertIn(b"<Code>SlowDown</Code>", body)
+                self.assertIn(b"its share of --guard-max-calls", body)
+                # One Retry-After (before, every 503 had a second one, "1", beside the guard's own).
+                self.assertEqual(head.lower().count(b"\r\nretry-after:"), 1, head)
+            st, _, body = srv.request("GET", "/%s/x.txt" % BUCKET)
+            self.assertEqual((st, body), (200, "fine"))
+        finally:
+            for c in held:
+                c.close()
+            relay.close()
+            if srv:
+                srv.cleanup()
             moto.stop()
 
 
