@@ -20,6 +20,7 @@
 
 #include "core/log.h"
 #include "core/names.h"
+#include "guard/formscan.h"
 #include "guard/guardpath.h"
 #include "guard/guardq.h"
 #include "guard/guardshare.h"
@@ -382,7 +383,7 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
     if (!lease_s || strlen(lease_s) != 36 || uuid_parse(lease_s, b->lease) != 0) {
         s->metrics.guard_rejected_missing++;
         refused(req, GUARD_REFUSED_LEASE_MISSING);
-        s->guard_refused(req, b->lock, 0);
+        s->guard_refused(req, b->lock, 0, "", lease_s ? "not_a_lease" : "lease_missing");
         http_reply_error(req, ERR_TOKEN_REQUIRED, json_pack("{s:s, s:s}", "lock", b->lock, "field", lease_field),
                          "%s needs header %s: the lease (from acquire) that holds lock '%s'%s", method, lease_field,
                          b->lock, lease_s ? "; the one sent is not a lease id" : "");
@@ -391,10 +392,10 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
     Now now = clock_now();
     const Holder *h = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
     b->token = h ? h->token : 0;
-    const char *why = guardq_stale_reason(s, b);
+    const GuardStale *why = guardq_stale_reason(s, b);
     if (why) {
         refused(req, GUARD_REFUSED_STALE);
-        guardq_reply_stale(req, b->lock, b->token, why);
+        guardq_reply_stale(req, b, why);
         return false;
     }
     return true;
@@ -511,8 +512,37 @@ static bool take_share(Request *req, Guard *g, const char *key)
     }
 }
 
-/* The body, as it arrives, goes to the upstream call; a refused request has
- * none, and its body is dropped. */
+#define OVERRIDE_WHY                                                                                           \
+    "a backend that honours it (Rails, Laravel, Symfony, method-override) would apply another method than the " \
+    "guard checked"
+
+/* A query that names a method override (?_method=DELETE) is refused on
+ * every request of a plain HTTP route, reads included (a read passes
+ * without a lease), as the override headers are on writes. */
+static bool query_names_no_override(Request *req)
+{
+    const char *q = strchr(req->raw_uri, '?');
+    FormScan f;
+    formscan_init(&f, FORM_URLENCODED);
+    if (q)
+        formscan_feed(&f, q + 1, strlen(q + 1));
+    if (!q || !formscan_finish(&f))
+        return true;
+    bad(req, "_method", "query parameter _method (or X-HTTP-Method-Override) is not forwarded: %s", OVERRIDE_WHY);
+    return false;
+}
+
+/* The write's form body carries a method override: refused, its call cut
+ * off before the upstream has the whole request. */
+static void refuse_body_override(Request *req)
+{
+    guardq_refuse(req);
+    bad(req, "_method", "a form body with a field _method (or X-HTTP-Method-Override) is not forwarded: %s",
+        OVERRIDE_WHY);
+}
+
+/* The body, as it arrives, goes to the upstream call, a form's scanned as
+ * it goes; a refused request has none, and its body is dropped. */
 static void stream_upload(Request *req, const char *data, size_t *size)
 {
     if (!req->guard->call || req->response) {
@@ -527,11 +557,20 @@ static void stream_upload(Request *req, const char *data, size_t *size)
         }
         return;
     }
+    size_t offered = *size;
     proxy_call_upload(req->guard->call, data, size);
+    FormScan *form = req->guard->form;
+    if (form) {
+        formscan_feed(form, data, offered - *size);
+        if (formscan_found(form))
+            refuse_body_override(req);
+    }
 }
 
 static bool stream_complete(Request *req)
 {
+    if (req->guard->form && !req->response && formscan_finish(req->guard->form))
+        refuse_body_override(req);
     if (!req->guard->call)
         return false;
     /* A signed body's last checks come before its end may leave. */
@@ -674,7 +713,11 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
     req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length, &h) : NULL;
     free(url);
     free(dest_line);
-    if (!req->guard->call ||
+    /* A form body is scanned for a method override as it streams. */
+    FormKind form = has_body ? formscan_kind(header(req, MHD_HTTP_HEADER_CONTENT_TYPE)) : FORM_NONE;
+    if (form != FORM_NONE && (req->guard->form = malloc(sizeof *req->guard->form)))
+        formscan_init(req->guard->form, form);
+    if (!req->guard->call || (form != FORM_NONE && !req->guard->form) ||
         !guardq_add(s->guard->queues, req, req->guard->call, has_body, b, nb, &req->guard->ticket, NULL, NULL))
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
 }
@@ -894,10 +937,10 @@ static bool s3_write_allowed(Request *req, const GuardRoute *route, const char *
     if (s3req_signed(req)) {
         if (s3auth_check(req, method, b->lock, false, b->lease, &b->token, &req->guard->auth) != S3AUTH_OK)
             return false;
-        const char *why = guardq_stale_reason(s, b);
+        const GuardStale *why = guardq_stale_reason(s, b);
         if (why) {
             refused(req, GUARD_REFUSED_STALE);
-            guardq_reply_stale(req, b->lock, b->token, why);
+            guardq_reply_stale(req, b, why);
             return false;
         }
     } else if (!holds(req, method, "Fencing-Lease", b)) {
@@ -1211,7 +1254,7 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
     bool read = guardroute_is_read(method);
     S3Op op = S3_OP_NONE;
     if (s3 ? (op = s3req_classify(req, route, method, req->srv->auth != NULL)) == S3_OP_NONE
-           : !read && !reaches_only_its_own(req, route, method))
+           : !query_names_no_override(req) || (!read && !reaches_only_its_own(req, route, method)))
         return;
     if (!take_share(req, g, key))
         return;
@@ -1232,6 +1275,8 @@ void guard_request_end(Request *req)
     guardq_request_end(req);
     s3req_write_free(req->guard->s3);
     req->guard->s3 = NULL;
+    free(req->guard->form);
+    req->guard->form = NULL;
     s3auth_free(req->guard->auth);
     req->guard->auth = NULL;
     if (req->guard->call) {

@@ -327,7 +327,7 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
     if (!h || (!read && h->mode == MODE_READ)) {
         s->metrics.guard_refused[GUARD_REFUSED_STALE]++;
         s->metrics.guard_rejected_stale++;
-        s->guard_refused(req, lock, *token);
+        s->guard_refused(req, lock, *token, h ? h->owner : "", h ? "read_lease" : "");
         const Lock *l = lock[0] ? locktab_get(s->locks, KIND_LOCK, lock) : NULL;
         const Holder *first = l ? locktab_holder(l) : NULL;
         http_reply_error(req, ERR_STALE_TOKEN,
