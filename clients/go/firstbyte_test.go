@@ -115,7 +115,7 @@ func TestALongPollOutlastsTheFirstByteTimeout(t *testing.T) {
 	srv := testserver.Start(t)
 	holder := acquire(t, newClient(t, srv.URL), "go/fb-long-poll", leasegate.TTL(time.Minute))
 	before := metric(t, srv.URL, "leasegate_waiter_disconnects_total")
-	c := watchingClient(t, 100*time.Millisecond, srv.URL)
+	c := watchingClient(t, 200*time.Millisecond, srv.URL)
 	got := make(chan *leasegate.Lease, 1)
 	go func() {
 		l, err := c.Acquire(context.Background(), "go/fb-long-poll", leasegate.Wait(time.Minute))
@@ -129,9 +129,9 @@ func TestALongPollOutlastsTheFirstByteTimeout(t *testing.T) {
 		st, err := status.Status(context.Background(), "go/fb-long-poll")
 		return err == nil && st.Waiters == 1
 	})
-	time.Sleep(time.Second) // ten first-byte timeouts pass while it waits
+	time.Sleep(1500 * time.Millisecond) // seven first-byte timeouts pass while it waits
 	if st, err := status.Status(context.Background(), "go/fb-long-poll"); err != nil || st.Waiters != 1 {
-		t.Fatalf("after ten first-byte timeouts: %+v, %v", st, err)
+		t.Fatalf("after seven first-byte timeouts: %+v, %v", st, err)
 	}
 	_ = holder.Release(context.Background())
 	var l *leasegate.Lease
@@ -243,7 +243,7 @@ func TestReadyzDecides(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"name":"go/fb-readyz","held":false,"waiters":7}`) // 7: not the real server's
 		}))
-		c := watchingClient(t, 100*time.Millisecond, slow.URL, srv.URL)
+		c := watchingClient(t, 200*time.Millisecond, slow.URL, srv.URL)
 		var st *leasegate.LockState
 		within(t, fmt.Sprintf("readyz %d", tc.readyz), func() (err error) {
 			st, err = c.Status(context.Background(), "go/fb-readyz")
