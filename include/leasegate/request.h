@@ -78,7 +78,7 @@ typedef struct RequestPark {
  * when it holds nothing. */
 typedef struct ShareUse ShareUse;
 typedef struct GuardTicket {
-    ShareUse *key, *peer;
+    ShareUse *key, *peer, *route;
 } GuardTicket;
 
 /* Under a guard prefix (guard.h): the upstream call, for a write its place

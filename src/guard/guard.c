@@ -460,6 +460,15 @@ static void over_share(Request *req, GuardRefusal why, ErrCode code, const char 
                      share, flag);
 }
 
+/* One route's share of --guard-max-calls: three quarters of them when there
+ * are other routes, so that a backend slow enough for its calls to pile up
+ * (each waits up to --guard-timeout) leaves the others a quarter. */
+static size_t guard_route_max_calls(const Config *cfg)
+{
+    size_t share = cfg->guard_max_calls * 3 / 4;
+    return cfg->nguards > 1 && share ? share : cfg->guard_max_calls;
+}
+
 /* The client's share of the guard's calls, into req->guard->ticket. Answers
  * 503 or 429 when there is none. */
 static bool take_share(Request *req, Guard *g, const char *key)
@@ -473,10 +482,21 @@ static bool take_share(Request *req, Guard *g, const char *key)
     }
     char peer[HTTP_PEER_MAX];
     http_peer_address(req, peer, sizeof peer);
+    const GuardRoute *route = req->guard->route;
+    size_t route_max = guard_route_max_calls(&s->cfg);
     switch (guardshare_take(g->shares, key, s->cfg.guard_key_max_calls, peer, s->cfg.guard_peer_max_calls,
-                            &req->guard->ticket)) {
+                            route->prefix, route_max, &req->guard->ticket)) {
     case SHARE_OK:
         return true;
+    case SHARE_ROUTE_FULL:
+        refused(req, GUARD_REFUSED_CALLS);
+        http_reply_error(req, ERR_OVERLOADED,
+                         json_pack("{s:s, s:s, s:I}", "limit", "guard_route_calls", "route", route->prefix, "value",
+                                   (json_int_t)route_max),
+                         "%zu upstream calls of %s are in flight, its share of --guard-max-calls (its backend is "
+                         "slow?); retry",
+                         route_max, route->prefix);
+        return false;
     case SHARE_KEY_FULL:
         over_share(req, GUARD_REFUSED_KEY_CALLS, ERR_KEY_LIMIT, "key", key, s->cfg.guard_key_max_calls,
                    "--guard-key-max-calls");
@@ -848,26 +868,35 @@ static void s3_created(void *ud, Request *req, long status, const struct curl_sl
                  route->prefix, object, id[0] ? "the guard's table is full" : "the store named no upload id");
 }
 
+/* The request's upload is over (completed or aborted): forgotten, when it is one of this object. */
+static void forget_upload(Request *req, const GuardRoute *route)
+{
+    const char *id = http_query(req, "uploadId");
+    char object[HTTP_MAX_TARGET + 300];
+    upload_object(req, route, object, sizeof object);
+    if (id)
+        s3mpu_remove(req->srv->guard->uploads, id, object);
+}
+
 static void s3_completed(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
                          size_t len, bool complete)
 {
     (void)headers;
     const GuardRoute *route = ud;
-    if (s3list_rewrite(req, route, status, body, len, complete, NULL, 0) && status == 200) {
-        const char *id = http_query(req, "uploadId");
-        if (id)
-            s3mpu_remove(req->srv->guard->uploads, id);
-    }
+    if (s3list_rewrite(req, route, status, body, len, complete, NULL, 0) && status == 200)
+        forget_upload(req, route);
 }
 
 static void s3_aborted(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
                        size_t len, bool complete)
 {
     (void)headers;
-    if (status >= 200 && status < 300)
+    if (status >= 200 && status < 300) {
+        forget_upload(req, ud);
         http_reply_text(req, 204, "application/xml", NULL, 0);
-    else
+    } else {
         s3list_rewrite(req, ud, status, body, len, complete, NULL, 0);
+    }
 }
 
 static void s3_listed_parts(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
@@ -880,9 +909,12 @@ static void s3_listed_parts(void *ud, Request *req, long status, const struct cu
 /* A listing of the bucket: the store's, within the route's key prefix, rewritten (s3list.h). */
 static void begin_s3_list(Request *req, const GuardRoute *route, bool v2)
 {
-    if (!route_open(req, route, true) || !s3_read_allowed(req, route, "GET"))
+    char prefix[HTTP_MAX_TARGET + 1];
+    if (!route_open(req, route, true) || !s3_read_allowed(req, route, "GET") ||
+        !s3list_scope(req, route, v2, prefix, sizeof prefix))
         return;
-    s3_call(req, route, "GET", s3list_url(req, route, v2), gather_all, v2 ? list_v2_gathered : list_v1_gathered);
+    s3_call(req, route, "GET", s3list_url(req, route, v2, prefix), gather_all,
+            v2 ? list_v2_gathered : list_v1_gathered);
 }
 
 /* The checks every write of an S3 route makes from its head: the route is
@@ -1087,8 +1119,16 @@ static void begin_s3_create(Request *req, const GuardRoute *route, const char *m
     GuardBinding b;
     if (!s3_write_allowed(req, route, method, &b))
         return;
-    if (s3mpu_count(g->uploads) >= S3MPU_MAX)
+    if (s3mpu_count(g->uploads) >= S3MPU_MAX || s3mpu_count_lock(g->uploads, b.lock) >= S3MPU_LOCK_MAX)
         s3mpu_prune(g->uploads, upload_still_held, s);
+    /* One lock's uploads have a share of their own: one lease cannot take every upload the guard keeps. */
+    if (s3mpu_count_lock(g->uploads, b.lock) >= S3MPU_LOCK_MAX) {
+        http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s}", "lock", b.lock),
+                         "%d multipart uploads of lock '%s' are open at the guard, its most for one lock: complete "
+                         "or abort one, or retry",
+                         S3MPU_LOCK_MAX, b.lock);
+        return;
+    }
     if (s3mpu_count(g->uploads) >= S3MPU_MAX) {
         http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s}", "lock", b.lock),
                          "%d multipart uploads are open at the guard, its most: complete or abort one, or retry",
@@ -1120,7 +1160,9 @@ static void begin_s3_create(Request *req, const GuardRoute *route, const char *m
 }
 
 /* AbortMultipartUpload: the lease must hold the object's lock (any holder
- * may clean up an upload). ListParts: a read. */
+ * may clean up an upload of its object, but not another object's: a store
+ * that does not check the key an upload id goes with, moto for one, would
+ * abort it, and the guard would forget it). ListParts: a read. */
 static void begin_s3_upload_call(Request *req, const GuardRoute *route, const char *method, S3Op op)
 {
     Guard *g = req->srv->guard;
@@ -1128,14 +1170,18 @@ static void begin_s3_upload_call(Request *req, const GuardRoute *route, const ch
     if (op == S3_OP_MP_ABORT ? !s3_write_allowed(req, route, method, &b)
                              : !route_open(req, route, true) || !s3_read_allowed(req, route, method))
         return;
+    char object[HTTP_MAX_TARGET + 300];
+    upload_object(req, route, object, sizeof object);
+    const char *id = http_query(req, "uploadId");
+    if (id && s3mpu_elsewhere(g->uploads, id, object)) {
+        refused(req, GUARD_REFUSED_REQUEST);
+        http_reply_error(req, ERR_NOT_FOUND, json_pack("{s:s, s:i}", "s3_code", "NoSuchUpload", "s3_status", 404),
+                         "The specified multipart upload does not exist.");
+        return;
+    }
     static const char *const ABORT_Q[] = {"uploadId", NULL};
     static const char *const LIST_Q[] = {"max-parts", "part-number-marker", "uploadId", NULL};
     char *url = s3_url_with(req, route, op == S3_OP_MP_ABORT ? ABORT_Q : LIST_Q);
-    if (op == S3_OP_MP_ABORT && url) {
-        const char *id = http_query(req, "uploadId");
-        if (id)
-            s3mpu_remove(g->uploads, id);
-    }
     s3_call(req, route, method, url, gather_all, op == S3_OP_MP_ABORT ? s3_aborted : s3_listed_parts);
 }
 

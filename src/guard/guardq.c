@@ -585,7 +585,7 @@ bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, c
     w->prepare = prepare;
     w->prepare_ud = prepare_ud;
     w->ticket = *ticket;
-    *ticket = (GuardTicket){NULL, NULL};
+    *ticket = (GuardTicket){NULL, NULL, NULL};
     req->guard->write = w;
     if (has_body)
         proxy_call_hold_end(call);

@@ -449,8 +449,15 @@ const char *http_header(Request *req, const char *name)
 
 void http_add_header(Request *req, const char *name, const char *value)
 {
-    if (req->response)
-        MHD_add_response_header(req->response, name, value);
+    if (!req->response)
+        return;
+    /* Retry-After holds one value: the caller's replaces the "1" every 503 gets
+     * (httphead_answer_fields), so that a client never sees two that differ. */
+    const char *had = strcasecmp(name, MHD_HTTP_HEADER_RETRY_AFTER) ? NULL
+                                                                      : MHD_get_response_header(req->response, name);
+    if (had)
+        MHD_del_response_header(req->response, name, had);
+    MHD_add_response_header(req->response, name, value);
 }
 
 /* libmicrohttpd 0.9.75 keeps, for each header, argument, cookie and trailer of

@@ -157,7 +157,8 @@ void http_peer(Request *req, char *out, size_t outlen);
 void http_peer_address(Request *req, char *out, size_t outlen);
 /* A request header's value (the first of that name), or NULL. */
 const char *http_header(Request *req, const char *name);
-/* Adds a header to the answer already made (no-op without one). */
+/* Adds a header to the answer already made (no-op without one); a
+ * Retry-After replaces the one the answer had. */
 void http_add_header(Request *req, const char *name, const char *value);
 /* How many bytes of answer head (status line, fields and their CRLFs) still
  * fit in the connection's memory beside what libmicrohttpd keeps of the
