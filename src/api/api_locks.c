@@ -87,6 +87,10 @@ static void reply_grant(Request *req, const Lock *lock, const Holder *h)
         jsonw_int(&w, "count", h->count);
         jsonw_str(&w, "mode", lockview_mode_name(h->mode));
         jsonw_int(&w, "lock_delay_ms", h->lock_delay_ms);
+        /* What the last writer left, read with the grant: a writer's own now (only it can
+         * write it), so nothing written before it can be missed. */
+        jsonw_raw(&w, "value", lock->value.text ? lock->value.text : "null");
+        jsonw_int(&w, "value_version", (int64_t)lock->value.version);
     }
     jsonw_raw(&w, "metadata", h->metadata);
     reply_written(req, &w);

@@ -44,6 +44,7 @@ class ValueTest(ServerTestCase):
         self.assertEqual({k: self.get(name)[k] for k in ("value", "value_version", "value_token")},
                          {"value": None, "value_version": 0, "value_token": None})
         a = self.grant(name, "first", ttl_ms=600000)
+        self.assertEqual((a["value"], a["value_version"]), (None, 0), a)
         st, _, body = put_value(self.srv.client, name, a["lease"], {"offset": 41, "file": "a.log"})
         self.assertEqual(st, 200, body)
         self.assertEqual(body, {"name": name, "value_version": 1, "token": a["token"]})
@@ -58,6 +59,8 @@ class ValueTest(ServerTestCase):
         view = self.get(name)
         self.assertEqual((view["held"], view["value"]), (False, {"offset": 41, "file": "a.log"}), view)
         b = self.grant(name, "second", ttl_ms=600000)
+        # ... with its grant: what the last writer left, at the version to write over.
+        self.assertEqual((b["value"], b["value_version"]), ({"offset": 41, "file": "a.log"}, 1), b)
         st, _, body = put_value(self.srv.client, name, b["lease"], [1, "two", None], if_version=1)
         self.assertEqual((st, body["value_version"], body["token"]), (200, 2, b["token"]), body)
         st, _, body = put_value(self.srv.client, name, b["lease"], None)
