@@ -29,6 +29,7 @@
 #include "net/loop.h"
 #include "net/peers.h"
 #include "standby.h"
+#include "store/lockspace.h"
 
 /* Lock-table hooks. */
 
@@ -287,6 +288,19 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
         close(fd);
         return -1;
     }
+    /* Before anything is written under the prefix (the campaign's key): the
+     * prefix must be this lock space's, and no other's (lockspace.h). */
+    LockSpace space;
+    if (lockspace_open(&cfg->etcd, cfg->new_lock_space, &space, err, sizeof err)) {
+        fprintf(stderr, "leasegate: --store %s: %s\n", cfg->store_url, err);
+        close(fd);
+        return -1;
+    }
+    if (space.note[0])
+        fprintf(stderr, "leasegate: note: %s\n", space.note);
+    fprintf(stderr, "leasegate: %s lock space %s (schema %u) at %s\n",
+            space.created ? "created the" : space.adopted ? "gave an identity to the older" : "joining the", space.id,
+            space.schema, cfg->etcd.prefix);
     s->election =
         election_new(&cfg->etcd, advertise, cfg->leader_ttl_s, on_leadership_lost, s, err, sizeof err);
     if (!s->election) {

@@ -38,6 +38,8 @@ typedef struct EtcdUrl {
     size_t nendpoints;
     char prefix[256]; /* without leading or trailing '/', never empty */
     const char *cacert; /* borrowed: the CAs etcd's certificate must be signed by; NULL: the system's */
+    const char *cert, *key; /* borrowed: the client certificate and key shown to etcd (PEM); NULL: none */
+    const struct EtcdAuth *auth; /* borrowed: an etcd user's name and password (etcd_auth.h); NULL: none */
 } EtcdUrl;
 
 /* false with the reason in err when url is not etcd(s)://HOST:PORT[,...]/PREFIX.

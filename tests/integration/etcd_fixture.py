@@ -180,10 +180,11 @@ class Etcd:
 class Gateway(Server):
     """A leasegate on the etcd store; started as a candidate (its port is known at once)."""
 
-    def __init__(self, etcd, prefix, extra_args=None, key=None):
+    def __init__(self, etcd, prefix, extra_args=None, key=None, new_lock_space=True, start=True):
         self.key = key  # sent with /healthz (for --auth-metrics)
         super().__init__(store="etcd://%s/%s" % (etcd.endpoint, prefix),
-                         extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []))
+                         extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []),
+                         new_lock_space=new_lock_space, start=start)
 
     def health(self):
         headers = {"Authorization": "Bearer " + self.key} if self.key else None
