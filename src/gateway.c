@@ -29,6 +29,7 @@
 #include "net/loop.h"
 #include "net/peers.h"
 #include "standby.h"
+#include "store/etcd_auth.h"
 #include "store/lockspace.h"
 
 /* Lock-table hooks. */
@@ -270,7 +271,7 @@ static bool stop_requested(void *ud)
  * is the socket, still listening, for the real server. */
 static int become_leader(Server *s, const Config *cfg, int *listen_fd)
 {
-    char err[512];
+    char err[1024];
     int fd = listener_open(cfg->listen_host, cfg->listen_port, 1024, err, sizeof err);
     if (fd < 0) {
         fprintf(stderr, "leasegate: %s\n", err);
@@ -344,6 +345,28 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     return 0;
 }
 
+/* What this gateway shows etcd: its client certificate (checked here, read by
+ * libcurl at each connection) and its etcd user (read once; s->cfg.etcd
+ * borrows it for every etcd client). -1 with the reason logged. */
+static int open_etcd_credentials(Server *s)
+{
+    char err[600], warn[400];
+    if (s->cfg.etcd_cert && !tls_check_client_pair(s->cfg.etcd_cert, s->cfg.etcd_key, err, sizeof err)) {
+        fprintf(stderr, "leasegate: %s\n", err);
+        return -1;
+    }
+    if (!s->cfg.etcd_auth_file)
+        return 0;
+    if (!(s->etcd_auth = etcd_auth_load(s->cfg.etcd_auth_file, warn, sizeof warn, err, sizeof err))) {
+        fprintf(stderr, "leasegate: --etcd-auth-file %s\n", err);
+        return -1;
+    }
+    if (warn[0])
+        fprintf(stderr, "leasegate: WARNING: --etcd-auth-file %s\n", warn);
+    s->cfg.etcd.auth = s->etcd_auth;
+    return 0;
+}
+
 /* Upper bounds, in seconds. A wait is allowed up to an hour (wait_ms); a lease
  * is renewed for as long as its holder likes, so its buckets reach a day. */
 static const double WAIT_BOUNDS_S[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
@@ -383,8 +406,10 @@ int gateway_open(Server *s, const Config *cfg)
                 cfg->listen_host);
     }
     hostcheck_init(&s->hosts, cfg, NULL);
+    if (cfg->store_url && open_etcd_credentials(s))
+        return -1;
     if (cfg->store_url) {
-        if (become_leader(s, cfg, &s->listen_fd))
+        if (become_leader(s, &s->cfg, &s->listen_fd))
             return -1;
     } else {
         char boot_id[CLOCK_BOOT_ID_LEN + 1];
@@ -554,6 +579,7 @@ void gateway_close(Server *s)
     accesslog_close(s->access_log);
     tls_clear(&s->tls);
     auth_unref(s->auth);
+    etcd_auth_free(s->etcd_auth); /* after every etcd client is gone */
 }
 
 void gateway_reload_keys(Server *s)

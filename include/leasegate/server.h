@@ -40,6 +40,7 @@ typedef struct Server {
     Config cfg;
     Store *store;
     Election *election; /* --store etcd://: this gateway's leadership; NULL with SQLite */
+    struct EtcdAuth *etcd_auth; /* --etcd-auth-file's user (owned; cfg.etcd.auth borrows it), or NULL */
     Commit *commit;
     Locktab *locks;
     Fence *fence;

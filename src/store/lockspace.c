@@ -20,6 +20,17 @@
 
 typedef enum Found { FOUND_NONE, FOUND_VALUE, FOUND_DENIED } Found;
 
+/* A call about `what` failed with why: said as etcd's refusal, or as etcd out of reach. */
+static void call_error(const char *what, const char *why, char *err, size_t errlen)
+{
+    if (!strncmp(why, "etcd ", 5))
+        snprintf(err, errlen, "%s: %s", what, why); /* already says what etcd did (a refused login) */
+    else if (strstr(why, ": HTTP "))
+        snprintf(err, errlen, "etcd refused %s: %s", what, why);
+    else
+        snprintf(err, errlen, "cannot reach etcd (%s): %s", what, why);
+}
+
 /* One key's value: FOUND_VALUE with *value (the caller frees it), FOUND_NONE,
  * FOUND_DENIED when this gateway's etcd role may not read it, or -1 with err. */
 static int read_key(EtcdClient *etcd, const char *key, char **value, char *err, size_t errlen)
@@ -27,13 +38,15 @@ static int read_key(EtcdClient *etcd, const char *key, char **value, char *err, 
     *value = NULL;
     char *kb = etcd_b64_encode(key, strlen(key));
     json_t *resp;
-    char why[400];
+    char why[800];
     int rc = etcd_call(etcd, "/v3/kv/range", kb ? json_pack("{s:s}", "key", kb) : NULL, &resp, why, sizeof why);
     free(kb);
     if (rc) {
         if (strstr(why, "permission denied"))
             return FOUND_DENIED;
-        snprintf(err, errlen, "cannot reach etcd (reading %s): %s", key, why);
+        char what[320];
+        snprintf(what, sizeof what, "reading %s", key);
+        call_error(what, why, err, errlen);
         return -1;
     }
     const char *v64 = json_string_value(json_object_get(json_array_get(json_object_get(resp, "kvs"), 0), "value"));
@@ -142,7 +155,7 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
     snprintf(end, sizeof end, "%s0", prefix); /* '/' + 1: past every key under the prefix */
     char *sb = etcd_b64_encode(start, strlen(start)), *eb = etcd_b64_encode(end, strlen(end));
     json_t *resp;
-    char why[400];
+    char why[800];
     int rc = etcd_call(etcd, "/v3/kv/range",
                        sb && eb ? json_pack("{s:s, s:s, s:i, s:b}", "key", sb, "range_end", eb, "limit", SCAN_KEYS,
                                             "keys_only", 1)
@@ -150,7 +163,9 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
                        &resp, why, sizeof why);
     free(sb), free(eb);
     if (rc) {
-        snprintf(err, errlen, "cannot reach etcd (reading the keys under %s): %s", start, why);
+        char what[320];
+        snprintf(what, sizeof what, "reading the keys under %s", start);
+        call_error(what, why, err, errlen);
         return -1;
     }
     size_t i, plen = strlen(start);
@@ -225,9 +240,11 @@ static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, L
                            : NULL;
     free(kb), free(vb);
     json_t *resp;
-    char why[400];
+    char why[800];
     if (etcd_call(etcd, "/v3/kv/txn", req, &resp, why, sizeof why)) {
-        snprintf(err, errlen, "cannot reach etcd (writing %s): %s", key, why);
+        char what[320];
+        snprintf(what, sizeof what, "writing %s", key);
+        call_error(what, why, err, errlen);
         return -1;
     }
     bool mine = json_is_true(json_object_get(resp, "succeeded"));
