@@ -79,7 +79,8 @@ void config_usage(FILE *out)
             "                              when etcd compacts itself: --auto-compaction-retention)\n"
             "  --etcd-compact-bytes N      with --store: the leader also compacts once it wrote N bytes since\n"
             "                              the last compaction, keeping the newest N/2 of history (default\n"
-            "                              67108864; keep it well under etcd's --quota-backend-bytes)\n"
+            "                              67108864, 0: never by size; keep it well under etcd's\n"
+            "                              --quota-backend-bytes)\n"
             "  --advertise URL             with --store: this gateway's URL as other gateways and clients\n"
             "                              should reach it (default http://LISTEN address)\n"
             "  --min-token N               tokens issued from now on are larger than N (after restoring a\n"
@@ -277,7 +278,7 @@ static const NumFlag NUM_FLAGS[] = {
     {"--leader-ttl", 2, 60, offsetof(Config, leader_ttl_s), true},
     {"--etcd-max-txn-ops", 2, 1000000, offsetof(Config, etcd_max_txn_ops), false},
     {"--etcd-compact-interval", 0, 86400, offsetof(Config, etcd_compact_interval_s), true},
-    {"--etcd-compact-bytes", 65536, (size_t)1 << 40, offsetof(Config, etcd_compact_bytes), false},
+    {"--etcd-compact-bytes", 0, (size_t)1 << 40, offsetof(Config, etcd_compact_bytes), false},
 };
 
 static const NumFlag *num_flag(const char *name)
@@ -488,6 +489,11 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
     if (c->etcd_cert && strncmp(c->etcd.endpoints[0], "https://", 8)) {
         snprintf(err, errlen, "--etcd-cert: etcd is reached over plain HTTP (etcd://); a client certificate needs "
                               "TLS: --store etcds://...");
+        return CONFIG_ERROR;
+    }
+    if (c->etcd_compact_bytes && c->etcd_compact_bytes < 65536) {
+        snprintf(err, errlen, "--etcd-compact-bytes: %zu is below 65536 (a compaction after nearly every commit); "
+                              "0 turns compaction by size off", c->etcd_compact_bytes);
         return CONFIG_ERROR;
     }
     c->etcd.cert = c->etcd_cert;

@@ -342,6 +342,7 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
         fprintf(stderr, "leasegate: %s\n", err);
         return -1;
     }
+    store_etcd_compaction(s->store, cfg->etcd_compact_interval_s, cfg->etcd_compact_bytes);
     return 0;
 }
 

@@ -175,6 +175,11 @@ typedef struct Election Election;
  * operations in a transaction (etcd's --max-txn-ops). Connects lazily: NULL
  * only when out of memory (message in err). */
 Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_ops, char *err, size_t errlen);
+/* The leader compacts etcd's history after its commits (etcd_compact.h):
+ * every interval_s at the revision of one interval before, and once it wrote
+ * `bytes` since the last compaction; 0 turns either off. Before the first
+ * commit. */
+void store_etcd_compaction(Store *s, unsigned interval_s, uint64_t bytes);
 
 typedef struct StoreBackupInfo {
     uint64_t locks;      /* lock and semaphore rows in the copy */

@@ -77,11 +77,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uuid/uuid.h>
 
 #include "core/leasehist.h"
 #include "store/election.h"
 #include "store/etcd.h"
+#include "store/etcd_compact.h"
 #include "store/etcd_txn.h"
 #include "store/jsondump.h"
 
@@ -122,6 +124,10 @@ typedef struct EtcdStore {
     uint64_t pruned_upto; /* history seqs up to this are deleted */
     bool audit_legacy;    /* the load found audit groups of every key together (PREFIX/audit/SEQ) */
     uint64_t audit_legacy_below; /* such groups whose rows are all below this are deleted */
+    EtcdCompact compact;  /* when to compact etcd's history (compact_after) */
+    int64_t compact_retry_ms; /* monotonic: no compaction before this, after one failed */
+    int64_t compact_logged_ms; /* monotonic: when compactions were last logged */
+    uint64_t compactions; /* since the last log line */
     char err[512];
 } EtcdStore;
 
@@ -562,6 +568,48 @@ static void txn_fence(const EtcdStore *s, PbBuf *txn)
     etcd_txn_range(txn, ETCD_FAILURE, s->mark_key);
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* After a transaction of this leader that wrote `written` bytes and left
+ * etcd at `revision`: compacts etcd's history when etcd_compact.h says so.
+ * A failed compaction costs nothing but the space it would have freed: it
+ * is logged and tried again a while later. */
+#define COMPACT_RETRY_MS 10000
+#define COMPACT_LOG_MS 60000
+static void compact_after(EtcdStore *s, uint64_t written, int64_t revision)
+{
+    int64_t now = mono_ms(), target = etcd_compact_note(&s->compact, now, revision, written);
+    if (!target || now < s->compact_retry_ms)
+        return;
+    char rev[32], err[400];
+    snprintf(rev, sizeof rev, "%lld", (long long)target);
+    json_t *resp;
+    /* Not physical: etcd answers once the compaction is agreed, and frees the
+     * space in the background. */
+    if (etcd_call(s->etcd, "/v3/kv/compaction", json_pack("{s:s}", "revision", rev), &resp, err, sizeof err) &&
+        !strstr(err, "required revision has been compacted")) {
+        s->compact_retry_ms = now + COMPACT_RETRY_MS;
+        fprintf(stderr, "leasegate: could not compact etcd's history at revision %s (tried again in %d s): %s\n",
+                rev, COMPACT_RETRY_MS / 1000, err);
+        return;
+    }
+    json_decref(resp);
+    etcd_compact_done(&s->compact, target);
+    s->compactions++;
+    if (now - s->compact_logged_ms >= COMPACT_LOG_MS) {
+        fprintf(stderr, "leasegate: compacted etcd's history below revision %s (%llu compaction%s since the last "
+                        "such line)\n",
+                rev, (unsigned long long)s->compactions, s->compactions == 1 ? "" : "s");
+        s->compact_logged_ms = now;
+        s->compactions = 0;
+    }
+}
+
 /* One transaction of ops[from, *to): as many as fit in max_txn_ops (with
  * the mark's put) and TXN_MAX_BYTES (at least one), fenced on the leader key
  * and ordered by the commit mark.
@@ -595,6 +643,11 @@ static int send_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to)
         op_write(&txn, op);
     }
     *to = i;
+    uint64_t written = strlen(s->mark_key) + strlen(mark) + ETCD_COMPACT_KEY_OVERHEAD;
+    for (size_t k = from; k < i; k++) {
+        const Op *op = &ops->items[k];
+        written += strlen(op->key) + (op->value ? strlen(op->value) : 0) + ETCD_COMPACT_KEY_OVERHEAD;
+    }
     if (txn.nomem) {
         pb_free(&txn);
         snprintf(s->err, sizeof s->err, "out of memory");
@@ -610,6 +663,7 @@ static int send_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to)
     }
     char *found;
     TxnOutcome outcome = txn_outcome(s, &answer, mark, &found);
+    int64_t revision = answer.revision;
     etcd_txn_answer_free(&answer);
     if (outcome == TXN_MARK_MOVED)
         snprintf(s->err, sizeof s->err, "the commit mark in etcd is %s, not %s: another writer?",
@@ -618,6 +672,7 @@ static int send_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to)
     if (outcome != TXN_APPLIED)
         return outcome == TXN_FENCED_OUT ? 1 : -1;
     s->mark_seq++;
+    compact_after(s, written, revision);
     return 0;
 }
 
@@ -1321,6 +1376,12 @@ static const char *etcd_error(const Store *base) { return ((const EtcdStore *)ba
 
 static const StoreOps ETCD_OPS = {
     .load = etcd_load, .commit = etcd_commit, .barrier = etcd_barrier, .close = etcd_close, .error = etcd_error};
+
+void store_etcd_compaction(Store *base, unsigned interval_s, uint64_t bytes)
+{
+    EtcdStore *s = (EtcdStore *)base;
+    etcd_compact_init(&s->compact, (int64_t)interval_s * 1000, bytes);
+}
 
 Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_ops, char *err, size_t errlen)
 {
