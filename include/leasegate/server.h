@@ -83,6 +83,12 @@ typedef struct Server {
      * still holds gets 503, then the process exits 1 (runloop.c). */
     bool deposed;
     int deposed_fd; /* eventfd: the election's thread says leadership is lost (gateway.c); -1 with SQLite */
+    /* Over etcd: etcd refuses writes for an alarm and the commit writer
+     * stalls (commit.h): changes get 503 naming the alarm, reads of what is
+     * committed are answered, no lease expires (runloop.c). */
+    bool stalled;
+    char stall_why[256]; /* the store's refusal, while stalled */
+    int64_t stalled_since_ms; /* monotonic */
 } Server;
 
 #endif

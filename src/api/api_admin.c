@@ -14,6 +14,7 @@
 #include "guard/proxy.h"
 #include "leasegate/web_assets.h"
 #include "net/peers.h"
+#include "store/etcd.h"
 
 /* Over etcd, also the role (here always leader: a follower's answers come
  * from standby.c) and the leader's URL. */
@@ -26,7 +27,11 @@ void api_healthz(Request *req)
         char leader[512];
         ElectionRole role = election_role(e, leader, sizeof leader);
         if (json_object_set_new(body, "role", json_string(election_role_name(role))) ||
-            json_object_set_new(body, "leader", json_string(leader))) {
+            json_object_set_new(body, "leader", json_string(leader)) ||
+            (req->srv->stalled &&
+             json_object_set_new(body, "etcd_alarm", json_string(etcd_alarm_name(req->srv->stall_why)
+                                                                       ? etcd_alarm_name(req->srv->stall_why)
+                                                                       : "NOSPACE")))) {
             json_decref(body);
             body = NULL;
         }
@@ -96,6 +101,9 @@ void api_metrics(Request *req)
         counter(f, "leasegate_leases_replaced_total",
                 "etcd leases that etcd ended under this gateway and that it replaced without giving up its role.",
                 election_leases_replaced(s->election));
+        gauge(f, "leasegate_etcd_writes_refused",
+              "1 while etcd refuses this gateway's writes for an alarm (NOSPACE, CORRUPT): changes get 503.",
+              s->stalled);
     }
     counter(f, "leasegate_grants_total", "Fresh grants (immediate or after waiting).", m->grants);
     fprintf(f, "# HELP leasegate_grants_by_kind_total Fresh grants by what they grant.\n"

@@ -231,12 +231,14 @@ static void transport_error(const EtcdClient *c, const char *endpoint, CURLcode 
              detail[0] ? ")" : "", hint);
 }
 
+const char *etcd_alarm_name(const char *err)
+{
+    return strstr(err, ETCD_NOSPACE_TEXT) ? "NOSPACE" : strstr(err, ETCD_CORRUPT_TEXT) ? "CORRUPT" : NULL;
+}
+
 /* etcd refuses writes while one of its alarms stands: a call that met one is
  * not repeated on other members, which share the alarm (etcd.h). */
-static bool alarm_refusal(const char *text)
-{
-    return strstr(text, ETCD_NOSPACE_TEXT) || strstr(text, ETCD_CORRUPT_TEXT);
-}
+static bool alarm_refusal(const char *text) { return etcd_alarm_name(text) != NULL; }
 
 typedef struct JsonCall {
     const char *path, *text;

@@ -90,6 +90,8 @@ int etcd_grpc_call(EtcdClient *c, const char *method, const PbBuf *request, PbBu
  * member: every member shares the alarm. */
 #define ETCD_NOSPACE_TEXT "database space exceeded"
 #define ETCD_CORRUPT_TEXT "corrupt cluster"
+/* "NOSPACE" or "CORRUPT" when an error (its text) is such a refusal, else NULL. */
+const char *etcd_alarm_name(const char *err);
 
 /* Base64 (RFC 4648, with padding). encode: a new NUL-terminated string;
  * decode: a new buffer of *len bytes plus a NUL, or NULL when text is not

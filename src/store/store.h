@@ -126,10 +126,16 @@ typedef struct StoreLoad {
 
 typedef struct Store Store;
 
+#define STORE_REFUSED 1
+
 typedef struct StoreOps {
     /* Reads everything; *last_token is the largest token ever committed. 0 on success. */
     int (*load)(Store *s, const StoreLoad *cb, uint64_t *last_token);
-    /* Applies the batch atomically and durably. 0 on success. */
+    /* Applies the batch atomically and durably. 0 on success; STORE_REFUSED
+     * when the store refuses writes for now (etcd's NOSPACE or CORRUPT
+     * alarm: error() names it) and no more of the batch applied: commit is
+     * called again with the same batch, and goes on where it stopped;
+     * another value: failed. */
     int (*commit)(Store *s, const StoreBatch *batch);
     /* A store that another process may take over (etcd) has a barrier: a
      * transaction fenced like a commit that changes nothing, made now. 0 means

@@ -124,6 +124,10 @@ typedef struct EtcdStore {
     uint64_t pruned_upto; /* history seqs up to this are deleted */
     bool audit_legacy;    /* the load found audit groups of every key together (PREFIX/audit/SEQ) */
     uint64_t audit_legacy_below; /* such groups whose rows are all below this are deleted */
+    /* A batch etcd refused part-way for an alarm (STORE_REFUSED): its
+     * operations, ordered, and how far they were written; the next commit is
+     * the same batch, and goes on from there. */
+    struct Resume *resume; /* owned; NULL when none */
     EtcdCompact compact;  /* when to compact etcd's history (compact_after) */
     int64_t compact_retry_ms; /* monotonic: no compaction before this, after one failed */
     int64_t compact_logged_ms; /* monotonic: when compactions were last logged */
@@ -146,6 +150,12 @@ typedef struct Ops {
     size_t n, cap;
     bool nomem;
 } Ops;
+
+struct Resume {
+    Ops ops;
+    size_t from, parts;
+    uint64_t prune_upto, audit_legacy_below;
+};
 
 enum { PRIO_COUNTER, PRIO_FLOOR, PRIO_REVOKED, PRIO_HOLDER_GONE, PRIO_PUT, PRIO_DELETE, PRIO_PRUNE };
 
@@ -623,7 +633,8 @@ static void compact_after(EtcdStore *s, uint64_t written, int64_t revision)
  * its own: each part applies once, right after the one before, and a copy
  * that comes after its twin or after any later part changes nothing. A
  * failed compare is read by txn_outcome. 0 applied, 1 fenced out (the
- * leader key is gone or another's), -1 failed (s->err). */
+ * leader key is gone or another's), 2 refused for an alarm (nothing applied),
+ * -1 failed (s->err). */
 static int send_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to)
 {
     char mark[48], before[48];
@@ -657,6 +668,11 @@ static int send_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to)
     char err[400];
     int rc = etcd_txn(s->etcd, &txn, &answer, err, sizeof err);
     pb_free(&txn);
+    if (rc && etcd_alarm_name(err)) {
+        /* Refused whole, before its compares: nothing of it applied. */
+        snprintf(s->err, sizeof s->err, "etcd refuses writes (alarm %s): %s", etcd_alarm_name(err), err);
+        return STORE_REFUSED + 1;
+    }
     if (rc) {
         snprintf(s->err, sizeof s->err, "etcd txn failed: %s", err);
         return -1;
@@ -681,7 +697,7 @@ static int refence(EtcdStore *s, const char *last, const char *sent, bool *appli
 /* send_part, and when its fence fails because etcd ended the lease this
  * gateway led with, the same part again under the new leader key (refence).
  * *fenced_out: leadership is lost (etcd_commit says how much of the batch
- * was written). */
+ * was written). STORE_REFUSED: etcd refused the part for an alarm. */
 static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bool *fenced_out)
 {
     for (;;) {
@@ -689,6 +705,8 @@ static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bo
         mark_text(s, s->mark_seq, last);
         mark_text(s, s->mark_seq + 1, sent);
         int rc = send_part(s, ops, from, to);
+        if (rc == STORE_REFUSED + 1)
+            return STORE_REFUSED;
         if (rc != 1)
             return rc;
         bool applied;
@@ -870,18 +888,30 @@ static int etcd_commit(Store *base, const StoreBatch *b)
     EtcdStore *s = (EtcdStore *)base;
     Ops ops = {0};
     uint64_t prune_upto = 0, audit_legacy_below = 0;
-    batch_ops(s, b, &ops, &prune_upto, &audit_legacy_below);
-    if (ops.nomem) {
-        ops_clear(&ops);
-        snprintf(s->err, sizeof s->err, "out of memory building an etcd transaction");
-        return -1;
+    size_t from = 0, parts = 0;
+    if (s->resume) {
+        /* The batch etcd refused for an alarm, again (store.h): on from the
+         * part it refused, with the operations ordered then. */
+        ops = s->resume->ops;
+        from = s->resume->from;
+        parts = s->resume->parts;
+        prune_upto = s->resume->prune_upto;
+        audit_legacy_below = s->resume->audit_legacy_below;
+        free(s->resume);
+        s->resume = NULL;
+    } else {
+        batch_ops(s, b, &ops, &prune_upto, &audit_legacy_below);
+        if (ops.nomem) {
+            ops_clear(&ops);
+            snprintf(s->err, sizeof s->err, "out of memory building an etcd transaction");
+            return -1;
+        }
+        order_ops(&ops);
     }
-    order_ops(&ops);
     /* A batch larger than one transaction goes in parts, in order. It is
      * durable only once every part is in: commit returns 0 only then, and the
      * caller reveals nothing of the batch before (commit.h), so a failure
      * between parts costs only the answers that were held for it. */
-    size_t from = 0, parts = 0;
     int rc = 0;
     bool fenced = false;
     while (from < ops.n && rc == 0) {
@@ -891,6 +921,14 @@ static int etcd_commit(Store *base, const StoreBatch *b)
             from = to;
             parts++;
         }
+    }
+    if (rc == STORE_REFUSED && (s->resume = malloc(sizeof *s->resume))) {
+        *s->resume = (struct Resume){ops, from, parts, prune_upto, audit_legacy_below};
+        return STORE_REFUSED;
+    }
+    if (rc == STORE_REFUSED) {
+        snprintf(s->err, sizeof s->err, "out of memory keeping a batch etcd refused");
+        rc = -1;
     }
     if (fenced)
         snprintf(s->err, sizeof s->err,
@@ -1365,6 +1403,9 @@ static void etcd_close(Store *base)
     EtcdStore *s = (EtcdStore *)base;
     if (!s)
         return;
+    if (s->resume)
+        ops_clear(&s->resume->ops);
+    free(s->resume);
     etcd_client_free(s->etcd);
     free(s->leader_key);
     free(s->mark_key);
