@@ -82,7 +82,7 @@ static void note_stall(Server *s)
                         "refuses writes, reads of what is committed go on; trying again every second\n",
                 why);
         http_stall_waiters(s);
-        commit_fail_holds(s->commit);
+        commit_stall_fail_answers(s->commit);
         return;
     }
     fprintf(stderr, "leasegate: etcd takes writes again after %lld s; the batch it refused is committed\n",

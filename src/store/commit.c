@@ -672,6 +672,36 @@ static void stall_reads_progress(Commit *c)
     }
 }
 
+/* Takes the holds of b that have a failed callback off its queue into out;
+ * the others stay queued. */
+static void take_answers(Batch *b, DList *out)
+{
+    DLink *l = b->holds.head;
+    while (l) {
+        DLink *next = l->next;
+        CommitHold *h = DLIST_ITEM(l, CommitHold, link);
+        if (h->failed) {
+            dlist_remove(&b->holds, l);
+            h->batch = NULL;
+            dlist_append(out, l);
+        }
+        l = next;
+    }
+}
+
+void commit_stall_fail_answers(Commit *c)
+{
+    DList taken = {0};
+    take_answers(c->inflight, &taken);
+    take_answers(c->pending, &taken);
+    /* Off every queue first: a callback may touch other holds (an answer's end). */
+    while (taken.head) {
+        CommitHold *h = DLIST_ITEM(taken.head, CommitHold, link);
+        dlist_remove(&taken, taken.head);
+        h->failed(h);
+    }
+}
+
 void commit_stall_hold(Commit *c, CommitHold *hold)
 {
     hold->batch = &c->stall_wait;

@@ -164,6 +164,11 @@ bool commit_touches(const Commit *c, LockKind kind, const char *name);
  * (failed, as other holds, when the writer's batch fails). After the stall
  * the hold waits for an ordinary barrier (commit_stall_end). */
 void commit_stall_hold(Commit *c, CommitHold *hold);
+/* The stall began: the holds of the batch it refused and of the pending one
+ * that answer someone (those with a failed callback) are failed; the others
+ * (events waiting to be published) stay, and are ready once their batch
+ * applies. */
+void commit_stall_fail_answers(Commit *c);
 /* The stall is over: the holds of commit_stall_hold move to the pending batch. */
 void commit_stall_end(Commit *c);
 /* Stop trying (shutdown): the stalled batch fails. Any thread. */
