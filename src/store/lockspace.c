@@ -144,10 +144,37 @@ static int check_ancestors(EtcdClient *etcd, const char *prefix, LockSpace *out,
     return 0;
 }
 
+/* The record kinds of store_etcd.c's key list (PREFIX/KIND/...) and the
+ * election's (PREFIX/leader/<lease in hex>). */
+static const char *const KINDS[] = {"meta",   "locks",   "semaphores", "holders", "fences", "guard",
+                                    "floors", "revoked", "history",    "audit"};
+
+/* What a key under the prefix (rest: the part after "PREFIX/") is: 1 one of
+ * a lock space's own, 0 another's, with *nested_len the length of rest's
+ * part that names a lock space inside the prefix (its .../meta/lockspace or
+ * .../meta/commit), else 0. A record's name may hold '/' (a lock
+ * "a/meta/commit"), a candidate's key never does: a deeper key under
+ * PREFIX/leader/ belongs to a lock space at PREFIX/leader, the collision
+ * lockspace.h describes. */
+static int own_key(const char *rest, size_t *nested_len)
+{
+    *nested_len = 0;
+    size_t first = strcspn(rest, "/");
+    for (size_t i = 0; i < sizeof KINDS / sizeof *KINDS; i++)
+        if (strlen(KINDS[i]) == first && !strncmp(rest, KINDS[i], first) && rest[first] == '/')
+            return 1;
+    if (first == 6 && !strncmp(rest, "leader/", 7) && rest[7] && !strchr(rest + 7, '/'))
+        return 1;
+    const char *tail = strstr(rest, "/meta/");
+    if (tail && (!strcmp(tail, "/meta/lockspace") || !strcmp(tail, "/meta/commit")))
+        *nested_len = (size_t)(tail - rest);
+    return 0;
+}
+
 /* The prefix has no identity: 0 nothing is under it, 1 a lock space older
- * than identities (a commit mark or a token counter), or -1 with err naming
+ * than identities (only its kinds of keys: own_key), or -1 with err naming
  * what is there (a lock space inside it, other keys) or why etcd did not
- * answer. */
+ * answer. Looks at the first SCAN_KEYS keys. */
 static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t errlen)
 {
     char start[300], end[300];
@@ -168,32 +195,28 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
         call_error(what, why, err, errlen);
         return -1;
     }
-    size_t i, plen = strlen(start);
+    size_t i, plen = strlen(start), keys = 0;
     json_t *kv;
-    char first[300] = "", nested[300] = "";
-    bool legacy = false;
+    char foreign[300] = "", nested[300] = "";
     json_array_foreach(json_object_get(resp, "kvs"), i, kv)
     {
-        size_t len;
+        size_t len, nested_len;
         const char *k64 = json_string_value(json_object_get(kv, "key"));
         char *k = etcd_b64_decode(k64 ? k64 : "", &len);
         if (!k)
             continue;
-        if (!first[0])
-            snprintf(first, sizeof first, "%s", k);
-        const char *rest = len > plen ? k + plen : "";
-        if (!strcmp(rest, "meta/commit") || !strcmp(rest, "meta/last_token"))
-            legacy = true;
-        const char *tail = strstr(rest, "/meta/");
-        if (!nested[0] && tail && (!strcmp(tail, "/meta/lockspace") || !strcmp(tail, "/meta/commit")))
-            snprintf(nested, sizeof nested, "%.*s", (int)(tail - k), k);
+        keys++;
+        if (!own_key(len > plen ? k + plen : "", &nested_len) && !foreign[0])
+            snprintf(foreign, sizeof foreign, "%s", k);
+        if (nested_len && !nested[0])
+            snprintf(nested, sizeof nested, "%.*s", (int)(plen + nested_len), k);
         free(k);
     }
     json_decref(resp);
-    if (legacy)
-        return 1;
-    if (!first[0])
+    if (!keys)
         return 0;
+    if (!foreign[0] && !nested[0])
+        return 1;
     if (nested[0]) {
         char what[400];
         char *value = NULL, key[600];
@@ -203,12 +226,11 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
             value = NULL;
         describe(value, what, sizeof what, nested);
         free(value);
-        snprintf(err, errlen, "the prefix %s lies around %s: a lock space here would hold that one's keys (its "
-                 "election under %s/leader/ would see that lock space's keys); use a prefix outside every lock space",
-                 prefix, what, prefix);
+        snprintf(err, errlen, "the prefix %s lies around %s: a lock space here would take that one's keys for its "
+                 "own; use a prefix outside every lock space", prefix, what);
     } else {
         snprintf(err, errlen, "the prefix %s holds keys that are not a lock space's (%s, ...): a lock space is "
-                 "created only on an empty prefix", prefix, first);
+                 "created only on an empty prefix", prefix, foreign);
     }
     return -1;
 }
