@@ -44,7 +44,7 @@ static int read_key(EtcdClient *etcd, const char *key, char **value, char *err, 
     if (rc) {
         if (strstr(why, "permission denied"))
             return FOUND_DENIED;
-        char what[320];
+        char what[340];
         snprintf(what, sizeof what, "reading %s", key);
         call_error(what, why, err, errlen);
         return -1;
@@ -190,7 +190,7 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
                        &resp, why, sizeof why);
     free(sb), free(eb);
     if (rc) {
-        char what[320];
+        char what[340];
         snprintf(what, sizeof what, "reading the keys under %s", start);
         call_error(what, why, err, errlen);
         return -1;
@@ -264,7 +264,7 @@ static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, L
     json_t *resp;
     char why[800];
     if (etcd_call(etcd, "/v3/kv/txn", req, &resp, why, sizeof why)) {
-        char what[320];
+        char what[340];
         snprintf(what, sizeof what, "writing %s", key);
         call_error(what, why, err, errlen);
         return -1;

@@ -870,12 +870,18 @@ static int etcd_barrier(Store *base)
         snprintf(s->err, sizeof s->err, "etcd: no answer to a barrier: %s", err);
         return -1;
     }
-    char *found;
+    char *found, sent[48];
     TxnOutcome outcome = txn_outcome(s, &answer, mark, &found);
     etcd_txn_answer_free(&answer);
+    /* While a part etcd refused waits to be sent again (s->resume), an
+     * earlier attempt of it whose answer was lost may have applied: the mark
+     * is then that part's, written by this leader. */
+    mark_text(s, s->mark_seq + 1, sent);
     bool applied;
     if (outcome == TXN_FENCED_OUT && refence(s, mark, NULL, &applied) == 0)
         outcome = TXN_APPLIED; /* the move to the new key was made after this barrier began: it is one */
+    else if (outcome == TXN_MARK_MOVED && s->resume && found && !strcmp(found, sent))
+        outcome = TXN_APPLIED;
     else if (outcome == TXN_MARK_MOVED)
         snprintf(s->err, sizeof s->err, "the commit mark in etcd is %s, not %s: another writer?",
                  found ? found : "(none)", mark);

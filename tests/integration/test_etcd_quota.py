@@ -68,8 +68,9 @@ class QuotaTest(unittest.TestCase):
     def alarms(self):
         return self.etcd.call("/v3/maintenance/alarm", {"action": "GET"}).get("alarms", [])
 
-    def assert_stalled_answer(self, status, headers, body):
-        self.assertEqual((status, body.get("error"), body.get("alarm")), (503, "overloaded", "NOSPACE"), body)
+    def assert_stalled_answer(self, status, headers, body, log=None):
+        self.assertEqual((status, body.get("error"), body.get("alarm")), (503, "overloaded", "NOSPACE"),
+                         (body, log()[-3000:] if log else ""))
         self.assertEqual(headers.get("retry-after"), "1")
         self.assertIn("NOSPACE", body["message"])
         self.assertIn("database space exceeded", body["etcd"])
@@ -182,10 +183,11 @@ class QuotaTest(unittest.TestCase):
         for t in threads:
             t.join(600)
         self.assertTrue(refused, "etcd's quota was never reached")
-        self.assert_stalled_answer(*refused[0])
+        self.assert_stalled_answer(*refused[0], log=g.stderr_text)
         self.assertEqual([a["alarm"] for a in self.alarms()], ["NOSPACE"])
         status, _, body = g.client.get_lock("held")
-        self.assertEqual((status, body["holder"]["token"]), (200, held["token"]), body)
+        self.assertEqual((status, (body.get("holder") or {}).get("token")), (200, held["token"]),
+                         (body, g.stderr_text()[-3000:]))
         self.assertIsNone(g.proc.poll())
         # docs/high-availability.md#compaction-and-quota, step by step.
         rev = self.status()["header"]["revision"]
