@@ -61,10 +61,11 @@ EtcdAuth *etcd_auth_load(const char *path, char *warn, size_t warnlen, char *err
         fclose(f);
         return NULL;
     }
-    if (st.st_mode & 044)
-        snprintf(warn, warnlen, "%s may be read by %s (mode %04o): it holds an etcd password; chmod 600 %s", path,
-                 (st.st_mode & 044) == 044 ? "its group and others" : st.st_mode & 040 ? "its group" : "others",
-                 (unsigned)(st.st_mode & 07777), path);
+    /* Its group may read it: the service's own group, as the packaged unit
+     * runs (a root-owned 0640 file). */
+    if (st.st_mode & 004)
+        snprintf(warn, warnlen, "%s may be read by others (mode %04o): it holds an etcd password; chmod o-r %s",
+                 path, (unsigned)(st.st_mode & 07777), path);
     char text[ETCD_AUTH_MAX_FILE + 1];
     size_t n = fread(text, 1, sizeof text - 1, f);
     bool bad = ferror(f) || !feof(f);

@@ -5,8 +5,8 @@
  * The file holds one line, USER:PASSWORD (as etcdctl's --user takes them: the
  * name ends at the first ':'). The password is a credential to the whole lock
  * space in etcd, so the file is refused when its group or others may write
- * it (they could put their own user there) and warned about when others may
- * read it, as --auth-file is treated.
+ * it (they could put their own user there) and warned about when others (not
+ * its group: the service's) may read it.
  *
  * A client logs in with the user (etcd's Authenticate: POST
  * /v3/auth/authenticate) and sends the token it gets with every call: the

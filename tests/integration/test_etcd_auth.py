@@ -181,8 +181,10 @@ class EtcdAuthTest(unittest.TestCase):
         readable = self.password_file("readable", "leasegate:" + PASSWORD, 0o644)
         g = self.gateway("lg", *self.flags(auth_file=readable))
         self.assertIs(wait_leader([g]), g, g.stderr_text())
-        self.assertIn("WARNING: --etcd-auth-file %s may be read by its group and others (mode 0644)" % readable,
-                      g.stderr_text())
+        self.assertIn("WARNING: --etcd-auth-file %s may be read by others (mode 0644)" % readable, g.stderr_text())
+        group = self.password_file("group", "leasegate:" + PASSWORD, 0o640)  # the service's group: no warning
+        g2 = self.gateway("lg", *self.flags(auth_file=group))
+        self.assertNotIn("WARNING", g2.stderr_text())
         self.acquire_ok(g, "warned")
 
 
