@@ -2,19 +2,8 @@
  * revision of one interval before; by size, at the revision seen when half
  * of the bytes had been written; never twice at one revision, never below
  * what was compacted. */
-#include <stdio.h>
-#include <stdlib.h>
-
+#include "check.h"
 #include "store/etcd_compact.h"
-
-static int failures;
-#define CHECK(cond)                                                                                                   \
-    do {                                                                                                              \
-        if (!(cond)) {                                                                                                \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);                                  \
-            failures++;                                                                                               \
-        }                                                                                                             \
-    } while (0)
 
 static void test_by_time(void)
 {
@@ -80,10 +69,5 @@ int main(void)
     test_by_time();
     test_by_size();
     test_someone_compacted_further();
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    puts("test_etcd_compact: ok");
-    return 0;
+    return check_report("etcd_compact");
 }
