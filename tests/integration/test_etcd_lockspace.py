@@ -136,5 +136,22 @@ class LockSpaceTest(EtcdTestCase):
         self.assertEqual(self.acquire_ok(g, "next")["token"], 42)
 
 
+class FlagsTest(unittest.TestCase):
+    def test_usage_errors(self):
+        store = ["--store", "etcd://127.0.0.1:2379/lg"]
+        cases = [(["--new-lock-space"], "need --store"),
+                 (["--etcd-auth-file", "/x"], "need --store"),
+                 (["--etcd-compact-interval", "60"], "need --store"),
+                 (store + ["--etcd-cert", "/x"], "go together"),
+                 (store + ["--etcd-cert", "/x", "--etcd-key", "/y"], "needs TLS: --store etcds://"),
+                 (store + ["--etcd-compact-bytes", "1000"], "below 65536"),
+                 (store + ["--etcd-compact-interval", "-1"], "--etcd-compact-interval")]
+        for args, says in cases:
+            r = subprocess.run([binary_path(), "serve"] + args, stdin=subprocess.DEVNULL, capture_output=True,
+                               timeout=30)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(says, r.stderr.decode(), args)
+
+
 if __name__ == "__main__":
     unittest.main()
