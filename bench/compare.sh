@@ -332,7 +332,7 @@ fi
 
 # 1M-lock database for the start-up test (generated once, copied per run)
 log "generating a $STARTUP_LOCKS-lock database"
-python3 "$HERE/gen_db.py" "$TMP/startup-template.db" --locks "$STARTUP_LOCKS" --schema-from "$ROOT/src/store/store_sqlite.c" 2>&1 | sed 's/^/compare: /' >&2
+python3 "$HERE/gen_db.py" "$TMP/startup-template.db" --locks "$STARTUP_LOCKS" --binary "$LEASEGATE_BIN" 2>&1 | sed 's/^/compare: /' >&2
 
 for ((RUN = 1; RUN <= RUNS; RUN++)); do
     log "---- run $RUN of $RUNS (${SECS}s per workload)"

@@ -1,38 +1,40 @@
 #!/usr/bin/env python3
 """Generate a leasegate SQLite database with many locks, for the start-up benchmark.
 
-    python3 bench/gen_db.py OUT.db [--locks 1000000] [--held-every 10] [--schema-from src/store/store_sqlite.c]
+    python3 bench/gen_db.py OUT.db [--locks 1000000] [--held-every 10] [--expired] [--binary build/leasegate]
 
-The schema is taken from the SCHEMA string in src/store/store_sqlite.c (so it cannot drift).
-Lock i is named bench/lock-NNNNNNN and has last_token i+1. Every --held-every-th lock is
-held: a random 16-byte lease, owner, token = its last_token, ttl 1 h, expires_at_ms one hour
-in the future (so start-up keeps it held; with --expired one hour in the past, so start-up
-must release it). The others are idle (holder columns NULL).
-meta.last_token = the largest token.
+The database is built the way the server builds one: the leasegate binary creates it (it is
+started on OUT.db and stopped), so its schema is the server's; the rows then go into the lock
+space as schema 11 keeps it (one row per name, token 0, and one per lease, its token, in the
+table lockspace); a database of another version is refused, naming it, so this script moves
+with the schema. Lock i is named bench/lock-NNNNNNN and has last_token i+1. Every
+--held-every-th lock is held: a random 16-byte lease, owner, token = its last_token, ttl 1 h,
+expires_at_ms one hour in the future (so start-up keeps it held; with --expired one hour in the
+past, so start-up must release it). meta.last_token = the largest token.
 """
 import argparse
 import os
-import re
 import sqlite3
+import subprocess
 import sys
 import time
 
+SCHEMA = 11
 
-def schema_from_source(path):
-    src = open(path, encoding="utf-8").read()
-    m = re.search(r"static const char SCHEMA\[\]\s*=\s*(.*?);\s*\n", src, re.S)
-    if not m:
-        sys.exit(f"gen_db: no SCHEMA string in {path}")
-    # The initializer is string literals and names of macros that are string literals.
-    macros = {name: "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', body))
-              for name, body in re.findall(r"#define (\w+)\s+((?:[^\n]*\\\n)*[^\n]*)", src)}
-    parts = []
-    for tok in re.findall(r'"(?:[^"\\]|\\.)*"|\w+', m.group(1)):
-        parts.append(tok[1:-1] if tok.startswith('"') else macros.get(tok, ""))
-    sql = "".join(parts)
-    if "CREATE TABLE" not in sql or "locks(" not in sql:
-        sys.exit(f"gen_db: SCHEMA in {path} does not look like the schema")
-    return sql
+
+def create(binary, path):
+    """The server's own empty database at path."""
+    proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--data", path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        for line in proc.stdout:
+            if b"listening on" in line:
+                break
+        else:
+            sys.exit("gen_db: %s did not start: %s" % (binary, proc.stderr.read().decode(errors="replace")[-500:]))
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def main():
@@ -43,7 +45,7 @@ def main():
     ap.add_argument("--held-every", type=int, default=10)
     ap.add_argument("--expired", action="store_true",
                     help="held locks' expires_at_ms lies in the past (start-up must release them)")
-    ap.add_argument("--schema-from", default=os.path.join(here, "..", "src", "store", "store_sqlite.c"))
+    ap.add_argument("--binary", default=os.environ.get("LEASEGATE_BIN", os.path.join(here, "..", "build", "leasegate")))
     a = ap.parse_args()
     if a.locks < 1 or a.held_every < 1:
         sys.exit("gen_db: --locks and --held-every must be >= 1")
@@ -53,30 +55,33 @@ def main():
         except FileNotFoundError:
             pass
     t0 = time.time()
+    create(a.binary, a.out)
     db = sqlite3.connect(a.out)
+    version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+    if version != SCHEMA:
+        sys.exit(f"gen_db: {a.binary} made a database of schema {version}; this script writes schema {SCHEMA}")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=OFF")
-    db.executescript(schema_from_source(a.schema_from))
     now_ms = int(time.time() * 1000)
     held = 0
 
-    def rows():
-        nonlocal held
+    def names():
         for i in range(a.locks):
-            tok = i + 1
-            name = f"bench/lock-{i:07d}"
-            if i % a.held_every == 0:
-                held += 1
-                acq = now_ms - 7_200_000 if a.expired else now_ms
-                yield (name, tok, os.urandom(16), f"gen-{i % 97}", tok, 3_600_000, acq,
-                       acq + 3_600_000, 1, '{"host":"gen"}')
-            else:
-                yield (name, tok, None, None, None, None, None, None, None, None)
+            yield (f"bench/lock-{i:07d}", i + 1)
+
+    def leases():
+        nonlocal held
+        for i in range(0, a.locks, a.held_every):
+            held += 1
+            acq = now_ms - 7_200_000 if a.expired else now_ms
+            yield (f"bench/lock-{i:07d}", i + 1, os.urandom(16), f"gen-{i % 97}", 3_600_000, acq, acq + 3_600_000,
+                   '{"host":"gen"}')
 
     with db:
-        db.executemany(
-            "INSERT INTO locks(name, last_token, lease, owner, token, ttl_ms, acquired_at_ms,"
-            " expires_at_ms, count, metadata) VALUES(?,?,?,?,?,?,?,?,?,?)", rows())
+        db.executemany("INSERT INTO lockspace(kind, name, token, last_token) VALUES(0, ?, 0, ?)", names())
+        db.executemany("INSERT INTO lockspace(kind, name, token, lease, owner, mode, ttl_ms, acquired_at_ms,"
+                       " expires_at_ms, count, metadata, lock_delay_ms) VALUES(0, ?, ?, ?, ?, 0, ?, ?, ?, 1, ?, 0)",
+                       leases())
         db.execute("UPDATE meta SET value = ? WHERE key = 'last_token'", (a.locks,))
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.execute("PRAGMA journal_mode=DELETE")

@@ -87,6 +87,12 @@ void config_usage(FILE *out)
             "                              backup or losing the database: the last token ever issued)\n"
             "  --access-log PATH           one line per request (time, peer, method, path, status,\n"
             "                              duration) appended to PATH, or - for stdout (default: none)\n"
+            "  --log-format text|json      the server's own lines on stderr: text (time, level, message)\n"
+            "                              or one JSON object per line (default text)\n"
+            "  --drain-seconds N           a planned stop (SIGTERM, SIGINT) first answers /readyz 503\n"
+            "                              while it goes on serving for N seconds, so that load balancers\n"
+            "                              and clients move away; then it stops (a leader resigns last)\n"
+            "                              (default 0, 0..3600; a second signal stops at once)\n"
             "  --max-waiters N             waiting acquires in total, then 503 (default 100000)\n"
             "  --max-waiters-per-lock N    waiting acquires per lock, then 503 (default 10000)\n"
             "  --max-connections N         concurrent client connections, waiting ones included\n"
@@ -128,11 +134,13 @@ void config_usage(FILE *out)
             "                              its ETag, the fence in x-amz-meta-fencing-token); region defaults to\n"
             "                              $AWS_REGION, endpoint to AWS's (path-style); credentials from\n"
             "                              AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or\n"
-            "                              --s3-credentials; a store that ignores preconditions stops the start\n"
+            "                              --s3-credentials; until its store answers and honours preconditions\n"
+            "                              the route is closed (writes 503, reads 502), never the server\n"
             "  --s3-credentials FILE       AWS shared credentials file (profile $AWS_PROFILE or default) for\n"
-            "                              s3:// routes, re-read on SIGHUP (default: the environment)\n"
+            "                              s3:// routes, re-read on SIGHUP (default: the environment); refused\n"
+            "                              when its group or others may write it\n"
             "  --s3-probe-interval SECONDS how often each s3:// route checks again that its store honours\n"
-            "                              preconditions; while it does not, its writes get 502 (default 600)\n"
+            "                              preconditions (default 600; a closed route every 5 s at most)\n"
             "  --guard-max-calls N         upstream calls in flight at once, then 503 (default 256)\n"
             "  --guard-lock-max-calls N    writes queued or in flight for one lock, then 503 (default 16)\n"
             "  --guard-key-max-calls N     upstream calls of one API key at once, then 429 key_limit\n"
@@ -149,7 +157,8 @@ void config_usage(FILE *out)
             "  --auth-file PATH            API keys (see leasegate keygen): every request needs\n"
             "                              Authorization: Bearer KEY, within the key's role and lock-name\n"
             "                              prefixes (401 without a known key, 403 out of its scope);\n"
-            "                              SIGHUP reloads the file (a bad file keeps the old keys)\n"
+            "                              SIGHUP reloads the file (with --store, on every gateway); while\n"
+            "                              it does not load, requests that need a key get 503 (not ready)\n"
             "  --auth-metrics              with --auth-file: /healthz and /metrics need a key too\n"
             "  --key-max-held N            per API key: locks held and waited for together, then 429\n"
             "                              key_limit (default 100000; a key's line may say max_held=N)\n"
@@ -276,6 +285,7 @@ static const NumFlag NUM_FLAGS[] = {
     {"--s3-probe-interval", 1, 86400, offsetof(Config, s3_probe_interval_s), true},
     {"--forget-idle-after", 1, 31536000, offsetof(Config, forget_idle_s), true},
     {"--leader-ttl", 2, 60, offsetof(Config, leader_ttl_s), true},
+    {"--drain-seconds", 0, 3600, offsetof(Config, drain_s), true},
     {"--etcd-max-txn-ops", 2, 1000000, offsetof(Config, etcd_max_txn_ops), false},
     {"--etcd-compact-interval", 0, 86400, offsetof(Config, etcd_compact_interval_s), true},
     {"--etcd-compact-bytes", 0, (size_t)1 << 40, offsetof(Config, etcd_compact_bytes), false},
@@ -292,7 +302,7 @@ static const NumFlag *num_flag(const char *name)
 static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",     "--min-token",
                                            "--access-log", "--store", "--advertise", "--auth-file",
                                            "--tls-cert",   "--tls-key", "--cacert",  "--allowed-host", "--s3-credentials",
-                                           "--etcd-cert",  "--etcd-key", "--etcd-auth-file"};
+                                           "--log-format", "--etcd-cert",  "--etcd-key", "--etcd-auth-file"};
 
 /* --allowed-host NAME: a DNS name (letters, digits, '-', '_', '.'), or '*'. */
 static int parse_allowed_host(Config *c, const char *v, char *err, size_t errlen)
@@ -374,6 +384,13 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
         }
         *(!strcmp(flag, "--etcd-cert") ? &c->etcd_cert : !strcmp(flag, "--etcd-key") ? &c->etcd_key
                                                                                      : &c->etcd_auth_file) = value;
+        return 0;
+    }
+    if (!strcmp(flag, "--log-format")) {
+        if (!log_format_parse(value, &c->log_format)) {
+            snprintf(err, errlen, "--log-format: '%s' is not text or json", value);
+            return -1;
+        }
         return 0;
     }
     if (!strcmp(flag, "--tls-cert") || !strcmp(flag, "--tls-key") || !strcmp(flag, "--cacert")) {

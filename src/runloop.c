@@ -5,10 +5,12 @@
  */
 #include "runloop.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <malloc.h>
 #include <microhttpd.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -18,6 +20,7 @@
 #include "api/event_stream.h"
 #include "api/events.h"
 #include "api/watch.h"
+#include "core/log.h"
 #include "gateway.h"
 #include "guard/guard.h"
 #include "guard/proxy.h"
@@ -39,7 +42,7 @@ typedef struct Run {
     int sigfd;
     size_t suspended_peak; /* since the last trim */
     size_t locks_peak;     /* lock names known, since the last trim */
-    LoopSource mhd, commit, signal, deposed;
+    LoopSource mhd, commit, signal, deposed, reload;
 } Run;
 
 static int mhd_ready(LoopSource *src, uint32_t events)
@@ -75,18 +78,19 @@ static void note_stall(Server *s)
     if (stalled == s->stalled || s->deposed)
         return;
     s->stalled = stalled;
+    atomic_store(&s->etcd_stats.alarm, stalled); /* leasegate_etcd_alarm */
     if (stalled) {
         memcpy(s->stall_why, why, sizeof why);
         s->stalled_since_ms = clock_now().mono_ms;
-        fprintf(stderr, "leasegate: %s: answering 503 to every change (and to what waited for this batch) while etcd "
-                        "refuses writes, reads of what is committed go on; trying again every second\n",
-                why);
+        log_line(LEVEL_WARN, "%s: answering 503 to every change (and to what waited for this batch) while etcd "
+                             "refuses writes, reads of what is committed go on; trying again every second",
+                 why);
         http_stall_waiters(s);
         commit_stall_fail_answers(s->commit);
         return;
     }
-    fprintf(stderr, "leasegate: etcd takes writes again after %lld s; the batch it refused is committed\n",
-            (long long)(clock_now().mono_ms - s->stalled_since_ms) / 1000);
+    log_line(LEVEL_INFO, "etcd takes writes again after %lld s; the batch it refused is committed",
+             (long long)(clock_now().mono_ms - s->stalled_since_ms) / 1000);
     commit_stall_end(s->commit);
 }
 
@@ -101,14 +105,14 @@ static int commit_ready(LoopSource *src, uint32_t events)
             /* Another gateway may lead (a failed fence), or this one cannot
              * tell (etcd did not answer within the commit's budget): what was
              * held is answered 503, never from memory. */
-            fprintf(stderr, "leasegate: a commit failed (%s): this gateway cannot know that it still leads; "
-                            "answering 503 to every request held, then exiting with status 1 (restart this "
-                            "gateway: it becomes a candidate)\n",
-                    commit_error(s->commit));
+            log_line(LEVEL_ERROR, "a commit failed (%s): this gateway cannot know that it still leads; "
+                                  "answering 503 to every request held, then exiting with status 1 (restart this "
+                                  "gateway: it becomes a candidate)",
+                     commit_error(s->commit));
             depose(s);
             return 0;
         }
-        fprintf(stderr, "leasegate: storage failure, stopping without replying: %s\n", commit_error(s->commit));
+        log_line(LEVEL_ERROR, "storage failure, stopping without replying: %s", commit_error(s->commit));
         s->storage_failed = true;
         return -1; /* nothing more may be sent */
     }
@@ -136,6 +140,18 @@ static int deposed_ready(LoopSource *src, uint32_t events)
     return 0;
 }
 
+/* The election's thread says another gateway reloaded its keys. */
+static int reload_ready(LoopSource *src, uint32_t events)
+{
+    (void)events;
+    Run *r = CONTAINER_OF(src, Run, reload);
+    uint64_t n;
+    while (read(r->s->reload_fd, &n, sizeof n) < 0 && errno == EINTR)
+        ;
+    gateway_reload_keys(r->s, false);
+    return 0;
+}
+
 static int signal_ready(LoopSource *src, uint32_t events)
 {
     (void)events;
@@ -143,9 +159,9 @@ static int signal_ready(LoopSource *src, uint32_t events)
     struct signalfd_siginfo si;
     while (read(r->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGHUP)
-            gateway_reload_keys(r->s);
+            gateway_reload_keys(r->s, true);
         else
-            r->s->stopping = true;
+            gateway_stop_asked(r->s);
     }
     return 0;
 }
@@ -196,6 +212,7 @@ static void trim_after_wave(Run *r)
 static int turn(Run *r, int cap_ms)
 {
     Server *s = r->s;
+    assert(thread_owns(&s->owner));
     if (loop_wait(s->loop, next_timeout_ms(s, cap_ms)) < 0)
         return -1;
     Now now = clock_now();
@@ -289,7 +306,7 @@ static int drain(Run *r)
             return 1;
     http_close_suspended(s);
     if (commit_sync(s->commit) < 0) {
-        fprintf(stderr, "leasegate: storage failure at shutdown: %s\n", commit_error(s->commit));
+        log_line(LEVEL_ERROR, "storage failure at shutdown: %s", commit_error(s->commit));
         return 1;
     }
     return 0;
@@ -304,7 +321,7 @@ int runloop_run(Server *s)
            tls_scheme(&s->tls), addr);
     fflush(stdout);
     Run r = {.s = s, .mhd = {mhd_ready}, .commit = {commit_ready}, .signal = {signal_ready},
-             .deposed = {deposed_ready}};
+             .deposed = {deposed_ready}, .reload = {reload_ready}};
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
@@ -317,13 +334,21 @@ int runloop_run(Server *s)
     if (r.sigfd < 0 || mhd_fd < 0 || !loop_watch(s->loop, mhd_fd, EPOLLIN, &r.mhd) ||
         !loop_watch(s->loop, commit_fd(s->commit), EPOLLIN, &r.commit) ||
         !loop_watch(s->loop, r.sigfd, EPOLLIN, &r.signal) ||
-        (s->deposed_fd >= 0 && !loop_watch(s->loop, s->deposed_fd, EPOLLIN, &r.deposed))) {
-        fprintf(stderr, "leasegate: event loop setup: %s\n", strerror(errno));
+        (s->deposed_fd >= 0 && !loop_watch(s->loop, s->deposed_fd, EPOLLIN, &r.deposed)) ||
+        (s->reload_fd >= 0 && !loop_watch(s->loop, s->reload_fd, EPOLLIN, &r.reload))) {
+        log_line(LEVEL_ERROR, "event loop setup: %s", strerror(errno));
         status = 1;
     }
-    while (!s->stopping && !s->deposed && status == 0)
-        if (turn(&r, -1) < 0)
+    while (!s->stopping && !s->deposed && status == 0) {
+        /* Draining (--drain-seconds): serving as ever, not ready, until its end. */
+        int64_t left = s->draining ? s->drain_until_ms - clock_now().mono_ms : -1;
+        if (s->draining && left <= 0) {
+            s->stopping = true;
+            break;
+        }
+        if (turn(&r, left > INT32_MAX ? INT32_MAX : (int)left) < 0)
             status = 1;
+    }
     if (status == 0)
         status = s->deposed ? deposed_drain(&r) : drain(&r);
     /* Unwatching what was never watched fails harmlessly. */
@@ -332,6 +357,8 @@ int runloop_run(Server *s)
     loop_unwatch(s->loop, r.sigfd);
     if (s->deposed_fd >= 0)
         loop_unwatch(s->loop, s->deposed_fd);
+    if (s->reload_fd >= 0)
+        loop_unwatch(s->loop, s->reload_fd);
     if (r.sigfd >= 0)
         close(r.sigfd);
     return status;

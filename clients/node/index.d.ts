@@ -28,6 +28,10 @@ export interface ClientOptions {
   /** The API key for a server run with --auth-file, sent as Authorization: Bearer KEY
    *  with every request (lease.fetch included). Default: $LEASEGATE_KEY, else none. */
   key?: string;
+  /** A server that has not accepted the connection, or not begun its answer, within this
+   *  is asked GET /readyz; unless it says it is ready (a long-poll is waiting there), the
+   *  request moves on to the next server. At least "100ms". Default "2s". */
+  firstByteTimeout?: Duration;
 }
 
 export interface AcquireOptions {
@@ -177,6 +181,45 @@ export class Lease extends EventEmitter {
 
 /** Resolves to the response when 2xx, else rejects with the error its code names. */
 export function ensureOk(response: Response): Promise<Response>;
+
+/** What a fence check decided: accepted when the token is at least the resource's mark. */
+export interface FenceDecision {
+  accepted: boolean;
+  maxToken: bigint;
+}
+
+/** A fence check: the marks in this process (LocalFence), kept by leasegate (ServerFence), or your own. */
+export interface FenceCheck {
+  check(resource: string, token: bigint): FenceDecision | Promise<FenceDecision>;
+}
+
+/** The highest token accepted per resource, in this process. */
+export class LocalFence implements FenceCheck {
+  check(resource: string, token: bigint): FenceDecision;
+  /** The highest token accepted for the resource, 0n when none was. */
+  mark(resource: string): bigint;
+}
+
+/** The marks kept by leasegate: POST /v1/fence/{resource} through the client. */
+export class ServerFence implements FenceCheck {
+  constructor(client: Client);
+  check(resource: string, token: bigint): Promise<FenceDecision>;
+}
+
+export interface FenceOptions {
+  /** The resource a write changes (default: the request path without its leading "/"); null refuses with 400. */
+  resource?: (req: import("node:http").IncomingMessage) => string | null;
+  /** Put before the default resource's name. */
+  prefix?: string;
+  /** false admits concurrent writes to one resource (default true: one at a time, in arrival order). */
+  serialize?: boolean;
+}
+
+/** Middleware for node:http and Express-style stacks: refuses a write whose Fencing-Token is stale (409),
+ *  missing (428) or not a token (400); an admitted write's token is req.fenceToken. */
+export function fenceMiddleware(check: FenceCheck, options?: FenceOptions):
+  (req: import("node:http").IncomingMessage & { fenceToken?: bigint }, res: import("node:http").ServerResponse,
+   next: (error?: unknown) => void) => Promise<void>;
 
 export class LeasegateError extends Error {
   /** The HTTP status, or null when no server answered. */

@@ -13,6 +13,7 @@
 
 const { Client } = require("./src/client.js");
 const { Lease, ensureOk } = require("./src/lease.js");
+const { fenceMiddleware, LocalFence, ServerFence } = require("./src/fence.js");
 const {
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
   LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
@@ -21,7 +22,7 @@ const {
 } = require("./src/errors.js");
 
 module.exports = {
-  Client, Lease, ensureOk,
+  Client, Lease, ensureOk, fenceMiddleware, LocalFence, ServerFence,
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
   LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
   PayloadTooLargeError, UriTooLongError, TokenRequiredError, HeadersTooLargeError, OverloadedError, BadGatewayError,

@@ -4,7 +4,7 @@
 import leasegate from "./index.js";
 
 export const {
-  Client, Lease, ensureOk,
+  Client, Lease, ensureOk, fenceMiddleware, LocalFence, ServerFence,
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
   LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
   PayloadTooLargeError, UriTooLongError, TokenRequiredError, HeadersTooLargeError, OverloadedError, BadGatewayError,

@@ -194,8 +194,10 @@ static void acquire(Request *req, LockKind kind)
     }
     bool made_before = locktab_get(s->locks, kind, req->arg) != NULL;
     Charge charge = {NULL, NULL};
+    /* One instant for the share's preview and the acquire itself. */
+    Now now = clock_now();
     if (!a.reentry && !quota_admit(req, kind, req->arg, a.mode, (uint32_t)a.limit, a.wait_ms > 0, a.owner,
-                                   a.request_id, &charge))
+                                   a.request_id, &now, &charge))
         goto out;
     if (!a.reentry && !leaseid_next(&s->lease_ids, fresh)) {
         quota_named(s, &charge, 0);
@@ -216,7 +218,6 @@ static void acquire(Request *req, LockKind kind)
                         .lock_delay_ms = a.lock_delay_ms,
                         .limit = (uint32_t)a.limit};
     req->grant.asked_us = clock_boot_us();
-    Now now = clock_now();
     const Lock *lock;
     const Holder *h;
     Waiter *waiter;
@@ -343,11 +344,9 @@ void api_request_end(Request *req, bool delivered)
                                                    req->grant.lease, delivered && !req->grant.refused)) {
         Now now = clock_now();
         uint32_t left;
-        s->trail_actor = req;
-        if (locktab_release(s->locks, (LockKind)req->grant.kind, req->grant.lock, req->grant.lease, &now, &left) ==
-            LOCK_OK)
+        if (locktab_release(s->locks, (LockKind)req->grant.kind, req->grant.lock, req->grant.lease, req, &now,
+                            &left) == LOCK_OK)
             s->metrics.undelivered_grants++;
-        s->trail_actor = NULL;
     }
 }
 
@@ -405,9 +404,7 @@ static void release(Request *req, LockKind kind)
     if (body_lease(req, obj, true, lease, &present)) {
         Now now = clock_now();
         uint32_t left;
-        s->trail_actor = req;
-        LockResult r = locktab_release(s->locks, kind, req->arg, lease, &now, &left);
-        s->trail_actor = NULL;
+        LockResult r = locktab_release(s->locks, kind, req->arg, lease, req, &now, &left);
         if (r == LOCK_OK) {
             s->metrics.releases++;
             JsonW w;
@@ -461,9 +458,7 @@ void api_force_release(Request *req)
         return;
     }
     if (json_array_size(all)) {
-        s->trail_actor = req;
-        locktab_revoke(s->locks, KIND_LOCK, req->arg, &now);
-        s->trail_actor = NULL;
+        locktab_revoke(s->locks, KIND_LOCK, req->arg, req, &now);
         s->metrics.force_releases += json_array_size(all);
     }
     RawRefs refs = {.n = 0};

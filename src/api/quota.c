@@ -172,17 +172,18 @@ static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
 }
 
 bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, bool wait, const char *owner,
-                 const char *request_id, Charge *charge)
+                 const char *request_id, const Now *now, Charge *charge)
 {
     const AuthKey *k = req->access.key;
     Server *s = req->srv;
     *charge = (Charge){NULL, NULL};
     /* A holder whose lease ran out but that the tick has not ended yet is
      * ended by the acquire itself, which may then be granted: judge the
-     * name as it will be (locktab_preview), not as the table still shows it. */
-    Now now = clock_now();
+     * name as it will be (locktab_preview), not as the table still shows it,
+     * at the same instant as the acquire that follows: a later clock could
+     * end a lease the preview still counted, and grant past the key's limit. */
     LockResult r = locktab_preview(s->locks, kind, name, (uint8_t)mode, limit, owner, request_id, k ? k->name : NULL,
-                                   &now);
+                                   now);
     if (r == LOCK_REPLAYED || r == LOCK_LIMIT_MISMATCH)
         return true; /* a retry of a current grant (by its own key), or refused: nothing new */
     bool queued = r == LOCK_BUSY;

@@ -36,7 +36,7 @@
  * new name is counted against (AcquireArgs.charge); quota_named counts it
  * once the name is made. */
 bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, bool wait, const char *owner,
-                 const char *request_id, Charge *charge);
+                 const char *request_id, const Now *now, Charge *charge);
 /* A lock name counted against c was made (+1) or forgotten (-1); 0: the
  * acquire quota_admit let in made no name after all. */
 void quota_named(Server *s, const Charge *c, int delta);

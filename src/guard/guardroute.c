@@ -8,7 +8,7 @@
 
 static const char *const DEFAULT_METHODS[] = {"GET", "HEAD", "OPTIONS", "PUT", "POST", "PATCH", "DELETE"};
 
-static const char *const S3_METHODS[] = {"GET", "HEAD", "PUT"};
+static const char *const S3_METHODS[] = {"GET", "HEAD", "PUT", "POST", "DELETE"};
 
 /* The route's options, which a spec may give after UPSTREAM. */
 enum { OPT_LOCK, OPT_METHODS, OPT_REGION, OPT_ENDPOINT, OPT_COUNT };
@@ -17,6 +17,25 @@ static const char *const OPTIONS[OPT_COUNT] = {"lock", "methods", "region", "end
 bool guardroute_is_read(const char *method)
 {
     return !strcmp(method, "GET") || !strcmp(method, "HEAD") || !strcmp(method, "OPTIONS");
+}
+
+const GuardRoute *guardroute_match(const GuardRoute *routes, size_t n, const char *raw_uri)
+{
+    for (size_t i = 0; i < n; i++) {
+        const GuardRoute *g = &routes[i];
+        size_t len = strlen(g->prefix);
+        if (strncmp(raw_uri, g->prefix, len) != 0) {
+            /* An S3 route's prefix without its slash is the bucket itself (a listing). */
+            if (g->kind == GUARD_S3 && len > 1 && g->prefix[len - 1] == '/' && !strncmp(raw_uri, g->prefix, len - 1) &&
+                (raw_uri[len - 1] == '\0' || raw_uri[len - 1] == '?'))
+                return g;
+            continue;
+        }
+        char next = raw_uri[len];
+        if (g->prefix[len - 1] == '/' || next == '\0' || next == '/' || next == '?')
+            return g;
+    }
+    return NULL;
 }
 
 bool guardroute_allows(const GuardRoute *r, const char *method)
@@ -237,8 +256,11 @@ bool guardroute_parse(const char *spec, GuardRoute *r, char *err, size_t errlen)
             snprintf(r->methods[r->nmethods++], sizeof r->methods[0], "%s", list[i]);
     } else if (r->kind == GUARD_S3) {
         for (size_t i = 0; i < r->nmethods; i++) {
-            if (strcmp(r->methods[i], "GET") && strcmp(r->methods[i], "HEAD") && strcmp(r->methods[i], "PUT")) {
-                snprintf(err, errlen, "--guard: an s3:// route forwards GET, HEAD and PUT only; methods= may not list %s",
+            if (strcmp(r->methods[i], "GET") && strcmp(r->methods[i], "HEAD") && strcmp(r->methods[i], "PUT") &&
+                strcmp(r->methods[i], "POST") && strcmp(r->methods[i], "DELETE")) {
+                snprintf(err, errlen,
+                         "--guard: an s3:// route forwards GET, HEAD, PUT, POST and DELETE only; methods= may not "
+                         "list %s",
                          r->methods[i]);
                 return false;
             }
@@ -303,4 +325,10 @@ bool guardroute_finish_s3(GuardRoute *r, const char *env_region, char *err, size
     if (!r->endpoint[0])
         snprintf(r->endpoint, sizeof r->endpoint, "https://s3.%s.amazonaws.com", r->region);
     return true;
+}
+
+const char *guardroute_rest(const GuardRoute *route, const char *raw_uri)
+{
+    size_t n = strlen(route->prefix);
+    return strncmp(raw_uri, route->prefix, n) ? raw_uri + n - 1 : raw_uri + n;
 }

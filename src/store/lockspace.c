@@ -238,8 +238,8 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
 /* Writes the identity once (compare: the key does not exist). 0 with *out
  * filled (this call's, or one written at the same time by another gateway:
  * then created/adopted stay false), -1 with err. */
-static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, LockSpace *out, char *err,
-                          size_t errlen)
+static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, int schema, LockSpace *out,
+                          char *err, size_t errlen)
 {
     uuid_t u;
     uuid_generate_random(u);
@@ -249,7 +249,7 @@ static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, L
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     int64_t at = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-    json_t *j = json_pack("{s:s, s:i, s:I, s:s, s:s}", "id", id, "schema", LOCKSPACE_SCHEMA, "created_at_ms",
+    json_t *j = json_pack("{s:s, s:i, s:I, s:s, s:s}", "id", id, "schema", schema, "created_at_ms",
                           (json_int_t)at, "prefix", prefix, "created_by", "leasegate " LEASEGATE_VERSION);
     char *text = jsondump_whole(j, JSON_COMPACT);
     json_decref(j);
@@ -288,7 +288,7 @@ static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, L
     }
     if (mine) {
         snprintf(out->id, sizeof out->id, "%s", id);
-        out->schema = LOCKSPACE_SCHEMA;
+        out->schema = (unsigned)schema;
         out->created_at_ms = at;
         out->created = !adopting;
         out->adopted = adopting;
@@ -296,14 +296,35 @@ static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, L
     return 0;
 }
 
+/* PREFIX/meta/layout, the layout the lock space's last leader wrote: 0 with
+ * *layout (0 when there is no mark yet), or -1 with err. */
+static int read_layout(EtcdClient *etcd, const char *prefix, unsigned *layout, char *err, size_t errlen)
+{
+    char key[300], *value;
+    snprintf(key, sizeof key, "%s/meta/layout", prefix);
+    *layout = 0;
+    int found = read_key(etcd, key, &value, err, errlen);
+    if (found == FOUND_VALUE) {
+        char *end;
+        unsigned long v = strtoul(value, &end, 10);
+        bool ok = *value && !*end && v > 0 && v < 1000000;
+        if (!ok)
+            snprintf(err, errlen, "%s holds no layout: '%.60s'", key, value);
+        free(value);
+        if (!ok)
+            return -1;
+        *layout = (unsigned)v;
+    }
+    return found < 0 ? -1 : 0;
+}
+
 static int check_schema(const char *prefix, const LockSpace *l, char *err, size_t errlen)
 {
-    if (l->schema == LOCKSPACE_SCHEMA)
+    if (l->schema <= ETCD_LAYOUT)
         return 0;
-    snprintf(err, errlen, "the lock space at %s (id %s) has schema %u, and this gateway (leasegate %s) reads and "
-             "writes schema %u only: gateways of different schemas cannot share a lock space (%s)", prefix, l->id,
-             l->schema, LEASEGATE_VERSION, LOCKSPACE_SCHEMA,
-             l->schema > LOCKSPACE_SCHEMA ? "upgrade this gateway" : "migrate the lock space first");
+    snprintf(err, errlen, "the lock space at %s (id %s) has schema %u (layout %u of its records), and this gateway "
+             "(leasegate %s) reads schemas 1 to %d: it was written by a newer leasegate, which this one cannot share "
+             "it with: upgrade this gateway", prefix, l->id, l->schema, l->schema, LEASEGATE_VERSION, ETCD_LAYOUT);
     return -1;
 }
 
@@ -331,17 +352,21 @@ int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, s
             snprintf(err, errlen, "%s holds no lock-space identity that this gateway can read: '%.120s'", key, value);
             rc = -1;
         } else {
-            rc = check_schema(prefix, out, err, errlen);
-            if (rc == 0 && was[0] && strcmp(was, prefix))
+            rc = 0;
+            if (was[0] && strcmp(was, prefix))
                 snprintf(out->note, sizeof out->note, "the lock space at %s was created at %s (copied from there?)",
                          prefix, was);
         }
     } else if (found == FOUND_NONE) {
         int kind = classify_keys(etcd, prefix, err, errlen);
-        if (kind == 1) {
-            rc = write_identity(etcd, prefix, true, out, err, errlen);
+        unsigned layout = 0;
+        if (kind == 1 && (rc = read_layout(etcd, prefix, &layout, err, errlen)) == 0) {
+            /* Made before identities: its schema is the layout its leaders wrote (1 before the mark). */
+            rc = write_identity(etcd, prefix, true, layout ? (int)layout : 1, out, err, errlen);
+        } else if (kind == 1) {
+            rc = -1;
         } else if (kind == 0 && create) {
-            rc = write_identity(etcd, prefix, false, out, err, errlen);
+            rc = write_identity(etcd, prefix, false, ETCD_LAYOUT, out, err, errlen);
         } else if (kind == 0) {
             snprintf(err, errlen, "there is no lock space at %s (nothing is stored under %s/): a new lock space is "
                      "created only when asked (start once with --new-lock-space); if one exists, check the prefix for "
@@ -354,6 +379,15 @@ int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, s
         rc = -1;
     }
     free(value);
+    /* The layout now: its last leader's, when one led since (store_etcd.c). */
+    unsigned layout = 0;
+    if (rc == 0 && (rc = read_layout(etcd, prefix, &layout, err, errlen)) == 0 && layout > out->schema)
+        out->schema = layout;
     etcd_client_free(etcd);
-    return rc == 0 ? check_schema(prefix, out, err, errlen) : -1;
+    if (rc == 0)
+        return check_schema(prefix, out, err, errlen);
+    /* No answer (not a certificate etcd refused, which no retry mends). */
+    bool unreached = (strstr(err, "cannot reach etcd") || strstr(err, "etcd did not answer")) &&
+                     !strstr(err, "certificate") && !strstr(err, "SSL");
+    return unreached ? LOCKSPACE_UNREACHED : -1;
 }

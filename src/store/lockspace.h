@@ -21,11 +21,13 @@
  * counter was made by a gateway older than identities: it is given one (the
  * same schema: those gateways and these share it).
  *
- * The compatibility rule: `schema` is the version of the records under the
- * prefix (store_etcd.c's key list). A gateway runs on a lock space only if
- * its schema is LOCKSPACE_SCHEMA; a release that changes the records raises
- * it, and its gateways refuse a lock space of another schema until it is
- * migrated (docs/high-availability.md#upgrades).
+ * The compatibility rule: a lock space's schema is the layout of the records
+ * under its prefix (store_etcd.c's key list): `schema` in the identity is the
+ * one it was created with, PREFIX/meta/layout the one its last leader wrote
+ * (each leader writes its own, store_etcd.c: a newer gateway reads the older
+ * layouts and moves the lock space to its own). A gateway refuses, before it
+ * campaigns, a lock space of a schema above ETCD_LAYOUT: written by a newer
+ * leasegate (docs/high-availability.md#upgrading-layouts-of-the-lock-space).
  *
  * What the check cannot see: an ancestor whose keys this gateway's etcd role
  * may not read (then the role keeps the two apart, or nothing does: the
@@ -41,20 +43,26 @@
 
 #include "store/etcd.h"
 
-#define LOCKSPACE_SCHEMA 1
+/* The layout of the records this gateway writes under a prefix (store_etcd.c's
+ * key list): the schema of the lock spaces it creates, the newest it reads. */
+#define ETCD_LAYOUT 2
 
 typedef struct LockSpace {
     char id[37];           /* the UUID, as text */
-    unsigned schema;
+    unsigned schema;       /* the lock space's layout now (PREFIX/meta/layout, else the identity's) */
     int64_t created_at_ms; /* Unix ms */
     bool created;          /* this call created it (--new-lock-space on an empty prefix) */
     bool adopted;          /* this call gave an identity to a lock space older than identities */
     char note[700];        /* what the check could not see (an ancestor it may not read), or "" */
 } LockSpace;
 
+#define LOCKSPACE_UNREACHED (-2)
+
 /* Checks the lock space at url's prefix and, with create, creates it when
- * the prefix is empty. 0 with *out, or -1 with one line in err naming the
- * prefix and what it collides with (or why etcd did not answer). */
+ * the prefix is empty. 0 with *out; -1 with one line in err naming the
+ * prefix and what it collides with (or what etcd refused: a login, a
+ * certificate, a permission); LOCKSPACE_UNREACHED when etcd did not answer
+ * (err says how), which a later try may mend. */
 int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, size_t errlen);
 
 #endif

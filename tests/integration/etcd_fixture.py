@@ -169,17 +169,21 @@ class Member:
 class Etcd:
     """An etcd cluster of `size` members (1 or 3) that has a leader and answers reads.
     .endpoint is every member's HOST:PORT, comma-separated, as --store wants them;
-    .url is the first member's URL. stop() stops every member and removes the dirs."""
+    .url is the first member's URL. stop() stops every member and removes the dirs.
+    client_ports: the members' client ports, when a test chose them (a gateway started
+    before its etcd), else free ones."""
 
-    def __init__(self, size=1, tls=None, extra_args=()):
-        """tls: an EtcdTls: the members serve https and require its client certificates.
-        extra_args: more flags for every member (--quota-backend-bytes, --auth-token-ttl)."""
+    def __init__(self, size=1, client_ports=None, tls=None, extra_args=()):
+        """client_ports: the members' client ports (default: free ones). tls: an EtcdTls:
+        the members serve https and require its client certificates. extra_args: more
+        flags for every member (--quota-backend-bytes, --auth-token-ttl)."""
         self.root = tempfile.mkdtemp(prefix="leasegate-etcd-")
         self.tls = tls
         self.token = None  # log_in's
         self.user = None
         for _attempt in range(5):
-            self.members = [Member("m%d" % i, self.root, free_port(), free_port(), tls, extra_args)
+            self.members = [Member("m%d" % i, self.root, client_ports[i] if client_ports else free_port(), free_port(),
+                                   tls, extra_args)
                             for i in range(size)]
             cluster = ",".join("%s=%s" % (m.name, m.peer_url) for m in self.members)
             for m in self.members:
@@ -286,11 +290,11 @@ class Etcd:
 class Gateway(Server):
     """A leasegate on the etcd store; started as a candidate (its port is known at once)."""
 
-    def __init__(self, etcd, prefix, extra_args=None, key=None, new_lock_space=True, start=True):
+    def __init__(self, etcd, prefix, extra_args=None, key=None, extra_env=None, new_lock_space=True, start=True):
         self.key = key  # sent with /healthz (for --auth-metrics)
         scheme = "etcds" if getattr(etcd, "tls", None) else "etcd"
         super().__init__(store="%s://%s/%s" % (scheme, etcd.endpoint, prefix),
-                         extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []),
+                         extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []), extra_env=extra_env,
                          new_lock_space=new_lock_space, start=start)
 
     def health(self):

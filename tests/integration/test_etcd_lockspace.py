@@ -12,7 +12,7 @@ import unittest
 
 from harness import binary_path
 import etcd_fixture
-from etcd_fixture import EtcdTestCase, Gateway, b64, wait_leader
+from etcd_fixture import EtcdTestCase, Gateway, b64, wait_for, wait_leader
 
 
 def setUpModule():
@@ -96,7 +96,7 @@ class LockSpaceTest(EtcdTestCase):
         leader = wait_leader(gateways)
         self.assertIsNotNone(leader)
         ident = self.identity("lg")
-        self.assertEqual((ident["schema"], ident["prefix"]), (1, "lg"), ident)
+        self.assertEqual((ident["schema"], ident["prefix"]), (2, "lg"), ident)  # the layout it writes
         logs = "".join(g.stderr_text() for g in gateways)
         self.assertEqual(logs.count("created the lock space"), 1, logs)
         self.assertEqual(logs.count("joining the lock space %s" % ident["id"]), 2, logs)
@@ -111,17 +111,27 @@ class LockSpaceTest(EtcdTestCase):
         # Without the flag too.
         plain = Gateway(self.etcd, "lg", new_lock_space=False)
         self.gateways.append(plain)
-        self.assertIn("joining the lock space %s" % ident["id"], plain.stderr_text())
+        self.assertTrue(wait_for(lambda: "joining the lock space %s" % ident["id"] in plain.stderr_text()),
+                        plain.stderr_text())
 
-    def test_another_schema_is_refused_naming_both(self):
-        self.put("lg/meta/lockspace", json.dumps({"id": "0b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60", "schema": 2,
+    def test_a_newer_schema_is_refused_naming_both_before_the_campaign(self):
+        # Created by a newer leasegate...
+        self.put("lg/meta/lockspace", json.dumps({"id": "0b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60", "schema": 3,
                                                   "created_at_ms": 1, "prefix": "lg"}))
         rc, err = self.serve_refused("lg")
         self.assertEqual(rc, 1, err)
-        self.assertIn("has schema 2", err)
-        self.assertIn("schema 1 only", err)
+        self.assertIn("has schema 3", err)
+        self.assertIn("reads schemas 1 to 2", err)
         self.assertIn("upgrade this gateway", err)
         self.assertEqual(self.etcd.keys("lg/leader/"), [])
+        # ...or moved to a newer layout by a newer leader since.
+        self.put("ls/meta/lockspace", json.dumps({"id": "1b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60", "schema": 2,
+                                                  "created_at_ms": 1, "prefix": "ls"}))
+        self.put("ls/meta/layout", "3")
+        rc, err = self.serve_refused("ls")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("has schema 3", err)
+        self.assertEqual(self.etcd.keys("ls/leader/"), [])
 
     def test_a_lock_space_older_than_identities_is_adopted(self):
         # What a gateway before identities left: a commit mark and a token counter.
@@ -131,7 +141,7 @@ class LockSpaceTest(EtcdTestCase):
         self.gateways.append(g)
         self.assertIs(wait_leader([g]), g, g.stderr_text())
         ident = self.identity("lg")
-        self.assertEqual(ident["schema"], 1)
+        self.assertEqual(ident["schema"], 1)  # created with layout 1; its first leader here moves it to 2
         self.assertIn("gave an identity to the older lock space %s" % ident["id"], g.stderr_text())
         self.assertEqual(self.acquire_ok(g, "next")["token"], 42)
 

@@ -140,7 +140,7 @@ class QuotaTest(unittest.TestCase):
             time.sleep(0.5)
         self.assertIsNone(g.proc.poll(), "the gateway exited: " + g.stderr_text()[-2000:])
         status, _, text = g.client.request("GET", "/metrics")
-        self.assertRegex(text, r"(?m)^leasegate_etcd_writes_refused 1$")
+        self.assertRegex(text, r"(?m)^leasegate_etcd_alarm 1$")
         self.assertIn("etcd refuses writes (alarm NOSPACE)", g.stderr_text())
         self.etcd.etcdctl("alarm", "disarm")
         # Writes come back without a restart; the refused batch applied, and the grant
@@ -154,7 +154,7 @@ class QuotaTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         self.assertIn("etcd takes writes again after", g.stderr_text())
         status, _, text = g.client.request("GET", "/metrics")
-        self.assertRegex(text, r"(?m)^leasegate_etcd_writes_refused 0$")
+        self.assertRegex(text, r"(?m)^leasegate_etcd_alarm 0$")
         self.assertEqual(g.starts, 1)
         self.assertIsNone(g.proc.poll())
 
