@@ -322,9 +322,9 @@ static int check_schema(const char *prefix, const LockSpace *l, char *err, size_
 {
     if (l->schema <= ETCD_LAYOUT)
         return 0;
-    snprintf(err, errlen, "the lock space at %s (id %s) has schema %u (layout %u of its records), and this gateway "
-             "(leasegate %s) reads schemas 1 to %d: it was written by a newer leasegate, which this one cannot share "
-             "it with: upgrade this gateway", prefix, l->id, l->schema, l->schema, LEASEGATE_VERSION, ETCD_LAYOUT);
+    snprintf(err, errlen, "the lock space at %s (id %s) was written by a newer leasegate (layout %u of its records, "
+             "its schema; this gateway, leasegate %s, reads layouts 1 to %d): they cannot share it: upgrade this "
+             "gateway", prefix, l->id, l->schema, LEASEGATE_VERSION, ETCD_LAYOUT);
     return -1;
 }
 

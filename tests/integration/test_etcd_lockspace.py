@@ -120,8 +120,9 @@ class LockSpaceTest(EtcdTestCase):
                                                   "created_at_ms": 1, "prefix": "lg"}))
         rc, err = self.serve_refused("lg")
         self.assertEqual(rc, 1, err)
-        self.assertIn("has schema 3", err)
-        self.assertIn("reads schemas 1 to 2", err)
+        self.assertIn("the lock space at lg (id 0b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60) was written by a newer leasegate "
+                      "(layout 3", err)
+        self.assertIn("reads layouts 1 to 2", err)
         self.assertIn("upgrade this gateway", err)
         self.assertEqual(self.etcd.keys("lg/leader/"), [])
         # ...or moved to a newer layout by a newer leader since.
@@ -130,7 +131,7 @@ class LockSpaceTest(EtcdTestCase):
         self.put("ls/meta/layout", "3")
         rc, err = self.serve_refused("ls")
         self.assertEqual(rc, 1, err)
-        self.assertIn("has schema 3", err)
+        self.assertIn("written by a newer leasegate (layout 3", err)
         self.assertEqual(self.etcd.keys("ls/leader/"), [])
 
     def test_a_lock_space_older_than_identities_is_adopted(self):
