@@ -97,9 +97,12 @@ class LockSpaceTest(EtcdTestCase):
         self.assertIsNotNone(leader)
         ident = self.identity("lg")
         self.assertEqual((ident["schema"], ident["prefix"]), (2, "lg"), ident)  # the layout it writes
-        logs = "".join(g.stderr_text() for g in gateways)
-        self.assertEqual(logs.count("created the lock space"), 1, logs)
-        self.assertEqual(logs.count("joining the lock space %s" % ident["id"]), 2, logs)
+        def logs():
+            return "".join(g.stderr_text() for g in gateways)
+        # Each says which, once it checked (after its listening line).
+        wait_for(lambda: logs().count("joining the lock space %s" % ident["id"]) == 2)
+        self.assertEqual(logs().count("created the lock space"), 1, logs())
+        self.assertEqual(logs().count("joining the lock space %s" % ident["id"]), 2, logs())
         grant = self.acquire_ok(leader, "kept", ttl_ms=120000)
         for g in gateways:
             g.kill9()
