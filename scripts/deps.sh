@@ -10,7 +10,8 @@
 #                              docs' commands), openssl (the TLS tests' certificates), Node.js and npm (the
 #                              examples and client, unless present), chromium (the dashboard's browser
 #                              test) and that test's npm packages (npm ci in tests/browser),
-#                              prometheus (test_misc.py checks /metrics with its promtool), and for
+#                              prometheus (test_misc.py checks /metrics with its promtool;
+#                              test_promql.py runs the docs' PromQL on a real Prometheus), and for
 #                              test_fencing_sql.py PostgreSQL 15 (postgresql-15, installed without
 #                              creating or starting a main cluster: the test starts its own server),
 #                              python3-psycopg2 and the SQL example's npm packages (npm ci in

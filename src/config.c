@@ -151,6 +151,10 @@ void config_usage(FILE *out)
             "  --tls-cert PEM --tls-key PEM\n"
             "                              serve HTTPS (TLS 1.2 and 1.3) with this certificate (chain) and its\n"
             "                              unencrypted private key, both PEM files read at start\n"
+            "  --tls-ciphers PRIORITY      a GnuTLS priority string for HTTPS, in place of the default: TLS 1.3,\n"
+            "                              and TLS 1.2 with forward-secret AEAD suites only (ECDHE with AES-GCM\n"
+            "                              or ChaCha20-Poly1305); e.g. to let TLS 1.2 CBC clients in:\n"
+            "                              'NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2'\n"
             "  --cacert PEM                CA certificates that https upstreams (--guard) and, with --store,\n"
             "                              the leader gateway and etcds:// must be signed by (default: the\n"
             "                              system's)\n"
@@ -175,6 +179,10 @@ void config_usage(FILE *out)
             "  --key-max-polls N           long-polls (GET /v1/events), watches and event streams one key\n"
             "                              holds open (25%% of --max-connections [100])\n"
             "  --peer-max-polls N          the same for one peer (25%% of --max-connections [100])\n"
+            "  --key-max-watch-bytes N     bytes of the answers one key's watches of locks will get or are\n"
+            "                              sending, each counted at the size of its lock's view (default\n"
+            "                              67108864, 64 MiB; at least 1048576)\n"
+            "  --peer-max-watch-bytes N    the same for one peer (default 64 MiB)\n"
             "  --peer-max-connections N    open connections of one peer, waiting ones included; more are\n"
             "                              closed as soon as accepted (50%% of --max-connections [100])\n"
             "  --peer-max-half-sent N      requests of one peer begun and not complete (a new connection\n"
@@ -272,6 +280,8 @@ static const NumFlag NUM_FLAGS[] = {
     {"--peer-max-fences", 1, 1000000000, offsetof(Config, peer_max_fences), false},
     {"--key-max-polls", 1, 1000000, offsetof(Config, key_max_polls), false},
     {"--peer-max-polls", 1, 1000000, offsetof(Config, peer_max_polls), false},
+    {"--key-max-watch-bytes", CONFIG_MIN_WATCH_BYTES, 1000000000000, offsetof(Config, key_max_watch_bytes), false},
+    {"--peer-max-watch-bytes", CONFIG_MIN_WATCH_BYTES, 1000000000000, offsetof(Config, peer_max_watch_bytes), false},
     {"--peer-max-connections", 1, 1000000, offsetof(Config, peer_max_connections), false},
     {"--peer-max-half-sent", 1, 1000000, offsetof(Config, peer_max_half_sent), false},
     {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},
@@ -302,7 +312,7 @@ static const NumFlag *num_flag(const char *name)
 static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",     "--min-token",
                                            "--access-log", "--store", "--advertise", "--auth-file",
                                            "--tls-cert",   "--tls-key", "--cacert",  "--allowed-host", "--s3-credentials",
-                                           "--log-format", "--etcd-cert",  "--etcd-key", "--etcd-auth-file"};
+                                           "--tls-ciphers", "--log-format", "--etcd-cert",  "--etcd-key", "--etcd-auth-file"};
 
 /* --allowed-host NAME: a DNS name (letters, digits, '-', '_', '.'), or '*'. */
 static int parse_allowed_host(Config *c, const char *v, char *err, size_t errlen)
@@ -384,6 +394,14 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
         }
         *(!strcmp(flag, "--etcd-cert") ? &c->etcd_cert : !strcmp(flag, "--etcd-key") ? &c->etcd_key
                                                                                      : &c->etcd_auth_file) = value;
+        return 0;
+    }
+    if (!strcmp(flag, "--tls-ciphers")) {
+        if (!*value || strlen(value) > CONFIG_TLS_CIPHERS_MAX) {
+            snprintf(err, errlen, "--tls-ciphers: a GnuTLS priority string of 1..%d bytes", CONFIG_TLS_CIPHERS_MAX);
+            return -1;
+        }
+        c->tls_ciphers = value;
         return 0;
     }
     if (!strcmp(flag, "--log-format")) {
@@ -485,6 +503,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
                               "one SQLite file");
         return CONFIG_ERROR;
     }
+    if (c->tls_ciphers && !c->tls_cert) {
+        snprintf(err, errlen, "--tls-ciphers needs --tls-cert and --tls-key: it chooses what HTTPS accepts");
+        return CONFIG_ERROR;
+    }
     if (!c->tls_cert != !c->tls_key) {
         snprintf(err, errlen, "--tls-cert and --tls-key go together: the certificate and its private key");
         return CONFIG_ERROR;
@@ -539,6 +561,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
     default_share(&c->peer_max_fences, c->max_fences, 4, 1000);
     default_share(&c->key_max_polls, c->max_connections, 4, 100);
     default_share(&c->peer_max_polls, c->max_connections, 4, 100);
+    if (!c->key_max_watch_bytes)
+        c->key_max_watch_bytes = CONFIG_DEFAULT_WATCH_BYTES;
+    if (!c->peer_max_watch_bytes)
+        c->peer_max_watch_bytes = CONFIG_DEFAULT_WATCH_BYTES;
     default_share(&c->peer_max_connections, c->max_connections, 2, 100);
     default_share(&c->peer_max_half_sent, c->max_connections, 8, 100);
     if (c->auth_file && c->insecure_no_auth) {

@@ -540,7 +540,7 @@ int gateway_open(Server *s, const Config *cfg)
     s->reload_fd = -1;
     char err[512];
     /* Before anything listens: a bad certificate or key stops the start. */
-    if (!tls_load(&s->tls, cfg->tls_cert, cfg->tls_key, cfg->cacert, err, sizeof err)) {
+    if (!tls_load(&s->tls, cfg->tls_cert, cfg->tls_key, cfg->cacert, cfg->tls_ciphers, err, sizeof err)) {
         log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }

@@ -42,6 +42,7 @@ typedef struct Run {
     int sigfd;
     size_t suspended_peak; /* since the last trim */
     size_t locks_peak;     /* lock names known, since the last trim */
+    int stop_signal;       /* what stopped the server (SIGTERM, SIGINT), or 0 */
     LoopSource mhd, commit, signal, deposed, reload;
 } Run;
 
@@ -158,10 +159,13 @@ static int signal_ready(LoopSource *src, uint32_t events)
     Run *r = CONTAINER_OF(src, Run, signal);
     struct signalfd_siginfo si;
     while (read(r->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGHUP)
+        if (si.ssi_signo == SIGHUP) {
             gateway_reload_keys(r->s, true);
-        else
+        } else {
+            if (!r->stop_signal)
+                r->stop_signal = (int)si.ssi_signo;
             gateway_stop_asked(r->s);
+        }
     }
     return 0;
 }
@@ -351,6 +355,12 @@ int runloop_run(Server *s)
     }
     if (status == 0)
         status = s->deposed ? deposed_drain(&r) : drain(&r);
+    /* An orderly stop says so, once (supervisors and journals show why the
+     * server went away, and that it went cleanly). */
+    if (status == 0 && !s->deposed)
+        log_line(LEVEL_INFO, "stopped on %s: every request held was answered or closed, every change is durable "
+                             "(last token %llu)",
+                 r.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)locktab_last_token(s->locks));
     /* Unwatching what was never watched fails harmlessly. */
     loop_unwatch(s->loop, mhd_fd);
     loop_unwatch(s->loop, commit_fd(s->commit));

@@ -55,8 +55,10 @@ typedef struct Server {
     struct EventStreams *streams; /* GET /v1/events/stream (event_stream.h) */
     struct Watches *watches; /* requests waiting for a lock to change (watch.h) */
     /* The audit trail's row for a write the guard refused (the API's trail,
-     * handed down so that the guard need not include a layer above it). */
-    void (*guard_refused)(Request *req, const char *lock, uint64_t token);
+     * handed down so that the guard need not include a layer above it): the
+     * lock, the token and owner of the lease presented (0 and "" when none or
+     * unknown), and why (a short code: guardq.h). */
+    void (*guard_refused)(Request *req, const char *lock, uint64_t token, const char *owner, const char *reason);
     struct Smap *key_use; /* API key name -> what it uses of its shares (quota.h), or NULL */
     struct Smap *peer_use; /* peer address -> what it uses of its shares (quota.h), or NULL */
     DList keyed;        /* Request.access.link: requests with a key that wait or are held open (quota.h) */

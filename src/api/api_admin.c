@@ -273,6 +273,10 @@ void api_metrics(Request *req)
             events_rows_read(s));
     gauge(f, "leasegate_watches", "GET /v1/locks/NAME?index= requests waiting for their lock to change.",
           watch_count(s));
+    counter(f, "leasegate_watch_slices_deferred_total",
+            "Turns of the loop that answered a slice of the watches a change woke and left the rest for the next "
+            "turn, so as to serve other requests between slices.",
+            watch_slices_deferred(s));
     fprintf(f, "# HELP leasegate_share_refusals_total Requests refused 429 because a key or a peer was at its "
                "share (key_limit, peer_limit), by share.\n# TYPE leasegate_share_refusals_total counter\n");
     for (int by = 0; by < 2; by++)

@@ -44,15 +44,10 @@ static bool stall_clean(Request *req, LockKind kind, const char *name)
     return !req->srv->stalled || !commit_touches(req->srv->commit, kind, name);
 }
 
-/* One name as GET shows it: its state, its holders and the head of its queue. */
-static void reply_one(Request *req, LockKind kind, const char *name)
+/* One name as GET shows it: its state, its holders and the head of its
+ * queue, as JSON text (malloc'd, *len bytes); NULL when out of memory. */
+static char *view_text(Server *s, LockKind kind, const char *name, size_t *len)
 {
-    Server *s = req->srv;
-    if (!stall_clean(req, kind, name)) {
-        http_reply_stalled(req);
-        return;
-    }
-    http_stall_ok(req);
     const Lock *lock = locktab_get(s->locks, kind, name);
     RawRefs refs = {.n = 0};
     Now now = clock_now();
@@ -63,15 +58,33 @@ static void reply_one(Request *req, LockKind kind, const char *name)
     if (!state || !q.list || q.failed) {
         json_decref(q.list);
         json_decref(state);
-        reply_nomem(req);
-        return;
+        return NULL;
     }
     if (json_object_set_new(state, "queue", q.list)) { /* takes q.list even when it fails */
         json_decref(state);
+        return NULL;
+    }
+    char *text = rawjson_dumps(state, &refs);
+    json_decref(state);
+    if (text)
+        *len = strlen(text);
+    return text;
+}
+
+static void reply_one(Request *req, LockKind kind, const char *name)
+{
+    if (!stall_clean(req, kind, name)) {
+        http_reply_stalled(req);
+        return;
+    }
+    http_stall_ok(req);
+    size_t len;
+    char *text = view_text(req->srv, kind, name, &len);
+    if (!text) {
         reply_nomem(req);
         return;
     }
-    http_reply_json_raw_new(req, 200, state, &refs);
+    http_reply_json_text(req, 200, text, len);
 }
 
 /* A watch (?index=N) is due once the lock's index is past N, or when N is
@@ -83,9 +96,18 @@ static bool index_past(const Request *req, const char *name, uint64_t index)
 }
 
 static bool watch_due(Request *req) { return index_past(req, req->poll->watch.name, req->poll->watch.index); }
-static void watch_answer(Request *req) { reply_one(req, KIND_LOCK, req->poll->watch.name); }
 
-static const WatchCalls WATCH = {watch_due, watch_answer};
+/* The view moves with the lock's index (locktab.h: every change a reader can see). */
+static uint64_t watch_version(const Server *s, const char *name) { return locktab_index(s->locks, KIND_LOCK, name); }
+
+static SharedText *watch_build(Server *s, const char *name)
+{
+    size_t len = 0;
+    char *text = view_text(s, KIND_LOCK, name, &len);
+    return sharedtext_new(text, len);
+}
+
+static const WatchCalls WATCH = {watch_due, watch_version, watch_build};
 
 void api_get_lock(Request *req)
 {
@@ -105,8 +127,7 @@ void api_get_lock(Request *req)
         return;
     }
     req->poll->watch.index = (uint64_t)index;
-    if (!watch_start(req, wait_ms, &WATCH))
-        reply_nomem(req);
+    watch_start(req, wait_ms, &WATCH);
 }
 
 void api_get_semaphore(Request *req)

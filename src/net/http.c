@@ -58,6 +58,7 @@ static void request_free(Request *req)
     free(req->body);
     free(req->grant.lock);
     free(req->park.out);
+    sharedtext_unref(req->park.shared);
     free(req->poll);
     free(req->log);
     free(req);
@@ -346,6 +347,45 @@ void http_reply_text(Request *req, unsigned status, const char *content_type, ch
     send_response(req, status, resp, true);
 }
 
+/* What an unread socket can hold of a shared answer: see http_reply_shared. A
+ * socket whose buffer could not be cut keeps the kernel's own bound. */
+static void bound_send_buffer(Request *req, size_t len)
+{
+    if (len <= HTTP_SHARED_SNDBUF)
+        return;
+    int fd = req->park.fd;
+    if (fd < 0 && req->conn) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        fd = info ? info->connect_fd : -1;
+    }
+    int size = HTTP_SHARED_SNDBUF;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+}
+
+static void unref_text(void *cls) { sharedtext_unref(cls); }
+
+void http_reply_shared(Request *req, unsigned status, const char *content_type, SharedText *text)
+{
+    bound_send_buffer(req, text->len);
+    if (req->park.fd >= 0) {
+        count_status(req->srv, status);
+        req->status = status;
+        park_reply_shared(req, status, content_type, sharedtext_ref(text));
+        return;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer_with_free_callback_cls(text->len, text->text, unref_text, text);
+    if (resp) {
+        sharedtext_ref(text); /* the response's, let go of when libmicrohttpd destroys it */
+        if (!httphead_add_answer_fields(resp, status, content_type)) {
+            MHD_destroy_response(resp);
+            resp = NULL;
+        }
+    }
+    send_response(req, status, resp, true);
+}
+
 void http_reply_json_new(Request *req, unsigned status, json_t *body) { http_reply_json_raw_new(req, status, body, NULL); }
 
 void http_reply_json_text(Request *req, unsigned status, char *text_new, size_t len)
@@ -458,8 +498,15 @@ const char *http_header(Request *req, const char *name)
 
 void http_add_header(Request *req, const char *name, const char *value)
 {
-    if (req->response)
-        MHD_add_response_header(req->response, name, value);
+    if (!req->response)
+        return;
+    /* Retry-After holds one value: the caller's replaces the "1" every 503 gets
+     * (httphead_answer_fields), so that a client never sees two that differ. */
+    const char *had = strcasecmp(name, MHD_HTTP_HEADER_RETRY_AFTER) ? NULL
+                                                                      : MHD_get_response_header(req->response, name);
+    if (had)
+        MHD_del_response_header(req->response, name, had);
+    MHD_add_response_header(req->response, name, value);
 }
 
 /* libmicrohttpd 0.9.75 keeps, for each header, argument, cookie and trailer of

@@ -13,8 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* TLS 1.2 and 1.3 only: older versions are deprecated (RFC 8996). */
-#define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 
 /* The whole of a regular file of at most max bytes, NUL-terminated, with its
  * length in *len; NULL with the reason in err. */
@@ -114,10 +112,30 @@ bool tls_check_client_pair(const char *cert_path, const char *key_path, char *er
     return ok;
 }
 
-bool tls_load(Tls *t, const char *cert_path, const char *key_path, const char *cacert, char *err, size_t errlen)
+/* Does GnuTLS take `priorities`? Else err says where it stops. */
+static bool priorities_valid(const char *priorities, char *err, size_t errlen)
+{
+    gnutls_priority_t p;
+    const char *at = NULL;
+    int rc = gnutls_priority_init(&p, priorities, &at);
+    if (rc == GNUTLS_E_SUCCESS) {
+        gnutls_priority_deinit(p);
+        return true;
+    }
+    snprintf(err, errlen, "--tls-ciphers '%.200s': not a GnuTLS priority string (%s, at '%.60s'); see gnutls-cli --list "
+                          "--priority STRING",
+             priorities, gnutls_strerror(rc), at ? at : "");
+    return false;
+}
+
+bool tls_load(Tls *t, const char *cert_path, const char *key_path, const char *cacert, const char *ciphers, char *err,
+              size_t errlen)
 {
     memset(t, 0, sizeof *t);
     t->cacert = cacert;
+    t->priorities = ciphers ? ciphers : TLS_DEFAULT_PRIORITIES;
+    if (ciphers && !priorities_valid(ciphers, err, errlen))
+        return false;
     if (cacert) {
         size_t len;
         char *bundle = read_pem("--cacert", cacert, 16 * TLS_MAX_PEM, &len, err, errlen);
@@ -195,7 +213,7 @@ void tls_mhd_options(Tls *t, struct MHD_OptionItem *opts)
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_log, t};
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, t->key_pem};
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, t->cert_pem};
-        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)t->priorities};
     }
     opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 }

@@ -346,6 +346,8 @@ static json_t *audit_row(const AuditRow *r)
         json_decref(j), j = NULL;
     if (j && r->mode && json_object_set_new(j, "mode", json_integer(r->mode)))
         json_decref(j), j = NULL;
+    if (j && r->reason && *r->reason && json_object_set_new(j, "reason", json_string(r->reason)))
+        json_decref(j), j = NULL;
     return j;
 }
 
@@ -1376,8 +1378,10 @@ static int load_audit_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, ui
     r->owner = json_string_value(json_object_get(j, "owner"));
     r->key = json_string_value(json_object_get(j, "key"));
     r->peer = json_string_value(json_object_get(j, "peer"));
+    const json_t *reason = json_object_get(j, "reason"); /* absent: none (rows written before it) */
+    r->reason = reason ? json_string_value(reason) : "";
     uint64_t object = 0, mode = 0;
-    bool ok = r->lock && r->owner && r->key && r->peer && json_u64(j, "token", &r->token) &&
+    bool ok = r->lock && r->owner && r->key && r->peer && r->reason && json_u64(j, "token", &r->token) &&
               json_i64(j, "kind", &kind) && json_i64(j, "at_ms", &at) &&
               (!json_object_get(j, "object") || json_u64(j, "object", &object)) &&
               (!json_object_get(j, "mode") || json_u64(j, "mode", &mode)) && object <= AUDIT_OF_FENCE &&

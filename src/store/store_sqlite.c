@@ -56,7 +56,7 @@
  * caught when the store opens. A new database gets SCHEMA_V9, then every step from
  * 9 on, like an old one: so steps written on two branches compose by
  * numbering one after the other, and nobody rewrites a schema by hand. */
-#define SCHEMA_VERSION 11
+#define SCHEMA_VERSION 12
 #define SCHEMA_BASE_VERSION 9
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
@@ -178,6 +178,8 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
            "DROP TABLE locks;"
            "DROP TABLE semaphores;"
            "DROP TABLE holders;",
+    /* Version 12: a guard refusal's audit row says why (AuditRow.reason). */
+    [11] = "ALTER TABLE audit ADD COLUMN reason TEXT NOT NULL DEFAULT '';",
 };
 
 /* The statements that are no record's (each kind's are built from its

@@ -28,8 +28,8 @@ import time
 import unittest
 import uuid
 
-# Any IPv4 address: tests that listen on 0.0.0.0 (network namespaces) still reach it at 127.0.0.1.
-READY_RE = re.compile(r"^leasegate: listening on (https?)://\d+\.\d+\.\d+\.\d+:(\d+)\s*$")
+# Any IPv4 address, or [::] (a dual-stack socket: tests reach it at 127.0.0.1 and at ::1).
+READY_RE = re.compile(r"^leasegate: listening on (https?)://(?:\d+\.\d+\.\d+\.\d+|\[::\]):(\d+)\s*$")
 LEADING_RE = re.compile(r"^leasegate: leading; serving on ")
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -108,6 +108,28 @@ class ServerTestCase(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.srv.cleanup()
+
+
+# Every client on 127.0.0.0/8 is one peer of the server's shares; a client on IPv6's loopback
+# ::1 is another. A server that must tell two peers apart listens on both (DUAL_STACK), and
+# the other peer connects to ::1 (OTHER_PEER).
+OTHER_PEER = "::1"
+DUAL_STACK = ["--listen", "[::]:0"]
+
+
+def other_peer_works():
+    """Can this machine reach a dual-stack socket at ::1 (IPv6 on, bindv6only off)?"""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::", 0))
+            s.listen(1)
+            with socket.create_connection(("::1", s.getsockname()[1]), timeout=2):
+                pass
+            with socket.create_connection(("127.0.0.1", s.getsockname()[1]), timeout=2):
+                pass
+        return True
+    except OSError:
+        return False
 
 
 def chunked(data, size):

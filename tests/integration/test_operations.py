@@ -1,10 +1,11 @@
 """Operations: backup and restore of a live database, the token floor (--min-token),
-listening on IPv6 and host names, the access log, healthcheck, --version and the
-messages of usage errors."""
+listening on IPv6 and host names, the access log, healthcheck, --version, the messages of
+usage errors, and the one line an orderly stop logs."""
 
 import contextlib
 import os
 import re
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -375,6 +376,32 @@ class AccessLogTests(unittest.TestCase):
                              "--access-log", os.path.join(self.dir, "no", "such", "dir.log"), cwd=self.dir)
         self.assertEqual(rc, 1, err)
         self.assertIn("cannot open access log", err)
+
+
+class StopTests(unittest.TestCase):
+    """Issue 39: an orderly stop said nothing (a journal showed the server gone, not why
+    or whether cleanly). It logs one line, naming the signal; a kill -9 none."""
+
+    def test_an_orderly_stop_logs_one_line(self):
+        for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+            with self.subTest(signal=name):
+                srv = harness.Server()
+                self.addCleanup(srv.cleanup)
+                st, _, g = srv.acquire("stop/1")
+                self.assertEqual(st, 200, g)
+                self.assertEqual(harness.stop_process(srv.proc) if sig == signal.SIGTERM else self.interrupt(srv), 0)
+                lines = [l for l in srv.stderr_text().splitlines() if "stopped" in l]
+                self.assertEqual(len(lines), 1, srv.stderr_text())
+                self.assertRegex(lines[0], r" info leasegate: stopped on %s: .*\(last token %d\)$" % (name, g["token"]))
+        srv = harness.Server()
+        self.addCleanup(srv.cleanup)
+        srv.kill9()
+        self.assertNotIn("stopped", srv.stderr_text())
+
+    @staticmethod
+    def interrupt(srv):
+        srv.proc.send_signal(signal.SIGINT)
+        return srv.proc.wait(harness.STOP_TIMEOUT_S)
 
 
 class CommandTests(harness.ServerTestCase):

@@ -18,6 +18,7 @@ meanwhile is given back, not doubled). A server without /readyz (404) counts as 
 import http.client
 import json
 import select
+import socket
 import ssl
 import time
 import urllib.parse
@@ -109,16 +110,20 @@ class Endpoint:
     def request(self, method, path, body=None, headers=None, timeout=10.0, first_byte=None):
         """Sends one request (body: bytes or None) and reads the whole answer; raises
         one of NETWORK_ERRORS when no answer came within `timeout` seconds (per
-        socket operation), or, with first_byte (seconds), when the connection was not
-        made within it, or the answer did not begin within it and /readyz did not say
-        the server is ready (Stalled; see the module's docstring)."""
+        socket operation; with first_byte, the answer must also begin within
+        `timeout` of the start, /readyz probes included: a renewal's bound is hard),
+        or, with first_byte (seconds), when the connection was not made within it,
+        or the answer did not begin within it and /readyz did not say the server is
+        ready (Stalled; see the module's docstring)."""
+        deadline = time.monotonic() + timeout
         conn = self._connection(min(timeout, first_byte) if first_byte else timeout)
         try:
             conn.connect()
             conn.sock.settimeout(timeout)
             conn.request(method, self.prefix + path, body=body, headers=headers or {})
             if first_byte:
-                self._await_first_byte(conn.sock, first_byte, time.monotonic() + timeout)
+                self._await_first_byte(conn.sock, first_byte, deadline)
+                conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
             resp = conn.getresponse()
             data = resp.read()
             return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data)
@@ -126,14 +131,19 @@ class Endpoint:
             conn.close()
 
     def _await_first_byte(self, sock, first_byte, deadline):
-        """Returns once the answer's first bytes are readable on sock (or at the
-        deadline: getresponse then times out as ever); raises Stalled when a
-        first_byte passes without them and the server does not say it is ready."""
+        """Returns once the answer's first bytes are readable on sock; raises
+        socket.timeout at the deadline without them (not later: a renewal's deadline
+        is its lease's bound, and a loss must be told by then), and Stalled when a
+        first_byte passes without them and the server does not say it is ready (a
+        /readyz probe that is itself bounded by the deadline)."""
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or select.select([sock], [], [], min(first_byte, left))[0]:
+            if left <= 0:
+                raise socket.timeout("%s: no answer within the request's time" % self.url)
+            if select.select([sock], [], [], min(first_byte, left))[0]:
                 return
-            if time.monotonic() < deadline and not self.ready(first_byte):
+            left = deadline - time.monotonic()
+            if left > 0 and not self.ready(min(first_byte, left)):
                 raise Stalled("%s: no answer within %gs, and /readyz did not say it is ready" % (self.url, first_byte))
 
     def ready(self, timeout):
