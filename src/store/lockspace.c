@@ -144,10 +144,11 @@ static int check_ancestors(EtcdClient *etcd, const char *prefix, LockSpace *out,
     return 0;
 }
 
-/* The record kinds of store_etcd.c's key list (PREFIX/KIND/...) and the
- * election's (PREFIX/leader/<lease in hex>). */
+/* The record kinds of store_etcd.c's key list (PREFIX/KIND/...), the keys'
+ * reload mark (PREFIX/auth/reload, election_etcd.c) and the election's
+ * candidates (PREFIX/leader/<lease in hex>, below). */
 static const char *const KINDS[] = {"meta",   "locks",   "semaphores", "holders", "fences", "guard",
-                                    "floors", "revoked", "history",    "audit"};
+                                    "floors", "revoked", "history",    "audit",   "auth"};
 
 /* What a key under the prefix (rest: the part after "PREFIX/") is: 1 one of
  * a lock space's own, 0 another's, with *nested_len the length of rest's
