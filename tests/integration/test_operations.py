@@ -5,6 +5,7 @@ usage errors, and the one line an orderly stop logs."""
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
@@ -136,6 +137,27 @@ class BackupTests(unittest.TestCase):
             restored.cleanup()
             import shutil
             shutil.rmtree(restored.dir, ignore_errors=True)
+
+    def test_a_copy_left_by_a_killed_backup_is_removed_at_start(self):
+        """A server killed while it made a backup's copy (sqlite_snapshot: a file beside the
+        database, unlinked once written) leaves the copy, every lease in it; the next start
+        removes it, and only it."""
+        if harness.on_etcd():
+            self.skipTest("SQLite's own files")
+        d = tempfile.mkdtemp(prefix="leasegate-snap-")
+        self.addCleanup(shutil.rmtree, d, True)
+        left = os.path.join(d, "leasegate.db.snapshot-a1B2c3")
+        kept = [os.path.join(d, n) for n in ("leasegate.db.snapshot-mine.bak", "other.db.snapshot-a1B2c3")]
+        for path in [left] + kept:
+            with open(path, "wb") as f:
+                f.write(b"SQLite format 3\0")
+        srv = harness.Server(data_dir=d)
+        self.addCleanup(srv.cleanup)
+        self.assertEqual(srv.acquire("snap/1")[0], 200)
+        self.assertFalse(os.path.exists(left), "the copy a killed backup left is still there")
+        for path in kept:
+            self.assertTrue(os.path.exists(path), "%s is not a backup's copy, and was removed" % path)
+        self.assertIn("removed %s" % left, srv.stderr_text())
 
     def test_a_copy_of_the_file_is_refused_while_the_server_runs_and_made_once_it_stopped(self):
         harness.sqlite_only(self, "copies the SQLite database file")
