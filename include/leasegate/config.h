@@ -33,6 +33,12 @@ typedef struct Config {
     EtcdUrl etcd;                 /* store_url parsed */
     unsigned leader_ttl_s;        /* the etcd lease behind leadership */
     size_t etcd_max_txn_ops;      /* etcd's --max-txn-ops: no transaction of ours carries more */
+    bool new_lock_space;          /* --new-lock-space: create the lock space on an empty prefix (lockspace.h) */
+    const char *etcd_cert;        /* --etcd-cert PEM: the client certificate shown to etcd; borrowed */
+    const char *etcd_key;         /* --etcd-key PEM, given with --etcd-cert */
+    const char *etcd_auth_file;   /* --etcd-auth-file: USER:PASSWORD of an etcd user; borrowed */
+    unsigned etcd_compact_interval_s; /* the leader compacts etcd's history this often; 0: never */
+    size_t etcd_compact_bytes;    /* ... and once it wrote this much since the last compaction */
     char advertise[512];          /* the URL other gateways and clients see; "" until known */
     const char *access_log;       /* borrowed; NULL: none, "-": stdout */
     unsigned drain_s;             /* --drain-seconds: a planned stop is not ready but serves this long first */

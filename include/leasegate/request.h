@@ -106,6 +106,7 @@ typedef struct RequestGuard {
  * the API's (api.h). */
 typedef struct RequestGrant {
     bool pending;
+    bool refused;       /* its answer became a 503 (a stall, http.c): undelivered, whatever the socket took */
     uint8_t kind;       /* LockKind: of a lock or of a semaphore */
     char *lock;         /* owned */
     uint8_t lease[LEASE_ID_BYTES];
@@ -197,6 +198,8 @@ struct Request {
     bool close;         /* on resume, drop the connection */
     unsigned status;
     bool reveals_nothing; /* its answer needs no commit or barrier (http_reveals_nothing) */
+    bool changes;       /* not GET, HEAD or OPTIONS: refused while the store stalls */
+    bool stall_ok;      /* its answer reveals nothing of a batch not yet durable (http_stall_ok) */
     struct MHD_Response *response; /* owned: built, waiting to be queued */
     CommitHold hold;
     /* How the request ends (the HTTP layer's): also for a parked request,

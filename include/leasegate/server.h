@@ -43,6 +43,7 @@ typedef struct Server {
     Config cfg;
     Store *store;
     Election *election; /* --store etcd://: this gateway's leadership; NULL with SQLite */
+    struct EtcdAuth *etcd_auth; /* --etcd-auth-file's user (owned; cfg.etcd.auth borrows it), or NULL */
     EtcdStats etcd_stats; /* what this gateway's etcd clients met (its election's and its store's) */
     Commit *commit;
     Locktab *locks;
@@ -97,6 +98,12 @@ typedef struct Server {
     bool deposed;
     int deposed_fd; /* eventfd: the election's thread says leadership is lost (gateway.c); -1 with SQLite */
     int reload_fd;  /* eventfd: the election's thread says another gateway reloaded its keys; -1 with SQLite */
+    /* Over etcd: etcd refuses writes for an alarm and the commit writer
+     * stalls (commit.h): changes get 503 naming the alarm, reads of what is
+     * committed are answered, no lease expires (runloop.c). */
+    bool stalled;
+    char stall_why[256]; /* the store's refusal, while stalled */
+    int64_t stalled_since_ms; /* monotonic */
 } Server;
 
 #endif

@@ -16,6 +16,7 @@
 #include "guard/proxy.h"
 #include "leasegate/web_assets.h"
 #include "net/peers.h"
+#include "store/etcd.h"
 
 /* Each S3 route's state: its store may be unreached or ignore
  * preconditions, which closes that route only; the lock service is as
@@ -86,7 +87,11 @@ void api_healthz(Request *req)
         char leader[512];
         ElectionRole role = election_role(e, leader, sizeof leader);
         if (json_object_set_new(body, "role", json_string(election_role_name(role))) ||
-            json_object_set_new(body, "leader", json_string(leader))) {
+            json_object_set_new(body, "leader", json_string(leader)) ||
+            (req->srv->stalled &&
+             json_object_set_new(body, "etcd_alarm", json_string(etcd_alarm_name(req->srv->stall_why)
+                                                                       ? etcd_alarm_name(req->srv->stall_why)
+                                                                       : "NOSPACE")))) {
             json_decref(body);
             body = NULL;
         }

@@ -136,6 +136,12 @@ static void history(Request *req, int object)
         http_reply_error(req, ERR_NOT_FOUND, NULL, "the audit trail is off (--audit-keep 0): no history is kept");
         return;
     }
+    /* While etcd refuses writes, only a name no batch not yet durable touches (http.h). */
+    if (s->stalled && commit_touches(s->commit, object == AUDIT_OF_SEMAPHORE ? KIND_SEMAPHORE : KIND_LOCK, req->arg)) {
+        http_reply_stalled(req);
+        return;
+    }
+    http_stall_ok(req);
     LockRows rows = {.object = object};
     auditlog_list(s->audit, NULL, req->arg, 0, SIZE_MAX, keep_row, &rows);
     json_t *grants = rows.failed ? NULL : json_array();

@@ -129,6 +129,12 @@ void api_get_election(Request *req)
         return;
     if (!http_query(req, "index") || wait_ms == 0 || index_past(req, req->arg, (uint64_t)index) ||
         req->srv->stopping) {
+        /* While etcd refuses writes, only a name no batch not yet durable touches (http.h). */
+        if (req->srv->stalled && commit_touches(req->srv->commit, KIND_ELECTION, req->arg)) {
+            http_reply_stalled(req);
+            return;
+        }
+        http_stall_ok(req);
         size_t len;
         char *text = view_text(req->srv, req->arg, &len);
         if (text)

@@ -412,7 +412,7 @@ void api_request_end(Request *req, bool delivered)
     /* An undelivered grant is undone, unless another answer of it (a replay
      * of its request_id) was delivered or still may be. */
     if (req->grant.pending && locktab_answer_ended(s->locks, (LockKind)req->grant.kind, req->grant.lock,
-                                                                req->grant.lease, delivered)) {
+                                                   req->grant.lease, delivered && !req->grant.refused)) {
         Now now = clock_now();
         uint32_t left;
         if (locktab_release(s->locks, (LockKind)req->grant.kind, req->grant.lock, req->grant.lease, req, &now,

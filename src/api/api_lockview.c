@@ -39,6 +39,13 @@ static void queue_one(void *ud, const WaiterView *v)
         q->failed = true;
 }
 
+/* While etcd refuses writes (Server.stalled), a read reveals only names that
+ * no batch not yet durable touches (http.h): true when this one may. */
+static bool stall_clean(Request *req, LockKind kind, const char *name)
+{
+    return !req->srv->stalled || !commit_touches(req->srv->commit, kind, name);
+}
+
 /* One name as GET shows it: its state, its holders and the head of its
  * queue, as JSON text (malloc'd, *len bytes); NULL when out of memory. */
 static char *view_text(Server *s, LockKind kind, const char *name, size_t *len)
@@ -68,6 +75,11 @@ static char *view_text(Server *s, LockKind kind, const char *name, size_t *len)
 
 static void reply_one(Request *req, LockKind kind, const char *name)
 {
+    if (!stall_clean(req, kind, name)) {
+        http_reply_stalled(req);
+        return;
+    }
+    http_stall_ok(req);
     size_t len;
     char *text = view_text(req->srv, kind, name, &len);
     if (!text) {
@@ -127,6 +139,7 @@ void api_get_semaphore(Request *req)
 }
 
 typedef struct ListCtx {
+    Request *req;
     const Locktab *lt;
     LockKind kind;
     Now now;
@@ -134,6 +147,7 @@ typedef struct ListCtx {
     RawRefs refs;
     const char *last;
     bool failed; /* out of memory: the listing would skip a name */
+    bool unclean; /* a name a batch not yet durable touches, while etcd refuses writes */
 } ListCtx;
 
 static void list_one(void *ud, const Lock *lock)
@@ -143,6 +157,7 @@ static void list_one(void *ud, const Lock *lock)
         ctx->failed ? NULL : lockview_state_new(ctx->lt, ctx->kind, lock->name, lock, false, &ctx->now, &ctx->refs);
     if (!state || json_array_append_new(ctx->locks, state) != 0)
         ctx->failed = true;
+    ctx->unclean |= !stall_clean(ctx->req, ctx->kind, lock->name);
     ctx->last = lock->name;
 }
 
@@ -170,7 +185,7 @@ static void list(Request *req, LockKind kind)
         }
     }
     /* About 8 KiB of raw references, on the loop thread's stack. */
-    ListCtx ctx = {.lt = req->srv->locks, .kind = kind, .now = clock_now(), .locks = json_array()};
+    ListCtx ctx = {.req = req, .lt = req->srv->locks, .kind = kind, .now = clock_now(), .locks = json_array()};
     if (!ctx.locks) {
         reply_nomem(req);
         return;
@@ -181,6 +196,12 @@ static void list(Request *req, LockKind kind)
         reply_nomem(req);
         return;
     }
+    if (ctx.unclean) {
+        json_decref(ctx.locks);
+        http_reply_stalled(req);
+        return;
+    }
+    http_stall_ok(req);
     http_reply_json_raw_new(req, 200,
                             json_pack("{s:o, s:o, s:I}", kind == KIND_SEMAPHORE ? "semaphores" : "locks", ctx.locks,
                                       "next", more && ctx.last ? json_string(ctx.last) : json_null(), "now_ms",

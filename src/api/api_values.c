@@ -133,6 +133,12 @@ void api_get_value(Request *req)
     Server *s = req->srv;
     if (!body_check_name(req, "name", req->arg))
         return;
+    /* While etcd refuses writes, only a name no batch not yet durable touches (http.h). */
+    if (s->stalled && commit_touches(s->commit, KIND_LOCK, req->arg)) {
+        http_reply_stalled(req);
+        return;
+    }
+    http_stall_ok(req);
     const Lock *lock = locktab_get(s->locks, KIND_LOCK, req->arg);
     JsonW w;
     jsonw_begin(&w);

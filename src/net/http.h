@@ -113,6 +113,16 @@ void http_reply_invalid(Request *req, ErrCode code, json_t *extra, const char *f
 /* The answer about to be made reveals nothing of the lock space (/healthz,
  * /metrics, the dashboard's files): it leaves at once. */
 void http_reveals_nothing(Request *req);
+/* While the store stalls (Server.stalled: etcd refuses writes), an answer
+ * that may reveal state leaves only when its handler said it reveals nothing
+ * of a batch not yet durable (http_stall_ok; commit_touches decides), after
+ * a fenced read of its own (commit_stall_hold); any other gets 503
+ * overloaded naming the alarm (http_reply_stalled), and so does every
+ * request that is not GET, HEAD or OPTIONS, before it changes anything. */
+void http_stall_ok(Request *req);
+void http_reply_stalled(Request *req);
+/* The stall began: every waiter is answered 503 naming the alarm. */
+void http_stall_waiters(Server *s);
 /* Remembers that the reply about to be sent grants `lease` on `lock`. */
 void http_note_grant(Request *req, LockKind kind, const char *lock, const uint8_t *lease);
 

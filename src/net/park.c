@@ -36,6 +36,7 @@
 #include "net/errors.h"
 #include "net/httphead.h"
 #include "net/peers.h"
+#include "net/stallreply.h"
 
 typedef struct ConnBytes {
     int64_t origin; /* counted_read when libmicrohttpd had read nothing yet */
@@ -209,11 +210,20 @@ void park_drop(Request *req)
 
 static void hold_ready(CommitHold *hold) { make_ready(CONTAINER_OF(hold, Request, hold)); }
 
+static void stalled_reply(Request *req);
+
 /* Its batch or barrier will never be made (the gateway is deposed): the
- * answer written is replaced by 503 (park_reply, deposed). */
+ * answer written is replaced by 503 (park_reply, deposed). While the store
+ * stalls, by the 503 naming the alarm, and a grant it carried is undelivered
+ * (http.c's hold_failed says why). */
 static void hold_failed(CommitHold *hold)
 {
     Request *req = CONTAINER_OF(hold, Request, hold);
+    if (req->srv->stalled && !req->srv->deposed) {
+        req->grant.refused = true;
+        stalled_reply(req);
+        return;
+    }
     park_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json", NULL, 0);
 }
 
@@ -262,14 +272,37 @@ static void answer_made(Request *req, char *out, size_t out_len, SharedText *sha
     req->park.out_off = 0;
     req->hold.ready = hold_ready;
     req->hold.failed = hold_failed;
-    if (!s->deposed && commit_barrier_hold(s->commit, &req->hold))
+    if (!s->deposed && !req->reveals_nothing && s->stalled) {
+        commit_stall_hold(s->commit, &req->hold);
+        return;
+    }
+    if (!s->deposed && !req->reveals_nothing && commit_barrier_hold(s->commit, &req->hold))
         return;
     make_ready(req);
+}
+
+/* The stall's 503 (http.h), which reveals nothing: written at once. */
+static void stalled_reply(Request *req)
+{
+    size_t len = 0;
+    char *text = stallreply_body(req->srv, &len);
+    if (!text) {
+        park_drop(req);
+        return;
+    }
+    req->reveals_nothing = true;
+    park_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json", text, len);
 }
 
 void park_reply(Request *req, unsigned status, const char *content_type, char *text_new, size_t len)
 {
     Server *s = req->srv;
+    if (s->stalled && !s->deposed && !req->reveals_nothing && !req->stall_ok) {
+        /* A parked answer (a waiter's) may reveal a change etcd has not taken. */
+        free(text_new);
+        stalled_reply(req);
+        return;
+    }
     if (s->deposed) {
         /* Whatever was decided from memory, a deposed gateway answers 503 (http.h). */
         free(text_new);
@@ -295,6 +328,12 @@ void park_reply(Request *req, unsigned status, const char *content_type, char *t
 
 void park_reply_shared(Request *req, unsigned status, const char *content_type, SharedText *text)
 {
+    if (req->srv->stalled && !req->srv->deposed && !req->stall_ok) {
+        /* A watch's view may show a change etcd has not taken (http.h). */
+        sharedtext_unref(text);
+        stalled_reply(req);
+        return;
+    }
     if (req->srv->deposed) {
         sharedtext_unref(text);
         park_reply(req, status, content_type, NULL, 0); /* 503 */

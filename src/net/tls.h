@@ -58,6 +58,10 @@ typedef struct Tls {
 bool tls_load(Tls *t, const char *cert_path, const char *key_path, const char *cacert, const char *ciphers, char *err,
               size_t errlen);
 void tls_clear(Tls *t);
+/* The client certificate and key shown to etcd (--etcd-cert, --etcd-key;
+ * libcurl reads the files itself at each connection): readable PEM, the key
+ * unencrypted and the certificate's. false with the reason in err. */
+bool tls_check_client_pair(const char *cert_path, const char *key_path, char *err, size_t errlen);
 bool tls_on(const Tls *t);
 /* "https" or "http". */
 const char *tls_scheme(const Tls *t);

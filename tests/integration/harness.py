@@ -363,9 +363,12 @@ class Client:
 class Server:
     """The real leasegate binary, started on a free loopback port."""
 
-    def __init__(self, extra_args=None, data_dir=None, start=True, extra_env=None, store=None, tls=None):
+    def __init__(self, extra_args=None, data_dir=None, start=True, extra_env=None, store=None, tls=None,
+                 new_lock_space=True):
         """tls: an ssl.SSLContext that trusts the server's certificate, for a server
-        started with --tls-cert/--tls-key; its clients then speak HTTPS."""
+        started with --tls-cert/--tls-key; its clients then speak HTTPS.
+        new_lock_space: with a store, start with --new-lock-space (the lock space is made on
+        a fresh prefix; harmless once it exists), as every test on a prefix of its own does."""
         self.bin = binary_path()
         self.tls = tls
         self.extra_args = list(extra_args or [])
@@ -382,6 +385,7 @@ class Server:
             if "--leader-ttl" not in self.extra_args:
                 self.extra_args += ["--leader-ttl", str(ETCD_LEADER_TTL_S)]
         self.store = store
+        self.new_lock_space = new_lock_space
         self.proc = None
         self.port = None
         self.url = None
@@ -406,6 +410,8 @@ class Server:
         self._stderr_path = err_path
         args = [self.bin, "serve", "--listen", "127.0.0.1:0"]
         args += ["--store", self.store] if self.store else ["--data", self.data_path]
+        if self.store and self.new_lock_space:
+            args.append("--new-lock-space")
         args += self.extra_args
         env = dict(os.environ, **self.extra_env) if self.extra_env else None
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
