@@ -13,11 +13,15 @@
 #                              test_fencing_sql.py PostgreSQL 15 (postgresql-15, installed without
 #                              creating or starting a main cluster: the test starts its own server),
 #                              python3-psycopg2 and the SQL example's npm packages (npm ci in
-#                              examples/sql), and for the Java client (clients/java, built offline
-#                              with javac) default-jdk-headless, libjackson2-databind-java,
-#                              libjakarta-servlet-api-java (its servlet filter), junit5,
-#                              libtomcat10-embed-java and libjakarta-annotation-api-java (its tests:
-#                              the filter in a real Tomcat)
+#                              examples/sql), golang-go (Go 1.19: the Go client's tests and its
+#                              conformance driver, built offline), and for the Java client
+#                              (clients/java, built offline with javac) default-jdk-headless,
+#                              libjackson2-databind-java, libjakarta-servlet-api-java (its servlet
+#                              filter), junit5, libtomcat10-embed-java and libjakarta-annotation-api-java
+#                              (its tests: the filter in a real Tomcat); the S3 clients
+#                              test_guard_s3_clients.py drives through the guard: awscli
+#                              (/usr/bin/aws), rclone, s3cmd and the JavaScript SDK (npm ci in
+#                              tests/s3clients)
 #   scripts/deps.sh --bench    also the peers bench/compare.sh measures against: redis-server,
 #                              etcd-server, zookeeper (the server; a JVM) with libzookeeper-mt-dev
 #                              (bench/zkbench.c's client) and default-jdk-headless (jcmd, for the
@@ -26,12 +30,12 @@
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
-BUILD="build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev uuid-dev libcurl4-openssl-dev libgnutls28-dev"
-RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 libgnutls30 ca-certificates"
+BUILD="build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev uuid-dev libcurl4-openssl-dev libgnutls28-dev nettle-dev libexpat1-dev zlib1g-dev"
+RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 libgnutls30 libnettle8 libexpat1 zlib1g ca-certificates"
 case "${1:-}" in
   "") PKGS="$BUILD" ;;
   --test)
-    PKGS="$BUILD python3 python3-venv python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server openssl chromium prometheus postgresql-15 python3-psycopg2 default-jdk-headless libjackson2-databind-java libjakarta-servlet-api-java junit5 libtomcat10-embed-java libjakarta-annotation-api-java"
+    PKGS="$BUILD python3 python3-venv python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server openssl chromium prometheus postgresql-15 python3-psycopg2 default-jdk-headless libjackson2-databind-java libjakarta-servlet-api-java junit5 libtomcat10-embed-java libjakarta-annotation-api-java golang-go awscli rclone s3cmd"
     command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
     command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm" ;;
   --bench) PKGS="$BUILD redis-server etcd-server zookeeper libzookeeper-mt-dev default-jdk-headless strace curl python3" ;;
@@ -57,4 +61,5 @@ $SUDO apt-get install -y -qq --no-install-recommends $PKGS >/dev/null
 if [ "${1:-}" = "--test" ]; then
   (cd "$(dirname "$0")/../tests/browser" && npm ci --no-audit --no-fund --loglevel=error)
   (cd "$(dirname "$0")/../examples/sql" && npm ci --no-audit --no-fund --loglevel=error)
+  (cd "$(dirname "$0")/../tests/s3clients" && npm ci --no-audit --no-fund --loglevel=error)
 fi

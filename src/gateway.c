@@ -545,12 +545,11 @@ void gateway_close(Server *s)
 void gateway_reload_keys(Server *s)
 {
     char err[512];
-    if (s->cfg.s3_credentials) {
-        if (guard_reload(s->guard, err, sizeof err))
-            fprintf(stderr, "leasegate: SIGHUP: S3 credentials read again from %s\n", s->cfg.s3_credentials);
-        else
-            fprintf(stderr, "leasegate: SIGHUP: keeping the S3 credentials loaded before: %s\n", err);
-    }
+    /* S3 routes are probed again, those closed for good too. */
+    if (!guard_reload(s->guard, err, sizeof err))
+        fprintf(stderr, "leasegate: SIGHUP: keeping the S3 credentials loaded before: %s\n", err);
+    else if (s->cfg.s3_credentials)
+        fprintf(stderr, "leasegate: SIGHUP: S3 credentials read again from %s\n", s->cfg.s3_credentials);
     if (!s->cfg.auth_file)
         return;
     AuthTable *t = auth_load(s->cfg.auth_file, err, sizeof err);

@@ -87,6 +87,15 @@ typedef struct RequestGuard {
     GuardWrite *write;
     GuardTicket ticket;
     struct S3Write *s3; /* an S3 route's write: its steps (s3req.h) */
+    /* Set on an S3 route: every error answer of the request (the guard's and
+     * the layers' before it) is written in S3's XML by this (s3err.h), which
+     * takes over extra (an ErrCode, a json_t *). NULL: the JSON error. */
+    void (*reply_error)(Request *req, int code, void *extra, const char *message);
+    const void *route;  /* the GuardRoute, once matched */
+    struct S3Auth *auth; /* an S3 route's signed request: its body's checks (s3auth.h) */
+    bool write_checked;  /* the signed body's last checks were made */
+    uint64_t s3_token;   /* an S3 write's token, for its answer (a multipart upload's record) */
+    char s3_lock[257];   /* its lock (NAME_MAX_BYTES + 1) */
 } RequestGuard;
 
 /* A grant this request's answer reveals, released if it is not delivered:

@@ -11,17 +11,76 @@
 #include "api/selfmetrics.h"
 #include "api/watch.h"
 #include "core/leasehist.h"
+#include "guard/guard.h"
 #include "guard/proxy.h"
 #include "leasegate/web_assets.h"
 #include "net/peers.h"
 
+/* Each S3 route's state: its store may be unreached or ignore
+ * preconditions, which closes that route only; the lock service is as
+ * healthy as before. (An http route's upstream is not probed.) NULL when
+ * out of memory. */
+static json_t *guard_routes_new(Server *s)
+{
+    json_t *routes = json_array();
+    for (size_t i = 0; routes && i < s->cfg.nguards; i++) {
+        if (s->cfg.guards[i].kind != GUARD_S3)
+            continue;
+        char detail[256];
+        GuardRouteUp st = guard_route_state(s->guard, i, detail, sizeof detail);
+        json_t *r = json_pack("{s:s, s:s, s:s, s:s}", "route", s->cfg.guards[i].prefix, "kind",
+                              s->cfg.guards[i].kind == GUARD_S3 ? "s3" : "http", "state", guard_route_state_name(st),
+                              "detail", detail);
+        if (json_array_append_new(routes, r)) {
+            json_decref(routes);
+            routes = NULL;
+        }
+    }
+    return routes;
+}
+
+static bool guard_has_s3(const Server *s)
+{
+    for (size_t i = 0; i < s->cfg.nguards; i++)
+        if (s->cfg.guards[i].kind == GUARD_S3)
+            return true;
+    return false;
+}
+
+/* leasegate_guard_route_up{route}: 1 while an S3 route's store answers and
+ * honours preconditions. Prefixes are escaped as label values. */
+static void guard_route_metrics(FILE *f, Server *s)
+{
+    bool any = false;
+    for (size_t i = 0; i < s->cfg.nguards; i++) {
+        if (s->cfg.guards[i].kind != GUARD_S3)
+            continue;
+        if (!any)
+            fprintf(f, "# HELP leasegate_guard_route_up 1 while the S3 route's store answers and honours "
+                       "preconditions (writes go), else 0.\n# TYPE leasegate_guard_route_up gauge\n");
+        any = true;
+        fputs("leasegate_guard_route_up{route=\"", f);
+        for (const char *p = s->cfg.guards[i].prefix; *p; p++) {
+            if (*p == '\\' || *p == '"')
+                fputc('\\', f);
+            fputc(*p, f);
+        }
+        fprintf(f, "\"} %d\n", guard_route_state(s->guard, i, NULL, 0) == GUARD_ROUTE_OPEN);
+    }
+}
+
 /* Over etcd, also the role (here always leader: a follower's answers come
- * from standby.c) and the leader's URL. */
+ * from standby.c) and the leader's URL. With --guard, each route's state
+ * (guard_routes_new): still 200, since the locks are served. */
 void api_healthz(Request *req)
 {
     Election *e = req->srv->election;
     http_reveals_nothing(req);
     json_t *body = json_pack("{s:s}", "status", "ok");
+    if (body && guard_has_s3(req->srv) && json_object_set_new(body, "guard", guard_routes_new(req->srv))) {
+        json_decref(body);
+        body = NULL;
+    }
     if (body && e) {
         char leader[512];
         ElectionRole role = election_role(e, leader, sizeof leader);
@@ -137,12 +196,14 @@ void api_metrics(Request *req)
         [GUARD_REFUSED_CALLS] = "calls",           [GUARD_REFUSED_LOCK_CALLS] = "lock_calls",
         [GUARD_REFUSED_KEY_CALLS] = "key_calls",   [GUARD_REFUSED_PEER_CALLS] = "peer_calls",
         [GUARD_REFUSED_QUEUE_TIMEOUT] = "queue_timeout", [GUARD_REFUSED_SETTLING] = "settling",
+        [GUARD_REFUSED_ROUTE_CLOSED] = "route_closed",
     };
     fprintf(f, "# HELP leasegate_guard_refused_total Guarded requests refused, by reason.\n"
                "# TYPE leasegate_guard_refused_total counter\n");
     for (int i = 0; i < GUARD_REFUSED_COUNT; i++)
         fprintf(f, "leasegate_guard_refused_total{reason=\"%s\"} %llu\n", REFUSALS[i],
                 (unsigned long long)m->guard_refused[i]);
+    guard_route_metrics(f, s);
     LocktabCounts lc = locktab_counts(s->locks, KIND_LOCK), sc = locktab_counts(s->locks, KIND_SEMAPHORE);
     gauge(f, "leasegate_locks", "Lock names known (ever granted, not yet forgotten).", lc.names);
     gauge(f, "leasegate_locks_held", "Locks held now (by a writer or by readers).", lc.held);

@@ -11,6 +11,7 @@
 #include "api/router.h"
 #include "api/watch.h"
 #include "guard/guard.h"
+#include "guard/s3req.h"
 
 /* Is the declared media type application/json (parameters such as charset
  * allowed)? A page on another origin can send text/plain or a form without
@@ -36,8 +37,16 @@ static bool guard_allowed(Request *req, const GuardRoute *g, const char *method)
 {
     if (!req->srv->auth)
         return true;
+    /* An S3 client's signature is made with a lease, which the guard checks
+     * (s3auth.h): the lease's key was allowed to take it. */
+    if (g->kind == GUARD_S3 && s3req_signed(req))
+        return true;
     char locks[2][NAME_MAX_BYTES + 1];
     size_t n = guard_bound_locks(req, g, method, locks);
+    /* An S3 route's bucket itself (a listing): any key that uses locks, and
+     * the listing shows only the names it covers (s3list.h). */
+    if (g->kind == GUARD_S3 && n == 1 && !locks[0][0])
+        return access_check(req, ACCESS_LOCKS, NULL);
     for (size_t i = 0; i < n; i++)
         if (!access_check(req, ACCESS_LOCKS, locks[i]))
             return false;
@@ -48,7 +57,7 @@ static void begin(Request *req, const char *method, const char *url)
 {
     const GuardRoute *g = guard_match(req->srv, req->raw_uri);
     if (g) {
-        if (guard_allowed(req, g, method))
+        if (guard_prepare(req, g) && guard_allowed(req, g, method))
             guard_begin(req, g, method, req->access.key ? req->access.key->name : NULL);
         return;
     }

@@ -23,6 +23,7 @@ typedef enum GuardRefusal {
     GUARD_REFUSED_PEER_CALLS,    /* 429 peer_limit: --guard-peer-max-calls */
     GUARD_REFUSED_QUEUE_TIMEOUT, /* 503: waited --guard-timeout for its turn */
     GUARD_REFUSED_SETTLING,      /* 503: its lock settles (--guard-settle) */
+    GUARD_REFUSED_ROUTE_CLOSED,  /* 503, 502: its S3 route's store is unreached or ignores preconditions */
     GUARD_REFUSED_COUNT
 } GuardRefusal;
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A value is printable ASCII without spaces: anything else would end up in a
  * header line. */
@@ -118,13 +119,38 @@ bool awscred_parse(const char *text, const char *profile, AwsCreds *out, char *e
     return true;
 }
 
-bool awscred_load_file(const char *path, const char *profile, AwsCreds *out, char *err, size_t errlen)
+bool awscred_load_file(const char *path, const char *profile, AwsCreds *out, char *err, size_t errlen, char *warn,
+                       size_t warnlen)
 {
+    if (warnlen)
+        warn[0] = '\0';
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return false;
     }
+    /* Whoever may write the file chooses whose bucket the guard writes to;
+     * whoever may read it holds the gateway's keys. */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        fclose(f);
+        return false;
+    }
+    if (st.st_mode & 022) {
+        snprintf(err, errlen,
+                 "%s: refused: it is writable by %s (mode %04o), so they could swap in credentials of their own; "
+                 "chmod go-w %s",
+                 path, (st.st_mode & 022) == 022 ? "its group and others" : st.st_mode & 020 ? "its group" : "others",
+                 (unsigned)(st.st_mode & 07777), path);
+        fclose(f);
+        return false;
+    }
+    if ((st.st_mode & 004) && warnlen)
+        snprintf(warn, warnlen,
+                 "%s is readable by every user of this machine (mode %04o): anyone here can sign as the gateway; "
+                 "chmod o-r %s (root:leasegate 0640, or systemd's LoadCredential=)",
+                 path, (unsigned)(st.st_mode & 07777), path);
     enum { MAX = 64 * 1024 };
     char *text = malloc(MAX + 1);
     size_t n = text ? fread(text, 1, MAX + 1, f) : 0;

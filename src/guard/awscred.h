@@ -26,7 +26,10 @@ bool awscred_parse(const char *text, const char *profile, AwsCreds *out, char *e
 /* From the three environment values (token may be NULL). */
 bool awscred_from_env(const char *key, const char *secret, const char *token, AwsCreds *out, char *err,
                       size_t errlen);
-/* Reads FILE (at most 64 KiB) and parses it. */
-bool awscred_load_file(const char *path, const char *profile, AwsCreds *out, char *err, size_t errlen);
+/* Reads FILE (at most 64 KiB) and parses it. A file its group or others may
+ * write is refused (they could swap in credentials of their own); one that
+ * others may read loads, with one line in warn ("" otherwise). */
+bool awscred_load_file(const char *path, const char *profile, AwsCreds *out, char *err, size_t errlen, char *warn,
+                       size_t warnlen);
 
 #endif

@@ -24,6 +24,10 @@
 #include "guard/guardshare.h"
 #include "guard/proxy.h"
 #include "guard/s3.h"
+#include "guard/s3auth.h"
+#include "guard/s3err.h"
+#include "guard/s3list.h"
+#include "guard/s3mpu.h"
 #include "guard/s3req.h"
 #include "net/httphead.h"
 
@@ -32,6 +36,7 @@ struct Guard {
     GuardShares *shares;
     GuardQueues *queues;
     S3 *s3;
+    S3Uploads *uploads; /* multipart uploads begun through the guard */
 };
 
 Guard *guard_new(Server *s)
@@ -43,7 +48,8 @@ Guard *guard_new(Server *s)
     g->shares = guardshare_new();
     g->queues = g->shares ? guardq_new(s, g->shares) : NULL;
     g->s3 = s3_new(&s->cfg);
-    if (!g->queues || !g->s3) {
+    g->uploads = s3mpu_new();
+    if (!g->queues || !g->s3 || !g->uploads) {
         guard_free(g);
         return NULL;
     }
@@ -55,6 +61,7 @@ void guard_free(Guard *g)
     if (!g)
         return;
     s3_free(g->s3);
+    s3mpu_free(g->uploads);
     guardq_free(g->queues);
     guardshare_free(g->shares);
     free(g);
@@ -63,6 +70,31 @@ void guard_free(Guard *g)
 bool guard_open(Guard *g, char *err, size_t errlen) { return s3_open(g->s3, err, errlen); }
 
 bool guard_reload(Guard *g, char *err, size_t errlen) { return s3_reload(g->s3, err, errlen); }
+
+GuardRouteUp guard_route_state(Guard *g, size_t route, char *detail, size_t detail_len)
+{
+    const GuardRoute *r = &g->srv->cfg.guards[route];
+    if (r->kind != GUARD_S3) {
+        snprintf(detail, detail_len, "forwarded; its upstream is not probed");
+        return GUARD_ROUTE_UNPROBED;
+    }
+    switch (s3_route_state(g->s3, route, detail, detail_len)) {
+    case S3_ROUTE_OPEN:
+        return GUARD_ROUTE_OPEN;
+    case S3_ROUTE_REFUSED:
+        return GUARD_ROUTE_REFUSED;
+    case S3_ROUTE_CLOSED:
+    default:
+        return GUARD_ROUTE_CLOSED;
+    }
+}
+
+const char *guard_route_state_name(GuardRouteUp st)
+{
+    static const char *const NAMES[] = {[GUARD_ROUTE_UNPROBED] = "forwarding", [GUARD_ROUTE_OPEN] = "open",
+                                        [GUARD_ROUTE_CLOSED] = "closed", [GUARD_ROUTE_REFUSED] = "refused"};
+    return NAMES[st];
+}
 
 bool guard_restore(Guard *g, const char *lock, int64_t at_ms, const Now *now)
 {
@@ -74,20 +106,26 @@ int64_t guard_next_timeout_ms(const Guard *g, const Now *now) { return guardq_ne
 void guard_tick(Guard *g, const Now *now) { guardq_tick(g->queues, now); }
 
 /* Prefixes match whole path segments: "/store" covers "/store/x" and
- * "/store?q", not "/storefront". */
+ * "/store?q", not "/storefront". An S3 route's prefix is the bucket its
+ * clients name: "/reports/" also takes "/reports" and "/reports?list-type=2". */
 const GuardRoute *guard_match(const Server *s, const char *raw_uri)
 {
     for (size_t i = 0; i < s->cfg.nguards; i++) {
         const GuardRoute *g = &s->cfg.guards[i];
         size_t n = strlen(g->prefix);
-        if (strncmp(raw_uri, g->prefix, n) != 0)
+        if (strncmp(raw_uri, g->prefix, n) != 0) {
+            if (g->kind == GUARD_S3 && n > 1 && g->prefix[n - 1] == '/' && !strncmp(raw_uri, g->prefix, n - 1) &&
+                (raw_uri[n - 1] == '\0' || raw_uri[n - 1] == '?'))
+                return g;
             continue;
+        }
         char next = raw_uri[n];
         if (g->prefix[n - 1] == '/' || next == '\0' || next == '/' || next == '?')
             return g;
     }
     return NULL;
 }
+
 
 static bool names_destination(const char *method) { return !strcmp(method, "COPY") || !strcmp(method, "MOVE"); }
 
@@ -199,7 +237,7 @@ static enum MHD_Result find_bad_header(void *cls, enum MHD_ValueKind kind, const
 static bool acceptable(Request *req, const GuardRoute *route, const char *method, bool *framed, bool *has_body,
                        int64_t *content_length)
 {
-    const char *problem = guardpath_rest_problem(route->prefix, req->raw_uri + strlen(route->prefix));
+    const char *problem = guardpath_rest_problem(route->prefix, guardroute_rest(route, req->raw_uri));
     if (problem) {
         bad(req, "path", "only canonical paths go through the guard; this one has %s", problem);
         return false;
@@ -260,7 +298,7 @@ static bool reaches_only_its_own(Request *req, const GuardRoute *route, const ch
     }
     if (route->lock[0])
         return true; /* one lock covers the whole subtree */
-    const char *rest = req->raw_uri + strlen(route->prefix);
+    const char *rest = guardroute_rest(route, req->raw_uri);
     size_t plen = strcspn(rest, "?");
     if (plen && rest[plen - 1] == '/') {
         bad(req, "path",
@@ -336,7 +374,7 @@ size_t guard_bound_locks(Request *req, const GuardRoute *route, const char *meth
 {
     const char *problem;
     size_t n = 0;
-    if (bound_lock(route, req->raw_uri + strlen(route->prefix), locks[n], sizeof locks[n], &problem))
+    if (bound_lock(route, guardroute_rest(route, req->raw_uri), locks[n], sizeof locks[n], &problem))
         n++;
     else
         locks[n++][0] = '\0';
@@ -469,16 +507,33 @@ static bool take_share(Request *req, Guard *g, const char *key)
  * none, and its body is dropped. */
 static void stream_upload(Request *req, const char *data, size_t *size)
 {
-    if (req->guard->call)
-        proxy_call_upload(req->guard->call, data, size);
-    else
+    if (!req->guard->call || req->response) {
         *size = 0;
+        return;
+    }
+    if (req->guard->auth) {
+        /* Decoded and checked on the way; a refused body never ends at the store. */
+        if (!s3auth_upload(req->guard->auth, req, req->guard->call, data, size)) {
+            *size = 0;
+            proxy_call_abort(req->guard->call);
+        }
+        return;
+    }
+    proxy_call_upload(req->guard->call, data, size);
 }
 
 static bool stream_complete(Request *req)
 {
     if (!req->guard->call)
         return false;
+    /* A signed body's last checks come before its end may leave. */
+    if (req->guard->auth && !req->guard->write_checked) {
+        req->guard->write_checked = true;
+        if (!s3auth_body_done(req->guard->auth, req)) {
+            proxy_call_abort(req->guard->call);
+            return true;
+        }
+    }
     /* The guard may refuse the write now that its body is complete. */
     guardq_body_done(req);
     if (req->response)
@@ -499,7 +554,7 @@ static const RequestStream guarded = {stream_upload, stream_complete, stream_abo
 static void begin_read(Request *req, const GuardRoute *route, const char *method)
 {
     Server *s = req->srv;
-    char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
+    char *url = upstream_url(route, guardroute_rest(route, req->raw_uri));
     /* A read passes with no body (acceptable() saw to that): declaring one,
      * even of 0 bytes, would make curl send it as an upload (a PUT). */
     ProxyHeaders h = {s->auth ? DROP_READ_KEYS : DROP_READ, NULL, NULL};
@@ -544,7 +599,7 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
     memset(b, 0, sizeof b);
     size_t nb = 1;
     const char *problem = NULL;
-    if (!bound_lock(route, req->raw_uri + strlen(route->prefix), b[0].lock, sizeof b[0].lock, &problem)) {
+    if (!bound_lock(route, guardroute_rest(route, req->raw_uri), b[0].lock, sizeof b[0].lock, &problem)) {
         bad(req, "path",
             "a write must go to a path that names its lock ([A-Za-z0-9._~:/-], at most 256 bytes, not ending in "
             "acquire, renew, release or history): %s",
@@ -568,7 +623,7 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
             bad(req, "Destination", "the Destination's path does not name a lock: %s", problem);
             return;
         }
-        if (guardpath_same_resource(req->raw_uri + strlen(route->prefix), dest_rest)) {
+        if (guardpath_same_resource(guardroute_rest(route, req->raw_uri), dest_rest)) {
             bad(req, "Destination", "a COPY or MOVE onto its own path (%s) is refused: some backends truncate it",
                 dest_rest);
             return;
@@ -606,7 +661,7 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
         add[na++] = lines[2];
         add[na++] = lines[3];
     }
-    char *url = upstream_url(route, req->raw_uri + strlen(route->prefix));
+    char *url = upstream_url(route, guardroute_rest(route, req->raw_uri));
     ProxyHeaders h = {s->auth ? DROP_WRITE_KEYS : DROP_WRITE, add, NULL};
     req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length, &h) : NULL;
     free(url);
@@ -616,86 +671,503 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
 }
 
-/* Why an S3 route does not forward a method it could be asked for. */
-static const char *s3_refusal(const char *method)
+/* Is the route's store known to answer and honour preconditions? Answers
+ * otherwise: a write 503 with Retry-After while the store is unreached, 502
+ * when it ignores preconditions; a read 502 while it is unreached. */
+static bool route_open(Request *req, const GuardRoute *route, bool read)
 {
-    if (!strcmp(method, "DELETE"))
-        return "; a DELETE would drop the fence kept in the object, and a stale holder could then create it again";
-    if (!strcmp(method, "POST"))
-        return "; multipart uploads are not forwarded (the fence is set with one PUT)";
-    return "";
+    Server *s = req->srv;
+    S3 *s3 = s->guard->s3;
+    char detail[256];
+    S3RouteState st = s3_route_state(s3, (size_t)(route - s->cfg.guards), detail, sizeof detail);
+    if (st == S3_ROUTE_OPEN || (read && st == S3_ROUTE_REFUSED))
+        return true;
+    refused(req, GUARD_REFUSED_ROUTE_CLOSED);
+    if (st == S3_ROUTE_REFUSED) {
+        http_reply_error(req, ERR_BAD_GATEWAY, json_pack("{s:s, s:s}", "route", route->prefix, "state", "refused"),
+                         "the store behind %s is not trusted with writes: %s", route->prefix, detail);
+        return false;
+    }
+    if (read) {
+        http_reply_error(req, ERR_BAD_GATEWAY, json_pack("{s:s, s:s}", "route", route->prefix, "state", "closed"),
+                         "the store behind %s does not answer (%s); reads go again once it does", route->prefix,
+                         detail);
+        return false;
+    }
+    unsigned retry = s3_retry_s(s3);
+    http_reply_error(req, ERR_OVERLOADED,
+                     json_pack("{s:s, s:s, s:I, s:s}", "route", route->prefix, "state", "closed", "retry_after_ms",
+                               (json_int_t)retry * 1000, "s3_code", "ServiceUnavailable"),
+                     "the store behind %s does not answer (%s): no write goes until it does; retry in %u s",
+                     route->prefix, detail, retry);
+    char secs[16];
+    snprintf(secs, sizeof secs, "%u", retry);
+    http_add_header(req, MHD_HTTP_HEADER_RETRY_AFTER, secs);
+    return false;
+}
+
+/* A signed call of an S3 route for req, to `url`; started, or answered. */
+static void s3_call(Request *req, const GuardRoute *route, const char *method, char *url_owned, ProxyAnswerHead head,
+                    ProxyAnswerGathered gathered)
+{
+    Server *s = req->srv;
+    static const char *const NONE[] = {NULL};
+    ProxyHeaders h = {NONE, NULL, s3req_keep_read};
+    S3Sign sign = {s->guard->s3, route};
+    req->guard->call = url_owned ? proxy_call_new(s->proxy, req, method, url_owned, false, 0, &h) : NULL;
+    free(url_owned);
+    if (!req->guard->call || !proxy_call_configure(req->guard->call, s3req_sign, &sign)) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    proxy_call_on_answer(req->guard->call, head, gathered, (void *)route);
+    proxy_call_start(req->guard->call);
+}
+
+/* A signed read: checked with the lease when its token holds the object's
+ * lock. Without --auth-file reads are open, so one whose token holds
+ * another lock passes unchecked; with it, an SDK's read is signed with a
+ * lease of the object's lock (a reader's will do), which its key was
+ * allowed to take: no weaker than the API's rule. A listing's signature
+ * names no lock: with --auth-file, a listing takes an API key. */
+static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *method)
+{
+    if (!s3req_signed(req))
+        return true;
+    char lock[NAME_MAX_BYTES + 1] = "";
+    const char *problem;
+    bool object = bound_lock(route, guardroute_rest(route, req->raw_uri), lock, sizeof lock, &problem) != NULL;
+    if (object && s3auth_token_holds(req, lock)) {
+        uint8_t lease[LEASE_ID_BYTES];
+        uint64_t token;
+        return s3auth_check(req, method, lock, true, lease, &token, &req->guard->auth) == S3AUTH_OK;
+    }
+    if (!req->srv->auth)
+        return true;
+    req->srv->metrics.guard_refused[GUARD_REFUSED_LEASE_MISSING]++;
+    http_reply_error(req, ERR_FORBIDDEN, NULL,
+                     object ? "with API keys, a signed read must be signed with a lease of the object's lock (a read "
+                              "lease will do: acquire it with mode read)"
+                            : "with API keys, a listing takes an API key (Authorization: Bearer KEY), not a "
+                              "signature");
+    return false;
 }
 
 /* A read through an S3 route: signed, with the allowed headers only. */
 static void begin_s3_read(Request *req, const GuardRoute *route, const char *method)
 {
-    Server *s = req->srv;
-    char *url = s3_object_url(route, req->raw_uri + strlen(route->prefix));
-    static const char *const NONE[] = {NULL};
-    ProxyHeaders h = {NONE, NULL, s3req_keep_read};
-    S3Sign sign = {s->guard->s3, route};
-    req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, false, 0, &h) : NULL;
-    free(url);
-    if (!req->guard->call || !proxy_call_configure(req->guard->call, s3req_sign, &sign)) {
-        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+    if (!route_open(req, route, true) || !s3_read_allowed(req, route, method))
         return;
-    }
-    proxy_call_start(req->guard->call);
+    s3_call(req, route, method, s3_object_url(route, guardroute_rest(route, req->raw_uri)), s3req_read_head,
+            s3req_read_gathered);
 }
 
-/* A write through an S3 route: the lease's token becomes the object's
- * precondition (s3req.h). */
-static void begin_s3_write(Request *req, const GuardRoute *route, const char *method, int64_t content_length)
+static ProxyAnswerAction gather_all(void *ud, long status, const struct curl_slist *headers)
+{
+    (void)ud;
+    (void)status;
+    (void)headers;
+    return PROXY_GATHER;
+}
+
+static void list_v1_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                             size_t len, bool complete)
+{
+    (void)headers;
+    s3list_reply(req, ud, false, status, body, len, complete);
+}
+
+static void list_v2_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                             size_t len, bool complete)
+{
+    (void)headers;
+    s3list_reply(req, ud, true, status, body, len, complete);
+}
+
+/* The route's prefix and the object's path: the object a multipart upload is of. */
+static void upload_object(Request *req, const GuardRoute *route, char *out, size_t outlen)
+{
+    const char *rest = guardroute_rest(route, req->raw_uri);
+    snprintf(out, outlen, "%s%.*s", route->prefix, (int)strcspn(rest, "?"), rest);
+}
+
+/* Is the holder that began an upload still the lock's (for pruning)? */
+static bool upload_still_held(const char *lock, uint64_t token, void *ud)
+{
+    Server *s = ud;
+    const Lock *l = locktab_get(s->locks, KIND_LOCK, lock);
+    for (const Holder *h = l ? locktab_holder(l) : NULL; h; h = locktab_next_holder(h))
+        if (h->token == token)
+            return true;
+    return false;
+}
+
+static void s3_created(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                       size_t len, bool complete)
+{
+    (void)headers;
+    const GuardRoute *route = ud;
+    char id[S3MPU_ID_MAX + 1] = "";
+    if (!s3list_rewrite(req, route, status, body, len, complete, id, sizeof id))
+        return;
+    char object[HTTP_MAX_TARGET + 300];
+    upload_object(req, route, object, sizeof object);
+    if (!id[0] || !s3mpu_add(req->srv->guard->uploads, id, object, req->guard->s3_lock, req->guard->s3_token))
+        fprintf(stderr, "leasegate: guard %s: multipart upload of %s not recorded (%s): its Complete will be "
+                        "refused\n",
+                route->prefix, object, id[0] ? "the guard's table is full" : "the store named no upload id");
+}
+
+static void s3_completed(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                         size_t len, bool complete)
+{
+    (void)headers;
+    const GuardRoute *route = ud;
+    if (s3list_rewrite(req, route, status, body, len, complete, NULL, 0) && status == 200) {
+        const char *id = http_query(req, "uploadId");
+        if (id)
+            s3mpu_remove(req->srv->guard->uploads, id);
+    }
+}
+
+static void s3_aborted(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                       size_t len, bool complete)
+{
+    (void)headers;
+    if (status >= 200 && status < 300)
+        http_reply_text(req, 204, "application/xml", NULL, 0);
+    else
+        s3list_rewrite(req, ud, status, body, len, complete, NULL, 0);
+}
+
+static void s3_listed_parts(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                            size_t len, bool complete)
+{
+    (void)headers;
+    s3list_rewrite(req, ud, status, body, len, complete, NULL, 0);
+}
+
+/* A listing of the bucket: the store's, within the route's key prefix, rewritten (s3list.h). */
+static void begin_s3_list(Request *req, const GuardRoute *route, bool v2)
+{
+    if (!route_open(req, route, true) || !s3_read_allowed(req, route, "GET"))
+        return;
+    s3_call(req, route, "GET", s3list_url(req, route, v2), gather_all, v2 ? list_v2_gathered : list_v1_gathered);
+}
+
+/* The checks every write of an S3 route makes from its head: the route is
+ * open, the path names a lock, and the request proves that it holds it (a
+ * SigV4 signature made with the lease, or Fencing-Lease) with a token that
+ * is not stale. Fills b; answers otherwise. */
+static bool s3_write_allowed(Request *req, const GuardRoute *route, const char *method, GuardBinding *b)
+{
+    Server *s = req->srv;
+    if (!route_open(req, route, false))
+        return false;
+    memset(b, 0, sizeof *b);
+    const char *problem = NULL;
+    if (!bound_lock(route, guardroute_rest(route, req->raw_uri), b->lock, sizeof b->lock, &problem)) {
+        bad(req, "path", "a write must go to a path that names its lock: %s", problem);
+        return false;
+    }
+    if (!claims_match(req, b))
+        return false;
+    if (s3req_signed(req)) {
+        if (s3auth_check(req, method, b->lock, false, b->lease, &b->token, &req->guard->auth) != S3AUTH_OK)
+            return false;
+        const char *why = guardq_stale_reason(s, b);
+        if (why) {
+            refused(req, GUARD_REFUSED_STALE);
+            guardq_reply_stale(req, b->lock, b->token, why);
+            return false;
+        }
+    } else if (!holds(req, method, "Fencing-Lease", b)) {
+        return false;
+    }
+    return token_claim_matches(req, b);
+}
+
+/* "Content-Encoding: ..." without aws-chunked (the guard's to take off;
+ * another coding stays the object's), or "" when none is left. */
+static void encoding_line(Request *req, char *line, size_t linelen)
+{
+    line[0] = '\0';
+    const char *ce = header(req, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (!ce || !s3auth_chunked(req->guard->auth))
+        return;
+    char rest[96] = "";
+    for (const char *p = ce; *p;) {
+        size_t n = strcspn(p, ",");
+        const char *t = p;
+        size_t tn = n;
+        while (tn && (*t == ' ' || *t == '\t'))
+            t++, tn--;
+        while (tn && (t[tn - 1] == ' ' || t[tn - 1] == '\t'))
+            tn--;
+        if (tn && !(tn == 11 && !strncasecmp(t, "aws-chunked", 11)) && strlen(rest) + tn + 2 < sizeof rest)
+            snprintf(rest + strlen(rest), sizeof rest - strlen(rest), "%s%.*s", rest[0] ? "," : "", (int)tn, t);
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    if (rest[0])
+        snprintf(line, linelen, "Content-Encoding: %s", rest);
+}
+
+/* The object's store URL with a query of the request's own parameters
+ * (each once, sorted as SigV4 sorts them). Owned; NULL when out of memory. */
+static char *s3_url_with(Request *req, const GuardRoute *route, const char *const *params)
+{
+    char *base = s3_object_url(route, guardroute_rest(route, req->raw_uri));
+    if (!base)
+        return NULL;
+    size_t cap = strlen(base) + 8;
+    for (const char *const *p = params; *p; p++) {
+        const char *v = http_query(req, *p);
+        cap += strlen(*p) + 2 + 3 * (v ? strlen(v) : 0);
+    }
+    char *url = realloc(base, cap);
+    if (!url) {
+        free(base);
+        return NULL;
+    }
+    size_t n = strlen(url);
+    char sep = '?';
+    static const char HEX[] = "0123456789ABCDEF";
+    for (const char *const *p = params; *p; p++) {
+        const char *v = http_query(req, *p);
+        if (!v)
+            continue;
+        n += (size_t)snprintf(url + n, cap - n, "%c%s=", sep, *p);
+        sep = '&';
+        /* Encoded as libcurl 7.88 signs a query (s3list.c says why). */
+        for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+            if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' ||
+                *c == '.' || *c == '_' || *c == '~' || *c == '/' || *c == ':') {
+                url[n++] = (char)*c;
+            } else {
+                url[n++] = '%';
+                url[n++] = HEX[*c >> 4];
+                url[n++] = HEX[*c & 15];
+            }
+        }
+        url[n] = '\0';
+    }
+    return url;
+}
+
+/* An UploadPart or a Complete must come with the token its upload was begun
+ * with: a stale holder's upload cannot be finished by anyone, nor one begun
+ * before a restart. Answers 409 otherwise. */
+static bool upload_is_the_tokens(Request *req, const GuardRoute *route, const GuardBinding *b)
+{
+    char object[HTTP_MAX_TARGET + 300];
+    upload_object(req, route, object, sizeof object);
+    const char *id = http_query(req, "uploadId");
+    uint64_t began = id ? s3mpu_token(req->srv->guard->uploads, id, object) : 0;
+    if (began == b->token)
+        return true;
+    refused(req, GUARD_REFUSED_STALE);
+    req->srv->metrics.guard_rejected_stale++;
+    if (!began)
+        http_reply_error(req, ERR_STALE_TOKEN,
+                         json_pack("{s:s, s:I, s:s}", "lock", b->lock, "token", (json_int_t)b->token, "s3_code",
+                                   "NoSuchUpload"),
+                         "upload %.200s of this object was not begun through this gateway since it started (or "
+                         "was completed or aborted): begin the upload again",
+                         id ? id : "");
+    else
+        http_reply_error(req, ERR_STALE_TOKEN,
+                         json_pack("{s:s, s:I, s:I}", "lock", b->lock, "token", (json_int_t)b->token, "fence",
+                                   (json_int_t)began),
+                         "fencing token %llu did not begin this upload (token %llu did): an upload is finished "
+                         "by the lease that began it, while it holds the lock",
+                         (unsigned long long)b->token, (unsigned long long)began);
+    return false;
+}
+
+/* A write through an S3 route, queued: the lease's token becomes the
+ * object's precondition (s3req.h). A PUT writes the object, a DELETE a
+ * tombstone, a Complete the upload's parts (each with the prepare and
+ * confirm steps); an UploadPart writes a part only, with neither. */
+static void begin_s3_write(Request *req, const GuardRoute *route, const char *method, S3Op op, int64_t content_length)
 {
     Server *s = req->srv;
     Guard *g = s->guard;
-    if (!s3_route_ok(g->s3, (size_t)(route - s->cfg.guards))) {
-        http_reply_error(req, ERR_BAD_GATEWAY, NULL,
-                         "the store behind %s does not honour preconditions now (the guard's last probe failed): "
-                         "no write goes until it does",
-                         route->prefix);
-        return;
-    }
+    bool del = op == S3_OP_DELETE, part = op == S3_OP_MP_PART, complete = op == S3_OP_MP_COMPLETE;
     GuardBinding b;
-    memset(&b, 0, sizeof b);
-    const char *problem = NULL;
-    if (!bound_lock(route, req->raw_uri + strlen(route->prefix), b.lock, sizeof b.lock, &problem)) {
-        bad(req, "path", "a write must go to a path that names its lock: %s", problem);
-        return;
-    }
-    if (!claims_match(req, &b) || !holds(req, method, "Fencing-Lease", &b) || !token_claim_matches(req, &b) ||
+    if (!s3_write_allowed(req, route, method, &b) || ((part || complete) && !upload_is_the_tokens(req, route, &b)) ||
         !locks_take_writes(req, &b, 1))
         return;
+    if (!del && !complete && !s3auth_header_checksum(req, &req->guard->auth))
+        return;
+    if (s3auth_chunked(req->guard->auth))
+        content_length = s3auth_store_length(req, req->guard->auth, content_length);
+    char encoding[128], fence[64];
+    encoding_line(req, encoding, sizeof encoding);
+    snprintf(fence, sizeof fence, "x-amz-meta-fencing-token: %llu", (unsigned long long)b.token);
+    const char *add_put[] = {fence, encoding[0] ? encoding : NULL, NULL};
+    const char *add_del[] = {fence, S3_TOMBSTONE_META ": 1", "Content-Type: text/plain", NULL};
+    const char *add_part[] = {encoding[0] ? encoding : NULL, NULL};
+    static const char *const NONE[] = {NULL};
+    ProxyHeaders h = {NONE, del ? add_del : part || complete ? add_part : add_put,
+                      del        ? s3req_keep_none
+                      : complete ? s3req_keep_complete
+                      : s3auth_chunked(req->guard->auth) ? s3req_keep_write_unencoded
+                                                         : s3req_keep_write};
+    static const char *const PART_Q[] = {"partNumber", "uploadId", NULL};
+    static const char *const DONE_Q[] = {"uploadId", NULL};
+    char *url = part ? s3_url_with(req, route, PART_Q)
+                : complete ? s3_url_with(req, route, DONE_Q)
+                           : s3_object_url(route, guardroute_rest(route, req->raw_uri));
+    int64_t length = del ? (int64_t)(sizeof S3_TOMBSTONE_BODY - 1) : content_length;
+    S3Sign sign = {g->s3, route};
+    req->guard->call = url ? proxy_call_new(s->proxy, req, complete ? "POST" : "PUT", url, true, length, &h) : NULL;
+    if (url && req->guard->call && !part)
+        req->guard->s3 = s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token);
+    free(url);
+    if (!req->guard->call || (!part && !req->guard->s3) ||
+        !proxy_call_configure(req->guard->call, s3req_sign, &sign) ||
+        (del && !proxy_call_fixed_body(req->guard->call, S3_TOMBSTONE_BODY, sizeof S3_TOMBSTONE_BODY - 1)) ||
+        !guardq_add(g->queues, req, req->guard->call, !del && content_length > 0, &b, 1, &req->guard->ticket,
+                    part ? NULL : s3req_prepare, req->guard->s3)) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    if (complete)
+        s3req_write_completes(req->guard->s3, s3_route_mpu_if_match(g->s3, (size_t)(route - s->cfg.guards)));
+    if (!part)
+        guardq_set_confirm(req->guard->write, s3req_confirm);
+    req->guard->s3_token = b.token;
+    if (complete)
+        proxy_call_on_answer(req->guard->call, gather_all, s3_completed, (void *)route);
+    else
+        proxy_call_on_answer(req->guard->call, del ? s3req_delete_head : s3req_write_head,
+                             del ? s3req_delete_gathered : s3req_read_gathered, (void *)route);
+}
+
+/* CreateMultipartUpload: the token goes into the object's fencing-token
+ * metadata now (the object gets it when the upload completes), and the
+ * upload is recorded as this token's (s3mpu.h). Nothing of the object
+ * changes yet, so it does not wait in the lock's queue. */
+static void begin_s3_create(Request *req, const GuardRoute *route, const char *method)
+{
+    Server *s = req->srv;
+    Guard *g = s->guard;
+    GuardBinding b;
+    if (!s3_write_allowed(req, route, method, &b))
+        return;
+    if (s3mpu_count(g->uploads) >= S3MPU_MAX)
+        s3mpu_prune(g->uploads, upload_still_held, s);
+    if (s3mpu_count(g->uploads) >= S3MPU_MAX) {
+        http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s}", "lock", b.lock),
+                         "%d multipart uploads are open at the guard, its most: complete or abort one, or retry",
+                         S3MPU_MAX);
+        return;
+    }
     char fence[64];
     snprintf(fence, sizeof fence, "x-amz-meta-fencing-token: %llu", (unsigned long long)b.token);
     const char *add[] = {fence, NULL};
     static const char *const NONE[] = {NULL};
     ProxyHeaders h = {NONE, add, s3req_keep_write};
+    static const char *const CREATE_Q[] = {NULL};
+    char *base = s3_url_with(req, route, CREATE_Q);
+    char *url = NULL;
+    if (base && asprintf(&url, "%s?uploads=", base) < 0)
+        url = NULL;
+    free(base);
     S3Sign sign = {g->s3, route};
-    char *url = s3_object_url(route, req->raw_uri + strlen(route->prefix));
-    req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, true, content_length, &h) : NULL;
-    req->guard->s3 = url && req->guard->call ? s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token) : NULL;
+    req->guard->call = url ? proxy_call_new(s->proxy, req, "POST", url, false, 0, &h) : NULL;
     free(url);
-    if (!req->guard->s3 || !proxy_call_configure(req->guard->call, s3req_sign, &sign) ||
-        !guardq_add(g->queues, req, req->guard->call, content_length > 0, &b, 1, &req->guard->ticket, s3req_prepare,
-                    req->guard->s3))
+    if (!req->guard->call || !proxy_call_configure(req->guard->call, s3req_sign, &sign)) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    req->guard->s3_token = b.token;
+    snprintf(req->guard->s3_lock, sizeof req->guard->s3_lock, "%s", b.lock);
+    proxy_call_on_answer(req->guard->call, gather_all, s3_created, (void *)route);
+    proxy_call_start(req->guard->call);
+}
+
+/* AbortMultipartUpload: the lease must hold the object's lock (any holder
+ * may clean up an upload). ListParts: a read. */
+static void begin_s3_upload_call(Request *req, const GuardRoute *route, const char *method, S3Op op)
+{
+    Guard *g = req->srv->guard;
+    GuardBinding b;
+    if (op == S3_OP_MP_ABORT ? !s3_write_allowed(req, route, method, &b)
+                             : !route_open(req, route, true) || !s3_read_allowed(req, route, method))
+        return;
+    static const char *const ABORT_Q[] = {"uploadId", NULL};
+    static const char *const LIST_Q[] = {"max-parts", "part-number-marker", "uploadId", NULL};
+    char *url = s3_url_with(req, route, op == S3_OP_MP_ABORT ? ABORT_Q : LIST_Q);
+    if (op == S3_OP_MP_ABORT && url) {
+        const char *id = http_query(req, "uploadId");
+        if (id)
+            s3mpu_remove(g->uploads, id);
+    }
+    s3_call(req, route, method, url, gather_all, op == S3_OP_MP_ABORT ? s3_aborted : s3_listed_parts);
+}
+
+/* An S3 route's request, once its share is taken. */
+static void begin_s3(Request *req, const GuardRoute *route, const char *method, S3Op op, int64_t content_length)
+{
+    switch (op) {
+    case S3_OP_READ:
+        begin_s3_read(req, route, method);
+        break;
+    case S3_OP_PUT:
+    case S3_OP_DELETE:
+    case S3_OP_MP_PART:
+    case S3_OP_MP_COMPLETE:
+        begin_s3_write(req, route, method, op, content_length);
+        break;
+    case S3_OP_MP_CREATE:
+        begin_s3_create(req, route, method);
+        break;
+    case S3_OP_MP_ABORT:
+    case S3_OP_MP_LIST_PARTS:
+        begin_s3_upload_call(req, route, method, op);
+        break;
+    case S3_OP_LIST_V1:
+    case S3_OP_LIST_V2:
+        begin_s3_list(req, route, op == S3_OP_LIST_V2);
+        break;
+    case S3_OP_LOCATION:
+    case S3_OP_HEAD_BUCKET:
+    case S3_OP_CREATE_BUCKET:
+        s3list_answer_bucket(req, route, method, op == S3_OP_LOCATION);
+        break;
+    case S3_OP_NONE:
+    default:
+        break;
+    }
+}
+
+bool guard_prepare(Request *req, const GuardRoute *route)
+{
+    if (!req->guard && !(req->guard = calloc(1, sizeof *req->guard))) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return false;
+    }
+    req->guard->route = route;
+    if (route->kind == GUARD_S3)
+        req->guard->reply_error = s3err_reply;
+    return true;
 }
 
 void guard_begin(Request *req, const GuardRoute *route, const char *method, const char *key)
 {
-    if (!(req->guard = calloc(1, sizeof *req->guard))) {
-        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+    if (!guard_prepare(req, route))
         return;
-    }
     req->stream = &guarded;
     Guard *g = req->srv->guard;
     bool s3 = route->kind == GUARD_S3;
     if (!guardroute_allows(route, method)) {
         refused(req, GUARD_REFUSED_METHOD);
         http_reply_error(req, ERR_METHOD_NOT_ALLOWED, json_pack("{s:s}", "allow", route->allow),
-                         "%.20s is not forwarded under %s (this route forwards: %s)%s", method, route->prefix,
-                         route->allow, s3 ? s3_refusal(method) : "");
+                         "%.20s is not forwarded under %s (this route forwards: %s)", method, route->prefix,
+                         route->allow);
         http_add_header(req, MHD_HTTP_HEADER_ALLOW, route->allow);
         return;
     }
@@ -704,15 +1176,14 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
     if (!acceptable(req, route, method, &framed, &has_body, &content_length))
         return;
     bool read = guardroute_is_read(method);
-    if (s3 ? !s3req_acceptable(req, route, method, req->srv->auth != NULL)
+    S3Op op = S3_OP_NONE;
+    if (s3 ? (op = s3req_classify(req, route, method, req->srv->auth != NULL)) == S3_OP_NONE
            : !read && !reaches_only_its_own(req, route, method))
         return;
     if (!take_share(req, g, key))
         return;
-    if (s3 && read)
-        begin_s3_read(req, route, method);
-    else if (s3)
-        begin_s3_write(req, route, method, content_length);
+    if (s3)
+        begin_s3(req, route, method, op, content_length);
     else if (read)
         begin_read(req, route, method);
     else
@@ -728,6 +1199,8 @@ void guard_request_end(Request *req)
     guardq_request_end(req);
     s3req_write_free(req->guard->s3);
     req->guard->s3 = NULL;
+    s3auth_free(req->guard->auth);
+    req->guard->auth = NULL;
     if (req->guard->call) {
         proxy_call_free(req->guard->call);
         req->guard->call = NULL;

@@ -71,17 +71,26 @@ typedef struct GuardWrite GuardWrite;
 Guard *guard_new(Server *s); /* NULL on allocation failure */
 void guard_free(Guard *g);
 /* After the proxy exists, before serving: S3 routes load their credentials
- * and prove their stores honour preconditions (s3.h). False with one line
- * in err (the start stops). */
+ * and start probing their stores (s3.h); a store that fails closes its route
+ * only. False with one line in err when the credentials do not load (the
+ * start stops). */
 bool guard_open(Guard *g, char *err, size_t errlen);
-/* SIGHUP: S3 credentials are read again. False with one line in err (the
- * old ones stay). */
+/* SIGHUP: S3 credentials are read again, and S3 routes probed again. False
+ * with one line in err (the old credentials stay). */
 bool guard_reload(Guard *g, char *err, size_t errlen);
+/* What a route's probe last found (s3.h), for /healthz and /metrics: http
+ * routes are not probed. detail says why, without any URL of the store's. */
+typedef enum GuardRouteUp { GUARD_ROUTE_UNPROBED, GUARD_ROUTE_OPEN, GUARD_ROUTE_CLOSED, GUARD_ROUTE_REFUSED } GuardRouteUp;
+GuardRouteUp guard_route_state(Guard *g, size_t route, char *detail, size_t detail_len);
+const char *guard_route_state_name(GuardRouteUp st);
 /* At start, for each stored guard mark: the time its lock's last write was
  * let through (guardq.h). False when out of memory. */
 bool guard_restore(Guard *g, const char *lock, int64_t at_ms, const Now *now);
 /* The guard whose prefix raw_uri starts with, or NULL. */
 const GuardRoute *guard_match(const Server *s, const char *raw_uri);
+/* Before the access check: the request is the route's, and on an S3 route
+ * its errors are S3's (s3err.h). False when out of memory (answered). */
+bool guard_prepare(Request *req, const GuardRoute *route);
 /* The locks a request under `route` is bound to, for the access check that
  * comes before guard_begin: its path's ("" when the path names none), and a
  * COPY's or MOVE's Destination's when that parses. Returns how many (1 or 2). */

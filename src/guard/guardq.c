@@ -39,6 +39,8 @@ struct GuardWrite {
     GuardPrepare prepare; /* NULL: none */
     void *prepare_ud;
     bool preparing, prepared;
+    GuardPrepare confirm; /* NULL: none; its ud is prepare_ud */
+    bool confirming, confirmed;
     bool has_body;
     bool body_done;    /* the client's request has fully arrived */
     bool started;      /* its call was started */
@@ -208,8 +210,13 @@ void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const ch
                               (json_int_t)fence_max(s->guard_marks, lock), "holder_token", holder);
     if (extra && why == GUARDQ_READ_LEASE && json_object_set_new(extra, "reason", json_string("read_lease")))
         json_decref(extra), extra = NULL;
-    http_reply_error(req, ERR_STALE_TOKEN, extra, "this write to %s under lock '%s' may not go through: %s",
-                     req->raw_uri ? req->raw_uri : "?", lock, why);
+    char claim[48] = "";
+    if (token)
+        snprintf(claim, sizeof claim, " (fencing token %llu)", (unsigned long long)token);
+    http_reply_error(req, ERR_STALE_TOKEN, extra,
+                     "this write%s to %.*s under lock '%s' may not go through: %s; the lock's fence is %llu", claim,
+                     req->raw_uri ? (int)strcspn(req->raw_uri, "?") : 1, req->raw_uri ? req->raw_uri : "?", lock, why,
+                     (unsigned long long)fence_max(s->guard_marks, lock));
 }
 
 /* The first of w's locks whose write may not go now, or NULL; *why says why. */
@@ -327,8 +334,8 @@ static bool record_end(GuardWrite *w)
 /* One step of the write at the head of its queues. True when it left them. */
 static bool step(GuardWrite *w)
 {
-    if (w->released || w->ending || w->preparing)
-        return false; /* waiting for the upstream's answer, the end record, or the prepare step */
+    if (w->released || w->ending || w->preparing || w->confirming)
+        return false; /* waiting for the upstream's answer, the end record, or the prepare or confirm step */
     const char *why;
     const GuardBinding *stale;
     if (w->prepare && !w->prepared) {
@@ -399,7 +406,8 @@ static void kick_all(GuardWrite *w)
             kick(w->gq, w->slots[i].q);
 }
 
-/* The end record is durable: the end leaves, if the write may still go. */
+/* The end record is durable: the end leaves, if the write may still go
+ * (and its confirm step, when it has one, has found nothing changed). */
 static void end_durable(CommitHold *hold)
 {
     GuardWrite *w = CONTAINER_OF(hold, GuardWrite, hold);
@@ -409,6 +417,12 @@ static void end_durable(CommitHold *hold)
     const GuardBinding *stale = stale_binding(w, &why);
     if (stale) {
         refuse(w, stale, why);
+    } else if (w->confirm && !w->confirmed) {
+        w->confirming = true;
+        if (!w->confirm(w->prepare_ud, w)) {
+            w->confirming = false;
+            drop(w); /* the step answered the client */
+        }
     } else {
         w->released = true;
         if (w->has_body) {
@@ -470,7 +484,24 @@ static int compare_slots(const void *a, const void *b)
     return strcmp(((const GuardSlot *)a)->bind.lock, ((const GuardSlot *)b)->bind.lock);
 }
 
-bool guardq_preparing(const GuardWrite *w) { return w->preparing && queued(w); }
+bool guardq_preparing(const GuardWrite *w) { return (w->preparing || w->confirming) && queued(w); }
+
+void guardq_set_confirm(GuardWrite *w, GuardPrepare confirm) { w->confirm = confirm; }
+
+void guardq_confirmed(GuardWrite *w, bool ok)
+{
+    if (!w->confirming || !queued(w))
+        return;
+    GuardQueues *gq = w->gq;
+    w->confirming = false;
+    if (!ok) {
+        drop(w);
+        run(gq);
+        return;
+    }
+    w->confirmed = true;
+    end_durable(&w->hold);
+}
 
 void guardq_prepared(GuardWrite *w, bool ok)
 {

@@ -82,8 +82,15 @@ typedef bool (*GuardPrepare)(void *ud, GuardWrite *w);
  * out of memory (nothing is queued; the ticket is still the caller's). */
 bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, const GuardBinding *b, size_t nb,
                 GuardTicket *ticket, GuardPrepare prepare, void *prepare_ud);
-/* Is w still waiting for its prepare step (not refused meanwhile)? */
+/* Is w still waiting for its prepare or confirm step (not refused meanwhile)? */
 bool guardq_preparing(const GuardWrite *w);
+/* A step the write takes once its end record is durable, right before its
+ * end leaves (an S3 write reads the object again: nothing may have changed
+ * since its prepare step). It returns at once and calls guardq_confirmed. */
+void guardq_set_confirm(GuardWrite *w, GuardPrepare confirm);
+/* The confirm step is over: the end leaves, or (ok false: the step has
+ * answered the client) the write leaves its queues. */
+void guardq_confirmed(GuardWrite *w, bool ok);
 /* The prepare step is over: the write goes on, or (ok false: the step has
  * answered the client) leaves its queues. */
 void guardq_prepared(GuardWrite *w, bool ok);

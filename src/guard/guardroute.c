@@ -8,7 +8,7 @@
 
 static const char *const DEFAULT_METHODS[] = {"GET", "HEAD", "OPTIONS", "PUT", "POST", "PATCH", "DELETE"};
 
-static const char *const S3_METHODS[] = {"GET", "HEAD", "PUT"};
+static const char *const S3_METHODS[] = {"GET", "HEAD", "PUT", "POST", "DELETE"};
 
 /* The route's options, which a spec may give after UPSTREAM. */
 enum { OPT_LOCK, OPT_METHODS, OPT_REGION, OPT_ENDPOINT, OPT_COUNT };
@@ -237,8 +237,11 @@ bool guardroute_parse(const char *spec, GuardRoute *r, char *err, size_t errlen)
             snprintf(r->methods[r->nmethods++], sizeof r->methods[0], "%s", list[i]);
     } else if (r->kind == GUARD_S3) {
         for (size_t i = 0; i < r->nmethods; i++) {
-            if (strcmp(r->methods[i], "GET") && strcmp(r->methods[i], "HEAD") && strcmp(r->methods[i], "PUT")) {
-                snprintf(err, errlen, "--guard: an s3:// route forwards GET, HEAD and PUT only; methods= may not list %s",
+            if (strcmp(r->methods[i], "GET") && strcmp(r->methods[i], "HEAD") && strcmp(r->methods[i], "PUT") &&
+                strcmp(r->methods[i], "POST") && strcmp(r->methods[i], "DELETE")) {
+                snprintf(err, errlen,
+                         "--guard: an s3:// route forwards GET, HEAD, PUT, POST and DELETE only; methods= may not "
+                         "list %s",
                          r->methods[i]);
                 return false;
             }
@@ -303,4 +306,10 @@ bool guardroute_finish_s3(GuardRoute *r, const char *env_region, char *err, size
     if (!r->endpoint[0])
         snprintf(r->endpoint, sizeof r->endpoint, "https://s3.%s.amazonaws.com", r->region);
     return true;
+}
+
+const char *guardroute_rest(const GuardRoute *route, const char *raw_uri)
+{
+    size_t n = strlen(route->prefix);
+    return strncmp(raw_uri, route->prefix, n) ? raw_uri + n - 1 : raw_uri + n;
 }

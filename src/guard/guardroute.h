@@ -57,6 +57,10 @@ bool guardroute_finish_s3(GuardRoute *r, const char *env_region, char *err, size
  * but for the case of scheme and host. Both routes are finished
  * (guardroute_finish_s3). False with one line in err then. */
 bool guardroute_compatible(const GuardRoute *a, const GuardRoute *b, char *err, size_t errlen);
+/* The part of raw_uri (a request target the route matched) below the
+ * route's prefix: "" or "?..." for an S3 route's bucket itself, which its
+ * clients name without the prefix's last '/'. */
+const char *guardroute_rest(const GuardRoute *route, const char *raw_uri);
 /* Does the route forward `method`? */
 bool guardroute_allows(const GuardRoute *r, const char *method);
 /* GET, HEAD and OPTIONS: pass without a lease, never with a body. */

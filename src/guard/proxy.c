@@ -61,6 +61,13 @@ struct ProxyCall {
     ProxyAnswered on_answered;
     void *answered_ud;
     ProxyResult result_fn; /* an internal call's report (answered_ud is its ud) */
+    /* The caller looks at the answer's head first (proxy_call_on_answer). */
+    ProxyAnswerHead answer_head;
+    ProxyAnswerGathered answer_gathered;
+    void *answer_ud;
+    bool gathering;      /* the answer's body goes to `gathered`, then to answer_gathered */
+    char *gathered;      /* owned */
+    size_t gathered_len, gathered_cap;
     ProxyOutcome outcome; /* set with `answered` */
     bool answered;       /* on_answered is due or done */
     bool in_answered;    /* alink is in Proxy.answered */
@@ -168,12 +175,37 @@ static size_t on_read(char *out, size_t size, size_t nitems, void *ud)
     return CURL_READFUNC_PAUSE;
 }
 
+/* Appends to the gathered answer; false past PROXY_GATHER_MAX or out of memory. */
+static bool gather(ProxyCall *c, const char *data, size_t n)
+{
+    if (c->gathered_len + n > PROXY_GATHER_MAX)
+        return false;
+    if (c->gathered_len + n > c->gathered_cap) {
+        size_t cap = c->gathered_cap ? c->gathered_cap : 16384;
+        while (cap < c->gathered_len + n)
+            cap *= 2;
+        char *g = realloc(c->gathered, cap + 1);
+        if (!g)
+            return false;
+        c->gathered = g;
+        c->gathered_cap = cap;
+    }
+    memcpy(c->gathered + c->gathered_len, data, n);
+    c->gathered_len += n;
+    c->gathered[c->gathered_len] = '\0';
+    return true;
+}
+
 static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
 {
     ProxyCall *c = ud;
     size_t n = size * nmemb;
     if (!c->req)
         return n; /* detached: nobody reads the answer */
+    if (c->gathering) {
+        touch(c);
+        return gather(c, data, n) ? n : 0;
+    }
     if (c->broken || !buf_ready(&c->down))
         return 0; /* aborts the transfer: 502 or a cut-off body */
     if (n > buf_room(&c->down)) {
@@ -328,6 +360,12 @@ static void finished(ProxyCall *c, CURLcode result)
     answer_due(c);
     if (!c->req)
         return; /* detached: report_answers frees it */
+    if (c->gathering && result != CURLE_ABORTED_BY_CALLBACK) {
+        c->gathering = false;
+        c->answer_gathered(c->answer_ud, c->req, c->status, c->resp_headers, c->gathered ? c->gathered : "",
+                           c->gathered_len, result == CURLE_OK);
+        return;
+    }
     /* Wake whichever side is waiting: it now sees the end. */
     if (c->upload_waiting) {
         c->upload_waiting = false;
@@ -606,6 +644,22 @@ bool proxy_call_add_header(ProxyCall *c, const char *line)
 
 long proxy_call_status(const ProxyCall *c) { return c->headers_done ? c->status : 0; }
 
+bool proxy_call_fixed_body(ProxyCall *c, const char *data, size_t len)
+{
+    if (len > PROXY_BUFFER || !buf_ready(&c->up))
+        return false;
+    buf_put(&c->up, data, len);
+    c->body_done = true;
+    return true;
+}
+
+void proxy_call_on_answer(ProxyCall *c, ProxyAnswerHead head, ProxyAnswerGathered gathered, void *ud)
+{
+    c->answer_head = head;
+    c->answer_gathered = gathered;
+    c->answer_ud = ud;
+}
+
 void proxy_call_hold_end(ProxyCall *c) { c->hold_end = true; }
 
 void proxy_call_on_answered(ProxyCall *c, ProxyAnswered fn, void *ud)
@@ -705,6 +759,27 @@ static void queue_upstream(ProxyCall *c)
         http_reply_error(c->req, ERR_BAD_GATEWAY, NULL, "upstream failed: %s", HTTPHEAD_NO_ROOM);
         return;
     }
+    if (c->answer_head && c->answer_head(c->answer_ud, c->status, c->resp_headers) == PROXY_GATHER) {
+        c->queued = true;
+        c->gathering = true;
+        /* What came before is the start of the body. */
+        bool ok = !c->down.data || gather(c, c->down.data + c->down.start, c->down.len);
+        c->down.len = c->down.start = 0;
+        if (c->write_paused && c->started)
+            unpause(c);
+        if (!ok) {
+            proxy_call_abort(c);
+            c->gathering = false;
+            c->answer_gathered(c->answer_ud, c->req, c->status, c->resp_headers, "", 0, false);
+        } else if (c->done) {
+            c->gathering = false;
+            c->answer_gathered(c->answer_ud, c->req, c->status, c->resp_headers, c->gathered ? c->gathered : "",
+                               c->gathered_len, c->result == CURLE_OK);
+        } else {
+            http_suspend_watched(c->req);
+        }
+        return;
+    }
     curl_off_t cl = -1;
     curl_easy_getinfo(c->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
     struct MHD_Response *resp = MHD_create_response_from_callback(
@@ -773,6 +848,7 @@ static void call_destroy(ProxyCall *c)
     curl_easy_cleanup(c->easy);
     curl_slist_free_all(c->req_headers);
     curl_slist_free_all(c->resp_headers);
+    free(c->gathered);
     free(c->up.data);
     free(c->down.data);
     dlist_remove(&p->calls, &c->link);

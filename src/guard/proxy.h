@@ -97,6 +97,21 @@ typedef bool (*ProxyConfigure)(void *ud, void *curl_easy, struct curl_slist **he
 bool proxy_call_configure(ProxyCall *c, ProxyConfigure fn, void *ud);
 /* One more header line, before the call starts. False when out of memory. */
 bool proxy_call_add_header(ProxyCall *c, const char *line);
+/* What the caller does with a client's call's answer once its head is in:
+ * pass it on as it comes, or gather its whole body (at most
+ * PROXY_GATHER_MAX bytes) and answer the client itself. */
+#define PROXY_GATHER_MAX (8 * 1024 * 1024)
+typedef enum ProxyAnswerAction { PROXY_PASS, PROXY_GATHER } ProxyAnswerAction;
+typedef ProxyAnswerAction (*ProxyAnswerHead)(void *ud, long status, const struct curl_slist *headers);
+/* The gathered answer: `complete` is false when the transfer failed or the
+ * body was too large (body then holds what came). fn must answer req. */
+typedef void (*ProxyAnswerGathered)(void *ud, Request *req, long status, const struct curl_slist *headers,
+                                    const char *body, size_t len, bool complete);
+void proxy_call_on_answer(ProxyCall *c, ProxyAnswerHead head, ProxyAnswerGathered gathered, void *ud);
+/* The call's body is `data` (at most PROXY_BUFFER bytes, copied), not the
+ * client's (which has none): made with has_body and its length. False when
+ * out of memory. */
+bool proxy_call_fixed_body(ProxyCall *c, const char *data, size_t len);
 /* The upstream's final status, once it came; else 0. */
 long proxy_call_status(const ProxyCall *c);
 void proxy_call_start(ProxyCall *c);

@@ -7,17 +7,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 struct S3 {
     const Config *cfg;
-    pthread_mutex_t mu; /* guards creds, stop */
-    pthread_cond_t cv;
+    pthread_mutex_t mu; /* guards creds, stop, reprobe, first_done, detail */
+    pthread_cond_t cv;  /* the probe thread waits on it; so does s3_open for the first round */
     AwsCreds creds;
     bool stop;
+    bool reprobe;       /* probe every route now (SIGHUP) */
+    bool first_done;    /* every route has been probed once */
     bool thread_started;
     pthread_t thread;
-    atomic_bool ok[CONFIG_MAX_GUARDS]; /* the probe's last word per route */
+    atomic_int state[CONFIG_MAX_GUARDS]; /* S3RouteState: the probe's last word per route */
+    atomic_bool mpu_if_match[CONFIG_MAX_GUARDS]; /* the store honours If-Match on CompleteMultipartUpload */
+    char detail[CONFIG_MAX_GUARDS][256]; /* why, for /healthz: never the store's URL */
 };
 
 static bool any_s3(const Config *cfg)
@@ -36,8 +41,11 @@ S3 *s3_new(const Config *cfg)
     s->cfg = cfg;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    for (size_t i = 0; i < CONFIG_MAX_GUARDS; i++)
-        atomic_init(&s->ok[i], false);
+    for (size_t i = 0; i < CONFIG_MAX_GUARDS; i++) {
+        atomic_init(&s->state[i], S3_ROUTE_CLOSED);
+        atomic_init(&s->mpu_if_match[i], false);
+        snprintf(s->detail[i], sizeof s->detail[i], "not probed yet");
+    }
     return s;
 }
 
@@ -62,7 +70,12 @@ static bool load_creds(const Config *cfg, AwsCreds *out, char *err, size_t errle
 {
     if (cfg->s3_credentials) {
         const char *profile = getenv("AWS_PROFILE");
-        return awscred_load_file(cfg->s3_credentials, profile && *profile ? profile : "default", out, err, errlen);
+        char warn[512];
+        bool ok = awscred_load_file(cfg->s3_credentials, profile && *profile ? profile : "default", out, err, errlen,
+                                    warn, sizeof warn);
+        if (ok && warn[0])
+            fprintf(stderr, "leasegate: warning: --s3-credentials %s\n", warn);
+        return ok;
     }
     return awscred_from_env(getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN"),
                             out, err, errlen);
@@ -77,8 +90,12 @@ void s3_credentials(S3 *s, AwsCreds *out)
 
 bool s3_reload(S3 *s, char *err, size_t errlen)
 {
-    if (!s->cfg->s3_credentials || !any_s3(s->cfg))
+    if (!any_s3(s->cfg))
         return true;
+    if (!s->cfg->s3_credentials) {
+        s3_reprobe(s);
+        return true;
+    }
     AwsCreds fresh;
     if (!load_creds(s->cfg, &fresh, err, errlen))
         return false;
@@ -86,10 +103,40 @@ bool s3_reload(S3 *s, char *err, size_t errlen)
     s->creds = fresh;
     pthread_mutex_unlock(&s->mu);
     explicit_bzero(&fresh, sizeof fresh);
+    s3_reprobe(s);
     return true;
 }
 
-bool s3_route_ok(const S3 *s, size_t route) { return route < CONFIG_MAX_GUARDS && atomic_load(&s->ok[route]); }
+void s3_reprobe(S3 *s)
+{
+    if (!s->thread_started)
+        return;
+    for (size_t i = 0; i < s->cfg->nguards; i++)
+        atomic_compare_exchange_strong(&s->state[i], &(int){S3_ROUTE_REFUSED}, S3_ROUTE_CLOSED);
+    pthread_mutex_lock(&s->mu);
+    s->reprobe = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+S3RouteState s3_route_state(S3 *s, size_t route, char *detail, size_t detail_len)
+{
+    if (route >= CONFIG_MAX_GUARDS)
+        return S3_ROUTE_CLOSED;
+    if (detail_len) {
+        pthread_mutex_lock(&s->mu);
+        snprintf(detail, detail_len, "%s", s->detail[route]);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return (S3RouteState)atomic_load(&s->state[route]);
+}
+
+bool s3_route_mpu_if_match(const S3 *s, size_t route)
+{
+    return route < CONFIG_MAX_GUARDS && atomic_load(&s->mpu_if_match[route]);
+}
+
+unsigned s3_retry_s(const S3 *s) { return s->cfg->s3_probe_interval_s < S3_RETRY_S ? s->cfg->s3_probe_interval_s : S3_RETRY_S; }
 
 /* Appends line to *list; false when out of memory. */
 static bool append(struct curl_slist **list, const char *line)
@@ -152,7 +199,7 @@ static int hexval(unsigned char c)
 
 /* Appends `in` to out as SigV4 wants a path: every byte but the unreserved
  * ones and '/' as %XX (upper case), after decoding the %XX already there. */
-static size_t encode_path(char *out, const char *in)
+size_t s3_encode_path(char *out, const char *in)
 {
     static const char HEX[] = "0123456789ABCDEF";
     size_t n = 0;
@@ -178,16 +225,24 @@ char *s3_object_url(const GuardRoute *route, const char *rest)
 {
     while (*rest == '/')
         rest++;
-    size_t cap = strlen(route->endpoint) + strlen(route->bucket) + 3 * (strlen(route->keyprefix) + strlen(rest)) + 8;
+    size_t plen = strcspn(rest, "?"); /* the query is the caller's to add */
+    size_t cap = strlen(route->endpoint) + strlen(route->bucket) + 3 * (strlen(route->keyprefix) + plen) + 8;
     char *url = malloc(cap);
-    if (!url)
+    char *path = malloc(plen + 1);
+    if (!url || !path) {
+        free(url);
+        free(path);
         return NULL;
+    }
+    memcpy(path, rest, plen);
+    path[plen] = '\0';
     size_t n = (size_t)snprintf(url, cap, "%s/%s/", route->endpoint, route->bucket);
     if (route->keyprefix[0]) {
-        n += encode_path(url + n, route->keyprefix);
+        n += s3_encode_path(url + n, route->keyprefix);
         url[n++] = '/';
     }
-    encode_path(url + n, rest);
+    s3_encode_path(url + n, path);
+    free(path);
     return url;
 }
 
@@ -207,35 +262,73 @@ static size_t probe_read(char *out, size_t size, size_t nitems, void *ud)
     return n;
 }
 
-static size_t discard(char *p, size_t size, size_t n, void *ud)
+/* What a probe request brings back: the answer's body (cut to its buffer)
+ * and its ETag. */
+typedef struct ProbeAnswer {
+    char body[4096];
+    size_t len;
+    char etag[256];
+} ProbeAnswer;
+
+static size_t keep_body(char *p, size_t size, size_t n, void *ud)
 {
-    (void)p;
-    (void)ud;
+    ProbeAnswer *a = ud;
+    size_t take = size * n;
+    if (a && a->len + take < sizeof a->body) {
+        memcpy(a->body + a->len, p, take);
+        a->len += take;
+        a->body[a->len] = '\0';
+    }
     return size * n;
 }
 
-/* One signed PUT of the probe key with one precondition: its status, or 0
- * with the transport's error in err. */
-static long probe_put(const GuardRoute *route, const AwsCreds *creds, const char *url, const char *cond,
-                      unsigned timeout_s, const char *cacert, char *err, size_t errlen)
+static size_t keep_etag(char *p, size_t size, size_t n, void *ud)
+{
+    ProbeAnswer *a = ud;
+    size_t len = size * n;
+    if (a && len > 5 && !strncasecmp(p, "ETag:", 5)) {
+        const char *v = p + 5;
+        size_t vl = len - 5;
+        while (vl && (*v == ' ' || *v == '\t'))
+            v++, vl--;
+        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+            vl--;
+        snprintf(a->etag, sizeof a->etag, "%.*s", (int)vl, v);
+    }
+    return len;
+}
+
+/* One signed request of the probe (method, url, one header line or NULL,
+ * a body or NULL): its status, or 0 with the transport's error in err. */
+static long probe_request(const GuardRoute *route, const AwsCreds *creds, const char *method, const char *url,
+                          const char *cond, const char *data, unsigned timeout_s, const char *cacert, char *err,
+                          size_t errlen, ProbeAnswer *answer)
 {
     CURL *e = curl_easy_init();
     struct curl_slist *headers = NULL;
-    static const char BODY[] = "leasegate checks that this store honours If-Match and If-None-Match\n";
-    ProbeBody body = {BODY, sizeof BODY - 1, 0};
+    ProbeBody body = {data ? data : "", data ? strlen(data) : 0, 0};
     long status = 0;
-    if (!e || !append(&headers, cond) || !s3_sign_easy(e, route, creds, &headers) ||
+    if (answer)
+        memset(answer, 0, sizeof *answer);
+    if (!e || (cond && !append(&headers, cond)) || !s3_sign_easy(e, route, creds, &headers) ||
         (cacert && curl_easy_setopt(e, CURLOPT_CAINFO, cacert) != CURLE_OK)) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(e, CURLOPT_READFUNCTION, probe_read);
-    curl_easy_setopt(e, CURLOPT_READDATA, &body);
-    curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)body.len);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
+    if (!strcmp(method, "PUT") || data) {
+        curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(e, CURLOPT_READFUNCTION, probe_read);
+        curl_easy_setopt(e, CURLOPT_READDATA, &body);
+        curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)body.len);
+    }
+    if (strcmp(method, "PUT") != 0)
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, keep_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, answer);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, keep_etag);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, answer);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(e, CURLOPT_TIMEOUT, (long)timeout_s);
     CURLcode rc = curl_easy_perform(e);
@@ -249,20 +342,84 @@ out:
     return status;
 }
 
-/* Does the route's store honour preconditions? False with the reason in err. */
-static bool probe(const Config *cfg, const GuardRoute *route, const AwsCreds *creds, char *err, size_t errlen)
+static long probe_put(const GuardRoute *route, const AwsCreds *creds, const char *url, const char *cond,
+                      unsigned timeout_s, const char *cacert, char *err, size_t errlen)
+{
+    static const char BODY[] = "leasegate checks that this store honours If-Match and If-None-Match\n";
+    return probe_request(route, creds, "PUT", url, cond, BODY, timeout_s, cacert, err, errlen, NULL);
+}
+
+/* Does the store honour If-Match on CompleteMultipartUpload? An upload of
+ * the probe key completed with a wrong If-Match must get 412 (S3 may say
+ * so in a 200's body). False when it does not, or multipart fails. */
+static bool probe_multipart(const Config *cfg, const GuardRoute *route, const AwsCreds *creds, const char *url)
+{
+    char err[256], u[2048], id[512] = "";
+    ProbeAnswer a;
+    snprintf(u, sizeof u, "%s?uploads=", url);
+    if (probe_request(route, creds, "POST", u, NULL, NULL, cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a) !=
+        200)
+        return false;
+    const char *s = strstr(a.body, "<UploadId>"), *e = s ? strstr(s, "</UploadId>") : NULL;
+    if (!s || !e || (size_t)(e - s - 10) >= sizeof id)
+        return false;
+    snprintf(id, sizeof id, "%.*s", (int)(e - s - 10), s + 10);
+    char enc[3 * sizeof id];
+    size_t n = 0;
+    static const char HEX[] = "0123456789ABCDEF";
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+            *p == '.' || *p == '_' || *p == '~' || *p == '/' || *p == ':') {
+            enc[n++] = (char)*p;
+        } else {
+            enc[n++] = '%', enc[n++] = HEX[*p >> 4], enc[n++] = HEX[*p & 15];
+        }
+    }
+    enc[n] = '\0';
+    snprintf(u, sizeof u, "%s?partNumber=1&uploadId=%s", url, enc);
+    bool honoured = false;
+    if (probe_request(route, creds, "PUT", u, NULL, "p", cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a) ==
+            200 &&
+        a.etag[0]) {
+        char done[1024];
+        snprintf(done, sizeof done,
+                 "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>%s</ETag></Part>"
+                 "</CompleteMultipartUpload>",
+                 a.etag);
+        snprintf(u, sizeof u, "%s?uploadId=%s", url, enc);
+        long st = probe_request(route, creds, "POST", u, "If-Match: \"leasegate-never-an-etag\"", done,
+                                cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a);
+        honoured = st == 412 || (st == 200 && strstr(a.body, "<Code>PreconditionFailed</Code>"));
+    }
+    snprintf(u, sizeof u, "%s?uploadId=%s", url, enc);
+    probe_request(route, creds, "DELETE", u, NULL, NULL, cfg->guard_timeout_s, cfg->cacert, err, sizeof err, NULL);
+    return honoured;
+}
+
+/* What a probe found; why (for anyone: no URL) says more. */
+typedef enum ProbeResult { PROBE_OK, PROBE_DOWN, PROBE_IGNORES } ProbeResult;
+
+/* Does the route's store honour preconditions? */
+static ProbeResult probe(const Config *cfg, const GuardRoute *route, const AwsCreds *creds, char *why,
+                         size_t whylen, bool *mpu_if_match)
 {
     char *url = s3_object_url(route, S3_PROBE_KEY);
     if (!url) {
-        snprintf(err, errlen, "out of memory");
-        return false;
+        snprintf(why, whylen, "out of memory");
+        return PROBE_DOWN;
     }
-    char why[256] = "";
-    bool ok = false;
-    long st = probe_put(route, creds, url, "If-None-Match: *", cfg->guard_timeout_s, cfg->cacert, why, sizeof why);
+    char err[256] = "";
+    ProbeResult r = PROBE_DOWN;
+    long st = probe_put(route, creds, url, "If-None-Match: *", cfg->guard_timeout_s, cfg->cacert, err, sizeof err);
     if (st != 200 && st != 201 && st != 412) {
-        snprintf(err, errlen, "creating the probe key %s with If-None-Match: * got %s%ld%s", url, st ? "HTTP " : "",
-                 st, st ? "" : why);
+        if (st == 0)
+            snprintf(why, whylen, "the store cannot be reached (%s)", err);
+        else
+            snprintf(why, whylen,
+                     "the store answered HTTP %ld to the creation of the probe key (%s)", st,
+                     st == 403 ? "wrong credentials, or no right to write the key prefix"
+                     : st == 404 ? "no such bucket"
+                                 : "not 200 or 412");
         goto out;
     }
     static const struct {
@@ -270,58 +427,115 @@ static bool probe(const Config *cfg, const GuardRoute *route, const AwsCreds *cr
     } MUST_FAIL[] = {{"If-Match: \"leasegate-never-an-etag\"", "a wrong If-Match"},
                      {"If-None-Match: *", "If-None-Match: * on a key that exists"}};
     for (size_t i = 0; i < sizeof MUST_FAIL / sizeof MUST_FAIL[0]; i++) {
-        st = probe_put(route, creds, url, MUST_FAIL[i].cond, cfg->guard_timeout_s, cfg->cacert, why, sizeof why);
-        if (st != 412) {
-            if (st >= 200 && st < 300)
-                snprintf(err, errlen,
-                         "the store wrote %s despite %s (HTTP %ld): it ignores preconditions, and a stale write "
-                         "could land",
-                         url, MUST_FAIL[i].name, st);
-            else
-                snprintf(err, errlen, "a PUT of %s with %s got %s%ld%s, not 412", url, MUST_FAIL[i].name,
-                         st ? "HTTP " : "", st, st ? "" : why);
-            goto out;
+        st = probe_put(route, creds, url, MUST_FAIL[i].cond, cfg->guard_timeout_s, cfg->cacert, err, sizeof err);
+        if (st == 412)
+            continue;
+        if (st >= 200 && st < 300) {
+            snprintf(why, whylen,
+                     "the store wrote the probe key despite %s (HTTP %ld): it ignores preconditions, and a stale "
+                     "write could land",
+                     MUST_FAIL[i].name, st);
+            r = PROBE_IGNORES;
+        } else if (st == 0) {
+            snprintf(why, whylen, "the store cannot be reached (%s)", err);
+        } else {
+            snprintf(why, whylen, "a PUT of the probe key with %s got HTTP %ld, not 412", MUST_FAIL[i].name, st);
         }
+        goto out;
     }
-    ok = true;
+    snprintf(why, whylen, "the store honours preconditions");
+    r = PROBE_OK;
+    if (mpu_if_match) {
+        *mpu_if_match = probe_multipart(cfg, route, creds, url);
+        if (!*mpu_if_match)
+            snprintf(why, whylen,
+                     "the store honours preconditions, but not If-Match on CompleteMultipartUpload: a multipart "
+                     "upload may only create an object");
+    }
 out:
     free(url);
-    return ok;
+    return r;
 }
 
-static bool probe_route(S3 *s, size_t i, char *err, size_t errlen)
+/* Probes route i and records what it found; says so on stderr when the
+ * route's state changes (the first time too). */
+static void probe_route(S3 *s, size_t i)
 {
+    const GuardRoute *r = &s->cfg->guards[i];
     AwsCreds creds;
     s3_credentials(s, &creds);
-    bool ok = probe(s->cfg, &s->cfg->guards[i], &creds, err, errlen);
+    char why[256];
+    bool mpu = false;
+    ProbeResult res = probe(s->cfg, r, &creds, why, sizeof why, &mpu);
+    atomic_store(&s->mpu_if_match[i], mpu);
     explicit_bzero(&creds, sizeof creds);
-    bool was = atomic_exchange(&s->ok[i], ok);
-    if (was != ok)
-        fprintf(stderr, "leasegate: guard %s: %s%s\n", s->cfg->guards[i].prefix,
-                ok ? "the store honours preconditions again: writes go through" : "writes refused (502): ",
-                ok ? "" : err);
-    return ok;
+    S3RouteState now = res == PROBE_OK ? S3_ROUTE_OPEN : res == PROBE_IGNORES ? S3_ROUTE_REFUSED : S3_ROUTE_CLOSED;
+    pthread_mutex_lock(&s->mu);
+    bool first = !s->first_done;
+    bool changed = strcmp(s->detail[i], why) != 0;
+    snprintf(s->detail[i], sizeof s->detail[i], "%s", why);
+    pthread_mutex_unlock(&s->mu);
+    S3RouteState was = (S3RouteState)atomic_exchange(&s->state[i], now);
+    if (!first && was == now && !changed)
+        return;
+    char where[1200];
+    snprintf(where, sizeof where, "%s/%s/%s (region %s)", r->endpoint, r->bucket, r->keyprefix, r->region);
+    if (now == S3_ROUTE_OPEN)
+        fprintf(stderr, "leasegate: guard %s -> %s: %s: the route is open\n", r->prefix, where, why);
+    else if (now == S3_ROUTE_REFUSED)
+        fprintf(stderr,
+                "leasegate: guard %s -> %s is closed for good: %s. No write goes through it until the store honours "
+                "them and leasegate is reloaded (SIGHUP) or restarted; reads still pass\n",
+                r->prefix, where, why);
+    else
+        fprintf(stderr,
+                "leasegate: guard %s -> %s is closed: %s. Writes get 503 and reads 502 until the store answers; "
+                "it is probed again every %u s\n",
+                r->prefix, where, why, s3_retry_s(s));
 }
 
 static void *prober(void *ud)
 {
     S3 *s = ud;
+    size_t n = s->cfg->nguards;
+    struct timespec due[CONFIG_MAX_GUARDS]; /* when each route is probed next (monotonic) */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    for (size_t i = 0; i < n; i++)
+        due[i] = now;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += (time_t)s->cfg->s3_probe_interval_s;
-        while (!s->stop && pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
-            ;
-        if (s->stop)
-            break;
+        bool all = s->reprobe;
+        s->reprobe = false;
         pthread_mutex_unlock(&s->mu);
-        for (size_t i = 0; i < s->cfg->nguards; i++) {
-            char err[512];
-            if (s->cfg->guards[i].kind == GUARD_S3)
-                probe_route(s, i, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        struct timespec next = {0, 0};
+        for (size_t i = 0; i < n; i++) {
+            if (s->cfg->guards[i].kind != GUARD_S3)
+                continue;
+            S3RouteState st = (S3RouteState)atomic_load(&s->state[i]);
+            /* A store that ignores preconditions is not asked again: only a reload does. */
+            if (st != S3_ROUTE_REFUSED && (all || now.tv_sec >= due[i].tv_sec)) {
+                probe_route(s, i);
+                clock_gettime(CLOCK_MONOTONIC, &now);
+                st = (S3RouteState)atomic_load(&s->state[i]);
+                due[i] = now;
+                due[i].tv_sec += (time_t)(st == S3_ROUTE_OPEN ? s->cfg->s3_probe_interval_s : s3_retry_s(s));
+            }
+            if (st != S3_ROUTE_REFUSED && (next.tv_sec == 0 || due[i].tv_sec < next.tv_sec))
+                next = due[i];
         }
         pthread_mutex_lock(&s->mu);
+        if (!s->first_done) {
+            s->first_done = true;
+            pthread_cond_broadcast(&s->cv);
+        }
+        if (next.tv_sec == 0) {
+            next = now;
+            next.tv_sec += (time_t)s->cfg->s3_probe_interval_s;
+        }
+        while (!s->stop && !s->reprobe && pthread_cond_timedwait(&s->cv, &s->mu, &next) == 0)
+            ;
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -336,17 +550,6 @@ bool s3_open(S3 *s, char *err, size_t errlen)
         snprintf(err, errlen, "s3:// routes: no credentials: %s", why);
         return false;
     }
-    for (size_t i = 0; i < s->cfg->nguards; i++) {
-        const GuardRoute *r = &s->cfg->guards[i];
-        if (r->kind != GUARD_S3)
-            continue;
-        if (!probe_route(s, i, why, sizeof why)) {
-            snprintf(err, errlen, "--guard %s=%s: %s", r->prefix, r->upstream, why);
-            return false;
-        }
-        fprintf(stderr, "leasegate: guard %s -> %s/%s/%s (region %s): the store honours preconditions\n", r->prefix,
-                r->endpoint, r->bucket, r->keyprefix, r->region);
-    }
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -358,5 +561,14 @@ bool s3_open(S3 *s, char *err, size_t errlen)
         return false;
     }
     s->thread_started = true;
+    /* A store that answers at once opens its route before the first request;
+     * one that does not never holds the lock service up longer than this. */
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += S3_FIRST_WAIT_S;
+    pthread_mutex_lock(&s->mu);
+    while (!s->first_done && pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&s->mu);
     return true;
 }

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "guard/s3err.h"
+#include "guard/s3list.h"
 #include "net/http.h"
 
 #define FENCE_META "x-amz-meta-fencing-token"
@@ -21,6 +23,14 @@ struct S3Write {
     ProxyCall *head;   /* the HEAD in flight, or NULL */
     bool rechecking;   /* the store refused the precondition: reading the object again */
     uint64_t token;
+    /* What the prepare step read, for the confirm step to compare: the
+     * object existed, its ETag, fence and Last-Modified. */
+    bool existed;
+    bool completes;     /* a CompleteMultipartUpload */
+    bool if_match_ok;   /* ... and the store honours If-Match on it */
+    char etag[256];
+    char modified[64];
+    uint64_t fence;
     char *url;         /* owned */
     char lock[NAME_MAX_BYTES + 1];
 };
@@ -41,36 +51,111 @@ static bool user_metadata(const char *name, size_t len)
            !(len == sizeof FENCE_META - 1 && !strncasecmp(name, FENCE_META, len));
 }
 
+/* Headers an S3 client sends that the guard takes and never forwards: the
+ * signature's own, and what SDKs add about themselves. */
+static bool signature_header(const char *name, size_t len)
+{
+    static const char *const OWN[] = {"x-amz-date", "x-amz-content-sha256", "x-amz-user-agent",
+                                      "x-amz-decoded-content-length", "x-amz-trailer", "x-amz-security-token",
+                                      NULL};
+    return one_of(OWN, name, len);
+}
+
+static bool prefixed(const char *name, size_t len, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return len >= n && !strncasecmp(name, prefix, n);
+}
+
 bool s3req_keep_read(const char *name, size_t len)
 {
     static const char *const READ[] = {"Range", "If-Match", "If-None-Match", "If-Modified-Since",
-                                       "If-Unmodified-Since", "Accept", NULL};
-    return one_of(READ, name, len);
+                                       "If-Unmodified-Since", "Accept", "x-amz-checksum-mode", NULL};
+    return one_of(READ, name, len) || prefixed(name, len, "x-amz-server-side-encryption-customer-");
+}
+
+/* The x-amz-* headers a write forwards: what SDKs send by default (the
+ * checksums, which the store checks; storage class, server-side encryption,
+ * tagging; x-amz-acl, whose values s3req_acceptable narrows). */
+static bool amz_write_header(const char *name, size_t len)
+{
+    static const char *const AMZ[] = {"x-amz-sdk-checksum-algorithm", "x-amz-acl", "x-amz-storage-class",
+                                      "x-amz-tagging", NULL};
+    return one_of(AMZ, name, len) || prefixed(name, len, "x-amz-checksum-") ||
+           prefixed(name, len, "x-amz-server-side-encryption");
+}
+
+bool s3req_keep_complete(const char *name, size_t len)
+{
+    static const char *const DONE[] = {"Content-Type", "x-amz-sdk-checksum-algorithm", NULL};
+    return one_of(DONE, name, len) || prefixed(name, len, "x-amz-checksum-") ||
+           prefixed(name, len, "x-amz-server-side-encryption-customer-");
+}
+
+bool s3req_keep_write_unencoded(const char *name, size_t len)
+{
+    return !(len == 16 && !strncasecmp(name, "Content-Encoding", 16)) && s3req_keep_write(name, len);
+}
+
+bool s3req_keep_none(const char *name, size_t len)
+{
+    (void)name;
+    (void)len;
+    return false;
 }
 
 bool s3req_keep_write(const char *name, size_t len)
 {
     static const char *const WRITE[] = {"Content-Type",     "Content-MD5",      "Cache-Control", "Content-Disposition",
                                         "Content-Encoding", "Content-Language", "Expires",       NULL};
-    return one_of(WRITE, name, len) || user_metadata(name, len);
+    return one_of(WRITE, name, len) || user_metadata(name, len) || amz_write_header(name, len);
 }
 
 typedef struct AmzCheck {
     const char *bad; /* the first header the route refuses, or NULL */
+    const char *why;
+    bool write;
 } AmzCheck;
+
+/* Why an x-amz-* header (not on the allow-list) is refused. */
+static const char *amz_refusal(const char *name, size_t len)
+{
+    if (prefixed(name, len, "x-amz-grant-"))
+        return "it gives other accounts rights on the object: ask the bucket's owner for a bucket policy";
+    if (prefixed(name, len, "x-amz-object-lock-"))
+        return "an object lock would keep the guard from writing the object's fence (and its tombstone) again";
+    if (prefixed(name, len, "x-amz-copy-source"))
+        return "a copy source could be any object the gateway may read";
+    if (prefixed(name, len, "x-amz-expected-bucket-owner") || prefixed(name, len, "x-amz-request-payer"))
+        return "it names the store's account, which is the gateway's, not the client's";
+    if (prefixed(name, len, "x-amz-website-redirect-location"))
+        return "a redirect could send readers past the guard";
+    return "the guard forwards only the x-amz-* headers on its allow-list (docs/fencing.md)";
+}
 
 static enum MHD_Result find_amz(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
     (void)kind;
-    (void)value;
     AmzCheck *c = cls;
     size_t len = strlen(key);
-    if (len >= 6 && !strncasecmp(key, "x-amz-", 6) && !user_metadata(key, len) &&
-        !(len == sizeof FENCE_META - 1 && !strncasecmp(key, FENCE_META, len))) {
-        c->bad = key;
-        return MHD_NO;
+    if (len < 6 || strncasecmp(key, "x-amz-", 6) || signature_header(key, len) || user_metadata(key, len) ||
+        (len == sizeof FENCE_META - 1 && !strncasecmp(key, FENCE_META, len)) ||
+        (!c->write && s3req_keep_read(key, len)))
+        return MHD_YES;
+    if (c->write && amz_write_header(key, len)) {
+        /* A canned ACL that keeps the object private passes; one that opens it to others does not. */
+        if (len == 9 && !strncasecmp(key, "x-amz-acl", 9) && value && strcmp(value, "private") &&
+            strcmp(value, "bucket-owner-full-control")) {
+            c->bad = key;
+            c->why = "only the canned ACLs private and bucket-owner-full-control pass: one that opens the object "
+                     "to others is the bucket owner's to set";
+            return MHD_NO;
+        }
+        return MHD_YES;
     }
-    return MHD_YES;
+    c->bad = key;
+    c->why = amz_refusal(key, len);
+    return MHD_NO;
 }
 
 static void bad(Request *req, const char *field, const char *fmt, const char *detail)
@@ -79,54 +164,180 @@ static void bad(Request *req, const char *field, const char *fmt, const char *de
     http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field), fmt, detail);
 }
 
-bool s3req_acceptable(Request *req, const GuardRoute *route, const char *method, bool keys)
+/* 501 NotImplemented: an S3 operation the guard does not forward. */
+static void not_implemented(Request *req, const char *what)
 {
-    const char *rest = req->raw_uri + strlen(route->prefix);
+    req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+    http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:i}", "s3_code", "NotImplemented", "s3_status", 501),
+                     "%s is not forwarded by the guard (docs/fencing.md lists the S3 operations it forwards)", what);
+}
+
+/* Query parameters an object's request may carry, and whether each is
+ * forwarded to the store (x-id is what the JavaScript SDK adds to name the
+ * operation; the guard knows it from the method). */
+typedef struct QueryCheck {
+    const char *bad;
+    S3Op op;
+    bool object;
+    const char *method;
+} QueryCheck;
+
+static enum MHD_Result find_query(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    (void)value;
+    QueryCheck *q = cls;
+    static const char *const OBJECT[] = {"x-id",      "partNumber", "uploads", "uploadId", "max-parts",
+                                         "part-number-marker", NULL};
+    static const char *const LIST[] = {"x-id",   "list-type",  "prefix", "delimiter", "max-keys", "encoding-type",
+                                       "marker", "start-after", "continuation-token", "fetch-owner", "location",
+                                       NULL};
+    bool ok = q->object ? one_of(OBJECT, key, strlen(key)) || !strncmp(key, "response-", 9)
+                        : one_of(LIST, key, strlen(key));
+    if (!ok) {
+        q->bad = key;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+typedef struct QueryFind {
+    const char *key;
+    bool found;
+} QueryFind;
+
+static enum MHD_Result find_key(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    (void)value;
+    QueryFind *f = cls;
+    if (!strcmp(key, f->key)) {
+        f->found = true;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+/* Is `key` in the query, with a value or without one (?location)? */
+static bool query_has(Request *req, const char *key)
+{
+    QueryFind f = {key, false};
+    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, find_key, &f);
+    return f.found;
+}
+
+S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, bool keys)
+{
+    const char *rest = guardroute_rest(route, req->raw_uri);
     while (*rest == '/')
         rest++;
-    if (strchr(rest, '?')) {
-        bad(req, "path", "an s3:// route takes no query string (%s): objects are read and written whole", req->raw_uri);
-        return false;
+    bool bucket = *rest == '\0' || *rest == '?';
+    QueryCheck q = {NULL, S3_OP_NONE, !bucket, method};
+    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, find_query, &q);
+    if (q.bad) {
+        bool multipart = !strcmp(q.bad, "uploads") || !strcmp(q.bad, "uploadId");
+        char what[160];
+        snprintf(what, sizeof what, "%s with ?%.60s%s", method, q.bad,
+                 multipart ? " (a multipart upload)" : bucket ? " (on the bucket)" : "");
+        not_implemented(req, what);
+        return S3_OP_NONE;
     }
-    if (!strcmp(rest, S3_PROBE_KEY)) {
-        bad(req, "path", "%s is the key the guard checks the store with, not for clients", S3_PROBE_KEY);
-        return false;
+    if (!keys && http_header(req, "Authorization") && !s3req_signed(req)) {
+        bad(req, "Authorization", "%s",
+            "the guard verifies only AWS Signature Version 4 (AWS4-HMAC-SHA256) made with a lease, or takes "
+            "the lease in Fencing-Lease");
+        return S3_OP_NONE;
     }
-    if (http_header(req, "x-amz-copy-source")) {
-        bad(req, "x-amz-copy-source", "%s is not forwarded: a copy source could be any object the gateway may read",
-            "x-amz-copy-source");
-        return false;
-    }
-    if (!keys && http_header(req, "Authorization")) {
-        bad(req, "Authorization", "%s", "the guard signs S3 requests itself: send your lease, not S3 credentials");
-        return false;
-    }
-    AmzCheck amz = {NULL};
+    AmzCheck amz = {NULL, NULL, !strcmp(method, "PUT") || !strcmp(method, "POST")};
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, find_amz, &amz);
     if (amz.bad) {
-        bad(req, amz.bad, "header %s is not forwarded to S3 (the guard signs what it sends; only user metadata, "
-                          "x-amz-meta-*, passes)",
-            amz.bad);
-        return false;
+        req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", amz.bad),
+                         "header %s is not forwarded to S3: %s", amz.bad, amz.why);
+        return S3_OP_NONE;
     }
-    if (strcmp(method, "PUT") != 0)
-        return true;
+    if (bucket) {
+        if (!strcmp(method, "HEAD"))
+            return S3_OP_HEAD_BUCKET;
+        if (!strcmp(method, "PUT"))
+            return S3_OP_CREATE_BUCKET;
+        if (strcmp(method, "GET") != 0) {
+            not_implemented(req, "an operation on the bucket other than GET, HEAD or PUT");
+            return S3_OP_NONE;
+        }
+        if (query_has(req, "location"))
+            return S3_OP_LOCATION;
+        const char *lt = http_query(req, "list-type");
+        if (lt && strcmp(lt, "2") != 0) {
+            bad(req, "list-type", "list-type=%.20s is not a listing S3 has (2, or none for the first)", lt);
+            return S3_OP_NONE;
+        }
+        return lt ? S3_OP_LIST_V2 : S3_OP_LIST_V1;
+    }
+    if (!strcmp(rest, S3_PROBE_KEY) || !strncmp(rest, S3_PROBE_KEY "?", sizeof S3_PROBE_KEY)) {
+        bad(req, "path", "%s is the key the guard checks the store with, not for clients", S3_PROBE_KEY);
+        return S3_OP_NONE;
+    }
+    bool upload = query_has(req, "uploadId"), part = query_has(req, "partNumber");
+    if (query_has(req, "uploads")) {
+        if (!strcmp(method, "POST") && !upload && !part)
+            return S3_OP_MP_CREATE;
+        not_implemented(req, "?uploads on an object other than a POST");
+        return S3_OP_NONE;
+    }
+    if (upload) {
+        if (!strcmp(method, "GET") && !part)
+            return S3_OP_MP_LIST_PARTS;
+        if (!strcmp(method, "DELETE") && !part)
+            return S3_OP_MP_ABORT;
+        if (!strcmp(method, "POST") && !part)
+            return S3_OP_MP_COMPLETE;
+        if (!strcmp(method, "PUT") && part) {
+            if (!http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+                req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+                http_reply_error(req, ERR_LENGTH_REQUIRED, json_pack("{s:s}", "field", "Content-Length"),
+                                 "an UploadPart needs Content-Length");
+                return S3_OP_NONE;
+            }
+            return S3_OP_MP_PART;
+        }
+        not_implemented(req, "this request on a multipart upload");
+        return S3_OP_NONE;
+    }
+    if (part && strcmp(method, "GET") && strcmp(method, "HEAD")) {
+        not_implemented(req, "?partNumber without ?uploadId");
+        return S3_OP_NONE;
+    }
+    if (!strcmp(method, "GET") || !strcmp(method, "HEAD"))
+        return S3_OP_READ;
+    if (!strcmp(method, "DELETE"))
+        return S3_OP_DELETE;
+    if (strcmp(method, "PUT") != 0) {
+        not_implemented(req, "POST on an object without ?uploads or ?uploadId");
+        return S3_OP_NONE;
+    }
     static const char *const CONDITIONS[] = {"If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since"};
     for (size_t i = 0; i < sizeof CONDITIONS / sizeof CONDITIONS[0]; i++) {
         if (http_header(req, CONDITIONS[i])) {
             bad(req, CONDITIONS[i], "a PUT through the guard may not carry %s: the guard sets the precondition "
                                     "itself, from the object's fence",
                 CONDITIONS[i]);
-            return false;
+            return S3_OP_NONE;
         }
     }
     if (!http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
         req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
         http_reply_error(req, ERR_LENGTH_REQUIRED, json_pack("{s:s}", "field", "Content-Length"),
                          "a PUT to S3 needs Content-Length (S3 takes no chunked upload without signing each chunk)");
-        return false;
+        return S3_OP_NONE;
     }
-    return true;
+    return S3_OP_PUT;
+}
+
+bool s3req_signed(Request *req)
+{
+    const char *a = http_header(req, "Authorization");
+    return a && !strncmp(a, "AWS4-HMAC-SHA256 ", 17);
 }
 
 bool s3req_sign(void *ud, void *curl_easy, struct curl_slist **headers)
@@ -199,14 +410,17 @@ static bool fence_of(const struct curl_slist *lines, uint64_t *fence)
     return true;
 }
 
+/* The object as the client names it (never the store's URL). */
+static int path_len(const S3Write *w) { return (int)strcspn(w->req->raw_uri, "?"); }
+
 static void reply_store_failed(S3Write *w, long status, const char *when)
 {
     if (status)
         http_reply_error(w->req, ERR_BAD_GATEWAY, json_pack("{s:s, s:I}", "lock", w->lock, "status", (json_int_t)status),
-                         "the store answered %ld to the HEAD of %s %s", status, w->url, when);
+                         "the store answered %ld to the HEAD of %.*s %s", status, path_len(w), w->req->raw_uri, when);
     else
         http_reply_error(w->req, ERR_BAD_GATEWAY, json_pack("{s:s}", "lock", w->lock),
-                         "the store could not be reached for the HEAD of %s %s", w->url, when);
+                         "the store could not be reached for the HEAD of %.*s %s", path_len(w), w->req->raw_uri, when);
 }
 
 static void reply_fence_above(S3Write *w, uint64_t fence)
@@ -221,9 +435,9 @@ static void reply_fence_above(S3Write *w, uint64_t fence)
                      json_pack("{s:s, s:I, s:I, s:o, s:I, s:s}", "lock", w->lock, "token", (json_int_t)w->token,
                                "max_token", (json_int_t)fence, "holder_token", holder, "fence", (json_int_t)fence,
                                "reason", "store_fence"),
-                     "the object %s was written with fencing-token %llu, above this write's token %llu: it may not "
-                     "go through",
-                     w->url, (unsigned long long)fence, (unsigned long long)w->token);
+                     "fencing token %llu is stale: the object %.*s was written with fencing-token %llu, above it; "
+                     "nothing was written",
+                     (unsigned long long)w->token, path_len(w), w->req->raw_uri, (unsigned long long)fence);
 }
 
 static bool start_head(S3Write *w, ProxyResult fn);
@@ -246,8 +460,25 @@ static void prepared(void *ud, long status, const struct curl_slist *headers)
             guardq_prepared(w->gw, false);
             return;
         }
+        if (w->completes && !w->if_match_ok) {
+            w->req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+            http_reply_error(w->req, ERR_BAD_REQUEST,
+                             json_pack("{s:s, s:s, s:i}", "lock", w->lock, "s3_code", "NotImplemented", "s3_status",
+                                       501),
+                             "the object %.*s exists (or was deleted: its tombstone keeps the fence), and this "
+                             "store ignores If-Match on CompleteMultipartUpload (the guard's probe found): a "
+                             "multipart upload may only create an object here; write it with one PUT",
+                             path_len(w), w->req->raw_uri);
+            guardq_prepared(w->gw, false);
+            return;
+        }
         snprintf(line, sizeof line, "If-Match: %s", etag);
         ok = proxy_call_add_header(w->req->guard->call, line);
+        w->existed = true;
+        snprintf(w->etag, sizeof w->etag, "%s", etag);
+        w->fence = fence;
+        if (!header_value(headers, "Last-Modified", w->modified, sizeof w->modified))
+            w->modified[0] = '\0';
     } else {
         reply_store_failed(w, status, status == 200 ? "before the write (its answer had no ETag, or a fencing-token "
                                                       "that is not a number)"
@@ -285,6 +516,65 @@ bool s3req_prepare(void *ud, GuardWrite *gw)
     return true;
 }
 
+void s3req_write_completes(S3Write *w, bool if_match_ok)
+{
+    if (!w)
+        return;
+    w->completes = true;
+    w->if_match_ok = if_match_ok;
+}
+
+/* The object read again right before the write's end leaves: a write that
+ * reached the store meanwhile without changing the ETag (a metadata-only
+ * copy onto itself raising the fence keeps it) shows in the fence or in
+ * Last-Modified, and the write is refused before the store has all of it. */
+static void confirmed(void *ud, long status, const struct curl_slist *headers)
+{
+    S3Write *w = ud;
+    w->head = NULL;
+    if (!guardq_preparing(w->gw))
+        return; /* refused meanwhile */
+    uint64_t fence = 0;
+    char etag[256] = "", modified[64] = "";
+    bool same;
+    if (status == 404) {
+        same = !w->existed;
+    } else if (status == 200 && fence_of(headers, &fence)) {
+        header_value(headers, "ETag", etag, sizeof etag);
+        header_value(headers, "Last-Modified", modified, sizeof modified);
+        same = w->existed && !strcmp(etag, w->etag) && fence == w->fence && !strcmp(modified, w->modified);
+    } else {
+        reply_store_failed(w, status, "right before the write's end");
+        guardq_confirmed(w->gw, false);
+        return;
+    }
+    if (same) {
+        guardq_confirmed(w->gw, true);
+        return;
+    }
+    if (fence > w->token)
+        reply_fence_above(w, fence);
+    else
+        http_reply_error(w->req, ERR_WRITE_CONFLICT,
+                         json_pack("{s:s, s:I, s:I}", "lock", w->lock, "token", (json_int_t)w->token, "fence",
+                                   (json_int_t)fence),
+                         "the object %.*s changed while the write's body arrived (another writer, not through this "
+                         "gateway?); nothing was written: send the write again with the same lease",
+                         path_len(w), w->req->raw_uri);
+    guardq_confirmed(w->gw, false);
+}
+
+bool s3req_confirm(void *ud, GuardWrite *gw)
+{
+    S3Write *w = ud;
+    w->gw = gw;
+    if (!start_head(w, confirmed)) {
+        http_reply_error(w->req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return false;
+    }
+    return true;
+}
+
 /* The object read again after the store refused the precondition. */
 static void rechecked(void *ud, long status, const struct curl_slist *headers)
 {
@@ -302,9 +592,9 @@ static void rechecked(void *ud, long status, const struct curl_slist *headers)
     http_reply_error(w->req, ERR_WRITE_CONFLICT,
                      json_pack("{s:s, s:I, s:I}", "lock", w->lock, "token", (json_int_t)w->token, "fence",
                                (json_int_t)fence),
-                     "the object %s changed between the guard's read and its write (another writer, not through "
+                     "the object %.*s changed between the guard's read and its write (another writer, not through "
                      "this gateway?); nothing was written: send the write again with the same lease",
-                     w->url);
+                     path_len(w), w->req->raw_uri);
 }
 
 bool s3req_final(S3Write *w)
@@ -323,4 +613,64 @@ bool s3req_final(S3Write *w)
     }
     http_suspend_watched(w->req);
     return true;
+}
+
+/* Answers ------------------------------------------------------------------ */
+
+static bool is_tombstone(const struct curl_slist *headers)
+{
+    char v[8];
+    return header_value(headers, S3_TOMBSTONE_META, v, sizeof v);
+}
+
+ProxyAnswerAction s3req_read_head(void *ud, long status, const struct curl_slist *headers)
+{
+    (void)ud;
+    return status >= 300 || is_tombstone(headers) ? PROXY_GATHER : PROXY_PASS;
+}
+
+ProxyAnswerAction s3req_write_head(void *ud, long status, const struct curl_slist *headers)
+{
+    (void)ud;
+    (void)headers;
+    return status >= 300 ? PROXY_GATHER : PROXY_PASS;
+}
+
+ProxyAnswerAction s3req_delete_head(void *ud, long status, const struct curl_slist *headers)
+{
+    (void)ud;
+    (void)status;
+    (void)headers;
+    return PROXY_GATHER; /* the client asked for a DELETE: 204, not the PUT's answer */
+}
+
+void s3req_read_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                         size_t len, bool complete)
+{
+    const GuardRoute *route = ud;
+    if (status < 300 && is_tombstone(headers)) {
+        http_reply_error(req, ERR_NOT_FOUND, NULL, "The specified key does not exist.");
+        return;
+    }
+    if (!complete && status < 300) {
+        http_reply_error(req, ERR_BAD_GATEWAY, NULL, "the store's answer did not arrive whole");
+        return;
+    }
+    s3err_from_store(req, route, status, body, len);
+}
+
+void s3req_delete_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                           size_t len, bool complete)
+{
+    (void)headers;
+    const GuardRoute *route = ud;
+    if (status >= 200 && status < 300) {
+        http_reply_text(req, 204, "application/xml", NULL, 0);
+        return;
+    }
+    if (!complete && status < 300) {
+        http_reply_error(req, ERR_BAD_GATEWAY, NULL, "the store's answer did not arrive whole");
+        return;
+    }
+    s3err_from_store(req, route, status, body, len);
 }

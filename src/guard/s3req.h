@@ -26,14 +26,22 @@
  * such a write between the HEAD and the PUT is not seen; it changed nothing
  * but the fence.
  *
- * Refused: a query string, x-amz-copy-source (a copy source would let a
- * tenant copy any object the gateway's credentials can read), the client's
- * own Authorization (without --auth-file) and x-amz-* headers other than
- * user metadata (400); preconditions of the client's own on a PUT (400: the
- * guard sets them); a PUT without Content-Length (411); DELETE (405: it
- * would drop the fence kept in the object, and a stale holder could create
- * the object again) and multipart uploads (405); the probe key (400). A
- * client's x-amz-meta-fencing-token is dropped.
+ * DELETE writes a tombstone instead of dropping the object, so that the
+ * fence stays: the same steps as a PUT, with the body S3_TOMBSTONE_BODY
+ * (s3list.h) and the metadata leasegate-deleted, answered 204. GET and HEAD
+ * of a tombstone answer 404 NoSuchKey, listings leave it out, and a later
+ * PUT (a holder's with a token at or above the fence) replaces it. (A
+ * delete of the store's own, even a conditional one, would take the fence
+ * with the object: a stale holder's PUT with If-None-Match: * could then
+ * create it again.)
+ *
+ * Forwarded headers are an allow-list (s3req_keep_read, s3req_keep_write;
+ * docs/fencing.md has it); any other x-amz-* header is refused with its
+ * reason, and so are the client's own preconditions on a PUT (the guard sets
+ * them), a PUT without Content-Length (411), query parameters the guard does
+ * not know, S3 operations it does not forward (501 NotImplemented) and the
+ * probe key (400). A client's x-amz-meta-fencing-token is dropped. Every
+ * error is S3's XML (s3err.h), and none names the store's URL.
  */
 #ifndef LEASEGATE_S3REQ_H
 #define LEASEGATE_S3REQ_H
@@ -48,13 +56,48 @@
 
 typedef struct S3Write S3Write;
 
-/* The route's refusals that the request's head decides (see above); false
- * after answering. `keys` says whether --auth-file is on (then
- * Authorization is leasegate's, and dropped). */
-bool s3req_acceptable(Request *req, const GuardRoute *route, const char *method, bool keys);
+/* What an S3 client asks for. */
+typedef enum S3Op {
+    S3_OP_NONE,          /* refused: answered */
+    S3_OP_READ,          /* GetObject, HeadObject */
+    S3_OP_PUT,           /* PutObject */
+    S3_OP_DELETE,        /* DeleteObject: a tombstone */
+    S3_OP_LOCATION,      /* GetBucketLocation */
+    S3_OP_HEAD_BUCKET,   /* HeadBucket */
+    S3_OP_CREATE_BUCKET, /* CreateBucket: it is there */
+    S3_OP_LIST_V1,       /* ListObjects */
+    S3_OP_LIST_V2,       /* ListObjectsV2 */
+    S3_OP_MP_CREATE,     /* CreateMultipartUpload: POST ?uploads */
+    S3_OP_MP_PART,       /* UploadPart: PUT ?partNumber=N&uploadId=U */
+    S3_OP_MP_COMPLETE,   /* CompleteMultipartUpload: POST ?uploadId=U */
+    S3_OP_MP_ABORT,      /* AbortMultipartUpload: DELETE ?uploadId=U */
+    S3_OP_MP_LIST_PARTS, /* ListParts: GET ?uploadId=U */
+} S3Op;
+
+/* The operation, after the refusals that the request's head decides (see
+ * above); S3_OP_NONE after answering. `keys` says whether --auth-file is on
+ * (then a Bearer Authorization is leasegate's, and dropped). */
+S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, bool keys);
+/* Does the request carry a SigV4 Authorization? */
+bool s3req_signed(Request *req);
+/* The answer hooks of a client's call (proxy_call_on_answer): errors are
+ * rewritten (s3err_from_store), tombstones read as 404 NoSuchKey, a
+ * tombstone's written as 204. ud is the route. */
+ProxyAnswerAction s3req_read_head(void *ud, long status, const struct curl_slist *headers);
+ProxyAnswerAction s3req_write_head(void *ud, long status, const struct curl_slist *headers);
+ProxyAnswerAction s3req_delete_head(void *ud, long status, const struct curl_slist *headers);
+void s3req_read_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                         size_t len, bool complete);
+void s3req_delete_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                           size_t len, bool complete);
 /* The client headers a read / a write passes on (ProxyHeaders.keep). */
 bool s3req_keep_read(const char *name, size_t len);
 bool s3req_keep_write(const char *name, size_t len);
+bool s3req_keep_none(const char *name, size_t len); /* a tombstone's: none of the client's */
+/* A CompleteMultipartUpload's: its content type, checksums and SSE-C keys. */
+bool s3req_keep_complete(const char *name, size_t len);
+/* An aws-chunked write's: its Content-Encoding is rewritten without aws-chunked. */
+bool s3req_keep_write_unencoded(const char *name, size_t len);
 /* Signs a call of `route` (a ProxyConfigure; ud is an S3Sign). */
 typedef struct S3Sign {
     S3 *s3;
@@ -69,6 +112,14 @@ S3Write *s3req_write_new(S3 *s3, Proxy *proxy, Request *req, const GuardRoute *r
 void s3req_write_free(S3Write *w);
 /* The write's prepare step (a GuardPrepare; ud is the S3Write). */
 bool s3req_prepare(void *ud, GuardWrite *gw);
+/* The write is a CompleteMultipartUpload; if_match_ok: the store honours
+ * If-Match on it (s3_route_mpu_if_match). Without that, it may only create
+ * an object (its prepare step answers 501 when the object exists). */
+void s3req_write_completes(S3Write *w, bool if_match_ok);
+/* Its confirm step, right before the end leaves (guardq_set_confirm): the
+ * object read again must have the ETag, fence and Last-Modified the prepare
+ * step read. */
+bool s3req_confirm(void *ud, GuardWrite *gw);
 /* The client's request is complete: true when the store refused the PUT's
  * precondition (412, 409) and the write answers the client itself (after
  * reading the object again); false to pass the store's answer on. */

@@ -331,9 +331,26 @@ static json_t *error_body_new(ErrCode code, json_t *extra, const char *fmt, va_l
     return body;
 }
 
+/* A request whose layer above writes its errors itself (an S3 route's, in
+ * S3's XML): true when it did. Takes over extra then. */
+static bool reply_error_elsewhere(Request *req, ErrCode code, json_t *extra, const char *fmt, va_list ap)
+{
+    if (!req->guard || !req->guard->reply_error)
+        return false;
+    char message[512];
+    vsnprintf(message, sizeof message, fmt, ap);
+    req->guard->reply_error(req, (int)code, extra, message);
+    return true;
+}
+
 void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt, ...)
 {
     va_list ap;
+    va_start(ap, fmt);
+    bool done = reply_error_elsewhere(req, code, extra, fmt, ap);
+    va_end(ap);
+    if (done)
+        return;
     va_start(ap, fmt);
     json_t *body = error_body_new(code, extra, fmt, ap);
     va_end(ap);
@@ -342,17 +359,27 @@ void http_reply_error(Request *req, ErrCode code, json_t *extra, const char *fmt
 
 void http_reply_invalid(Request *req, ErrCode code, json_t *extra, const char *fmt, ...)
 {
+    req->reveals_nothing = true;
     va_list ap;
+    va_start(ap, fmt);
+    bool done = reply_error_elsewhere(req, code, extra, fmt, ap);
+    va_end(ap);
+    if (done)
+        return;
     va_start(ap, fmt);
     json_t *body = error_body_new(code, extra, fmt, ap);
     va_end(ap);
-    req->reveals_nothing = true;
     http_reply_json_new(req, error_status(code), body);
 }
 
 void http_reply_error_raw(Request *req, ErrCode code, json_t *extra, const RawRefs *refs, const char *fmt, ...)
 {
     va_list ap;
+    va_start(ap, fmt);
+    bool done = reply_error_elsewhere(req, code, extra, fmt, ap);
+    va_end(ap);
+    if (done)
+        return;
     va_start(ap, fmt);
     json_t *body = error_body_new(code, extra, fmt, ap);
     va_end(ap);

@@ -156,13 +156,14 @@ class _FakeHandler(http.server.BaseHTTPRequestHandler):
 class FakeStore:
     """A dict-backed S3 on 127.0.0.1 that honours preconditions only while `honour`."""
 
-    def __init__(self, honour=True):
+    def __init__(self, honour=True, port=0):
         self.honour = honour
         self.objects = {}
         self.seen = []
         self.version = 0
         self.lock = threading.Lock()
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _FakeHandler)
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", port), _FakeHandler)
         self.server.daemon_threads = True
         self.server.store = self
         self.port = self.server.server_address[1]

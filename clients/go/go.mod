@@ -1,0 +1,3 @@
+module leasegate
+
+go 1.19

@@ -1,0 +1,651 @@
+/* s3auth — SigV4 with a lease; see s3auth.h. */
+#include "guard/s3auth.h"
+
+#include <errno.h>
+#include <nettle/base64.h>
+#include <nettle/sha1.h>
+#include <nettle/sha2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <uuid/uuid.h>
+#include <zlib.h>
+
+#include "core/locktab.h"
+#include "guard/sigv4.h"
+#include "net/http.h"
+
+typedef enum Payload { PAY_UNSIGNED, PAY_SHA256, PAY_CHUNKED_SIGNED, PAY_CHUNKED_UNSIGNED } Payload;
+typedef enum Sum { SUM_NONE, SUM_CRC32, SUM_SHA1, SUM_SHA256 } Sum;
+typedef enum ChunkState { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER, CH_DONE } ChunkState;
+
+struct S3Auth {
+    SigV4Auth auth;
+    uint8_t key[32];
+    char amz_date[32];
+    char prev[SIGV4_HEX]; /* the last signature: the request's, then each chunk's */
+    Payload payload;
+    bool trailer_signed;
+    char payload_sha256[SIGV4_HEX];
+    struct sha256_ctx body; /* the whole body (PAY_SHA256) */
+    struct sha256_ctx chunk; /* the current chunk's data (PAY_CHUNKED_SIGNED) */
+    /* The trailing checksum (x-amz-trailer). */
+    Sum sum;
+    char sum_name[64];
+    char sum_expected[128]; /* from the x-amz-checksum-* header, when the body's checksum came there */
+    uLong crc;
+    struct sha1_ctx sha1;
+    struct sha256_ctx sha256;
+    /* The aws-chunked decoder. */
+    ChunkState st;
+    char line[1024]; /* a chunk's size line, or the trailer, being read */
+    size_t line_len;
+    uint64_t left;  /* bytes of the chunk's data still to come */
+    bool last;      /* the zero-length chunk came */
+    char chunk_sig[SIGV4_HEX];
+    uint64_t decoded; /* data bytes passed on */
+    uint64_t declared; /* x-amz-decoded-content-length */
+    char trailer[2048]; /* the trailer's lines as received */
+    size_t trailer_len;
+};
+
+static void refuse(Request *req, ErrCode code, const char *s3code, unsigned status, const char *fmt, const char *detail)
+{
+    req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+    http_reply_error(req, code, json_pack("{s:s, s:i}", "s3_code", s3code, "s3_status", (int)status), fmt, detail);
+}
+
+/* Collects the values of one header (every line of it, joined by ','). */
+typedef struct Collect {
+    const char *name;
+    char *out;
+    size_t len, cap;
+    bool found, overflow;
+} Collect;
+
+static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    Collect *c = cls;
+    if (strcasecmp(key, c->name))
+        return MHD_YES;
+    /* Trimmed, runs of spaces made one. */
+    if (c->found && c->len + 1 < c->cap)
+        c->out[c->len++] = ',';
+    c->found = true;
+    const char *v = value ? value : "";
+    while (*v == ' ' || *v == '\t')
+        v++;
+    bool space = false;
+    for (; *v; v++) {
+        if (*v == ' ' || *v == '\t') {
+            space = true;
+            continue;
+        }
+        if (space && c->len + 1 < c->cap)
+            c->out[c->len++] = ' ';
+        space = false;
+        if (c->len + 1 < c->cap)
+            c->out[c->len++] = *v;
+        else
+            c->overflow = true;
+    }
+    c->out[c->len] = '\0';
+    return MHD_YES;
+}
+
+/* The canonical request of req, as the client signed it. Owned; NULL
+ * with why. */
+static char *canonical_request(Request *req, const char *method, const S3Auth *a, const char **why)
+{
+    const char *uri = req->raw_uri;
+    size_t plen = strcspn(uri, "?");
+    char *query = sigv4_canonical_query(uri[plen] == '?' ? uri + plen + 1 : "");
+    size_t cap = 16384;
+    char *headers = malloc(cap);
+    if (!query || !headers) {
+        free(query);
+        free(headers);
+        *why = "out of memory";
+        return NULL;
+    }
+    size_t hl = 0;
+    headers[0] = '\0';
+    char names[sizeof a->auth.signed_headers];
+    snprintf(names, sizeof names, "%s", a->auth.signed_headers);
+    for (char *save = NULL, *n = strtok_r(names, ";", &save); n; n = strtok_r(NULL, ";", &save)) {
+        char value[8192];
+        Collect c = {n, value, 0, sizeof value, false, false};
+        value[0] = '\0';
+        MHD_get_connection_values(req->conn, MHD_HEADER_KIND, collect, &c);
+        if (!c.found || c.overflow || hl + strlen(n) + c.len + 3 > cap) {
+            free(query);
+            free(headers);
+            *why = !c.found ? "a header it names in SignedHeaders is not in the request" : "a signed header is too long";
+            return NULL;
+        }
+        hl += (size_t)snprintf(headers + hl, cap - hl, "%s:%s\n", n, value);
+    }
+    char *out;
+    int n = asprintf(&out, "%s\n%.*s\n%s\n%s\n%s\n%s", method, (int)plen, uri, query, headers,
+                     a->auth.signed_headers, http_header(req, "x-amz-content-sha256"));
+    free(query);
+    free(headers);
+    if (n < 0) {
+        *why = "out of memory";
+        return NULL;
+    }
+    return out;
+}
+
+/* X-Amz-Date (YYYYMMDDTHHMMSSZ) as Unix seconds; -1 when malformed. */
+static int64_t amz_time(const char *d)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    if (!d || strlen(d) != 16 || !strptime(d, "%Y%m%dT%H%M%SZ", &tm))
+        return -1;
+    return (int64_t)timegm(&tm);
+}
+
+/* The holder of `lock` whose token is `token`, or NULL. */
+static const Holder *holder_by_token(Server *s, const char *lock, uint64_t token)
+{
+    const Lock *l = locktab_get(s->locks, KIND_LOCK, lock);
+    for (const Holder *h = l ? locktab_holder(l) : NULL; h; h = locktab_next_holder(h))
+        if (h->token == token)
+            return h;
+    return NULL;
+}
+
+static bool parse_token(const char *s, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0 || v > INT64_MAX)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Which checksum a header or trailer name is; SUM_NONE for one the guard does not compute. */
+static Sum sum_named(const char *name)
+{
+    return !strcasecmp(name, "x-amz-checksum-crc32")    ? SUM_CRC32
+           : !strcasecmp(name, "x-amz-checksum-sha1")   ? SUM_SHA1
+           : !strcasecmp(name, "x-amz-checksum-sha256") ? SUM_SHA256
+                                                         : SUM_NONE;
+}
+
+static void sum_start(S3Auth *a, Sum sum, const char *name)
+{
+    a->sum = sum;
+    snprintf(a->sum_name, sizeof a->sum_name, "%s", name);
+    if (sum == SUM_CRC32)
+        a->crc = crc32(0L, Z_NULL, 0);
+    else if (sum == SUM_SHA1)
+        sha1_init(&a->sha1);
+    else if (sum == SUM_SHA256)
+        sha256_init(&a->sha256);
+}
+
+static bool setup_payload(S3Auth *a, Request *req)
+{
+    const char *p = http_header(req, "x-amz-content-sha256");
+    if (!p) {
+        refuse(req, ERR_BAD_REQUEST, "InvalidRequest", 400, "%s",
+               "a signed request needs x-amz-content-sha256 (UNSIGNED-PAYLOAD, the body's SHA-256, or STREAMING-...)");
+        return false;
+    }
+    if (!strcmp(p, "UNSIGNED-PAYLOAD")) {
+        a->payload = PAY_UNSIGNED;
+    } else if (!strcmp(p, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")) {
+        a->payload = PAY_CHUNKED_SIGNED;
+    } else if (!strcmp(p, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER")) {
+        a->payload = PAY_CHUNKED_SIGNED;
+        a->trailer_signed = true;
+    } else if (!strcmp(p, "STREAMING-UNSIGNED-PAYLOAD-TRAILER")) {
+        a->payload = PAY_CHUNKED_UNSIGNED;
+    } else if (strlen(p) == 64 && strspn(p, "0123456789abcdef") == 64) {
+        a->payload = PAY_SHA256;
+        snprintf(a->payload_sha256, sizeof a->payload_sha256, "%s", p);
+        sha256_init(&a->body);
+    } else {
+        refuse(req, ERR_BAD_REQUEST, "InvalidArgument", 400, "x-amz-content-sha256 '%.80s' is not one S3 knows", p);
+        return false;
+    }
+    const char *trailer = http_header(req, "x-amz-trailer");
+    if (trailer) {
+        if ((a->payload != PAY_CHUNKED_SIGNED || !a->trailer_signed) && a->payload != PAY_CHUNKED_UNSIGNED) {
+            refuse(req, ERR_BAD_REQUEST, "InvalidRequest", 400, "%s",
+                   "x-amz-trailer needs a -TRAILER x-amz-content-sha256");
+            return false;
+        }
+        Sum sum = sum_named(trailer);
+        if (sum != SUM_NONE) {
+            sum_start(a, sum, trailer);
+        } else {
+            refuse(req, ERR_BAD_REQUEST, "InvalidRequest", 400,
+                   "the guard verifies a trailing checksum of CRC32, SHA1 or SHA256, not %.60s: have the client "
+                   "compute one of those",
+                   trailer);
+            return false;
+        }
+    }
+    if (a->payload == PAY_CHUNKED_SIGNED || a->payload == PAY_CHUNKED_UNSIGNED) {
+        const char *d = http_header(req, "x-amz-decoded-content-length");
+        if (!d || !parse_token(d, &a->declared)) {
+            if (d && !strcmp(d, "0"))
+                a->declared = 0;
+            else {
+                refuse(req, ERR_LENGTH_REQUIRED, "MissingContentLength", 411, "%s",
+                       "an aws-chunked body needs x-amz-decoded-content-length");
+                return false;
+            }
+        }
+        a->st = CH_SIZE;
+    }
+    return true;
+}
+
+S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bool read, uint8_t lease[LEASE_ID_BYTES],
+                          uint64_t *token, S3Auth **out)
+{
+    Server *s = req->srv;
+    *out = NULL;
+    S3Auth *a = calloc(1, sizeof *a);
+    if (!a) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return S3AUTH_REFUSED;
+    }
+    const char *why;
+    if (!sigv4_parse(http_header(req, "Authorization"), &a->auth, &why)) {
+        refuse(req, ERR_BAD_REQUEST, "AuthorizationHeaderMalformed", 400, "the Authorization header: %s", why);
+        goto fail;
+    }
+    if (!parse_token(a->auth.access_key, token)) {
+        refuse(req, ERR_FORBIDDEN, "InvalidAccessKeyId", 403,
+               "the access key id '%.40s' is not a fencing token: use the lease's token as the access key id and "
+               "the lease as the secret access key",
+               a->auth.access_key);
+        goto fail;
+    }
+    const char *date = http_header(req, "x-amz-date");
+    int64_t t = amz_time(date);
+    Now now = clock_now();
+    if (t < 0 || strncmp(date, a->auth.date, 8)) {
+        refuse(req, ERR_FORBIDDEN, "AccessDenied", 403, "%s",
+               "a signed request needs X-Amz-Date (YYYYMMDDTHHMMSSZ), of the day its credential scope names");
+        goto fail;
+    }
+    if (t * 1000 > now.wall_ms + S3AUTH_SKEW_S * 1000 || t * 1000 < now.wall_ms - S3AUTH_SKEW_S * 1000) {
+        refuse(req, ERR_FORBIDDEN, "RequestTimeTooSkewed", 403, "%s",
+               "the request's X-Amz-Date is more than 15 minutes from the gateway's clock");
+        goto fail;
+    }
+    snprintf(a->amz_date, sizeof a->amz_date, "%s", date);
+    const Holder *h = lock[0] ? holder_by_token(s, lock, *token) : NULL;
+    if (!h || (!read && h->mode == MODE_READ)) {
+        s->metrics.guard_refused[GUARD_REFUSED_STALE]++;
+        s->metrics.guard_rejected_stale++;
+        s->guard_refused(req, lock, *token);
+        const Lock *l = lock[0] ? locktab_get(s->locks, KIND_LOCK, lock) : NULL;
+        const Holder *first = l ? locktab_holder(l) : NULL;
+        http_reply_error(req, ERR_STALE_TOKEN,
+                         json_pack("{s:s, s:I, s:o, s:I}", "lock", lock, "token", (json_int_t)*token, "holder_token",
+                                   first ? json_integer((json_int_t)first->token) : json_null(), "max_token",
+                                   (json_int_t)(l ? l->last_token : 0)),
+                         h ? "fencing token %llu holds lock '%s' as a reader: a write needs the writer's lease "
+                             "(the lock's last token is %llu)"
+                           : "fencing token %llu is stale: it holds no lease of lock '%s' (ended, never issued, or "
+                             "another lock's); the lock's last token is %llu",
+                         (unsigned long long)*token, lock, (unsigned long long)(l ? l->last_token : 0));
+        goto fail;
+    }
+    char secret[37];
+    uuid_unparse_lower(h->lease, secret);
+    sigv4_key(secret, &a->auth, a->key);
+    explicit_bzero(secret, sizeof secret);
+    char *canonical = canonical_request(req, method, a, &why);
+    if (!canonical) {
+        refuse(req, ERR_FORBIDDEN, "SignatureDoesNotMatch", 403, "the signature cannot be checked: %s", why);
+        goto fail;
+    }
+    char *sts = sigv4_string_to_sign(a->amz_date, &a->auth, canonical);
+    free(canonical);
+    char sig[SIGV4_HEX];
+    if (sts)
+        sigv4_hmac_hex(a->key, sts, strlen(sts), sig);
+    free(sts);
+    if (!sts || !sigv4_equal(sig, a->auth.signature)) {
+        refuse(req, ERR_FORBIDDEN, "SignatureDoesNotMatch", 403, "%s",
+               "the request signature does not match the one made with the lease of this token: the secret "
+               "access key must be the lease (from acquire), the access key id its token");
+        goto fail;
+    }
+    memcpy(a->prev, a->auth.signature, sizeof a->prev);
+    memcpy(lease, h->lease, LEASE_ID_BYTES);
+    if (!setup_payload(a, req))
+        goto fail;
+    *out = a;
+    return S3AUTH_OK;
+fail:
+    s3auth_free(a);
+    return S3AUTH_REFUSED;
+}
+
+bool s3auth_token_holds(Request *req, const char *lock)
+{
+    SigV4Auth a;
+    const char *why;
+    uint64_t token;
+    return sigv4_parse(http_header(req, "Authorization"), &a, &why) && parse_token(a.access_key, &token) &&
+           holder_by_token(req->srv, lock, token) != NULL;
+}
+
+void s3auth_free(S3Auth *a)
+{
+    if (!a)
+        return;
+    explicit_bzero(a->key, sizeof a->key);
+    free(a);
+}
+
+bool s3auth_chunked(const S3Auth *a) { return a && (a->payload == PAY_CHUNKED_SIGNED || a->payload == PAY_CHUNKED_UNSIGNED); }
+
+int64_t s3auth_store_length(Request *req, const S3Auth *a, int64_t content_length)
+{
+    (void)req;
+    return s3auth_chunked(a) ? (int64_t)a->declared : content_length;
+}
+
+static void bad_body(Request *req, const char *s3code, const char *message)
+{
+    refuse(req, ERR_BAD_REQUEST, s3code, s3code[0] == 'S' ? 403 : 400, "%s", message);
+}
+
+/* Data bytes went to the store: hashes and checksums see them. */
+static void saw(S3Auth *a, const char *data, size_t n)
+{
+    if (a->payload == PAY_SHA256)
+        sha256_update(&a->body, n, (const uint8_t *)data);
+    if (a->payload == PAY_CHUNKED_SIGNED)
+        sha256_update(&a->chunk, n, (const uint8_t *)data);
+    if (a->sum == SUM_CRC32)
+        a->crc = crc32(a->crc, (const Bytef *)data, (uInt)n);
+    else if (a->sum == SUM_SHA1)
+        sha1_update(&a->sha1, n, (const uint8_t *)data);
+    else if (a->sum == SUM_SHA256)
+        sha256_update(&a->sha256, n, (const uint8_t *)data);
+    a->decoded += n;
+}
+
+static bool chunk_done(S3Auth *a, Request *req);
+
+/* A chunk's size line: "HEX[;chunk-signature=SIG]". */
+static bool size_line(S3Auth *a, Request *req)
+{
+    a->line[a->line_len] = '\0';
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(a->line, &end, 16);
+    if (end == a->line || errno || (*end && *end != ';')) {
+        bad_body(req, "IncompleteBody", "an aws-chunked chunk's size line does not parse");
+        return false;
+    }
+    a->chunk_sig[0] = '\0';
+    if (a->payload == PAY_CHUNKED_SIGNED) {
+        const char *sig = strstr(end, "chunk-signature=");
+        if (!sig || strlen(sig + 16) != 64) {
+            bad_body(req, "SignatureDoesNotMatch", "an aws-chunked chunk lacks its chunk-signature");
+            return false;
+        }
+        snprintf(a->chunk_sig, sizeof a->chunk_sig, "%s", sig + 16);
+        sha256_init(&a->chunk);
+    }
+    if (a->decoded + n > a->declared) {
+        bad_body(req, "IncompleteBody", "the aws-chunked body is longer than x-amz-decoded-content-length");
+        return false;
+    }
+    a->left = n;
+    a->line_len = 0;
+    if (n) {
+        a->st = CH_DATA;
+        return true;
+    }
+    /* The zero-length chunk: signed, its empty data's CRLF follows (or,
+     * with a trailer, the trailer); unsigned, the trailer. */
+    a->last = true;
+    if (a->payload == PAY_CHUNKED_SIGNED && !a->trailer_signed) {
+        a->st = CH_DATA_END;
+        return true;
+    }
+    a->st = CH_TRAILER;
+    return a->payload != PAY_CHUNKED_SIGNED || chunk_done(a, req);
+}
+
+/* The current chunk's data is complete: its signature. */
+static bool chunk_done(S3Auth *a, Request *req)
+{
+    if (a->payload != PAY_CHUNKED_SIGNED)
+        return true;
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_digest(&a->chunk, sizeof d, d);
+    char hex[SIGV4_HEX];
+    static const char HEX[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof d; i++) {
+        hex[2 * i] = HEX[d[i] >> 4];
+        hex[2 * i + 1] = HEX[d[i] & 15];
+    }
+    hex[64] = '\0';
+    char sig[SIGV4_HEX];
+    sigv4_chunk_sign(a->key, a->amz_date, &a->auth, a->prev, hex, sig);
+    if (!sigv4_equal(sig, a->chunk_sig)) {
+        bad_body(req, "SignatureDoesNotMatch", "an aws-chunked chunk's signature does not match: the body was "
+                                               "changed, or not signed with the lease");
+        return false;
+    }
+    memcpy(a->prev, sig, sizeof a->prev);
+    return true;
+}
+
+bool s3auth_upload(S3Auth *a, Request *req, ProxyCall *call, const char *data, size_t *size)
+{
+    if (!s3auth_chunked(a)) {
+        size_t before = *size;
+        proxy_call_upload(call, data, size);
+        saw(a, data, before - *size);
+        return true;
+    }
+    size_t i = 0, n = *size;
+    while (i < n) {
+        if (a->st == CH_DATA) {
+            size_t take = n - i < a->left ? n - i : (size_t)a->left;
+            size_t left = take;
+            proxy_call_upload(call, data + i, &left);
+            size_t went = take - left;
+            saw(a, data + i, went);
+            a->left -= went;
+            i += went;
+            if (left) {
+                *size = n - i; /* the call is full: the rest comes again */
+                return true;
+            }
+            if (!a->left)
+                a->st = CH_DATA_END;
+            continue;
+        }
+        char c = data[i++];
+        if (a->st == CH_DATA_END) {
+            /* "\r\n" after the data (and after the last chunk's size line). */
+            if (c == '\r')
+                continue;
+            if (c != '\n') {
+                bad_body(req, "IncompleteBody", "an aws-chunked chunk's data does not end with CRLF");
+                return false;
+            }
+            if (!chunk_done(a, req))
+                return false;
+            a->st = a->last ? CH_DONE : CH_SIZE;
+            continue;
+        }
+        if (a->line_len + 1 >= sizeof a->line) {
+            bad_body(req, "IncompleteBody", "an aws-chunked size or trailer line is too long");
+            return false;
+        }
+        if (a->st == CH_SIZE) {
+            if (c == '\r')
+                continue;
+            if (c != '\n') {
+                a->line[a->line_len++] = c;
+                continue;
+            }
+            if (!size_line(a, req))
+                return false;
+            continue;
+        }
+        if (a->st == CH_TRAILER) {
+            if (a->trailer_len + 1 >= sizeof a->trailer) {
+                bad_body(req, "IncompleteBody", "the aws-chunked trailer is too long");
+                return false;
+            }
+            a->trailer[a->trailer_len++] = c;
+            continue;
+        }
+        /* CH_DONE: nothing may follow. */
+        if (c != '\r' && c != '\n') {
+            bad_body(req, "IncompleteBody", "bytes after the end of the aws-chunked body");
+            return false;
+        }
+    }
+    *size = 0;
+    return true;
+}
+
+/* The body's checksum as S3 writes it (base64). */
+static void sum_base64(S3Auth *a, char *out)
+{
+    uint8_t d[SHA256_DIGEST_SIZE];
+    size_t dn;
+    if (a->sum == SUM_CRC32) {
+        d[0] = (uint8_t)(a->crc >> 24), d[1] = (uint8_t)(a->crc >> 16), d[2] = (uint8_t)(a->crc >> 8),
+        d[3] = (uint8_t)a->crc;
+        dn = 4;
+    } else if (a->sum == SUM_SHA1) {
+        sha1_digest(&a->sha1, SHA1_DIGEST_SIZE, d);
+        dn = SHA1_DIGEST_SIZE;
+    } else {
+        sha256_digest(&a->sha256, SHA256_DIGEST_SIZE, d);
+        dn = SHA256_DIGEST_SIZE;
+    }
+    base64_encode_raw(out, dn, d);
+    out[BASE64_ENCODE_RAW_LENGTH(dn)] = '\0';
+}
+
+bool s3auth_header_checksum(Request *req, S3Auth **a)
+{
+    static const char *const NAMES[] = {"x-amz-checksum-crc32", "x-amz-checksum-sha1", "x-amz-checksum-sha256"};
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
+        const char *v = http_header(req, NAMES[i]);
+        if (!v)
+            continue;
+        if (*a && (*a)->sum != SUM_NONE)
+            return true; /* a trailer's checksum: checked there */
+        if (!*a && !(*a = calloc(1, sizeof **a))) {
+            http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+            return false;
+        }
+        sum_start(*a, sum_named(NAMES[i]), NAMES[i]);
+        snprintf((*a)->sum_expected, sizeof (*a)->sum_expected, "%s", v);
+        return true;
+    }
+    return true;
+}
+
+/* The trailer's checksum and signature. */
+static bool check_trailer(S3Auth *a, Request *req)
+{
+    if (a->sum == SUM_NONE)
+        return true;
+    /* Lines "name:value" with CRLF; the signature's line last when signed. */
+    a->trailer[a->trailer_len] = '\0';
+    char value[128] = "", sig[SIGV4_HEX + 8] = "";
+    size_t sum_line_len = 0;
+    for (char *p = a->trailer; *p;) {
+        size_t len = strcspn(p, "\r\n");
+        size_t nlen = strlen(a->sum_name);
+        if (len > nlen && !strncasecmp(p, a->sum_name, nlen) && p[nlen] == ':') {
+            snprintf(value, sizeof value, "%.*s", (int)(len - nlen - 1), p + nlen + 1);
+            sum_line_len = len;
+        } else if (!strncmp(p, "x-amz-trailer-signature:", 24) && len - 24 < sizeof sig) {
+            snprintf(sig, sizeof sig, "%.*s", (int)(len - 24), p + 24);
+        }
+        p += len;
+        while (*p == '\r' || *p == '\n')
+            p++;
+    }
+    if (!value[0]) {
+        bad_body(req, "InvalidRequest", "the aws-chunked trailer lacks the checksum x-amz-trailer names");
+        return false;
+    }
+    char b64[BASE64_ENCODE_RAW_LENGTH(SHA256_DIGEST_SIZE) + 1];
+    sum_base64(a, b64);
+    if (strcmp(b64, value) != 0) {
+        bad_body(req, "BadDigest", "the body's checksum is not the one in the aws-chunked trailer");
+        return false;
+    }
+    if (a->payload == PAY_CHUNKED_SIGNED && a->trailer_signed) {
+        char canon[256];
+        int n = snprintf(canon, sizeof canon, "%s:%s\n", a->sum_name, value);
+        for (char *p = canon; *p && *p != ':'; p++)
+            *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+        char want[SIGV4_HEX];
+        sigv4_trailer_sign(a->key, a->amz_date, &a->auth, a->prev, canon, (size_t)n, want);
+        if (!sigv4_equal(want, sig)) {
+            bad_body(req, "SignatureDoesNotMatch", "the aws-chunked trailer's signature does not match");
+            return false;
+        }
+    }
+    (void)sum_line_len;
+    return true;
+}
+
+bool s3auth_body_done(S3Auth *a, Request *req)
+{
+    if (a->payload == PAY_SHA256) {
+        uint8_t d[SHA256_DIGEST_SIZE];
+        sha256_digest(&a->body, sizeof d, d);
+        char hex[SIGV4_HEX];
+        static const char HEX[] = "0123456789abcdef";
+        for (size_t i = 0; i < sizeof d; i++) {
+            hex[2 * i] = HEX[d[i] >> 4];
+            hex[2 * i + 1] = HEX[d[i] & 15];
+        }
+        hex[64] = '\0';
+        if (strcmp(hex, a->payload_sha256) != 0) {
+            bad_body(req, "XAmzContentSHA256Mismatch",
+                     "the body's SHA-256 is not the x-amz-content-sha256 the request was signed with");
+            return false;
+        }
+    }
+    if (a->sum_expected[0]) {
+        char b64[BASE64_ENCODE_RAW_LENGTH(SHA256_DIGEST_SIZE) + 1];
+        sum_base64(a, b64);
+        if (strcmp(b64, a->sum_expected) != 0) {
+            bad_body(req, "BadDigest", "the body's checksum is not the one its x-amz-checksum header names");
+            return false;
+        }
+    }
+    if (!s3auth_chunked(a))
+        return true;
+    if (a->decoded != a->declared || !a->last || (a->st != CH_TRAILER && a->st != CH_DONE)) {
+        bad_body(req, "IncompleteBody", "the aws-chunked body ended before its last chunk");
+        return false;
+    }
+    return check_trailer(a, req);
+}

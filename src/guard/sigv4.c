@@ -1,0 +1,235 @@
+/* sigv4 — AWS Signature Version 4; see sigv4.h. */
+#include "guard/sigv4.h"
+
+#include <nettle/hmac.h>
+#include <nettle/memops.h>
+#include <nettle/sha2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void to_hex(const uint8_t *d, size_t n, char *out)
+{
+    static const char HEX[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = HEX[d[i] >> 4];
+        out[2 * i + 1] = HEX[d[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static void hmac(const uint8_t *key, size_t keylen, const char *text, size_t len, uint8_t out[32])
+{
+    struct hmac_sha256_ctx ctx;
+    hmac_sha256_set_key(&ctx, keylen, key);
+    hmac_sha256_update(&ctx, len, (const uint8_t *)text);
+    hmac_sha256_digest(&ctx, SHA256_DIGEST_SIZE, out);
+}
+
+void sigv4_key(const char *secret, const SigV4Auth *a, uint8_t key[32])
+{
+    char first[256];
+    int n = snprintf(first, sizeof first, "AWS4%s", secret);
+    uint8_t k[32];
+    hmac((const uint8_t *)first, (size_t)n, a->date, strlen(a->date), k);
+    hmac(k, 32, a->region, strlen(a->region), k);
+    hmac(k, 32, a->service, strlen(a->service), k);
+    hmac(k, 32, "aws4_request", 12, key);
+    explicit_bzero(first, sizeof first);
+    explicit_bzero(k, sizeof k);
+}
+
+void sigv4_hmac_hex(const uint8_t key[32], const char *text, size_t len, char *out)
+{
+    uint8_t d[32];
+    hmac(key, 32, text, len, d);
+    to_hex(d, 32, out);
+}
+
+void sigv4_sha256_hex(const void *data, size_t len, char *out)
+{
+    struct sha256_ctx ctx;
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_init(&ctx);
+    sha256_update(&ctx, len, data);
+    sha256_digest(&ctx, sizeof d, d);
+    to_hex(d, sizeof d, out);
+}
+
+bool sigv4_equal(const char *a, const char *b)
+{
+    size_t n = strlen(a);
+    return n == strlen(b) && memeql_sec(a, b, n);
+}
+
+/* Copies the value of `name=` in the header (up to ',' or the end) into out. */
+static bool field(const char *h, const char *name, char *out, size_t outlen)
+{
+    size_t n = strlen(name);
+    for (const char *p = h; (p = strstr(p, name)); p += n) {
+        if (p != h && p[-1] != ' ' && p[-1] != ',')
+            continue;
+        const char *v = p + n;
+        size_t len = strcspn(v, ", ");
+        if (len >= outlen)
+            return false;
+        memcpy(out, v, len);
+        out[len] = '\0';
+        return true;
+    }
+    return false;
+}
+
+bool sigv4_parse(const char *authorization, SigV4Auth *out, const char **why)
+{
+    memset(out, 0, sizeof *out);
+    static const char ALG[] = "AWS4-HMAC-SHA256 ";
+    if (!authorization || strncmp(authorization, ALG, sizeof ALG - 1)) {
+        *why = "not AWS4-HMAC-SHA256";
+        return false;
+    }
+    const char *h = authorization + sizeof ALG - 1;
+    char cred[512];
+    if (!field(h, "Credential=", cred, sizeof cred) ||
+        !field(h, "SignedHeaders=", out->signed_headers, sizeof out->signed_headers) ||
+        !field(h, "Signature=", out->signature, sizeof out->signature) || strlen(out->signature) != 64) {
+        *why = "it lacks Credential, SignedHeaders or a Signature of 64 hex digits";
+        return false;
+    }
+    /* AKID/DATE/REGION/SERVICE/aws4_request */
+    char *parts[5];
+    size_t np = 0;
+    for (char *p = cred, *slash; np < 5; p = slash + 1) {
+        parts[np++] = p;
+        if (!(slash = strchr(p, '/')))
+            break;
+        *slash = '\0';
+    }
+    if (np != 5 || strcmp(parts[4], "aws4_request") || strlen(parts[1]) != 8 || !*parts[0] ||
+        strlen(parts[0]) >= sizeof out->access_key || !*parts[2] || strlen(parts[2]) >= sizeof out->region ||
+        strlen(parts[3]) >= sizeof out->service) {
+        *why = "its Credential is not ACCESS_KEY/YYYYMMDD/REGION/SERVICE/aws4_request";
+        return false;
+    }
+    snprintf(out->access_key, sizeof out->access_key, "%s", parts[0]);
+    snprintf(out->date, sizeof out->date, "%s", parts[1]);
+    snprintf(out->region, sizeof out->region, "%s", parts[2]);
+    snprintf(out->service, sizeof out->service, "%s", parts[3]);
+    snprintf(out->scope, sizeof out->scope, "%s/%s/%s/aws4_request", out->date, out->region, out->service);
+    return true;
+}
+
+char *sigv4_string_to_sign(const char *amz_date, const SigV4Auth *a, const char *canonical)
+{
+    char hash[SIGV4_HEX];
+    sigv4_sha256_hex(canonical, strlen(canonical), hash);
+    char *s;
+    if (asprintf(&s, "AWS4-HMAC-SHA256\n%s\n%s\n%s", amz_date, a->scope, hash) < 0)
+        return NULL;
+    return s;
+}
+
+static int hexval(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Decodes %XX (and nothing else: S3 clients encode a space as %20) of
+ * in[0..n) and encodes again as SigV4 does; appends to out. */
+static size_t recode(char *out, const char *in, size_t n)
+{
+    static const char HEX[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)in[i];
+        if (c == '%' && i + 2 < n && hexval(in[i + 1]) >= 0 && hexval(in[i + 2]) >= 0) {
+            c = (unsigned char)(hexval(in[i + 1]) * 16 + hexval(in[i + 2]));
+            i += 2;
+        }
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+            c == '_' || c == '~') {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = '%';
+            out[o++] = HEX[c >> 4];
+            out[o++] = HEX[c & 15];
+        }
+    }
+    out[o] = '\0';
+    return o;
+}
+
+static int compare(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+char *sigv4_canonical_query(const char *raw)
+{
+    size_t n = strlen(raw), count = 1;
+    for (const char *p = raw; *p; p++)
+        count += *p == '&';
+    char **items = calloc(count, sizeof *items);
+    char *out = malloc(3 * n + count + 2);
+    if (!items || !out) {
+        free(items);
+        free(out);
+        return NULL;
+    }
+    size_t k = 0;
+    bool ok = true;
+    for (const char *p = raw; ok && *p;) {
+        size_t len = strcspn(p, "&");
+        if (len) {
+            size_t eq = strcspn(p, "=&");
+            char *item = malloc(3 * len + 2);
+            if (!item) {
+                ok = false;
+                break;
+            }
+            size_t o = recode(item, p, eq < len ? eq : len);
+            item[o++] = '=';
+            recode(item + o, eq < len ? p + eq + 1 : p + len, eq < len ? len - eq - 1 : 0);
+            items[k++] = item;
+        }
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    /* Sorted by name, then value: "name=value" strings sort so, '=' being below every encoded byte. */
+    qsort(items, k, sizeof *items, compare);
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < k; i++) {
+        size_t l = strlen(items[i]);
+        if (i)
+            out[o++] = '&';
+        memcpy(out + o, items[i], l + 1);
+        o += l;
+        free(items[i]);
+    }
+    free(items);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+void sigv4_chunk_sign(const uint8_t key[32], const char *amz_date, const SigV4Auth *a, const char *prev,
+                      const char *chunk_sha256_hex, char *out)
+{
+    char empty[SIGV4_HEX];
+    sigv4_sha256_hex("", 0, empty);
+    char text[1024];
+    int n = snprintf(text, sizeof text, "AWS4-HMAC-SHA256-PAYLOAD\n%s\n%s\n%s\n%s\n%s", amz_date, a->scope, prev, empty,
+                     chunk_sha256_hex);
+    sigv4_hmac_hex(key, text, (size_t)n, out);
+}
+
+void sigv4_trailer_sign(const uint8_t key[32], const char *amz_date, const SigV4Auth *a, const char *prev,
+                        const char *trailer, size_t len, char *out)
+{
+    char hash[SIGV4_HEX];
+    sigv4_sha256_hex(trailer, len, hash);
+    char text[1024];
+    int n = snprintf(text, sizeof text, "AWS4-HMAC-SHA256-TRAILER\n%s\n%s\n%s\n%s", amz_date, a->scope, prev, hash);
+    sigv4_hmac_hex(key, text, (size_t)n, out);
+}

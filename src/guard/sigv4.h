@@ -1,0 +1,60 @@
+/*
+ * sigv4 — AWS Signature Version 4 as an S3 server checks it: the
+ * Authorization header's parts, the canonical request of a request as
+ * received, the signing key, and the signatures of aws-chunked chunks.
+ * HMAC-SHA256 and SHA-256 are nettle's. Pure: no request, no clock.
+ *
+ * (docs.aws.amazon.com, "Signature Version 4 signing process" and "Signature
+ * calculations for the Authorization header: transferring payload in
+ * multiple chunks").
+ */
+#ifndef LEASEGATE_SIGV4_H
+#define LEASEGATE_SIGV4_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIGV4_HEX 65 /* a SHA-256 in hex, with its NUL */
+
+/* An Authorization header: AWS4-HMAC-SHA256 Credential=AKID/DATE/REGION/
+ * SERVICE/aws4_request, SignedHeaders=a;b;c, Signature=HEX. */
+typedef struct SigV4Auth {
+    char access_key[128];
+    char date[9];        /* YYYYMMDD */
+    char region[64];
+    char service[32];
+    char scope[256];     /* DATE/REGION/SERVICE/aws4_request */
+    char signed_headers[2048]; /* as sent: lower-case names joined by ';' */
+    char signature[SIGV4_HEX];
+} SigV4Auth;
+
+/* Parses the header. False with why (static text) otherwise. */
+bool sigv4_parse(const char *authorization, SigV4Auth *out, const char **why);
+
+/* The signing key of `secret` for a's scope. */
+void sigv4_key(const char *secret, const SigV4Auth *a, uint8_t key[32]);
+/* hex(HMAC-SHA256(key, text)) into out (SIGV4_HEX bytes). */
+void sigv4_hmac_hex(const uint8_t key[32], const char *text, size_t len, char *out);
+/* hex(SHA-256(data)) into out (SIGV4_HEX bytes). */
+void sigv4_sha256_hex(const void *data, size_t len, char *out);
+
+/* The string to sign of a request whose canonical request is `canonical`
+ * and whose X-Amz-Date is amz_date. Owned; NULL when out of memory. */
+char *sigv4_string_to_sign(const char *amz_date, const SigV4Auth *a, const char *canonical);
+/* The canonical query of a raw query string ("a=1&b" without '?'): each
+ * name and value decoded, encoded again as SigV4 wants, sorted. Owned; NULL
+ * when out of memory. */
+char *sigv4_canonical_query(const char *raw);
+/* The string a chunk's signature signs (aws-chunked, signed): prev is the
+ * previous signature (the seed: the request's). */
+void sigv4_chunk_sign(const uint8_t key[32], const char *amz_date, const SigV4Auth *a, const char *prev,
+                      const char *chunk_sha256_hex, char *out);
+/* The same for the trailer of a signed aws-chunked body (its canonical
+ * trailer lines, "name:value\n" each). */
+void sigv4_trailer_sign(const uint8_t key[32], const char *amz_date, const SigV4Auth *a, const char *prev,
+                        const char *trailer, size_t len, char *out);
+/* Constant-time comparison of two hex signatures. */
+bool sigv4_equal(const char *a, const char *b);
+
+#endif
