@@ -13,7 +13,9 @@
  *    No other process can read the database while the server runs: a backup
  *    of a live server is asked of the server (GET /v1/backup, made here with
  *    SQLite's backup API by sqlite_snapshot), never read from its files;
- *  - BEGIN IMMEDIATE for every batch; statements prepared once.
+ *  - BEGIN IMMEDIATE for every batch; statements prepared once;
+ *  - the WAL copied into the database file (a checkpoint) by our own WAL
+ *    hook, never failing a COMMIT (on_wal).
  * One connection, used by the loader at start-up and then only by the commit
  * thread.
  *
@@ -197,6 +199,9 @@ static const char *const STATEMENTS[ST_COUNT] = {
                           " at_ms = max(at_ms, excluded.at_ms)",
 };
 
+/* SQLite's own auto-checkpoint threshold, in WAL pages, which on_wal keeps. */
+#define CHECKPOINT_PAGES 1000
+
 typedef struct SqliteStore {
     Store base;
     int lock_fd; /* holds the flock; closed only after the database (see above) */
@@ -213,6 +218,8 @@ typedef struct SqliteStore {
     sqlite3 *db;
     sqlite3_int64 boot; /* meta.boot of this run */
     uint64_t pruned_upto; /* lease_history holds no seq at or below this (0: not pruned in this run) */
+    int checkpoint_at;    /* WAL pages at which on_wal next copies the WAL into the database file */
+    unsigned long long checkpoint_failures; /* in a row, since the last checkpoint that worked */
     sqlite3_stmt *st[ST_COUNT];
     char err[512];
 } SqliteStore;
@@ -220,6 +227,44 @@ typedef struct SqliteStore {
 static void set_err(SqliteStore *s, const char *what)
 {
     snprintf(s->err, sizeof s->err, "%s: %s", what, s->db ? sqlite3_errmsg(s->db) : "out of memory");
+}
+
+/* SQLite calls this at the end of every COMMIT, in the thread that committed,
+ * once the transaction is durable in the WAL, which holds `pages` pages. It
+ * does what SQLite's default hook (its auto-checkpoint) does, a passive
+ * checkpoint from CHECKPOINT_PAGES pages on, with two differences:
+ *  - a failed checkpoint (the database file cannot be written or synced) is
+ *    said on stderr, and tried again only once the WAL grew by
+ *    CHECKPOINT_PAGES more pages: each try copies the whole WAL, so trying
+ *    at every commit (the default) made every commit slower as the WAL grew,
+ *    and silently (tests/powerloss/test_powerloss.py, CheckpointFailure);
+ *  - the invariant the default keeps implicitly is kept on purpose: the hook
+ *    returns SQLITE_OK whatever happened. An error returned here would make
+ *    the COMMIT report it for a transaction that "will have still occurred"
+ *    (sqlite3_wal_hook's documentation): the server would stop at a commit
+ *    that failed (commit_done), for changes a restart then shows. Every
+ *    commit stays durable in the WAL while checkpoints fail. */
+static int on_wal(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    SqliteStore *s = arg;
+    if (pages < s->checkpoint_at)
+        return SQLITE_OK;
+    int rc = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    if (rc == SQLITE_OK) {
+        if (s->checkpoint_failures)
+            fprintf(stderr, "leasegate: checkpoints work again, after %llu failed: %s is up to date\n",
+                    s->checkpoint_failures, s->path);
+        s->checkpoint_failures = 0;
+        s->checkpoint_at = CHECKPOINT_PAGES;
+        return SQLITE_OK;
+    }
+    s->checkpoint_failures++;
+    s->checkpoint_at = pages + CHECKPOINT_PAGES;
+    fprintf(stderr,
+            "leasegate: copying the WAL into %s failed (%s; %llu in a row): every commit is still durable in the "
+            "WAL, which grows until a checkpoint works (the next try at %d pages; it holds %d)\n",
+            s->path, sqlite3_errmsg(db), s->checkpoint_failures, s->checkpoint_at, pages);
+    return SQLITE_OK;
 }
 
 static int exec(SqliteStore *s, const char *sql)
@@ -1004,6 +1049,7 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
     }
     s->base.ops = &SQLITE_OPS;
     s->watch_fd = -1;
+    s->checkpoint_at = CHECKPOINT_PAGES;
     s->path = strdup(path);
     size_t wlen = strlen(path) + sizeof "-wal";
     s->wal_path = malloc(wlen);
@@ -1037,6 +1083,7 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
         set_err(s, path);
         goto fail;
     }
+    sqlite3_wal_hook(s->db, on_wal, s); /* in place of SQLite's auto-checkpoint */
     /* EXCLUSIVE before the first access, so that no -shm is ever used (see above). */
     if (exec(s, "PRAGMA locking_mode=EXCLUSIVE") || exec(s, "PRAGMA journal_mode=WAL") ||
         exec(s, "PRAGMA synchronous=FULL") || exec(s, "BEGIN IMMEDIATE") || prepare_schema(s) ||

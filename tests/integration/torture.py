@@ -461,11 +461,42 @@ class Result:
         self.driver_errors = driver_errors
 
 
+class KillNine:
+    """How a cycle of the run ends and the next begins: here the server is killed with
+    SIGKILL and started again on the same files (the page cache keeps every write).
+    tests/powerloss/powerloss.py cuts the power of the server's file system instead."""
+
+    def server(self, torture, args):
+        """The (not yet started) harness.Server of the run."""
+        return harness.Server(extra_args=args, start=False)
+
+    def load(self, torture, srv, cycle, run_s):
+        """The load runs for run_s seconds; returns False when the server ended by itself."""
+        deadline = time.monotonic() + run_s
+        while time.monotonic() < deadline and srv.running():
+            time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
+        return srv.running()
+
+    def crash(self, torture, srv, cycle):
+        srv.kill9()
+
+    def integrity(self, srv):
+        """PRAGMA integrity_check of what the crash left, with no server running."""
+        return integrity_check(srv.data_path)
+
+    def restart(self, torture, srv, cycle):
+        """Starts the server again (RuntimeError: it did not start)."""
+        srv.start()
+
+    def close(self, srv):
+        """At the end of the run, once the server stopped."""
+
+
 class Torture:
     """The whole run; run() returns a Result (the checker already applied)."""
 
     def __init__(self, cycles, seed, locks=200, clients=8, run_ms=(150, 2200), log=None,
-                 keep_dir=False, extra_args=(), rollback_at=None, sems=None):
+                 keep_dir=False, extra_args=(), rollback_at=None, sems=None, crash=None):
         self.cycles = cycles
         self.seed = seed
         self.locks = locks
@@ -481,6 +512,7 @@ class Torture:
         # taken during the down time two cycles earlier (what a server that lost its last
         # commits would look like). Never set in a normal run.
         self.rollback_at = rollback_at
+        self.crash = crash if crash is not None else KillNine()
         self.rng = random.Random(seed)
         self.history = History()
         self.go = threading.Event()
@@ -574,7 +606,7 @@ class Torture:
         srv = None
         args = ["--guard", "/store/=" + up.url] + self.extra_args
         try:
-            srv = harness.Server(extra_args=args, start=False)
+            srv = self.crash.server(self, args)
             self.data_path = srv.data_path
             srv.start()
             self._sys("start", port=srv.port, pid=srv.pid)
@@ -592,23 +624,20 @@ class Torture:
                     run_s = self.rng.uniform(0.0, self.run_ms[0]) / 1000.0
                 else:
                     run_s = self.rng.uniform(*self.run_ms) / 1000.0
-                deadline = time.monotonic() + run_s
-                while time.monotonic() < deadline and srv.running():
-                    time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
-                if not srv.running():
+                if not self.crash.load(self, srv, cycle, run_s):
                     self._sys("crash", rc=srv.proc.returncode, stderr=srv.stderr_text()[-3000:])
                 pid = srv.pid
-                srv.kill9()
+                self.crash.crash(self, srv, cycle)
                 self._set_port(None)
                 self.go.clear()
                 self._sys("kill", pid=pid)
                 self._wait_idle()
                 if not harness.on_etcd():  # on etcd there is no database file to check
-                    self._sys("integrity", result=integrity_check(srv.data_path))
+                    self._sys("integrity", result=self.crash.integrity(srv))
                 if self.rollback_at is not None:
                     self._rollback_fault(srv, cycle)
                 try:
-                    srv.start()
+                    self.crash.restart(self, srv, cycle)
                 except RuntimeError as exc:
                     self._sys("crash", rc=None, stderr=str(exc)[-3000:])
                     self.log("cycle %d: the server did not start again; run ended" % cycle)
@@ -636,6 +665,7 @@ class Torture:
                     srv._own_dir = False
                     self.log("data kept in %s" % srv.dir)
                 srv.cleanup()
+                self.crash.close(srv)
             up.close()
         with up.lock:
             applied = [dict(a) for a in up.applied]
