@@ -359,7 +359,7 @@ fi
 # 1M-lock database for the start-up test (generated once, copied per run), made by the binary
 # under test: it creates its schema on an empty file, then gen_db fills the tables it made.
 log "generating a $STARTUP_LOCKS-lock database"
-python3 "$HERE/gen_db.py" "$TMP/startup-template.db" --bin "$LEASEGATE_BIN" --locks "$STARTUP_LOCKS" 2>&1 | sed 's/^/compare: /' >&2
+python3 "$HERE/gen_db.py" "$TMP/startup-template.db" --locks "$STARTUP_LOCKS" --binary "$LEASEGATE_BIN" 2>&1 | sed 's/^/compare: /' >&2
 
 # leasegate on etcd: a lock space of its own per run, on the etcd member the etcd column uses;
 # a binary that asks for a fresh prefix to be named as such is told so.

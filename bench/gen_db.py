@@ -1,102 +1,51 @@
 #!/usr/bin/env python3
 """Generate a leasegate SQLite database with many locks, for the start-up benchmark.
 
-    python3 bench/gen_db.py OUT.db --bin build/leasegate [--locks 1000000] [--held-every 10] [--expired]
+    python3 bench/gen_db.py OUT.db [--locks 1000000] [--held-every 10] [--expired] [--binary build/leasegate]
 
-The database is made the way the server makes a new one: the binary is started once on an empty
-file (`serve --data OUT.db` on a free loopback port), which creates its schema, and stopped; then
-the locks are inserted into the tables it created, by column name (the columns are read from the
-database, so a column the server added and this script does not know is left to its default).
-Two layouts are known, told apart by the tables the server created:
-  - a lock space table (`lockspace`, schema 11 on): a name's record (token 0, last_token) and
-    each lease's record (keyed by its token) are rows of one table;
-  - a table per lock (`locks`, schema 10): the writer in its lock's row.
-Anything else stops the script with the tables it found, so a schema change that moves the locks
-elsewhere fails here (and in CI's smoke of bench/compare.sh) instead of measuring nothing.
-
-Lock i is named bench/lock-NNNNNNN and has last_token i+1. Every --held-every-th lock is held by
-a writer: a random 16-byte lease, owner, token = its last_token, ttl 1 h, expires_at_ms one hour
-in the future (so start-up keeps it held; with --expired, in the past, so start-up must release
-it). meta.last_token = the largest token.
+The database is built the way the server builds one: the leasegate binary creates it (it is
+started on OUT.db and stopped), so its schema is the server's; the rows then go into the lock
+space as schema 11 keeps it (one row per name, token 0, and one per lease, its token, in the
+table lockspace); a database of another version is refused, naming it, so this script moves
+with the schema. Lock i is named bench/lock-NNNNNNN and has last_token i+1. Every
+--held-every-th lock is held: a random 16-byte lease, owner, token = its last_token, ttl 1 h,
+expires_at_ms one hour in the future (so start-up keeps it held; with --expired one hour in the
+past, so start-up must release it). meta.last_token = the largest token.
 """
 import argparse
 import os
-import re
-import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 
-# The stored enums (src/core/locktab.h: "stored enums numbered explicitly").
-KIND_LOCK = 0
-MODE_WRITE = 0
-TOKEN_OF_NAME_RECORD = 0  # a name's own record in the lock space (a lease's is keyed by its token)
+SCHEMA = 11
 
 
-def make_empty(binary, out):
-    """Start the server on an empty OUT and stop it once it serves: the server writes its schema."""
-    with tempfile.TemporaryDirectory(prefix="gen_db.") as tmp:
-        log_out, log_err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
-        with open(log_out, "w") as so, open(log_err, "w") as se:
-            p = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--data", out],
-                                 stdout=so, stderr=se, stdin=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if re.search(r"^leasegate: listening on ", open(log_out).read(), re.M):
-                    break
-                if p.poll() is not None:
-                    sys.exit(f"gen_db: {binary} exited with {p.returncode}: {open(log_err).read().strip()}")
-                time.sleep(0.05)
-            else:
-                sys.exit(f"gen_db: {binary} did not report its port within 30 s")
-            p.send_signal(signal.SIGTERM)
-            rc = p.wait(timeout=30)
-            if rc != 0:
-                sys.exit(f"gen_db: {binary} stopped with {rc}: {open(log_err).read().strip()}")
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
-def columns(db, table):
-    return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
-
-
-def insert(db, table, rows):
-    """INSERT rows (dicts of column -> value, every dict with the same keys) into TABLE by name."""
-    have = set(columns(db, table))
-    it = iter(rows)
-    first = next(it, None)
-    if first is None:
-        return
-    names = list(first)
-    missing = [n for n in names if n not in have]
-    if missing:
-        sys.exit(f"gen_db: the server's table {table} has no column {', '.join(missing)} "
-                 f"(it has {', '.join(sorted(have))}): update bench/gen_db.py")
-    sql = f"INSERT INTO {table}({', '.join(names)}) VALUES({', '.join('?' * len(names))})"
-
-    def values():
-        yield tuple(first[n] for n in names)
-        for r in it:
-            yield tuple(r[n] for n in names)
-    db.executemany(sql, values())
+def create(binary, path):
+    """The server's own empty database at path."""
+    proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--data", path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        for line in proc.stdout:
+            if b"listening on" in line:
+                break
+        else:
+            sys.exit("gen_db: %s did not start: %s" % (binary, proc.stderr.read().decode(errors="replace")[-500:]))
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--bin", default=os.path.join(here, "..", "build", "leasegate"),
-                    help="the leasegate binary that makes the empty database (default build/leasegate)")
     ap.add_argument("--locks", type=int, default=1_000_000)
     ap.add_argument("--held-every", type=int, default=10)
     ap.add_argument("--expired", action="store_true",
                     help="held locks' expires_at_ms lies in the past (start-up must release them)")
+    ap.add_argument("--binary", default=os.environ.get("LEASEGATE_BIN", os.path.join(here, "..", "build", "leasegate")))
     a = ap.parse_args()
     if a.locks < 1 or a.held_every < 1:
         sys.exit("gen_db: --locks and --held-every must be >= 1")
@@ -106,61 +55,40 @@ def main():
         except FileNotFoundError:
             pass
     t0 = time.time()
-    make_empty(a.bin, a.out)
+    create(a.binary, a.out)
     db = sqlite3.connect(a.out)
-    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+    if version != SCHEMA:
+        sys.exit(f"gen_db: {a.binary} made a database of schema {version}; this script writes schema {SCHEMA}")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=OFF")
     now_ms = int(time.time() * 1000)
     held = 0
 
-    def holder(i, tok):
-        acq = now_ms - 7_200_000 if a.expired else now_ms
-        return {"lease": os.urandom(16), "owner": f"gen-{i % 97}", "ttl_ms": 3_600_000,
-                "acquired_at_ms": acq, "expires_at_ms": acq + 3_600_000, "count": 1,
-                "metadata": '{"host":"gen"}'}
-
-    def lockspace_rows():
-        nonlocal held
+    def names():
         for i in range(a.locks):
-            tok, name = i + 1, f"bench/lock-{i:07d}"
-            yield {"kind": KIND_LOCK, "name": name, "token": TOKEN_OF_NAME_RECORD, "last_token": tok}
-            if i % a.held_every == 0:
-                held += 1
-                yield {"kind": KIND_LOCK, "name": name, "token": tok, "last_token": None,
-                       "mode": MODE_WRITE, **holder(i, tok)}
+            yield (f"bench/lock-{i:07d}", i + 1)
 
-    def locks_rows():
+    def leases():
         nonlocal held
-        idle = dict.fromkeys(holder(0, 0), None)
-        for i in range(a.locks):
-            tok, name = i + 1, f"bench/lock-{i:07d}"
-            if i % a.held_every == 0:
-                held += 1
-                yield {"name": name, "last_token": tok, "token": tok, **holder(i, tok)}
-            else:
-                yield {"name": name, "last_token": tok, "token": None, **idle}
+        for i in range(0, a.locks, a.held_every):
+            held += 1
+            acq = now_ms - 7_200_000 if a.expired else now_ms
+            yield (f"bench/lock-{i:07d}", i + 1, os.urandom(16), f"gen-{i % 97}", 3_600_000, acq, acq + 3_600_000,
+                   '{"host":"gen"}')
 
     with db:
-        if "lockspace" in tables:
-            # a name's record and a lease's have different columns: two passes of one shape each
-            insert(db, "lockspace", (r for r in lockspace_rows() if r["token"] == TOKEN_OF_NAME_RECORD))
-            held = 0
-            insert(db, "lockspace", (r for r in lockspace_rows() if r["token"] != TOKEN_OF_NAME_RECORD))
-        elif "locks" in tables and "lease" in columns(db, "locks"):
-            insert(db, "locks", locks_rows())
-        else:
-            sys.exit(f"gen_db: the server made tables {', '.join(sorted(tables))} (schema version "
-                     f"{version[0] if version else '?'}), none of which gen_db knows: update bench/gen_db.py")
-        if db.execute("UPDATE meta SET value = ? WHERE key = 'last_token'", (a.locks,)).rowcount != 1:
-            sys.exit("gen_db: the server's meta table has no last_token")
+        db.executemany("INSERT INTO lockspace(kind, name, token, last_token) VALUES(0, ?, 0, ?)", names())
+        db.executemany("INSERT INTO lockspace(kind, name, token, lease, owner, mode, ttl_ms, acquired_at_ms,"
+                       " expires_at_ms, count, metadata, lock_delay_ms) VALUES(0, ?, ?, ?, ?, 0, ?, ?, ?, 1, ?, 0)",
+                       leases())
+        db.execute("UPDATE meta SET value = ? WHERE key = 'last_token'", (a.locks,))
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.execute("PRAGMA journal_mode=DELETE")
     db.close()
     size = os.path.getsize(a.out)
-    print(f"gen_db: {a.out}: schema {version[0] if version else '?'}, {a.locks} locks ({held} held), "
-          f"last_token {a.locks}, {size / 1e6:.1f} MB, {time.time() - t0:.1f} s", file=sys.stderr)
+    print(f"gen_db: {a.out}: {a.locks} locks ({held} held), last_token {a.locks}, "
+          f"{size / 1e6:.1f} MB, {time.time() - t0:.1f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,12 @@ void config_usage(FILE *out)
             "                              backup or losing the database: the last token ever issued)\n"
             "  --access-log PATH           one line per request (time, peer, method, path, status,\n"
             "                              duration) appended to PATH, or - for stdout (default: none)\n"
+            "  --log-format text|json      the server's own lines on stderr: text (time, level, message)\n"
+            "                              or one JSON object per line (default text)\n"
+            "  --drain-seconds N           a planned stop (SIGTERM, SIGINT) first answers /readyz 503\n"
+            "                              while it goes on serving for N seconds, so that load balancers\n"
+            "                              and clients move away; then it stops (a leader resigns last)\n"
+            "                              (default 0, 0..3600; a second signal stops at once)\n"
             "  --max-waiters N             waiting acquires in total, then 503 (default 100000)\n"
             "  --max-waiters-per-lock N    waiting acquires per lock, then 503 (default 10000)\n"
             "  --max-connections N         concurrent client connections, waiting ones included\n"
@@ -132,7 +138,8 @@ void config_usage(FILE *out)
             "  --auth-file PATH            API keys (see leasegate keygen): every request needs\n"
             "                              Authorization: Bearer KEY, within the key's role and lock-name\n"
             "                              prefixes (401 without a known key, 403 out of its scope);\n"
-            "                              SIGHUP reloads the file (a bad file keeps the old keys)\n"
+            "                              SIGHUP reloads the file (with --store, on every gateway); while\n"
+            "                              it does not load, requests that need a key get 503 (not ready)\n"
             "  --auth-metrics              with --auth-file: /healthz and /metrics need a key too\n"
             "  --key-max-held N            per API key: locks held and waited for together, then 429\n"
             "                              key_limit (default 100000; a key's line may say max_held=N)\n"
@@ -259,6 +266,7 @@ static const NumFlag NUM_FLAGS[] = {
     {"--s3-probe-interval", 1, 86400, offsetof(Config, s3_probe_interval_s), true},
     {"--forget-idle-after", 1, 31536000, offsetof(Config, forget_idle_s), true},
     {"--leader-ttl", 2, 60, offsetof(Config, leader_ttl_s), true},
+    {"--drain-seconds", 0, 3600, offsetof(Config, drain_s), true},
     {"--etcd-max-txn-ops", 2, 1000000, offsetof(Config, etcd_max_txn_ops), false},
 };
 
@@ -272,7 +280,8 @@ static const NumFlag *num_flag(const char *name)
 
 static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",     "--min-token",
                                            "--access-log", "--store", "--advertise", "--auth-file",
-                                           "--tls-cert",   "--tls-key", "--cacert",  "--allowed-host", "--s3-credentials"};
+                                           "--tls-cert",   "--tls-key", "--cacert",  "--allowed-host", "--s3-credentials",
+                                           "--log-format"};
 
 /* --allowed-host NAME: a DNS name (letters, digits, '-', '_', '.'), or '*'. */
 static int parse_allowed_host(Config *c, const char *v, char *err, size_t errlen)
@@ -347,6 +356,13 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
     }
     if (!strcmp(flag, "--allowed-host"))
         return parse_allowed_host(c, value, err, errlen);
+    if (!strcmp(flag, "--log-format")) {
+        if (!log_format_parse(value, &c->log_format)) {
+            snprintf(err, errlen, "--log-format: '%s' is not text or json", value);
+            return -1;
+        }
+        return 0;
+    }
     if (!strcmp(flag, "--tls-cert") || !strcmp(flag, "--tls-key") || !strcmp(flag, "--cacert")) {
         if (!*value) {
             snprintf(err, errlen, "%s: empty path", flag);

@@ -21,6 +21,7 @@
 #include "api/watch.h"
 #include "core/auditlog.h"
 #include "core/leasehist.h"
+#include "core/log.h"
 #include "guard/guard.h"
 #include "guard/proxy.h"
 #include "net/accesslog.h"
@@ -36,23 +37,24 @@
  * anything reveals it. Storage still holds a consistent state. */
 static void cannot_record(void)
 {
-    fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
+    log_line(LEVEL_ERROR, "out of memory recording a change; exiting");
     _exit(70);
 }
 
+/* The hooks record one change each: the name's record, a lease's record,
+ * a lease's end. Every change that moves a lock's index wakes its watchers,
+ * also those that report no event (one reentry released); a waiter's
+ * coming and going is noted by its event (events_note_of). Only marks them:
+ * they are asked on the loop's tick, outside the lock table. */
 static void on_changed(void *ud, const Lock *lock)
 {
     Server *s = ud;
     if (!commit_lock(s->commit, lock))
         cannot_record();
-    /* Every change that moves a lock's index wakes its watchers, also those
-     * that report no event (one reentry released). Only marks them: they are
-     * asked on the loop's tick, outside the lock table. */
     if (lock->kind == KIND_LOCK)
         watch_note(s, lock->name);
 }
 
-/* A reader's or a permit's own record. */
 static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
 {
     Server *s = ud;
@@ -62,15 +64,16 @@ static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
         watch_note(s, lock->name);
 }
 
-/* A forgotten lock takes its guard mark along (the store deletes both rows):
- * the next grant of the name has a larger token than any mark it had. */
+/* A forgotten lock takes its guard mark along: the next grant of the name
+ * has a larger token than any mark it had. */
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Server *s = ud;
     quota_named(s, &lock->charge, -1);
     if (lock->kind == KIND_LOCK)
         fence_remove(s->guard_marks, lock->name);
-    if (!commit_forget(s->commit, (LockKind)lock->kind, lock->name, locktab_last_token(s->locks)))
+    if (!commit_forget(s->commit, (LockKind)lock->kind, lock->name, locktab_last_token(s->locks)) ||
+        (lock->kind == KIND_LOCK && !commit_guard_mark_forget(s->commit, lock->name)))
         cannot_record();
     /* Its last_token is gone from GET and its index moves (forget_index):
      * watchers of the name are told. */
@@ -84,12 +87,12 @@ static void on_fence_forgotten(void *ud, const char *resource, uint32_t bucket, 
     Server *s = ud;
     quota_fenced(s, charge, -1);
     if (!commit_fence_forget(s->commit, resource, bucket, floor)) {
-        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
+        log_line(LEVEL_ERROR, "out of memory recording a change; exiting");
         _exit(70);
     }
 }
 
-static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq)
+static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq)
 {
     Server *s = ud;
     /* From the grant's announced time, on the wall clock: the only time a
@@ -98,14 +101,13 @@ static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint6
     if (how >= LEASE_END_EXPIRED && how <= LEASE_END_REVOKED)
         histogram_observe(&s->metrics.hold[how - 1], (double)(clock_now().wall_ms - h->acquired_at_ms) / 1000);
     quota_held(s, h->key, -1);
-    /* A writer's end is in its lock's record (changed comes next); a
-     * reader's or a permit's record goes. */
-    bool shared = lock->kind == KIND_SEMAPHORE || h->mode == MODE_READ;
     if (!commit_ended(s->commit, (LockKind)lock->kind, lock->name, h->lease, h->token, how, seq) ||
-        (shared && !commit_holder_gone(s->commit, (LockKind)lock->kind, lock->name, h->token)))
+        !commit_holder_gone(s->commit, (LockKind)lock->kind, lock->name, h->token))
         cannot_record();
+    if (lock->kind == KIND_LOCK)
+        watch_note(s, lock->name);
     /* After the change is recorded: its event waits for the batch that holds it. */
-    trail_ended(s, lock, h, how);
+    trail_ended(s, actor, lock, h, how);
 }
 
 static void on_granted(void *ud, void *waiter_ctx, const Lock *lock, const Holder *h)
@@ -129,46 +131,40 @@ typedef struct LoadCtx {
 } LoadCtx;
 
 /* Who made a name is not stored: a held one counts against its first
- * holder's key (the writer's, or the oldest reader's or permit's). */
+ * holder's key (its oldest lease's). */
 static void charge_by_holder(Server *s, LockKind kind, const char *name, const Holder *h)
 {
     const Lock *lock = locktab_get(s->locks, kind, name);
-    if (!h || !h->key || !lock || lock->charge.key || lock->charge.peer)
+    if (!h->key || !lock || lock->charge.key || lock->charge.peer)
         return;
     Charge c = quota_charge_of_key(s, h->key);
     locktab_set_charge(s->locks, kind, name, c);
     quota_named(s, &c, +1);
 }
 
-static int load_lock(void *ud, const StoreLock *l)
+static int load_lock(LoadCtx *ctx, const StoreLock *l)
 {
-    LoadCtx *ctx = ud;
     ctx->locks++;
-    if (locktab_load(ctx->s->locks, (LockKind)l->kind, l->name, l->last_token, l->limit, l->delay_until_ms,
-                     &ctx->now) != LOCK_OK ||
-        (l->held && locktab_load_holder(ctx->s->locks, KIND_LOCK, l->name, &l->holder, &ctx->now) != LOCK_OK))
-        return -1;
-    ctx->held += l->held;
-    if (l->held)
-        quota_held(ctx->s, l->holder.key, +1);
-    charge_by_holder(ctx->s, (LockKind)l->kind, l->name, l->held ? &l->holder : NULL);
-    return 0;
+    return locktab_load(ctx->s->locks, (LockKind)l->kind, l->name, l->last_token, l->limit, l->delay_until_ms,
+                        &ctx->now) == LOCK_OK
+               ? 0
+               : -1;
 }
 
-/* Readers and permits come by token, oldest first. One that cannot hold
- * beside the grants loaded before it (a reader beside a writer, a permit
- * past the limit) is younger than they are, and can only come from an etcd
- * batch that was cut between its parts (store_etcd.c, order_ops): no answer
- * revealed it, so it is dropped; the older grants may have been revealed. */
-static int load_holder(void *ud, const StoreHolder *r)
+/* A name's leases come by token, oldest first, whatever their mode. One that cannot
+ * hold beside the grants loaded before it (a second writer, a reader beside
+ * a writer, a permit past the limit) is younger than they are: only an etcd
+ * batch cut between its parts could leave one (store_etcd.c, order_ops,
+ * says why none should), and no answer revealed it, so it is dropped; the
+ * older grants may have been revealed. */
+static int load_holder(LoadCtx *ctx, const StoreHolder *r)
 {
-    LoadCtx *ctx = ud;
     LockResult rc = locktab_load_holder(ctx->s->locks, (LockKind)r->kind, r->name, &r->holder, &ctx->now);
     if (rc == LOCK_BUSY) {
-        fprintf(stderr, "leasegate: dropped %s token %llu of %s '%s': it cannot hold beside older grants (a batch "
-                        "cut short, never revealed)\n",
-                r->kind == KIND_SEMAPHORE ? "permit" : "reader", (unsigned long long)r->holder.token,
-                r->kind == KIND_SEMAPHORE ? "semaphore" : "lock", r->name);
+        log_line(LEVEL_WARN, "dropped %s token %llu of %s '%s': it cannot hold beside older grants (a batch "
+                             "cut short, never revealed)",
+                 r->kind == KIND_SEMAPHORE ? "permit" : r->holder.mode == MODE_READ ? "reader" : "writer",
+                 (unsigned long long)r->holder.token, r->kind == KIND_SEMAPHORE ? "semaphore" : "lock", r->name);
         ctx->dropped++;
         return 0;
     }
@@ -180,19 +176,9 @@ static int load_holder(void *ud, const StoreHolder *r)
     return 0;
 }
 
-static int load_fence(void *ud, const StoreMark *m)
+static int load_mark(Fence *f, const StoreMark *m, const Now *now)
 {
-    LoadCtx *ctx = ud;
-    return fence_load(ctx->s->fence, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED ? 0 : -1;
-}
-
-static int load_guard_mark(void *ud, const StoreMark *m)
-{
-    LoadCtx *ctx = ud;
-    return fence_load(ctx->s->guard_marks, m->name, m->max_token, &ctx->now) == FENCE_ACCEPTED &&
-                   guard_restore(ctx->s->guard, m->name, m->at_ms, &ctx->now)
-               ? 0
-               : -1;
+    return fence_load(f, m->name, m->max_token, now) == FENCE_ACCEPTED ? 0 : -1;
 }
 
 static int load_history_seq(void *ud, uint64_t seq)
@@ -202,23 +188,39 @@ static int load_history_seq(void *ud, uint64_t seq)
     return 0;
 }
 
-static int load_ended(void *ud, const StoreEnded *e)
+/* One stored record, each kind to its place (the kinds come in record.h's order). */
+static int load_record(void *ud, const StoreRecord *r)
 {
     LoadCtx *ctx = ud;
-    locktab_load_ended(ctx->s->locks, (LockKind)e->kind, e->lock, e->lease, e->token, e->how, e->seq);
-    return 0;
-}
-
-static int load_revoked(void *ud, uint64_t token)
-{
-    LoadCtx *ctx = ud;
-    return revoked_add(ctx->s->revoked, token) ? 0 : -1;
-}
-
-static int load_audit(void *ud, const AuditRow *row)
-{
-    LoadCtx *ctx = ud;
-    return auditlog_load(ctx->s->audit, row) ? 0 : -1;
+    Server *s = ctx->s;
+    switch ((StoreRecordKind)r->kind) {
+    case REC_LOCK:
+        return load_lock(ctx, &r->lock);
+    case REC_HOLDER:
+        return load_holder(ctx, &r->holder);
+    case REC_FENCE:
+        return load_mark(s->fence, &r->fence, &ctx->now);
+    case REC_GUARD_MARK:
+        return load_mark(s->guard_marks, &r->guard_mark, &ctx->now) == 0 &&
+                       guard_restore(s->guard, r->guard_mark.name, r->guard_mark.at_ms, &ctx->now)
+                   ? 0
+                   : -1;
+    case REC_FLOOR:
+        fence_load_floor(s->fence, r->floor.bucket, r->floor.floor);
+        return 0;
+    case REC_ENDED: {
+        const StoreEnded *e = &r->ended;
+        locktab_load_ended(s->locks, (LockKind)e->kind, e->lock, e->lease, e->token, e->how, e->seq);
+        return 0;
+    }
+    case REC_REVOKED:
+        return revoked_add(s->revoked, r->revoked.token) ? 0 : -1;
+    case REC_AUDIT:
+        return auditlog_load(s->audit, &r->audit) ? 0 : -1;
+    case REC_KINDS:
+        break;
+    }
+    return -1;
 }
 
 /* A stored audit row past its key's --audit-keep: storage deletes it too. */
@@ -226,16 +228,9 @@ static void on_audit_dropped(void *ud, const char *key, uint64_t seq)
 {
     Server *s = ud;
     if (!commit_audit_drop(s->commit, key, seq, auditlog_gone_below(s->audit))) {
-        fprintf(stderr, "leasegate: out of memory recording a change; exiting\n");
+        log_line(LEVEL_ERROR, "out of memory recording a change; exiting");
         _exit(70);
     }
-}
-
-static int load_floor(void *ud, const StoreFloor *f)
-{
-    LoadCtx *ctx = ud;
-    fence_load_floor(ctx->s->fence, f->bucket, f->floor);
-    return 0;
 }
 
 /* Leadership over etcd. */
@@ -248,20 +243,128 @@ static int load_floor(void *ud, const StoreFloor *f)
 static void on_leadership_lost(void *ud, const char *why)
 {
     Server *s = ud;
-    fprintf(stderr, "leasegate: leadership lost: %s; answering 503 to every request held, then exiting with status 1 "
-                    "(restart this gateway: it becomes a candidate)\n", why);
+    log_line(LEVEL_ERROR, "leadership lost: %s; answering 503 to every request held, then exiting with status 1 "
+                          "(restart this gateway: it becomes a candidate)", why);
     uint64_t one = 1;
     if (write(s->deposed_fd, &one, sizeof one) != (ssize_t)sizeof one)
         _exit(1); /* cannot tell the loop: stop at once, answering nothing */
 }
 
-/* SIGINT and SIGTERM are blocked in every thread (main.c), so a stop asked
- * for while campaigning is pending until the loop reads it; see it here. */
-static bool stop_requested(void *ud)
+/* Another gateway reloaded its keys (election.h), on the election's thread:
+ * the loop, or the campaign, reloads this gateway's own file. */
+static void on_keys_reloaded_elsewhere(void *ud)
 {
-    (void)ud;
-    sigset_t pending;
-    return sigpending(&pending) == 0 && (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1);
+    Server *s = ud;
+    uint64_t one = 1;
+    if (write(s->reload_fd, &one, sizeof one) != (ssize_t)sizeof one)
+        log_line(LEVEL_WARN, "cannot hand another gateway's key reload to this one's loop: %s; send it SIGHUP",
+                 strerror(errno));
+}
+
+/* Reads --auth-file again (and --s3-credentials). A file that does not load
+ * is not ignored: every request that needs a key is refused (503, not
+ * ready) until a reload succeeds, since the keys loaded before may include
+ * one that was just revoked. sb: the standby to hand the keys to, while one
+ * runs. `from` says what asked (for the log). */
+static void reload_keys(Server *s, Standby *sb, const char *from)
+{
+    char err[512];
+    /* S3 routes are probed again, those closed for good too. A candidate
+     * has none yet (the guard opens when it leads, reading them afresh). */
+    if (s->guard && !guard_reload(s->guard, err, sizeof err))
+        log_line(LEVEL_WARN, "%s: keeping the S3 credentials loaded before: %s", from, err);
+    else if (s->guard && s->cfg.s3_credentials)
+        log_line(LEVEL_INFO, "%s: S3 credentials read again from %s", from, s->cfg.s3_credentials);
+    if (!s->cfg.auth_file)
+        return;
+    AuthTable *t = auth_load(s->cfg.auth_file, err, sizeof err);
+    if (!t) {
+        snprintf(s->auth_error, sizeof s->auth_error, "%s", err);
+        log_line(LEVEL_ERROR, "%s: the key file does not load (%s): every request that needs a key is refused "
+                              "(503, /readyz not ready) until it does; the keys loaded before are not used",
+                 from, err);
+        if (sb)
+            standby_set_keys(sb, NULL, err);
+    } else {
+        s->auth_error[0] = '\0';
+        auth_unref(s->auth); /* requests that began under it hold their own reference */
+        s->auth = t;
+        log_line(LEVEL_INFO, "%s: %zu API keys from %s", from, auth_count(t), s->cfg.auth_file);
+        if (sb)
+            standby_set_keys(sb, t, NULL);
+    }
+    /* What a removed or narrowed key holds open ends now, not when it times
+     * out; with a file that does not load, whatever a key holds open ends. */
+    if (s->loop)
+        rekey_reloaded(s);
+}
+
+void gateway_reload_keys(Server *s, bool announce)
+{
+    reload_keys(s, NULL, announce ? "SIGHUP" : "another gateway reloaded its keys");
+    if (announce && s->election && s->cfg.auth_file)
+        election_announce_reload(s->election);
+}
+
+static int64_t mono_ms(void) { return clock_now().mono_ms; }
+
+/* A planned stop was asked for (SIGTERM, SIGINT): not ready at once, serving
+ * for --drain-seconds more, then stopping; a second signal stops at once. */
+void gateway_stop_asked(Server *s)
+{
+    if (s->draining || !s->cfg.drain_s) {
+        s->stopping = true;
+        return;
+    }
+    s->draining = true;
+    s->drain_until_ms = mono_ms() + (int64_t)s->cfg.drain_s * 1000;
+    log_line(LEVEL_INFO, "stop asked: not ready (/readyz 503) and still serving for %u s (--drain-seconds), then "
+                         "stopping; a second signal stops at once",
+             s->cfg.drain_s);
+}
+
+/* The candidate phase's signals and key reloads. SIGINT, SIGTERM and SIGHUP
+ * are blocked in every thread (main.c), so what is asked for while
+ * campaigning stays pending until read here; the campaign calls this often
+ * (also from inside its etcd calls). A stop resigns the candidacy at once (a
+ * draining gateway must not win) and ends the campaign once the drain is
+ * over. */
+typedef struct Campaign {
+    Server *s;
+    Standby *sb;
+} Campaign;
+
+static bool campaign_cancelled(void *ud)
+{
+    Campaign *c = ud;
+    Server *s = c->s;
+    sigset_t wanted;
+    sigemptyset(&wanted);
+    sigaddset(&wanted, SIGINT);
+    sigaddset(&wanted, SIGTERM);
+    sigaddset(&wanted, SIGHUP);
+    const struct timespec now = {0, 0};
+    int sig;
+    while ((sig = sigtimedwait(&wanted, NULL, &now)) > 0) {
+        if (sig == SIGHUP) {
+            reload_keys(s, c->sb, "SIGHUP");
+            if (s->cfg.auth_file)
+                election_announce_reload(s->election);
+            continue;
+        }
+        bool was_draining = s->draining;
+        gateway_stop_asked(s);
+        if (!was_draining) {
+            standby_drain(c->sb);
+            election_resign(s->election);
+        }
+    }
+    uint64_t n;
+    if (read(s->reload_fd, &n, sizeof n) == (ssize_t)sizeof n)
+        reload_keys(s, c->sb, "another gateway reloaded its keys");
+    if (s->draining && mono_ms() >= s->drain_until_ms)
+        s->stopping = true;
+    return s->stopping;
 }
 
 /* The candidate phase: listen, answer 503 (standby.h) while campaigning, and
@@ -272,7 +375,7 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     char err[512];
     int fd = listener_open(cfg->listen_host, cfg->listen_port, 1024, err, sizeof err);
     if (fd < 0) {
-        fprintf(stderr, "leasegate: %s\n", err);
+        log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
     char addr[300], advertise[sizeof cfg->advertise + 8];
@@ -282,49 +385,61 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     /* The follower and the leader this gateway may become answer for its advertised name. */
     hostcheck_init(&s->hosts, cfg, advertise);
     s->deposed_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->deposed_fd < 0) {
-        fprintf(stderr, "leasegate: eventfd: %s\n", strerror(errno));
+    s->reload_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->deposed_fd < 0 || s->reload_fd < 0) {
+        log_line(LEVEL_ERROR, "eventfd: %s", strerror(errno));
         close(fd);
         return -1;
     }
-    s->election =
-        election_new(&cfg->etcd, advertise, cfg->leader_ttl_s, on_leadership_lost, s, err, sizeof err);
+    /* Every etcd client of this gateway counts in its stats (/metrics). */
+    EtcdUrl etcd = cfg->etcd;
+    etcd.stats = &s->etcd_stats;
+    ElectionHooks hooks = {on_leadership_lost, on_keys_reloaded_elsewhere, s};
+    s->election = election_new(&etcd, advertise, cfg->leader_ttl_s, &hooks, err, sizeof err);
     if (!s->election) {
-        fprintf(stderr, "leasegate: --store %s: %s\n", cfg->store_url, err);
+        log_line(LEVEL_ERROR, "--store %s: %s", cfg->store_url, err);
         close(fd);
         return -1;
     }
-    Standby *sb = standby_start(fd, s->election, (unsigned)cfg->max_connections, cfg->idle_timeout_s, &s->tls,
-                                cfg->auth_metrics ? s->auth : NULL, &s->hosts);
+    StandbyOptions so = {cfg, &s->tls, &s->hosts, &s->etcd_stats, s->auth};
+    Standby *sb = standby_start(fd, s->election, &so);
     const char *why = tls_mhd_started(&s->tls);
     if (!sb) {
-        fprintf(stderr, "leasegate: cannot start the %s server on %s: %s\n", tls_on(&s->tls) ? "HTTPS" : "HTTP",
-                addr, *why ? why : "libmicrohttpd refused its options");
+        log_line(LEVEL_ERROR, "cannot start the %s server on %s: %s", tls_on(&s->tls) ? "HTTPS" : "HTTP", addr,
+                 *why ? why : "libmicrohttpd refused its options");
         close(fd);
         return -1;
     }
     printf("leasegate: listening on %s://%s\n", tls_scheme(&s->tls), addr);
     fflush(stdout);
-    fprintf(stderr, "leasegate: candidate for leadership of %s (advertised as %s); answering 503 until elected\n",
-            cfg->store_url, advertise);
-    int rc = election_campaign(s->election, stop_requested, NULL, err, sizeof err);
+    log_line(LEVEL_INFO, "candidate for leadership of %s (advertised as %s); answering 503 until elected",
+             cfg->store_url, advertise);
+    Campaign c = {s, sb};
+    int rc = election_campaign(s->election, campaign_cancelled, &c, err, sizeof err);
+    if (rc == 0 && s->draining) {
+        /* Won as the stop was asked: it never serves (the keeper's
+         * resignation revokes the lease at once). */
+        rc = -1;
+        s->stopping = true;
+        snprintf(err, sizeof err, "stopped as it won the election");
+    }
     if (!standby_stop(sb)) {
-        fprintf(stderr, "leasegate: cannot take the listening socket back from the standby server\n");
+        log_line(LEVEL_ERROR, "cannot take the listening socket back from the standby server");
         return -1;
     }
     if (rc) {
         /* Only a stop ends a campaign: a clean one, with nothing to undo. */
-        fprintf(stderr, "leasegate: %s\n", err);
+        log_line(LEVEL_INFO, "%s", err);
         s->stopping = true;
         close(fd);
         return -1;
     }
     *listen_fd = fd;
-    fprintf(stderr, "leasegate: elected leader of %s (leader key revision %lld); loading the lock space\n",
-            cfg->store_url, election_revision(s->election));
-    s->store = store_etcd_open(&cfg->etcd, s->election, cfg->etcd_max_txn_ops, err, sizeof err);
+    log_line(LEVEL_INFO, "elected leader of %s (leader key revision %lld); loading the lock space", cfg->store_url,
+             election_revision(s->election));
+    s->store = store_etcd_open(&etcd, s->election, cfg->etcd_max_txn_ops, err, sizeof err);
     if (!s->store) {
-        fprintf(stderr, "leasegate: %s\n", err);
+        log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
     return 0;
@@ -346,27 +461,29 @@ static void metrics_init(Metrics *m)
 int gateway_open(Server *s, const Config *cfg)
 {
     memset(s, 0, sizeof *s);
+    thread_own(&s->owner); /* the thread that opens the server runs its loop (threads.h) */
     s->cfg = *cfg;
     metrics_init(&s->metrics);
     s->listen_fd = -1;
     s->deposed_fd = -1;
+    s->reload_fd = -1;
     char err[512];
     /* Before anything listens: a bad certificate or key stops the start. */
     if (!tls_load(&s->tls, cfg->tls_cert, cfg->tls_key, cfg->cacert, err, sizeof err)) {
-        fprintf(stderr, "leasegate: %s\n", err);
+        log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
     if (cfg->auth_file) {
         if (!(s->auth = auth_load(cfg->auth_file, err, sizeof err))) {
-            fprintf(stderr, "leasegate: --auth-file %s\n", err);
+            log_line(LEVEL_ERROR, "--auth-file %s", err);
             return -1;
         }
-        fprintf(stderr, "leasegate: %zu API keys from %s; every request needs one\n", auth_count(s->auth),
-                cfg->auth_file);
+        log_line(LEVEL_INFO, "%zu API keys from %s; every request needs one", auth_count(s->auth),
+                 cfg->auth_file);
     } else if (cfg->insecure_no_auth) {
-        fprintf(stderr, "leasegate: WARNING: --insecure-no-auth: anyone who reaches %s may take or release any "
-                        "lock\n",
-                cfg->listen_host);
+        log_line(LEVEL_WARN, "WARNING: --insecure-no-auth: anyone who reaches %s may take or release any "
+                             "lock",
+                 cfg->listen_host);
     }
     hostcheck_init(&s->hosts, cfg, NULL);
     if (cfg->store_url) {
@@ -376,21 +493,21 @@ int gateway_open(Server *s, const Config *cfg)
         char boot_id[CLOCK_BOOT_ID_LEN + 1];
         bool have_boot = clock_boot_id(boot_id);
         if (!have_boot)
-            fprintf(stderr, "leasegate: the kernel does not say which boot this is: leases held across a restart "
-                            "keep what the wall clock says is left of them\n");
+            log_line(LEVEL_WARN, "the kernel does not say which boot this is: leases held across a restart "
+                                 "keep what the wall clock says is left of them");
         char narrowed[1200];
         int n = store_sqlite_narrow(cfg->data_path, narrowed, sizeof narrowed, err, sizeof err);
         if (n < 0) {
-            fprintf(stderr, "leasegate: %s\n", err);
+            log_line(LEVEL_ERROR, "%s", err);
             return -1;
         }
         if (n > 0)
-            fprintf(stderr, "leasegate: made %s readable by its owner only (0600): the database holds every live "
-                            "lease\n",
-                    narrowed);
+            log_line(LEVEL_INFO, "made %s readable by its owner only (0600): the database holds every live "
+                                 "lease",
+                     narrowed);
         s->store = store_sqlite_open(cfg->data_path, have_boot ? boot_id : NULL, err, sizeof err);
         if (!s->store) {
-            fprintf(stderr, "leasegate: cannot open database %s\n", err);
+            log_line(LEVEL_ERROR, "cannot open database %s", err);
             return -1;
         }
     }
@@ -414,81 +531,73 @@ int gateway_open(Server *s, const Config *cfg)
     s->guard_refused = trail_guard_refused;
     if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events || !s->streams ||
         !s->watches || !s->guard) {
-        fprintf(stderr, "leasegate: start-up failed: %s\n", s->commit ? "out of memory" : err);
+        log_line(LEVEL_ERROR, "start-up failed: %s", s->commit ? "out of memory" : err);
         return -1;
     }
     LoadCtx ctx = {s, clock_now(), 0, 0, 0};
     /* From the wall clock, as event seqs (events.c): a lock's index from
      * before a restart stays below its index after. */
     locktab_start_index(s->locks, (uint64_t)ctx.now.wall_ms * 1000);
-    StoreLoad cb = {.ud = &ctx,
-                    .lock = load_lock,
-                    .holder = load_holder,
-                    .fence = load_fence,
-                    .guard_mark = load_guard_mark,
-                    .floor = load_floor,
-                    .history_seq = load_history_seq,
-                    .ended = load_ended,
-                    .revoked = load_revoked,
-                    .audit = load_audit};
+    StoreLoad cb = {&ctx, load_history_seq, load_record};
     commit_keep_history(s->commit, cfg->lease_history);
     uint64_t last_token;
     if (store_load(s->store, &cb, &last_token)) {
-        fprintf(stderr, "leasegate: cannot load %s: %s\n", where, store_error(s->store));
+        log_line(LEVEL_ERROR, "cannot load %s: %s", where, store_error(s->store));
         return -1;
     }
     if (!auditlog_load_done(s->audit, on_audit_dropped, s)) {
-        fprintf(stderr, "leasegate: cannot load %s: out of memory for the audit trail\n", where);
+        log_line(LEVEL_ERROR, "cannot load %s: out of memory for the audit trail", where);
         return -1;
     }
     locktab_raise_last_token(s->locks, last_token);
+    s->metrics.since_ms = ctx.now.wall_ms;
     locktab_tick(s->locks, &ctx.now); /* ends the leases that expired while the server was down */
-    fprintf(stderr, "leasegate: loaded %zu locks and semaphores (%zu leases held, %zu expired while down), last token "
-                    "%llu, from %s\n",
-            ctx.locks, locktab_held(s->locks), ctx.held - locktab_held(s->locks),
-            (unsigned long long)locktab_last_token(s->locks), where);
+    log_line(LEVEL_INFO, "loaded %zu locks and semaphores (%zu leases held, %zu expired while down), last token "
+                         "%llu, from %s",
+             ctx.locks, locktab_held(s->locks), ctx.held - locktab_held(s->locks),
+             (unsigned long long)locktab_last_token(s->locks), where);
     if (cfg->min_token > locktab_last_token(s->locks)) {
         /* The floor is durable before anything can reveal a token above it. */
         locktab_raise_last_token(s->locks, cfg->min_token);
         commit_counter(s->commit, cfg->min_token);
         if (commit_sync(s->commit) < 0) {
-            fprintf(stderr, "leasegate: cannot store --min-token %llu: %s\n", (unsigned long long)cfg->min_token,
-                    commit_error(s->commit));
+            log_line(LEVEL_ERROR, "cannot store --min-token %llu: %s", (unsigned long long)cfg->min_token,
+                     commit_error(s->commit));
             return -1;
         }
-        fprintf(stderr, "leasegate: --min-token %llu: the next token is %llu\n", (unsigned long long)cfg->min_token,
-                (unsigned long long)cfg->min_token + 1);
+        log_line(LEVEL_INFO, "--min-token %llu: the next token is %llu", (unsigned long long)cfg->min_token,
+                 (unsigned long long)cfg->min_token + 1);
     }
     if (cfg->access_log && !(s->access_log = accesslog_open(cfg->access_log, err, sizeof err))) {
-        fprintf(stderr, "leasegate: %s\n", err);
+        log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
     s->app = dispatch_app();
     if (!(s->peers = peers_new(cfg->peer_max_connections, cfg->peer_max_half_sent))) {
-        fprintf(stderr, "leasegate: start-up failed: out of memory\n");
+        log_line(LEVEL_ERROR, "start-up failed: out of memory");
         return -1;
     }
     if (http_start(s))
         return -1;
     s->loop = loop_new();
     if (!s->loop) {
-        fprintf(stderr, "leasegate: event loop setup: %s\n", strerror(errno));
+        log_line(LEVEL_ERROR, "event loop setup: %s", strerror(errno));
         return -1;
     }
     s->proxy = proxy_new(s->loop, cfg->guard_timeout_s, cfg->cacert);
     if (!s->proxy) {
-        fprintf(stderr, "leasegate: cannot initialise libcurl (or out of memory)\n");
+        log_line(LEVEL_ERROR, "cannot initialise libcurl (or out of memory)");
         return -1;
     }
     if (!guard_open(s->guard, err, sizeof err)) {
-        fprintf(stderr, "leasegate: %s\n", err);
+        log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
     for (size_t i = 0; i < cfg->nguards; i++)
-        fprintf(stderr, "leasegate: guard %s -> %s\n", cfg->guards[i].prefix, cfg->guards[i].upstream);
+        log_line(LEVEL_INFO, "guard %s -> %s", cfg->guards[i].prefix, cfg->guards[i].upstream);
     char hosts[sizeof s->hosts.names + 200];
     hostcheck_describe(&s->hosts, hosts, sizeof hosts);
-    fprintf(stderr, "leasegate: answering %s\n", hosts);
+    log_line(LEVEL_INFO, "answering %s", hosts);
     return 0;
 }
 
@@ -517,7 +626,7 @@ void gateway_close(Server *s)
     /* Stopping MHD completes the last connections, which may release grants
      * that were never delivered: make that durable too. */
     if (s->commit && commit_sync(s->commit) < 0)
-        fprintf(stderr, "leasegate: storage failure at shutdown: %s\n", commit_error(s->commit));
+        log_line(LEVEL_ERROR, "storage failure at shutdown: %s", commit_error(s->commit));
     proxy_free(s->proxy);
     guard_free(s->guard);
     loop_free(s->loop);
@@ -534,32 +643,18 @@ void gateway_close(Server *s)
     if (s->store)
         store_close(s->store);
     /* Last: resigning lets the next gateway lead, after everything is committed. */
+    if (s->election) {
+        char leader[512];
+        if (election_role(s->election, leader, sizeof leader) == ROLE_LEADER && !s->deposed)
+            log_line(LEVEL_INFO, "stopped serving; resigning the leadership of %s (the next candidate leads at once)",
+                     s->cfg.store_url);
+    }
     election_free(s->election);
     if (s->deposed_fd >= 0)
         close(s->deposed_fd);
+    if (s->reload_fd >= 0)
+        close(s->reload_fd);
     accesslog_close(s->access_log);
     tls_clear(&s->tls);
     auth_unref(s->auth);
-}
-
-void gateway_reload_keys(Server *s)
-{
-    char err[512];
-    /* S3 routes are probed again, those closed for good too. */
-    if (!guard_reload(s->guard, err, sizeof err))
-        fprintf(stderr, "leasegate: SIGHUP: keeping the S3 credentials loaded before: %s\n", err);
-    else if (s->cfg.s3_credentials)
-        fprintf(stderr, "leasegate: SIGHUP: S3 credentials read again from %s\n", s->cfg.s3_credentials);
-    if (!s->cfg.auth_file)
-        return;
-    AuthTable *t = auth_load(s->cfg.auth_file, err, sizeof err);
-    if (!t) {
-        fprintf(stderr, "leasegate: SIGHUP: keeping the %zu API keys loaded before: %s\n", auth_count(s->auth), err);
-        return;
-    }
-    auth_unref(s->auth); /* requests that began under it hold their own reference */
-    s->auth = t;
-    fprintf(stderr, "leasegate: SIGHUP: %zu API keys from %s\n", auth_count(t), s->cfg.auth_file);
-    /* What a removed or narrowed key holds open ends now, not when it times out. */
-    rekey_reloaded(s);
 }

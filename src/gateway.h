@@ -16,8 +16,15 @@
  * campaign); gateway_close undoes what was done either way. */
 int gateway_open(Server *s, const Config *cfg);
 void gateway_close(Server *s);
-/* SIGHUP: loads --auth-file again; a file that does not load keeps the keys
- * there were (and says why on stderr). */
-void gateway_reload_keys(Server *s);
+/* Loads --auth-file (and --s3-credentials) again: on SIGHUP (announce: over
+ * etcd every other gateway is told to reload its own file), or when another
+ * gateway reloaded. A file that does not load is not ignored: requests that
+ * need a key get 503 and /readyz says so until a reload succeeds (the keys
+ * loaded before may hold one just revoked). */
+void gateway_reload_keys(Server *s, bool announce);
+/* SIGTERM or SIGINT: with --drain-seconds, the first starts draining (not
+ * ready, still serving: s->draining until s->drain_until_ms); otherwise, or
+ * at the second, s->stopping. */
+void gateway_stop_asked(Server *s);
 
 #endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/log.h"
 #include "gateway.h"
 #include "leasegate/config.h"
 #include "runloop.h"
@@ -53,6 +54,7 @@ static int serve(int argc, char **argv)
     case CONFIG_OK:
         break;
     }
+    log_set_format(cfg.log_format); /* before any thread starts (log.h) */
     raise_fd_limit();
     signal(SIGPIPE, SIG_IGN);
     /* Block the stop signals in every thread; the loop reads them from a signalfd. */

@@ -5,6 +5,7 @@
  */
 #include "runloop.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <malloc.h>
 #include <microhttpd.h>
@@ -18,6 +19,7 @@
 #include "api/event_stream.h"
 #include "api/events.h"
 #include "api/watch.h"
+#include "core/log.h"
 #include "gateway.h"
 #include "guard/guard.h"
 #include "guard/proxy.h"
@@ -39,7 +41,7 @@ typedef struct Run {
     int sigfd;
     size_t suspended_peak; /* since the last trim */
     size_t locks_peak;     /* lock names known, since the last trim */
-    LoopSource mhd, commit, signal, deposed;
+    LoopSource mhd, commit, signal, deposed, reload;
 } Run;
 
 static int mhd_ready(LoopSource *src, uint32_t events)
@@ -70,14 +72,14 @@ static int commit_ready(LoopSource *src, uint32_t events)
             /* Another gateway may lead (a failed fence), or this one cannot
              * tell (etcd did not answer within the commit's budget): what was
              * held is answered 503, never from memory. */
-            fprintf(stderr, "leasegate: a commit failed (%s): this gateway cannot know that it still leads; "
-                            "answering 503 to every request held, then exiting with status 1 (restart this "
-                            "gateway: it becomes a candidate)\n",
-                    commit_error(s->commit));
+            log_line(LEVEL_ERROR, "a commit failed (%s): this gateway cannot know that it still leads; "
+                                  "answering 503 to every request held, then exiting with status 1 (restart this "
+                                  "gateway: it becomes a candidate)",
+                     commit_error(s->commit));
             depose(s);
             return 0;
         }
-        fprintf(stderr, "leasegate: storage failure, stopping without replying: %s\n", commit_error(s->commit));
+        log_line(LEVEL_ERROR, "storage failure, stopping without replying: %s", commit_error(s->commit));
         s->storage_failed = true;
         return -1; /* nothing more may be sent */
     }
@@ -104,6 +106,18 @@ static int deposed_ready(LoopSource *src, uint32_t events)
     return 0;
 }
 
+/* The election's thread says another gateway reloaded its keys. */
+static int reload_ready(LoopSource *src, uint32_t events)
+{
+    (void)events;
+    Run *r = CONTAINER_OF(src, Run, reload);
+    uint64_t n;
+    while (read(r->s->reload_fd, &n, sizeof n) < 0 && errno == EINTR)
+        ;
+    gateway_reload_keys(r->s, false);
+    return 0;
+}
+
 static int signal_ready(LoopSource *src, uint32_t events)
 {
     (void)events;
@@ -111,9 +125,9 @@ static int signal_ready(LoopSource *src, uint32_t events)
     struct signalfd_siginfo si;
     while (read(r->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGHUP)
-            gateway_reload_keys(r->s);
+            gateway_reload_keys(r->s, true);
         else
-            r->s->stopping = true;
+            gateway_stop_asked(r->s);
     }
     return 0;
 }
@@ -163,6 +177,7 @@ static void trim_after_wave(Run *r)
 static int turn(Run *r, int cap_ms)
 {
     Server *s = r->s;
+    assert(thread_owns(&s->owner));
     if (loop_wait(s->loop, next_timeout_ms(s, cap_ms)) < 0)
         return -1;
     Now now = clock_now();
@@ -250,7 +265,7 @@ static int drain(Run *r)
             return 1;
     http_close_suspended(s);
     if (commit_sync(s->commit) < 0) {
-        fprintf(stderr, "leasegate: storage failure at shutdown: %s\n", commit_error(s->commit));
+        log_line(LEVEL_ERROR, "storage failure at shutdown: %s", commit_error(s->commit));
         return 1;
     }
     return 0;
@@ -265,7 +280,7 @@ int runloop_run(Server *s)
            tls_scheme(&s->tls), addr);
     fflush(stdout);
     Run r = {.s = s, .mhd = {mhd_ready}, .commit = {commit_ready}, .signal = {signal_ready},
-             .deposed = {deposed_ready}};
+             .deposed = {deposed_ready}, .reload = {reload_ready}};
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
@@ -278,13 +293,21 @@ int runloop_run(Server *s)
     if (r.sigfd < 0 || mhd_fd < 0 || !loop_watch(s->loop, mhd_fd, EPOLLIN, &r.mhd) ||
         !loop_watch(s->loop, commit_fd(s->commit), EPOLLIN, &r.commit) ||
         !loop_watch(s->loop, r.sigfd, EPOLLIN, &r.signal) ||
-        (s->deposed_fd >= 0 && !loop_watch(s->loop, s->deposed_fd, EPOLLIN, &r.deposed))) {
-        fprintf(stderr, "leasegate: event loop setup: %s\n", strerror(errno));
+        (s->deposed_fd >= 0 && !loop_watch(s->loop, s->deposed_fd, EPOLLIN, &r.deposed)) ||
+        (s->reload_fd >= 0 && !loop_watch(s->loop, s->reload_fd, EPOLLIN, &r.reload))) {
+        log_line(LEVEL_ERROR, "event loop setup: %s", strerror(errno));
         status = 1;
     }
-    while (!s->stopping && !s->deposed && status == 0)
-        if (turn(&r, -1) < 0)
+    while (!s->stopping && !s->deposed && status == 0) {
+        /* Draining (--drain-seconds): serving as ever, not ready, until its end. */
+        int64_t left = s->draining ? s->drain_until_ms - clock_now().mono_ms : -1;
+        if (s->draining && left <= 0) {
+            s->stopping = true;
+            break;
+        }
+        if (turn(&r, left > INT32_MAX ? INT32_MAX : (int)left) < 0)
             status = 1;
+    }
     if (status == 0)
         status = s->deposed ? deposed_drain(&r) : drain(&r);
     /* Unwatching what was never watched fails harmlessly. */
@@ -293,6 +316,8 @@ int runloop_run(Server *s)
     loop_unwatch(s->loop, r.sigfd);
     if (s->deposed_fd >= 0)
         loop_unwatch(s->loop, s->deposed_fd);
+    if (s->reload_fd >= 0)
+        loop_unwatch(s->loop, s->reload_fd);
     if (r.sigfd >= 0)
         close(r.sigfd);
     return status;

@@ -28,6 +28,10 @@ export interface ClientOptions {
   /** The API key for a server run with --auth-file, sent as Authorization: Bearer KEY
    *  with every request (lease.fetch included). Default: $LEASEGATE_KEY, else none. */
   key?: string;
+  /** A server that has not accepted the connection, or not begun its answer, within this
+   *  is asked GET /readyz; unless it says it is ready (a long-poll is waiting there), the
+   *  request moves on to the next server. At least "100ms". Default "2s". */
+  firstByteTimeout?: Duration;
 }
 
 export interface AcquireOptions {

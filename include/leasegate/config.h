@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/log.h"
 #include "guard/guardroute.h"
 #include "store/etcd.h"
 
@@ -28,6 +29,8 @@ typedef struct Config {
     size_t etcd_max_txn_ops;      /* etcd's --max-txn-ops: no transaction of ours carries more */
     char advertise[512];          /* the URL other gateways and clients see; "" until known */
     const char *access_log;       /* borrowed; NULL: none, "-": stdout */
+    unsigned drain_s;             /* --drain-seconds: a planned stop is not ready but serves this long first */
+    LogFormat log_format;         /* --log-format text|json: how log lines are written (core/log.h) */
     uint64_t min_token;           /* tokens issued from now on are above this */
     size_t max_waiters;           /* in total */
     size_t max_waiters_per_lock;

@@ -113,6 +113,7 @@ typedef struct RequestGrant {
 typedef struct RequestAccess {
     AuthTable *table; /* a reference, or NULL (no --auth-file, or no key needed) */
     const AuthKey *key; /* in table */
+    unsigned secret;    /* which of key's secrets the request presented (auth.h) */
     bool waiting;       /* counted as one of its key's waiters (quota.h) */
     bool polling;       /* held open: counted in its key's and peer's max_polls (quota.h) */
     void *key_use, *peer_use; /* while polling: the entries counted (quota.c's) */

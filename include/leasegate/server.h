@@ -1,7 +1,7 @@
 /*
  * server — the one context that owns everything a running server has.
- * No other mutable state exists outside it. Only the loop thread touches it,
- * except the commit module's writer thread, which owns only its batch.
+ * No other mutable state exists outside it. Only the loop thread touches it
+ * (core/threads.h says what the other threads may reach, and how).
  * A declaration only: putting it together is gateway.h's, running it
  * runloop.h's, so that every layer can see the context and none of them
  * depends on the layers above it through it.
@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "core/audit.h"
@@ -20,6 +21,7 @@
 #include "core/locktab.h"
 #include "core/metrics.h"
 #include "core/revoked.h"
+#include "core/threads.h"
 #include "leasegate/config.h"
 #include "leasegate/dlist.h"
 #include "net/auth.h"
@@ -37,9 +39,11 @@ typedef struct Proxy Proxy;
 typedef struct Guard Guard;
 
 typedef struct Server {
+    ThreadOwner owner; /* the loop (threads.h): the handlers and each turn assert it */
     Config cfg;
     Store *store;
     Election *election; /* --store etcd://: this gateway's leadership; NULL with SQLite */
+    EtcdStats etcd_stats; /* what this gateway's etcd clients met (its election's and its store's) */
     Commit *commit;
     Locktab *locks;
     Fence *fence;
@@ -49,7 +53,6 @@ typedef struct Server {
     struct Events *events; /* what happens to locks, and its long-polls (events.h) */
     struct EventStreams *streams; /* GET /v1/events/stream (event_stream.h) */
     struct Watches *watches; /* requests waiting for a lock to change (watch.h) */
-    Request *trail_actor; /* the request whose call into the lock table is running, for the trail */
     /* The audit trail's row for a write the guard refused (the API's trail,
      * handed down so that the guard need not include a layer above it). */
     void (*guard_refused)(Request *req, const char *lock, uint64_t token);
@@ -75,6 +78,14 @@ typedef struct Server {
     DList park_ready;  /* Request.park.rlink: parked requests whose answer can be written */
     DList park_writing; /* Request.park.rlink: parked answers waiting for room, by deadline */
     bool stopping;
+    /* A planned stop (SIGTERM) with --drain-seconds: not ready (/readyz 503)
+     * while still serving, until drain_until_ms (monotonic), then stopping. */
+    bool draining;
+    int64_t drain_until_ms;
+    /* "" or why --auth-file did not load at the last reload: requests that
+     * need a key get 503 and /readyz says so until a reload succeeds (the
+     * keys loaded before are not trusted: they may hold a revoked key). */
+    char auth_error[512];
     bool storage_failed;
     bool adding_back;  /* park.c hands a connection back to libmicrohttpd: not a new one */
     /* Over etcd: this gateway no longer leads, or cannot know that it does (a
@@ -82,6 +93,7 @@ typedef struct Server {
      * still holds gets 503, then the process exits 1 (runloop.c). */
     bool deposed;
     int deposed_fd; /* eventfd: the election's thread says leadership is lost (gateway.c); -1 with SQLite */
+    int reload_fd;  /* eventfd: the election's thread says another gateway reloaded its keys; -1 with SQLite */
 } Server;
 
 #endif

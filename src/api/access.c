@@ -16,10 +16,10 @@ static void forbidden(Request *req, const AuthKey *k, const char *what, const ch
 }
 
 /* The key the request presents (Authorization: Bearer KEY), or NULL after answering 401. */
-static const AuthKey *presented_key(Request *req, AuthTable *t)
+static const AuthKey *presented_key(Request *req, AuthTable *t, unsigned *secret)
 {
     const char *why;
-    const AuthKey *k = auth_find_bearer(t, http_header(req, "Authorization"), &why);
+    const AuthKey *k = auth_find_bearer(t, http_header(req, "Authorization"), secret, &why);
     if (!k)
         unauthorized(req, why);
     return k;
@@ -30,7 +30,17 @@ bool access_check(Request *req, Access need, const char *name)
     AuthTable *t = req->srv->auth;
     if (!t || need == ACCESS_PAGE || (need == ACCESS_OPEN && !req->srv->cfg.auth_metrics))
         return true;
-    const AuthKey *k = presented_key(req, t);
+    if (req->srv->auth_error[0]) {
+        /* The keys loaded before may hold one that was just revoked: none is
+         * trusted until the file loads (gateway_reload_keys). */
+        http_reply_invalid(req, ERR_OVERLOADED, NULL,
+                           "this server's key file did not load at its last reload (%.300s): no request that needs "
+                           "a key is served until it does; retry",
+                           req->srv->auth_error);
+        return false;
+    }
+    unsigned secret;
+    const AuthKey *k = presented_key(req, t, &secret);
     if (!k)
         return false;
     bool ok;
@@ -66,6 +76,7 @@ bool access_check(Request *req, Access need, const char *name)
     req->access.table = auth_ref(t);
     auth_unref(held);
     req->access.key = k;
+    req->access.secret = secret;
     return true;
 }
 

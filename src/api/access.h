@@ -10,7 +10,8 @@
  * /v1/fence/{resource} for resources within its prefixes; admin — everything.
  * /healthz and /metrics need no key unless --auth-metrics; `/` (the
  * dashboard's page, which holds no state: it reads the API with the key the
- * user types) never needs one, so that a browser can open it.
+ * user types) never needs one, so that a browser can open it, and neither
+ * does /readyz, so that a load balancer can ask it.
  * Without --auth-file every request passes, as before.
  */
 #ifndef LEASEGATE_ACCESS_H
@@ -21,7 +22,7 @@
 #include "net/http.h"
 
 typedef enum Access {
-    ACCESS_PAGE,  /* the dashboard's page: always open */
+    ACCESS_PAGE,  /* the dashboard's page and /readyz: always open */
     ACCESS_OPEN,  /* health and metrics: open unless --auth-metrics */
     ACCESS_LOCKS, /* a lock's endpoints (name), or the listing (name NULL) */
     ACCESS_FENCE, /* a fence resource (name) */

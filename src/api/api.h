@@ -26,6 +26,9 @@ void api_semaphore_history(Request *req);
 void api_list_semaphores(Request *req);
 void api_fence(Request *req);
 void api_healthz(Request *req);
+void api_readyz(Request *req);
+/* NULL while s can serve; else the reason's code (/readyz) and a sentence in why. */
+const char *api_not_ready(const Server *s, char *why, size_t len);
 void api_metrics(Request *req);
 void api_dashboard(Request *req);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/etcdmetrics.h"
 #include "api/event_stream.h"
 #include "api/events.h"
 #include "api/selfmetrics.h"
@@ -93,6 +94,55 @@ void api_healthz(Request *req)
     http_reply_json_new(req, 200, body);
 }
 
+const char *api_not_ready(const Server *s, char *why, size_t len)
+{
+    if (s->deposed) {
+        snprintf(why, len, "this gateway no longer leads (or cannot know that it does): it stops");
+        return "deposed";
+    }
+    if (s->stopping) {
+        snprintf(why, len, "this gateway is stopping: it answers what it holds and takes nothing new");
+        return "stopping";
+    }
+    if (s->draining) {
+        snprintf(why, len, "this gateway is stopping: it still serves for a moment (--drain-seconds)");
+        return "draining";
+    }
+    if (s->auth_error[0]) {
+        snprintf(why, len, "the key file did not load at its last reload: %.400s", s->auth_error);
+        return "keys";
+    }
+    if (s->election && !election_renewed(s->election)) {
+        snprintf(why, len, "this gateway cannot reach etcd (its lease went unrenewed for its TTL): another gateway "
+                           "may lead");
+        return "etcd_unreachable";
+    }
+    return NULL;
+}
+
+/* Readiness: 200 while this gateway serves; 503 with the reason while it
+ * cannot (openapi.yaml). Never needs a key (a load balancer asks it). */
+void api_readyz(Request *req)
+{
+    Server *s = req->srv;
+    http_reveals_nothing(req);
+    char why[500];
+    const char *reason = api_not_ready(s, why, sizeof why);
+    json_t *body = reason ? json_pack("{s:s, s:s, s:s, s:s}", "status", "not_ready", "error", "not_ready", "reason",
+                                      reason, "message", why)
+                          : json_pack("{s:s}", "status", "ready");
+    if (body && s->election) {
+        char leader[512];
+        ElectionRole role = election_role(s->election, leader, sizeof leader);
+        if (json_object_set_new(body, "role", json_string(election_role_name(role))) ||
+            json_object_set_new(body, "leader", json_string(leader))) {
+            json_decref(body);
+            body = NULL;
+        }
+    }
+    http_reply_json_new(req, reason ? 503 : 200, body);
+}
+
 void api_dashboard(Request *req)
 {
     http_reveals_nothing(req);
@@ -135,27 +185,23 @@ void api_metrics(Request *req)
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory");
         return;
     }
+    fprintf(f, "# HELP leasegate_lock_metrics_start_time_seconds When the lock space's counters below began at zero "
+               "(Unix time): this server's start, or over etcd when this gateway became leader; a failover restarts "
+               "them on the new leader.\n# TYPE leasegate_lock_metrics_start_time_seconds gauge\n"
+               "leasegate_lock_metrics_start_time_seconds %.3f\n",
+            (double)m->since_ms / 1000);
     counter(f, "leasegate_http_requests_total", "HTTP requests received.", m->requests);
     fprintf(f, "# HELP leasegate_http_responses_total HTTP responses by status class.\n"
                "# TYPE leasegate_http_responses_total counter\n");
     for (int c = 2; c <= 5; c++)
         fprintf(f, "leasegate_http_responses_total{class=\"%dxx\"} %llu\n", c,
                 (unsigned long long)m->responses[c]);
-    if (s->election) {
-        /* Only a leader answers /metrics (a follower's answers come from standby.c). */
-        gauge(f, "leasegate_leader", "1 when this gateway leads the etcd prefix.", 1);
-        fprintf(f, "# HELP leasegate_role This gateway's role (1 for the current one).\n"
-                   "# TYPE leasegate_role gauge\n");
-        for (ElectionRole r = ROLE_CANDIDATE; r <= ROLE_LEADER; r++)
-            fprintf(f, "leasegate_role{role=\"%s\"} %d\n", election_role_name(r), r == ROLE_LEADER);
-        gauge(f, "leasegate_leadership_seconds", "Time since this gateway became leader.",
-              (uint64_t)(election_leading_ms(s->election) / 1000));
-        gauge(f, "leasegate_leader_seen_seconds", "Time since this gateway last saw the leadership change.",
-              (uint64_t)(election_leader_seen_ms(s->election) / 1000));
-        counter(f, "leasegate_leases_replaced_total",
-                "etcd leases that etcd ended under this gateway and that it replaced without giving up its role.",
-                election_leases_replaced(s->election));
-    }
+    char why[500];
+    bool ready = !api_not_ready(s, why, sizeof why);
+    if (s->election)
+        etcdmetrics_write(f, s->election, &s->etcd_stats, ready); /* a follower's come from standby.c */
+    else
+        gauge(f, "leasegate_ready", "1 when this server is ready to serve (what GET /readyz answers).", ready);
     counter(f, "leasegate_grants_total", "Fresh grants (immediate or after waiting).", m->grants);
     fprintf(f, "# HELP leasegate_grants_by_kind_total Fresh grants by what they grant.\n"
                "# TYPE leasegate_grants_by_kind_total counter\n"

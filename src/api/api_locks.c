@@ -344,11 +344,9 @@ void api_request_end(Request *req, bool delivered)
                                                                 req->grant.lease, delivered)) {
         Now now = clock_now();
         uint32_t left;
-        s->trail_actor = req;
-        if (locktab_release(s->locks, (LockKind)req->grant.kind, req->grant.lock, req->grant.lease, &now, &left) ==
-            LOCK_OK)
+        if (locktab_release(s->locks, (LockKind)req->grant.kind, req->grant.lock, req->grant.lease, req, &now,
+                            &left) == LOCK_OK)
             s->metrics.undelivered_grants++;
-        s->trail_actor = NULL;
     }
 }
 
@@ -406,9 +404,7 @@ static void release(Request *req, LockKind kind)
     if (body_lease(req, obj, true, lease, &present)) {
         Now now = clock_now();
         uint32_t left;
-        s->trail_actor = req;
-        LockResult r = locktab_release(s->locks, kind, req->arg, lease, &now, &left);
-        s->trail_actor = NULL;
+        LockResult r = locktab_release(s->locks, kind, req->arg, lease, req, &now, &left);
         if (r == LOCK_OK) {
             s->metrics.releases++;
             JsonW w;
@@ -462,9 +458,7 @@ void api_force_release(Request *req)
         return;
     }
     if (json_array_size(all)) {
-        s->trail_actor = req;
-        locktab_revoke(s->locks, KIND_LOCK, req->arg, &now);
-        s->trail_actor = NULL;
+        locktab_revoke(s->locks, KIND_LOCK, req->arg, req, &now);
         s->metrics.force_releases += json_array_size(all);
     }
     RawRefs refs = {.n = 0};

@@ -11,6 +11,7 @@
 #include "api/query.h"
 #include "api/quota.h"
 #include "api/watch.h"
+#include "core/log.h"
 #include "core/prefixidx.h"
 #include "leasegate/container.h"
 
@@ -93,7 +94,7 @@ void events_free(Events *e)
 
 static void out_of_memory(void)
 {
-    fprintf(stderr, "leasegate: out of memory recording an event; exiting\n");
+    log_line(LEVEL_ERROR, "out of memory recording an event; exiting");
     _exit(70);
 }
 

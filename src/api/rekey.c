@@ -40,15 +40,19 @@ static void recheck(void *ud, Request *req)
         listing = true;
     } else
         return; /* answered already: only its end is to come */
-    const AuthKey *old = req->access.key, *now = s->auth ? auth_find_same(s->auth, old) : NULL;
-    if (now && still_covers(now, name, listing))
+    const AuthKey *old = req->access.key, *now = s->auth ? auth_find_same(s->auth, old, req->access.secret) : NULL;
+    if (now && !s->auth_error[0] && still_covers(now, name, listing))
         return;
-    ErrCode code = now ? ERR_FORBIDDEN : ERR_UNAUTHORIZED;
+    ErrCode code = s->auth_error[0] ? ERR_OVERLOADED : now ? ERR_FORBIDDEN : ERR_UNAUTHORIZED;
     char why[300];
-    if (now)
+    if (s->auth_error[0])
+        snprintf(why, sizeof why, "the key file did not load at its last reload: no key is trusted until it does");
+    else if (now)
         snprintf(why, sizeof why, "key '%s' no longer covers '%s' (the key file was reloaded)", old->name, name);
     else
-        snprintf(why, sizeof why, "key '%s' was removed (the key file was reloaded)", old->name);
+        snprintf(why, sizeof why,
+                 "key '%s', or the secret of it this request presented, was removed (the key file was reloaded)",
+                 old->name);
     if (req->wait.waiter)
         api_waiter_revoked(req, code, why);
     else if (p && p->watch.on)

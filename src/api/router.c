@@ -31,6 +31,7 @@ typedef struct Route {
 static const Route ROUTES[] = {
     {"GET", EXACT, "/", NULL, api_dashboard, "GET, HEAD", ACCESS_PAGE, false},
     {"GET", EXACT, "/healthz", NULL, api_healthz, "GET, HEAD", ACCESS_OPEN, false},
+    {"GET", EXACT, "/readyz", NULL, api_readyz, "GET, HEAD", ACCESS_PAGE, false},
     {"GET", EXACT, "/metrics", NULL, api_metrics, "GET, HEAD", ACCESS_OPEN, false},
     {"GET", EXACT, "/v1/locks", NULL, api_list_locks, "GET, HEAD", ACCESS_LOCKS, false},
     {"GET", EXACT, "/v1/semaphores", NULL, api_list_semaphores, "GET, HEAD", ACCESS_LOCKS, false},

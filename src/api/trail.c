@@ -8,12 +8,13 @@
 #include "core/auditlog.h"
 #include "core/clock.h"
 #include "core/leasehist.h"
+#include "core/log.h"
 
 /* A trail with holes is no trail: like any change that cannot be recorded,
  * this stops the server (as the lock table's hooks do). */
 static void out_of_memory(void)
 {
-    fprintf(stderr, "leasegate: out of memory recording the audit trail; exiting\n");
+    log_line(LEVEL_ERROR, "out of memory recording the audit trail; exiting");
     _exit(70);
 }
 
@@ -67,13 +68,13 @@ void trail_note(Server *s, Request *req, AuditKind kind, const char *lock, const
     trail_note_of(s, req, kind, fence ? AUDIT_OF_FENCE : AUDIT_OF_LOCK, AUDIT_MODE_NONE, lock, owner, token);
 }
 
-void trail_ended(Server *s, const Lock *lock, const Holder *h, int how)
+void trail_ended(Server *s, Request *actor, const Lock *lock, const Holder *h, int how)
 {
     AuditKind kind = how == LEASE_END_EXPIRED ? AUDIT_EXPIRED : how == LEASE_END_REVOKED ? AUDIT_REVOKED
                                                                                         : AUDIT_RELEASED;
     if (kind == AUDIT_EXPIRED) /* the server's doing, on the holder's key's account */
         note(s, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner, h->token, h->key, "");
     else
-        trail_note_of(s, s->trail_actor, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner,
+        trail_note_of(s, actor, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner,
                       h->token);
 }

@@ -23,10 +23,10 @@ int trail_object(const Lock *lock);
 int trail_mode(const Lock *lock, const Holder *h);
 /* A write the guard refused (Server.guard_refused). */
 void trail_guard_refused(Request *req, const char *lock, uint64_t token);
-/* The lock table's hook for an ended lease h of lock: released (by
- * s->trail_actor, the request being handled, if any), expired (its row
- * carries the key that held the lease, what it counts against, auditlog.h)
- * or revoked. */
-void trail_ended(Server *s, const Lock *lock, const Holder *h, int how);
+/* The lock table's hook for an ended lease h of lock: released or revoked
+ * (by actor, the request that asked, or NULL: the server itself), or
+ * expired (its row carries the key that held the lease, what it counts
+ * against, auditlog.h). */
+void trail_ended(Server *s, Request *actor, const Lock *lock, const Holder *h, int how);
 
 #endif

@@ -53,6 +53,12 @@ const char *cli_default_server(void);
  * by a CA in this PEM bundle (else $LEASEGATE_CACERT, else the system's
  * bundle). false (after saying why) when the file cannot be read. */
 bool cli_cacert_arg(const char *cmd, const char *path);
+/* --first-byte-timeout D (else $LEASEGATE_FIRST_BYTE_TIMEOUT, else 2s): a
+ * server that has not accepted the connection, or not begun its answer,
+ * within D is asked GET /readyz; unless it says it is ready (a long-poll is
+ * waiting there), the request moves on to the next server. false (after
+ * saying why) when D is not a duration of at least 100ms. */
+bool cli_first_byte_arg(const char *cmd, const char *value);
 
 /* One HTTP request with a JSON body (or none) to `servers`, one base URL or
  * several separated by commas: they are tried in order, moving on when one

@@ -28,12 +28,13 @@ typedef struct Opt {
 static bool parse_opts(const char *cmd, int argc, char **argv, const Opt *opts, size_t nopts)
 {
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--cacert")) { /* every command's */
+        if (!strcmp(argv[i], "--cacert") || !strcmp(argv[i], "--first-byte-timeout")) { /* every command's */
             if (i + 1 >= argc) {
-                fprintf(stderr, "leasegate %s: --cacert needs a value\n", cmd);
+                fprintf(stderr, "leasegate %s: %s needs a value\n", cmd, argv[i]);
                 return false;
             }
-            if (!cli_cacert_arg(cmd, argv[++i]))
+            const char *flag = argv[i], *v = argv[++i];
+            if (!(!strcmp(flag, "--cacert") ? cli_cacert_arg(cmd, v) : cli_first_byte_arg(cmd, v)))
                 return false;
             continue;
         }
@@ -341,7 +342,9 @@ void cli_usage(FILE *out)
     fprintf(out,
             "client commands (--server URL[,URL...] defaults to $LEASEGATE_SERVER, then http://127.0.0.1:7400;\n"
             "the next URL is tried when one cannot be reached or answers 503; https:// URLs are verified\n"
-            "against --cacert PEM, else $LEASEGATE_CACERT, else the system's CAs;\n"
+            "against --cacert PEM, else $LEASEGATE_CACERT, else the system's CAs; a server that has not\n"
+            "accepted or begun to answer within --first-byte-timeout D (else $LEASEGATE_FIRST_BYTE_TIMEOUT,\n"
+            "else 2s) is asked GET /readyz, and left for the next unless it says it is ready;\n"
             "durations: 250ms, 15s, 2m, 1h, 1.5s, never a bare number; a server with --auth-file needs the API\n"
             "key in $LEASEGATE_KEY, or in the file $LEASEGATE_KEY_FILE names):\n"
             "  run --lock NAME [--read] [--lock-delay D] | --semaphore NAME --limit N\n"

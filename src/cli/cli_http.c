@@ -138,6 +138,42 @@ const char *cli_key_hint(void)
 }
 
 static const char *cacert_flag; /* --cacert, for every request of this process */
+static int64_t first_byte_flag; /* --first-byte-timeout in ms, for every request of this process; 0: not given */
+
+/* A server that has not begun its answer this long after the request (or not
+ * even accepted the connection) is asked GET /readyz: see http_one. */
+#define FIRST_BYTE_DEFAULT_MS 2000
+#define FIRST_BYTE_MIN_MS 100
+
+bool cli_first_byte_arg(const char *cmd, const char *value)
+{
+    int64_t ms;
+    if (!cli_duration_arg(cmd, "--first-byte-timeout", value, &ms))
+        return false;
+    if (ms < FIRST_BYTE_MIN_MS) {
+        fprintf(stderr, "leasegate %s: --first-byte-timeout %s is below %dms\n", cmd, value, FIRST_BYTE_MIN_MS);
+        return false;
+    }
+    first_byte_flag = ms;
+    return true;
+}
+
+/* --first-byte-timeout, else $LEASEGATE_FIRST_BYTE_TIMEOUT (ignored, with a
+ * warning, when it is not a duration of at least 100ms), else 2s. */
+static long first_byte_ms(void)
+{
+    if (first_byte_flag)
+        return (long)first_byte_flag;
+    const char *env = getenv("LEASEGATE_FIRST_BYTE_TIMEOUT");
+    int64_t ms;
+    if (env && *env) {
+        if (cli_parse_duration(env, &ms) && ms >= FIRST_BYTE_MIN_MS)
+            return (long)ms;
+        fprintf(stderr, "leasegate: $LEASEGATE_FIRST_BYTE_TIMEOUT '%s' is not a duration of at least %dms; using %dms\n",
+                env, FIRST_BYTE_MIN_MS, FIRST_BYTE_DEFAULT_MS);
+    }
+    return FIRST_BYTE_DEFAULT_MS;
+}
 
 bool cli_cacert_arg(const char *cmd, const char *path)
 {
@@ -165,6 +201,15 @@ typedef struct Sink {
     CURL *e;
     FILE *file;       /* a 200's body goes here (cli_http_download), else NULL */
     int file_errno;   /* writing it failed: why (else 0) */
+    /* The first-byte watch (http_one): */
+    bool interruptible; /* a pending stop signal ends the request */
+    const char *server; /* the base URL (server_len bytes), for its /readyz */
+    size_t server_len;
+    long first_byte_ms;
+    int64_t asked_ms;   /* monotonic: the request started, or the server last said it is ready */
+    bool answering;     /* a byte of the answer (its status line) came */
+    bool stalled;       /* given up: no answer, and /readyz did not say ready */
+    char stall_why[300];
 } Sink;
 
 static size_t on_data(char *p, size_t size, size_t n, void *ud)
@@ -193,11 +238,79 @@ static size_t on_data(char *p, size_t size, size_t n, void *ud)
     return add;
 }
 
-/* A termination signal blocked and pending ends the request: `run` blocks
- * them while it waits for a lock, and must not wait on for the whole --wait. */
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud)
+{
+    (void)p;
+    ((Sink *)ud)->answering = true;
+    return size * n;
+}
+
+static size_t drop(char *p, size_t size, size_t n, void *ud)
+{
+    (void)p, (void)ud;
+    return size * n;
+}
+
+/* GET /readyz of the server, within timeout_ms: true unless it does not
+ * answer or answers 503 (not ready: why says so). A server too old to have
+ * /readyz (404) counts as ready: it answers. */
+static bool says_ready(const char *server, size_t slen, long timeout_ms, char *why, size_t whylen)
+{
+    char *url = NULL;
+    CURL *e = curl_easy_init();
+    if (!e || asprintf(&url, "%.*s/readyz", (int)slen, server) < 0) {
+        curl_easy_cleanup(e);
+        return true; /* no memory to ask: keep waiting rather than drop a live request */
+    }
+    if (cacert())
+        curl_easy_setopt(e, CURLOPT_CAINFO, cacert());
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, drop);
+    CURLcode cc = curl_easy_perform(e);
+    long status = 0;
+    if (cc == CURLE_OK)
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(e);
+    free(url);
+    if (cc != CURLE_OK)
+        snprintf(why, whylen, "and /readyz gave no answer either (%s)", curl_easy_strerror(cc));
+    else if (status == 503)
+        snprintf(why, whylen, "and /readyz says it is not ready");
+    return cc == CURLE_OK && status != 503;
+}
+
+/* Called by libcurl about once a second while a request runs. A server that
+ * accepted the connection but has not begun its answer within the first-byte
+ * timeout is asked GET /readyz: ready, it is working on the request (a
+ * long-poll waits for its grant, a commit is slow) and the wait goes on, to
+ * be asked again a timeout later; not ready or silent (paused, stopped,
+ * cut off), the request is given up for the next server. A termination
+ * signal blocked and pending also ends the request: `run` blocks them while
+ * it waits for a lock, and must not wait on for the whole --wait. */
 static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
-    (void)ud, (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    Sink *s = ud;
+    if (!s->answering && now_ms() - s->asked_ms >= s->first_byte_ms) {
+        char why[200] = "";
+        if (!says_ready(s->server, s->server_len, s->first_byte_ms, why, sizeof why)) {
+            snprintf(s->stall_why, sizeof s->stall_why, "no answer within %ldms %s", s->first_byte_ms, why);
+            s->stalled = true;
+            return 1;
+        }
+        s->asked_ms = now_ms();
+    }
+    if (!s->interruptible)
+        return 0;
     sigset_t p;
     sigpending(&p);
     return sigismember(&p, SIGINT) || sigismember(&p, SIGTERM) || sigismember(&p, SIGHUP) ||
@@ -241,7 +354,9 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
         nomem = !h;
         headers = h ? h : headers;
     }
-    Sink sink = {NULL, 0, false, e, to, 0};
+    long first_byte = first_byte_ms();
+    Sink sink = {.e = e, .file = to, .interruptible = interruptible, .server = server, .server_len = slen,
+                 .first_byte_ms = first_byte, .asked_ms = now_ms()};
     int rc = -1;
     if (!e || nomem) {
         snprintf(err, errlen, "out of memory");
@@ -259,15 +374,16 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms > 0 && timeout_ms < 5000 ? timeout_ms : 5000L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms > 0 && timeout_ms < first_byte ? timeout_ms : first_byte);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, &sink);
     if (headers)
         curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
-    if (interruptible) {
-        curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
-    }
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, &sink);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     if (body) {
         text = jsondump_whole(body, JSON_COMPACT); /* never a body with parts missing */
         if (!text) {
@@ -280,6 +396,7 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
     if (cc != CURLE_OK) {
         snprintf(err, errlen, "%.*s%s: %s%s", (int)slen, server, path,
                  sink.file_errno  ? strerror(sink.file_errno)
+                 : sink.stalled   ? sink.stall_why
                  : sink.too_big   ? "reply too large"
                  : curl_err[0]    ? curl_err
                                   : curl_easy_strerror(cc),
@@ -299,13 +416,6 @@ out:
     curl_slist_free_all(headers);
     curl_easy_cleanup(e);
     return rc;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Tries the servers in order. With share, each gets an equal part of the

@@ -80,6 +80,9 @@ int cli_backup(int argc, char **argv)
             src = argv[++i];
         } else if (!strcmp(argv[i], "--server") && i + 1 < argc) {
             server = argv[++i];
+        } else if (!strcmp(argv[i], "--first-byte-timeout") && i + 1 < argc) {
+            if (!cli_first_byte_arg("backup", argv[++i]))
+                return CLI_USAGE;
         } else if (!strcmp(argv[i], "--cacert") && i + 1 < argc) {
             if (!cli_cacert_arg("backup", argv[++i]))
                 return CLI_USAGE;
@@ -118,6 +121,9 @@ int cli_healthcheck(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--server") && i + 1 < argc) {
             server = argv[++i];
+        } else if (!strcmp(argv[i], "--first-byte-timeout") && i + 1 < argc) {
+            if (!cli_first_byte_arg("healthcheck", argv[++i]))
+                return CLI_USAGE;
         } else if (!strcmp(argv[i], "--cacert") && i + 1 < argc) {
             if (!cli_cacert_arg("healthcheck", argv[++i]))
                 return CLI_USAGE;

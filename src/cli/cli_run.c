@@ -359,6 +359,9 @@ void cli_run_usage(FILE *out)
             "                         (default $LEASEGATE_SERVER, then http://127.0.0.1:7400)\n"
             "  --cacert PEM   CAs that an https server's certificate must be signed by\n"
             "                 (default $LEASEGATE_CACERT, then the system's)\n"
+            "  --first-byte-timeout D   a server that has not accepted or begun to answer\n"
+            "                 within D is asked GET /readyz and left for the next unless\n"
+            "                 it is ready (default $LEASEGATE_FIRST_BYTE_TIMEOUT, then 2s)\n"
             "  --ttl D        lease TTL (default 15s; 300ms..24h)\n"
             "  --wait D       how long to wait for the lock, retrying unreachable servers (default 60s)\n"
             "  --no-wait      try once\n"
@@ -429,6 +432,9 @@ static int parse(Run *r, int argc, char **argv)
             if (!cli_cacert_arg("run", v))
                 return usage;
             r->cacert = v;
+        } else if (ok && !strcmp(f, "--first-byte-timeout")) {
+            if (!cli_first_byte_arg("run", v))
+                return usage;
         }
         else if (ok && !strcmp(f, "--exit-codes"))
             ;

@@ -137,15 +137,6 @@ void audit_start_seq(Audit *a, uint64_t first)
         a->next_seq = first;
 }
 
-void audit_load(Audit *a, const AuditRow *row)
-{
-    if (!a->keep)
-        return;
-    put(a, row);
-    if (row->seq >= a->next_seq)
-        a->next_seq = row->seq + 1;
-}
-
 bool audit_list(const Audit *a, const char *lock, bool prefix, uint64_t after, size_t limit,
                 void (*fn)(void *ud, const AuditRow *row), void *ud, uint64_t *looked)
 {

@@ -17,22 +17,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Stored (the audit rows' kind, in SQLite and etcd) and sent (the events'
+ * seq numbers name rows): every value is numbered, and a number once written
+ * keeps its meaning; a new kind takes a new number. */
 typedef enum AuditKind {
     AUDIT_GRANTED = 1,
-    AUDIT_RELEASED,
-    AUDIT_EXPIRED,
-    AUDIT_REVOKED, /* force-released by an admin */
-    AUDIT_FENCE_REFUSED,
-    AUDIT_GUARD_REFUSED,
+    AUDIT_RELEASED = 2,
+    AUDIT_EXPIRED = 3,
+    AUDIT_REVOKED = 4, /* force-released by an admin */
+    AUDIT_FENCE_REFUSED = 5,
+    AUDIT_GUARD_REFUSED = 6,
     /* Events only (events.h): not in the audit trail. */
-    AUDIT_REENTERED,
-    AUDIT_RENEWED,
-    AUDIT_WAITER_JOINED,
-    AUDIT_WAITER_LEFT,
-    AUDIT_FENCE_RAISED,
+    AUDIT_REENTERED = 7,
+    AUDIT_RENEWED = 8,
+    AUDIT_WAITER_JOINED = 9,
+    AUDIT_WAITER_LEFT = 10,
+    AUDIT_FENCE_RAISED = 11,
 } AuditKind;
 
-/* What a row is about (its "type"), and a lock grant's mode ("mode"). */
+/* What a row is about (its "type"), and a lock grant's mode ("mode"): stored,
+ * numbered as AuditKind is. */
 typedef enum AuditObject { AUDIT_OF_LOCK = 0, AUDIT_OF_SEMAPHORE = 1, AUDIT_OF_FENCE = 2 } AuditObject;
 typedef enum AuditMode { AUDIT_MODE_NONE = 0, AUDIT_MODE_WRITE = 1, AUDIT_MODE_READ = 2 } AuditMode;
 
@@ -60,8 +64,6 @@ bool audit_enabled(const Audit *a);
 uint64_t audit_add(Audit *a, const AuditRow *row);
 /* Numbers the rows of an empty ring from `first` on. */
 void audit_start_seq(Audit *a, uint64_t first);
-/* Start-up: a stored row, oldest first (its seq is kept). */
-void audit_load(Audit *a, const AuditRow *row);
 /* Calls fn for up to `limit` rows with seq > after, oldest first, of `lock`
  * only (or, with prefix, of locks whose names start with `lock`) unless lock
  * is NULL. True when more follow. The rows looked at are added to *looked

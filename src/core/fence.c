@@ -1,11 +1,13 @@
 /* fence — high-water marks in an ordered map; see fence.h. */
 #include "core/fence.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/heap.h"
 #include "core/smap.h"
+#include "core/threads.h"
 
 typedef struct Mark {
     HeapEntry idle; /* queued while forgetting is on: when to forget */
@@ -21,6 +23,7 @@ struct Fence {
     int64_t forget_idle_ms;
     FenceHooks hooks;
     uint64_t floors[FENCE_FLOOR_BUCKETS];
+    ThreadOwner owner; /* the loop (threads.h): every change asserts it */
 };
 
 /* FNV-1a: fixed across versions and machines, because floors are stored by bucket. */
@@ -43,6 +46,7 @@ Fence *fence_new(size_t max_resources, int64_t forget_idle_ms, const FenceHooks 
         return NULL;
     }
     heap_init(&f->idle);
+    thread_own(&f->owner);
     f->max_resources = max_resources;
     f->forget_idle_ms = forget_idle_ms;
     if (hooks)
@@ -92,6 +96,7 @@ static FenceResult find_or_create(Fence *f, const char *resource, bool limit, co
 
 FenceResult fence_load(Fence *f, const char *resource, uint64_t max_token, const Now *now)
 {
+    assert(thread_owns(&f->owner));
     Mark *m;
     FenceResult r = find_or_create(f, resource, false, NULL, &m);
     if (r != FENCE_ACCEPTED)
@@ -104,6 +109,7 @@ FenceResult fence_load(Fence *f, const char *resource, uint64_t max_token, const
 
 void fence_load_floor(Fence *f, uint32_t bucket, uint64_t floor)
 {
+    assert(thread_owns(&f->owner));
     if (bucket < FENCE_FLOOR_BUCKETS && floor > f->floors[bucket])
         f->floors[bucket] = floor;
 }
@@ -118,6 +124,7 @@ bool fence_known(const Fence *f, const char *resource) { return smap_get(f->mark
 FenceResult fence_check_charged(Fence *f, const char *resource, uint64_t token, const Now *now, const Charge *charge,
                                 uint64_t *max_token)
 {
+    assert(thread_owns(&f->owner));
     Mark *m = smap_get(f->marks, resource);
     *max_token = m ? m->max_token : f->floors[fence_bucket(resource)];
     if (token < *max_token) {
@@ -133,6 +140,7 @@ FenceResult fence_check_charged(Fence *f, const char *resource, uint64_t token, 
 
 void fence_raise(Fence *f, const char *resource, uint64_t token)
 {
+    assert(thread_owns(&f->owner));
     Mark *m = smap_get(f->marks, resource);
     if (m && token > m->max_token)
         m->max_token = token;
@@ -155,6 +163,7 @@ static void drop(Fence *f, Mark *m)
 
 void fence_remove(Fence *f, const char *resource)
 {
+    assert(thread_owns(&f->owner));
     Mark *m = smap_get(f->marks, resource);
     if (m)
         drop(f, m);
@@ -162,6 +171,7 @@ void fence_remove(Fence *f, const char *resource)
 
 void fence_tick(Fence *f, const Now *now)
 {
+    assert(thread_owns(&f->owner));
     HeapEntry *e;
     while ((e = heap_peek(&f->idle)) && e->deadline_ms <= now->mono_ms) {
         Mark *m = (Mark *)(void *)e; /* idle is the first member */

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* How a lease ended; stored (the lease history's "how"), so numbered for good. */
 typedef enum LeaseEnd {
     LEASE_END_EXPIRED = 1,
     LEASE_END_RELEASED = 2,

@@ -16,6 +16,7 @@
 
 #include "core/leasehist.h"
 #include "core/smap.h"
+#include "core/threads.h"
 #include "leasegate/container.h"
 
 enum { DEADLINE_EXPIRY = 1, DEADLINE_WAIT = 2, DEADLINE_IDLE = 3, DEADLINE_DELAY = 4 };
@@ -58,7 +59,11 @@ struct Locktab {
     uint64_t next_lock_id;
     uint64_t changes;      /* the last index given (locktab_index) */
     uint64_t forget_index; /* what an absent name reads as: above every forgotten name's */
+    ThreadOwner owner;     /* the loop (threads.h): every call that changes the table asserts it */
 };
+
+/* Every entry point that changes the table runs on its owner (threads.h). */
+#define OWNED(lt) assert(thread_owns(&(lt)->owner))
 
 static Grant *grant_of(const Holder *h) { return CONTAINER_OF(h, Grant, h); }
 
@@ -127,6 +132,7 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks)
         return NULL;
     lt->limits = *limits;
     lt->hooks = *hooks;
+    thread_own(&lt->owner);
     heap_init(&lt->deadlines);
     lt->names[KIND_LOCK] = smap_new();
     lt->names[KIND_SEMAPHORE] = smap_new();
@@ -164,12 +170,6 @@ static bool grantable(const Lock *lock, uint8_t mode)
     if (lock->kind == KIND_SEMAPHORE)
         return lock->holders.len < lock->limit;
     return lock->holders.len == 0 || (mode == MODE_READ && lock->mode == MODE_READ);
-}
-
-/* A reader or a permit: a record of its own (hooks.holder_changed). */
-static bool shared(const Lock *lock, const Grant *g)
-{
-    return lock->kind == KIND_SEMAPHORE || g->h.mode == MODE_READ;
 }
 
 static bool is_idle(const Lock *lock)
@@ -290,32 +290,30 @@ static LockResult find_or_create(Locktab *lt, LockKind kind, const char *name, b
     return LOCK_OK;
 }
 
-static void changed(Locktab *lt, Lock *lock)
+/* Something a reader of lock sees changed (its index moves); with `record`,
+ * the name's own record changed too (hooks.changed). */
+static void touched(Locktab *lt, Lock *lock, bool record)
 {
     lock->index = ++lt->changes;
     lock_check(lt, lock);
-    lt->hooks.changed(lt->hooks.ud, lock);
+    if (record)
+        lt->hooks.changed(lt->hooks.ud, lock);
 }
 
-/* A change of lease g: a writer's is its lock's record, a reader's or a
- * permit's its own. */
+/* Lease g's record changed (re-entered, renewed, released to a count above
+ * 0): every lease is a record of its own, whatever its mode. */
 static void report(Locktab *lt, Lock *lock, Grant *g)
 {
-    if (!shared(lock, g)) {
-        changed(lt, lock);
-        return;
-    }
-    lock->index = ++lt->changes;
-    lock_check(lt, lock);
+    touched(lt, lock, false);
     if (lt->hooks.holder_changed)
         lt->hooks.holder_changed(lt->hooks.ud, lock, &g->h);
 }
 
-/* A new grant: the lock's last token, and a shared lease's own record. */
+/* A new grant: the name's last token (its record), then the lease's own record. */
 static void report_grant(Locktab *lt, Lock *lock, Grant *g)
 {
-    changed(lt, lock);
-    if (shared(lock, g) && lt->hooks.holder_changed)
+    touched(lt, lock, true);
+    if (lt->hooks.holder_changed)
         lt->hooks.holder_changed(lt->hooks.ud, lock, &g->h);
 }
 
@@ -405,9 +403,12 @@ static void unlink_waiter(Locktab *lt, Waiter *w)
  * (FIFO); a waiter at the head that could be granted but whose wait has run
  * out (the tick has not timed it out yet) times out now instead, so that no
  * grant comes after a waiter's wait_ms (one that could not be granted is
- * left to the tick). Each grant is reported (changed, then granted); the
- * lock is reported once more when nothing was granted. */
-static void grant_next(Locktab *lt, Lock *lock, const Now *now)
+ * left to the tick). Each grant is reported (report_grant, then granted).
+ * When nothing was granted the lock's index moves once more (its holders
+ * changed before the call), and with `record` (the caller changed the name's
+ * record: a lock-delay began or ended) hooks.changed reports it; a grant
+ * reports the record anyway. */
+static void grant_next(Locktab *lt, Lock *lock, const Now *now, bool record)
 {
     bool granted = false;
     Waiter *w;
@@ -431,40 +432,43 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now)
     }
     update_idle(lt, lock, now);
     if (!granted)
-        changed(lt, lock);
+        touched(lt, lock, record);
 }
 
 /* Remembers an ended lease, and reports it for storage. */
-static void record_end(Locktab *lt, const Lock *lock, const Holder *h, LeaseEnd how)
+static void record_end(Locktab *lt, const Lock *lock, const Holder *h, LeaseEnd how, void *actor)
 {
     uint64_t seq = leasehist_add(lt->history, h->lease, lock->id, h->token, how);
     if (lt->hooks.ended)
-        lt->hooks.ended(lt->hooks.ud, lock, h, (int)how, seq);
+        lt->hooks.ended(lt->hooks.ud, actor, lock, h, (int)how, seq);
 }
 
 /* A lock-delay until delay_ms after end_mono (boot clock), unless one runs
  * longer already. The announced delay_until_ms is a safe bound, as an
  * expiry is: the deadline is LOCKTAB_DEADLINE_SLACK_MS later. (Should the
- * heap fail to grow, the lock goes without this delay.) */
-static void start_delay(Locktab *lt, Lock *lock, int64_t end_mono, int64_t delay_ms, const Now *now)
+ * heap fail to grow, the lock goes without this delay.) True when it began
+ * or was extended: the name's record changed. */
+static bool start_delay(Locktab *lt, Lock *lock, int64_t end_mono, int64_t delay_ms, const Now *now)
 {
     int64_t left = end_mono + delay_ms - now->mono_ms;
     int64_t deadline = now->mono_ms + left + LOCKTAB_DEADLINE_SLACK_MS;
     if (left <= 0 || (delay_running(lock) && lock->delay.entry.deadline_ms >= deadline))
-        return;
+        return false;
     bool running = delay_running(lock);
     if (!heap_set(&lt->deadlines, &lock->delay.entry, deadline))
-        return;
+        return false;
     lock->delay_until_ms = now->wall_ms + left;
     lt->delays += !running;
     heap_remove(&lt->deadlines, &lock->idle.entry);
+    return true;
 }
 
-/* Ends lease g (released to count 0, expired, revoked): records it, takes it
- * out, and starts its lock-delay when it ended uncleanly. The caller then
- * passes the lock on (grant_next). An expired lease ended at its deadline,
- * however late the table sees it. */
-static void end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, const Now *now)
+/* Ends lease g (released to count 0, expired, revoked; by actor, see
+ * hooks.ended): records it, takes it out, and starts its lock-delay when it
+ * ended uncleanly. The caller then passes the lock on (grant_next). An
+ * expired lease ended at its deadline, however late the table sees it.
+ * True when a lock-delay began: the name's record changed. */
+static bool end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, void *actor, const Now *now)
 {
     LocktabCounts *c = &lt->counts[lock->kind];
     dlist_remove(&lock->holders, &g->link);
@@ -472,11 +476,13 @@ static void end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, const Now
     c->leases--;
     c->readers -= lock->kind == KIND_LOCK && g->h.mode == MODE_READ;
     c->held -= lock->holders.len == 0;
-    if (how != LEASE_END_RELEASED && g->h.lock_delay_ms > 0)
-        start_delay(lt, lock, how == LEASE_END_EXPIRED ? g->h.deadline_ms : now->mono_ms, g->h.lock_delay_ms, now);
-    record_end(lt, lock, &g->h, how);
+    bool delayed = how != LEASE_END_RELEASED && g->h.lock_delay_ms > 0 &&
+                   start_delay(lt, lock, how == LEASE_END_EXPIRED ? g->h.deadline_ms : now->mono_ms,
+                               g->h.lock_delay_ms, now);
+    record_end(lt, lock, &g->h, how, actor);
     holder_clear(&g->h);
     free(g);
+    return delayed;
 }
 
 static void end_delay(Locktab *lt, Lock *lock)
@@ -493,27 +499,28 @@ static void end_delay(Locktab *lt, Lock *lock)
  * delay that is over. */
 static void settle(Locktab *lt, Lock *lock, const Now *now)
 {
-    bool ended = false;
+    bool ended = false, record = false;
     for (DLink *l = lock->holders.head, *next; l; l = next) {
         next = l->next;
         Grant *g = DLIST_ITEM(l, Grant, link);
         if (g->h.deadline_ms <= now->mono_ms) {
             lt->expiries++;
-            end_grant(lt, lock, g, LEASE_END_EXPIRED, now);
+            record |= end_grant(lt, lock, g, LEASE_END_EXPIRED, NULL, now);
             ended = true;
         }
     }
     if (delay_running(lock) && lock->delay.entry.deadline_ms <= now->mono_ms) {
         end_delay(lt, lock);
-        ended = true;
+        ended = record = true;
     }
     if (ended)
-        grant_next(lt, lock, now);
+        grant_next(lt, lock, now, record);
 }
 
 LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t last_token, uint32_t limit,
                         int64_t delay_until_ms, const Now *now)
 {
+    OWNED(lt);
     Lock *lock;
     LockResult r = find_or_create(lt, kind, name, false, NULL, now, &lock); /* stored: no limit */
     if (r != LOCK_OK)
@@ -542,6 +549,7 @@ LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t l
 
 LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, const Holder *holder, const Now *now)
 {
+    OWNED(lt);
     Lock *lock;
     LockResult r = find_or_create(lt, kind, name, false, NULL, now, &lock);
     if (r != LOCK_OK)
@@ -624,6 +632,7 @@ static Grant *grant_with(const Lock *lock, const uint8_t *lease)
 
 void locktab_set_charge(Locktab *lt, LockKind kind, const char *name, Charge charge)
 {
+    OWNED(lt);
     Lock *lock = find(lt, kind, name);
     if (lock)
         lock->charge = charge;
@@ -701,6 +710,7 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
                            void *waiter_ctx, const Now *now, const Lock **lock_out, const Holder **holder_out,
                            Waiter **waiter_out)
 {
+    OWNED(lt);
     *lock_out = NULL;
     *holder_out = NULL;
     *waiter_out = NULL;
@@ -782,6 +792,7 @@ LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, u
 LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, int64_t ttl_ms,
                          const Now *now, const Lock **lock_out, const Holder **holder_out)
 {
+    OWNED(lt);
     Lock *lock = find_live(lt, kind, name, now);
     Grant *g = lock ? grant_with(lock, lease) : NULL;
     *lock_out = g ? lock : NULL;
@@ -794,9 +805,10 @@ LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uin
     return LOCK_OK;
 }
 
-LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, const Now *now,
-                           uint32_t *count_left)
+LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, void *actor,
+                           const Now *now, uint32_t *count_left)
 {
+    OWNED(lt);
     Lock *lock = find_live(lt, kind, name, now);
     Grant *g = lock ? grant_with(lock, lease) : NULL;
     *count_left = 0;
@@ -807,28 +819,29 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
         report(lt, lock, g);
         return LOCK_OK;
     }
-    end_grant(lt, lock, g, LEASE_END_RELEASED, now);
-    grant_next(lt, lock, now);
+    bool record = end_grant(lt, lock, g, LEASE_END_RELEASED, actor, now);
+    grant_next(lt, lock, now, record);
     return LOCK_OK;
 }
 
-LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const Now *now)
+LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *actor, const Now *now)
 {
+    OWNED(lt);
     Lock *lock = find(lt, kind, name);
-    bool any = false;
+    bool any = false, record = false;
     /* Only leases still running: one whose deadline has passed is the
      * tick's to end, as expired. */
     for (DLink *l = lock ? lock->holders.head : NULL, *next; l; l = next) {
         next = l->next;
         Grant *g = DLIST_ITEM(l, Grant, link);
         if (g->h.deadline_ms > now->mono_ms) {
-            end_grant(lt, lock, g, LEASE_END_REVOKED, now);
+            record |= end_grant(lt, lock, g, LEASE_END_REVOKED, actor, now);
             any = true;
         }
     }
     if (!any)
         return LOCK_NOT_HOLDER;
-    grant_next(lt, lock, now);
+    grant_next(lt, lock, now, record);
     return LOCK_OK;
 }
 
@@ -840,11 +853,16 @@ const Holder *locktab_held_by(const Locktab *lt, LockKind kind, const char *name
     return g && g->h.deadline_ms > now->mono_ms ? &g->h : NULL;
 }
 
-void locktab_continue_history(Locktab *lt, uint64_t seq) { leasehist_continue_after(lt->history, seq); }
+void locktab_continue_history(Locktab *lt, uint64_t seq)
+{
+    OWNED(lt);
+    leasehist_continue_after(lt->history, seq);
+}
 
 void locktab_load_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, uint64_t token,
                         int how, uint64_t seq)
 {
+    OWNED(lt);
     const Lock *lock = find(lt, kind, name);
     if (lock && (how == LEASE_END_EXPIRED || how == LEASE_END_RELEASED || how == LEASE_END_REVOKED))
         leasehist_load(lt->history, lease, lock->id, token, (LeaseEnd)how, seq);
@@ -875,12 +893,13 @@ static void after_leaving(Locktab *lt, Lock *lock, bool was_head, const Now *now
 {
     const Waiter *head = first_waiter(lock);
     if (was_head && head && grantable(lock, head->mode))
-        grant_next(lt, lock, now);
+        grant_next(lt, lock, now, false);
     lock_check(lt, lock);
 }
 
 void locktab_cancel(Locktab *lt, Waiter *w, const Now *now)
 {
+    OWNED(lt);
     Lock *lock = w->lock;
     bool was_head = first_waiter(lock) == w;
     unlink_waiter(lt, w);
@@ -902,6 +921,7 @@ static void forget(Locktab *lt, Lock *lock)
 
 void locktab_tick(Locktab *lt, const Now *now)
 {
+    OWNED(lt);
     HeapEntry *e;
     while ((e = heap_peek(&lt->deadlines)) && e->deadline_ms <= now->mono_ms) {
         Deadline *d = CONTAINER_OF(e, Deadline, entry);
@@ -910,12 +930,12 @@ void locktab_tick(Locktab *lt, const Now *now)
             Grant *g = CONTAINER_OF(d, Grant, expiry);
             Lock *lock = g->lock;
             lt->expiries++;
-            end_grant(lt, lock, g, LEASE_END_EXPIRED, now);
-            grant_next(lt, lock, now);
+            bool record = end_grant(lt, lock, g, LEASE_END_EXPIRED, NULL, now);
+            grant_next(lt, lock, now, record);
         } else if (d->kind == DEADLINE_DELAY) {
             Lock *lock = CONTAINER_OF(d, Lock, delay);
             end_delay(lt, lock);
-            grant_next(lt, lock, now);
+            grant_next(lt, lock, now, true);
         } else if (d->kind == DEADLINE_IDLE) {
             forget(lt, CONTAINER_OF(d, Lock, idle));
         } else {
@@ -949,6 +969,7 @@ static Holder *holder_of(const Locktab *lt, LockKind kind, const char *name, con
 
 void locktab_answer_started(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
 {
+    OWNED(lt);
     Holder *h = holder_of(lt, kind, name, lease);
     if (h)
         h->answers++;
@@ -956,6 +977,7 @@ void locktab_answer_started(Locktab *lt, LockKind kind, const char *name, const 
 
 bool locktab_answer_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, bool delivered)
 {
+    OWNED(lt);
     Holder *h = holder_of(lt, kind, name, lease);
     if (!h)
         return false;
@@ -1015,6 +1037,7 @@ uint64_t locktab_last_token(const Locktab *lt) { return lt->last_token; }
 
 void locktab_raise_last_token(Locktab *lt, uint64_t token)
 {
+    OWNED(lt);
     if (token > lt->last_token)
         lt->last_token = token;
 }

@@ -38,11 +38,13 @@
  *    is queued: a name that stays idle for forget_idle_ms is forgotten
  *    (hooks.forgotten), so names do not pile up; its last_token then lives
  *    on only in the global counter.
- * Every change to durable state is reported through hooks.changed (the
- * name's own record: last token, limit, lock-delay, and a lock's writer) or
- * hooks.holder_changed (a reader or a permit: records of their own) before
- * the call that made it returns; the caller must make that change durable
- * before it reveals anything about it (group commit).
+ * Durable state is one record per name and one per lease: every change to
+ * it is reported before the call that made it returns, through one hook per
+ * record: hooks.changed (the name's own record: last token, limit,
+ * lock-delay), hooks.holder_changed (a lease's record, whatever its mode:
+ * made or changed) and hooks.ended (a lease's record goes); the caller must
+ * make the change durable before it reveals anything about it (group
+ * commit).
  */
 #ifndef LEASEGATE_LOCKTAB_H
 #define LEASEGATE_LOCKTAB_H
@@ -58,7 +60,9 @@
 
 #define LEASE_ID_BYTES 16
 
-/* Which namespace a name is in. */
+/* Which namespace a name is in. LockKind and LockMode are stored (records
+ * and rows name them by number): every value is numbered, and a number once
+ * written keeps its meaning. */
 typedef enum LockKind { KIND_LOCK = 0, KIND_SEMAPHORE = 1 } LockKind;
 #define LOCK_KINDS 2
 
@@ -139,8 +143,11 @@ const Holder *locktab_next_holder(const Holder *h);
 
 typedef struct LocktabHooks {
     void *ud;
-    /* The durable record of `lock` changed (last token, limit, lock-delay, a
-     * lock's writer), or something a reader of it sees (its index moved). */
+    /* The name's own record changed: its last token (a grant, reported
+     * before the grant's holder_changed), a semaphore's limit, a lock-delay
+     * that began or ended. Changes of its holders alone are not reported
+     * here; a waiter joining or leaving is reported by none of the hooks
+     * (the caller knows). */
     void (*changed)(void *ud, const Lock *lock);
     /* A queued waiter was granted `lock`: h is its grant. */
     void (*granted)(void *ud, void *waiter_ctx, const Lock *lock, const Holder *h);
@@ -148,14 +155,15 @@ typedef struct LocktabHooks {
     void (*timed_out)(void *ud, void *waiter_ctx, const Lock *lock);
     /* The name stayed idle for forget_idle_ms and is about to be freed. */
     void (*forgotten)(void *ud, const Lock *lock);
-    /* A lease of `lock` ended (how: a LeaseEnd); h is still valid (no longer
-     * among the holders). Reported in the same call as the change that
-     * ended it, so it can share its commit; a reader's or a permit's record
-     * goes with it. seq is its place in the lease history. May be NULL. */
-    void (*ended)(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq);
-    /* A reader or a permit of `lock` (a record of its own) was granted,
-     * re-entered, renewed or released to a count above 0. A grant reports
-     * changed (the last token) first. */
+    /* A lease of `lock` ended (how: a LeaseEnd): its record goes; h is still
+     * valid (no longer among the holders). Reported in the same call as the
+     * change that ended it, so it can share its commit. seq is its place in
+     * the lease history; actor is what the caller of locktab_release or
+     * locktab_revoke passed (NULL for an expiry). May be NULL. */
+    void (*ended)(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq);
+    /* A lease of `lock`, whatever its mode, was granted (after changed
+     * reported the name's last token), re-entered, renewed or released to a
+     * count above 0: its record is h. May be NULL. */
     void (*holder_changed)(void *ud, const Lock *lock, const Holder *h);
 } LocktabHooks;
 
@@ -255,14 +263,15 @@ LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, u
 LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, int64_t ttl_ms,
                          const Now *now, const Lock **lock_out, const Holder **holder_out);
 /* Decrements the lease's reentry count; at zero ends the lease and grants
- * the waiters that can now be. *count_left is the count after the release. */
-LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, const Now *now,
-                           uint32_t *count_left);
+ * the waiters that can now be. *count_left is the count after the release.
+ * actor (opaque here: who asks, or NULL) is handed to hooks.ended. */
+LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, void *actor,
+                           const Now *now, uint32_t *count_left);
 /* An admin's force-release: ends every lease of the name whatever its
  * reentry count (hooks.ended with LEASE_END_REVOKED, in grant order), starts
  * their lock-delays and grants the waiters that can then be.
  * LOCK_NOT_HOLDER when nobody holds it. */
-LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, const Now *now);
+LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *actor, const Now *now);
 /* The holder with `lease` of name right now (its deadline not passed, even
  * if locktab_tick has not run yet), or NULL. */
 const Holder *locktab_held_by(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease,

@@ -28,6 +28,10 @@ typedef enum GuardRefusal {
 } GuardRefusal;
 
 typedef struct Metrics {
+    /* Unix ms at which these counters (and the lock table's) began at zero:
+     * the start, or over etcd the moment this gateway took the lock space
+     * over. A failover restarts them on the new leader, which says so here. */
+    int64_t since_ms;
     uint64_t requests;
     uint64_t responses[6];       /* by status class: [2] = 2xx ... [5] = 5xx */
     uint64_t grants;             /* fresh grants, immediate or after waiting */
@@ -37,7 +41,6 @@ typedef struct Metrics {
     uint64_t renewals;
     uint64_t releases;           /* release calls that succeeded */
     uint64_t force_releases;     /* leases an admin ended (DELETE /v1/locks/{name}) */
-    uint64_t expiries;           /* leases ended by their TTL */
     uint64_t wait_timeouts;
     uint64_t waiter_disconnects;
     uint64_t undelivered_grants; /* grants released because the response failed */

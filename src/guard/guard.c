@@ -18,6 +18,7 @@
 #include <strings.h>
 #include <uuid/uuid.h>
 
+#include "core/log.h"
 #include "core/names.h"
 #include "guard/guardpath.h"
 #include "guard/guardq.h"
@@ -110,20 +111,7 @@ void guard_tick(Guard *g, const Now *now) { guardq_tick(g->queues, now); }
  * clients name: "/reports/" also takes "/reports" and "/reports?list-type=2". */
 const GuardRoute *guard_match(const Server *s, const char *raw_uri)
 {
-    for (size_t i = 0; i < s->cfg.nguards; i++) {
-        const GuardRoute *g = &s->cfg.guards[i];
-        size_t n = strlen(g->prefix);
-        if (strncmp(raw_uri, g->prefix, n) != 0) {
-            if (g->kind == GUARD_S3 && n > 1 && g->prefix[n - 1] == '/' && !strncmp(raw_uri, g->prefix, n - 1) &&
-                (raw_uri[n - 1] == '\0' || raw_uri[n - 1] == '?'))
-                return g;
-            continue;
-        }
-        char next = raw_uri[n];
-        if (g->prefix[n - 1] == '/' || next == '\0' || next == '/' || next == '?')
-            return g;
-    }
-    return NULL;
+    return guardroute_match(s->cfg.guards, s->cfg.nguards, raw_uri);
 }
 
 
@@ -813,9 +801,8 @@ static void s3_created(void *ud, Request *req, long status, const struct curl_sl
     char object[HTTP_MAX_TARGET + 300];
     upload_object(req, route, object, sizeof object);
     if (!id[0] || !s3mpu_add(req->srv->guard->uploads, id, object, req->guard->s3_lock, req->guard->s3_token))
-        fprintf(stderr, "leasegate: guard %s: multipart upload of %s not recorded (%s): its Complete will be "
-                        "refused\n",
-                route->prefix, object, id[0] ? "the guard's table is full" : "the store named no upload id");
+        log_line(LEVEL_WARN, "guard %s: multipart upload of %s not recorded (%s): its Complete will be refused",
+                 route->prefix, object, id[0] ? "the guard's table is full" : "the store named no upload id");
 }
 
 static void s3_completed(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,

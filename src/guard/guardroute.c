@@ -19,6 +19,25 @@ bool guardroute_is_read(const char *method)
     return !strcmp(method, "GET") || !strcmp(method, "HEAD") || !strcmp(method, "OPTIONS");
 }
 
+const GuardRoute *guardroute_match(const GuardRoute *routes, size_t n, const char *raw_uri)
+{
+    for (size_t i = 0; i < n; i++) {
+        const GuardRoute *g = &routes[i];
+        size_t len = strlen(g->prefix);
+        if (strncmp(raw_uri, g->prefix, len) != 0) {
+            /* An S3 route's prefix without its slash is the bucket itself (a listing). */
+            if (g->kind == GUARD_S3 && len > 1 && g->prefix[len - 1] == '/' && !strncmp(raw_uri, g->prefix, len - 1) &&
+                (raw_uri[len - 1] == '\0' || raw_uri[len - 1] == '?'))
+                return g;
+            continue;
+        }
+        char next = raw_uri[len];
+        if (g->prefix[len - 1] == '/' || next == '\0' || next == '/' || next == '?')
+            return g;
+    }
+    return NULL;
+}
+
 bool guardroute_allows(const GuardRoute *r, const char *method)
 {
     for (size_t i = 0; i < r->nmethods; i++)

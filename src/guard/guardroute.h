@@ -65,5 +65,8 @@ const char *guardroute_rest(const GuardRoute *route, const char *raw_uri);
 bool guardroute_allows(const GuardRoute *r, const char *method);
 /* GET, HEAD and OPTIONS: pass without a lease, never with a body. */
 bool guardroute_is_read(const char *method);
+/* The first of the n routes whose prefix the raw target (path and query, as
+ * sent) is under, in the order given, or NULL. */
+const GuardRoute *guardroute_match(const GuardRoute *routes, size_t n, const char *raw_uri);
 
 #endif

@@ -102,5 +102,3 @@ void guardshare_give(GuardTicket *t)
     t->key = t->peer = NULL;
 }
 
-size_t guardshare_key_calls(const GuardShares *g, const char *key) { return calls_of(g->keys, key); }
-size_t guardshare_peer_calls(const GuardShares *g, const char *peer) { return calls_of(g->peers, peer); }

@@ -24,8 +24,5 @@ ShareResult guardshare_take(GuardShares *g, const char *key, size_t key_max, con
                             GuardTicket *t);
 /* Gives back what *t holds (nothing when empty) and empties it. */
 void guardshare_give(GuardTicket *t);
-/* Calls counted now for one key / one peer. */
-size_t guardshare_key_calls(const GuardShares *g, const char *key);
-size_t guardshare_peer_calls(const GuardShares *g, const char *peer);
 
 #endif

@@ -612,7 +612,6 @@ void proxy_call_start(ProxyCall *c)
     }
 }
 
-bool proxy_call_started(const ProxyCall *c) { return c->started; }
 
 ProxyCall *proxy_internal_new(Proxy *p, const char *method, const char *url, ProxyResult fn, void *ud)
 {

@@ -115,7 +115,6 @@ bool proxy_call_fixed_body(ProxyCall *c, const char *data, size_t len);
 /* The upstream's final status, once it came; else 0. */
 long proxy_call_status(const ProxyCall *c);
 void proxy_call_start(ProxyCall *c);
-bool proxy_call_started(const ProxyCall *c);
 /* Hold back the end of the body until proxy_call_release (before start). */
 void proxy_call_hold_end(ProxyCall *c);
 void proxy_call_release(ProxyCall *c);

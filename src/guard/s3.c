@@ -10,6 +10,8 @@
 #include <strings.h>
 #include <time.h>
 
+#include "core/log.h"
+
 struct S3 {
     const Config *cfg;
     pthread_mutex_t mu; /* guards creds, stop, reprobe, first_done, detail */
@@ -74,7 +76,7 @@ static bool load_creds(const Config *cfg, AwsCreds *out, char *err, size_t errle
         bool ok = awscred_load_file(cfg->s3_credentials, profile && *profile ? profile : "default", out, err, errlen,
                                     warn, sizeof warn);
         if (ok && warn[0])
-            fprintf(stderr, "leasegate: warning: --s3-credentials %s\n", warn);
+            log_line(LEVEL_WARN, "--s3-credentials %s", warn);
         return ok;
     }
     return awscred_from_env(getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN"),
@@ -481,17 +483,17 @@ static void probe_route(S3 *s, size_t i)
     char where[1200];
     snprintf(where, sizeof where, "%s/%s/%s (region %s)", r->endpoint, r->bucket, r->keyprefix, r->region);
     if (now == S3_ROUTE_OPEN)
-        fprintf(stderr, "leasegate: guard %s -> %s: %s: the route is open\n", r->prefix, where, why);
+        log_line(LEVEL_INFO, "guard %s -> %s: %s: the route is open", r->prefix, where, why);
     else if (now == S3_ROUTE_REFUSED)
-        fprintf(stderr,
-                "leasegate: guard %s -> %s is closed for good: %s. No write goes through it until the store honours "
-                "them and leasegate is reloaded (SIGHUP) or restarted; reads still pass\n",
-                r->prefix, where, why);
+        log_line(LEVEL_ERROR,
+                 "guard %s -> %s is closed for good: %s. No write goes through it until the store honours "
+                 "them and leasegate is reloaded (SIGHUP) or restarted; reads still pass",
+                 r->prefix, where, why);
     else
-        fprintf(stderr,
-                "leasegate: guard %s -> %s is closed: %s. Writes get 503 and reads 502 until the store answers; "
-                "it is probed again every %u s\n",
-                r->prefix, where, why, s3_retry_s(s));
+        log_line(LEVEL_WARN,
+                 "guard %s -> %s is closed: %s. Writes get 503 and reads 502 until the store answers; "
+                 "it is probed again every %u s",
+                 r->prefix, where, why, s3_retry_s(s));
 }
 
 static void *prober(void *ud)

@@ -2,6 +2,7 @@
 #include "net/auth.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <stdio.h>
@@ -15,7 +16,7 @@
 #define KEY_RANDOM_BYTES 32
 
 struct AuthTable {
-    int refs;
+    _Atomic int refs; /* a standby's threads take and drop references too (standby.c) */
     AuthKey *keys; /* owned, with their prefixes */
     size_t nkeys;
 };
@@ -100,13 +101,13 @@ static void table_free(AuthTable *t)
 
 AuthTable *auth_ref(AuthTable *t)
 {
-    t->refs++;
+    atomic_fetch_add(&t->refs, 1);
     return t;
 }
 
 void auth_unref(AuthTable *t)
 {
-    if (t && --t->refs == 0)
+    if (t && atomic_fetch_sub(&t->refs, 1) == 1)
         table_free(t);
 }
 
@@ -129,9 +130,31 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
         snprintf(err, errlen, "role '%.40s' is not client, fence or admin", f[1]);
         return false;
     }
-    if (!parse_hash(f[2], k->hash)) {
-        snprintf(err, errlen, "'%.80s' is not sha256: and 64 lower-case hex digits", f[2]);
-        return false;
+    /* One secret, or two separated by a comma (a rotation). */
+    for (const char *h = f[2];; h++) {
+        const char *comma = strchr(h, ',');
+        char one[80];
+        size_t n = comma ? (size_t)(comma - h) : strlen(h);
+        if (k->nhashes == AUTH_MAX_SECRETS || n >= sizeof one) {
+            snprintf(err, errlen, "'%.160s' is not sha256:HEX, or two of them separated by a comma (a key has at "
+                                  "most %d secrets at once)",
+                     f[2], AUTH_MAX_SECRETS);
+            return false;
+        }
+        memcpy(one, h, n);
+        one[n] = '\0';
+        if (!parse_hash(one, k->hash[k->nhashes])) {
+            snprintf(err, errlen, "'%.80s' is not sha256: and 64 lower-case hex digits", one);
+            return false;
+        }
+        if (k->nhashes && !memcmp(k->hash[0], k->hash[1], sizeof k->hash[0])) {
+            snprintf(err, errlen, "the same secret twice");
+            return false;
+        }
+        k->nhashes++;
+        if (!comma)
+            break;
+        h = comma;
     }
     size_t nprefix = 0;
     for (size_t i = 3; i < nf; i++)
@@ -248,10 +271,12 @@ static bool parse_text(AuthTable *t, char *text, char *err, size_t errlen)
                 snprintf(err, errlen, "line %u: key name '%s' is used twice", lineno, k->name);
                 return false;
             }
-            if (!memcmp(t->keys[i].hash, k->hash, sizeof k->hash)) {
-                snprintf(err, errlen, "line %u: the same key hash as '%s'", lineno, t->keys[i].name);
-                return false;
-            }
+            for (size_t a = 0; a < t->keys[i].nhashes; a++)
+                for (size_t b = 0; b < k->nhashes; b++)
+                    if (!memcmp(t->keys[i].hash[a], k->hash[b], sizeof k->hash[b])) {
+                        snprintf(err, errlen, "line %u: the same key hash as '%s'", lineno, t->keys[i].name);
+                        return false;
+                    }
         }
     }
     return true;
@@ -308,25 +333,32 @@ AuthTable *auth_load(const char *path, char *err, size_t errlen)
     return t;
 }
 
-const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len)
+const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len, unsigned *secret)
 {
     uint8_t h[32];
     if (len == 0 || len > AUTH_KEY_MAX || !sha256(key, len, h))
         return NULL;
     /* Every stored hash is compared in full: no early exit that would time
-     * how far a guess matched, or which key it was. */
+     * how far a guess matched, or which key (or which of its secrets) it was. */
     const AuthKey *found = NULL;
+    unsigned which = 0;
     for (size_t i = 0; i < t->nkeys; i++) {
-        uint8_t diff = 0;
-        for (size_t j = 0; j < sizeof h; j++)
-            diff |= (uint8_t)(h[j] ^ t->keys[i].hash[j]);
-        if (diff == 0)
-            found = &t->keys[i];
+        for (size_t s = 0; s < t->keys[i].nhashes; s++) {
+            uint8_t diff = 0;
+            for (size_t j = 0; j < sizeof h; j++)
+                diff |= (uint8_t)(h[j] ^ t->keys[i].hash[s][j]);
+            if (diff == 0) {
+                found = &t->keys[i];
+                which = (unsigned)s;
+            }
+        }
     }
+    if (secret)
+        *secret = which;
     return found;
 }
 
-const AuthKey *auth_find_bearer(const AuthTable *t, const char *h, const char **why)
+const AuthKey *auth_find_bearer(const AuthTable *t, const char *h, unsigned *secret, const char **why)
 {
     if (!h) {
         *why = "this server needs an API key: send Authorization: Bearer KEY";
@@ -342,17 +374,22 @@ const AuthKey *auth_find_bearer(const AuthTable *t, const char *h, const char **
     size_t len = strlen(key);
     while (len && key[len - 1] == ' ')
         len--;
-    const AuthKey *k = auth_find(t, key, len);
+    const AuthKey *k = auth_find(t, key, len, secret);
     if (!k)
         *why = "unknown API key";
     return k;
 }
 
-const AuthKey *auth_find_same(const AuthTable *t, const AuthKey *old)
+const AuthKey *auth_find_same(const AuthTable *t, const AuthKey *old, unsigned secret)
 {
-    for (size_t i = 0; i < t->nkeys; i++)
-        if (!strcmp(t->keys[i].name, old->name) && !memcmp(t->keys[i].hash, old->hash, sizeof old->hash))
-            return &t->keys[i];
+    for (size_t i = 0; i < t->nkeys; i++) {
+        if (strcmp(t->keys[i].name, old->name))
+            continue;
+        for (size_t s = 0; s < t->keys[i].nhashes; s++)
+            if (!memcmp(t->keys[i].hash[s], old->hash[secret], sizeof old->hash[secret]))
+                return &t->keys[i];
+        return NULL; /* the name has other secrets now */
+    }
     return NULL;
 }
 

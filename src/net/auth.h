@@ -4,12 +4,15 @@
  *
  * The file holds one key per line, fields separated by spaces or tabs:
  *
- *     NAME ROLE sha256:HEX PREFIX... [max_held=N] [max_waiters=N] [max_names=N]
- *                                    [max_fences=N] [max_polls=N]
+ *     NAME ROLE sha256:HEX[,sha256:HEX] PREFIX... [max_held=N] [max_waiters=N]
+ *                                    [max_names=N] [max_fences=N] [max_polls=N]
  *
  * NAME is 1..64 bytes of [A-Za-z0-9._-], unique in the file; ROLE is client,
  * fence or admin; HEX is the SHA-256 of the key (64 lower-case hex digits):
- * the file never holds a key itself. Each PREFIX is a start of lock (or, for
+ * the file never holds a key itself. A key may have two secrets at once, for
+ * a rotation: either is that one key (one name, one share, one audit
+ * identity); the old one is dropped from the line when every client has the
+ * new one. A secret belongs to one key only. Each PREFIX is a start of lock (or, for
  * fence, resource) names the key may touch, 1..256 bytes; `*` is every name.
  * An admin's prefixes are `*`. max_held bounds the locks the key's requests
  * hold and wait for together, max_waiters its waiting acquires, max_names,
@@ -27,7 +30,8 @@
  * time, so an answer's timing does not depend on which key matched.
  *
  * A table is shared by reference: SIGHUP loads a new one while requests that
- * began under the old one keep theirs until they end.
+ * began under the old one keep theirs until they end. References may be
+ * taken and dropped on any thread (atomically); the table never changes.
  */
 #ifndef LEASEGATE_AUTH_H
 #define LEASEGATE_AUTH_H
@@ -41,13 +45,15 @@
 #define AUTH_NAME_MAX 64
 #define AUTH_PREFIX_MAX 256
 #define AUTH_KEY_MAX 256 /* longest key text a request may present */
+#define AUTH_MAX_SECRETS 2 /* secrets of one key at once: the old and the new during a rotation */
 
 typedef enum AuthRole { AUTH_CLIENT, AUTH_FENCE, AUTH_ADMIN } AuthRole;
 
 typedef struct AuthKey {
     char name[AUTH_NAME_MAX + 1];
     AuthRole role;
-    uint8_t hash[32];
+    uint8_t hash[AUTH_MAX_SECRETS][32]; /* the SHA-256 of each of its secrets */
+    size_t nhashes;                     /* 1, or 2 during a rotation */
     bool every_name;  /* a `*` prefix */
     char **prefixes;  /* owned by the table */
     size_t nprefixes;
@@ -67,16 +73,19 @@ AuthTable *auth_ref(AuthTable *t);
 void auth_unref(AuthTable *t);
 size_t auth_count(const AuthTable *t);
 
-/* The key whose text is `key` (len bytes), or NULL. */
-const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len);
+/* The key whose text is `key` (len bytes), or NULL; *secret (may be NULL)
+ * is the index of the secret it matched in the key's hash. */
+const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len, unsigned *secret);
 /* The key an Authorization header value names ("Bearer KEY"), or NULL with
- * the reason (no header, another scheme, an unknown key) in *why. */
-const AuthKey *auth_find_bearer(const AuthTable *t, const char *authorization, const char **why);
+ * the reason (no header, another scheme, an unknown key) in *why; *secret as
+ * for auth_find. */
+const AuthKey *auth_find_bearer(const AuthTable *t, const char *authorization, unsigned *secret, const char **why);
 /* Is s a valid key name (1..AUTH_NAME_MAX of [A-Za-z0-9._-])? */
 bool auth_name_ok(const char *s);
-/* The key in t that is old: the same name and the same hash (NULL when the
- * reloaded file no longer has it, or gives that name another key). */
-const AuthKey *auth_find_same(const AuthTable *t, const AuthKey *old);
+/* The key in t that is old as a request presented it (its secret-th
+ * secret): the same name, still with that secret (NULL when the reloaded
+ * file no longer has the key, or no longer that secret of it). */
+const AuthKey *auth_find_same(const AuthTable *t, const AuthKey *old, unsigned secret);
 /* May k touch `name`? */
 bool auth_covers(const AuthKey *k, const char *name);
 

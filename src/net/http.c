@@ -11,6 +11,7 @@
  */
 #include "net/http.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -26,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "net/accesslog.h"
 #include "net/httphead.h"
 #include "net/listener.h"
@@ -563,11 +565,12 @@ static enum MHD_Result reply_now_with(Request *req, ErrCode code, json_t *extra,
         free(text);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (error_status(code) == MHD_HTTP_SERVICE_UNAVAILABLE)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (close)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* The fields every answer has (httphead_answer_fields), as on the handlers' path. */
+    if (!httphead_add_answer_fields(resp, error_status(code), "application/json") ||
+        (close && MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)) {
+        MHD_destroy_response(resp);
+        return MHD_NO;
+    }
     count_status(s, error_status(code));
     enum MHD_Result r = MHD_queue_response(conn, error_status(code), resp);
     MHD_destroy_response(resp);
@@ -685,12 +688,21 @@ static void gather(Request *req, const char *data, size_t size)
     req->body[req->body_len] = '\0';
 }
 
+/* Liveness and readiness: answered at once from what the server knows of
+ * itself (no barrier), also while it stops or cannot reach etcd, so that they
+ * say so rather than refuse. */
+static bool is_probe(const char *method, const char *url)
+{
+    return (!strcmp(method, "GET") || !strcmp(method, "HEAD")) && (!strcmp(url, "/healthz") || !strcmp(url, "/readyz"));
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
     Server *s = cls;
     Request *req = *con_cls;
+    assert(thread_owns(&s->owner)); /* the serving daemon's callbacks are the loop's (threads.h) */
     if (!req)
         return MHD_NO; /* on_uri ran out of memory */
     if (!req->routed) {
@@ -702,7 +714,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* Stopping: no new work, so what is held or waiting drains and no
          * connection is left suspended when MHD stops. Nothing has changed
          * for this request, so the answer needs no commit. */
-        if (s->stopping)
+        bool probe = is_probe(method, url);
+        if (s->stopping && !probe)
             return reply_now(req, ERR_OVERLOADED, "server is shutting down; retry");
         /* Over etcd, nothing here decides whether this gateway still leads:
          * every answer that reveals state waits for a barrier made after the
@@ -713,7 +726,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * new requests at once rather than hold them: another may lead. */
         if (s->deposed)
             return reply_now(req, ERR_OVERLOADED, ERRORS_DEPOSED_MESSAGE);
-        if (s->election && !election_renewed(s->election))
+        if (s->election && !election_renewed(s->election) && !probe)
             return reply_now(req, ERR_OVERLOADED, "this gateway's etcd lease went unrenewed for its TTL: another "
                                                   "gateway may lead; retry");
         if (strlen(req->raw_uri) > HTTP_MAX_TARGET)
@@ -779,7 +792,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return queue_stored(req);
     }
     /* The last callback: the whole request has been read. */
-    if (!req->complete && (s->stopping || s->deposed)) {
+    if (!req->complete && ((s->stopping && !is_probe(method, url)) || s->deposed)) {
         /* Its handler has not run, so nothing changed for it: refuse at once,
          * without a commit to wait for, so that no connection is suspended
          * when libmicrohttpd stops. A guarded call never sent its whole
@@ -940,6 +953,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     Request *req = *con_cls;
     bool ok = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    assert(thread_owns(&((Server *)cls)->owner));
     HttpConn *hc = conn_of(conn);
     if (hc) {
         park_conn_request_done(hc->park, ok && req ? req->wire_bytes : 0);
@@ -1013,7 +1027,7 @@ int http_start(Server *s)
     int fd = s->listen_fd >= 0 ? s->listen_fd : listener_open(s->cfg.listen_host, s->cfg.listen_port, 1024, err, sizeof err);
     s->listen_fd = -1; /* this function's from here on: MHD's, or closed below */
     if (fd < 0) {
-        fprintf(stderr, "leasegate: %s\n", err);
+        log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
     struct MHD_OptionItem tls[TLS_MHD_OPTIONS];
@@ -1037,8 +1051,8 @@ int http_start(Server *s)
     const char *why = tls_mhd_started(&s->tls);
     if (!s->daemon) {
         /* The socket is bound and listening, so what failed is libmicrohttpd's own set-up. */
-        fprintf(stderr, "leasegate: cannot start the %s server on %s:%u: %s\n", tls_on(&s->tls) ? "HTTPS" : "HTTP",
-                s->cfg.listen_host, s->cfg.listen_port, *why ? why : "libmicrohttpd refused its options");
+        log_line(LEVEL_ERROR, "cannot start the %s server on %s:%u: %s", tls_on(&s->tls) ? "HTTPS" : "HTTP",
+                 s->cfg.listen_host, s->cfg.listen_port, *why ? why : "libmicrohttpd refused its options");
         close(fd);
         return -1;
     }

@@ -8,6 +8,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "core/log.h"
+
 #define MAX_EVENTS 256
 
 struct Loop {
@@ -58,7 +60,7 @@ int loop_wait(Loop *l, int timeout_ms)
     if (n < 0) {
         if (errno == EINTR)
             return 0;
-        fprintf(stderr, "leasegate: epoll_wait: %s\n", strerror(errno));
+        log_line(LEVEL_ERROR, "epoll_wait: %s", strerror(errno));
         return -1;
     }
     for (int i = 0; i < n; i++) {

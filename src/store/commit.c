@@ -1,6 +1,7 @@
 /* commit — group commit with one writer thread; see commit.h. */
 #include "store/commit.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -13,29 +14,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/leasehist.h"
 #include "store/arena.h"
 
 const double COMMIT_LATENCY_BOUNDS_MS[COMMIT_LATENCY_BUCKETS] = {0.25, 0.5, 1,   2,   5,    10,
                                                                  25,   50,  100, 250, 1000, 5000};
 
 typedef struct Batch {
-    StoreLock *locks;
-    size_t nlocks, caplocks;
-    StoreHolder *holders;
-    size_t nholders, capholders;
-    StoreMark *fences;
-    size_t nfences, capfences;
-    StoreMark *guard_marks;
-    size_t nguard_marks, capguard_marks;
-    StoreFloor *floors;
-    size_t nfloors, capfloors;
-    StoreEnded *ended;
-    size_t nended, capended;
-    AuditRow *audit;
-    size_t naudit, capaudit;
-    StoreAuditDrop *audit_drops;
-    size_t naudit_drops, capaudit_drops;
-    uint64_t audit_gone_below;
+    StoreRecord *records; /* in the order they were recorded (store.h) */
+    size_t n, cap;
+    uint64_t audit_gone_below; /* see StoreBatch */
     Arena strings; /* every string the records point to */
     uint64_t counter; /* see StoreBatch.counter */
     DList holds; /* CommitHold.link, in arrival order */
@@ -76,6 +64,7 @@ struct Commit {
     pthread_cond_t cv;
     CommitStats stats;
     uint64_t history_keep; /* see commit_keep_history */
+    ThreadOwner owner; /* the loop (threads.h): it fills the pending batch and collects the done one */
     /* While the holds of a batch with a snapshot run: the copy (owned) or -1. */
     int snap_fd;
     uint64_t snap_size;
@@ -92,14 +81,7 @@ static void batch_init(Batch *b)
 
 static void batch_reset(Batch *b)
 {
-    b->nlocks = 0;
-    b->nholders = 0;
-    b->nfences = 0;
-    b->nguard_marks = 0;
-    b->nfloors = 0;
-    b->nended = 0;
-    b->naudit = 0;
-    b->naudit_drops = 0;
+    b->n = 0;
     b->audit_gone_below = 0;
     b->counter = 0;
     arena_reset(&b->strings);
@@ -112,22 +94,11 @@ static void batch_reset(Batch *b)
 
 static void batch_clear(Batch *b)
 {
-    free(b->locks);
-    free(b->holders);
-    free(b->fences);
-    free(b->guard_marks);
-    free(b->floors);
-    free(b->ended);
-    free(b->audit);
-    free(b->audit_drops);
+    free(b->records);
     arena_clear(&b->strings);
 }
 
-static bool batch_has_rows(const Batch *b)
-{
-    return b->nlocks || b->nholders || b->nfences || b->nguard_marks || b->nfloors || b->nended || b->naudit ||
-           b->naudit_drops || b->counter;
-}
+static bool batch_has_rows(const Batch *b) { return b->n || b->counter; }
 
 static double seconds_since(const struct timespec *t0)
 {
@@ -170,28 +141,12 @@ static void *writer_main(void *arg)
     while (wait_for_batch(c, spin)) {
         /* Poll next time only if this batch came within the polling window. */
         spin = seconds_since(&idle_since) * 1e9 < WRITER_SPIN_NS;
+        /* The batch and the store are the writer's from the hand-off (threads.h). */
+        thread_own(&c->store->owner);
         Batch *b = c->inflight;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        StoreBatch sb = {.locks = b->locks,
-                         .nlocks = b->nlocks,
-                         .holders = b->holders,
-                         .nholders = b->nholders,
-                         .fences = b->fences,
-                         .nfences = b->nfences,
-                         .guard_marks = b->guard_marks,
-                         .nguard_marks = b->nguard_marks,
-                         .floors = b->floors,
-                         .nfloors = b->nfloors,
-                         .ended = b->ended,
-                         .nended = b->nended,
-                         .history_keep = c->history_keep,
-                         .audit = b->audit,
-                         .naudit = b->naudit,
-                         .audit_drops = b->audit_drops,
-                         .naudit_drops = b->naudit_drops,
-                         .audit_gone_below = b->audit_gone_below,
-                         .counter = b->counter};
+        StoreBatch sb = {b->records, b->n, c->history_keep, b->audit_gone_below, b->counter};
         /* A batch without rows was handed over for its holds: with barriers
          * they wait for a fenced transaction sent now (commit.h). */
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : c->barriers ? store_barrier(c->store) : 0;
@@ -221,6 +176,7 @@ Commit *commit_new(Store *store, char *err, size_t errlen)
         return NULL;
     }
     c->store = store;
+    thread_own(&c->owner);
     c->snap_fd = -1;
     c->barriers = store_has_barrier(store);
     batch_init(&c->batches[0]);
@@ -254,6 +210,7 @@ void commit_free(Commit *c)
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->writer, NULL);
+    thread_own(&c->store->owner); /* back to the caller, which closes it */
     close(c->efd);
     for (int i = 0; i < 2; i++)
         if (c->batches[i].snap_fd >= 0)
@@ -267,112 +224,51 @@ void commit_free(Commit *c)
 
 int commit_fd(const Commit *c) { return c->efd; }
 
-static bool grow(void **items, size_t *cap, size_t len, size_t size)
+/* Appends a copy of r (its strings in the batch's arena) to the pending
+ * batch; false when out of memory (nothing recorded). */
+static bool add(Commit *c, const StoreRecord *r)
 {
-    if (len < *cap)
-        return true;
-    size_t ncap = *cap ? *cap * 2 : 256;
-    void *p = realloc(*items, ncap * size);
-    if (!p)
+    assert(thread_owns(&c->owner));
+    Batch *b = c->pending;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        StoreRecord *p = realloc(b->records, cap * sizeof *p);
+        if (!p)
+            return false;
+        b->records = p;
+        b->cap = cap;
+    }
+    if (!record_copy(&b->strings, &b->records[b->n], r))
         return false;
-    *items = p;
-    *cap = ncap;
+    b->n++;
     return true;
-}
-
-/* A copy of h with its strings in the batch's arena; false when out of memory. */
-static bool copy_holder(Batch *b, Holder *to, const Holder *h)
-{
-    *to = *h;
-    to->owner = arena_strdup(&b->strings, h->owner);
-    to->metadata = arena_strdup(&b->strings, h->metadata);
-    to->request_id = h->request_id ? arena_strdup(&b->strings, h->request_id) : NULL;
-    to->key = h->key ? arena_strdup(&b->strings, h->key) : NULL;
-    return to->owner && to->metadata && (!h->request_id || to->request_id) && (!h->key || to->key);
 }
 
 bool commit_lock(Commit *c, const Lock *lock)
 {
-    Batch *b = c->pending;
-    if (!grow((void **)&b->locks, &b->caplocks, b->nlocks, sizeof *b->locks))
-        return false;
-    StoreLock *r = &b->locks[b->nlocks];
-    memset(r, 0, sizeof *r);
-    r->name = arena_strdup(&b->strings, lock->name);
-    r->kind = lock->kind;
-    r->last_token = lock->last_token;
-    r->limit = lock->limit;
-    r->delay_until_ms = lock->delay_until_ms;
-    if (!r->name)
-        return false;
-    /* A lock's writer is part of its record; readers and permits are not. */
-    const Holder *writer = locktab_holder(lock);
-    r->held = lock->kind == KIND_LOCK && writer && writer->mode == MODE_WRITE;
-    if (r->held && !copy_holder(b, &r->holder, writer))
-        return false;
-    b->nlocks++;
-    return true;
+    StoreRecord r = {.kind = REC_LOCK,
+                     .lock = {lock->name, lock->kind, lock->last_token, lock->limit, lock->delay_until_ms}};
+    return add(c, &r);
 }
 
 bool commit_holder(Commit *c, const Lock *lock, const Holder *h)
 {
-    Batch *b = c->pending;
-    if (!grow((void **)&b->holders, &b->capholders, b->nholders, sizeof *b->holders))
-        return false;
-    StoreHolder *r = &b->holders[b->nholders];
-    memset(r, 0, sizeof *r);
-    r->name = arena_strdup(&b->strings, lock->name);
-    r->kind = lock->kind;
-    if (!r->name || !copy_holder(b, &r->holder, h))
-        return false;
-    b->nholders++;
-    return true;
+    StoreRecord r = {.kind = REC_HOLDER, .holder = {lock->name, lock->kind, *h}};
+    return add(c, &r);
 }
 
 bool commit_holder_gone(Commit *c, LockKind kind, const char *name, uint64_t token)
 {
-    Batch *b = c->pending;
-    if (!grow((void **)&b->holders, &b->capholders, b->nholders, sizeof *b->holders))
-        return false;
-    StoreHolder *r = &b->holders[b->nholders];
-    memset(r, 0, sizeof *r);
-    r->name = arena_strdup(&b->strings, name);
-    r->kind = (uint8_t)kind;
-    r->gone = true;
-    r->holder.token = token;
-    if (!r->name)
-        return false;
-    b->nholders++;
-    return true;
+    StoreRecord r = {.kind = REC_HOLDER, .removal = true, .holder = {name, (uint8_t)kind, {.token = token}}};
+    return add(c, &r);
 }
 
 bool commit_forget(Commit *c, LockKind kind, const char *name, uint64_t counter)
 {
-    Batch *b = c->pending;
-    if (!grow((void **)&b->locks, &b->caplocks, b->nlocks, sizeof *b->locks))
+    StoreRecord r = {.kind = REC_LOCK, .removal = true, .lock = {.name = name, .kind = (uint8_t)kind}};
+    if (!add(c, &r))
         return false;
-    StoreLock *r = &b->locks[b->nlocks];
-    memset(r, 0, sizeof *r);
-    r->name = arena_strdup(&b->strings, name);
-    r->kind = (uint8_t)kind;
-    if (!r->name)
-        return false;
-    r->forget = true;
-    b->nlocks++;
-    if (counter > b->counter)
-        b->counter = counter;
-    return true;
-}
-
-static bool add_mark(Batch *b, StoreMark **marks, size_t *n, size_t *cap, const char *name, uint64_t max_token,
-                     bool forget)
-{
-    if (!grow((void **)marks, cap, *n, sizeof **marks))
-        return false;
-    const char *copy = arena_strdup(&b->strings, name);
-    if (!copy)
-        return false;
-    (*marks)[(*n)++] = (StoreMark){copy, max_token, forget, 0};
+    commit_counter(c, counter);
     return true;
 }
 
@@ -384,71 +280,54 @@ void commit_counter(Commit *c, uint64_t counter)
 
 bool commit_fence(Commit *c, const char *resource, uint64_t max_token)
 {
-    Batch *b = c->pending;
-    return add_mark(b, &b->fences, &b->nfences, &b->capfences, resource, max_token, false);
+    StoreRecord r = {.kind = REC_FENCE, .fence = {resource, max_token, 0}};
+    return add(c, &r);
 }
 
 bool commit_fence_forget(Commit *c, const char *resource, uint32_t bucket, uint64_t floor)
 {
-    Batch *b = c->pending;
-    if (!grow((void **)&b->floors, &b->capfloors, b->nfloors, sizeof *b->floors) ||
-        !add_mark(b, &b->fences, &b->nfences, &b->capfences, resource, 0, true))
-        return false;
-    b->floors[b->nfloors++] = (StoreFloor){bucket, floor};
-    return true;
+    StoreRecord gone = {.kind = REC_FENCE, .removal = true, .fence = {.name = resource}};
+    StoreRecord f = {.kind = REC_FLOOR, .floor = {bucket, floor}};
+    return add(c, &gone) && add(c, &f);
 }
 
 bool commit_ended(Commit *c, LockKind kind, const char *lock, const uint8_t *lease, uint64_t token, int how,
                   uint64_t seq)
 {
-    Batch *b = c->pending;
-    if (!grow((void **)&b->ended, &b->capended, b->nended, sizeof *b->ended))
-        return false;
-    const char *name = arena_strdup(&b->strings, lock);
-    uint8_t *id = arena_alloc(&b->strings, LEASE_ID_BYTES);
-    if (!name || !id)
-        return false;
-    memcpy(id, lease, LEASE_ID_BYTES);
-    b->ended[b->nended++] = (StoreEnded){name, (uint8_t)kind, id, token, how, seq};
-    return true;
+    StoreRecord r = {.kind = REC_ENDED, .ended = {lock, (uint8_t)kind, lease, token, how, seq}};
+    /* A force-released lease's token stays revoked whatever the history keeps. */
+    StoreRecord revoked = {.kind = REC_REVOKED, .revoked = {token, lock}};
+    return add(c, &r) && (how != LEASE_END_REVOKED || add(c, &revoked));
 }
 
 void commit_keep_history(Commit *c, uint64_t keep) { c->history_keep = keep; }
 
 bool commit_audit(Commit *c, const AuditRow *row)
 {
-    Batch *b = c->pending;
-    if (!grow((void **)&b->audit, &b->capaudit, b->naudit, sizeof *b->audit))
-        return false;
-    AuditRow r = *row;
-    if (!(r.lock = arena_strdup(&b->strings, row->lock)) || !(r.owner = arena_strdup(&b->strings, row->owner)) ||
-        !(r.key = arena_strdup(&b->strings, row->key)) || !(r.peer = arena_strdup(&b->strings, row->peer)))
-        return false;
-    b->audit[b->naudit++] = r;
-    return true;
+    StoreRecord r = {.kind = REC_AUDIT, .audit = *row};
+    return add(c, &r);
 }
 
 bool commit_audit_drop(Commit *c, const char *key, uint64_t seq, uint64_t gone_below)
 {
-    Batch *b = c->pending;
-    if (!grow((void **)&b->audit_drops, &b->capaudit_drops, b->naudit_drops, sizeof *b->audit_drops))
+    StoreRecord r = {.kind = REC_AUDIT, .removal = true, .audit = {.seq = seq, .key = key}};
+    if (!add(c, &r))
         return false;
-    const char *k = arena_strdup(&b->strings, key);
-    if (!k)
-        return false;
-    b->audit_drops[b->naudit_drops++] = (StoreAuditDrop){k, seq};
-    if (gone_below > b->audit_gone_below)
-        b->audit_gone_below = gone_below;
+    if (gone_below > c->pending->audit_gone_below)
+        c->pending->audit_gone_below = gone_below;
     return true;
 }
 
 bool commit_guard_mark(Commit *c, const char *lock, uint64_t max_token, int64_t at_ms)
 {
-    Batch *b = c->pending;
-    if (!add_mark(b, &b->guard_marks, &b->nguard_marks, &b->capguard_marks, lock, max_token, false))
-        return false;
-    b->guard_marks[b->nguard_marks - 1].at_ms = at_ms;
-    return true;
+    StoreRecord r = {.kind = REC_GUARD_MARK, .guard_mark = {lock, max_token, at_ms}};
+    return add(c, &r);
+}
+
+bool commit_guard_mark_forget(Commit *c, const char *lock)
+{
+    StoreRecord r = {.kind = REC_GUARD_MARK, .removal = true, .guard_mark = {.name = lock}};
+    return add(c, &r);
 }
 
 bool commit_pending(const Commit *c)
@@ -461,6 +340,7 @@ bool commit_holds_wait(const Commit *c) { return c->barriers || commit_pending(c
 
 void commit_hold(Commit *c, CommitHold *hold)
 {
+    assert(thread_owns(&c->owner));
     hold->batch = c->pending;
     dlist_append(&c->pending->holds, &hold->link);
 }
@@ -498,6 +378,7 @@ int commit_snapshot_take(Commit *c, uint64_t *size, const char **err)
 void commit_unhold(Commit *c, CommitHold *hold)
 {
     (void)c;
+    assert(thread_owns(&c->owner));
     Batch *b = hold->batch;
     if (!b)
         return;
@@ -507,6 +388,7 @@ void commit_unhold(Commit *c, CommitHold *hold)
 
 void commit_flush(Commit *c)
 {
+    assert(thread_owns(&c->owner));
     Batch *b = c->pending;
     if (atomic_load(&c->state) != INFLIGHT_IDLE || (!batch_has_rows(b) && b->holds.len == 0))
         return;
@@ -527,8 +409,7 @@ static void record_stats(Commit *c, const Batch *b)
         return;
     }
     c->stats.commits++;
-    c->stats.rows += b->nlocks + b->nholders + b->nfences + b->nguard_marks + b->nfloors + b->nended + b->naudit +
-                     b->naudit_drops;
+    c->stats.rows += b->n;
     c->stats.seconds_total += b->seconds;
     double ms = b->seconds * 1000;
     for (int i = 0; i < COMMIT_LATENCY_BUCKETS; i++)
@@ -538,6 +419,7 @@ static void record_stats(Commit *c, const Batch *b)
 
 int commit_done(Commit *c)
 {
+    assert(thread_owns(&c->owner));
     uint64_t n;
     if (read(c->efd, &n, sizeof n) < 0 && errno != EAGAIN)
         return 0;
@@ -595,6 +477,7 @@ static void fail_batch_holds(Batch *b)
 
 void commit_fail_holds(Commit *c)
 {
+    assert(thread_owns(&c->owner));
     /* The batch being committed first: its holds came first. */
     fail_batch_holds(c->inflight);
     fail_batch_holds(c->pending);

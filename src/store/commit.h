@@ -73,21 +73,26 @@ Commit *commit_new(Store *store, char *err, size_t errlen);
 void commit_free(Commit *c);
 int commit_fd(const Commit *c);
 
-/* Record a change of lock's own record (store.h: StoreLock); false on
- * allocation failure (nothing recorded). */
+/* Record a change of lock's own record (record.h: StoreLock); false on
+ * allocation failure (nothing recorded). Each of these appends one record
+ * (or two) to the pending batch, in call order: the lock table's hooks call
+ * them (gateway.c), one for each kind of change. */
 bool commit_lock(Commit *c, const Lock *lock);
-/* A reader's or a permit's record (StoreHolder), or its removal. */
+/* A lease's record, whatever its mode (StoreHolder): made or changed; and
+ * its removal, when the lease ended. */
 bool commit_holder(Commit *c, const Lock *lock, const Holder *h);
 bool commit_holder_gone(Commit *c, LockKind kind, const char *name, uint64_t token);
 /* The name is forgotten: its row goes, and the counter (the largest token ever
  * issued) is written where the row no longer vouches for it. */
 bool commit_forget(Commit *c, LockKind kind, const char *name, uint64_t counter);
+/* A forgotten lock's guard mark goes with it. */
+bool commit_guard_mark_forget(Commit *c, const char *lock);
 /* The global token counter is at least `counter` (a floor: --min-token). */
 void commit_counter(Commit *c, uint64_t counter);
 bool commit_fence(Commit *c, const char *resource, uint64_t max_token);
 /* A fence resource is forgotten: its row goes, its bucket's floor is `floor`. */
 bool commit_fence_forget(Commit *c, const char *resource, uint32_t bucket, uint64_t floor);
-/* A lease ended (see StoreEnded). */
+/* A lease ended (see StoreEnded); a revoked one's token is kept for good (StoreRevoked). */
 bool commit_ended(Commit *c, LockKind kind, const char *lock, const uint8_t *lease, uint64_t token, int how,
                   uint64_t seq);
 /* How many ended leases storage keeps (--lease-history); set before the first commit. */

@@ -48,6 +48,16 @@
  * later, so that a leader whose lease ended with it comes first, and goes on
  * campaigning. Whoever ends up leading, commits are fenced: only liveness
  * rides on these rules.
+ *
+ * A leader also reads its own key after every keepalive that renewed its
+ * lease: a key deleted under a live lease (an operator forcing an election)
+ * means another may lead, and an idle leader, with no commit to find out,
+ * would otherwise go on saying it leads (/healthz) indefinitely; it gives up
+ * within TTL/3 instead. Etcd that does not answer at start is waited for:
+ * the keeper asks for the lease until it is granted, and the campaign waits
+ * for it (the gateway is not ready meanwhile). Every gateway also looks at
+ * PREFIX/auth/reload every second, so that one reloading its API keys has
+ * every other reload its own (election_announce_reload).
  */
 #ifndef LEASEGATE_ELECTION_H
 #define LEASEGATE_ELECTION_H
@@ -62,15 +72,36 @@ typedef enum ElectionRole { ROLE_CANDIDATE, ROLE_FOLLOWER, ROLE_LEADER } Electio
 
 typedef struct Election Election;
 
-/* Grants the lease and starts the keepalive thread. advertise is the URL
- * other gateways and clients see as the leader's. on_lost(ud, why) is called
- * at most once, on the keepalive thread, and only while this gateway leads.
- * NULL with the reason in err (etcd unreachable, out of memory). */
-Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s,
-                       void (*on_lost)(void *ud, const char *why), void *ud, char *err, size_t errlen);
+/* Starts the keepalive thread, which takes the lease: at once when etcd
+ * answers, else as soon as it does (election_renewed is false until then;
+ * the campaign waits for it). advertise is the URL other gateways and
+ * clients see as the leader's. on_lost(ud, why) is called at most once, on
+ * the keepalive thread, and only while this gateway leads. NULL with the
+ * reason in err when etcd answered and refused the lease (a certificate, a
+ * login, a permission: waiting mends none of them), or out of memory. */
+typedef struct ElectionHooks {
+    void (*on_lost)(void *ud, const char *why);
+    /* Another gateway on the prefix reloaded its API keys (it bumped
+     * PREFIX/auth/reload, election_announce_reload): this one should reload
+     * its own. Keepalive thread; NULL: ignored. */
+    void (*on_reload)(void *ud);
+    void *ud;
+} ElectionHooks;
+
+Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s, const ElectionHooks *hooks,
+                       char *err, size_t errlen);
 /* Resigns (revokes the lease, so that the next candidate wins at once) and
  * stops the thread. Call only once nothing more will be committed. */
 void election_free(Election *e);
+/* A gateway that does not lead and is stopping (draining) takes no further
+ * part: the keepalive thread revokes its lease (its candidate key goes with
+ * it) and takes no new one; a campaign waits for its cancellation. It goes
+ * on observing the leader, for the forwards it still makes. Any thread. */
+void election_resign(Election *e);
+/* This gateway reloaded its keys (SIGHUP): the keepalive thread bumps
+ * PREFIX/auth/reload, so that every other gateway on the prefix reloads its
+ * own (on_reload) within about a second. Any thread; returns at once. */
+void election_announce_reload(Election *e);
 
 /* Blocks until this gateway leads (0), or -1 with the reason in err when
  * cancelled(ud) turned true. Transient etcd failures are retried; no call

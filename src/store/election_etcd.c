@@ -10,22 +10,31 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/log.h"
+
 struct Election {
     EtcdUrl url;
     char *name_b64;      /* PREFIX/leader, owned */
     char *advertise_b64; /* owned */
     unsigned ttl_s;
     void (*on_lost)(void *ud, const char *why);
-    void *on_lost_ud;
+    void (*on_reload)(void *ud);
+    void *on_lost_ud; /* for both */
+    char *reload_b64; /* PREFIX/auth/reload, owned: a gateway that reloads its keys bumps it */
+    long long reload_seen; /* its mod revision as last seen (0: absent); -1 until first read */
+    int64_t reload_checked_at; /* mono ms */
     EtcdClient *keeper_etcd; /* the keepalive thread's */
     pthread_t keeper;
     bool keeper_started;
     pthread_mutex_t mu; /* guards the fields below down to revision (with cv); the keeper is their only writer */
     pthread_cond_t cv;  /* broadcast: the keeper and election_refence both wait on it */
     bool stop;
+    bool resigned;        /* election_resign: no lease any more, no campaign */
     bool check_now;       /* election_refence: the store found the leader key gone; look at once */
+    bool announce;        /* election_announce_reload: bump the reload key */
     bool lost;            /* on_lost was called */
-    char lease_id[32];    /* decimal, as etcd's gateway writes int64s; replaced when etcd ends the lease */
+    char lease_id[32];    /* decimal, as etcd's gateway writes int64s; replaced when etcd ends the lease;
+                             "" until etcd first granted one (election_new) and after a resignation */
     char leader_url[512]; /* the leader's advertised URL, as last observed */
     char followed_url[512]; /* the last one observed that is not this gateway's own (defer_to_leader) */
     int64_t leader_seen;  /* monotonic ms at which leader_url last changed */
@@ -44,6 +53,17 @@ static int64_t mono_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Waits on e->cv (e->mu held) until the CLOCK_MONOTONIC time until: 0 when
+ * woken, ETIMEDOUT. The clock is named in the call (glibc's
+ * pthread_cond_clockwait) rather than set on the condition: libfaketime
+ * 0.9.10, which the clock-step tests run the gateway under
+ * (tests/nemesis/test_clock.py), mistimes pthread_cond_timedwait on a
+ * monotonic condition (it returns at once), and leaves this call alone. */
+static int cv_wait_until(Election *e, const struct timespec *until)
+{
+    return pthread_cond_clockwait(&e->cv, &e->mu, CLOCK_MONOTONIC, until);
 }
 
 static void pause_ms(long ms)
@@ -103,8 +123,11 @@ static int keep_alive(Election *e, char *err, size_t errlen)
 {
     json_t *resp;
     int64_t sent = mono_ms();
-    if (etcd_call(e->keeper_etcd, "/v3/lease/keepalive", json_pack("{s:s}", "ID", e->lease_id), &resp, err, errlen))
+    if (etcd_call(e->keeper_etcd, "/v3/lease/keepalive", json_pack("{s:s}", "ID", e->lease_id), &resp, err, errlen)) {
+        if (e->url.stats)
+            atomic_fetch_add(&e->url.stats->keepalive_failures, 1);
         return -1;
+    }
     /* The answer of a stream: {"result": ...}, or {"error": ...} when the
      * call failed inside etcd (no leader yet, timed out), which etcd's
      * gateway writes into the stream with status 200. TTL 0 is left out of
@@ -124,6 +147,8 @@ static int keep_alive(Election *e, char *err, size_t errlen)
         etcd_client_next(e->keeper_etcd);
     else
         atomic_store(&e->renewed_until, sent + (int64_t)e->ttl_s * 1000);
+    if (rc != 1 && e->url.stats)
+        atomic_fetch_add(&e->url.stats->keepalive_failures, 1);
     return rc;
 }
 
@@ -176,6 +201,8 @@ static void observe_leader(Election *e)
     if (strcmp(e->leader_url, url)) {
         memcpy(e->leader_url, url, sizeof url);
         e->leader_seen = mono_ms();
+        if (e->url.stats)
+            atomic_fetch_add(&e->url.stats->leader_changes, 1);
     }
     if (url[0] && mine && strcmp(url, mine))
         memcpy(e->followed_url, url, sizeof url);
@@ -186,15 +213,63 @@ static void observe_leader(Election *e)
 /* How often a gateway that does not lead asks who does: a follower forwards
  * to the old leader's URL (and answers 503 for it) until it sees the new one. */
 #define OBSERVE_MS 250
+/* How often every gateway looks whether another reloaded its keys. */
+#define RELOAD_POLL_MS 1000
+
+/* The reload key (election.h): bumped when this gateway reloaded its keys
+ * (announce), else looked at every RELOAD_POLL_MS; a change made by another
+ * gateway calls on_reload. Its first reading only sets what was seen.
+ * Keepalive thread. */
+static void watch_reload(Election *e, bool announce)
+{
+    if (!announce && e->reload_seen >= 0 && mono_ms() - e->reload_checked_at < RELOAD_POLL_MS)
+        return;
+    e->reload_checked_at = mono_ms();
+    json_t *resp;
+    char err[300];
+    if (announce) {
+        if (etcd_call(e->keeper_etcd, "/v3/kv/put", json_pack("{s:s, s:s}", "key", e->reload_b64, "value",
+                                                              e->advertise_b64),
+                      &resp, err, sizeof err)) {
+            log_line(LEVEL_WARN, "could not tell the other gateways to reload their keys (they will at their "
+                                 "own SIGHUP): %s",
+                     err);
+            return;
+        }
+        long long rev = 0;
+        if (etcd_int_field(json_object_get(resp, "header"), "revision", &rev) && rev > 0)
+            e->reload_seen = rev; /* its own bump: nothing to reload again */
+        json_decref(resp);
+        return;
+    }
+    if (etcd_call(e->keeper_etcd, "/v3/kv/range", json_pack("{s:s, s:b}", "key", e->reload_b64, "keys_only", 1), &resp,
+                  err, sizeof err))
+        return; /* asked again next time */
+    long long rev = 0;
+    const json_t *kv = json_array_get(json_object_get(resp, "kvs"), 0);
+    bool ok = !kv || etcd_int_field(kv, "mod_revision", &rev);
+    json_decref(resp);
+    if (!ok)
+        return;
+    bool changed = e->reload_seen >= 0 && rev != e->reload_seen;
+    e->reload_seen = rev;
+    if (changed && e->on_reload)
+        e->on_reload(e->on_lost_ud);
+}
 
 /* A new lease of ttl_s, into lease_id. 0, or -1 with the reason in err. */
 static int grant_lease(Election *e, char *err, size_t errlen)
 {
     json_t *resp;
     char why[400];
+    int64_t sent = mono_ms();
     if (etcd_call(e->keeper_etcd, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), &resp, why,
                   sizeof why)) {
-        snprintf(err, errlen, "cannot reach etcd to take a lease: %s", why);
+        int kind = etcd_client_last_error(e->keeper_etcd);
+        snprintf(err, errlen, "%s: %s",
+                 kind == ETCD_ERR_TLS || kind == ETCD_ERR_REFUSED ? "etcd refused to grant a lease"
+                                                                  : "cannot reach etcd to take a lease",
+                 why);
         return -1;
     }
     long long id = 0, ttl = 0;
@@ -207,6 +282,7 @@ static int grant_lease(Election *e, char *err, size_t errlen)
     pthread_mutex_lock(&e->mu);
     snprintf(e->lease_id, sizeof e->lease_id, "%lld", id);
     pthread_mutex_unlock(&e->mu);
+    atomic_store(&e->renewed_until, sent + (int64_t)e->ttl_s * 1000); /* a new lease lives its TTL */
     return 0;
 }
 
@@ -293,8 +369,8 @@ static void revoke_lease(Election *e)
     json_t *resp;
     char err[300];
     if (etcd_call(e->keeper_etcd, "/v3/lease/revoke", json_pack("{s:s}", "ID", e->lease_id), &resp, err, sizeof err))
-        fprintf(stderr, "leasegate: could not revoke the etcd lease %s (it expires by itself): %s\n", e->lease_id,
-                err);
+        log_line(LEVEL_WARN, "could not revoke the etcd lease %s (it expires by itself): %s", e->lease_id,
+                 err);
     json_decref(resp);
 }
 
@@ -441,10 +517,12 @@ static int relead(Election *e, char *why, size_t len)
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     atomic_fetch_add(&e->leases_replaced, 1);
-    fprintf(stderr, "leasegate: etcd ended the lease this gateway led with (an etcd leader resuming after a pause "
-                    "revokes the leases that ran out meanwhile in etcd before 3.4.31); leading again under lease %s, "
-                    "leader key revision %lld\n",
-            e->lease_id, rev);
+    if (e->url.stats)
+        atomic_fetch_add(&e->url.stats->elections_won, 1);
+    log_line(LEVEL_INFO, "etcd ended the lease this gateway led with (an etcd leader resuming after a pause "
+                         "revokes the leases that ran out meanwhile in etcd before 3.4.31); leading again under lease %s, "
+                         "leader key revision %lld",
+             e->lease_id, rev);
     return 0;
 }
 
@@ -468,42 +546,70 @@ static void *keeper_main(void *arg)
 {
     Election *e = arg;
     const int64_t interval_ms = (int64_t)e->ttl_s * 1000 / 3;
-    int64_t next_keepalive = mono_ms(), regrant_at = 0, failing_since = 0, logged_at = 0, renewed_at = mono_ms();
+    /* Without a lease (etcd did not answer election_new): one is asked for at once. */
+    int64_t next_keepalive = mono_ms(), regrant_at = e->lease_id[0] ? 0 : mono_ms(), failing_since = 0,
+            logged_at = 0, renewed_at = mono_ms();
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        bool check = e->check_now;
-        e->check_now = false;
+        bool check = e->check_now, resigned = e->resigned, announce = e->announce;
+        e->check_now = e->announce = false;
         pthread_mutex_unlock(&e->mu);
         bool leading = atomic_load(&e->leading);
         if (leading)
             regrant_at = 0; /* the campaign won: its lease lives (a keepalive checks it) */
         char err[400] = "", why[600] = "";
-        if (regrant_at && mono_ms() >= regrant_at) {
+        if (resigned) {
+            if (e->lease_id[0]) {
+                revoke_lease(e);
+                pthread_mutex_lock(&e->mu);
+                e->lease_id[0] = '\0';
+                pthread_mutex_unlock(&e->mu);
+                atomic_store(&e->renewed_until, 0);
+                log_line(LEVEL_INFO, "resigned: this gateway's etcd lease and candidate key are gone");
+            }
+            regrant_at = 0;
+        } else if (regrant_at && mono_ms() >= regrant_at) {
+            bool first = !e->lease_id[0];
             if (grant_lease(e, err, sizeof err) == 0) {
-                fprintf(stderr, "leasegate: took the new etcd lease %s; campaigning again\n", e->lease_id);
-                atomic_fetch_add(&e->leases_replaced, 1);
-                regrant_at = 0;
+                if (first)
+                    log_line(LEVEL_INFO, "etcd granted the lease %s%s; campaigning", e->lease_id,
+                             failing_since ? " (etcd answers again)" : "");
+                else
+                    log_line(LEVEL_INFO, "took the new etcd lease %s; campaigning again", e->lease_id);
+                if (!first)
+                    atomic_fetch_add(&e->leases_replaced, 1);
+                regrant_at = failing_since = 0;
                 next_keepalive = mono_ms() + interval_ms;
             } else {
+                /* etcd down or without a quorum: this gateway waits (not
+                 * ready: /readyz), asking again, rather than exit. */
                 regrant_at = mono_ms() + KEEPER_RETRY_MS;
+                if (!failing_since)
+                    failing_since = mono_ms();
+                if (mono_ms() - logged_at >= KEEPER_LOG_MS) {
+                    logged_at = mono_ms();
+                    log_line(LEVEL_WARN, "%s; not ready, asking again every %d ms", err, KEEPER_RETRY_MS);
+                }
             }
-        } else if (check || mono_ms() >= next_keepalive) {
+        } else if (e->lease_id[0] && (check || mono_ms() >= next_keepalive)) {
             int rc = keep_alive(e, err, sizeof err);
             if (rc == 0 && (rc = lease_verdict(e, leading, err, sizeof err)) == 1)
-                fprintf(stderr, "leasegate: a keepalive of the etcd lease %s answered TTL 0, but the lease lives; "
-                                "going on\n",
-                        e->lease_id);
+                log_line(LEVEL_INFO, "a keepalive of the etcd lease %s answered TTL 0, but the lease lives; "
+                                     "going on",
+                         e->lease_id);
             next_keepalive = mono_ms() + (rc == 1 || regrant_at ? interval_ms : KEEPER_RETRY_MS);
             if (rc == 1) {
                 renewed_at = mono_ms();
                 if (failing_since)
-                    fprintf(stderr, "leasegate: the etcd lease %s renewed again after %lld ms without\n",
-                            e->lease_id, (long long)(mono_ms() - failing_since));
+                    log_line(LEVEL_INFO, "the etcd lease %s renewed again after %lld ms without",
+                             e->lease_id, (long long)(mono_ms() - failing_since));
                 failing_since = 0;
                 regrant_at = 0; /* a follower's lease that was thought gone lives after all */
-                if (check && leading) {
-                    /* The store found the key gone, yet the lease lives: the
-                     * key was deleted (someone made this gateway resign). */
+                /* The lease lives; the leader key should stand as long. When
+                 * the store found it gone, or it is gone now, it was deleted
+                 * (someone made this gateway resign) and another may lead: an
+                 * idle leader must not go on saying it leads (/healthz). */
+                if (leading && (check || lease_verdict(e, true, err, sizeof err) == 0)) {
                     snprintf(why, sizeof why, "the leader key was deleted (its etcd lease %s lives on)", e->lease_id);
                     lose(e, why);
                     return NULL;
@@ -515,9 +621,9 @@ static void *keeper_main(void *arg)
                 }
                 next_keepalive = mono_ms() + interval_ms;
             } else if (rc == 0 && !regrant_at) {
-                fprintf(stderr, "leasegate: etcd ended this gateway's lease %s; it takes a new one in %u s and "
-                                "campaigns again\n",
-                        e->lease_id, e->ttl_s);
+                log_line(LEVEL_WARN, "etcd ended this gateway's lease %s; it takes a new one in %u s and "
+                                     "campaigns again",
+                         e->lease_id, e->ttl_s);
                 regrant_at = mono_ms() + (int64_t)e->ttl_s * 1000;
             } else if (rc < 0 && leading && mono_ms() - renewed_at >= SILENCE_TTLS * (int64_t)e->ttl_s * 1000) {
                 /* Cut off from etcd (election.h): resign, so that when only
@@ -534,17 +640,21 @@ static void *keeper_main(void *arg)
                     failing_since = mono_ms();
                 if (mono_ms() - logged_at >= KEEPER_LOG_MS) {
                     logged_at = mono_ms();
-                    fprintf(stderr, "leasegate: the etcd lease %s not renewed for %lld ms (%s); asking the next "
-                                    "member\n",
-                            e->lease_id, (long long)(mono_ms() - renewed_at), err);
+                    log_line(LEVEL_WARN, "the etcd lease %s not renewed for %lld ms (%s); asking the next "
+                                         "member",
+                             e->lease_id, (long long)(mono_ms() - renewed_at), err);
                 }
             }
         }
         if (!leading)
             observe_leader(e);
-        /* The leader wakes for its keepalives (or a check) only; the others
-         * also every OBSERVE_MS, to see a new leader soon after a failover. */
+        watch_reload(e, announce);
+        /* The leader wakes for its keepalives (or a check) and the reload
+         * key; the others also every OBSERVE_MS, to see a new leader soon
+         * after a failover. */
         int64_t due = regrant_at && regrant_at < next_keepalive ? regrant_at : next_keepalive;
+        if (e->reload_checked_at + RELOAD_POLL_MS < due)
+            due = e->reload_checked_at + RELOAD_POLL_MS;
         int64_t wait_ms = due - mono_ms();
         if (!leading && wait_ms > OBSERVE_MS)
             wait_ms = OBSERVE_MS;
@@ -556,7 +666,8 @@ static void *keeper_main(void *arg)
         until.tv_sec += (time_t)(wait_ms / 1000 + ns / 1000000000);
         until.tv_nsec = (long)(ns % 1000000000);
         pthread_mutex_lock(&e->mu);
-        while (!e->stop && !e->check_now && pthread_cond_timedwait(&e->cv, &e->mu, &until) == 0)
+        while (!e->stop && !e->check_now && !e->announce && e->resigned == resigned &&
+               cv_wait_until(e, &until) == 0)
             ;
         bool stop = e->stop;
         pthread_mutex_unlock(&e->mu);
@@ -565,8 +676,8 @@ static void *keeper_main(void *arg)
     }
 }
 
-Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s,
-                       void (*on_lost)(void *ud, const char *why), void *ud, char *err, size_t errlen)
+Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s, const ElectionHooks *hooks,
+                       char *err, size_t errlen)
 {
     Election *e = calloc(1, sizeof *e);
     if (!e) {
@@ -576,32 +687,37 @@ Election *election_new(const EtcdUrl *url, const char *advertise, unsigned ttl_s
     e->url = *url;
     e->ttl_s = ttl_s;
     e->leader_seen = mono_ms();
-    e->on_lost = on_lost;
-    e->on_lost_ud = ud;
+    e->on_lost = hooks->on_lost;
+    e->on_reload = hooks->on_reload;
+    e->on_lost_ud = hooks->ud;
+    e->reload_seen = -1;
     pthread_mutex_init(&e->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&e->cv, NULL); /* waited on with the monotonic clock named (cv_wait_until) */
     char name[300];
     snprintf(name, sizeof name, "%s/leader", url->prefix);
     e->name_b64 = etcd_b64_encode(name, strlen(name));
     e->advertise_b64 = etcd_b64_encode(advertise, strlen(advertise));
+    snprintf(name, sizeof name, "%s/auth/reload", url->prefix);
+    e->reload_b64 = etcd_b64_encode(name, strlen(name));
     /* A keepalive attempt waits at most a quarter of the lease's life on one
      * member before the next is asked. */
     e->keeper_etcd = etcd_client_new(url, (long)ttl_s * 1000 / 4);
-    if (!e->name_b64 || !e->advertise_b64 || !e->keeper_etcd) {
+    if (!e->name_b64 || !e->advertise_b64 || !e->reload_b64 || !e->keeper_etcd) {
         snprintf(err, errlen, "out of memory (or libcurl cannot start)");
         election_free(e);
         return NULL;
     }
-    int64_t sent = mono_ms();
+    /* etcd that does not answer (down, without a quorum) is waited for: the
+     * keeper asks again (the gateway is not ready meanwhile). One that
+     * answers and refuses (a certificate, a login, a permission) is a
+     * mistake no waiting mends: the start fails, saying why. */
     if (grant_lease(e, err, errlen)) {
-        election_free(e);
-        return NULL;
+        int kind = etcd_client_last_error(e->keeper_etcd);
+        if (kind == ETCD_ERR_TLS || kind == ETCD_ERR_REFUSED) {
+            election_free(e);
+            return NULL;
+        }
     }
-    atomic_store(&e->renewed_until, sent + (int64_t)ttl_s * 1000);
     int rc = pthread_create(&e->keeper, NULL, keeper_main, e);
     if (rc) {
         snprintf(err, errlen, "pthread_create: %s", strerror(rc));
@@ -630,6 +746,7 @@ void election_free(Election *e)
     pthread_mutex_destroy(&e->mu);
     free(e->name_b64);
     free(e->advertise_b64);
+    free(e->reload_b64);
     free(e->key_b64);
     free(e);
 }
@@ -688,9 +805,9 @@ static bool defer_to_leader(Election *e, EtcdClient *etcd, const char *range_b64
         if (etcd_call(etcd, "/v3/kv/deleterange", json_pack("{s:s}", "key", key_b64), &resp, err, sizeof err))
             return false;
         json_decref(resp);
-        fprintf(stderr, "leasegate: the leader %s leads again under a new key (etcd ended its lease); this "
-                        "candidate steps behind it\n",
-                old);
+        log_line(LEVEL_INFO, "the leader %s leads again under a new key (etcd ended its lease); this "
+                             "candidate steps behind it",
+                 old);
         *rev = 0;
         return true;
     }
@@ -727,6 +844,16 @@ int election_campaign(Election *e, bool (*cancelled)(void *ud), void *ud, char *
     int rc = -1;
     char why[400] = "";
     while (!cancelled(ud)) {
+        pthread_mutex_lock(&e->mu);
+        bool idle = !e->lease_id[0] || e->resigned;
+        pthread_mutex_unlock(&e->mu);
+        if (idle) {
+            /* No lease yet (etcd unreachable; the keeper asks for one), or
+             * resigned (draining until stopped): nothing to campaign with. */
+            rev = 0;
+            pause_ms(CAMPAIGN_POLL_MS);
+            continue;
+        }
         if (!rev) {
             /* The key is (re)made for the current lease: the keeper replaces
              * a lease that etcd ended (election.h). */
@@ -743,6 +870,10 @@ int election_campaign(Election *e, bool (*cancelled)(void *ud), void *ud, char *
             continue;
         if (standing == 1) {
             pthread_mutex_lock(&e->mu);
+            if (e->resigned) { /* resigned meanwhile: its key goes with its lease */
+                pthread_mutex_unlock(&e->mu);
+                continue;
+            }
             e->key_b64 = key_b64;
             e->revision = rev;
             pthread_mutex_unlock(&e->mu);
@@ -752,14 +883,16 @@ int election_campaign(Election *e, bool (*cancelled)(void *ud), void *ud, char *
             break;
         }
         if (standing < 0 && !cancelled(ud))
-            fprintf(stderr, "leasegate: campaign: %s; retrying\n", why);
+            log_line(LEVEL_WARN, "campaign: %s; retrying", why);
         pause_ms(standing < 0 ? CAMPAIGN_RETRY_MS : CAMPAIGN_POLL_MS);
     }
     free(key_b64), free(prefix_b64), free(end_b64);
     etcd_client_free(etcd);
-    if (rc == 0)
+    if (rc == 0) {
         atomic_store(&e->leading, true);
-    else
+        if (e->url.stats)
+            atomic_fetch_add(&e->url.stats->elections_won, 1);
+    } else
         snprintf(err, errlen, "stopped while campaigning%s%s", why[0] ? ": " : "", why);
     return rc;
 }
@@ -797,7 +930,7 @@ int election_refence(Election *e, long long old_rev, char **key_b64, long long *
         e->check_now = true;
         pthread_cond_broadcast(&e->cv);
     }
-    while (!e->lost && !e->stop && e->revision == old_rev && pthread_cond_timedwait(&e->cv, &e->mu, &until) == 0)
+    while (!e->lost && !e->stop && e->revision == old_rev && cv_wait_until(e, &until) == 0)
         ;
     int rc = -1;
     if (!e->lost && e->revision != old_rev && (*key_b64 = strdup(e->key_b64))) {
@@ -809,6 +942,22 @@ int election_refence(Election *e, long long old_rev, char **key_b64, long long *
 }
 
 uint64_t election_leases_replaced(const Election *e) { return atomic_load(&e->leases_replaced); }
+
+void election_announce_reload(Election *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->announce = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void election_resign(Election *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->resigned = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
 
 bool election_renewed(const Election *e) { return mono_ms() < atomic_load(&e->renewed_until); }
 

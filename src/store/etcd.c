@@ -28,7 +28,51 @@ struct EtcdClient {
     long budget_ms;        /* etcd_client_retry: rounds go on until this has passed; 0: one round */
     bool (*cancelled)(void *ud);
     void *cancel_ud;
+    int failed_as;  /* the EtcdErrKind of the attempt that just failed, or -1 (set by attempts) */
+    int last_error; /* etcd_client_last_error */
 };
+
+const char *etcd_err_kind_name(EtcdErrKind k)
+{
+    static const char *const NAMES[ETCD_ERR_KINDS] = {
+        [ETCD_ERR_UNREACHABLE] = "unreachable", [ETCD_ERR_TIMEOUT] = "timeout", [ETCD_ERR_TLS] = "tls",
+        [ETCD_ERR_UNAVAILABLE] = "unavailable", [ETCD_ERR_NOSPACE] = "nospace", [ETCD_ERR_REFUSED] = "refused"};
+    return NAMES[k];
+}
+
+/* A transfer that failed in libcurl: nothing, or nothing in time, answered;
+ * or a certificate was refused (ours, etcd's), which no retry mends. */
+static EtcdErrKind kind_of_transfer(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_OPERATION_TIMEDOUT:
+        return ETCD_ERR_TIMEOUT;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_USE_SSL_FAILED:
+        return ETCD_ERR_TLS;
+    default:
+        return ETCD_ERR_UNREACHABLE;
+    }
+}
+
+/* An answer that is a refusal: etcd's quota alarm by its message, one the
+ * next member may answer differently (retryable), or a final one. */
+static EtcdErrKind kind_of_refusal(bool retryable, const char *message)
+{
+    if (message && strstr(message, "database space exceeded"))
+        return ETCD_ERR_NOSPACE;
+    return retryable ? ETCD_ERR_UNAVAILABLE : ETCD_ERR_REFUSED;
+}
+
+int etcd_client_last_error(const EtcdClient *c) { return c->last_error; }
 
 static void grpc_forget_connections(EtcdClient *c);
 
@@ -89,6 +133,7 @@ EtcdClient *etcd_client_new(const EtcdUrl *url, long timeout_ms)
     }
     c->url = *url;
     c->timeout_ms = timeout_ms;
+    c->failed_as = c->last_error = -1;
     return c;
 }
 
@@ -228,6 +273,7 @@ static int json_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
     } else if (rc != CURLE_OK) {
         snprintf(err, errlen, "%s: %s", endpoint, curl_easy_strerror(rc));
         *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+        c->failed_as = (int)kind_of_transfer(rc);
         result = 1;
     } else {
         json_error_t jerr;
@@ -243,11 +289,26 @@ static int json_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
             /* 5xx and 429 (etcd's "too many requests", refused before
              * the proposal): the next member may answer. Others are final. */
             result = status >= 500 || status == 429 ? 1 : -1;
+            c->failed_as = (int)kind_of_refusal(result == 1, msg ? msg : b.data);
         }
         json_decref(j);
     }
     free(b.data);
     return result;
+}
+
+/* One attempt of a call (the i-th) and how it ended, in the stats and in
+ * last_error. */
+static void count_attempt(EtcdClient *c, size_t i, int rc)
+{
+    EtcdStats *st = c->url.stats;
+    if (st && i > 0)
+        atomic_fetch_add(&st->retries, 1);
+    if (rc == 0 || c->failed_as < 0)
+        return;
+    c->last_error = c->failed_as;
+    if (st)
+        atomic_fetch_add(&st->errors[c->failed_as], 1);
 }
 
 /* A call's attempts, endpoint after endpoint and round after round (etcd.h):
@@ -259,6 +320,7 @@ static int call_with_retry(EtcdClient *c, AttemptFn attempt, void *call, char *e
     long timeout = c->first_timeout_ms && c->timeout_ms ? c->first_timeout_ms : c->timeout_ms;
     size_t n = c->url.nendpoints, from = c->current;
     bool round_timed_out = false; /* some attempt of this round took its whole bound */
+    c->last_error = -1;
     for (size_t i = 0; rc == 1; i++) {
         long spent = mono_ms() - start;
         if (i >= n && (!c->budget_ms || spent >= c->budget_ms))
@@ -284,7 +346,9 @@ static int call_with_retry(EtcdClient *c, AttemptFn attempt, void *call, char *e
             bound = c->budget_ms - spent > 100 ? c->budget_ms - spent : 100;
         size_t at = (from + i) % n;
         bool timed_out;
+        c->failed_as = -1;
         rc = attempt(c, at, bound, &timed_out, call, err, errlen);
+        count_attempt(c, i, rc);
         if (rc == 0)
             c->current = at;
         else if (rc == 1)
@@ -467,19 +531,24 @@ static int grpc_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
         } else if (rc != CURLE_OK) {
             snprintf(err, errlen, "%s: %s", endpoint, curl_easy_strerror(rc));
             *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+            c->failed_as = (int)kind_of_transfer(rc);
             result = 1;
         } else if (version != CURL_HTTP_VERSION_2_0 || status != 200) {
             snprintf(err, errlen, "%s%s: HTTP %ld%s", endpoint, gc->method, status,
                      version != CURL_HTTP_VERSION_2_0 ? " (not HTTP/2: is this etcd's client URL?)" : "");
             result = status >= 500 || status == 429 ? 1 : -1;
+            c->failed_as = (int)kind_of_refusal(result == 1, NULL);
         } else if (a.status < 0) {
             snprintf(err, errlen, "%s%s: no gRPC status in the answer", endpoint, gc->method);
+            c->failed_as = ETCD_ERR_UNAVAILABLE;
             result = 1;
         } else if (a.status != 0) {
             snprintf(err, errlen, "%s%s: gRPC status %d: %s", endpoint, gc->method, a.status, a.message);
             result = grpc_retryable(a.status) ? 1 : -1;
+            c->failed_as = (int)kind_of_refusal(result == 1, a.message);
         } else if (!grpc_unframe(&a.body, gc->answer)) {
             snprintf(err, errlen, "%s%s: the answer is not one gRPC message", endpoint, gc->method);
+            c->failed_as = ETCD_ERR_UNAVAILABLE;
             result = 1;
         } else if (gc->answer->nomem) {
             snprintf(err, errlen, "out of memory reading etcd's answer");

@@ -24,12 +24,43 @@
 #define LEASEGATE_ETCD_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "store/pb.h"
 
 #define ETCD_MAX_ENDPOINTS 8
+
+/* Why an attempt of a call got no usable answer, for /metrics. */
+typedef enum EtcdErrKind {
+    ETCD_ERR_UNREACHABLE, /* nothing answered: refused, reset, no route, name not found */
+    ETCD_ERR_TIMEOUT,     /* no answer within the attempt's bound */
+    ETCD_ERR_TLS,         /* a certificate was refused, ours or etcd's */
+    ETCD_ERR_UNAVAILABLE, /* etcd answered that it cannot now: no leader, too many requests, stopping */
+    ETCD_ERR_NOSPACE,     /* etcd's quota alarm: "database space exceeded" */
+    ETCD_ERR_REFUSED,     /* any other final refusal: permission, authentication, a bad request */
+    ETCD_ERR_KINDS
+} EtcdErrKind;
+
+/* What this gateway's etcd clients met, counted for /metrics. One per gateway
+ * (the server context owns it), shared by every client of it on any thread:
+ * counters only, each updated on its own. */
+typedef struct EtcdStats {
+    _Atomic uint64_t errors[ETCD_ERR_KINDS]; /* attempts that failed, by kind */
+    _Atomic uint64_t retries;            /* attempts after a call's first (the next member, a new round) */
+    _Atomic uint64_t keepalive_failures; /* keepalives of the leadership lease that renewed nothing */
+    _Atomic uint64_t elections_won;      /* campaigns this gateway won, and re-leads under a new lease */
+    _Atomic uint64_t leader_changes;     /* times this gateway saw another leader (or none) take over */
+    /* Kept by the compaction and quota code (leasegate_etcd_compactions_total,
+     * leasegate_etcd_alarm): the history compactions this gateway made, and 1
+     * while etcd raises an alarm that refuses writes (NOSPACE), else 0. */
+    _Atomic uint64_t compactions;
+    _Atomic uint64_t alarm;
+} EtcdStats;
+
+const char *etcd_err_kind_name(EtcdErrKind k);
 
 /* --store etcd://HOST:PORT[,HOST:PORT...]/PREFIX, or etcds://... for etcd
  * over TLS (its certificate verified against cacert, always). */
@@ -38,10 +69,11 @@ typedef struct EtcdUrl {
     size_t nendpoints;
     char prefix[256]; /* without leading or trailing '/', never empty */
     const char *cacert; /* borrowed: the CAs etcd's certificate must be signed by; NULL: the system's */
+    EtcdStats *stats;   /* borrowed: where every client of this URL counts; NULL: nowhere */
 } EtcdUrl;
 
 /* false with the reason in err when url is not etcd(s)://HOST:PORT[,...]/PREFIX.
- * Sets no cacert. */
+ * Sets no cacert and no stats. */
 bool etcd_url_parse(const char *url, EtcdUrl *out, char *err, size_t errlen);
 
 typedef struct EtcdClient EtcdClient;
@@ -61,6 +93,11 @@ void etcd_client_retry(EtcdClient *c, long first_timeout_ms, long budget_ms);
 /* A call is given up when cancelled(ud) returns true (a candidate's, when the
  * gateway is asked to stop); it is asked about once a second while it waits. */
 void etcd_client_cancel_when(EtcdClient *c, bool (*cancelled)(void *ud), void *ud);
+
+/* Why the last call's last failed attempt failed (an EtcdErrKind); -1 when
+ * none of its attempts failed that way (it succeeded at once, was cancelled,
+ * ran out of memory). */
+int etcd_client_last_error(const EtcdClient *c);
 
 /* The next call starts at the next endpoint: after an answer another member
  * may give differently (a keepalive's TTL 0 from a member that lost track of

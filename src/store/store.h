@@ -1,13 +1,9 @@
 /*
  * store — where durable state lives, behind one small interface.
  *
- * Storage receives plain records and never sees the lock table. A batch is
- * applied atomically (one transaction, one fsync for SQLite): after
+ * Storage receives plain records (record.h) and never sees the lock table. A
+ * batch is applied atomically (one transaction, one fsync for SQLite): after
  * store->commit returns 0, every record in it survives a crash or power loss.
- *
- * When you change StoreLock or StoreHolder, also change: the schema and
- * statements in store_sqlite.c, the records in store_etcd.c, the snapshots
- * in commit.c, and the loader in gateway.c.
  */
 #ifndef LEASEGATE_STORE_H
 #define LEASEGATE_STORE_H
@@ -16,87 +12,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/audit.h"
-#include "core/locktab.h"
+#include <assert.h>
 
-/* One name's durable record: a lock's (last token, lock-delay, and its
- * writer while a writer holds it) or a semaphore's (last token, limit); or,
- * with forget, the record's removal. Readers and permits are StoreHolder
- * records. Records apply in order. */
-typedef struct StoreLock {
-    const char *name;
-    uint8_t kind;        /* LockKind */
-    bool forget;         /* delete the record (and a lock's guard mark); nothing else is set */
-    uint64_t last_token;
-    uint32_t limit;      /* semaphores */
-    int64_t delay_until_ms; /* locks: a lock-delay runs until then (Unix ms); 0: none */
-    bool held;           /* locks: a writer holds it */
-    Holder holder;       /* the writer, valid when held; strings borrowed */
-} StoreLock;
+#include "core/threads.h"
+#include "store/record.h"
 
-/* A reader of a lock or a permit of a semaphore, keyed by its token (unique,
- * and fixed for the lease's life); or, with gone, its removal. */
-typedef struct StoreHolder {
-    const char *name;    /* the lock or semaphore */
-    uint8_t kind;        /* LockKind */
-    bool gone;           /* delete it: only holder.token is set */
-    Holder holder;       /* strings borrowed */
-} StoreHolder;
-
-/* A high-water mark: a fence resource's, or the guard's for one lock; or,
- * with forget, a fence resource's removal (its mark lives on in a floor). */
-typedef struct StoreMark {
-    const char *name;
-    uint64_t max_token;
-    bool forget;
-    /* Guard marks only: when the guard last let a write of the lock through
-     * (Unix ms; 0: unknown), so that a restart waits out --guard-settle. */
-    int64_t at_ms;
-} StoreMark;
-
-/* The floor of one bucket of forgotten fence resources (fence.h). */
-typedef struct StoreFloor {
-    uint32_t bucket;
-    uint64_t floor;
-} StoreFloor;
-
-/* A lease that ended (for not_holder reasons after a restart). */
-typedef struct StoreEnded {
-    const char *lock;
-    uint8_t kind;         /* LockKind of the name */
-    const uint8_t *lease; /* LEASE_ID_BYTES */
-    uint64_t token;
-    int how; /* LeaseEnd */
-    uint64_t seq;
-} StoreEnded;
-
-/* An audit row its key evicted (auditlog.h): storage deletes it. */
-typedef struct StoreAuditDrop {
-    const char *key; /* "" for rows without a key */
-    uint64_t seq;
-} StoreAuditDrop;
-
+/* The records of one batch, applied in order, and what belongs to the batch
+ * as a whole. */
 typedef struct StoreBatch {
-    const StoreLock *locks;
-    size_t nlocks;
-    const StoreHolder *holders; /* applied after every lock record */
-    size_t nholders;
-    const StoreMark *fences;
-    size_t nfences;
-    const StoreMark *guard_marks; /* highest token the guard forwarded, per lock */
-    size_t nguard_marks;
-    const StoreFloor *floors;
-    size_t nfloors;
-    const StoreEnded *ended;
-    size_t nended;
+    const StoreRecord *records;
+    size_t n;
     uint64_t history_keep; /* ended leases kept: the newest this many (by seq) */
-    const AuditRow *audit; /* the audit trail's new rows (audit.h), in seq order */
-    size_t naudit;
-    /* Rows each key's --audit-keep evicted, in the order they went (the rows
-     * of one key in seq order); some may be among `audit` (kept, then
-     * evicted by a later row of the same batch): they are not kept. */
-    const StoreAuditDrop *audit_drops;
-    size_t naudit_drops;
     /* Every audit row below this seq is gone (auditlog_gone_below); 0: not known. */
     uint64_t audit_gone_below;
     /* Nonzero when the batch forgets locks: the global token counter, which the
@@ -106,22 +32,11 @@ typedef struct StoreBatch {
 
 typedef struct StoreLoad {
     void *ud;
-    /* Called once per stored lock or semaphore; nonzero aborts the load. */
-    int (*lock)(void *ud, const StoreLock *lock);
-    /* After the locks: every reader and permit, by token. */
-    int (*holder)(void *ud, const StoreHolder *holder);
-    int (*fence)(void *ud, const StoreMark *fence);
-    int (*guard_mark)(void *ud, const StoreMark *mark);
-    int (*floor)(void *ud, const StoreFloor *floor);
-    /* Before the locks: the largest seq of a stored ended lease (0: none). */
+    /* First: the largest seq of a stored ended lease (0: none). */
     int (*history_seq)(void *ud, uint64_t seq);
-    /* After the locks: ended leases, oldest first. */
-    int (*ended)(void *ud, const StoreEnded *ended);
-    /* The token of every lease ever force-released (how LEASE_END_REVOKED):
-     * kept whatever the history keeps. */
-    int (*revoked)(void *ud, uint64_t token);
-    /* The audit trail's rows, oldest first. */
-    int (*audit)(void *ud, const AuditRow *row);
+    /* Then every stored record, kind by kind in the order of record.h
+     * (STORE_RECORD_KINDS), each a put; nonzero aborts the load. */
+    int (*record)(void *ud, const StoreRecord *r);
 } StoreLoad;
 
 typedef struct Store Store;
@@ -148,8 +63,13 @@ typedef struct StoreOps {
     int (*snapshot)(Store *s, uint64_t *size);
 } StoreOps;
 
+/* A store has one owner at a time (threads.h): the thread that opened it,
+ * which loads it, then the commit writer from the first batch it commits
+ * until commit_free joins it. Its error may be read by the loop once a
+ * commit is DONE (commit.c publishes it). */
 struct Store {
     const StoreOps *ops;
+    ThreadOwner owner;
 };
 
 /* Opens (creating if needed) the SQLite database at path. boot_id names this
@@ -194,12 +114,25 @@ int store_sqlite_check_copy(const char *partial, const char *dest, StoreBackupIn
 
 static inline int store_load(Store *s, const StoreLoad *cb, uint64_t *last_token)
 {
+    assert(thread_owns(&s->owner));
     return s->ops->load(s, cb, last_token);
 }
-static inline int store_commit(Store *s, const StoreBatch *b) { return s->ops->commit(s, b); }
+static inline int store_commit(Store *s, const StoreBatch *b)
+{
+    assert(thread_owns(&s->owner));
+    return s->ops->commit(s, b);
+}
 static inline bool store_has_barrier(const Store *s) { return s->ops->barrier != NULL; }
-static inline int store_barrier(Store *s) { return s->ops->barrier(s); }
-static inline void store_close(Store *s) { s->ops->close(s); }
+static inline int store_barrier(Store *s)
+{
+    assert(thread_owns(&s->owner));
+    return s->ops->barrier(s);
+}
+static inline void store_close(Store *s)
+{
+    assert(thread_owns(&s->owner));
+    s->ops->close(s);
+}
 static inline const char *store_error(const Store *s) { return s->ops->error(s); }
 static inline bool store_can_snapshot(const Store *s) { return s->ops->snapshot != NULL; }
 

@@ -7,15 +7,19 @@
  *                             digits; every transaction applies only while the stored one is
  *                             its predecessor's, and writes its own (commit_part), so a late
  *                             copy of a transaction sent again changes nothing
- *   PREFIX/locks/NAME         JSON {last_token, delay_until_ms?, holder?: {lease (uuid text),
- *                             owner, token, ttl_ms, acquired_at_ms, expires_at_ms, count,
- *                             metadata (JSON text), request_id?, key?, lock_delay_ms?}}: the
- *                             holder is the lock's writer
+ *   PREFIX/meta/layout        decimal: the layout of the keys below (LAYOUT), written by every
+ *                             leader as it begins; a gateway refuses a lock space whose layout
+ *                             is newer than it knows (absent: 1, before every lease had a key)
+ *   PREFIX/locks/NAME         a lock's own record: JSON {last_token, delay_until_ms?}. Layout 1
+ *                             kept the lock's writer in it too ("holder": the fields of a
+ *                             lease below, without kind, name and mode): still read
  *   PREFIX/semaphores/NAME    JSON {last_token, limit}
- *   PREFIX/holders/TOKEN      a lock's reader or a semaphore's permit (TOKEN zero-padded to 20
- *                             digits, so key order is grant order): JSON {kind (0 lock,
- *                             1 semaphore), name, mode (0 write, 1 read), and the fields of a
- *                             lock's holder}
+ *   PREFIX/holders/TOKEN      one lease, whatever its mode (TOKEN zero-padded to 20 digits, so
+ *                             key order is grant order): JSON {kind (0 lock, 1 semaphore), name,
+ *                             mode? (1: a reader; left out: a writer or a permit), lease (uuid
+ *                             text), owner, token, ttl_ms, acquired_at_ms, expires_at_ms, count,
+ *                             metadata (JSON text), request_id?, key?, lock_delay_ms?}. Layout 1
+ *                             wrote readers and permits here, with "mode" always
  *   PREFIX/fences/RESOURCE    decimal max token
  *   PREFIX/guard/LOCK         decimal max token the guard let through, a space, and when it last
  *                             let a write through (Unix ms; older gateways wrote the token alone)
@@ -44,6 +48,13 @@
  * arrays: it fails its load and exits, committing nothing; upgrade every
  * gateway of a store together).
  *
+ * Layouts across a rolling upgrade (docs/high-availability.md): this gateway
+ * loads layout 1 and 2 alike, and writes layout 2. A gateway of layout 1
+ * elected over a lock space this one has written fails its load on the
+ * first writer's or permit's key (it requires "mode", which layout 2 leaves
+ * out for them, so that it can never load a writer it would then keep in two
+ * places) and exits, having written nothing but its commit mark.
+ *
  * The history is pruned by deleting the range [kind/0, kind/UPTO+1), that is
  * every key whose rows are all at or below UPTO = newest seq - keep: a batch
  * whose rows straddle UPTO stays whole until a later prune, so storage keeps
@@ -62,13 +73,14 @@
  * once, whatever copies of them etcd still holds.
  *
  * The counter is max(meta/last_token, every lock's and semaphore's
- * last_token, every holder's token), as in store_sqlite.c. Holder deadlines are on one machine's boot clock and mean
- * nothing to another gateway: they are not stored, and holders load with
- * deadline_ms = -1, so that expires_at_ms (Unix ms) rules (locktab_load).
+ * last_token, every lease's token), as in store_sqlite.c. Lease deadlines
+ * are on one machine's boot clock and mean nothing to another gateway: they
+ * are not stored, and leases load with deadline_ms = -1, so that
+ * expires_at_ms (Unix ms) rules (locktab_load_holder).
  *
- * When you change StoreLock, StoreHolder or the records above, also change
- * their writers (lock_value, holder_value) and loaders (load_lock,
- * load_holder) together, and the key list above.
+ * Each record kind's key and codec are described once, in ETCD_KINDS: the
+ * writer (record_op) and the loader (LOAD_RANGES, whose decoders are the
+ * codecs' other half) read them.
  */
 #include "store/store.h"
 
@@ -80,9 +92,11 @@
 #include <uuid/uuid.h>
 
 #include "core/leasehist.h"
+#include "core/log.h"
 #include "store/election.h"
 #include "store/etcd.h"
 #include "store/etcd_txn.h"
+#include "store/arena.h"
 #include "store/jsondump.h"
 
 /* A transaction carries at most --etcd-max-txn-ops operations (etcd's
@@ -121,6 +135,18 @@ typedef struct EtcdStore {
     uint64_t mark_seq;    /* the commit mark of the last part sent (see commit_part) */
     uint64_t pruned_upto; /* history seqs up to this are deleted */
     bool audit_legacy;    /* the load found audit groups of every key together (PREFIX/audit/SEQ) */
+    uint64_t load_max_token; /* while loading: the largest last_token and token seen */
+    /* While loading: the writers found inside their locks' records (layout 1),
+     * as the records that rewrite them in layout 2 (each writer's lease,
+     * then its lock's record without it), and their tokens, sorted once the
+     * locks are read; their strings in `legacy_strings`. */
+    StoreRecord *legacy;
+    size_t nlegacy, caplegacy;
+    uint64_t *legacy_tokens;
+    bool legacy_sorted;
+    Arena legacy_strings;
+    char *layout_key;     /* PREFIX/meta/layout; owned */
+    char *layout_key_b64; /* the same in base64, for the JSON gateway; owned */
     uint64_t audit_legacy_below; /* such groups whose rows are all below this are deleted */
     char err[512];
 } EtcdStore;
@@ -190,11 +216,8 @@ static char *decimal(uint64_t v)
     return asprintf(&text, "%" PRIu64, v) < 0 ? NULL : text;
 }
 
-static char *guard_value(const StoreMark *m)
-{
-    char *text;
-    return asprintf(&text, "%" PRIu64 " %" PRId64, m->max_token, m->at_ms) < 0 ? NULL : text;
-}
+/* The layout this gateway writes (see the key list at the top). */
+#define LAYOUT 2
 
 /* A holder's fields; NULL when out of memory. */
 static json_t *holder_json(const Holder *h)
@@ -214,35 +237,72 @@ static json_t *holder_json(const Holder *h)
     return hj;
 }
 
-static char *lock_value(const StoreLock *l)
+static char *json_text(json_t *j)
 {
+    char *text = jsondump_whole(j, JSON_COMPACT);
+    json_decref(j);
+    return text;
+}
+
+static char *token_key(const EtcdStore *s, const char *kind, uint64_t token)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%020" PRIu64, token);
+    return key_of(s, kind, text);
+}
+
+/* Each kind's key (under PREFIX) and a put's value (owned; NULL when out
+ * of memory): see the key list at the top. */
+
+static char *lock_key(const EtcdStore *s, const StoreRecord *r)
+{
+    return key_of(s, r->lock.kind == KIND_SEMAPHORE ? "semaphores" : "locks", r->lock.name);
+}
+
+static char *lock_value(const StoreRecord *r)
+{
+    const StoreLock *l = &r->lock;
     json_t *j = l->kind == KIND_SEMAPHORE
                     ? json_pack("{s:I, s:I}", "last_token", (json_int_t)l->last_token, "limit", (json_int_t)l->limit)
                     : json_pack("{s:I}", "last_token", (json_int_t)l->last_token);
     if (j && l->kind == KIND_LOCK && l->delay_until_ms &&
         json_object_set_new(j, "delay_until_ms", json_integer(l->delay_until_ms)))
         json_decref(j), j = NULL;
-    if (j && l->held) {
-        json_t *hj = holder_json(&l->holder);
-        if (!hj || json_object_set_new(j, "holder", hj))
-            json_decref(j), j = NULL;
-    }
-    char *text = jsondump_whole(j, JSON_COMPACT);
-    json_decref(j);
-    return text;
+    return json_text(j);
 }
 
-static char *holder_value(const StoreHolder *r)
+static char *holder_key(const EtcdStore *s, const StoreRecord *r) { return token_key(s, "holders", r->holder.holder.token); }
+
+static char *holder_value(const StoreRecord *r)
 {
-    json_t *j = holder_json(&r->holder);
-    if (j && (json_object_set_new(j, "kind", json_integer(r->kind)) ||
-              json_object_set_new(j, "name", json_string(r->name)) ||
-              json_object_set_new(j, "mode", json_integer(r->holder.mode))))
+    const StoreHolder *x = &r->holder;
+    json_t *j = holder_json(&x->holder);
+    if (j && (json_object_set_new(j, "kind", json_integer(x->kind)) || json_object_set_new(j, "name", json_string(x->name)) ||
+              (x->holder.mode && json_object_set_new(j, "mode", json_integer(x->holder.mode)))))
         json_decref(j), j = NULL;
-    char *text = jsondump_whole(j, JSON_COMPACT);
-    json_decref(j);
-    return text;
+    return json_text(j);
 }
+
+static char *fence_key(const EtcdStore *s, const StoreRecord *r) { return key_of(s, "fences", r->fence.name); }
+static char *fence_value(const StoreRecord *r) { return decimal(r->fence.max_token); }
+static char *guard_mark_key(const EtcdStore *s, const StoreRecord *r) { return key_of(s, "guard", r->guard_mark.name); }
+
+static char *guard_mark_value(const StoreRecord *r)
+{
+    char *text;
+    return asprintf(&text, "%" PRIu64 " %" PRId64, r->guard_mark.max_token, r->guard_mark.at_ms) < 0 ? NULL : text;
+}
+
+static char *floor_key(const EtcdStore *s, const StoreRecord *r)
+{
+    char bucket[16];
+    snprintf(bucket, sizeof bucket, "%010" PRIu32, r->floor.bucket);
+    return key_of(s, "floors", bucket);
+}
+
+static char *floor_value(const StoreRecord *r) { return decimal(r->floor.floor); }
+static char *revoked_key(const EtcdStore *s, const StoreRecord *r) { return token_key(s, "revoked", r->revoked.token); }
+static char *revoked_value(const StoreRecord *r) { return strdup(r->revoked.lock); }
 
 /* A row of the lease history or of the audit trail, with its seq: an element
  * of a group's array (see the key list at the top). */
@@ -326,7 +386,6 @@ static void group_add(const EtcdStore *s, Group *g, Ops *ops, const char *kind, 
         g->last = seq;
 }
 
-/* The batch as one operation per record, in the order SQLite applies them. */
 /* Where key's rows go, as a kind for seq_key: "audit/k-NAME", or "audit/-"
  * for rows without a key. */
 static void audit_kind(const char *key, char *out, size_t outlen)
@@ -340,13 +399,15 @@ static uint64_t audit_dropped_upto(const StoreBatch *b, const char *key, uint64_
 {
     uint64_t upto = 0;
     *from = UINT64_MAX;
-    for (size_t i = 0; i < b->naudit_drops; i++)
-        if (!strcmp(b->audit_drops[i].key, key)) {
-            if (b->audit_drops[i].seq > upto)
-                upto = b->audit_drops[i].seq;
-            if (b->audit_drops[i].seq < *from)
-                *from = b->audit_drops[i].seq;
+    for (size_t i = 0; i < b->n; i++) {
+        const StoreRecord *r = &b->records[i];
+        if (r->kind == REC_AUDIT && r->removal && !strcmp(r->audit.key, key)) {
+            if (r->audit.seq > upto)
+                upto = r->audit.seq;
+            if (r->audit.seq < *from)
+                *from = r->audit.seq;
         }
+    }
     return upto;
 }
 
@@ -369,14 +430,16 @@ static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
 {
     *legacy_below = 0;
     /* The keys of the batch, each once: new rows or evictions. */
-    const char **keys = calloc(b->naudit + b->naudit_drops + 1, sizeof *keys);
+    const char **keys = calloc(b->n + 1, sizeof *keys);
     size_t nkeys = 0;
     if (!keys) {
         ops->nomem = true;
         return;
     }
-    for (size_t i = 0; i < b->naudit + b->naudit_drops; i++) {
-        const char *k = i < b->naudit ? b->audit[i].key : b->audit_drops[i - b->naudit].key;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->records[i].kind != REC_AUDIT)
+            continue;
+        const char *k = b->records[i].audit.key;
         size_t j = 0;
         while (j < nkeys && strcmp(keys[j], k))
             j++;
@@ -388,9 +451,11 @@ static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
         char kind[96];
         audit_kind(keys[j], kind, sizeof kind);
         Group g = {0};
-        for (size_t i = 0; i < b->naudit; i++)
-            if (!strcmp(b->audit[i].key, keys[j]) && b->audit[i].seq > upto)
-                group_add(s, &g, ops, kind, audit_row(&b->audit[i]), b->audit[i].seq);
+        for (size_t i = 0; i < b->n; i++) {
+            const StoreRecord *r = &b->records[i];
+            if (r->kind == REC_AUDIT && !r->removal && !strcmp(r->audit.key, keys[j]) && r->audit.seq > upto)
+                group_add(s, &g, ops, kind, audit_row(&r->audit), r->audit.seq);
+        }
         group_end(s, &g, ops, kind);
         if (upto)
             ops_add(ops, seq_key(s, kind, from), NULL, seq_key(s, kind, upto + 1), PRIO_PRUNE);
@@ -405,45 +470,51 @@ static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
     }
 }
 
+/* Each kind on etcd, described once: its key and value (see the key list at
+ * the top; NULL: grouped, many rows to a key, by batch_ops), and where its
+ * puts and removals go among the parts of a split batch (order_ops). A kind
+ * missing here is a compile error (ETCD_KIND_<KIND> undefined). */
+typedef struct EtcdKind {
+    char *(*key)(const EtcdStore *s, const StoreRecord *r);
+    char *(*value)(const StoreRecord *r);
+    int put_prio, removal_prio;
+} EtcdKind;
+
+#define ETCD_KIND_LOCK {lock_key, lock_value, PRIO_PUT, PRIO_DELETE}
+#define ETCD_KIND_HOLDER {holder_key, holder_value, PRIO_PUT, PRIO_HOLDER_GONE}
+#define ETCD_KIND_FENCE {fence_key, fence_value, PRIO_PUT, PRIO_DELETE}
+#define ETCD_KIND_GUARD_MARK {guard_mark_key, guard_mark_value, PRIO_PUT, PRIO_DELETE}
+#define ETCD_KIND_FLOOR {floor_key, floor_value, PRIO_FLOOR, PRIO_DELETE}
+#define ETCD_KIND_ENDED {NULL, NULL, PRIO_PUT, PRIO_PRUNE}
+#define ETCD_KIND_REVOKED {revoked_key, revoked_value, PRIO_REVOKED, PRIO_DELETE}
+#define ETCD_KIND_AUDIT {NULL, NULL, PRIO_PUT, PRIO_PRUNE}
+
+static const EtcdKind ETCD_KINDS[REC_KINDS] = {
+#define ETCD_KIND_ENTRY(K, member, type) [REC_##K] = ETCD_KIND_##K,
+    STORE_RECORD_KINDS(ETCD_KIND_ENTRY)
+#undef ETCD_KIND_ENTRY
+};
+
+/* One record's operation, by its kind's descriptor (grouped kinds apart). */
+static void record_op(const EtcdStore *s, const StoreRecord *r, Ops *ops)
+{
+    const EtcdKind *d = &ETCD_KINDS[r->kind];
+    if (d->key)
+        ops_add(ops, d->key(s, r), r->removal ? NULL : d->value(r), NULL, r->removal ? d->removal_prio : d->put_prio);
+}
+
+/* The batch as one operation per record, in the order SQLite applies them. */
 static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_t *prune_upto,
                       uint64_t *audit_legacy_below)
 {
-    for (size_t i = 0; i < b->nlocks; i++) {
-        const StoreLock *l = &b->locks[i];
-        const char *kind = l->kind == KIND_SEMAPHORE ? "semaphores" : "locks";
-        if (l->forget) {
-            ops_add(ops, key_of(s, kind, l->name), NULL, NULL, PRIO_DELETE);
-            if (l->kind == KIND_LOCK)
-                ops_add(ops, key_of(s, "guard", l->name), NULL, NULL, PRIO_DELETE);
-        } else {
-            ops_add(ops, key_of(s, kind, l->name), lock_value(l), NULL, PRIO_PUT);
-        }
-    }
-    for (size_t i = 0; i < b->nholders; i++) {
-        const StoreHolder *r = &b->holders[i];
-        char token[24];
-        snprintf(token, sizeof token, "%020" PRIu64, r->holder.token);
-        ops_add(ops, key_of(s, "holders", token), r->gone ? NULL : holder_value(r), NULL,
-                r->gone ? PRIO_HOLDER_GONE : PRIO_PUT);
+    uint64_t last = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        record_op(s, &b->records[i], ops);
+        if (b->records[i].kind == REC_ENDED && b->records[i].ended.seq > last)
+            last = b->records[i].ended.seq;
     }
     if (b->counter)
         ops_add(ops, key_of(s, "meta", "last_token"), decimal(b->counter), NULL, PRIO_COUNTER);
-    for (size_t i = 0; i < b->nfences; i++) {
-        const StoreMark *m = &b->fences[i];
-        ops_add(ops, key_of(s, "fences", m->name), m->forget ? NULL : decimal(m->max_token), NULL,
-                m->forget ? PRIO_DELETE : PRIO_PUT);
-    }
-    for (size_t i = 0; i < b->nfloors; i++) {
-        char bucket[16];
-        snprintf(bucket, sizeof bucket, "%010" PRIu32, b->floors[i].bucket);
-        ops_add(ops, key_of(s, "floors", bucket), decimal(b->floors[i].floor), NULL, PRIO_FLOOR);
-    }
-    for (size_t i = 0; i < b->nguard_marks; i++)
-        ops_add(ops, key_of(s, "guard", b->guard_marks[i].name), guard_value(&b->guard_marks[i]), NULL, PRIO_PUT);
-    uint64_t last = 0;
-    for (size_t i = 0; i < b->nended; i++)
-        if (b->ended[i].seq > last)
-            last = b->ended[i].seq;
     /* Pruning deletes [history/FROM, history/upto+1): every group whose
      * largest seq is at most upto. No put may fall in that range (etcd refuses
      * a txn whose operations overlap): a group holds only seqs above upto (an
@@ -453,18 +524,14 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
      * range too (audit_ops), and every group named up to the last prune's
      * upto went with it. */
     uint64_t keep = b->history_keep, chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
-    bool prune = b->nended && keep && last > keep && last - keep >= s->pruned_upto + chunk;
+    bool prune = last && keep && last > keep && last - keep >= s->pruned_upto + chunk;
     uint64_t upto = prune ? last - keep : 0;
     *prune_upto = upto;
     Group g = {0};
-    for (size_t i = 0; i < b->nended; i++) {
-        if (b->ended[i].seq > upto)
-            group_add(s, &g, ops, "history", ended_row(&b->ended[i]), b->ended[i].seq);
-        if (b->ended[i].how == LEASE_END_REVOKED) {
-            char token[24];
-            snprintf(token, sizeof token, "%020" PRIu64, b->ended[i].token);
-            ops_add(ops, key_of(s, "revoked", token), strdup(b->ended[i].lock), NULL, PRIO_REVOKED);
-        }
+    for (size_t i = 0; i < b->n; i++) {
+        const StoreRecord *r = &b->records[i];
+        if (r->kind == REC_ENDED && r->ended.seq > upto)
+            group_add(s, &g, ops, "history", ended_row(&r->ended), r->ended.seq);
     }
     group_end(s, &g, ops, "history");
     if (prune)
@@ -494,17 +561,19 @@ static int by_prio_then_order(const void *a, const void *b)
  *
  * Then the order of the parts, for a batch split over several transactions:
  * the counter first, then fence floors, then revoked tokens, then the
- * removals of readers and permits, then every put, then deletes, then the
- * history prune. Each part is durable on its own, so a gateway that dies
+ * removals of leases, then every put (within them, the order the records
+ * were made: a grant's name record before its lease), then deletes, then
+ * the history prune. Each part is durable on its own, so a gateway that dies
  * between parts leaves a prefix of them: written in this order, no prefix
- * deletes a row before what vouches for its token (the counter for a lock,
- * the floor for a fence mark; a reader's or permit's token is its name's
- * last_token, already in) is in, so no token and no mark can go backwards
- * for the next leader, and no prefix frees a force-released lock without its
- * token's revocation (the lock's record is a put that comes after, and a
- * reader's removal comes after the revocation). A prefix may still hold a
- * reader or permit of the batch beside its name's record from before it (a
- * writer, a smaller limit): the load keeps the older grants and drops the
+ * deletes a row before what vouches for its token (the counter for a name,
+ * the floor for a fence mark; a lease's token is its name's last_token,
+ * whose put comes with the grant, before the lease's) is in, so no token and
+ * no mark can go backwards for the next leader, and no prefix frees a
+ * force-released lock without its token's revocation (the lease's removal
+ * comes after it). Every removal of a lease comes before every new one, and
+ * a grant's name record (a semaphore's limit) before its lease, so no prefix
+ * holds a new lease beside one the batch ended, or past its limit; should a
+ * store hold one all the same, the load keeps the older grants and drops the
  * younger, which no answer revealed (gateway.c). */
 static void order_ops(Ops *ops)
 {
@@ -711,6 +780,10 @@ static int put_first_mark(EtcdStore *s, long long seen)
     txn_fence(s, &txn);
     etcd_txn_compare_mod(&txn, s->mark_key, seen);
     etcd_txn_put(&txn, ETCD_SUCCESS, s->mark_key, mark);
+    /* From this leader on, the lock space is in this gateway's layout. */
+    char layout[8];
+    snprintf(layout, sizeof layout, "%d", LAYOUT);
+    etcd_txn_put(&txn, ETCD_SUCCESS, s->layout_key, layout);
     EtcdTxnAnswer answer;
     char err[400];
     int rc = txn.nomem ? (snprintf(err, sizeof err, "out of memory"), -1)
@@ -787,9 +860,9 @@ static int refence(EtcdStore *s, const char *last, const char *sent, bool *appli
     free(found);
     if (put_first_mark(s, seen))
         return -1;
-    fprintf(stderr, "leasegate: commits go on under the new leader key (revision %lld): nothing was written "
-                    "while this gateway had no lease\n",
-            rev);
+    log_line(LEVEL_INFO, "commits go on under the new leader key (revision %lld): nothing was written "
+                         "while this gateway had no lease",
+             rev);
     return 0;
 }
 
@@ -873,7 +946,7 @@ static int etcd_commit(Store *base, const StoreBatch *b)
 
 /* Loading. */
 
-typedef int (*KvFn)(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg);
+typedef int (*KvFn)(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg);
 
 /* A range read of the load (req: etcd's RangeRequest, consumed), at the
  * load's revision. When etcd has compacted that revision away, the load goes
@@ -897,8 +970,8 @@ static int load_range(EtcdStore *s, json_t *req, json_t **resp, char *err, size_
             json_decref(req);
             return rc;
         }
-        fprintf(stderr, "leasegate: etcd compacted revision %lld during the load; going on at the latest\n",
-                s->load_rev);
+        log_line(LEVEL_INFO, "etcd compacted revision %lld during the load; going on at the latest",
+                 s->load_rev);
         s->load_rev = 0;
         json_object_del(req, "revision");
     }
@@ -922,7 +995,7 @@ static int range_page(EtcdStore *s, const char *start, size_t startlen, const ch
  * (see load_range), in key order. fn gets the name below
  * PREFIX/kind/ and the value, both NUL-terminated. Groups of history and
  * audit rows (up to GROUP_BYTES each) come GROUP_PAGE keys to a page. */
-static int range_all(EtcdStore *s, const char *kind, const StoreLoad *cb, KvFn fn, void *arg)
+static int range_all(EtcdStore *s, const char *kind, const StoreLoad *cb, KvFn fn, int arg)
 {
     int limit = !strcmp(kind, "history") || !strcmp(kind, "audit") ? GROUP_PAGE : LOAD_PAGE;
     char *prefix = key_of(s, kind, "");
@@ -1032,78 +1105,147 @@ static bool parse_holder(const json_t *h, Holder *x)
     return ok;
 }
 
-/* A record under PREFIX/locks/ or PREFIX/semaphores/ (arg: its kind). */
-static int load_name(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, LockKind kind,
-                     uint64_t *max_token)
+/* Hands one decoded record to the loader; what names it in the error. */
+static int deliver(EtcdStore *s, const StoreLoad *cb, const StoreRecord *r, const char *what, const char *name)
 {
+    if (cb->record(cb->ud, r)) {
+        snprintf(s->err, sizeof s->err, "cannot load %s %s", what, name);
+        return -1;
+    }
+    return 0;
+}
+
+static void saw_token(EtcdStore *s, uint64_t token)
+{
+    if (token > s->load_max_token)
+        s->load_max_token = token;
+}
+
+/* A layout-1 writer w of the lock whose record is r: kept, to be written
+ * again in layout 2 once the load is done (rewrite_legacy). 0, or -1 when
+ * out of memory. */
+static int keep_legacy(EtcdStore *s, const StoreRecord *w, const StoreRecord *r)
+{
+    if (s->nlegacy + 2 > s->caplegacy) {
+        size_t cap = s->caplegacy ? s->caplegacy * 2 : 64;
+        StoreRecord *p = realloc(s->legacy, cap * sizeof *p);
+        uint64_t *t = p ? realloc(s->legacy_tokens, cap / 2 * sizeof *t) : NULL;
+        if (p)
+            s->legacy = p;
+        if (!p || !t) {
+            snprintf(s->err, sizeof s->err, "out of memory");
+            return -1;
+        }
+        s->legacy_tokens = t;
+        s->caplegacy = cap;
+    }
+    if (!record_copy(&s->legacy_strings, &s->legacy[s->nlegacy], w) ||
+        !record_copy(&s->legacy_strings, &s->legacy[s->nlegacy + 1], r)) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    s->legacy_tokens[s->nlegacy / 2] = w->holder.holder.token;
+    s->nlegacy += 2;
+    s->legacy_sorted = false;
+    return 0;
+}
+
+static int by_token(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Is token a layout-1 writer's, already loaded from its lock's record? */
+static bool legacy_writer(EtcdStore *s, uint64_t token)
+{
+    if (!s->nlegacy)
+        return false;
+    if (!s->legacy_sorted) {
+        qsort(s->legacy_tokens, s->nlegacy / 2, sizeof *s->legacy_tokens, by_token);
+        s->legacy_sorted = true;
+    }
+    return bsearch(&token, s->legacy_tokens, s->nlegacy / 2, sizeof *s->legacy_tokens, by_token) != NULL;
+}
+
+static void legacy_clear(EtcdStore *s)
+{
+    free(s->legacy);
+    free(s->legacy_tokens);
+    s->legacy = NULL;
+    s->legacy_tokens = NULL;
+    s->nlegacy = s->caplegacy = 0;
+    arena_clear(&s->legacy_strings);
+}
+
+/* A name's record under PREFIX/locks/ or PREFIX/semaphores/ (arg: its
+ * LockKind); in layout 1, a lock's record that holds its writer is two
+ * records: the name's, then the writer's lease. */
+static int load_name(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
+{
+    LockKind kind = (LockKind)arg;
     json_t *j = json_loads(value, 0, NULL);
-    StoreLock l = {.name = name, .kind = (uint8_t)kind};
+    StoreRecord r = {.kind = REC_LOCK, .lock = {.name = name, .kind = (uint8_t)kind}};
+    StoreRecord w = {.kind = REC_HOLDER, .holder = {.name = name, .kind = (uint8_t)kind}};
     json_t *h = json_object_get(j, "holder");
     uint64_t limit = 0;
-    bool ok = json_u64(j, "last_token", &l.last_token) &&
+    bool ok = json_u64(j, "last_token", &r.lock.last_token) &&
               (kind == KIND_LOCK || (json_u64(j, "limit", &limit) && limit >= 1 && limit <= LOCKTAB_LIMIT_MAX)) &&
-              (!json_object_get(j, "delay_until_ms") || json_i64(j, "delay_until_ms", &l.delay_until_ms));
-    l.limit = (uint32_t)limit;
-    l.held = kind == KIND_LOCK && h != NULL;
-    if (ok && l.held) {
-        ok = parse_holder(h, &l.holder);
-        l.holder.mode = MODE_WRITE;
-    }
+              (!json_object_get(j, "delay_until_ms") || json_i64(j, "delay_until_ms", &r.lock.delay_until_ms)) &&
+              (!h || (kind == KIND_LOCK && parse_holder(h, &w.holder.holder)));
+    r.lock.limit = (uint32_t)limit;
+    w.holder.holder.mode = MODE_WRITE;
+    const char *what = kind == KIND_LOCK ? "lock" : "semaphore";
     int rc = 0;
     if (!ok) {
-        snprintf(s->err, sizeof s->err, "%s %s: corrupt record in etcd", kind == KIND_LOCK ? "lock" : "semaphore", name);
+        snprintf(s->err, sizeof s->err, "%s %s: corrupt record in etcd", what, name);
         rc = -1;
-    } else if (cb->lock(cb->ud, &l)) {
-        snprintf(s->err, sizeof s->err, "cannot load %s %s", kind == KIND_LOCK ? "lock" : "semaphore", name);
+    } else if (deliver(s, cb, &r, what, name) || (h && deliver(s, cb, &w, "the writer of lock", name)) ||
+               (h && keep_legacy(s, &w, &r))) {
         rc = -1;
-    } else if (l.last_token > *max_token) {
-        *max_token = l.last_token;
+    } else {
+        saw_token(s, r.lock.last_token);
+        saw_token(s, h ? w.holder.holder.token : 0);
     }
     json_decref(j);
     return rc;
 }
 
-/* arg: the largest last_token seen (uint64_t *). */
-static int load_lock(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+/* A lease under PREFIX/holders/TOKEN. */
+static int load_holder(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
 {
-    return load_name(s, cb, name, value, KIND_LOCK, arg);
-}
-
-static int load_semaphore(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
-{
-    return load_name(s, cb, name, value, KIND_SEMAPHORE, arg);
-}
-
-/* A reader or permit under PREFIX/holders/TOKEN (arg: the largest token seen). */
-static int load_holder(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
-{
-    uint64_t *max_token = arg, token = 0, kind = 0, mode = 0;
+    (void)arg;
+    uint64_t token = 0, kind = 0, mode = MODE_WRITE;
     json_t *j = json_loads(value, 0, NULL);
-    StoreHolder r = {0};
-    r.name = json_string_value(json_object_get(j, "name"));
-    bool ok = parse_u64(name, &token) && r.name && json_u64(j, "kind", &kind) && kind < LOCK_KINDS &&
-              json_u64(j, "mode", &mode) && mode <= MODE_READ && parse_holder(j, &r.holder) && r.holder.token == token;
-    r.kind = (uint8_t)kind;
-    r.holder.mode = (uint8_t)mode;
+    StoreRecord r = {.kind = REC_HOLDER};
+    r.holder.name = json_string_value(json_object_get(j, "name"));
+    bool ok = parse_u64(name, &token) && r.holder.name && json_u64(j, "kind", &kind) && kind < LOCK_KINDS &&
+              (!json_object_get(j, "mode") || json_u64(j, "mode", &mode)) &&
+              (mode == MODE_WRITE || (mode == MODE_READ && kind == KIND_LOCK)) && parse_holder(j, &r.holder.holder) &&
+              r.holder.holder.token == token;
+    r.holder.kind = (uint8_t)kind;
+    r.holder.holder.mode = (uint8_t)mode;
     int rc = 0;
     if (!ok) {
         snprintf(s->err, sizeof s->err, "holder %s: corrupt record in etcd", name);
         rc = -1;
-    } else if (cb->holder(cb->ud, &r)) {
-        snprintf(s->err, sizeof s->err, "cannot load holder %s of %s", name, r.name);
+    } else if (legacy_writer(s, token)) {
+        /* The same lease, written in layout 2 while its lock's record still
+         * held it (a rewrite cut short): loaded once, from the lock's record. */
+    } else if (deliver(s, cb, &r, "lease", name)) {
         rc = -1;
-    } else if (token > *max_token) {
-        *max_token = token;
+    } else {
+        saw_token(s, token);
     }
     json_decref(j);
     return rc;
 }
 
-/* arg: the callback for this kind of mark. */
-static int load_mark(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+/* A mark under PREFIX/fences/ or PREFIX/guard/ (arg: its StoreRecordKind). */
+static int load_mark(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
 {
-    int (*const *fn)(void *, const StoreMark *) = arg;
-    StoreMark m = {name, 0, false, 0};
+    StoreRecord r = {.kind = (uint8_t)arg};
+    StoreMark m = {name, 0, 0};
     /* A guard mark may carry its time after a space. */
     char token[24];
     size_t n = strcspn(value, " ");
@@ -1115,24 +1257,28 @@ static int load_mark(EtcdStore *s, const StoreLoad *cb, const char *name, const 
         ok = parse_u64(token, &m.max_token);
         m.at_ms = (int64_t)at;
     }
-    if (!ok || (*fn)(cb->ud, &m)) {
+    if (arg == REC_FENCE)
+        r.fence = m;
+    else
+        r.guard_mark = m;
+    if (!ok) {
         snprintf(s->err, sizeof s->err, "cannot load mark %s", name);
         return -1;
     }
-    return 0;
+    return deliver(s, cb, &r, "mark", name);
 }
 
-static int load_floor(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+static int load_floor(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
 {
     (void)arg;
     uint64_t bucket;
-    StoreFloor f;
-    if (!parse_u64(name, &bucket) || bucket > UINT32_MAX || !parse_u64(value, &f.floor) ||
-        (f.bucket = (uint32_t)bucket, cb->floor(cb->ud, &f))) {
+    StoreRecord r = {.kind = REC_FLOOR};
+    if (!parse_u64(name, &bucket) || bucket > UINT32_MAX || !parse_u64(value, &r.floor.floor)) {
         snprintf(s->err, sizeof s->err, "cannot load fence floor %s", name);
         return -1;
     }
-    return 0;
+    r.floor.bucket = (uint32_t)bucket;
+    return deliver(s, cb, &r, "fence floor", name);
 }
 
 /* One audit row: j its object, seq its seq. */
@@ -1140,22 +1286,24 @@ static int load_audit_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, ui
 {
     (void)s;
     int64_t kind = 0, at = 0;
-    AuditRow r = {0};
-    r.seq = seq;
-    r.lock = json_string_value(json_object_get(j, "lock"));
-    r.owner = json_string_value(json_object_get(j, "owner"));
-    r.key = json_string_value(json_object_get(j, "key"));
-    r.peer = json_string_value(json_object_get(j, "peer"));
+    StoreRecord rec = {.kind = REC_AUDIT};
+    AuditRow *r = &rec.audit;
+    r->seq = seq;
+    r->lock = json_string_value(json_object_get(j, "lock"));
+    r->owner = json_string_value(json_object_get(j, "owner"));
+    r->key = json_string_value(json_object_get(j, "key"));
+    r->peer = json_string_value(json_object_get(j, "peer"));
     uint64_t object = 0, mode = 0;
-    bool ok = r.lock && r.owner && r.key && r.peer && json_u64(j, "token", &r.token) && json_i64(j, "kind", &kind) &&
-              json_i64(j, "at_ms", &at) && (!json_object_get(j, "object") || json_u64(j, "object", &object)) &&
+    bool ok = r->lock && r->owner && r->key && r->peer && json_u64(j, "token", &r->token) &&
+              json_i64(j, "kind", &kind) && json_i64(j, "at_ms", &at) &&
+              (!json_object_get(j, "object") || json_u64(j, "object", &object)) &&
               (!json_object_get(j, "mode") || json_u64(j, "mode", &mode)) && object <= AUDIT_OF_FENCE &&
               mode <= AUDIT_MODE_READ;
-    r.kind = (int)kind;
-    r.object = (uint8_t)object;
-    r.mode = (uint8_t)mode;
-    r.at_ms = at;
-    return ok && cb->audit(cb->ud, &r) == 0 ? 0 : -1;
+    r->kind = (int)kind;
+    r->object = (uint8_t)object;
+    r->mode = (uint8_t)mode;
+    r->at_ms = at;
+    return ok && cb->record(cb->ud, &rec) == 0 ? 0 : -1;
 }
 
 /* The rows under one key of PREFIX/history/ or PREFIX/audit/, named by seq
@@ -1185,7 +1333,7 @@ static int load_rows(EtcdStore *s, const StoreLoad *cb, const char *name, const 
 }
 
 /* name: "KEY/SEQ" (a key's group), or "SEQ" (an older gateway's, every key's rows together). */
-static int load_audit(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+static int load_audit(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
 {
     (void)arg;
     const char *slash = strrchr(name, '/');
@@ -1198,15 +1346,15 @@ static int load_audit(EtcdStore *s, const StoreLoad *cb, const char *name, const
     return 0;
 }
 
-static int load_revoked(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+static int load_revoked(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
 {
-    (void)arg, (void)value;
-    uint64_t token;
-    if (!parse_u64(name, &token) || cb->revoked(cb->ud, token)) {
+    (void)arg;
+    StoreRecord r = {.kind = REC_REVOKED, .revoked = {0, value}};
+    if (!parse_u64(name, &r.revoked.token)) {
         snprintf(s->err, sizeof s->err, "cannot load revoked token %s", name);
         return -1;
     }
-    return 0;
+    return deliver(s, cb, &r, "revoked token", name);
 }
 
 static int load_ended_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, uint64_t seq)
@@ -1216,20 +1364,64 @@ static int load_ended_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, ui
     uint8_t id[LEASE_ID_BYTES];
     int64_t how = 0;
     uint64_t kind = 0;
-    StoreEnded e = {json_string_value(json_object_get(j, "lock")), 0, id, 0, 0, seq};
-    bool ok = e.lock && lease && uuid_parse(lease, id) == 0 && json_u64(j, "token", &e.token) &&
+    StoreRecord r = {.kind = REC_ENDED, .ended = {json_string_value(json_object_get(j, "lock")), 0, id, 0, 0, seq}};
+    StoreEnded *e = &r.ended;
+    bool ok = e->lock && lease && uuid_parse(lease, id) == 0 && json_u64(j, "token", &e->token) &&
               json_i64(j, "how", &how) && (!json_object_get(j, "kind") || json_u64(j, "kind", &kind)) &&
               kind < LOCK_KINDS;
-    e.kind = (uint8_t)kind;
-    e.how = (int)how;
-    return ok && cb->ended(cb->ud, &e) == 0 ? 0 : -1;
+    e->kind = (uint8_t)kind;
+    e->how = (int)how;
+    return ok && cb->record(cb->ud, &r) == 0 ? 0 : -1;
 }
 
-static int load_ended(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, void *arg)
+static int load_ended(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
 {
     (void)arg;
     if (load_rows(s, cb, name, value, load_ended_row)) {
         snprintf(s->err, sizeof s->err, "cannot load the lease history (%s)", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* What the load ranges, in record.h's order of kinds: each folder under
+ * PREFIX, and the decoder of its keys (arg: what it needs to know). */
+static const struct LoadRange {
+    const char *dir;
+    KvFn fn;
+    int arg;
+} LOAD_RANGES[] = {
+    {"locks", load_name, KIND_LOCK},   {"semaphores", load_name, KIND_SEMAPHORE}, {"holders", load_holder, 0},
+    {"fences", load_mark, REC_FENCE},  {"guard", load_mark, REC_GUARD_MARK},       {"floors", load_floor, 0},
+    {"history", load_ended, 0},        {"revoked", load_revoked, 0},               {"audit", load_audit, 0},
+};
+
+/* PREFIX/meta/layout: a lock space written by a newer leasegate than this
+ * one (a layout above LAYOUT) is refused before anything is written. */
+static int check_layout(EtcdStore *s)
+{
+    json_t *resp;
+    char err[400];
+    if (etcd_call(s->etcd, "/v3/kv/range", json_pack("{s:s}", "key", s->layout_key_b64), &resp, err, sizeof err)) {
+        snprintf(s->err, sizeof s->err, "etcd: cannot read the lock space's layout: %s", err);
+        return -1;
+    }
+    const char *v64 = json_string_value(json_object_get(json_array_get(json_object_get(resp, "kvs"), 0), "value"));
+    size_t len;
+    char *v = v64 ? etcd_b64_decode(v64, &len) : NULL;
+    uint64_t layout = 1;
+    bool ok = !v64 || (v && parse_u64(v, &layout));
+    free(v);
+    json_decref(resp);
+    if (!ok) {
+        snprintf(s->err, sizeof s->err, "etcd: a corrupt layout mark under %smeta/layout", s->prefix);
+        return -1;
+    }
+    if (layout > LAYOUT) {
+        snprintf(s->err, sizeof s->err,
+                 "the lock space under %s was written by a newer leasegate (layout %llu; this one reads layouts 1 "
+                 "to %d): upgrade this gateway",
+                 s->prefix, (unsigned long long)layout, LAYOUT);
         return -1;
     }
     return 0;
@@ -1304,8 +1496,9 @@ static int last_history_seq(EtcdStore *s, uint64_t *seq)
 static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
 {
     EtcdStore *s = (EtcdStore *)base;
-    uint64_t counter, seq, max_token = 0;
-    if (commit_first_mark(s) || load_meta(s, &counter) || last_history_seq(s, &seq))
+    uint64_t counter, seq;
+    /* The layout first: the first mark writes this gateway's. */
+    if (check_layout(s) || commit_first_mark(s) || load_meta(s, &counter) || last_history_seq(s, &seq))
         return -1;
     if (cb->history_seq(cb->ud, seq)) {
         snprintf(s->err, sizeof s->err, "cannot load the lease history");
@@ -1315,15 +1508,26 @@ static int etcd_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
     s->pruned_upto = 0;
     s->audit_legacy = false;
     s->audit_legacy_below = 0;
-    int (*fence)(void *, const StoreMark *) = cb->fence, (*guard_mark)(void *, const StoreMark *) = cb->guard_mark;
-    if (range_all(s, "locks", cb, load_lock, &max_token) || range_all(s, "semaphores", cb, load_semaphore, &max_token) ||
-        range_all(s, "holders", cb, load_holder, &max_token) || range_all(s, "fences", cb, load_mark, &fence) ||
-        range_all(s, "guard", cb, load_mark, &guard_mark) || range_all(s, "floors", cb, load_floor, NULL) ||
-        range_all(s, "history", cb, load_ended, NULL) || range_all(s, "revoked", cb, load_revoked, NULL) ||
-        range_all(s, "audit", cb, load_audit, NULL))
-        return -1;
-    *last_token = counter > max_token ? counter : max_token;
-    return 0;
+    s->load_max_token = 0;
+    legacy_clear(s);
+    int rc = 0;
+    for (size_t i = 0; i < sizeof LOAD_RANGES / sizeof LOAD_RANGES[0] && rc == 0; i++)
+        rc = range_all(s, LOAD_RANGES[i].dir, cb, LOAD_RANGES[i].fn, LOAD_RANGES[i].arg);
+    if (rc == 0 && s->nlegacy) {
+        /* A writer of layout 1 lives in its lock's record, which layout 2
+         * writes only when the name's own fields change: written again now,
+         * in one batch (fenced like any), or its lock's record would bring
+         * it back after it ended. A batch cut short leaves the lease in both
+         * places; the load above takes it once. */
+        StoreBatch b = {s->legacy, s->nlegacy, 0, 0, 0};
+        rc = etcd_commit(base, &b);
+        if (rc == 0)
+            log_line(LEVEL_INFO, "%zu writers of layout 1 written again as leases of their own (layout %d)",
+                     s->nlegacy / 2, LAYOUT);
+    }
+    legacy_clear(s);
+    *last_token = counter > s->load_max_token ? counter : s->load_max_token;
+    return rc;
 }
 
 static void etcd_close(Store *base)
@@ -1335,6 +1539,9 @@ static void etcd_close(Store *base)
     free(s->leader_key);
     free(s->mark_key);
     free(s->mark_key_b64);
+    free(s->layout_key);
+    free(s->layout_key_b64);
+    legacy_clear(s);
     free(s);
 }
 
@@ -1351,6 +1558,7 @@ Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_op
         return NULL;
     }
     s->base.ops = &ETCD_OPS;
+    thread_own(&s->base.owner);
     snprintf(s->prefix, sizeof s->prefix, "%s/", url->prefix);
     size_t klen = 0;
     s->election = election;
@@ -1367,7 +1575,9 @@ Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_op
         etcd_client_retry(s->etcd, CALL_FIRST_MS, CALL_BUDGET_MS);
     s->mark_key = key_of(s, "meta", "commit");
     s->mark_key_b64 = s->mark_key ? etcd_b64_encode(s->mark_key, strlen(s->mark_key)) : NULL;
-    if (!s->leader_key || !s->etcd || !s->mark_key_b64) {
+    s->layout_key = key_of(s, "meta", "layout");
+    s->layout_key_b64 = s->layout_key ? etcd_b64_encode(s->layout_key, strlen(s->layout_key)) : NULL;
+    if (!s->leader_key || !s->etcd || !s->mark_key_b64 || !s->layout_key_b64) {
         snprintf(err, errlen, "out of memory (or libcurl cannot start)");
         etcd_close(&s->base);
         return NULL;

@@ -19,17 +19,26 @@
  * One connection, used by the loader at start-up and then only by the commit
  * thread.
  *
- * The token counter is max(meta.last_token, max(locks.last_token),
- * max(semaphores.last_token), max(holders.token)): every grant writes its
+ * Each record kind is described once, in sqlite_record.c (its table, its
+ * columns, its binder and reader); the statements that write, remove and
+ * load records, and the backup check's count, are built from those
+ * descriptors when the store opens.
+ *
+ * The token counter is max(meta.last_token, the names' last_token, the
+ * leases' token) (the descriptors' counter columns): every grant writes its
  * name's row in the same transaction, so rows vouch for it without a meta
  * write per commit; a batch that deletes rows (forgotten idle names) writes
  * the counter to meta in the same transaction.
  */
 #include "store/store.h"
 
+#include "store/sqlite_record.h"
+
 #include "core/leasehist.h"
+#include "core/log.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -40,12 +49,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* When you change the schema: add a step to MIGRATIONS (the step from
- * version N to N + 1, SQL only: prepare_schema sets the version after it) and
- * bump SCHEMA_VERSION. A new database gets SCHEMA_V9, then every step from
+/* The schema changes by steps: MIGRATIONS[N] takes version N to N + 1 (SQL
+ * only: prepare_schema sets the version after it), and SCHEMA_VERSION is the
+ * last. Each record kind's columns are sqlite_record.c's; the statements are
+ * built from them, so a step that renames or drops a column they name is
+ * caught when the store opens. A new database gets SCHEMA_V9, then every step from
  * 9 on, like an old one: so steps written on two branches compose by
  * numbering one after the other, and nobody rewrites a schema by hand. */
-#define SCHEMA_VERSION 10
+#define SCHEMA_VERSION 11
 #define SCHEMA_BASE_VERSION 9
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
@@ -139,64 +150,46 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
           "ALTER TABLE audit ADD COLUMN mode INTEGER NOT NULL DEFAULT 0;"
           "UPDATE audit SET object = 2 WHERE kind = 5;"
           "UPDATE audit SET mode = 1 WHERE kind IN (1, 2, 3, 4);",
+    /* Version 11: every lease is one row, whatever its mode, and a name's row
+     * keeps only what is the name's (last token, a semaphore's limit, a
+     * lock-delay). Both are rows of one table, keyed (kind, name, token): a
+     * name's own row has token 0, a lease's its token (tokens start at 1).
+     * A lock's writer leaves its lock's row for a row of its own (mode 0);
+     * readers and permits move from holders. Like every step it runs inside
+     * the opening transaction: a crash in the middle leaves version 10 as it
+     * was (tests/integration/test_migration.py). */
+    [10] = "CREATE TABLE lockspace(kind INTEGER NOT NULL, name TEXT NOT NULL, token INTEGER NOT NULL,"
+           "  last_token INTEGER, lim INTEGER, delay_until_ms INTEGER,"
+           "  lease BLOB, owner TEXT, mode INTEGER, ttl_ms INTEGER, acquired_at_ms INTEGER, expires_at_ms INTEGER,"
+           "  count INTEGER, metadata TEXT, deadline_ms INTEGER, boot INTEGER, request_id TEXT, key TEXT,"
+           "  lock_delay_ms INTEGER,"
+           "  PRIMARY KEY(kind, name, token), CHECK((token = 0) = (lease IS NULL))) WITHOUT ROWID;"
+           "INSERT INTO lockspace(kind, name, token, last_token, delay_until_ms)"
+           "  SELECT 0, name, 0, last_token, delay_until_ms FROM locks;"
+           "INSERT INTO lockspace(kind, name, token, last_token, lim) SELECT 1, name, 0, last_token, lim FROM semaphores;"
+           "INSERT INTO lockspace(kind, name, token, lease, owner, mode, ttl_ms, acquired_at_ms, expires_at_ms, count,"
+           "    metadata, deadline_ms, boot, request_id, key, lock_delay_ms)"
+           "  SELECT 0, name, token, lease, owner, 0, ttl_ms, acquired_at_ms, expires_at_ms, count, metadata,"
+           "    deadline_ms, boot, request_id, key, coalesce(lock_delay_ms, 0) FROM locks WHERE lease IS NOT NULL;"
+           "INSERT INTO lockspace(kind, name, token, lease, owner, mode, ttl_ms, acquired_at_ms, expires_at_ms, count,"
+           "    metadata, deadline_ms, boot, request_id, key, lock_delay_ms)"
+           "  SELECT kind, lock, token, lease, owner, mode, ttl_ms, acquired_at_ms, expires_at_ms, count, metadata,"
+           "    deadline_ms, boot, request_id, key, lock_delay_ms FROM holders;"
+           "DROP TABLE locks;"
+           "DROP TABLE semaphores;"
+           "DROP TABLE holders;",
 };
 
-enum {
-    ST_BEGIN,
-    ST_COMMIT,
-    ST_ROLLBACK,
-    ST_PUT_LOCK,
-    ST_DELETE_LOCK,
-    ST_PUT_SEMAPHORE,
-    ST_DELETE_SEMAPHORE,
-    ST_PUT_HOLDER,
-    ST_DELETE_HOLDER,
-    ST_DELETE_GUARD_MARK,
-    ST_PUT_FENCE,
-    ST_DELETE_FENCE,
-    ST_PUT_FLOOR,
-    ST_PUT_GUARD_MARK,
-    ST_PUT_COUNTER,
-    ST_PUT_ENDED,
-    ST_PRUNE_ENDED,
-    ST_PUT_REVOKED,
-    ST_PUT_AUDIT,
-    ST_DROP_AUDIT,
-    ST_COUNT
-};
+/* The statements that are no record's (each kind's are built from its
+ * descriptor: see build_statements). */
+enum { ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_PUT_COUNTER, ST_PRUNE_ENDED, ST_COUNT };
 
 static const char *const STATEMENTS[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_PUT_LOCK] = "INSERT OR REPLACE INTO locks(name, last_token, lease, owner, token, ttl_ms,"
-                    " acquired_at_ms, expires_at_ms, count, metadata, deadline_ms, boot, request_id, key,"
-                    " lock_delay_ms, delay_until_ms)"
-                    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-    [ST_DELETE_LOCK] = "DELETE FROM locks WHERE name = ?1",
-    [ST_PUT_SEMAPHORE] = "INSERT OR REPLACE INTO semaphores(name, last_token, lim) VALUES(?1, ?2, ?3)",
-    [ST_DELETE_SEMAPHORE] = "DELETE FROM semaphores WHERE name = ?1",
-    [ST_PUT_HOLDER] = "INSERT OR REPLACE INTO holders(token, kind, lock, lease, owner, ttl_ms, acquired_at_ms,"
-                      " expires_at_ms, count, metadata, deadline_ms, boot, request_id, key, mode, lock_delay_ms)"
-                      " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-    [ST_DELETE_HOLDER] = "DELETE FROM holders WHERE token = ?1",
-    [ST_DELETE_GUARD_MARK] = "DELETE FROM guard_marks WHERE lock = ?1",
     [ST_PUT_COUNTER] = "UPDATE meta SET value = max(value, ?1) WHERE key = 'last_token'",
-    [ST_PUT_ENDED] = "INSERT OR REPLACE INTO lease_history(lease, lock, token, how, seq, kind)"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_PRUNE_ENDED] = "DELETE FROM lease_history WHERE seq <= ?1",
-    [ST_PUT_REVOKED] = "INSERT OR IGNORE INTO revoked(token, lock) VALUES(?1, ?2)",
-    [ST_PUT_AUDIT] = "INSERT OR REPLACE INTO audit(seq, at_ms, kind, lock, owner, token, key, peer, object, mode)"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    [ST_DROP_AUDIT] = "DELETE FROM audit WHERE seq = ?1",
-    [ST_PUT_FENCE] = "INSERT INTO fences(resource, max_token) VALUES(?1, ?2)"
-                     " ON CONFLICT(resource) DO UPDATE SET max_token = max(max_token, excluded.max_token)",
-    [ST_DELETE_FENCE] = "DELETE FROM fences WHERE resource = ?1",
-    [ST_PUT_FLOOR] = "INSERT INTO fence_floors(bucket, floor) VALUES(?1, ?2)"
-                     " ON CONFLICT(bucket) DO UPDATE SET floor = max(floor, excluded.floor)",
-    [ST_PUT_GUARD_MARK] = "INSERT INTO guard_marks(lock, max_token, at_ms) VALUES(?1, ?2, ?3)"
-                          " ON CONFLICT(lock) DO UPDATE SET max_token = max(max_token, excluded.max_token),"
-                          " at_ms = max(at_ms, excluded.at_ms)",
 };
 
 /* SQLite's own auto-checkpoint threshold, in WAL pages, which on_wal keeps. */
@@ -221,12 +214,15 @@ typedef struct SqliteStore {
     int checkpoint_at;    /* WAL pages at which on_wal next copies the WAL into the database file */
     unsigned long long checkpoint_failures; /* in a row, since the last checkpoint that worked */
     sqlite3_stmt *st[ST_COUNT];
+    sqlite3_stmt *put[REC_KINDS]; /* each kind's upsert, from its descriptor */
+    sqlite3_stmt *del[REC_KINDS]; /* each kind's removal by key */
+    sqlite3_stmt *load[REC_KINDS]; /* each kind's rows, in its order */
     char err[512];
 } SqliteStore;
 
 static void set_err(SqliteStore *s, const char *what)
 {
-    snprintf(s->err, sizeof s->err, "%s: %s", what, s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    snprintf(s->err, sizeof s->err, "%.300s: %s", what, s->db ? sqlite3_errmsg(s->db) : "out of memory");
 }
 
 /* SQLite calls this at the end of every COMMIT, in the thread that committed,
@@ -252,18 +248,18 @@ static int on_wal(void *arg, sqlite3 *db, const char *name, int pages)
     int rc = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     if (rc == SQLITE_OK) {
         if (s->checkpoint_failures)
-            fprintf(stderr, "leasegate: checkpoints work again, after %llu failed: %s is up to date\n",
-                    s->checkpoint_failures, s->path);
+            log_line(LEVEL_INFO, "checkpoints work again, after %llu failed: %s is up to date", s->checkpoint_failures,
+                     s->path);
         s->checkpoint_failures = 0;
         s->checkpoint_at = CHECKPOINT_PAGES;
         return SQLITE_OK;
     }
     s->checkpoint_failures++;
     s->checkpoint_at = pages + CHECKPOINT_PAGES;
-    fprintf(stderr,
-            "leasegate: copying the WAL into %s failed (%s; %llu in a row): every commit is still durable in the "
-            "WAL, which grows until a checkpoint works (the next try at %d pages; it holds %d)\n",
-            s->path, sqlite3_errmsg(db), s->checkpoint_failures, s->checkpoint_at, pages);
+    log_line(LEVEL_WARN,
+             "copying the WAL into %s failed (%s; %llu in a row): every commit is still durable in the "
+             "WAL, which grows until a checkpoint works (the next try at %d pages; it holds %d)",
+             s->path, sqlite3_errmsg(db), s->checkpoint_failures, s->checkpoint_at, pages);
     return SQLITE_OK;
 }
 
@@ -289,144 +285,140 @@ static int step_reset(SqliteStore *s, sqlite3_stmt *st)
     return ok ? 0 : -1;
 }
 
-/* The holder's columns from `first` on: lease, owner, token, ttl_ms,
- * acquired_at_ms, expires_at_ms, count, metadata, deadline_ms, boot,
- * request_id, key (ST_PUT_LOCK's ?3..?14, ST_PUT_HOLDER's ?4..?14 with the
- * token first). */
-static int bind_holder(sqlite3_stmt *st, int first, const Holder *h, sqlite3_int64 boot, bool token)
+/* SQL text built from a descriptor, in a fixed buffer: `full` once it no
+ * longer fits (the statements are a few hundred bytes). */
+typedef struct Sql {
+    char text[2048];
+    size_t len;
+    bool full;
+} Sql;
+
+static void sql_add(Sql *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sql_add(Sql *q, const char *fmt, ...)
 {
-    int i = first, rc = sqlite3_bind_blob(st, i++, h->lease, LEASE_ID_BYTES, SQLITE_STATIC);
-    rc |= sqlite3_bind_text(st, i++, h->owner, -1, SQLITE_STATIC);
-    if (token)
-        rc |= sqlite3_bind_int64(st, i++, (sqlite3_int64)h->token);
-    rc |= sqlite3_bind_int64(st, i++, h->ttl_ms);
-    rc |= sqlite3_bind_int64(st, i++, h->acquired_at_ms);
-    rc |= sqlite3_bind_int64(st, i++, h->expires_at_ms);
-    rc |= sqlite3_bind_int64(st, i++, h->count);
-    rc |= sqlite3_bind_text(st, i++, h->metadata, -1, SQLITE_STATIC);
-    rc |= sqlite3_bind_int64(st, i++, h->deadline_ms);
-    rc |= sqlite3_bind_int64(st, i++, boot);
-    if (h->request_id)
-        rc |= sqlite3_bind_text(st, i, h->request_id, -1, SQLITE_STATIC);
-    i++;
-    if (h->key)
-        rc |= sqlite3_bind_text(st, i, h->key, -1, SQLITE_STATIC);
-    return rc;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = q->full ? -1 : vsnprintf(q->text + q->len, sizeof q->text - q->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof q->text - q->len)
+        q->full = true;
+    else
+        q->len += (size_t)n;
 }
 
-static int bind_lock(sqlite3_stmt *st, const StoreLock *l, sqlite3_int64 boot)
+/* Columns [from, to) of d, as "a, b, c". */
+static void sql_columns(Sql *q, const SqlKind *d, int from, int to)
 {
-    int rc = sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC);
-    rc |= sqlite3_bind_int64(st, 2, (sqlite3_int64)l->last_token);
-    if (l->held) {
-        rc |= bind_holder(st, 3, &l->holder, boot, true);
-        rc |= sqlite3_bind_int64(st, 15, l->holder.lock_delay_ms);
+    for (int i = from; i < to; i++)
+        sql_add(q, "%s%s", i > from ? ", " : "", d->columns[i].name);
+}
+
+/* A kind's put: an upsert on its key (sqlite_record.h). */
+static void sql_put(Sql *q, const SqlKind *d)
+{
+    sql_add(q, "INSERT INTO %s(", d->table);
+    sql_columns(q, d, 0, d->ncolumns);
+    sql_add(q, ") VALUES(");
+    for (int i = 0; i < d->ncolumns; i++)
+        sql_add(q, "%s?%d", i ? ", " : "", i + 1);
+    sql_add(q, ") ON CONFLICT(");
+    sql_columns(q, d, 0, d->nkey);
+    if (d->nkey == d->ncolumns) {
+        sql_add(q, ") DO NOTHING");
+        return;
     }
-    if (l->delay_until_ms)
-        rc |= sqlite3_bind_int64(st, 16, l->delay_until_ms);
-    return rc == SQLITE_OK ? 0 : -1;
-}
-
-static int bind_semaphore(sqlite3_stmt *st, const StoreLock *l)
-{
-    int rc = sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC);
-    rc |= sqlite3_bind_int64(st, 2, (sqlite3_int64)l->last_token);
-    rc |= sqlite3_bind_int64(st, 3, l->limit);
-    return rc == SQLITE_OK ? 0 : -1;
-}
-
-static int put_holders(SqliteStore *s, const StoreHolder *hs, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const StoreHolder *r = &hs[i];
-        sqlite3_stmt *st = s->st[r->gone ? ST_DELETE_HOLDER : ST_PUT_HOLDER];
-        int rc = sqlite3_bind_int64(st, 1, (sqlite3_int64)r->holder.token);
-        if (!r->gone) {
-            rc |= sqlite3_bind_int(st, 2, r->kind);
-            rc |= sqlite3_bind_text(st, 3, r->name, -1, SQLITE_STATIC);
-            rc |= bind_holder(st, 4, &r->holder, s->boot, false);
-            rc |= sqlite3_bind_int(st, 15, r->holder.mode);
-            rc |= sqlite3_bind_int64(st, 16, r->holder.lock_delay_ms);
-        }
-        if (rc != SQLITE_OK) {
-            set_err(s, "bind holder");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
+    sql_add(q, ") DO UPDATE SET ");
+    for (int i = d->nkey; i < d->ncolumns; i++) {
+        const char *c = d->columns[i].name;
+        if (d->columns[i].merge == SQL_MAX)
+            sql_add(q, "%s%s = max(%s, excluded.%s)", i > d->nkey ? ", " : "", c, c, c);
+        else
+            sql_add(q, "%s%s = excluded.%s", i > d->nkey ? ", " : "", c, c);
     }
-    return 0;
 }
 
-/* Marks in order; `del` (if not NULL) deletes the ones marked forget. */
-static int put_marks(SqliteStore *s, sqlite3_stmt *put, sqlite3_stmt *del, const StoreMark *marks, size_t n)
+static void sql_del(Sql *q, const SqlKind *d)
 {
-    for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st = del && marks[i].forget ? del : put;
-        if (sqlite3_bind_text(st, 1, marks[i].name, -1, SQLITE_STATIC) != SQLITE_OK ||
-            (st == put && sqlite3_bind_int64(st, 2, (sqlite3_int64)marks[i].max_token) != SQLITE_OK) ||
-            (st == put && sqlite3_bind_parameter_count(st) >= 3 &&
-             sqlite3_bind_int64(st, 3, marks[i].at_ms) != SQLITE_OK)) {
-            set_err(s, "bind mark");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
+    sql_add(q, "DELETE FROM %s WHERE ", d->table);
+    for (int i = 0; i < d->nkey; i++)
+        sql_add(q, "%s%s = ?%d", i ? " AND " : "", d->columns[i].name, i + 1);
+}
+
+static void sql_load(Sql *q, const SqlKind *d)
+{
+    sql_add(q, "SELECT ");
+    sql_columns(q, d, 0, d->ncolumns);
+    sql_add(q, " FROM %s", d->table);
+    if (d->where)
+        sql_add(q, " WHERE %s", d->where);
+    if (d->order)
+        sql_add(q, " ORDER BY %s", d->order);
+}
+
+static int prepare(SqliteStore *s, const Sql *q, sqlite3_stmt **st)
+{
+    if (q->full) {
+        snprintf(s->err, sizeof s->err, "a statement longer than %zu bytes", sizeof q->text);
+        return -1;
+    }
+    if (sqlite3_prepare_v3(s->db, q->text, -1, SQLITE_PREPARE_PERSISTENT, st, NULL) != SQLITE_OK) {
+        set_err(s, q->text);
+        return -1;
     }
     return 0;
 }
 
-static int put_floors(SqliteStore *s, const StoreFloor *floors, size_t n)
+/* Every statement: the fixed ones, and each kind's put, removal and load
+ * from its descriptor (whose key columns come first). */
+static int build_statements(SqliteStore *s)
 {
-    sqlite3_stmt *st = s->st[ST_PUT_FLOOR];
-    for (size_t i = 0; i < n; i++) {
-        if (sqlite3_bind_int64(st, 1, floors[i].bucket) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 2, (sqlite3_int64)floors[i].floor) != SQLITE_OK) {
-            set_err(s, "bind floor");
-            return -1;
-        }
-        if (step_reset(s, st))
+    for (int i = 0; i < ST_COUNT; i++) {
+        Sql q = {.len = 0};
+        sql_add(&q, "%s", STATEMENTS[i]);
+        if (prepare(s, &q, &s->st[i]))
             return -1;
     }
-    return 0;
-}
-
-static int put_ended(SqliteStore *s, const StoreEnded *e, size_t n, uint64_t keep)
-{
-    sqlite3_stmt *st = s->st[ST_PUT_ENDED];
-    uint64_t last = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (sqlite3_bind_blob(st, 1, e[i].lease, LEASE_ID_BYTES, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_text(st, 2, e[i].lock, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 3, (sqlite3_int64)e[i].token) != SQLITE_OK ||
-            sqlite3_bind_int(st, 4, e[i].how) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 5, (sqlite3_int64)e[i].seq) != SQLITE_OK ||
-            sqlite3_bind_int(st, 6, e[i].kind) != SQLITE_OK) {
-            set_err(s, "bind ended lease");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
-        if (e[i].seq > last)
-            last = e[i].seq;
-        if (e[i].how == LEASE_END_REVOKED) {
-            sqlite3_stmt *rv = s->st[ST_PUT_REVOKED];
-            if (sqlite3_bind_int64(rv, 1, (sqlite3_int64)e[i].token) != SQLITE_OK ||
-                sqlite3_bind_text(rv, 2, e[i].lock, -1, SQLITE_STATIC) != SQLITE_OK) {
-                set_err(s, "bind revoked token");
+    for (int k = 0; k < REC_KINDS; k++) {
+        const SqlKind *d = &SQL_KINDS[k];
+        for (int i = 0; i < d->ncolumns; i++)
+            if ((i < d->nkey) != (d->columns[i].merge == SQL_KEY)) {
+                snprintf(s->err, sizeof s->err, "the %s descriptor: its key columns must come first",
+                         record_kind_name((StoreRecordKind)k));
                 return -1;
             }
-            if (step_reset(s, rv))
-                return -1;
-        }
+        Sql put = {.len = 0}, del = {.len = 0}, load = {.len = 0};
+        sql_put(&put, d);
+        sql_del(&del, d);
+        sql_load(&load, d);
+        if (prepare(s, &put, &s->put[k]) || prepare(s, &del, &s->del[k]) || prepare(s, &load, &s->load[k]))
+            return -1;
     }
-    /* Pruned a chunk at a time: a delete from the start of the table every
-     * PRUNE_CHUNK ended leases (or `keep`, when fewer are kept), not one in
-     * every commit. */
+    return 0;
+}
+
+/* One record's statement, bound by its kind's descriptor; NULL after
+ * writing s->err. */
+static sqlite3_stmt *bind_record(SqliteStore *s, const StoreRecord *r)
+{
+    sqlite3_stmt *st = r->removal ? s->del[r->kind] : s->put[r->kind];
+    if (SQL_KINDS[r->kind].bind(st, r, s->boot) != SQLITE_OK) {
+        snprintf(s->err, sizeof s->err, "bind %s: %s", record_kind_name((StoreRecordKind)r->kind), sqlite3_errmsg(s->db));
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* Ended leases are pruned to the newest `keep` a chunk at a time: a delete
+ * from the start of the table every PRUNE_CHUNK ended leases (or `keep`, when
+ * fewer are kept), not one in every commit. last: the largest seq of the batch. */
+static int prune_ended(SqliteStore *s, uint64_t last, uint64_t keep)
+{
     uint64_t chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
-    if (n == 0 || keep == 0 || last <= keep || last - keep < s->pruned_upto + chunk)
+    if (!last || keep == 0 || last <= keep || last - keep < s->pruned_upto + chunk)
         return 0;
-    st = s->st[ST_PRUNE_ENDED];
+    sqlite3_stmt *st = s->st[ST_PRUNE_ENDED];
     if (sqlite3_bind_int64(st, 1, (sqlite3_int64)(last - keep)) != SQLITE_OK) {
         set_err(s, "bind prune");
         return -1;
@@ -491,74 +483,24 @@ static int check_files(SqliteStore *s)
     return check_paths(s);
 }
 
-/* New rows, then the rows their keys evicted (auditlog.h: each key keeps
- * its own newest --audit-keep, so rows go one by one, not by a range). */
-static int put_audit(SqliteStore *s, const AuditRow *r, size_t n, const StoreAuditDrop *drops, size_t ndrops)
-{
-    sqlite3_stmt *st = s->st[ST_PUT_AUDIT];
-    for (size_t i = 0; i < n; i++) {
-        if (sqlite3_bind_int64(st, 1, (sqlite3_int64)r[i].seq) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 2, r[i].at_ms) != SQLITE_OK || sqlite3_bind_int(st, 3, r[i].kind) != SQLITE_OK ||
-            sqlite3_bind_text(st, 4, r[i].lock, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_text(st, 5, r[i].owner, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int64(st, 6, (sqlite3_int64)r[i].token) != SQLITE_OK ||
-            sqlite3_bind_text(st, 7, r[i].key, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_text(st, 8, r[i].peer, -1, SQLITE_STATIC) != SQLITE_OK ||
-            sqlite3_bind_int(st, 9, r[i].object) != SQLITE_OK || sqlite3_bind_int(st, 10, r[i].mode) != SQLITE_OK) {
-            set_err(s, "bind audit row");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
-    }
-    st = s->st[ST_DROP_AUDIT];
-    for (size_t i = 0; i < ndrops; i++) {
-        if (sqlite3_bind_int64(st, 1, (sqlite3_int64)drops[i].seq) != SQLITE_OK) {
-            set_err(s, "bind audit drop");
-            return -1;
-        }
-        if (step_reset(s, st))
-            return -1;
-    }
-    return 0;
-}
-
 static int sqlite_commit(Store *base, const StoreBatch *b)
 {
     SqliteStore *s = (SqliteStore *)base;
     if (step_reset(s, s->st[ST_BEGIN]))
         return -1;
-    for (size_t i = 0; i < b->nlocks; i++) {
-        const StoreLock *l = &b->locks[i];
-        bool sem = l->kind == KIND_SEMAPHORE;
-        sqlite3_stmt *st = s->st[l->forget ? (sem ? ST_DELETE_SEMAPHORE : ST_DELETE_LOCK)
-                                           : (sem ? ST_PUT_SEMAPHORE : ST_PUT_LOCK)];
-        int bad = l->forget ? sqlite3_bind_text(st, 1, l->name, -1, SQLITE_STATIC) != SQLITE_OK
-                  : sem     ? bind_semaphore(st, l)
-                            : bind_lock(st, l, s->boot);
-        if (bad) {
-            set_err(s, "bind lock");
+    uint64_t last_ended = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        const StoreRecord *r = &b->records[i];
+        sqlite3_stmt *st = bind_record(s, r);
+        if (!st || step_reset(s, st))
             goto fail;
-        }
-        if (step_reset(s, st))
-            goto fail;
-        if (l->forget && !sem) {
-            sqlite3_stmt *gm = s->st[ST_DELETE_GUARD_MARK];
-            if (sqlite3_bind_text(gm, 1, l->name, -1, SQLITE_STATIC) != SQLITE_OK || step_reset(s, gm))
-                goto fail;
-        }
+        if (r->kind == REC_ENDED && r->ended.seq > last_ended)
+            last_ended = r->ended.seq;
     }
-    if (put_holders(s, b->holders, b->nholders))
-        goto fail;
     if (b->counter && (sqlite3_bind_int64(s->st[ST_PUT_COUNTER], 1, (sqlite3_int64)b->counter) != SQLITE_OK ||
                        step_reset(s, s->st[ST_PUT_COUNTER])))
         goto fail;
-    if (put_marks(s, s->st[ST_PUT_FENCE], s->st[ST_DELETE_FENCE], b->fences, b->nfences) ||
-        put_floors(s, b->floors, b->nfloors) ||
-        put_marks(s, s->st[ST_PUT_GUARD_MARK], NULL, b->guard_marks, b->nguard_marks))
-        goto fail;
-    if (put_ended(s, b->ended, b->nended, b->history_keep) || put_audit(s, b->audit, b->naudit, b->audit_drops, b->naudit_drops) ||
-        step_reset(s, s->st[ST_COMMIT]))
+    if (prune_ended(s, last_ended, b->history_keep) || step_reset(s, s->st[ST_COMMIT]))
         goto fail;
     return check_files(s);
 fail:
@@ -571,162 +513,6 @@ fail:
         memcpy(s->err, first, sizeof first);
     }
     return -1;
-}
-
-/* A holder from columns first.. (bind_holder's order, the token at
- * token_col); false when corrupt. The strings point into the row. */
-static bool column_holder(SqliteStore *s, sqlite3_stmt *st, int first, int token_col, Holder *h)
-{
-    if (sqlite3_column_bytes(st, first) != LEASE_ID_BYTES)
-        return false;
-    int i = first;
-    memcpy(h->lease, sqlite3_column_blob(st, i++), LEASE_ID_BYTES);
-    h->owner = (char *)sqlite3_column_text(st, i++);
-    if (first + 2 == token_col)
-        i++;
-    h->token = (uint64_t)sqlite3_column_int64(st, token_col);
-    h->ttl_ms = sqlite3_column_int64(st, i++);
-    h->acquired_at_ms = sqlite3_column_int64(st, i++);
-    h->expires_at_ms = sqlite3_column_int64(st, i++);
-    h->count = (uint32_t)sqlite3_column_int64(st, i++);
-    h->metadata = (char *)sqlite3_column_text(st, i++);
-    /* A deadline on the boot clock means something only in the boot that wrote it. */
-    bool same_boot = sqlite3_column_type(st, i) != SQLITE_NULL && sqlite3_column_int64(st, i + 1) == s->boot;
-    h->deadline_ms = same_boot ? sqlite3_column_int64(st, i) : -1;
-    i += 2;
-    h->request_id = (char *)sqlite3_column_text(st, i++); /* NULL when none */
-    h->key = (char *)sqlite3_column_text(st, i++);        /* NULL when none */
-    return h->owner && h->metadata;
-}
-
-/* Every row of one SELECT through row_fn, which fills *what and returns -1
- * after writing s->err. */
-static int load_rows(SqliteStore *s, const char *sql, const char *what,
-                     int (*row_fn)(SqliteStore *s, sqlite3_stmt *st, const StoreLoad *cb, uint64_t *max_token),
-                     const StoreLoad *cb, uint64_t *max_token)
-{
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
-        set_err(s, what);
-        return -1;
-    }
-    int rc, res = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        if (row_fn(s, st, cb, max_token)) {
-            res = -1;
-            break;
-        }
-    if (res == 0 && rc != SQLITE_DONE) {
-        set_err(s, what);
-        res = -1;
-    }
-    sqlite3_finalize(st);
-    return res;
-}
-
-static int lock_row(SqliteStore *s, sqlite3_stmt *st, const StoreLoad *cb, uint64_t *max_token)
-{
-    StoreLock l = {0};
-    l.name = (const char *)sqlite3_column_text(st, 0);
-    l.kind = KIND_LOCK;
-    l.last_token = (uint64_t)sqlite3_column_int64(st, 1);
-    l.delay_until_ms = sqlite3_column_int64(st, 15); /* 0 when NULL */
-    if (l.last_token > *max_token)
-        *max_token = l.last_token;
-    l.held = sqlite3_column_type(st, 2) != SQLITE_NULL;
-    if (l.held) {
-        if (!column_holder(s, st, 2, 4, &l.holder)) {
-            snprintf(s->err, sizeof s->err, "lock %s: corrupt holder", l.name ? l.name : "(null)");
-            return -1;
-        }
-        l.holder.mode = MODE_WRITE;
-        l.holder.lock_delay_ms = sqlite3_column_int64(st, 14);
-    }
-    if (!l.name || cb->lock(cb->ud, &l)) {
-        snprintf(s->err, sizeof s->err, "cannot load lock %s", l.name ? l.name : "(null)");
-        return -1;
-    }
-    return 0;
-}
-
-static int semaphore_row(SqliteStore *s, sqlite3_stmt *st, const StoreLoad *cb, uint64_t *max_token)
-{
-    StoreLock l = {0};
-    l.name = (const char *)sqlite3_column_text(st, 0);
-    l.kind = KIND_SEMAPHORE;
-    l.last_token = (uint64_t)sqlite3_column_int64(st, 1);
-    sqlite3_int64 limit = sqlite3_column_int64(st, 2);
-    l.limit = limit > 0 && limit <= LOCKTAB_LIMIT_MAX ? (uint32_t)limit : 0;
-    if (l.last_token > *max_token)
-        *max_token = l.last_token;
-    if (!l.name || !l.limit || cb->lock(cb->ud, &l)) {
-        snprintf(s->err, sizeof s->err, "cannot load semaphore %s", l.name ? l.name : "(null)");
-        return -1;
-    }
-    return 0;
-}
-
-static int holder_row(SqliteStore *s, sqlite3_stmt *st, const StoreLoad *cb, uint64_t *max_token)
-{
-    StoreHolder h = {0};
-    h.kind = (uint8_t)sqlite3_column_int(st, 1);
-    h.name = (const char *)sqlite3_column_text(st, 2);
-    if (!h.name || h.kind >= LOCK_KINDS || !column_holder(s, st, 3, 0, &h.holder)) {
-        snprintf(s->err, sizeof s->err, "corrupt holder row %lld", (long long)sqlite3_column_int64(st, 0));
-        return -1;
-    }
-    h.holder.mode = (uint8_t)sqlite3_column_int(st, 14);
-    h.holder.lock_delay_ms = sqlite3_column_int64(st, 15);
-    if (h.holder.token > *max_token)
-        *max_token = h.holder.token;
-    if (cb->holder(cb->ud, &h)) {
-        snprintf(s->err, sizeof s->err, "cannot load a holder of %s", h.name);
-        return -1;
-    }
-    return 0;
-}
-
-static int load_locks(SqliteStore *s, const StoreLoad *cb, uint64_t *max_token)
-{
-    return load_rows(s,
-                     "SELECT name, last_token, lease, owner, token, ttl_ms, acquired_at_ms,"
-                     " expires_at_ms, count, metadata, deadline_ms, boot, request_id, key, lock_delay_ms,"
-                     " delay_until_ms FROM locks",
-                     "load locks", lock_row, cb, max_token) ||
-                   load_rows(s, "SELECT name, last_token, lim FROM semaphores", "load semaphores", semaphore_row, cb,
-                             max_token) ||
-                   load_rows(s,
-                             "SELECT token, kind, lock, lease, owner, ttl_ms, acquired_at_ms, expires_at_ms, count,"
-                             " metadata, deadline_ms, boot, request_id, key, mode, lock_delay_ms FROM holders"
-                             " ORDER BY token",
-                             "load holders", holder_row, cb, max_token)
-               ? -1
-               : 0;
-}
-
-static int load_marks(SqliteStore *s, const char *sql, int (*fn)(void *ud, const StoreMark *m), void *ud)
-{
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
-        set_err(s, sql);
-        return -1;
-    }
-    int rc, res = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        StoreMark m = {(const char *)sqlite3_column_text(st, 0), (uint64_t)sqlite3_column_int64(st, 1), false,
-                       sqlite3_column_count(st) > 2 ? sqlite3_column_int64(st, 2) : 0};
-        if (!m.name || fn(ud, &m)) {
-            snprintf(s->err, sizeof s->err, "cannot load mark %s", m.name ? m.name : "(null)");
-            res = -1;
-            break;
-        }
-    }
-    if (res == 0 && rc != SQLITE_DONE) {
-        set_err(s, sql);
-        res = -1;
-    }
-    sqlite3_finalize(st);
-    return res;
 }
 
 static int read_meta(SqliteStore *s, const char *key, sqlite3_int64 *value)
@@ -746,30 +532,6 @@ static int read_meta(SqliteStore *s, const char *key, sqlite3_int64 *value)
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
-static int load_floors(SqliteStore *s, const StoreLoad *cb)
-{
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT bucket, floor FROM fence_floors", -1, &st, NULL) != SQLITE_OK) {
-        set_err(s, "load floors");
-        return -1;
-    }
-    int rc, res = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        StoreFloor f = {(uint32_t)sqlite3_column_int64(st, 0), (uint64_t)sqlite3_column_int64(st, 1)};
-        if (cb->floor(cb->ud, &f)) {
-            snprintf(s->err, sizeof s->err, "cannot load fence floor %u", f.bucket);
-            res = -1;
-            break;
-        }
-    }
-    if (res == 0 && rc != SQLITE_DONE) {
-        set_err(s, "load floors");
-        res = -1;
-    }
-    sqlite3_finalize(st);
-    return res;
-}
-
 static int one_value(SqliteStore *s, const char *sql, sqlite3_int64 *value)
 {
     sqlite3_stmt *st;
@@ -786,87 +548,34 @@ static int one_value(SqliteStore *s, const char *sql, sqlite3_int64 *value)
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
-static int load_ended(SqliteStore *s, const StoreLoad *cb)
+/* Every stored record of kind k, in its order, to cb. *max_token: the
+ * largest value of the kind's counter column seen. */
+static int load_kind(SqliteStore *s, StoreRecordKind k, const StoreLoad *cb, uint64_t *max_token)
 {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT lease, lock, token, how, seq, kind FROM lease_history ORDER BY seq", -1,
-                           &st, NULL) != SQLITE_OK) {
-        set_err(s, "load lease history");
-        return -1;
-    }
+    const SqlKind *d = &SQL_KINDS[k];
+    sqlite3_stmt *st = s->load[k];
     int rc, res = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        StoreEnded e = {(const char *)sqlite3_column_text(st, 1), (uint8_t)sqlite3_column_int(st, 5),
-                        sqlite3_column_blob(st, 0), (uint64_t)sqlite3_column_int64(st, 2), sqlite3_column_int(st, 3),
-                        (uint64_t)sqlite3_column_int64(st, 4)};
-        if (!e.lock || !e.lease || sqlite3_column_bytes(st, 0) != LEASE_ID_BYTES || e.kind >= LOCK_KINDS) {
-            snprintf(s->err, sizeof s->err, "corrupt lease history row");
+        StoreRecord r = {.kind = (uint8_t)k};
+        if (!d->read(st, &r, s->boot)) {
+            snprintf(s->err, sizeof s->err, "a corrupt %s row in %s", record_kind_name(k), d->table);
             res = -1;
             break;
         }
-        if (cb->ended(cb->ud, &e)) {
-            snprintf(s->err, sizeof s->err, "cannot load the lease history");
-            res = -1;
-            break;
-        }
-    }
-    if (res == 0 && rc != SQLITE_DONE) {
-        set_err(s, "load lease history");
-        res = -1;
-    }
-    sqlite3_finalize(st);
-    return res;
-}
-
-static int load_revoked(SqliteStore *s, const StoreLoad *cb)
-{
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT token FROM revoked", -1, &st, NULL) != SQLITE_OK) {
-        set_err(s, "load revoked tokens");
-        return -1;
-    }
-    int rc, res = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        if (cb->revoked(cb->ud, (uint64_t)sqlite3_column_int64(st, 0))) {
-            snprintf(s->err, sizeof s->err, "cannot load the revoked tokens");
-            res = -1;
-            break;
-        }
-    if (res == 0 && rc != SQLITE_DONE) {
-        set_err(s, "load revoked tokens");
-        res = -1;
-    }
-    sqlite3_finalize(st);
-    return res;
-}
-
-static int load_audit(SqliteStore *s, const StoreLoad *cb)
-{
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT seq, at_ms, kind, lock, owner, token, key, peer, object, mode FROM audit ORDER BY seq",
-                           -1, &st, NULL) != SQLITE_OK) {
-        set_err(s, "load audit trail");
-        return -1;
-    }
-    int rc, res = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        AuditRow r = {(uint64_t)sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), sqlite3_column_int(st, 2),
-                      (const char *)sqlite3_column_text(st, 3), (const char *)sqlite3_column_text(st, 4),
-                      (uint64_t)sqlite3_column_int64(st, 5), (const char *)sqlite3_column_text(st, 6),
-                      (const char *)sqlite3_column_text(st, 7), (uint8_t)sqlite3_column_int(st, 8),
-                      (uint8_t)sqlite3_column_int(st, 9)};
-        if (!r.lock || !r.owner || !r.key || !r.peer || cb->audit(cb->ud, &r)) {
-            snprintf(s->err, sizeof s->err, "cannot load the audit trail");
+        uint64_t token = d->counter >= 0 ? (uint64_t)sqlite3_column_int64(st, d->counter) : 0;
+        if (token > *max_token)
+            *max_token = token;
+        if (cb->record(cb->ud, &r)) {
+            snprintf(s->err, sizeof s->err, "cannot load a %s row of %s", record_kind_name(k), d->table);
             res = -1;
             break;
         }
     }
     if (res == 0 && rc != SQLITE_DONE) {
-        set_err(s, "load audit trail");
+        set_err(s, d->table);
         res = -1;
     }
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     return res;
 }
 
@@ -883,11 +592,9 @@ static int sqlite_load(Store *base, const StoreLoad *cb, uint64_t *last_token)
         snprintf(s->err, sizeof s->err, "cannot load the lease history");
         return -1;
     }
-    if (load_locks(s, cb, &max_token) ||
-        load_marks(s, "SELECT resource, max_token FROM fences", cb->fence, cb->ud) ||
-        load_marks(s, "SELECT lock, max_token, at_ms FROM guard_marks", cb->guard_mark, cb->ud) ||
-        load_floors(s, cb) || load_ended(s, cb) || load_revoked(s, cb) || load_audit(s, cb))
-        return -1;
+    for (int k = 0; k < REC_KINDS; k++)
+        if (load_kind(s, (StoreRecordKind)k, cb, &max_token))
+            return -1;
     *last_token = (uint64_t)counter > max_token ? (uint64_t)counter : max_token;
     return 0;
 }
@@ -899,6 +606,11 @@ static void sqlite_close(Store *base)
         return;
     for (int i = 0; i < ST_COUNT; i++)
         sqlite3_finalize(s->st[i]);
+    for (int k = 0; k < REC_KINDS; k++) {
+        sqlite3_finalize(s->put[k]);
+        sqlite3_finalize(s->del[k]);
+        sqlite3_finalize(s->load[k]);
+    }
     sqlite3_close(s->db);
     /* Closing any descriptor of the file drops SQLite's POSIX locks on it:
      * this one goes last. */
@@ -1048,6 +760,7 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
         return NULL;
     }
     s->base.ops = &SQLITE_OPS;
+    thread_own(&s->base.owner);
     s->watch_fd = -1;
     s->checkpoint_at = CHECKPOINT_PAGES;
     s->path = strdup(path);
@@ -1094,13 +807,8 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
                      "holds its database exclusively");
         goto fail;
     }
-    for (int i = 0; i < ST_COUNT; i++) {
-        if (sqlite3_prepare_v3(s->db, STATEMENTS[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL) !=
-            SQLITE_OK) {
-            set_err(s, STATEMENTS[i]);
-            goto fail;
-        }
-    }
+    if (build_statements(s))
+        goto fail;
     return &s->base;
 fail:
     snprintf(err, errlen, "%s: %s", path, s->err);
@@ -1131,50 +839,74 @@ static int sync_parent(const char *path, char *err, size_t errlen)
     return 0;
 }
 
-int store_sqlite_check_copy(const char *partial, const char *dest_path, StoreBackupInfo *info, char *err,
-                            size_t errlen)
+/* What a copy holds, counted by the descriptors: its names (the kinds whose
+ * rows are names) and the largest token it knows was issued (meta's counter
+ * and every kind's counter column). */
+static int count_copy(SqliteStore *s, StoreBackupInfo *info)
 {
-    sqlite3 *dest = NULL;
-    /* No SQLITE_OPEN_CREATE: what was copied must be there. */
-    if (sqlite3_open_v2(partial, &dest, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "cannot open %s: %s", partial, dest ? sqlite3_errmsg(dest) : "out of memory");
-        sqlite3_close(dest);
-        return -1;
+    Sql q = {.len = 0};
+    sql_add(&q, "SELECT 0");
+    for (int k = 0; k < REC_KINDS; k++) {
+        const SqlKind *d = &SQL_KINDS[k];
+        if (d->names)
+            sql_add(&q, " + (SELECT count(*) FROM %s%s%s)", d->table, d->where ? " WHERE " : "", d->where ? d->where : "");
     }
+    sql_add(&q, ", max((SELECT value FROM meta WHERE key = 'last_token')");
+    for (int k = 0; k < REC_KINDS; k++) {
+        const SqlKind *d = &SQL_KINDS[k];
+        if (d->counter >= 0)
+            sql_add(&q, ", (SELECT coalesce(max(%s), 0) FROM %s%s%s)", d->columns[d->counter].name, d->table,
+                    d->where ? " WHERE " : "", d->where ? d->where : "");
+    }
+    sql_add(&q, ")");
     sqlite3_stmt *st = NULL;
-    /* Semaphores and shared holders from version 10 on (a copy of an older
-     * database, never opened by this leasegate, has none). */
-    bool v10 = sqlite3_prepare_v2(dest, "SELECT 1 FROM sqlite_master WHERE name = 'semaphores'", -1, &st, NULL) ==
-                   SQLITE_OK &&
-               sqlite3_step(st) == SQLITE_ROW;
-    sqlite3_finalize(st);
-    st = NULL;
-    if (sqlite3_prepare_v2(dest,
-                           v10 ? "SELECT (SELECT count(*) FROM locks) + (SELECT count(*) FROM semaphores),"
-                                 " max((SELECT value FROM meta WHERE key = 'last_token'),"
-                                 "     (SELECT coalesce(max(last_token), 0) FROM locks),"
-                                 "     (SELECT coalesce(max(last_token), 0) FROM semaphores),"
-                                 "     (SELECT coalesce(max(token), 0) FROM holders)),"
-                                 " (SELECT group_concat(integrity_check) FROM pragma_integrity_check)"
-                               : "SELECT (SELECT count(*) FROM locks),"
-                                 " max((SELECT value FROM meta WHERE key = 'last_token'),"
-                                 "     (SELECT coalesce(max(last_token), 0) FROM locks)),"
-                                 " (SELECT group_concat(integrity_check) FROM pragma_integrity_check)",
-                           -1, &st, NULL) != SQLITE_OK ||
-        sqlite3_step(st) != SQLITE_ROW) {
-        snprintf(err, errlen, "the copy is not a leasegate database: %s", sqlite3_errmsg(dest));
+    if (q.full || sqlite3_prepare_v2(s->db, q.text, -1, &st, NULL) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
+        set_err(s, "count the copy");
         sqlite3_finalize(st);
-        sqlite3_close(dest);
         return -1;
     }
     info->locks = (uint64_t)sqlite3_column_int64(st, 0);
     info->last_token = (uint64_t)sqlite3_column_int64(st, 1);
-    const char *check = (const char *)sqlite3_column_text(st, 2);
-    bool ok = check && !strcmp(check, "ok");
-    if (!ok)
-        snprintf(err, errlen, "the copy fails its integrity check: %.200s", check ? check : "?");
     sqlite3_finalize(st);
-    if (sqlite3_close(dest) != SQLITE_OK) {
+    return 0;
+}
+
+int store_sqlite_check_copy(const char *partial, const char *dest_path, StoreBackupInfo *info, char *err,
+                            size_t errlen)
+{
+    /* A store over the copy, for the helpers that read a database; no SQLITE_OPEN_CREATE: what was copied must be there. */
+    SqliteStore c = {.lock_fd = -1, .watch_fd = -1};
+    if (sqlite3_open_v2(partial, &c.db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open %s: %s", partial, c.db ? sqlite3_errmsg(c.db) : "out of memory");
+        sqlite3_close(c.db);
+        return -1;
+    }
+    sqlite3_int64 tables = 0;
+    char check[256] = "";
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(c.db, "SELECT group_concat(integrity_check) FROM pragma_integrity_check", -1, &st, NULL) ==
+            SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        snprintf(check, sizeof check, "%s", sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0) : "?");
+    sqlite3_finalize(st);
+    bool ok = !strcmp(check, "ok");
+    if (!ok) {
+        snprintf(err, errlen, "the copy fails its integrity check: %.200s", check[0] ? check : sqlite3_errmsg(c.db));
+    } else if (one_value(&c, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'", &tables) ||
+               tables == 0) {
+        snprintf(err, errlen, "the copy is not a leasegate database%s%s", tables ? ": " : "", tables ? c.err : "");
+        ok = false;
+    } else {
+        /* Counted as this leasegate will load it: a copy of an older version
+         * is migrated inside a transaction that is rolled back, so the file
+         * stays as it was copied. */
+        ok = exec(&c, "BEGIN IMMEDIATE") == 0 && prepare_schema(&c) == 0 && count_copy(&c, info) == 0;
+        if (!ok)
+            snprintf(err, errlen, "the copy is not a leasegate database this leasegate can load: %.300s", c.err);
+        if (!sqlite3_get_autocommit(c.db))
+            exec(&c, "ROLLBACK");
+    }
+    if (sqlite3_close(c.db) != SQLITE_OK) {
         snprintf(err, errlen, "cannot close %s", partial);
         return -1;
     }

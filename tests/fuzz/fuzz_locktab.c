@@ -28,9 +28,11 @@
  *    acquire, reentry, renew or release of its lock, even before
  *    locktab_tick has run: it is never renewed, released or reentered after
  *    its deadline, and a newcomer then gets the lock when nobody waits;
- *  - every durable change is reported through hooks.changed before the call
- *    returns (the last state reported equals the state after the call);
- *  - hooks.ended (when installed) once per ended lease, with the next
+ *  - every durable change is reported before the call returns, one hook per
+ *    record: hooks.changed (the name's: its last token), holder_changed (the
+ *    lease's) and ended (its removal); the last state reported equals the
+ *    state after the call;
+ *  - hooks.ended once per ended lease, with the next
  *    history number; locktab_why_not as the history says: the newest
  *    lease_history ended leases by sequence number;
  *  - limits (max_locks, max_waiters, max_waiters_per_lock), the counters,
@@ -122,7 +124,6 @@ static const char *const CTX_NAMES[] = {"none", "acquire", "renew", "release", "
 typedef struct Model {
     Locktab *lt;
     LocktabLimits limits;
-    bool with_ended;
     Now now;
     uint64_t last_token, last_seq, expiries, forgotten, inc_counter;
     MLock locks[NNAMES];
@@ -322,46 +323,74 @@ static void model_grant(MLock *M, const Lock *lock)
     M->just_ended = false;
 }
 
-/* Without hooks.ended, the model learns that the lease of M ended when the
- * table shows the lock no longer held by it (in hooks.changed, or in
- * hooks.timed_out while the freed lock is passed on); how it ended is the
- * model's reading: only a lease still before its deadline can be released. */
-static void ended_unreported(MLock *M, const Lock *lock)
+/* Every lease that ended was reported (hooks.ended, which storage needs to
+ * remove its record): the table holds M by the model's lease, or the model
+ * has it ended. */
+static void check_end_reported(const MLock *M, const Lock *lock)
 {
-    if (M->held && (!locktab_is_held(lock) || memcmp(locktab_holder(lock)->lease, M->h.lease, LEASE_ID_BYTES) != 0 ||
-                    locktab_holder(lock)->token != M->h.token)) {
-        CHECK(!m.with_ended, "lock '%s': its lease ended without hooks.ended", lock->name);
-        end_model_lease(M, m.ctx == C_RELEASE && M->h.deadline > m.now.mono_ms ? LEASE_END_RELEASED
-                                                                                 : LEASE_END_EXPIRED);
-    }
+    CHECK(!M->held || (locktab_is_held(lock) && !memcmp(locktab_holder(lock)->lease, M->h.lease, LEASE_ID_BYTES) &&
+                       locktab_holder(lock)->token == M->h.token),
+          "lock '%s': its lease ended without hooks.ended", lock->name);
 }
 
+/* A hook about lock M: during a call on it (or the tick), never while its
+ * due lease is left running. */
+static MLock *hook_of(const Lock *lock, const char *hook)
+{
+    /* not during locktab_load: a lease that expired while the server was down
+     * ends at the first tick */
+    CHECK(m.ctx == C_ACQUIRE || m.ctx == C_RENEW || m.ctx == C_RELEASE || m.ctx == C_TICK, "hooks.%s during %s", hook,
+          CTX_NAMES[m.ctx]);
+    MLock *M = model_lock_of(lock);
+    CHECK(M->known, "hooks.%s for '%s', which the model does not know", hook, lock->name);
+    CHECK(m.ctx == C_TICK || m.cur_lock == (int)(M - m.locks), "hooks.%s for '%s' during %s of '%s'", hook,
+          lock->name, CTX_NAMES[m.ctx], NAMES[m.cur_lock]);
+    return M;
+}
+
+/* The name's record: here only a grant changes it (its last token; no lock
+ * has a lock-delay here). */
 static void on_changed(void *ud, const Lock *lock)
 {
     (void)ud;
-    /* not during locktab_load: a lease that expired while the server was down
-     * ends at the first tick */
-    CHECK(m.ctx == C_ACQUIRE || m.ctx == C_RENEW || m.ctx == C_RELEASE || m.ctx == C_TICK,
-          "hooks.changed during %s", CTX_NAMES[m.ctx]);
-    MLock *M = model_lock_of(lock);
-    CHECK(M->known, "hooks.changed for '%s', which the model does not know", lock->name);
-    CHECK(m.ctx == C_TICK || m.cur_lock == (int)(M - m.locks), "hooks.changed for '%s' during %s of '%s'",
-          lock->name, CTX_NAMES[m.ctx], NAMES[m.cur_lock]);
-    ended_unreported(M, lock);
+    MLock *M = hook_of(lock, "changed");
+    check_end_reported(M, lock);
     CHECK(!m.due_pending, "'%s' reported changed during %s while its lease (deadline %lld, now %lld) was not ended",
           lock->name, CTX_NAMES[m.ctx], (long long)M->h.deadline, (long long)m.now.mono_ms);
-    if (locktab_is_held(lock) && !M->held) {
-        model_grant(M, lock);
-    } else if (!locktab_is_held(lock)) {
+    CHECK(locktab_is_held(lock) && !M->held, "hooks.changed for '%s' without a grant", lock->name);
+    model_grant(M, lock);
+    M->reported.last_token = lock->last_token;
+    M->reported_valid = true;
+}
+
+/* The lease's record: made at a grant (after changed), changed by a renewal,
+ * a reentry or a release to a count above 0. */
+static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
+{
+    (void)ud;
+    MLock *M = hook_of(lock, "holder_changed");
+    CHECK(locktab_is_held(lock) && h == locktab_holder(lock), "hooks.holder_changed for '%s' with a lease that does "
+          "not hold it", lock->name);
+    Dur d = dur_of(lock);
+    d.last_token = M->reported.last_token;
+    M->reported = d;
+}
+
+/* After a call on lock i (or the tick): a lock whose lease ended and that
+ * nobody got starts its idle time. */
+static void settle_model(int i)
+{
+    MLock *M = &m.locks[i];
+    const Lock *lock = locktab_get(m.lt, KIND_LOCK, NAMES[i]);
+    if (!M->known || !lock)
+        return;
+    if (M->just_ended) {
+        CHECK(!locktab_is_held(lock), "harness: '%s' ended and held, but no grant was reported", NAMES[i]);
         CHECK(M->nq == 0, "lock '%s' is free with %d waiters in the model", lock->name, M->nq);
         CHECK(lock->waiters.len == 0, "lock '%s' is free with %zu waiters", lock->name, lock->waiters.len);
-        if (M->just_ended) {
-            M->idle_deadline = m.now.mono_ms + m.limits.forget_idle_ms;
-            M->just_ended = false;
-        }
+        M->idle_deadline = m.now.mono_ms + m.limits.forget_idle_ms;
+        M->just_ended = false;
     }
-    M->reported = dur_of(lock);
-    M->reported_valid = true;
 }
 
 static void on_granted(void *ud, void *ctx, const Lock *lock, const Holder *granted)
@@ -406,7 +435,7 @@ static void on_timed_out(void *ud, void *ctx, const Lock *lock)
     while (k < M->nq && M->q[k] != w)
         k++;
     CHECK(k < M->nq, "harness: timed-out waiter not in the model's queue");
-    ended_unreported(M, lock);
+    check_end_reported(M, lock);
     if (M->just_ended) {
         /* the lock's lease has just ended (end_model_lease checked when and
          * how) and the table passes it on: it walks the queue from the head,
@@ -445,13 +474,13 @@ static void on_forgotten(void *ud, const Lock *lock)
     m.forgotten++;
 }
 
-static void on_ended(void *ud, const Lock *lock, const Holder *ended, int how, uint64_t seq)
+static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *ended, int how, uint64_t seq)
 {
+    (void)actor;
     (void)ud;
     const uint8_t *lease = ended->lease;
     uint64_t token = ended->token;
     CHECK(!locktab_is_held(lock), "hooks.ended: the lease ended is still among the holders");
-    CHECK(m.with_ended, "harness: ended hook not installed");
     CHECK(m.ctx == C_ACQUIRE || m.ctx == C_RENEW || m.ctx == C_RELEASE || m.ctx == C_TICK, "hooks.ended during %s",
           CTX_NAMES[m.ctx]);
     MLock *M = model_lock_of(lock);
@@ -462,6 +491,9 @@ static void on_ended(void *ud, const Lock *lock, const Holder *ended, int how, u
     CHECK(seq == m.last_seq + 1, "hooks.ended seq %llu, expected %llu", (unsigned long long)seq,
           (unsigned long long)(m.last_seq + 1));
     end_model_lease(M, how);
+    uint64_t last_token = M->reported.last_token;
+    memset(&M->reported, 0, sizeof M->reported); /* the lease's record goes */
+    M->reported.last_token = last_token;
 }
 
 /* ---- checks after every operation ---- */
@@ -539,13 +571,12 @@ static void check_lock_state(int i)
               NAMES[i], (long long)m.now.mono_ms, (long long)mh->deadline);
     }
     CHECK(M->reported_valid, "'%s' known but its state was never reported nor loaded", NAMES[i]);
-    Dur now_dur = dur_of(L);
-    CHECK(dur_equal(&now_dur, &M->reported),
+    Dur now_dur = dur_of(L), reported = M->reported;
+    CHECK(dur_equal(&now_dur, &reported),
           "'%s' changed without hooks.changed before the call returned (held %d/%d, token %llu/%llu, count %u/%u, "
           "deadline %lld/%lld)",
-          NAMES[i], now_dur.held, M->reported.held, (unsigned long long)now_dur.token,
-          (unsigned long long)M->reported.token, now_dur.count, M->reported.count, (long long)now_dur.deadline,
-          (long long)M->reported.deadline);
+          NAMES[i], now_dur.held, reported.held, (unsigned long long)now_dur.token, (unsigned long long)reported.token,
+          now_dur.count, reported.count, (long long)now_dur.deadline, (long long)reported.deadline);
 }
 
 typedef struct ListOut {
@@ -677,8 +708,11 @@ static void op_begin(enum Ctx ctx, int i)
 
 static void op_end(int i)
 {
+    if (m.locks[i].known && locktab_get(m.lt, KIND_LOCK, NAMES[i]))
+        check_end_reported(&m.locks[i], locktab_get(m.lt, KIND_LOCK, NAMES[i]));
     CHECK(!m.due_pending, "%s of '%s' at mono %lld left its lease (deadline %lld) not ended", CTX_NAMES[m.ctx],
           NAMES[i], (long long)m.now.mono_ms, (long long)m.locks[i].h.deadline);
+    settle_model(i);
     m.ctx = C_NONE;
 }
 
@@ -888,7 +922,7 @@ static void op_release(FuzzIn *in)
     uint32_t left = 12345;
     op_begin(C_RELEASE, i);
     m.cur_lease = lease;
-    LockResult r = locktab_release(m.lt, KIND_LOCK, NAMES[i], lease, &m.now, &left);
+    LockResult r = locktab_release(m.lt, KIND_LOCK, NAMES[i], lease, NULL, &m.now, &left);
     op_end(i);
     m.cur_lease = NULL;
     if (stale)
@@ -950,6 +984,8 @@ static void tick(void)
         fprintf(stderr, "[%d] tick at %lld\n", m.ops, (long long)m.now.mono_ms);
     m.ctx = C_TICK;
     locktab_tick(m.lt, &m.now);
+    for (int i = 0; i < NNAMES; i++)
+        settle_model(i);
     m.ctx = C_NONE;
     int64_t min = min_deadline();
     CHECK(min > m.now.mono_ms, "after locktab_tick at %lld a deadline %lld is still due", (long long)m.now.mono_ms,
@@ -1007,8 +1043,7 @@ static void op_restart(FuzzIn *in)
     if (!same_boot) /* a new boot; its wall clock may also have been set back */
         m.now.wall_ms -= fuzz_u8(in) % 64;
     m.now.mono_ms = same_boot ? m.now.mono_ms + pause : 1 + b / 2;
-    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, m.with_ended ? on_ended : NULL,
-                          NULL};
+    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed};
     m.lt = locktab_new(&m.limits, &hooks);
     CHECK(m.lt != NULL, "locktab_new failed");
     m.expiries = m.forgotten = 0;
@@ -1115,17 +1150,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     m.limits.max_waiters_per_lock = 1 + fuzz_u8(&in) % 5;
     m.limits.lease_history = 1 + fuzz_u8(&in) % 8;
     m.limits.forget_idle_ms = 1 + fuzz_u8(&in) % 80;
-    m.with_ended = cfg / 6 % 4 != 0;
     m.now.mono_ms = 1000 + fuzz_u8(&in);
     m.now.wall_ms = 1700000000000LL + fuzz_u8(&in) * 1000LL;
-    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, m.with_ended ? on_ended : NULL,
-                          NULL};
+    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed};
     m.lt = locktab_new(&m.limits, &hooks);
     CHECK(m.lt != NULL, "locktab_new failed");
     if (fuzz_tracing())
-        fprintf(stderr, "limits: locks %zu waiters %zu per lock %zu history %zu forget %lld ended hook %d\n",
+        fprintf(stderr, "limits: locks %zu waiters %zu per lock %zu history %zu forget %lld\n",
                 m.limits.max_locks, m.limits.max_waiters, m.limits.max_waiters_per_lock, m.limits.lease_history,
-                (long long)m.limits.forget_idle_ms, m.with_ended);
+                (long long)m.limits.forget_idle_ms);
     for (m.ops = 0; fuzz_more(&in) && m.ops < MAX_OPS; m.ops++) {
         uint8_t op = fuzz_u8(&in);
         switch (op % 16) {

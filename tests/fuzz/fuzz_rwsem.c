@@ -26,8 +26,8 @@
  *  - expiry at the deadline, ended before anything else is done with the
  *    name; wait timeouts never before their deadline; granted/timed_out
  *    exactly once per waiter, never for a cancelled one; not_holder reasons;
- *  - durability: the records the hooks report (changed: a name's record
- *    with a lock's writer; holder_changed: a reader or a permit; ended: its
+ *  - durability: the records the hooks report (changed: a name's own
+ *    record; holder_changed: a lease's, whatever its mode; ended: its
  *    removal) equal the table after every call, and a restart that loads
  *    them (oldest token first, as the stores do) gives back the same table;
  *  - locktab_check()'s invariants (assertions on: built without NDEBUG).
@@ -111,8 +111,7 @@ typedef struct Stored {
     uint64_t last_token;
     uint32_t limit;
     int64_t delay_until_ms;
-    SHolder writer;
-    SHolder shared[MAXH + 4];
+    SHolder leases[MAXH + 4]; /* one record per lease, whatever its mode */
 } Stored;
 
 enum Ctx { C_NONE, C_ACQUIRE, C_RENEW, C_RELEASE, C_REVOKE, C_CANCEL, C_TICK, C_LOAD };
@@ -296,16 +295,16 @@ static void store_holder(SHolder *s, const Holder *h)
     s->h.key = NULL;
 }
 
-static SHolder *shared_slot(Stored *st, uint64_t token, bool make)
+static SHolder *lease_slot(Stored *st, uint64_t token, bool make)
 {
     for (int k = 0; k < MAXH + 4; k++)
-        if (st->shared[k].used && st->shared[k].h.token == token)
-            return &st->shared[k];
+        if (st->leases[k].used && st->leases[k].h.token == token)
+            return &st->leases[k];
     if (!make)
         return NULL;
     for (int k = 0; k < MAXH + 4; k++)
-        if (!st->shared[k].used)
-            return &st->shared[k];
+        if (!st->leases[k].used)
+            return &st->leases[k];
     CHECK(0, "harness: too many stored holders");
     return NULL;
 }
@@ -319,31 +318,26 @@ static void on_changed(void *ud, const Lock *lock)
     st->last_token = lock->last_token;
     st->limit = lock->limit;
     st->delay_until_ms = lock->delay_until_ms;
-    const Holder *first = locktab_holder(lock);
-    st->writer.used = false;
-    if (lock->kind == KIND_LOCK && first && first->mode == MODE_WRITE)
-        store_holder(&st->writer, first);
 }
 
 static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
 {
     (void)ud;
-    CHECK(lock->kind == KIND_SEMAPHORE || h->mode == MODE_READ, "holder_changed for a writer");
-    store_holder(shared_slot(&m.stored[name_of(lock)], h->token, true), h);
+    CHECK(m.ctx != C_LOAD && m.ctx != C_NONE, "hooks.holder_changed outside a call (%d)", (int)m.ctx);
+    store_holder(lease_slot(&m.stored[name_of(lock)], h->token, true), h);
 }
 
-static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq)
+static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq)
 {
+    (void)actor;
     (void)ud;
     CHECK(seq > 0, "hooks.ended seq 0");
     for (const Holder *x = locktab_holder(lock); x; x = locktab_next_holder(x))
         CHECK(x != h && x->token != h->token, "hooks.ended: the lease ended is still a holder of '%s'", lock->name);
     CHECK(how >= LEASE_END_EXPIRED && how <= LEASE_END_REVOKED, "hooks.ended how %d", how);
-    if (lock->kind == KIND_SEMAPHORE || h->mode == MODE_READ) {
-        SHolder *s = shared_slot(&m.stored[name_of(lock)], h->token, false);
-        CHECK(s != NULL, "hooks.ended for a reader or permit of '%s' never reported", lock->name);
-        s->used = false;
-    }
+    SHolder *s = lease_slot(&m.stored[name_of(lock)], h->token, false);
+    CHECK(s != NULL, "hooks.ended for a lease of '%s' never reported", lock->name);
+    s->used = false;
 }
 
 static void on_granted(void *ud, void *ctx, const Lock *lock, const Holder *h)
@@ -452,18 +446,15 @@ static void check_name(int i)
                               &m.now) == NULL,
               "a lease of '%s' holds the other namespace's name", NAMES[i]);
         /* durable: the stored records are the table's */
-        const SHolder *s = L->kind == KIND_LOCK && h->mode == MODE_WRITE ? (st->writer.used ? &st->writer : NULL)
-                                                                          : shared_slot((Stored *)st, h->token, false);
+        const SHolder *s = lease_slot((Stored *)st, h->token, false);
         CHECK(s && holder_eq(&s->h, h), "'%s' holder #%d (token %llu) not as reported for storage", NAMES[i], k,
               (unsigned long long)h->token);
     }
-    int stored_shared = 0;
+    int stored = 0;
     for (int x = 0; x < MAXH + 4; x++)
-        stored_shared += st->shared[x].used;
-    bool writer = L->kind == KIND_LOCK && L->holders.len && L->mode == MODE_WRITE;
-    CHECK(stored_shared == (writer ? 0 : (int)L->holders.len) && st->writer.used == writer,
-          "'%s': storage has %d shared holders and writer %d, the table %zu holders", NAMES[i], stored_shared,
-          st->writer.used, L->holders.len);
+        stored += st->leases[x].used;
+    CHECK(stored == (int)L->holders.len, "'%s': storage has %d leases, the table %zu holders", NAMES[i], stored,
+          L->holders.len);
     /* (a delay whose end passed while the server was down is not loaded) */
     CHECK(st->last_token == L->last_token &&
               (st->delay_until_ms == L->delay_until_ms || (!L->delay_until_ms && st->delay_until_ms <= m.now.wall_ms)) &&
@@ -755,7 +746,7 @@ static void op_renew_release(FuzzIn *in, bool release)
     const Holder *h;
     op_begin(release ? C_RELEASE : C_RENEW);
     if (release)
-        got = locktab_release(m.lt, kind_of(i), NAMES[i], id, &m.now, &left);
+        got = locktab_release(m.lt, kind_of(i), NAMES[i], id, NULL, &m.now, &left);
     else
         got = locktab_renew(m.lt, kind_of(i), NAMES[i], id, ttl, &m.now, &lock, &h);
     op_end();
@@ -790,7 +781,7 @@ static void op_revoke(FuzzIn *in)
         }
     }
     op_begin(C_REVOKE);
-    LockResult got = locktab_revoke(m.lt, KIND_LOCK, NAMES[i], &m.now);
+    LockResult got = locktab_revoke(m.lt, KIND_LOCK, NAMES[i], NULL, &m.now);
     op_end();
     run_call(got, want, "revoke", i);
 }
@@ -893,16 +884,13 @@ static void op_restart(FuzzIn *in)
         CHECK(locktab_load(m.lt, kind_of(i), NAMES[i], st->last_token, st->limit, st->delay_until_ms, &m.now) ==
                   LOCK_OK,
               "locktab_load('%s')", NAMES[i]);
-        if (st->writer.used)
-            CHECK(locktab_load_holder(m.lt, kind_of(i), NAMES[i], &st->writer.h, &m.now) == LOCK_OK,
-                  "load the writer of '%s'", NAMES[i]);
         /* by token */
         for (uint64_t last = 0;;) {
             SHolder *next = NULL;
             for (int x = 0; x < MAXH + 4; x++)
-                if (st->shared[x].used && st->shared[x].h.token > last &&
-                    (!next || st->shared[x].h.token < next->h.token))
-                    next = &st->shared[x];
+                if (st->leases[x].used && st->leases[x].h.token > last &&
+                    (!next || st->leases[x].h.token < next->h.token))
+                    next = &st->leases[x];
             if (!next)
                 break;
             CHECK(locktab_load_holder(m.lt, kind_of(i), NAMES[i], &next->h, &m.now) == LOCK_OK,

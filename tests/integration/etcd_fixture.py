@@ -97,12 +97,15 @@ class Member:
 class Etcd:
     """An etcd cluster of `size` members (1 or 3) that has a leader and answers reads.
     .endpoint is every member's HOST:PORT, comma-separated, as --store wants them;
-    .url is the first member's URL. stop() stops every member and removes the dirs."""
+    .url is the first member's URL. stop() stops every member and removes the dirs.
+    client_ports: the members' client ports, when a test chose them (a gateway started
+    before its etcd), else free ones."""
 
-    def __init__(self, size=1):
+    def __init__(self, size=1, client_ports=None):
         self.root = tempfile.mkdtemp(prefix="leasegate-etcd-")
         for _attempt in range(5):
-            self.members = [Member("m%d" % i, self.root, free_port(), free_port()) for i in range(size)]
+            self.members = [Member("m%d" % i, self.root, client_ports[i] if client_ports else free_port(), free_port())
+                            for i in range(size)]
             cluster = ",".join("%s=%s" % (m.name, m.peer_url) for m in self.members)
             for m in self.members:
                 m.start(cluster)
@@ -180,10 +183,10 @@ class Etcd:
 class Gateway(Server):
     """A leasegate on the etcd store; started as a candidate (its port is known at once)."""
 
-    def __init__(self, etcd, prefix, extra_args=None, key=None):
+    def __init__(self, etcd, prefix, extra_args=None, key=None, extra_env=None):
         self.key = key  # sent with /healthz (for --auth-metrics)
         super().__init__(store="etcd://%s/%s" % (etcd.endpoint, prefix),
-                         extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []))
+                         extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []), extra_env=extra_env)
 
     def health(self):
         headers = {"Authorization": "Bearer " + self.key} if self.key else None

@@ -221,7 +221,7 @@ class AuthTest(unittest.TestCase):
         c.release("orders/doc", g["lease"])
 
 
-class ReloadTest(unittest.TestCase):
+class ReloadBase(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="leasegate-reload-")
         self.key, line = new_key("first", "client", "a/")
@@ -245,7 +245,13 @@ class ReloadTest(unittest.TestCase):
             threading.Event().wait(0.05)
         self.fail("no '%s' in the log after SIGHUP:\n%s" % (words, self.srv.stderr_text()))
 
-    def test_sighup_reloads_and_a_bad_file_keeps_the_old_keys(self):
+
+
+class ReloadTest(ReloadBase):
+    def test_sighup_reloads_and_a_bad_file_refuses_every_key(self):
+        """SIGHUP reloads the keys; a file that does not load is not ignored (issue 37): the
+        keys loaded before may hold one just revoked, so no key is trusted (503, /readyz
+        not ready, the log says why) until a reload succeeds."""
         first = Keyed(self.srv.port, self.key)
         self.addCleanup(first.close)
         st, _, held = first.acquire("a/lock", ttl_ms=60000)
@@ -273,15 +279,26 @@ class ReloadTest(unittest.TestCase):
         self.addCleanup(admin.close)
         st, _, lock = admin.get_lock("a/lock")
         self.assertEqual((st, lock["waiters"]), (200, 0), lock)  # the removed key's waiter left
-        # A file that does not parse: the old keys stay, and the log says why.
+        # A file that does not parse: no key passes, /readyz says why, the log too.
         self.write(second_line + "\nbroken line\n")
-        self.hup_and_wait("SIGHUP: keeping the 2 API keys")
+        self.hup_and_wait("SIGHUP: the key file does not load")
         self.assertIn("line 2", self.srv.stderr_text())
-        self.assertEqual(second.acquire("b/y")[0], 200)
+        st, _, body = second.acquire("b/y")
+        self.assertEqual((st, body["error"]), (503, "overloaded"), body)
+        self.assertIn("did not load", body["message"])
+        st, _, ready = self.srv.request("GET", "/readyz")
+        self.assertEqual((st, ready["reason"]), (503, "keys"), ready)
+        self.assertIn("line 2", ready["message"])
+        self.assertEqual(self.srv.request("GET", "/healthz")[0], 200)  # alive: a reload mends it
         os.remove(self.path)
-        self.hup_and_wait("SIGHUP: keeping the 2 API keys")
-        self.assertEqual(admin.request("GET", "/v1/locks")[0], 200)
+        self.hup_and_wait("SIGHUP: the key file does not load")
+        self.assertEqual(admin.request("GET", "/v1/locks")[0], 503)
         self.assertTrue(self.srv.running())
+        # A good file again: served at once.
+        self.write(second_line + "\n" + admin_line + "\n")
+        self.hup_and_wait("SIGHUP: 2 API keys")
+        self.assertEqual(admin.request("GET", "/v1/locks")[0], 200)
+        self.assertEqual(self.srv.request("GET", "/readyz")[0], 200)
         # The waiter let in under the first file ended with its key (401 at the first
         # reload, rekey.h), long before its wait_ms.
         t.join(30)
@@ -361,6 +378,73 @@ class ReloadTest(unittest.TestCase):
             st, _, body = read_response(sock, timeout=10)
             self.assertEqual(st, 200, body)
             self.assertEqual(json.loads(body)["events"][-1]["lock"], prefix + "x")
+
+
+class RotationTest(ReloadBase):
+    """Issue 37: a key may have two secrets during a rotation (sha256:OLD,sha256:NEW on its
+    line): either is the one key, with one share and one audit identity; once the old
+    secret leaves the line, what it holds open ends and it gets 401, the new one goes on."""
+
+    def test_two_secrets_one_key_then_the_old_one_goes(self):
+        old_key, old_line = new_key("svc", "client", "r/", "max_held=2")
+        new_secret, new_line = new_key("svc", "client", "r/", "max_held=2")
+        admin_key, admin_line = new_key("root", "admin")
+        fields = old_line.split()
+        fields[2] = old_line.split()[2] + "," + new_line.split()[2]
+        self.write(" ".join(fields) + "\n" + admin_line + "\n")
+        self.hup_and_wait("SIGHUP: 2 API keys")
+        old, new, admin = (Keyed(self.srv.port, k, timeout=60) for k in (old_key, new_secret, admin_key))
+        for c in (old, new, admin):
+            self.addCleanup(c.close)
+        st, _, held = old.acquire("r/one", ttl_ms=60000)
+        self.assertEqual(st, 200, held)
+        st, _, other = new.acquire("r/two", ttl_ms=60000)
+        self.assertEqual(st, 200, other)
+        # One share: the key holds two locks (max_held=2), whichever secret asks.
+        st, _, body = new.acquire("r/three")
+        self.assertEqual((st, body["error"], body["key"]), (429, "key_limit", "svc"), body)
+        self.assertEqual(old.release("r/two", other["lease"])[0], 200)
+        box = {}
+        waiter = Keyed(self.srv.port, old_key, timeout=60)
+        self.addCleanup(waiter.close)
+        t = threading.Thread(target=lambda: box.update(r=waiter.acquire("r/one", owner="w", wait_ms=30000)))
+        t.start()
+        for _ in range(100):
+            if admin.get_lock("r/one")[2].get("waiters") == 1:
+                break
+            threading.Event().wait(0.05)
+        # One audit identity: both secrets' rows name the key.
+        st, _, rows = admin.request("GET", "/v1/audit?key=svc")
+        self.assertEqual(st, 200, rows)
+        self.assertEqual({r["key"] for r in rows["rows"]}, {"svc"}, rows)
+        self.assertGreaterEqual(len(rows["rows"]), 3, rows)
+        # The rotation ends: the old secret leaves the line.
+        self.write(new_line + "\n" + admin_line + "\n")
+        self.hup_and_wait("SIGHUP: 2 API keys")
+        t.join(30)
+        self.assertEqual((box["r"][0], box["r"][2]["error"]), (401, "unauthorized"), box)  # its waiter ended
+        self.assertEqual(old.get_lock("r/one")[0], 401)
+        self.assertEqual(new.get_lock("r/one")[0], 200)
+        self.assertEqual(new.release("r/one", held["lease"])[0], 200)
+
+    def test_a_rotation_line_is_checked(self):
+        _, a = new_key("a", "client", "r/")
+        _, b = new_key("b", "client", "r/")
+        ha, hb = a.split()[2], b.split()[2]
+        for hashes, words in ((ha + "," + ha, "the same secret twice"),
+                              (ha + "," + hb + "," + ha, "at most 2 secrets"),
+                              (ha + ",", "is not sha256"),
+                              (ha + ",sha256:12", "is not sha256")):
+            with self.subTest(hashes=hashes):
+                self.write("x client %s r/\n" % hashes)
+                self.hup_and_wait("SIGHUP: the key file does not load")
+                self.assertIn(words, self.srv.stderr_text().splitlines()[-1])
+        # A secret is one key's only.
+        fields = b.split()
+        fields[2] = hb + "," + ha
+        self.write(a + "\n" + " ".join(fields) + "\n")
+        self.hup_and_wait("SIGHUP: the key file does not load")
+        self.assertIn("the same key hash as 'a'", self.srv.stderr_text().splitlines()[-1])
 
 
 class ReplayBoundToKeyTest(KeyedTestCase):

@@ -401,11 +401,14 @@ class BadInputTests(unittest.TestCase):
                                                            % ("a" * n)).encode())
             self.assertEqual(st, 414, body[:100])
             self.assertIn("application/json", h.get("content-type", ""))
+            # Refused before any handler, through the same answer fields as every answer.
+            self.assertEqual(h.get("cache-control"), "no-store")
             self.assertEqual(json.loads(body)["error"], "uri_too_long")
         for n in (12500, 15500):
             st, h, body = harness.raw_http(self.srv.port, ("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: %s\r\n\r\n"
                                                            % ("b" * n)).encode())
             self.assertEqual(st, 431, body[:100])
+            self.assertEqual(h.get("cache-control"), "no-store")
             self.assertEqual(json.loads(body)["error"], "headers_too_large")
 
     def test_wrong_method_405(self):

@@ -639,6 +639,34 @@ class ScriptCommandTests(CliTestBase):
         rc, out, err = self.cli(["status", "--lock", "keyed/1"], env=self.env(srv.url))
         self.assertNotEqual(rc, 0, out)  # and without a key it is refused
 
+    def test_a_silent_server_is_left_after_the_first_byte_timeout(self):
+        """Issue 37: a server that accepts connections and never answers (a paused
+        gateway) costs --first-byte-timeout and a /readyz that gets no answer either, not
+        the command's timeout (30 s): the next server answers. A long-poll on a live
+        server outlasts many such timeouts: its /readyz says it is ready."""
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes connections; nobody answers
+        self.addCleanup(silent.close)
+        servers = "http://127.0.0.1:%d,%s" % (silent.getsockname()[1], self.srv.url)
+        lock = self.lock_name("silent")
+        rc, out, err = self.cli(["acquire", "--lock", lock, "--owner", "o", "--server", servers,
+                                 "--first-byte-timeout", "300ms"], timeout=20)
+        self.assertEqual(rc, 0, err)
+        lease = self.j(out)["lease"]
+        rc, out, err = self.cli(["status", "--lock", lock], timeout=20,
+                                env=self.env(servers, LEASEGATE_FIRST_BYTE_TIMEOUT="300ms"))
+        self.assertEqual((rc, self.j(out)["held"]), (0, True), err)
+        before = self.srv.metric("leasegate_waiter_disconnects_total")
+        threading.Timer(1.5, lambda: self.srv.release(lock, lease)).start()
+        rc, out, err = self.cli(["acquire", "--lock", lock, "--owner", "w", "--wait", "20s", "--server", self.srv.url,
+                                 "--first-byte-timeout", "200ms"], timeout=30)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.srv.metric("leasegate_waiter_disconnects_total"), before)
+        rc, _, err = self.cli(["status", "--lock", lock, "--first-byte-timeout", "5"])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("needs a unit", err)
+
     # 8 ----------------------------------------------------------------------
     def test_acquire_status_renew_release(self):
         lock = self.lock_name("script")

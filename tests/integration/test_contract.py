@@ -401,6 +401,7 @@ AUDIT = "/v1/audit"
 BACKUP = "/v1/backup"
 FENCE = "/v1/fence/{resource}"
 HEALTH = "/healthz"
+READY = "/readyz"
 METRICS = "/metrics"
 DASHBOARD = "/"
 SEMAPHORE = "/v1/semaphores/{name}"
@@ -505,6 +506,8 @@ class ContractTest(unittest.TestCase):
         a.call(DASHBOARD, "POST", body={}, expect=405)
         a.call(HEALTH, "GET", expect=200)
         a.call(HEALTH, "DELETE", expect=405)
+        a.call(READY, "GET", expect=200)
+        a.call(READY, "DELETE", expect=405)
         for path in ("/v1/nothing", "/v1", "/healthz/x", "/v1/fence", "/v1/lock/x/acquire", "/v1/locks//acquire"):
             a.call(None, "GET", path=path, expect=404)
             a.call(None, "POST", path=path, body={}, expect=404)
@@ -734,7 +737,7 @@ class ContractTest(unittest.TestCase):
         a.call(STREAM, "POST", body={}, expect=405)
 
         # HEAD on every GET operation (Allow names it with GET)
-        for tpl, params in ((DASHBOARD, None), (HEALTH, None), (METRICS, None), (LOCKS, None),
+        for tpl, params in ((DASHBOARD, None), (HEALTH, None), (READY, None), (METRICS, None), (LOCKS, None),
                             (LOCK, {"name": "orders/42"}), (HISTORY, {"name": "orders/42"}), (EVENTS, None),
                             (STREAM, None), (AUDIT, None), (SEMAPHORES, None), (SEMAPHORE, {"name": "crawl/slots"}),
                             (SEM_HISTORY, {"name": "crawl/slots"}), (BACKUP, None)):
@@ -1029,6 +1032,7 @@ class ContractTest(unittest.TestCase):
             root.call(BACKUP, "GET", expect=404 if harness.on_etcd() else 200)
             root.call(LOCK, "DELETE", {"name": "t/1"}, expect=200)
             nokey.call(DASHBOARD, "GET", expect=200)  # never needs a key
+            nokey.call(READY, "GET", expect=200)  # nor does readiness (a load balancer asks it)
         finally:
             for x in (nokey, alice, storage, root, bad):
                 x.close()

@@ -54,6 +54,17 @@ class HostCheckTest(unittest.TestCase):
         # Nothing was done for those requests.
         self.assertFalse(self.srv.client.get_lock("rb/x")[2]["held"])
 
+    def test_refusals_before_any_handler_carry_the_answer_fields(self):
+        """421 (and 400 for a framing problem) leave from the first callback, before any
+        handler: they still carry every answer's fields, Cache-Control: no-store first."""
+        for head in ("GET /v1/locks HTTP/1.1\r\nHost: rebind.test\r\nConnection: close\r\n\r\n",
+                     "POST /v1/locks/a/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1\r\n"
+                     "Content-Length: 2\r\n\r\n{}"):
+            st, h, raw = raw_http(self.srv.port, head.encode())
+            self.assertIn(st, (421, 400), raw)
+            self.assertEqual(h.get("cache-control"), "no-store", (st, h))
+            self.assertIn("application/json", h.get("content-type", ""))
+
     def test_ip_literals_localhost_and_allowed_names_any_port(self):
         for host in ("127.0.0.1", "127.0.0.1:%d" % self.srv.port, "127.0.0.1:1", "10.1.2.3:80", "[::1]:%d" %
                      self.srv.port, "[::1]", "localhost", "LOCALHOST:9", "localhost.", "locks.example.com",

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -228,6 +229,41 @@ class PrometheusTests(unittest.TestCase):
             self.assertEqual(inf, n(m4, hold % end))
             self.assertLessEqual(n(m4, 'leasegate_hold_seconds_bucket{end="%s",le="60"}' % end), inf)
         self.assertGreaterEqual(n(m4, "process_cpu_seconds_total"), n(m0, "process_cpu_seconds_total"))
+
+
+class LogLineTests(unittest.TestCase):
+    """Issue 37: the server's own log lines carry their time and level; with --log-format
+    json each is one JSON object (time, level, msg)."""
+
+    TEXT = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (error|warn|info) leasegate: \S")
+
+    def lines(self, *args):
+        srv = harness.Server(extra_args=list(args))
+        try:
+            self.assertEqual(srv.acquire("misc/log", "o")[0], 200)
+            srv.stop_clean()
+            lines = srv.stderr_text().splitlines()
+        finally:
+            srv.cleanup()
+        self.assertGreaterEqual(len(lines), 2, lines)
+        return lines
+
+    def test_text_lines_have_time_and_level(self):
+        for line in self.lines():
+            self.assertRegex(line, self.TEXT)
+
+    def test_json_lines(self):
+        for line in self.lines("--log-format", "json"):
+            entry = json.loads(line)
+            self.assertEqual(sorted(entry), ["level", "msg", "time"], line)
+            self.assertIn(entry["level"], ("error", "warn", "info"))
+            self.assertRegex(entry["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+        self.assertTrue(any(json.loads(line)["level"] == "warn" for line in self.lines(
+            "--log-format", "json", "--insecure-no-auth")), "the --insecure-no-auth warning")
+        p = subprocess.run([harness.binary_path(), "serve", "--log-format", "xml"], capture_output=True, text=True,
+                           timeout=10)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--log-format: 'xml' is not text or json", p.stderr)
 
 
 class IdleTimeoutTest(unittest.TestCase):

@@ -107,7 +107,7 @@ class BackupTests(unittest.TestCase):
         self.assertGreaterEqual(int(m.group(1)), 20)
         with contextlib.closing(sqlite3.connect(dest)) as db:
             self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
-            rows = db.execute("SELECT count(*) FROM locks WHERE lease IS NOT NULL AND name LIKE 'held/%'").fetchone()
+            rows = db.execute("SELECT count(*) FROM lockspace WHERE token <> 0 AND name LIKE 'held/%'").fetchone()
             self.assertEqual(rows[0], 20)
         self.assertFalse(os.path.exists(dest + ".partial"))
         # The live server never noticed.
@@ -157,7 +157,7 @@ class BackupTests(unittest.TestCase):
         self.assertIn("1 locks, last token %d" % g["token"], out)
         with contextlib.closing(sqlite3.connect(dest)) as db:
             self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
-            self.assertEqual(db.execute("SELECT token FROM locks WHERE name = 'kept'").fetchone()[0], g["token"])
+            self.assertEqual(db.execute("SELECT token FROM lockspace WHERE token <> 0 AND name = 'kept'").fetchone()[0], g["token"])
 
     def test_backup_from_the_server_needs_an_admin_key_and_a_reachable_server(self):
         harness.sqlite_only(self, "backs up the SQLite database")

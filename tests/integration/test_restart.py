@@ -155,13 +155,17 @@ class RestartTests(unittest.TestCase):
             st, _, r = srv.release("v3/free", g["lease"])
             self.assertEqual(st, 200, r)
         db = sqlite3.connect(os.path.join(d, "leasegate.db"))
-        self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0], 10)
+        self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0], 11)
         # Version 9 keeps when the guard last let a write of each lock through.
         self.assertIn("at_ms", [c[1] for c in db.execute("PRAGMA table_info(guard_marks)")])
-        # Version 10: semaphores, readers and permits, lock-delay.
+        # Version 11: every lease a row of the lock space, a name's own row beside them (token 0).
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        self.assertTrue({"semaphores", "holders"} <= tables, tables)
-        self.assertIn("delay_until_ms", [c[1] for c in db.execute("PRAGMA table_info(locks)")])
+        self.assertIn("lockspace", tables)
+        self.assertFalse({"locks", "semaphores", "holders"} & tables, tables)
+        self.assertEqual(db.execute("SELECT name, last_token FROM lockspace WHERE token = 0 ORDER BY name").fetchall(),
+                         [("v3/free", 8), ("v3/held", 7)])
+        self.assertEqual(db.execute("SELECT name, token, owner, mode FROM lockspace WHERE token <> 0").fetchall(),
+                         [("v3/held", 7, "keeper", 0)])
         self.assertEqual(db.execute("SELECT seq, lock, token, how FROM lease_history ORDER BY seq").fetchall(),
                          [(41, "v3/free", 6, 2), (42, "v3/free", 8, 2)])
         db.close()

@@ -185,7 +185,8 @@ class SecretsAtRestTest(UmaskTestCase):
 
 class AuthFileModeTest(UmaskTestCase):
     """Whoever may write the --auth-file may give themselves an admin key: a file writable
-    by its group or others is refused at start, and on SIGHUP (the old keys stay)."""
+    by its group or others is refused at start, and on SIGHUP (then no key passes until a
+    reload succeeds)."""
 
     def keys_file(self, text, file_mode):
         d = tempfile.mkdtemp(prefix="lg-keys-")
@@ -207,7 +208,10 @@ class AuthFileModeTest(UmaskTestCase):
             self.assertIn("writable by %s (mode %04o)" % (who, file_mode), p.stderr)
             self.assertIn("chmod go-w", p.stderr)
 
-    def test_refused_on_sighup_and_the_old_keys_stay(self):
+    def test_refused_on_sighup_and_no_key_passes_until_it_is_fixed(self):
+        """A file others may write is refused at a reload as any file that does not load
+        (issue 37): no key is trusted (503, /readyz `keys`) until a reload succeeds, since
+        whoever could write it may have added one."""
         key, line = subprocess.run([binary_path(), "keygen", "a", "admin"], capture_output=True, text=True,
                                    check=True).stdout.splitlines()
         path = self.keys_file(line + "\n", 0o600)
@@ -216,10 +220,20 @@ class AuthFileModeTest(UmaskTestCase):
         os.chmod(path, 0o620)
         os.kill(srv.pid, signal.SIGHUP)
         for _ in range(100):
-            if "SIGHUP: keeping the 1 API keys" in srv.stderr_text():
+            if "SIGHUP: the key file does not load" in srv.stderr_text():
                 break
             time.sleep(0.05)
         self.assertIn("writable by its group (mode 0620)", srv.stderr_text())
+        st, _, _ = srv.client.request("GET", "/v1/locks", headers={"Authorization": "Bearer " + key})
+        self.assertEqual(st, 503)
+        st, _, body = srv.client.request("GET", "/readyz")
+        self.assertEqual((st, body["reason"]), (503, "keys"), body)
+        os.chmod(path, 0o600)
+        os.kill(srv.pid, signal.SIGHUP)
+        for _ in range(100):
+            if "SIGHUP: 1 API keys" in srv.stderr_text():
+                break
+            time.sleep(0.05)
         st, _, _ = srv.client.request("GET", "/v1/locks", headers={"Authorization": "Bearer " + key})
         self.assertEqual(st, 200)
 

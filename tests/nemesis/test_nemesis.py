@@ -19,6 +19,10 @@ Faults, in order (each once per round):
 During pause_etcd and kill_etcd no gateway may give up leadership or exit, save for one
 cause that is etcd's own (riding_out says which).
 
+After each fault, the gateways' /metrics must show it (issue 37): a failover as an
+election won by a gateway that lived through it, a fault of etcd as errors, retries or
+failed keepalives counted by one; and the leader must answer /readyz 200.
+
 Then the history must hold (history.py): no token twice or backwards, no overlapping
 holds, no acknowledged grant, renewal or fence mark lost, no read older than an answer it
 follows, the backend never applies a lower token after a higher one. What each fault cost
@@ -50,6 +54,18 @@ import etcd_fixture  # noqa: E402
 from applying_upstream import ApplyingUpstream  # noqa: E402
 from etcd_fixture import Etcd, Gateway, wait_for  # noqa: E402
 from harness import Client, RawReader, parse_metrics, resume_process  # noqa: E402
+
+# What each fault must show in the gateways' /metrics (summed over the gateways that ran
+# through it): a failover is an election won; a fault of etcd, errors, retries or failed
+# keepalives; etcd stopped, connections refused.
+FAILOVER = ("leasegate_etcd_elections_won_total",)
+ETCD_TROUBLE = ("leasegate_etcd_errors_total", "leasegate_etcd_retries_total",
+                "leasegate_etcd_keepalive_failures_total")
+EXPECTED_METRICS = {
+    "pause_gateway": FAILOVER, "kill_gateway": FAILOVER, "stall_one_way": FAILOVER, "stall_two_way": FAILOVER,
+    "pause_etcd": ETCD_TROUBLE, "kill_etcd": ETCD_TROUBLE,
+    "restart_etcd": ('leasegate_etcd_errors_total{kind="unreachable"}',),
+}
 from history import History, Op, check  # noqa: E402
 from stall_proxy import FROM_ETCD, TO_ETCD, StallProxy  # noqa: E402
 
@@ -140,6 +156,7 @@ class Nemesis(unittest.TestCase):
         cls.faults = []  # (name, t_start, t_end)
         cls.ride_out = []  # what went wrong during the etcd leader's faults
         cls.etcd_revocations = 0  # leader exits forced by etcd's revocation of its lease (riding_out)
+        cls.metric_misses = []  # faults the metrics did not show
 
     @classmethod
     def tearDownClass(cls):
@@ -281,6 +298,50 @@ class Nemesis(unittest.TestCase):
         g.kill9()
         return t0
 
+    def snapshot(self):
+        """{pid: /metrics} of every gateway that answers it now."""
+        out = {}
+        for g in self.cluster.gateways:
+            pid = g.pid if g.running() else None
+            if not pid or not g.port:
+                continue
+            c = Client(g.port, timeout=5)
+            try:
+                status, _, text = c.request("GET", "/metrics")
+                if status == 200:
+                    out[pid] = parse_metrics(text)
+            except (OSError, AssertionError):
+                pass
+            finally:
+                c.close()
+        return out
+
+    def check_metrics(self, name, before):
+        """The fault shows in the metrics of the gateways that lived through it (their
+        counters only grow), and the leader is ready."""
+        leader = self.cluster.leader()
+
+        def leader_ready():
+            c = Client(leader.port, timeout=5)
+            try:
+                return c.request("GET", "/readyz")[0] == 200
+            except OSError:
+                return False
+            finally:
+                c.close()
+        ready = leader and wait_for(leader_ready, timeout=WAIT_S)
+        if not ready:
+            self.metric_misses.append("%s: the leader is not ready (/readyz)" % name)
+        after = self.snapshot()
+        lived = [pid for pid in before if pid in after]
+
+        def grew(prefix):
+            return sum(v - before[pid].get(k, 0) for pid in lived for k, v in after[pid].items()
+                       if k == prefix or k.startswith(prefix + "{"))
+        seen = {m: grew(m) for m in EXPECTED_METRICS.get(name, ())}
+        if seen and lived and not any(v > 0 for v in seen.values()):
+            self.metric_misses.append("%s: no gateway's metrics show it: %r over %d gateways" % (name, seen, len(lived)))
+
     def metric(self, g, name):
         c = Client(g.port, timeout=5)
         try:
@@ -394,9 +455,11 @@ class Nemesis(unittest.TestCase):
             for fault in order:
                 time.sleep(QUIET_S)
                 k += 1
+                before = self.snapshot()
                 t0 = fault(k)
                 self.faults.append((fault.__name__, t0, time.time()))
                 self.assertIsNotNone(self.cluster.leader(), "no gateway leads after %s" % fault.__name__)
+                self.check_metrics(fault.__name__, before)
         time.sleep(QUIET_S)
         self.stop_workload.set()
         for t in threads:
@@ -426,6 +489,7 @@ class Nemesis(unittest.TestCase):
                                 f.write("".join("GATEWAY %d start %d: %s" % (i, n, line) for line in log))
         self.assertEqual(violations[:20], [], "%d violations in %d calls" % (len(violations), len(ops)))
         self.assertEqual(self.ride_out, [], "a gateway gave up during a fault of etcd's leader")
+        self.assertEqual(self.metric_misses, [], "faults the gateways' metrics did not show")
         grants = [op for op in ops if op.kind == "acquire" and op.ok]
         self.assertGreater(len(grants), 10 * len(self.faults), "too little work to judge")
 

@@ -42,59 +42,61 @@ static uint64_t loaded_token_of_k7;
 static int64_t loaded_deadline_of_k7;
 static uint32_t loaded_limit;
 static int64_t loaded_delay;
-static int load_lock(void *ud, const StoreLock *l)
+static int load_lock(const StoreLock *l)
 {
-    (void)ud;
     if (l->kind == KIND_SEMAPHORE) {
         loaded_semaphores++;
         loaded_limit = l->limit;
         return 0;
     }
     loaded_locks++;
-    if (!strcmp(l->name, "k7") && l->held) {
-        loaded_token_of_k7 = l->holder.token;
-        loaded_deadline_of_k7 = l->holder.deadline_ms;
-    }
     if (!strcmp(l->name, "dl"))
         loaded_delay = l->delay_until_ms;
     return 0;
 }
-static int loaded_readers, loaded_permits;
-static uint64_t loaded_reader_token;
-static int load_holder(void *ud, const StoreHolder *h)
+static int loaded_readers, loaded_permits, loaded_writers;
+static uint64_t loaded_reader_token, last_holder_token;
+static char last_holder_name[32];
+static int load_holder(const StoreHolder *h)
 {
-    (void)ud;
+    /* A name's leases come oldest first. */
+    CHECK(strcmp(h->name, last_holder_name) || h->holder.token > last_holder_token);
+    last_holder_token = h->holder.token;
+    snprintf(last_holder_name, sizeof last_holder_name, "%s", h->name);
     if (h->kind == KIND_SEMAPHORE) {
         loaded_permits += !strcmp(h->name, "sem") && h->holder.mode == MODE_WRITE;
-    } else {
-        loaded_readers += !strcmp(h->name, "rd") && h->holder.mode == MODE_READ;
+    } else if (h->holder.mode == MODE_READ) {
+        loaded_readers += !strcmp(h->name, "rd");
         loaded_reader_token = h->holder.token;
+    } else {
+        loaded_writers++;
+        if (!strcmp(h->name, "k7")) {
+            loaded_token_of_k7 = h->holder.token;
+            loaded_deadline_of_k7 = h->holder.deadline_ms;
+        }
     }
     return 0;
 }
 static uint64_t loaded_fence;
 static int loaded_fences;
-static int load_fence(void *ud, const StoreMark *f)
+static int load_fence(const StoreMark *f)
 {
-    (void)ud;
     loaded_fence = f->max_token;
     loaded_fences++;
     return 0;
 }
 static uint64_t loaded_floor;
 static uint32_t loaded_floor_bucket;
-static int load_floor(void *ud, const StoreFloor *f)
+static int load_floor(const StoreFloor *f)
 {
-    (void)ud;
     loaded_floor = f->floor;
     loaded_floor_bucket = f->bucket;
     return 0;
 }
 static uint64_t loaded_guard_mark;
 static int64_t loaded_guard_at;
-static int load_guard_mark(void *ud, const StoreMark *m)
+static int load_guard_mark(const StoreMark *m)
 {
-    (void)ud;
     loaded_guard_mark = m->max_token;
     loaded_guard_at = m->at_ms;
     return 0;
@@ -109,9 +111,8 @@ static int load_history_seq(void *ud, uint64_t seq)
 }
 static uint64_t loaded_ended_seqs[16];
 static int loaded_ended, loaded_ended_permits;
-static int load_ended(void *ud, const StoreEnded *e)
+static int load_ended(const StoreEnded *e)
 {
-    (void)ud;
     if (loaded_ended < 16)
         loaded_ended_seqs[loaded_ended] = e->seq;
     loaded_ended++;
@@ -121,10 +122,9 @@ static int load_ended(void *ud, const StoreEnded *e)
 
 static uint64_t loaded_revoked_token;
 static int loaded_revoked;
-static int load_revoked(void *ud, uint64_t token)
+static int load_revoked(const StoreRevoked *r)
 {
-    (void)ud;
-    loaded_revoked_token = token;
+    loaded_revoked_token = r->token;
     loaded_revoked++;
     return 0;
 }
@@ -132,14 +132,39 @@ static int load_revoked(void *ud, uint64_t token)
 static int loaded_audit;
 static uint64_t loaded_audit_last_seq;
 static int loaded_audit_object, loaded_audit_mode;
-static int load_audit(void *ud, const AuditRow *row)
+static int load_audit(const AuditRow *row)
 {
-    (void)ud;
     loaded_audit++;
     loaded_audit_last_seq = row->seq;
     loaded_audit_object = row->object;
     loaded_audit_mode = row->mode;
     return 0;
+}
+
+static int load_record(void *ud, const StoreRecord *r)
+{
+    (void)ud;
+    switch ((StoreRecordKind)r->kind) {
+    case REC_LOCK:
+        return load_lock(&r->lock);
+    case REC_HOLDER:
+        return load_holder(&r->holder);
+    case REC_FENCE:
+        return load_fence(&r->fence);
+    case REC_GUARD_MARK:
+        return load_guard_mark(&r->guard_mark);
+    case REC_FLOOR:
+        return load_floor(&r->floor);
+    case REC_ENDED:
+        return load_ended(&r->ended);
+    case REC_REVOKED:
+        return load_revoked(&r->revoked);
+    case REC_AUDIT:
+        return load_audit(&r->audit);
+    case REC_KINDS:
+        break;
+    }
+    return -1;
 }
 
 /* The lock table's hooks as the gateway has them: every change recorded. */
@@ -154,12 +179,12 @@ static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
     (void)ud;
     CHECK(commit_holder(commit, lock, h));
 }
-static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq)
+static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq)
 {
+    (void)actor;
     (void)ud;
     CHECK(commit_ended(commit, (LockKind)lock->kind, lock->name, h->lease, h->token, how, seq));
-    if (lock->kind == KIND_SEMAPHORE || h->mode == MODE_READ)
-        CHECK(commit_holder_gone(commit, (LockKind)lock->kind, lock->name, h->token));
+    CHECK(commit_holder_gone(commit, (LockKind)lock->kind, lock->name, h->token));
 }
 static void on_forgotten(void *ud, const Lock *lock) { (void)ud, (void)lock; }
 
@@ -219,8 +244,10 @@ int main(int argc, char **argv)
     /* An idle resource is forgotten: its row goes, its mark becomes a floor. */
     CHECK(commit_fence(c, "idle-res", 30));
     CHECK(commit_fence_forget(c, "idle-res", 77, 30));
-    /* k9 is put, then forgotten: records apply in order, so its row goes; the
-     * counter it vouched for (10) must survive in meta. */
+    /* k9 is put, its lease ends, then it is forgotten: records apply in
+     * order, so its rows go; the counter they vouched for (10) must survive
+     * in meta. */
+    CHECK(commit_holder_gone(c, KIND_LOCK, "k9", 10));
     CHECK(commit_forget(c, KIND_LOCK, "k9", 10));
     CHECK(commit_guard_mark(c, "k3", 4, 1700000000123));
     /* Audit rows: the rows a key evicted (auditlog.h) go, one by one. */
@@ -246,18 +273,18 @@ int main(int argc, char **argv)
     uint32_t left;
     CHECK(take(lt, KIND_LOCK, "late", 11, MODE_WRITE, 0, &at)->token == 11);
     memset(lease, 11, sizeof lease);
-    CHECK(locktab_release(lt, KIND_LOCK, "late", lease, &at, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "late", lease, NULL, &at, &left) == LOCK_OK);
     CHECK(take(lt, KIND_LOCK, "rd", 12, MODE_READ, 0, &at)->token == 12);
     CHECK(take(lt, KIND_LOCK, "rd", 13, MODE_READ, 0, &at)->token == 13);
     memset(lease, 12, sizeof lease);
-    CHECK(locktab_release(lt, KIND_LOCK, "rd", lease, &at, &left) == LOCK_OK); /* its row goes */
+    CHECK(locktab_release(lt, KIND_LOCK, "rd", lease, NULL, &at, &left) == LOCK_OK); /* its row goes */
     CHECK(take(lt, KIND_SEMAPHORE, "sem", 14, MODE_WRITE, 0, &at)->token == 14);
     CHECK(take(lt, KIND_SEMAPHORE, "sem", 15, MODE_WRITE, 0, &at)->token == 15);
     memset(lease, 14, sizeof lease);
-    CHECK(locktab_release(lt, KIND_SEMAPHORE, "sem", lease, &at, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_SEMAPHORE, "sem", lease, NULL, &at, &left) == LOCK_OK);
     CHECK(take(lt, KIND_SEMAPHORE, "sem", 16, MODE_WRITE, 0, &at)->token == 16);
     CHECK(take(lt, KIND_LOCK, "dl", 17, MODE_WRITE, 5000, &at)->token == 17);
-    CHECK(locktab_revoke(lt, KIND_LOCK, "dl", &at) == LOCK_OK);
+    CHECK(locktab_revoke(lt, KIND_LOCK, "dl", NULL, &at) == LOCK_OK);
     AuditRow read_row = {5, 1000, AUDIT_GRANTED, "rd", "o", 13, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_READ};
     CHECK(commit_audit(c, &read_row));
     Probe late = {{.ready = on_ready}, 0};
@@ -291,10 +318,12 @@ int main(int argc, char **argv)
     commit_snapshot_hold(c, &snapped.hold);
     commit_flush(c);
     wait_done(c);
-    /* 10 locks and a forget, 2 fences and a forget, a floor, a guard mark, 5
-     * ended leases, 4 audit rows and 2 dropped; 11 lock records, 5 holders
-     * and 2 gone, 4 ended, an audit row; 2 forgets. */
-    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 27 + 23 + 2);
+    /* 10 grants (a name's record and a lease's each), a lease gone and a
+     * forget, 2 fences and a forget, a floor, a guard mark, 5 ended leases
+     * and a revoked token, 4 audit rows and 2 dropped; 8 name records, 7
+     * leases and 4 gone, 4 ended and a revoked token, an audit row; 2
+     * forgets. */
+    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 39 + 25 + 2);
     locktab_free(lt);
     CHECK(snapped.fd >= 0 && snapped.size >= 4096);
     if (snapped.fd >= 0) {
@@ -326,18 +355,11 @@ int main(int argc, char **argv)
 
     st = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(st != NULL);
-    StoreLoad cb = {.lock = load_lock,
-                    .holder = load_holder,
-                    .fence = load_fence,
-                    .guard_mark = load_guard_mark,
-                    .floor = load_floor,
-                    .history_seq = load_history_seq,
-                    .ended = load_ended,
-                    .revoked = load_revoked,
-                    .audit = load_audit};
+    StoreLoad cb = {NULL, load_history_seq, load_record};
     uint64_t last_token = 0;
     CHECK(store_load(st, &cb, &last_token) == 0);
     CHECK(loaded_locks == 10); /* k0..k8 and rd */
+    CHECK(loaded_writers == 9);
     CHECK(loaded_token_of_k7 == 8);
     CHECK(loaded_semaphores == 1 && loaded_limit == 2);
     CHECK(loaded_readers == 1 && loaded_reader_token == 13 && loaded_permits == 2);
@@ -362,6 +384,8 @@ int main(int argc, char **argv)
     st = store_sqlite_open(path, "other-boot", err, sizeof err);
     CHECK(st != NULL);
     loaded_deadline_of_k7 = 0;
+    last_holder_token = 0;
+    last_holder_name[0] = '\0';
     CHECK(store_load(st, &cb, &last_token) == 0);
     CHECK(loaded_deadline_of_k7 == -1);
     store_close(st);

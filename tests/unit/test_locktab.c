@@ -10,7 +10,8 @@
 #include "core/locktab.h"
 
 typedef struct Rec {
-    int changed;
+    int changed; /* durable changes: hooks.changed, holder_changed and ended */
+    int ended;
     int forgotten;
     char last_forgotten[32];
     int granted[64]; /* waiter ids in grant order */
@@ -44,6 +45,19 @@ static void on_timed_out(void *ud, void *ctx, const Lock *lock)
     r->timed_out[r->ntimed_out++] = (int)(intptr_t)ctx;
 }
 
+static void on_lease(void *ud, const Lock *lock, const Holder *h)
+{
+    (void)lock, (void)h;
+    ((Rec *)ud)->changed++;
+}
+static void on_lease_ended(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq)
+{
+    (void)actor, (void)lock, (void)h, (void)how, (void)seq;
+    Rec *r = ud;
+    r->changed++;
+    r->ended++;
+}
+
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Rec *r = ud;
@@ -67,7 +81,7 @@ static Locktab *table(size_t max_waiters_per_lock)
     memset(&rec, 0, sizeof rec);
     rec.tokens_monotonic = true;
     LocktabLimits limits = {1000, 1000, max_waiters_per_lock, 128, 60000};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, NULL, NULL};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease};
     return locktab_new(&limits, &hooks);
 }
 
@@ -95,13 +109,13 @@ static void test_fifo_and_one_wakeup(void)
     uint32_t left;
     /* Each release wakes exactly one waiter, the oldest. */
     for (int i = 0; i < 5; i++) {
-        CHECK(locktab_release(lt, KIND_LOCK, "a", ids[i], &now, &left) == LOCK_OK && left == 0);
+        CHECK(locktab_release(lt, KIND_LOCK, "a", ids[i], NULL, &now, &left) == LOCK_OK && left == 0);
         CHECK(rec.ngranted == i + 1);
         CHECK(rec.granted[i] == i + 1);
         CHECK(locktab_holder(locktab_get(lt, KIND_LOCK, "a"))->token == (uint64_t)(i + 2));
         locktab_check(lt);
     }
-    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[5], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[5], NULL, &now, &left) == LOCK_OK);
     CHECK(!locktab_is_held(locktab_get(lt, KIND_LOCK, "a")));
     CHECK(rec.tokens_monotonic);
     locktab_check(lt);
@@ -143,7 +157,7 @@ static void test_expiry_hands_over(void)
     CHECK(!locktab_is_held(lock));
     CHECK(locktab_why_not(lt, KIND_LOCK, "e", ids[1]) == REASON_EXPIRED);
     uint32_t left;
-    CHECK(locktab_release(lt, KIND_LOCK, "e", ids[1], &now, &left) == LOCK_NOT_HOLDER);
+    CHECK(locktab_release(lt, KIND_LOCK, "e", ids[1], NULL, &now, &left) == LOCK_NOT_HOLDER);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -163,7 +177,7 @@ static void test_wait_timeout_and_cancel(void)
     locktab_cancel(lt, w2, &now); /* client went away: never granted, never timed out */
     CHECK(lock->waiters.len == 1);
     uint32_t left;
-    CHECK(locktab_release(lt, KIND_LOCK, "t", ids[0], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "t", ids[0], NULL, &now, &left) == LOCK_OK);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 3);
     CHECK(locktab_why_not(lt, KIND_LOCK, "t", ids[0]) == REASON_RELEASED);
     locktab_check(lt);
@@ -187,9 +201,9 @@ static void test_reentry_and_renew(void)
     CHECK(locktab_holder(lock)->expires_at_ms == now.wall_ms + 700);
     CHECK(locktab_renew(lt, KIND_LOCK, "r", ids[5], 700, &now, &lock, &hold) == LOCK_NOT_HOLDER);
     uint32_t left;
-    CHECK(locktab_release(lt, KIND_LOCK, "r", ids[0], &now, &left) == LOCK_OK && left == 1);
+    CHECK(locktab_release(lt, KIND_LOCK, "r", ids[0], NULL, &now, &left) == LOCK_OK && left == 1);
     CHECK(locktab_is_held(locktab_get(lt, KIND_LOCK, "r")));
-    CHECK(locktab_release(lt, KIND_LOCK, "r", ids[0], &now, &left) == LOCK_OK && left == 0);
+    CHECK(locktab_release(lt, KIND_LOCK, "r", ids[0], NULL, &now, &left) == LOCK_OK && left == 0);
     CHECK(!locktab_is_held(locktab_get(lt, KIND_LOCK, "r")));
     CHECK(acquire(lt, "r", 2, 1000, 0, &lock, &w) == LOCK_OK && locktab_holder(lock)->token == 2);
     locktab_check(lt);
@@ -233,9 +247,9 @@ static void test_load(void)
     locktab_raise_last_token(lt, 12);
     /* The lease that expired while the server was down ends at the first tick. */
     CHECK(locktab_next_timeout_ms(lt, &now) == 0);
-    int before = rec.changed;
+    int before = rec.ended;
     locktab_tick(lt, &now);
-    CHECK(rec.changed == before + 1); /* the release is recorded */
+    CHECK(rec.ended == before + 1); /* the end is recorded */
     CHECK(locktab_held(lt) == 1 && locktab_locks(lt) == 3);
     CHECK(locktab_holder(locktab_get(lt, KIND_LOCK, "live"))->count == 2);
     CHECK(locktab_next_timeout_ms(lt, &now) == 500 + LOCKTAB_DEADLINE_SLACK_MS);
@@ -347,7 +361,7 @@ static void test_no_ok_after_deadline(void)
     CHECK(acquire(lt, "b", 1, 3, 0, &lock, &w) == LOCK_OK);
     CHECK(acquire(lt, "b", 2, 1000, 100000, &lock, &w) == LOCK_QUEUED);
     uint32_t left;
-    CHECK(locktab_release(lt, KIND_LOCK, "b", ids[1], &at_deadline, &left) == LOCK_NOT_HOLDER);
+    CHECK(locktab_release(lt, KIND_LOCK, "b", ids[1], NULL, &at_deadline, &left) == LOCK_NOT_HOLDER);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
     CHECK(acquire(lt, "c", 3, 3, 0, &lock, &w) == LOCK_OK);
     AcquireArgs again = {"owner", NULL, 1000, 0, ids[3], ids[4], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
@@ -369,7 +383,7 @@ static void test_no_grant_after_wait(void)
     CHECK(acquire(lt, "a", 2, 1000, 100, &lock, &w) == LOCK_QUEUED); /* until mono + 100 */
     Now later = {now.mono_ms + 11, now.wall_ms + 11};
     uint32_t left;
-    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[0], &later, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[0], NULL, &later, &left) == LOCK_OK);
     CHECK(rec.ntimed_out == 1 && rec.timed_out[0] == 1);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
     CHECK(locktab_held_by(lt, KIND_LOCK, "a", ids[2], &later) != NULL);
@@ -378,8 +392,9 @@ static void test_no_grant_after_wait(void)
 }
 
 static uint64_t ended_seq;
-static void on_ended(void *ud, const Lock *lock, const Holder *h, int how, uint64_t seq)
+static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, int how, uint64_t seq)
 {
+    (void)actor;
     (void)ud, (void)lock, (void)h, (void)how;
     ended_seq = seq;
 }
@@ -416,7 +431,7 @@ static void test_forget_idle(void)
     CHECK(acquire(lt, "busy", 1, 100000, 0, &lock, &w) == LOCK_OK);
     CHECK(acquire(lt, "busy", 2, 1000, 200000, &lock, &w) == LOCK_QUEUED);
     uint32_t left;
-    CHECK(locktab_release(lt, KIND_LOCK, "idle", ids[0], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "idle", ids[0], NULL, &now, &left) == LOCK_OK);
     locktab_check(lt);
     /* Free for less than forget_idle_ms: kept. */
     now.mono_ms += 59999;
@@ -432,7 +447,7 @@ static void test_forget_idle(void)
     CHECK(acquire(lt, "idle", 3, 1000, 0, &lock, &w) == LOCK_OK && locktab_holder(lock)->token == 3);
     CHECK(locktab_why_not(lt, KIND_LOCK, "idle", ids[0]) == REASON_UNKNOWN);
     /* Acquiring again before the idle deadline keeps the lock. */
-    CHECK(locktab_release(lt, KIND_LOCK, "idle", ids[3], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "idle", ids[3], NULL, &now, &left) == LOCK_OK);
     now.mono_ms += 30000;
     locktab_tick(lt, &now);
     CHECK(acquire(lt, "idle", 4, 1000000, 0, &lock, &w) == LOCK_OK);
@@ -483,8 +498,8 @@ static void test_request_id_replays(void)
     AcquireArgs queued = {"bob", NULL, 1000, 5000, NULL, ids[12], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &queued, NULL, &later, &lock, &hold, &w) == LOCK_QUEUED);
     uint32_t left;
-    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[10], &later, &left) == LOCK_OK && left == 1);
-    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[10], &later, &left) == LOCK_OK && left == 0);
+    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[10], NULL, &later, &left) == LOCK_OK && left == 1);
+    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[10], NULL, &later, &left) == LOCK_OK && left == 0);
     lock = locktab_get(lt, KIND_LOCK, "q");
     CHECK(locktab_is_held(lock) && strcmp(locktab_holder(lock)->owner, "bob") == 0 && strcmp(locktab_holder(lock)->key, "tenant-b") == 0);
     AcquireArgs bob_retry = {"bob", NULL, 1000, 5000, NULL, ids[13], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0};
@@ -492,7 +507,7 @@ static void test_request_id_replays(void)
     CHECK(memcmp(locktab_holder(lock)->lease, ids[12], LEASE_ID_BYTES) == 0);
     memset(ids[15], 16, LEASE_ID_BYTES);
     /* Once that grant has ended, the id is a new acquire. */
-    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[12], &later, &left) == LOCK_OK && left == 0);
+    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[12], NULL, &later, &left) == LOCK_OK && left == 0);
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &bob_retry, NULL, &later, &lock, &hold, &w) == LOCK_OK);
     CHECK(memcmp(locktab_holder(lock)->lease, ids[13], LEASE_ID_BYTES) == 0 && locktab_holder(lock)->token > token + 1);
     /* A retry arriving after the holder's deadline, before any tick: the
@@ -507,7 +522,7 @@ static void test_request_id_replays(void)
     AcquireArgs carol_retry = {"carol", NULL, 1000, 60000, NULL, ids[15], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &carol_retry, NULL, &expired, &lock, &hold, &w) == LOCK_REPLAYED);
     CHECK(memcmp(locktab_holder(lock)->lease, ids[14], LEASE_ID_BYTES) == 0 && strcmp(locktab_holder(lock)->owner, "carol") == 0);
-    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[14], &expired, &left) == LOCK_OK && left == 0);
+    CHECK(locktab_release(lt, KIND_LOCK, "q", ids[14], NULL, &expired, &left) == LOCK_OK && left == 0);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -549,22 +564,22 @@ static void test_readers_fifo(void)
     CHECK(take(lt, KIND_LOCK, "rw", 6, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
     locktab_check(lt);
     /* The writer waits for every reader. */
-    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[0], &now, &left) == LOCK_OK && rec.ngranted == 0);
-    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[1], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[0], NULL, &now, &left) == LOCK_OK && rec.ngranted == 0);
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[1], NULL, &now, &left) == LOCK_OK);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
     const Lock *lock = locktab_get(lt, KIND_LOCK, "rw");
     CHECK(lock->mode == MODE_WRITE && lock->holders.len == 1 && locktab_holder(lock)->token == 3);
     locktab_check(lt);
     /* Its end grants readers 3 and 4 (the run at the head), not writer 5. */
-    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[2], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[2], NULL, &now, &left) == LOCK_OK);
     CHECK(rec.ngranted == 3 && rec.granted[1] == 3 && rec.granted[2] == 4);
     CHECK(lock->mode == MODE_READ && lock->holders.len == 2 && lock->waiters.len == 2);
     CHECK(locktab_holder(lock)->token == 4 && locktab_next_holder(locktab_holder(lock))->token == 5);
     locktab_check(lt);
-    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[4], &now, &left) == LOCK_OK && rec.ngranted == 3);
-    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[3], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[4], NULL, &now, &left) == LOCK_OK && rec.ngranted == 3);
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[3], NULL, &now, &left) == LOCK_OK);
     CHECK(rec.ngranted == 4 && rec.granted[3] == 5);
-    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[5], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "rw", ids[5], NULL, &now, &left) == LOCK_OK);
     CHECK(rec.ngranted == 5 && rec.granted[4] == 6 && lock->mode == MODE_READ);
     CHECK(rec.tokens_monotonic);
     LocktabCounts c = locktab_counts(lt, KIND_LOCK);
@@ -639,7 +654,7 @@ static void test_semaphore(void)
     CHECK(take(lt, KIND_SEMAPHORE, "s", 3, MODE_WRITE, 2, 5000, 0) == LOCK_QUEUED);
     CHECK(take(lt, KIND_LOCK, "s", 4, MODE_WRITE, 0, 0, 0) == LOCK_OK && hold->token == 3); /* another namespace */
     locktab_check(lt);
-    CHECK(locktab_release(lt, KIND_SEMAPHORE, "s", ids[0], &now, &left) == LOCK_OK && left == 0);
+    CHECK(locktab_release(lt, KIND_SEMAPHORE, "s", ids[0], NULL, &now, &left) == LOCK_OK && left == 0);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 2 && holders_of(lt, KIND_SEMAPHORE, "s") == 2);
     CHECK(locktab_held_by(lt, KIND_SEMAPHORE, "s", ids[2], &now)->token == 4);
     CHECK(locktab_held_by(lt, KIND_LOCK, "s", ids[2], &now) == NULL);
@@ -651,8 +666,8 @@ static void test_semaphore(void)
     CHECK(rec.ngranted == 2 && rec.granted[1] == 3 && holders_of(lt, KIND_SEMAPHORE, "s") == 2);
     CHECK(locktab_why_not(lt, KIND_SEMAPHORE, "s", ids[1]) == REASON_SUPERSEDED);
     locktab_check(lt);
-    CHECK(locktab_release(lt, KIND_SEMAPHORE, "s", ids[2], &now, &left) == LOCK_OK);
-    CHECK(locktab_release(lt, KIND_SEMAPHORE, "s", ids[3], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_SEMAPHORE, "s", ids[2], NULL, &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_SEMAPHORE, "s", ids[3], NULL, &now, &left) == LOCK_OK);
     /* Idle: the next acquire sets the limit. */
     CHECK(take(lt, KIND_SEMAPHORE, "s", 5, MODE_WRITE, 1, 0, 0) == LOCK_OK);
     CHECK(locktab_get(lt, KIND_SEMAPHORE, "s")->limit == 1);
@@ -696,13 +711,13 @@ static void test_lock_delay(void)
     CHECK(rec.ngranted == 1 && rec.granted[0] == 1 && !locktab_delayed(lock, &now) && lock->delay_until_ms == 0);
     locktab_check(lt);
     /* A clean release: no delay, the reader is granted at once. */
-    CHECK(locktab_release(lt, KIND_LOCK, "d", ids[1], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "d", ids[1], NULL, &now, &left) == LOCK_OK);
     CHECK(rec.ngranted == 2 && rec.granted[1] == 2 && locktab_delays(lt) == 1);
     /* A revocation: the delay of the lease revoked. */
-    CHECK(locktab_release(lt, KIND_LOCK, "d", ids[2], &now, &left) == LOCK_OK);
+    CHECK(locktab_release(lt, KIND_LOCK, "d", ids[2], NULL, &now, &left) == LOCK_OK);
     CHECK(take(lt, KIND_LOCK, "d", 4, MODE_READ, 0, 0, 300) == LOCK_OK);
     CHECK(take(lt, KIND_LOCK, "d", 5, MODE_READ, 0, 0, 0) == LOCK_OK);
-    CHECK(locktab_revoke(lt, KIND_LOCK, "d", &now) == LOCK_OK && !locktab_is_held(lock));
+    CHECK(locktab_revoke(lt, KIND_LOCK, "d", NULL, &now) == LOCK_OK && !locktab_is_held(lock));
     CHECK(locktab_delayed(lock, &now) && lock->delay_until_ms == now.wall_ms + 300);
     CHECK(locktab_why_not(lt, KIND_LOCK, "d", ids[5]) == REASON_REVOKED);
     CHECK(take(lt, KIND_LOCK, "d", 6, MODE_READ, 0, 0, 0) == LOCK_BUSY);
@@ -780,8 +795,8 @@ static void test_answers_of_a_grant(void)
     CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[21], false));
     CHECK(!locktab_answer_ended(lt, KIND_SEMAPHORE, "a", ids[20], false));
     uint32_t left;
-    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[20], &now, &left) == LOCK_OK && left == 1);
-    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[20], &now, &left) == LOCK_OK && left == 0);
+    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[20], NULL, &now, &left) == LOCK_OK && left == 1);
+    CHECK(locktab_release(lt, KIND_LOCK, "a", ids[20], NULL, &now, &left) == LOCK_OK && left == 0);
     CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
     /* Each permit (and each reader) has answers of its own: one delivered says
      * nothing of another's. */

@@ -13,6 +13,13 @@ const { Lease } = require("./lease.js");
 const { Transport, lockPath, now, quoteName } = require("./transport.js");
 
 const DEFAULT_SERVER = "http://127.0.0.1:7400";
+
+/** The first-byte timeout in ms: a duration of at least 100ms. */
+function firstByteMsOf(value) {
+  const ms = toMillis(value, "firstByteTimeout");
+  if (ms < 100) throw new RangeError(`firstByteTimeout: at least 100ms, not ${JSON.stringify(value)}`);
+  return ms;
+}
 // The server's largest wait_ms: a longer wait polls again (node:http, unlike fetch,
 // never cuts a long-poll short, see transport.js).
 const MAX_POLL_MS = 3_600_000;
@@ -32,8 +39,12 @@ class Client {
    *   be signed by; default the file $LEASEGATE_CACERT names, else Node's CAs
    * @param {string} [options.key] the API key for a server run with --auth-file (sent as
    *   Authorization: Bearer KEY); default $LEASEGATE_KEY, else none
+   * @param {string} [options.firstByteTimeout] a server that has not accepted the
+   *   connection, or not begun its answer, within this (default 2s) is asked GET /readyz;
+   *   unless it says it is ready (a long-poll waits there), the request moves on to the
+   *   next server: a paused or unready gateway costs about twice this, not the timeout
    */
-  constructor({ servers, owner, timeout = "5s", retryFor = "5s", ca, key } = {}) {
+  constructor({ servers, owner, timeout = "5s", retryFor = "5s", ca, key, firstByteTimeout = "2s" } = {}) {
     servers ??= process.env.LEASEGATE_SERVER || DEFAULT_SERVER;
     const urls = (typeof servers === "string" ? servers.split(",") : servers).filter((url) => url.trim());
     ca ??= process.env.LEASEGATE_CACERT ? fs.readFileSync(process.env.LEASEGATE_CACERT) : undefined;
@@ -42,6 +53,7 @@ class Client {
       retryForMs: toMillis(retryFor, "retryFor"),
       ca,
       key: key ?? (process.env.LEASEGATE_KEY || undefined),
+      firstByteMs: firstByteMsOf(firstByteTimeout),
     });
     this.owner = owner || `${os.hostname()}-${process.pid}`.slice(0, 128);
   }

@@ -10,6 +10,14 @@
 // round of failures backs off before the next one, until the call's time is up. A
 // certificate that fails verification is not tried again: when no other server is
 // left, the call throws TLSVerificationError at once. Any other answer is final.
+//
+// The first-byte watch (firstByteTimeout): a server whose answer has not begun this long
+// after the request was sent (or that has not even accepted the connection) is asked GET
+// /readyz, with the same bound. Ready, it is working on the request (a long-poll waits
+// for its grant, a commit is slow): the wait goes on, to be asked again a firstByteTimeout
+// later. Not ready (503) or silent (paused, stopped, cut off), the attempt is given up as
+// one that timed out, and the call moves on to the next server (an acquire with its
+// request_id). A server without /readyz (404) counts as ready.
 
 const http = require("node:http");
 const https = require("node:https");
@@ -84,7 +92,7 @@ class Transport {
    *   for https servers, the CAs (PEM) their certificates must be signed by (default: Node's);
    *   the API key sent with every request (Authorization: Bearer) to a server with --auth-file
    */
-  constructor(urls, { timeoutMs, retryForMs, ca, key }) {
+  constructor(urls, { timeoutMs, retryForMs, ca, key, firstByteMs }) {
     this.#urls = urls.map((url) => {
       const parsed = new URL(url.trim());
       if (!/^https?:$/.test(parsed.protocol)) throw new TypeError(`not an http(s) server URL: ${url}`);
@@ -93,6 +101,7 @@ class Transport {
     if (this.#urls.length === 0) throw new TypeError("no server URL given");
     this.timeoutMs = timeoutMs;
     this.retryForMs = retryForMs;
+    this.firstByteMs = firstByteMs;
     // Certificates and host names are verified, always; ca only says which CAs to trust.
     this.#httpsAgent = new https.Agent({ keepAlive: true, ca });
     this.#auth = key ? { Authorization: `Bearer ${key}` } : {};
@@ -184,11 +193,13 @@ class Transport {
    * One request to one server with node:http(s); resolves to {status, text} for every
    * status and rejects with UnreachableError when no whole answer came within timeoutMs.
    */
-  async send(server, method, path, { body, headers, timeoutMs }) {
+  async send(server, method, path, { body, headers, timeoutMs, watch = true }) {
     const signal = AbortSignal.timeout(Math.ceil(timeoutMs));
+    const firstByteMs = watch ? this.firstByteMs : undefined;
+    const ready = () => this.#ready(server);
     try {
       const res = await nodeRequest(server + path, {
-        method, body, headers: { ...headers, ...this.#auth }, signal, agent: this.#agent(server),
+        method, body, headers: { ...headers, ...this.#auth }, signal, agent: this.#agent(server), firstByteMs, ready,
       });
       return { status: res.status, text: res.body.toString("utf8") };
     } catch (error) {
@@ -253,6 +264,17 @@ class Transport {
     }
   }
 
+  /** Whether the server's GET /readyz answers within the first-byte timeout, other than 503. */
+  async #ready(server) {
+    try {
+      const { status } = await this.send(server, "GET", "/readyz", { headers: {}, timeoutMs: this.firstByteMs, watch: false });
+      return status !== 503;
+    } catch (error) {
+      if (!(error instanceof UnreachableError)) throw error;
+      return false;
+    }
+  }
+
   #agent(server) {
     return server.startsWith("https:") ? this.#httpsAgent : this.#httpAgent;
   }
@@ -261,13 +283,27 @@ class Transport {
 /**
  * One request with node:http or node:https (body: a string, bytes or undefined);
  * resolves to {status, headers, body} (node's header object, a Buffer) once the whole
- * answer is in. No limit on how long the headers take: only `signal` ends a wait.
+ * answer is in. No limit on how long the headers take but `signal`, and with
+ * firstByteMs the first-byte watch (above): `ready()` is asked each firstByteMs
+ * without an answer, and a false ends the request.
  */
-function nodeRequest(url, { method, body, headers, signal, agent }) {
+function nodeRequest(url, { method, body, headers, signal, agent, firstByteMs, ready }) {
   return new Promise((resolve, reject) => {
     const sized = body === undefined ? headers : { ...headers, "Content-Length": Buffer.byteLength(body) };
     const request = url.startsWith("https:") ? https.request : http.request;
+    let timer;
+    let answered = false;
+    const watch = () => {
+      timer = setTimeout(async () => {
+        const ok = await ready();
+        if (answered || req.destroyed) return;
+        if (ok) watch();
+        else req.destroy(new Error(`no answer within ${firstByteMs}ms, and /readyz did not say it is ready`));
+      }, firstByteMs);
+    };
     const req = request(url, { method, headers: sized, signal, agent }, (res) => {
+      answered = true;
+      clearTimeout(timer);
       const chunks = [];
       let size = 0;
       res.on("data", (chunk) => {
@@ -281,7 +317,12 @@ function nodeRequest(url, { method, body, headers, signal, agent }) {
         if (!res.complete) reject(new Error("the answer was cut short"));
       });
     });
-    req.on("error", reject);
+    req.on("error", (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    req.on("close", () => clearTimeout(timer));
+    if (firstByteMs) watch();
     req.end(body);
   });
 }

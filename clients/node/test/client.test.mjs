@@ -393,6 +393,59 @@ test("fails over past a closed port", async () => {
   await failover.withLock(unique("failover"), (lease) => assert.equal(lease.server, server.url));
 });
 
+/** A loopback server that accepts connections and never answers: a paused gateway, as a client sees it. */
+async function startSilent() {
+  const sockets = new Set();
+  const silent = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on("error", () => {});
+  });
+  await new Promise((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${silent.address().port}`,
+    close: () => new Promise((resolve) => { for (const s of sockets) s.destroy(); silent.close(resolve); }),
+  };
+}
+
+/** One sample of the server's /metrics. */
+async function metric(name) {
+  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.split(" ")[0] === name);
+  assert.ok(line, `no ${name} in /metrics`);
+  return Number(line.split(" ")[1]);
+}
+
+test("a silent server is left after the first-byte timeout (issue 37)", async () => {
+  const silent = await startSilent();
+  try {
+    const c = new Client({ servers: [silent.url, server.url], timeout: "60s", firstByteTimeout: "300ms" });
+    let timer;
+    const tooLong = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error("the client waited on the silent server")), BOUND_MS);
+    });
+    const lease = await Promise.race([c.acquire(unique("silent")), tooLong]).finally(() => clearTimeout(timer));
+    assert.equal(lease.server, server.url);
+    await lease.release();
+  } finally {
+    await silent.close();
+  }
+});
+
+test("a long-poll outlasts the first-byte timeout: the server says it is ready", async () => {
+  const name = unique("long-poll");
+  const holder = await client.acquire(name, { ttl: "30s" });
+  const before = await metric("leasegate_waiter_disconnects_total");
+  const c = new Client({ servers: server.url, firstByteTimeout: "200ms" });
+  const pending = c.acquire(name, { wait: "30s" });
+  await waitFor(async () => (await client.status(name)).waiters === 1, "the waiter");
+  await sleep(1000); // several first-byte timeouts pass while it waits
+  await holder.release();
+  const lease = await pending;
+  assert.equal(await metric("leasegate_waiter_disconnects_total"), before, "the long-poll was given up and sent again");
+  await lease.release();
+  assert.throws(() => new Client({ servers: server.url, firstByteTimeout: "50ms" }), RangeError);
+});
+
 test("no server answering is UnavailableError", async () => {
   const nobody = new Client({ servers: [await closedPortUrl(), await closedPortUrl()], retryFor: "200ms" });
   const error = await nobody.acquire(unique("nobody")).catch((e) => e);

@@ -8,7 +8,10 @@ connection at once: the server drops the waiter, and a grant it could not delive
 released (DESIGN.md, long-polling).
 
 A fresh connection per request ("Connection: close"), as in the blocking client. The
-answer is read whole: by Content-Length, chunked, or up to the server's close.
+answer is read whole: by Content-Length, chunked, or up to the server's close. The
+first-byte watch is the blocking client's (transport.py): a connection not made within
+first_byte is given up, and an answer not complete within it makes the client ask the
+server's /readyz, again every first_byte, giving the attempt up unless it is ready.
 Failures are raised as the blocking client's are (transport.NETWORK_ERRORS): OSError
 (refused, reset, TimeoutError, ssl errors) or http.client.HTTPException (a malformed
 or cut answer).
@@ -18,31 +21,50 @@ import asyncio
 import http.client
 
 from .plan import Pause
-from .transport import NETWORK_ERRORS, Response
+from .transport import NETWORK_ERRORS, Response, Stalled
 
 MAX_LINE = 64 * 1024  # one status or header line
 MAX_HEADERS = 200
 MAX_BODY = 64 * 1024 * 1024  # an answer larger than this is refused, not buffered
 
 
-async def request(endpoint, method, path, body=None, headers=None, timeout=10.0):
+async def request(endpoint, method, path, body=None, headers=None, timeout=10.0, first_byte=None):
     """Sends one request (body: bytes or None) to `endpoint` (a transport.Endpoint)
     and reads the whole answer within `timeout` seconds, all of it; returns a Response.
+    With first_byte (seconds), the first-byte watch (above) may raise Stalled.
     Cancelling the calling task closes the connection."""
     head = _head(endpoint, method, endpoint.prefix + path, body, headers or {})
     async with asyncio.timeout(timeout):
-        reader, writer = await asyncio.open_connection(
+        connect = asyncio.open_connection(
             endpoint.host, endpoint.port, ssl=endpoint.ssl_context,
             server_hostname=endpoint.host if endpoint.https else None, limit=MAX_LINE)
+        reader, writer = await (asyncio.wait_for(connect, first_byte) if first_byte else connect)
         try:
             writer.write(head + (body or b""))
             await writer.drain()
-            response = await _read_response(reader, method)
+            answer = asyncio.ensure_future(_read_response(reader, method))
+            try:
+                while first_byte and not (await asyncio.wait({answer}, timeout=first_byte))[0]:
+                    if not await ready(endpoint, first_byte):
+                        raise Stalled("%s: no answer within %gs, and /readyz did not say it is ready"
+                                      % (endpoint.url, first_byte))
+                response = await answer
+            finally:
+                answer.cancel()  # a no-op once it is done
         except BaseException:
             writer.transport.abort()  # at once, even for TLS: nothing more is owed to this server
             raise
         writer.close()
         return response
+
+
+async def ready(endpoint, timeout):
+    """Whether the server's GET /readyz answers within timeout, other than 503 (one
+    without /readyz answers 404: it runs)."""
+    try:
+        return (await request(endpoint, "GET", "/readyz", timeout=timeout)).status != 503
+    except NETWORK_ERRORS:
+        return False
 
 
 def _head(endpoint, method, target, body, headers):
@@ -170,7 +192,7 @@ async def arun(plan):
             else:
                 try:
                     outcome = await request(step.endpoint, step.method, step.path, step.payload, step.headers,
-                                            timeout=step.timeout)
+                                            timeout=step.timeout, first_byte=step.first_byte)
                 except NETWORK_ERRORS as e:
                     outcome = e
             step = plan.send(outcome)

@@ -19,7 +19,7 @@ def run(plan):
             else:
                 try:
                     outcome = step.endpoint.request(step.method, step.path, step.payload, step.headers,
-                                                    timeout=step.timeout)
+                                                    timeout=step.timeout, first_byte=step.first_byte)
                 except NETWORK_ERRORS as e:
                     outcome = e
             step = plan.send(outcome)

@@ -25,7 +25,8 @@ DEFAULT_SERVER = "http://127.0.0.1:7400"
 class ClientCore:
     """What both clients are configured with (see Client)."""
 
-    def __init__(self, servers=None, *, owner=None, timeout="5s", retry_for="5s", cafile=None, key=None):
+    def __init__(self, servers=None, *, owner=None, timeout="5s", retry_for="5s", cafile=None, key=None,
+                 first_byte_timeout="2s"):
         if servers is None:
             servers = os.environ.get("LEASEGATE_SERVER") or DEFAULT_SERVER
         if isinstance(servers, str):
@@ -39,6 +40,9 @@ class ClientCore:
         self.owner = owner or ("%s-%d" % (socket.gethostname(), os.getpid()))[:128]
         self.timeout = seconds(timeout, "timeout")
         self.retry_for = seconds(retry_for, "retry_for")
+        self.first_byte_timeout = seconds(first_byte_timeout, "first_byte_timeout")
+        if self.first_byte_timeout < 0.1:
+            raise ValueError("first_byte_timeout: at least 100ms, not %r" % (first_byte_timeout,))
         key = key or os.environ.get("LEASEGATE_KEY") or None
         self._auth = {"Authorization": "Bearer " + key} if key else {}
 
@@ -110,6 +114,11 @@ class Client(ClientCore):
         TLSVerificationError at once.
     key: the API key for a server run with --auth-file (sent as Authorization:
         Bearer KEY); default $LEASEGATE_KEY, else none.
+    first_byte_timeout: a server that has not accepted the connection, or not
+        begun its answer, within this (default 2s) is asked GET /readyz; unless it
+        says it is ready (then a long-poll is waiting there, and the wait goes on),
+        the request moves on to the next server. A paused or unready gateway so
+        costs about twice this, not the whole timeout.
 
     Durations are strings with a unit ("250ms", "15s", "2m", "1h", "1.5s") or a
     datetime.timedelta; a bare number raises ValueError (see durations.py).

@@ -7,8 +7,9 @@ no answer came. It returns its result (StopIteration.value) or raises the call's
 error. run() in client.py drives one with blocking I/O and time.sleep, arun() in
 aio.py with asyncio, so both clients retry, fail over, back off and give up alike.
 
-Every call goes to one of the configured servers. A connection failure, a timeout
-or a 503 moves on to the next server, and a whole round of failures backs off
+Every call goes to one of the configured servers. A connection failure, a timeout,
+an answer that does not begin within the first-byte timeout from a server whose
+/readyz does not say it is ready (transport.py), or a 503 moves on to the next server, and a whole round of failures backs off
 before the next one, until the call's time is up. A certificate that fails
 verification is not tried again: when no other server is left, the call raises
 TLSVerificationError at once. Any other answer is final.
@@ -29,12 +30,13 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.05, 1.0  # after each round of failures, doubling
 
 
 class Attempt:
-    """One request: endpoint.request(method, path, payload, headers, timeout)."""
-    __slots__ = ("endpoint", "method", "path", "payload", "headers", "timeout")
+    """One request: endpoint.request(method, path, payload, headers, timeout, first_byte)."""
+    __slots__ = ("endpoint", "method", "path", "payload", "headers", "timeout", "first_byte")
 
-    def __init__(self, endpoint, method, path, payload, headers, timeout):
+    def __init__(self, endpoint, method, path, payload, headers, timeout, first_byte=None):
         self.endpoint, self.method, self.path = endpoint, method, path
         self.payload, self.headers, self.timeout = payload, headers, timeout
+        self.first_byte = first_byte
 
 
 class Pause:
@@ -91,7 +93,8 @@ def call(client, method, path, body=None, *, until, wait_until=None, hard=False)
         headers = dict(client._auth)
         if payload is not None:
             headers["Content-Type"] = "application/json"
-        outcome = yield Attempt(endpoint, method, path, payload, headers, max(timeout, MIN_ATTEMPT))
+        outcome = yield Attempt(endpoint, method, path, payload, headers, max(timeout, MIN_ATTEMPT),
+                                client.first_byte_timeout)
         if isinstance(outcome, Response):
             answer = _parse(outcome)
             if outcome.status < 300:
@@ -164,7 +167,7 @@ def courtesy_release(client, name, lease_id, semaphore=False):
     headers = dict(client._auth, **{"Content-Type": "application/json"})
     for endpoint in client._endpoints:
         outcome = yield Attempt(endpoint, "POST", lock_path(name, "release", semaphore), payload, headers,
-                                min(client.timeout, COURTESY_TIMEOUT))
+                                min(client.timeout, COURTESY_TIMEOUT), client.first_byte_timeout)
         if isinstance(outcome, Response) and outcome.status != 503:
             return
 

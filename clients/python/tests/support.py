@@ -68,6 +68,19 @@ class Server:
     def signal(self, sig):
         os.kill(self.proc.pid, sig)
 
+    def metric(self, name):
+        """One value of its /metrics (a plain sample line: name value)."""
+        conn = http.client.HTTPConnection(self.url.split("//", 1)[1], timeout=BOUND)
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        for line in text.splitlines():
+            if line.split(" ", 1)[0] == name:
+                return float(line.split()[1])
+        raise AssertionError("no %s in /metrics" % name)
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
@@ -150,6 +163,23 @@ class Recorder(LoopbackHTTP):
                 self.wfile.write(data)
 
         super().__init__(Handler)
+
+
+class Silent:
+    """A loopback port that accepts connections (the kernel completes them into the
+    listen backlog) and never answers: a paused (SIGSTOP) server, as a client sees it."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.sock.close()
 
 
 def closed_port_url():

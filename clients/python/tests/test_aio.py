@@ -19,7 +19,7 @@ import unittest
 import leasegate
 from leasegate import aiotransport
 from leasegate.transport import Endpoint
-from support import BOUND, CountingProxy, Recorder, Server, Store, closed_port_url, make_pki, unique
+from support import BOUND, CountingProxy, Recorder, Server, Silent, Store, closed_port_url, make_pki, unique
 
 
 async def eventually(predicate, what, timeout=BOUND):
@@ -241,6 +241,31 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
 
     async def _waiters(self, name, count):
         return (await self.client.status(name))["waiters"] == count
+
+    async def test_a_silent_server_is_left_after_the_first_byte_timeout(self):
+        """As the blocking client's: a server that accepts and never answers (paused)
+        costs the first-byte timeout and an unanswered /readyz, not the 60 s timeout."""
+        with Silent() as silent:
+            client = leasegate.AsyncClient([silent.url, self.server.url], timeout="60s", first_byte_timeout="300ms")
+            async with asyncio.timeout(BOUND):  # past it, the client waited on the silent server
+                lease = await client.acquire(unique("aio-silent"))
+            self.assertEqual(lease.server, self.server.url)
+            await lease.release()
+
+    async def test_a_long_poll_outlasts_the_first_byte_timeout(self):
+        name = unique("aio-long-poll")
+        holder = await self.client.acquire(name, ttl="30s")
+        before = self.server.metric("leasegate_waiter_disconnects_total")
+        client = leasegate.AsyncClient(self.server.url, first_byte_timeout="200ms")
+        task = asyncio.ensure_future(client.acquire(name, wait="30s"))
+        await eventually(lambda: self._waiters(name, 1), "the waiter")
+        await asyncio.sleep(1.0)  # several first-byte timeouts pass while it waits
+        await holder.release()
+        async with asyncio.timeout(BOUND):
+            lease = await task
+        self.assertEqual(self.server.metric("leasegate_waiter_disconnects_total"), before,
+                         "the long-poll was given up and sent again")
+        await lease.release()
 
 
 class AsyncLeaseLossTest(unittest.IsolatedAsyncioTestCase):

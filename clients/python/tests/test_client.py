@@ -19,7 +19,8 @@ import time
 import unittest
 
 import leasegate
-from support import BOUND, CountingProxy, Recorder, Server, Store, closed_port_url, make_pki, unique, wait_for
+from support import (BOUND, CountingProxy, Recorder, Server, Silent, Store, closed_port_url, make_pki, unique,
+                     wait_for)
 
 
 class ClientTest(unittest.TestCase):
@@ -194,6 +195,38 @@ class ClientTest(unittest.TestCase):
         client = leasegate.Client("%s,%s" % (closed_port_url(), self.server.url))
         with client.lock(unique("failover")) as lease:
             self.assertEqual(lease.server, self.server.url)
+
+    def test_a_silent_server_is_left_after_the_first_byte_timeout(self):
+        """Issue 37: a server that accepts and never answers (paused) costs the first-byte
+        timeout and a /readyz that gets no answer either, not the request's timeout."""
+        with Silent() as silent:
+            client = leasegate.Client([silent.url, self.server.url], timeout="60s", first_byte_timeout="300ms")
+            done = []
+            t = threading.Thread(target=lambda: done.append(client.acquire(unique("silent"))))
+            t.start()
+            t.join(BOUND)  # the request's own timeout is 60 s: past BOUND, it waited for it
+            self.assertTrue(done, "the client waited on the silent server")
+            self.assertEqual(done[0].server, self.server.url)
+            done[0].release()
+
+    def test_a_long_poll_outlasts_the_first_byte_timeout(self):
+        """A long-poll's answer comes only at its grant: the server says it is ready
+        (/readyz), so the wait goes on, in the queue, across many first-byte timeouts."""
+        name = unique("long-poll")
+        holder = self.client.acquire(name, ttl="30s")
+        before = self.server.metric("leasegate_waiter_disconnects_total")
+        client = leasegate.Client(self.server.url, first_byte_timeout="200ms")
+        got = []
+        t = threading.Thread(target=lambda: got.append(client.acquire(name, wait="30s")))
+        t.start()
+        wait_for(lambda: self.client.status(name)["waiters"] == 1, "the waiter")
+        time.sleep(1.0)  # several first-byte timeouts pass while it waits
+        holder.release()
+        t.join(BOUND)
+        self.assertTrue(got, "no grant")
+        self.assertEqual(self.server.metric("leasegate_waiter_disconnects_total"), before,
+                         "the long-poll was given up and sent again")
+        got[0].release()
 
     def test_no_server_answering_is_unavailable(self):
         client = leasegate.Client([closed_port_url(), closed_port_url()], retry_for="200ms")

@@ -1,0 +1,203 @@
+"""Schema 11 (issue 38): every lease is one row of its own, whatever its mode, and a name's row
+keeps only what is the name's. A database written by the last binary of schema 10
+(fixtures/schema10.db, made by fixtures/make_schema10.py, which says how) loads with every
+lease, token, reason, revocation, lock-delay, fence mark and audit row it held. The migration is
+one step inside the transaction that opens the database, so a kill -9 in its middle leaves
+version 10 as it was, never a mix of the two, and the next start migrates it whole."""
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import time
+import unittest
+import uuid
+
+import harness
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.path.join(HERE, "fixtures", "schema10.db")
+with open(os.path.join(HERE, "fixtures", "schema10.json")) as _f:
+    MADE = json.load(_f)
+DAY = 86400000
+OLD_TABLES = {"locks", "semaphores", "holders"}
+
+
+def schema10_copy(into):
+    """The fixture in `into`, its wall-clock times moved forward by its age, so that the leases
+    it holds (each of a day) are still running as they were when it was written."""
+    path = os.path.join(into, "leasegate.db")
+    shutil.copyfile(FIXTURE, path)
+    age = int(time.time() * 1000) - MADE["made_at_ms"]
+    db = sqlite3.connect(path)
+    for table in ("locks", "holders"):
+        db.execute("UPDATE %s SET acquired_at_ms = acquired_at_ms + ?1, expires_at_ms = expires_at_ms + ?1"
+                   " WHERE lease IS NOT NULL" % table, (age,))
+    db.execute("UPDATE locks SET delay_until_ms = delay_until_ms + ?1 WHERE delay_until_ms IS NOT NULL", (age,))
+    db.commit()
+    db.close()
+    return path
+
+
+def schema_of(path):
+    """(schema_version, table names, rows per table of interest), read as SQLite recovers the file."""
+    db = sqlite3.connect(path)
+    try:
+        version = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        rows = {t: db.execute("SELECT count(*) FROM %s" % t).fetchone()[0]
+                for t in tables & (OLD_TABLES | {"lockspace"})}
+        return version, tables, rows
+    finally:
+        db.close()
+
+
+class MigrationTest(unittest.TestCase):
+    def setUp(self):
+        harness.sqlite_only(self, "migrates a SQLite database")
+        self.dir = tempfile.mkdtemp(prefix="leasegate-migration-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def test_a_schema_10_database_keeps_every_lease_and_token(self):
+        path = schema10_copy(self.dir)
+        with harness.Server(data_dir=self.dir) as srv:
+            c = srv.client
+            # Every name's last token, as the old server showed it.
+            for key, last in MADE["names"].items():
+                kind, name = key.split(" ", 1)
+                st, _, body = c.request("GET", "/v1/%ss/%s" % (kind, name))
+                self.assertEqual((st, body["last_token"]), (200, last), (key, body))
+            st, _, rw = c.get_lock("fx/rw")
+            self.assertEqual((rw["mode"], rw["holders_total"]), ("read", 3), rw)
+            st, _, sem = c.request("GET", "/v1/semaphores/fx/sem")
+            self.assertEqual((sem["limit"], sem["holders_total"], sem["available"]), (3, 2, 1), sem)
+            # Every lease holds as it did: its owner, token, metadata, mode and count, and renews.
+            for held in MADE["leases"]:
+                base = "/v1/%ss/%s" % (held["kind"], held["name"])
+                st, _, view = c.request("GET", base)
+                mine = [h for h in view["holders"] if h["token"] == held["token"]]
+                self.assertEqual(len(mine), 1, (held, view))
+                self.assertEqual((mine[0]["owner"], mine[0]["metadata"], mine[0]["count"]),
+                                 (held["owner"], held["metadata"], held["count"]), (held, view))
+                if held["kind"] == "lock":
+                    self.assertEqual(view["mode"], held["mode"], view)
+                st, _, body = c.request("POST", base + "/renew", {"lease": held["lease"], "ttl_ms": DAY})
+                self.assertEqual((st, body.get("token")), (200, held["token"]), (held, body))
+            # The writer's request_id was kept: a retry of its acquire gets the same grant.
+            w1 = MADE["leases"][0]
+            st, _, body = c.acquire("fx/w1", owner="alice", ttl_ms=DAY, request_id="r-1")
+            self.assertEqual((st, body.get("lease"), body.get("token")), (200, w1["lease"], w1["token"]), body)
+            # The re-entered writer keeps its count: three releases free it.
+            w2 = MADE["leases"][1]
+            for left in (2, 1, 0):
+                st, _, body = c.release("fx/w2", w2["lease"])
+                self.assertEqual((st, body.get("count")), (200, left), body)
+            # Ended leases keep their reasons; the revoked token stays revoked; the lock-delay runs.
+            st, _, body = c.renew("fx/rel", MADE["released"]["lease"])
+            self.assertEqual((st, body.get("reason")), (409, "released"), body)
+            st, _, body = c.renew("fx/rev", MADE["revoked"]["lease"])
+            self.assertEqual((st, body.get("reason")), (409, "revoked"), body)
+            st, _, body = c.fence("fx-other", MADE["revoked"]["token"])
+            self.assertEqual((st, body.get("revoked")), (409, True), body)
+            st, _, body = c.acquire("fx/rev", owner="eve")
+            self.assertEqual((st, body.get("error")), (409, "lock_held"), body)
+            self.assertIsNotNone(body.get("delay_until_ms"), body)
+            # The fence mark holds.
+            st, _, body = c.fence(MADE["fence"]["resource"], MADE["fence"]["max_token"] - 1)
+            self.assertEqual((st, body.get("max_token")), (409, MADE["fence"]["max_token"]), body)
+            # Tokens go on above every token the old server issued, never below.
+            st, _, body = c.request("POST", "/v1/semaphores/fx/sem/acquire", {"owner": "p3", "limit": 3})
+            self.assertEqual((st, body.get("token")), (200, MADE["last_token"] + 1), body)
+            st, _, body = c.request("POST", "/v1/semaphores/fx/sem/acquire", {"owner": "p4", "limit": 3})
+            self.assertEqual((st, body.get("error")), (409, "semaphore_full"), body)
+            # The audit trail's rows are there, and new ones follow.
+            st, _, body = c.request("GET", "/v1/audit?limit=1000")
+            self.assertGreaterEqual(len(body["rows"]), MADE["audit_rows"] + 1, body)
+        version, tables, rows = schema_of(path)
+        self.assertEqual(version, 11)
+        self.assertIn("lockspace", tables)
+        self.assertFalse(OLD_TABLES & tables, tables)
+
+    def test_a_kill_in_the_middle_of_the_migration_leaves_the_old_schema(self):
+        """The database is made large (so that its migration takes a while and writes the WAL
+        as it goes); the server is killed with SIGKILL, before it listens, once its WAL has
+        grown to a few sizes, and once the database file itself grows (a checkpoint: right
+        after a commit, which a migration cut in two transactions would show half done);
+        after each kill the file holds version 10 with every row, or version 11 with every
+        row, never a mix; then a start migrates it and serves every lease."""
+        path = schema10_copy(self.dir)
+        now = int(time.time() * 1000)
+        writers, readers = 60000, 20000
+        db = sqlite3.connect(path)
+        first = MADE["last_token"] + 1
+        db.executemany("INSERT INTO locks(name, last_token, lease, owner, token, ttl_ms, acquired_at_ms,"
+                       " expires_at_ms, count, metadata, deadline_ms, boot, request_id, key, lock_delay_ms)"
+                       " VALUES(?1, ?2, ?3, 'big', ?2, ?4, ?5, ?6, 1, '{\"pad\":\"" + "x" * 100 + "\"}', NULL, NULL,"
+                       " NULL, NULL, 0)",
+                       ((("big/%06d" % i), first + i, uuid.uuid4().bytes, DAY, now, now + DAY)
+                        for i in range(writers)))
+        db.executemany("INSERT INTO holders(token, kind, lock, lease, owner, ttl_ms, acquired_at_ms, expires_at_ms,"
+                       " count, metadata, deadline_ms, boot, request_id, key, mode, lock_delay_ms)"
+                       " VALUES(?1, 0, ?2, ?3, 'many', ?4, ?5, ?6, 1, '{}', NULL, NULL, NULL, NULL, 1, 0)",
+                       ((first + writers + i, "shared/%03d" % (i % 100), uuid.uuid4().bytes, DAY, now, now + DAY)
+                        for i in range(readers)))
+        db.executemany("INSERT INTO locks(name, last_token) VALUES(?1, ?2)",
+                       (("shared/%03d" % k, first + writers + readers - 1) for k in range(100)))
+        last = first + writers + readers - 1
+        db.execute("UPDATE meta SET value = ?1 WHERE key = 'last_token'", (last,))
+        db.commit()
+        db.close()
+        version, tables, before = schema_of(path)
+        self.assertEqual(version, 10)
+        db = sqlite3.connect(path)
+        held = db.execute("SELECT count(*) FROM locks WHERE lease IS NOT NULL").fetchone()[0]
+        db.close()
+        # Version 11 has a row per name and one per lease.
+        after = before["locks"] + before["semaphores"] + held + before["holders"]
+        wal = path + "-wal"
+        size = os.path.getsize(path)
+        seen = {10: 0, 11: 0}
+        # (WAL bytes, database bytes): a kill once either is reached.
+        for wal_bytes, db_bytes in ((1 << 20, None), (size // 8, None), (size // 2, None), (None, size + 1),
+                                    (None, size + 1)):
+            proc = subprocess.Popen([harness.binary_path(), "serve", "--listen", "127.0.0.1:0", "--data", path],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.dir)
+            os.set_blocking(proc.stdout.fileno(), False)
+            out = b""
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:
+                out += proc.stdout.read() or b""
+                if (b"listening" in out or (wal_bytes and os.path.exists(wal) and os.path.getsize(wal) >= wal_bytes)
+                        or (db_bytes and os.path.getsize(path) >= db_bytes)):
+                    break
+                time.sleep(0.002)
+            harness.kill_process(proc)
+            proc.stdout.close()
+            version, tables, rows = schema_of(path)
+            if version == 10:
+                self.assertTrue(OLD_TABLES <= tables and "lockspace" not in tables, tables)
+                self.assertEqual(rows, before)
+            else:
+                self.assertEqual(version, 11)
+                self.assertFalse(OLD_TABLES & tables, tables)
+                self.assertEqual(rows, {"lockspace": after})
+            seen[version] += 1
+            if version == 11:
+                break  # migrated whole: nothing left to cut
+        # At least one kill came while the migration wrote (its WAL had grown, it did not listen).
+        self.assertGreater(seen[10], 0, seen)
+        with harness.Server(data_dir=self.dir) as srv:
+            st, _, body = srv.client.get_lock("big/%06d" % (writers - 1))
+            self.assertEqual((st, body["holder"]["token"], body["holder"]["owner"]), (200, last - readers, "big"), body)
+            st, _, body = srv.client.get_lock("shared/007")
+            self.assertEqual((body["mode"], body["holders_total"]), ("read", readers // 100), body)
+            st, _, body = srv.client.acquire("fresh", owner="new")
+            self.assertEqual((st, body.get("token")), (200, last + 1), body)
+        version, tables, rows = schema_of(path)
+        self.assertEqual(version, 11)
+
+
+if __name__ == "__main__":
+    harness.run_tests()
