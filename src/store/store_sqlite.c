@@ -501,6 +501,8 @@ static int by_seq(const void *a, const void *b)
  * evicted in the same batch is added first, as in the records' order. */
 static int delete_audit_runs(SqliteStore *s, uint64_t *seqs, size_t n)
 {
+    if (n == 0)
+        return 0; /* seqs may be NULL: no batch removed a row yet */
     qsort(seqs, n, sizeof *seqs, by_seq);
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
