@@ -152,7 +152,7 @@ start_leasegate() { # $1 = data dir name, rest = more serve flags
     LG_PID=$!
     PIDS+=("$LG_PID")
     for ((i = 0; i < 200; i++)); do
-        LG_PORT=$(sed -n 's/^leasegate: listening on http:\/\/127\.0\.0\.1:\([0-9]*\)$/\1/p' "$dir/stdout")
+        LG_PORT=$(sed -n 's/^leasegate: listening on http:\/\/127\.0\.0\.1:\([0-9]*\)$/\1/p' "$dir/stdout" 2>/dev/null || true) # the file appears once the shell started it
         [[ -n $LG_PORT ]] && return 0
         kill -0 "$LG_PID" 2>/dev/null || die "leasegate exited: $(cat "$dir/stderr")"
         sleep 0.05
@@ -217,7 +217,7 @@ start_ceiling() { # $1 = name
     CEIL_PID=$!
     PIDS+=("$CEIL_PID")
     for ((i = 0; i < 200; i++)); do
-        CEIL_PORT=$(sed -n 's/^ceiling: listening on http:\/\/127\.0\.0\.1:\([0-9]*\)$/\1/p' "$dir/stdout")
+        CEIL_PORT=$(sed -n 's/^ceiling: listening on http:\/\/127\.0\.0\.1:\([0-9]*\)$/\1/p' "$dir/stdout" 2>/dev/null || true)
         [[ -n $CEIL_PORT ]] && return 0
         kill -0 "$CEIL_PID" 2>/dev/null || die "ceiling exited: $(cat "$dir/stderr")"
         sleep 0.05
