@@ -10,7 +10,13 @@
 #      unit's Documentation=: the installed man page must be found);
 #   5. run the unit's ExecStart as its user, with its Environment= and EnvironmentFile=,
 #      until /healthz answers; add a key, reload the way ExecReload does (SIGHUP), take a
-#      lock with it; stop with SIGTERM and expect exit status 0.
+#      lock with it; stop with SIGTERM and expect exit status 0 and the one line an orderly
+#      stop logs;
+#   6. an upgrade while the service runs: with a stand-in for systemctl that does what systemd
+#      would (the root has no systemd as PID 1), a newer .deb (the same files, a higher
+#      version) is installed: its scripts must not stop the service for good but try-restart
+#      it (Debian's restart-after-upgrade), so the server answers again, as a new process,
+#      after the old one stopped in order; removing the package stops it.
 # Every wait is bounded; the whole check too (DEB_CHECK_TIMEOUT, default 1500 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,7 +74,11 @@ say "systemd-analyze verify: ok"
 # An operator's option (the root shares the host's network: not the default port, which
 # another server may hold), then what systemd does before ExecStart: the state directory
 # and the environment.
-port=$(shuf -i 20000-60000 -n 1)
+# Below the kernel's ephemeral range, and no socket of the host on it yet.
+while :; do
+  port=$(shuf -i 20000-32000 -n 1)
+  grep -qi "$(printf ':%04X ' "$port")" /proc/net/tcp /proc/net/tcp6 2>/dev/null || break
+done
 echo "LEASEGATE_OPTS=\"--listen 127.0.0.1:$port\"" >> /etc/default/leasegate
 export LEASEGATE_SERVER=http://127.0.0.1:$port
 install -d -m 0750 -o leasegate -g leasegate /var/lib/leasegate
@@ -115,7 +125,94 @@ if kill -0 "$pid" 2>/dev/null; then say "no exit within 10 s of SIGTERM"; kill -
 wait "$pid" || status=$?
 [ "$status" = 0 ] || { say "exit status $status after SIGTERM"; cat /tmp/serve.log; exit 1; }
 [ "$(stat -c %U /var/lib/leasegate/leasegate.db)" = leasegate ] || { say "the database is not the user's"; exit 1; }
-say "ok: the package installs, its unit verifies, its ExecStart serves as leasegate and stops cleanly"
+[ "$(grep -c 'leasegate: stopped on SIGTERM: ' /tmp/serve.log)" = 1 ] ||
+  { say "an orderly stop did not log its one line"; cat /tmp/serve.log; exit 1; }
+say "stopped cleanly: $(grep 'leasegate: stopped' /tmp/serve.log)"
+
+# 6. The upgrade. The stand-in: systemctl as the maintainer scripts call it, the unit run
+# the way systemd runs it (its user, Environment=, EnvironmentFile=, ExecStart, SIGTERM).
+cat > /usr/local/sbin/leasegate-unit <<'UNIT'
+#!/bin/bash
+set -u
+unit=/usr/lib/systemd/system/leasegate.service
+pidfile=/run/leasegate-unit.pid
+running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+stop() {
+  running || return 0
+  local pid; pid=$(cat "$pidfile")
+  kill -TERM "$pid"
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  ! kill -0 "$pid" 2>/dev/null || { echo "leasegate-unit: no exit within 10 s of SIGTERM" >&2; exit 1; }
+  rm -f "$pidfile"
+}
+start() {
+  (
+    # A daemon systemd starts inherits none of its caller's descriptors (apt's pipes).
+    for fd in /proc/self/fd/*; do
+      n=${fd##*/}
+      [ "$n" -gt 2 ] && eval "exec $n>&-" 2>/dev/null
+    done
+    env_default=$(sed -n 's/^Environment="\(.*\)"$/\1/p' "$unit")
+    export "${env_default?}"
+    set -a; . /etc/default/leasegate; set +a
+    eval "set -- $(sed -n 's/^ExecStart=//p' "$unit")"
+    setpriv --reuid=leasegate --regid=leasegate --init-groups -- "$@" </dev/null >>/tmp/unit.log 2>&1 &
+    echo $! > "$pidfile"
+  )
+}
+case "$1" in
+  start) running || start ;;
+  stop) stop ;;
+  try-restart) if running; then stop; start; fi ;;
+  *) echo "leasegate-unit: $1?" >&2; exit 1 ;;
+esac
+UNIT
+# apt runs maintainer scripts with PATH=/usr/sbin:/usr/bin:/sbin:/bin: systemd's own
+# systemctl is set aside (dpkg-divert) for the stand-in, and put back at the end.
+dpkg-divert --quiet --local --rename --add /usr/bin/systemctl
+cat > /usr/bin/systemctl <<'CTL'
+#!/bin/sh
+# What the maintainer scripts ask of systemd, recorded, and done to leasegate.service.
+echo "$*" >> /tmp/systemctl.log
+case "$1" in
+  daemon-reload) exit 0 ;;
+  stop|start|try-restart) [ "$2" = leasegate.service ] && exec /usr/local/sbin/leasegate-unit "$1" ;;
+esac
+echo "systemctl stand-in: $* is not expected here" >&2
+exit 1
+CTL
+chmod 0755 /usr/local/sbin/leasegate-unit /usr/bin/systemctl
+mkdir -p /run/systemd/system
+serving() {
+  for _ in $(seq 1 100); do
+    leasegate healthcheck >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  return 1
+}
+leasegate-unit start
+serving || { say "the unit never answered"; cat /tmp/unit.log; exit 1; }
+old_pid=$(cat /run/leasegate-unit.pid)
+rm -rf /tmp/next && dpkg-deb -R "$deb" /tmp/next
+sed -i 's/^Version: .*/&+next1/' /tmp/next/DEBIAN/control
+dpkg-deb -b /tmp/next /tmp/leasegate-next.deb >/dev/null
+apt-get install -y -qq --no-install-recommends /tmp/leasegate-next.deb >/dev/null
+case "$(dpkg-query -W -f='${Version}' leasegate)" in *+next1) ;; *) say "the upgrade did not install"; exit 1 ;; esac
+grep -qx 'try-restart leasegate.service' /tmp/systemctl.log ||
+  { say "the upgrade did not try-restart the service:"; cat /tmp/systemctl.log; exit 1; }
+! grep -q '^stop ' /tmp/systemctl.log || { say "the upgrade stopped the service:"; cat /tmp/systemctl.log; exit 1; }
+serving || { say "the service does not answer after the upgrade"; cat /tmp/systemctl.log /tmp/unit.log; exit 1; }
+new_pid=$(cat /run/leasegate-unit.pid)
+[ "$new_pid" != "$old_pid" ] || { say "the service was not restarted (still pid $old_pid)"; exit 1; }
+[ "$(grep -c 'leasegate: stopped on SIGTERM: ' /tmp/unit.log)" = 1 ] ||
+  { say "the old process did not stop in order"; cat /tmp/unit.log; exit 1; }
+say "upgraded to $(dpkg-query -W -f='${Version}' leasegate): try-restart, pid $old_pid -> $new_pid, answering"
+apt-get remove -y -qq leasegate >/dev/null
+grep -qx 'stop leasegate.service' /tmp/systemctl.log || { say "removing did not stop the service"; exit 1; }
+! kill -0 "$new_pid" 2>/dev/null || { say "the service still runs after removal"; exit 1; }
+rm -rf /run/systemd/system /usr/bin/systemctl /usr/local/sbin/leasegate-unit
+dpkg-divert --quiet --local --rename --remove /usr/bin/systemctl
+say "ok: the package installs, its unit verifies, its ExecStart serves as leasegate and stops cleanly; an upgrade restarts it, a removal stops it"
 INNER
 )
 timeout "${DEB_CHECK_TIMEOUT:-1500}" "$tools/fresh-debian.sh" "$inner"

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-SCHEMA = 11
+SCHEMA = 12
 
 
 def create(binary, path):

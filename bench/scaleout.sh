@@ -218,7 +218,8 @@ start_gateway() { # $1 = index; same port every time, so the others and clients 
     local i=$1 dir=$TMP/gw$1
     mkdir -p "$dir"
     # shellcheck disable=SC2086 # GATEWAY_ARGS is a list of flags
-    "$LEASEGATE_BIN" serve --store "$STORE" --leader-ttl "$LEADER_TTL" --listen "127.0.0.1:${G_PORT[$i]}" \
+    # --new-lock-space: the prefix is fresh (and the flag is harmless on restarts).
+    "$LEASEGATE_BIN" serve --store "$STORE" --new-lock-space --leader-ttl "$LEADER_TTL" --listen "127.0.0.1:${G_PORT[$i]}" \
         $GATEWAY_ARGS >>"$dir/stdout" 2>>"$dir/stderr" &
     GW_PID[i]=$!
 }

@@ -6,10 +6,12 @@
 #                              offline pip install test), python3-yaml and python3-jsonschema
 #                              (test_contract.py checks the server against openapi.yaml), curl, iproute2 (ss), nginx (the guard's
 #                              real upstream), faketime (wall-clock steps), etcd-server (the etcd
-#                              store's tests), openssl (the TLS tests' certificates), Node.js and npm (the
+#                              store's tests), etcd-client (etcdctl: the authentication test runs the
+#                              docs' commands), openssl (the TLS tests' certificates), Node.js and npm (the
 #                              examples and client, unless present), chromium (the dashboard's browser
 #                              test) and that test's npm packages (npm ci in tests/browser),
-#                              prometheus (test_misc.py checks /metrics with its promtool), and for
+#                              prometheus (test_misc.py checks /metrics with its promtool;
+#                              test_promql.py runs the docs' PromQL on a real Prometheus), and for
 #                              test_fencing_sql.py PostgreSQL 15 (postgresql-15, installed without
 #                              creating or starting a main cluster: the test starts its own server),
 #                              python3-psycopg2 and the SQL example's npm packages (npm ci in
@@ -36,7 +38,7 @@ RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 libgnutls30 
 case "${1:-}" in
   "") PKGS="$BUILD" ;;
   --test)
-    PKGS="$BUILD python3 python3-venv python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server openssl chromium prometheus postgresql-15 python3-psycopg2 default-jdk-headless libjackson2-databind-java libjakarta-servlet-api-java junit5 libtomcat10-embed-java libjakarta-annotation-api-java golang-go awscli rclone s3cmd fuse3 libfuse3-dev"
+    PKGS="$BUILD python3 python3-venv python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server etcd-client openssl chromium prometheus postgresql-15 python3-psycopg2 default-jdk-headless libjackson2-databind-java libjakarta-servlet-api-java junit5 libtomcat10-embed-java libjakarta-annotation-api-java golang-go awscli rclone s3cmd fuse3 libfuse3-dev"
     command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
     command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm" ;;
   --bench) PKGS="$BUILD redis-server etcd-server zookeeper libzookeeper-mt-dev default-jdk-headless strace curl python3" ;;

@@ -37,6 +37,8 @@ void config_defaults(Config *c)
     c->forget_idle_s = 86400;
     c->leader_ttl_s = 3;
     c->etcd_max_txn_ops = 128; /* etcd's default */
+    c->etcd_compact_interval_s = 300; /* as Kubernetes' API server compacts its etcd */
+    c->etcd_compact_bytes = (size_t)64 << 20;
 }
 
 void config_usage(FILE *out)
@@ -62,6 +64,23 @@ void config_usage(FILE *out)
             "  --etcd-max-txn-ops N        with --store: etcd's --max-txn-ops, when it is set below its\n"
             "                              default: a larger batch is split into transactions of at\n"
             "                              most N operations (default 128, 2..1000000)\n"
+            "  --new-lock-space            with --store: create the lock space when nothing is stored under\n"
+            "                              PREFIX (without it such a prefix is refused: a typo would start\n"
+            "                              an empty lock space at token 1); harmless once it exists\n"
+            "  --etcd-cert PEM --etcd-key PEM\n"
+            "                              with --store etcds://: the client certificate (chain) and its\n"
+            "                              unencrypted key this gateway shows etcd (its --client-cert-auth)\n"
+            "  --etcd-auth-file PATH       with --store: USER:PASSWORD of an etcd user (its auth enabled),\n"
+            "                              one line; refused when others may write it, warned when others\n"
+            "                              may read it (chmod 600 or 640)\n"
+            "  --etcd-compact-interval SECONDS\n"
+            "                              with --store: the leader compacts etcd's history this often, at\n"
+            "                              the revision of one interval before (default 300; 0: never,\n"
+            "                              when etcd compacts itself: --auto-compaction-retention)\n"
+            "  --etcd-compact-bytes N      with --store: the leader also compacts once it wrote N bytes since\n"
+            "                              the last compaction, keeping the newest N/2 of history (default\n"
+            "                              67108864, 0: never by size; keep it well under etcd's\n"
+            "                              --quota-backend-bytes)\n"
             "  --advertise URL             with --store: this gateway's URL as other gateways and clients\n"
             "                              should reach it (default http://LISTEN address)\n"
             "  --min-token N               tokens issued from now on are larger than N (after restoring a\n"
@@ -132,6 +151,10 @@ void config_usage(FILE *out)
             "  --tls-cert PEM --tls-key PEM\n"
             "                              serve HTTPS (TLS 1.2 and 1.3) with this certificate (chain) and its\n"
             "                              unencrypted private key, both PEM files read at start\n"
+            "  --tls-ciphers PRIORITY      a GnuTLS priority string for HTTPS, in place of the default: TLS 1.3,\n"
+            "                              and TLS 1.2 with forward-secret AEAD suites only (ECDHE with AES-GCM\n"
+            "                              or ChaCha20-Poly1305); e.g. to let TLS 1.2 CBC clients in:\n"
+            "                              'NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2'\n"
             "  --cacert PEM                CA certificates that https upstreams (--guard) and, with --store,\n"
             "                              the leader gateway and etcds:// must be signed by (default: the\n"
             "                              system's)\n"
@@ -156,6 +179,10 @@ void config_usage(FILE *out)
             "  --key-max-polls N           long-polls (GET /v1/events), watches and event streams one key\n"
             "                              holds open (25%% of --max-connections [100])\n"
             "  --peer-max-polls N          the same for one peer (25%% of --max-connections [100])\n"
+            "  --key-max-watch-bytes N     bytes of the answers one key's watches of locks will get or are\n"
+            "                              sending, each counted at the size of its lock's view (default\n"
+            "                              67108864, 64 MiB; at least 1048576)\n"
+            "  --peer-max-watch-bytes N    the same for one peer (default 64 MiB)\n"
             "  --peer-max-connections N    open connections of one peer, waiting ones included; more are\n"
             "                              closed as soon as accepted (50%% of --max-connections [100])\n"
             "  --peer-max-half-sent N      requests of one peer begun and not complete (a new connection\n"
@@ -253,6 +280,8 @@ static const NumFlag NUM_FLAGS[] = {
     {"--peer-max-fences", 1, 1000000000, offsetof(Config, peer_max_fences), false},
     {"--key-max-polls", 1, 1000000, offsetof(Config, key_max_polls), false},
     {"--peer-max-polls", 1, 1000000, offsetof(Config, peer_max_polls), false},
+    {"--key-max-watch-bytes", CONFIG_MIN_WATCH_BYTES, 1000000000000, offsetof(Config, key_max_watch_bytes), false},
+    {"--peer-max-watch-bytes", CONFIG_MIN_WATCH_BYTES, 1000000000000, offsetof(Config, peer_max_watch_bytes), false},
     {"--peer-max-connections", 1, 1000000, offsetof(Config, peer_max_connections), false},
     {"--peer-max-half-sent", 1, 1000000, offsetof(Config, peer_max_half_sent), false},
     {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},
@@ -268,6 +297,8 @@ static const NumFlag NUM_FLAGS[] = {
     {"--leader-ttl", 2, 60, offsetof(Config, leader_ttl_s), true},
     {"--drain-seconds", 0, 3600, offsetof(Config, drain_s), true},
     {"--etcd-max-txn-ops", 2, 1000000, offsetof(Config, etcd_max_txn_ops), false},
+    {"--etcd-compact-interval", 0, 86400, offsetof(Config, etcd_compact_interval_s), true},
+    {"--etcd-compact-bytes", 0, (size_t)1 << 40, offsetof(Config, etcd_compact_bytes), false},
 };
 
 static const NumFlag *num_flag(const char *name)
@@ -281,7 +312,7 @@ static const NumFlag *num_flag(const char *name)
 static const char *const STRING_FLAGS[] = {"--listen",     "--data",  "--guard",     "--min-token",
                                            "--access-log", "--store", "--advertise", "--auth-file",
                                            "--tls-cert",   "--tls-key", "--cacert",  "--allowed-host", "--s3-credentials",
-                                           "--log-format"};
+                                           "--tls-ciphers", "--log-format", "--etcd-cert",  "--etcd-key", "--etcd-auth-file"};
 
 /* --allowed-host NAME: a DNS name (letters, digits, '-', '_', '.'), or '*'. */
 static int parse_allowed_host(Config *c, const char *v, char *err, size_t errlen)
@@ -356,6 +387,23 @@ static int apply_flag(Config *c, const char *flag, const char *value, char *err,
     }
     if (!strcmp(flag, "--allowed-host"))
         return parse_allowed_host(c, value, err, errlen);
+    if (!strcmp(flag, "--etcd-cert") || !strcmp(flag, "--etcd-key") || !strcmp(flag, "--etcd-auth-file")) {
+        if (!*value) {
+            snprintf(err, errlen, "%s: empty path", flag);
+            return -1;
+        }
+        *(!strcmp(flag, "--etcd-cert") ? &c->etcd_cert : !strcmp(flag, "--etcd-key") ? &c->etcd_key
+                                                                                     : &c->etcd_auth_file) = value;
+        return 0;
+    }
+    if (!strcmp(flag, "--tls-ciphers")) {
+        if (!*value || strlen(value) > CONFIG_TLS_CIPHERS_MAX) {
+            snprintf(err, errlen, "--tls-ciphers: a GnuTLS priority string of 1..%d bytes", CONFIG_TLS_CIPHERS_MAX);
+            return -1;
+        }
+        c->tls_ciphers = value;
+        return 0;
+    }
     if (!strcmp(flag, "--log-format")) {
         if (!log_format_parse(value, &c->log_format)) {
             snprintf(err, errlen, "--log-format: '%s' is not text or json", value);
@@ -430,6 +478,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
             *(!strcmp(flag, "--auth-metrics") ? &c->auth_metrics : &c->insecure_no_auth) = true;
             continue;
         }
+        if (!strcmp(flag, "--new-lock-space")) {
+            c->new_lock_space = leader_flag = true;
+            continue;
+        }
         if (strncmp(flag, "--", 2) != 0) {
             snprintf(err, errlen, "unexpected argument '%s' (flags start with --; see leasegate serve --help)", flag);
             return CONFIG_ERROR;
@@ -444,12 +496,15 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
         }
         if (apply_flag(c, flag, argv[++i], err, errlen))
             return CONFIG_ERROR;
-        leader_flag |= !strcmp(flag, "--advertise") || !strcmp(flag, "--leader-ttl") ||
-                       !strcmp(flag, "--etcd-max-txn-ops");
+        leader_flag |= !strcmp(flag, "--advertise") || !strcmp(flag, "--leader-ttl") || !strncmp(flag, "--etcd-", 7);
     }
     if (c->store_url && c->data_set) {
         snprintf(err, errlen, "--store and --data exclude each other: the lock space lives either in etcd or in "
                               "one SQLite file");
+        return CONFIG_ERROR;
+    }
+    if (c->tls_ciphers && !c->tls_cert) {
+        snprintf(err, errlen, "--tls-ciphers needs --tls-cert and --tls-key: it chooses what HTTPS accepts");
         return CONFIG_ERROR;
     }
     if (!c->tls_cert != !c->tls_key) {
@@ -462,9 +517,26 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
     }
     c->etcd.cacert = c->cacert;
     if (!c->store_url && leader_flag) {
-        snprintf(err, errlen, "--advertise, --leader-ttl and --etcd-max-txn-ops need --store etcd://...");
+        snprintf(err, errlen, "--advertise, --leader-ttl, --new-lock-space and the --etcd-* flags need --store "
+                              "etcd://...");
         return CONFIG_ERROR;
     }
+    if (!c->etcd_cert != !c->etcd_key) {
+        snprintf(err, errlen, "--etcd-cert and --etcd-key go together: the client certificate and its private key");
+        return CONFIG_ERROR;
+    }
+    if (c->etcd_cert && strncmp(c->etcd.endpoints[0], "https://", 8)) {
+        snprintf(err, errlen, "--etcd-cert: etcd is reached over plain HTTP (etcd://); a client certificate needs "
+                              "TLS: --store etcds://...");
+        return CONFIG_ERROR;
+    }
+    if (c->etcd_compact_bytes && c->etcd_compact_bytes < 65536) {
+        snprintf(err, errlen, "--etcd-compact-bytes: %zu is below 65536 (a compaction after nearly every commit); "
+                              "0 turns compaction by size off", c->etcd_compact_bytes);
+        return CONFIG_ERROR;
+    }
+    c->etcd.cert = c->etcd_cert;
+    c->etcd.key = c->etcd_key;
     if (c->auth_metrics && !c->auth_file) {
         snprintf(err, errlen, "--auth-metrics needs --auth-file");
         return CONFIG_ERROR;
@@ -489,6 +561,10 @@ ConfigResult config_parse_serve(Config *c, int argc, char **argv, char *err, siz
     default_share(&c->peer_max_fences, c->max_fences, 4, 1000);
     default_share(&c->key_max_polls, c->max_connections, 4, 100);
     default_share(&c->peer_max_polls, c->max_connections, 4, 100);
+    if (!c->key_max_watch_bytes)
+        c->key_max_watch_bytes = CONFIG_DEFAULT_WATCH_BYTES;
+    if (!c->peer_max_watch_bytes)
+        c->peer_max_watch_bytes = CONFIG_DEFAULT_WATCH_BYTES;
     default_share(&c->peer_max_connections, c->max_connections, 2, 100);
     default_share(&c->peer_max_half_sent, c->max_connections, 8, 100);
     if (c->auth_file && c->insecure_no_auth) {

@@ -30,6 +30,8 @@
 #include "net/loop.h"
 #include "net/peers.h"
 #include "standby.h"
+#include "store/etcd_auth.h"
+#include "store/lockspace.h"
 
 /* Lock-table hooks. */
 
@@ -367,12 +369,50 @@ static bool campaign_cancelled(void *ud)
     return s->stopping;
 }
 
+/* How often a gateway that cannot reach etcd says so while it checks the lock space. */
+#define LOCK_SPACE_LOG_MS 10000
+#define LOCK_SPACE_RETRY_MS 500
+
+/* Before the campaign writes anything under the prefix (its key): the prefix
+ * must be this lock space's, and no other's (lockspace.h). Tried again while
+ * etcd does not answer (the standby answers 503 meanwhile), as the campaign
+ * is. 0 it is, 1 stopped meanwhile (err says so), -1 refused (err). */
+static int check_lock_space(const Config *cfg, const EtcdUrl *etcd, Campaign *c, char *err, size_t errlen)
+{
+    LockSpace space;
+    int64_t logged = -LOCK_SPACE_LOG_MS;
+    int rc;
+    while ((rc = lockspace_open(etcd, cfg->new_lock_space, &space, err, errlen)) == LOCKSPACE_UNREACHED) {
+        int64_t now = clock_now().mono_ms;
+        if (now - logged >= LOCK_SPACE_LOG_MS) {
+            log_line(LEVEL_WARN, "%s; checking the lock space again", err);
+            logged = now;
+        }
+        for (int64_t until = now + LOCK_SPACE_RETRY_MS; clock_now().mono_ms < until;) {
+            if (campaign_cancelled(c)) {
+                snprintf(err, errlen, "stopped before the lock space at %s was checked", cfg->etcd.prefix);
+                return 1;
+            }
+            struct timespec step = {0, 50 * 1000000L};
+            nanosleep(&step, NULL);
+        }
+    }
+    if (rc)
+        return -1;
+    if (space.note[0])
+        log_line(LEVEL_WARN, "note: %s", space.note);
+    log_line(LEVEL_INFO, "%s lock space %s (schema %u) at %s",
+             space.created ? "created the" : space.adopted ? "gave an identity to the older" : "joining the", space.id,
+             space.schema, cfg->etcd.prefix);
+    return 0;
+}
+
 /* The candidate phase: listen, answer 503 (standby.h) while campaigning, and
  * once this gateway leads, open the store fenced on its leader key. *listen_fd
  * is the socket, still listening, for the real server. */
 static int become_leader(Server *s, const Config *cfg, int *listen_fd)
 {
-    char err[512];
+    char err[1024];
     int fd = listener_open(cfg->listen_host, cfg->listen_port, 1024, err, sizeof err);
     if (fd < 0) {
         log_line(LEVEL_ERROR, "%s", err);
@@ -415,7 +455,15 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     log_line(LEVEL_INFO, "candidate for leadership of %s (advertised as %s); answering 503 until elected",
              cfg->store_url, advertise);
     Campaign c = {s, sb};
-    int rc = election_campaign(s->election, campaign_cancelled, &c, err, sizeof err);
+    int rc = check_lock_space(cfg, &etcd, &c, err, sizeof err);
+    if (rc < 0) {
+        log_line(LEVEL_ERROR, "--store %s: %s", cfg->store_url, err);
+        standby_stop(sb);
+        close(fd);
+        return -1;
+    }
+    if (rc == 0)
+        rc = election_campaign(s->election, campaign_cancelled, &c, err, sizeof err);
     if (rc == 0 && s->draining) {
         /* Won as the stop was asked: it never serves (the keeper's
          * resignation revokes the lease at once). */
@@ -442,6 +490,29 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
         log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
+    store_etcd_compaction(s->store, cfg->etcd_compact_interval_s, cfg->etcd_compact_bytes);
+    return 0;
+}
+
+/* What this gateway shows etcd: its client certificate (checked here, read by
+ * libcurl at each connection) and its etcd user (read once; s->cfg.etcd
+ * borrows it for every etcd client). -1 with the reason logged. */
+static int open_etcd_credentials(Server *s)
+{
+    char err[600], warn[400];
+    if (s->cfg.etcd_cert && !tls_check_client_pair(s->cfg.etcd_cert, s->cfg.etcd_key, err, sizeof err)) {
+        log_line(LEVEL_ERROR, "%s", err);
+        return -1;
+    }
+    if (!s->cfg.etcd_auth_file)
+        return 0;
+    if (!(s->etcd_auth = etcd_auth_load(s->cfg.etcd_auth_file, warn, sizeof warn, err, sizeof err))) {
+        log_line(LEVEL_ERROR, "--etcd-auth-file %s", err);
+        return -1;
+    }
+    if (warn[0])
+        log_line(LEVEL_WARN, "WARNING: --etcd-auth-file %s", warn);
+    s->cfg.etcd.auth = s->etcd_auth;
     return 0;
 }
 
@@ -469,7 +540,7 @@ int gateway_open(Server *s, const Config *cfg)
     s->reload_fd = -1;
     char err[512];
     /* Before anything listens: a bad certificate or key stops the start. */
-    if (!tls_load(&s->tls, cfg->tls_cert, cfg->tls_key, cfg->cacert, err, sizeof err)) {
+    if (!tls_load(&s->tls, cfg->tls_cert, cfg->tls_key, cfg->cacert, cfg->tls_ciphers, err, sizeof err)) {
         log_line(LEVEL_ERROR, "%s", err);
         return -1;
     }
@@ -486,8 +557,10 @@ int gateway_open(Server *s, const Config *cfg)
                  cfg->listen_host);
     }
     hostcheck_init(&s->hosts, cfg, NULL);
+    if (cfg->store_url && open_etcd_credentials(s))
+        return -1;
     if (cfg->store_url) {
-        if (become_leader(s, cfg, &s->listen_fd))
+        if (become_leader(s, &s->cfg, &s->listen_fd))
             return -1;
     } else {
         char boot_id[CLOCK_BOOT_ID_LEN + 1];
@@ -657,4 +730,5 @@ void gateway_close(Server *s)
     accesslog_close(s->access_log);
     tls_clear(&s->tls);
     auth_unref(s->auth);
+    etcd_auth_free(s->etcd_auth); /* after every etcd client is gone */
 }

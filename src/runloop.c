@@ -10,6 +10,7 @@
 #include <malloc.h>
 #include <microhttpd.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -41,6 +42,7 @@ typedef struct Run {
     int sigfd;
     size_t suspended_peak; /* since the last trim */
     size_t locks_peak;     /* lock names known, since the last trim */
+    int stop_signal;       /* what stopped the server (SIGTERM, SIGINT), or 0 */
     LoopSource mhd, commit, signal, deposed, reload;
 } Run;
 
@@ -59,6 +61,38 @@ static void depose(Server *s)
         return;
     s->deposed = true;
     commit_fail_holds(s->commit);
+}
+
+/* The commit writer began or ended a stall (commit.h: etcd refuses writes
+ * for an alarm). Begun: every waiter and every answer held for a batch not
+ * yet durable gets 503 naming the alarm (a grant among them is released at
+ * once: undelivered), and from now on changes are refused before they are
+ * made, reads of what is committed are answered after a fenced read, and no
+ * lease expires: an expiry could not be recorded, nor anything revealed that
+ * depends on it (leases past their time end as soon as etcd takes writes
+ * again). Ended: everything goes on; the reads held for a fenced read wait
+ * for an ordinary barrier. */
+static void note_stall(Server *s)
+{
+    char why[sizeof s->stall_why];
+    bool stalled = commit_stalled(s->commit, why, sizeof why);
+    if (stalled == s->stalled || s->deposed)
+        return;
+    s->stalled = stalled;
+    atomic_store(&s->etcd_stats.alarm, stalled); /* leasegate_etcd_alarm */
+    if (stalled) {
+        memcpy(s->stall_why, why, sizeof why);
+        s->stalled_since_ms = clock_now().mono_ms;
+        log_line(LEVEL_WARN, "%s: answering 503 to every change (and to what waited for this batch) while etcd "
+                             "refuses writes, reads of what is committed go on; trying again every second",
+                 why);
+        http_stall_waiters(s);
+        commit_stall_fail_answers(s->commit);
+        return;
+    }
+    log_line(LEVEL_INFO, "etcd takes writes again after %lld s; the batch it refused is committed",
+             (long long)(clock_now().mono_ms - s->stalled_since_ms) / 1000);
+    commit_stall_end(s->commit);
 }
 
 static int commit_ready(LoopSource *src, uint32_t events)
@@ -83,6 +117,7 @@ static int commit_ready(LoopSource *src, uint32_t events)
         s->storage_failed = true;
         return -1; /* nothing more may be sent */
     }
+    note_stall(s);
     /* The next batch (what came while this one committed, and what its
      * answers just recorded: hand-offs to waiters) goes to the writer now,
      * not at the end of the turn: the answers this turn sends, a few
@@ -124,10 +159,13 @@ static int signal_ready(LoopSource *src, uint32_t events)
     Run *r = CONTAINER_OF(src, Run, signal);
     struct signalfd_siginfo si;
     while (read(r->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGHUP)
+        if (si.ssi_signo == SIGHUP) {
             gateway_reload_keys(r->s, true);
-        else
+        } else {
+            if (!r->stop_signal)
+                r->stop_signal = (int)si.ssi_signo;
             gateway_stop_asked(r->s);
+        }
     }
     return 0;
 }
@@ -137,8 +175,9 @@ static int64_t earliest(int64_t a, int64_t b) { return b >= 0 && (a < 0 || b < a
 static int next_timeout_ms(Server *s, int cap_ms)
 {
     Now now = clock_now();
-    int64_t t = locktab_next_timeout_ms(s->locks, &now);
-    t = earliest(t, fence_next_timeout_ms(s->fence, &now));
+    /* While stalled the lock table and fences do not tick (note_stall). */
+    int64_t t = s->stalled ? -1 : locktab_next_timeout_ms(s->locks, &now);
+    t = earliest(t, s->stalled ? -1 : fence_next_timeout_ms(s->fence, &now));
     t = earliest(t, proxy_next_timeout_ms(s->proxy, &now));
     t = earliest(t, guard_next_timeout_ms(s->guard, &now));
     t = earliest(t, park_next_timeout_ms(s, &now));
@@ -181,8 +220,10 @@ static int turn(Run *r, int cap_ms)
     if (loop_wait(s->loop, next_timeout_ms(s, cap_ms)) < 0)
         return -1;
     Now now = clock_now();
-    locktab_tick(s->locks, &now);
-    fence_tick(s->fence, &now);
+    if (!s->stalled) {
+        locktab_tick(s->locks, &now);
+        fence_tick(s->fence, &now);
+    }
     proxy_tick(s->proxy, &now);
     guard_tick(s->guard, &now);
     park_tick(s, &now);
@@ -234,6 +275,10 @@ static int deposed_drain(Run *r)
 static int drain(Run *r)
 {
     Server *s = r->s;
+    /* The batch etcd refuses would never be written: it fails, and the
+     * gateway stops as a deposed one, answering 503 to what it holds. */
+    if (s->stalled)
+        commit_stall_give_up(s->commit);
     http_cancel_waiters(s);
     events_drain(s);
     watch_drain(s);
@@ -310,6 +355,12 @@ int runloop_run(Server *s)
     }
     if (status == 0)
         status = s->deposed ? deposed_drain(&r) : drain(&r);
+    /* An orderly stop says so, once (supervisors and journals show why the
+     * server went away, and that it went cleanly). */
+    if (status == 0 && !s->deposed)
+        log_line(LEVEL_INFO, "stopped on %s: every request held was answered or closed, every change is durable "
+                             "(last token %llu)",
+                 r.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)locktab_last_token(s->locks));
     /* Unwatching what was never watched fails harmlessly. */
     loop_unwatch(s->loop, mhd_fd);
     loop_unwatch(s->loop, commit_fd(s->commit));

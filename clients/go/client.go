@@ -40,17 +40,26 @@ type Config struct {
 	// TLSConfig is for https servers. Default: the system's CAs, or those of the PEM file
 	// $LEASEGATE_CACERT names. Certificates and host names are always verified.
 	TLSConfig *tls.Config
+	// FirstByteTimeout: a server that has not accepted the connection within it is left for
+	// the next one; one that has not begun its answer within it is asked GET /readyz (bounded
+	// by the same timeout and by the request's own). Ready (200, or 404 from a server too old
+	// to have it), it is working on the request (a long-poll waits there for its grant) and
+	// the wait goes on, to be asked again a FirstByteTimeout later; silent or 503, the request
+	// goes to the next server (an acquire keeps its request_id). A paused or unready gateway
+	// so costs about twice this, not Timeout. At least 100ms. Default: 2s.
+	FirstByteTimeout time.Duration
 }
 
 // Client talks to a leasegate lock space. It is safe for concurrent use; one per process is
 // enough.
 type Client struct {
-	servers  []string
-	owner    string
-	timeout  time.Duration
-	retryFor time.Duration
-	key      string
-	http     *http.Client
+	servers   []string
+	owner     string
+	timeout   time.Duration
+	retryFor  time.Duration
+	key       string
+	firstByte time.Duration
+	http      *http.Client
 
 	mu      sync.Mutex
 	current int // the server that answered last; calls start there
@@ -66,7 +75,8 @@ func NewClient(cfg Config) (*Client, error) {
 		}
 		servers = strings.Split(env, ",")
 	}
-	c := &Client{owner: cfg.Owner, timeout: cfg.Timeout, retryFor: cfg.RetryFor, key: cfg.Key}
+	c := &Client{owner: cfg.Owner, timeout: cfg.Timeout, retryFor: cfg.RetryFor, key: cfg.Key,
+		firstByte: cfg.FirstByteTimeout}
 	for _, s := range servers {
 		s = strings.TrimSpace(s)
 		if s == "" {
@@ -93,6 +103,12 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	if c.retryFor <= 0 {
 		c.retryFor = 5 * time.Second
+	}
+	switch {
+	case c.firstByte == 0:
+		c.firstByte = 2 * time.Second
+	case c.firstByte < minFirstByte:
+		return nil, fmt.Errorf("leasegate: FirstByteTimeout: at least %v, not %v", minFirstByte, c.firstByte)
 	}
 	if c.key == "" {
 		c.key = os.Getenv("LEASEGATE_KEY")

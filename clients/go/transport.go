@@ -134,7 +134,7 @@ func (c *Client) call(ctx context.Context, s spec, out interface{}) (result, err
 }
 
 // attempt is one request to one server: its status and body, or the error when no whole answer
-// came within timeout.
+// came within timeout, or when the first-byte watch (firstbyte.go) gave it up.
 func (c *Client) attempt(ctx context.Context, server, method, path string, body map[string]interface{},
 	timeout time.Duration) (int, []byte, error) {
 	actx, cancel := context.WithTimeout(ctx, timeout)
@@ -147,7 +147,8 @@ func (c *Client) attempt(ctx context.Context, server, method, path string, body 
 		}
 		payload = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(actx, method, server+path, payload)
+	var w watch
+	req, err := http.NewRequestWithContext(w.watched(actx), method, server+path, payload)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -155,7 +156,14 @@ func (c *Client) attempt(ctx context.Context, server, method, path string, body 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	c.authorize(req.Header)
+	go w.run(c, actx, cancel, server)
 	resp, err := c.http.Do(req)
+	if stalled := w.stalled.Load(); stalled != nil {
+		if err == nil {
+			resp.Body.Close()
+		}
+		return 0, nil, stalled
+	}
 	if err != nil {
 		return 0, nil, err
 	}

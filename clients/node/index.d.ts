@@ -139,6 +139,21 @@ export class Client {
   fence(resource: string, token: TokenLike): Promise<FenceResult>;
 }
 
+/** A lease as JSON.stringify() writes it (toJSON): never its secret. */
+export interface LeaseJSON {
+  name: string;
+  owner: string;
+  token: string;
+  mode: LockMode | null;
+  semaphore: boolean;
+  limit: number | null;
+  ttl: number;
+  server: string;
+  metadata: Record<string, unknown>;
+  valid: boolean;
+  lease: "[redacted]";
+}
+
 export class Lease extends EventEmitter {
   readonly name: string;
   /** True for a permit of a semaphore. */
@@ -148,7 +163,8 @@ export class Lease extends EventEmitter {
   /** The semaphore's number of permits; null for a lock. */
   readonly limit: number | null;
   readonly owner: string;
-  /** The lease id: the secret that renews, releases and writes through the guard. */
+  /** The lease id: the secret that renews, releases and writes through the guard. A
+   *  getter: JSON.stringify(), console.log() and spreading a lease leave it out. */
   readonly lease: string;
   /** The fencing token, a decimal string: tokens may pass 2^53, where a number would round
    *  them, and a string (unlike a bigint) goes through JSON.stringify. Compare with BigInt(). */
@@ -162,6 +178,8 @@ export class Lease extends EventEmitter {
   readonly valid: boolean;
   /** null, or the error the lease was lost with. */
   readonly lost: LeaseLostError | null;
+  /** What JSON.stringify() writes: every field but the lease id, which is "[redacted]". */
+  toJSON(): LeaseJSON;
   /** { "Fencing-Lease": lease } for a write under a guarded prefix. */
   readonly headers: { "Fencing-Lease": string };
   /** Throws LeaseLostError unless the lease is valid. */

@@ -17,6 +17,12 @@
 #define CONFIG_MAX_GUARDS 16
 #define CONFIG_MAX_ALLOWED_HOSTS 32
 #define CONFIG_HOST_NAME_MAX 253
+#define CONFIG_TLS_CIPHERS_MAX 1024
+/* --key-max-watch-bytes and --peer-max-watch-bytes: the default, and the
+ * least, which holds one watch of the largest view of a lock (100 holders
+ * with 4 KiB of metadata each, about 450 KB). */
+#define CONFIG_DEFAULT_WATCH_BYTES ((size_t)64 * 1024 * 1024)
+#define CONFIG_MIN_WATCH_BYTES ((size_t)1024 * 1024)
 
 typedef struct Config {
     char listen_host[256];        /* an IPv4 or IPv6 address (no brackets) or a host name */
@@ -27,6 +33,12 @@ typedef struct Config {
     EtcdUrl etcd;                 /* store_url parsed */
     unsigned leader_ttl_s;        /* the etcd lease behind leadership */
     size_t etcd_max_txn_ops;      /* etcd's --max-txn-ops: no transaction of ours carries more */
+    bool new_lock_space;          /* --new-lock-space: create the lock space on an empty prefix (lockspace.h) */
+    const char *etcd_cert;        /* --etcd-cert PEM: the client certificate shown to etcd; borrowed */
+    const char *etcd_key;         /* --etcd-key PEM, given with --etcd-cert */
+    const char *etcd_auth_file;   /* --etcd-auth-file: USER:PASSWORD of an etcd user; borrowed */
+    unsigned etcd_compact_interval_s; /* the leader compacts etcd's history this often; 0: never */
+    size_t etcd_compact_bytes;    /* ... and once it wrote this much since the last compaction */
     char advertise[512];          /* the URL other gateways and clients see; "" until known */
     const char *access_log;       /* borrowed; NULL: none, "-": stdout */
     unsigned drain_s;             /* --drain-seconds: a planned stop is not ready but serves this long first */
@@ -56,6 +68,7 @@ typedef struct Config {
     unsigned s3_probe_interval_s; /* how often s3:// routes check their store again */
     const char *tls_cert;         /* --tls-cert PEM path, borrowed; NULL: plain HTTP */
     const char *tls_key;          /* --tls-key PEM path, given with --tls-cert */
+    const char *tls_ciphers;      /* --tls-ciphers: a GnuTLS priority string; NULL: forward-secret AEAD only */
     const char *cacert;           /* --cacert: CAs that outbound https calls trust; NULL: the system's */
     const char *auth_file;        /* --auth-file: borrowed; NULL: no API keys */
     bool auth_metrics;            /* --auth-metrics: /, /healthz and /metrics need a key too */
@@ -67,6 +80,7 @@ typedef struct Config {
     size_t key_max_names, peer_max_names;   /* lock names in the table (of --max-locks) */
     size_t key_max_fences, peer_max_fences; /* fence resources (of --max-fences) */
     size_t key_max_polls, peer_max_polls;   /* long-polls, watches and streams held open */
+    size_t key_max_watch_bytes, peer_max_watch_bytes; /* bytes of watch answers (quota.h) */
     size_t peer_max_connections;            /* open connections of one peer (of --max-connections) */
     size_t peer_max_half_sent;              /* requests of one peer begun and not complete */
     /* --allowed-host: more names this server answers for (hostcheck.h) */

@@ -66,8 +66,11 @@ typedef struct RequestPark {
     DLink rlink;
     bool writing;       /* in Server.park_writing (through rlink): waiting for EPOLLOUT */
     int64_t write_deadline_ms; /* while writing: given up then (monotonic ms) */
-    char *out;          /* owned: the answer's bytes */
-    size_t out_len, out_off;
+    char *out;          /* owned: the answer's bytes, or its head before `shared` */
+    size_t out_len;     /* bytes in out */
+    size_t out_off;     /* written so far, of out and then of shared */
+    struct SharedText *shared; /* a reference (sharedtext.h): the answer's body, shared with other
+                                * requests (a watch's), or NULL */
     struct Peer *peer;  /* its peer's count of connections while parked (peers.h) */
 } RequestPark;
 
@@ -75,7 +78,7 @@ typedef struct RequestPark {
  * when it holds nothing. */
 typedef struct ShareUse ShareUse;
 typedef struct GuardTicket {
-    ShareUse *key, *peer;
+    ShareUse *key, *peer, *route;
 } GuardTicket;
 
 /* Under a guard prefix (guard.h): the upstream call, for a write its place
@@ -87,6 +90,7 @@ typedef struct RequestGuard {
     GuardWrite *write;
     GuardTicket ticket;
     struct S3Write *s3; /* an S3 route's write: its steps (s3req.h) */
+    struct FormScan *form; /* owned: a write's form body, scanned for a method override (formscan.h) */
     /* Set on an S3 route: every error answer of the request (the guard's and
      * the layers' before it) is written in S3's XML by this (s3err.h), which
      * takes over extra (an ErrCode, a json_t *). NULL: the JSON error. */
@@ -102,6 +106,7 @@ typedef struct RequestGuard {
  * the API's (api.h). */
 typedef struct RequestGrant {
     bool pending;
+    bool refused;       /* its answer became a 503 (a stall, http.c): undelivered, whatever the socket took */
     uint8_t kind;       /* LockKind: of a lock or of a semaphore */
     char *lock;         /* owned */
     uint8_t lease[LEASE_ID_BYTES];
@@ -117,6 +122,7 @@ typedef struct RequestAccess {
     bool waiting;       /* counted as one of its key's waiters (quota.h) */
     bool polling;       /* held open: counted in its key's and peer's max_polls (quota.h) */
     void *key_use, *peer_use; /* while polling: the entries counted (quota.c's) */
+    uint64_t watch_bytes; /* while polling: counted in their max_watch_bytes (a watch's answer) */
     bool listed;        /* with a key, waiting or polling: in Server.keyed (through link) */
     DLink link;
 } RequestAccess;
@@ -192,6 +198,8 @@ struct Request {
     bool close;         /* on resume, drop the connection */
     unsigned status;
     bool reveals_nothing; /* its answer needs no commit or barrier (http_reveals_nothing) */
+    bool changes;       /* not GET, HEAD or OPTIONS: refused while the store stalls */
+    bool stall_ok;      /* its answer reveals nothing of a batch not yet durable (http_stall_ok) */
     struct MHD_Response *response; /* owned: built, waiting to be queued */
     CommitHold hold;
     /* How the request ends (the HTTP layer's): also for a parked request,

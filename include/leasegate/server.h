@@ -43,6 +43,7 @@ typedef struct Server {
     Config cfg;
     Store *store;
     Election *election; /* --store etcd://: this gateway's leadership; NULL with SQLite */
+    struct EtcdAuth *etcd_auth; /* --etcd-auth-file's user (owned; cfg.etcd.auth borrows it), or NULL */
     EtcdStats etcd_stats; /* what this gateway's etcd clients met (its election's and its store's) */
     Commit *commit;
     Locktab *locks;
@@ -54,8 +55,10 @@ typedef struct Server {
     struct EventStreams *streams; /* GET /v1/events/stream (event_stream.h) */
     struct Watches *watches; /* requests waiting for a lock to change (watch.h) */
     /* The audit trail's row for a write the guard refused (the API's trail,
-     * handed down so that the guard need not include a layer above it). */
-    void (*guard_refused)(Request *req, const char *lock, uint64_t token);
+     * handed down so that the guard need not include a layer above it): the
+     * lock, the token and owner of the lease presented (0 and "" when none or
+     * unknown), and why (a short code: guardq.h). */
+    void (*guard_refused)(Request *req, const char *lock, uint64_t token, const char *owner, const char *reason);
     struct Smap *key_use; /* API key name -> what it uses of its shares (quota.h), or NULL */
     struct Smap *peer_use; /* peer address -> what it uses of its shares (quota.h), or NULL */
     DList keyed;        /* Request.access.link: requests with a key that wait or are held open (quota.h) */
@@ -94,6 +97,12 @@ typedef struct Server {
     bool deposed;
     int deposed_fd; /* eventfd: the election's thread says leadership is lost (gateway.c); -1 with SQLite */
     int reload_fd;  /* eventfd: the election's thread says another gateway reloaded its keys; -1 with SQLite */
+    /* Over etcd: etcd refuses writes for an alarm and the commit writer
+     * stalls (commit.h): changes get 503 naming the alarm, reads of what is
+     * committed are answered, no lease expires (runloop.c). */
+    bool stalled;
+    char stall_why[256]; /* the store's refusal, while stalled */
+    int64_t stalled_since_ms; /* monotonic */
 } Server;
 
 #endif

@@ -13,6 +13,7 @@ void api_renew(Request *req);
 void api_release(Request *req);
 void api_get_lock(Request *req);
 void api_force_release(Request *req);
+void api_semaphore_force_release(Request *req);
 void api_audit(Request *req);
 /* GET /v1/backup (api_backup.c). */
 void api_backup(Request *req);

@@ -16,6 +16,7 @@
 #include "guard/proxy.h"
 #include "leasegate/web_assets.h"
 #include "net/peers.h"
+#include "store/etcd.h"
 
 /* Each S3 route's state: its store may be unreached or ignore
  * preconditions, which closes that route only; the lock service is as
@@ -86,7 +87,11 @@ void api_healthz(Request *req)
         char leader[512];
         ElectionRole role = election_role(e, leader, sizeof leader);
         if (json_object_set_new(body, "role", json_string(election_role_name(role))) ||
-            json_object_set_new(body, "leader", json_string(leader))) {
+            json_object_set_new(body, "leader", json_string(leader)) ||
+            (req->srv->stalled &&
+             json_object_set_new(body, "etcd_alarm", json_string(etcd_alarm_name(req->srv->stall_why)
+                                                                       ? etcd_alarm_name(req->srv->stall_why)
+                                                                       : "NOSPACE")))) {
             json_decref(body);
             body = NULL;
         }
@@ -268,6 +273,10 @@ void api_metrics(Request *req)
             events_rows_read(s));
     gauge(f, "leasegate_watches", "GET /v1/locks/NAME?index= requests waiting for their lock to change.",
           watch_count(s));
+    counter(f, "leasegate_watch_slices_deferred_total",
+            "Turns of the loop that answered a slice of the watches a change woke and left the rest for the next "
+            "turn, so as to serve other requests between slices.",
+            watch_slices_deferred(s));
     fprintf(f, "# HELP leasegate_share_refusals_total Requests refused 429 because a key or a peer was at its "
                "share (key_limit, peer_limit), by share.\n# TYPE leasegate_share_refusals_total counter\n");
     for (int by = 0; by < 2; by++)

@@ -13,6 +13,7 @@
 #include "api/events.h"
 #include "api/jsonw.h"
 #include "api/lockview.h"
+#include "api/query.h"
 #include "api/quota.h"
 #include "api/trail.h"
 
@@ -341,7 +342,7 @@ void api_request_end(Request *req, bool delivered)
     /* An undelivered grant is undone, unless another answer of it (a replay
      * of its request_id) was delivered or still may be. */
     if (req->grant.pending && locktab_answer_ended(s->locks, (LockKind)req->grant.kind, req->grant.lock,
-                                                                req->grant.lease, delivered)) {
+                                                   req->grant.lease, delivered && !req->grant.refused)) {
         Now now = clock_now();
         uint32_t left;
         if (locktab_release(s->locks, (LockKind)req->grant.kind, req->grant.lock, req->grant.lease, req, &now,
@@ -423,25 +424,26 @@ static void release(Request *req, LockKind kind)
 void api_release(Request *req) { release(req, KIND_LOCK); }
 void api_semaphore_release(Request *req) { release(req, KIND_SEMAPHORE); }
 
-/* DELETE /v1/locks/{name} (admin): ends every lease of the lock (its writer,
- * or all its readers), whoever holds it and whatever the reentry counts, and
- * hands the lock to the next waiters (after the leases' lock-delay, if they
- * have one). Their tokens are revoked first: from then on /v1/fence refuses
- * them (the holders were told nothing and may still write), and the guard
- * refuses their leases. The ended leases, and with them the revoked
- * tokens, are in the batch the answer waits for. `revoked` is the first of
- * them (the writer, or the oldest reader), `revoked_all` every one. */
-void api_force_release(Request *req)
+/* DELETE /v1/locks/{name} and DELETE /v1/semaphores/{name} (admin): ends
+ * every lease of the name (a lock's writer, or all its readers; a
+ * semaphore's permits), or with ?token=T (semaphores) only the permit with
+ * that token, whoever holds them and whatever the reentry counts, and hands
+ * the name to the next waiters (after the leases' lock-delay, if they have
+ * one). Their tokens are revoked first: from then on /v1/fence refuses them
+ * (the holders were told nothing and may still write), and the guard
+ * refuses their leases. The ended leases, and with them the revoked tokens
+ * and their audit rows (`revoked`, by the admin's key), are in the batch the
+ * answer waits for. `revoked` is the first of them (the writer, or the
+ * oldest reader or permit), `revoked_all` every one. */
+static void force_release(Request *req, LockKind kind, uint64_t token)
 {
     Server *s = req->srv;
-    if (!body_check_name(req, "name", req->arg))
-        return;
     Now now = clock_now();
     locktab_tick(s->locks, &now); /* a lease that has run out is ended first, not revoked */
-    const Lock *lock = locktab_get(s->locks, KIND_LOCK, req->arg);
+    const Lock *lock = locktab_get(s->locks, kind, req->arg);
     json_t *all = json_array();
     for (const Holder *h = lock ? locktab_holder(lock) : NULL; all && h; h = locktab_next_holder(h)) {
-        if (h->deadline_ms <= now.mono_ms)
+        if (h->deadline_ms <= now.mono_ms || (token && h->token != token))
             continue;
         json_t *one = json_pack("{s:s, s:I}", "owner", h->owner, "token", (json_int_t)h->token);
         if (!one || json_array_append_new(all, one) || !revoked_add(s->revoked, h->token)) {
@@ -457,13 +459,24 @@ void api_force_release(Request *req)
         reply_overloaded(req, LOCK_NOMEM);
         return;
     }
+    if (token && !json_array_size(all)) {
+        json_decref(all);
+        http_reply_error(req, ERR_NOT_HOLDER,
+                         json_pack("{s:s, s:s}", "name", req->arg, "reason", "unknown"),
+                         "semaphore '%s' has no permit with token %llu (it ended, or never was one)", req->arg,
+                         (unsigned long long)token);
+        return;
+    }
     if (json_array_size(all)) {
-        locktab_revoke(s->locks, KIND_LOCK, req->arg, req, &now);
+        if (token)
+            locktab_revoke_token(s->locks, kind, req->arg, token, req, &now);
+        else
+            locktab_revoke(s->locks, kind, req->arg, req, &now);
         s->metrics.force_releases += json_array_size(all);
     }
     RawRefs refs = {.n = 0};
-    json_t *state = lockview_state_new(s->locks, KIND_LOCK, req->arg, locktab_get(s->locks, KIND_LOCK, req->arg),
-                                       true, &now, &refs);
+    json_t *state =
+        lockview_state_new(s->locks, kind, req->arg, locktab_get(s->locks, kind, req->arg), true, &now, &refs);
     json_t *first = json_array_size(all) ? json_deep_copy(json_array_get(all, 0)) : json_null();
     if (!state || !first) {
         json_decref(first);
@@ -480,4 +493,17 @@ void api_force_release(Request *req)
         return;
     }
     http_reply_json_raw_new(req, 200, state, &refs);
+}
+
+void api_force_release(Request *req)
+{
+    if (body_check_name(req, "name", req->arg))
+        force_release(req, KIND_LOCK, 0);
+}
+
+void api_semaphore_force_release(Request *req)
+{
+    long long token;
+    if (body_check_name(req, "name", req->arg) && query_int(req, "token", 1, INT64_MAX, 0, &token))
+        force_release(req, KIND_SEMAPHORE, (uint64_t)token);
 }

@@ -37,10 +37,17 @@ static void queue_one(void *ud, const char *owner, int64_t since_ms, int mode)
         q->failed = true;
 }
 
-/* One name as GET shows it: its state, its holders and the head of its queue. */
-static void reply_one(Request *req, LockKind kind, const char *name)
+/* While etcd refuses writes (Server.stalled), a read reveals only names that
+ * no batch not yet durable touches (http.h): true when this one may. */
+static bool stall_clean(Request *req, LockKind kind, const char *name)
 {
-    Server *s = req->srv;
+    return !req->srv->stalled || !commit_touches(req->srv->commit, kind, name);
+}
+
+/* One name as GET shows it: its state, its holders and the head of its
+ * queue, as JSON text (malloc'd, *len bytes); NULL when out of memory. */
+static char *view_text(Server *s, LockKind kind, const char *name, size_t *len)
+{
     const Lock *lock = locktab_get(s->locks, kind, name);
     RawRefs refs = {.n = 0};
     Now now = clock_now();
@@ -51,15 +58,33 @@ static void reply_one(Request *req, LockKind kind, const char *name)
     if (!state || !q.list || q.failed) {
         json_decref(q.list);
         json_decref(state);
-        reply_nomem(req);
-        return;
+        return NULL;
     }
     if (json_object_set_new(state, "queue", q.list)) { /* takes q.list even when it fails */
         json_decref(state);
+        return NULL;
+    }
+    char *text = rawjson_dumps(state, &refs);
+    json_decref(state);
+    if (text)
+        *len = strlen(text);
+    return text;
+}
+
+static void reply_one(Request *req, LockKind kind, const char *name)
+{
+    if (!stall_clean(req, kind, name)) {
+        http_reply_stalled(req);
+        return;
+    }
+    http_stall_ok(req);
+    size_t len;
+    char *text = view_text(req->srv, kind, name, &len);
+    if (!text) {
         reply_nomem(req);
         return;
     }
-    http_reply_json_raw_new(req, 200, state, &refs);
+    http_reply_json_text(req, 200, text, len);
 }
 
 /* A watch (?index=N) is due once the lock's index is past N, or when N is
@@ -71,9 +96,18 @@ static bool index_past(const Request *req, const char *name, uint64_t index)
 }
 
 static bool watch_due(Request *req) { return index_past(req, req->poll->watch.name, req->poll->watch.index); }
-static void watch_answer(Request *req) { reply_one(req, KIND_LOCK, req->poll->watch.name); }
 
-static const WatchCalls WATCH = {watch_due, watch_answer};
+/* The view moves with the lock's index (locktab.h: every change a reader can see). */
+static uint64_t watch_version(const Server *s, const char *name) { return locktab_index(s->locks, KIND_LOCK, name); }
+
+static SharedText *watch_build(Server *s, const char *name)
+{
+    size_t len = 0;
+    char *text = view_text(s, KIND_LOCK, name, &len);
+    return sharedtext_new(text, len);
+}
+
+static const WatchCalls WATCH = {watch_due, watch_version, watch_build};
 
 void api_get_lock(Request *req)
 {
@@ -93,8 +127,7 @@ void api_get_lock(Request *req)
         return;
     }
     req->poll->watch.index = (uint64_t)index;
-    if (!watch_start(req, wait_ms, &WATCH))
-        reply_nomem(req);
+    watch_start(req, wait_ms, &WATCH);
 }
 
 void api_get_semaphore(Request *req)
@@ -104,6 +137,7 @@ void api_get_semaphore(Request *req)
 }
 
 typedef struct ListCtx {
+    Request *req;
     const Locktab *lt;
     LockKind kind;
     Now now;
@@ -111,6 +145,7 @@ typedef struct ListCtx {
     RawRefs refs;
     const char *last;
     bool failed; /* out of memory: the listing would skip a name */
+    bool unclean; /* a name a batch not yet durable touches, while etcd refuses writes */
 } ListCtx;
 
 static void list_one(void *ud, const Lock *lock)
@@ -120,6 +155,7 @@ static void list_one(void *ud, const Lock *lock)
         ctx->failed ? NULL : lockview_state_new(ctx->lt, ctx->kind, lock->name, lock, false, &ctx->now, &ctx->refs);
     if (!state || json_array_append_new(ctx->locks, state) != 0)
         ctx->failed = true;
+    ctx->unclean |= !stall_clean(ctx->req, ctx->kind, lock->name);
     ctx->last = lock->name;
 }
 
@@ -147,7 +183,7 @@ static void list(Request *req, LockKind kind)
         }
     }
     /* About 8 KiB of raw references, on the loop thread's stack. */
-    ListCtx ctx = {.lt = req->srv->locks, .kind = kind, .now = clock_now(), .locks = json_array()};
+    ListCtx ctx = {.req = req, .lt = req->srv->locks, .kind = kind, .now = clock_now(), .locks = json_array()};
     if (!ctx.locks) {
         reply_nomem(req);
         return;
@@ -158,6 +194,12 @@ static void list(Request *req, LockKind kind)
         reply_nomem(req);
         return;
     }
+    if (ctx.unclean) {
+        json_decref(ctx.locks);
+        http_reply_stalled(req);
+        return;
+    }
+    http_stall_ok(req);
     http_reply_json_raw_new(req, 200,
                             json_pack("{s:o, s:o, s:I}", kind == KIND_SEMAPHORE ? "semaphores" : "locks", ctx.locks,
                                       "next", more && ctx.last ? json_string(ctx.last) : json_null(), "now_ms",

@@ -204,7 +204,7 @@ void events_note_of(Server *s, AuditKind kind, int object, int mode, const char 
     if (!audit_enabled(e->ring))
         return;
     Now now = clock_now();
-    AuditRow row = {0, now.wall_ms, kind, lock, owner ? owner : "", token, "", "", (uint8_t)object, (uint8_t)mode};
+    AuditRow row = {0, now.wall_ms, kind, lock, owner ? owner : "", token, "", "", (uint8_t)object, (uint8_t)mode, ""};
     Group *last = e->groups.tail ? DLIST_ITEM(e->groups.tail, Group, link) : NULL;
     /* Published once its batch is durable and, on etcd, fenced (commit.h):
      * a deposed leader's events reach no one. */

@@ -90,6 +90,8 @@ static uint64_t limit_of_raw(const Server *s, const AuthKey *key, ShareKind k)
             return c->peer_max_fences;
         case SHARE_POLLS:
             return c->peer_max_polls;
+        case SHARE_WATCH_BYTES:
+            return c->peer_max_watch_bytes;
         default:
             return UINT64_MAX;
         }
@@ -105,6 +107,8 @@ static uint64_t limit_of_raw(const Server *s, const AuthKey *key, ShareKind k)
         return key->max_fences ? key->max_fences : c->key_max_fences;
     case SHARE_POLLS:
         return key->max_polls ? key->max_polls : c->key_max_polls;
+    case SHARE_WATCH_BYTES:
+        return key->max_watch_bytes ? key->max_watch_bytes : c->key_max_watch_bytes;
     default:
         return UINT64_MAX;
     }
@@ -116,6 +120,7 @@ static const char *const WHAT[SHARE_KINDS] = {
     [SHARE_NAMES] = "lock names are counted until forgotten (--forget-idle-after): reuse names",
     [SHARE_FENCES] = "fence resources are counted until forgotten (--forget-idle-after)",
     [SHARE_POLLS] = "end a long-poll, watch or event stream first",
+    [SHARE_WATCH_BYTES] = "each watch counts the size of its lock's view: end watches, or watch smaller locks",
 };
 
 static void over(Request *req, const AuthKey *key, const char *peer, ShareKind k, uint64_t value)
@@ -134,7 +139,10 @@ static void over(Request *req, const AuthKey *key, const char *peer, ShareKind k
                          "this client (%s) is at its %s of %llu: %s (behind a reverse proxy every client is "
                          "one peer: see --peer-max-%s)",
                          peer, share_limit_name(k), (unsigned long long)value, WHAT[k],
-                         k == SHARE_NAMES ? "names" : k == SHARE_FENCES ? "fences" : "polls");
+                         k == SHARE_NAMES    ? "names"
+                         : k == SHARE_FENCES ? "fences"
+                         : k == SHARE_POLLS  ? "polls"
+                                             : "watch-bytes");
 }
 
 static void out_of_memory(Request *req) { http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry"); }
@@ -301,11 +309,51 @@ bool quota_poll_start(Request *req)
     return true;
 }
 
+/* Adds (or takes away) `delta` bytes of watch answers on u. */
+static void count_bytes(Use *u, int64_t delta)
+{
+    if (!u)
+        return;
+    uint64_t *n = &u->n[SHARE_WATCH_BYTES];
+    *n = delta >= 0 ? *n + (uint64_t)delta : *n >= (uint64_t)-delta ? *n - (uint64_t)-delta : 0;
+}
+
+bool quota_watch_start(Request *req, uint64_t bytes)
+{
+    RequestAccess *a = &req->access;
+    Server *s = req->srv;
+    const AuthKey *key = a->key;
+    Use *ku = a->key_use, *pu = a->peer_use;
+    uint64_t kmax = limit_of(s, key, SHARE_WATCH_BYTES), pmax = limit_of(s, NULL, SHARE_WATCH_BYTES);
+    bool key_over = ku && ku->n[SHARE_WATCH_BYTES] + bytes > kmax;
+    bool peer_over = pu && pu->n[SHARE_WATCH_BYTES] + bytes > pmax;
+    if (key_over || peer_over) {
+        char peer[HTTP_PEER_MAX];
+        http_peer_address(req, peer, sizeof peer);
+        over(req, key_over ? key : NULL, peer, SHARE_WATCH_BYTES, key_over ? kmax : pmax);
+        return false;
+    }
+    quota_watch_answer(req, bytes);
+    return true;
+}
+
+void quota_watch_answer(Request *req, uint64_t bytes)
+{
+    RequestAccess *a = &req->access;
+    if (!a->polling)
+        return;
+    int64_t delta = (int64_t)bytes - (int64_t)a->watch_bytes;
+    count_bytes(a->key_use, delta);
+    count_bytes(a->peer_use, delta);
+    a->watch_bytes = bytes;
+}
+
 void quota_poll_stop(Request *req)
 {
     RequestAccess *a = &req->access;
     if (!a->polling)
         return;
+    quota_watch_answer(req, 0);
     a->polling = false;
     list_keyed(req);
     count(req->srv, a->key_use, SHARE_POLLS, -1);

@@ -11,7 +11,9 @@
  *  - per key and per peer: lock names in the table first taken by it
  *    (max_names: --key-max-names, --peer-max-names), fence resources first
  *    raised by it (max_fences), long-polls, watches and event streams held
- *    open (max_polls). A name or resource is counted until it is forgotten
+ *    open (max_polls), bytes of the answers of watches (max_watch_bytes: each
+ *    watch counts the size of its lock's view). A name or resource is
+ *    counted until it is forgotten
  *    (--forget-idle-after); names loaded at a start count against the key of
  *    their holder, idle ones against nobody.
  * Past a share the request is answered 429 key_limit or 429 peer_limit, with
@@ -58,6 +60,16 @@ void quota_wait_stop(Request *req);
  * latest when the request ends), else answered 429. */
 bool quota_poll_start(Request *req);
 void quota_poll_stop(Request *req);
+/* A watch (of a request quota_poll_start let in) is about to be held: its
+ * answer, of about `bytes` (the lock's view now), counts against its key's
+ * and its peer's max_watch_bytes until the request ends, so that a tenant
+ * whose watches of a large lock are not read cannot make the server hold
+ * more than its share (each watcher that has not read its answer keeps that
+ * answer alive). True when it fits, else answered 429. */
+bool quota_watch_start(Request *req, uint64_t bytes);
+/* The watch's answer is made, of `bytes`: counted in place of its estimate,
+ * past the share or not (it is no longer refused). */
+void quota_watch_answer(Request *req, uint64_t bytes);
 /* Calls fn for every request with a key that waits in a queue or is held
  * open (what a SIGHUP that removes or narrows its key ends). fn may end the
  * request it is given, and no other. */

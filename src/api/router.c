@@ -49,7 +49,9 @@ static const Route ROUTES[] = {
     {"POST", LOCK_ACTION, "/v1/semaphores/", "renew", api_semaphore_renew, "POST", ACCESS_LOCKS, true},
     {"POST", LOCK_ACTION, "/v1/semaphores/", "release", api_semaphore_release, "POST", ACCESS_LOCKS, true},
     {"GET", LOCK_ACTION, "/v1/semaphores/", "history", api_semaphore_history, "GET, HEAD", ACCESS_LOCKS, false},
-    {"GET", LOCK_NAME, "/v1/semaphores/", NULL, api_get_semaphore, "GET, HEAD", ACCESS_LOCKS, false},
+    {"GET", LOCK_NAME, "/v1/semaphores/", NULL, api_get_semaphore, "GET, HEAD, DELETE", ACCESS_LOCKS, false},
+    {"DELETE", LOCK_NAME, "/v1/semaphores/", NULL, api_semaphore_force_release, "GET, HEAD, DELETE", ACCESS_ADMIN,
+     false},
     {"POST", RESOURCE, "/v1/fence/", NULL, api_fence, "POST", ACCESS_FENCE, true},
 };
 

@@ -27,14 +27,14 @@ static void dropped(void *ud, const char *key, uint64_t seq)
 }
 
 static void note(Server *s, AuditKind kind, int object, int mode, const char *lock, const char *owner, uint64_t token,
-                 const char *key, const char *peer)
+                 const char *key, const char *peer, const char *reason)
 {
     events_note_of(s, kind, object, mode, lock, owner, token);
     if (!auditlog_enabled(s->audit))
         return;
     Now now = clock_now();
     AuditRow row = {0,     now.wall_ms,       kind, lock, owner ? owner : "", token, key ? key : "",
-                    peer ? peer : "", (uint8_t)object, (uint8_t)mode};
+                    peer ? peer : "", (uint8_t)object, (uint8_t)mode, reason ? reason : ""};
     if (!(row.seq = auditlog_add(s->audit, &row, dropped, s)) || !commit_audit(s->commit, &row))
         out_of_memory();
 }
@@ -48,18 +48,26 @@ int trail_mode(const Lock *lock, const Holder *h)
     return h->mode == MODE_READ ? AUDIT_MODE_READ : AUDIT_MODE_WRITE;
 }
 
-void trail_guard_refused(Request *req, const char *lock, uint64_t token)
+/* The row of req's trail, with a reason (NULL: none). */
+static void note_req(Server *s, Request *req, AuditKind kind, int object, int mode, const char *lock, const char *owner,
+                     uint64_t token, const char *reason)
 {
-    trail_note(req->srv, req, AUDIT_GUARD_REFUSED, lock, "", token);
+    char peer[300] = "";
+    if (req)
+        http_peer(req, peer, sizeof peer);
+    note(s, kind, object, mode, lock, owner, token, req && req->access.key ? req->access.key->name : "", peer,
+         reason);
+}
+
+void trail_guard_refused(Request *req, const char *lock, uint64_t token, const char *owner, const char *reason)
+{
+    note_req(req->srv, req, AUDIT_GUARD_REFUSED, AUDIT_OF_LOCK, AUDIT_MODE_NONE, lock, owner, token, reason);
 }
 
 void trail_note_of(Server *s, Request *req, AuditKind kind, int object, int mode, const char *lock, const char *owner,
                    uint64_t token)
 {
-    char peer[300] = "";
-    if (req)
-        http_peer(req, peer, sizeof peer);
-    note(s, kind, object, mode, lock, owner, token, req && req->access.key ? req->access.key->name : "", peer);
+    note_req(s, req, kind, object, mode, lock, owner, token, NULL);
 }
 
 void trail_note(Server *s, Request *req, AuditKind kind, const char *lock, const char *owner, uint64_t token)
@@ -73,7 +81,7 @@ void trail_ended(Server *s, Request *actor, const Lock *lock, const Holder *h, i
     AuditKind kind = how == LEASE_END_EXPIRED ? AUDIT_EXPIRED : how == LEASE_END_REVOKED ? AUDIT_REVOKED
                                                                                         : AUDIT_RELEASED;
     if (kind == AUDIT_EXPIRED) /* the server's doing, on the holder's key's account */
-        note(s, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner, h->token, h->key, "");
+        note(s, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner, h->token, h->key, "", NULL);
     else
         trail_note_of(s, actor, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner,
                       h->token);

@@ -21,8 +21,9 @@ void trail_note_of(Server *s, Request *req, AuditKind kind, int object, int mode
 /* The object and mode of a row about lease h of lock. */
 int trail_object(const Lock *lock);
 int trail_mode(const Lock *lock, const Holder *h);
-/* A write the guard refused (Server.guard_refused). */
-void trail_guard_refused(Request *req, const char *lock, uint64_t token);
+/* A write the guard refused (Server.guard_refused): the lock, the token and
+ * owner of the lease presented (0 and "" when unknown or none), and why. */
+void trail_guard_refused(Request *req, const char *lock, uint64_t token, const char *owner, const char *reason);
 /* The lock table's hook for an ended lease h of lock: released or revoked
  * (by actor, the request that asked, or NULL: the server itself), or
  * expired (its row carries the key that held the lease, what it counts

@@ -49,6 +49,10 @@ const char *cli_key(char buf[CLI_KEY_MAX]);
 const char *cli_key_hint(void);
 /* --server, else $LEASEGATE_SERVER, else http://127.0.0.1:7400. */
 const char *cli_default_server(void);
+/* The owner label a grant gets when --owner is not given: "HOST:PID" of this
+ * process, so that a reader of the lock sees which machine and process hold it. */
+#define CLI_OWNER_MAX 128
+void cli_default_owner(char out[CLI_OWNER_MAX]);
 /* --cacert PATH: https servers must have a certificate for their name signed
  * by a CA in this PEM bundle (else $LEASEGATE_CACERT, else the system's
  * bundle). false (after saying why) when the file cannot be read. */

@@ -186,8 +186,14 @@ static int finish(const char *cmd, long status, json_t *reply)
     } else {
         const char *err = json_string_value(json_object_get(reply, "error"));
         const char *msg = json_string_value(json_object_get(reply, "message"));
-        fprintf(stderr, "leasegate %s: %s (HTTP %ld): %s%s\n", cmd, err ? err : "error", status,
-                msg ? msg : "unexpected answer", status == 401 ? cli_key_hint() : "");
+        /* The server's advice names the API's query parameter; this command's is a flag. */
+        const char *query = !strcmp(cmd, "list") && status == 403 && msg ? strstr(msg, "?prefix=") : NULL;
+        if (query)
+            fprintf(stderr, "leasegate %s: %s (HTTP %ld): %.*s--prefix PREFIX%s\n", cmd, err ? err : "error", status,
+                    (int)(query - msg), msg, query + strlen("?prefix="));
+        else
+            fprintf(stderr, "leasegate %s: %s (HTTP %ld): %s%s\n", cmd, err ? err : "error", status,
+                    msg ? msg : "unexpected answer", status == 401 ? cli_key_hint() : "");
         code = err && (!strcmp(err, "lock_held") || !strcmp(err, "semaphore_full")) ? CLI_NOT_ACQUIRED
                : err && !strcmp(err, "not_holder")                                   ? CLI_NOT_HOLDER
                                                                                      : CLI_FAILED;
@@ -234,7 +240,10 @@ int cli_acquire(int argc, char **argv)
     long limit = 0;
     if (!cli_target_flags("acquire", semaphore, limit_s, read, delay, lease != NULL, &limit))
         return CLI_USAGE;
-    json_t *body = json_pack("{s:s}", "owner", owner ? owner : "leasegate-cli");
+    char default_owner[CLI_OWNER_MAX];
+    if (!owner)
+        cli_default_owner(default_owner);
+    json_t *body = json_pack("{s:s}", "owner", owner ? owner : default_owner);
     if (ttl >= 0)
         json_object_set_new(body, "ttl_ms", json_integer(ttl));
     if (wait >= 0)

@@ -107,6 +107,15 @@ const char *cli_default_server(void)
     return env && *env ? env : "http://127.0.0.1:7400";
 }
 
+void cli_default_owner(char out[CLI_OWNER_MAX])
+{
+    char host[64] = "host";
+    if (gethostname(host, sizeof host - 1) != 0)
+        snprintf(host, sizeof host, "host");
+    host[sizeof host - 1] = '\0';
+    snprintf(out, CLI_OWNER_MAX, "%s:%ld", host, (long)getpid());
+}
+
 const char *cli_key(char buf[CLI_KEY_MAX])
 {
     const char *key = getenv("LEASEGATE_KEY");

@@ -543,11 +543,9 @@ int cli_run(int argc, char **argv)
     int rc = parse(&r, argc, argv);
     if (rc >= 0)
         return rc;
-    char owner[128];
+    char owner[CLI_OWNER_MAX];
     if (!r.owner) {
-        char host[64] = "host";
-        gethostname(host, sizeof host - 1);
-        snprintf(owner, sizeof owner, "%s:%d", host, (int)getpid());
+        cli_default_owner(owner);
         r.owner = owner;
     }
 

@@ -12,12 +12,12 @@
  * only where written: a small slot per row, where the strings of almost every
  * row fit (an event of a waiter joining: the lock and owner, key and peer
  * empty), and a large one per row with room for the longest lock name (256),
- * owner (128), key name (64) and peer address, each NUL-terminated, used only
- * by the rows that need it. A row then costs the memory of its row and small
+ * owner (128), key name (64), peer address and reason (32), each
+ * NUL-terminated, used only by the rows that need it. A row then costs the memory of its row and small
  * slot, 128 bytes, not 592 (10,000 waiters joining fill 10,000 events). */
 #define SMALL_BYTES 64
-#define SLOT_BYTES 528
-static const size_t FIELD_MAX[4] = {256, 128, 64, 64}; /* lock, owner, key, peer: longer is cut */
+#define SLOT_BYTES 560
+static const size_t FIELD_MAX[5] = {256, 128, 64, 64, 32}; /* lock, owner, key, peer, reason: longer is cut */
 
 struct Audit {
     AuditRow *rows; /* owned */
@@ -104,15 +104,15 @@ static void put(Audit *a, const AuditRow *row)
     }
     AuditRow *r = &a->rows[slot];
     *r = *row;
-    const char *src[4] = {row->lock, row->owner, row->key, row->peer};
-    const char **dst[4] = {&r->lock, &r->owner, &r->key, &r->peer};
-    size_t len[4], total = 0;
-    for (int i = 0; i < 4; i++) {
+    const char *src[5] = {row->lock, row->owner, row->key, row->peer, row->reason};
+    const char **dst[5] = {&r->lock, &r->owner, &r->key, &r->peer, &r->reason};
+    size_t len[5], total = 0;
+    for (int i = 0; i < 5; i++) {
         len[i] = strnlen(src[i] ? src[i] : "", FIELD_MAX[i]);
         total += len[i] + 1;
     }
     char *mem = total <= SMALL_BYTES ? a->small + slot * SMALL_BYTES : a->large + slot * SLOT_BYTES;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         memcpy(mem, src[i] ? src[i] : "", len[i]);
         mem[len[i]] = '\0';
         *dst[i] = mem;

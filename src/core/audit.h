@@ -51,6 +51,8 @@ typedef struct AuditRow {
     const char *peer;  /* "ADDR:PORT"; "" for the server itself */
     uint8_t object;    /* AuditObject: a lock, a semaphore, a fence resource */
     uint8_t mode;      /* AuditMode: of the lease a lock's row is about; NONE when none */
+    const char *reason; /* a guard refusal's why, a short code ("expired", "lease_missing"...);
+                         * "" (or NULL) for every other row */
 } AuditRow;
 
 typedef struct Audit Audit;

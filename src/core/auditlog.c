@@ -6,7 +6,7 @@
 
 #include "core/smap.h"
 
-static const size_t FIELD_MAX[4] = {256, 128, 64, 64}; /* lock, owner, key, peer: longer is cut */
+static const size_t FIELD_MAX[5] = {256, 128, 64, 64, 32}; /* lock, owner, key, peer, reason: longer is cut */
 
 struct KeyRows;
 
@@ -80,18 +80,18 @@ bool auditlog_enabled(const AuditLog *a) { return a->keep > 0; }
 /* A copy of row, its strings cut to the contract's lengths. */
 static Row *row_new(const AuditRow *row)
 {
-    const char *src[4] = {row->lock, row->owner, row->key, row->peer};
-    size_t len[4], total = 0;
-    for (int i = 0; i < 4; i++)
+    const char *src[5] = {row->lock, row->owner, row->key, row->peer, row->reason};
+    size_t len[5], total = 0;
+    for (int i = 0; i < 5; i++)
         total += (len[i] = strnlen(src[i] ? src[i] : "", FIELD_MAX[i])) + 1;
     Row *r = malloc(sizeof *r + total);
     if (!r)
         return NULL;
     r->row = *row;
     r->of = NULL;
-    const char **dst[4] = {&r->row.lock, &r->row.owner, &r->row.key, &r->row.peer};
+    const char **dst[5] = {&r->row.lock, &r->row.owner, &r->row.key, &r->row.peer, &r->row.reason};
     char *mem = r->strings;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         memcpy(mem, src[i] ? src[i] : "", len[i]);
         mem[len[i]] = '\0';
         *dst[i] = mem;

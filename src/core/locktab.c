@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/leasehist.h"
+#include "core/leaseidx.h"
 #include "core/smap.h"
 #include "core/threads.h"
 #include "leasegate/container.h"
@@ -26,6 +27,7 @@ typedef struct Grant {
     Holder h;        /* what the hooks and readers see (locktab_holder) */
     Deadline expiry; /* always queued */
     DLink link;      /* in lock->holders, grant order */
+    LeaseIdxEntry byid; /* in Locktab.leases while it holds */
     Lock *lock;
 } Grant;
 
@@ -49,6 +51,7 @@ struct Locktab {
     Smap *names[LOCK_KINDS]; /* name -> Lock, owns the locks */
     Heap deadlines;
     LeaseHist *history;
+    LeaseIdx leases; /* every holder by its lease id (grant_with) */
     LocktabLimits limits;
     LocktabHooks hooks;
     uint64_t last_token;
@@ -59,6 +62,7 @@ struct Locktab {
     uint64_t next_lock_id;
     uint64_t changes;      /* the last index given (locktab_index) */
     uint64_t forget_index; /* what an absent name reads as: above every forgotten name's */
+    uint64_t holder_visits; /* locktab_holder_visits */
     ThreadOwner owner;     /* the loop (threads.h): every call that changes the table asserts it */
 };
 
@@ -107,6 +111,7 @@ static Waiter *first_waiter(const Lock *lock)
     return lock->waiters.head ? DLIST_ITEM(lock->waiters.head, Waiter, link) : NULL;
 }
 
+/* Its holders leave the lease index first, unless the whole table goes. */
 static void lock_free(void *p)
 {
     Lock *lock = p;
@@ -137,7 +142,7 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks)
     lt->names[KIND_LOCK] = smap_new();
     lt->names[KIND_SEMAPHORE] = smap_new();
     lt->history = leasehist_new(limits->lease_history ? limits->lease_history : 1);
-    if (!lt->names[KIND_LOCK] || !lt->names[KIND_SEMAPHORE] || !lt->history) {
+    if (!lt->names[KIND_LOCK] || !lt->names[KIND_SEMAPHORE] || !lt->history || !leaseidx_init(&lt->leases)) {
         locktab_free(lt);
         return NULL;
     }
@@ -152,6 +157,7 @@ void locktab_free(Locktab *lt)
     for (int k = 0; k < LOCK_KINDS; k++)
         smap_free(lt->names[k], lock_free);
     leasehist_free(lt->history);
+    leaseidx_clear(&lt->leases);
     free(lt);
 }
 
@@ -177,6 +183,8 @@ static bool is_idle(const Lock *lock)
     return lock->holders.len == 0 && lock->waiters.len == 0 && !delay_running(lock);
 }
 
+static Grant *grant_with(const Locktab *lt, const Lock *lock, const uint8_t *lease, uint64_t *visits);
+
 #ifndef NDEBUG
 static void lock_check(const Locktab *lt, const Lock *lock)
 {
@@ -187,6 +195,8 @@ static void lock_check(const Locktab *lt, const Lock *lock)
         assert(heap_queued(&g->expiry.entry));
         assert(g->h.mode == lock->mode);
         assert(g->h.token <= lock->last_token && g->h.count >= 1);
+        assert(grant_with(lt, lock, g->h.lease, NULL) == g); /* indexed by its lease */
+        assert(g->h.deadline_ms >= lock->holders_due_from_ms);
         assert(l->next ? l->next->prev == l : lock->holders.tail == l);
     }
     assert(n == lock->holders.len);
@@ -232,6 +242,7 @@ void locktab_check(const Locktab *lt)
         assert(c.held == lt->counts[k].held && c.leases == lt->counts[k].leases &&
                c.readers == lt->counts[k].readers && c.waiters == lt->counts[k].waiters);
     }
+    assert(lt->leases.len == lt->counts[KIND_LOCK].leases + lt->counts[KIND_SEMAPHORE].leases);
     assert(heap_len(&lt->deadlines) == queued);
     (void)queued;
 }
@@ -327,6 +338,8 @@ static bool set_expiry(Locktab *lt, Grant *g, int64_t ttl_ms, const Now *now)
     g->h.ttl_ms = ttl_ms;
     g->h.expires_at_ms = now->wall_ms + ttl_ms;
     g->h.deadline_ms = deadline;
+    if (g->lock && deadline < g->lock->holders_due_from_ms) /* a renewal with a shorter ttl */
+        g->lock->holders_due_from_ms = deadline;
     return true;
 }
 
@@ -343,11 +356,15 @@ static void grant_strings_free(GrantStrings *g)
     free(g->key);
 }
 
-/* A lease joins lock's holders: counted, and the name is no longer idle. */
+/* A lease (its id set) joins lock's holders: indexed, counted, and the name
+ * is no longer idle. */
 static void add_holder(Locktab *lt, Lock *lock, Grant *g)
 {
     LocktabCounts *c = &lt->counts[lock->kind];
     g->lock = lock;
+    leaseidx_add(&lt->leases, &g->byid, g->h.lease);
+    if (!lock->holders.len || g->h.deadline_ms < lock->holders_due_from_ms)
+        lock->holders_due_from_ms = g->h.deadline_ms;
     lock->mode = g->h.mode;
     c->held += lock->holders.len == 0;
     dlist_append(&lock->holders, &g->link);
@@ -472,6 +489,7 @@ static bool end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, void *act
 {
     LocktabCounts *c = &lt->counts[lock->kind];
     dlist_remove(&lock->holders, &g->link);
+    leaseidx_remove(&lt->leases, &g->byid);
     heap_remove(&lt->deadlines, &g->expiry.entry);
     c->leases--;
     c->readers -= lock->kind == KIND_LOCK && g->h.mode == MODE_READ;
@@ -500,14 +518,24 @@ static void end_delay(Locktab *lt, Lock *lock)
 static void settle(Locktab *lt, Lock *lock, const Now *now)
 {
     bool ended = false, record = false;
-    for (DLink *l = lock->holders.head, *next; l; l = next) {
-        next = l->next;
-        Grant *g = DLIST_ITEM(l, Grant, link);
-        if (g->h.deadline_ms <= now->mono_ms) {
-            lt->expiries++;
-            record |= end_grant(lt, lock, g, LEASE_END_EXPIRED, NULL, now);
-            ended = true;
+    /* The holders are walked only when one may be due: a lock with
+     * thousands of readers is not walked for each renewal. The walk makes
+     * the bound exact again. */
+    if (lock->holders.len && lock->holders_due_from_ms <= now->mono_ms) {
+        int64_t due_from = INT64_MAX;
+        lt->holder_visits += lock->holders.len;
+        for (DLink *l = lock->holders.head, *next; l; l = next) {
+            next = l->next;
+            Grant *g = DLIST_ITEM(l, Grant, link);
+            if (g->h.deadline_ms <= now->mono_ms) {
+                lt->expiries++;
+                record |= end_grant(lt, lock, g, LEASE_END_EXPIRED, NULL, now);
+                ended = true;
+            } else if (g->h.deadline_ms < due_from) {
+                due_from = g->h.deadline_ms;
+            }
         }
+        lock->holders_due_from_ms = due_from;
     }
     if (delay_running(lock) && lock->delay.entry.deadline_ms <= now->mono_ms) {
         end_delay(lt, lock);
@@ -620,11 +648,16 @@ static Grant *replay_of(const Lock *lock, const char *owner, const char *request
     return NULL;
 }
 
-static Grant *grant_with(const Lock *lock, const uint8_t *lease)
+/* The holder of lock whose lease is `lease`: one lookup in the lease index,
+ * not a walk of the lock's holders. Adds the holders it compared to *visits
+ * (when not NULL). */
+static Grant *grant_with(const Locktab *lt, const Lock *lock, const uint8_t *lease, uint64_t *visits)
 {
-    for (DLink *l = lock->holders.head; l; l = l->next) {
-        Grant *g = DLIST_ITEM(l, Grant, link);
-        if (memcmp(g->h.lease, lease, LEASE_ID_BYTES) == 0)
+    for (LeaseIdxEntry *e = leaseidx_chain(&lt->leases, lease); e; e = e->next) {
+        Grant *g = CONTAINER_OF(e, Grant, byid);
+        if (visits)
+            (*visits)++;
+        if (g->lock == lock && memcmp(g->h.lease, lease, LEASE_ID_BYTES) == 0)
             return g;
     }
     return NULL;
@@ -717,7 +750,7 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
     uint8_t mode = kind == KIND_SEMAPHORE ? MODE_WRITE : args->mode;
     if (args->lease) {
         Lock *lock = find_live(lt, kind, name, now);
-        Grant *g = lock && kind == KIND_LOCK ? grant_with(lock, args->lease) : NULL;
+        Grant *g = lock && kind == KIND_LOCK ? grant_with(lt, lock, args->lease, &lt->holder_visits) : NULL;
         if (!g)
             return LOCK_NOT_HOLDER;
         *lock_out = lock;
@@ -794,7 +827,7 @@ LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uin
 {
     OWNED(lt);
     Lock *lock = find_live(lt, kind, name, now);
-    Grant *g = lock ? grant_with(lock, lease) : NULL;
+    Grant *g = lock ? grant_with(lt, lock, lease, &lt->holder_visits) : NULL;
     *lock_out = g ? lock : NULL;
     *holder_out = g ? &g->h : NULL;
     if (!g)
@@ -810,7 +843,7 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
 {
     OWNED(lt);
     Lock *lock = find_live(lt, kind, name, now);
-    Grant *g = lock ? grant_with(lock, lease) : NULL;
+    Grant *g = lock ? grant_with(lt, lock, lease, &lt->holder_visits) : NULL;
     *count_left = 0;
     if (!g)
         return LOCK_NOT_HOLDER;
@@ -824,7 +857,8 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
     return LOCK_OK;
 }
 
-LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *actor, const Now *now)
+/* Ends the running leases of name with token `token` (0: every one), for actor. */
+static LockResult revoke(Locktab *lt, LockKind kind, const char *name, uint64_t token, void *actor, const Now *now)
 {
     OWNED(lt);
     Lock *lock = find(lt, kind, name);
@@ -834,7 +868,7 @@ LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *ac
     for (DLink *l = lock ? lock->holders.head : NULL, *next; l; l = next) {
         next = l->next;
         Grant *g = DLIST_ITEM(l, Grant, link);
-        if (g->h.deadline_ms > now->mono_ms) {
+        if (g->h.deadline_ms > now->mono_ms && (token == 0 || g->h.token == token)) {
             record |= end_grant(lt, lock, g, LEASE_END_REVOKED, actor, now);
             any = true;
         }
@@ -845,11 +879,22 @@ LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *ac
     return LOCK_OK;
 }
 
+LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *actor, const Now *now)
+{
+    return revoke(lt, kind, name, 0, actor, now);
+}
+
+LockResult locktab_revoke_token(Locktab *lt, LockKind kind, const char *name, uint64_t token, void *actor,
+                                const Now *now)
+{
+    return token ? revoke(lt, kind, name, token, actor, now) : LOCK_NOT_HOLDER;
+}
+
 const Holder *locktab_held_by(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease,
                               const Now *now)
 {
     const Lock *lock = find(lt, kind, name);
-    const Grant *g = lock ? grant_with(lock, lease) : NULL;
+    const Grant *g = lock ? grant_with(lt, lock, lease, NULL) : NULL;
     return g && g->h.deadline_ms > now->mono_ms ? &g->h : NULL;
 }
 
@@ -866,6 +911,17 @@ void locktab_load_ended(Locktab *lt, LockKind kind, const char *name, const uint
     const Lock *lock = find(lt, kind, name);
     if (lock && (how == LEASE_END_EXPIRED || how == LEASE_END_RELEASED || how == LEASE_END_REVOKED))
         leasehist_load(lt->history, lease, lock->id, token, (LeaseEnd)how, seq);
+}
+
+uint64_t locktab_token_of(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
+{
+    const Lock *lock = find(lt, kind, name);
+    const Grant *g = lock ? grant_with(lt, lock, lease, NULL) : NULL;
+    uint64_t of_lock, token;
+    LeaseEnd how;
+    if (g)
+        return g->h.token;
+    return lock && leasehist_find(lt->history, lease, &of_lock, &token, &how) && of_lock == lock->id ? token : 0;
 }
 
 NotHolderReason locktab_why_not(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
@@ -963,7 +1019,7 @@ const Lock *locktab_get(const Locktab *lt, LockKind kind, const char *name) { re
 static Holder *holder_of(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease)
 {
     Lock *lock = find(lt, kind, name);
-    Grant *g = lock ? grant_with(lock, lease) : NULL;
+    Grant *g = lock ? grant_with(lt, lock, lease, NULL) : NULL;
     return g ? &g->h : NULL;
 }
 
@@ -1054,6 +1110,7 @@ size_t locktab_waiters(const Locktab *lt)
     return lt->counts[KIND_LOCK].waiters + lt->counts[KIND_SEMAPHORE].waiters;
 }
 
+uint64_t locktab_holder_visits(const Locktab *lt) { return lt->holder_visits; }
 uint64_t locktab_expiries(const Locktab *lt) { return lt->expiries; }
 uint64_t locktab_forgotten(const Locktab *lt) { return lt->forgotten; }
 uint64_t locktab_delays(const Locktab *lt) { return lt->delays; }

@@ -24,7 +24,9 @@
  * its end; waiters keep their places.
  *
  * Invariants (checked by locktab_check in debug builds):
- *  - every holder's expiry deadline is queued; a lock's holders all have its
+ *  - every holder's expiry deadline is queued, and the holder is found by its
+ *    lease id in O(1) (the table's lease index: a lock with thousands of
+ *    readers is never scanned for a lease); a lock's holders all have its
  *    mode; a lock in write mode has one holder; a semaphore has at most
  *    `limit` holders;
  *  - the head waiter of a name could not be granted now: a lock-delay runs,
@@ -125,6 +127,8 @@ typedef struct Lock {
     uint8_t mode;        /* LockMode of the holders while held (a semaphore's: MODE_WRITE) */
     uint32_t limit;      /* a semaphore's permits (set by the acquire that finds it idle); 0 for a lock */
     DList holders;       /* the table's, in grant order: locktab_holder, locktab_next_holder */
+    int64_t holders_due_from_ms; /* boot clock: no holder's deadline is earlier (a lower bound, made
+                                  * exact whenever the holders are walked for expiries) */
     int64_t delay_until_ms; /* Unix ms: a lock-delay runs until then (announced); 0 when none */
     Deadline delay;      /* queued while a lock-delay runs */
     Deadline idle;       /* queued while idle: when to forget the name */
@@ -272,6 +276,11 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
  * their lock-delays and grants the waiters that can then be.
  * LOCK_NOT_HOLDER when nobody holds it. */
 LockResult locktab_revoke(Locktab *lt, LockKind kind, const char *name, void *actor, const Now *now);
+/* The same for the one running lease of name whose token is `token` (a
+ * semaphore's permit; tokens never repeat): the other leases are untouched.
+ * LOCK_NOT_HOLDER when no running lease has it. */
+LockResult locktab_revoke_token(Locktab *lt, LockKind kind, const char *name, uint64_t token, void *actor,
+                                const Now *now);
 /* The holder with `lease` of name right now (its deadline not passed, even
  * if locktab_tick has not run yet), or NULL. */
 const Holder *locktab_held_by(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease,
@@ -282,6 +291,10 @@ void locktab_continue_history(Locktab *lt, uint64_t seq);
  * first). Leases of names that are no longer known are skipped. */
 void locktab_load_ended(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, uint64_t token,
                         int how, uint64_t seq);
+/* The token of `lease` on name: its holder's (even if its deadline has
+ * passed), else that of its ended lease while the history remembers it, else
+ * 0 (never issued for name, or forgotten). */
+uint64_t locktab_token_of(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease);
 /* Why `lease` does not hold name (after LOCK_NOT_HOLDER). */
 NotHolderReason locktab_why_not(const Locktab *lt, LockKind kind, const char *name, const uint8_t *lease);
 /* Removes a waiter whose client went away. Its hooks are never called; the
@@ -348,6 +361,11 @@ size_t locktab_locks(const Locktab *lt);   /* names known, of both kinds */
 size_t locktab_held(const Locktab *lt);    /* leases held, of both kinds */
 size_t locktab_waiters(const Locktab *lt); /* of both kinds */
 uint64_t locktab_expiries(const Locktab *lt); /* leases ended by their TTL so far */
+/* Holders looked at so far by renewals, releases and reentries, to find
+ * their lease and the leases that ran out meanwhile: about one per call,
+ * however many holders a lock has (the lease index, and a bound on the
+ * holders' deadlines), not a walk of the lock's holders. */
+uint64_t locktab_holder_visits(const Locktab *lt);
 uint64_t locktab_forgotten(const Locktab *lt); /* idle names forgotten so far */
 uint64_t locktab_delays(const Locktab *lt);    /* lock-delays started so far */
 /* Asserts every invariant listed above over the whole table (debug builds). */

@@ -22,6 +22,7 @@ typedef enum ShareKind {
     SHARE_POLLS,       /* long-polls, watches and event streams held open */
     SHARE_CONNECTIONS, /* open connections (peers only) */
     SHARE_HALF_SENT,   /* requests begun and not yet complete (peers only) */
+    SHARE_WATCH_BYTES, /* bytes of the answers its watches of locks will get or are sending */
     SHARE_KINDS,
 } ShareKind;
 

@@ -17,7 +17,10 @@
  *    (state HANDED) to its end (DONE), and the Store (store.h) from the first
  *    batch it commits until commit_free joins it; before that the loop opens
  *    and loads the store. The loop reads the store's error and the copy of a
- *    snapshot only after DONE, whose atomic store publishes them.
+ *    snapshot only after DONE, whose atomic store publishes them. While the
+ *    writer stalls (etcd refuses writes, commit.h) the loop reads the names
+ *    in the batch it holds (commit_touches): the writer only reads a batch it
+ *    holds, so both read; the stall's state is atomics and the mutex.
  *  - the etcd keeper (election_etcd.c, --store etcd:// only): keeps the
  *    leader key's lease alive; the election's state is guarded by its mutex,
  *    its role by atomics; it tells the loop that leadership is lost through

@@ -20,6 +20,7 @@
 
 #include "core/log.h"
 #include "core/names.h"
+#include "guard/formscan.h"
 #include "guard/guardpath.h"
 #include "guard/guardq.h"
 #include "guard/guardshare.h"
@@ -382,7 +383,7 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
     if (!lease_s || strlen(lease_s) != 36 || uuid_parse(lease_s, b->lease) != 0) {
         s->metrics.guard_rejected_missing++;
         refused(req, GUARD_REFUSED_LEASE_MISSING);
-        s->guard_refused(req, b->lock, 0);
+        s->guard_refused(req, b->lock, 0, "", lease_s ? "not_a_lease" : "lease_missing");
         http_reply_error(req, ERR_TOKEN_REQUIRED, json_pack("{s:s, s:s}", "lock", b->lock, "field", lease_field),
                          "%s needs header %s: the lease (from acquire) that holds lock '%s'%s", method, lease_field,
                          b->lock, lease_s ? "; the one sent is not a lease id" : "");
@@ -391,10 +392,10 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
     Now now = clock_now();
     const Holder *h = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
     b->token = h ? h->token : 0;
-    const char *why = guardq_stale_reason(s, b);
+    const GuardStale *why = guardq_stale_reason(s, b);
     if (why) {
         refused(req, GUARD_REFUSED_STALE);
-        guardq_reply_stale(req, b->lock, b->token, why);
+        guardq_reply_stale(req, b, why);
         return false;
     }
     return true;
@@ -459,6 +460,15 @@ static void over_share(Request *req, GuardRefusal why, ErrCode code, const char 
                      share, flag);
 }
 
+/* One route's share of --guard-max-calls: three quarters of them when there
+ * are other routes, so that a backend slow enough for its calls to pile up
+ * (each waits up to --guard-timeout) leaves the others a quarter. */
+static size_t guard_route_max_calls(const Config *cfg)
+{
+    size_t share = cfg->guard_max_calls * 3 / 4;
+    return cfg->nguards > 1 && share ? share : cfg->guard_max_calls;
+}
+
 /* The client's share of the guard's calls, into req->guard->ticket. Answers
  * 503 or 429 when there is none. */
 static bool take_share(Request *req, Guard *g, const char *key)
@@ -472,10 +482,21 @@ static bool take_share(Request *req, Guard *g, const char *key)
     }
     char peer[HTTP_PEER_MAX];
     http_peer_address(req, peer, sizeof peer);
+    const GuardRoute *route = req->guard->route;
+    size_t route_max = guard_route_max_calls(&s->cfg);
     switch (guardshare_take(g->shares, key, s->cfg.guard_key_max_calls, peer, s->cfg.guard_peer_max_calls,
-                            &req->guard->ticket)) {
+                            route->prefix, route_max, &req->guard->ticket)) {
     case SHARE_OK:
         return true;
+    case SHARE_ROUTE_FULL:
+        refused(req, GUARD_REFUSED_CALLS);
+        http_reply_error(req, ERR_OVERLOADED,
+                         json_pack("{s:s, s:s, s:I}", "limit", "guard_route_calls", "route", route->prefix, "value",
+                                   (json_int_t)route_max),
+                         "%zu upstream calls of %s are in flight, its share of --guard-max-calls (its backend is "
+                         "slow?); retry",
+                         route_max, route->prefix);
+        return false;
     case SHARE_KEY_FULL:
         over_share(req, GUARD_REFUSED_KEY_CALLS, ERR_KEY_LIMIT, "key", key, s->cfg.guard_key_max_calls,
                    "--guard-key-max-calls");
@@ -491,8 +512,37 @@ static bool take_share(Request *req, Guard *g, const char *key)
     }
 }
 
-/* The body, as it arrives, goes to the upstream call; a refused request has
- * none, and its body is dropped. */
+#define OVERRIDE_WHY                                                                                           \
+    "a backend that honours it (Rails, Laravel, Symfony, method-override) would apply another method than the " \
+    "guard checked"
+
+/* A query that names a method override (?_method=DELETE) is refused on
+ * every request of a plain HTTP route, reads included (a read passes
+ * without a lease), as the override headers are on writes. */
+static bool query_names_no_override(Request *req)
+{
+    const char *q = strchr(req->raw_uri, '?');
+    FormScan f;
+    formscan_init(&f, FORM_URLENCODED);
+    if (q)
+        formscan_feed(&f, q + 1, strlen(q + 1));
+    if (!q || !formscan_finish(&f))
+        return true;
+    bad(req, "_method", "query parameter _method (or X-HTTP-Method-Override) is not forwarded: %s", OVERRIDE_WHY);
+    return false;
+}
+
+/* The write's form body carries a method override: refused, its call cut
+ * off before the upstream has the whole request. */
+static void refuse_body_override(Request *req)
+{
+    guardq_refuse(req);
+    bad(req, "_method", "a form body with a field _method (or X-HTTP-Method-Override) is not forwarded: %s",
+        OVERRIDE_WHY);
+}
+
+/* The body, as it arrives, goes to the upstream call, a form's scanned as
+ * it goes; a refused request has none, and its body is dropped. */
 static void stream_upload(Request *req, const char *data, size_t *size)
 {
     if (!req->guard->call || req->response) {
@@ -507,11 +557,20 @@ static void stream_upload(Request *req, const char *data, size_t *size)
         }
         return;
     }
+    size_t offered = *size;
     proxy_call_upload(req->guard->call, data, size);
+    FormScan *form = req->guard->form;
+    if (form) {
+        formscan_feed(form, data, offered - *size);
+        if (formscan_found(form))
+            refuse_body_override(req);
+    }
 }
 
 static bool stream_complete(Request *req)
 {
+    if (req->guard->form && !req->response && formscan_finish(req->guard->form))
+        refuse_body_override(req);
     if (!req->guard->call)
         return false;
     /* A signed body's last checks come before its end may leave. */
@@ -654,7 +713,11 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
     req->guard->call = url ? proxy_call_new(s->proxy, req, method, url, framed, content_length, &h) : NULL;
     free(url);
     free(dest_line);
-    if (!req->guard->call ||
+    /* A form body is scanned for a method override as it streams. */
+    FormKind form = has_body ? formscan_kind(header(req, MHD_HTTP_HEADER_CONTENT_TYPE)) : FORM_NONE;
+    if (form != FORM_NONE && (req->guard->form = malloc(sizeof *req->guard->form)))
+        formscan_init(req->guard->form, form);
+    if (!req->guard->call || (form != FORM_NONE && !req->guard->form) ||
         !guardq_add(s->guard->queues, req, req->guard->call, has_body, b, nb, &req->guard->ticket, NULL, NULL))
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
 }
@@ -805,26 +868,35 @@ static void s3_created(void *ud, Request *req, long status, const struct curl_sl
                  route->prefix, object, id[0] ? "the guard's table is full" : "the store named no upload id");
 }
 
+/* The request's upload is over (completed or aborted): forgotten, when it is one of this object. */
+static void forget_upload(Request *req, const GuardRoute *route)
+{
+    const char *id = http_query(req, "uploadId");
+    char object[HTTP_MAX_TARGET + 300];
+    upload_object(req, route, object, sizeof object);
+    if (id)
+        s3mpu_remove(req->srv->guard->uploads, id, object);
+}
+
 static void s3_completed(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
                          size_t len, bool complete)
 {
     (void)headers;
     const GuardRoute *route = ud;
-    if (s3list_rewrite(req, route, status, body, len, complete, NULL, 0) && status == 200) {
-        const char *id = http_query(req, "uploadId");
-        if (id)
-            s3mpu_remove(req->srv->guard->uploads, id);
-    }
+    if (s3list_rewrite(req, route, status, body, len, complete, NULL, 0) && status == 200)
+        forget_upload(req, route);
 }
 
 static void s3_aborted(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
                        size_t len, bool complete)
 {
     (void)headers;
-    if (status >= 200 && status < 300)
+    if (status >= 200 && status < 300) {
+        forget_upload(req, ud);
         http_reply_text(req, 204, "application/xml", NULL, 0);
-    else
+    } else {
         s3list_rewrite(req, ud, status, body, len, complete, NULL, 0);
+    }
 }
 
 static void s3_listed_parts(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
@@ -837,9 +909,12 @@ static void s3_listed_parts(void *ud, Request *req, long status, const struct cu
 /* A listing of the bucket: the store's, within the route's key prefix, rewritten (s3list.h). */
 static void begin_s3_list(Request *req, const GuardRoute *route, bool v2)
 {
-    if (!route_open(req, route, true) || !s3_read_allowed(req, route, "GET"))
+    char prefix[HTTP_MAX_TARGET + 1];
+    if (!route_open(req, route, true) || !s3_read_allowed(req, route, "GET") ||
+        !s3list_scope(req, route, v2, prefix, sizeof prefix))
         return;
-    s3_call(req, route, "GET", s3list_url(req, route, v2), gather_all, v2 ? list_v2_gathered : list_v1_gathered);
+    s3_call(req, route, "GET", s3list_url(req, route, v2, prefix), gather_all,
+            v2 ? list_v2_gathered : list_v1_gathered);
 }
 
 /* The checks every write of an S3 route makes from its head: the route is
@@ -862,10 +937,10 @@ static bool s3_write_allowed(Request *req, const GuardRoute *route, const char *
     if (s3req_signed(req)) {
         if (s3auth_check(req, method, b->lock, false, b->lease, &b->token, &req->guard->auth) != S3AUTH_OK)
             return false;
-        const char *why = guardq_stale_reason(s, b);
+        const GuardStale *why = guardq_stale_reason(s, b);
         if (why) {
             refused(req, GUARD_REFUSED_STALE);
-            guardq_reply_stale(req, b->lock, b->token, why);
+            guardq_reply_stale(req, b, why);
             return false;
         }
     } else if (!holds(req, method, "Fencing-Lease", b)) {
@@ -1044,8 +1119,16 @@ static void begin_s3_create(Request *req, const GuardRoute *route, const char *m
     GuardBinding b;
     if (!s3_write_allowed(req, route, method, &b))
         return;
-    if (s3mpu_count(g->uploads) >= S3MPU_MAX)
+    if (s3mpu_count(g->uploads) >= S3MPU_MAX || s3mpu_count_lock(g->uploads, b.lock) >= S3MPU_LOCK_MAX)
         s3mpu_prune(g->uploads, upload_still_held, s);
+    /* One lock's uploads have a share of their own: one lease cannot take every upload the guard keeps. */
+    if (s3mpu_count_lock(g->uploads, b.lock) >= S3MPU_LOCK_MAX) {
+        http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s}", "lock", b.lock),
+                         "%d multipart uploads of lock '%s' are open at the guard, its most for one lock: complete "
+                         "or abort one, or retry",
+                         S3MPU_LOCK_MAX, b.lock);
+        return;
+    }
     if (s3mpu_count(g->uploads) >= S3MPU_MAX) {
         http_reply_error(req, ERR_OVERLOADED, json_pack("{s:s}", "lock", b.lock),
                          "%d multipart uploads are open at the guard, its most: complete or abort one, or retry",
@@ -1077,7 +1160,9 @@ static void begin_s3_create(Request *req, const GuardRoute *route, const char *m
 }
 
 /* AbortMultipartUpload: the lease must hold the object's lock (any holder
- * may clean up an upload). ListParts: a read. */
+ * may clean up an upload of its object, but not another object's: a store
+ * that does not check the key an upload id goes with, moto for one, would
+ * abort it, and the guard would forget it). ListParts: a read. */
 static void begin_s3_upload_call(Request *req, const GuardRoute *route, const char *method, S3Op op)
 {
     Guard *g = req->srv->guard;
@@ -1085,14 +1170,18 @@ static void begin_s3_upload_call(Request *req, const GuardRoute *route, const ch
     if (op == S3_OP_MP_ABORT ? !s3_write_allowed(req, route, method, &b)
                              : !route_open(req, route, true) || !s3_read_allowed(req, route, method))
         return;
+    char object[HTTP_MAX_TARGET + 300];
+    upload_object(req, route, object, sizeof object);
+    const char *id = http_query(req, "uploadId");
+    if (id && s3mpu_elsewhere(g->uploads, id, object)) {
+        refused(req, GUARD_REFUSED_REQUEST);
+        http_reply_error(req, ERR_NOT_FOUND, json_pack("{s:s, s:i}", "s3_code", "NoSuchUpload", "s3_status", 404),
+                         "The specified multipart upload does not exist.");
+        return;
+    }
     static const char *const ABORT_Q[] = {"uploadId", NULL};
     static const char *const LIST_Q[] = {"max-parts", "part-number-marker", "uploadId", NULL};
     char *url = s3_url_with(req, route, op == S3_OP_MP_ABORT ? ABORT_Q : LIST_Q);
-    if (op == S3_OP_MP_ABORT && url) {
-        const char *id = http_query(req, "uploadId");
-        if (id)
-            s3mpu_remove(g->uploads, id);
-    }
     s3_call(req, route, method, url, gather_all, op == S3_OP_MP_ABORT ? s3_aborted : s3_listed_parts);
 }
 
@@ -1165,7 +1254,7 @@ void guard_begin(Request *req, const GuardRoute *route, const char *method, cons
     bool read = guardroute_is_read(method);
     S3Op op = S3_OP_NONE;
     if (s3 ? (op = s3req_classify(req, route, method, req->srv->auth != NULL)) == S3_OP_NONE
-           : !read && !reaches_only_its_own(req, route, method))
+           : !query_names_no_override(req) || (!read && !reaches_only_its_own(req, route, method)))
         return;
     if (!take_share(req, g, key))
         return;
@@ -1186,6 +1275,8 @@ void guard_request_end(Request *req)
     guardq_request_end(req);
     s3req_write_free(req->guard->s3);
     req->guard->s3 = NULL;
+    free(req->guard->form);
+    req->guard->form = NULL;
     s3auth_free(req->guard->auth);
     req->guard->auth = NULL;
     if (req->guard->call) {

@@ -172,55 +172,61 @@ void guardq_reply_settling(Request *req, const char *lock, int64_t ms)
     http_add_header(req, MHD_HTTP_HEADER_RETRY_AFTER, secs);
 }
 
-static const char *const REASONS[] = {
-    [REASON_UNKNOWN] = "the lease is not one this server issued for the lock, or it has been forgotten",
-    [REASON_EXPIRED] = "the lease expired",
-    [REASON_SUPERSEDED] = "the lease expired and the lock has a newer holder",
-    [REASON_RELEASED] = "the lease was released",
-    [REASON_REVOKED] = "an admin force-released the lock",
+static const GuardStale NOT_HOLDER[] = {
+    [REASON_UNKNOWN] = {"unknown", "the lease is not one this server issued for the lock, or it has been forgotten"},
+    [REASON_EXPIRED] = {"expired", "the lease expired"},
+    [REASON_SUPERSEDED] = {"superseded", "the lease expired and the lock has a newer holder"},
+    [REASON_RELEASED] = {"released", "the lease was released"},
+    [REASON_REVOKED] = {"revoked", "an admin force-released the lock"},
 };
+static const GuardStale READ_LEASE = {"read_lease", "the lease holds the lock in read mode: a write needs the writer's "
+                                                    "lease"};
+static const GuardStale TOKEN_CHANGED = {"token_changed", "the lease's token changed"};
+static const GuardStale NEWER_TOKEN = {"newer_token", "a write with a larger token was let through"};
+static const GuardStale NEWER_ARRIVED = {"newer_token", "a write with a larger token arrived"};
 
-const char GUARDQ_READ_LEASE[] = "the lease holds the lock in read mode: a write needs the writer's lease";
-
-const char *guardq_stale_reason(const Server *s, const GuardBinding *b)
+const GuardStale *guardq_stale_reason(const Server *s, const GuardBinding *b)
 {
     Now now = clock_now();
     const Holder *h = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
     if (!h)
-        return REASONS[locktab_why_not(s->locks, KIND_LOCK, b->lock, b->lease)];
+        return &NOT_HOLDER[locktab_why_not(s->locks, KIND_LOCK, b->lock, b->lease)];
     if (h->mode == MODE_READ)
-        return GUARDQ_READ_LEASE;
+        return &READ_LEASE;
     if (h->token != b->token)
-        return "the lease's token changed"; /* cannot happen: reentry keeps it */
+        return &TOKEN_CHANGED; /* cannot happen: reentry keeps it */
     if (fence_max(s->guard_marks, b->lock) > b->token)
-        return "a write with a larger token was let through";
+        return &NEWER_TOKEN;
     return NULL;
 }
 
-void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const char *why)
+void guardq_reply_stale(Request *req, const GuardBinding *b, const GuardStale *why)
 {
     Server *s = req->srv;
     s->metrics.guard_rejected_stale++;
-    s->guard_refused(req, lock, token);
-    const Lock *l = locktab_get(s->locks, KIND_LOCK, lock);
+    /* The lease presented: a holder's, or an ended lease's the history remembers. */
+    Now now = clock_now();
+    const Holder *presented = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
+    uint64_t token = presented ? presented->token : locktab_token_of(s->locks, KIND_LOCK, b->lock, b->lease);
+    s->guard_refused(req, b->lock, token, presented ? presented->owner : "", why->code);
+    const Lock *l = locktab_get(s->locks, KIND_LOCK, b->lock);
     const Holder *first = l ? locktab_holder(l) : NULL;
     json_t *holder = first ? json_integer((json_int_t)first->token) : json_null();
-    json_t *extra = json_pack("{s:s, s:o, s:I, s:o}", "lock", lock, "token",
+    json_t *extra = json_pack("{s:s, s:o, s:I, s:o, s:s}", "lock", b->lock, "token",
                               token ? json_integer((json_int_t)token) : json_null(), "max_token",
-                              (json_int_t)fence_max(s->guard_marks, lock), "holder_token", holder);
-    if (extra && why == GUARDQ_READ_LEASE && json_object_set_new(extra, "reason", json_string("read_lease")))
-        json_decref(extra), extra = NULL;
+                              (json_int_t)fence_max(s->guard_marks, b->lock), "holder_token", holder, "reason",
+                              why->code);
     char claim[48] = "";
     if (token)
         snprintf(claim, sizeof claim, " (fencing token %llu)", (unsigned long long)token);
     http_reply_error(req, ERR_STALE_TOKEN, extra,
                      "this write%s to %.*s under lock '%s' may not go through: %s; the lock's fence is %llu", claim,
-                     req->raw_uri ? (int)strcspn(req->raw_uri, "?") : 1, req->raw_uri ? req->raw_uri : "?", lock, why,
-                     (unsigned long long)fence_max(s->guard_marks, lock));
+                     req->raw_uri ? (int)strcspn(req->raw_uri, "?") : 1, req->raw_uri ? req->raw_uri : "?", b->lock,
+                     why->why, (unsigned long long)fence_max(s->guard_marks, b->lock));
 }
 
 /* The first of w's locks whose write may not go now, or NULL; *why says why. */
-static const GuardBinding *stale_binding(const GuardWrite *w, const char **why)
+static const GuardBinding *stale_binding(const GuardWrite *w, const GuardStale **why)
 {
     for (size_t i = 0; i < w->nslots; i++)
         if ((*why = guardq_stale_reason(w->gq->srv, &w->slots[i].bind)))
@@ -270,12 +276,12 @@ static void drop(GuardWrite *w)
 }
 
 /* Refuses a queued write: its client is answered 409. */
-static void refuse(GuardWrite *w, const GuardBinding *b, const char *why)
+static void refuse(GuardWrite *w, const GuardBinding *b, const GuardStale *why)
 {
     GuardBinding bind = *b; /* b is in w */
     drop(w);
     if (w->req)
-        guardq_reply_stale(w->req, bind.lock, bind.token, why);
+        guardq_reply_stale(w->req, &bind, why);
 }
 
 /* Refuses a queued write with 503 (its turn did not come, or no memory). */
@@ -336,7 +342,7 @@ static bool step(GuardWrite *w)
 {
     if (w->released || w->ending || w->preparing || w->confirming)
         return false; /* waiting for the upstream's answer, the end record, or the prepare or confirm step */
-    const char *why;
+    const GuardStale *why;
     const GuardBinding *stale;
     if (w->prepare && !w->prepared) {
         if ((stale = stale_binding(w, &why))) {
@@ -413,7 +419,7 @@ static void end_durable(CommitHold *hold)
     GuardWrite *w = CONTAINER_OF(hold, GuardWrite, hold);
     GuardQueues *gq = w->gq;
     w->ending = false;
-    const char *why;
+    const GuardStale *why;
     const GuardBinding *stale = stale_binding(w, &why);
     if (stale) {
         refuse(w, stale, why);
@@ -557,7 +563,7 @@ bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, c
             GuardSlot *older = DLIST_ITEM(l, GuardSlot, link);
             l = l->next;
             if (older->bind.token < token && !older->w->released)
-                refuse(older->w, &older->bind, "a write with a larger token arrived");
+                refuse(older->w, &older->bind, &NEWER_ARRIVED);
         }
         if (fence_max(s->guard_marks, q->lock) < token) {
             Now now = clock_now();
@@ -575,7 +581,7 @@ bool guardq_add(GuardQueues *gq, Request *req, ProxyCall *call, bool has_body, c
     w->prepare = prepare;
     w->prepare_ud = prepare_ud;
     w->ticket = *ticket;
-    *ticket = (GuardTicket){NULL, NULL};
+    *ticket = (GuardTicket){NULL, NULL, NULL};
     req->guard->write = w;
     if (has_body)
         proxy_call_hold_end(call);
@@ -592,6 +598,16 @@ void guardq_body_done(Request *req)
     w->body_done = true;
     kick_all(w);
     run(w->gq);
+}
+
+void guardq_refuse(Request *req)
+{
+    GuardWrite *w = req->guard->write;
+    if (!w || w->released)
+        return;
+    GuardQueues *gq = w->gq;
+    drop(w);
+    run(gq);
 }
 
 void guardq_request_end(Request *req)

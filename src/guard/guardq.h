@@ -61,12 +61,20 @@ size_t guardq_writes(const GuardQueues *gq, const char *lock);
 int64_t guardq_settling_ms(const GuardQueues *gq, const char *lock, const Now *now);
 /* Answers req 503: `lock` settles for ms more (Retry-After). */
 void guardq_reply_settling(Request *req, const char *lock, int64_t ms);
-/* Why a write bound to b may not go upstream now, or NULL. A read lease's
- * reason is GUARDQ_READ_LEASE (the 409 then says reason "read_lease"). */
-const char *guardq_stale_reason(const Server *s, const GuardBinding *b);
-extern const char GUARDQ_READ_LEASE[];
-/* Answers req 409 stale_token (token 0: the lease holds nothing). */
-void guardq_reply_stale(Request *req, const char *lock, uint64_t token, const char *why);
+/* Why a write may not go upstream: a short code (the 409's and the audit
+ * row's `reason`: expired, superseded, released, revoked, unknown,
+ * read_lease, newer_token) and the words for a person. */
+typedef struct GuardStale {
+    const char *code;
+    const char *why;
+} GuardStale;
+/* Why a write bound to b may not go upstream now, or NULL. */
+const GuardStale *guardq_stale_reason(const Server *s, const GuardBinding *b);
+/* Answers req 409 stale_token for binding b, and writes its audit row: the
+ * lock, the token of the lease presented (its holder's, or its ended lease's
+ * while the history remembers it; null when unknown), the holder's owner
+ * while it holds, and the reason. */
+void guardq_reply_stale(Request *req, const GuardBinding *b, const GuardStale *why);
 
 /* A step a write takes at its turn, after its check and before its call
  * starts (an S3 write reads the object's fence and ETag first). It returns
@@ -96,6 +104,11 @@ void guardq_confirmed(GuardWrite *w, bool ok);
 void guardq_prepared(GuardWrite *w, bool ok);
 /* req's whole body has arrived. */
 void guardq_body_done(Request *req);
+/* The guard refuses req's write for what its request turned out to carry
+ * (a method override in its body): the write leaves its queues, its call is
+ * cut off before its end reaches the upstream, and its share is given
+ * back. The caller answers. */
+void guardq_refuse(Request *req);
 /* req is over: its write leaves its queues, unless its whole request is
  * with the upstream (then its call runs on until the upstream answers, and
  * the next write waits for that: the write takes req->guard->call over). */

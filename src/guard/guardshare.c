@@ -15,7 +15,7 @@ struct ShareUse {
 };
 
 struct GuardShares {
-    Smap *keys, *peers;
+    Smap *keys, *peers, *routes;
 };
 
 GuardShares *guardshare_new(void)
@@ -25,7 +25,8 @@ GuardShares *guardshare_new(void)
         return NULL;
     g->keys = smap_new();
     g->peers = smap_new();
-    if (!g->keys || !g->peers) {
+    g->routes = smap_new();
+    if (!g->keys || !g->peers || !g->routes) {
         guardshare_free(g);
         return NULL;
     }
@@ -38,6 +39,7 @@ void guardshare_free(GuardShares *g)
         return;
     smap_free(g->keys, free);
     smap_free(g->peers, free);
+    smap_free(g->routes, free);
     free(g);
 }
 
@@ -73,12 +75,14 @@ static void drop(ShareUse *u)
 }
 
 ShareResult guardshare_take(GuardShares *g, const char *key, size_t key_max, const char *peer, size_t peer_max,
-                            GuardTicket *t)
+                            const char *route, size_t route_max, GuardTicket *t)
 {
     if (key && calls_of(g->keys, key) >= key_max)
         return SHARE_KEY_FULL;
     if (calls_of(g->peers, peer) >= peer_max)
         return SHARE_PEER_FULL;
+    if (calls_of(g->routes, route) >= route_max)
+        return SHARE_ROUTE_FULL;
     ShareUse *k = key ? use_of(g->keys, key) : NULL;
     if (key && !k)
         return SHARE_NOMEM;
@@ -90,8 +94,16 @@ ShareResult guardshare_take(GuardShares *g, const char *key, size_t key_max, con
         return SHARE_NOMEM;
     }
     p->calls++;
+    ShareUse *r = use_of(g->routes, route);
+    if (!r) {
+        drop(k);
+        drop(p);
+        return SHARE_NOMEM;
+    }
+    r->calls++;
     t->key = k;
     t->peer = p;
+    t->route = r;
     return SHARE_OK;
 }
 
@@ -99,6 +111,7 @@ void guardshare_give(GuardTicket *t)
 {
     drop(t->key);
     drop(t->peer);
-    t->key = t->peer = NULL;
+    drop(t->route);
+    t->key = t->peer = t->route = NULL;
 }
 

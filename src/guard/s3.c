@@ -14,14 +14,21 @@
 
 struct S3 {
     const Config *cfg;
-    pthread_mutex_t mu; /* guards creds, stop, reprobe, first_done, detail */
-    pthread_cond_t cv;  /* the probe thread waits on it; so does s3_open for the first round */
+    pthread_mutex_t mu; /* guards creds, reprobe, probed, first_left, detail */
+    pthread_cond_t cv;  /* the probe threads wait on it; so does s3_open for the first round */
     AwsCreds creds;
-    bool stop;
-    bool reprobe;       /* probe every route now (SIGHUP) */
-    bool first_done;    /* every route has been probed once */
-    bool thread_started;
-    pthread_t thread;
+    atomic_bool stop;   /* read by a probe's transfer too, which it cuts short */
+    bool reprobe[CONFIG_MAX_GUARDS]; /* probe the route now (SIGHUP) */
+    bool probed[CONFIG_MAX_GUARDS];  /* the route has been probed once */
+    size_t first_left;  /* S3 routes not probed once yet */
+    size_t nthreads;
+    /* One probe thread per S3 route: a store that takes --guard-timeout to
+     * fail holds up no other route's probe. */
+    struct ProbeThread {
+        S3 *s;
+        size_t route;
+        pthread_t thread;
+    } threads[CONFIG_MAX_GUARDS];
     atomic_int state[CONFIG_MAX_GUARDS]; /* S3RouteState: the probe's last word per route */
     atomic_bool mpu_if_match[CONFIG_MAX_GUARDS]; /* the store honours If-Match on CompleteMultipartUpload */
     char detail[CONFIG_MAX_GUARDS][256]; /* why, for /healthz: never the store's URL */
@@ -41,6 +48,7 @@ S3 *s3_new(const Config *cfg)
     if (!s)
         return NULL;
     s->cfg = cfg;
+    atomic_init(&s->stop, false);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     for (size_t i = 0; i < CONFIG_MAX_GUARDS; i++) {
@@ -55,12 +63,13 @@ void s3_free(S3 *s)
 {
     if (!s)
         return;
-    if (s->thread_started) {
+    if (s->nthreads) {
         pthread_mutex_lock(&s->mu);
-        s->stop = true;
-        pthread_cond_signal(&s->cv);
+        atomic_store(&s->stop, true); /* a probe's transfer in flight ends within a second */
+        pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        pthread_join(s->thread, NULL);
+        for (size_t i = 0; i < s->nthreads; i++)
+            pthread_join(s->threads[i].thread, NULL);
     }
     explicit_bzero(&s->creds, sizeof s->creds);
     pthread_cond_destroy(&s->cv);
@@ -111,13 +120,14 @@ bool s3_reload(S3 *s, char *err, size_t errlen)
 
 void s3_reprobe(S3 *s)
 {
-    if (!s->thread_started)
+    if (!s->nthreads)
         return;
     for (size_t i = 0; i < s->cfg->nguards; i++)
         atomic_compare_exchange_strong(&s->state[i], &(int){S3_ROUTE_REFUSED}, S3_ROUTE_CLOSED);
     pthread_mutex_lock(&s->mu);
-    s->reprobe = true;
-    pthread_cond_signal(&s->cv);
+    for (size_t i = 0; i < CONFIG_MAX_GUARDS; i++)
+        s->reprobe[i] = true;
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -300,9 +310,18 @@ static size_t keep_etag(char *p, size_t size, size_t n, void *ud)
     return len;
 }
 
+/* libcurl's progress callback: a nonzero answer ends the transfer (the
+ * server is stopping). */
+static int stop_asked(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return atomic_load((const atomic_bool *)ud) ? 1 : 0;
+}
+
 /* One signed request of the probe (method, url, one header line or NULL,
- * a body or NULL): its status, or 0 with the transport's error in err. */
-static long probe_request(const GuardRoute *route, const AwsCreds *creds, const char *method, const char *url,
+ * a body or NULL): its status, or 0 with the transport's error in err.
+ * It ends within a second once *stop is set. */
+static long probe_request(const atomic_bool *stop, const GuardRoute *route, const AwsCreds *creds, const char *method, const char *url,
                           const char *cond, const char *data, unsigned timeout_s, const char *cacert, char *err,
                           size_t errlen, ProbeAnswer *answer)
 {
@@ -333,6 +352,9 @@ static long probe_request(const GuardRoute *route, const AwsCreds *creds, const 
     curl_easy_setopt(e, CURLOPT_HEADERDATA, answer);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(e, CURLOPT_TIMEOUT, (long)timeout_s);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, stop_asked);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, (void *)stop);
     CURLcode rc = curl_easy_perform(e);
     if (rc != CURLE_OK)
         snprintf(err, errlen, "%s", curl_easy_strerror(rc));
@@ -344,22 +366,22 @@ out:
     return status;
 }
 
-static long probe_put(const GuardRoute *route, const AwsCreds *creds, const char *url, const char *cond,
+static long probe_put(const atomic_bool *stop, const GuardRoute *route, const AwsCreds *creds, const char *url, const char *cond,
                       unsigned timeout_s, const char *cacert, char *err, size_t errlen)
 {
     static const char BODY[] = "leasegate checks that this store honours If-Match and If-None-Match\n";
-    return probe_request(route, creds, "PUT", url, cond, BODY, timeout_s, cacert, err, errlen, NULL);
+    return probe_request(stop, route, creds, "PUT", url, cond, BODY, timeout_s, cacert, err, errlen, NULL);
 }
 
 /* Does the store honour If-Match on CompleteMultipartUpload? An upload of
  * the probe key completed with a wrong If-Match must get 412 (S3 may say
  * so in a 200's body). False when it does not, or multipart fails. */
-static bool probe_multipart(const Config *cfg, const GuardRoute *route, const AwsCreds *creds, const char *url)
+static bool probe_multipart(const atomic_bool *stop, const Config *cfg, const GuardRoute *route, const AwsCreds *creds, const char *url)
 {
     char err[256], u[2048], id[512] = "";
     ProbeAnswer a;
     snprintf(u, sizeof u, "%s?uploads=", url);
-    if (probe_request(route, creds, "POST", u, NULL, NULL, cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a) !=
+    if (probe_request(stop, route, creds, "POST", u, NULL, NULL, cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a) !=
         200)
         return false;
     const char *s = strstr(a.body, "<UploadId>"), *e = s ? strstr(s, "</UploadId>") : NULL;
@@ -380,7 +402,7 @@ static bool probe_multipart(const Config *cfg, const GuardRoute *route, const Aw
     enc[n] = '\0';
     snprintf(u, sizeof u, "%s?partNumber=1&uploadId=%s", url, enc);
     bool honoured = false;
-    if (probe_request(route, creds, "PUT", u, NULL, "p", cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a) ==
+    if (probe_request(stop, route, creds, "PUT", u, NULL, "p", cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a) ==
             200 &&
         a.etag[0]) {
         char done[1024];
@@ -389,12 +411,12 @@ static bool probe_multipart(const Config *cfg, const GuardRoute *route, const Aw
                  "</CompleteMultipartUpload>",
                  a.etag);
         snprintf(u, sizeof u, "%s?uploadId=%s", url, enc);
-        long st = probe_request(route, creds, "POST", u, "If-Match: \"leasegate-never-an-etag\"", done,
+        long st = probe_request(stop, route, creds, "POST", u, "If-Match: \"leasegate-never-an-etag\"", done,
                                 cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a);
         honoured = st == 412 || (st == 200 && strstr(a.body, "<Code>PreconditionFailed</Code>"));
     }
     snprintf(u, sizeof u, "%s?uploadId=%s", url, enc);
-    probe_request(route, creds, "DELETE", u, NULL, NULL, cfg->guard_timeout_s, cfg->cacert, err, sizeof err, NULL);
+    probe_request(stop, route, creds, "DELETE", u, NULL, NULL, cfg->guard_timeout_s, cfg->cacert, err, sizeof err, NULL);
     return honoured;
 }
 
@@ -402,7 +424,7 @@ static bool probe_multipart(const Config *cfg, const GuardRoute *route, const Aw
 typedef enum ProbeResult { PROBE_OK, PROBE_DOWN, PROBE_IGNORES } ProbeResult;
 
 /* Does the route's store honour preconditions? */
-static ProbeResult probe(const Config *cfg, const GuardRoute *route, const AwsCreds *creds, char *why,
+static ProbeResult probe(const atomic_bool *stop, const Config *cfg, const GuardRoute *route, const AwsCreds *creds, char *why,
                          size_t whylen, bool *mpu_if_match)
 {
     char *url = s3_object_url(route, S3_PROBE_KEY);
@@ -412,7 +434,7 @@ static ProbeResult probe(const Config *cfg, const GuardRoute *route, const AwsCr
     }
     char err[256] = "";
     ProbeResult r = PROBE_DOWN;
-    long st = probe_put(route, creds, url, "If-None-Match: *", cfg->guard_timeout_s, cfg->cacert, err, sizeof err);
+    long st = probe_put(stop, route, creds, url, "If-None-Match: *", cfg->guard_timeout_s, cfg->cacert, err, sizeof err);
     if (st != 200 && st != 201 && st != 412) {
         if (st == 0)
             snprintf(why, whylen, "the store cannot be reached (%s)", err);
@@ -429,7 +451,7 @@ static ProbeResult probe(const Config *cfg, const GuardRoute *route, const AwsCr
     } MUST_FAIL[] = {{"If-Match: \"leasegate-never-an-etag\"", "a wrong If-Match"},
                      {"If-None-Match: *", "If-None-Match: * on a key that exists"}};
     for (size_t i = 0; i < sizeof MUST_FAIL / sizeof MUST_FAIL[0]; i++) {
-        st = probe_put(route, creds, url, MUST_FAIL[i].cond, cfg->guard_timeout_s, cfg->cacert, err, sizeof err);
+        st = probe_put(stop, route, creds, url, MUST_FAIL[i].cond, cfg->guard_timeout_s, cfg->cacert, err, sizeof err);
         if (st == 412)
             continue;
         if (st >= 200 && st < 300) {
@@ -448,7 +470,7 @@ static ProbeResult probe(const Config *cfg, const GuardRoute *route, const AwsCr
     snprintf(why, whylen, "the store honours preconditions");
     r = PROBE_OK;
     if (mpu_if_match) {
-        *mpu_if_match = probe_multipart(cfg, route, creds, url);
+        *mpu_if_match = probe_multipart(stop, cfg, route, creds, url);
         if (!*mpu_if_match)
             snprintf(why, whylen,
                      "the store honours preconditions, but not If-Match on CompleteMultipartUpload: a multipart "
@@ -468,12 +490,14 @@ static void probe_route(S3 *s, size_t i)
     s3_credentials(s, &creds);
     char why[256];
     bool mpu = false;
-    ProbeResult res = probe(s->cfg, r, &creds, why, sizeof why, &mpu);
-    atomic_store(&s->mpu_if_match[i], mpu);
+    ProbeResult res = probe(&s->stop, s->cfg, r, &creds, why, sizeof why, &mpu);
     explicit_bzero(&creds, sizeof creds);
+    if (atomic_load(&s->stop))
+        return; /* cut short by the stop: it found nothing */
+    atomic_store(&s->mpu_if_match[i], mpu);
     S3RouteState now = res == PROBE_OK ? S3_ROUTE_OPEN : res == PROBE_IGNORES ? S3_ROUTE_REFUSED : S3_ROUTE_CLOSED;
     pthread_mutex_lock(&s->mu);
-    bool first = !s->first_done;
+    bool first = !s->probed[i];
     bool changed = strcmp(s->detail[i], why) != 0;
     snprintf(s->detail[i], sizeof s->detail[i], "%s", why);
     pthread_mutex_unlock(&s->mu);
@@ -496,48 +520,37 @@ static void probe_route(S3 *s, size_t i)
                  r->prefix, where, why, s3_retry_s(s));
 }
 
+/* One route's probe thread: at start, then every --s3-probe-interval while
+ * the route is open, every S3_RETRY_S while it is closed, never while it is
+ * refused (until a reload asks), and at once when a reload asks. */
 static void *prober(void *ud)
 {
-    S3 *s = ud;
-    size_t n = s->cfg->nguards;
-    struct timespec due[CONFIG_MAX_GUARDS]; /* when each route is probed next (monotonic) */
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    for (size_t i = 0; i < n; i++)
-        due[i] = now;
+    const struct ProbeThread *t = ud;
+    S3 *s = t->s;
+    size_t i = t->route;
     pthread_mutex_lock(&s->mu);
-    while (!s->stop) {
-        bool all = s->reprobe;
-        s->reprobe = false;
+    while (!atomic_load(&s->stop)) {
+        s->reprobe[i] = false;
         pthread_mutex_unlock(&s->mu);
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        struct timespec next = {0, 0};
-        for (size_t i = 0; i < n; i++) {
-            if (s->cfg->guards[i].kind != GUARD_S3)
-                continue;
-            S3RouteState st = (S3RouteState)atomic_load(&s->state[i]);
-            /* A store that ignores preconditions is not asked again: only a reload does. */
-            if (st != S3_ROUTE_REFUSED && (all || now.tv_sec >= due[i].tv_sec)) {
-                probe_route(s, i);
-                clock_gettime(CLOCK_MONOTONIC, &now);
-                st = (S3RouteState)atomic_load(&s->state[i]);
-                due[i] = now;
-                due[i].tv_sec += (time_t)(st == S3_ROUTE_OPEN ? s->cfg->s3_probe_interval_s : s3_retry_s(s));
-            }
-            if (st != S3_ROUTE_REFUSED && (next.tv_sec == 0 || due[i].tv_sec < next.tv_sec))
-                next = due[i];
-        }
+        /* A store that ignores preconditions is not asked again: only a reload does. */
+        if ((S3RouteState)atomic_load(&s->state[i]) != S3_ROUTE_REFUSED)
+            probe_route(s, i);
+        S3RouteState st = (S3RouteState)atomic_load(&s->state[i]);
+        struct timespec next;
+        clock_gettime(CLOCK_MONOTONIC, &next);
+        next.tv_sec += (time_t)(st == S3_ROUTE_CLOSED ? s3_retry_s(s) : s->cfg->s3_probe_interval_s);
         pthread_mutex_lock(&s->mu);
-        if (!s->first_done) {
-            s->first_done = true;
+        if (!s->probed[i]) {
+            s->probed[i] = true;
+            s->first_left--;
             pthread_cond_broadcast(&s->cv);
         }
-        if (next.tv_sec == 0) {
-            next = now;
-            next.tv_sec += (time_t)s->cfg->s3_probe_interval_s;
+        while (!atomic_load(&s->stop) && !s->reprobe[i]) {
+            if ((S3RouteState)atomic_load(&s->state[i]) == S3_ROUTE_REFUSED)
+                pthread_cond_wait(&s->cv, &s->mu); /* until a reload or the stop */
+            else if (pthread_cond_timedwait(&s->cv, &s->mu, &next) != 0)
+                break;
         }
-        while (!s->stop && !s->reprobe && pthread_cond_timedwait(&s->cv, &s->mu, &next) == 0)
-            ;
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -558,18 +571,29 @@ bool s3_open(S3 *s, char *err, size_t errlen)
     pthread_cond_destroy(&s->cv);
     pthread_cond_init(&s->cv, &attr);
     pthread_condattr_destroy(&attr);
-    if (pthread_create(&s->thread, NULL, prober, s) != 0) {
-        snprintf(err, errlen, "cannot start the S3 probe thread");
-        return false;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->cfg->nguards; i++)
+        s->first_left += s->cfg->guards[i].kind == GUARD_S3;
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; i < s->cfg->nguards; i++) {
+        if (s->cfg->guards[i].kind != GUARD_S3)
+            continue;
+        struct ProbeThread *t = &s->threads[s->nthreads];
+        t->s = s;
+        t->route = i;
+        if (pthread_create(&t->thread, NULL, prober, t) != 0) {
+            snprintf(err, errlen, "cannot start the S3 probe thread of route %s", s->cfg->guards[i].prefix);
+            return false; /* s3_free stops the ones started */
+        }
+        s->nthreads++;
     }
-    s->thread_started = true;
     /* A store that answers at once opens its route before the first request;
      * one that does not never holds the lock service up longer than this. */
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += S3_FIRST_WAIT_S;
     pthread_mutex_lock(&s->mu);
-    while (!s->first_done && pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
+    while (s->first_left && pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
         ;
     pthread_mutex_unlock(&s->mu);
     return true;

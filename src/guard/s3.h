@@ -8,8 +8,10 @@
  * honours preconditions on a probe key (KEYPREFIX/.leasegate-probe, refused
  * to clients): it creates the key with If-None-Match: *, then a PUT with a
  * wrong If-Match and a repeated If-None-Match: * must both get 412. A thread
- * of its own does this, at start and then every --s3-probe-interval seconds
- * (every S3_RETRY_S while the route is closed). A route is:
+ * per route does this, at start and then every --s3-probe-interval seconds
+ * (every S3_RETRY_S while the route is closed), so that a store that takes
+ * --guard-timeout to fail holds up no other route's probe; a probe in
+ * flight ends within a second when the server stops. A route is:
  *  - closed until its store answers so (refused, unresolvable, timed out,
  *    no bucket, wrong credentials): writes get 503 with Retry-After, reads
  *    502; the rest of the server serves all along;
@@ -24,7 +26,7 @@
  * multipart uploads through the route create objects only.
  *
  * The credentials come from --s3-credentials FILE (re-read on SIGHUP) or the
- * environment; they are copied under a mutex, because the probe thread signs
+ * environment; they are copied under a mutex, because the probe threads sign
  * too. They are never logged.
  */
 #ifndef LEASEGATE_S3_H
@@ -47,9 +49,9 @@ struct curl_slist;
 typedef struct S3 S3;
 
 S3 *s3_new(const Config *cfg); /* NULL when out of memory; does nothing yet */
-void s3_free(S3 *s);           /* stops the probe thread */
+void s3_free(S3 *s);           /* stops the probe threads */
 /* At start, when there are S3 routes: loads the credentials and starts the
- * probe thread, waiting for its first round at most S3_FIRST_WAIT_S. False
+ * probe threads, waiting for their first round at most S3_FIRST_WAIT_S. False
  * with one line in err when the credentials do not load (the start stops);
  * a store that fails its probe only closes its route. */
 bool s3_open(S3 *s, char *err, size_t errlen);

@@ -140,6 +140,40 @@ static char *canonical_request(Request *req, const char *method, const S3Auth *a
     return out;
 }
 
+/* The first x-amz-* header of the request that its signature does not
+ * cover (S3 refuses those too): a header that no signature covers could
+ * have been added on the way, and would change what the store does
+ * (metadata, encryption, storage class, tagging). */
+typedef struct Unsigned {
+    const char *signed_headers;
+    const char *name; /* the first unsigned one, or NULL */
+} Unsigned;
+
+static bool signs(const char *signed_headers, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = signed_headers; *p;) {
+        size_t len = strcspn(p, ";");
+        if (len == n && !strncasecmp(p, name, n))
+            return true;
+        p += len;
+        if (*p == ';')
+            p++;
+    }
+    return false;
+}
+
+static enum MHD_Result find_unsigned(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    (void)value;
+    Unsigned *u = cls;
+    if (strncasecmp(key, "x-amz-", 6) || signs(u->signed_headers, key))
+        return MHD_YES;
+    u->name = key;
+    return MHD_NO;
+}
+
 /* X-Amz-Date (YYYYMMDDTHHMMSSZ) as Unix seconds; -1 when malformed. */
 static int64_t amz_time(const char *d)
 {
@@ -293,7 +327,7 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
     if (!h || (!read && h->mode == MODE_READ)) {
         s->metrics.guard_refused[GUARD_REFUSED_STALE]++;
         s->metrics.guard_rejected_stale++;
-        s->guard_refused(req, lock, *token);
+        s->guard_refused(req, lock, *token, h ? h->owner : "", h ? "read_lease" : "");
         const Lock *l = lock[0] ? locktab_get(s->locks, KIND_LOCK, lock) : NULL;
         const Holder *first = l ? locktab_holder(l) : NULL;
         http_reply_error(req, ERR_STALE_TOKEN,
@@ -326,6 +360,16 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
         refuse(req, ERR_FORBIDDEN, "SignatureDoesNotMatch", 403, "%s",
                "the request signature does not match the one made with the lease of this token: the secret "
                "access key must be the lease (from acquire), the access key id its token");
+        goto fail;
+    }
+    Unsigned u = {a->auth.signed_headers, NULL};
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, find_unsigned, &u);
+    if (u.name) {
+        req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+        http_reply_error(req, ERR_FORBIDDEN, json_pack("{s:s, s:s}", "s3_code", "AccessDenied", "field", u.name),
+                         "There were headers present in the request which were not signed: %.80s (every x-amz-* "
+                         "header must be in SignedHeaders)",
+                         u.name);
         goto fail;
     }
     memcpy(a->prev, a->auth.signature, sizeof a->prev);

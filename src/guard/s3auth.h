@@ -8,7 +8,9 @@
  * is bound to: a token that holds no lease of that lock (unknown, ended, or
  * another lock's) is refused as stale (409 StaleFencingToken naming it).
  * Then the signature is checked with that lease (403 SignatureDoesNotMatch
- * otherwise; a date more than 15 minutes off, 403 RequestTimeTooSkewed), and
+ * otherwise; a date more than 15 minutes off, 403 RequestTimeTooSkewed;
+ * an x-amz-* header that SignedHeaders does not name, 403 AccessDenied, as
+ * S3 answers: it could have been added on the way), and
  * the write goes on as one with Fencing-Lease would: the guard re-signs it
  * for the store with its own credentials.
  *

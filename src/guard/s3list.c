@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "guard/s3err.h"
+#include "guard/s3scope.h"
 #include "guard/s3xml.h"
 #include "net/auth.h"
 #include "net/http.h"
@@ -80,7 +81,7 @@ static void key_prefix(const GuardRoute *route, S3Out *o)
     }
 }
 
-char *s3list_url(Request *req, const GuardRoute *route, bool v2)
+char *s3list_url(Request *req, const GuardRoute *route, bool v2, const char *prefix)
 {
     S3Out o = {0};
     s3out_str(&o, route->endpoint);
@@ -88,13 +89,13 @@ char *s3list_url(Request *req, const GuardRoute *route, bool v2)
     s3out_str(&o, route->bucket);
     s3out_str(&o, "?");
     /* In the order SigV4 sorts them (by name), each once. */
-    static const char *const V2[] = {"continuation-token", "delimiter", "fetch-owner", "list-type", "max-keys",
-                                     "prefix", "start-after", NULL};
+    static const char *const V2[] = {"continuation-token", "delimiter", "list-type", "max-keys", "prefix",
+                                     "start-after", NULL};
     static const char *const V1[] = {"delimiter", "marker", "max-keys", "prefix", NULL};
     bool first = true;
     for (const char *const *k = v2 ? V2 : V1; *k; k++) {
-        const char *v = !strcmp(*k, "list-type") ? "2" : http_query(req, *k);
         bool is_prefix = !strcmp(*k, "prefix");
+        const char *v = !strcmp(*k, "list-type") ? "2" : is_prefix ? (*prefix ? prefix : NULL) : http_query(req, *k);
         bool within = is_prefix || !strcmp(*k, "start-after") || !strcmp(*k, "marker");
         /* The store is always asked within the key prefix, also when the client names none. */
         if (!v && !(is_prefix && route->keyprefix[0]))
@@ -144,6 +145,17 @@ static bool readable(const Request *req, const GuardRoute *route, const char *na
     return false;
 }
 
+/* Takes x's Owner and Initiator out: on S3 they name the gateway's account
+ * and principal (an IAM user's ARN), which are the store's, not the
+ * client's. */
+static void drop_owner(S3Xml *x)
+{
+    static const char *const WHO[] = {"Owner", "Initiator"};
+    for (size_t i = 0; i < sizeof WHO / sizeof WHO[0]; i++)
+        for (S3Xml *c; (c = s3xml_child(x, WHO[i]));)
+            s3xml_remove(x, c);
+}
+
 /* Sets x's text to `s` stripped of the key prefix, URL-encoded when asked. */
 static bool set_client(S3Xml *x, const char *s, bool url)
 {
@@ -168,6 +180,124 @@ static bool strip_field(const GuardRoute *route, S3Xml *root, const char *name, 
     bool ok = copy && set_client(f, copy, url);
     free(copy);
     return ok;
+}
+
+/* Does the request's key read only some names (so that its listings are scoped, s3scope.h)? */
+static const AuthKey *narrow_key(const Request *req, const GuardRoute *route)
+{
+    const AuthKey *k = req->access.key;
+    return req->srv->auth && k && !k->every_name && !route->lock[0] ? k : NULL;
+}
+
+static const char *query_or(Request *req, const char *name, const char *otherwise)
+{
+    const char *v = http_query(req, name);
+    return v ? v : otherwise;
+}
+
+/* A page the guard makes itself: no keys, the common prefixes in `common`
+ * (n of them, sorted) after the client's marker, each once, at most
+ * max-keys. */
+static void reply_made(Request *req, const GuardRoute *route, bool v2, char (*common)[AUTH_PREFIX_MAX + 1], size_t n)
+{
+    const char *et = http_query(req, "encoding-type");
+    bool url = et && !strcmp(et, "url");
+    const char *after = v2 ? query_or(req, "continuation-token", query_or(req, "start-after", ""))
+                           : query_or(req, "marker", "");
+    const char *mk = http_query(req, "max-keys");
+    long max = mk ? strtol(mk, NULL, 10) : 1000;
+    if (max < 0 || max > 1000)
+        max = 1000;
+    char bucket[256];
+    s3list_bucket_name(route, bucket, sizeof bucket);
+    S3Xml *root = s3xml_new("ListBucketResult");
+    bool ok = root && s3xml_add(root, "Name", bucket);
+    S3Xml *x;
+    ok = ok && (x = s3xml_add(root, "Prefix", "")) && set_client(x, query_or(req, "prefix", ""), url);
+    if (ok && http_query(req, "delimiter"))
+        ok = (x = s3xml_add(root, "Delimiter", "")) && set_client(x, http_query(req, "delimiter"), url);
+    char num[24];
+    snprintf(num, sizeof num, "%ld", max);
+    ok = ok && s3xml_add(root, "MaxKeys", num);
+    size_t shown = 0;
+    const char *last = NULL;
+    bool truncated = false;
+    for (size_t i = 0; ok && i < n; i++) {
+        if (strcmp(common[i], after) <= 0 || (i && !strcmp(common[i], common[i - 1])))
+            continue;
+        if ((long)shown == max) {
+            truncated = true;
+            break;
+        }
+        S3Xml *cp = s3xml_add(root, "CommonPrefixes", "");
+        ok = cp && (x = s3xml_add(cp, "Prefix", "")) && set_client(x, common[i], url);
+        last = common[i];
+        shown++;
+    }
+    ok = ok && s3xml_add(root, "IsTruncated", truncated ? "true" : "false");
+    if (ok && truncated)
+        ok = (x = s3xml_add(root, v2 ? "NextContinuationToken" : "NextMarker", "")) && set_client(x, last, url && !v2);
+    if (ok && v2) {
+        snprintf(num, sizeof num, "%zu", shown);
+        ok = s3xml_add(root, "KeyCount", num) != NULL;
+    }
+    if (ok && url)
+        ok = s3xml_add(root, "EncodingType", "url") != NULL;
+    S3Out o = {0};
+    if (ok)
+        s3xml_write(&o, root);
+    s3xml_free(root);
+    if (!ok) {
+        free(o.s);
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+        return;
+    }
+    reply_xml_text(req, 200, &o);
+}
+
+static int compare_names(const void *a, const void *b) { return strcmp(a, b); }
+
+bool s3list_scope(Request *req, const GuardRoute *route, bool v2, char *prefix, size_t len)
+{
+    const char *asked = query_or(req, "prefix", "");
+    snprintf(prefix, len, "%s", asked);
+    const AuthKey *k = narrow_key(req, route);
+    if (!k)
+        return true;
+    const char *delimiter = query_or(req, "delimiter", "");
+    size_t which, n = 0;
+    char (*common)[AUTH_PREFIX_MAX + 1] = NULL; /* owned */
+    switch (s3scope_plan(k->prefixes, k->nprefixes, asked, delimiter, &which)) {
+    case S3SCOPE_ALL:
+        return true;
+    case S3SCOPE_NARROW:
+        snprintf(prefix, len, "%s", k->prefixes[which]);
+        return true;
+    case S3SCOPE_PREFIXES:
+        if (!(common = calloc(k->nprefixes, sizeof *common))) {
+            http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+            return false;
+        }
+        for (size_t i = 0; i < k->nprefixes; i++)
+            if (s3scope_common(k->prefixes[i], asked, delimiter, common[n], sizeof common[n]))
+                n++;
+        qsort(common, n, sizeof *common, compare_names);
+        reply_made(req, route, v2, common, n);
+        free(common);
+        return false;
+    case S3SCOPE_NOTHING:
+        reply_made(req, route, v2, NULL, 0);
+        return false;
+    case S3SCOPE_REFUSED:
+    default:
+        req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+        http_reply_error(req, ERR_FORBIDDEN, NULL,
+                         "this API key reads only names under its prefixes, and a listing of prefix '%.200s' would "
+                         "reach past them: list with a prefix within one of them, or with a delimiter that ends "
+                         "each of them",
+                         asked);
+        return false;
+    }
 }
 
 void s3list_reply(Request *req, const GuardRoute *route, bool v2, long status, const char *body, size_t len,
@@ -203,7 +333,8 @@ void s3list_reply(Request *req, const GuardRoute *route, bool v2, long status, c
             continue;
         S3Xml *k = s3xml_child(c, contents ? "Key" : "Prefix");
         const char *b = k ? below(route, k->text) : NULL;
-        if (contents && k)
+        /* The page's last entry, key or common prefix, shown or not: where the next page begins. */
+        if (k && strcmp(k->text, last) > 0)
             snprintf(last, sizeof last, "%s", k->text);
         bool hide = !b || !*b || !readable(req, route, b, common);
         if (contents && b && !hide) {
@@ -218,10 +349,13 @@ void s3list_reply(Request *req, const GuardRoute *route, bool v2, long status, c
         char *copy = strdup(b);
         ok = copy && set_client(k, copy, url);
         free(copy);
+        drop_owner(c);
         count++;
     }
-    ok = ok && strip_field(route, root, "Prefix", url) && strip_field(route, root, "StartAfter", url) &&
-         strip_field(route, root, "Marker", url) && strip_field(route, root, "NextMarker", url);
+    /* The client's prefix, as it asked (the store may have been asked with a longer one, s3scope.h). */
+    S3Xml *pf = s3xml_child(root, "Prefix");
+    ok = ok && (!pf || set_client(pf, query_or(req, "prefix", ""), url)) &&
+         strip_field(route, root, "StartAfter", url) && strip_field(route, root, "Marker", url);
     S3Xml *delim = s3xml_child(root, "Delimiter");
     if (ok && delim && url) {
         char *copy = strdup(delim->text);
@@ -234,9 +368,13 @@ void s3list_reply(Request *req, const GuardRoute *route, bool v2, long status, c
         snprintf(n, sizeof n, "%zu", count);
         ok = s3xml_set_text(kc, n);
     }
-    /* A truncated page of ListObjects goes on after its last key, shown or not. */
+    /* A truncated page of ListObjects goes on after its last entry: S3's
+     * NextMarker, which is that entry's name (moto's is a token of its own,
+     * which would not go through the key prefix). */
     const char *trunc = s3xml_text(root, "IsTruncated");
-    if (ok && !v2 && trunc && !strcmp(trunc, "true") && !s3xml_child(root, "NextMarker") && last[0]) {
+    for (S3Xml *nm; !v2 && (nm = s3xml_child(root, "NextMarker"));)
+        s3xml_remove(root, nm);
+    if (ok && !v2 && trunc && !strcmp(trunc, "true") && last[0]) {
         S3Xml *nm = s3xml_add(root, "NextMarker", "");
         const char *b = below(route, last);
         ok = nm && set_client(nm, b ? b : "", url);
@@ -309,6 +447,7 @@ bool s3list_rewrite(Request *req, const GuardRoute *route, long status, const ch
             snprintf(upload_id, id_len, "%s", c->text);
         }
     }
+    drop_owner(root);
     S3Out o = {0};
     if (ok)
         s3xml_write(&o, root);

@@ -9,9 +9,12 @@
  * the route's key prefix (KEYPREFIX/ + the client's prefix, start-after,
  * marker), and the answer names the client's bucket and keys: the key
  * prefix cut off, the probe key and tombstones (deleted keys, s3req.h)
- * left out, and with --auth-file only the names the request's key may
- * read (and the common prefixes under which it may read some). Keys come
- * back URL-encoded when the client asked (encoding-type=url).
+ * left out, and the store's account (Owner, Initiator) too. With
+ * --auth-file, a key that reads only some names has the store asked about
+ * those only (s3scope.h says why and how), and what comes back is still
+ * filtered by them. A truncated ListObjects page's NextMarker is its last
+ * entry. Keys come back URL-encoded when the client asked
+ * (encoding-type=url).
  *
  * What cannot be hidden without reading every object: a listing's page may
  * hold fewer keys than max-keys (those left out), never more.
@@ -36,9 +39,14 @@
 
 /* GET ?location, HEAD and PUT of the bucket: answered here. */
 void s3list_answer_bucket(Request *req, const GuardRoute *route, const char *method, bool location);
-/* The store's URL of a listing (v2: ListObjectsV2) for req. Owned; NULL
- * when out of memory. */
-char *s3list_url(Request *req, const GuardRoute *route, bool v2);
+/* What req's listing asks the store (s3scope.h): true with the client's
+ * prefix to ask for into prefix (len bytes); false when the guard answered
+ * (a page of its own, or 403). */
+bool s3list_scope(Request *req, const GuardRoute *route, bool v2, char *prefix, size_t len);
+/* The store's URL of a listing (v2: ListObjectsV2) for req, of `prefix`
+ * (the client's name; the key prefix goes before it). Owned; NULL when out
+ * of memory. */
+char *s3list_url(Request *req, const GuardRoute *route, bool v2, const char *prefix);
 /* The store's listing (status and body as gathered), rewritten for req. */
 void s3list_reply(Request *req, const GuardRoute *route, bool v2, long status, const char *body, size_t len,
                   bool complete);

@@ -70,10 +70,16 @@ uint64_t s3mpu_token(const S3Uploads *u, const char *id, const char *object)
     return up && !strcmp(up->object, object) ? up->token : 0;
 }
 
-void s3mpu_remove(S3Uploads *u, const char *id)
+bool s3mpu_elsewhere(const S3Uploads *u, const char *id, const char *object)
+{
+    const Upload *up = smap_get(u->by_id, id);
+    return up && strcmp(up->object, object) != 0;
+}
+
+void s3mpu_remove(S3Uploads *u, const char *id, const char *object)
 {
     Upload *up = smap_get(u->by_id, id);
-    if (up) {
+    if (up && !strcmp(up->object, object)) {
         smap_remove(u->by_id, id);
         upload_free(up);
     }
@@ -93,3 +99,11 @@ void s3mpu_prune(S3Uploads *u, bool (*still)(const char *lock, uint64_t token, v
 }
 
 size_t s3mpu_count(const S3Uploads *u) { return smap_len(u->by_id); }
+
+size_t s3mpu_count_lock(const S3Uploads *u, const char *lock)
+{
+    size_t n = 0;
+    for (const SmapNode *x = smap_first_after(u->by_id, NULL); x; x = smap_next(x))
+        n += !strcmp(((const Upload *)smap_value(x))->lock, lock);
+    return n;
+}

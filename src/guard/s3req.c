@@ -82,14 +82,14 @@ static bool amz_write_header(const char *name, size_t len)
     static const char *const AMZ[] = {"x-amz-sdk-checksum-algorithm", "x-amz-acl", "x-amz-storage-class",
                                       "x-amz-tagging", NULL};
     return one_of(AMZ, name, len) || prefixed(name, len, "x-amz-checksum-") ||
-           prefixed(name, len, "x-amz-server-side-encryption");
+           (prefixed(name, len, "x-amz-server-side-encryption") &&
+            !prefixed(name, len, "x-amz-server-side-encryption-customer-"));
 }
 
 bool s3req_keep_complete(const char *name, size_t len)
 {
     static const char *const DONE[] = {"Content-Type", "x-amz-sdk-checksum-algorithm", NULL};
-    return one_of(DONE, name, len) || prefixed(name, len, "x-amz-checksum-") ||
-           prefixed(name, len, "x-amz-server-side-encryption-customer-");
+    return one_of(DONE, name, len) || prefixed(name, len, "x-amz-checksum-");
 }
 
 bool s3req_keep_write_unencoded(const char *name, size_t len)
@@ -120,6 +120,9 @@ typedef struct AmzCheck {
 /* Why an x-amz-* header (not on the allow-list) is refused. */
 static const char *amz_refusal(const char *name, size_t len)
 {
+    if (prefixed(name, len, "x-amz-server-side-encryption-customer-"))
+        return "an object encrypted with the client's own key (SSE-C) cannot be fenced: the guard reads the "
+               "object's fence before every write, which would need that key";
     if (prefixed(name, len, "x-amz-grant-"))
         return "it gives other accounts rights on the object: ask the bucket's owner for a bucket policy";
     if (prefixed(name, len, "x-amz-object-lock-"))

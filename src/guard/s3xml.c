@@ -160,6 +160,8 @@ void s3xml_remove(S3Xml *x, S3Xml *c)
     }
 }
 
+S3Xml *s3xml_new(const char *name) { return node_new(name, ""); }
+
 S3Xml *s3xml_add(S3Xml *x, const char *name, const char *text)
 {
     S3Xml *c = node_new(name, text);

@@ -27,6 +27,8 @@ struct S3Xml {
 /* Parses a document: its root element, owned (s3xml_free), or NULL. */
 S3Xml *s3xml_parse(const char *doc, size_t len);
 void s3xml_free(S3Xml *x);
+/* A new element without children (a document's root), owned; NULL when out of memory. */
+S3Xml *s3xml_new(const char *name);
 /* The first child named `name`, or NULL; its text, or NULL. */
 S3Xml *s3xml_child(const S3Xml *x, const char *name);
 const char *s3xml_text(const S3Xml *x, const char *name);

@@ -12,6 +12,8 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 
+#include "leasegate/config.h"
+
 #define KEY_PREFIX "lgk_"
 #define KEY_RANDOM_BYTES 32
 
@@ -165,8 +167,12 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
     }
     for (size_t i = 3; i < nf; i++) {
         if (strchr(f[i], '=')) { /* never in a prefix: '=' is not a lock-name character */
-            static const char *const OPTS[] = {"max_held=", "max_waiters=", "max_names=", "max_fences=", "max_polls="};
-            size_t *const dest[] = {&k->max_held, &k->max_waiters, &k->max_names, &k->max_fences, &k->max_polls};
+            static const char *const OPTS[] = {"max_held=",   "max_waiters=", "max_names=",
+                                               "max_fences=", "max_polls=",   "max_watch_bytes="};
+            size_t *const dest[] = {&k->max_held,   &k->max_waiters, &k->max_names,
+                                    &k->max_fences, &k->max_polls,   &k->max_watch_bytes};
+            /* A byte count: its own range (config.h's). */
+            size_t *const bytes = &k->max_watch_bytes;
             size_t *limit = NULL;
             const char *v = NULL;
             for (size_t o = 0; o < sizeof OPTS / sizeof OPTS[0]; o++)
@@ -176,10 +182,11 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
                 }
             char *end = NULL;
             unsigned long long n = v && *v >= '1' && *v <= '9' ? strtoull(v, &end, 10) : 0;
-            if (!limit || !end || *end || n > 100000000) {
+            if (!limit || !end || *end || (limit != bytes && n > 100000000) ||
+                (limit == bytes && (n < CONFIG_MIN_WATCH_BYTES || n > 1000000000000ULL))) {
                 snprintf(err, errlen,
                          "'%.80s' is not max_held=N, max_waiters=N, max_names=N, max_fences=N or max_polls=N (N in "
-                         "1..100000000)",
+                         "1..100000000), or max_watch_bytes=N (N in 1048576..1000000000000)",
                          f[i]);
                 return false;
             }

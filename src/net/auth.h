@@ -6,6 +6,7 @@
  *
  *     NAME ROLE sha256:HEX[,sha256:HEX] PREFIX... [max_held=N] [max_waiters=N]
  *                                    [max_names=N] [max_fences=N] [max_polls=N]
+ *                                    [max_watch_bytes=N]
  *
  * NAME is 1..64 bytes of [A-Za-z0-9._-], unique in the file; ROLE is client,
  * fence or admin; HEX is the SHA-256 of the key (64 lower-case hex digits):
@@ -16,8 +17,8 @@
  * fence, resource) names the key may touch, 1..256 bytes; `*` is every name.
  * An admin's prefixes are `*`. max_held bounds the locks the key's requests
  * hold and wait for together, max_waiters its waiting acquires, max_names,
- * max_fences and max_polls its shares of lock names, fence resources and
- * requests held open (quota.h); without them the server's --key-max-*
+ * max_fences, max_polls and max_watch_bytes its shares of lock names, fence
+ * resources, requests held open and bytes of watch answers (quota.h); without them the server's --key-max-*
  * flags apply.
  * Blank lines and lines starting with '#' are
  * skipped. A file over AUTH_MAX_FILE bytes or AUTH_MAX_KEYS keys, or with any
@@ -62,6 +63,7 @@ typedef struct AuthKey {
     size_t max_names;   /* 0: the server's default (--key-max-names) */
     size_t max_fences;  /* 0: the server's default (--key-max-fences) */
     size_t max_polls;   /* 0: the server's default (--key-max-polls) */
+    size_t max_watch_bytes; /* 0: the server's default (--key-max-watch-bytes) */
 } AuthKey;
 
 typedef struct AuthTable AuthTable;

@@ -33,6 +33,7 @@
 #include "net/listener.h"
 #include "net/park.h"
 #include "net/peers.h"
+#include "net/stallreply.h"
 #include "net/tls.h"
 
 static int64_t mono_us(void)
@@ -57,6 +58,7 @@ static void request_free(Request *req)
     free(req->body);
     free(req->grant.lock);
     free(req->park.out);
+    sharedtext_unref(req->park.shared);
     free(req->poll);
     free(req->log);
     free(req);
@@ -171,10 +173,27 @@ static struct MHD_Response *deposed_response(void)
     return resp;
 }
 
+static struct MHD_Response *stalled_response(const Server *s)
+{
+    size_t len;
+    char *text = stallreply_body(s, &len);
+    struct MHD_Response *resp = text ? MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!resp)
+        free(text);
+    else if (!httphead_add_answer_fields(resp, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json")) {
+        MHD_destroy_response(resp);
+        resp = NULL;
+    }
+    return resp;
+}
+
 static void send_response(Request *req, unsigned status, struct MHD_Response *resp, bool held);
 
 /* The hold of an answer whose batch or barrier will never be made: the
- * gateway is deposed (or its store failed); it gets 503 instead. */
+ * gateway is deposed (or its store failed); it gets 503 instead. While the
+ * store stalls, that 503 names the alarm, and a grant it carried is
+ * undelivered: released at once (its batch applies once etcd takes writes
+ * again, and the release after it). */
 static void hold_failed(CommitHold *hold)
 {
     Request *req = CONTAINER_OF(hold, Request, hold);
@@ -182,7 +201,10 @@ static void hold_failed(CommitHold *hold)
         MHD_destroy_response(req->response);
     req->response = NULL;
     unwatch(req);
-    send_response(req, MHD_HTTP_SERVICE_UNAVAILABLE, deposed_response(), false);
+    bool stalled = req->srv->stalled && !req->srv->deposed;
+    req->grant.refused |= stalled;
+    send_response(req, MHD_HTTP_SERVICE_UNAVAILABLE, stalled ? stalled_response(req->srv) : deposed_response(),
+                  false);
 }
 
 /* Every response goes through here. One that may reveal state (`held`, and
@@ -213,10 +235,28 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
         deliver(req);
         return;
     }
+    if (req->srv->stalled && held && !req->reveals_nothing && !req->stall_ok) {
+        /* It may reveal a change etcd has not taken (http.h). */
+        MHD_destroy_response(resp);
+        resp = stalled_response(req->srv);
+        status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        held = false;
+        if (!resp) {
+            req->close = true;
+            deliver(req);
+            return;
+        }
+    }
     req->status = status;
     req->response = resp;
     req->hold.ready = hold_ready;
     req->hold.failed = hold_failed;
+    if (held && !req->reveals_nothing && req->srv->stalled) {
+        commit_stall_hold(req->srv->commit, &req->hold);
+        if (req->in_handler)
+            http_suspend(req);
+        return;
+    }
     if (held && !req->reveals_nothing && commit_barrier_hold(req->srv->commit, &req->hold)) {
         if (req->in_handler)
             http_suspend(req);
@@ -226,6 +266,16 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
 }
 
 void http_reveals_nothing(Request *req) { req->reveals_nothing = true; }
+
+void http_stall_ok(Request *req) { req->stall_ok = true; }
+
+void http_reply_stalled(Request *req)
+{
+    req->reveals_nothing = true;
+    size_t len = 0;
+    char *text = stallreply_body(req->srv, &len);
+    http_reply_json_text(req, MHD_HTTP_SERVICE_UNAVAILABLE, text, len); /* parked or not */
+}
 
 
 void http_reply_response(Request *req, unsigned status, struct MHD_Response *resp)
@@ -293,6 +343,45 @@ void http_reply_text(Request *req, unsigned status, const char *content_type, ch
     } else if (!httphead_add_answer_fields(resp, status, content_type)) {
         MHD_destroy_response(resp); /* frees text_new */
         resp = NULL;
+    }
+    send_response(req, status, resp, true);
+}
+
+/* What an unread socket can hold of a shared answer: see http_reply_shared. A
+ * socket whose buffer could not be cut keeps the kernel's own bound. */
+static void bound_send_buffer(Request *req, size_t len)
+{
+    if (len <= HTTP_SHARED_SNDBUF)
+        return;
+    int fd = req->park.fd;
+    if (fd < 0 && req->conn) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        fd = info ? info->connect_fd : -1;
+    }
+    int size = HTTP_SHARED_SNDBUF;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+}
+
+static void unref_text(void *cls) { sharedtext_unref(cls); }
+
+void http_reply_shared(Request *req, unsigned status, const char *content_type, SharedText *text)
+{
+    bound_send_buffer(req, text->len);
+    if (req->park.fd >= 0) {
+        count_status(req->srv, status);
+        req->status = status;
+        park_reply_shared(req, status, content_type, sharedtext_ref(text));
+        return;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer_with_free_callback_cls(text->len, text->text, unref_text, text);
+    if (resp) {
+        sharedtext_ref(text); /* the response's, let go of when libmicrohttpd destroys it */
+        if (!httphead_add_answer_fields(resp, status, content_type)) {
+            MHD_destroy_response(resp);
+            resp = NULL;
+        }
     }
     send_response(req, status, resp, true);
 }
@@ -409,8 +498,15 @@ const char *http_header(Request *req, const char *name)
 
 void http_add_header(Request *req, const char *name, const char *value)
 {
-    if (req->response)
-        MHD_add_response_header(req->response, name, value);
+    if (!req->response)
+        return;
+    /* Retry-After holds one value: the caller's replaces the "1" every 503 gets
+     * (httphead_answer_fields), so that a client never sees two that differ. */
+    const char *had = strcasecmp(name, MHD_HTTP_HEADER_RETRY_AFTER) ? NULL
+                                                                      : MHD_get_response_header(req->response, name);
+    if (had)
+        MHD_del_response_header(req->response, name, had);
+    MHD_add_response_header(req->response, name, value);
 }
 
 /* libmicrohttpd 0.9.75 keeps, for each header, argument, cookie and trailer of
@@ -518,6 +614,16 @@ void http_cancel_waiters(Server *s)
     }
 }
 
+void http_stall_waiters(Server *s)
+{
+    while (s->waiting.head) {
+        Request *req = DLIST_ITEM(s->waiting.head, Request, wait.link);
+        s->app->left(req);
+        stop_waiting(req);
+        http_reply_stalled(req);
+    }
+}
+
 void http_waiter_done(Request *req) { stop_waiting(req); }
 
 static bool content_length_too_big(struct MHD_Connection *conn)
@@ -587,6 +693,13 @@ static enum MHD_Result reply_now_field(Request *req, ErrCode code, const char *m
 static enum MHD_Result reply_now(Request *req, ErrCode code, const char *message)
 {
     return reply_now_with(req, code, NULL, message, false);
+}
+
+/* The stall's 503 at once (http_reply_stalled), for a request that has changed nothing. */
+static enum MHD_Result reply_stalled_now(Request *req)
+{
+    Server *s = req->srv;
+    return reply_now_with(req, ERR_OVERLOADED, stallreply_fields_new(s), stallreply_message(s), false);
 }
 
 /* The Host check (hostcheck.h): true after queueing the refusal (*answer). */
@@ -726,6 +839,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * new requests at once rather than hold them: another may lead. */
         if (s->deposed)
             return reply_now(req, ERR_OVERLOADED, ERRORS_DEPOSED_MESSAGE);
+        req->changes = strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "OPTIONS");
+        if (s->stalled && req->changes)
+            return reply_stalled_now(req);
         if (s->election && !election_renewed(s->election) && !probe)
             return reply_now(req, ERR_OVERLOADED, "this gateway's etcd lease went unrenewed for its TTL: another "
                                                   "gateway may lead; retry");
@@ -792,6 +908,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return queue_stored(req);
     }
     /* The last callback: the whole request has been read. */
+    if (!req->complete && s->stalled && req->changes && !s->stopping && !s->deposed) {
+        /* Begun before the store stalled: refused before it changes anything. */
+        if (req->stream)
+            req->stream->abort(req);
+        return reply_stalled_now(req);
+    }
     if (!req->complete && ((s->stopping && !is_probe(method, url)) || s->deposed)) {
         /* Its handler has not run, so nothing changed for it: refuse at once,
          * without a commit to wait for, so that no connection is suspended

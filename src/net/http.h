@@ -34,6 +34,7 @@
 #include "net/errors.h"
 #include "net/loop.h"
 #include "net/rawjson.h"
+#include "net/sharedtext.h"
 #include "store/commit.h"
 
 #define HTTP_MAX_BODY (64 * 1024)
@@ -85,6 +86,15 @@ void http_reply_json_new(Request *req, unsigned status, json_t *body);
 void http_reply_json_raw_new(Request *req, unsigned status, json_t *body, const RawRefs *refs);
 void http_reply_text(Request *req, unsigned status, const char *content_type, char *text_new,
                      size_t len);
+/* A body that many requests send (a watch's answer), in place of a copy for
+ * each: req takes a reference of its own (the caller keeps its). Such an
+ * answer may go to sockets that are never read: when it is larger than
+ * HTTP_SHARED_SNDBUF, the socket's send buffer is cut to that, so that the
+ * kernel holds at most that much of it per socket (twice that, with its
+ * bookkeeping), and the rest stays in the one shared copy until the client
+ * reads. The connection keeps the smaller buffer for its later requests. */
+#define HTTP_SHARED_SNDBUF (16 * 1024)
+void http_reply_shared(Request *req, unsigned status, const char *content_type, SharedText *text);
 /* JSON text written already (jsonw.h), len bytes; NULL (it could not be written) closes the connection. */
 void http_reply_json_text(Request *req, unsigned status, char *text_new, size_t len);
 void http_reply_static(Request *req, unsigned status, const char *content_type, const void *data,
@@ -103,6 +113,16 @@ void http_reply_invalid(Request *req, ErrCode code, json_t *extra, const char *f
 /* The answer about to be made reveals nothing of the lock space (/healthz,
  * /metrics, the dashboard's files): it leaves at once. */
 void http_reveals_nothing(Request *req);
+/* While the store stalls (Server.stalled: etcd refuses writes), an answer
+ * that may reveal state leaves only when its handler said it reveals nothing
+ * of a batch not yet durable (http_stall_ok; commit_touches decides), after
+ * a fenced read of its own (commit_stall_hold); any other gets 503
+ * overloaded naming the alarm (http_reply_stalled), and so does every
+ * request that is not GET, HEAD or OPTIONS, before it changes anything. */
+void http_stall_ok(Request *req);
+void http_reply_stalled(Request *req);
+/* The stall began: every waiter is answered 503 naming the alarm. */
+void http_stall_waiters(Server *s);
 /* Remembers that the reply about to be sent grants `lease` on `lock`. */
 void http_note_grant(Request *req, LockKind kind, const char *lock, const uint8_t *lease);
 
@@ -141,12 +161,14 @@ const char *http_query(Request *req, const char *key);
 void http_peer(Request *req, char *out, size_t outlen);
 /* The client as a peer of the shares (peers.h): its address alone ("ADDR",
  * IPv6 without brackets, an IPv6 address by its /64 as "2001:db8:1:2::/64",
- * an IPv4 client of a dual-stack socket as IPv4), or "-". */
+ * an IPv4 client of a dual-stack socket as IPv4, any of 127.0.0.0/8 as
+ * "127.0.0.0/8"), or "-". */
 #define HTTP_PEER_MAX 64
 void http_peer_address(Request *req, char *out, size_t outlen);
 /* A request header's value (the first of that name), or NULL. */
 const char *http_header(Request *req, const char *name);
-/* Adds a header to the answer already made (no-op without one). */
+/* Adds a header to the answer already made (no-op without one); a
+ * Retry-After replaces the one the answer had. */
 void http_add_header(Request *req, const char *name, const char *value);
 /* How many bytes of answer head (status line, fields and their CRLFs) still
  * fit in the connection's memory beside what libmicrohttpd keeps of the

@@ -5,8 +5,9 @@
  * hang-up) -> park_reply (answer formatted, held for its commit) -> ready
  * list -> park_flush writes it -> the connection goes back to libmicrohttpd,
  * or is closed when the answer did not get out. A write the socket cannot
- * take at once waits for EPOLLOUT on the writing list, and is given up after
- * --idle-timeout without progress, as libmicrohttpd does with its own.
+ * take at once waits for EPOLLOUT on the writing list, then rejoins the ready
+ * list (every write goes through park_flush and its budget), and is given up
+ * after --idle-timeout without progress, as libmicrohttpd does with its own.
  *
  * Every end goes through finish(), which hands the Request to
  * req->end (the HTTP layer's, which frees it). finish() runs only from the loop's own steps
@@ -28,12 +29,14 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "net/errors.h"
 #include "net/httphead.h"
 #include "net/peers.h"
+#include "net/stallreply.h"
 
 typedef struct ConnBytes {
     int64_t origin; /* counted_read when libmicrohttpd had read nothing yet */
@@ -200,22 +203,106 @@ void park_drop(Request *req)
     /* park_flush ends it: no answer, so the connection is closed there. */
     free(req->park.out);
     req->park.out = NULL;
+    sharedtext_unref(req->park.shared);
+    req->park.shared = NULL;
     make_ready(req);
 }
 
 static void hold_ready(CommitHold *hold) { make_ready(CONTAINER_OF(hold, Request, hold)); }
 
+static void stalled_reply(Request *req);
+
 /* Its batch or barrier will never be made (the gateway is deposed): the
- * answer written is replaced by 503 (park_reply, deposed). */
+ * answer written is replaced by 503 (park_reply, deposed). While the store
+ * stalls, by the 503 naming the alarm, and a grant it carried is undelivered
+ * (http.c's hold_failed says why). */
 static void hold_failed(CommitHold *hold)
 {
     Request *req = CONTAINER_OF(hold, Request, hold);
+    if (req->srv->stalled && !req->srv->deposed) {
+        req->grant.refused = true;
+        stalled_reply(req);
+        return;
+    }
     park_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json", NULL, 0);
+}
+
+/* The head libmicrohttpd writes for our other answers, for a body of
+ * body_len bytes, at the start of a new buffer with room for `room` bytes
+ * after it; NULL when out of memory. The connection stays open, as it would
+ * there (also while stopping: the client may still release on it until the
+ * server exits). */
+static char *answer_head(unsigned status, const char *content_type, size_t body_len, size_t room, size_t *head_len)
+{
+    char date[64];
+    time_t t = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
+    const char *reason = MHD_get_reason_phrase_for(status);
+    char head[512];
+    HeadField f[HTTPHEAD_ANSWER_FIELDS];
+    size_t nf = httphead_answer_fields(status, content_type, f);
+    int hl = snprintf(head, sizeof head, "HTTP/1.1 %u %s\r\nDate: %s\r\n", status, reason, date);
+    for (size_t i = 0; i < nf && hl > 0 && (size_t)hl < sizeof head; i++) {
+        int n = snprintf(head + hl, sizeof head - (size_t)hl, "%s: %s\r\n", f[i].name, f[i].value);
+        hl = n < 0 ? -1 : hl + n;
+    }
+    if (hl > 0 && (size_t)hl < sizeof head) {
+        int n = snprintf(head + hl, sizeof head - (size_t)hl, "Content-Length: %zu\r\n\r\n", body_len);
+        hl = n < 0 ? -1 : hl + n;
+    }
+    char *out = hl > 0 && (size_t)hl < sizeof head ? malloc((size_t)hl + room) : NULL;
+    if (out) {
+        memcpy(out, head, (size_t)hl);
+        *head_len = (size_t)hl;
+    }
+    return out;
+}
+
+/* The answer is written (out: its bytes, or its head before `shared`): it
+ * leaves once every change recorded before it is durable. */
+static void answer_made(Request *req, char *out, size_t out_len, SharedText *shared)
+{
+    Server *s = req->srv;
+    free(req->park.out);
+    sharedtext_unref(req->park.shared);
+    req->park.out = out;
+    req->park.out_len = out_len;
+    req->park.shared = shared;
+    req->park.out_off = 0;
+    req->hold.ready = hold_ready;
+    req->hold.failed = hold_failed;
+    if (!s->deposed && !req->reveals_nothing && s->stalled) {
+        commit_stall_hold(s->commit, &req->hold);
+        return;
+    }
+    if (!s->deposed && !req->reveals_nothing && commit_barrier_hold(s->commit, &req->hold))
+        return;
+    make_ready(req);
+}
+
+/* The stall's 503 (http.h), which reveals nothing: written at once. */
+static void stalled_reply(Request *req)
+{
+    size_t len = 0;
+    char *text = stallreply_body(req->srv, &len);
+    if (!text) {
+        park_drop(req);
+        return;
+    }
+    req->reveals_nothing = true;
+    park_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json", text, len);
 }
 
 void park_reply(Request *req, unsigned status, const char *content_type, char *text_new, size_t len)
 {
     Server *s = req->srv;
+    if (s->stalled && !s->deposed && !req->reveals_nothing && !req->stall_ok) {
+        /* A parked answer (a waiter's) may reveal a change etcd has not taken. */
+        free(text_new);
+        stalled_reply(req);
+        return;
+    }
     if (s->deposed) {
         /* Whatever was decided from memory, a deposed gateway answers 503 (http.h). */
         free(text_new);
@@ -227,44 +314,39 @@ void park_reply(Request *req, unsigned status, const char *content_type, char *t
             return;
         }
     }
-    char date[64];
-    time_t t = time(NULL);
-    struct tm tm;
-    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&t, &tm));
-    const char *reason = MHD_get_reason_phrase_for(status);
-    /* The same head libmicrohttpd writes for our other answers; the
-     * connection stays open, as it would there (also while stopping: the
-     * client may still release on it until the server exits). */
-    char head[512];
-    HeadField f[HTTPHEAD_ANSWER_FIELDS];
-    size_t nf = httphead_answer_fields(status, content_type, f);
-    int hl = snprintf(head, sizeof head, "HTTP/1.1 %u %s\r\nDate: %s\r\n", status, reason, date);
-    for (size_t i = 0; i < nf && hl > 0 && (size_t)hl < sizeof head; i++) {
-        int n = snprintf(head + hl, sizeof head - (size_t)hl, "%s: %s\r\n", f[i].name, f[i].value);
-        hl = n < 0 ? -1 : hl + n;
-    }
-    if (hl > 0 && (size_t)hl < sizeof head) {
-        int n = snprintf(head + hl, sizeof head - (size_t)hl, "Content-Length: %zu\r\n\r\n", len);
-        hl = n < 0 ? -1 : hl + n;
-    }
-    char *out = hl > 0 && (size_t)hl < sizeof head ? malloc((size_t)hl + len) : NULL;
+    size_t hl;
+    char *out = answer_head(status, content_type, len, len, &hl);
     if (!out) {
         free(text_new);
         park_drop(req);
         return;
     }
-    memcpy(out, head, (size_t)hl);
     memcpy(out + hl, text_new, len);
     free(text_new);
-    free(req->park.out);
-    req->park.out = out;
-    req->park.out_len = (size_t)hl + len;
-    req->park.out_off = 0;
-    req->hold.ready = hold_ready;
-    req->hold.failed = hold_failed;
-    if (!s->deposed && commit_barrier_hold(s->commit, &req->hold))
+    answer_made(req, out, hl + len, NULL);
+}
+
+void park_reply_shared(Request *req, unsigned status, const char *content_type, SharedText *text)
+{
+    if (req->srv->stalled && !req->srv->deposed && !req->stall_ok) {
+        /* A watch's view may show a change etcd has not taken (http.h). */
+        sharedtext_unref(text);
+        stalled_reply(req);
         return;
-    make_ready(req);
+    }
+    if (req->srv->deposed) {
+        sharedtext_unref(text);
+        park_reply(req, status, content_type, NULL, 0); /* 503 */
+        return;
+    }
+    size_t hl;
+    char *out = answer_head(status, content_type, text->len, 0, &hl);
+    if (!out) {
+        sharedtext_unref(text);
+        park_drop(req);
+        return;
+    }
+    answer_made(req, out, hl, text);
 }
 
 /* The socket took part of the answer, or none: wait for room (and only for
@@ -287,54 +369,91 @@ static void wait_for_room(Request *req)
     dlist_append(&s->park_writing, &req->park.rlink);
 }
 
-/* Writes what is left of the answer; finishes the request when all is out. */
-static void write_out(Request *req)
+/* Sends what is left of the answer: the rest of out, then of the shared
+ * body after it, in one call. */
+static ssize_t send_rest(Request *req)
+{
+    RequestPark *p = &req->park;
+    struct iovec iov[2];
+    size_t n = 0, off = p->out_off;
+    if (off < p->out_len) {
+        iov[n++] = (struct iovec){p->out + off, p->out_len - off};
+        off = p->out_len;
+    }
+    if (p->shared && off - p->out_len < p->shared->len)
+        iov[n++] = (struct iovec){p->shared->text + (off - p->out_len), p->shared->len - (off - p->out_len)};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
+    return sendmsg(p->fd, &msg, MSG_NOSIGNAL);
+}
+
+/* Writes what is left of the answer; finishes the request when all is out.
+ * Returns the bytes written. */
+static size_t write_out(Request *req)
 {
     if (!req->park.out) {
         finish(req, false); /* dropped (park_drop) */
-        return;
+        return 0;
     }
     size_t start = req->park.out_off;
-    while (req->park.out_off < req->park.out_len) {
-        ssize_t n = send(req->park.fd, req->park.out + req->park.out_off, req->park.out_len - req->park.out_off, MSG_NOSIGNAL);
+    size_t total = req->park.out_len + (req->park.shared ? req->park.shared->len : 0);
+    while (req->park.out_off < total) {
+        ssize_t n = send_rest(req);
         if (n > 0) {
             req->park.out_off += (size_t)n;
         } else if (n < 0 && errno == EINTR) {
             continue;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (!req->park.writing || req->park.out_off > start)
+            size_t written = req->park.out_off - start;
+            if (!req->park.writing || written > 0)
                 wait_for_room(req);
-            return;
+            return written;
         } else {
+            size_t written = req->park.out_off - start;
             finish(req, false);
-            return;
+            return written;
         }
     }
+    size_t written = req->park.out_off - start;
     finish(req, true);
+    return written;
 }
 
 void park_event(Request *req, uint32_t events)
 {
+    Server *s = req->srv;
     if (req->park.writing && !(events & (EPOLLERR | EPOLLHUP))) {
-        write_out(req);
+        /* Room to write: the rest goes out with the next flush, within its
+         * budget of bytes (thousands of sockets a change woke all have room
+         * at once), and the socket is not watched for room meanwhile. */
+        dlist_remove(&s->park_writing, &req->park.rlink);
+        req->park.writing = false;
+        if (!loop_rewatch(s->loop, req->park.fd, 0, &req->source)) {
+            finish(req, false);
+            return;
+        }
+        make_ready(req);
         return;
     }
-    /* Waiting, or holding an answer for its commit: the client is gone. */
+    /* Waiting, holding an answer for its commit, or ready to write it: the
+     * client is gone. */
     finish(req, false);
 }
 
 void park_flush(Server *s)
 {
-    while (s->park_ready.head) {
+    size_t written = 0;
+    while (s->park_ready.head && written < PARK_FLUSH_BYTES) {
         Request *req = DLIST_ITEM(s->park_ready.head, Request, park.rlink);
         dlist_remove(&s->park_ready, &req->park.rlink);
         req->park.ready = false;
-        write_out(req);
+        written += write_out(req);
     }
 }
 
 int64_t park_next_timeout_ms(const Server *s, const Now *now)
 {
+    if (s->park_ready.head)
+        return 0; /* past a flush's bytes: the rest goes out on the next turn */
     if (!s->park_writing.head)
         return -1;
     const Request *req = DLIST_ITEM(s->park_writing.head, Request, park.rlink);

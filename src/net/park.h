@@ -44,6 +44,7 @@
 
 #include "core/clock.h"
 #include "leasegate/request.h"
+#include "net/sharedtext.h"
 
 struct MHD_Connection;
 
@@ -66,16 +67,26 @@ bool park_take(Request *req);
 /* The answer of a parked request (text_new taken over). It is written once
  * every change recorded before it is durable. */
 void park_reply(Request *req, unsigned status, const char *content_type, char *text_new, size_t len);
+/* The same with a body shared by many requests (a reference taken over):
+ * only the head is the request's own. */
+void park_reply_shared(Request *req, unsigned status, const char *content_type, SharedText *text);
 /* The parked request ends without an answer (its answer could not be built):
  * the connection is closed by the next park_flush. Safe inside callbacks. */
 void park_drop(Request *req);
 /* Readiness on a parked socket: the client hung up, or room to write. */
 void park_event(Request *req, uint32_t events);
 /* Writes the answers that are ready and hands their connections back to
- * libmicrohttpd. Never inside a libmicrohttpd callback. */
+ * libmicrohttpd, in the order they became ready, until PARK_FLUSH_BYTES
+ * have been written: the rest waits for the next turn of the loop, so that
+ * a wave of large answers (a change woke many watches) leaves the loop time
+ * for everyone else between its parts. Each write copies into the kernel
+ * what the socket takes at once (up to its send buffer and, on loopback,
+ * the reader's receive buffer). Never inside a libmicrohttpd callback. */
+#define PARK_FLUSH_BYTES (2 * 1024 * 1024)
 void park_flush(Server *s);
-/* Answers that could not be written for --idle-timeout: when the next is due
- * (ms from now, -1 if none), and closing those that are. */
+/* When the loop must turn again (0: answers are ready to be written; else
+ * the next answer that could not be written for --idle-timeout, in ms from
+ * now; -1 if none), and closing those that are past it. */
 int64_t park_next_timeout_ms(const Server *s, const Now *now);
 void park_tick(Server *s, const Now *now);
 /* Shutdown: closes every parked connection. */

@@ -40,10 +40,19 @@ void peers_free(Peers *p)
     free(p);
 }
 
+/* An IPv4 address (4 bytes, network order) as a peer. */
+static void ipv4_peer(const void *addr, char out[PEERS_ADDR_MAX])
+{
+    if (((const uint8_t *)addr)[0] == 127)
+        snprintf(out, PEERS_ADDR_MAX, PEERS_LOOPBACK4);
+    else if (!inet_ntop(AF_INET, addr, out, PEERS_ADDR_MAX))
+        snprintf(out, PEERS_ADDR_MAX, "-");
+}
+
 void peers_addr(const struct sockaddr *sa, char out[PEERS_ADDR_MAX])
 {
     if (sa && sa->sa_family == AF_INET) {
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out, PEERS_ADDR_MAX);
+        ipv4_peer(&((const struct sockaddr_in *)(const void *)sa)->sin_addr, out);
         return;
     }
     if (!sa || sa->sa_family != AF_INET6) {
@@ -52,7 +61,7 @@ void peers_addr(const struct sockaddr *sa, char out[PEERS_ADDR_MAX])
     }
     struct in6_addr a = ((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
     if (IN6_IS_ADDR_V4MAPPED(&a)) { /* a dual-stack socket's IPv4 client: the same peer as over IPv4 */
-        inet_ntop(AF_INET, &a.s6_addr[12], out, PEERS_ADDR_MAX);
+        ipv4_peer(&a.s6_addr[12], out);
         return;
     }
     if (IN6_IS_ADDR_LOOPBACK(&a)) {

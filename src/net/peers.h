@@ -11,8 +11,14 @@
  * peer_limit once its head is in.
  *
  * A peer is an IP address; an IPv6 address counts by its /64 (what one
- * machine or network usually has). Behind a reverse proxy every client is
- * one peer: the proxy. Only the loop thread calls these.
+ * machine or network usually has), and the whole of IPv4's loopback,
+ * 127.0.0.0/8, is one peer (PEERS_LOOPBACK4): every address of it is this
+ * machine, and a client that picked a new one for each connection would
+ * otherwise have a share per address. An IPv4 client of a dual-stack socket
+ * (an IPv4-mapped IPv6 address, ::ffff:a.b.c.d) is the peer it is over IPv4;
+ * IPv6's loopback ::1 is one address, so one peer of its own. Behind a
+ * reverse proxy every client is one peer: the proxy. Only the loop thread
+ * calls these.
  */
 #ifndef LEASEGATE_PEERS_H
 #define LEASEGATE_PEERS_H
@@ -23,6 +29,8 @@
 #include <sys/socket.h>
 
 #define PEERS_ADDR_MAX 64
+/* The peer every client from 127.0.0.0/8 is. */
+#define PEERS_LOOPBACK4 "127.0.0.0/8"
 
 typedef struct Peers Peers;
 typedef struct Peer Peer;
@@ -30,7 +38,8 @@ typedef struct Peer Peer;
 /* NULL when out of memory. */
 Peers *peers_new(size_t max_connections, size_t max_half_sent);
 void peers_free(Peers *p);
-/* The peer's name for an address: "1.2.3.4", or "2001:db8:1:2::/64". */
+/* The peer's name for an address: "1.2.3.4", "127.0.0.0/8" (every IPv4
+ * loopback address), "::1", or "2001:db8:1:2::/64". */
 void peers_addr(const struct sockaddr *sa, char out[PEERS_ADDR_MAX]);
 /* May a new connection from addr be accepted? False when its peer is at a
  * share (counted in refused_connections / refused_half_sent). */

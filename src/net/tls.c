@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -12,8 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* TLS 1.2 and 1.3 only: older versions are deprecated (RFC 8996). */
-#define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 
 /* The whole of a regular file of at most max bytes, NUL-terminated, with its
  * length in *len; NULL with the reason in err. */
@@ -66,10 +65,77 @@ fail:
 
 static bool has(const char *text, const char *what) { return strstr(text, what) != NULL; }
 
-bool tls_load(Tls *t, const char *cert_path, const char *key_path, const char *cacert, char *err, size_t errlen)
+/* What is wrong with a certificate and key read from their files, said
+ * plainly (GnuTLS's own words for a file given in the wrong place or an
+ * encrypted key are obscure): "" when they look right. */
+static void pem_pair_problem(const char *cert_flag, const char *cert_path, const char *cert_pem, const char *key_flag,
+                             const char *key_path, const char *key_pem, char *err, size_t errlen)
+{
+    err[0] = '\0';
+    if (!has(cert_pem, "-----BEGIN CERTIFICATE-----"))
+        snprintf(err, errlen, "%s %s: no PEM certificate in it (-----BEGIN CERTIFICATE-----)", cert_flag, cert_path);
+    else if (!has(key_pem, "-----BEGIN ") || !has(key_pem, "PRIVATE KEY-----"))
+        snprintf(err, errlen, "%s %s: no PEM private key in it (-----BEGIN ... PRIVATE KEY-----)", key_flag, key_path);
+    else if (has(key_pem, "ENCRYPTED"))
+        snprintf(err, errlen, "%s %s: the key is encrypted; leasegate needs it unencrypted "
+                              "(openssl pkey -in KEY -out PLAIN-KEY), readable only by its user", key_flag, key_path);
+}
+
+bool tls_check_client_pair(const char *cert_path, const char *key_path, char *err, size_t errlen)
+{
+    size_t cert_len, key_len;
+    char *cert = read_pem("--etcd-cert", cert_path, TLS_MAX_PEM, &cert_len, err, errlen);
+    char *key = cert ? read_pem("--etcd-key", key_path, TLS_MAX_PEM, &key_len, err, errlen) : NULL;
+    bool ok = false;
+    if (cert && key) {
+        pem_pair_problem("--etcd-cert", cert_path, cert, "--etcd-key", key_path, key, err, errlen);
+        gnutls_certificate_credentials_t cred;
+        int rc = err[0] ? 0 : gnutls_certificate_allocate_credentials(&cred);
+        if (!err[0] && rc) {
+            snprintf(err, errlen, "--etcd-cert: GnuTLS: %s", gnutls_strerror(rc));
+        } else if (!err[0]) {
+            gnutls_datum_t c = {(unsigned char *)cert, (unsigned)cert_len}, k = {(unsigned char *)key, (unsigned)key_len};
+            rc = gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
+            gnutls_certificate_free_credentials(cred);
+            if (rc < 0)
+                snprintf(err, errlen, "--etcd-cert %s and --etcd-key %s: %s", cert_path, key_path,
+                         rc == GNUTLS_E_CERTIFICATE_KEY_MISMATCH ? "the key is not the certificate's"
+                                                                  : gnutls_strerror(rc));
+            ok = rc >= 0;
+        }
+    }
+    free(cert);
+    if (key) {
+        memset(key, 0, key_len);
+        free(key);
+    }
+    return ok;
+}
+
+/* Does GnuTLS take `priorities`? Else err says where it stops. */
+static bool priorities_valid(const char *priorities, char *err, size_t errlen)
+{
+    gnutls_priority_t p;
+    const char *at = NULL;
+    int rc = gnutls_priority_init(&p, priorities, &at);
+    if (rc == GNUTLS_E_SUCCESS) {
+        gnutls_priority_deinit(p);
+        return true;
+    }
+    snprintf(err, errlen, "--tls-ciphers '%.200s': not a GnuTLS priority string (%s, at '%.60s'); see gnutls-cli --list "
+                          "--priority STRING",
+             priorities, gnutls_strerror(rc), at ? at : "");
+    return false;
+}
+
+bool tls_load(Tls *t, const char *cert_path, const char *key_path, const char *cacert, const char *ciphers, char *err,
+              size_t errlen)
 {
     memset(t, 0, sizeof *t);
     t->cacert = cacert;
+    t->priorities = ciphers ? ciphers : TLS_DEFAULT_PRIORITIES;
+    if (ciphers && !priorities_valid(ciphers, err, errlen))
+        return false;
     if (cacert) {
         size_t len;
         char *bundle = read_pem("--cacert", cacert, 16 * TLS_MAX_PEM, &len, err, errlen);
@@ -97,16 +163,9 @@ bool tls_load(Tls *t, const char *cert_path, const char *key_path, const char *c
         tls_clear(t);
         return false;
     }
-    /* Say plainly what is wrong with a file given in the wrong place or
-     * encrypted: libmicrohttpd's own words for these are GnuTLS's. */
-    if (!has(t->cert_pem, "-----BEGIN CERTIFICATE-----"))
-        snprintf(err, errlen, "--tls-cert %s: no PEM certificate in it (-----BEGIN CERTIFICATE-----)", cert_path);
-    else if (!has(t->key_pem, "-----BEGIN ") || !has(t->key_pem, "PRIVATE KEY-----"))
-        snprintf(err, errlen, "--tls-key %s: no PEM private key in it (-----BEGIN ... PRIVATE KEY-----)", key_path);
-    else if (has(t->key_pem, "ENCRYPTED"))
-        snprintf(err, errlen, "--tls-key %s: the key is encrypted; leasegate needs it unencrypted "
-                              "(openssl pkey -in KEY -out PLAIN-KEY), readable only by its user", key_path);
-    else
+    /* libmicrohttpd's own words for these are GnuTLS's. */
+    pem_pair_problem("--tls-cert", cert_path, t->cert_pem, "--tls-key", key_path, t->key_pem, err, errlen);
+    if (!err[0])
         return true;
     tls_clear(t);
     return false;
@@ -154,7 +213,7 @@ void tls_mhd_options(Tls *t, struct MHD_OptionItem *opts)
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_log, t};
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, t->key_pem};
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, t->cert_pem};
-        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)t->priorities};
     }
     opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 }

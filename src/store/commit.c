@@ -70,6 +70,16 @@ struct Commit {
     uint64_t snap_size;
     char snap_err[256];
     char err[256];
+    /* A stall (commit.h). The writer sets stalled and stall_why (under mu);
+     * the loop asks for a fenced read by raising check_asked, the writer
+     * makes it and sets check_done to the value it read before, or
+     * check_failed. The two lists are the loop's: holds waiting for the next
+     * check, and holds the check of check_gen covers. */
+    _Atomic bool stalled, give_up, check_failed;
+    char stall_why[256];
+    _Atomic uint64_t check_asked, check_done;
+    uint64_t check_gen;
+    Batch stall_wait, stall_check; /* only their holds are used */
 };
 
 static void batch_init(Batch *b)
@@ -132,6 +142,68 @@ static bool wait_for_batch(Commit *c, bool spin)
     return atomic_load(&c->state) == INFLIGHT_HANDED && !atomic_load(&c->stop);
 }
 
+static void wake_loop(Commit *c)
+{
+    uint64_t one = 1;
+    while (write(c->efd, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+}
+
+/* The store refused the inflight batch for now (STORE_REFUSED): try it again
+ * every STALL_RETRY_MS, and between tries make the fenced reads the loop asks
+ * for (commit.h). 0 once it applied, -1 when it failed, leadership is
+ * unknown (a fenced read failed) or the loop gave up. Writer thread. */
+#define STALL_RETRY_MS 1000
+static int stall(Commit *c, const StoreBatch *sb)
+{
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->stall_why, sizeof c->stall_why, "%s", store_error(c->store));
+    pthread_mutex_unlock(&c->mu);
+    atomic_store(&c->stalled, true);
+    wake_loop(c);
+    int rc = STORE_REFUSED;
+    struct timespec retry_at;
+    clock_gettime(CLOCK_MONOTONIC, &retry_at);
+    retry_at.tv_sec += STALL_RETRY_MS / 1000;
+    while (rc == STORE_REFUSED) {
+        pthread_mutex_lock(&c->mu);
+        while (!atomic_load(&c->give_up) && !atomic_load(&c->stop) &&
+               atomic_load(&c->check_asked) == atomic_load(&c->check_done) && !atomic_load(&c->check_failed) &&
+               pthread_cond_timedwait(&c->cv, &c->mu, &retry_at) == 0)
+            ;
+        pthread_mutex_unlock(&c->mu);
+        if (atomic_load(&c->give_up) || atomic_load(&c->stop)) {
+            rc = -1;
+            break;
+        }
+        uint64_t asked = atomic_load(&c->check_asked);
+        if (asked != atomic_load(&c->check_done) && !atomic_load(&c->check_failed)) {
+            if (store_barrier(c->store)) {
+                atomic_store(&c->check_failed, true);
+                wake_loop(c);
+                rc = -1;
+                break;
+            }
+            atomic_store(&c->check_done, asked);
+            wake_loop(c);
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > retry_at.tv_sec || (now.tv_sec == retry_at.tv_sec && now.tv_nsec >= retry_at.tv_nsec)) {
+            rc = store_commit(c->store, sb);
+            retry_at = now;
+            retry_at.tv_sec += STALL_RETRY_MS / 1000;
+            if (rc == STORE_REFUSED) {
+                pthread_mutex_lock(&c->mu);
+                snprintf(c->stall_why, sizeof c->stall_why, "%s", store_error(c->store));
+                pthread_mutex_unlock(&c->mu);
+            }
+        }
+    }
+    atomic_store(&c->stalled, false);
+    return rc;
+}
+
 static void *writer_main(void *arg)
 {
     Commit *c = arg;
@@ -150,6 +222,8 @@ static void *writer_main(void *arg)
         /* A batch without rows was handed over for its holds: with barriers
          * they wait for a fenced transaction sent now (commit.h). */
         int rc = batch_has_rows(b) ? store_commit(c->store, &sb) : c->barriers ? store_barrier(c->store) : 0;
+        if (rc == STORE_REFUSED)
+            rc = stall(c, &sb);
         b->result = rc ? -1 : 0;
         b->seconds = seconds_since(&t0);
         /* Between two commits, so the copy is exactly what is durable; the
@@ -161,9 +235,7 @@ static void *writer_main(void *arg)
         }
         clock_gettime(CLOCK_MONOTONIC, &idle_since);
         atomic_store(&c->state, INFLIGHT_DONE);
-        uint64_t one = 1;
-        while (write(c->efd, &one, sizeof one) < 0 && errno == EINTR)
-            ;
+        wake_loop(c);
     }
     return NULL;
 }
@@ -189,8 +261,14 @@ Commit *commit_new(Store *store, char *err, size_t errlen)
         free(c);
         return NULL;
     }
+    batch_init(&c->stall_wait);
+    batch_init(&c->stall_check);
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the stall's timed waits */
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = pthread_create(&c->writer, NULL, writer_main, c);
     if (rc) {
         snprintf(err, errlen, "pthread_create: %s", strerror(rc));
@@ -217,6 +295,8 @@ void commit_free(Commit *c)
             close(c->batches[i].snap_fd);
     batch_clear(&c->batches[0]);
     batch_clear(&c->batches[1]);
+    batch_clear(&c->stall_wait);
+    batch_clear(&c->stall_check);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -386,6 +466,166 @@ void commit_unhold(Commit *c, CommitHold *hold)
     hold->batch = NULL;
 }
 
+/* Stalls (commit.h). */
+
+static void fail_batch_holds(Batch *b);
+
+bool commit_stalled(Commit *c, char *why, size_t len)
+{
+    if (!atomic_load(&c->stalled))
+        return false;
+    pthread_mutex_lock(&c->mu);
+    snprintf(why, len, "%s", c->stall_why);
+    pthread_mutex_unlock(&c->mu);
+    return true;
+}
+
+static bool named(const char *a, uint8_t akind, const char *b, LockKind bkind)
+{
+    return akind == bkind && !strcmp(a, b);
+}
+
+static bool batch_touches(const Batch *b, LockKind kind, const char *name)
+{
+    uint8_t object = kind == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : AUDIT_OF_LOCK;
+    for (size_t i = 0; i < b->n; i++) {
+        const StoreRecord *r = &b->records[i];
+        switch ((StoreRecordKind)r->kind) {
+        case REC_LOCK:
+            if (named(r->lock.name, r->lock.kind, name, kind))
+                return true;
+            break;
+        case REC_HOLDER:
+            if (named(r->holder.name, r->holder.kind, name, kind))
+                return true;
+            break;
+        case REC_ENDED:
+            if (named(r->ended.lock, r->ended.kind, name, kind))
+                return true;
+            break;
+        case REC_AUDIT:
+            /* A removal names its seq and key only: it shows nothing of the name. */
+            if (!r->removal && r->audit.object == object && !strcmp(r->audit.lock, name))
+                return true;
+            break;
+        case REC_FENCE:
+        case REC_GUARD_MARK:
+        case REC_FLOOR:
+        case REC_REVOKED:
+        case REC_KINDS:
+            break; /* not shown by a read of a lock or semaphore */
+        }
+    }
+    return false;
+}
+
+bool commit_touches(const Commit *c, LockKind kind, const char *name)
+{
+    assert(thread_owns(&c->owner));
+    /* The writer only reads a batch it was handed (to commit it, or to try
+     * it again while it stalls): the loop reading it too is read beside read
+     * (threads.h). */
+    return batch_touches(c->pending, kind, name) ||
+           (atomic_load(&c->state) != INFLIGHT_IDLE && batch_touches(c->inflight, kind, name));
+}
+
+/* Moves every hold of `from` to the end of `to`'s queue. */
+static void move_holds(Batch *from, Batch *to)
+{
+    while (from->holds.head) {
+        CommitHold *h = DLIST_ITEM(from->holds.head, CommitHold, link);
+        dlist_remove(&from->holds, &h->link);
+        h->batch = to;
+        dlist_append(&to->holds, &h->link);
+    }
+}
+
+/* The loop's side of the stall's fenced reads: runs the holds a finished
+ * check covers, fails them when it failed (the writer's batch fails too, and
+ * the loop learns it from commit_done), and asks for the next check when
+ * holds wait and none is under way. */
+static void stall_reads_progress(Commit *c)
+{
+    if (c->stall_check.holds.len && atomic_load(&c->check_failed)) {
+        fail_batch_holds(&c->stall_check);
+    } else if (c->stall_check.holds.len && atomic_load(&c->check_done) >= c->check_gen) {
+        DLink *l = c->stall_check.holds.head;
+        for (DLink *x = l; x; x = x->next)
+            DLIST_ITEM(x, CommitHold, link)->batch = NULL;
+        c->stall_check.holds = (DList){0};
+        while (l) {
+            DLink *next = l->next;
+            CommitHold *h = DLIST_ITEM(l, CommitHold, link);
+            h->ready(h);
+            l = next;
+        }
+    }
+    if (c->stall_wait.holds.len && !c->stall_check.holds.len && atomic_load(&c->stalled) &&
+        !atomic_load(&c->check_failed)) {
+        move_holds(&c->stall_wait, &c->stall_check);
+        /* The writer reads check_asked after this store: its check begins
+         * after every hold now in stall_check was queued. */
+        c->check_gen = atomic_fetch_add(&c->check_asked, 1) + 1;
+        pthread_mutex_lock(&c->mu);
+        pthread_cond_signal(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+/* Takes the holds of b that have a failed callback off its queue into out;
+ * the others stay queued. */
+static void take_answers(Batch *b, DList *out)
+{
+    DLink *l = b->holds.head;
+    while (l) {
+        DLink *next = l->next;
+        CommitHold *h = DLIST_ITEM(l, CommitHold, link);
+        if (h->failed) {
+            dlist_remove(&b->holds, l);
+            h->batch = NULL;
+            dlist_append(out, l);
+        }
+        l = next;
+    }
+}
+
+void commit_stall_fail_answers(Commit *c)
+{
+    assert(thread_owns(&c->owner));
+    DList taken = {0};
+    take_answers(c->inflight, &taken);
+    take_answers(c->pending, &taken);
+    /* Off every queue first: a callback may touch other holds (an answer's end). */
+    while (taken.head) {
+        CommitHold *h = DLIST_ITEM(taken.head, CommitHold, link);
+        dlist_remove(&taken, taken.head);
+        h->failed(h);
+    }
+}
+
+void commit_stall_hold(Commit *c, CommitHold *hold)
+{
+    assert(thread_owns(&c->owner));
+    hold->batch = &c->stall_wait;
+    dlist_append(&c->stall_wait.holds, &hold->link);
+    stall_reads_progress(c);
+}
+
+void commit_stall_end(Commit *c)
+{
+    assert(thread_owns(&c->owner));
+    move_holds(&c->stall_check, c->pending);
+    move_holds(&c->stall_wait, c->pending);
+}
+
+void commit_stall_give_up(Commit *c)
+{
+    atomic_store(&c->give_up, true);
+    pthread_mutex_lock(&c->mu);
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
 void commit_flush(Commit *c)
 {
     assert(thread_owns(&c->owner));
@@ -423,6 +663,7 @@ int commit_done(Commit *c)
     uint64_t n;
     if (read(c->efd, &n, sizeof n) < 0 && errno != EAGAIN)
         return 0;
+    stall_reads_progress(c);
     if (atomic_load(&c->state) != INFLIGHT_DONE)
         return 0; /* not finished yet */
     Batch *b = c->inflight;
@@ -481,6 +722,8 @@ void commit_fail_holds(Commit *c)
     /* The batch being committed first: its holds came first. */
     fail_batch_holds(c->inflight);
     fail_batch_holds(c->pending);
+    fail_batch_holds(&c->stall_check);
+    fail_batch_holds(&c->stall_wait);
 }
 
 int commit_sync(Commit *c)

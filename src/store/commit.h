@@ -150,6 +150,35 @@ int commit_done(Commit *c);
  * the batch being committed and of the pending one, is taken off its queue
  * and its failed callback (if any) runs; no ready runs after this. Loop thread. */
 void commit_fail_holds(Commit *c);
+/* Stalls. When the store refuses writes for now (STORE_REFUSED: etcd's
+ * alarm), the writer keeps the batch and tries it again every second until it
+ * applies, leadership is lost (then it fails) or commit_stall_give_up. The
+ * batches behind it wait: nothing of them is revealed. While it stalls, a
+ * read that reveals nothing of a batch not yet durable (commit_touches) can
+ * be answered after a fenced read of its own (commit_stall_hold), which the
+ * writer makes between its tries: what is durable, as of a moment after the
+ * read was decided, by a gateway that still leads. Loop thread, except where
+ * said. */
+/* Whether the writer stalls now, with why (the store's error) in why. */
+bool commit_stalled(Commit *c, char *why, size_t len);
+/* Whether a record of the name (a lock's or semaphore's, a reader's or
+ * permit's, an ended lease's, an audit row's) is in a batch not yet durable. */
+bool commit_touches(const Commit *c, LockKind kind, const char *name);
+/* While stalled: ready once a fenced read made after this call confirmed that
+ * this gateway leads and nothing was committed since its last transaction
+ * (failed, as other holds, when the writer's batch fails). After the stall
+ * the hold waits for an ordinary barrier (commit_stall_end). */
+void commit_stall_hold(Commit *c, CommitHold *hold);
+/* The stall began: the holds of the batch it refused and of the pending one
+ * that answer someone (those with a failed callback) are failed; the others
+ * (events waiting to be published) stay, and are ready once their batch
+ * applies. */
+void commit_stall_fail_answers(Commit *c);
+/* The stall is over: the holds of commit_stall_hold move to the pending batch. */
+void commit_stall_end(Commit *c);
+/* Stop trying (shutdown): the stalled batch fails. Any thread. */
+void commit_stall_give_up(Commit *c);
+
 /* Blocks until everything recorded so far is durable (shutdown). -1 on failure. */
 int commit_sync(Commit *c);
 const char *commit_error(const Commit *c);

@@ -3,17 +3,23 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 
+#include "core/log.h"
+#include "store/etcd_auth.h"
 #include "store/jsondump.h"
 
 /* A dead member on a reachable machine refuses at once; one whose machine is
  * gone does not answer the SYN: this bounds the wait for it. */
 #define CONNECT_TIMEOUT_MS 1000L
+/* An attempt to log in waits at least this long for its member (etcd checks
+ * the password with bcrypt, tens of milliseconds of its CPU). */
+#define LOGIN_TIMEOUT_MS 5000L
 /* When every endpoint failed at once (refused, 5xx): the pause before the next round. */
 #define ROUND_PAUSE_MS 100
 
@@ -28,6 +34,9 @@ struct EtcdClient {
     long budget_ms;        /* etcd_client_retry: rounds go on until this has passed; 0: one round */
     bool (*cancelled)(void *ud);
     void *cancel_ud;
+    char token[2048];   /* etcd's auth token (etcd_auth.h); "" before a login */
+    bool auth_off;      /* etcd said its authentication is not enabled: no login until a call needs one */
+    char errbuf[CURL_ERROR_SIZE]; /* libcurl's detail of the last transfer's failure */
     int failed_as;  /* the EtcdErrKind of the attempt that just failed, or -1 (set by attempts) */
     int last_error; /* etcd_client_last_error */
 };
@@ -141,6 +150,7 @@ void etcd_client_free(EtcdClient *c)
 {
     if (!c)
         return;
+    memset(c->token, 0, sizeof c->token);
     curl_easy_cleanup(c->curl);
     grpc_forget_connections(c);
     free(c);
@@ -216,6 +226,13 @@ static bool common_options(EtcdClient *c, CURL *h, const char *target, long time
      * --cacert only says which CAs to trust. */
     if (c->url.cacert && curl_easy_setopt(h, CURLOPT_CAINFO, c->url.cacert) != CURLE_OK)
         return false;
+    /* The client certificate etcd's --client-cert-auth asks for (PEM files,
+     * read by libcurl at each new connection). */
+    if (c->url.cert && (curl_easy_setopt(h, CURLOPT_SSLCERT, c->url.cert) != CURLE_OK ||
+                        curl_easy_setopt(h, CURLOPT_SSLKEY, c->url.key) != CURLE_OK))
+        return false;
+    c->errbuf[0] = '\0';
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->errbuf);
     curl_easy_setopt(h, CURLOPT_URL, target);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
@@ -229,6 +246,45 @@ static bool common_options(EtcdClient *c, CURL *h, const char *target, long time
     }
     return true;
 }
+
+/* A transfer that failed before an answer, in err: libcurl's summary, its
+ * detail, and what to do when the detail says etcd refused the TLS
+ * handshake for want of a client certificate, or refused the one shown. */
+static void transport_error(const EtcdClient *c, const char *endpoint, CURLcode rc, char *err, size_t errlen)
+{
+    const char *detail = c->errbuf, *hint = "";
+    bool alert = strstr(detail, "certificate required") || strstr(detail, "handshake failure") ||
+                 strstr(detail, "bad certificate") || strstr(detail, "unknown ca") ||
+                 strstr(detail, "certificate unknown");
+    /* With TLS 1.3 a client's certificate is checked after the client has
+     * finished its handshake: etcd's refusal may come as an alert, or as the
+     * connection closed under the first request. */
+    bool closed = !strncmp(endpoint, "https:", 6) &&
+                  (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR || rc == CURLE_HTTP2 ||
+                   rc == CURLE_GOT_NOTHING || rc == CURLE_SSL_CONNECT_ERROR);
+    if (rc == CURLE_SSL_CERTPROBLEM)
+        hint = ": check --etcd-cert and --etcd-key";
+    else if ((alert || closed) && c->url.cert)
+        hint = alert ? ": etcd refuses this gateway's client certificate (--etcd-cert): is it signed by a CA in "
+                       "etcd's --trusted-ca-file, and for client authentication?"
+                     : ": if this persists, etcd refuses this gateway's client certificate (--etcd-cert: signed by a "
+                       "CA in etcd's --trusted-ca-file, for client authentication?)";
+    else if (alert || closed)
+        hint = alert ? ": etcd asks for a client certificate (its --client-cert-auth): give --etcd-cert and --etcd-key"
+                     : ": if this persists, etcd may ask for a client certificate (its --client-cert-auth): give "
+                       "--etcd-cert and --etcd-key";
+    snprintf(err, errlen, "%s: %s%s%s%s%s", endpoint, curl_easy_strerror(rc), detail[0] ? " (" : "", detail,
+             detail[0] ? ")" : "", hint);
+}
+
+const char *etcd_alarm_name(const char *err)
+{
+    return strstr(err, ETCD_NOSPACE_TEXT) ? "NOSPACE" : strstr(err, ETCD_CORRUPT_TEXT) ? "CORRUPT" : NULL;
+}
+
+/* etcd refuses writes while one of its alarms stands: a call that met one is
+ * not repeated on other members, which share the alarm (etcd.h). */
+static bool alarm_refusal(const char *text) { return etcd_alarm_name(text) != NULL; }
 
 typedef struct JsonCall {
     const char *path, *text;
@@ -245,11 +301,16 @@ static int json_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
     char target[512];
     snprintf(target, sizeof target, "%s%s", endpoint, path);
     Buf b = {0};
+    char auth[sizeof c->token + 32];
+    snprintf(auth, sizeof auth, "Authorization: %s", c->token);
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-    if (!headers) {
+    struct curl_slist *more = headers && c->token[0] ? curl_slist_append(headers, auth) : headers;
+    if (!more) {
+        curl_slist_free_all(headers);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    headers = more;
     CURL *h = c->curl;
     curl_easy_reset(h);
     if (!common_options(c, h, target, timeout_ms)) {
@@ -271,7 +332,7 @@ static int json_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
     } else if (rc == CURLE_ABORTED_BY_CALLBACK) {
         snprintf(err, errlen, "cancelled");
     } else if (rc != CURLE_OK) {
-        snprintf(err, errlen, "%s: %s", endpoint, curl_easy_strerror(rc));
+        transport_error(c, endpoint, rc, err, errlen);
         *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
         c->failed_as = (int)kind_of_transfer(rc);
         result = 1;
@@ -284,11 +345,16 @@ static int json_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
             j = NULL;
             result = 0;
         } else {
-            snprintf(err, errlen, "%s%s: HTTP %ld: %.200s", endpoint, path, status,
-                     msg ? msg : b.data ? b.data : "(no body)");
+            /* etcd's own HTTP errors end in a newline */
+            const char *text = msg ? msg : b.data ? b.data : "(no body)";
+            int len = (int)strnlen(text, 300);
+            while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+                len--;
+            snprintf(err, errlen, "%s%s: HTTP %ld: %.*s", endpoint, path, status, len, text);
             /* 5xx and 429 (etcd's "too many requests", refused before
-             * the proposal): the next member may answer. Others are final. */
-            result = status >= 500 || status == 429 ? 1 : -1;
+             * the proposal): the next member may answer. Others are final,
+             * and so is an alarm's refusal (429 too, for NOSPACE). */
+            result = (status >= 500 || status == 429) && !alarm_refusal(err) ? 1 : -1;
             c->failed_as = (int)kind_of_refusal(result == 1, msg ? msg : b.data);
         }
         json_decref(j);
@@ -358,6 +424,87 @@ static int call_with_retry(EtcdClient *c, AttemptFn attempt, void *call, char *e
     return rc == 0 ? 0 : -1;
 }
 
+/* Logs in as --etcd-auth-file's user (etcd_auth.h): 0 with c->token, or
+ * with c->auth_off when etcd's authentication is not enabled; -1 with err
+ * naming the user when etcd refused the login or did not answer. */
+static int log_in(EtcdClient *c, char *err, size_t errlen)
+{
+    EtcdAuth *a = c->url.auth;
+    json_t *body = json_pack("{s:s, s:s}", "name", a->user, "password", a->password);
+    char *text = jsondump_whole(body, JSON_COMPACT);
+    json_decref(body);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    json_t *resp = NULL;
+    char why[700];
+    JsonCall call = {"/v3/auth/authenticate", text, &resp};
+    c->token[0] = '\0';
+    /* etcd checks the password with bcrypt: give a login longer than a
+     * keepalive's bound (etcd.h), then restore the client's. */
+    long timeout = c->timeout_ms, first = c->first_timeout_ms;
+    if (c->timeout_ms && c->timeout_ms < LOGIN_TIMEOUT_MS)
+        c->timeout_ms = c->first_timeout_ms = LOGIN_TIMEOUT_MS;
+    int rc = call_with_retry(c, json_attempt, &call, why, sizeof why);
+    c->timeout_ms = timeout;
+    c->first_timeout_ms = first;
+    memset(text, 0, strlen(text)); /* the password */
+    free(text);
+    if (rc && etcd_auth_off(why)) {
+        c->auth_off = true;
+        if (!atomic_exchange(&a->warned_off, true))
+            log_line(LEVEL_WARN, "note: etcd's authentication is not enabled: the user of %s is not used (until "
+                                 "etcd asks for one)",
+                     a->path);
+        return 0;
+    }
+    const char *token = rc ? NULL : json_string_value(json_object_get(resp, "token"));
+    if (!rc && (!token || strlen(token) >= sizeof c->token))
+        snprintf(why, sizeof why, "no token (or one longer than %zu bytes) in etcd's answer", sizeof c->token - 1);
+    else if (!rc)
+        snprintf(c->token, sizeof c->token, "%s", token);
+    json_decref(resp);
+    if (!c->token[0]) {
+        snprintf(err, errlen, "%s the login of user '%s' (--etcd-auth-file %s): %s",
+                 strstr(why, ": HTTP ") ? "etcd refused" : "etcd did not answer", a->user, a->path, why);
+        return -1;
+    }
+    c->auth_off = false;
+    return 0;
+}
+
+/* A call with its attempts (call_with_retry), logged in first when a user
+ * is given; when etcd says the call needs a new token (it expired, etcd's
+ * users or roles changed, or etcd turned authentication on), the client logs
+ * in again and makes the call once more: etcd refused it unapplied. Without
+ * a user, an etcd that asks for one is named in err. */
+static int authed_call(EtcdClient *c, AttemptFn attempt, void *call, char *err, size_t errlen)
+{
+    for (int round = 0;; round++) {
+        int rc = c->url.auth && !c->token[0] && !c->auth_off ? log_in(c, err, errlen) : 0;
+        if (rc == 0)
+            rc = call_with_retry(c, attempt, call, err, errlen);
+        if (rc && strstr(err, "CommonName of client sending a request against gateway")) {
+            /* etcd's words say what it ignores, not what to do. */
+            snprintf(err, errlen, "etcd refuses a client certificate with a CommonName on its JSON gateway while its "
+                                  "authentication is on: make the client certificate without a CommonName (subject "
+                                  "/O=leasegate) and log in with --etcd-auth-file");
+            return -1;
+        }
+        if (rc == 0 || !etcd_auth_retry(err))
+            return rc;
+        if (!c->url.auth || round) {
+            size_t n = strlen(err);
+            snprintf(err + n, errlen - n, "%s", c->url.auth ? " (after a new login)"
+                                                            : ": etcd has authentication enabled: give --etcd-auth-file");
+            return -1;
+        }
+        c->token[0] = '\0';
+        c->auth_off = false;
+    }
+}
+
 int etcd_call(EtcdClient *c, const char *path, json_t *body, json_t **resp, char *err, size_t errlen)
 {
     *resp = NULL;
@@ -368,7 +515,7 @@ int etcd_call(EtcdClient *c, const char *path, json_t *body, json_t **resp, char
         return -1;
     }
     JsonCall call = {path, text, resp};
-    int rc = call_with_retry(c, json_attempt, &call, err, errlen);
+    int rc = authed_call(c, json_attempt, &call, err, errlen);
     free(text);
     return rc;
 }
@@ -490,8 +637,12 @@ static int grpc_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
     *timed_out = false;
     char target[512];
     snprintf(target, sizeof target, "%s%s", endpoint, gc->method);
+    char token[sizeof c->token + 16];
+    snprintf(token, sizeof token, "token: %s", c->token); /* the metadata etcd reads the auth token from */
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/grpc");
     struct curl_slist *more = headers ? curl_slist_append(headers, "TE: trailers") : NULL;
+    if (more && c->token[0])
+        more = curl_slist_append(more, token);
     if (!more) {
         curl_slist_free_all(headers);
         snprintf(err, errlen, "out of memory");
@@ -529,7 +680,7 @@ static int grpc_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
         } else if (rc == CURLE_ABORTED_BY_CALLBACK) {
             snprintf(err, errlen, "cancelled");
         } else if (rc != CURLE_OK) {
-            snprintf(err, errlen, "%s: %s", endpoint, curl_easy_strerror(rc));
+            transport_error(c, endpoint, rc, err, errlen);
             *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
             c->failed_as = (int)kind_of_transfer(rc);
             result = 1;
@@ -544,7 +695,7 @@ static int grpc_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
             result = 1;
         } else if (a.status != 0) {
             snprintf(err, errlen, "%s%s: gRPC status %d: %s", endpoint, gc->method, a.status, a.message);
-            result = grpc_retryable(a.status) ? 1 : -1;
+            result = grpc_retryable(a.status) && !alarm_refusal(a.message) ? 1 : -1;
             c->failed_as = (int)kind_of_refusal(result == 1, a.message);
         } else if (!grpc_unframe(&a.body, gc->answer)) {
             snprintf(err, errlen, "%s%s: the answer is not one gRPC message", endpoint, gc->method);
@@ -577,7 +728,7 @@ int etcd_grpc_call(EtcdClient *c, const char *method, const PbBuf *request, PbBu
         return -1;
     }
     GrpcCall call = {method, &frame, answer};
-    int rc = call_with_retry(c, grpc_attempt, &call, err, errlen);
+    int rc = authed_call(c, grpc_attempt, &call, err, errlen);
     if (rc)
         pb_free(answer); /* an answer that ran out of memory half-way */
     pb_free(&frame);

@@ -69,6 +69,8 @@ typedef struct EtcdUrl {
     size_t nendpoints;
     char prefix[256]; /* without leading or trailing '/', never empty */
     const char *cacert; /* borrowed: the CAs etcd's certificate must be signed by; NULL: the system's */
+    const char *cert, *key; /* borrowed: the client certificate and key shown to etcd (PEM); NULL: none */
+    struct EtcdAuth *auth; /* borrowed: an etcd user's name and password (etcd_auth.h); NULL: none */
     EtcdStats *stats;   /* borrowed: where every client of this URL counts; NULL: nowhere */
 } EtcdUrl;
 
@@ -118,6 +120,15 @@ int etcd_call(EtcdClient *c, const char *path, json_t *body, json_t **resp, char
  * 429 move on to the next member, as those answers do. */
 int etcd_grpc_call(EtcdClient *c, const char *method, const PbBuf *request, PbBuf *answer, char *err,
                    size_t errlen);
+
+/* What etcd says when it refuses a write for one of its alarms: its quota
+ * is full (NOSPACE: until an operator frees space and disarms it) or its
+ * members' data differ (CORRUPT). Such a call fails at once, on the first
+ * member: every member shares the alarm. */
+#define ETCD_NOSPACE_TEXT "database space exceeded"
+#define ETCD_CORRUPT_TEXT "corrupt cluster"
+/* "NOSPACE" or "CORRUPT" when an error (its text) is such a refusal, else NULL. */
+const char *etcd_alarm_name(const char *err);
 
 /* Base64 (RFC 4648, with padding). encode: a new NUL-terminated string;
  * decode: a new buffer of *len bytes plus a NUL, or NULL when text is not

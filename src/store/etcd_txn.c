@@ -6,7 +6,7 @@
  *                create_revision 5, mod_revision 6, value 7 (one of the last three)
  *   RequestOp    request_range 1, request_put 2, request_delete_range 3
  *   RangeRequest key 1; PutRequest key 1, value 2; DeleteRangeRequest key 1, range_end 2
- *   TxnResponse  header 1, succeeded 2, responses 3
+ *   TxnResponse  header 1, succeeded 2, responses 3; ResponseHeader revision 3
  *   ResponseOp   response_range 1 (response_put 2, response_delete_range 3)
  *   RangeResponse header 1, kvs 2; KeyValue key 1, create_revision 2, mod_revision 3, value 5
  */
@@ -138,7 +138,15 @@ int etcd_txn_answer_read(const void *data, size_t len, EtcdTxnAnswer *out)
     size_t ranges = 0; /* kv counts range reads only: a put's or a delete's response takes no slot */
     int rc;
     while ((rc = pb_next(&r, &f)) == 1) {
-        if (f.number == 2 && f.wire == 0) {
+        if (f.number == 1 && f.wire == 2) {
+            PbReader h = pb_reader(f.data, f.len);
+            PbField hf;
+            while ((rc = pb_next(&h, &hf)) == 1)
+                if (hf.number == 3 && hf.wire == 0)
+                    out->revision = (int64_t)hf.value;
+            if (rc < 0)
+                break;
+        } else if (f.number == 2 && f.wire == 0) {
             out->succeeded = f.value != 0;
         } else if (f.number == 3 && f.wire == 2) {
             size_t i = ranges;

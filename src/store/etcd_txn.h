@@ -51,6 +51,7 @@ typedef struct EtcdKv {
  * first key of each of the first ETCD_TXN_KVS range reads of the branch
  * that ran (responses in the order of its operations). */
 typedef struct EtcdTxnAnswer {
+    int64_t revision; /* etcd's revision once the transaction applied (its header's) */
     bool succeeded;
     EtcdKv kv[ETCD_TXN_KVS];
 } EtcdTxnAnswer;

@@ -67,6 +67,7 @@ bool record_copy(Arena *a, StoreRecord *to, const StoreRecord *from)
         to->audit.owner = dup(a, from->audit.owner, &ok);
         to->audit.key = dup(a, from->audit.key, &ok);
         to->audit.peer = dup(a, from->audit.peer, &ok);
+        to->audit.reason = dup(a, from->audit.reason ? from->audit.reason : "", &ok); /* "": none */
         return ok;
     case REC_KINDS:
         break;

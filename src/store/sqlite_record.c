@@ -225,7 +225,8 @@ static bool read_revoked(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
 
 #define AUDIT_LIST(P, X)                                                                                             \
     X(P, seq, SQL_KEY) X(P, at_ms, SQL_SET) X(P, kind, SQL_SET) X(P, lock, SQL_SET) X(P, owner, SQL_SET)             \
-        X(P, token, SQL_SET) X(P, key, SQL_SET) X(P, peer, SQL_SET) X(P, object, SQL_SET) X(P, mode, SQL_SET)
+        X(P, token, SQL_SET) X(P, key, SQL_SET) X(P, peer, SQL_SET) X(P, object, SQL_SET) X(P, mode, SQL_SET)     \
+            X(P, reason, SQL_SET)
 DESCRIBE_COLUMNS(AUDIT, AUDIT_LIST);
 
 static int bind_audit(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot)
@@ -238,7 +239,8 @@ static int bind_audit(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot
     return rc | bind_i64(st, AUDIT_at_ms, a->at_ms) | sqlite3_bind_int(st, PARAM(AUDIT_kind), a->kind) |
            bind_text(st, AUDIT_lock, a->lock) | bind_text(st, AUDIT_owner, a->owner) |
            bind_u64(st, AUDIT_token, a->token) | bind_text(st, AUDIT_key, a->key) | bind_text(st, AUDIT_peer, a->peer) |
-           sqlite3_bind_int(st, PARAM(AUDIT_object), a->object) | sqlite3_bind_int(st, PARAM(AUDIT_mode), a->mode);
+           sqlite3_bind_int(st, PARAM(AUDIT_object), a->object) | sqlite3_bind_int(st, PARAM(AUDIT_mode), a->mode) |
+           bind_text(st, AUDIT_reason, a->reason ? a->reason : "");
 }
 
 static bool read_audit(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
@@ -253,8 +255,9 @@ static bool read_audit(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
                           col_text(st, AUDIT_key),
                           col_text(st, AUDIT_peer),
                           (uint8_t)sqlite3_column_int(st, AUDIT_object),
-                          (uint8_t)sqlite3_column_int(st, AUDIT_mode)};
-    return r->audit.lock && r->audit.owner && r->audit.key && r->audit.peer;
+                          (uint8_t)sqlite3_column_int(st, AUDIT_mode),
+                          col_text(st, AUDIT_reason)};
+    return r->audit.lock && r->audit.owner && r->audit.key && r->audit.peer && r->audit.reason;
 }
 
 /* One descriptor per kind: a kind missing here is a compile error

@@ -41,10 +41,16 @@ typedef struct StoreLoad {
 
 typedef struct Store Store;
 
+#define STORE_REFUSED 1
+
 typedef struct StoreOps {
     /* Reads everything; *last_token is the largest token ever committed. 0 on success. */
     int (*load)(Store *s, const StoreLoad *cb, uint64_t *last_token);
-    /* Applies the batch atomically and durably. 0 on success. */
+    /* Applies the batch atomically and durably. 0 on success; STORE_REFUSED
+     * when the store refuses writes for now (etcd's NOSPACE or CORRUPT
+     * alarm: error() names it) and no more of the batch applied: commit is
+     * called again with the same batch, and goes on where it stopped;
+     * another value: failed. */
     int (*commit)(Store *s, const StoreBatch *batch);
     /* A store that another process may take over (etcd) has a barrier: a
      * transaction fenced like a commit that changes nothing, made now. 0 means
@@ -95,6 +101,11 @@ typedef struct Election Election;
  * operations in a transaction (etcd's --max-txn-ops). Connects lazily: NULL
  * only when out of memory (message in err). */
 Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_ops, char *err, size_t errlen);
+/* The leader compacts etcd's history after its commits (etcd_compact.h):
+ * every interval_s at the revision of one interval before, and once it wrote
+ * `bytes` since the last compaction; 0 turns either off. Before the first
+ * commit. */
+void store_etcd_compaction(Store *s, unsigned interval_s, uint64_t bytes);
 
 typedef struct StoreBackupInfo {
     uint64_t locks;      /* lock and semaphore rows in the copy */

@@ -85,17 +85,21 @@
 #include "store/store.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uuid/uuid.h>
 
 #include "core/leasehist.h"
 #include "core/log.h"
 #include "store/election.h"
 #include "store/etcd.h"
+#include "store/etcd_compact.h"
 #include "store/etcd_txn.h"
+#include "store/lockspace.h"
 #include "store/arena.h"
 #include "store/jsondump.h"
 
@@ -148,6 +152,15 @@ typedef struct EtcdStore {
     char *layout_key;     /* PREFIX/meta/layout; owned */
     char *layout_key_b64; /* the same in base64, for the JSON gateway; owned */
     uint64_t audit_legacy_below; /* such groups whose rows are all below this are deleted */
+    /* A batch etcd refused part-way for an alarm (STORE_REFUSED): its
+     * operations, ordered, and how far they were written; the next commit is
+     * the same batch, and goes on from there. */
+    struct Resume *resume; /* owned; NULL when none */
+    EtcdCompact compact;  /* when to compact etcd's history (compact_after) */
+    EtcdStats *stats;     /* the gateway's, borrowed (its compactions count there); NULL: none */
+    int64_t compact_retry_ms; /* monotonic: no compaction before this, after one failed */
+    int64_t compact_logged_ms; /* monotonic: when compactions were last logged */
+    uint64_t compactions; /* since the last log line */
     char err[512];
 } EtcdStore;
 
@@ -166,6 +179,12 @@ typedef struct Ops {
     size_t n, cap;
     bool nomem;
 } Ops;
+
+struct Resume {
+    Ops ops;
+    size_t from, parts;
+    uint64_t prune_upto, audit_legacy_below;
+};
 
 enum { PRIO_COUNTER, PRIO_FLOOR, PRIO_REVOKED, PRIO_HOLDER_GONE, PRIO_PUT, PRIO_DELETE, PRIO_PRUNE };
 
@@ -216,8 +235,9 @@ static char *decimal(uint64_t v)
     return asprintf(&text, "%" PRIu64, v) < 0 ? NULL : text;
 }
 
-/* The layout this gateway writes (see the key list at the top). */
-#define LAYOUT 2
+/* The layout this gateway writes (see the key list at the top): the schema
+ * of the lock spaces it creates (lockspace.h). */
+#define LAYOUT ETCD_LAYOUT
 
 /* A holder's fields; NULL when out of memory. */
 static json_t *holder_json(const Holder *h)
@@ -325,6 +345,8 @@ static json_t *audit_row(const AuditRow *r)
     if (j && r->object && json_object_set_new(j, "object", json_integer(r->object)))
         json_decref(j), j = NULL;
     if (j && r->mode && json_object_set_new(j, "mode", json_integer(r->mode)))
+        json_decref(j), j = NULL;
+    if (j && r->reason && *r->reason && json_object_set_new(j, "reason", json_string(r->reason)))
         json_decref(j), j = NULL;
     return j;
 }
@@ -652,6 +674,49 @@ static void txn_fence(const EtcdStore *s, PbBuf *txn)
     etcd_txn_range(txn, ETCD_FAILURE, s->mark_key);
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* After a transaction of this leader that wrote `written` bytes and left
+ * etcd at `revision`: compacts etcd's history when etcd_compact.h says so.
+ * A failed compaction costs nothing but the space it would have freed: it
+ * is logged and tried again a while later. */
+#define COMPACT_RETRY_MS 10000
+#define COMPACT_LOG_MS 60000
+static void compact_after(EtcdStore *s, uint64_t written, int64_t revision)
+{
+    int64_t now = mono_ms(), target = etcd_compact_note(&s->compact, now, revision, written);
+    if (!target || now < s->compact_retry_ms)
+        return;
+    char rev[32], err[400];
+    snprintf(rev, sizeof rev, "%lld", (long long)target);
+    json_t *resp;
+    /* Not physical: etcd answers once the compaction is agreed, and frees the
+     * space in the background. */
+    if (etcd_call(s->etcd, "/v3/kv/compaction", json_pack("{s:s}", "revision", rev), &resp, err, sizeof err) &&
+        !strstr(err, "required revision has been compacted")) {
+        s->compact_retry_ms = now + COMPACT_RETRY_MS;
+        log_line(LEVEL_WARN, "could not compact etcd's history at revision %s (tried again in %d s): %s", rev,
+                 COMPACT_RETRY_MS / 1000, err);
+        return;
+    }
+    json_decref(resp);
+    etcd_compact_done(&s->compact, target);
+    s->compactions++;
+    if (s->stats)
+        atomic_fetch_add(&s->stats->compactions, 1);
+    if (now - s->compact_logged_ms >= COMPACT_LOG_MS) {
+        log_line(LEVEL_INFO, "compacted etcd's history below revision %s (%llu compaction%s since the last such line)",
+                 rev, (unsigned long long)s->compactions, s->compactions == 1 ? "" : "s");
+        s->compact_logged_ms = now;
+        s->compactions = 0;
+    }
+}
+
 /* One transaction of ops[from, *to): as many as fit in max_txn_ops (with
  * the mark's put) and TXN_MAX_BYTES (at least one), fenced on the leader key
  * and ordered by the commit mark.
@@ -665,7 +730,8 @@ static void txn_fence(const EtcdStore *s, PbBuf *txn)
  * its own: each part applies once, right after the one before, and a copy
  * that comes after its twin or after any later part changes nothing. A
  * failed compare is read by txn_outcome. 0 applied, 1 fenced out (the
- * leader key is gone or another's), -1 failed (s->err). */
+ * leader key is gone or another's), 2 refused for an alarm (nothing applied),
+ * -1 failed (s->err). */
 static int send_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to)
 {
     char mark[48], before[48];
@@ -685,6 +751,11 @@ static int send_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to)
         op_write(&txn, op);
     }
     *to = i;
+    uint64_t written = strlen(s->mark_key) + strlen(mark) + ETCD_COMPACT_KEY_OVERHEAD;
+    for (size_t k = from; k < i; k++) {
+        const Op *op = &ops->items[k];
+        written += strlen(op->key) + (op->value ? strlen(op->value) : 0) + ETCD_COMPACT_KEY_OVERHEAD;
+    }
     if (txn.nomem) {
         pb_free(&txn);
         snprintf(s->err, sizeof s->err, "out of memory");
@@ -694,12 +765,18 @@ static int send_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to)
     char err[400];
     int rc = etcd_txn(s->etcd, &txn, &answer, err, sizeof err);
     pb_free(&txn);
+    if (rc && etcd_alarm_name(err)) {
+        /* Refused whole, before its compares: nothing of it applied. */
+        snprintf(s->err, sizeof s->err, "etcd refuses writes (alarm %s): %s", etcd_alarm_name(err), err);
+        return STORE_REFUSED + 1;
+    }
     if (rc) {
         snprintf(s->err, sizeof s->err, "etcd txn failed: %s", err);
         return -1;
     }
     char *found;
     TxnOutcome outcome = txn_outcome(s, &answer, mark, &found);
+    int64_t revision = answer.revision;
     etcd_txn_answer_free(&answer);
     if (outcome == TXN_MARK_MOVED)
         snprintf(s->err, sizeof s->err, "the commit mark in etcd is %s, not %s: another writer?",
@@ -708,6 +785,7 @@ static int send_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to)
     if (outcome != TXN_APPLIED)
         return outcome == TXN_FENCED_OUT ? 1 : -1;
     s->mark_seq++;
+    compact_after(s, written, revision);
     return 0;
 }
 
@@ -716,7 +794,7 @@ static int refence(EtcdStore *s, const char *last, const char *sent, bool *appli
 /* send_part, and when its fence fails because etcd ended the lease this
  * gateway led with, the same part again under the new leader key (refence).
  * *fenced_out: leadership is lost (etcd_commit says how much of the batch
- * was written). */
+ * was written). STORE_REFUSED: etcd refused the part for an alarm. */
 static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bool *fenced_out)
 {
     for (;;) {
@@ -724,6 +802,8 @@ static int commit_part(EtcdStore *s, const Ops *ops, size_t from, size_t *to, bo
         mark_text(s, s->mark_seq, last);
         mark_text(s, s->mark_seq + 1, sent);
         int rc = send_part(s, ops, from, to);
+        if (rc == STORE_REFUSED + 1)
+            return STORE_REFUSED;
         if (rc != 1)
             return rc;
         bool applied;
@@ -891,12 +971,18 @@ static int etcd_barrier(Store *base)
         snprintf(s->err, sizeof s->err, "etcd: no answer to a barrier: %s", err);
         return -1;
     }
-    char *found;
+    char *found, sent[48];
     TxnOutcome outcome = txn_outcome(s, &answer, mark, &found);
     etcd_txn_answer_free(&answer);
+    /* While a part etcd refused waits to be sent again (s->resume), an
+     * earlier attempt of it whose answer was lost may have applied: the mark
+     * is then that part's, written by this leader. */
+    mark_text(s, s->mark_seq + 1, sent);
     bool applied;
     if (outcome == TXN_FENCED_OUT && refence(s, mark, NULL, &applied) == 0)
         outcome = TXN_APPLIED; /* the move to the new key was made after this barrier began: it is one */
+    else if (outcome == TXN_MARK_MOVED && s->resume && found && !strcmp(found, sent))
+        outcome = TXN_APPLIED;
     else if (outcome == TXN_MARK_MOVED)
         snprintf(s->err, sizeof s->err, "the commit mark in etcd is %s, not %s: another writer?",
                  found ? found : "(none)", mark);
@@ -909,18 +995,30 @@ static int etcd_commit(Store *base, const StoreBatch *b)
     EtcdStore *s = (EtcdStore *)base;
     Ops ops = {0};
     uint64_t prune_upto = 0, audit_legacy_below = 0;
-    batch_ops(s, b, &ops, &prune_upto, &audit_legacy_below);
-    if (ops.nomem) {
-        ops_clear(&ops);
-        snprintf(s->err, sizeof s->err, "out of memory building an etcd transaction");
-        return -1;
+    size_t from = 0, parts = 0;
+    if (s->resume) {
+        /* The batch etcd refused for an alarm, again (store.h): on from the
+         * part it refused, with the operations ordered then. */
+        ops = s->resume->ops;
+        from = s->resume->from;
+        parts = s->resume->parts;
+        prune_upto = s->resume->prune_upto;
+        audit_legacy_below = s->resume->audit_legacy_below;
+        free(s->resume);
+        s->resume = NULL;
+    } else {
+        batch_ops(s, b, &ops, &prune_upto, &audit_legacy_below);
+        if (ops.nomem) {
+            ops_clear(&ops);
+            snprintf(s->err, sizeof s->err, "out of memory building an etcd transaction");
+            return -1;
+        }
+        order_ops(&ops);
     }
-    order_ops(&ops);
     /* A batch larger than one transaction goes in parts, in order. It is
      * durable only once every part is in: commit returns 0 only then, and the
      * caller reveals nothing of the batch before (commit.h), so a failure
      * between parts costs only the answers that were held for it. */
-    size_t from = 0, parts = 0;
     int rc = 0;
     bool fenced = false;
     while (from < ops.n && rc == 0) {
@@ -930,6 +1028,14 @@ static int etcd_commit(Store *base, const StoreBatch *b)
             from = to;
             parts++;
         }
+    }
+    if (rc == STORE_REFUSED && (s->resume = malloc(sizeof *s->resume))) {
+        *s->resume = (struct Resume){ops, from, parts, prune_upto, audit_legacy_below};
+        return STORE_REFUSED;
+    }
+    if (rc == STORE_REFUSED) {
+        snprintf(s->err, sizeof s->err, "out of memory keeping a batch etcd refused");
+        rc = -1;
     }
     if (fenced)
         snprintf(s->err, sizeof s->err,
@@ -1293,8 +1399,10 @@ static int load_audit_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, ui
     r->owner = json_string_value(json_object_get(j, "owner"));
     r->key = json_string_value(json_object_get(j, "key"));
     r->peer = json_string_value(json_object_get(j, "peer"));
+    const json_t *reason = json_object_get(j, "reason"); /* absent: none (rows written before it) */
+    r->reason = reason ? json_string_value(reason) : "";
     uint64_t object = 0, mode = 0;
-    bool ok = r->lock && r->owner && r->key && r->peer && json_u64(j, "token", &r->token) &&
+    bool ok = r->lock && r->owner && r->key && r->peer && r->reason && json_u64(j, "token", &r->token) &&
               json_i64(j, "kind", &kind) && json_i64(j, "at_ms", &at) &&
               (!json_object_get(j, "object") || json_u64(j, "object", &object)) &&
               (!json_object_get(j, "mode") || json_u64(j, "mode", &mode)) && object <= AUDIT_OF_FENCE &&
@@ -1535,6 +1643,9 @@ static void etcd_close(Store *base)
     EtcdStore *s = (EtcdStore *)base;
     if (!s)
         return;
+    if (s->resume)
+        ops_clear(&s->resume->ops);
+    free(s->resume);
     etcd_client_free(s->etcd);
     free(s->leader_key);
     free(s->mark_key);
@@ -1549,6 +1660,12 @@ static const char *etcd_error(const Store *base) { return ((const EtcdStore *)ba
 
 static const StoreOps ETCD_OPS = {
     .load = etcd_load, .commit = etcd_commit, .barrier = etcd_barrier, .close = etcd_close, .error = etcd_error};
+
+void store_etcd_compaction(Store *base, unsigned interval_s, uint64_t bytes)
+{
+    EtcdStore *s = (EtcdStore *)base;
+    etcd_compact_init(&s->compact, (int64_t)interval_s * 1000, bytes);
+}
 
 Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_ops, char *err, size_t errlen)
 {
@@ -1570,6 +1687,7 @@ Store *store_etcd_open(const EtcdUrl *url, Election *election, size_t max_txn_op
     }
     s->leader_rev = election_revision(election);
     s->max_txn_ops = max_txn_ops;
+    s->stats = url->stats;
     s->etcd = etcd_client_new(url, CALL_TIMEOUT_MS);
     if (s->etcd)
         etcd_client_retry(s->etcd, CALL_FIRST_MS, CALL_BUDGET_MS);

@@ -37,6 +37,7 @@
 #include "core/leasehist.h"
 #include "core/log.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
@@ -56,7 +57,7 @@
  * caught when the store opens. A new database gets SCHEMA_V9, then every step from
  * 9 on, like an old one: so steps written on two branches compose by
  * numbering one after the other, and nobody rewrites a schema by hand. */
-#define SCHEMA_VERSION 11
+#define SCHEMA_VERSION 12
 #define SCHEMA_BASE_VERSION 9
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
@@ -178,6 +179,8 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
            "DROP TABLE locks;"
            "DROP TABLE semaphores;"
            "DROP TABLE holders;",
+    /* Version 12: a guard refusal's audit row says why (AuditRow.reason). */
+    [11] = "ALTER TABLE audit ADD COLUMN reason TEXT NOT NULL DEFAULT '';",
 };
 
 /* The statements that are no record's (each kind's are built from its
@@ -801,6 +804,39 @@ static int sqlite_snapshot(Store *base, uint64_t *size)
     return fd;
 }
 
+/* A snapshot's file lives only while sqlite_snapshot runs; one left beside
+ * the database (the server was killed meanwhile) holds a copy of every lease
+ * and nothing else refers to it. Called with the database's flock held, so
+ * no other server's snapshot can be in progress. Best effort: a file that
+ * cannot be removed is named in the log and the start goes on. */
+static void remove_stale_snapshots(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    size_t blen = strlen(base), slen = strlen(".snapshot-");
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strlen(e->d_name) != blen + slen + 6 || strncmp(e->d_name, base, blen) ||
+            strncmp(e->d_name + blen, ".snapshot-", slen))
+            continue;
+        char file[4096 + 256];
+        snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+        if (unlink(file) == 0)
+            log_line(LEVEL_INFO, "removed %s, a backup's copy left by a server that stopped while making it", file);
+        else
+            log_line(LEVEL_WARN, "cannot remove %s, a backup's copy left by a server that stopped while making "
+                                 "it: %s", file, strerror(errno));
+    }
+    closedir(d);
+}
+
 /* No barrier: only this process writes the file (commit.h). */
 static const StoreOps SQLITE_OPS = {.load = sqlite_load,
                                     .commit = sqlite_commit,
@@ -838,6 +874,7 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
                                       : strerror(errno));
         goto fail;
     }
+    remove_stale_snapshots(path);
     /* Watched before its identity is taken (check_files); without inotify
      * (no instance left) the paths are checked after every commit instead. */
     s->watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);

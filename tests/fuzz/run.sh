@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
 case "$SECS" in '' | *[!0-9]*) echo "usage: tests/fuzz/run.sh [SECONDS_PER_TARGET]" >&2; exit 2 ;; esac
-ALL_TARGETS="fuzz_locktab fuzz_rwsem fuzz_fence fuzz_guardpath fuzz_rawjson fuzz_body fuzz_cli fuzz_etcdtxn"
+ALL_TARGETS="fuzz_locktab fuzz_rwsem fuzz_fence fuzz_guardpath fuzz_formscan fuzz_rawjson fuzz_body fuzz_cli fuzz_etcdtxn"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 BUILD=build-fuzz
 

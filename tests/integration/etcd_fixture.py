@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -39,22 +40,89 @@ def b64(text):
     return base64.b64encode(text.encode()).decode()
 
 
-def call(url, path, body, timeout=5):
-    """POST body (JSON) to etcd's v3 JSON gateway at url; the decoded answer."""
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+def call(url, path, body, timeout=5, context=None, token=None):
+    """POST body (JSON) to etcd's v3 JSON gateway at url; the decoded answer. context: the
+    ssl.SSLContext of an https:// url (etcd's CA and a client certificate); token: an etcd
+    auth token (Etcd.log_in)."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = token
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers=headers)
+    with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
         return json.loads(resp.read())
+
+
+def openssl(*args):
+    r = subprocess.run(["openssl"] + list(args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError("openssl %s failed: %s" % (" ".join(args), r.stdout.decode(errors="replace")))
+
+
+class EtcdTls:
+    """A CA, etcd's server certificate for 127.0.0.1, and client certificates (client()),
+    made with the openssl command as PEM files in .dir (removed by cleanup()). The members
+    of an Etcd(tls=...) require a client certificate signed by the CA (--client-cert-auth);
+    the fixture's own calls show one without a CommonName: with etcd's authentication on,
+    etcd's JSON gateway refuses a certificate that has one (embed/serve.go), so the
+    fixture logs in (Etcd.log_in) and etcdctl is given --user."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="leasegate-etcd-pki-")
+        self.ca, self.ca_key = self.path("ca.pem"), self.path("ca.key")
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-keyout", self.ca_key, "-out", self.ca, "-days", "2", "-subj", "/CN=leasegate etcd test CA",
+                "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        self.server, self.server_key = self._leaf("server", "127.0.0.1", "serverAuth,clientAuth",
+                                                  "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        self.admin, self.admin_key = self.client(None, "admin")
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def _leaf(self, name, cn, usage, more="", org="leasegate"):
+        cert, key, csr, ext = (self.path(name + x) for x in (".pem", ".key", ".csr", ".ext"))
+        with open(ext, "w") as f:
+            f.write(more + "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                    "extendedKeyUsage=%s\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n" % usage)
+        openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-keyout", key, "-out", csr, "-subj", ("/CN=" + cn) if cn else ("/O=" + org))
+        openssl("x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", self.ca_key, "-CAcreateserial",
+                "-out", cert, "-days", "2", "-extfile", ext)
+        os.chmod(key, 0o600)
+        return cert, key
+
+    def client(self, cn, name=None):
+        """A client certificate and key: for CN cn, or without a CommonName (cn None; its
+        files named by name)."""
+        return self._leaf("client-" + (cn or name), cn, "clientAuth", org=name or "leasegate")
+
+    def context(self, cert=None, key=None):
+        ctx = ssl.create_default_context(cafile=self.ca)
+        ctx.load_cert_chain(cert or self.admin, key or self.admin_key)
+        return ctx
+
+    def member_args(self):
+        return ["--cert-file", self.server, "--key-file", self.server_key, "--client-cert-auth",
+                "--trusted-ca-file", self.ca]
+
+    def etcdctl_args(self):
+        return ["--cacert", self.ca, "--cert", self.admin, "--key", self.admin_key]
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Member:
     """One etcd process; its ports are chosen by the cluster."""
 
-    def __init__(self, name, root, client_port, peer_port):
+    def __init__(self, name, root, client_port, peer_port, tls=None, extra_args=()):
         self.name = name
         self.dir = os.path.join(root, name)
         os.makedirs(self.dir, exist_ok=True)
-        self.url = "http://127.0.0.1:%d" % client_port
+        self.tls = tls
+        self.extra_args = list(extra_args)
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", client_port)
         self.endpoint = "127.0.0.1:%d" % client_port
         self.peer_url = "http://127.0.0.1:%d" % peer_port
         self.proc = None
@@ -69,16 +137,20 @@ class Member:
              "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
              "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
              "--initial-cluster", initial_cluster, "--initial-cluster-state", state,
-             "--initial-cluster-token", "leasegate-test"],
+             "--initial-cluster-token", "leasegate-test"]
+            + (self.tls.member_args() if self.tls else []) + self.extra_args,
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
 
+    def call(self, path, body, timeout=5, token=None):
+        return call(self.url, path, body, timeout, self.tls.context() if self.tls else None, token)
+
     def status(self):
         """etcd's maintenance status of this member (header.member_id, leader), or None."""
         try:
-            return call(self.url, "/v3/maintenance/status", {}, timeout=2)
+            return self.call("/v3/maintenance/status", {}, timeout=2)
         except (OSError, urllib.error.URLError, ValueError):
             return None
 
@@ -101,10 +173,17 @@ class Etcd:
     client_ports: the members' client ports, when a test chose them (a gateway started
     before its etcd), else free ones."""
 
-    def __init__(self, size=1, client_ports=None):
+    def __init__(self, size=1, client_ports=None, tls=None, extra_args=()):
+        """client_ports: the members' client ports (default: free ones). tls: an EtcdTls:
+        the members serve https and require its client certificates. extra_args: more
+        flags for every member (--quota-backend-bytes, --auth-token-ttl)."""
         self.root = tempfile.mkdtemp(prefix="leasegate-etcd-")
+        self.tls = tls
+        self.token = None  # log_in's
+        self.user = None
         for _attempt in range(5):
-            self.members = [Member("m%d" % i, self.root, client_ports[i] if client_ports else free_port(), free_port())
+            self.members = [Member("m%d" % i, self.root, client_ports[i] if client_ports else free_port(), free_port(),
+                                   tls, extra_args)
                             for i in range(size)]
             cluster = ",".join("%s=%s" % (m.name, m.peer_url) for m in self.members)
             for m in self.members:
@@ -150,15 +229,43 @@ class Etcd:
         return None
 
     def call(self, path, body):
-        """A v3 gateway call on the first running member."""
+        """A v3 gateway call on the first running member (logged in again once when etcd
+        ended the token of log_in: its TTL passed, or its users or roles changed)."""
+        try:
+            return self._call(path, body)
+        except urllib.error.HTTPError as e:
+            if not self.token or e.code not in (400, 401):
+                raise
+            self.log_in(*self.user.split(":", 1))
+            return self._call(path, body)
+
+    def _call(self, path, body):
         err = None
         for m in self.members:
             if m.running():
                 try:
-                    return call(m.url, path, body)
+                    return m.call(path, body, token=self.token)
                 except (OSError, urllib.error.URLError) as e:
                     err = e
         raise err or OSError("no etcd member runs")
+
+    def log_in(self, user, password):
+        """The fixture's calls go as this etcd user from now on (etcd's auth is on), and
+        its etcdctl commands with --user."""
+        self.token = None
+        self.token = self._call("/v3/auth/authenticate", {"name": user, "password": password})["token"]
+        self.user = "%s:%s" % (user, password)
+
+    def etcdctl(self, *args, check=True):
+        """etcdctl (v3) against every member, as an operator runs it; (status, output)."""
+        r = subprocess.run(["etcdctl", "--endpoints", self.endpoint] + (self.tls.etcdctl_args() if self.tls else [])
+                           + (["--user", self.user] if self.user else []) + list(args),
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                           env=dict(os.environ, ETCDCTL_API="3"))
+        out = (r.stdout + r.stderr).decode(errors="replace")
+        if check and r.returncode != 0:
+            raise RuntimeError("etcdctl %s: %s" % (" ".join(args), out))
+        return r.returncode, out
 
     def keys(self, prefix):
         """Every key under prefix, decoded."""
@@ -183,10 +290,12 @@ class Etcd:
 class Gateway(Server):
     """A leasegate on the etcd store; started as a candidate (its port is known at once)."""
 
-    def __init__(self, etcd, prefix, extra_args=None, key=None, extra_env=None):
+    def __init__(self, etcd, prefix, extra_args=None, key=None, extra_env=None, new_lock_space=True, start=True):
         self.key = key  # sent with /healthz (for --auth-metrics)
-        super().__init__(store="etcd://%s/%s" % (etcd.endpoint, prefix),
-                         extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []), extra_env=extra_env)
+        scheme = "etcds" if getattr(etcd, "tls", None) else "etcd"
+        super().__init__(store="%s://%s/%s" % (scheme, etcd.endpoint, prefix),
+                         extra_args=["--leader-ttl", str(TTL_S)] + list(extra_args or []), extra_env=extra_env,
+                         new_lock_space=new_lock_space, start=start)
 
     def health(self):
         headers = {"Authorization": "Bearer " + self.key} if self.key else None

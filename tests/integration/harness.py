@@ -28,8 +28,8 @@ import time
 import unittest
 import uuid
 
-# Any IPv4 address: tests that listen on 0.0.0.0 (network namespaces) still reach it at 127.0.0.1.
-READY_RE = re.compile(r"^leasegate: listening on (https?)://\d+\.\d+\.\d+\.\d+:(\d+)\s*$")
+# Any IPv4 address, or [::] (a dual-stack socket: tests reach it at 127.0.0.1 and at ::1).
+READY_RE = re.compile(r"^leasegate: listening on (https?)://(?:\d+\.\d+\.\d+\.\d+|\[::\]):(\d+)\s*$")
 LEADING_RE = re.compile(r"^leasegate: leading; serving on ")
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -108,6 +108,28 @@ class ServerTestCase(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.srv.cleanup()
+
+
+# Every client on 127.0.0.0/8 is one peer of the server's shares; a client on IPv6's loopback
+# ::1 is another. A server that must tell two peers apart listens on both (DUAL_STACK), and
+# the other peer connects to ::1 (OTHER_PEER).
+OTHER_PEER = "::1"
+DUAL_STACK = ["--listen", "[::]:0"]
+
+
+def other_peer_works():
+    """Can this machine reach a dual-stack socket at ::1 (IPv6 on, bindv6only off)?"""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::", 0))
+            s.listen(1)
+            with socket.create_connection(("::1", s.getsockname()[1]), timeout=2):
+                pass
+            with socket.create_connection(("127.0.0.1", s.getsockname()[1]), timeout=2):
+                pass
+        return True
+    except OSError:
+        return False
 
 
 def chunked(data, size):
@@ -341,9 +363,12 @@ class Client:
 class Server:
     """The real leasegate binary, started on a free loopback port."""
 
-    def __init__(self, extra_args=None, data_dir=None, start=True, extra_env=None, store=None, tls=None):
+    def __init__(self, extra_args=None, data_dir=None, start=True, extra_env=None, store=None, tls=None,
+                 new_lock_space=True):
         """tls: an ssl.SSLContext that trusts the server's certificate, for a server
-        started with --tls-cert/--tls-key; its clients then speak HTTPS."""
+        started with --tls-cert/--tls-key; its clients then speak HTTPS.
+        new_lock_space: with a store, start with --new-lock-space (the lock space is made on
+        a fresh prefix; harmless once it exists), as every test on a prefix of its own does."""
         self.bin = binary_path()
         self.tls = tls
         self.extra_args = list(extra_args or [])
@@ -360,6 +385,7 @@ class Server:
             if "--leader-ttl" not in self.extra_args:
                 self.extra_args += ["--leader-ttl", str(ETCD_LEADER_TTL_S)]
         self.store = store
+        self.new_lock_space = new_lock_space
         self.proc = None
         self.port = None
         self.url = None
@@ -384,6 +410,8 @@ class Server:
         self._stderr_path = err_path
         args = [self.bin, "serve", "--listen", "127.0.0.1:0"]
         args += ["--store", self.store] if self.store else ["--data", self.data_path]
+        if self.store and self.new_lock_space:
+            args.append("--new-lock-space")
         args += self.extra_args
         env = dict(os.environ, **self.extra_env) if self.extra_env else None
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

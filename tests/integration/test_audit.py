@@ -66,8 +66,12 @@ class AuditTest(KeyedTestCase):
                 ("expired", "t/e", "short", e["token"], "alice"),  # the key that held it
                 ("fence_refused", "t/res", "", g["token"], "store")]
         if self.nginx:
-            want += [("guard_refused", "t/a", "", 0, "alice"), ("guard_refused", "t/a", "", 0, "alice")]
+            # No lease, then alice's released one: its token and why (issue 39).
+            want += [("guard_refused", "t/a", "", 0, "alice"), ("guard_refused", "t/a", "", g["token"], "alice")]
         self.assertEqual(got, want)
+        self.assertEqual([r["reason"] for r in body["rows"] if r["kind"] == "guard_refused"],
+                         ["lease_missing", "released"] if self.nginx else [])
+        self.assertEqual({r["reason"] for r in body["rows"] if r["kind"] != "guard_refused"}, {None})
         seqs = [r["seq"] for r in body["rows"]]
         self.assertEqual(seqs, sorted(seqs))
         self.assertEqual(len(set(seqs)), len(seqs))

@@ -11,6 +11,7 @@ every wait is bounded.
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -638,6 +639,33 @@ class ScriptCommandTests(CliTestBase):
             self.assertEqual(rc, 0, (args, out, err))
         rc, out, err = self.cli(["status", "--lock", "keyed/1"], env=self.env(srv.url))
         self.assertNotEqual(rc, 0, out)  # and without a key it is refused
+
+    def test_a_keys_listing_refusal_names_the_flag_and_the_default_owner_the_process(self):
+        """Issue 39: `leasegate list` with a key confined to a prefix said "add ?prefix=",
+        the API's spelling, not the CLI's; and acquire's default owner was "leasegate-cli",
+        which says nothing of who holds the lock. Now --prefix, and HOST:PID."""
+        keys = os.path.join(self.dir, "keys-narrow.txt")
+        rc, out, err = self.cli(["keygen", "narrow", "client", "team/"])
+        self.assertEqual(rc, 0, err)
+        key, line = out.splitlines()
+        with open(keys, "w") as f:
+            f.write(line + "\n")
+        srv = harness.Server(extra_args=["--auth-file", keys], start=False)
+        self.servers.append(srv)
+        srv.start()
+        env = self.env(srv.url, LEASEGATE_KEY=key)
+        rc, out, err = self.cli(["list"], env=env)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("403", err)
+        self.assertIn("--prefix PREFIX within 'team/'", err)
+        self.assertNotIn("?prefix=", err)
+        rc, out, err = self.cli(["list", "--prefix", "team/"], env=env)
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.cli(["acquire", "--lock", "team/owned"], env=env)
+        self.assertEqual(rc, 0, err)
+        owner = self.j(out)["owner"]
+        self.assertRegex(owner, r"^%s:[0-9]+$" % re.escape(socket.gethostname()[:63]))
+        self.assertNotEqual(owner, "leasegate-cli")
 
     def test_a_silent_server_is_left_after_the_first_byte_timeout(self):
         """Issue 37: a server that accepts connections and never answers (a paused

@@ -902,7 +902,15 @@ class ContractTest(unittest.TestCase):
         a.call(SEMAPHORE, "GET", {"name": "never/taken"}, expect=200)
         a.call(SEMAPHORE, "GET", {"name": "bad%20name"}, expect=400)
         a.call(SEMAPHORE, "GET", {"name": ""}, expect=404)
-        a.call(SEMAPHORE, "DELETE", {"name": "crawl/slots"}, expect=405)
+        # forceReleaseSemaphore: one permit by token, a token that holds none, a bad one, all
+        held = a.call(SEMAPHORE, "GET", {"name": "crawl/slots"}, expect=200)[2].get("holders") or []
+        if held:
+            a.call(SEMAPHORE, "DELETE", {"name": "crawl/slots"}, query={"token": held[0]["token"]}, expect=200)
+            a.call(SEMAPHORE, "DELETE", {"name": "crawl/slots"}, query={"token": held[0]["token"]}, expect=409)
+        a.call(SEMAPHORE, "DELETE", {"name": "crawl/slots"}, query={"token": "x"}, expect=400)
+        a.call(SEMAPHORE, "DELETE", {"name": "crawl/slots"}, expect=200)
+        a.call(SEMAPHORE, "DELETE", {"name": "bad%20name"}, expect=400)
+        a.call(SEMAPHORE, "PUT", {"name": "crawl/slots"}, body={}, expect=405)
         a.call(SEM_HISTORY, "GET", {"name": "crawl/slots"}, expect=200)
         a.call(SEM_HISTORY, "GET", {"name": "crawl/slots"}, query={"limit": 0}, expect=400)
         a.call(SEM_HISTORY, "GET", {"name": ""}, expect=404)
@@ -998,6 +1006,7 @@ class ContractTest(unittest.TestCase):
                 (SEM_RENEW, "POST", {"name": "t/s"}, {"lease": lease}, "x/1"),
                 (SEM_RELEASE, "POST", {"name": "t/s"}, {"lease": lease}, "x/1"),
                 (SEMAPHORE, "GET", {"name": "t/s"}, None, "x/1"),
+                (SEMAPHORE, "DELETE", {"name": "t/s"}, None, None),
                 (SEM_HISTORY, "GET", {"name": "t/s"}, None, "x/1"),
                 (SEMAPHORES, "GET", None, None, None),
                 (EVENTS, "GET", None, None, None),
@@ -1015,7 +1024,7 @@ class ContractTest(unittest.TestCase):
                     alice.call(tpl, method, params, body=body, expect=403)  # role client
                 elif tpl in (HEALTH, METRICS):
                     alice.call(tpl, method, params, body=body, expect=200)  # any key
-                elif tpl in (LOCK, ) and method == "DELETE" or tpl in (AUDIT, BACKUP):
+                elif tpl in (LOCK, SEMAPHORE) and method == "DELETE" or tpl in (AUDIT, BACKUP):
                     alice.call(tpl, method, params, body=body, expect=403)  # admin only
                 elif other:
                     alice.call(tpl, method, {"name": other}, body=body, expect=403)  # outside its prefixes

@@ -149,8 +149,9 @@ class GuardBase(unittest.TestCase):
         self.assertNotEqual(hdrs.get("x-upstream"), "nginx", "400 must come from leasegate")
 
     def assert_stale(self, resp, lock, token, max_token=None, holder_token="any"):
-        """409 stale_token for `lock`; token is the lease's token, None when the lease
-        holds nothing (expired, released, never issued, or another lock's lease)."""
+        """409 stale_token for `lock`; token is the lease's token (also once it ended,
+        while the lease history remembers it), None when the lease was never one of
+        this lock's (never issued, or another lock's lease)."""
         st, hdrs, body = resp
         self.assert_json_error(st, hdrs, body, 409, "stale_token")
         self.assertNotEqual(hdrs.get("x-upstream"), "nginx", "409 must come from leasegate")
@@ -257,7 +258,8 @@ class GuardStoryTests(GuardBase):
             body = late["body"]
             self.assertEqual(body["error"], "stale_token", body)
             self.assertEqual(body["lock"], lock, body)
-            self.assertIsNone(body["token"], body)  # A's lease holds nothing any more
+            # A's lease holds nothing any more: the answer names the token it had, and why.
+            self.assertEqual((body["token"], body["reason"]), (ready["token"], "superseded"), body)
             self.assertEqual(body["max_token"], b["token"], body)
             self.assertEqual(body["holder_token"], b["token"], body)
             self.assertEqual(a.wait(10), 0, a.stderr.read().decode("utf-8", "replace"))
@@ -431,12 +433,12 @@ class GuardCheckTests(GuardBase):
         self.assertEqual(st, 200, r)
         time.sleep(0.4)
         self.assert_stale(self.send("PUT", "%s?%s=a" % (path, marker), b"2", g["lease"]),
-                          lock, None, max_token=g["token"], holder_token=None)
+                          lock, g["token"], max_token=g["token"], holder_token=None)
         g2 = self.acquire_ok(lock)
         st, _, r = self.srv.release(lock, g2["lease"])
         self.assertEqual(st, 200, r)
         self.assert_stale(self.send("PUT", "%s?%s=b" % (path, marker), b"3", g2["lease"]),
-                          lock, None, max_token=g["token"], holder_token=None)
+                          lock, g2["token"], max_token=g["token"], holder_token=None)
         # A well-formed lease this server never issued, with the lock free and held.
         self.assert_stale(self.send("PUT", "%s?%s=c" % (path, marker), b"4", harness.random_lease()),
                           lock, None, max_token=g["token"], holder_token=None)
@@ -459,12 +461,12 @@ class GuardCheckTests(GuardBase):
         for method, data in (("PUT", b"A2"), ("DELETE", None), ("POST", b"A3")):
             with self.subTest(method=method):
                 self.assert_stale(self.send(method, path, data, a["lease"]),
-                                  lock, None, max_token=b["token"], holder_token=b["token"])
+                                  lock, a["token"], max_token=b["token"], holder_token=b["token"])
         self.assertEqual(self.ng.read_file(lock), b"B")
         st, _, r = self.srv.release(lock, b["lease"])
         self.assertEqual(st, 200, r)
         self.assert_stale(self.send("PUT", path, b"A4", a["lease"]),
-                          lock, None, max_token=b["token"], holder_token=None)
+                          lock, a["token"], max_token=b["token"], holder_token=None)
         self.assertEqual(self.ng.read_file(lock), b"B")
         # Exactly the two accepted PUTs reached nginx, in token order.
         self.assertEqual([(e["method"], e["token"]) for e in self.logged("/" + lock)],
@@ -823,6 +825,52 @@ class GuardCheckTests(GuardBase):
         self.assert_never_forwarded(marker)
 
 
+class GuardRefusalTrailTests(GuardBase):
+    """Issue 39: a stale writer's audit row had an empty owner, token 0 and no reason, the
+    same as a write with no lease, and its 409 said "token": null. Each refusal's row and
+    answer now name the lock, the token of the lease presented (when one was) and why."""
+
+    def refusals(self, lock):
+        st, _, body = self.srv.request("GET", "/v1/audit?lock=" + lock)
+        self.assertEqual(st, 200, body)
+        return [(r["token"], r["owner"], r["reason"]) for r in body["rows"] if r["kind"] == "guard_refused"]
+
+    def test_each_refusal_says_which_lease_and_why(self):
+        lock, path = self.obj("trail")
+        old = self.acquire_ok(lock, "writer-a")
+        self.assert_written(self.send("PUT", path, b"a", old["lease"]))
+        self.assertEqual(self.srv.release(lock, old["lease"])[0], 200)
+        new = self.acquire_ok(lock, "writer-b")
+        self.assert_written(self.send("PUT", path, b"b", new["lease"]))
+        # A released lease, then one an admin force-released.
+        body = self.assert_stale(self.send("PUT", path, b"late", old["lease"]), lock, old["token"],
+                                 holder_token=new["token"])
+        self.assertEqual(body["reason"], "released", body)
+        self.assertEqual(self.srv.request("DELETE", "/v1/locks/" + lock)[0], 200)
+        body = self.assert_stale(self.send("PUT", path, b"late", new["lease"]), lock, new["token"])
+        self.assertEqual(body["reason"], "revoked", body)
+        # No lease, or no lease id: 428, and rows that say so.
+        self.assert_token_required(self.send("PUT", path, b"x"))
+        self.assert_token_required(self.send("PUT", path, b"x", "not-a-lease"))
+        # A read lease holds the lock, but not for writing: its owner and token are known.
+        rlock, rpath = self.obj("trail-read")
+        reader = self.acquire_ok(rlock, "reader-r", mode="read")
+        body = self.assert_stale(self.send("PUT", rpath, b"r", reader["lease"]), rlock, reader["token"])
+        self.assertEqual(body["reason"], "read_lease", body)
+        # Another lock's lease was never this lock's: no token to name.
+        body = self.assert_stale(self.send("PUT", rpath, b"r", old["lease"]), rlock, None)
+        self.assertEqual(body["reason"], "unknown", body)
+        self.assertEqual(self.refusals(lock), [(old["token"], "", "released"), (new["token"], "", "revoked"),
+                                               (0, "", "lease_missing"), (0, "", "not_a_lease")])
+        self.assertEqual(self.refusals(rlock), [(reader["token"], "reader-r", "read_lease"), (0, "", "unknown")])
+        # The rows and their reasons are durable: the same after kill -9 and a restart.
+        self.srv.restart(kill9=True)
+        self.assertEqual(self.refusals(lock), [(old["token"], "", "released"), (new["token"], "", "revoked"),
+                                               (0, "", "lease_missing"), (0, "", "not_a_lease")])
+        self.assertIsNone(self.srv.request("GET", "/v1/audit?lock=" + lock)[2]["rows"][0]["reason"])
+        self.assertEqual(self.ng.read_file(lock), b"b")
+
+
 class GuardHardeningTests(GuardBase):
     """Holes found in review: each of these failed before its fix."""
 
@@ -1151,7 +1199,7 @@ class GuardFixedLockTests(GuardBase):
         self.assert_written(self.send("PUT", "/fixed/two-%s" % uid(), b"b", b["lease"]), expect=(201,))
         # a's lease ended: refused on any path of the route, with b's token as the mark.
         self.assert_stale(self.send("PUT", "/fixed/three-%s" % uid(), b"a", a["lease"]),
-                          self.FIXED, None, max_token=b["token"], holder_token=b["token"])
+                          self.FIXED, a["token"], max_token=b["token"], holder_token=b["token"])
 
 
 # ----------------------------------------------------------------------------
@@ -1640,7 +1688,7 @@ class GuardDurabilityTests(GuardBase):
         self.assertEqual(info["holder"]["token"], g2["token"], info)
         # The mark (max_token) came back with the lock.
         self.assert_stale(self.send("PUT", path, b"late t1", g1["lease"]),
-                          lock, None, max_token=g2["token"], holder_token=g2["token"])
+                          lock, g1["token"], max_token=g2["token"], holder_token=g2["token"])
         self.assertEqual(self.ng.read_file(lock), b"t2")
         # The holder's lease still holds across the restart: the lock was written just
         # before it, so its first write waits for the lock to settle (unless the
@@ -1663,12 +1711,12 @@ class GuardDurabilityTests(GuardBase):
             self.srv.stop()
         self.srv.start()
         self.assert_stale(self.send("PUT", path, b"late t2", g2["lease"]),
-                          lock, None, max_token=g2["token"], holder_token=None)
+                          lock, g2["token"], max_token=g2["token"], holder_token=None)
         g3 = self.acquire_ok(lock, "three")
         self.assertGreater(g3["token"], g2["token"])
         self.assert_written(self.send_settled("PUT", path, b"t3", g3["lease"]), expect=(204,))
         self.assert_stale(self.send("PUT", path, b"late t2", g2["lease"]),
-                          lock, None, max_token=g3["token"], holder_token=g3["token"])
+                          lock, g2["token"], max_token=g3["token"], holder_token=g3["token"])
         self.assertEqual(self.ng.read_file(lock), b"t3")
         self.assertEqual([(e["method"], e["token"]) for e in self.logged("/" + lock)],
                          [("PUT", str(t)) for t in (g1["token"], g2["token"], g2["token"], g3["token"])])

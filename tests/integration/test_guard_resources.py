@@ -25,7 +25,9 @@ sets that do not start (the inner route listed last, or over the outer one's ups
 objects); API keys scoped to one tenant; lock=NAME routes (one lease, the Destination kept inside the route,
 collection operations allowed); collection writes, Depth, Slug and a tagged If (in any
 If line) refused where each path has its own lock; method and target override headers
-refused on writes and stripped from reads; header names with '_' that a CGI or WSGI
+refused on writes and stripped from reads, and in a query (?_method=DELETE) or a form body
+(_method=DELETE, urlencoded or multipart, however the body is cut into pieces) refused on
+a route that forwards POST but not DELETE (issue 39: they passed); header names with '_' that a CGI or WSGI
 backend reads as a header the guard checks refused on every request; and the refusals
 counted in /metrics.
 
@@ -36,9 +38,11 @@ skipped, saying so, without it. Only 127.0.0.1.
 import http.client
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 import uuid
 
@@ -290,7 +294,10 @@ class DestinationTests(Base):
                             self.assertEqual(body.get("lock"), victim, body)
                         else:
                             body = self.refused(resp, 409, "stale_token")
-                            self.assertEqual((body.get("lock"), body.get("token")), (victim, None), body)
+                            # The stale lease's own token, named (issue 39), not the holder's.
+                            self.assertEqual((body.get("lock"), body.get("token"), body.get("reason")),
+                                             (victim, old["token"] if which == "stale" else None,
+                                              "released" if which == "stale" else "unknown"), body)
                             self.assertEqual(body.get("holder_token"), owner["token"], body)
         self.assertEqual(self.ng.read_file("store/" + victim), b"the owner's data")
         self.assertEqual(self.ng.read_file("store/" + scratch), b"the attacker's data")
@@ -315,7 +322,8 @@ class DestinationTests(Base):
         self.assertGreater(b["token"], a["token"])
         self.write("/store/" + doc, b"B", b["lease"])
         body = self.refused(self.send("PUT", "/store/" + doc, b"A-stale", a["lease"]), 409, "stale_token")
-        self.assertEqual((body["lock"], body["token"], body["max_token"]), (doc, None, b["token"]))
+        self.assertEqual((body["lock"], body["token"], body["max_token"], body["reason"]),
+                         (doc, a["token"], b["token"], "superseded"))
         scratch = "f%s/a-scratch" % u
         s = self.grant(scratch, "A")
         self.assertGreater(s["token"], b["token"])
@@ -325,7 +333,8 @@ class DestinationTests(Base):
                 with self.subTest(method=method, dest=dest):
                     body = self.refused(self.send(method, "/store/" + scratch, lease=s["lease"], dest=dest,
                                                   dest_lease=a["lease"]), 409, "stale_token")
-                    self.assertEqual((body["lock"], body["token"], body["holder_token"]), (doc, None, b["token"]))
+                    self.assertEqual((body["lock"], body["token"], body["holder_token"]),
+                                     (doc, a["token"], b["token"]))
                     self.refused(self.send(method, "/store/" + scratch, lease=s["lease"], dest=dest), 428,
                                  "token_required", "Fencing-Destination-Lease")
                     self.refused(self.send(method, "/store/" + scratch, lease=s["lease"], dest=dest,
@@ -839,6 +848,113 @@ class TenantTests(Base):
         moves = [e for e in entries if e["method"] in ("COPY", "MOVE")]
         self.assertEqual([(e["request_uri"], e["destination"]) for e in moves],
                          [("/" + x, self.ng.url + self.ta + "y")])
+
+
+# ----------------------------------------------------------------------------------
+class OverrideParameterTests(unittest.TestCase):
+    """Issue 39, item 5: `?_method=DELETE` and a form body `_method=DELETE` passed the guard
+    on a route that forwards POST but not DELETE, where the header forms are refused. A
+    backend that honours them (Rails, Laravel, Symfony, method-override) applies a DELETE
+    the route never allowed. ApplyingUpstream only; no nginx needed."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.app = ApplyingUpstream()
+        try:
+            cls.srv = harness.Server(extra_args=["--guard", route("/forms/", cls.app.url, methods="GET+HEAD+POST")])
+        except Exception:
+            cls.app.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.srv.cleanup()
+        finally:
+            cls.app.close()
+
+    def grant(self, name):
+        st, _, g = self.srv.acquire(name, "t", ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        return g
+
+    def refused(self, resp):
+        st, hdrs, body = resp
+        self.assertEqual((st, hdrs.get("x-upstream")), (400, None), body)
+        if body:
+            self.assertIn(b'"field":"_method"', body)
+
+    def test_query_overrides_refused_on_writes_and_reads(self):
+        u = uid()
+        g = self.grant("q%s" % u)
+        path = "/forms/q%s" % u
+        for query in ("_method=DELETE", "a=1&_method=DELETE", "%5Fmethod=DELETE", "_%6Dethod=DELETE",
+                      "_METHOD=delete", "_method", "x=1&X-HTTP-Method-Override=DELETE", "x-http-method=DELETE",
+                      "X-Method-Override=PUT&b=2"):
+            with self.subTest(query=query):
+                self.refused(send_lines(self.srv.port, "POST", path + "?" + query,
+                                        [("Fencing-Lease", g["lease"])], b"x"))
+                self.refused(send_lines(self.srv.port, "GET", path + "?" + query, []))
+        self.assertEqual(self.app.seen_for(path[len("/forms"):]), [])
+        # Names that only look alike pass.
+        st, hdrs, body = send_lines(self.srv.port, "POST", path + "?method=DELETE&my_method=1&_methods=2&a=_method",
+                                    [("Fencing-Lease", g["lease"])], b"ok")
+        self.assertEqual((st, hdrs.get("x-upstream")), (201, "applying"), body)
+
+    def test_form_bodies_with_an_override_refused(self):
+        u = uid()
+        g = self.grant("f%s" % u)
+        path = "/forms/f%s" % u
+        urlencoded = ("application/x-www-form-urlencoded", "application/x-www-form-urlencoded; charset=UTF-8")
+        bodies = [(t, b) for t in urlencoded for b in (b"_method=DELETE", b"a=1&_method=DELETE&b=2",
+                                                       b"a=1&%5fmethod=DELETE", b"x=" + b"y" * 200000 + b"&_method=DELETE",
+                                                       b"a=1&_method")]
+        boundary = "b0undary"
+        multipart = ("--%s\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n"
+                     "--%s\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--%s--\r\n"
+                     % (boundary, boundary, boundary)).encode()
+        bodies.append(("multipart/form-data; boundary=" + boundary, multipart))
+        for ctype, body in bodies:
+            with self.subTest(ctype=ctype, body=body[:40]):
+                self.refused(send_lines(self.srv.port, "POST", path, [("Fencing-Lease", g["lease"]),
+                                                                     ("Content-Type", ctype)], body))
+        # The same, in pieces with the name cut in two: the scan carries over.
+        for pieces in ([b"a=1&_me", b"thod=DELETE"], [b"a=1&%5", b"Fmethod=DELETE"],
+                       [b"a=" + b"z" * 70000, b"&_meth", b"od=DELETE"]):
+            with self.subTest(pieces=[p[:20] for p in pieces]):
+                self.refused(self.send_in_pieces(path, g["lease"], pieces))
+        self.assertEqual(self.app.applied_to(path[len("/forms"):]), [])
+        # Forms without one, and other bodies that mention it, pass.
+        fine = [("application/x-www-form-urlencoded", b"a=1&method=DELETE&my_method=2&c=_method"),
+                ("application/json", b'{"_method": "DELETE"}'),
+                ("multipart/form-data; boundary=" + boundary,
+                 multipart.replace(b'name="_method"', b'name="file"; filename="_method"'))]
+        for ctype, body in fine:
+            with self.subTest(ctype=ctype):
+                st, hdrs, got = send_lines(self.srv.port, "POST", path,
+                                           [("Fencing-Lease", g["lease"]), ("Content-Type", ctype)], body)
+                self.assertEqual((st, hdrs.get("x-upstream")), (201 if ctype == fine[0][0] else 204, "applying"), got)
+        self.assertEqual([a["body"] for a in self.app.applied_to(path[len("/forms"):])], [b for _, b in fine])
+
+    def send_in_pieces(self, path, lease, pieces):
+        """A form POST whose body is sent piece by piece, each after the guard has had the one
+        before: (status, headers, body)."""
+        body = b"".join(pieces)
+        s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=15)
+        try:
+            s.sendall(("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nFencing-Lease: %s\r\n"
+                       "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n"
+                       % (path, lease, len(body))).encode())
+            for p in pieces:
+                time.sleep(0.2)
+                try:
+                    s.sendall(p)
+                except OSError:
+                    break  # refused and closed once the rest of the body is not wanted
+            st, hdrs, got = harness.read_response(s, 15)
+            return st, {k.lower(): v for k, v in hdrs.items()}, got
+        finally:
+            s.close()
 
 
 if __name__ == "__main__":

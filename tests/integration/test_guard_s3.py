@@ -134,6 +134,8 @@ class S3Tests(unittest.TestCase):
              "bad_request"),
             ("PUT", p, dict(lease, **{"x-amz-acl": "public-read"}), 400, "InvalidArgument", "bad_request"),
             ("PUT", p, dict(lease, **{"x-amz-grant-read": "id=x"}), 400, "InvalidArgument", "bad_request"),
+            ("PUT", p, dict(lease, **{"x-amz-server-side-encryption-customer-algorithm": "AES256"}), 400,
+             "InvalidArgument", "bad_request"),
             ("PUT", p, dict(lease, **{"x-amz-object-lock-mode": "GOVERNANCE"}), 400, "InvalidArgument",
              "bad_request"),
             ("PUT", p, dict(lease, **{"Authorization": "AWS foo:bar"}), 400, "InvalidArgument", "bad_request"),

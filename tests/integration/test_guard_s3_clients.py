@@ -212,8 +212,19 @@ class S3ClientTests(unittest.TestCase):
         self.assertIn("did not begin this upload", str(cm.exception))
         self.assertEqual(self.stored(skey)[0], b"B's")
 
+    def lease_from_docs(self):
+        """The lease the docs' shell lines take (their acquire and sed, as written, on this
+        server's port), as the grant they export."""
+        script = snippet("lease").replace("127.0.0.1:7400", "127.0.0.1:%d" % self.srv.port)
+        rc, out = self.run_tool(["bash", "-ec", script + 'echo "$LEASEGATE_URL $LEASE_TOKEN $LEASE"\n'],
+                                dict(os.environ))
+        self.assertEqual(rc, 0, out)
+        url, token, lease = out.split()
+        self.assertEqual(url, self.srv.url)
+        return {"token": int(token), "lease": lease}
+
     def test_docs_boto3_snippet(self):
-        g = self.acquire("report.csv")
+        g = self.lease_from_docs()
         rc, out = self.run_tool([sys.executable, "-c", snippet("boto3")], self.env(g))
         self.assertEqual((rc, out), (0, "a,b\n1,2\n"), out)
         self.assertEqual(self.stored("report.csv"), (b"a,b\n1,2\n", str(g["token"])))

@@ -6,8 +6,9 @@ The guard's upstream calls are bounded globally (--guard-max-calls), per lock
 --guard-timeout. The attack of issue 26: one lease, many writes that trickle their
 bodies (or hold their reads open), which used to take every call slot.
 
-The victim connects from another loopback address (127.0.0.2) to be another peer.
-Only 127.0.0.x; every wait is bounded; no timing assertions.
+The victim connects to ::1 to be another peer (every address of 127.0.0.0/8 is one peer),
+on a server that listens on both loopbacks. Only loopback traffic; every wait is bounded;
+no timing assertions.
 """
 
 import json
@@ -31,8 +32,8 @@ def uid():
 class HeldPut:
     """A PUT whose head and first byte are sent, and whose body then stalls."""
 
-    def __init__(self, port, path, lease, source="127.0.0.1"):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20, source_address=(source, 0))
+    def __init__(self, port, path, lease):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
         self.sock.sendall(("PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\nFencing-Lease: %s\r\n\r\nx"
                            % (path, lease)).encode())
 
@@ -50,8 +51,8 @@ class HeldPut:
 
 
 def victim_request(port, method, path, body=None, headers=None):
-    """One request from 127.0.0.2: (status, parsed body)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=("127.0.0.2", 0))
+    """One request from another peer (::1): (status, parsed body)."""
+    s = socket.create_connection((harness.OTHER_PEER, port), timeout=10)
     try:
         head = "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" % (method, path)
         for k, v in (headers or {}).items():
@@ -66,22 +67,12 @@ def victim_request(port, method, path, body=None, headers=None):
         s.close()
 
 
-def loopback_alias_works():
-    try:
-        s = socket.socket()
-        s.bind(("127.0.0.2", 0))
-        s.close()
-        return True
-    except OSError:
-        return False
-
-
 class TrickleTests(unittest.TestCase):
     def setUp(self):
-        if not loopback_alias_works():
-            self.skipTest("127.0.0.2 cannot be bound here")
+        if not harness.other_peer_works():
+            self.skipTest("no dual-stack socket reachable at ::1 here")
         self.up = ApplyingUpstream()
-        self.srv = harness.Server(extra_args=[
+        self.srv = harness.Server(extra_args=harness.DUAL_STACK + ["--insecure-no-auth",
             "--guard", "/store/=" + self.up.url, "--guard-timeout", "3", "--guard-max-calls", "12",
             "--guard-lock-max-calls", "3", "--guard-peer-max-calls", "6"])
         self.held = []
@@ -117,7 +108,7 @@ class TrickleTests(unittest.TestCase):
         self.assertEqual(len(refused), 1, answers)
         st, body = refused[0]
         self.assertEqual((st, body["error"], body["limit"], body["value"]), (429, "peer_limit", "guard_calls", 6), body)
-        self.assertEqual(body["peer"], "127.0.0.1", body)
+        self.assertEqual(body["peer"], "127.0.0.0/8", body)
         # Another client (another peer) still writes and reads through the guard.
         vlock = "victim-%s/obj" % uid()
         vg = self.srv.acquire(vlock, "victim", ttl_ms=60000)[2]

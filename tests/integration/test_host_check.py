@@ -6,6 +6,7 @@ gets 403 forbidden with reason "origin"; --allowed-host '*' turns the check off.
 The browser side (a page on a rebound name) is tests/browser/rebinding.test.mjs."""
 
 import json
+import os
 import unittest
 
 from harness import Server, raw_http
@@ -91,6 +92,22 @@ class HostCheckTest(unittest.TestCase):
             st, b = ask(self.srv, "POST", "/v1/locks/or/%d/acquire" % len(origin), "localhost", origin=origin,
                         body={"owner": "dashboard"})
             self.assertEqual(st, 200, (origin, b))
+
+
+    def test_an_ip_literal_origin_is_allowed_as_the_threat_model_says(self):
+        """Issue 39: threat-model.md said a write whose Origin is "another host" gets 403;
+        any IP-literal Origin is allowed (only names are checked). The page says so now."""
+        for origin in ("http://203.0.113.9:8080", "https://198.51.100.7", "http://[2001:db8::1]:8080"):
+            st, b = ask(self.srv, "POST", "/v1/locks/or/ip%d/acquire" % len(origin), "127.0.0.1", origin=origin,
+                        body={"owner": "page"})
+            self.assertEqual(st, 200, (origin, b))
+        st, b = ask(self.srv, "POST", "/v1/locks/or/name/acquire", "127.0.0.1", origin="http://203.0.113.9.nip.test",
+                    body={"owner": "page"})
+        self.assertEqual(st, 403, b)
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "threat-model.md")) as f:
+            page = " ".join(f.read().split())
+        self.assertIn("unless the Origin's host is an IP address (any, not only the server's", page)
+        self.assertIn("A page served from a bare IP address passes this check", page)
 
 
 class HostCheckFlagsTest(unittest.TestCase):

@@ -19,6 +19,9 @@ import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "schema10.db")
+# The schema a start migrates to: 11's lockspace, then 12's audit reason (every step of
+# the migration is in the one opening transaction).
+LATEST = 12
 with open(os.path.join(HERE, "fixtures", "schema10.json")) as _f:
     MADE = json.load(_f)
 DAY = 86400000
@@ -116,7 +119,7 @@ class MigrationTest(unittest.TestCase):
             st, _, body = c.request("GET", "/v1/audit?limit=1000")
             self.assertGreaterEqual(len(body["rows"]), MADE["audit_rows"] + 1, body)
         version, tables, rows = schema_of(path)
-        self.assertEqual(version, 11)
+        self.assertEqual(version, LATEST)
         self.assertIn("lockspace", tables)
         self.assertFalse(OLD_TABLES & tables, tables)
 
@@ -125,7 +128,7 @@ class MigrationTest(unittest.TestCase):
         as it goes); the server is killed with SIGKILL, before it listens, once its WAL has
         grown to a few sizes, and once the database file itself grows (a checkpoint: right
         after a commit, which a migration cut in two transactions would show half done);
-        after each kill the file holds version 10 with every row, or version 11 with every
+        after each kill the file holds version 10 with every row, or the latest (LATEST) with every
         row, never a mix; then a start migrates it and serves every lease."""
         path = schema10_copy(self.dir)
         now = int(time.time() * 1000)
@@ -154,11 +157,11 @@ class MigrationTest(unittest.TestCase):
         db = sqlite3.connect(path)
         held = db.execute("SELECT count(*) FROM locks WHERE lease IS NOT NULL").fetchone()[0]
         db.close()
-        # Version 11 has a row per name and one per lease.
+        # Version 11 on has a row per name and one per lease.
         after = before["locks"] + before["semaphores"] + held + before["holders"]
         wal = path + "-wal"
         size = os.path.getsize(path)
-        seen = {10: 0, 11: 0}
+        seen = {10: 0, LATEST: 0}
         # (WAL bytes, database bytes): a kill once either is reached.
         for wal_bytes, db_bytes in ((1 << 20, None), (size // 8, None), (size // 2, None), (None, size + 1),
                                     (None, size + 1)):
@@ -180,11 +183,11 @@ class MigrationTest(unittest.TestCase):
                 self.assertTrue(OLD_TABLES <= tables and "lockspace" not in tables, tables)
                 self.assertEqual(rows, before)
             else:
-                self.assertEqual(version, 11)
+                self.assertEqual(version, LATEST)
                 self.assertFalse(OLD_TABLES & tables, tables)
                 self.assertEqual(rows, {"lockspace": after})
             seen[version] += 1
-            if version == 11:
+            if version == LATEST:
                 break  # migrated whole: nothing left to cut
         # At least one kill came while the migration wrote (its WAL had grown, it did not listen).
         self.assertGreater(seen[10], 0, seen)
@@ -196,7 +199,7 @@ class MigrationTest(unittest.TestCase):
             st, _, body = srv.client.acquire("fresh", owner="new")
             self.assertEqual((st, body.get("token")), (200, last + 1), body)
         version, tables, rows = schema_of(path)
-        self.assertEqual(version, 11)
+        self.assertEqual(version, LATEST)
 
 
 if __name__ == "__main__":

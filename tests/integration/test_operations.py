@@ -1,10 +1,12 @@
 """Operations: backup and restore of a live database, the token floor (--min-token),
-listening on IPv6 and host names, the access log, healthcheck, --version and the
-messages of usage errors."""
+listening on IPv6 and host names, the access log, healthcheck, --version, the messages of
+usage errors, and the one line an orderly stop logs."""
 
 import contextlib
 import os
 import re
+import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -135,6 +137,27 @@ class BackupTests(unittest.TestCase):
             restored.cleanup()
             import shutil
             shutil.rmtree(restored.dir, ignore_errors=True)
+
+    def test_a_copy_left_by_a_killed_backup_is_removed_at_start(self):
+        """A server killed while it made a backup's copy (sqlite_snapshot: a file beside the
+        database, unlinked once written) leaves the copy, every lease in it; the next start
+        removes it, and only it."""
+        if harness.on_etcd():
+            self.skipTest("SQLite's own files")
+        d = tempfile.mkdtemp(prefix="leasegate-snap-")
+        self.addCleanup(shutil.rmtree, d, True)
+        left = os.path.join(d, "leasegate.db.snapshot-a1B2c3")
+        kept = [os.path.join(d, n) for n in ("leasegate.db.snapshot-mine.bak", "other.db.snapshot-a1B2c3")]
+        for path in [left] + kept:
+            with open(path, "wb") as f:
+                f.write(b"SQLite format 3\0")
+        srv = harness.Server(data_dir=d)
+        self.addCleanup(srv.cleanup)
+        self.assertEqual(srv.acquire("snap/1")[0], 200)
+        self.assertFalse(os.path.exists(left), "the copy a killed backup left is still there")
+        for path in kept:
+            self.assertTrue(os.path.exists(path), "%s is not a backup's copy, and was removed" % path)
+        self.assertIn("removed %s" % left, srv.stderr_text())
 
     def test_a_copy_of_the_file_is_refused_while_the_server_runs_and_made_once_it_stopped(self):
         harness.sqlite_only(self, "copies the SQLite database file")
@@ -375,6 +398,32 @@ class AccessLogTests(unittest.TestCase):
                              "--access-log", os.path.join(self.dir, "no", "such", "dir.log"), cwd=self.dir)
         self.assertEqual(rc, 1, err)
         self.assertIn("cannot open access log", err)
+
+
+class StopTests(unittest.TestCase):
+    """Issue 39: an orderly stop said nothing (a journal showed the server gone, not why
+    or whether cleanly). It logs one line, naming the signal; a kill -9 none."""
+
+    def test_an_orderly_stop_logs_one_line(self):
+        for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+            with self.subTest(signal=name):
+                srv = harness.Server()
+                self.addCleanup(srv.cleanup)
+                st, _, g = srv.acquire("stop/1")
+                self.assertEqual(st, 200, g)
+                self.assertEqual(harness.stop_process(srv.proc) if sig == signal.SIGTERM else self.interrupt(srv), 0)
+                lines = [l for l in srv.stderr_text().splitlines() if "stopped" in l]
+                self.assertEqual(len(lines), 1, srv.stderr_text())
+                self.assertRegex(lines[0], r" info leasegate: stopped on %s: .*\(last token %d\)$" % (name, g["token"]))
+        srv = harness.Server()
+        self.addCleanup(srv.cleanup)
+        srv.kill9()
+        self.assertNotIn("stopped", srv.stderr_text())
+
+    @staticmethod
+    def interrupt(srv):
+        srv.proc.send_signal(signal.SIGINT)
+        return srv.proc.wait(harness.STOP_TIMEOUT_S)
 
 
 class CommandTests(harness.ServerTestCase):

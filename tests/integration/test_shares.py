@@ -1,33 +1,32 @@
 """Shares of what every client uses, per API key and per peer (issue 28): lock names in
 the table, fence resources, held long-polls, watches and streams, and each peer's
 connections and half-sent requests. One noisy key or peer uses its share up and gets
-429 key_limit / peer_limit naming the share ("limit"); the others go on. A second peer
-is this machine's 127.0.0.2 (the whole of 127.0.0.0/8 is loopback)."""
+429 key_limit / peer_limit naming the share ("limit"); the others go on. Every address of
+127.0.0.0/8 is one peer (issue 39: ten of them were ten shares), so a second peer is this
+machine's ::1, on a server that listens on both (harness.DUAL_STACK)."""
 
 import http.client
 import json
+import os
 import socket
+import tempfile
 import time
 import unittest
 
-from harness import Client, Server, parse_metrics
+from harness import DUAL_STACK, OTHER_PEER, Client, Server, other_peer_works, parse_metrics
 from test_auth import Keyed, KeyedTestCase, new_key
-
-OTHER_PEER = "127.0.0.2"
 
 
 class PeerClient(Client):
-    """A client whose connections come from another loopback address: another peer."""
+    """A client that connects to ::1, on a server listening on both loopbacks: another peer."""
 
-    def __init__(self, port, source, key=None):
+    def __init__(self, port, key=None):
         super().__init__(port)
-        self.source = source
         self.key = key
 
     def _connect(self):
         self.close()
-        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout,
-                                               source_address=(self.source, 0))
+        self.conn = http.client.HTTPConnection(OTHER_PEER, self.port, timeout=self.timeout)
 
     def request(self, method, path, body=None, raw=None, headers=None, timeout=None):
         hdrs = dict(headers or {})
@@ -36,23 +35,9 @@ class PeerClient(Client):
         return super().request(method, path, body=body, raw=raw, headers=hdrs, timeout=timeout)
 
 
-def other_peer_works():
-    try:
-        s = socket.socket()
-        s.bind((OTHER_PEER, 0))
-        s.close()
-        return True
-    except OSError:
-        return False
-
-
-def held_get(port, path, key=None, source=None):
+def held_get(port, path, key=None):
     """A GET sent on a socket of its own; the answer is left unread."""
-    s = socket.socket()
-    if source:
-        s.bind((source, 0))
-    s.settimeout(20)
-    s.connect(("127.0.0.1", port))
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
     auth = "Authorization: Bearer %s\r\n" % key if key else ""
     s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % (path, auth)).encode())
     return s
@@ -136,15 +121,17 @@ class KeySharesTest(KeyedTestCase):
         self.assertEqual(st, 200, b)
 
 
-@unittest.skipUnless(other_peer_works(), "cannot bind %s here" % OTHER_PEER)
+@unittest.skipUnless(other_peer_works(), "no dual-stack socket reachable at ::1 here")
 class PeerSharesTest(unittest.TestCase):
     def server(self, *args):
-        srv = Server(extra_args=list(args))
+        # Beyond loopback (both stacks): keys, or the flag that says none are wanted.
+        srv = Server(extra_args=DUAL_STACK + (["--insecure-no-auth"] if "--auth-file" not in args else []) +
+                     list(args))
         self.addCleanup(srv.cleanup)
         return srv
 
-    def other(self, srv):
-        c = PeerClient(srv.port, OTHER_PEER)
+    def other(self, srv, key=None):
+        c = PeerClient(srv.port, key)
         self.addCleanup(c.close)
         return c
 
@@ -157,7 +144,7 @@ class PeerSharesTest(unittest.TestCase):
             c.release("p/%d" % i, g["lease"])
         st, _, b = c.acquire("p/10")
         self.assertTrue(refused(st, b, "peer_limit", "max_names"), b)
-        self.assertEqual(b["peer"], "127.0.0.1")
+        self.assertEqual(b["peer"], "127.0.0.0/8")
         self.assertIn("reverse proxy", b["message"])
         st, _, g = o.acquire("p/10")
         self.assertEqual(st, 200, g)
@@ -215,6 +202,49 @@ class PeerSharesTest(unittest.TestCase):
         except OSError:
             c.close()
             return False
+
+    def test_every_loopback_address_is_one_peer(self):
+        """Issue 39: ten addresses of 127.0.0.0/8 with 20 half-sent requests each filled
+        --max-connections 200 (each was a peer with a share of its own), and a client with
+        a key got no answer. They are one peer: 20 in all, the rest closed at once."""
+        key, line = new_key("victim", "client", "v/")
+        d = tempfile.mkdtemp(prefix="leasegate-loopback-")
+        keys = os.path.join(d, "keys")
+        with open(keys, "w") as f:
+            f.write(line + "\n")
+        os.chmod(keys, 0o600)
+        srv = self.server("--auth-file", keys, "--max-connections", "200", "--peer-max-connections", "100",
+                          "--peer-max-half-sent", "20", "--idle-timeout", "60")
+        heads = []
+        for a in range(2, 12):
+            for _ in range(20):
+                s = socket.socket()
+                self.addCleanup(s.close)
+                s.settimeout(10)
+                s.bind(("127.0.0.%d" % a, 0))
+                s.connect(("127.0.0.1", srv.port))
+                try:
+                    s.sendall(b"POST /v1/locks/v/1/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+                except OSError:
+                    pass  # closed at once: the peer is at its share
+                heads.append(s)
+        victim = self.other(srv, key)
+        m = srv.wait_until(lambda: parse_metrics(victim.request("GET", "/metrics")[2]), what="metrics")
+        self.assertEqual(m["leasegate_peers"], 2, "127.0.0.2..11 are one peer, ::1 the other")
+        self.assertGreaterEqual(m['leasegate_peer_connections_refused_total{limit="max_half_sent"}'], 180)
+        st, _, g = victim.acquire("v/1", owner="victim")
+        self.assertEqual(st, 200, g)
+        # What was accepted of the 200: the share, 20, each still waiting for its head.
+        alive = 0
+        for s in heads:
+            s.setblocking(False)
+            try:
+                alive += s.recv(1) != b""
+            except BlockingIOError:
+                alive += 1
+            except OSError:
+                pass
+        self.assertEqual(alive, 20)
 
     def test_half_sent_requests_per_peer(self):
         srv = self.server("--peer-max-half-sent", "3", "--peer-max-connections", "100")

@@ -11,6 +11,7 @@ import http.client
 import http.server
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -50,6 +51,8 @@ class Pki:
         self.other_ca, self.other_ca_key = self._ca("other-ca", "a CA nobody here trusts")
         # A certificate and key that belong to neither the server nor each other.
         self.other_cert, self.other_key = self._leaf("other", self.other_ca, self.other_ca_key)
+        # An RSA server certificate: what static-RSA suites (AES128-SHA) need.
+        self.rsa_cert, self.rsa_key = self._leaf("rsa-server", self.ca, self.ca_key, key=["rsa:2048"])
 
     def path(self, name):
         return os.path.join(self.dir, name)
@@ -61,17 +64,16 @@ class Pki:
                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
         return cert, key
 
-    def _leaf(self, name, ca, ca_key):
-        cert, key, csr, ext = (self.path(name + x) for x in (".pem", ".key", ".csr", ".ext"))
+    def _leaf(self, name, ca, ca_key, key=("ec", "-pkeyopt", "ec_paramgen_curve:P-256")):
+        cert, keyfile, csr, ext = (self.path(name + x) for x in (".pem", ".key", ".csr", ".ext"))
         with open(ext, "w") as f:
             f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
-                    "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+                    "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
                     "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
-        openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1")
+        openssl("req", "-new", "-newkey", *key, "-nodes", "-keyout", keyfile, "-out", csr, "-subj", "/CN=127.0.0.1")
         openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
                 "-days", "2", "-extfile", ext)
-        return cert, key
+        return cert, keyfile
 
     def client_context(self, ca=None):
         """Trusts only `ca` (default: the test CA); checks the name as every client must."""
@@ -359,6 +361,76 @@ class TlsServerTest(unittest.TestCase):
         self.assertTrue(self.srv.running())
 
 
+def s_client(port, ca, *args):
+    """The suite `openssl s_client ARGS` agrees on with the server (its certificate checked
+    against ca), or None when the handshake fails."""
+    r = subprocess.run([OPENSSL, "s_client", "-connect", "127.0.0.1:%d" % port, "-CAfile", ca,
+                        "-verify_return_error"] + list(args), input=b"", capture_output=True, timeout=30)
+    m = re.search(r"Cipher is (\S+)", r.stdout.decode(errors="replace"))
+    return m.group(1) if r.returncode == 0 and m and m.group(1) != "(NONE)" else None
+
+
+class TlsCipherTest(unittest.TestCase):
+    """Issue 39: TLS 1.2 accepted AES128-SHA and CBC suites. By default only TLS 1.3 and,
+    in TLS 1.2, forward-secret AEAD suites (ECDHE with AES-GCM or ChaCha20-Poly1305);
+    --tls-ciphers takes a GnuTLS priority string for those who must."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = Pki()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pki.cleanup()
+
+    def server(self, cert, key, *flags):
+        srv = Server(extra_args=["--tls-cert", cert, "--tls-key", key] + list(flags), tls=self.pki.client_context())
+        self.addCleanup(srv.cleanup)
+        return srv
+
+    def test_tls_1_2_takes_forward_secret_aead_suites_only(self):
+        rsa = self.server(self.pki.rsa_cert, self.pki.rsa_key)
+        refused = ("AES128-SHA", "AES256-SHA", "AES128-SHA256", "AES128-GCM-SHA256", "AES256-GCM-SHA384",
+                   "ECDHE-RSA-AES128-SHA", "ECDHE-RSA-AES256-SHA", "ECDHE-RSA-AES128-SHA256",
+                   "ECDHE-RSA-AES256-SHA384", "DES-CBC3-SHA")
+        for suite in refused:
+            with self.subTest(suite=suite):
+                self.assertIsNone(s_client(rsa.port, self.pki.ca, "-tls1_2", "-cipher", suite + ":@SECLEVEL=0"))
+        for suite in ("ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-RSA-CHACHA20-POLY1305"):
+            with self.subTest(suite=suite):
+                self.assertEqual(s_client(rsa.port, self.pki.ca, "-tls1_2", "-cipher", suite), suite)
+        self.assertIsNotNone(s_client(rsa.port, self.pki.ca, "-tls1_3"))
+        ec = self.server(self.pki.cert, self.pki.key)
+        self.assertIsNone(s_client(ec.port, self.pki.ca, "-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-SHA:@SECLEVEL=0"))
+        self.assertEqual(s_client(ec.port, self.pki.ca, "-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"),
+                         "ECDHE-ECDSA-AES128-GCM-SHA256")
+        st, _, body = ec.request("GET", "/healthz")
+        self.assertEqual(st, 200, body)
+
+    def test_tls_ciphers_replaces_the_default(self):
+        srv = self.server(self.pki.rsa_cert, self.pki.rsa_key, "--tls-ciphers",
+                          "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2")
+        self.assertEqual(s_client(srv.port, self.pki.ca, "-tls1_2", "-cipher", "AES128-SHA:@SECLEVEL=0"),
+                         "AES128-SHA")
+        st, _, body = srv.request("GET", "/healthz")
+        self.assertEqual(st, 200, body)
+
+    def test_a_priority_string_gnutls_refuses_stops_the_start(self):
+        d = tempfile.mkdtemp(prefix="leasegate-tls-ciphers-")
+        self.addCleanup(shutil.rmtree, d, True)
+        base = [binary_path(), "serve", "--listen", "127.0.0.1:0", "--data", os.path.join(d, "db")]
+        r = subprocess.run(base + ["--tls-cert", self.pki.cert, "--tls-key", self.pki.key, "--tls-ciphers",
+                                   "NORMAL:+NO-SUCH-CIPHER"], stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(b"--tls-ciphers 'NORMAL:+NO-SUCH-CIPHER': not a GnuTLS priority string", r.stderr)
+        self.assertIn(b"NO-SUCH-CIPHER", r.stderr)
+        for flags, rc in ((["--tls-ciphers", "NORMAL"], 2), (["--tls-ciphers", ""], 2)):
+            r = subprocess.run(base + flags, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+            self.assertEqual(r.returncode, rc, r.stderr)
+            self.assertIn(b"--tls-ciphers", r.stderr)
+
+
 class TlsStartTest(unittest.TestCase):
     """What a start with TLS flags that cannot work says, and its exit status."""
 
@@ -423,7 +495,7 @@ class TlsStartTest(unittest.TestCase):
     def test_help_serve_lists_the_flags(self):
         r = subprocess.run([binary_path(), "help", "serve"], capture_output=True, timeout=30)
         text = r.stdout.decode()
-        for flag in ("--tls-cert", "--tls-key", "--cacert"):
+        for flag in ("--tls-cert", "--tls-key", "--cacert", "--tls-ciphers"):
             self.assertIn(flag, text)
 
 

@@ -65,7 +65,8 @@ int main(void)
     char huge[1000];
     memset(huge, 'z', sizeof huge - 1);
     huge[sizeof huge - 1] = '\0';
-    AuditRow r = {.at_ms = 1, .kind = AUDIT_RELEASED, .lock = huge, .owner = huge, .token = 1, .key = huge, .peer = huge};
+    AuditRow r = {.at_ms = 1, .kind = AUDIT_RELEASED, .lock = huge, .owner = huge, .token = 1, .key = huge, .peer = huge,
+                  .reason = huge};
     CHECK(audit_add(a, &r) == 12);
     seen.n = 0;
     audit_list(a, NULL, false, 11, 100, collect, &seen, NULL);

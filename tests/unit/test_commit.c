@@ -132,12 +132,14 @@ static int load_revoked(const StoreRevoked *r)
 static int loaded_audit;
 static uint64_t loaded_audit_last_seq;
 static int loaded_audit_object, loaded_audit_mode;
+static char loaded_audit_reason[32];
 static int load_audit(const AuditRow *row)
 {
     loaded_audit++;
     loaded_audit_last_seq = row->seq;
     loaded_audit_object = row->object;
     loaded_audit_mode = row->mode;
+    snprintf(loaded_audit_reason, sizeof loaded_audit_reason, "%s", row->reason ? row->reason : "(null)");
     return 0;
 }
 
@@ -252,7 +254,8 @@ int main(int argc, char **argv)
     CHECK(commit_guard_mark(c, "k3", 4, 1700000000123));
     /* Audit rows: the rows a key evicted (auditlog.h) go, one by one. */
     for (uint64_t i = 1; i <= 4; i++) {
-        AuditRow row = {i, 1000, AUDIT_GRANTED, "k1", "o", i, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_WRITE};
+        AuditRow row = {i, 1000, AUDIT_GRANTED, "k1", "o", i, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_WRITE,
+                        ""};
         CHECK(commit_audit(c, &row));
     }
     CHECK(commit_audit_drop(c, "key", 1, 2));
@@ -285,7 +288,8 @@ int main(int argc, char **argv)
     CHECK(take(lt, KIND_SEMAPHORE, "sem", 16, MODE_WRITE, 0, &at)->token == 16);
     CHECK(take(lt, KIND_LOCK, "dl", 17, MODE_WRITE, 5000, &at)->token == 17);
     CHECK(locktab_revoke(lt, KIND_LOCK, "dl", NULL, &at) == LOCK_OK);
-    AuditRow read_row = {5, 1000, AUDIT_GRANTED, "rd", "o", 13, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_READ};
+    AuditRow read_row = {5,   1000,           AUDIT_GRANTED,   "rd", "o", 13, "key", "127.0.0.1:1",
+                         AUDIT_OF_LOCK, AUDIT_MODE_READ, "read_lease"};
     CHECK(commit_audit(c, &read_row));
     Probe late = {{.ready = on_ready}, 0};
     commit_hold(c, &late.hold);
@@ -371,6 +375,7 @@ int main(int argc, char **argv)
     CHECK(loaded_revoked == 2 && loaded_revoked_token == 17);
     CHECK(loaded_audit == 3 && loaded_audit_last_seq == 5);
     CHECK(loaded_audit_object == AUDIT_OF_LOCK && loaded_audit_mode == AUDIT_MODE_READ);
+    CHECK(!strcmp(loaded_audit_reason, "read_lease")); /* the reason comes back from storage */
     /* Same boot: the boot-clock deadline comes back as written. */
     CHECK(loaded_deadline_of_k7 == 5007);
     CHECK(loaded_guard_mark == 4);

@@ -174,10 +174,12 @@ static void test_answers(void)
 {
     PbBuf b = {0}, header = {0};
     pb_varint(&header, 1, 7);
+    pb_varint(&header, 3, 123456789012); /* the revision once applied */
     pb_message(&b, 1, &header);
     pb_varint(&b, 2, 1);
     EtcdTxnAnswer a;
     CHECK(etcd_txn_answer_read(b.data, b.len, &a) == 0 && a.succeeded && !a.kv[0].found && !a.kv[1].found);
+    CHECK(a.revision == 123456789012);
     etcd_txn_answer_free(&a);
     pb_free(&b);
 

@@ -814,8 +814,76 @@ static void test_answers_of_a_grant(void)
     locktab_free(lt);
 }
 
+/* Issue 39: a renewal with a wrong lease compared it with every one of a
+ * lock's 16,000 readers (and walked them all for expiries). Lookups go
+ * through the lease index, and the walk happens only when a holder may be
+ * due: the holders looked at stay about one per call. */
+#define CROWD 16000
+static void test_lease_lookups_do_not_walk_the_holders(void)
+{
+    static uint8_t leases[CROWD][LEASE_ID_BYTES];
+    memset(&rec, 0, sizeof rec);
+    LocktabLimits limits = {1000, 1000, 100, 128, 60000};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, NULL, NULL};
+    Locktab *lt = locktab_new(&limits, &hooks);
+    const Lock *lock;
+    const Holder *h;
+    Waiter *w;
+    bool granted = true;
+    for (uint32_t i = 0; i < CROWD; i++) {
+        /* As leaseid makes them: random-looking, here from a counter. */
+        uint64_t v = (i + 1) * 0x9e3779b97f4a7c15ULL, u = ~v * 0xbf58476d1ce4e5b9ULL;
+        memcpy(leases[i], &v, 8);
+        memcpy(leases[i] + 8, &u, 8);
+        AcquireArgs a = {"reader", NULL, 60000, 0, NULL, leases[i], NULL, NULL, {NULL, NULL}, MODE_READ, true, 0, 0};
+        granted &= locktab_acquire(lt, KIND_LOCK, "crowd", &a, NULL, &now, &lock, &h, &w) == LOCK_OK;
+    }
+    CHECK(granted && holders_of(lt, KIND_LOCK, "crowd") == CROWD);
+    /* Another lock's lease is not this lock's, even found by its id. */
+    CHECK(take(lt, KIND_LOCK, "elsewhere", 0, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    uint64_t before = locktab_holder_visits(lt);
+    uint8_t wrong[LEASE_ID_BYTES];
+    size_t refused = 0, renewed = 0;
+    for (uint32_t i = 0; i < 1000; i++) {
+        memset(wrong, (int)(i & 0xff), sizeof wrong);
+        memcpy(wrong, &i, sizeof i);
+        refused += locktab_renew(lt, KIND_LOCK, "crowd", wrong, 0, &now, &lock, &h) == LOCK_NOT_HOLDER;
+        renewed += locktab_renew(lt, KIND_LOCK, "crowd", leases[i * 16], 0, &now, &lock, &h) == LOCK_OK;
+    }
+    CHECK(refused == 1000 && renewed == 1000);
+    CHECK(locktab_renew(lt, KIND_LOCK, "crowd", ids[0], 0, &now, &lock, &h) == LOCK_NOT_HOLDER);
+    uint64_t visits = locktab_holder_visits(lt) - before;
+    /* 2,001 calls; a walk of the holders would be 16,000 visits for each. */
+    CHECK(visits <= 2001 * 4);
+    /* A renewal that shortens its lease lowers the bound: once it is due, the
+     * next call on the lock ends it (one walk), before answering anything. */
+    CHECK(locktab_renew(lt, KIND_LOCK, "crowd", leases[5], 10, &now, &lock, &h) == LOCK_OK);
+    Now later = {now.mono_ms + 20, now.wall_ms + 20};
+    CHECK(locktab_renew(lt, KIND_LOCK, "crowd", leases[6], 0, &later, &lock, &h) == LOCK_OK);
+    CHECK(locktab_renew(lt, KIND_LOCK, "crowd", leases[5], 0, &later, &lock, &h) == LOCK_NOT_HOLDER);
+    CHECK(locktab_why_not(lt, KIND_LOCK, "crowd", leases[5]) == REASON_SUPERSEDED); /* expired, newer tokens since */
+    CHECK(holders_of(lt, KIND_LOCK, "crowd") == CROWD - 1);
+    before = locktab_holder_visits(lt);
+    CHECK(locktab_renew(lt, KIND_LOCK, "crowd", wrong, 0, &later, &lock, &h) == LOCK_NOT_HOLDER);
+    CHECK(locktab_holder_visits(lt) - before <= 4); /* the walk made the bound exact again */
+    /* Releases find theirs too, the middle one's included; then it is gone. */
+    uint32_t left;
+    CHECK(locktab_release(lt, KIND_LOCK, "crowd", leases[CROWD / 2], NULL, &now, &left) == LOCK_OK && left == 0);
+    CHECK(locktab_renew(lt, KIND_LOCK, "crowd", leases[CROWD / 2], 0, &now, &lock, &h) == LOCK_NOT_HOLDER);
+    CHECK(locktab_why_not(lt, KIND_LOCK, "crowd", leases[CROWD / 2]) == REASON_RELEASED);
+    CHECK(locktab_renew(lt, KIND_LOCK, "crowd", leases[CROWD - 1], 0, &now, &lock, &h) == LOCK_OK);
+    CHECK(locktab_held_by(lt, KIND_LOCK, "crowd", leases[0], &now) != NULL);
+    CHECK(locktab_held_by(lt, KIND_LOCK, "elsewhere", leases[0], &now) == NULL);
+    CHECK(locktab_revoke(lt, KIND_LOCK, "crowd", NULL, &now) == LOCK_OK && holders_of(lt, KIND_LOCK, "crowd") == 0);
+    CHECK(locktab_renew(lt, KIND_LOCK, "crowd", leases[1], 0, &now, &lock, &h) == LOCK_NOT_HOLDER);
+    CHECK(locktab_renew(lt, KIND_LOCK, "elsewhere", ids[0], 0, &now, &lock, &h) == LOCK_OK);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
 int main(void)
 {
+    test_lease_lookups_do_not_walk_the_holders();
     test_answers_of_a_grant();
     test_request_id_replays();
     test_fifo_and_one_wakeup();

@@ -7,6 +7,7 @@
 // later than that, so the client always gives up first, never after the server.
 
 const { EventEmitter } = require("node:events");
+const { inspect } = require("node:util");
 const { setTimeout: sleep } = require("node:timers/promises");
 const { toMillis } = require("./duration.js");
 const { LeaseLostError, LeasegateError, NotHolderError, errorFromAnswer } = require("./errors.js");
@@ -18,6 +19,7 @@ const { UnreachableError, lockPath, now, tlsError, unavailable } = require("./tr
  * LeaseLostError) once, when the lease is lost.
  */
 class Lease extends EventEmitter {
+  #lease; // the lease id: never in JSON.stringify(), console.log() or util.inspect()
   #transport;
   #deadline; // performance.now() after which the lease is not trusted
   #lost = null;
@@ -46,8 +48,7 @@ class Lease extends EventEmitter {
     this.server = server;
     this.name = grant.name;
     this.owner = grant.owner;
-    /** The lease id: the secret that renews, releases and writes through the guard. */
-    this.lease = grant.lease;
+    this.#lease = grant.lease;
     /** The fencing token, a decimal string (exact at any size) that only grows across grants. */
     this.token = grant.token;
     this.metadata = grant.metadata ?? {};
@@ -55,6 +56,33 @@ class Lease extends EventEmitter {
     this.ttl = grant.ttl_ms;
     this.#deadline = sent + this.ttl;
     if (onLost) this.once("lost", onLost);
+  }
+
+  /**
+   * The lease id: the secret that renews, releases and writes through the guard. A
+   * getter, not an own property: spreading, JSON.stringify() and console.log() of a
+   * lease leave it out (toJSON, [util.inspect.custom]); only reading it names it.
+   */
+  get lease() {
+    return this.#lease;
+  }
+
+  /**
+   * What JSON.stringify() writes of a lease: every field but the lease id, which shows
+   * as "[redacted]", so that a lease can be logged as it is without its secret.
+   */
+  toJSON() {
+    return {
+      name: this.name, owner: this.owner, token: this.token, mode: this.mode, semaphore: this.semaphore,
+      limit: this.limit, ttl: this.ttl, server: this.server, metadata: this.metadata, valid: this.valid,
+      lease: "[redacted]",
+    };
+  }
+
+  /** What console.log() and util.inspect() show: the same as toJSON(), never the lease id. */
+  [inspect.custom](depth, options, inspectFn = inspect) {
+    if (depth < 0) return `Lease ${this.name} token=${this.token}`;
+    return `Lease ${inspectFn(this.toJSON(), { ...options, depth: options.depth === null ? null : options.depth - 1 })}`;
   }
 
   /**

@@ -14,6 +14,7 @@ import http from "node:http";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import util from "node:util";
 import { after, before, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { createRequire } from "node:module";
@@ -199,6 +200,40 @@ test("acquire, renew, release", async () => {
   assert.equal(lease.valid, false);
   assert.equal((await client.status(name)).held, false);
   await lease.release(); // a second release does nothing
+});
+
+test("a lease never shows its secret when logged, stringified or spread (issue 39)", async () => {
+  const name = unique("redact");
+  const lease = await client.acquire(name, { ttl: "30s", metadata: { why: "logging" } });
+  const id = lease.lease;
+  assert.match(id, /^[0-9a-f-]{36}$/); // still there for whoever reads it
+  const json = JSON.parse(JSON.stringify(lease));
+  assert.deepEqual(json, {
+    name, owner: "node-test", token: lease.token, mode: "write", semaphore: false, limit: null, ttl: 30_000,
+    server: server.url, metadata: { why: "logging" }, valid: true, lease: "[redacted]",
+  });
+  const shown = [util.inspect(lease), util.inspect(lease, { depth: 0 }), util.inspect({ nested: [lease] }),
+    util.format("%o %O %j %s", lease, lease, lease, lease), JSON.stringify({ ...lease }),
+    JSON.stringify(Object.entries(lease))];
+  for (const text of shown) assert.ok(!text.includes(id), `the lease id shows in: ${text}`);
+  assert.match(shown[0], /^Lease \{\s+name: /);
+  assert.ok(shown[0].includes("[redacted]") && shown[0].includes(lease.token), shown[0]);
+  // console.log goes through util.inspect.
+  const lines = [];
+  const log = console.log;
+  console.log = (...args) => lines.push(util.format(...args));
+  try {
+    console.log("held:", lease);
+  } finally {
+    console.log = log;
+  }
+  assert.ok(!lines[0].includes(id) && lines[0].includes("[redacted]"), lines[0]);
+  // A loss carries its lease: logging the error does not show the secret either.
+  await lease.release();
+  const lost = new LeaseLostError("lost", { lease });
+  assert.ok(!JSON.stringify(lost).includes(id) && !util.inspect(lost).includes(id));
+  // What renews and writes through the guard still has it.
+  assert.deepEqual(lease.headers, { "Fencing-Lease": id });
 });
 
 test("withLock holds the lock while the callback runs, then releases it", async () => {

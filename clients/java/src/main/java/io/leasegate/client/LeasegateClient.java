@@ -96,7 +96,7 @@ public final class LeasegateClient implements AutoCloseable {
         this.timer.setRemoveOnCancelPolicy(true);
         this.callbacks = b.callbacks != null ? b.callbacks
                 : Executors.newCachedThreadPool(r -> daemon(r, "leasegate-callback-" + n.incrementAndGet()));
-        this.transport = new Transport(urls, ssl, key, b.timeout, b.retryFor, timer);
+        this.transport = new Transport(urls, ssl, key, b.timeout, b.retryFor, b.firstByteTimeout, timer);
     }
 
     /** A client configured from the environment: {@code $LEASEGATE_SERVER}, {@code $LEASEGATE_KEY}, {@code $LEASEGATE_CACERT}. */
@@ -114,6 +114,7 @@ public final class LeasegateClient implements AutoCloseable {
         private String owner;
         private Duration timeout = Duration.ofSeconds(5);
         private Duration retryFor = Duration.ofSeconds(5);
+        private Duration firstByteTimeout = Duration.ofSeconds(2);
         private String key;
         private Path caFile;
         private SSLContext ssl;
@@ -158,6 +159,25 @@ public final class LeasegateClient implements AutoCloseable {
         public Builder retryFor(Duration retryFor) {
             Durations.toMillis(retryFor, "retryFor");
             this.retryFor = retryFor;
+            return this;
+        }
+
+        /**
+         * The first-byte watch (default 2 s, at least 100 ms): a server that has not accepted the
+         * connection within it is left for the next; one that has not begun its answer within it
+         * is asked {@code GET /readyz} (bounded by the same timeout and by the request's own). If
+         * it says it is ready (200, or 404 from a server too old to have it), it is working on the
+         * request (a long-poll waits there for its grant) and the wait goes on, to be asked again
+         * a first-byte timeout later; if it does not answer or answers 503, the request is given
+         * up for the next server (an acquire keeps its request_id). A paused or unready gateway
+         * so costs about twice this, not the {@link #timeout}. It is also the connect timeout (or
+         * the timeout, when shorter) of the lease's own requests ({@link Lease#request}).
+         */
+        public Builder firstByteTimeout(Duration firstByteTimeout) {
+            if (Durations.toMillis(firstByteTimeout, "firstByteTimeout") < 100) {
+                throw new IllegalArgumentException("firstByteTimeout: at least 100ms, not " + firstByteTimeout);
+            }
+            this.firstByteTimeout = firstByteTimeout;
             return this;
         }
 

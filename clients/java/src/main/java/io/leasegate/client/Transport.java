@@ -39,9 +39,11 @@ import javax.net.ssl.SSLHandshakeException;
  * time is up. A certificate that fails verification is not tried again: when no other server is
  * left, the call fails with TlsVerificationException at once. Any other answer is final.
  *
- * <p>All of it is asynchronous: an attempt is an {@link HttpClient#sendAsync} exchange, a pause a
- * task of the client's timer, and a call an {@link Op} whose cancellation closes the exchange in
- * progress. Times are {@link System#nanoTime()} values, compared by difference.
+ * <p>All of it is asynchronous: an attempt is an {@link HttpClient#sendAsync} exchange under the
+ * first-byte watch ({@link FirstByteWatch}: a paused or unready server is left after about two
+ * first-byte timeouts, not the request's timeout), a pause a task of the client's timer, and a call
+ * an {@link Op} whose cancellation closes the exchange in progress. Times are {@link
+ * System#nanoTime()} values, compared by difference.
  */
 final class Transport {
     static final long MAX_POLL_NANOS = TimeUnit.HOURS.toNanos(1); // the server's largest wait_ms
@@ -66,19 +68,23 @@ final class Transport {
     private final String authorization; // "Bearer KEY", or null
     final long timeoutNanos;
     final long retryForNanos;
+    final long firstByteNanos; // the first-byte watch's timeout (FirstByteWatch)
     final ScheduledExecutorService timer;
 
     Transport(List<String> servers, SSLContext ssl, String key, Duration timeout, Duration retryFor,
-              ScheduledExecutorService timer) {
+              Duration firstByte, ScheduledExecutorService timer) {
         this.servers = List.copyOf(servers);
         this.timeoutNanos = timeout.toNanos();
         this.retryForNanos = retryFor.toNanos();
+        this.firstByteNanos = firstByte.toNanos();
         this.authorization = key == null ? null : "Bearer " + key;
         this.timer = timer;
         // HTTP/1.1: the server is libmicrohttpd. No proxy is configured: a lock service's traffic
-        // must not be rerouted by a proxy setting meant for the web.
+        // must not be rerouted by a proxy setting meant for the web. A server that has not
+        // accepted the connection within the first-byte timeout is left (FirstByteWatch).
+        Duration connect = timeout.isZero() ? Duration.ofMillis(50) : timeout;
         HttpClient.Builder builder = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1)
-                .connectTimeout(timeout.isZero() ? Duration.ofMillis(50) : timeout)
+                .connectTimeout(connect.compareTo(firstByte) < 0 ? connect : firstByte)
                 .followRedirects(HttpClient.Redirect.NEVER);
         if (ssl != null) {
             builder.sslContext(ssl);
@@ -159,25 +165,45 @@ final class Transport {
                 });
     }
 
-    /** One exchange with one server, with the key and, for a body, its Content-Type. */
+    /**
+     * One exchange with one server, with the key and, for a body, its Content-Type, under the
+     * first-byte watch: it may fail with {@link FirstByteWatch.Stalled}; cancelling it closes the
+     * exchange.
+     */
     CompletableFuture<HttpResponse<byte[]>> send(String server, String method, String path, byte[] payload,
                                                  long timeoutNanos) {
+        long timeout = Math.max(timeoutNanos, MIN_ATTEMPT_NANOS);
         HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(server + path))
-                .timeout(Duration.ofNanos(Math.max(timeoutNanos, MIN_ATTEMPT_NANOS)))
+                .timeout(Duration.ofNanos(timeout))
                 .method(method, payload == null ? HttpRequest.BodyPublishers.noBody()
                         : HttpRequest.BodyPublishers.ofByteArray(payload));
         if (payload != null) {
             request.header("Content-Type", "application/json");
         }
-        return exchange(request);
+        FirstByteWatch watch = new FirstByteWatch(this, server, System.nanoTime() + timeout);
+        return watch.start(http.sendAsync(authorized(request).build(), info -> {
+            watch.began();
+            return HttpResponse.BodySubscribers.ofByteArray();
+        }));
     }
 
-    /** Sends a request the caller built, with the key added. */
+    /** GET /readyz of server, within timeoutNanos (at least a millisecond); the first-byte watch's probe. */
+    CompletableFuture<HttpResponse<Void>> readyz(String server, long timeoutNanos) {
+        HttpRequest request = HttpRequest.newBuilder(URI.create(server + "/readyz"))
+                .timeout(Duration.ofNanos(Math.max(timeoutNanos, TimeUnit.MILLISECONDS.toNanos(1)))).GET().build();
+        return http.sendAsync(request, HttpResponse.BodyHandlers.discarding());
+    }
+
+    /** Sends a request the caller built, with the key added (not watched: a guarded write is the caller's). */
     CompletableFuture<HttpResponse<byte[]>> exchange(HttpRequest.Builder request) {
+        return http.sendAsync(authorized(request).build(), HttpResponse.BodyHandlers.ofByteArray());
+    }
+
+    private HttpRequest.Builder authorized(HttpRequest.Builder request) {
         if (authorization != null) {
             request.setHeader("Authorization", authorization);
         }
-        return http.sendAsync(request.build(), HttpResponse.BodyHandlers.ofByteArray());
+        return request;
     }
 
     static byte[] bytes(JsonNode value) {
@@ -205,6 +231,7 @@ final class Transport {
      * certificate failure what to do about it. */
     static String describe(String server, Throwable error) {
         String what = error instanceof HttpTimeoutException ? "timed out"
+                : error instanceof FirstByteWatch.Stalled ? error.getMessage()
                 : error.getMessage() == null ? error.getClass().getSimpleName()
                 : error.getClass().getSimpleName() + ": " + error.getMessage();
         return server + ": " + what + (isTlsFailure(error) ? " (" + TLS_HINT + ")" : "");

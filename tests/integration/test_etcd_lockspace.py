@@ -1,0 +1,171 @@
+"""Lock-space identity on etcd (issue 37): PREFIX/meta/lockspace is written once, when a
+lock space is created on an empty prefix with --new-lock-space; a gateway refuses a prefix
+that lies inside or around another lock space, an empty prefix without the flag (a typo),
+and a lock space of another schema, each with one line naming both sides. A one-member
+etcd per test on free 127.0.0.1 ports (etcd_fixture.py), stopped by PID; every wait is
+bounded and nothing asserts how long anything took."""
+
+import base64
+import json
+import subprocess
+import unittest
+
+from harness import binary_path
+import etcd_fixture
+from etcd_fixture import EtcdTestCase, Gateway, b64, wait_for, wait_leader
+
+
+def setUpModule():
+    if not etcd_fixture.available():
+        raise unittest.SkipTest(etcd_fixture.missing_reason())
+
+
+class LockSpaceTest(EtcdTestCase):
+    def serve_refused(self, prefix, *flags):
+        """A gateway started on prefix that must refuse: its exit status and stderr."""
+        r = subprocess.run([binary_path(), "serve", "--listen", "127.0.0.1:0", "--leader-ttl", "2",
+                            "--store", "etcd://%s/%s" % (self.etcd.endpoint, prefix)] + list(flags),
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        return r.returncode, r.stderr.decode(errors="replace")
+
+    def identity(self, prefix):
+        r = self.etcd.call("/v3/kv/range", {"key": b64(prefix + "/meta/lockspace")})
+        kvs = r.get("kvs", [])
+        return json.loads(base64.b64decode(kvs[0]["value"])) if kvs else None
+
+    def put(self, key, value):
+        self.etcd.call("/v3/kv/put", {"key": b64(key), "value": b64(value)})
+
+    def test_a_nested_prefix_is_refused_and_the_outer_lock_space_keeps_its_counter(self):
+        # The issue's collision: a gateway on lg/leader campaigned inside lg/leader/, became the
+        # oldest candidate, and lg's gateways followed it (an acquire got token 2 from the
+        # wrong counter). Now it refuses to start, naming both prefixes.
+        outer = Gateway(self.etcd, "lg")
+        self.gateways.append(outer)
+        self.assertIs(wait_leader([outer]), outer, outer.stderr_text())
+        tokens = [self.acquire_ok(outer, "t%d" % i)["token"] for i in range(3)]
+        rc, err = self.serve_refused("lg/leader", "--new-lock-space")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("the prefix lg/leader lies inside the lock space at lg", err)
+        self.assertIn(self.identity("lg")["id"], err)
+        self.assertEqual([k for k in self.etcd.keys("lg/leader/") if k.count("/") > 2], [],
+                         "the refused gateway wrote under lg/leader/")
+        self.assertIsNone(self.identity("lg/leader"))
+        # The outer lock space's next leader is one of its own, on its own counter.
+        outer.kill9()
+        outer.start()
+        self.assertIs(wait_leader([outer]), outer, outer.stderr_text())
+        self.assertGreater(self.acquire_ok(outer, "after")["token"], max(tokens))
+
+    def test_a_mistyped_prefix_is_refused_and_nothing_is_written(self):
+        g = Gateway(self.etcd, "lg")
+        self.gateways.append(g)
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        self.acquire_ok(g, "x")
+        rc, err = self.serve_refused("gl")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("there is no lock space at gl", err)
+        self.assertIn("--new-lock-space", err)
+        self.assertEqual(self.etcd.keys("gl/"), [])
+
+    def test_a_prefix_around_a_lock_space_is_refused(self):
+        inner = Gateway(self.etcd, "teams/billing")
+        self.gateways.append(inner)
+        self.assertIs(wait_leader([inner]), inner, inner.stderr_text())
+        rc, err = self.serve_refused("teams", "--new-lock-space")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("the prefix teams lies around the lock space at teams/billing", err)
+        self.assertIn(self.identity("teams/billing")["id"], err)
+        self.assertIsNone(self.identity("teams"))
+        # A prefix beside it is another lock space, free to be created.
+        beside = Gateway(self.etcd, "teams/ops")
+        self.gateways.append(beside)
+        self.assertIs(wait_leader([beside]), beside, beside.stderr_text())
+        self.assertNotEqual(self.identity("teams/ops")["id"], self.identity("teams/billing")["id"])
+
+    def test_other_keys_on_the_prefix_are_refused(self):
+        self.put("app/config", "1")
+        rc, err = self.serve_refused("app", "--new-lock-space")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("the prefix app holds keys that are not a lock space's (app/config", err)
+        self.assertIsNone(self.identity("app"))
+
+    def test_the_identity_is_written_once_and_the_flag_is_harmless_later(self):
+        gateways = [Gateway(self.etcd, "lg") for _ in range(3)]  # all at once, all with the flag
+        self.gateways.extend(gateways)
+        leader = wait_leader(gateways)
+        self.assertIsNotNone(leader)
+        ident = self.identity("lg")
+        self.assertEqual((ident["schema"], ident["prefix"]), (2, "lg"), ident)  # the layout it writes
+        def logs():
+            return "".join(g.stderr_text() for g in gateways)
+        # Each says which, once it checked (after its listening line).
+        wait_for(lambda: logs().count("joining the lock space %s" % ident["id"]) == 2)
+        self.assertEqual(logs().count("created the lock space"), 1, logs())
+        self.assertEqual(logs().count("joining the lock space %s" % ident["id"]), 2, logs())
+        grant = self.acquire_ok(leader, "kept", ttl_ms=120000)
+        for g in gateways:
+            g.kill9()
+        gateways[0].start()  # --new-lock-space again: the lock space exists, so it joins it
+        self.assertIs(wait_leader(gateways[:1]), gateways[0])
+        self.assertEqual(self.identity("lg"), ident)
+        status, _, body = gateways[0].client.get_lock("kept")
+        self.assertEqual((status, body["holder"]["token"]), (200, grant["token"]), body)
+        # Without the flag too.
+        plain = Gateway(self.etcd, "lg", new_lock_space=False)
+        self.gateways.append(plain)
+        self.assertTrue(wait_for(lambda: "joining the lock space %s" % ident["id"] in plain.stderr_text()),
+                        plain.stderr_text())
+
+    def test_a_newer_schema_is_refused_naming_both_before_the_campaign(self):
+        # Created by a newer leasegate...
+        self.put("lg/meta/lockspace", json.dumps({"id": "0b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60", "schema": 3,
+                                                  "created_at_ms": 1, "prefix": "lg"}))
+        rc, err = self.serve_refused("lg")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("the lock space at lg (id 0b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60) was written by a newer leasegate "
+                      "(layout 3", err)
+        self.assertIn("reads layouts 1 to 2", err)
+        self.assertIn("upgrade this gateway", err)
+        self.assertEqual(self.etcd.keys("lg/leader/"), [])
+        # ...or moved to a newer layout by a newer leader since.
+        self.put("ls/meta/lockspace", json.dumps({"id": "1b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60", "schema": 2,
+                                                  "created_at_ms": 1, "prefix": "ls"}))
+        self.put("ls/meta/layout", "3")
+        rc, err = self.serve_refused("ls")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("written by a newer leasegate (layout 3", err)
+        self.assertEqual(self.etcd.keys("ls/leader/"), [])
+
+    def test_a_lock_space_older_than_identities_is_adopted(self):
+        # What a gateway before identities left: a commit mark and a token counter.
+        self.put("lg/meta/commit", "%020d.%020d" % (7, 3))
+        self.put("lg/meta/last_token", "41")
+        g = Gateway(self.etcd, "lg", new_lock_space=False)
+        self.gateways.append(g)
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        ident = self.identity("lg")
+        self.assertEqual(ident["schema"], 1)  # created with layout 1; its first leader here moves it to 2
+        self.assertIn("gave an identity to the older lock space %s" % ident["id"], g.stderr_text())
+        self.assertEqual(self.acquire_ok(g, "next")["token"], 42)
+
+
+class FlagsTest(unittest.TestCase):
+    def test_usage_errors(self):
+        store = ["--store", "etcd://127.0.0.1:2379/lg"]
+        cases = [(["--new-lock-space"], "need --store"),
+                 (["--etcd-auth-file", "/x"], "need --store"),
+                 (["--etcd-compact-interval", "60"], "need --store"),
+                 (store + ["--etcd-cert", "/x"], "go together"),
+                 (store + ["--etcd-cert", "/x", "--etcd-key", "/y"], "needs TLS: --store etcds://"),
+                 (store + ["--etcd-compact-bytes", "1000"], "below 65536"),
+                 (store + ["--etcd-compact-interval", "-1"], "--etcd-compact-interval")]
+        for args, says in cases:
+            r = subprocess.run([binary_path(), "serve"] + args, stdin=subprocess.DEVNULL, capture_output=True,
+                               timeout=30)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(says, r.stderr.decode(), args)
+
+
+if __name__ == "__main__":
+    unittest.main()
