@@ -361,10 +361,6 @@ fi
 log "generating a $STARTUP_LOCKS-lock database"
 python3 "$HERE/gen_db.py" "$TMP/startup-template.db" --locks "$STARTUP_LOCKS" --binary "$LEASEGATE_BIN" 2>&1 | sed 's/^/compare: /' >&2
 
-# leasegate on etcd: a lock space of its own per run, on the etcd member the etcd column uses;
-# a binary that asks for a fresh prefix to be named as such is told so.
-LG_ETCD_FLAGS=()
-if "$LEASEGATE_BIN" serve --help 2>&1 | grep -q -- '--new-lock-space'; then LG_ETCD_FLAGS+=(--new-lock-space); fi
 
 # The durable limit's floor: pwrite+fdatasync on the data directory's file system ($TMP), one
 # line per run (cell fsync), taken just before the one-lock cell that it bounds.
@@ -431,9 +427,10 @@ for ((RUN = 1; RUN <= RUNS; RUN++)); do
     bench pairs64.etcdlock "${E[@]}" --mode pairs --variant lock --clients "$CLIENTS" "${COMMON[@]}"
     bench pairs1.etcdlock "${E[@]}" --mode pairs --variant lock --clients 1 "${COMMON[@]}"
     bench contend.etcd "${E[@]}" --mode contend --clients "$CLIENTS" "${COMMON[@]}"
-    # leasegate with its state in the same etcd member (one gateway: it leads, and commits each
-    # batch as one transaction fenced on its leader key)
-    LG_STORE=(--store "etcd://127.0.0.1:$ETCD_PORT/lgbench-$RUN" "${LG_ETCD_FLAGS[@]+"${LG_ETCD_FLAGS[@]}"}")
+    # leasegate with its state in the same etcd member, a lock space of its own per run
+    # (--new-lock-space: the prefix is fresh); one gateway: it leads, and commits each batch as
+    # one transaction fenced on its leader key
+    LG_STORE=(--store "etcd://127.0.0.1:$ETCD_PORT/lgbench-$RUN" --new-lock-space)
     start_leasegate "lgetcd-$RUN"
     LG_STORE=()
     wait_leader "lgetcd-$RUN"
