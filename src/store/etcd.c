@@ -105,6 +105,15 @@ bool etcd_url_parse(const char *url, EtcdUrl *out, char *err, size_t errlen)
         return false;
     }
     memcpy(out->prefix, prefix, plen);
+    /* etcd takes keys as written: "/lg" or "lg//x" would be a lock space of
+     * its own beside "lg" or "lg/x", so a doubled '/' (a typo) is refused
+     * rather than read as another prefix. Trailing ones were dropped above. */
+    if (out->prefix[0] == '/' || strstr(out->prefix, "//")) {
+        snprintf(err, errlen, "--store: the prefix '%s' of '%s' has an empty segment (a leading '/' or '//'): etcd "
+                 "keeps keys as written, so it would be another lock space than the one without it",
+                 out->prefix, url);
+        return false;
+    }
     const char *p = hosts;
     while (p < slash) {
         const char *comma = memchr(p, ',', (size_t)(slash - p));

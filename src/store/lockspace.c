@@ -151,31 +151,58 @@ static const char *const KINDS[] = {"meta",   "locks",   "semaphores", "holders"
                                     "floors", "revoked", "history",    "audit",   "auth"};
 
 /* What a key under the prefix (rest: the part after "PREFIX/") is: 1 one of
- * a lock space's own, 0 another's, with *nested_len the length of rest's
- * part that names a lock space inside the prefix (its .../meta/lockspace or
- * .../meta/commit), else 0. A record's name may hold '/' (a lock
- * "a/meta/commit"), a candidate's key never does: a deeper key under
- * PREFIX/leader/ belongs to a lock space at PREFIX/leader, the collision
- * lockspace.h describes. */
+ * a lock space's own, 0 another's; *nested_len, whatever it returns, is the
+ * length of rest's part that may name a lock space inside the prefix (rest
+ * ends in .../meta/lockspace or .../meta/commit), else 0. A record's name
+ * may hold '/' (a lock "a/meta/commit"), so such a key may be a lock space's
+ * own: only the value at .../meta/lockspace tells (classify_keys). A
+ * candidate's key never holds '/': a deeper key under PREFIX/leader/ belongs
+ * to a lock space at PREFIX/leader, the collision lockspace.h describes. */
 static int own_key(const char *rest, size_t *nested_len)
 {
     *nested_len = 0;
+    const char *tail = strstr(rest, "/meta/");
+    if (tail && (!strcmp(tail, "/meta/lockspace") || !strcmp(tail, "/meta/commit")))
+        *nested_len = (size_t)(tail - rest);
     size_t first = strcspn(rest, "/");
     for (size_t i = 0; i < sizeof KINDS / sizeof *KINDS; i++)
         if (strlen(KINDS[i]) == first && !strncmp(rest, KINDS[i], first) && rest[first] == '/')
             return 1;
     if (first == 6 && !strncmp(rest, "leader/", 7) && rest[7] && !strchr(rest + 7, '/'))
         return 1;
-    const char *tail = strstr(rest, "/meta/");
-    if (tail && (!strcmp(tail, "/meta/lockspace") || !strcmp(tail, "/meta/commit")))
-        *nested_len = (size_t)(tail - rest);
     return 0;
 }
 
+/* Nested candidates looked at for an identity, at most (a lock space has one
+ * .../meta/lockspace; a lock named ".../meta/commit" is rare). */
+#define NESTED_CHECKS 8
+
+/* Whether base/meta/lockspace holds an identity (what, for the line) or
+ * base/meta/commit exists while not_own (a lock space older than identities
+ * inside another prefix): 1 it names a lock space, 0 not, -1 err. */
+static int nested_lock_space(EtcdClient *etcd, const char *base, bool not_own, char *what, size_t whatlen, char *err,
+                             size_t errlen)
+{
+    char key[600], *value = NULL, was[256];
+    snprintf(key, sizeof key, "%s/meta/lockspace", base);
+    int rc = read_key(etcd, key, &value, err, errlen);
+    if (rc < 0)
+        return -1;
+    LockSpace l;
+    bool identity = rc == FOUND_VALUE && parse_identity(value, &l, was, sizeof was);
+    if (identity || not_own)
+        describe(identity ? value : NULL, what, whatlen, base);
+    free(value);
+    return identity || not_own;
+}
+
 /* The prefix has no identity: 0 nothing is under it, 1 a lock space older
- * than identities (only its kinds of keys: own_key), or -1 with err naming
- * what is there (a lock space inside it, other keys) or why etcd did not
- * answer. Looks at the first SCAN_KEYS keys. */
+ * than identities (only its kinds of keys, own_key, and the commit mark or
+ * token counter that such a gateway wrote at its first commit), or -1 with
+ * err naming what is there (a lock space inside it, other keys) or why etcd
+ * did not answer. Looks at the first SCAN_KEYS keys: a lock space inside
+ * that they do not reach still leaves no commit mark at PREFIX/meta/, so it
+ * is refused as other keys. */
 static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t errlen)
 {
     char start[300], end[300];
@@ -196,9 +223,10 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
         call_error(what, why, err, errlen);
         return -1;
     }
-    size_t i, plen = strlen(start), keys = 0;
+    size_t i, plen = strlen(start), keys = 0, checked = 0;
     json_t *kv;
-    char foreign[300] = "", nested[300] = "";
+    char foreign[300] = "", what[400] = "";
+    int nested = 0;
     json_array_foreach(json_object_get(resp, "kvs"), i, kv)
     {
         size_t len, nested_len;
@@ -207,32 +235,52 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
         if (!k)
             continue;
         keys++;
-        if (!own_key(len > plen ? k + plen : "", &nested_len) && !foreign[0])
+        int own = own_key(len > plen ? k + plen : "", &nested_len);
+        if (!own && !foreign[0])
             snprintf(foreign, sizeof foreign, "%s", k);
-        if (nested_len && !nested[0])
-            snprintf(nested, sizeof nested, "%.*s", (int)(plen + nested_len), k);
+        if (nested_len && !nested && checked++ < NESTED_CHECKS) {
+            char base[300];
+            snprintf(base, sizeof base, "%.*s", (int)(plen + nested_len), k);
+            nested = nested_lock_space(etcd, base, !own, what, sizeof what, err, errlen);
+        }
         free(k);
+        if (nested < 0)
+            break;
     }
     json_decref(resp);
-    if (!keys)
-        return 0;
-    if (!foreign[0] && !nested[0])
-        return 1;
-    if (nested[0]) {
-        char what[400];
-        char *value = NULL, key[600];
-        snprintf(key, sizeof key, "%s/meta/lockspace", nested);
-        char ignore[200];
-        if (read_key(etcd, key, &value, ignore, sizeof ignore) < 0)
-            value = NULL;
-        describe(value, what, sizeof what, nested);
-        free(value);
+    if (nested < 0)
+        return -1;
+    if (nested) {
         snprintf(err, errlen, "the prefix %s lies around %s: a lock space here would take that one's keys for its "
                  "own; use a prefix outside every lock space", prefix, what);
-    } else {
-        snprintf(err, errlen, "the prefix %s holds keys that are not a lock space's (%s, ...): a lock space is "
-                 "created only on an empty prefix", prefix, foreign);
+        return -1;
     }
+    if (!keys)
+        return 0;
+    if (!foreign[0]) {
+        /* Only a lock space's kinds of keys: an older one only if its marks are there. */
+        const char *marks[] = {"meta/commit", "meta/last_token"};
+        for (size_t m = 0; m < sizeof marks / sizeof *marks; m++) {
+            char key[300], *value;
+            snprintf(key, sizeof key, "%s/%s", prefix, marks[m]);
+            int found = read_key(etcd, key, &value, err, errlen);
+            free(value);
+            if (found == FOUND_VALUE)
+                return 1;
+            if (found != FOUND_NONE) {
+                if (found == FOUND_DENIED)
+                    snprintf(err, errlen, "this gateway's etcd role may not read %s", key);
+                return -1;
+            }
+        }
+        snprintf(err, errlen, "the prefix %s holds keys that are not a lock space's (%s... without the commit mark "
+                 "%s/meta/commit of a lock space older than identities): a lock space is created only on an empty "
+                 "prefix (a lock space of gateways older than commit marks: write its last token to "
+                 "%s/meta/last_token first)", prefix, start, prefix, prefix);
+        return -1;
+    }
+    snprintf(err, errlen, "the prefix %s holds keys that are not a lock space's (%s, ...): a lock space is "
+             "created only on an empty prefix", prefix, foreign);
     return -1;
 }
 

@@ -228,6 +228,9 @@ class EtcdTest(EtcdTestCase):
                                 "key": "", "peer": "127.0.0.1"},
             "audit/%020d" % 9: {"at_ms": 2000, "kind": 2, "lock": "m/x", "owner": "old", "token": 5,
                                 "key": "", "peer": "127.0.0.1"},
+            # Gateways before commit marks kept no mark of their own: an operator adopts such a
+            # lock space by writing its counter (the refusal says so), never silently.
+            "meta/last_token": 5,
         }
         for k, v in old.items():
             self.etcd.call("/v3/kv/put", {"key": b64("%s/%s" % (self.prefix, k)),

@@ -83,6 +83,41 @@ class LockSpaceTest(EtcdTestCase):
         self.assertIs(wait_leader([beside]), beside, beside.stderr_text())
         self.assertNotEqual(self.identity("teams/ops")["id"], self.identity("teams/billing")["id"])
 
+    def test_a_prefix_around_a_lock_space_named_like_a_folder_of_records_is_refused(self):
+        # The hostile review of issue 37: a lock space at teams/locks (or .../meta, .../holders,
+        # .../auth, ...) has keys teams/locks/... that read as lock records of a lock space at
+        # teams. A gateway started on teams, without --new-lock-space, took them for a lock space
+        # older than identities, gave teams an identity, and the gateways of teams/locks then
+        # refused to start ("inside the lock space at teams"); on .../meta it even served, at
+        # token 1, around the other. Adopting needs what an older gateway leaves (its commit
+        # mark or token counter); the lock space inside is named.
+        for inner_prefix in ("teams/locks", "ops/meta"):
+            outer_prefix = inner_prefix.split("/")[0]
+            inner = Gateway(self.etcd, inner_prefix)
+            self.gateways.append(inner)
+            self.assertIs(wait_leader([inner]), inner, inner.stderr_text())
+            tokens = [self.acquire_ok(inner, "t%d" % i)["token"] for i in range(2)]
+            inner.kill9()
+            for flags in ((), ("--new-lock-space",)):
+                rc, err = self.serve_refused(outer_prefix, *flags)
+                self.assertEqual(rc, 1, (inner_prefix, flags, err))
+                self.assertIn("the prefix %s lies around the lock space at %s" % (outer_prefix, inner_prefix), err)
+                self.assertIn(self.identity(inner_prefix)["id"], err)
+                self.assertIsNone(self.identity(outer_prefix), inner_prefix)
+            inner.start()  # its own lock space, as it was
+            self.assertIs(wait_leader([inner]), inner, inner.stderr_text())
+            self.assertGreater(self.acquire_ok(inner, "after")["token"], max(tokens))
+
+    def test_keys_of_a_lock_space_without_its_marks_are_not_adopted(self):
+        # Keys that look like a lock space's records but no commit mark or token counter (what
+        # every gateway older than identities wrote at its first commit): another program's,
+        # or what is left of a lock space someone deleted in part. Never adopted silently.
+        self.put("lg/locks/orders", '{"last_token":3}')
+        rc, err = self.serve_refused("lg")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("the prefix lg holds keys that are not a lock space's", err)
+        self.assertIsNone(self.identity("lg"))
+
     def test_other_keys_on_the_prefix_are_refused(self):
         self.put("app/config", "1")
         rc, err = self.serve_refused("app", "--new-lock-space")
@@ -159,7 +194,11 @@ class FlagsTest(unittest.TestCase):
                  (store + ["--etcd-cert", "/x"], "go together"),
                  (store + ["--etcd-cert", "/x", "--etcd-key", "/y"], "needs TLS: --store etcds://"),
                  (store + ["--etcd-compact-bytes", "1000"], "below 65536"),
-                 (store + ["--etcd-compact-interval", "-1"], "--etcd-compact-interval")]
+                 (store + ["--etcd-compact-interval", "-1"], "--etcd-compact-interval"),
+                 # etcd's keys are taken as written: "/lg" and "lg//x" would be lock spaces of their
+                 # own beside "lg" and "lg/x" (a doubled slash is a typo, not another prefix).
+                 (["--store", "etcd://127.0.0.1:2379//lg"], "an empty segment"),
+                 (["--store", "etcd://127.0.0.1:2379/lg//x"], "an empty segment")]
         for args, says in cases:
             r = subprocess.run([binary_path(), "serve"] + args, stdin=subprocess.DEVNULL, capture_output=True,
                                timeout=30)
