@@ -109,6 +109,22 @@ class KeysOnEveryGateway(EtcdTestCase):
                                  g.stderr_text())
             self.assertEqual(self.status(g, "team-b"), 401, g.url)
 
+    def test_a_new_leader_serves_with_its_file_as_it_is_when_it_wins(self):
+        # The hostile review of issue 37: a gateway that won an election served with the keys of
+        # its last reload, not with its file as it was then. A revocation made in its file (the
+        # SIGHUP sent to another gateway, its own look at PREFIX/auth/reload still to come, or
+        # no SIGHUP at all) let the revoked key through the new leader; measured up to 0.3 s
+        # after a SIGHUP with the old leader stopped at once. Now it reads its file as it wins.
+        a, b = self.start(2)
+        leader = wait_leader([a, b])
+        follower = self.follower_of(leader, [a, b])
+        self.write(self.files[self.gateways.index(follower)], ("root", "team-a"))  # no SIGHUP
+        self.assertEqual(self.status(follower, "team-b"), 200)  # its start-up keys, forwarded
+        leader.stop()  # SIGTERM: it resigns, the follower leads at once
+        self.assertIs(wait_leader([follower]), follower, follower.stderr_text())
+        self.assertEqual(self.status(follower, "team-b"), 401)
+        self.assertEqual(self.status(follower, "team-a", "/v1/locks/a/x"), 200)
+
     def test_a_file_that_does_not_load_refuses_keys_and_is_not_ready(self):
         a, b = self.start(2)
         leader = wait_leader([a, b])
