@@ -150,8 +150,8 @@ static int check_ancestors(EtcdClient *etcd, const char *prefix, LockSpace *out,
 static const char *const KINDS[] = {"meta",   "locks",   "semaphores", "holders", "fences", "guard",
                                     "floors", "revoked", "history",    "audit",   "auth"};
 
-/* What a key under the prefix (rest: the part after "PREFIX/") is: 1 one of
- * a lock space's own, 0 another's; *nested_len, whatever it returns, is the
+/* What a key under the prefix (rest: the part after "PREFIX/") is: 2 a
+ * candidate's (PREFIX/leader/ID), 1 one of a lock space's records, 0 another's; *nested_len, whatever it returns, is the
  * length of rest's part that may name a lock space inside the prefix (rest
  * ends in .../meta/lockspace or .../meta/commit), else 0. A record's name
  * may hold '/' (a lock "a/meta/commit"), so such a key may be a lock space's
@@ -169,7 +169,7 @@ static int own_key(const char *rest, size_t *nested_len)
         if (strlen(KINDS[i]) == first && !strncmp(rest, KINDS[i], first) && rest[first] == '/')
             return 1;
     if (first == 6 && !strncmp(rest, "leader/", 7) && rest[7] && !strchr(rest + 7, '/'))
-        return 1;
+        return 2;
     return 0;
 }
 
@@ -196,7 +196,9 @@ static int nested_lock_space(EtcdClient *etcd, const char *base, bool not_own, c
     return identity || not_own;
 }
 
-/* The prefix has no identity: 0 nothing is under it, 1 a lock space older
+/* The prefix has no identity: 0 nothing is under it (or only candidates'
+ * keys, bound to their gateways' leases: gateways older than identities
+ * campaigning, none of which committed yet), 1 a lock space older
  * than identities (only its kinds of keys, own_key, and the commit mark or
  * token counter that such a gateway wrote at its first commit), or -1 with
  * err naming what is there (a lock space inside it, other keys) or why etcd
@@ -223,7 +225,7 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
         call_error(what, why, err, errlen);
         return -1;
     }
-    size_t i, plen = strlen(start), keys = 0, checked = 0;
+    size_t i, plen = strlen(start), records = 0, checked = 0;
     json_t *kv;
     char foreign[300] = "", what[400] = "";
     int nested = 0;
@@ -234,8 +236,8 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
         char *k = etcd_b64_decode(k64 ? k64 : "", &len);
         if (!k)
             continue;
-        keys++;
         int own = own_key(len > plen ? k + plen : "", &nested_len);
+        records += own != 2;
         if (!own && !foreign[0])
             snprintf(foreign, sizeof foreign, "%s", k);
         if (nested_len && !nested && checked++ < NESTED_CHECKS) {
@@ -255,7 +257,7 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
                  "own; use a prefix outside every lock space", prefix, what);
         return -1;
     }
-    if (!keys)
+    if (!records)
         return 0;
     if (!foreign[0]) {
         /* Only a lock space's kinds of keys: an older one only if its marks are there. */

@@ -99,7 +99,7 @@ class HealthTest(EtcdTestCase):
         self.assertEqual(g.metric("leasegate_ready"), 0)
         self.etcd.call("/v3/lease/revoke", {"ID": lease})
         body = wait_ready(g, 200)
-        self.assertEqual(body and body["role"], "leader", readyz(g))
+        self.assertEqual(body and body["role"], "leader", (readyz(g), g.stderr_text()))
         self.assertEqual(g.client.acquire("h/x")[0], 200)
 
     def test_a_paused_leader_makes_its_followers_unready(self):
