@@ -20,6 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import etcd_fixture  # noqa: E402
+import harness  # noqa: E402
 from etcd_fixture import EtcdTestCase, wait_for, wait_leader  # noqa: E402
 from test_auth import Keyed, new_key  # noqa: E402
 
@@ -63,15 +64,27 @@ class KeysOnEveryGateway(EtcdTestCase):
         finally:
             c.close()
 
+    def key_file(self, g):
+        """The sha256 label of g's leasegate_key_file_info (None while its file does not load)."""
+        found = [k for k in harness.parse_metrics(g.client.request("GET", "/metrics")[2])
+                 if k.startswith("leasegate_key_file_info{")]
+        self.assertLessEqual(len(found), 1, found)
+        return found[0].split('"')[1] if found else None
+
     def test_a_follower_checks_keys_itself(self):
         a, b = self.start(2)
         leader = wait_leader([a, b])
         follower = self.follower_of(leader, [a, b])
+        self.assertEqual(self.key_file(follower), self.key_file(leader))  # the same file
         # The follower's own file lacks team-b (the leader's has it): refused at the follower.
         self.write(self.files[self.gateways.index(follower)], ("root", "team-a"))
         os.kill(follower.pid, signal.SIGHUP)  # every gateway reloads: the leader keeps team-b
         self.assertIsNotNone(wait_for(lambda: self.status(follower, "team-b") == 401))
         self.assertEqual(self.status(leader, "team-b"), 200)
+        # /metrics shows the files differ (the hostile review of issue 37: nothing did, and a
+        # stale file on the gateway that leads next lets a revoked key through).
+        self.assertNotEqual(self.key_file(follower), self.key_file(leader))
+        self.assertEqual(len(self.key_file(leader)), 16)
         self.assertEqual(self.status(follower, "team-a", "/v1/locks/a/x"), 200)
         # An unknown key at the follower: 401 with the scheme, never forwarded.
         c = Keyed(follower.port, "lgk_" + "x" * 43)
