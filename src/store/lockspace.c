@@ -202,11 +202,12 @@ static int nested_lock_space(EtcdClient *etcd, const char *base, bool not_own, c
  * than identities (only its kinds of keys, own_key, and the commit mark or
  * token counter that such a gateway wrote at its first commit), or -1 with
  * err naming what is there (a lock space inside it, other keys) or why etcd
- * did not answer. Looks at the first SCAN_KEYS keys: a lock space inside
+ * did not answer; *bare: nothing at all is under it. Looks at the first SCAN_KEYS keys: a lock space inside
  * that they do not reach still leaves no commit mark at PREFIX/meta/, so it
  * is refused as other keys. */
-static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t errlen)
+static int classify_keys(EtcdClient *etcd, const char *prefix, bool *bare, char *err, size_t errlen)
 {
+    *bare = false;
     char start[300], end[300];
     snprintf(start, sizeof start, "%s/", prefix);
     snprintf(end, sizeof end, "%s0", prefix); /* '/' + 1: past every key under the prefix */
@@ -225,7 +226,7 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
         call_error(what, why, err, errlen);
         return -1;
     }
-    size_t i, plen = strlen(start), records = 0, checked = 0;
+    size_t i, plen = strlen(start), keys = 0, records = 0, checked = 0;
     json_t *kv;
     char foreign[300] = "", what[400] = "";
     int nested = 0;
@@ -237,6 +238,7 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
         if (!k)
             continue;
         int own = own_key(len > plen ? k + plen : "", &nested_len);
+        keys++;
         records += own != 2;
         if (!own && !foreign[0])
             snprintf(foreign, sizeof foreign, "%s", k);
@@ -257,6 +259,7 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
                  "own; use a prefix outside every lock space", prefix, what);
         return -1;
     }
+    *bare = keys == 0;
     if (!records)
         return 0;
     if (!foreign[0]) {
@@ -286,10 +289,67 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
     return -1;
 }
 
-/* Writes the identity once (compare: the key does not exist). 0 with *out
- * filled (this call's, or one written at the same time by another gateway:
- * then created/adopted stay false), -1 with err. */
-static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, int schema, LockSpace *out,
+/* What write_identity and open_once return when the creation's compare
+ * failed without an identity at the prefix: a lock space that collides was
+ * made meanwhile, so the check is made again (and names it). */
+#define RACED 1
+/* How many times the check is made again after RACED, at most. */
+#define RACE_ROUNDS 3
+
+/* A compare of the identity's creation: nothing at key (or, with range_end,
+ * in [key, range_end)) was ever created. Appended to `to`; false without memory. */
+static bool compare_absent(json_t *to, const char *key, const char *range_end)
+{
+    char *kb = etcd_b64_encode(key, strlen(key)), *eb = range_end ? etcd_b64_encode(range_end, strlen(range_end)) : NULL;
+    json_t *c = kb && (eb || !range_end) ? json_pack("{s:s, s:s, s:s, s:s}", "key", kb, "target", "CREATE", "result",
+                                                    "EQUAL", "create_revision", "0")
+                                         : NULL;
+    free(kb);
+    bool ok = c && (!eb || json_object_set_new(c, "range_end", json_string(eb)) == 0);
+    free(eb);
+    if (!ok) {
+        json_decref(c);
+        return false;
+    }
+    return json_array_append_new(to, c) == 0; /* takes c, also when it fails */
+}
+
+/* The compares of an identity's creation at prefix: its key absent; every
+ * ancestor without a lock space (check_ancestors, seen again inside the
+ * transaction); with bare, nothing at all under the prefix (classify_keys).
+ * Two gateways that create lock spaces at nested prefixes at the same
+ * moment so cannot both succeed: whichever commits second fails its
+ * compare (the outer one's range, or the inner one's ancestor). NULL without
+ * memory. */
+static json_t *creation_compares(const char *prefix, bool bare)
+{
+    json_t *cmp = json_array();
+    char key[600], end[300];
+    snprintf(key, sizeof key, "%s/meta/lockspace", prefix);
+    bool ok = cmp && compare_absent(cmp, key, NULL);
+    if (ok && bare) {
+        snprintf(key, sizeof key, "%s/", prefix);
+        snprintf(end, sizeof end, "%s0", prefix); /* '/' + 1 */
+        ok = compare_absent(cmp, key, end);
+    }
+    for (const char *slash = strchr(prefix, '/'); ok && slash; slash = strchr(slash + 1, '/')) {
+        int base = (int)(slash - prefix);
+        snprintf(key, sizeof key, "%.*s/meta/lockspace", base, prefix);
+        ok = compare_absent(cmp, key, NULL);
+        snprintf(key, sizeof key, "%.*s/meta/commit", base, prefix);
+        ok = ok && compare_absent(cmp, key, NULL);
+    }
+    if (!ok) {
+        json_decref(cmp);
+        return NULL;
+    }
+    return cmp;
+}
+
+/* Writes the identity once (creation_compares). 0 with *out filled (this
+ * call's, or one written at the same time by another gateway: then
+ * created/adopted stay false), RACED, or -1 with err. */
+static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, bool bare, int schema, LockSpace *out,
                           char *err, size_t errlen)
 {
     uuid_t u;
@@ -306,11 +366,10 @@ static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, i
     json_decref(j);
     char *kb = etcd_b64_encode(key, strlen(key)), *vb = text ? etcd_b64_encode(text, strlen(text)) : NULL;
     free(text);
-    json_t *req = kb && vb ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s}}], s:[{s:{s:s}}]}", "compare",
-                                       "key", kb, "target", "CREATE", "result", "EQUAL", "create_revision", "0",
-                                       "success", "request_put", "key", kb, "value", vb, "failure", "request_range",
-                                       "key", kb)
-                           : NULL;
+    json_t *cmp = kb && vb ? creation_compares(prefix, bare && !adopting) : NULL;
+    json_t *req = cmp ? json_pack("{s:o, s:[{s:{s:s, s:s}}], s:[{s:{s:s}}]}", "compare", cmp, "success",
+                                  "request_put", "key", kb, "value", vb, "failure", "request_range", "key", kb)
+                      : NULL;
     free(kb), free(vb);
     json_t *resp;
     char why[800];
@@ -331,7 +390,9 @@ static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, i
     char *theirs = !mine && v64 ? etcd_b64_decode(v64, &len) : NULL;
     json_decref(resp);
     char was[256];
-    bool ok = mine || (theirs && parse_identity(theirs, out, was, sizeof was));
+    if (!mine && !theirs)
+        return RACED;
+    bool ok = mine || parse_identity(theirs, out, was, sizeof was);
     free(theirs);
     if (!ok) {
         snprintf(err, errlen, "%s: etcd's answer to its creation holds no identity", key);
@@ -379,16 +440,11 @@ static int check_schema(const char *prefix, const LockSpace *l, char *err, size_
     return -1;
 }
 
-int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, size_t errlen)
+/* One look at the prefix and, with create, the identity's creation: 0 with
+ * *out, RACED, or -1 with err. */
+static int open_once(EtcdClient *etcd, const char *prefix, bool create, LockSpace *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    EtcdClient *etcd = etcd_client_new(url, CHECK_CALL_MS);
-    if (!etcd) {
-        snprintf(err, errlen, "out of memory (or libcurl cannot start)");
-        return -1;
-    }
-    etcd_client_retry(etcd, CHECK_FIRST_MS, CHECK_BUDGET_MS);
-    const char *prefix = url->prefix;
     int rc = check_ancestors(etcd, prefix, out, err, errlen);
     char key[300], *value = NULL;
     snprintf(key, sizeof key, "%s/meta/lockspace", prefix);
@@ -409,15 +465,16 @@ int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, s
                          prefix, was);
         }
     } else if (found == FOUND_NONE) {
-        int kind = classify_keys(etcd, prefix, err, errlen);
+        bool bare;
+        int kind = classify_keys(etcd, prefix, &bare, err, errlen);
         unsigned layout = 0;
         if (kind == 1 && (rc = read_layout(etcd, prefix, &layout, err, errlen)) == 0) {
             /* Made before identities: its schema is the layout its leaders wrote (1 before the mark). */
-            rc = write_identity(etcd, prefix, true, layout ? (int)layout : 1, out, err, errlen);
+            rc = write_identity(etcd, prefix, true, false, layout ? (int)layout : 1, out, err, errlen);
         } else if (kind == 1) {
             rc = -1;
         } else if (kind == 0 && create) {
-            rc = write_identity(etcd, prefix, false, ETCD_LAYOUT, out, err, errlen);
+            rc = write_identity(etcd, prefix, false, bare, ETCD_LAYOUT, out, err, errlen);
         } else if (kind == 0) {
             snprintf(err, errlen, "there is no lock space at %s (nothing is stored under %s/): a new lock space is "
                      "created only when asked (start once with --new-lock-space); if one exists, check the prefix for "
@@ -434,6 +491,27 @@ int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, s
     unsigned layout = 0;
     if (rc == 0 && (rc = read_layout(etcd, prefix, &layout, err, errlen)) == 0 && layout > out->schema)
         out->schema = layout;
+    return rc;
+}
+
+int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, size_t errlen)
+{
+    EtcdClient *etcd = etcd_client_new(url, CHECK_CALL_MS);
+    if (!etcd) {
+        memset(out, 0, sizeof *out);
+        snprintf(err, errlen, "out of memory (or libcurl cannot start)");
+        return -1;
+    }
+    etcd_client_retry(etcd, CHECK_FIRST_MS, CHECK_BUDGET_MS);
+    const char *prefix = url->prefix;
+    int rc = RACED;
+    for (int round = 0; rc == RACED && round < RACE_ROUNDS; round++)
+        rc = open_once(etcd, prefix, create, out, err, errlen);
+    if (rc == RACED) {
+        snprintf(err, errlen, "the lock space at %s could not be created: another gateway made a lock space that "
+                 "collides with it %d times in a row while this one checked", prefix, RACE_ROUNDS);
+        rc = -1;
+    }
     etcd_client_free(etcd);
     if (rc == 0)
         return check_schema(prefix, out, err, errlen);

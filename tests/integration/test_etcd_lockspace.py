@@ -8,9 +8,10 @@ bounded and nothing asserts how long anything took."""
 import base64
 import json
 import subprocess
+import tempfile
 import unittest
 
-from harness import binary_path
+from harness import binary_path, kill_process, resume_process
 import etcd_fixture
 from etcd_fixture import EtcdTestCase, Gateway, b64, wait_for, wait_leader
 
@@ -117,6 +118,42 @@ class LockSpaceTest(EtcdTestCase):
         self.assertEqual(rc, 1, err)
         self.assertIn("the prefix lg holds keys that are not a lock space's", err)
         self.assertIsNone(self.identity("lg"))
+
+    def test_nested_lock_spaces_created_at_the_same_moment_cannot_both_be(self):
+        # The hostile review of issue 37: gateways on r and r/x started together, each with
+        # --new-lock-space, each saw nothing in the other's place and created its lock space
+        # (11 times in 15 tries); r/x's gateways then refused every later start, inside r. The
+        # creation's transaction now requires what the check saw (the ancestors without a lock
+        # space, the prefix empty): whichever commits second checks again and is refused.
+        procs = []
+        try:
+            for i in range(4):
+                pair = []
+                for prefix in ("r%d" % i, "r%d/x" % i):
+                    err = tempfile.TemporaryFile()
+                    pair.append((subprocess.Popen(
+                        [binary_path(), "serve", "--listen", "127.0.0.1:0", "--leader-ttl", "2", "--new-lock-space",
+                         "--store", "etcd://%s/%s" % (self.etcd.endpoint, prefix)],
+                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err), err))
+                procs.extend(pair)
+
+                def text(e):
+                    e.seek(0)
+                    return e.read().decode(errors="replace")
+                # Each either created its lock space or stopped.
+                self.assertTrue(wait_for(lambda: all(p.poll() is not None or "created the lock space" in text(e)
+                                                     for p, e in pair)), [text(e) for _, e in pair])
+                created = [text(e) for p, e in pair if "created the lock space" in text(e)]
+                refused = [(p.wait(30), text(e)) for p, e in pair if "created the lock space" not in text(e)]
+                self.assertEqual((len(created), len(refused)), (1, 1), [text(e) for _, e in pair])
+                self.assertEqual(refused[0][0], 1, refused)
+                self.assertRegex(refused[0][1], "the prefix r%d(/x)? lies (inside|around) the lock space at r%d" % (i, i))
+                self.assertEqual(sum(1 for p in ("r%d" % i, "r%d/x" % i) if self.identity(p)), 1)
+        finally:
+            for p, e in procs:
+                resume_process(p)
+                kill_process(p)
+                e.close()
 
     def test_other_keys_on_the_prefix_are_refused(self):
         self.put("app/config", "1")
