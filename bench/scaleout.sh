@@ -4,6 +4,8 @@
 #
 #   bash bench/scaleout.sh                  # about 2.5 minutes on a 2-core VM
 #   SECONDS=2 FAILOVERS=1 ETCD_KILLS=1 bash bench/scaleout.sh    # quick look, about 1 minute
+#   SECONDS=0.5 FAILOVERS=1 ETCD_KILLS=1 ETCD_FOLLOWER_KILLS=0 FLOOR_N=10 bash bench/scaleout.sh
+#                                           # CI's smoke (.ci/run): every step once
 #
 # What it does (everything on 127.0.0.1, temporary directories, every process stopped by PID):
 #  1. SQLite store: one gateway (--data), acquire+release pairs/s with CLIENTS and 1 client(s),
@@ -36,7 +38,8 @@
 #   LEASEGATE_BIN (build/leasegate of this checkout; copied first)   LGBENCH (a built lgbench; else built here)
 #   FLOOR_N (100: transactions per size in the etcd-alone step, see bench/etcd_floor.py)
 #   KEEP_TMP (1: keep the temp dir with every log)
-# Prints one markdown table (and notes) on stdout; progress and raw lines on stderr.
+# Prints one markdown table (and notes) on stdout; progress and raw lines on stderr. Exits 1 (after
+# the tables) when a cell, a failover or an etcd kill failed, or leasegate answered an error.
 
 # SECONDS is bash's own timer: read the caller's value before anything else runs.
 _env_seconds=$(printenv SECONDS || true)
@@ -111,7 +114,7 @@ if [[ -z ${LGBENCH:-} ]]; then
 fi
 [[ -x $LGBENCH ]] || die "no lgbench at $LGBENCH"
 EGL=$TMP/etcd_grpc_lock
-cc -std=c11 -O2 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -I "$ROOT/include" \
+cc -std=c11 -O2 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -I "$ROOT/include" -I "$ROOT/src" \
     -o "$EGL" "$HERE/etcd_grpc_lock.c" "$ROOT/src/store/pb.c" -lcurl -lpthread || die "cannot build etcd_grpc_lock"
 grep -qa lockkeep "$LGBENCH" || die "$LGBENCH has no --variant lockkeep: rebuild it from bench/lgbench.c"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -262,6 +265,7 @@ wait_gateways() { # sets LEAD once one gateway leads and both others follow it
 # ---------------------------------------------------------------- results
 RESULTS=$TMP/results.txt
 : >"$RESULTS"
+FAILED=()
 put() { printf '%s %s\n' "$1" "$2" >>"$RESULTS"; } # id, key=value...
 get() { # id key -> value or "-"
     awk -v id="$1" -v key="$2" '$1 == id { for (i = 2; i <= NF; i++) { n = index($i, "="); if (substr($i, 1, n - 1) == key) v = substr($i, n + 1) } } END { print (v == "" ? "-" : v) }' "$RESULTS"
@@ -294,6 +298,7 @@ cell() {
     m0=$(machine); t0=$(now_ms)
     if [[ -n $mport ]]; then k0=$(metric "$mport" leasegate_commits_total); r0=$(metric "$mport" leasegate_commit_rows_total); s0=$(metric "$mport" leasegate_commit_seconds_sum); fi
     if ! line=$(timeout 300 "$bin" "$@" 2>>"$TMP/lgbench.stderr"); then
+        FAILED+=("$id")
         log "FAILED: $id: lgbench $*"
         tail -5 "$TMP/lgbench.stderr" >&2
         return 0
@@ -380,7 +385,7 @@ wait_gateways # a gateway that lost its lease under load would show up here
 # etcd alone, one client, one transaction after the other: what one Raft write of K keys costs
 for k in 1 8 64 128; do
     line=$(python3 "$HERE/etcd_floor.py" --url "http://127.0.0.1:${M_CLIENT[$RL]}" --n "$FLOOR_N" --keys "$k" --value-bytes 200) ||
-        { log "FAILED: etcd_floor --keys $k"; continue; }
+        { FAILED+=("floor.$k"); log "FAILED: etcd_floor --keys $k"; continue; }
     log "etcd floor: $line"
     put "floor.$k" "$line"
 done
@@ -397,7 +402,7 @@ for ((n = 1; n <= FAILOVERS; n++)); do
     log "failover $n: kill -9 of leader g$LEAD; client on follower g$FOLL; store: $locks locks, $hist history records, $audit audit rows"
     line=$(python3 "$HERE/scaleout_failover.py" --urls "http://127.0.0.1:${G_PORT[$FOLL]}" --kill-pid "${GW_PID[$LEAD]}" \
         --logs "$(gw_logs)" --etcd "$ETCD_URLS" --election "$PREFIX/leader" --max-wait "$WAIT_S" --name "fo$n" \
-        --jitter "$(awk -v t="$LEADER_TTL" 'BEGIN { print t / 3 }')") || true
+        --jitter "$(awk -v t="$LEADER_TTL" 'BEGIN { print t / 3 }')") || FAILED+=("failover.$n")
     kill -KILL "${GW_PID[$LEAD]}" 2>/dev/null || true # already dead, unless the helper failed before its kill
     wait "${GW_PID[$LEAD]}" 2>/dev/null || true
     won=-
@@ -425,7 +430,7 @@ etcd_kill() { # $1 = leader|follower, $2 = run number: kill -9 of that member, c
     s1=$(slow_commits "$lp" 1); s5=$(slow_commits "$lp" 5)
     log "etcd $kind kill $n: kill -9 of m$victim; client on leader gateway g$LEAD (then the others)"
     line=$(python3 "$HERE/scaleout_failover.py" --rotate --urls "$urls" --kill-pid "${M_PID[$victim]}" \
-        --max-wait "$WAIT_S" --after 1 --name "e$kind$n" --jitter 0.5) || true
+        --max-wait "$WAIT_S" --after 1 --name "e$kind$n" --jitter 0.5) || FAILED+=("etcd$kind.$n")
     kill -KILL "${M_PID[$victim]}" 2>/dev/null || true # (as above)
     wait "${M_PID[$victim]}" 2>/dev/null || true
     forget_pid "${M_PID[$victim]}"
@@ -528,3 +533,13 @@ fi
 ((${#UNEXPECTED[@]})) && { echo "Unexpected: ${UNEXPECTED[*]}."; echo; }
 echo "Failed requests: acquire_503 = the gateway answered 503 (no leader known, leader unreachable, or no longer leading); acquire_conn = connection refused, reset or 3 s without an answer."
 echo "leasegate binary: sha256 $LG_REV. Machine: nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); load average before/after $LOAD_START / $LOAD_END; CPU over the run $STEAL; wall time $((T_END - T_START)) s; etcd $("$ETCD_BIN" --version 2>/dev/null | awk '/etcd Version/ { print $3 }')."
+# leasegate's own cells must have no unexpected answer nor dropped connection
+for id in $(awk '$1 ~ /^(sqlite|lg_)/ { for (i = 2; i <= NF; i++) if ($i ~ /^errors=/ && $i != "errors=0") print $1 }' "$RESULTS"); do
+    FAILED+=("$id(errors)")
+done
+for id in $(awk '/ tokens_increasing=(0|False)( |$)/ { print $1 }' "$RESULTS"); do FAILED+=("$id(tokens)"); done
+if ((${#FAILED[@]})); then
+    echo "FAILED: ${FAILED[*]}"
+    log "FAILED: ${FAILED[*]}"
+    exit 1
+fi

@@ -162,9 +162,9 @@ bool body_int(Request *req, json_t *obj, const char *field, json_int_t min, json
             bad_field(req, field, "missing required field '%s'%s", "");
         return !required;
     }
-    char detail[80];
-    snprintf(detail, sizeof detail, " in %lld..%lld", (long long)min, (long long)max);
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+        char detail[80];
+        snprintf(detail, sizeof detail, " in %lld..%lld", (long long)min, (long long)max);
         bad_field(req, field, "field '%s' must be an integer%s", detail);
         return false;
     }

@@ -415,14 +415,20 @@ static void audit_kind(const char *key, char *out, size_t outlen)
     snprintf(out, outlen, "audit/%s%s", *key ? "k-" : "-", key);
 }
 
-/* The newest seq of key's rows the batch evicts (0: none). */
-static uint64_t audit_dropped_upto(const StoreBatch *b, const char *key)
+/* The seqs of key's rows the batch evicts: the oldest in *from, the newest
+ * returned (0: none). */
+static uint64_t audit_dropped_upto(const StoreBatch *b, const char *key, uint64_t *from)
 {
     uint64_t upto = 0;
+    *from = UINT64_MAX;
     for (size_t i = 0; i < b->n; i++) {
         const StoreRecord *r = &b->records[i];
-        if (r->kind == REC_AUDIT && r->removal && !strcmp(r->audit.key, key) && r->audit.seq > upto)
-            upto = r->audit.seq;
+        if (r->kind == REC_AUDIT && r->removal && !strcmp(r->audit.key, key)) {
+            if (r->audit.seq > upto)
+                upto = r->audit.seq;
+            if (r->audit.seq < *from)
+                *from = r->audit.seq;
+        }
     }
     return upto;
 }
@@ -430,7 +436,18 @@ static uint64_t audit_dropped_upto(const StoreBatch *b, const char *key)
 /* The audit rows of a batch, one group (or more) per key, and the deletes of
  * the rows each key evicted. A range delete and a put of one key never
  * overlap (etcd refuses a txn whose operations do): a key's new group holds
- * only rows above what it deletes. */
+ * only rows above what it deletes.
+ *
+ * The delete of key K's evicted rows spans [audit/K/FROM, audit/K/UPTO+1),
+ * FROM being the oldest row the batch evicts, not 0: etcd walks every key a
+ * range names, the deleted ones too until it compacts (never, by default), so
+ * a range from 0 cost every commit a walk over every audit row ever written
+ * (at 64 clients after 25,000 pairs a commit took twice as long, and one
+ * client's pairs fell from 490 to 280 a second). No group of K named below
+ * FROM is left: a key evicts its rows oldest first, so every row of K below
+ * FROM was evicted by an earlier committed batch (or, the rows a load found
+ * past --audit-keep, by the first batch after it: auditlog_load_done), whose
+ * delete reached the group's name, its newest row. */
 static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_t *legacy_below)
 {
     *legacy_below = 0;
@@ -452,7 +469,7 @@ static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
             keys[nkeys++] = k;
     }
     for (size_t j = 0; j < nkeys; j++) {
-        uint64_t upto = audit_dropped_upto(b, keys[j]);
+        uint64_t from, upto = audit_dropped_upto(b, keys[j], &from);
         char kind[96];
         audit_kind(keys[j], kind, sizeof kind);
         Group g = {0};
@@ -463,7 +480,7 @@ static void audit_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
         }
         group_end(s, &g, ops, kind);
         if (upto)
-            ops_add(ops, seq_key(s, kind, 0), NULL, seq_key(s, kind, upto + 1), PRIO_PRUNE);
+            ops_add(ops, seq_key(s, kind, from), NULL, seq_key(s, kind, upto + 1), PRIO_PRUNE);
     }
     free(keys);
     /* Groups of an older gateway, every key's rows together, named by their
@@ -520,11 +537,14 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
     }
     if (b->counter)
         ops_add(ops, key_of(s, "meta", "last_token"), decimal(b->counter), NULL, PRIO_COUNTER);
-    /* Pruning deletes [history/0, history/upto+1): every group whose largest
-     * seq is at most upto. No put may fall in that range (etcd refuses a txn
-     * whose operations overlap): a group holds only seqs above upto (an ended
-     * lease at or below it would be pruned at once anyway), so its key, its
-     * largest seq, is above upto too. */
+    /* Pruning deletes [history/FROM, history/upto+1): every group whose
+     * largest seq is at most upto. No put may fall in that range (etcd refuses
+     * a txn whose operations overlap): a group holds only seqs above upto (an
+     * ended lease at or below it would be pruned at once anyway), so its key,
+     * its largest seq, is above upto too. FROM is 0 at the first prune since
+     * the load, then the last prune's end: etcd walks the deleted keys of a
+     * range too (audit_ops), and every group named up to the last prune's
+     * upto went with it. */
     uint64_t keep = b->history_keep, chunk = keep < PRUNE_CHUNK ? keep : PRUNE_CHUNK;
     bool prune = last && keep && last > keep && last - keep >= s->pruned_upto + chunk;
     uint64_t upto = prune ? last - keep : 0;
@@ -537,7 +557,8 @@ static void batch_ops(const EtcdStore *s, const StoreBatch *b, Ops *ops, uint64_
     }
     group_end(s, &g, ops, "history");
     if (prune)
-        ops_add(ops, seq_key(s, "history", 0), NULL, seq_key(s, "history", upto + 1), PRIO_PRUNE);
+        ops_add(ops, seq_key(s, "history", s->pruned_upto ? s->pruned_upto + 1 : 0), NULL,
+                seq_key(s, "history", upto + 1), PRIO_PRUNE);
     audit_ops(s, b, ops, audit_legacy_below);
 }
 

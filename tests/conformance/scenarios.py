@@ -381,7 +381,9 @@ def s_failover(ctx):
     etcd = Etcd.start()
     ctx.cleanups.append(etcd.stop)
     store = "etcd://%s/conformance-%s" % (etcd.endpoint, uuid.uuid4().hex[:8])
-    gateways = [ctx.server(args=["--leader-ttl", "2"], store=store, label="gateway%d" % i) for i in (1, 2)]
+    # --new-lock-space: the prefix is new (a gateway refuses an empty prefix without it).
+    gateways = [ctx.server(args=["--leader-ttl", "2", "--new-lock-space"], store=store, label="gateway%d" % i)
+                for i in (1, 2)]
     leader = wait_until(lambda: next((g for g in gateways if g.role() == "leader"), None), 30)
     if leader is None:
         raise Abort(ctx.check(10, False, "no gateway became the leader"))

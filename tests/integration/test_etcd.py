@@ -283,6 +283,46 @@ class EtcdTest(EtcdTestCase):
         status, _, after = g.client.request("GET", "/v1/audit")
         self.assertEqual(after["rows"], before["rows"])
 
+    def test_retention_prunes_from_where_it_left(self):
+        """Each prune deletes from where the key's last one ended, not from 0 (etcd walks a
+        range's deleted keys too, so a range from 0 made every commit slower as the trail
+        grew): over many prunes, and after a restart with smaller limits (whose first batch
+        deletes what the load found past them), storage keeps the newest rows, a bounded
+        number more and nothing older."""
+        g = self.gateway(["--audit-keep", "5", "--lease-history", "4"])
+        self.assertIs(wait_leader([g]), g)
+
+        def check(keep_audit, keep_history):
+            status, _, shown = g.client.request("GET", "/v1/audit")
+            self.assertEqual(status, 200, shown)
+            self.assertEqual(len(shown["rows"]), keep_audit, shown)
+            audit = sorted(r["seq"] for v in self.etcd_rows("audit").values() for r in v)
+            ended = sorted(r["seq"] for v in self.etcd_rows("history").values() for r in v)
+            self.assertEqual(audit[-keep_audit:], [r["seq"] for r in shown["rows"]])
+            # kept, up to as many more before the next prune, one straddling batch of 2
+            self.assertLessEqual(len(audit), 2 * keep_audit + 2, audit)
+            self.assertGreaterEqual(len(ended), keep_history, ended)
+            self.assertLessEqual(len(ended), 2 * keep_history + 1, ended)
+            return audit, ended
+
+        for i in range(12):
+            a, b = self.handoff(g, "left/%d" % i)
+            self.assertEqual(g.client.release("left/%d" % i, b["lease"])[0], 200)
+        audit1, ended1 = check(5, 4)
+        g.stop_clean()
+        g.extra_args = [x for x in g.extra_args]
+        for flag, value in (("--audit-keep", "2"), ("--lease-history", "2")):
+            g.extra_args[g.extra_args.index(flag) + 1] = value
+        g.start()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        for i in range(3):
+            a, b = self.handoff(g, "again/%d" % i)
+            self.assertEqual(g.client.release("again/%d" % i, b["lease"])[0], 200)
+        audit2, ended2 = check(2, 2)
+        # the second run made 12 audit rows and ended 6 leases: none of the first run's is left
+        self.assertGreater(min(audit2), max(audit1), (audit1, audit2))
+        self.assertGreater(min(ended2), max(ended1), (ended1, ended2))
+
     def test_failover_keeps_leases_and_tokens(self):
         a, b = self.gateway(), self.gateway()
         leader = wait_leader([a, b])

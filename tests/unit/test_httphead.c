@@ -2,13 +2,15 @@
  * Unit tests of the proxies' header rule (httphead): the hop-by-hop set in any
  * case and only whole names, and the headers an answer's Connection headers
  * name, wherever those come among its lines and however their tokens are
- * spaced; and what of an answer's lines reaches a libmicrohttpd response.
+ * spaced; what of an answer's lines reaches a libmicrohttpd response; and the
+ * token rule of header names, byte by byte against RFC 9110's tchar set.
  */
 #include <curl/curl.h>
 #include <microhttpd.h>
 #include <string.h>
 
 #include "check.h"
+#include "core/names.h"
 #include "net/httphead.h"
 
 static bool hop(const struct curl_slist *lines, const char *name)
@@ -18,6 +20,17 @@ static bool hop(const struct curl_slist *lines, const char *name)
 
 int main(void)
 {
+    static const char TCHAR[] = "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    for (int c = 0; c < 256; c++) {
+        char one[2] = {(char)c, 'a'};
+        bool want = c != 0 && memchr(TCHAR, c, sizeof TCHAR - 1) != NULL;
+        CHECK(name_is_http_token(one, 1) == want);
+        CHECK(name_is_http_token(one, 2) == want);
+    }
+    CHECK(!name_is_http_token("", 0));
+    CHECK(name_is_http_token("Content-Type", 12));
+    CHECK(!name_is_http_token("Content Type", 12));
+    CHECK(!name_is_http_token("X-A\0B", 5)); /* a NUL inside the name's bytes */
     CHECK(httphead_hop_by_hop("transfer-ENCODING", 17));
     CHECK(httphead_hop_by_hop("Proxy-Authorization", 19));
     CHECK(httphead_hop_by_hop("TE: trailers", 2)); /* the name is len bytes, not up to a NUL */
