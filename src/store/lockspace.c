@@ -151,9 +151,10 @@ static const char *const KINDS[] = {"meta",   "locks",   "semaphores", "holders"
                                     "floors", "revoked", "history",    "audit",   "auth"};
 
 /* What a key under the prefix (rest: the part after "PREFIX/") is: 2 a
- * candidate's (PREFIX/leader/ID), 1 one of a lock space's records, 0 another's; *nested_len, whatever it returns, is the
- * length of rest's part that may name a lock space inside the prefix (rest
- * ends in .../meta/lockspace or .../meta/commit), else 0. A record's name
+ * candidate's (PREFIX/leader/ID), 1 one of a lock space's records, 0
+ * another's; *nested_len, whatever it returns, is the length of rest's part
+ * that may name a lock space inside the prefix (rest ends in
+ * .../meta/lockspace or .../meta/commit), else 0. A record's name
  * may hold '/' (a lock "a/meta/commit"), so such a key may be a lock space's
  * own: only the value at .../meta/lockspace tells (classify_keys). A
  * candidate's key never holds '/': a deeper key under PREFIX/leader/ belongs
@@ -177,9 +178,11 @@ static int own_key(const char *rest, size_t *nested_len)
  * .../meta/lockspace; a lock named ".../meta/commit" is rare). */
 #define NESTED_CHECKS 8
 
-/* Whether base/meta/lockspace holds an identity (what, for the line) or
- * base/meta/commit exists while not_own (a lock space older than identities
- * inside another prefix): 1 it names a lock space, 0 not, -1 err. */
+/* Whether base, the start of a key ending in /meta/lockspace or
+ * /meta/commit, is a lock space inside the prefix: its base/meta/lockspace
+ * holds an identity, or the key is none of a lock space's own (not_own: a
+ * lock space's mark, older than identities if no identity). 1 it is (what
+ * names it, for the line), 0 not, -1 err. */
 static int nested_lock_space(EtcdClient *etcd, const char *base, bool not_own, char *what, size_t whatlen, char *err,
                              size_t errlen)
 {
@@ -202,9 +205,9 @@ static int nested_lock_space(EtcdClient *etcd, const char *base, bool not_own, c
  * than identities (only its kinds of keys, own_key, and the commit mark or
  * token counter that such a gateway wrote at its first commit), or -1 with
  * err naming what is there (a lock space inside it, other keys) or why etcd
- * did not answer; *bare: nothing at all is under it. Looks at the first SCAN_KEYS keys: a lock space inside
- * that they do not reach still leaves no commit mark at PREFIX/meta/, so it
- * is refused as other keys. */
+ * did not answer; *bare: nothing at all is under it. Looks at the first
+ * SCAN_KEYS keys: a lock space inside that they do not reach still leaves no
+ * commit mark at PREFIX/meta/, so it is refused as other keys. */
 static int classify_keys(EtcdClient *etcd, const char *prefix, bool *bare, char *err, size_t errlen)
 {
     *bare = false;
@@ -300,7 +303,8 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, bool *bare, char 
  * in [key, range_end)) was ever created. Appended to `to`; false without memory. */
 static bool compare_absent(json_t *to, const char *key, const char *range_end)
 {
-    char *kb = etcd_b64_encode(key, strlen(key)), *eb = range_end ? etcd_b64_encode(range_end, strlen(range_end)) : NULL;
+    char *kb = etcd_b64_encode(key, strlen(key));
+    char *eb = range_end ? etcd_b64_encode(range_end, strlen(range_end)) : NULL;
     json_t *c = kb && (eb || !range_end) ? json_pack("{s:s, s:s, s:s, s:s}", "key", kb, "target", "CREATE", "result",
                                                     "EQUAL", "create_revision", "0")
                                          : NULL;
