@@ -524,6 +524,11 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     *listen_fd = fd;
     log_line(LEVEL_INFO, "elected leader of %s (leader key revision %lld); loading the lock space", cfg->store_url,
              election_revision(s->election));
+    /* A key revoked in this gateway's file may not be read yet: the SIGHUP
+     * went to another gateway, whose mark (PREFIX/auth/reload) this one looks
+     * at only every second, or to none. The leader serves with its file as it
+     * is now, never with older keys. */
+    reload_keys(s, NULL, "elected");
     s->store = store_etcd_open(&etcd, s->election, cfg->etcd_max_txn_ops, err, sizeof err);
     if (!s->store) {
         log_line(LEVEL_ERROR, "%s", err);

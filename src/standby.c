@@ -265,6 +265,12 @@ static enum MHD_Result answer_metrics(Standby *sb, struct MHD_Connection *conn, 
     if (!f)
         return MHD_NO;
     etcdmetrics_write(f, sb->election, sb->etcd_stats, ready);
+    pthread_mutex_lock(&sb->mu);
+    AuthTable *keys = sb->keys && !sb->keys_error[0] ? auth_ref(sb->keys) : NULL;
+    pthread_mutex_unlock(&sb->mu);
+    if (keys)
+        auth_write_metrics(f, keys);
+    auth_unref(keys);
     fprintf(f, "# HELP leasegate_forwards_total Requests forwarded to the leader.\n# TYPE leasegate_forwards_total "
                "counter\nleasegate_forwards_total %llu\n",
             (unsigned long long)atomic_load(&sb->forwards));

@@ -15,6 +15,7 @@
 #include "guard/guard.h"
 #include "guard/proxy.h"
 #include "leasegate/web_assets.h"
+#include "net/auth.h"
 #include "net/peers.h"
 #include "store/etcd.h"
 
@@ -207,6 +208,8 @@ void api_metrics(Request *req)
         etcdmetrics_write(f, s->election, &s->etcd_stats, ready); /* a follower's come from standby.c */
     else
         gauge(f, "leasegate_ready", "1 when this server is ready to serve (what GET /readyz answers).", ready);
+    if (s->auth && !s->auth_error[0])
+        auth_write_metrics(f, s->auth);
     counter(f, "leasegate_grants_total", "Fresh grants (immediate or after waiting).", m->grants);
     fprintf(f, "# HELP leasegate_grants_by_kind_total Fresh grants by what they grant.\n"
                "# TYPE leasegate_grants_by_kind_total counter\n"

@@ -21,6 +21,7 @@ struct AuthTable {
     _Atomic int refs; /* a standby's threads take and drop references too (standby.c) */
     AuthKey *keys; /* owned, with their prefixes */
     size_t nkeys;
+    char file_sha256[65]; /* of the file's bytes as loaded, in hex (auth_write_metrics) */
 };
 
 static const char *const ROLE_NAMES[] = {[AUTH_CLIENT] = "client", [AUTH_FENCE] = "fence", [AUTH_ADMIN] = "admin"};
@@ -337,9 +338,26 @@ AuthTable *auth_load(const char *path, char *err, size_t errlen)
             table_free(t);
         return NULL;
     }
+    uint8_t h[32];
+    bool hashed = sha256(text, n, h);
     free(text);
+    if (!hashed) {
+        snprintf(err, errlen, "%s: cannot hash it (out of memory?)", path);
+        table_free(t);
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof h; i++)
+        snprintf(t->file_sha256 + 2 * i, 3, "%02x", h[i]);
     t->refs = 1;
     return t;
+}
+
+void auth_write_metrics(FILE *f, const AuthTable *t)
+{
+    fprintf(f, "# HELP leasegate_key_file_info The --auth-file in use, by the first 16 hex digits of its SHA-256: "
+               "every gateway of a lock space should show the same.\n# TYPE leasegate_key_file_info gauge\n"
+               "leasegate_key_file_info{sha256=\"%.16s\"} 1\n",
+            t->file_sha256);
 }
 
 const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len, unsigned *secret)

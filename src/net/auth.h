@@ -40,6 +40,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #define AUTH_MAX_FILE (1024 * 1024)
@@ -76,6 +77,10 @@ AuthTable *auth_load(const char *path, char *err, size_t errlen);
 AuthTable *auth_ref(AuthTable *t);
 void auth_unref(AuthTable *t);
 size_t auth_count(const AuthTable *t);
+/* The series leasegate_key_file_info{sha256="..."} 1: which file t was read
+ * from (a hash of its bytes, which name keys only by their hashes), so that
+ * /metrics shows a gateway whose file differs from the others'. */
+void auth_write_metrics(FILE *f, const AuthTable *t);
 
 /* The key whose text is `key` (len bytes), or NULL; *secret (may be NULL)
  * is the index of the secret it matched in the key's hash. */

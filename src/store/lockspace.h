@@ -19,7 +19,14 @@
  *     start an empty lock space at token 1.
  * A lock space found without an identity but with a commit mark or a token
  * counter was made by a gateway older than identities: it is given one (the
- * same schema: those gateways and these share it).
+ * same schema: those gateways and these share it). Keys of a lock space's
+ * kinds without those marks are another's (a lock space at PREFIX/locks has
+ * keys PREFIX/locks/..., which read as lock records of PREFIX).
+ *
+ * The check and the creation are one decision: the identity's transaction
+ * requires what the check saw (no ancestor with a lock space, nothing under
+ * the prefix), so of two gateways creating nested lock spaces at the same
+ * moment, the second to commit checks again and is refused.
  *
  * The compatibility rule: a lock space's schema is the layout of the records
  * under its prefix (store_etcd.c's key list): `schema` in the identity is the
