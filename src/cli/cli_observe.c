@@ -203,7 +203,7 @@ static int stream_one(Stream *st, const char *server, size_t slen, const char *p
     if (*status) {
         rc = 0; /* it answered; a stream that ended, however (closed, silent, cut), is opened again */
     } else {
-        snprintf(err, errlen, "%.*s%s: %s", (int)slen, server, path, curl_err[0] ? curl_err : curl_easy_strerror(cc));
+        snprintf(err, errlen, "%s: %s", url, curl_err[0] ? curl_err : curl_easy_strerror(cc));
     }
 out:
     free(url);

@@ -785,7 +785,7 @@ static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *m
 {
     if (!s3req_signed(req))
         return true;
-    char lock[NAME_MAX_BYTES + 1] = "";
+    char lock[GUARD_BINDING_MAX + 1] = "";
     const char *problem;
     bool object = bound_lock(route, guardroute_rest(route, req->raw_uri), lock, sizeof lock, &problem) != NULL;
     if (object && s3auth_token_holds(req, lock)) {
