@@ -192,9 +192,11 @@ void api_list_elections(Request *req)
         reply_nomem(req);
         return;
     }
+    /* now_ms, as the lock and semaphore listings: a reader's countdowns to since_ms. */
     http_reply_json_raw_new(req, 200,
-                            json_pack("{s:o, s:o}", "elections", ctx.elections, "next",
-                                      more && ctx.last ? json_string(ctx.last) : json_null()),
+                            json_pack("{s:o, s:o, s:I}", "elections", ctx.elections, "next",
+                                      more && ctx.last ? json_string(ctx.last) : json_null(), "now_ms",
+                                      (json_int_t)clock_now().wall_ms),
                             &ctx.refs);
 }
 

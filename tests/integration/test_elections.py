@@ -208,6 +208,9 @@ class ElectionTest(ServerTestCase):
         st, _, listing = self.srv.request("GET", "/v1/elections?prefix=el/w")
         self.assertEqual([e["name"] for e in listing["elections"]], [name])
         self.assertEqual(listing["elections"][0]["leader"]["value"], {"v": 1})
+        # The server's clock, as the lock and semaphore listings have it.
+        self.assertIsInstance(listing.get("now_ms"), int, listing)
+        self.assertGreater(listing["now_ms"], 0, listing)
         for body, field in (({"value": 1}, "owner"), ({"owner": "x", "lease": a["lease"]}, "lease"),
                             ({"owner": "x", "mode": "read"}, "mode"), ({"owner": "x", "limit": 2}, "limit")):
             st, _, e = self.srv.request("POST", path(name, "campaign"), body=body)
