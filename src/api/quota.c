@@ -155,39 +155,8 @@ static void over(Request *req, const AuthKey *key, const char *peer, ShareKind k
 static void out_of_memory(Request *req) { http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry"); }
 
 /* The entries of req's key (if any) and peer, created at zero, with room for
- * one more of share k in both: false after answering 429 (or 503). */
-static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
-{
-    Server *s = req->srv;
-    const AuthKey *key = req->access.key;
-    char peer[HTTP_PEER_MAX];
-    http_peer_address(req, peer, sizeof peer);
-    *key_use = key ? use_of(s, false, key->name) : NULL;
-    *peer_use = use_of(s, true, peer);
-    if ((key && !*key_use) || !*peer_use) {
-        if (*key_use)
-            drop_if_unused(s, *key_use);
-        if (*peer_use)
-            drop_if_unused(s, *peer_use);
-        out_of_memory(req);
-        return false;
-    }
-    uint64_t kmax = limit_of(s, key, k), pmax = limit_of(s, NULL, k);
-    bool key_over = key && (*key_use)->n[k] >= kmax, peer_over = (*peer_use)->n[k] >= pmax;
-    if (!key_over && !peer_over)
-        return true;
-    if (key_over)
-        over(req, key, peer, k, kmax);
-    else
-        over(req, NULL, peer, k, pmax);
-    if (*key_use)
-        drop_if_unused(s, *key_use);
-    drop_if_unused(s, *peer_use);
-    return false;
-}
-
-/* Like room_for, for a share of bytes: room for `bytes` more, less `old_bytes`
- * that go from the entries `old` holds when they are req's own. */
+ * `bytes` more of share k in both, less `old_bytes` that go from the entries
+ * `old` holds when they are req's own: false after answering 429 (or 503). */
 static bool room_for_bytes(Request *req, ShareKind k, const Charge *old, size_t old_bytes, size_t bytes,
                            Use **key_use, Use **peer_use)
 {
@@ -216,6 +185,13 @@ static bool room_for_bytes(Request *req, ShareKind k, const Charge *old, size_t 
         drop_if_unused(s, *key_use);
     drop_if_unused(s, *peer_use);
     return false;
+}
+
+/* Room for one more of share k, nothing freed (room_for_bytes). */
+static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
+{
+    static const Charge NOTHING = {NULL, NULL};
+    return room_for_bytes(req, k, &NOTHING, 0, 1, key_use, peer_use);
 }
 
 bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, uint32_t permits, bool wait,
