@@ -232,7 +232,7 @@ class ForwardTest(EtcdTestCase):
             t.start()
         for t in threads:
             t.join(120)
-        self.assertEqual(errors, [])
+        self.assertEqual(errors, [], other.stderr_text()[-3000:] + "\nleader:\n" + leader.stderr_text()[-3000:])
         opened = to_leader() - before
         self.assertLessEqual(len(opened), 2 * clients,
                              "%d forwards opened %d connections to the leader" % (2 * clients * rounds, len(opened)))
