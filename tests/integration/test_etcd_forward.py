@@ -82,6 +82,48 @@ class ForwardTest(EtcdTestCase):
         raw.close()
         self.assertTrue(wait_for(lambda: leader.waiters("fwd/wait") == 0), "the leader kept a waiter whose client left")
 
+    def test_a_follower_keeps_its_leader_while_etcd_does_not_answer(self):
+        """etcd that answers a follower's "who leads?" late (paused here; a loaded
+        machine did it for a moment) says nothing of the leader: the follower keeps
+        forwarding to the one it saw. Before, one call that timed out was taken for
+        "no leader": every forward in flight was dropped with 503 and /healthz lost the
+        leader until etcd answered again. The follower's --leader-ttl 2 makes its calls
+        time out after 0.5 s (a quarter of it); the leader's 20 keeps its lease well past
+        the pause."""
+        leader = self.gateway(["--leader-ttl", "20"])
+        self.assertIs(wait_leader([leader]), leader)
+        other = self.gateway(["--leader-ttl", "2"])
+        self.assertIs(self.follower_of(leader, [leader, other]), other)
+        held = self.acquire_ok(leader, "fwd/pause", ttl_ms=600000)
+        box = {}
+        waiter = other.new_client(timeout=120)
+        t = threading.Thread(target=lambda: box.update(r=waiter.acquire("fwd/pause", owner="far", ttl_ms=60000,
+                                                                        wait_ms=90000)))
+        t.start()
+        self.assertTrue(wait_for(lambda: leader.waiters("fwd/pause") == 1), "the forwarded waiter never queued")
+
+        def etcd_errors():
+            return sum(v for k, v in parse_metrics(other.request("GET", "/metrics")[2]).items()
+                       if k.startswith("leasegate_etcd_errors_total"))
+        before = etcd_errors()
+        member = self.etcd.members[0]
+        os.kill(member.proc.pid, signal.SIGSTOP)
+        try:
+            # Six of the follower's calls failed: its keeper asks who leads between any
+            # two of its other calls (a keepalive, a look at the reload key).
+            self.assertTrue(wait_for(lambda: etcd_errors() >= before + 6, timeout=60),
+                            "the follower's calls to a paused etcd never failed")
+            status, _, body = other.request("GET", "/healthz")
+            self.assertEqual((status, body.get("role"), body.get("leader")), (200, "follower", leader.url), body)
+        finally:
+            os.kill(member.proc.pid, signal.SIGCONT)
+        self.assertIsNone(box.get("r"), "the forwarded waiter was answered while etcd was paused")
+        leader.client.release("fwd/pause", held["lease"])
+        t.join(100)
+        waiter.close()
+        status, _, got = box["r"]
+        self.assertEqual((status, got.get("owner")), (200, "far"), (got, other.stderr_text()[-2000:]))
+
     def guarded_leader_and_follower(self):
         """Two gateways guarding /store/ in front of a real nginx: (leader, follower)."""
         if not upstream.nginx_available():
