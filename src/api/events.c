@@ -394,6 +394,8 @@ void api_events(Request *req)
     uint64_t from;
     if (!events_resolve_after(req, (uint64_t)after, &from))
         return;
+    /* Only published events, which are durable: answered while etcd refuses writes. */
+    http_stall_ok(req);
     if (!request_poll(req)) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
