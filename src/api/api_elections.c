@@ -217,7 +217,10 @@ void api_observe(Request *req)
     char *first = NULL;
     if (given) {
         /* A reconnect: the events after the last it got, none missed, none twice. */
-        if (!events_resolve_after(req, (uint64_t)after, &from))
+        if (!events_resolve_after(req, (uint64_t)after,
+                                  "observe it again without Last-Event-ID (or after): its first message is the "
+                                  "election's state",
+                                  &from))
             return;
     } else {
         /* The state the events published so far say, as of the latest of them. */

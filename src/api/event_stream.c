@@ -230,7 +230,7 @@ void api_events_stream(Request *req)
     bool given;
     uint64_t from;
     if (!events_query(req, &after, &prefix) || !event_stream_last_id(req, &after, &given) ||
-        !events_resolve_after(req, (uint64_t)after, &from) || !quota_poll_start(req))
+        !events_resolve_after(req, (uint64_t)after, EVENTS_THEN_RELIST, &from) || !quota_poll_start(req))
         return;
     event_stream_open(req, prefix, from, NULL, NULL);
 }
