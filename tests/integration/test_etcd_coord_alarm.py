@@ -118,6 +118,10 @@ class CoordUnderAlarmTest(unittest.TestCase):
         self.assertEqual((status, body["leader"]["value"], body["leader"]["term"]), (200, "a", term), body)
         status, _, body = self.call("GET", value_path("other"))
         self.assertEqual((status, body["value"], body["value_version"]), (200, None, 0), body)
+        # The listing of elections, none of which the refused batch touches (it was a 503).
+        status, _, body = self.call("GET", "/v1/elections")
+        self.assertEqual((status, [(e["name"], e["leader"]["value"]) for e in body.get("elections", [])]),
+                         (200, [("el", "a")]), body)
         # An observer hears nothing while etcd refuses writes.
         obs.conn.sock.settimeout(1.5)
         with self.assertRaises(socket.timeout):
@@ -153,6 +157,7 @@ class CoordUnderAlarmTest(unittest.TestCase):
                                                  body={"lease": leader, "value": "b"}))
         self.assert_alarm(self.call("PUT", value_path("val"), {"lease": lease, "value": {"n": 2}}))
         self.assert_alarm(self.call("GET", election_path("el")))
+        self.assert_alarm(self.call("GET", "/v1/elections"))
         self.gw.kill9()
         self.etcd.etcdctl("alarm", "disarm")
         self.gw.start()
