@@ -523,6 +523,9 @@ static bool query_names_no_override(Request *req)
 static void refuse_body_override(Request *req)
 {
     guardq_refuse(req);
+    /* A released write's call has the request but its end: the end never leaves. */
+    if (req->guard->call)
+        proxy_call_abort(req->guard->call);
     bad(req, "_method", "a form body with a field _method (or X-HTTP-Method-Override) is not forwarded: %s",
         OVERRIDE_WHY);
 }
@@ -555,8 +558,10 @@ static void stream_upload(Request *req, const char *data, size_t *size)
 
 static bool stream_complete(Request *req)
 {
-    if (req->guard->form && !req->response && formscan_finish(req->guard->form))
+    if (req->guard->form && !req->response && formscan_finish(req->guard->form)) {
         refuse_body_override(req);
+        return true; /* answered: the 400 leaves once the connection is resumed, if it waits */
+    }
     if (!req->guard->call)
         return false;
     /* A signed body's last checks come before its end may leave. */

@@ -932,7 +932,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->in_handler = false;
         if (req->response && !req->suspended)
             return queue_stored(req);
-        return keep ? MHD_YES : MHD_NO;
+        /* A response stored while the connection is suspended leaves on its resume. */
+        return keep || req->response ? MHD_YES : MHD_NO;
     }
     if (req->body_too_large)
         http_reply_invalid(req, ERR_PAYLOAD_TOO_LARGE, NULL, "request body is larger than 65536 bytes");
