@@ -22,9 +22,11 @@
 #                              filter), junit5, libtomcat10-embed-java and libjakarta-annotation-api-java
 #                              (its tests: the filter in a real Tomcat); the S3 clients
 #                              test_guard_s3_clients.py drives through the guard: awscli
-#                              (/usr/bin/aws), rclone, s3cmd and the JavaScript SDK (npm ci in
-#                              tests/s3clients); fuse3 with libfuse3-dev (cutfs, the file system
-#                              whose power the power-loss tests cut: tests/powerloss)
+#                              (/usr/bin/aws), rclone, s3cmd, the JavaScript SDK (npm ci in
+#                              tests/s3clients) and golang-github-aws-aws-sdk-go-v2-dev (the Go SDK:
+#                              docs/fencing.md's Go program, built offline); fuse3 with libfuse3-dev
+#                              (cutfs, the file system whose power the power-loss tests cut:
+#                              tests/powerloss)
 #   scripts/deps.sh --bench    also the peers bench/compare.sh measures against: redis-server,
 #                              etcd-server, zookeeper (the server; a JVM) with libzookeeper-mt-dev
 #                              (bench/zkbench.c's client) and default-jdk-headless (jcmd, for the
@@ -38,7 +40,7 @@ RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 libgnutls30 
 case "${1:-}" in
   "") PKGS="$BUILD" ;;
   --test)
-    PKGS="$BUILD python3 python3-venv python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server etcd-client openssl chromium prometheus postgresql-15 python3-psycopg2 default-jdk-headless libjackson2-databind-java libjakarta-servlet-api-java junit5 libtomcat10-embed-java libjakarta-annotation-api-java golang-go awscli rclone s3cmd fuse3 libfuse3-dev"
+    PKGS="$BUILD python3 python3-venv python3-yaml python3-jsonschema curl nginx-light iproute2 faketime etcd-server etcd-client openssl chromium prometheus postgresql-15 python3-psycopg2 default-jdk-headless libjackson2-databind-java libjakarta-servlet-api-java junit5 libtomcat10-embed-java libjakarta-annotation-api-java golang-go golang-github-aws-aws-sdk-go-v2-dev awscli rclone s3cmd fuse3 libfuse3-dev"
     command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
     command -v npm >/dev/null 2>&1 || PKGS="$PKGS npm" ;;
   --bench) PKGS="$BUILD redis-server etcd-server zookeeper libzookeeper-mt-dev default-jdk-headless strace curl python3" ;;

@@ -37,6 +37,9 @@ void config_defaults(Config *c)
     c->forget_idle_s = 86400;
     c->leader_ttl_s = 3;
     c->etcd_max_txn_ops = 128; /* etcd's default */
+    c->max_value_bytes = 4096;
+    c->key_max_value_bytes = 16 << 20;
+    c->peer_max_value_bytes = 16 << 20;
     c->etcd_compact_interval_s = 300; /* as Kubernetes' API server compacts its etcd */
     c->etcd_compact_bytes = (size_t)64 << 20;
 }
@@ -99,6 +102,8 @@ void config_usage(FILE *out)
             "                              (default 16000)\n"
             "  --max-locks N               lock names known at once, then 503 (default 10000000)\n"
             "  --max-fences N              distinct fence resources, then 503 (default 1000000)\n"
+            "  --max-value-bytes N         a lock's value (PUT /v1/locks/NAME/value) as sent, at most (default\n"
+            "                              4096, 1..60000); a larger one is 413\n"
             "  --idle-timeout SECONDS      close idle keep-alive connections after (default 60)\n"
             "  --dead-client-after SECONDS a waiter whose client vanished without closing (dead host,\n"
             "                              dropped network) leaves the queue within this (TCP keepalive;\n"
@@ -183,6 +188,9 @@ void config_usage(FILE *out)
             "                              sending, each counted at the size of its lock's view (default\n"
             "                              67108864, 64 MiB; at least 1048576)\n"
             "  --peer-max-watch-bytes N    the same for one peer (default 64 MiB)\n"
+            "  --key-max-value-bytes N     bytes of the locks' values one key wrote, while they are kept\n"
+            "                              (default 16777216; a key's line may say max_value_bytes=N)\n"
+            "  --peer-max-value-bytes N    the same for one peer (default 16777216)\n"
             "  --peer-max-connections N    open connections of one peer, waiting ones included; more are\n"
             "                              closed as soon as accepted (50%% of --max-connections [100])\n"
             "  --peer-max-half-sent N      requests of one peer begun and not complete (a new connection\n"
@@ -282,6 +290,9 @@ static const NumFlag NUM_FLAGS[] = {
     {"--peer-max-polls", 1, 1000000, offsetof(Config, peer_max_polls), false},
     {"--key-max-watch-bytes", CONFIG_MIN_WATCH_BYTES, 1000000000000, offsetof(Config, key_max_watch_bytes), false},
     {"--peer-max-watch-bytes", CONFIG_MIN_WATCH_BYTES, 1000000000000, offsetof(Config, peer_max_watch_bytes), false},
+    {"--key-max-value-bytes", 1, 100000000, offsetof(Config, key_max_value_bytes), false},
+    {"--peer-max-value-bytes", 1, 100000000, offsetof(Config, peer_max_value_bytes), false},
+    {"--max-value-bytes", 1, 60000, offsetof(Config, max_value_bytes), false},
     {"--peer-max-connections", 1, 1000000, offsetof(Config, peer_max_connections), false},
     {"--peer-max-half-sent", 1, 1000000, offsetof(Config, peer_max_half_sent), false},
     {"--idle-timeout", 1, 86400, offsetof(Config, idle_timeout_s), true},

@@ -15,6 +15,7 @@
 #include "api/dispatch.h"
 #include "api/event_stream.h"
 #include "api/events.h"
+#include "api/observe.h"
 #include "api/quota.h"
 #include "api/rekey.h"
 #include "api/trail.h"
@@ -55,8 +56,8 @@ static void on_changed(void *ud, const Lock *lock)
     Server *s = ud;
     if (!commit_lock(s->commit, lock))
         cannot_record();
-    if (lock->kind == KIND_LOCK)
-        watch_note(s, lock->name);
+    if (lock->kind != KIND_SEMAPHORE)
+        watch_note(s, (LockKind)lock->kind, lock->name);
 }
 
 static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
@@ -64,25 +65,44 @@ static void on_holder_changed(void *ud, const Lock *lock, const Holder *h)
     Server *s = ud;
     if (!commit_holder(s->commit, lock, h))
         cannot_record();
-    if (lock->kind == KIND_LOCK)
-        watch_note(s, lock->name);
+    if (lock->kind != KIND_SEMAPHORE)
+        watch_note(s, (LockKind)lock->kind, lock->name);
+}
+
+static void on_value_changed(void *ud, const Lock *lock)
+{
+    Server *s = ud;
+    if (!commit_value(s->commit, lock))
+        cannot_record();
+    watch_note(s, KIND_LOCK, lock->name);
 }
 
 /* A forgotten lock takes its guard mark along: the next grant of the name
- * has a larger token than any mark it had. */
+ * has a larger token than any mark it had; and its value record, which
+ * only a value of null (written) leaves to a name that can be forgotten. */
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Server *s = ud;
     quota_named(s, &lock->charge, -1);
-    if (lock->kind == KIND_LOCK)
-        fence_remove(s->guard_marks, lock->name);
+    /* The guard's mark of the name: a lock's by its name, an election's by "@" and its name (guardroute.h). */
+    char mark[GUARD_BINDING_MAX + 1];
+    if (lock->kind == KIND_ELECTION)
+        snprintf(mark, sizeof mark, "%c%s", GUARD_ELECTION_MARK, lock->name);
+    else
+        snprintf(mark, sizeof mark, "%s", lock->name);
+    bool marked = lock->kind != KIND_SEMAPHORE;
+    if (marked)
+        fence_remove(s->guard_marks, mark);
+    if (lock->kind == KIND_ELECTION)
+        observed_forgotten(s, lock->name);
     if (!commit_forget(s->commit, (LockKind)lock->kind, lock->name, locktab_last_token(s->locks)) ||
-        (lock->kind == KIND_LOCK && !commit_guard_mark_forget(s->commit, lock->name)))
+        (marked && !commit_guard_mark_forget(s->commit, mark)) ||
+        (lock->value.version && !commit_value_gone(s->commit, lock->name)))
         cannot_record();
     /* Its last_token is gone from GET and its index moves (forget_index):
      * watchers of the name are told. */
-    if (lock->kind == KIND_LOCK)
-        watch_note(s, lock->name);
+    if (lock->kind != KIND_SEMAPHORE)
+        watch_note(s, (LockKind)lock->kind, lock->name);
 }
 
 /* Fence hook: an idle resource goes, its mark lives on in its bucket's floor. */
@@ -108,8 +128,8 @@ static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, i
     if (!commit_ended(s->commit, (LockKind)lock->kind, lock->name, h->lease, h->token, how, seq) ||
         !commit_holder_gone(s->commit, (LockKind)lock->kind, lock->name, h->token))
         cannot_record();
-    if (lock->kind == KIND_LOCK)
-        watch_note(s, lock->name);
+    if (lock->kind != KIND_SEMAPHORE)
+        watch_note(s, (LockKind)lock->kind, lock->name);
     /* After the change is recorded: its event waits for the batch that holds it. */
     trail_ended(s, actor, lock, h, how);
 }
@@ -183,7 +203,24 @@ static int load_holder(LoadCtx *ctx, const StoreHolder *r)
         return -1;
     ctx->held++;
     quota_held(ctx->s, r->holder.key, +1);
+    if (r->kind == KIND_ELECTION && !observed_loaded(ctx->s, r->name, &r->holder))
+        return -1;
     charge_by_holder(ctx->s, (LockKind)r->kind, r->name, &r->holder);
+    return 0;
+}
+
+/* A lock's value counts against the key that wrote it (its peer is not stored). */
+static int load_value(LoadCtx *ctx, const StoreValue *v)
+{
+    Server *s = ctx->s;
+    LockValue value = {(char *)v->text, v->version, v->token, (char *)v->key, v->at_ms, {NULL, NULL}};
+    if (locktab_load_value(s->locks, v->name, &value, &ctx->now) != LOCK_OK)
+        return -1;
+    if (v->text && v->key) {
+        Charge c = quota_charge_of_key(s, v->key);
+        locktab_set_value_charge(s->locks, v->name, c);
+        quota_value_counted(s, &c, strlen(v->text), +1);
+    }
     return 0;
 }
 
@@ -209,6 +246,8 @@ static int load_record(void *ud, const StoreRecord *r)
         return load_lock(ctx, &r->lock);
     case REC_HOLDER:
         return load_holder(ctx, &r->holder);
+    case REC_VALUE:
+        return load_value(ctx, &r->value);
     case REC_FENCE:
         return load_mark(s->fence, &r->fence, &ctx->now);
     case REC_GUARD_MARK:
@@ -494,6 +533,11 @@ static int become_leader(Server *s, const Config *cfg, int *listen_fd)
     *listen_fd = fd;
     log_line(LEVEL_INFO, "elected leader of %s (leader key revision %lld); loading the lock space", cfg->store_url,
              election_revision(s->election));
+    /* A key revoked in this gateway's file may not be read yet: the SIGHUP
+     * went to another gateway, whose mark (PREFIX/auth/reload) this one looks
+     * at only every second, or to none. The leader serves with its file as it
+     * is now, never with older keys. */
+    reload_keys(s, NULL, "elected");
     s->store = store_etcd_open(&etcd, s->election, cfg->etcd_max_txn_ops, err, sizeof err);
     if (!s->store) {
         log_line(LEVEL_ERROR, "%s", err);
@@ -604,6 +648,7 @@ int gateway_open(Server *s, const Config *cfg)
                           .forgotten = on_forgotten,
                           .ended = on_ended,
                           .holder_changed = on_holder_changed,
+                          .value_changed = on_value_changed,
                           .waking = on_waking};
     s->locks = locktab_new(&limits, &hooks);
     FenceHooks fence_hooks = {s, on_fence_forgotten};
@@ -615,11 +660,12 @@ int gateway_open(Server *s, const Config *cfg)
     s->events = events_new(cfg->events_keep);
     s->streams = event_streams_new();
     s->watches = watches_new();
+    s->observed = observed_new();
     /* Before the load: a lock written less than --guard-settle ago waits out the rest. */
     s->guard = guard_new(s);
     s->guard_refused = trail_guard_refused;
     if (!s->commit || !s->locks || !s->fence || !s->guard_marks || !s->revoked || !s->audit || !s->events || !s->streams ||
-        !s->watches || !s->guard) {
+        !s->watches || !s->observed || !s->guard) {
         log_line(LEVEL_ERROR, "start-up failed: %s", s->commit ? "out of memory" : err);
         return -1;
     }
@@ -728,6 +774,7 @@ void gateway_close(Server *s)
     events_free(s->events);
     event_streams_free(s->streams);
     watches_free(s->watches);
+    observed_free(s->observed);
     quota_free(s);
     if (s->store)
         store_close(s->store);

@@ -22,7 +22,8 @@ static void usage(FILE *out)
                  "commands:\n"
                  "  serve     run the lock gateway (leasegate serve --help for its flags)\n"
                  "  run       hold a lock while a command runs\n"
-                 "  acquire, renew, release, status, list   one request each, JSON on stdout\n"
+                 "  campaign  run a command while leading an election\n"
+                 "  acquire, renew, release, status, list, leader   one request each, JSON on stdout\n"
                  "  backup    a consistent copy of the database (asked of the running server)\n"
                  "  healthcheck   exit 0 when a server answers /healthz ok\n"
                  "  help      show this help\n\n");
@@ -89,6 +90,7 @@ int main(int argc, char **argv)
         int (*fn)(int argc, char **argv);
     } CLIENT[] = {{"run", cli_run},         {"acquire", cli_acquire}, {"renew", cli_renew},
                   {"release", cli_release}, {"status", cli_status},   {"list", cli_list},
+                  {"campaign", cli_campaign}, {"leader", cli_leader},
                   {"backup", cli_backup},   {"healthcheck", cli_healthcheck}, {"keygen", cli_keygen}};
     if (!strcmp(cmd, "serve"))
         return serve(argc - 2, argv + 2);
@@ -101,6 +103,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "help") && argc > 2 && !strcmp(argv[2], "run")) {
         cli_run_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "help") && argc > 2 && !strcmp(argv[2], "campaign")) {
+        cli_campaign_usage(stdout);
         return 0;
     }
     if (!strcmp(cmd, "help") && argc > 2 && !strcmp(argv[2], "serve")) {

@@ -15,6 +15,7 @@
 #include "api/etcdmetrics.h"
 #include "api/router.h"
 #include "api/selfmetrics.h"
+#include "core/headbytes.h"
 #include "core/log.h"
 #include "guard/guardroute.h"
 #include "net/forward.h"
@@ -138,22 +139,6 @@ static enum MHD_Result answer_error(struct MHD_Connection *conn, unsigned status
     return answer(conn, status, body);
 }
 
-typedef struct Small {
-    char text[512];
-    size_t len;
-} Small;
-
-/* An answer's first bytes; the rest is dropped. */
-static size_t keep_small(char *ptr, size_t size, size_t nmemb, void *ud)
-{
-    Small *b = ud;
-    size_t n = size * nmemb, room = sizeof b->text - 1 - b->len;
-    memcpy(b->text + b->len, ptr, n < room ? n : room);
-    b->len += n < room ? n : room;
-    b->text[b->len] = '\0';
-    return n;
-}
-
 /* Whether the leader at url serves: its /readyz answers 200 within
  * LEADER_PROBE_TIMEOUT_MS, or 503 draining (it is stopping but serves until
  * its --drain-seconds end, and a follower must not leave its load balancer
@@ -168,14 +153,14 @@ static bool probe_leader(const Standby *sb, const char *url, char *why, size_t l
         snprintf(why, len, "out of memory");
         return false;
     }
-    Small body = {.len = 0};
+    HeadBytes body = {.len = 0};
     if (sb->cacert)
         curl_easy_setopt(h, CURLOPT_CAINFO, sb->cacert);
     curl_easy_setopt(h, CURLOPT_URL, target);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, LEADER_PROBE_TIMEOUT_MS);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, keep_small);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, headbytes_keep);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
     long status = 0;
     CURLcode rc = curl_easy_perform(h);
@@ -265,6 +250,12 @@ static enum MHD_Result answer_metrics(Standby *sb, struct MHD_Connection *conn, 
     if (!f)
         return MHD_NO;
     etcdmetrics_write(f, sb->election, sb->etcd_stats, ready);
+    pthread_mutex_lock(&sb->mu);
+    AuthTable *keys = sb->keys && !sb->keys_error[0] ? auth_ref(sb->keys) : NULL;
+    pthread_mutex_unlock(&sb->mu);
+    if (keys)
+        auth_write_metrics(f, keys);
+    auth_unref(keys);
     fprintf(f, "# HELP leasegate_forwards_total Requests forwarded to the leader.\n# TYPE leasegate_forwards_total "
                "counter\nleasegate_forwards_total %llu\n",
             (unsigned long long)atomic_load(&sb->forwards));

@@ -176,6 +176,7 @@ type acquireOptions struct {
 	lockDelay time.Duration
 	requestID string
 	reenter   *Lease
+	permits   int
 }
 
 // TTL is how long the lease lasts unless renewed (default 30s). The client renews it in the
@@ -201,6 +202,11 @@ func Shared() AcquireOption { return func(o *acquireOptions) { o.mode = Read } }
 // has time to stop.
 func LockDelay(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.lockDelay = d } }
 
+// Permits is how many of a semaphore's permits one lease holds (AcquirePermit, WithPermit;
+// 1..limit, default 1), released together. Requests are granted first come, first served: one
+// for many permits at the head of the queue keeps later ones waiting, even smaller ones.
+func Permits(n int) AcquireOption { return func(o *acquireOptions) { o.permits = n } }
+
 // RequestID sets the acquire's request_id (default: a random one). Every retry of the acquire
 // sends the same one, so a retry whose predecessor's answer was lost gets that grant back;
 // give your own to make your own retries of a whole Acquire idempotent the same way.
@@ -215,8 +221,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption
 	return c.take(ctx, name, 0, opts)
 }
 
-// AcquirePermit takes one of the limit permits (1..10000) of the semaphore name, as Acquire
-// takes a lock. Each permit is a *Lease with its own token, renewed and released like a lock's.
+// AcquirePermit takes one of the limit permits (1..10000) of the semaphore name (Permits(n) of
+// them in one lease), as Acquire takes a lock. Each is a *Lease with its own token, renewed and
+// released like a lock's.
 // Fails with ErrSemaphoreFull (also an ErrLockHeld) when not granted in time, ErrLimitMismatch
 // when the semaphore is in use under another limit.
 func (c *Client) AcquirePermit(ctx context.Context, name string, limit int, opts ...AcquireOption) (*Lease, error) {
@@ -260,7 +267,11 @@ type grant struct {
 	Count    int             `json:"count"`
 	Mode     Mode            `json:"mode"`
 	Limit    int             `json:"limit"`
+	Permits  int             `json:"permits"`
 	Metadata json.RawMessage `json:"metadata"`
+	// A lock's value when granted, and its version.
+	Value        json.RawMessage `json:"value"`
+	ValueVersion uint64          `json:"value_version"`
 }
 
 // take is the acquire of a lock or, with a limit, of a permit.
@@ -340,7 +351,16 @@ func (c *Client) acquireBody(o *acquireOptions, limit int) (map[string]interface
 	}
 	if limit > 0 {
 		body["limit"] = limit
+		if o.permits < 0 || o.permits > limit {
+			return nil, fmt.Errorf("leasegate: permits: 1..limit (%d), not %d", limit, o.permits)
+		}
+		if o.permits > 1 { // 1 is the default: a server older than permits takes this acquire too
+			body["permits"] = o.permits
+		}
 		return body, nil
+	}
+	if o.permits != 0 {
+		return nil, errors.New("leasegate: permits: a semaphore's (AcquirePermit), not a lock's")
 	}
 	switch o.mode {
 	case Write:
@@ -371,8 +391,9 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Holder is one holder of a lock or permit, as anyone may see it (never its lease id).
+// Holder is one holder of a lock or permits, as anyone may see it (never its lease id).
 type Holder struct {
+	Permits      int             `json:"permits"` // a semaphore's: how many permits its lease holds
 	Owner        string          `json:"owner"`
 	Token        uint64          `json:"token"`
 	Mode         Mode            `json:"mode"`
@@ -393,6 +414,10 @@ type LockState struct {
 	Waiters      int      `json:"waiters"`
 	LastToken    uint64   `json:"last_token"`
 	DelayUntilMs *int64   `json:"delay_until_ms"`
+	// The lock's value (null when none), its version (0: never written) and its writer's token.
+	Value        json.RawMessage `json:"value"`
+	ValueVersion uint64          `json:"value_version"`
+	ValueToken   uint64          `json:"value_token"`
 }
 
 // SemaphoreState is a semaphore's state (GET /v1/semaphores/{name}).
@@ -401,8 +426,10 @@ type SemaphoreState struct {
 	Limit     int      `json:"limit"`
 	Holders   []Holder `json:"holders"`
 	Available int      `json:"available"`
-	Waiters   int      `json:"waiters"`
-	LastToken uint64   `json:"last_token"`
+	// PermitsUsed is how many permits the holders hold together.
+	PermitsUsed int    `json:"permits_used"`
+	Waiters     int    `json:"waiters"`
+	LastToken   uint64 `json:"last_token"`
 }
 
 // Status is the lock's state. Any name is valid: one never taken is free.
@@ -425,6 +452,25 @@ func (c *Client) SemaphoreStatus(ctx context.Context, name string) (*SemaphoreSt
 		return nil, err
 	}
 	return &s, nil
+}
+
+// LockValue is a lock's value (GET /v1/locks/{name}/value).
+type LockValue struct {
+	Name         string          `json:"name"`
+	Value        json.RawMessage `json:"value"`         // as its writer sent it; null when none
+	ValueVersion uint64          `json:"value_version"` // 0: never written
+	ValueToken   uint64          `json:"value_token"`   // the token of the lease that wrote it; 0: never written
+}
+
+// Value reads the lock's value; no lease is needed.
+func (c *Client) Value(ctx context.Context, name string) (*LockValue, error) {
+	var v LockValue
+	_, err := c.call(ctx, spec{method: http.MethodGet, path: lockPath(name, "value", false),
+		until: time.Now().Add(c.retryFor)}, &v)
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
 }
 
 // FenceResult is the answer of an accepted fence check.

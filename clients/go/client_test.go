@@ -273,6 +273,75 @@ func TestReadLeasesAndSemaphores(t *testing.T) {
 	_ = p2.Release(ctx)
 }
 
+func TestPermitsAndValues(t *testing.T) {
+	srv := testserver.Start(t)
+	c := newClient(t, srv.URL)
+	ctx := context.Background()
+	// Limit 5: A takes 3; B asks 3 and waits; C asks 1 and waits behind B; A's release grants B then C.
+	a, err := c.AcquirePermit(ctx, "go/gpu", 5, leasegate.Permits(3))
+	if err != nil || a.Permits() != 3 {
+		t.Fatalf("3 permits: %v %v", a, err)
+	}
+	type taken struct {
+		l   *leasegate.Lease
+		err error
+	}
+	b, cc := make(chan taken, 1), make(chan taken, 1)
+	go func() {
+		l, err := c.AcquirePermit(ctx, "go/gpu", 5, leasegate.Permits(3), leasegate.Wait(20*time.Second))
+		b <- taken{l, err}
+	}()
+	waitFor(t, "b waiting", func() bool { st, err := c.SemaphoreStatus(ctx, "go/gpu"); return err == nil && st.Waiters == 1 })
+	go func() {
+		l, err := c.AcquirePermit(ctx, "go/gpu", 5, leasegate.Wait(20*time.Second))
+		cc <- taken{l, err}
+	}()
+	waitFor(t, "c waiting", func() bool { st, err := c.SemaphoreStatus(ctx, "go/gpu"); return err == nil && st.Waiters == 2 })
+	if st, err := c.SemaphoreStatus(ctx, "go/gpu"); err != nil || st.Available != 2 || st.PermitsUsed != 3 {
+		t.Fatalf("2 free, and c still waits behind b: %+v %v", st, err)
+	}
+	_ = a.Release(ctx)
+	tb, tc := <-b, <-cc
+	if tb.err != nil || tc.err != nil || tb.l.Permits() != 3 || tc.l.Permits() != 1 || tc.l.Token() <= tb.l.Token() {
+		t.Fatalf("b then c: %v %v / %v %v", tb.l, tb.err, tc.l, tc.err)
+	}
+	_ = tb.l.Release(ctx)
+	_ = tc.l.Release(ctx)
+	if _, err := c.AcquirePermit(ctx, "go/gpu", 5, leasegate.Permits(6)); err == nil {
+		t.Fatal("6 permits of 5 were asked for")
+	}
+
+	// A value only the lock's writer changes, read by the next holder with its grant.
+	first := acquire(t, c, "go/checkpoint")
+	if v := first.ValueVersion(); v != 0 {
+		t.Fatalf("a new lock's value version %d", v)
+	}
+	if v, err := first.SetValue(ctx, map[string]int{"offset": 41}); err != nil || v != 1 {
+		t.Fatalf("SetValue: %d %v", v, err)
+	}
+	if _, err := first.SetValueIf(ctx, 0, 0); !errors.Is(err, leasegate.ErrVersionMismatch) {
+		t.Fatalf("a stale version: %v", err)
+	}
+	_ = first.Release(ctx)
+	var stale *leasegate.Error
+	if _, err := first.SetValue(ctx, 999); !errors.Is(err, leasegate.ErrStaleToken) || !errors.As(err, &stale) ||
+		stale.Reason != "released" {
+		t.Fatalf("a released lease's write: %v", err)
+	}
+	second := acquire(t, c, "go/checkpoint")
+	if string(second.Value()) != `{"offset":41}` || second.ValueVersion() != 1 {
+		t.Fatalf("the next holder's grant: %s v%d", second.Value(), second.ValueVersion())
+	}
+	if _, err := second.SetValueIf(ctx, map[string]int{"offset": 57}, second.ValueVersion()); err != nil {
+		t.Fatal(err)
+	}
+	_ = second.Release(ctx)
+	v, err := c.Value(ctx, "go/checkpoint")
+	if err != nil || string(v.Value) != `{"offset":57}` || v.ValueVersion != 2 || v.ValueToken != second.Token() {
+		t.Fatalf("Value: %+v %v", v, err)
+	}
+}
+
 func TestReenter(t *testing.T) {
 	srv := testserver.Start(t)
 	c := newClient(t, srv.URL)

@@ -21,8 +21,10 @@ var (
 	ErrModeConflict  = errors.New("leasegate: mode_conflict")
 	ErrNotHolder     = errors.New("leasegate: not_holder")
 	ErrStaleToken    = errors.New("leasegate: stale_token")
-	ErrTokenRequired = errors.New("leasegate: token_required")
-	ErrOverloaded    = errors.New("leasegate: overloaded")
+	// ErrVersionMismatch: a SetValueIf whose version is not the value's now.
+	ErrVersionMismatch = errors.New("leasegate: version_mismatch")
+	ErrTokenRequired   = errors.New("leasegate: token_required")
+	ErrOverloaded      = errors.New("leasegate: overloaded")
 )
 
 // Errors of the client itself.
@@ -40,18 +42,19 @@ var (
 )
 
 var codeErrors = map[string]error{
-	"bad_request":    ErrBadRequest,
-	"unauthorized":   ErrUnauthorized,
-	"forbidden":      ErrForbidden,
-	"not_found":      ErrNotFound,
-	"lock_held":      ErrLockHeld,
-	"semaphore_full": ErrSemaphoreFull,
-	"limit_mismatch": ErrLimitMismatch,
-	"mode_conflict":  ErrModeConflict,
-	"not_holder":     ErrNotHolder,
-	"stale_token":    ErrStaleToken,
-	"token_required": ErrTokenRequired,
-	"overloaded":     ErrOverloaded,
+	"bad_request":      ErrBadRequest,
+	"unauthorized":     ErrUnauthorized,
+	"forbidden":        ErrForbidden,
+	"not_found":        ErrNotFound,
+	"lock_held":        ErrLockHeld,
+	"semaphore_full":   ErrSemaphoreFull,
+	"limit_mismatch":   ErrLimitMismatch,
+	"mode_conflict":    ErrModeConflict,
+	"not_holder":       ErrNotHolder,
+	"stale_token":      ErrStaleToken,
+	"version_mismatch": ErrVersionMismatch,
+	"token_required":   ErrTokenRequired,
+	"overloaded":       ErrOverloaded,
 }
 
 // Error is an error answer of a server: {"error": code, "message": ..., more fields}.

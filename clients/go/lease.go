@@ -38,28 +38,37 @@ type Lease struct {
 	mode      Mode
 	semaphore bool
 	limit     int
+	permits   int
 	metadata  json.RawMessage
 
 	lostCh chan struct{}
 	ctx    context.Context
 	cancel context.CancelFunc // ends ctx: at the loss or the last release
 
-	mu       sync.Mutex // guards what follows; the renewal goroutine and the callers share it
-	ttl      time.Duration
-	deadline time.Time // after it the lease is not trusted (monotonic)
-	levels   int       // reentry levels held through this Lease; 0 once released
-	ending   bool      // the last level's release began: a renewal failing now is no loss
-	lost     *LostError
-	timer    *time.Timer // fires at the deadline, to signal a loss nothing else noticed
+	mu           sync.Mutex // guards what follows; the renewal goroutine and the callers share it
+	value        json.RawMessage
+	valueVersion uint64
+	ttl          time.Duration
+	deadline     time.Time // after it the lease is not trusted (monotonic)
+	levels       int       // reentry levels held through this Lease; 0 once released
+	ending       bool      // the last level's release began: a renewal failing now is no loss
+	lost         *LostError
+	timer        *time.Timer // fires at the deadline, to signal a loss nothing else noticed
 }
 
 func newLease(c *Client, server string, g *grant, sent time.Time, semaphore bool) *Lease {
 	l := &Lease{c: c, server: server, name: g.Name, owner: g.Owner, id: g.Lease, token: g.Token,
 		mode: g.Mode, semaphore: semaphore, metadata: g.Metadata, lostCh: make(chan struct{}), levels: 1}
 	if semaphore {
-		l.mode, l.limit = "", g.Limit
-	} else if l.mode == "" {
-		l.mode = Write
+		l.mode, l.limit, l.permits = "", g.Limit, g.Permits
+		if l.permits == 0 {
+			l.permits = 1 // a server older than permits
+		}
+	} else {
+		if l.mode == "" {
+			l.mode = Write
+		}
+		l.value, l.valueVersion = g.Value, g.ValueVersion
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.ttl = time.Duration(g.TTLMs) * time.Millisecond
@@ -98,6 +107,64 @@ func (l *Lease) Semaphore() bool { return l.semaphore }
 
 // Limit is the semaphore's number of permits, 0 for a lock.
 func (l *Lease) Limit() int { return l.limit }
+
+// Permits is how many of the semaphore's permits the lease holds, 0 for a lock.
+func (l *Lease) Permits() int { return l.permits }
+
+// Value is a lock's value when it was granted (what the last writer left; nil or null when
+// none), then as SetValue wrote it; nil for a permit.
+func (l *Lease) Value() json.RawMessage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.value
+}
+
+// ValueVersion is the version of Value (0: never written): the version for SetValueIf.
+func (l *Lease) ValueVersion() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.valueVersion
+}
+
+// SetValue writes the lock's value (v is marshalled to JSON; nil writes null, which clears
+// it), which only the lock's writer can, now; it returns the new version. A lease that does not
+// hold the lock as its writer now fails with an *Error that errors.Is ErrStaleToken (its Reason
+// says why), and nothing changes. A write whose answer was lost is sent again: it is then
+// written twice (the version moves by two).
+func (l *Lease) SetValue(ctx context.Context, v interface{}) (uint64, error) {
+	return l.setValue(ctx, v, nil)
+}
+
+// SetValueIf is SetValue only if the value is at version now (a read-modify-write: ValueVersion
+// after the grant); another version fails with ErrVersionMismatch.
+func (l *Lease) SetValueIf(ctx context.Context, v interface{}, version uint64) (uint64, error) {
+	return l.setValue(ctx, v, &version)
+}
+
+func (l *Lease) setValue(ctx context.Context, v interface{}, version *uint64) (uint64, error) {
+	if l.semaphore {
+		return 0, errors.New("leasegate: SetValue: a lock's value; this is a semaphore's lease")
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("leasegate: value: %w", err)
+	}
+	body := map[string]interface{}{"lease": l.id, "value": json.RawMessage(data)}
+	if version != nil {
+		body["if_version"] = *version
+	}
+	var answer struct {
+		ValueVersion uint64 `json:"value_version"`
+	}
+	if _, err := l.c.call(ctx, spec{method: http.MethodPut, path: lockPath(l.name, "value", false), body: body,
+		until: time.Now().Add(l.c.retryFor)}, &answer); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	l.value, l.valueVersion = json.RawMessage(data), answer.ValueVersion
+	l.mu.Unlock()
+	return answer.ValueVersion, nil
+}
 
 // Metadata is the lock's metadata as granted.
 func (l *Lease) Metadata() json.RawMessage { return l.metadata }

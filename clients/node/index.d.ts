@@ -62,6 +62,51 @@ export interface PermitOptions extends AcquireOptions {
   /** The semaphore's number of permits, 1..10000: set by the first acquire of an idle
    *  semaphore; another limit while it has holders or waiters is LimitMismatchError. */
   limit: number;
+  /** How many of them this lease holds, 1..limit. Default 1. Granted first come, first
+   *  served: a request at the head of the queue is not passed by later, smaller ones. */
+  permits?: number;
+}
+
+export interface CampaignOptions extends AcquireOptions {
+  /** The leader's value (any JSON): what GET and observers show, such as its address. Default null. */
+  value?: unknown;
+}
+
+/** An election's leader as GET shows it. */
+export interface Leader {
+  owner: string;
+  /** The term: the leader's fencing token, a decimal string. */
+  term: string;
+  value: unknown;
+  since_ms: number;
+}
+
+export interface ElectionState {
+  name: string;
+  /** null while nobody leads. */
+  leader: Leader | null;
+  /** Since when nobody leads (server's clock, ms); null while led. */
+  vacant_since_ms: number | null;
+  /** The candidates waiting, the next first (the first 100). */
+  candidates: { owner: string; since_ms: number }[];
+  candidates_total: number;
+  last_token: string;
+  index: number;
+}
+
+/** What observe() gives: a new leader or proclaimed value, or a vacancy. */
+export type ElectionEvent =
+  | { event: "leader"; id: string | null; owner: string; term: string; value: unknown }
+  | { event: "vacant"; id: string | null; reason: "resigned" | "expired" | "revoked" | null; previous_term: string | null };
+
+export interface LockValue {
+  name: string;
+  /** As its writer sent it; null when none. */
+  value: unknown;
+  /** 0 when never written. */
+  value_version: number;
+  /** The token of the lease that wrote it; null when never written. */
+  value_token: string | null;
 }
 
 export type LockMode = "write" | "read";
@@ -78,6 +123,8 @@ export interface Holder {
   metadata: Record<string, unknown>;
   /** A lock holder's mode (absent for a semaphore's permit). */
   mode?: LockMode;
+  /** A semaphore's holder: how many permits its lease holds. */
+  permits?: number;
 }
 
 export interface LockState {
@@ -94,6 +141,10 @@ export interface LockState {
   last_token: string;
   /** While a lock-delay runs: the server's clock (ms) before which nobody is granted it; else null. */
   delay_until_ms: number | null;
+  /** The lock's value (null when none), its version (0: never written) and its writer's token. */
+  value: unknown;
+  value_version: number;
+  value_token: string | null;
 }
 
 export interface SemaphoreState {
@@ -104,6 +155,8 @@ export interface SemaphoreState {
   holders: Holder[];
   holders_total: number;
   available: number | null;
+  /** How many permits the holders hold together. */
+  permits_used: number;
   waiters: number;
   last_token: string;
 }
@@ -124,11 +177,24 @@ export class Client {
    *  LeaseLostError if the lease was lost while fn ran (fn's own error is in callbackError). */
   withLock<T>(name: string, options: Omit<LockAcquireOptions, "keepAlive">, fn: (lease: Lease) => Promise<T> | T): Promise<T>;
   withLock<T>(name: string, fn: (lease: Lease) => Promise<T> | T): Promise<T>;
-  /** Takes one permit of a semaphore (a Lease with its own token); rejects with
-   *  SemaphoreFullError when none was free within `wait`, LimitMismatchError for another limit. */
+  /** Takes `permits` (default 1) permits of a semaphore in one Lease with its own token; rejects
+   *  with SemaphoreFullError when not granted within `wait`, LimitMismatchError for another limit. */
   acquirePermit(name: string, options: PermitOptions): Promise<Lease>;
-  /** withLock for one permit of a semaphore. */
+  /** withLock for permits of a semaphore. */
   semaphore<T>(name: string, options: Omit<PermitOptions, "keepAlive">, fn: (permit: Lease) => Promise<T> | T): Promise<T>;
+  /** Campaigns to lead an election; resolves to the leader's Lease (term, value, proclaim, resign);
+   *  rejects with NotLeaderError when not elected within `wait`. */
+  campaign(name: string, options?: CampaignOptions): Promise<Lease>;
+  /** withLock for the leadership of an election: fn runs as its leader; resigns at its end. */
+  withLeadership<T>(name: string, options: Omit<CampaignOptions, "keepAlive">, fn: (leader: Lease) => Promise<T> | T): Promise<T>;
+  withLeadership<T>(name: string, fn: (leader: Lease) => Promise<T> | T): Promise<T>;
+  election(name: string): Promise<ElectionState>;
+  /** The election's new leaders, proclaimed values and vacancies, none twice or missed across
+   *  reconnects and failovers; the first is the state now (or what came after lastEventId). */
+  observe(name: string, options?: { lastEventId?: string | number; retryFor?: Duration; signal?: AbortSignal }):
+    AsyncGenerator<ElectionEvent, never, undefined>;
+  /** The lock's value, read without a lease. */
+  value(name: string): Promise<LockValue>;
   status(name: string): Promise<LockState>;
   semaphoreStatus(name: string): Promise<SemaphoreState>;
   /** Every known lock whose name starts with prefix, in name order, a page at a time. */
@@ -141,12 +207,17 @@ export class Client {
 
 /** A lease as JSON.stringify() writes it (toJSON): never its secret. */
 export interface LeaseJSON {
+  kind: "lock" | "semaphore" | "election";
   name: string;
   owner: string;
   token: string;
   mode: LockMode | null;
   semaphore: boolean;
   limit: number | null;
+  permits: number | null;
+  term: string | null;
+  value: unknown;
+  valueVersion: number | null;
   ttl: number;
   server: string;
   metadata: Record<string, unknown>;
@@ -155,13 +226,22 @@ export interface LeaseJSON {
 }
 
 export class Lease extends EventEmitter {
+  readonly kind: "lock" | "semaphore" | "election";
   readonly name: string;
-  /** True for a permit of a semaphore. */
+  /** True for permits of a semaphore. */
   readonly semaphore: boolean;
-  /** The lock's mode; null for a permit. */
+  /** The lock's mode; null otherwise. */
   readonly mode: LockMode | null;
-  /** The semaphore's number of permits; null for a lock. */
+  /** The semaphore's number of permits; null otherwise. */
   readonly limit: number | null;
+  /** How many of the semaphore's permits this lease holds; null otherwise. */
+  readonly permits: number | null;
+  /** A lock's value when granted, then as setValue wrote it; an election's leader's value; null for a semaphore. */
+  readonly value: unknown;
+  /** A lock's value's version (0: never written); null otherwise. */
+  readonly valueVersion: number | null;
+  /** An election's term (= token), a decimal string; null otherwise. */
+  readonly term: string | null;
   readonly owner: string;
   /** The lease id: the secret that renews, releases and writes through the guard. A
    *  getter: JSON.stringify(), console.log() and spreading a lease leave it out. */
@@ -188,6 +268,13 @@ export class Lease extends EventEmitter {
   renew(options?: { ttl?: Duration }): Promise<void>;
   /** Gives the lock back (after a loss: one short try, errors ignored). */
   release(): Promise<void>;
+  /** An election's leader steps down (release()). */
+  resign(): Promise<void>;
+  /** A lock's writer writes its value; rejects with StaleTokenError (not the writer now) or
+   *  VersionMismatchError (ifVersion is not the value's version now). */
+  setValue(value: unknown, options?: { ifVersion?: number }): Promise<{ name: string; value_version: number; token: string }>;
+  /** An election's leader replaces its value; rejects with NotLeaderError. */
+  proclaim(value: unknown): Promise<{ name: string; term: string; value: unknown }>;
   /** fetch() to the granting server with Fencing-Lease set; resolves for every status.
    *  To an https server it verifies with the client's `ca`; the body must be a string or bytes. */
   fetch(path: string, init?: RequestInit): Promise<Response>;
@@ -261,6 +348,12 @@ export class LimitMismatchError extends LeasegateError {}
 export class ModeConflictError extends LeasegateError {}
 export class NotHolderError extends LeasegateError {}
 export class StaleTokenError extends LeasegateError {}
+/** 409 version_mismatch: setValue with an ifVersion the value is not at (body.value_version). */
+export class VersionMismatchError extends LeasegateError {}
+/** 409 not_leader: not elected within the wait, or a proclaim/resign by a lease that does not lead (a LockHeldError). */
+export class NotLeaderError extends LockHeldError {}
+/** 410 too_old: the events asked for are no longer kept. */
+export class TooOldError extends LeasegateError {}
 export class PayloadTooLargeError extends LeasegateError {}
 export class UriTooLongError extends LeasegateError {}
 export class TokenRequiredError extends LeasegateError {}

@@ -18,7 +18,8 @@ const {
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
   LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
   PayloadTooLargeError, UriTooLongError, TokenRequiredError, HeadersTooLargeError, OverloadedError, BadGatewayError,
-  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError,
+  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError, NotLeaderError,
+  VersionMismatchError, TooOldError,
 } = require("./src/errors.js");
 
 module.exports = {
@@ -26,5 +27,6 @@ module.exports = {
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
   LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
   PayloadTooLargeError, UriTooLongError, TokenRequiredError, HeadersTooLargeError, OverloadedError, BadGatewayError,
-  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError,
+  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError, NotLeaderError,
+  VersionMismatchError, TooOldError,
 };

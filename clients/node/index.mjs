@@ -8,5 +8,6 @@ export const {
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
   LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
   PayloadTooLargeError, UriTooLongError, TokenRequiredError, HeadersTooLargeError, OverloadedError, BadGatewayError,
-  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError,
+  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError, NotLeaderError,
+  VersionMismatchError, TooOldError,
 } = leasegate;

@@ -81,6 +81,8 @@ typedef struct Config {
     size_t key_max_fences, peer_max_fences; /* fence resources (of --max-fences) */
     size_t key_max_polls, peer_max_polls;   /* long-polls, watches and streams held open */
     size_t key_max_watch_bytes, peer_max_watch_bytes; /* bytes of watch answers (quota.h) */
+    size_t key_max_value_bytes, peer_max_value_bytes; /* bytes of the locks' values written, while kept */
+    size_t max_value_bytes;       /* --max-value-bytes: one lock's value, as sent (issue 40) */
     size_t peer_max_connections;            /* open connections of one peer (of --max-connections) */
     size_t peer_max_half_sent;              /* requests of one peer begun and not complete */
     /* --allowed-host: more names this server answers for (hostcheck.h) */

@@ -99,7 +99,7 @@ typedef struct RequestGuard {
     struct S3Auth *auth; /* an S3 route's signed request: its body's checks (s3auth.h) */
     bool write_checked;  /* the signed body's last checks were made */
     uint64_t s3_token;   /* an S3 write's token, for its answer (a multipart upload's record) */
-    char s3_lock[257];   /* its lock (NAME_MAX_BYTES + 1) */
+    char s3_lock[258];   /* its lock (a binding: guardroute.h GUARD_BINDING_MAX + 1; an S3 route binds locks) */
 } RequestGuard;
 
 /* A grant this request's answer reveals, released if it is not delivered:

@@ -54,6 +54,7 @@ typedef struct Server {
     struct Events *events; /* what happens to locks, and its long-polls (events.h) */
     struct EventStreams *streams; /* GET /v1/events/stream (event_stream.h) */
     struct Watches *watches; /* requests waiting for a lock to change (watch.h) */
+    struct Observed *observed; /* each election's state as its published events have it (observe.h) */
     /* The audit trail's row for a write the guard refused (the API's trail,
      * handed down so that the guard need not include a layer above it): the
      * lock, the token and owner of the lease presented (0 and "" when none or

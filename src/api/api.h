@@ -14,10 +14,26 @@ void api_release(Request *req);
 void api_get_lock(Request *req);
 void api_force_release(Request *req);
 void api_semaphore_force_release(Request *req);
+/* Elections (issue 40): a campaign is an election's acquire, a resignation
+ * its release, its renewal a lock's (api_locks.c); proclaim, the state, the
+ * listing and the observers' stream are api_elections.c's. */
+void api_campaign(Request *req);
+void api_resign(Request *req);
+void api_election_renew(Request *req);
+void api_election_force_release(Request *req);
+void api_proclaim(Request *req);
+void api_get_election(Request *req);
+void api_list_elections(Request *req);
+void api_observe(Request *req);
+/* 409 not_leader: the lease does not lead election `name` (and who does). */
+void api_reply_not_leader(Request *req, const char *name, const uint8_t *lease);
 void api_audit(Request *req);
 /* GET /v1/backup (api_backup.c). */
 void api_backup(Request *req);
 void api_lock_history(Request *req);
+/* PUT and GET /v1/locks/{name}/value (api_values.c). */
+void api_set_value(Request *req);
+void api_get_value(Request *req);
 void api_list_locks(Request *req);
 void api_semaphore_acquire(Request *req);
 void api_semaphore_renew(Request *req);

@@ -17,6 +17,7 @@
 #include "guard/guard.h"
 #include "guard/proxy.h"
 #include "leasegate/web_assets.h"
+#include "net/auth.h"
 #include "net/peers.h"
 #include "store/etcd.h"
 
@@ -209,14 +210,17 @@ void api_metrics(Request *req)
         etcdmetrics_write(f, s->election, &s->etcd_stats, ready); /* a follower's come from standby.c */
     else
         gauge(f, "leasegate_ready", "1 when this server is ready to serve (what GET /readyz answers).", ready);
+    if (s->auth && !s->auth_error[0])
+        auth_write_metrics(f, s->auth);
     counter(f, "leasegate_grants_total", "Fresh grants (immediate or after waiting).", m->grants);
     fprintf(f, "# HELP leasegate_grants_by_kind_total Fresh grants by what they grant.\n"
                "# TYPE leasegate_grants_by_kind_total counter\n"
                "leasegate_grants_by_kind_total{kind=\"lock\",mode=\"write\"} %llu\n"
                "leasegate_grants_by_kind_total{kind=\"lock\",mode=\"read\"} %llu\n"
-               "leasegate_grants_by_kind_total{kind=\"semaphore\",mode=\"\"} %llu\n",
+               "leasegate_grants_by_kind_total{kind=\"semaphore\",mode=\"\"} %llu\n"
+               "leasegate_grants_by_kind_total{kind=\"election\",mode=\"\"} %llu\n",
             (unsigned long long)m->grants_of[0], (unsigned long long)m->grants_of[1],
-            (unsigned long long)m->grants_of[2]);
+            (unsigned long long)m->grants_of[2], (unsigned long long)m->grants_of[3]);
     counter(f, "leasegate_lock_delays_total", "Lock-delays started (a lease with lock_delay_ms ended uncleanly).",
             locktab_delays(s->locks));
     counter(f, "leasegate_reentries_total", "Reentrant acquires by the holder.", m->reentries);
@@ -257,13 +261,32 @@ void api_metrics(Request *req)
         fprintf(f, "leasegate_guard_refused_total{reason=\"%s\"} %llu\n", REFUSALS[i],
                 (unsigned long long)m->guard_refused[i]);
     guard_route_metrics(f, s);
-    LocktabCounts lc = locktab_counts(s->locks, KIND_LOCK), sc = locktab_counts(s->locks, KIND_SEMAPHORE);
+    LocktabCounts lc = locktab_counts(s->locks, KIND_LOCK), sc = locktab_counts(s->locks, KIND_SEMAPHORE),
+                  ec = locktab_counts(s->locks, KIND_ELECTION);
     gauge(f, "leasegate_locks", "Lock names known (ever granted, not yet forgotten).", lc.names);
     gauge(f, "leasegate_locks_held", "Locks held now (by a writer or by readers).", lc.held);
     gauge(f, "leasegate_read_leases", "Read leases held now (each reader of each lock).", lc.readers);
+    gauge(f, "leasegate_lock_values", "Locks with a value (not null) kept: written by a holder, outliving it.",
+          lc.values);
+    gauge(f, "leasegate_lock_value_bytes", "Bytes of the locks' values kept (each at most --max-value-bytes).",
+          lc.value_bytes);
+    counter(f, "leasegate_value_writes_total", "Locks' values written by their holders (PUT /v1/locks/NAME/value).",
+            m->value_writes);
+    fprintf(f, "# HELP leasegate_value_refusals_total Writes of a lock's value refused: a lease that did not hold "
+               "the lock as its writer (stale_token), or another version (version_mismatch).\n"
+               "# TYPE leasegate_value_refusals_total counter\n"
+               "leasegate_value_refusals_total{reason=\"stale_token\"} %llu\n"
+               "leasegate_value_refusals_total{reason=\"version_mismatch\"} %llu\n",
+            (unsigned long long)m->value_refused[0], (unsigned long long)m->value_refused[1]);
+    gauge(f, "leasegate_elections", "Election names known.", ec.names);
+    gauge(f, "leasegate_elections_led", "Elections with a leader now.", ec.held);
+    gauge(f, "leasegate_election_candidates", "Campaigns waiting to lead now.", ec.waiters);
+    counter(f, "leasegate_proclamations_total", "Values proclaimed by elections' leaders.", m->proclamations);
     gauge(f, "leasegate_semaphores", "Semaphore names known.", sc.names);
-    gauge(f, "leasegate_semaphore_permits_held", "Semaphore permits held now.", sc.leases);
-    gauge(f, "leasegate_waiters", "Acquires waiting now (locks and semaphores).", locktab_waiters(s->locks));
+    gauge(f, "leasegate_semaphore_permits_held", "Semaphore permits held now (a lease may hold several).",
+          sc.permits);
+    gauge(f, "leasegate_semaphore_leases", "Semaphore leases held now (each holds one permit or more).", sc.leases);
+    gauge(f, "leasegate_waiters", "Acquires and campaigns waiting now (locks, semaphores and elections).", locktab_waiters(s->locks));
     gauge(f, "leasegate_semaphore_waiters", "Acquires of semaphores waiting now.", sc.waiters);
     gauge(f, "leasegate_connections_parked",
           "Connections of waiting acquires, watches and event long-polls held outside libmicrohttpd.",

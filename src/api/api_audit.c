@@ -85,7 +85,7 @@ static void keep_row(void *ud, const AuditRow *r)
 {
     LockRows *l = ud;
     if ((r->kind != AUDIT_GRANTED && r->kind != AUDIT_RELEASED && r->kind != AUDIT_EXPIRED &&
-         r->kind != AUDIT_REVOKED) ||
+         r->kind != AUDIT_REVOKED && r->kind != AUDIT_VALUE_SET) ||
         r->object != l->object)
         return;
     if (l->n == l->cap) {
@@ -101,11 +101,31 @@ static void keep_row(void *ud, const AuditRow *r)
     l->rows[l->n++] = r;
 }
 
+/* A lock's last writes of its value (value_set rows), newest first, up to limit. */
+static json_t *values_new(const LockRows *rows, size_t limit)
+{
+    json_t *values = json_array();
+    size_t shown = 0;
+    for (size_t i = rows->n; values && i-- > 0 && shown < limit;) {
+        const AuditRow *r = rows->rows[i];
+        if (r->kind != AUDIT_VALUE_SET)
+            continue;
+        json_t *e = json_pack("{s:I, s:s, s:s, s:I}", "token", (json_int_t)r->token, "owner", r->owner, "key", r->key,
+                              "at_ms", (json_int_t)r->at_ms);
+        if (!e || json_array_append_new(values, e)) {
+            json_decref(values);
+            values = NULL;
+        }
+        shown++;
+    }
+    return values;
+}
+
 /* GET /v1/locks/{name}/history?limit= (and /v1/semaphores/...): the last
  * grants of the name, newest first, each with how it ended (null while held)
  * and a lock's mode, from the audit trail (so as far back as --audit-keep
  * reaches; `complete` says whether the trail reaches back past the oldest
- * grant shown). */
+ * grant shown); a lock's, its last writes of its value too (`values`). */
 static void history(Request *req, int object)
 {
     Server *s = req->srv;
@@ -132,7 +152,8 @@ static void history(Request *req, int object)
             continue;
         const AuditRow *end = NULL;
         for (size_t j = i + 1; j < rows.n && !end; j++)
-            if (rows.rows[j]->kind != AUDIT_GRANTED && rows.rows[j]->token == g->token)
+            if (rows.rows[j]->kind != AUDIT_GRANTED && rows.rows[j]->kind != AUDIT_VALUE_SET &&
+                rows.rows[j]->token == g->token)
                 end = rows.rows[j];
         json_t *e = json_pack("{s:I, s:s, s:s, s:I, s:o, s:o}", "token", (json_int_t)g->token, "owner", g->owner,
                               "key", g->key, "acquired_at_ms", (json_int_t)g->at_ms, "ended_at_ms",
@@ -150,13 +171,19 @@ static void history(Request *req, int object)
     /* Complete: no row of the trail is missing, so none of this lock's
      * before the oldest grant shown either (rows go per key: any may be). */
     bool complete = auditlog_max_gone(s->audit) == 0 || (shown == (size_t)limit);
+    json_t *values = object == AUDIT_OF_LOCK && grants ? values_new(&rows, (size_t)limit) : NULL;
     free(rows.rows);
-    if (!grants) {
+    json_t *body = grants ? json_pack("{s:s, s:o, s:b}", "name", req->arg, "grants", grants, "complete", complete)
+                          : NULL;
+    if (body && object == AUDIT_OF_LOCK && json_object_set_new(body, "values", values))
+        json_decref(body), body = NULL;
+    else if (!body)
+        json_decref(values);
+    if (!body) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
-    http_reply_json_new(req, 200,
-                        json_pack("{s:s, s:o, s:b}", "name", req->arg, "grants", grants, "complete", complete));
+    http_reply_json_new(req, 200, body);
 }
 
 void api_lock_history(Request *req) { history(req, AUDIT_OF_LOCK); }

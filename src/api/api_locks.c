@@ -1,6 +1,8 @@
 /*
- * api_locks — acquire, renew and release of locks (in write or read mode)
- * and semaphores, force-release, and the lock table's hooks for waiters:
+ * api_locks — acquire, renew and release of locks (in write or read mode),
+ * semaphores and elections (a campaign is an election's acquire, a
+ * resignation its release: api_elections.c has the rest), force-release,
+ * and the lock table's hooks for waiters:
  * JSON in, lock table calls, JSON out. The lease id appears only in the
  * acquire response (it is the credential); every other view leaves it out
  * (lockview.h has them, and api_lockview.c the reads).
@@ -27,7 +29,27 @@
 
 /* Metadata is kept as its client sent it and goes back byte for byte (rawjson.h). */
 
-static const char *kind_noun(LockKind kind) { return kind == KIND_SEMAPHORE ? "semaphore" : "lock"; }
+static const char *kind_noun(LockKind kind)
+{
+    return kind == KIND_SEMAPHORE ? "semaphore" : kind == KIND_ELECTION ? "election" : "lock";
+}
+
+static int audit_object(LockKind kind)
+{
+    return kind == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : kind == KIND_ELECTION ? AUDIT_OF_ELECTION : AUDIT_OF_LOCK;
+}
+
+/* The name rule of kind's path (an election's action words are its own). */
+static bool check_name(Request *req, LockKind kind)
+{
+    return body_check_name(req, kind == KIND_ELECTION ? "election" : "name", req->arg);
+}
+
+/* The metrics' kind of a grant (Metrics.grants_of). */
+static int grant_kind(const Lock *lock, const Holder *h)
+{
+    return lock->kind == KIND_SEMAPHORE ? 2 : lock->kind == KIND_ELECTION ? 3 : h->mode == MODE_READ;
+}
 
 /* 200 with the object w has written (jsonw.h: the hot answers). */
 static void reply_written(Request *req, JsonW *w)
@@ -50,8 +72,14 @@ static void reply_grant(Request *req, const Lock *lock, const Holder *h)
     jsonw_str(&w, "owner", h->owner);
     jsonw_str(&w, "lease", lease);
     jsonw_int(&w, "token", (int64_t)h->token);
-    if (lock->kind == KIND_SEMAPHORE)
+    if (lock->kind == KIND_SEMAPHORE) {
         jsonw_int(&w, "limit", lock->limit);
+        jsonw_int(&w, "permits", h->permits);
+    }
+    if (lock->kind == KIND_ELECTION) { /* the term is the leader's fencing token */
+        jsonw_int(&w, "term", (int64_t)h->token);
+        jsonw_raw(&w, "value", h->value ? h->value : "null");
+    }
     jsonw_int(&w, "ttl_ms", h->ttl_ms);
     jsonw_int(&w, "acquired_at_ms", h->acquired_at_ms);
     jsonw_int(&w, "expires_at_ms", h->expires_at_ms);
@@ -59,6 +87,10 @@ static void reply_grant(Request *req, const Lock *lock, const Holder *h)
         jsonw_int(&w, "count", h->count);
         jsonw_str(&w, "mode", lockview_mode_name(h->mode));
         jsonw_int(&w, "lock_delay_ms", h->lock_delay_ms);
+        /* What the last writer left, read with the grant: a writer's own now (only it can
+         * write it), so nothing written before it can be missed. */
+        jsonw_raw(&w, "value", lock->value.text ? lock->value.text : "null");
+        jsonw_int(&w, "value_version", (int64_t)lock->value.version);
     }
     jsonw_raw(&w, "metadata", h->metadata);
     reply_written(req, &w);
@@ -89,6 +121,22 @@ static void reply_not_holder(Request *req, LockKind kind, const char *name, cons
                      "lease does not hold %s '%s': %s", kind_noun(kind), name, REASON_TEXT[why]);
 }
 
+/* 409 not_leader: the lease does not lead election `name` (proclaim, resign). */
+void api_reply_not_leader(Request *req, const char *name, const uint8_t *lease)
+{
+    Server *s = req->srv;
+    NotHolderReason why = locktab_why_not(s->locks, KIND_ELECTION, name, lease);
+    const Lock *lock = locktab_get(s->locks, KIND_ELECTION, name);
+    const Holder *leader = lock ? locktab_holder(lock) : NULL;
+    json_t *who = leader ? json_pack("{s:s, s:I, s:I}", "owner", leader->owner, "term", (json_int_t)leader->token,
+                                     "since_ms", (json_int_t)leader->acquired_at_ms)
+                         : json_null();
+    s->metrics.not_holder++;
+    http_reply_error(req, ERR_NOT_LEADER, json_pack("{s:s, s:s, s:o}", "name", name, "reason", REASONS[why], "leader", who),
+                     "this lease does not lead election '%s' (%s)%s%s", name, REASON_TEXT[why],
+                     leader ? "; it is led by " : "", leader ? leader->owner : "");
+}
+
 static void reply_overloaded(Request *req, LockResult r)
 {
     const Server *s = req->srv;
@@ -111,7 +159,7 @@ static void reply_overloaded(Request *req, LockResult r)
 static void note(Server *s, Request *req, AuditKind kind, const Lock *lock, const Holder *h)
 {
     if (req)
-        trail_note_of(s, req, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner, h->token);
+        trail_note_lease(s, req, kind, lock, h);
     else
         events_note_of(s, kind, trail_object(lock), trail_mode(lock, h), lock->name, h->owner, h->token);
 }
@@ -139,12 +187,13 @@ static bool body_mode(Request *req, json_t *obj, uint8_t *mode, bool *given)
 /* What an acquire asks, read from its body; false after answering 400. */
 typedef struct Ask {
     const char *owner, *request_id;
-    json_int_t ttl_ms, wait_ms, lock_delay_ms, limit;
+    json_int_t ttl_ms, wait_ms, lock_delay_ms, limit, permits;
     uint8_t lease[LEASE_ID_BYTES];
     bool reentry;
     uint8_t mode;
     bool mode_given;
     char *metadata; /* owned */
+    char *value;    /* owned: a candidate's value, or NULL (null) */
 } Ask;
 
 static bool read_ask(Request *req, LockKind kind, json_t *obj, Ask *a)
@@ -160,7 +209,19 @@ static bool read_ask(Request *req, LockKind kind, json_t *obj, Ask *a)
                                "field 'lease': a semaphore has no reentry; each acquire takes a permit of its own");
             return false;
         }
-        if (!body_int(req, obj, "limit", 1, LOCKTAB_LIMIT_MAX, 0, true, &a->limit))
+        if (!body_int(req, obj, "limit", 1, LOCKTAB_LIMIT_MAX, 0, true, &a->limit) ||
+            !body_int(req, obj, "permits", 1, LOCKTAB_LIMIT_MAX, 1, false, &a->permits))
+            return false;
+        /* Never grantable: refused rather than queued for ever. */
+        if (a->permits > a->limit) {
+            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "permits"),
+                               "field 'permits' (%lld) is more than the semaphore's limit (%lld)",
+                               (long long)a->permits, (long long)a->limit);
+            return false;
+        }
+    } else if (kind == KIND_ELECTION) {
+        bool given;
+        if (!body_json(req, obj, "value", req->srv->cfg.max_value_bytes, &given, &a->value))
             return false;
     } else if (!body_lease(req, obj, false, a->lease, &a->reentry) || !body_mode(req, obj, &a->mode, &a->mode_given) ||
                !body_int(req, obj, "lock_delay_ms", 0, LOCKTAB_DELAY_MAX_MS, 0, false, &a->lock_delay_ms)) {
@@ -176,12 +237,16 @@ static void acquire(Request *req, LockKind kind)
 {
     static const char *const LOCK_FIELDS[] = {"owner", "ttl_ms", "wait_ms", "metadata", "lease", "request_id",
                                               "mode", "lock_delay_ms", NULL};
-    static const char *const SEMAPHORE_FIELDS[] = {"owner", "limit", "ttl_ms", "wait_ms", "metadata", "request_id",
-                                                   "lease", NULL};
+    static const char *const SEMAPHORE_FIELDS[] = {"owner", "limit", "permits", "ttl_ms", "wait_ms", "metadata",
+                                                   "request_id", "lease", NULL};
+    static const char *const CAMPAIGN_FIELDS[] = {"owner", "value", "ttl_ms", "wait_ms", "metadata", "request_id",
+                                                  NULL};
     Server *s = req->srv;
-    if (!body_check_name(req, "name", req->arg))
+    if (!check_name(req, kind))
         return;
-    json_t *obj = body_object_new(req, kind == KIND_SEMAPHORE ? SEMAPHORE_FIELDS : LOCK_FIELDS);
+    json_t *obj = body_object_new(req, kind == KIND_SEMAPHORE  ? SEMAPHORE_FIELDS
+                                       : kind == KIND_ELECTION ? CAMPAIGN_FIELDS
+                                                               : LOCK_FIELDS);
     if (!obj)
         return;
     Ask a = {0};
@@ -197,8 +262,8 @@ static void acquire(Request *req, LockKind kind)
     Charge charge = {NULL, NULL};
     /* One instant for the share's preview and the acquire itself. */
     Now now = clock_now();
-    if (!a.reentry && !quota_admit(req, kind, req->arg, a.mode, (uint32_t)a.limit, a.wait_ms > 0, a.owner,
-                                   a.request_id, &now, &charge))
+    if (!a.reentry && !quota_admit(req, kind, req->arg, a.mode, (uint32_t)a.limit, (uint32_t)a.permits,
+                                   a.wait_ms > 0, a.owner, a.request_id, &now, &charge))
         goto out;
     if (!a.reentry && !leaseid_next(&s->lease_ids, fresh)) {
         quota_named(s, &charge, 0);
@@ -217,7 +282,9 @@ static void acquire(Request *req, LockKind kind)
                         .mode = a.mode,
                         .mode_given = a.mode_given,
                         .lock_delay_ms = a.lock_delay_ms,
-                        .limit = (uint32_t)a.limit};
+                        .limit = (uint32_t)a.limit,
+                        .permits = (uint32_t)a.permits,
+                        .value = a.value};
     req->grant.asked_us = clock_boot_us();
     const Lock *lock;
     const Holder *h;
@@ -232,7 +299,7 @@ static void acquire(Request *req, LockKind kind)
             note(s, NULL, AUDIT_REENTERED, lock, h);
         } else {
             s->metrics.grants++;
-            s->metrics.grants_of[kind == KIND_SEMAPHORE ? 2 : h->mode == MODE_READ]++;
+            s->metrics.grants_of[grant_kind(lock, h)]++;
             histogram_observe(&s->metrics.acquire_wait, (double)(clock_boot_us() - req->grant.asked_us) / 1e6);
             quota_held(s, h->key, +1);
             note(s, req, AUDIT_GRANTED, lock, h);
@@ -247,10 +314,10 @@ static void acquire(Request *req, LockKind kind)
         break;
     case LOCK_QUEUED:
         quota_wait_start(req);
-        events_note_of(s, AUDIT_WAITER_JOINED, kind == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : AUDIT_OF_LOCK,
-                       kind == KIND_SEMAPHORE ? AUDIT_MODE_NONE
-                       : a.mode == MODE_READ  ? AUDIT_MODE_READ
-                                              : AUDIT_MODE_WRITE,
+        events_note_of(s, AUDIT_WAITER_JOINED, audit_object(kind),
+                       kind != KIND_LOCK     ? AUDIT_MODE_NONE
+                       : a.mode == MODE_READ ? AUDIT_MODE_READ
+                                             : AUDIT_MODE_WRITE,
                        req->arg, a.owner, 0);
         http_wait(req, waiter);
         break;
@@ -275,17 +342,20 @@ static void acquire(Request *req, LockKind kind)
         break;
     case LOCK_TOO_MANY_LOCKS:
     case LOCK_TOO_MANY_WAITERS:
+    case LOCK_VERSION_MISMATCH: /* a value's, never an acquire's */
     case LOCK_NOMEM:
         reply_overloaded(req, r);
         break;
     }
 out:
     free(a.metadata);
+    free(a.value);
     json_decref(obj);
 }
 
 void api_acquire(Request *req) { acquire(req, KIND_LOCK); }
 void api_semaphore_acquire(Request *req) { acquire(req, KIND_SEMAPHORE); }
+void api_campaign(Request *req) { acquire(req, KIND_ELECTION); }
 
 void api_waiter_granted(Request *req, const Lock *lock, const Holder *h)
 {
@@ -294,7 +364,7 @@ void api_waiter_granted(Request *req, const Lock *lock, const Holder *h)
     quota_wait_stop(req);
     quota_held(s, h->key, +1);
     s->metrics.grants++;
-    s->metrics.grants_of[lock->kind == KIND_SEMAPHORE ? 2 : h->mode == MODE_READ]++;
+    s->metrics.grants_of[grant_kind(lock, h)]++;
     histogram_observe(&s->metrics.acquire_wait, (double)(clock_boot_us() - req->grant.asked_us) / 1e6);
     note(s, req, AUDIT_GRANTED, lock, h);
     reply_grant(req, lock, h);
@@ -315,7 +385,7 @@ void api_waiter_left(Request *req)
      * frees it), and a NULL name crashed watch_note and events_note. */
     Waiter *w = req->wait.waiter;
     events_note_of(req->srv, AUDIT_WAITER_LEFT,
-                   locktab_waiter_kind(w) == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : AUDIT_OF_LOCK, AUDIT_MODE_NONE,
+                   audit_object(locktab_waiter_kind(w)), AUDIT_MODE_NONE,
                    locktab_waiter_lock(w), "", 0);
     Now now = clock_now();
     locktab_cancel(req->srv->locks, w, &now);
@@ -327,7 +397,7 @@ void api_waiter_revoked(Request *req, ErrCode code, const char *why)
 {
     Waiter *w = req->wait.waiter;
     events_note_of(req->srv, AUDIT_WAITER_LEFT,
-                   locktab_waiter_kind(w) == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : AUDIT_OF_LOCK, AUDIT_MODE_NONE,
+                   audit_object(locktab_waiter_kind(w)), AUDIT_MODE_NONE,
                    locktab_waiter_lock(w), "", 0);
     Now now = clock_now();
     locktab_cancel(req->srv->locks, w, &now);
@@ -355,7 +425,7 @@ static void renew(Request *req, LockKind kind)
 {
     static const char *const FIELDS[] = {"lease", "ttl_ms", NULL};
     Server *s = req->srv;
-    if (!body_check_name(req, "name", req->arg))
+    if (!check_name(req, kind))
         return;
     json_t *obj = body_object_new(req, FIELDS);
     if (!obj)
@@ -376,6 +446,8 @@ static void renew(Request *req, LockKind kind)
             jsonw_begin(&w);
             jsonw_str(&w, "name", lock->name);
             jsonw_int(&w, "token", (int64_t)h->token);
+            if (kind == KIND_ELECTION)
+                jsonw_int(&w, "term", (int64_t)h->token);
             jsonw_int(&w, "ttl_ms", h->ttl_ms);
             jsonw_int(&w, "expires_at_ms", h->expires_at_ms);
             reply_written(req, &w);
@@ -390,12 +462,13 @@ static void renew(Request *req, LockKind kind)
 
 void api_renew(Request *req) { renew(req, KIND_LOCK); }
 void api_semaphore_renew(Request *req) { renew(req, KIND_SEMAPHORE); }
+void api_election_renew(Request *req) { renew(req, KIND_ELECTION); }
 
 static void release(Request *req, LockKind kind)
 {
     static const char *const FIELDS[] = {"lease", NULL};
     Server *s = req->srv;
-    if (!body_check_name(req, "name", req->arg))
+    if (!check_name(req, kind))
         return;
     json_t *obj = body_object_new(req, FIELDS);
     if (!obj)
@@ -411,9 +484,15 @@ static void release(Request *req, LockKind kind)
             JsonW w;
             jsonw_begin(&w);
             jsonw_str(&w, "name", req->arg);
-            jsonw_bool(&w, "released", left == 0);
-            jsonw_int(&w, "count", left);
+            if (kind == KIND_ELECTION) { /* a resignation: nobody leads now, or the next candidate */
+                jsonw_bool(&w, "resigned", true);
+            } else {
+                jsonw_bool(&w, "released", left == 0);
+                jsonw_int(&w, "count", left);
+            }
             reply_written(req, &w);
+        } else if (kind == KIND_ELECTION) {
+            api_reply_not_leader(req, req->arg, lease);
         } else {
             reply_not_holder(req, kind, req->arg, lease);
         }
@@ -423,6 +502,7 @@ static void release(Request *req, LockKind kind)
 
 void api_release(Request *req) { release(req, KIND_LOCK); }
 void api_semaphore_release(Request *req) { release(req, KIND_SEMAPHORE); }
+void api_resign(Request *req) { release(req, KIND_ELECTION); }
 
 /* DELETE /v1/locks/{name} and DELETE /v1/semaphores/{name} (admin): ends
  * every lease of the name (a lock's writer, or all its readers; a
@@ -499,6 +579,12 @@ void api_force_release(Request *req)
 {
     if (body_check_name(req, "name", req->arg))
         force_release(req, KIND_LOCK, 0);
+}
+
+void api_election_force_release(Request *req)
+{
+    if (check_name(req, KIND_ELECTION))
+        force_release(req, KIND_ELECTION, 0);
 }
 
 void api_semaphore_force_release(Request *req)

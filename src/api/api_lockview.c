@@ -27,11 +27,13 @@ typedef struct Queue {
     bool failed;
 } Queue;
 
-static void queue_one(void *ud, const char *owner, int64_t since_ms, int mode)
+static void queue_one(void *ud, const WaiterView *v)
 {
     Queue *q = ud;
-    json_t *w = q->failed ? NULL : json_pack("{s:s, s:I}", "owner", owner, "since_ms", (json_int_t)since_ms);
-    if (w && !q->semaphore && json_object_set_new(w, "mode", json_string(lockview_mode_name(mode))))
+    json_t *w = q->failed ? NULL : json_pack("{s:s, s:I}", "owner", v->owner, "since_ms", (json_int_t)v->since_ms);
+    if (w && !q->semaphore && json_object_set_new(w, "mode", json_string(lockview_mode_name(v->mode))))
+        json_decref(w), w = NULL;
+    if (w && q->semaphore && json_object_set_new(w, "permits", json_integer(v->permits)))
         json_decref(w), w = NULL;
     if (!w || json_array_append_new(q->list, w))
         q->failed = true;
@@ -127,7 +129,7 @@ void api_get_lock(Request *req)
         return;
     }
     req->poll->watch.index = (uint64_t)index;
-    watch_start(req, wait_ms, &WATCH);
+    watch_start(req, KIND_LOCK, wait_ms, &WATCH);
 }
 
 void api_get_semaphore(Request *req)

@@ -255,9 +255,46 @@ bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new)
     return true;
 }
 
+bool body_json(Request *req, json_t *obj, const char *field, size_t max, bool *present, char **out_new)
+{
+    json_t *v = json_object_get(obj, field);
+    *out_new = NULL;
+    *present = v != NULL;
+    if (!v || json_is_null(v))
+        return true;
+    if (depth_of(v, METADATA_MAX_DEPTH) > METADATA_MAX_DEPTH) {
+        char detail[64];
+        snprintf(detail, sizeof detail, " nested at most %d levels deep", METADATA_MAX_DEPTH);
+        bad_field(req, field, "field '%s' must be JSON%s", detail);
+        return false;
+    }
+    size_t start, end;
+    if (!rawjson_member(req->body, req->body_len, field, &start, &end)) {
+        http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", field),
+                           "field '%s' could not be located in the body", field);
+        return false;
+    }
+    if (end - start > max) {
+        http_reply_invalid(req, ERR_PAYLOAD_TOO_LARGE, json_pack("{s:s, s:I}", "field", field, "max_bytes", (json_int_t)max),
+                           "field '%s' is %zu bytes as sent; at most %zu are kept", field, end - start, max);
+        return false;
+    }
+    char *text = strndup(req->body + start, end - start);
+    if (!text) {
+        http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory");
+        return false;
+    }
+    *out_new = text;
+    return true;
+}
+
 bool body_check_name(Request *req, const char *what, const char *name)
 {
-    const char *problem = strcmp(what, "name") == 0 ? name_lock_problem(name) : name_problem(name);
+    const char *problem = strcmp(what, "name") == 0       ? name_lock_problem(name)
+                          : strcmp(what, "election") == 0 ? name_election_problem(name)
+                                                          : name_problem(name);
+    if (!strcmp(what, "election"))
+        what = "name";
     if (!problem)
         return true;
     http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", what), "%s '%.300s' %s", what, name,

@@ -28,7 +28,13 @@ bool body_lease(Request *req, json_t *obj, bool required, uint8_t out[LEASE_ID_B
 /* A JSON object, nested at most METADATA_MAX_DEPTH levels, whose compact form is at most max bytes; *out_new is that form
  * (malloc'd, caller frees) or NULL when absent. */
 bool body_metadata(Request *req, json_t *obj, size_t max, char **out_new);
-/* Replies 400 when a path name breaks the name rule. */
+/* Any JSON value, nested at most METADATA_MAX_DEPTH levels, at most max
+ * bytes as sent (else 413 naming the field): *out_new is its text as sent
+ * (malloc'd, caller frees), or NULL when it is null or absent (*present
+ * says which). */
+bool body_json(Request *req, json_t *obj, const char *field, size_t max, bool *present, char **out_new);
+/* Replies 400 when a path name breaks the name rule: `what` "name" is a
+ * lock's or a semaphore's, "election" an election's (the field named "name"). */
 bool body_check_name(Request *req, const char *what, const char *name);
 
 #endif

@@ -41,14 +41,14 @@ static bool guard_allowed(Request *req, const GuardRoute *g, const char *method)
      * (s3auth.h): the lease's key was allowed to take it. */
     if (g->kind == GUARD_S3 && s3req_signed(req))
         return true;
-    char locks[2][NAME_MAX_BYTES + 1];
+    char locks[2][GUARD_BINDING_MAX + 1];
     size_t n = guard_bound_locks(req, g, method, locks);
     /* An S3 route's bucket itself (a listing): any key that uses locks, and
      * the listing shows only the names it covers (s3list.h). */
     if (g->kind == GUARD_S3 && n == 1 && !locks[0][0])
         return access_check(req, ACCESS_LOCKS, NULL);
     for (size_t i = 0; i < n; i++)
-        if (!access_check(req, ACCESS_LOCKS, locks[i]))
+        if (!access_check(req, ACCESS_LOCKS, guard_binding_name(locks[i])))
             return false;
     return true;
 }

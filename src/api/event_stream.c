@@ -34,6 +34,7 @@ typedef struct Stream {
     Server *s;
     uint64_t cursor;   /* the last event sent (its id) */
     char *prefix;      /* owned; NULL: every lock */
+    const EventStreamView *view; /* what it sends of the events (NULL: every one, as JSON) */
     char *out;         /* owned: formatted, not yet taken by libmicrohttpd */
     size_t len, off, cap;
     bool ending;       /* the last message is in out: end the stream after it */
@@ -77,19 +78,33 @@ static bool stream_put(Stream *st, const char *text, size_t len)
     return true;
 }
 
-/* One message: `id:` (what Last-Event-ID sends back on reconnect) and the event as JSON. */
+/* The message of an event as JSON (the stream without a view). */
+static char *event_message_new(const AuditRow *r)
+{
+    json_t *j = events_event_new(r);
+    char *text = jsondump_whole(j, JSON_COMPACT), *msg = NULL;
+    json_decref(j);
+    if (text && asprintf(&msg, "data: %s\n\n", text) < 0)
+        msg = NULL;
+    free(text);
+    return msg;
+}
+
+/* One message: `id:` (what Last-Event-ID sends back on reconnect) and the
+ * event as the view has it. An event the view does not take moves the
+ * cursor all the same: it was looked at. */
 static void stream_add(void *ud, const AuditRow *r)
 {
     Stream *st = ud;
-    json_t *j = events_event_new(r);
-    char *text = jsondump_whole(j, JSON_COMPACT);
+    st->cursor = r->seq;
+    if (st->view && !st->view->takes(r, st->prefix))
+        return;
+    char *text = st->view ? st->view->message_new(r) : event_message_new(r);
     char head[40];
-    int hl = snprintf(head, sizeof head, "id: %llu\ndata: ", (unsigned long long)r->seq);
-    if (!text || !stream_put(st, head, (size_t)hl) || !stream_put(st, text, strlen(text)) || !stream_put(st, "\n\n", 2))
+    int hl = snprintf(head, sizeof head, "id: %llu\n", (unsigned long long)r->seq);
+    if (!text || !stream_put(st, head, (size_t)hl) || !stream_put(st, text, strlen(text)))
         st->ending = true; /* out of memory: end the stream; the client resumes from its last id */
     free(text);
-    json_decref(j);
-    st->cursor = r->seq;
 }
 
 /* Fills st->out with what the stream has to say next, if anything: the
@@ -189,29 +204,46 @@ static void stream_freed(void *cls)
 
 size_t event_streams_open(const Server *s) { return s->streams->open; }
 
+bool event_stream_last_id(Request *req, long long *after, bool *given)
+{
+    const char *last_id = http_header(req, "Last-Event-ID");
+    *given = http_query(req, "after") != NULL;
+    if (!last_id || *given)
+        return true;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(last_id, &end, 10);
+    if (!*last_id || *end || errno || *last_id == '-' || v > INT64_MAX) {
+        http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "Last-Event-ID"),
+                           "header Last-Event-ID must be an event's seq");
+        return false;
+    }
+    *after = (long long)v;
+    *given = true;
+    return true;
+}
+
 void api_events_stream(Request *req)
 {
     long long after;
     const char *prefix;
-    if (!events_query(req, &after, &prefix))
-        return;
-    const char *last_id = http_header(req, "Last-Event-ID");
-    if (last_id && !http_query(req, "after")) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(last_id, &end, 10);
-        if (!*last_id || *end || errno || *last_id == '-' || v > INT64_MAX) {
-            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "Last-Event-ID"),
-                             "header Last-Event-ID must be an event's seq");
-            return;
-        }
-        after = (long long)v;
-    }
+    bool given;
     uint64_t from;
-    if (!events_resolve_after(req, (uint64_t)after, &from) || !quota_poll_start(req))
+    if (!events_query(req, &after, &prefix) || !event_stream_last_id(req, &after, &given) ||
+        !events_resolve_after(req, (uint64_t)after, &from) || !quota_poll_start(req))
         return;
+    event_stream_open(req, prefix, from, NULL, NULL);
+}
+
+void event_stream_open(Request *req, const char *prefix, uint64_t from, const EventStreamView *view, const char *first)
+{
     Stream *st = request_poll(req) ? calloc(1, sizeof *st) : NULL;
-    if (!st || (prefix && !(st->prefix = strdup(prefix))) || !stream_put(st, "retry: 1000\n\n", 13)) {
+    if (!st || (prefix && !(st->prefix = strdup(prefix))) || !stream_put(st, "retry: 1000\n\n", 13) ||
+        (first && !stream_put(st, first, strlen(first)))) {
+        if (st) {
+            free(st->prefix);
+            free(st->out);
+        }
         if (st)
             free(st->prefix);
         free(st);
@@ -220,6 +252,7 @@ void api_events_stream(Request *req)
     }
     st->req = req;
     st->s = req->srv;
+    st->view = view;
     st->cursor = from;
     st->reader.woken = stream_woken;
     heap_entry_init(&st->beat);

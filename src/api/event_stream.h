@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/audit.h"
 #include "core/clock.h"
 #include "leasegate/request.h"
 #include "net/errors.h"
@@ -29,6 +30,23 @@ EventStreams *event_streams_new(void);
 /* After every stream's answer is freed (MHD stopped). */
 void event_streams_free(EventStreams *es);
 void api_events_stream(Request *req);
+/* What a stream sends of the events it follows, other than every event as
+ * JSON: an election's observers get `leader` and `vacant` (api_elections.c). */
+typedef struct EventStreamView {
+    /* Whether the stream that follows `prefix` sends row r. */
+    bool (*takes)(const AuditRow *r, const char *prefix);
+    /* r's message after its `id:` line ("event: ...\ndata: ...\n\n"),
+     * malloc'd; NULL when out of memory (the stream ends, the client resumes). */
+    char *(*message_new)(const AuditRow *r);
+} EventStreamView;
+/* ?after=, else the Last-Event-ID header (a browser's reconnect), into
+ * *after, and whether either was given; false after answering 400. */
+bool event_stream_last_id(Request *req, long long *after, bool *given);
+/* Answers req (let in by quota_poll_start) with the Server-Sent Events of the
+ * names starting with prefix (NULL: every one) after seq `from`, as view has
+ * them (NULL: every event as JSON), `first` (a message, or NULL) before them. */
+void event_stream_open(Request *req, const char *prefix, uint64_t from, const EventStreamView *view,
+                       const char *first);
 /* The loop's: when the next keep-alive is due (-1: none), and sending those due. */
 int64_t event_streams_next_timeout_ms(const Server *s, const Now *now);
 void event_streams_tick(Server *s, const Now *now);

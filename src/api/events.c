@@ -8,6 +8,7 @@
 
 #include "api/access.h"
 #include "api/body.h"
+#include "api/observe.h"
 #include "api/query.h"
 #include "api/quota.h"
 #include "api/watch.h"
@@ -161,6 +162,7 @@ static void publish(Server *s, const AuditRow *rows, size_t n)
     Events *e = s->events;
     for (size_t i = 0; i < n; i++) {
         audit_add(e->ring, &rows[i]);
+        observed_published(s, &rows[i]); /* an election's state as its observers are told it */
         prefixidx_match(e->by_prefix, rows[i].lock, concerns, e);
     }
     /* Taken out before it is woken: an answer may end (and free) its request. */
@@ -198,13 +200,20 @@ void events_note(Server *s, AuditKind kind, const char *lock, const char *owner,
 void events_note_of(Server *s, AuditKind kind, int object, int mode, const char *lock, const char *owner,
                     uint64_t token)
 {
+    events_note_value(s, kind, object, mode, lock, owner, token, NULL);
+}
+
+void events_note_value(Server *s, AuditKind kind, int object, int mode, const char *lock, const char *owner,
+                       uint64_t token, const char *value)
+{
     Events *e = s->events;
-    if (object == AUDIT_OF_LOCK)
-        watch_note(s, lock); /* watches (of locks) work with the stream off too */
+    if (object == AUDIT_OF_LOCK || object == AUDIT_OF_ELECTION) /* watches work with the stream off too */
+        watch_note(s, object == AUDIT_OF_LOCK ? KIND_LOCK : KIND_ELECTION, lock);
     if (!audit_enabled(e->ring))
         return;
     Now now = clock_now();
-    AuditRow row = {0, now.wall_ms, kind, lock, owner ? owner : "", token, "", "", (uint8_t)object, (uint8_t)mode, ""};
+    AuditRow row = {0,  now.wall_ms,     kind,           lock, owner ? owner : "", token, "", "", (uint8_t)object,
+                    (uint8_t)mode, "", value};
     Group *last = e->groups.tail ? DLIST_ITEM(e->groups.tail, Group, link) : NULL;
     /* Published once its batch is durable and, on etcd, fenced (commit.h):
      * a deposed leader's events reach no one. */
@@ -233,24 +242,35 @@ void events_note_of(Server *s, AuditKind kind, int object, int mode, const char 
         last->rows = r;
         last->cap = cap;
     }
-    size_t ll = strlen(lock), ol = strlen(row.owner);
-    char *mem = malloc(ll + ol + 2);
+    size_t ll = strlen(lock), ol = strlen(row.owner), vl = value ? strlen(value) + 1 : 0;
+    char *mem = malloc(ll + ol + 2 + vl);
     if (!mem)
         out_of_memory();
     memcpy(mem, lock, ll + 1);
     memcpy(mem + ll + 1, row.owner, ol + 1);
+    if (value)
+        memcpy(mem + ll + ol + 2, value, vl);
     row.lock = mem;
     row.owner = mem + ll + 1;
+    row.value = value ? mem + ll + ol + 2 : NULL;
     last->rows[last->n++] = row;
 }
 
 json_t *events_event_new(const AuditRow *r)
 {
     const char *mode = audit_mode_name(r->mode);
-    return json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:s, s:o}", "seq", (json_int_t)r->seq, "at_ms",
-                     (json_int_t)r->at_ms, "kind", audit_kind_name(r->kind), "lock", r->lock, "owner", r->owner,
-                     "token", (json_int_t)r->token, "type", audit_object_name(r->object), "mode",
-                     mode ? json_string(mode) : json_null());
+    json_t *j = json_pack("{s:I, s:I, s:s, s:s, s:s, s:I, s:s, s:o}", "seq", (json_int_t)r->seq, "at_ms",
+                          (json_int_t)r->at_ms, "kind", audit_kind_name(r->kind), "lock", r->lock, "owner", r->owner,
+                          "token", (json_int_t)r->token, "type", audit_object_name(r->object), "mode",
+                          mode ? json_string(mode) : json_null());
+    /* A leader's value, as JSON again (it was JSON when it was accepted). */
+    bool valued = r->object == AUDIT_OF_ELECTION && (r->kind == AUDIT_GRANTED || r->kind == AUDIT_PROCLAIMED);
+    if (j && valued) {
+        json_t *v = r->value ? json_loads(r->value, JSON_DECODE_ANY, NULL) : json_null();
+        if (json_object_set_new(j, "value", v ? v : json_null()))
+            json_decref(j), j = NULL;
+    }
+    return j;
 }
 
 /* `after` as the ring sees it: 0 (or none) is "from this run's first event". */

@@ -45,6 +45,9 @@ void events_free(Events *e);
 void events_note_of(Server *s, AuditKind kind, int object, int mode, const char *lock, const char *owner,
                     uint64_t token);
 void events_note(Server *s, AuditKind kind, const char *lock, const char *owner, uint64_t token);
+/* events_note_of, with an election leader's value (AuditRow.value; NULL: none). */
+void events_note_value(Server *s, AuditKind kind, int object, int mode, const char *lock, const char *owner,
+                       uint64_t token, const char *value);
 /* GET /v1/events. */
 void api_events(Request *req);
 /* The loop's: the next long-poll deadline (-1: none); answering those due. */

@@ -92,6 +92,8 @@ static uint64_t limit_of_raw(const Server *s, const AuthKey *key, ShareKind k)
             return c->peer_max_polls;
         case SHARE_WATCH_BYTES:
             return c->peer_max_watch_bytes;
+        case SHARE_VALUE_BYTES:
+            return c->peer_max_value_bytes;
         default:
             return UINT64_MAX;
         }
@@ -109,6 +111,8 @@ static uint64_t limit_of_raw(const Server *s, const AuthKey *key, ShareKind k)
         return key->max_polls ? key->max_polls : c->key_max_polls;
     case SHARE_WATCH_BYTES:
         return key->max_watch_bytes ? key->max_watch_bytes : c->key_max_watch_bytes;
+    case SHARE_VALUE_BYTES:
+        return key->max_value_bytes ? key->max_value_bytes : c->key_max_value_bytes;
     default:
         return UINT64_MAX;
     }
@@ -121,6 +125,8 @@ static const char *const WHAT[SHARE_KINDS] = {
     [SHARE_FENCES] = "fence resources are counted until forgotten (--forget-idle-after)",
     [SHARE_POLLS] = "end a long-poll, watch or event stream first",
     [SHARE_WATCH_BYTES] = "each watch counts the size of its lock's view: end watches, or watch smaller locks",
+    [SHARE_VALUE_BYTES] = "a lock's value counts against the key (and client) that wrote it until another is "
+                          "written: write smaller values, or null",
 };
 
 static void over(Request *req, const AuthKey *key, const char *peer, ShareKind k, uint64_t value)
@@ -142,14 +148,17 @@ static void over(Request *req, const AuthKey *key, const char *peer, ShareKind k
                          k == SHARE_NAMES    ? "names"
                          : k == SHARE_FENCES ? "fences"
                          : k == SHARE_POLLS  ? "polls"
-                                             : "watch-bytes");
+                         : k == SHARE_WATCH_BYTES ? "watch-bytes"
+                                                 : "value-bytes");
 }
 
 static void out_of_memory(Request *req) { http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry"); }
 
 /* The entries of req's key (if any) and peer, created at zero, with room for
- * one more of share k in both: false after answering 429 (or 503). */
-static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
+ * `bytes` more of share k in both, less `old_bytes` that go from the entries
+ * `old` holds when they are req's own: false after answering 429 (or 503). */
+static bool room_for_bytes(Request *req, ShareKind k, const Charge *old, size_t old_bytes, size_t bytes,
+                           Use **key_use, Use **peer_use)
 {
     Server *s = req->srv;
     const AuthKey *key = req->access.key;
@@ -166,21 +175,27 @@ static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
         return false;
     }
     uint64_t kmax = limit_of(s, key, k), pmax = limit_of(s, NULL, k);
-    bool key_over = key && (*key_use)->n[k] >= kmax, peer_over = (*peer_use)->n[k] >= pmax;
+    uint64_t kfreed = old->key == *key_use ? old_bytes : 0, pfreed = old->peer == *peer_use ? old_bytes : 0;
+    bool key_over = key && (*key_use)->n[k] - kfreed + bytes > kmax;
+    bool peer_over = (*peer_use)->n[k] - pfreed + bytes > pmax;
     if (!key_over && !peer_over)
         return true;
-    if (key_over)
-        over(req, key, peer, k, kmax);
-    else
-        over(req, NULL, peer, k, pmax);
+    over(req, key_over ? key : NULL, peer, k, key_over ? kmax : pmax);
     if (*key_use)
         drop_if_unused(s, *key_use);
     drop_if_unused(s, *peer_use);
     return false;
 }
 
-bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, bool wait, const char *owner,
-                 const char *request_id, const Now *now, Charge *charge)
+/* Room for one more of share k, nothing freed (room_for_bytes). */
+static bool room_for(Request *req, ShareKind k, Use **key_use, Use **peer_use)
+{
+    static const Charge NOTHING = {NULL, NULL};
+    return room_for_bytes(req, k, &NOTHING, 0, 1, key_use, peer_use);
+}
+
+bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, uint32_t permits, bool wait,
+                 const char *owner, const char *request_id, const Now *now, Charge *charge)
 {
     const AuthKey *k = req->access.key;
     Server *s = req->srv;
@@ -190,8 +205,8 @@ bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32
      * name as it will be (locktab_preview), not as the table still shows it,
      * at the same instant as the acquire that follows: a later clock could
      * end a lease the preview still counted, and grant past the key's limit. */
-    LockResult r = locktab_preview(s->locks, kind, name, (uint8_t)mode, limit, owner, request_id, k ? k->name : NULL,
-                                   now);
+    LockResult r = locktab_preview(s->locks, kind, name, (uint8_t)mode, limit, permits, owner, request_id,
+                                   k ? k->name : NULL, now);
     if (r == LOCK_REPLAYED || r == LOCK_LIMIT_MISMATCH)
         return true; /* a retry of a current grant (by its own key), or refused: nothing new */
     bool queued = r == LOCK_BUSY;
@@ -346,6 +361,42 @@ void quota_watch_answer(Request *req, uint64_t bytes)
     count_bytes(a->key_use, delta);
     count_bytes(a->peer_use, delta);
     a->watch_bytes = bytes;
+}
+
+/* Adds `bytes` (or takes them away) on u, counted in share k. */
+static void add_bytes(Server *s, Use *u, ShareKind k, int64_t bytes)
+{
+    if (!u)
+        return;
+    uint64_t *n = &u->n[k];
+    *n = bytes >= 0 ? *n + (uint64_t)bytes : *n >= (uint64_t)-bytes ? *n - (uint64_t)-bytes : 0;
+    drop_if_unused(s, u);
+}
+
+bool quota_admit_value(Request *req, const Charge *old, size_t old_bytes, size_t bytes, Charge *charge)
+{
+    Server *s = req->srv;
+    Use *ku, *pu;
+    *charge = (Charge){NULL, NULL};
+    if (!room_for_bytes(req, SHARE_VALUE_BYTES, old, old_bytes, bytes, &ku, &pu))
+        return false;
+    if (bytes == 0) { /* null: nothing to count, no entry held */
+        if (ku)
+            drop_if_unused(s, ku);
+        drop_if_unused(s, pu);
+        return true;
+    }
+    /* Taken now: counted from here on (the caller takes the old value's away once it is written over). */
+    add_bytes(s, ku, SHARE_VALUE_BYTES, (int64_t)bytes);
+    add_bytes(s, pu, SHARE_VALUE_BYTES, (int64_t)bytes);
+    *charge = (Charge){ku, pu};
+    return true;
+}
+
+void quota_value_counted(Server *s, const Charge *c, size_t bytes, int sign)
+{
+    add_bytes(s, c->key, SHARE_VALUE_BYTES, sign * (int64_t)bytes);
+    add_bytes(s, c->peer, SHARE_VALUE_BYTES, sign * (int64_t)bytes);
 }
 
 void quota_poll_stop(Request *req)

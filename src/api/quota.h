@@ -12,8 +12,12 @@
  *    (max_names: --key-max-names, --peer-max-names), fence resources first
  *    raised by it (max_fences), long-polls, watches and event streams held
  *    open (max_polls), bytes of the answers of watches (max_watch_bytes: each
- *    watch counts the size of its lock's view). A name or resource is
- *    counted until it is forgotten
+ *    watch counts the size of its lock's view), bytes of the locks' values
+ *    it wrote while they are kept (max_value_bytes: --key-max-value-bytes,
+ *    --peer-max-value-bytes; a value counts against the key and the peer
+ *    that wrote it until another is written over it; loaded at a start,
+ *    against its writer's key). A name or resource is counted until it is
+ *    forgotten
  *    (--forget-idle-after); names loaded at a start count against the key of
  *    their holder, idle ones against nobody.
  * Past a share the request is answered 429 key_limit or 429 peer_limit, with
@@ -30,15 +34,16 @@
 #include "core/share.h"
 #include "net/http.h"
 
-/* Before an acquire of name (of kind, in mode, with a semaphore's limit) by
- * req's key that would be granted or (wait) queued: true when it may go on;
- * else it has been answered 429. A retry of a current grant (same
+/* Before an acquire of name (of kind, in mode, with a semaphore's limit and
+ * permits) by req's key that would be granted or (wait) queued: true when it
+ * may go on; else it has been answered 429. A retry of a current grant (same
  * request_id, owner and key) and a reentry are not new and always pass. Each
- * lease counts, so a reader or a permit is one of max_held. *charge is who a
+ * lease counts, so a reader or a semaphore's lease (however many permits it
+ * holds) is one of max_held. *charge is who a
  * new name is counted against (AcquireArgs.charge); quota_named counts it
  * once the name is made. */
-bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, bool wait, const char *owner,
-                 const char *request_id, const Now *now, Charge *charge);
+bool quota_admit(Request *req, LockKind kind, const char *name, int mode, uint32_t limit, uint32_t permits, bool wait,
+                 const char *owner, const char *request_id, const Now *now, Charge *charge);
 /* A lock name counted against c was made (+1) or forgotten (-1); 0: the
  * acquire quota_admit let in made no name after all. */
 void quota_named(Server *s, const Charge *c, int delta);
@@ -70,6 +75,16 @@ bool quota_watch_start(Request *req, uint64_t bytes);
 /* The watch's answer is made, of `bytes`: counted in place of its estimate,
  * past the share or not (it is no longer refused). */
 void quota_watch_answer(Request *req, uint64_t bytes);
+/* Before req writes a lock's value of `bytes` over one of old_bytes counted
+ * against `old` (LockValue.charge): true when its key and its peer have
+ * room (the old value's bytes count as freed where they were req's own);
+ * the new bytes are counted from now on against *charge, the new value's
+ * LockValue.charge. Else answered 429 (or 503), and nothing is counted. */
+bool quota_admit_value(Request *req, const Charge *old, size_t old_bytes, size_t bytes, Charge *charge);
+/* A value of `bytes` counted against c stops counting (sign -1: it was
+ * written over, its lock forgotten, or the write quota_admit_value let in
+ * did not happen after all) or starts (+1: loaded at a start). */
+void quota_value_counted(Server *s, const Charge *c, size_t bytes, int sign);
 /* Calls fn for every request with a key that waits in a queue or is held
  * open (what a SIGHUP that removes or narrows its key ends). fn may end the
  * request it is given, and no other. */

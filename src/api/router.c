@@ -14,6 +14,7 @@ typedef enum Shape {
     EXACT,       /* the path is exactly `path` */
     LOCK_ACTION, /* `path` + NAME + "/" + action */
     LOCK_NAME,   /* `path` + NAME, whose last segment is not an action */
+    ELECTION_NAME, /* `path` + NAME, whose last segment is not an election's action */
     RESOURCE,    /* `path` + NAME */
 } Shape;
 
@@ -43,6 +44,8 @@ static const Route ROUTES[] = {
     {"POST", LOCK_ACTION, "/v1/locks/", "renew", api_renew, "POST", ACCESS_LOCKS, true},
     {"POST", LOCK_ACTION, "/v1/locks/", "release", api_release, "POST", ACCESS_LOCKS, true},
     {"GET", LOCK_ACTION, "/v1/locks/", "history", api_lock_history, "GET, HEAD", ACCESS_LOCKS, false},
+    {"PUT", LOCK_ACTION, "/v1/locks/", "value", api_set_value, "GET, HEAD, PUT", ACCESS_LOCKS, true},
+    {"GET", LOCK_ACTION, "/v1/locks/", "value", api_get_value, "GET, HEAD, PUT", ACCESS_LOCKS, false},
     {"GET", LOCK_NAME, "/v1/locks/", NULL, api_get_lock, "GET, HEAD, DELETE", ACCESS_LOCKS, false},
     {"DELETE", LOCK_NAME, "/v1/locks/", NULL, api_force_release, "GET, HEAD, DELETE", ACCESS_ADMIN, false},
     {"POST", LOCK_ACTION, "/v1/semaphores/", "acquire", api_semaphore_acquire, "POST", ACCESS_LOCKS, true},
@@ -53,6 +56,15 @@ static const Route ROUTES[] = {
     {"DELETE", LOCK_NAME, "/v1/semaphores/", NULL, api_semaphore_force_release, "GET, HEAD, DELETE", ACCESS_ADMIN,
      false},
     {"POST", RESOURCE, "/v1/fence/", NULL, api_fence, "POST", ACCESS_FENCE, true},
+    {"GET", EXACT, "/v1/elections", NULL, api_list_elections, "GET, HEAD", ACCESS_LOCKS, false},
+    {"POST", LOCK_ACTION, "/v1/elections/", "campaign", api_campaign, "POST", ACCESS_LOCKS, true},
+    {"POST", LOCK_ACTION, "/v1/elections/", "proclaim", api_proclaim, "POST", ACCESS_LOCKS, true},
+    {"POST", LOCK_ACTION, "/v1/elections/", "resign", api_resign, "POST", ACCESS_LOCKS, true},
+    {"POST", LOCK_ACTION, "/v1/elections/", "renew", api_election_renew, "POST", ACCESS_LOCKS, true},
+    {"GET", LOCK_ACTION, "/v1/elections/", "observe", api_observe, "GET, HEAD", ACCESS_LOCKS, false},
+    {"GET", ELECTION_NAME, "/v1/elections/", NULL, api_get_election, "GET, HEAD, DELETE", ACCESS_LOCKS, false},
+    {"DELETE", ELECTION_NAME, "/v1/elections/", NULL, api_election_force_release, "GET, HEAD, DELETE", ACCESS_ADMIN,
+     false},
 };
 
 /* Does url have this route's shape? On success *arg_out is the name part (owned). */
@@ -76,6 +88,10 @@ static bool shape_matches(const Route *r, const char *url, char **arg_out)
         break;
     case LOCK_NAME:
         if (name_is_action(last))
+            return false;
+        break;
+    case ELECTION_NAME:
+        if (name_is_election_action(last))
             return false;
         break;
     default:

@@ -18,6 +18,9 @@
 void trail_note(Server *s, Request *req, AuditKind kind, const char *lock, const char *owner, uint64_t token);
 void trail_note_of(Server *s, Request *req, AuditKind kind, int object, int mode, const char *lock, const char *owner,
                    uint64_t token);
+/* A row about lease h of lock (its object and mode from them; an election
+ * leader's value for the event of its grant or proclamation). */
+void trail_note_lease(Server *s, Request *req, AuditKind kind, const Lock *lock, const Holder *h);
 /* The object and mode of a row about lease h of lock. */
 int trail_object(const Lock *lock);
 int trail_mode(const Lock *lock, const Holder *h);

@@ -1,15 +1,17 @@
 /* watch — lock watches; see watch.h. */
 #include "api/watch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/quota.h"
+#include "core/names.h"
 #include "core/smap.h"
 #include "leasegate/container.h"
 #include "net/http.h"
 
-/* The watchers of one lock name, and the answer they get. */
+/* The watchers of one name (a lock's or an election's), and the answer they get. */
 typedef struct Watched {
     DList reqs;       /* Request.watch.link */
     bool ready;       /* in Watches.ready: ask its watchers on the next tick */
@@ -18,11 +20,12 @@ typedef struct Watched {
     const WatchCalls *calls;
     SharedText *answer;      /* a reference: the answer of version answer_of, or NULL */
     uint64_t answer_of;
-    char name[];      /* the smap key */
+    const char *name; /* key + 1 */
+    char key[];       /* the smap key: the name's LockKind as a digit, then the name */
 } Watched;
 
 struct Watches {
-    Smap *by_name; /* name -> Watched, while it has watchers */
+    Smap *by_name; /* key (kind and name) -> Watched, while it has watchers */
     DList ready;   /* Watched.rlink */
     Heap deadlines; /* Request.watch.deadline */
     size_t count;
@@ -62,7 +65,7 @@ static void watched_drop_if_empty(Watches *w, Watched *d)
         return;
     if (d->ready)
         dlist_remove(&w->ready, &d->rlink);
-    smap_remove(w->by_name, d->name);
+    smap_remove(w->by_name, d->key);
     watched_free(d);
 }
 
@@ -83,17 +86,27 @@ static SharedText *answer_now(Server *s, Watched *d)
     return t;
 }
 
-static Watched *watched_of(Watches *w, const char *name, const WatchCalls *calls)
+/* The map's key of `name` of `kind`, into key (NAME_MAX_BYTES + 2 bytes). */
+static void key_of(LockKind kind, const char *name, char *key)
 {
-    Watched *d = smap_get(w->by_name, name);
+    key[0] = (char)('0' + kind);
+    snprintf(key + 1, NAME_MAX_BYTES + 1, "%s", name);
+}
+
+static Watched *watched_of(Watches *w, LockKind kind, const char *name, const WatchCalls *calls)
+{
+    char key[NAME_MAX_BYTES + 2];
+    key_of(kind, name, key);
+    Watched *d = smap_get(w->by_name, key);
     if (d)
         return d;
-    size_t len = strlen(name);
+    size_t len = strlen(key);
     if (!(d = calloc(1, sizeof *d + len + 1)))
         return NULL;
-    memcpy(d->name, name, len + 1);
+    memcpy(d->key, key, len + 1);
+    d->name = d->key + 1;
     d->calls = calls;
-    if (!smap_insert(w->by_name, d->name, d)) {
+    if (!smap_insert(w->by_name, d->key, d)) {
         free(d);
         return NULL;
     }
@@ -102,11 +115,11 @@ static Watched *watched_of(Watches *w, const char *name, const WatchCalls *calls
 
 static void reply_nomem(Request *req) { http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry later"); }
 
-void watch_start(Request *req, int64_t wait_ms, const WatchCalls *calls)
+void watch_start(Request *req, LockKind kind, int64_t wait_ms, const WatchCalls *calls)
 {
     Server *s = req->srv;
     Watches *w = s->watches;
-    Watched *d = watched_of(w, req->arg, calls);
+    Watched *d = watched_of(w, kind, req->arg, calls);
     if (!d) {
         reply_nomem(req);
         return;
@@ -181,10 +194,12 @@ void watch_end(Request *req, ErrCode code, const char *why)
     watched_drop_if_empty(w, d);
 }
 
-void watch_note(Server *s, const char *name)
+void watch_note(Server *s, LockKind kind, const char *name)
 {
     Watches *w = s->watches;
-    Watched *d = smap_get(w->by_name, name);
+    char key[NAME_MAX_BYTES + 2];
+    key_of(kind, name, key);
+    Watched *d = smap_get(w->by_name, key);
     if (d && !d->ready) {
         d->ready = true;
         dlist_append(&w->ready, &d->rlink);

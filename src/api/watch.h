@@ -1,6 +1,7 @@
 /*
- * watch — requests waiting for one lock to change (Consul's blocking query):
- * GET /v1/locks/NAME?index=N&wait_ms=MS answers once the lock's index
+ * watch — requests waiting for one lock (or election) to change (Consul's
+ * blocking query): GET /v1/locks/NAME?index=N&wait_ms=MS (GET
+ * /v1/elections/NAME?index=...) answers once the name's index
  * (locktab_index) has moved past N, or at wait_ms.
  *
  * The API says when something happened to a lock (watch_note, from every
@@ -50,16 +51,16 @@ typedef struct WatchCalls {
 /* NULL when out of memory. */
 Watches *watches_new(void);
 void watches_free(Watches *w);
-/* req (let in by quota_poll_start) waits on the lock named req->arg for at
+/* req (let in by quota_poll_start) waits on the name req->arg of kind for at
  * most wait_ms: due is asked after each watch_note of that name, and the
  * answer of the name's version then sent once it says yes or at the
  * deadline. due reads the name from req->watch.name: req->arg is gone once
  * the request is held (http_hold). calls must outlive the watch. When the
  * answer would take req's key or peer past max_watch_bytes it is answered
  * 429 instead, and 503 when out of memory. */
-void watch_start(Request *req, int64_t wait_ms, const WatchCalls *calls);
-/* Something happened to lock `name`: its watchers are asked again on the next tick. */
-void watch_note(Server *s, const char *name);
+void watch_start(Request *req, LockKind kind, int64_t wait_ms, const WatchCalls *calls);
+/* Something happened to `name` of kind: its watchers are asked again on the next tick. */
+void watch_note(Server *s, LockKind kind, const char *name);
 /* The loop's: the next deadline (-1: none, 0: watchers to ask now); asking them. */
 int64_t watch_next_timeout_ms(const Server *s, const Now *now);
 void watch_tick(Server *s, const Now *now);

@@ -85,11 +85,12 @@ int cli_http_download(const char *servers, const char *path, FILE *to, long time
                       json_t **reply_new, char *err, size_t errlen);
 
 /* The flags beside --lock or --semaphore of acquire and run, checked
- * together: a semaphore needs --limit N (1..10000) and takes no --read,
- * --lock-delay (lock_delay_ms -1: not given) or reentry lease; a lock takes
- * no --limit. *limit_out is N; false after saying why. */
-bool cli_target_flags(const char *cmd, bool semaphore, const char *limit, bool read, int64_t lock_delay_ms,
-                      bool lease, long *limit_out);
+ * together: a semaphore needs --limit N (1..10000), takes --permits P (1..N,
+ * how many of them one lease holds; NULL: 1) and no --read, --lock-delay
+ * (lock_delay_ms -1: not given) or reentry lease; a lock takes no --limit or
+ * --permits. *limit_out is N, *permits_out P; false after saying why. */
+bool cli_target_flags(const char *cmd, bool semaphore, const char *limit, const char *permits, bool read,
+                      int64_t lock_delay_ms, bool lease, long *limit_out, long *permits_out);
 
 int cli_acquire(int argc, char **argv);
 int cli_renew(int argc, char **argv);
@@ -97,6 +98,19 @@ int cli_release(int argc, char **argv);
 int cli_status(int argc, char **argv);
 int cli_list(int argc, char **argv);
 int cli_run(int argc, char **argv);
+/* `leasegate campaign NAME [--value TEXT | --value-json JSON] [run's flags] -- CMD`:
+ * run's guarantees, CMD running while this process leads election NAME. */
+int cli_campaign(int argc, char **argv);
+/* `leasegate leader NAME [--watch]`: the election's state, or (--watch) its
+ * observers' events, one JSON line each, until interrupted. */
+int cli_leader(int argc, char **argv);
+/* Follows GET /v1/elections/NAME/observe on servers until interrupted, one
+ * line per `leader` or `vacant` event ({"event": ..., the event's fields});
+ * reconnects (to the next server) with Last-Event-ID, so none is printed
+ * twice or missed; when the server no longer keeps the ones missed (410), it
+ * says so on stderr and goes on from the current state. Returns the exit
+ * code when it cannot go on (no server reachable for a minute, a refusal). */
+int cli_observe(const char *servers, const char *name);
 int cli_backup(int argc, char **argv);
 int cli_healthcheck(int argc, char **argv);
 int cli_keygen(int argc, char **argv);
@@ -106,5 +120,12 @@ bool cli_duration_arg(const char *cmd, const char *flag, const char *value, int6
 void cli_usage(FILE *out);
 /* `leasegate help run`: run's flags and exit statuses. */
 void cli_run_usage(FILE *out);
+/* `leasegate help campaign`. */
+void cli_campaign_usage(FILE *out);
+/* --cacert's file, else $LEASEGATE_CACERT; NULL: the system's CAs. */
+const char *cli_cacert(void);
+/* --first-byte-timeout, else $LEASEGATE_FIRST_BYTE_TIMEOUT, else 2s, in ms:
+ * also how long a connection may take. */
+long cli_first_byte_ms(void);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * cli_cmds — the script subcommands: acquire, renew, release, status, list.
+ * cli_cmds — the script subcommands: acquire, renew, release, status, list,
+ * leader (an election's; `leader NAME --watch` follows it, cli_observe.c).
  * Each prints the server's JSON answer on stdout and exits 0, or prints the
  * server's error on stderr and exits with the code of cli.h.
  * Each acts on a lock (--lock NAME, --read for a shared one) or a semaphore
@@ -145,14 +146,16 @@ static bool target(const char *cmd, const Target *t, const char **name, bool *se
 
 static const char *base_path(bool semaphore) { return semaphore ? "/v1/semaphores/" : "/v1/locks/"; }
 
-bool cli_target_flags(const char *cmd, bool semaphore, const char *limit, bool read, int64_t lock_delay_ms,
-                      bool lease, long *limit_out)
+bool cli_target_flags(const char *cmd, bool semaphore, const char *limit, const char *permits, bool read,
+                      int64_t lock_delay_ms, bool lease, long *limit_out, long *permits_out)
 {
     *limit_out = 0;
+    *permits_out = 1;
     if (!semaphore) {
-        if (!limit)
+        if (!limit && !permits)
             return true;
-        fprintf(stderr, "leasegate %s: --limit is a semaphore's (--semaphore NAME --limit N)\n", cmd);
+        fprintf(stderr, "leasegate %s: %s is a semaphore's (--semaphore NAME --limit N)\n", cmd,
+                limit ? "--limit" : "--permits");
         return false;
     }
     if (read || lock_delay_ms >= 0 || lease) {
@@ -167,6 +170,17 @@ bool cli_target_flags(const char *cmd, bool semaphore, const char *limit, bool r
         return false;
     }
     *limit_out = v;
+    if (!permits)
+        return true;
+    long p = strspn(permits, "0123456789") == strlen(permits) && *permits && strlen(permits) <= 5
+                 ? strtol(permits, NULL, 10)
+                 : 0;
+    if (p < 1 || p > v) {
+        fprintf(stderr, "leasegate %s: --permits '%s' must be a number of permits from 1 to --limit (%ld)\n", cmd,
+                permits, v);
+        return false;
+    }
+    *permits_out = p;
     return true;
 }
 
@@ -220,14 +234,14 @@ static int call(const char *cmd, const char *server, const char *method, const c
 int cli_acquire(int argc, char **argv)
 {
     const char *server = cli_default_server(), *owner = NULL, *metadata = NULL, *lease_opt = NULL,
-               *lease_file = NULL, *lease, *limit_s = NULL, *name;
+               *lease_file = NULL, *lease, *limit_s = NULL, *permits_s = NULL, *name;
     Target t = {NULL, NULL};
     int64_t ttl = -1, wait = -1, delay = -1;
     bool read = false, semaphore;
     char lease_buf[LEASE_TEXT_MAX];
     const Opt opts[] = {{"--server", OPT_STRING, &server},     {"--lock", OPT_STRING, &t.lock},
                         {"--semaphore", OPT_STRING, &t.semaphore}, {"--limit", OPT_STRING, &limit_s},
-                        {"--read", OPT_FLAG, &read},           {"--lock-delay", OPT_DURATION, &delay},
+                        {"--permits", OPT_STRING, &permits_s},  {"--read", OPT_FLAG, &read},           {"--lock-delay", OPT_DURATION, &delay},
                         {"--owner", OPT_STRING, &owner},       {"--ttl", OPT_DURATION, &ttl},
                         {"--wait", OPT_DURATION, &wait},       {"--metadata", OPT_STRING, &metadata},
                         {"--lease", OPT_STRING, &lease_opt},   {"--lease-file", OPT_STRING, &lease_file}};
@@ -237,8 +251,8 @@ int cli_acquire(int argc, char **argv)
         !target("acquire", &t, &name, &semaphore) ||
         !lease_arg("acquire", lease_opt, lease_file, false, lease_buf, &lease))
         return CLI_USAGE;
-    long limit = 0;
-    if (!cli_target_flags("acquire", semaphore, limit_s, read, delay, lease != NULL, &limit))
+    long limit = 0, permits = 1;
+    if (!cli_target_flags("acquire", semaphore, limit_s, permits_s, read, delay, lease != NULL, &limit, &permits))
         return CLI_USAGE;
     char default_owner[CLI_OWNER_MAX];
     if (!owner)
@@ -252,6 +266,8 @@ int cli_acquire(int argc, char **argv)
         json_object_set_new(body, "lease", json_string(lease));
     if (semaphore)
         json_object_set_new(body, "limit", json_integer(limit));
+    if (permits > 1) /* 1 is the default: a server older than permits takes this acquire too */
+        json_object_set_new(body, "permits", json_integer(permits));
     if (read)
         json_object_set_new(body, "mode", json_string("read"));
     if (delay >= 0)
@@ -321,6 +337,30 @@ int cli_status(int argc, char **argv)
     return call("status", server, "GET", path, NULL, HTTP_TIMEOUT_MS);
 }
 
+int cli_leader(int argc, char **argv)
+{
+    const char *server = cli_default_server();
+    bool watch = false;
+    const Opt opts[] = {{"--server", OPT_STRING, &server}, {"--watch", OPT_FLAG, &watch}};
+    const char *name = argc > 0 ? argv[0] : NULL;
+    if (!name || !strncmp(name, "--", 2)) {
+        fprintf(stderr, "leasegate leader: give the election's name: leasegate leader NAME [--watch]\n");
+        return CLI_USAGE;
+    }
+    if (!parse_opts("leader", argc - 1, argv + 1, opts, 2))
+        return CLI_USAGE;
+    const char *problem = name_election_problem(name);
+    if (problem) {
+        fprintf(stderr, "leasegate leader: election name '%s' %s\n", name, problem);
+        return CLI_USAGE;
+    }
+    if (watch)
+        return cli_observe(server, name);
+    char path[512];
+    snprintf(path, sizeof path, "/v1/elections/%s", name);
+    return call("leader", server, "GET", path, NULL, HTTP_TIMEOUT_MS);
+}
+
 int cli_list(int argc, char **argv)
 {
     const char *server = cli_default_server(), *prefix = NULL, *after = NULL, *limit = NULL;
@@ -356,18 +396,25 @@ void cli_usage(FILE *out)
             "else 2s) is asked GET /readyz, and left for the next unless it says it is ready;\n"
             "durations: 250ms, 15s, 2m, 1h, 1.5s, never a bare number; a server with --auth-file needs the API\n"
             "key in $LEASEGATE_KEY, or in the file $LEASEGATE_KEY_FILE names):\n"
-            "  run --lock NAME [--read] [--lock-delay D] | --semaphore NAME --limit N\n"
+            "  run --lock NAME [--read] [--lock-delay D] | --semaphore NAME --limit N [--permits P]\n"
             "      [--ttl 15s] [--wait 60s | --no-wait] [--grace D] [--timeout D]\n"
             "      [--owner LABEL] [--metadata JSON] [--exit-codes compat|distinct] -- CMD [ARGS...]\n"
-            "      hold the lock (or a permit) while CMD runs; CMD gets LEASEGATE_LOCK (or\n"
+            "      hold the lock (or permits) while CMD runs; CMD gets LEASEGATE_LOCK (or\n"
             "      LEASEGATE_SEMAPHORE), LEASEGATE_TOKEN, LEASEGATE_LEASE, LEASEGATE_SERVER; exits\n"
             "      with CMD's status (leasegate help run)\n"
-            "  acquire --lock NAME [--read] [--lock-delay D] | --semaphore NAME --limit N\n"
+            "  campaign NAME [--value TEXT | --value-json JSON] [flags] -- CMD [ARGS...]\n"
+            "      wait to lead election NAME, then run CMD as its leader with run's guarantees;\n"
+            "      CMD gets LEASEGATE_ELECTION, LEASEGATE_TERM (= LEASEGATE_TOKEN), LEASEGATE_LEASE\n"
+            "      (leasegate help campaign)\n"
+            "  leader NAME [--watch]   the election's leader (or null) and candidates; --watch: a\n"
+            "      JSON line per new leader, proclaimed value or vacancy, until interrupted\n"
+            "  acquire --lock NAME [--read] [--lock-delay D] | --semaphore NAME --limit N [--permits P]\n"
             "          [--owner LABEL] [--ttl D] [--wait D] [--metadata JSON]\n"
             "          [--lease-file PATH | --lease ID]   with a lease: reentry (never from $LEASEGATE_LEASE)\n"
             "          --read: a lock shared with other readers; --lock-delay D: when the lease is lost\n"
             "          (expires, force-released), nobody gets the lock for D after (0..60s);\n"
-            "          --semaphore NAME --limit N: one of the N permits (1..10000) of a semaphore\n"
+            "          --semaphore NAME --limit N: one of the N permits (1..10000) of a semaphore,\n"
+            "          or P of them in one lease (--permits P, 1..N; FIFO: a large request is not passed)\n"
             "  renew   --lock NAME | --semaphore NAME [--lease-file PATH | --lease ID] [--ttl D]\n"
             "  release --lock NAME | --semaphore NAME [--lease-file PATH | --lease ID]\n"
             "          the lease: from --lease-file PATH (- for stdin), else $LEASEGATE_LEASE (what run\n"
@@ -385,6 +432,6 @@ void cli_usage(FILE *out)
             "                            (shown once), then the line to append to the file\n"
             "  --version                 print the version\n"
             "exit codes: 0 ok, 1 server unreachable or unexpected answer, 2 usage, 3 not acquired\n"
-            "(lock held, semaphore full), 4 not holder; run: CMD's status (128+N if killed by signal N), 75 when\n"
+            "(lock held, semaphore full, not elected), 4 not holder; run: CMD's status (128+N if killed by signal N), 75 when\n"
             "the lease was lost and CMD's process group was stopped, 124 at --timeout\n");
 }

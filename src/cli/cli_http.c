@@ -169,7 +169,7 @@ bool cli_first_byte_arg(const char *cmd, const char *value)
 
 /* --first-byte-timeout, else $LEASEGATE_FIRST_BYTE_TIMEOUT (ignored, with a
  * warning, when it is not a duration of at least 100ms), else 2s. */
-static long first_byte_ms(void)
+long cli_first_byte_ms(void)
 {
     if (first_byte_flag)
         return (long)first_byte_flag;
@@ -196,8 +196,7 @@ bool cli_cacert_arg(const char *cmd, const char *path)
     return true;
 }
 
-/* The CA bundle for https servers; NULL: the system's. */
-static const char *cacert(void)
+const char *cli_cacert(void)
 {
     const char *env = getenv("LEASEGATE_CACERT");
     return cacert_flag ? cacert_flag : env && *env ? env : NULL;
@@ -278,8 +277,8 @@ static bool says_ready(const char *server, size_t slen, long timeout_ms, char *w
         curl_easy_cleanup(e);
         return true; /* no memory to ask: keep waiting rather than drop a live request */
     }
-    if (cacert())
-        curl_easy_setopt(e, CURLOPT_CAINFO, cacert());
+    if (cli_cacert())
+        curl_easy_setopt(e, CURLOPT_CAINFO, cli_cacert());
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
@@ -363,7 +362,7 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
         nomem = !h;
         headers = h ? h : headers;
     }
-    long first_byte = first_byte_ms();
+    long first_byte = cli_first_byte_ms();
     Sink sink = {.e = e, .file = to, .interruptible = interruptible, .server = server, .server_len = slen,
                  .first_byte_ms = first_byte, .asked_ms = now_ms()};
     int rc = -1;
@@ -374,7 +373,7 @@ static int http_one(const char *server, size_t slen, bool interruptible, const c
     /* libcurl verifies an https server's certificate and name by default;
      * --cacert only says which CAs to trust. */
     char curl_err[CURL_ERROR_SIZE] = "";
-    if (cacert() && curl_easy_setopt(e, CURLOPT_CAINFO, cacert()) != CURLE_OK) {
+    if (cli_cacert() && curl_easy_setopt(e, CURLOPT_CAINFO, cli_cacert()) != CURLE_OK) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }

@@ -1,6 +1,9 @@
 /*
  * cli_run — `leasegate run --lock NAME -- CMD`: acquire, run CMD under a
- * watchdog with the token in its environment, renew, release.
+ * watchdog with the token in its environment, renew, release. The same for
+ * a semaphore's permits (--semaphore NAME --limit N [--permits P]) and for
+ * the leadership of an election (`leasegate campaign NAME -- CMD`: campaign,
+ * renew, resign; the term is the token).
  *
  * The safety rule: nothing of CMD may still run once the lease can have
  * expired on the server. run keeps a lower bound of the lease's expiry on the
@@ -25,6 +28,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,10 +64,13 @@ static const int CODES_DISTINCT[] = {69, 64, 73, 75, 79, 70};
 #define DISTINCT_HIGH 79
 
 typedef struct Run {
-    const char *servers, *lock, *owner, *metadata; /* lock: the lock's or the semaphore's name */
-    const char *base;   /* "/v1/locks/" or "/v1/semaphores/" */
-    bool semaphore;     /* --semaphore NAME: a permit, --limit of them */
-    long limit;
+    const char *cmdname; /* "run" or "campaign", for messages */
+    const char *servers, *lock, *owner, *metadata; /* lock: the lock's, the semaphore's or the election's name */
+    const char *base;   /* "/v1/locks/", "/v1/semaphores/" or "/v1/elections/" */
+    bool semaphore;     /* --semaphore NAME: --permits of its --limit permits */
+    long limit, permits;
+    bool election;      /* campaign NAME: its leadership */
+    json_t *value;      /* campaign --value or --value-json: the leader's value (owned); NULL: none */
     bool read;          /* --read: a shared lock */
     int64_t lock_delay_ms; /* --lock-delay; -1: not given */
     const char *cacert; /* --cacert, passed on to CMD as LEASEGATE_CACERT */
@@ -87,6 +94,16 @@ typedef struct Run {
 } Run;
 
 static int code(const Run *r, Outcome o) { return r->distinct ? CODES_DISTINCT[o] : CODES_COMPAT[o]; }
+
+/* One line on stderr, "leasegate run: " or "leasegate campaign: " first. */
+__attribute__((format(printf, 2, 3))) static void say(const Run *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "leasegate %s: ", r->cmdname);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
 
 /* A termination signal that is blocked and pending (run blocks them for the
  * signalfd), or 0. */
@@ -167,12 +184,12 @@ static void sleep_ms(int64_t ms)
 static int acquire(Run *r)
 {
     char path[512], err[512] = "";
-    snprintf(path, sizeof path, "%s%s/acquire", r->base, r->lock);
+    snprintf(path, sizeof path, "%s%s/%s", r->base, r->lock, r->election ? "campaign" : "acquire");
     json_t *metadata = NULL;
     if (r->metadata) {
         metadata = json_loads(r->metadata, 0, NULL);
         if (!json_is_object(metadata)) {
-            fprintf(stderr, "leasegate run: --metadata must be a JSON object\n");
+            say(r, "--metadata must be a JSON object\n");
             json_decref(metadata);
             return code(r, OUT_USAGE);
         }
@@ -189,6 +206,10 @@ static int acquire(Run *r)
             json_object_set(body, "metadata", metadata);
         if (r->semaphore)
             json_object_set_new(body, "limit", json_integer(r->limit));
+        if (r->permits > 1) /* 1 is the default: a server older than permits takes this acquire too */
+            json_object_set_new(body, "permits", json_integer(r->permits));
+        if (r->value)
+            json_object_set(body, "value", r->value);
         if (r->read)
             json_object_set_new(body, "mode", json_string("read"));
         if (r->lock_delay_ms >= 0)
@@ -201,7 +222,7 @@ static int acquire(Run *r)
         int result = -1; /* retry */
         int sig = pending_stop_signal();
         if (sig) {
-            fprintf(stderr, "leasegate run: interrupted while acquiring '%s'; %s not run\n", r->lock, r->cmd[0]);
+            say(r, "interrupted while acquiring '%s'; %s not run\n", r->lock, r->cmd[0]);
             result = 128 + sig;
         } else if (rc == 0 && status == 200 && json_is_string(json_object_get(reply, "lease"))) {
             snprintf(r->lease, sizeof r->lease, "%s", json_string_value(json_object_get(reply, "lease")));
@@ -210,20 +231,36 @@ static int acquire(Run *r)
         } else if (rc == 0 && status == 409 && error && !strcmp(error, "lock_held")) {
             json_t *h = json_object_get(reply, "holder");
             if (json_is_object(h))
-                fprintf(stderr, "leasegate run: lock '%s' not acquired within %lldms: held by '%s' (token %lld)\n",
+                say(r, "lock '%s' not acquired within %lldms: held by '%s' (token %lld)\n",
                         r->lock, (long long)r->wait_ms, json_string_value(json_object_get(h, "owner")),
                         (long long)json_integer_value(json_object_get(h, "token")));
             else
-                fprintf(stderr, "leasegate run: lock '%s' not acquired within %lldms: %s\n", r->lock,
+                say(r, "lock '%s' not acquired within %lldms: %s\n", r->lock,
                         (long long)r->wait_ms, json_string_value(json_object_get(reply, "message")));
             result = code(r, OUT_NOT_ACQUIRED);
         } else if (rc == 0 && status == 409 && error && !strcmp(error, "semaphore_full")) {
-            fprintf(stderr, "leasegate run: no permit of semaphore '%s' within %lldms: all %lld are held\n", r->lock,
-                    (long long)r->wait_ms, (long long)json_integer_value(json_object_get(reply, "limit")));
+            long long limit = (long long)json_integer_value(json_object_get(reply, "limit"));
+            if (r->permits == 1)
+                say(r, "no permit of semaphore '%s' within %lldms: all %lld are held\n", r->lock,
+                    (long long)r->wait_ms, limit);
+            else
+                say(r, "%ld permits of semaphore '%s' not acquired within %lldms: %lld of %lld are free\n", r->permits,
+                    r->lock, (long long)r->wait_ms,
+                    (long long)json_integer_value(json_object_get(reply, "available")), limit);
+            result = code(r, OUT_NOT_ACQUIRED);
+        } else if (rc == 0 && status == 409 && error && !strcmp(error, "not_leader")) {
+            json_t *l = json_object_get(reply, "leader");
+            if (json_is_object(l))
+                say(r, "not elected in '%s' within %lldms: led by '%s' (term %lld)\n", r->lock, (long long)r->wait_ms,
+                    json_string_value(json_object_get(l, "owner")),
+                    (long long)json_integer_value(json_object_get(l, "term")));
+            else
+                say(r, "not elected in '%s' within %lldms: %s\n", r->lock, (long long)r->wait_ms,
+                    json_string_value(json_object_get(reply, "message")));
             result = code(r, OUT_NOT_ACQUIRED);
         } else if (rc == 0 && status < 500) {
             const char *msg = json_string_value(json_object_get(reply, "message"));
-            fprintf(stderr, "leasegate run: acquire failed (HTTP %ld): %s\n", status, msg ? msg : "unexpected answer");
+            say(r, "acquire failed (HTTP %ld): %s\n", status, msg ? msg : "unexpected answer");
             result = code(r, OUT_UNREACHABLE);
         } else if (rc == 0) {
             const char *msg = json_string_value(json_object_get(reply, "message"));
@@ -235,7 +272,7 @@ static int acquire(Run *r)
             return result;
         }
         if (watchdog_clock_ms() + backoff > deadline) {
-            fprintf(stderr, "leasegate run: could not acquire '%s' within %lldms: %s\n", r->lock,
+            say(r, "could not acquire '%s' within %lldms: %s\n", r->lock,
                     (long long)r->wait_ms, err);
             json_decref(metadata);
             return code(r, OUT_UNREACHABLE);
@@ -248,7 +285,7 @@ static int acquire(Run *r)
 static void release(Run *r, long timeout_ms)
 {
     char path[512], err[512];
-    snprintf(path, sizeof path, "%s%s/release", r->base, r->lock);
+    snprintf(path, sizeof path, "%s%s/%s", r->base, r->lock, r->election ? "resign" : "release");
     json_t *body = json_pack("{s:s}", "lease", r->lease);
     long status;
     json_t *reply;
@@ -261,7 +298,7 @@ static void release(Run *r, long timeout_ms)
  * a subreaper, so what the watchdog left is reparented here and reaped. */
 static void kill_orphaned_group(Run *r)
 {
-    fprintf(stderr, "leasegate run: the watchdog of %s died; killing process group %d\n", r->cmd[0], (int)r->pgid);
+    say(r, "the watchdog of %s died; killing process group %d\n", r->cmd[0], (int)r->pgid);
     for (int i = 0; i < 500; i++) {
         reap(r);
         if (!watchdog_group_running(r->pgid))
@@ -272,7 +309,7 @@ static void kill_orphaned_group(Run *r)
     /* Still there (uninterruptible sleep, or not ours to kill): the lock is
      * not released, so that its lease runs out only after they are gone or
      * its TTL has passed. */
-    fprintf(stderr, "leasegate run: process group %d did not go away; the lease is left to expire\n", (int)r->pgid);
+    say(r, "process group %d did not go away; the lease is left to expire\n", (int)r->pgid);
     r->keep_lease = true;
 }
 
@@ -289,7 +326,7 @@ static bool supervise(Run *r, WatchMsg *done)
             /* The watchdog is stopping the group by itself at this very bound. */
             r->lease_lost = true;
             snprintf(r->lost_why, sizeof r->lost_why, "lease could not be renewed before it expires");
-            fprintf(stderr, "leasegate run: %s; stopping %s (process group %d)\n", r->lost_why, r->cmd[0],
+            say(r, "%s; stopping %s (process group %d)\n", r->lost_why, r->cmd[0],
                     (int)r->pgid);
         }
         if (r->lease_lost && now >= r->expiry_lb - r->grace_ms / 2 && !r->watchdog_exited)
@@ -299,7 +336,7 @@ static bool supervise(Run *r, WatchMsg *done)
             if (renew(r, budget > 50 ? budget : 50) < 0) {
                 r->lease_lost = r->gone = true;
                 tell_watchdog(r, WATCH_STOP, 0, 0);
-                fprintf(stderr, "leasegate run: %s; stopping %s (process group %d)\n", r->lost_why, r->cmd[0],
+                say(r, "%s; stopping %s (process group %d)\n", r->lost_why, r->cmd[0],
                         (int)r->pgid);
             }
             continue;
@@ -335,7 +372,7 @@ static int command_status(const Run *r, int wait_status)
 {
     int status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
     if (r->distinct && status >= DISTINCT_LOW && status <= DISTINCT_HIGH) {
-        fprintf(stderr, "leasegate run: %s exited with status %d, reported as 1 (%d-%d are run's own with "
+        say(r, "%s exited with status %d, reported as 1 (%d-%d are run's own with "
                         "--exit-codes distinct)\n", r->cmd[0], status, DISTINCT_LOW, DISTINCT_HIGH);
         return 1;
     }
@@ -346,11 +383,11 @@ void cli_run_usage(FILE *out)
 {
     fprintf(out,
             "leasegate run --lock NAME [--read] [--lock-delay D] [flags] -- CMD [ARGS...]\n"
-            "leasegate run --semaphore NAME --limit N [flags] -- CMD [ARGS...]\n"
+            "leasegate run --semaphore NAME --limit N [--permits P] [flags] -- CMD [ARGS...]\n"
             "  Holds the lock (shared with other readers with --read), or one of the N\n"
-            "  permits of the semaphore, while CMD runs. CMD gets LEASEGATE_LOCK (or\n"
-            "  LEASEGATE_SEMAPHORE), LEASEGATE_TOKEN, LEASEGATE_LEASE and LEASEGATE_SERVER\n"
-            "  (and LEASEGATE_CACERT with --cacert). The\n"
+            "  permits of the semaphore (P of them in one lease with --permits P, 1..N),\n"
+            "  while CMD runs. CMD gets LEASEGATE_LOCK (or LEASEGATE_SEMAPHORE), LEASEGATE_TOKEN,\n"
+            "  LEASEGATE_LEASE and LEASEGATE_SERVER (and LEASEGATE_CACERT with --cacert). The\n"
             "  lease is renewed at a third of the TTL; a watchdog process owns CMD's process\n"
             "  group and stops it (SIGTERM, then SIGKILL) before the lease can expire, also\n"
             "  when run itself is killed or stopped.\n"
@@ -385,16 +422,35 @@ void cli_run_usage(FILE *out)
             DISTINCT_LOW, DISTINCT_HIGH);
 }
 
+void cli_campaign_usage(FILE *out)
+{
+    fprintf(out,
+            "leasegate campaign NAME [--value TEXT | --value-json JSON] [flags] -- CMD [ARGS...]\n"
+            "  Waits to lead election NAME (after the candidates before it), then runs CMD\n"
+            "  as its leader with run's guarantees: CMD gets LEASEGATE_ELECTION,\n"
+            "  LEASEGATE_TERM (the term, also in LEASEGATE_TOKEN: the fencing token),\n"
+            "  LEASEGATE_LEASE and LEASEGATE_SERVER; the lease is renewed, and CMD is\n"
+            "  stopped before it can expire (leadership lost: status 75). When CMD ends,\n"
+            "  the leader resigns, and the election's observers see it vacant.\n"
+            "  --value TEXT       the leader's value, as a JSON string (what GET\n"
+            "                     /v1/elections/NAME and its observers show)\n"
+            "  --value-json JSON  the leader's value, any JSON\n"
+            "  --server, --cacert, --first-byte-timeout, --ttl, --wait, --no-wait, --grace,\n"
+            "  --timeout, --owner, --metadata, --exit-codes: as run's (leasegate help run)\n"
+            "exit status: as run's; not elected within --wait: 3 (73 with --exit-codes distinct)\n");
+}
+
 /* Parses flags into r; returns -1 when fine, else the exit code. */
 static int parse(Run *r, int argc, char **argv)
 {
     bool no_wait = false;
-    const char *exit_codes = NULL, *semaphore = NULL, *limit = NULL;
+    const char *exit_codes = NULL, *lock = NULL, *semaphore = NULL, *limit = NULL, *permits = NULL, *value = NULL,
+               *value_json = NULL;
     for (int j = 0; j < argc && strcmp(argv[j], "--") != 0; j++)
         if (!strcmp(argv[j], "--exit-codes") && j + 1 < argc)
             exit_codes = argv[j + 1];
     if (exit_codes && strcmp(exit_codes, "compat") && strcmp(exit_codes, "distinct")) {
-        fprintf(stderr, "leasegate run: --exit-codes must be compat or distinct\n");
+        say(r, "--exit-codes must be compat or distinct\n");
         return CODES_COMPAT[OUT_USAGE];
     }
     r->distinct = exit_codes && !strcmp(exit_codes, "distinct");
@@ -411,17 +467,23 @@ static int parse(Run *r, int argc, char **argv)
             continue;
         }
         if (!strcmp(f, "--help")) {
-            cli_run_usage(stdout);
+            (r->election ? cli_campaign_usage : cli_run_usage)(stdout);
             return CLI_OK;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
         if (ok && !strcmp(f, "--lock"))
-            r->lock = v;
+            lock = v;
         else if (ok && !strcmp(f, "--semaphore"))
             semaphore = v;
         else if (ok && !strcmp(f, "--limit"))
             limit = v;
+        else if (ok && !strcmp(f, "--permits"))
+            permits = v;
+        else if (ok && r->election && !strcmp(f, "--value"))
+            value = v;
+        else if (ok && r->election && !strcmp(f, "--value-json"))
+            value_json = v;
         else if (ok && !strcmp(f, "--server"))
             r->servers = v;
         else if (ok && !strcmp(f, "--owner"))
@@ -429,11 +491,11 @@ static int parse(Run *r, int argc, char **argv)
         else if (ok && !strcmp(f, "--metadata"))
             r->metadata = v;
         else if (ok && !strcmp(f, "--cacert")) {
-            if (!cli_cacert_arg("run", v))
+            if (!cli_cacert_arg(r->cmdname, v))
                 return usage;
             r->cacert = v;
         } else if (ok && !strcmp(f, "--first-byte-timeout")) {
-            if (!cli_first_byte_arg("run", v))
+            if (!cli_first_byte_arg(r->cmdname, v))
                 return usage;
         }
         else if (ok && !strcmp(f, "--exit-codes"))
@@ -445,49 +507,69 @@ static int parse(Run *r, int argc, char **argv)
                             : !strcmp(f, "--grace") ? &r->grace_ms
                             : !strcmp(f, "--lock-delay") ? &r->lock_delay_ms
                                                     : &r->timeout_ms;
-            if (!cli_duration_arg("run", f, v, dest))
+            if (!cli_duration_arg(r->cmdname, f, v, dest))
                 return usage;
         } else
             ok = false;
         if (!ok) {
-            fprintf(stderr, "leasegate run: bad argument '%s'%s (see leasegate help run)\n", f,
-                    v ? "" : " (missing value)");
+            say(r, "bad argument '%s'%s (see leasegate help %s)\n", f, v ? "" : " (missing value)", r->cmdname);
             return usage;
         }
         i++;
     }
     if (i >= argc - 1) {
-        fprintf(stderr, "leasegate run: no command: leasegate run --lock NAME -- CMD [ARGS...]\n");
+        say(r, "no command: leasegate %s -- CMD [ARGS...]\n",
+            r->election ? "campaign NAME [--value TEXT]" : "run --lock NAME");
         return usage;
     }
     r->cmd = argv + i + 1;
-    if (!r->lock == !semaphore || name_problem(r->lock ? r->lock : semaphore)) {
-        fprintf(stderr, "leasegate run: --lock NAME or --semaphore NAME is required (one of them) and must follow "
-                        "the name rule\n");
-        return usage;
+    if (r->election) {
+        const char *problem = name_election_problem(r->lock);
+        const char *lockish = lock ? "--lock" : semaphore ? "--semaphore" : limit ? "--limit" : permits ? "--permits" : r->read ? "--read"
+                              : r->lock_delay_ms >= 0 ? "--lock-delay" : NULL;
+        if (problem || lockish || (value && value_json)) {
+            if (problem)
+                say(r, "election name '%s' %s\n", r->lock, problem);
+            else if (lockish)
+                say(r, "%s is a lock's or a semaphore's, not an election's\n", lockish);
+            else
+                say(r, "give --value or --value-json, not both\n");
+            return usage;
+        }
+        r->value = value ? json_string(value) : value_json ? json_loads(value_json, JSON_DECODE_ANY, NULL) : NULL;
+        if ((value || value_json) && !r->value) {
+            say(r, value ? "--value must be UTF-8 text\n" : "--value-json must be one JSON value\n");
+            return usage;
+        }
+        r->base = "/v1/elections/";
+    } else {
+        if (!lock == !semaphore || name_problem(lock ? lock : semaphore)) {
+            say(r, "--lock NAME or --semaphore NAME is required (one of them) and must follow the name rule\n");
+            return usage;
+        }
+        r->semaphore = semaphore != NULL;
+        r->lock = semaphore ? semaphore : lock;
+        r->base = r->semaphore ? "/v1/semaphores/" : "/v1/locks/";
+        if (!cli_target_flags("run", r->semaphore, limit, permits, r->read, r->lock_delay_ms, false, &r->limit,
+                              &r->permits))
+            return usage;
     }
-    r->semaphore = semaphore != NULL;
-    if (semaphore)
-        r->lock = semaphore;
-    r->base = r->semaphore ? "/v1/semaphores/" : "/v1/locks/";
-    if (!cli_target_flags("run", r->semaphore, limit, r->read, r->lock_delay_ms, false, &r->limit))
-        return usage;
     if (r->lock_delay_ms > 60000) {
-        fprintf(stderr, "leasegate run: --lock-delay must be at most 60s\n");
+        say(r, "--lock-delay must be at most 60s\n");
         return usage;
     }
     if (r->ttl_ms < 300 || r->ttl_ms > 86400000 || r->wait_ms > 3600000) {
-        fprintf(stderr, "leasegate run: --ttl must be in 300ms..24h and --wait at most 1h\n");
+        say(r, "--ttl must be in 300ms..24h and --wait at most 1h\n");
         return usage;
     }
     if (r->grace_ms < 0)
         r->grace_ms = r->ttl_ms / 4 < 2000 ? (r->ttl_ms / 4 > GRACE_MIN_MS ? r->ttl_ms / 4 : GRACE_MIN_MS) : 2000;
     if (r->grace_ms < GRACE_MIN_MS || r->grace_ms > r->ttl_ms / 2) {
-        fprintf(stderr, "leasegate run: --grace must be in %dms..half of --ttl\n", GRACE_MIN_MS);
+        say(r, "--grace must be in %dms..half of --ttl\n", GRACE_MIN_MS);
         return usage;
     }
     if (r->timeout_ms < 0 || r->timeout_ms > TIMEOUT_MAX_MS) {
-        fprintf(stderr, "leasegate run: --timeout must be a duration of at most 366 days\n");
+        say(r, "--timeout must be a duration of at most 366 days\n");
         return usage;
     }
     if (no_wait)
@@ -507,46 +589,46 @@ static int start(Run *r, const sigset_t *oldmask)
     if (renew(r, r->ttl_ms / 2) != 1) {
         int sig = pending_stop_signal();
         if (sig) {
-            fprintf(stderr, "leasegate run: interrupted while acquiring '%s'; %s not run\n", r->lock, r->cmd[0]);
+            say(r, "interrupted while acquiring '%s'; %s not run\n", r->lock, r->cmd[0]);
             release(r, LOST_RELEASE_TIMEOUT_MS);
             return 128 + sig;
         }
-        fprintf(stderr, "leasegate run: could not confirm the lease on '%s'; not running %s\n", r->lock, r->cmd[0]);
+        say(r, "could not confirm the lease on '%s'; not running %s\n", r->lock, r->cmd[0]);
         if (!r->lost_why[0])
             release(r, LOST_RELEASE_TIMEOUT_MS);
         return code(r, r->lost_why[0] ? OUT_LOST : OUT_UNREACHABLE);
     }
     char token[32];
     snprintf(token, sizeof token, "%lld", r->token);
-    if (setenv(r->semaphore ? "LEASEGATE_SEMAPHORE" : "LEASEGATE_LOCK", r->lock, 1) ||
-        setenv("LEASEGATE_TOKEN", token, 1) ||
+    if (setenv(r->election ? "LEASEGATE_ELECTION" : r->semaphore ? "LEASEGATE_SEMAPHORE" : "LEASEGATE_LOCK", r->lock,
+               1) ||
+        setenv("LEASEGATE_TOKEN", token, 1) || (r->election && setenv("LEASEGATE_TERM", token, 1)) ||
         setenv("LEASEGATE_LEASE", r->lease, 1) || setenv("LEASEGATE_SERVER", r->servers, 1) ||
         (r->cacert && setenv("LEASEGATE_CACERT", r->cacert, 1))) {
-        perror("leasegate run: setenv");
+        say(r, "setenv: %s\n", strerror(errno));
         release(r, RELEASE_TIMEOUT_MS);
         return code(r, OUT_INTERNAL);
     }
     WatchdogArgs wa = {r->cmd, r->expiry_lb, r->grace_ms, r->timeout_ms, oldmask};
     r->watchdog = watchdog_start(&wa, &r->sock, &r->pgid, &r->shared);
     if (r->watchdog < 0) {
-        perror("leasegate run: cannot start the watchdog");
+        say(r, "cannot start the watchdog: %s\n", strerror(errno));
         release(r, RELEASE_TIMEOUT_MS);
         return code(r, OUT_INTERNAL);
     }
     return -1;
 }
 
-int cli_run(int argc, char **argv)
+/* run's and campaign's flags in argc/argv, then the whole of it: the exit code. */
+static int hold(Run *r, int argc, char **argv)
 {
-    Run r = {.servers = cli_default_server(), .ttl_ms = 15000, .wait_ms = 60000, .grace_ms = -1, .sock = -1,
-             .lock_delay_ms = -1};
-    int rc = parse(&r, argc, argv);
+    int rc = parse(r, argc, argv);
     if (rc >= 0)
         return rc;
     char owner[CLI_OWNER_MAX];
-    if (!r.owner) {
+    if (!r->owner) {
         cli_default_owner(owner);
-        r.owner = owner;
+        r->owner = owner;
     }
 
     /* Signals go to the signalfd from now on; CMD gets the old mask back.
@@ -562,38 +644,64 @@ int cli_run(int argc, char **argv)
         sigaddset(&mask, SIGS[i]);
     }
     sigprocmask(SIG_BLOCK, &mask, &oldmask);
-    r.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (r.sigfd < 0) {
-        perror("leasegate run: signalfd");
-        return code(&r, OUT_INTERNAL);
+    r->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (r->sigfd < 0) {
+        say(r, "signalfd: %s\n", strerror(errno));
+        return code(r, OUT_INTERNAL);
     }
     prctl(PR_SET_CHILD_SUBREAPER, 1); /* the watchdog's orphans, if it dies, come here */
 
-    rc = start(&r, &oldmask);
+    rc = start(r, &oldmask);
     if (rc >= 0) {
-        close(r.sigfd);
+        close(r->sigfd);
         return rc;
     }
     WatchMsg done = {0};
-    bool reported = supervise(&r, &done);
+    bool reported = supervise(r, &done);
     if (!reported) {
-        kill_orphaned_group(&r);
-        rc = code(&r, OUT_INTERNAL);
+        kill_orphaned_group(r);
+        rc = code(r, OUT_INTERNAL);
     } else if (done.arg == WATCH_END_LEASE || done.arg == WATCH_END_LOST) {
-        fprintf(stderr, "leasegate run: %s was stopped because the lease on '%s' was lost\n", r.cmd[0], r.lock);
-        rc = code(&r, OUT_LOST);
+        say(r, "%s was stopped because the lease on '%s' was lost\n", r->cmd[0], r->lock);
+        rc = code(r, OUT_LOST);
     } else if (done.arg == WATCH_END_TIMEOUT) {
-        fprintf(stderr, "leasegate run: %s ran longer than --timeout and was stopped\n", r.cmd[0]);
-        rc = code(&r, OUT_TIMEOUT);
+        say(r, "%s ran longer than --timeout and was stopped\n", r->cmd[0]);
+        rc = code(r, OUT_TIMEOUT);
     } else {
-        rc = command_status(&r, (int)done.value);
+        rc = command_status(r, (int)done.value);
     }
     /* A lease the server said is gone needs no release; one that could not be
      * renewed gets one short try. */
-    if (!r.gone && !r.keep_lease)
-        release(&r, r.lease_lost ? LOST_RELEASE_TIMEOUT_MS : RELEASE_TIMEOUT_MS);
-    close(r.sock);
-    reap(&r);
-    close(r.sigfd);
+    if (!r->gone && !r->keep_lease)
+        release(r, r->lease_lost ? LOST_RELEASE_TIMEOUT_MS : RELEASE_TIMEOUT_MS);
+    close(r->sock);
+    reap(r);
+    close(r->sigfd);
     return rc;
+}
+
+static int hold_and_free(Run *r, int argc, char **argv)
+{
+    int rc = hold(r, argc, argv);
+    json_decref(r->value);
+    return rc;
+}
+
+int cli_run(int argc, char **argv)
+{
+    Run r = {.cmdname = "run", .servers = cli_default_server(), .ttl_ms = 15000, .wait_ms = 60000, .grace_ms = -1,
+             .sock = -1, .lock_delay_ms = -1, .permits = 1};
+    return hold_and_free(&r, argc, argv);
+}
+
+int cli_campaign(int argc, char **argv)
+{
+    Run r = {.cmdname = "campaign", .election = true, .servers = cli_default_server(), .ttl_ms = 15000,
+             .wait_ms = 60000, .grace_ms = -1, .sock = -1, .lock_delay_ms = -1, .permits = 1};
+    if (argc < 1 || !strncmp(argv[0], "--", 2)) {
+        say(&r, "give the election's name first: leasegate campaign NAME [--value TEXT] [flags] -- CMD [ARGS...]\n");
+        return CLI_USAGE;
+    }
+    r.lock = argv[0];
+    return hold_and_free(&r, argc - 1, argv + 1);
 }

@@ -38,16 +38,21 @@ static const char *const KINDS[] = {[AUDIT_GRANTED] = "granted",
                                     [AUDIT_RENEWED] = "renewed",
                                     [AUDIT_WAITER_JOINED] = "waiter_joined",
                                     [AUDIT_WAITER_LEFT] = "waiter_left",
-                                    [AUDIT_FENCE_RAISED] = "fence_raised"};
+                                    [AUDIT_FENCE_RAISED] = "fence_raised",
+                                    [AUDIT_VALUE_SET] = "value_set",
+                                    [AUDIT_PROCLAIMED] = "proclaimed"};
 
 const char *audit_kind_name(int kind)
 {
-    return kind >= AUDIT_GRANTED && kind <= AUDIT_FENCE_RAISED ? KINDS[kind] : "unknown";
+    return kind >= AUDIT_GRANTED && kind <= AUDIT_PROCLAIMED ? KINDS[kind] : "unknown";
 }
 
 const char *audit_object_name(int object)
 {
-    return object == AUDIT_OF_SEMAPHORE ? "semaphore" : object == AUDIT_OF_FENCE ? "fence" : "lock";
+    return object == AUDIT_OF_SEMAPHORE  ? "semaphore"
+           : object == AUDIT_OF_FENCE    ? "fence"
+           : object == AUDIT_OF_ELECTION ? "election"
+                                         : "lock";
 }
 
 const char *audit_mode_name(int mode)
@@ -87,6 +92,8 @@ void audit_free(Audit *a)
         munmap(a->small, a->keep * SMALL_BYTES);
     if (a->large)
         munmap(a->large, a->keep * SLOT_BYTES);
+    for (size_t i = 0; a->rows && i < a->keep; i++)
+        free((char *)a->rows[i].value);
     free(a->rows);
     free(a);
 }
@@ -103,7 +110,12 @@ static void put(Audit *a, const AuditRow *row)
         a->n--;
     }
     AuditRow *r = &a->rows[slot];
+    /* A leader's value lives on the heap (rows with one are few: elections'
+     * grants and proclamations), the slot's previous one goes. A copy that
+     * cannot be made leaves the row without it (null). */
+    free((char *)r->value);
     *r = *row;
+    r->value = row->value ? strdup(row->value) : NULL;
     const char *src[5] = {row->lock, row->owner, row->key, row->peer, row->reason};
     const char **dst[5] = {&r->lock, &r->owner, &r->key, &r->peer, &r->reason};
     size_t len[5], total = 0;

@@ -33,11 +33,20 @@ typedef enum AuditKind {
     AUDIT_WAITER_JOINED = 9,
     AUDIT_WAITER_LEFT = 10,
     AUDIT_FENCE_RAISED = 11,
+    /* Stored again (issue 40): a lock's value written by its holder. */
+    AUDIT_VALUE_SET = 12,
+    /* An election's leader proclaimed a value (issue 40). */
+    AUDIT_PROCLAIMED = 13,
 } AuditKind;
 
 /* What a row is about (its "type"), and a lock grant's mode ("mode"): stored,
  * numbered as AuditKind is. */
-typedef enum AuditObject { AUDIT_OF_LOCK = 0, AUDIT_OF_SEMAPHORE = 1, AUDIT_OF_FENCE = 2 } AuditObject;
+typedef enum AuditObject {
+    AUDIT_OF_LOCK = 0,
+    AUDIT_OF_SEMAPHORE = 1,
+    AUDIT_OF_FENCE = 2,
+    AUDIT_OF_ELECTION = 3, /* its grants are leaders (the token is the term), a release a resignation */
+} AuditObject;
 typedef enum AuditMode { AUDIT_MODE_NONE = 0, AUDIT_MODE_WRITE = 1, AUDIT_MODE_READ = 2 } AuditMode;
 
 typedef struct AuditRow {
@@ -53,6 +62,11 @@ typedef struct AuditRow {
     uint8_t mode;      /* AuditMode: of the lease a lock's row is about; NONE when none */
     const char *reason; /* a guard refusal's why, a short code ("expired", "lease_missing"...);
                          * "" (or NULL) for every other row */
+    /* Events only (never stored): an election leader's value (JSON text) in
+     * its `granted` and `proclaimed` events, for the observers of its
+     * election; NULL in every other row (and null values). The events' ring
+     * keeps a copy of its own. */
+    const char *value;
 } AuditRow;
 
 typedef struct Audit Audit;

@@ -88,6 +88,7 @@ static Row *row_new(const AuditRow *row)
     if (!r)
         return NULL;
     r->row = *row;
+    r->row.value = NULL; /* an event's only, never the trail's */
     r->of = NULL;
     const char **dst[5] = {&r->row.lock, &r->row.owner, &r->row.key, &r->row.peer, &r->row.reason};
     char *mem = r->strings;

@@ -5,8 +5,9 @@
  * the tail when they arrive, a newcomer is granted at once only when nobody
  * waits (no barging), and only the head is ever granted (grant_next): while
  * the head can be granted it is, so a writer's end wakes the next writer or
- * the run of readers at the head up to the next writer, and a freed permit
- * wakes one waiter.
+ * the run of readers at the head up to the next writer, and freed permits
+ * wake the waiters at the head whose permits fit, in order: a head that
+ * asks for more than is free keeps everyone behind it waiting.
  */
 #include "core/locktab.h"
 
@@ -41,9 +42,11 @@ struct Waiter {
     char *metadata;
     char *request_id; /* NULL when the acquire had none */
     char *key;        /* NULL without an API key */
+    char *value;      /* an election's candidate: its value, or NULL */
     int64_t ttl_ms;
     int64_t lock_delay_ms;
     int64_t since_ms; /* Unix ms: when it joined the queue */
+    uint32_t permits; /* a semaphore's: what the grant will hold; 1 otherwise */
     uint8_t mode;
 };
 
@@ -94,6 +97,7 @@ static void holder_clear(Holder *h)
     free(h->metadata);
     free(h->request_id);
     free(h->key);
+    free(h->value);
     memset(h, 0, sizeof *h);
 }
 
@@ -103,6 +107,7 @@ static void waiter_free(Waiter *w)
     free(w->metadata);
     free(w->request_id);
     free(w->key);
+    free(w->value);
     free(w);
 }
 
@@ -126,6 +131,8 @@ static void lock_free(void *p)
         holder_clear(&g->h);
         free(g);
     }
+    free(lock->value.text);
+    free(lock->value.key);
     free(lock->name);
     free(lock);
 }
@@ -139,10 +146,11 @@ Locktab *locktab_new(const LocktabLimits *limits, const LocktabHooks *hooks)
     lt->hooks = *hooks;
     thread_own(&lt->owner);
     heap_init(&lt->deadlines);
-    lt->names[KIND_LOCK] = smap_new();
-    lt->names[KIND_SEMAPHORE] = smap_new();
+    bool made = true;
+    for (int k = 0; k < LOCK_KINDS; k++)
+        made &= (lt->names[k] = smap_new()) != NULL;
     lt->history = leasehist_new(limits->lease_history ? limits->lease_history : 1);
-    if (!lt->names[KIND_LOCK] || !lt->names[KIND_SEMAPHORE] || !lt->history || !leaseidx_init(&lt->leases)) {
+    if (!made || !lt->history || !leaseidx_init(&lt->leases)) {
         locktab_free(lt);
         return NULL;
     }
@@ -168,19 +176,21 @@ bool locktab_delayed(const Lock *lock, const Now *now)
     return delay_running(lock) && lock->delay.entry.deadline_ms > now->mono_ms;
 }
 
-/* Could a grant in `mode` be made on lock now, its waiters aside? */
-static bool grantable(const Lock *lock, uint8_t mode)
+/* Could a grant in `mode` (of `permits`, on a semaphore) be made on lock
+ * now, its waiters aside? */
+static bool grantable(const Lock *lock, uint8_t mode, uint32_t permits)
 {
     if (delay_running(lock))
         return false;
     if (lock->kind == KIND_SEMAPHORE)
-        return lock->holders.len < lock->limit;
+        return permits <= lock->limit && lock->permits_used <= lock->limit - permits;
     return lock->holders.len == 0 || (mode == MODE_READ && lock->mode == MODE_READ);
 }
 
+/* A value other than null keeps the name: it outlives its holders. */
 static bool is_idle(const Lock *lock)
 {
-    return lock->holders.len == 0 && lock->waiters.len == 0 && !delay_running(lock);
+    return lock->holders.len == 0 && lock->waiters.len == 0 && !delay_running(lock) && !lock->value.text;
 }
 
 static Grant *grant_with(const Locktab *lt, const Lock *lock, const uint8_t *lease, uint64_t *visits);
@@ -189,28 +199,36 @@ static Grant *grant_with(const Locktab *lt, const Lock *lock, const uint8_t *lea
 static void lock_check(const Locktab *lt, const Lock *lock)
 {
     size_t n = 0;
+    uint64_t permits = 0;
     for (const DLink *l = lock->holders.head; l; l = l->next, n++) {
         const Grant *g = DLIST_ITEM(l, Grant, link);
         assert(g->lock == lock);
         assert(heap_queued(&g->expiry.entry));
         assert(g->h.mode == lock->mode);
         assert(g->h.token <= lock->last_token && g->h.count >= 1);
+        assert(g->h.permits >= 1 && (lock->kind == KIND_SEMAPHORE || g->h.permits == 1));
+        permits += g->h.permits;
         assert(grant_with(lt, lock, g->h.lease, NULL) == g); /* indexed by its lease */
         assert(g->h.deadline_ms >= lock->holders_due_from_ms);
         assert(l->next ? l->next->prev == l : lock->holders.tail == l);
     }
     assert(n == lock->holders.len);
     if (lock->kind == KIND_SEMAPHORE)
-        assert(lock->mode == MODE_WRITE && n <= lock->limit && !delay_running(lock));
+        assert(lock->mode == MODE_WRITE && permits == lock->permits_used && permits <= lock->limit &&
+               !delay_running(lock));
     else
-        assert(lock->mode == MODE_READ || n <= 1);
+        assert((lock->mode == MODE_READ || n <= 1) && lock->permits_used == 0);
+    (void)permits;
     assert(!heap_queued(&lock->idle.entry) || is_idle(lock));
     assert(lock->last_token <= lt->last_token);
+    assert(lock->kind == KIND_LOCK || (lock->value.version == 0 && !lock->value.text));
+    assert(lock->value.token <= lock->last_token && (lock->value.version > 0 || !lock->value.text));
     n = 0;
     for (const DLink *l = lock->waiters.head; l; l = l->next, n++) {
         const Waiter *w = DLIST_ITEM(l, Waiter, link);
         assert(w->lock == lock);
         assert(heap_queued(&w->wait.entry));
+        assert(w->permits >= 1 && (lock->kind == KIND_SEMAPHORE || w->permits == 1));
         assert(l->next ? l->next->prev == l : lock->waiters.tail == l);
     }
     assert(n == lock->waiters.len);
@@ -231,18 +249,23 @@ void locktab_check(const Locktab *lt)
             /* Between calls (not inside one, while grant_next walks the
              * queue): nobody waits who could be granted. */
             const Waiter *head = first_waiter(lock);
-            assert(!head || !grantable(lock, head->mode));
+            assert(!head || !grantable(lock, head->mode, head->permits));
             (void)head;
             c.held += lock->holders.len > 0;
             c.leases += lock->holders.len;
             c.readers += lock->kind == KIND_LOCK && lock->mode == MODE_READ ? lock->holders.len : 0;
+            c.permits += lock->permits_used;
+            c.values += lock->value.text != NULL;
+            c.value_bytes += lock->value.text ? strlen(lock->value.text) : 0;
             c.waiters += lock->waiters.len;
             queued += lock->holders.len + lock->waiters.len + heap_queued(&lock->idle.entry) + delay_running(lock);
         }
         assert(c.held == lt->counts[k].held && c.leases == lt->counts[k].leases &&
-               c.readers == lt->counts[k].readers && c.waiters == lt->counts[k].waiters);
+               c.readers == lt->counts[k].readers && c.permits == lt->counts[k].permits &&
+               c.waiters == lt->counts[k].waiters && c.values == lt->counts[k].values &&
+               c.value_bytes == lt->counts[k].value_bytes);
     }
-    assert(lt->leases.len == lt->counts[KIND_LOCK].leases + lt->counts[KIND_SEMAPHORE].leases);
+    assert(lt->leases.len == locktab_held(lt));
     assert(heap_len(&lt->deadlines) == queued);
     (void)queued;
 }
@@ -291,6 +314,7 @@ static LockResult find_or_create(Locktab *lt, LockKind kind, const char *name, b
     heap_entry_init(&lock->idle.entry);
     lock->idle.kind = DEADLINE_IDLE;
     lock->id = ++lt->next_lock_id;
+    lock->vacant_since_ms = now->wall_ms;
     if (charge)
         lock->charge = *charge;
     /* Not a change yet: the grant or queueing that follows is (so loading a
@@ -345,7 +369,7 @@ static bool set_expiry(Locktab *lt, Grant *g, int64_t ttl_ms, const Now *now)
 
 /* The strings a new grant takes: owner and metadata non-NULL, the others may be. */
 typedef struct GrantStrings {
-    char *owner, *metadata, *request_id, *key;
+    char *owner, *metadata, *request_id, *key, *value;
 } GrantStrings;
 
 static void grant_strings_free(GrantStrings *g)
@@ -354,6 +378,7 @@ static void grant_strings_free(GrantStrings *g)
     free(g->metadata);
     free(g->request_id);
     free(g->key);
+    free(g->value);
 }
 
 /* A lease (its id set) joins lock's holders: indexed, counted, and the name
@@ -370,23 +395,35 @@ static void add_holder(Locktab *lt, Lock *lock, Grant *g)
     dlist_append(&lock->holders, &g->link);
     c->leases++;
     c->readers += lock->kind == KIND_LOCK && g->h.mode == MODE_READ;
+    if (lock->kind == KIND_SEMAPHORE) {
+        lock->permits_used += g->h.permits;
+        c->permits += g->h.permits;
+    }
     heap_remove(&lt->deadlines, &lock->idle.entry);
 }
 
-/* Makes a new lease of lock in `mode` (grantable now). On success takes
- * ownership of the strings; on failure leaves them to the caller and
- * changes nothing, so that no undurable token is ever visible. The token is
- * the next value of the global counter. */
+/* What a new lease is, besides its id and strings. */
+typedef struct GrantTerms {
+    int64_t ttl_ms;
+    uint8_t mode;
+    int64_t lock_delay_ms;
+    uint32_t permits; /* a semaphore's; 1 otherwise */
+} GrantTerms;
+
+/* Makes a new lease of lock (grantable now). On success takes ownership of
+ * the strings; on failure leaves them to the caller and changes nothing, so
+ * that no undurable token is ever visible. The token is the next value of
+ * the global counter. */
 static Grant *grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES], const GrantStrings *gs,
-                    int64_t ttl_ms, uint8_t mode, int64_t lock_delay_ms, const Now *now)
+                    const GrantTerms *t, const Now *now)
 {
-    assert(grantable(lock, mode));
+    assert(grantable(lock, t->mode, t->permits));
     Grant *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
     heap_entry_init(&g->expiry.entry);
     g->expiry.kind = DEADLINE_EXPIRY;
-    if (!set_expiry(lt, g, ttl_ms, now)) {
+    if (!set_expiry(lt, g, t->ttl_ms, now)) {
         free(g);
         return NULL;
     }
@@ -396,11 +433,13 @@ static Grant *grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES]
     h->metadata = gs->metadata;
     h->request_id = gs->request_id;
     h->key = gs->key;
+    h->value = gs->value;
     h->token = ++lt->last_token;
     h->acquired_at_ms = now->wall_ms;
     h->count = 1;
-    h->mode = lock->kind == KIND_SEMAPHORE ? MODE_WRITE : mode;
-    h->lock_delay_ms = lock->kind == KIND_LOCK ? lock_delay_ms : 0;
+    h->mode = lock->kind == KIND_LOCK ? t->mode : MODE_WRITE;
+    h->lock_delay_ms = lock->kind == KIND_LOCK ? t->lock_delay_ms : 0;
+    h->permits = lock->kind == KIND_SEMAPHORE ? t->permits : 1;
     h->answers = 0;
     h->delivered = false;
     lock->last_token = h->token;
@@ -441,7 +480,7 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now, bool record)
 {
     bool granted = false;
     Waiter *w;
-    while ((w = first_waiter(lock)) && grantable(lock, w->mode)) {
+    while ((w = first_waiter(lock)) && grantable(lock, w->mode, w->permits)) {
         bool wait_over = w->wait.entry.deadline_ms <= now->mono_ms;
         unlink_waiter(lt, w);
         void *ctx;
@@ -451,8 +490,9 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now, bool record)
         }
         /* grant() takes the waiter's strings only when it succeeds; it cannot
          * for lack of memory, and then this waiter times out now too. */
-        GrantStrings gs = {w->owner, w->metadata, w->request_id, w->key};
-        Grant *g = wait_over ? NULL : grant(lt, lock, w->lease, &gs, w->ttl_ms, w->mode, w->lock_delay_ms, now);
+        GrantStrings gs = {w->owner, w->metadata, w->request_id, w->key, w->value};
+        GrantTerms terms = {w->ttl_ms, w->mode, w->lock_delay_ms, w->permits};
+        Grant *g = wait_over ? NULL : grant(lt, lock, w->lease, &gs, &terms, now);
         if (g) {
             free(w);
             report_grant(lt, lock, g);
@@ -510,6 +550,13 @@ static bool end_grant(Locktab *lt, Lock *lock, Grant *g, LeaseEnd how, void *act
     c->leases--;
     c->readers -= lock->kind == KIND_LOCK && g->h.mode == MODE_READ;
     c->held -= lock->holders.len == 0;
+    if (lock->kind == KIND_SEMAPHORE) {
+        lock->permits_used -= g->h.permits;
+        c->permits -= g->h.permits;
+    }
+    if (lock->holders.len == 0) /* an election's: nobody leads from now (an expiry: from its deadline's announced time) */
+        lock->vacant_since_ms = how == LEASE_END_EXPIRED && g->h.expires_at_ms < now->wall_ms ? g->h.expires_at_ms
+                                                                                             : now->wall_ms;
     bool delayed = how != LEASE_END_RELEASED && g->h.lock_delay_ms > 0 &&
                    start_delay(lt, lock, how == LEASE_END_EXPIRED ? g->h.deadline_ms : now->mono_ms,
                                g->h.lock_delay_ms, now);
@@ -598,9 +645,10 @@ LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, con
     LockResult r = find_or_create(lt, kind, name, false, NULL, now, &lock);
     if (r != LOCK_OK)
         return r;
-    uint8_t mode = kind == KIND_SEMAPHORE ? MODE_WRITE : holder->mode;
+    uint8_t mode = kind == KIND_LOCK ? holder->mode : MODE_WRITE;
+    uint32_t permits = kind == KIND_SEMAPHORE && holder->permits ? holder->permits : 1;
     if (kind == KIND_LOCK ? lock->holders.len && (mode == MODE_WRITE || lock->mode == MODE_WRITE)
-                          : lock->holders.len >= lock->limit)
+                          : !grantable(lock, MODE_WRITE, permits))
         return LOCK_BUSY;
     /* What is left: exact on this boot's clock; from another boot, by the
      * wall clock but never more than one ttl (a clock that is behind must not
@@ -620,16 +668,20 @@ LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, con
     Holder *h = &g->h;
     *h = *holder;
     h->mode = mode;
+    h->permits = permits;
     h->answers = 0;
     h->delivered = true;
     h->owner = strdup(holder->owner);
     h->metadata = strdup(holder->metadata);
     h->request_id = holder->request_id ? strdup(holder->request_id) : NULL;
     h->key = holder->key ? strdup(holder->key) : NULL;
+    bool valued = kind == KIND_ELECTION && holder->value;
+    h->value = valued ? strdup(holder->value) : NULL;
     h->deadline_ms = now->mono_ms + left_ms;
     heap_entry_init(&g->expiry.entry);
     g->expiry.kind = DEADLINE_EXPIRY;
     if (!h->owner || !h->metadata || (holder->request_id && !h->request_id) || (holder->key && !h->key) ||
+        (valued && !h->value) ||
         !heap_set(&lt->deadlines, &g->expiry.entry, h->deadline_ms)) {
         holder_clear(h);
         free(g);
@@ -724,16 +776,19 @@ static LockResult enqueue(Locktab *lt, Lock *lock, const AcquireArgs *args, void
     w->metadata = strdup(args->metadata ? args->metadata : "{}");
     w->request_id = args->request_id ? strdup(args->request_id) : NULL;
     w->key = args->key ? strdup(args->key) : NULL;
+    w->value = lock->kind == KIND_ELECTION && args->value ? strdup(args->value) : NULL;
     heap_entry_init(&w->wait.entry);
     w->wait.kind = DEADLINE_WAIT;
     if (!w->owner || !w->metadata || (args->request_id && !w->request_id) || (args->key && !w->key) ||
+        (lock->kind == KIND_ELECTION && args->value && !w->value) ||
         !heap_set(&lt->deadlines, &w->wait.entry, now->mono_ms + args->wait_ms)) {
         waiter_free(w);
         return LOCK_NOMEM;
     }
     memcpy(w->lease, args->new_lease, LEASE_ID_BYTES);
     w->ttl_ms = args->ttl_ms;
-    w->mode = lock->kind == KIND_SEMAPHORE ? MODE_WRITE : args->mode;
+    w->mode = lock->kind == KIND_LOCK ? args->mode : MODE_WRITE;
+    w->permits = lock->kind == KIND_SEMAPHORE && args->permits ? args->permits : 1;
     w->lock_delay_ms = args->lock_delay_ms;
     w->since_ms = now->wall_ms;
     w->ctx = ctx;
@@ -763,7 +818,8 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
     *lock_out = NULL;
     *holder_out = NULL;
     *waiter_out = NULL;
-    uint8_t mode = kind == KIND_SEMAPHORE ? MODE_WRITE : args->mode;
+    uint8_t mode = kind == KIND_LOCK ? args->mode : MODE_WRITE;
+    uint32_t permits = kind == KIND_SEMAPHORE && args->permits ? args->permits : 1;
     if (args->lease) {
         Lock *lock = find_live(lt, kind, name, now);
         Grant *g = lock && kind == KIND_LOCK ? grant_with(lt, lock, args->lease, &lt->holder_visits) : NULL;
@@ -795,12 +851,18 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
             return LOCK_LIMIT_MISMATCH;
         lock->limit = args->limit;
     }
-    if (lock->waiters.len == 0 && grantable(lock, mode)) {
+    /* The caller refuses a request for more permits than the limit (it could never be granted). */
+    assert(kind != KIND_SEMAPHORE || permits <= lock->limit);
+    if (lock->waiters.len == 0 && grantable(lock, mode, permits)) {
+        bool valued = kind == KIND_ELECTION && args->value;
         GrantStrings g = {strdup(args->owner), strdup(args->metadata ? args->metadata : "{}"),
-                          args->request_id ? strdup(args->request_id) : NULL, args->key ? strdup(args->key) : NULL};
+                          args->request_id ? strdup(args->request_id) : NULL, args->key ? strdup(args->key) : NULL,
+                          valued ? strdup(args->value) : NULL};
+        GrantTerms terms = {args->ttl_ms, mode, args->lock_delay_ms, permits};
         Grant *made = NULL;
         if (!g.owner || !g.metadata || (args->request_id && !g.request_id) || (args->key && !g.key) ||
-            !(made = grant(lt, lock, args->new_lease, &g, args->ttl_ms, mode, args->lock_delay_ms, now))) {
+            (valued && !g.value) ||
+            !(made = grant(lt, lock, args->new_lease, &g, &terms, now))) {
             grant_strings_free(&g);
             lock->limit = limit_before;
             return LOCK_NOMEM;
@@ -815,12 +877,14 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
 }
 
 LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, uint8_t mode, uint32_t limit,
-                           const char *owner, const char *request_id, const char *key, const Now *now)
+                           uint32_t permits, const char *owner, const char *request_id, const char *key,
+                           const Now *now)
 {
     const Lock *lock = find(lt, kind, name);
     if (!lock)
         return LOCK_OK;
     size_t live = 0;
+    uint64_t live_permits = 0;
     for (DLink *l = lock->holders.head; l; l = l->next) {
         const Grant *g = DLIST_ITEM(l, Grant, link);
         if (g->h.deadline_ms <= now->mono_ms)
@@ -828,13 +892,14 @@ LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, u
         if (is_replay(g, owner, request_id, key))
             return LOCK_REPLAYED;
         live++;
+        live_permits += g->h.permits;
     }
     if (kind == KIND_SEMAPHORE && limit != lock->limit && (live || lock->waiters.len))
         return LOCK_LIMIT_MISMATCH;
     if (lock->waiters.len || locktab_delayed(lock, now))
         return LOCK_BUSY;
     if (kind == KIND_SEMAPHORE)
-        return live < limit ? LOCK_OK : LOCK_BUSY;
+        return live_permits + (permits ? permits : 1) <= limit ? LOCK_OK : LOCK_BUSY;
     return live == 0 || (mode == MODE_READ && lock->mode == MODE_READ) ? LOCK_OK : LOCK_BUSY;
 }
 
@@ -871,6 +936,105 @@ LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const u
     bool record = end_grant(lt, lock, g, LEASE_END_RELEASED, actor, now);
     grant_next(lt, lock, now, record);
     return LOCK_OK;
+}
+
+LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease, const ValueArgs *args,
+                             const Now *now, const Lock **lock_out)
+{
+    OWNED(lt);
+    /* Leases that ran out end first: an expired writer writes nothing. */
+    Lock *lock = find_live(lt, KIND_LOCK, name, now);
+    *lock_out = lock;
+    Grant *g = lock ? grant_with(lt, lock, lease, &lt->holder_visits) : NULL;
+    if (!g || g->h.mode != MODE_WRITE)
+        return LOCK_NOT_HOLDER;
+    LockValue *v = &lock->value;
+    if (args->check_version && args->if_version != v->version)
+        return LOCK_VERSION_MISMATCH;
+    char *text = args->text ? strdup(args->text) : NULL;
+    char *key = args->key ? strdup(args->key) : NULL;
+    if ((args->text && !text) || (args->key && !key)) {
+        free(text);
+        free(key);
+        return LOCK_NOMEM;
+    }
+    LocktabCounts *c = &lt->counts[KIND_LOCK];
+    c->values += (text != NULL) - (v->text != NULL);
+    c->value_bytes += (text ? strlen(text) : 0) - (v->text ? strlen(v->text) : 0);
+    free(v->text);
+    free(v->key);
+    v->text = text;
+    v->key = key;
+    v->version++;
+    v->token = g->h.token;
+    v->at_ms = now->wall_ms;
+    v->charge = args->charge;
+    /* Held now, so not idle; when it is let go, a null value no longer keeps it. */
+    touched(lt, lock, false);
+    if (lt->hooks.value_changed)
+        lt->hooks.value_changed(lt->hooks.ud, lock);
+    return LOCK_OK;
+}
+
+LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *value, const Now *now)
+{
+    OWNED(lt);
+    Lock *lock;
+    LockResult r = find_or_create(lt, KIND_LOCK, name, false, NULL, now, &lock);
+    if (r != LOCK_OK)
+        return r;
+    char *text = value->text ? strdup(value->text) : NULL;
+    char *key = value->key ? strdup(value->key) : NULL;
+    if ((value->text && !text) || (value->key && !key)) {
+        free(text);
+        free(key);
+        return LOCK_NOMEM;
+    }
+    LocktabCounts *c = &lt->counts[KIND_LOCK];
+    c->values += (text != NULL) - (lock->value.text != NULL);
+    c->value_bytes += (text ? strlen(text) : 0) - (lock->value.text ? strlen(lock->value.text) : 0);
+    free(lock->value.text);
+    free(lock->value.key);
+    lock->value = *value;
+    lock->value.text = text;
+    lock->value.key = key;
+    lock->value.charge = (Charge){NULL, NULL};
+    if (value->token > lock->last_token) /* its writer's grant is older: its token was counted */
+        lock->last_token = value->token;
+    if (value->token > lt->last_token)
+        lt->last_token = value->token;
+    if (!is_idle(lock))
+        heap_remove(&lt->deadlines, &lock->idle.entry);
+    lock_check(lt, lock);
+    return LOCK_OK;
+}
+
+LockResult locktab_proclaim(Locktab *lt, const char *name, const uint8_t *lease, const char *text, const Now *now,
+                            const Lock **lock_out, const Holder **holder_out)
+{
+    OWNED(lt);
+    /* A leader whose lease ran out proclaims nothing: its end comes first. */
+    Lock *lock = find_live(lt, KIND_ELECTION, name, now);
+    Grant *g = lock ? grant_with(lt, lock, lease, &lt->holder_visits) : NULL;
+    *lock_out = lock;
+    *holder_out = g ? &g->h : NULL;
+    if (!g)
+        return LOCK_NOT_HOLDER;
+    char *copy = text ? strdup(text) : NULL;
+    if (text && !copy)
+        return LOCK_NOMEM;
+    free(g->h.value);
+    g->h.value = copy;
+    report(lt, lock, g);
+    return LOCK_OK;
+}
+
+void locktab_set_value_charge(Locktab *lt, const char *name, Charge charge)
+{
+    OWNED(lt);
+    Lock *lock = find(lt, KIND_LOCK, name);
+    if (lock)
+        lock->value.charge = charge;
 }
 
 /* Ends the running leases of name with token `token` (0: every one), for actor. */
@@ -965,7 +1129,7 @@ LockKind locktab_waiter_kind(const Waiter *w) { return (LockKind)w->lock->kind; 
 static void after_leaving(Locktab *lt, Lock *lock, bool was_head, const Now *now)
 {
     const Waiter *head = first_waiter(lock);
-    if (was_head && head && grantable(lock, head->mode))
+    if (was_head && head && grantable(lock, head->mode, head->permits))
         grant_next(lt, lock, now, false);
     lock_check(lt, lock);
 }
@@ -1092,12 +1256,12 @@ uint64_t locktab_index(const Locktab *lt, LockKind kind, const char *name)
 
 uint64_t locktab_index_now(const Locktab *lt) { return lt->changes; }
 
-void locktab_each_waiter(const Lock *lock, size_t limit,
-                         void (*fn)(void *ud, const char *owner, int64_t since_ms, int mode), void *ud)
+void locktab_each_waiter(const Lock *lock, size_t limit, void (*fn)(void *ud, const WaiterView *w), void *ud)
 {
     for (const DLink *l = lock->waiters.head; l && limit; l = l->next, limit--) {
         const Waiter *w = CONTAINER_OF(l, Waiter, link);
-        fn(ud, w->owner, w->since_ms, w->mode);
+        WaiterView v = {w->owner, w->since_ms, w->mode, w->permits};
+        fn(ud, &v);
     }
 }
 
@@ -1119,14 +1283,26 @@ void locktab_raise_last_token(Locktab *lt, uint64_t token)
 
 size_t locktab_locks(const Locktab *lt)
 {
-    return smap_len(lt->names[KIND_LOCK]) + smap_len(lt->names[KIND_SEMAPHORE]);
+    size_t n = 0;
+    for (int k = 0; k < LOCK_KINDS; k++)
+        n += smap_len(lt->names[k]);
+    return n;
 }
 
-size_t locktab_held(const Locktab *lt) { return lt->counts[KIND_LOCK].leases + lt->counts[KIND_SEMAPHORE].leases; }
+size_t locktab_held(const Locktab *lt)
+{
+    size_t n = 0;
+    for (int k = 0; k < LOCK_KINDS; k++)
+        n += lt->counts[k].leases;
+    return n;
+}
 
 size_t locktab_waiters(const Locktab *lt)
 {
-    return lt->counts[KIND_LOCK].waiters + lt->counts[KIND_SEMAPHORE].waiters;
+    size_t n = 0;
+    for (int k = 0; k < LOCK_KINDS; k++)
+        n += lt->counts[k].waiters;
+    return n;
 }
 
 uint64_t locktab_holder_visits(const Locktab *lt) { return lt->holder_visits; }

@@ -6,10 +6,17 @@
  * It knows nothing of HTTP, JSON or SQL. It is owned by one thread (the loop),
  * so it takes no locks. Time comes in as a Now, never read here.
  *
- * Two namespaces (LockKind): locks and semaphores; a name may be both, and
- * they have nothing to do with each other except the one token counter.
+ * Three namespaces (LockKind): locks, semaphores and elections (issue 40); a
+ * name may be all three, and they have nothing to do with each other except
+ * the one token counter. An election is a lock in its own namespace whose
+ * one holder is the leader (its token the term) and whose waiters are the
+ * candidates, in arrival order: always in write mode, without reentry or
+ * lock-delay, its leader's lease carrying a value (Holder.value: what the
+ * candidate campaigned with, then what the leader proclaims).
  * Every grant is a lease of its own (a Holder: its own lease id, token and
- * expiry): the writer of a lock, each reader, each permit of a semaphore.
+ * expiry): the writer of a lock, each reader, each grant of a semaphore,
+ * which holds one permit or several (AcquireArgs.permits: one lease, one
+ * token, all its permits given back together).
  *
  * Fairness (grant_next in locktab.c): the waiters of a name form one FIFO
  * list and only its head is ever granted; nobody is granted past a waiter
@@ -17,7 +24,14 @@
  * waits behind the writer, so neither side starves). When the head can be
  * granted, it is, and so is the next, and so on: a writer's end grants the
  * next writer, or the whole run of readers at the head up to the next
- * writer; each freed permit grants one waiter.
+ * writer; freed permits grant the waiters at the head while their permits
+ * fit (a head that asks for 3 keeps one that asks for 1 behind it waiting,
+ * so that large requests do not starve).
+ *
+ * A lock's value (issue 40: Chubby's contents, a checkpoint the next holder
+ * reads): opaque JSON text that only the lock's writer can set, and that
+ * outlives the holder until a writer sets another (or null). A lock with a
+ * value other than null is never idle, so it is never forgotten.
  *
  * Lock-delay (locks only): a lease that ends uncleanly (expired, revoked)
  * with a lock_delay_ms keeps the lock from every grant until that long after
@@ -27,8 +41,8 @@
  *  - every holder's expiry deadline is queued, and the holder is found by its
  *    lease id in O(1) (the table's lease index: a lock with thousands of
  *    readers is never scanned for a lease); a lock's holders all have its
- *    mode; a lock in write mode has one holder; a semaphore has at most
- *    `limit` holders;
+ *    mode; a lock in write mode has one holder; a semaphore's holders hold
+ *    at most `limit` permits together (Lock.permits_used, their sum);
  *  - the head waiter of a name could not be granted now: a lock-delay runs,
  *    or the holders exclude it (so a free lock without a delay, or a
  *    semaphore with a free permit, has no waiters);
@@ -36,7 +50,7 @@
  *    takes last token + 1, so tokens never repeat and never go backwards;
  *  - every waiter's wait deadline is queued; a lock-delay's deadline is
  *    queued while it runs;
- *  - a name is idle (no holder, no waiter, no delay)  <=>  its idle deadline
+ *  - a name is idle (no holder, no waiter, no delay, no value)  <=>  its idle deadline
  *    is queued: a name that stays idle for forget_idle_ms is forgotten
  *    (hooks.forgotten), so names do not pile up; its last_token then lives
  *    on only in the global counter.
@@ -44,7 +58,8 @@
  * it is reported before the call that made it returns, through one hook per
  * record: hooks.changed (the name's own record: last token, limit,
  * lock-delay), hooks.holder_changed (a lease's record, whatever its mode:
- * made or changed) and hooks.ended (a lease's record goes); the caller must
+ * made or changed), hooks.ended (a lease's record goes) and
+ * hooks.value_changed (a lock's value, a record of its own); the caller must
  * make the change durable before it reveals anything about it (group
  * commit).
  */
@@ -65,14 +80,14 @@
 /* Which namespace a name is in. LockKind and LockMode are stored (records
  * and rows name them by number): every value is numbered, and a number once
  * written keeps its meaning. */
-typedef enum LockKind { KIND_LOCK = 0, KIND_SEMAPHORE = 1 } LockKind;
-#define LOCK_KINDS 2
+typedef enum LockKind { KIND_LOCK = 0, KIND_SEMAPHORE = 1, KIND_ELECTION = 2 } LockKind;
+#define LOCK_KINDS 3
 
 /* A lock's holders: one writer, or readers that share it. A permit is
  * MODE_WRITE (a semaphore has no modes). */
 typedef enum LockMode { MODE_WRITE = 0, MODE_READ = 1 } LockMode;
 
-/* The longest lock-delay, and the most permits of a semaphore. */
+/* The longest lock-delay, and the most permits of a semaphore (and of one of its leases). */
 #define LOCKTAB_DELAY_MAX_MS 60000
 #define LOCKTAB_LIMIT_MAX 10000
 
@@ -83,6 +98,7 @@ typedef struct Holder {
     char *request_id; /* owned; the client's id of the acquire that made or last
                        * re-entered this grant, or NULL when it gave none */
     char *key;        /* owned; the name of the API key the grant was made for, or NULL */
+    char *value;      /* owned; an election's leader: its value (JSON text), or NULL (null); else NULL */
     uint64_t token;
     int64_t ttl_ms;
     int64_t acquired_at_ms; /* Unix ms */
@@ -92,6 +108,7 @@ typedef struct Holder {
     int64_t lock_delay_ms;  /* locks: no grant for this long after the lease ends
                              * uncleanly (0: none); 0 for a permit */
     uint32_t count;         /* reentries: 1 for a fresh grant; always 1 for a permit */
+    uint32_t permits;       /* a semaphore's lease: the permits it holds (1..limit); 1 for a lock's */
     uint8_t mode;           /* LockMode */
     /* In memory only, never stored: the answers that reveal the grant (or its
      * last re-entry) and have not ended yet, and whether one was delivered
@@ -112,6 +129,16 @@ typedef struct Holder {
  * delay_until_ms. */
 #define LOCKTAB_DEADLINE_SLACK_MS 2
 
+/* A lock's value: what its writer last set (locktab_set_value). */
+typedef struct LockValue {
+    char *text;       /* owned; the JSON text as its writer sent it, or NULL: none, or null written */
+    uint64_t version; /* how many times it was written since the name was made (0: never) */
+    uint64_t token;   /* the token of the lease that wrote it (0: never written) */
+    char *key;        /* owned; the API key that wrote it (what it counts against), or NULL */
+    int64_t at_ms;    /* Unix ms of the write */
+    Charge charge;    /* who its bytes are counted against (share.h); opaque here */
+} LockValue;
+
 typedef struct Deadline {
     HeapEntry entry;
     uint8_t kind; /* which struct embeds it: a holder's expiry, a waiter's wait, a name's idle time or delay */
@@ -126,6 +153,7 @@ typedef struct Lock {
     uint8_t kind;        /* LockKind */
     uint8_t mode;        /* LockMode of the holders while held (a semaphore's: MODE_WRITE) */
     uint32_t limit;      /* a semaphore's permits (set by the acquire that finds it idle); 0 for a lock */
+    uint32_t permits_used; /* a semaphore's permits its holders hold (their Holder.permits); 0 for a lock */
     DList holders;       /* the table's, in grant order: locktab_holder, locktab_next_holder */
     int64_t holders_due_from_ms; /* boot clock: no holder's deadline is earlier (a lower bound, made
                                   * exact whenever the holders are walked for expiries) */
@@ -137,6 +165,9 @@ typedef struct Lock {
                           * waiters, delays): locktab_index */
     Charge charge;       /* who the name is counted against (share.h): AcquireArgs.charge of
                           * the acquire that made it, or locktab_set_charge; opaque here */
+    LockValue value;     /* locks only; zero until written */
+    int64_t vacant_since_ms; /* elections: Unix ms since when nobody leads (its last leader's end,
+                              * or when this gateway made or loaded the name) */
 } Lock;
 
 static inline bool locktab_is_held(const Lock *lock) { return lock->holders.len > 0; }
@@ -169,6 +200,8 @@ typedef struct LocktabHooks {
      * reported the name's last token), re-entered, renewed or released to a
      * count above 0: its record is h. May be NULL. */
     void (*holder_changed)(void *ud, const Lock *lock, const Holder *h);
+    /* lock->value was written (locktab_set_value): its record. May be NULL. */
+    void (*value_changed)(void *ud, const Lock *lock);
     /* A queued waiter is about to leave the queue by a grant or a timeout,
      * before anything is granted to it: returns the context its granted or
      * timed_out hook is then called with (the caller may keep a waiter in a
@@ -204,6 +237,8 @@ typedef struct AcquireArgs {
     bool mode_given;             /* reentry: a mode other than the lease's is LOCK_MODE_CONFLICT */
     int64_t lock_delay_ms;       /* locks: 0..LOCKTAB_DELAY_MAX_MS (Holder.lock_delay_ms) */
     uint32_t limit;              /* semaphores: 1..LOCKTAB_LIMIT_MAX */
+    uint32_t permits;            /* semaphores: the permits one lease takes, 1..limit (0: 1) */
+    const char *value;           /* elections: the candidate's value (Holder.value), or NULL */
 } AcquireArgs;
 
 typedef enum LockResult {
@@ -217,6 +252,7 @@ typedef enum LockResult {
     LOCK_LIMIT_MISMATCH,   /* a semaphore with holders or waiters has another limit */
     LOCK_TOO_MANY_LOCKS,   /* max_locks names are known */
     LOCK_TOO_MANY_WAITERS, /* max_waiters, or max_waiters_per_lock for this lock */
+    LOCK_VERSION_MISMATCH, /* set_value: the value's version is not the one asked for */
     LOCK_NOMEM,
 } LockResult;
 
@@ -247,14 +283,15 @@ bool locktab_same_key(const char *a, const char *b);
  * with locktab_load_holder. */
 LockResult locktab_load(Locktab *lt, LockKind kind, const char *name, uint64_t last_token, uint32_t limit,
                         int64_t delay_until_ms, const Now *now);
-/* Start-up: a holder read from storage (its name is created if need be). A
- * holder whose expiry has passed is loaded too, and ended by the first
+/* Start-up: a holder read from storage (its name is created if need be;
+ * permits 0 reads as 1). A holder whose expiry has passed is loaded too, and ended by the first
  * locktab_tick (call it once loading is done). The holder's deadline is kept
  * when it is on this boot's clock; a holder from another boot (the machine
  * restarted) keeps what is left until its expires_at_ms by the wall clock,
  * but never more than one ttl (both plus LOCKTAB_DEADLINE_SLACK_MS, as at a
  * grant). LOCK_BUSY when it cannot hold with the holders loaded before (a
- * writer beside another holder, a reader beside a writer). */
+ * writer beside another holder, a reader beside a writer, permits past a
+ * semaphore's limit). */
 LockResult locktab_load_holder(Locktab *lt, LockKind kind, const char *name, const Holder *holder, const Now *now);
 
 /* On LOCK_OK and LOCK_REPLAYED *lock_out is the lock and *holder_out the
@@ -266,11 +303,13 @@ LockResult locktab_acquire(Locktab *lt, LockKind kind, const char *name, const A
                            void *waiter_ctx, const Now *now, const Lock **lock_out, const Holder **holder_out,
                            Waiter **waiter_out);
 /* What locktab_acquire would answer now for a fresh acquire in `mode` with
- * `limit` (no lease), and with request_id, owner and key a replay, changing
- * nothing: LOCK_OK (granted), LOCK_REPLAYED, LOCK_BUSY (queued or refused),
- * LOCK_LIMIT_MISMATCH. Leases and delays that are due count as ended. */
+ * `limit` and `permits` (no lease), and with request_id, owner and key a
+ * replay, changing nothing: LOCK_OK (granted), LOCK_REPLAYED, LOCK_BUSY
+ * (queued or refused), LOCK_LIMIT_MISMATCH. Leases and delays that are due
+ * count as ended. */
 LockResult locktab_preview(const Locktab *lt, LockKind kind, const char *name, uint8_t mode, uint32_t limit,
-                           const char *owner, const char *request_id, const char *key, const Now *now);
+                           uint32_t permits, const char *owner, const char *request_id, const char *key,
+                           const Now *now);
 /* ttl_ms 0 keeps the lease's ttl. *holder_out is the lease renewed. */
 LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, int64_t ttl_ms,
                          const Now *now, const Lock **lock_out, const Holder **holder_out);
@@ -279,6 +318,36 @@ LockResult locktab_renew(Locktab *lt, LockKind kind, const char *name, const uin
  * actor (opaque here: who asks, or NULL) is handed to hooks.ended. */
 LockResult locktab_release(Locktab *lt, LockKind kind, const char *name, const uint8_t *lease, void *actor,
                            const Now *now, uint32_t *count_left);
+/* What a write of a lock's value asks (locktab_set_value). */
+typedef struct ValueArgs {
+    const char *text;    /* the new value's JSON text (copied), or NULL: null */
+    bool check_version;  /* write only when the value's version is if_version now */
+    uint64_t if_version;
+    const char *key;     /* NULL, or the name of the API key writing (LockValue.key) */
+    Charge charge;       /* LockValue.charge from now on */
+} ValueArgs;
+/* Writes lock `name`'s value, for `lease`, which must hold it now as its
+ * writer (a reader's lease, another lock's, or one that ended is
+ * LOCK_NOT_HOLDER, and nothing changes): its version goes up by one, its
+ * token is the lease's; the index moves and hooks.value_changed reports
+ * it. LOCK_VERSION_MISMATCH when check_version and the version is another.
+ * *lock_out is the lock, when there is one (its value as it is after the
+ * call). The old value's text is freed: the caller reads what it needs of
+ * it (its charge, its size) before. */
+LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease, const ValueArgs *args,
+                             const Now *now, const Lock **lock_out);
+/* An election's leader replaces its value (Holder.value; text copied, NULL:
+ * null): LOCK_NOT_HOLDER unless `lease` leads election `name` now. The
+ * lease's record changes (hooks.holder_changed) and the index moves.
+ * *holder_out is the leader's lease. */
+LockResult locktab_proclaim(Locktab *lt, const char *name, const uint8_t *lease, const char *text, const Now *now,
+                            const Lock **lock_out, const Holder **holder_out);
+/* Start-up, after the holders: a lock's value read from storage (its name
+ * is created if need be). The strings are copied. */
+LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *value, const Now *now);
+/* Start-up: who the value of lock `name` is counted against. */
+void locktab_set_value_charge(Locktab *lt, const char *name, Charge charge);
+
 /* An admin's force-release: ends every lease of the name whatever its
  * reentry count (hooks.ended with LEASE_END_REVOKED, in grant order), starts
  * their lock-delays and grants the waiters that can then be.
@@ -350,10 +419,16 @@ bool locktab_list(const Locktab *lt, LockKind kind, const char *prefix, const ch
 void locktab_start_index(Locktab *lt, uint64_t base);
 uint64_t locktab_index(const Locktab *lt, LockKind kind, const char *name);
 uint64_t locktab_index_now(const Locktab *lt); /* the highest index given so far */
-/* Calls fn for the first `limit` waiters of lock, in queue order; since_ms is
- * the Unix time the waiter joined, mode its LockMode. */
-void locktab_each_waiter(const Lock *lock, size_t limit,
-                         void (*fn)(void *ud, const char *owner, int64_t since_ms, int mode), void *ud);
+/* One waiter as readers see it: since_ms is the Unix time it joined, mode
+ * its LockMode, permits what it asks of a semaphore (1 otherwise). */
+typedef struct WaiterView {
+    const char *owner;
+    int64_t since_ms;
+    int mode;
+    uint32_t permits;
+} WaiterView;
+/* Calls fn for the first `limit` waiters of lock, in queue order. */
+void locktab_each_waiter(const Lock *lock, size_t limit, void (*fn)(void *ud, const WaiterView *w), void *ud);
 
 /* What the table holds, per kind. */
 typedef struct LocktabCounts {
@@ -361,7 +436,10 @@ typedef struct LocktabCounts {
     size_t held;    /* names with a holder */
     size_t leases;  /* holders */
     size_t readers; /* holders in MODE_READ */
+    size_t permits; /* semaphores: the permits held (a lease may hold several) */
     size_t waiters;
+    size_t values;      /* locks with a value other than null */
+    size_t value_bytes; /* their texts' bytes */
 } LocktabCounts;
 LocktabCounts locktab_counts(const Locktab *lt, LockKind kind);
 

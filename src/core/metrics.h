@@ -35,7 +35,8 @@ typedef struct Metrics {
     uint64_t requests;
     uint64_t responses[6];       /* by status class: [2] = 2xx ... [5] = 5xx */
     uint64_t grants;             /* fresh grants, immediate or after waiting */
-    uint64_t grants_of[3];       /* the same: [0] writers, [1] readers, [2] permits */
+    uint64_t grants_of[4];       /* the same: [0] writers, [1] readers, [2] semaphores' leases, [3] leaders */
+    uint64_t proclamations;      /* values proclaimed by elections' leaders */
     uint64_t reentries;
     uint64_t replays;            /* acquires answered with the grant of their request_id */
     uint64_t renewals;
@@ -45,6 +46,8 @@ typedef struct Metrics {
     uint64_t waiter_disconnects;
     uint64_t undelivered_grants; /* grants released because the response failed */
     uint64_t not_holder;
+    uint64_t value_writes;       /* locks' values written (PUT /v1/locks/NAME/value answered 200) */
+    uint64_t value_refused[2];   /* value writes refused: [0] stale_token, [1] version_mismatch */
     uint64_t fence_accepted;
     uint64_t fence_rejected;
     uint64_t guard_rejected_stale;

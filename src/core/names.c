@@ -3,12 +3,23 @@
 
 #include <string.h>
 
-static const char *const ACTIONS[] = {"acquire", "renew", "release", "history"};
+static const char *const ACTIONS[] = {"acquire", "renew", "release", "history", "value"};
+
+/* An election's actions (issue 40); "renew" is a lock's too. */
+static const char *const ELECTION_ACTIONS[] = {"campaign", "proclaim", "resign", "renew", "observe"};
 
 bool name_is_action(const char *segment)
 {
     for (size_t i = 0; i < sizeof ACTIONS / sizeof ACTIONS[0]; i++)
         if (!strcmp(segment, ACTIONS[i]))
+            return true;
+    return false;
+}
+
+bool name_is_election_action(const char *segment)
+{
+    for (size_t i = 0; i < sizeof ELECTION_ACTIONS / sizeof ELECTION_ACTIONS[0]; i++)
+        if (!strcmp(segment, ELECTION_ACTIONS[i]))
             return true;
     return false;
 }
@@ -36,7 +47,20 @@ const char *name_lock_problem(const char *name)
     if (problem)
         return problem;
     const char *slash = strrchr(name, '/');
-    return name_is_action(slash ? slash + 1 : name) ? "may not end in a segment named acquire, renew, release or history" : NULL;
+    return name_is_action(slash ? slash + 1 : name)
+               ? "may not end in a segment named acquire, renew, release, history or value"
+               : NULL;
+}
+
+const char *name_election_problem(const char *name)
+{
+    const char *problem = name_problem(name);
+    if (problem)
+        return problem;
+    const char *slash = strrchr(name, '/');
+    return name_is_election_action(slash ? slash + 1 : name)
+               ? "may not end in a segment named campaign, proclaim, resign, renew or observe"
+               : NULL;
 }
 
 /* RFC 9110's tchar: letters and digits by range (every header name of every

@@ -23,6 +23,7 @@ typedef enum ShareKind {
     SHARE_CONNECTIONS, /* open connections (peers only) */
     SHARE_HALF_SENT,   /* requests begun and not yet complete (peers only) */
     SHARE_WATCH_BYTES, /* bytes of the answers its watches of locks will get or are sending */
+    SHARE_VALUE_BYTES, /* bytes of the locks' values it wrote that are kept (issue 40) */
     SHARE_KINDS,
 } ShareKind;
 

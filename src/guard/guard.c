@@ -359,7 +359,7 @@ static const char *destination_rest(Request *req, const GuardRoute *route, char 
 }
 
 size_t guard_bound_locks(Request *req, const GuardRoute *route, const char *method,
-                         char locks[2][NAME_MAX_BYTES + 1])
+                         char locks[2][GUARD_BINDING_MAX + 1])
 {
     const char *problem;
     size_t n = 0;
@@ -390,7 +390,7 @@ static bool holds(Request *req, const char *method, const char *lease_field, Gua
         return false;
     }
     Now now = clock_now();
-    const Holder *h = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
+    const Holder *h = locktab_held_by(s->locks, guard_binding_kind(b->lock), guard_binding_name(b->lock), b->lease, &now);
     b->token = h ? h->token : 0;
     const GuardStale *why = guardq_stale_reason(s, b);
     if (why) {
@@ -649,14 +649,14 @@ static void begin_write(Request *req, const GuardRoute *route, const char *metho
     if (!bound_lock(route, guardroute_rest(route, req->raw_uri), b[0].lock, sizeof b[0].lock, &problem)) {
         bad(req, "path",
             "a write must go to a path that names its lock ([A-Za-z0-9._~:/-], at most 256 bytes, not ending in "
-            "acquire, renew, release or history): %s",
+            "acquire, renew, release, history or value): %s",
             problem);
         return;
     }
     char dest_rest[HTTP_MAX_TARGET + 1];
     char *dest_url = NULL;
     if (names_destination(method)) {
-        char dest_lock[NAME_MAX_BYTES + 1];
+        char dest_lock[GUARD_BINDING_MAX + 1];
         if (!destination_rest(req, route, dest_rest, sizeof dest_rest))
             return;
         size_t dl = strcspn(dest_rest, "?");
@@ -785,7 +785,7 @@ static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *m
 {
     if (!s3req_signed(req))
         return true;
-    char lock[NAME_MAX_BYTES + 1] = "";
+    char lock[GUARD_BINDING_MAX + 1] = "";
     const char *problem;
     bool object = bound_lock(route, guardroute_rest(route, req->raw_uri), lock, sizeof lock, &problem) != NULL;
     if (object && s3auth_token_holds(req, lock)) {

@@ -95,7 +95,7 @@ bool guard_prepare(Request *req, const GuardRoute *route);
  * comes before guard_begin: its path's ("" when the path names none), and a
  * COPY's or MOVE's Destination's when that parses. Returns how many (1 or 2). */
 size_t guard_bound_locks(Request *req, const GuardRoute *route, const char *method,
-                         char locks[2][NAME_MAX_BYTES + 1]);
+                         char locks[2][GUARD_BINDING_MAX + 1]);
 /* Runs at the request's first callback (headers only): the guard takes the
  * body as it arrives (req->stream, also when it refuses the request), and
  * either rejects it or sets up its upstream call (req->guard->call), which

@@ -188,9 +188,11 @@ static const GuardStale NEWER_ARRIVED = {"newer_token", "a write with a larger t
 const GuardStale *guardq_stale_reason(const Server *s, const GuardBinding *b)
 {
     Now now = clock_now();
-    const Holder *h = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
+    LockKind kind = guard_binding_kind(b->lock);
+    const char *name = guard_binding_name(b->lock);
+    const Holder *h = locktab_held_by(s->locks, kind, name, b->lease, &now);
     if (!h)
-        return &NOT_HOLDER[locktab_why_not(s->locks, KIND_LOCK, b->lock, b->lease)];
+        return &NOT_HOLDER[locktab_why_not(s->locks, kind, name, b->lease)];
     if (h->mode == MODE_READ)
         return &READ_LEASE;
     if (h->token != b->token)
@@ -206,10 +208,12 @@ void guardq_reply_stale(Request *req, const GuardBinding *b, const GuardStale *w
     s->metrics.guard_rejected_stale++;
     /* The lease presented: a holder's, or an ended lease's the history remembers. */
     Now now = clock_now();
-    const Holder *presented = locktab_held_by(s->locks, KIND_LOCK, b->lock, b->lease, &now);
-    uint64_t token = presented ? presented->token : locktab_token_of(s->locks, KIND_LOCK, b->lock, b->lease);
+    LockKind kind = guard_binding_kind(b->lock);
+    const char *name = guard_binding_name(b->lock);
+    const Holder *presented = locktab_held_by(s->locks, kind, name, b->lease, &now);
+    uint64_t token = presented ? presented->token : locktab_token_of(s->locks, kind, name, b->lease);
     s->guard_refused(req, b->lock, token, presented ? presented->owner : "", why->code);
-    const Lock *l = locktab_get(s->locks, KIND_LOCK, b->lock);
+    const Lock *l = locktab_get(s->locks, kind, name);
     const Holder *first = l ? locktab_holder(l) : NULL;
     json_t *holder = first ? json_integer((json_int_t)first->token) : json_null();
     json_t *extra = json_pack("{s:s, s:o, s:I, s:o, s:s}", "lock", b->lock, "token",

@@ -37,14 +37,26 @@
 #include "core/clock.h"
 #include "core/leaseid.h"
 #include "core/names.h"
+#include "core/locktab.h"
 #include "guard/guardshare.h"
+#include "guard/guardroute.h"
 #include "leasegate/request.h"
 
 typedef struct GuardQueues GuardQueues;
 
 /* One lock a write is bound to, and the lease that holds it with its token. */
+/* The lock table's kind and name of a binding's key (guardroute.h). */
+static inline LockKind guard_binding_kind(const char *key)
+{
+    return key[0] == GUARD_ELECTION_MARK ? KIND_ELECTION : KIND_LOCK;
+}
+static inline const char *guard_binding_name(const char *key)
+{
+    return key[0] == GUARD_ELECTION_MARK ? key + 1 : key;
+}
+
 typedef struct GuardBinding {
-    char lock[NAME_MAX_BYTES + 1];
+    char lock[GUARD_BINDING_MAX + 1]; /* a lock's name, or "@" and an election's (guardroute.h) */
     uint8_t lease[LEASE_ID_BYTES];
     uint64_t token;
 } GuardBinding;

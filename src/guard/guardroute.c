@@ -11,8 +11,8 @@ static const char *const DEFAULT_METHODS[] = {"GET", "HEAD", "OPTIONS", "PUT", "
 static const char *const S3_METHODS[] = {"GET", "HEAD", "PUT", "POST", "DELETE"};
 
 /* The route's options, which a spec may give after UPSTREAM. */
-enum { OPT_LOCK, OPT_METHODS, OPT_REGION, OPT_ENDPOINT, OPT_COUNT };
-static const char *const OPTIONS[OPT_COUNT] = {"lock", "methods", "region", "endpoint"};
+enum { OPT_LOCK, OPT_METHODS, OPT_REGION, OPT_ENDPOINT, OPT_ELECTION, OPT_COUNT };
+static const char *const OPTIONS[OPT_COUNT] = {"lock", "methods", "region", "endpoint", "election"};
 
 bool guardroute_is_read(const char *method)
 {
@@ -221,8 +221,26 @@ bool guardroute_parse(const char *spec, GuardRoute *r, char *err, size_t errlen)
         v[vlen] = '\0';
         p = val + vlen;
         if (*p && option_at(p) < 0) {
-            snprintf(err, errlen, "--guard: unknown option '%.60s' (known: lock=NAME, methods=M1+M2, and for s3:// region=R, endpoint=URL)", p + 1);
+            snprintf(err, errlen, "--guard: unknown option '%.60s' (known: lock=NAME, election=NAME, methods=M1+M2, and for s3:// region=R, endpoint=URL)", p + 1);
             return false;
+        }
+        if ((opt == OPT_LOCK && seen[OPT_ELECTION]) || (opt == OPT_ELECTION && seen[OPT_LOCK])) {
+            snprintf(err, errlen, "--guard: lock= and election= exclude each other (a route binds to one of them)");
+            return false;
+        }
+        if (opt == OPT_ELECTION && r->kind != GUARD_HTTP) {
+            snprintf(err, errlen, "--guard: election= is for http(s):// routes only");
+            return false;
+        }
+        if (opt == OPT_ELECTION) {
+            const char *problem = name_election_problem(v);
+            if (problem) {
+                snprintf(err, errlen, "--guard: election name '%s' %s", v, problem);
+                return false;
+            }
+            r->lock[0] = GUARD_ELECTION_MARK;
+            memcpy(r->lock + 1, v, strlen(v) + 1); /* a valid name fits */
+            continue;
         }
         if ((opt == OPT_REGION || opt == OPT_ENDPOINT) && r->kind != GUARD_S3) {
             snprintf(err, errlen, "--guard: %s= is for s3:// routes only", OPTIONS[opt]);

@@ -3,14 +3,18 @@
  * under it is bound to, and which methods it forwards. Pure data and its
  * parser, so that the flags (config.h) and the guard share one definition.
  *
- * Spec: PREFIX=UPSTREAM[,lock=NAME][,methods=M1+M2+...], or for an S3
+ * Spec: PREFIX=UPSTREAM[,lock=NAME | ,election=NAME][,methods=M1+M2+...], or for an S3
  * bucket PREFIX=s3://BUCKET[/KEYPREFIX][,region=R][,endpoint=URL][,lock=NAME]
  * [,methods=...] (s3.h: the object's key is KEYPREFIX/ and the path below
  * PREFIX; region defaults to $AWS_REGION, which the caller fills in; the
  * endpoint to the region's AWS endpoint; methods only narrow GET+HEAD+PUT).
  *  - a path under PREFIX is bound to the lock its path below PREFIX names, or
  *    with lock=NAME every path is bound to lock NAME (the whole subtree is
- *    one resource: collection operations are allowed there);
+ *    one resource: collection operations are allowed there), or with
+ *    election=NAME (http(s) routes) to election NAME: a write needs the lease
+ *    of its leader now (issue 40). Such a binding is keyed "@NAME"
+ *    (GUARD_ELECTION_MARK: no lock name has it), so that its write order and
+ *    its mark are apart from lock NAME's;
  *  - methods= replaces the default list GET, HEAD, OPTIONS, PUT, POST, PATCH,
  *    DELETE. GET, HEAD and OPTIONS are reads; every other listed method is a
  *    write, which needs the bound lock's lease. A method not listed gets 405.
@@ -23,6 +27,10 @@
 #include <stddef.h>
 
 #define GUARD_MAX_METHODS 16
+/* The first byte of a binding to an election (GuardRoute.lock): a byte no name has. */
+#define GUARD_ELECTION_MARK '@'
+/* The longest binding: the mark and a name of NAME_MAX_BYTES (names.h). */
+#define GUARD_BINDING_MAX 257
 #define GUARD_METHOD_MAX 15 /* bytes of a method name */
 
 typedef enum GuardKind { GUARD_HTTP, GUARD_S3 } GuardKind;
@@ -36,7 +44,7 @@ typedef struct GuardRoute {
     char keyprefix[512]; /* without leading or trailing '/'; "" for none */
     char region[64];     /* "" until the caller fills it from $AWS_REGION */
     char endpoint[512];  /* scheme://host[:port], no trailing '/'; "" until the region is known */
-    char lock[257]; /* "" : bound by path */
+    char lock[258]; /* "" : bound by path; "@NAME": bound to election NAME */
     char methods[GUARD_MAX_METHODS][GUARD_METHOD_MAX + 1];
     size_t nmethods;
     char allow[GUARD_MAX_METHODS * (GUARD_METHOD_MAX + 2)]; /* "GET, HEAD, ..." for 405's Allow */

@@ -21,6 +21,7 @@ struct AuthTable {
     _Atomic int refs; /* a standby's threads take and drop references too (standby.c) */
     AuthKey *keys; /* owned, with their prefixes */
     size_t nkeys;
+    char file_sha256[65]; /* of the file's bytes as loaded, in hex (auth_write_metrics) */
 };
 
 static const char *const ROLE_NAMES[] = {[AUTH_CLIENT] = "client", [AUTH_FENCE] = "fence", [AUTH_ADMIN] = "admin"};
@@ -167,10 +168,12 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
     }
     for (size_t i = 3; i < nf; i++) {
         if (strchr(f[i], '=')) { /* never in a prefix: '=' is not a lock-name character */
-            static const char *const OPTS[] = {"max_held=",   "max_waiters=", "max_names=",
-                                               "max_fences=", "max_polls=",   "max_watch_bytes="};
-            size_t *const dest[] = {&k->max_held,   &k->max_waiters, &k->max_names,
-                                    &k->max_fences, &k->max_polls,   &k->max_watch_bytes};
+            static const char *const OPTS[] = {"max_held=",   "max_waiters=",     "max_names=",
+                                               "max_fences=", "max_polls=",       "max_watch_bytes=",
+                                               "max_value_bytes="};
+            size_t *const dest[] = {&k->max_held,   &k->max_waiters,     &k->max_names,
+                                    &k->max_fences, &k->max_polls,       &k->max_watch_bytes,
+                                    &k->max_value_bytes};
             /* A byte count: its own range (config.h's). */
             size_t *const bytes = &k->max_watch_bytes;
             size_t *limit = NULL;
@@ -185,8 +188,8 @@ static bool parse_fields(char **f, size_t nf, AuthKey *k, char *err, size_t errl
             if (!limit || !end || *end || (limit != bytes && n > 100000000) ||
                 (limit == bytes && (n < CONFIG_MIN_WATCH_BYTES || n > 1000000000000ULL))) {
                 snprintf(err, errlen,
-                         "'%.80s' is not max_held=N, max_waiters=N, max_names=N, max_fences=N or max_polls=N (N in "
-                         "1..100000000), or max_watch_bytes=N (N in 1048576..1000000000000)",
+                         "'%.80s' is not max_held=N, max_waiters=N, max_names=N, max_fences=N, max_polls=N or "
+                         "max_value_bytes=N (N in 1..100000000), or max_watch_bytes=N (N in 1048576..1000000000000)",
                          f[i]);
                 return false;
             }
@@ -335,9 +338,26 @@ AuthTable *auth_load(const char *path, char *err, size_t errlen)
             table_free(t);
         return NULL;
     }
+    uint8_t h[32];
+    bool hashed = sha256(text, n, h);
     free(text);
+    if (!hashed) {
+        snprintf(err, errlen, "%s: cannot hash it (out of memory?)", path);
+        table_free(t);
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof h; i++)
+        snprintf(t->file_sha256 + 2 * i, 3, "%02x", h[i]);
     t->refs = 1;
     return t;
+}
+
+void auth_write_metrics(FILE *f, const AuthTable *t)
+{
+    fprintf(f, "# HELP leasegate_key_file_info The --auth-file in use, by the first 16 hex digits of its SHA-256: "
+               "every gateway of a lock space should show the same.\n# TYPE leasegate_key_file_info gauge\n"
+               "leasegate_key_file_info{sha256=\"%.16s\"} 1\n",
+            t->file_sha256);
 }
 
 const AuthKey *auth_find(const AuthTable *t, const char *key, size_t len, unsigned *secret)

@@ -6,7 +6,7 @@
  *
  *     NAME ROLE sha256:HEX[,sha256:HEX] PREFIX... [max_held=N] [max_waiters=N]
  *                                    [max_names=N] [max_fences=N] [max_polls=N]
- *                                    [max_watch_bytes=N]
+ *                                    [max_watch_bytes=N] [max_value_bytes=N]
  *
  * NAME is 1..64 bytes of [A-Za-z0-9._-], unique in the file; ROLE is client,
  * fence or admin; HEX is the SHA-256 of the key (64 lower-case hex digits):
@@ -17,9 +17,10 @@
  * fence, resource) names the key may touch, 1..256 bytes; `*` is every name.
  * An admin's prefixes are `*`. max_held bounds the locks the key's requests
  * hold and wait for together, max_waiters its waiting acquires, max_names,
- * max_fences, max_polls and max_watch_bytes its shares of lock names, fence
- * resources, requests held open and bytes of watch answers (quota.h); without them the server's --key-max-*
- * flags apply.
+ * max_fences, max_polls, max_watch_bytes and max_value_bytes its shares of
+ * lock names, fence resources, requests held open, bytes of watch answers
+ * and bytes of the locks' values it wrote (quota.h); without them the
+ * server's --key-max-* flags apply.
  * Blank lines and lines starting with '#' are
  * skipped. A file over AUTH_MAX_FILE bytes or AUTH_MAX_KEYS keys, or with any
  * line that does not parse, is refused whole (with the line number); so is a
@@ -39,6 +40,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #define AUTH_MAX_FILE (1024 * 1024)
@@ -64,6 +66,7 @@ typedef struct AuthKey {
     size_t max_fences;  /* 0: the server's default (--key-max-fences) */
     size_t max_polls;   /* 0: the server's default (--key-max-polls) */
     size_t max_watch_bytes; /* 0: the server's default (--key-max-watch-bytes) */
+    size_t max_value_bytes; /* 0: the server's default (--key-max-value-bytes) */
 } AuthKey;
 
 typedef struct AuthTable AuthTable;
@@ -74,6 +77,10 @@ AuthTable *auth_load(const char *path, char *err, size_t errlen);
 AuthTable *auth_ref(AuthTable *t);
 void auth_unref(AuthTable *t);
 size_t auth_count(const AuthTable *t);
+/* The series leasegate_key_file_info{sha256="..."} 1: which file t was read
+ * from (a hash of its bytes, which name keys only by their hashes), so that
+ * /metrics shows a gateway whose file differs from the others'. */
+void auth_write_metrics(FILE *f, const AuthTable *t);
 
 /* The key whose text is `key` (len bytes), or NULL; *secret (may be NULL)
  * is the index of the secret it matched in the key's hash. */

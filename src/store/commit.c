@@ -343,6 +343,19 @@ bool commit_holder_gone(Commit *c, LockKind kind, const char *name, uint64_t tok
     return add(c, &r);
 }
 
+bool commit_value(Commit *c, const Lock *lock)
+{
+    const LockValue *v = &lock->value;
+    StoreRecord r = {.kind = REC_VALUE, .value = {lock->name, v->text, v->version, v->token, v->key, v->at_ms}};
+    return add(c, &r);
+}
+
+bool commit_value_gone(Commit *c, const char *name)
+{
+    StoreRecord r = {.kind = REC_VALUE, .removal = true, .value = {.name = name}};
+    return add(c, &r);
+}
+
 bool commit_forget(Commit *c, LockKind kind, const char *name, uint64_t counter)
 {
     StoreRecord r = {.kind = REC_LOCK, .removal = true, .lock = {.name = name, .kind = (uint8_t)kind}};
@@ -487,7 +500,9 @@ static bool named(const char *a, uint8_t akind, const char *b, LockKind bkind)
 
 static bool batch_touches(const Batch *b, LockKind kind, const char *name)
 {
-    uint8_t object = kind == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE : AUDIT_OF_LOCK;
+    uint8_t object = kind == KIND_SEMAPHORE ? AUDIT_OF_SEMAPHORE
+                     : kind == KIND_ELECTION ? AUDIT_OF_ELECTION
+                                             : AUDIT_OF_LOCK;
     for (size_t i = 0; i < b->n; i++) {
         const StoreRecord *r = &b->records[i];
         switch ((StoreRecordKind)r->kind) {
@@ -503,6 +518,10 @@ static bool batch_touches(const Batch *b, LockKind kind, const char *name)
             if (named(r->ended.lock, r->ended.kind, name, kind))
                 return true;
             break;
+        case REC_VALUE: /* a lock's: its read shows it */
+            if (kind == KIND_LOCK && !strcmp(r->value.name, name))
+                return true;
+            break;
         case REC_AUDIT:
             /* A removal names its seq and key only: it shows nothing of the name. */
             if (!r->removal && r->audit.object == object && !strcmp(r->audit.lock, name))
@@ -513,7 +532,7 @@ static bool batch_touches(const Batch *b, LockKind kind, const char *name)
         case REC_FLOOR:
         case REC_REVOKED:
         case REC_KINDS:
-            break; /* not shown by a read of a lock or semaphore */
+            break; /* not shown by a read of a lock, semaphore or election */
         }
     }
     return false;

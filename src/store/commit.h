@@ -82,6 +82,9 @@ bool commit_lock(Commit *c, const Lock *lock);
  * its removal, when the lease ended. */
 bool commit_holder(Commit *c, const Lock *lock, const Holder *h);
 bool commit_holder_gone(Commit *c, LockKind kind, const char *name, uint64_t token);
+/* A lock's value (StoreValue): written; and its removal, when the name is forgotten. */
+bool commit_value(Commit *c, const Lock *lock);
+bool commit_value_gone(Commit *c, const char *name);
 /* The name is forgotten: its row goes, and the counter (the largest token ever
  * issued) is written where the row no longer vouches for it. */
 bool commit_forget(Commit *c, LockKind kind, const char *name, uint64_t counter);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/headbytes.h"
 #include "core/log.h"
 
 struct Election {
@@ -374,22 +375,6 @@ static void revoke_lease(Election *e)
     json_decref(resp);
 }
 
-typedef struct Small {
-    char text[512];
-    size_t len;
-} Small;
-
-/* An answer's first bytes; the rest is dropped. */
-static size_t keep_small(char *ptr, size_t size, size_t nmemb, void *ud)
-{
-    Small *b = ud;
-    size_t n = size * nmemb, room = sizeof b->text - 1 - b->len;
-    memcpy(b->text + b->len, ptr, n < room ? n : room);
-    b->len += n < room ? n : room;
-    b->text[b->len] = '\0';
-    return n;
-}
-
 /* Whether the gateway at url says, within DEFER_PROBE_MS, that it leads
  * (its /healthz: 200 and role leader): it runs and still thinks it leads.
  * One that is dead, paused, stopping (503) or that asks for a key says no. */
@@ -400,14 +385,14 @@ static bool says_it_leads(const Election *e, const char *url)
     CURL *h = curl_easy_init();
     if (!h)
         return false;
-    Small body = {.len = 0};
+    HeadBytes body = {.len = 0};
     if (e->url.cacert)
         curl_easy_setopt(h, CURLOPT_CAINFO, e->url.cacert);
     curl_easy_setopt(h, CURLOPT_URL, target);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, DEFER_PROBE_MS);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, keep_small);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, headbytes_keep);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
     long status = 0;
     bool ok = curl_easy_perform(h) == CURLE_OK && curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&

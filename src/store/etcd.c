@@ -74,6 +74,9 @@ static EtcdErrKind kind_of_transfer(CURLcode rc)
 
 /* An answer that is a refusal: etcd's quota alarm by its message, one the
  * next member may answer differently (retryable), or a final one. */
+/* etcd's election API, asked who leads while no candidate has a key. */
+#define ELECTION_NO_LEADER "election: no leader"
+
 static EtcdErrKind kind_of_refusal(bool retryable, const char *message)
 {
     if (message && strstr(message, "database space exceeded"))
@@ -105,6 +108,15 @@ bool etcd_url_parse(const char *url, EtcdUrl *out, char *err, size_t errlen)
         return false;
     }
     memcpy(out->prefix, prefix, plen);
+    /* etcd takes keys as written: "/lg" or "lg//x" would be a lock space of
+     * its own beside "lg" or "lg/x", so a doubled '/' (a typo) is refused
+     * rather than read as another prefix. Trailing ones were dropped above. */
+    if (out->prefix[0] == '/' || strstr(out->prefix, "//")) {
+        snprintf(err, errlen, "--store: the prefix '%s' of '%s' has an empty segment (a leading '/' or '//'): etcd "
+                 "keeps keys as written, so it would be another lock space than the one without it",
+                 out->prefix, url);
+        return false;
+    }
     const char *p = hosts;
     while (p < slash) {
         const char *comma = memchr(p, ',', (size_t)(slash - p));
@@ -356,6 +368,13 @@ static int json_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
              * and so is an alarm's refusal (429 too, for NOSPACE). */
             result = (status >= 500 || status == 429) && !alarm_refusal(err) ? 1 : -1;
             c->failed_as = (int)kind_of_refusal(result == 1, msg ? msg : b.data);
+            /* The election API says "no leader" (a 500) while no candidate
+             * holds a key: an answer, the same from every member, not a
+             * failure of etcd; neither asked again nor counted. */
+            if (msg && !strcmp(msg, ELECTION_NO_LEADER)) {
+                result = -1;
+                c->failed_as = -1;
+            }
         }
         json_decref(j);
     }

@@ -67,7 +67,7 @@ const char *etcd_err_kind_name(EtcdErrKind k);
 typedef struct EtcdUrl {
     char endpoints[ETCD_MAX_ENDPOINTS][300]; /* "http://HOST:PORT" or "https://HOST:PORT" */
     size_t nendpoints;
-    char prefix[256]; /* without leading or trailing '/', never empty */
+    char prefix[256]; /* without leading or trailing '/' or an empty segment, never empty */
     const char *cacert; /* borrowed: the CAs etcd's certificate must be signed by; NULL: the system's */
     const char *cert, *key; /* borrowed: the client certificate and key shown to etcd (PEM); NULL: none */
     struct EtcdAuth *auth; /* borrowed: an etcd user's name and password (etcd_auth.h); NULL: none */

@@ -150,34 +150,67 @@ static int check_ancestors(EtcdClient *etcd, const char *prefix, LockSpace *out,
 static const char *const KINDS[] = {"meta",   "locks",   "semaphores", "holders", "fences", "guard",
                                     "floors", "revoked", "history",    "audit",   "auth"};
 
-/* What a key under the prefix (rest: the part after "PREFIX/") is: 1 one of
- * a lock space's own, 0 another's, with *nested_len the length of rest's
- * part that names a lock space inside the prefix (its .../meta/lockspace or
- * .../meta/commit), else 0. A record's name may hold '/' (a lock
- * "a/meta/commit"), a candidate's key never does: a deeper key under
- * PREFIX/leader/ belongs to a lock space at PREFIX/leader, the collision
- * lockspace.h describes. */
+/* What a key under the prefix (rest: the part after "PREFIX/") is: 2 a
+ * candidate's (PREFIX/leader/ID), 1 one of a lock space's records, 0
+ * another's; *nested_len, whatever it returns, is the length of rest's part
+ * that may name a lock space inside the prefix (rest ends in
+ * .../meta/lockspace or .../meta/commit), else 0. A record's name
+ * may hold '/' (a lock "a/meta/commit"), so such a key may be a lock space's
+ * own: only the value at .../meta/lockspace tells (classify_keys). A
+ * candidate's key never holds '/': a deeper key under PREFIX/leader/ belongs
+ * to a lock space at PREFIX/leader, the collision lockspace.h describes. */
 static int own_key(const char *rest, size_t *nested_len)
 {
     *nested_len = 0;
+    const char *tail = strstr(rest, "/meta/");
+    if (tail && (!strcmp(tail, "/meta/lockspace") || !strcmp(tail, "/meta/commit")))
+        *nested_len = (size_t)(tail - rest);
     size_t first = strcspn(rest, "/");
     for (size_t i = 0; i < sizeof KINDS / sizeof *KINDS; i++)
         if (strlen(KINDS[i]) == first && !strncmp(rest, KINDS[i], first) && rest[first] == '/')
             return 1;
     if (first == 6 && !strncmp(rest, "leader/", 7) && rest[7] && !strchr(rest + 7, '/'))
-        return 1;
-    const char *tail = strstr(rest, "/meta/");
-    if (tail && (!strcmp(tail, "/meta/lockspace") || !strcmp(tail, "/meta/commit")))
-        *nested_len = (size_t)(tail - rest);
+        return 2;
     return 0;
 }
 
-/* The prefix has no identity: 0 nothing is under it, 1 a lock space older
- * than identities (only its kinds of keys: own_key), or -1 with err naming
- * what is there (a lock space inside it, other keys) or why etcd did not
- * answer. Looks at the first SCAN_KEYS keys. */
-static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t errlen)
+/* Nested candidates looked at for an identity, at most (a lock space has one
+ * .../meta/lockspace; a lock named ".../meta/commit" is rare). */
+#define NESTED_CHECKS 8
+
+/* Whether base, the start of a key ending in /meta/lockspace or
+ * /meta/commit, is a lock space inside the prefix: its base/meta/lockspace
+ * holds an identity, or the key is none of a lock space's own (not_own: a
+ * lock space's mark, older than identities if no identity). 1 it is (what
+ * names it, for the line), 0 not, -1 err. */
+static int nested_lock_space(EtcdClient *etcd, const char *base, bool not_own, char *what, size_t whatlen, char *err,
+                             size_t errlen)
 {
+    char key[600], *value = NULL, was[256];
+    snprintf(key, sizeof key, "%s/meta/lockspace", base);
+    int rc = read_key(etcd, key, &value, err, errlen);
+    if (rc < 0)
+        return -1;
+    LockSpace l;
+    bool identity = rc == FOUND_VALUE && parse_identity(value, &l, was, sizeof was);
+    if (identity || not_own)
+        describe(identity ? value : NULL, what, whatlen, base);
+    free(value);
+    return identity || not_own;
+}
+
+/* The prefix has no identity: 0 nothing is under it (or only candidates'
+ * keys, bound to their gateways' leases: gateways older than identities
+ * campaigning, none of which committed yet), 1 a lock space older
+ * than identities (only its kinds of keys, own_key, and the commit mark or
+ * token counter that such a gateway wrote at its first commit), or -1 with
+ * err naming what is there (a lock space inside it, other keys) or why etcd
+ * did not answer; *bare: nothing at all is under it. Looks at the first
+ * SCAN_KEYS keys: a lock space inside that they do not reach still leaves no
+ * commit mark at PREFIX/meta/, so it is refused as other keys. */
+static int classify_keys(EtcdClient *etcd, const char *prefix, bool *bare, char *err, size_t errlen)
+{
+    *bare = false;
     char start[300], end[300];
     snprintf(start, sizeof start, "%s/", prefix);
     snprintf(end, sizeof end, "%s0", prefix); /* '/' + 1: past every key under the prefix */
@@ -196,9 +229,10 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
         call_error(what, why, err, errlen);
         return -1;
     }
-    size_t i, plen = strlen(start), keys = 0;
+    size_t i, plen = strlen(start), keys = 0, records = 0, checked = 0;
     json_t *kv;
-    char foreign[300] = "", nested[300] = "";
+    char foreign[300] = "", what[400] = "";
+    int nested = 0;
     json_array_foreach(json_object_get(resp, "kvs"), i, kv)
     {
         size_t len, nested_len;
@@ -206,40 +240,120 @@ static int classify_keys(EtcdClient *etcd, const char *prefix, char *err, size_t
         char *k = etcd_b64_decode(k64 ? k64 : "", &len);
         if (!k)
             continue;
+        int own = own_key(len > plen ? k + plen : "", &nested_len);
         keys++;
-        if (!own_key(len > plen ? k + plen : "", &nested_len) && !foreign[0])
+        records += own != 2;
+        if (!own && !foreign[0])
             snprintf(foreign, sizeof foreign, "%s", k);
-        if (nested_len && !nested[0])
-            snprintf(nested, sizeof nested, "%.*s", (int)(plen + nested_len), k);
+        if (nested_len && !nested && checked++ < NESTED_CHECKS) {
+            char base[300];
+            snprintf(base, sizeof base, "%.*s", (int)(plen + nested_len), k);
+            nested = nested_lock_space(etcd, base, !own, what, sizeof what, err, errlen);
+        }
         free(k);
+        if (nested < 0)
+            break;
     }
     json_decref(resp);
-    if (!keys)
-        return 0;
-    if (!foreign[0] && !nested[0])
-        return 1;
-    if (nested[0]) {
-        char what[400];
-        char *value = NULL, key[600];
-        snprintf(key, sizeof key, "%s/meta/lockspace", nested);
-        char ignore[200];
-        if (read_key(etcd, key, &value, ignore, sizeof ignore) < 0)
-            value = NULL;
-        describe(value, what, sizeof what, nested);
-        free(value);
+    if (nested < 0)
+        return -1;
+    if (nested) {
         snprintf(err, errlen, "the prefix %s lies around %s: a lock space here would take that one's keys for its "
                  "own; use a prefix outside every lock space", prefix, what);
-    } else {
-        snprintf(err, errlen, "the prefix %s holds keys that are not a lock space's (%s, ...): a lock space is "
-                 "created only on an empty prefix", prefix, foreign);
+        return -1;
     }
+    *bare = keys == 0;
+    if (!records)
+        return 0;
+    if (!foreign[0]) {
+        /* Only a lock space's kinds of keys: an older one only if its marks are there. */
+        const char *marks[] = {"meta/commit", "meta/last_token"};
+        for (size_t m = 0; m < sizeof marks / sizeof *marks; m++) {
+            char key[300], *value;
+            snprintf(key, sizeof key, "%s/%s", prefix, marks[m]);
+            int found = read_key(etcd, key, &value, err, errlen);
+            free(value);
+            if (found == FOUND_VALUE)
+                return 1;
+            if (found != FOUND_NONE) {
+                if (found == FOUND_DENIED)
+                    snprintf(err, errlen, "this gateway's etcd role may not read %s", key);
+                return -1;
+            }
+        }
+        snprintf(err, errlen, "the prefix %s holds keys that are not a lock space's (%s... without the commit mark "
+                 "%s/meta/commit of a lock space older than identities): a lock space is created only on an empty "
+                 "prefix (a lock space of gateways older than commit marks: write its last token to "
+                 "%s/meta/last_token first)", prefix, start, prefix, prefix);
+        return -1;
+    }
+    snprintf(err, errlen, "the prefix %s holds keys that are not a lock space's (%s, ...): a lock space is "
+             "created only on an empty prefix", prefix, foreign);
     return -1;
 }
 
-/* Writes the identity once (compare: the key does not exist). 0 with *out
- * filled (this call's, or one written at the same time by another gateway:
- * then created/adopted stay false), -1 with err. */
-static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, int schema, LockSpace *out,
+/* What write_identity and open_once return when the creation's compare
+ * failed without an identity at the prefix: a lock space that collides was
+ * made meanwhile, so the check is made again (and names it). */
+#define RACED 1
+/* How many times the check is made again after RACED, at most. */
+#define RACE_ROUNDS 3
+
+/* A compare of the identity's creation: nothing at key (or, with range_end,
+ * in [key, range_end)) was ever created. Appended to `to`; false without memory. */
+static bool compare_absent(json_t *to, const char *key, const char *range_end)
+{
+    char *kb = etcd_b64_encode(key, strlen(key));
+    char *eb = range_end ? etcd_b64_encode(range_end, strlen(range_end)) : NULL;
+    json_t *c = kb && (eb || !range_end) ? json_pack("{s:s, s:s, s:s, s:s}", "key", kb, "target", "CREATE", "result",
+                                                    "EQUAL", "create_revision", "0")
+                                         : NULL;
+    free(kb);
+    bool ok = c && (!eb || json_object_set_new(c, "range_end", json_string(eb)) == 0);
+    free(eb);
+    if (!ok) {
+        json_decref(c);
+        return false;
+    }
+    return json_array_append_new(to, c) == 0; /* takes c, also when it fails */
+}
+
+/* The compares of an identity's creation at prefix: its key absent; every
+ * ancestor without a lock space (check_ancestors, seen again inside the
+ * transaction); with bare, nothing at all under the prefix (classify_keys).
+ * Two gateways that create lock spaces at nested prefixes at the same
+ * moment so cannot both succeed: whichever commits second fails its
+ * compare (the outer one's range, or the inner one's ancestor). NULL without
+ * memory. */
+static json_t *creation_compares(const char *prefix, bool bare)
+{
+    json_t *cmp = json_array();
+    char key[600], end[300];
+    snprintf(key, sizeof key, "%s/meta/lockspace", prefix);
+    bool ok = cmp && compare_absent(cmp, key, NULL);
+    if (ok && bare) {
+        snprintf(key, sizeof key, "%s/", prefix);
+        snprintf(end, sizeof end, "%s0", prefix); /* '/' + 1 */
+        ok = compare_absent(cmp, key, end);
+    }
+    for (const char *slash = strchr(prefix, '/'); ok && slash; slash = strchr(slash + 1, '/')) {
+        int base = (int)(slash - prefix);
+        snprintf(key, sizeof key, "%.*s/meta/lockspace", base, prefix);
+        ok = compare_absent(cmp, key, NULL);
+        snprintf(key, sizeof key, "%.*s/meta/commit", base, prefix);
+        ok = ok && compare_absent(cmp, key, NULL);
+    }
+    if (!ok) {
+        json_decref(cmp);
+        return NULL;
+    }
+    return cmp;
+}
+
+/* Writes the identity once (creation_compares). 0 with *out filled (this
+ * call's, or one written at the same time by another gateway: then
+ * created/adopted stay false), RACED, or -1 with err. */
+static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, bool bare, int schema, LockSpace *out,
                           char *err, size_t errlen)
 {
     uuid_t u;
@@ -256,11 +370,10 @@ static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, i
     json_decref(j);
     char *kb = etcd_b64_encode(key, strlen(key)), *vb = text ? etcd_b64_encode(text, strlen(text)) : NULL;
     free(text);
-    json_t *req = kb && vb ? json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s}}], s:[{s:{s:s}}]}", "compare",
-                                       "key", kb, "target", "CREATE", "result", "EQUAL", "create_revision", "0",
-                                       "success", "request_put", "key", kb, "value", vb, "failure", "request_range",
-                                       "key", kb)
-                           : NULL;
+    json_t *cmp = kb && vb ? creation_compares(prefix, bare && !adopting) : NULL;
+    json_t *req = cmp ? json_pack("{s:o, s:[{s:{s:s, s:s}}], s:[{s:{s:s}}]}", "compare", cmp, "success",
+                                  "request_put", "key", kb, "value", vb, "failure", "request_range", "key", kb)
+                      : NULL;
     free(kb), free(vb);
     json_t *resp;
     char why[800];
@@ -281,7 +394,9 @@ static int write_identity(EtcdClient *etcd, const char *prefix, bool adopting, i
     char *theirs = !mine && v64 ? etcd_b64_decode(v64, &len) : NULL;
     json_decref(resp);
     char was[256];
-    bool ok = mine || (theirs && parse_identity(theirs, out, was, sizeof was));
+    if (!mine && !theirs)
+        return RACED;
+    bool ok = mine || parse_identity(theirs, out, was, sizeof was);
     free(theirs);
     if (!ok) {
         snprintf(err, errlen, "%s: etcd's answer to its creation holds no identity", key);
@@ -329,16 +444,11 @@ static int check_schema(const char *prefix, const LockSpace *l, char *err, size_
     return -1;
 }
 
-int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, size_t errlen)
+/* One look at the prefix and, with create, the identity's creation: 0 with
+ * *out, RACED, or -1 with err. */
+static int open_once(EtcdClient *etcd, const char *prefix, bool create, LockSpace *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    EtcdClient *etcd = etcd_client_new(url, CHECK_CALL_MS);
-    if (!etcd) {
-        snprintf(err, errlen, "out of memory (or libcurl cannot start)");
-        return -1;
-    }
-    etcd_client_retry(etcd, CHECK_FIRST_MS, CHECK_BUDGET_MS);
-    const char *prefix = url->prefix;
     int rc = check_ancestors(etcd, prefix, out, err, errlen);
     char key[300], *value = NULL;
     snprintf(key, sizeof key, "%s/meta/lockspace", prefix);
@@ -359,15 +469,16 @@ int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, s
                          prefix, was);
         }
     } else if (found == FOUND_NONE) {
-        int kind = classify_keys(etcd, prefix, err, errlen);
+        bool bare;
+        int kind = classify_keys(etcd, prefix, &bare, err, errlen);
         unsigned layout = 0;
         if (kind == 1 && (rc = read_layout(etcd, prefix, &layout, err, errlen)) == 0) {
             /* Made before identities: its schema is the layout its leaders wrote (1 before the mark). */
-            rc = write_identity(etcd, prefix, true, layout ? (int)layout : 1, out, err, errlen);
+            rc = write_identity(etcd, prefix, true, false, layout ? (int)layout : 1, out, err, errlen);
         } else if (kind == 1) {
             rc = -1;
         } else if (kind == 0 && create) {
-            rc = write_identity(etcd, prefix, false, ETCD_LAYOUT, out, err, errlen);
+            rc = write_identity(etcd, prefix, false, bare, ETCD_LAYOUT, out, err, errlen);
         } else if (kind == 0) {
             snprintf(err, errlen, "there is no lock space at %s (nothing is stored under %s/): a new lock space is "
                      "created only when asked (start once with --new-lock-space); if one exists, check the prefix for "
@@ -384,6 +495,27 @@ int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, s
     unsigned layout = 0;
     if (rc == 0 && (rc = read_layout(etcd, prefix, &layout, err, errlen)) == 0 && layout > out->schema)
         out->schema = layout;
+    return rc;
+}
+
+int lockspace_open(const EtcdUrl *url, bool create, LockSpace *out, char *err, size_t errlen)
+{
+    EtcdClient *etcd = etcd_client_new(url, CHECK_CALL_MS);
+    if (!etcd) {
+        memset(out, 0, sizeof *out);
+        snprintf(err, errlen, "out of memory (or libcurl cannot start)");
+        return -1;
+    }
+    etcd_client_retry(etcd, CHECK_FIRST_MS, CHECK_BUDGET_MS);
+    const char *prefix = url->prefix;
+    int rc = RACED;
+    for (int round = 0; rc == RACED && round < RACE_ROUNDS; round++)
+        rc = open_once(etcd, prefix, create, out, err, errlen);
+    if (rc == RACED) {
+        snprintf(err, errlen, "the lock space at %s could not be created: another gateway made a lock space that "
+                 "collides with it %d times in a row while this one checked", prefix, RACE_ROUNDS);
+        rc = -1;
+    }
     etcd_client_free(etcd);
     if (rc == 0)
         return check_schema(prefix, out, err, errlen);

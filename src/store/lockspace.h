@@ -19,7 +19,14 @@
  *     start an empty lock space at token 1.
  * A lock space found without an identity but with a commit mark or a token
  * counter was made by a gateway older than identities: it is given one (the
- * same schema: those gateways and these share it).
+ * same schema: those gateways and these share it). Keys of a lock space's
+ * kinds without those marks are another's (a lock space at PREFIX/locks has
+ * keys PREFIX/locks/..., which read as lock records of PREFIX).
+ *
+ * The check and the creation are one decision: the identity's transaction
+ * requires what the check saw (no ancestor with a lock space, nothing under
+ * the prefix), so of two gateways creating nested lock spaces at the same
+ * moment, the second to commit checks again and is refused.
  *
  * The compatibility rule: a lock space's schema is the layout of the records
  * under its prefix (store_etcd.c's key list): `schema` in the identity is the
@@ -44,8 +51,11 @@
 #include "store/etcd.h"
 
 /* The layout of the records this gateway writes under a prefix (store_etcd.c's
- * key list): the schema of the lock spaces it creates, the newest it reads. */
-#define ETCD_LAYOUT 2
+ * key list): the schema of the lock spaces it creates, the newest it reads.
+ * Layout 3 (issue 40) adds what an older gateway must not load as if it knew
+ * it: a semaphore's lease of several permits (it would count one), a lock's
+ * value and an election's leader (it would drop them). */
+#define ETCD_LAYOUT 3
 
 typedef struct LockSpace {
     char id[37];           /* the UUID, as text */

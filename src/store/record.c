@@ -28,6 +28,7 @@ static void copy_holder(Arena *a, Holder *h, bool *ok)
     h->metadata = dup(a, h->metadata, ok);
     h->request_id = dup(a, h->request_id, ok);
     h->key = dup(a, h->key, ok);
+    h->value = dup(a, h->value, ok);
 }
 
 bool record_copy(Arena *a, StoreRecord *to, const StoreRecord *from)
@@ -42,6 +43,11 @@ bool record_copy(Arena *a, StoreRecord *to, const StoreRecord *from)
         to->holder.name = dup(a, from->holder.name, &ok);
         if (!to->removal)
             copy_holder(a, &to->holder.holder, &ok);
+        return ok;
+    case REC_VALUE:
+        to->value.name = dup(a, from->value.name, &ok);
+        to->value.text = dup(a, from->value.text, &ok);
+        to->value.key = dup(a, from->value.key, &ok);
         return ok;
     case REC_FENCE:
         to->fence.name = dup(a, from->fence.name, &ok);
@@ -63,6 +69,7 @@ bool record_copy(Arena *a, StoreRecord *to, const StoreRecord *from)
         to->revoked.lock = dup(a, from->revoked.lock, &ok);
         return ok;
     case REC_AUDIT:
+        to->audit.value = NULL; /* an event's only, never stored */
         to->audit.lock = dup(a, from->audit.lock, &ok);
         to->audit.owner = dup(a, from->audit.owner, &ok);
         to->audit.key = dup(a, from->audit.key, &ok);

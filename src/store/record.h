@@ -47,6 +47,18 @@ typedef struct StoreHolder {
     Holder holder;       /* strings borrowed */
 } StoreHolder;
 
+/* A lock's value (issue 40), keyed by the lock's name: what its writer last
+ * set, which outlives the writer (LockValue). As a removal (the name is
+ * forgotten) only name is set. */
+typedef struct StoreValue {
+    const char *name;
+    const char *text; /* the value's JSON text, or NULL: null written */
+    uint64_t version; /* its writes so far (>= 1) */
+    uint64_t token;   /* the writer's token */
+    const char *key;  /* the writer's API key, or NULL */
+    int64_t at_ms;    /* Unix ms of the write */
+} StoreValue;
+
 /* A high-water mark: a fence resource's, or the guard's for one lock (kept
  * by storage as the largest of the marks put); as a removal, a fence
  * resource's or a forgotten lock's (a fence mark lives on in a floor). */
@@ -81,7 +93,7 @@ typedef struct StoreRevoked {
 } StoreRevoked;
 
 /* Every kind, once: X(KIND, member, type). The order is the load's (every
- * record of a kind, then the next kind): names before leases, a name's
+ * record of a kind, then the next kind): names before leases and values, a name's
  * leases by token (oldest grant first; etcd's come by token across names
  * too), ended leases and audit rows by seq, so that a name is known before
  * anything of it loads. An audit row is keyed by its
@@ -90,6 +102,7 @@ typedef struct StoreRevoked {
 #define STORE_RECORD_KINDS(X)                                                                                     \
     X(LOCK, lock, StoreLock)                                                                                      \
     X(HOLDER, holder, StoreHolder)                                                                                \
+    X(VALUE, value, StoreValue)                                                                                   \
     X(FENCE, fence, StoreMark)                                                                                    \
     X(GUARD_MARK, guard_mark, StoreMark)                                                                          \
     X(FLOOR, floor, StoreFloor)                                                                                   \

@@ -43,7 +43,8 @@ DESCRIBE_COLUMNS(LOCK, LOCK_LIST);
     X(P, kind, SQL_KEY) X(P, name, SQL_KEY) X(P, token, SQL_KEY) X(P, lease, SQL_SET) X(P, owner, SQL_SET)          \
         X(P, mode, SQL_SET) X(P, ttl_ms, SQL_SET) X(P, acquired_at_ms, SQL_SET) X(P, expires_at_ms, SQL_SET)        \
             X(P, count, SQL_SET) X(P, metadata, SQL_SET) X(P, deadline_ms, SQL_SET) X(P, boot, SQL_SET)             \
-                X(P, request_id, SQL_SET) X(P, key, SQL_SET) X(P, lock_delay_ms, SQL_SET)
+                X(P, request_id, SQL_SET) X(P, key, SQL_SET) X(P, lock_delay_ms, SQL_SET) X(P, permits, SQL_SET)     \
+                    X(P, value, SQL_SET)
 DESCRIBE_COLUMNS(HOLDER, HOLDER_LIST);
 
 static int bind_lock(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot)
@@ -72,7 +73,7 @@ static bool read_lock(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
     l->last_token = col_u64(st, LOCK_last_token);
     l->limit = kind == KIND_SEMAPHORE && lim >= 1 && lim <= LOCKTAB_LIMIT_MAX ? (uint32_t)lim : 0;
     l->delay_until_ms = sqlite3_column_int64(st, LOCK_delay_until_ms); /* 0 when NULL */
-    return l->name && kind >= 0 && kind < LOCK_KINDS && (kind == KIND_LOCK || l->limit);
+    return l->name && kind >= 0 && kind < LOCK_KINDS && (kind != KIND_SEMAPHORE || l->limit);
 }
 
 static int bind_holder(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot)
@@ -89,7 +90,9 @@ static int bind_holder(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boo
            bind_i64(st, HOLDER_expires_at_ms, h->expires_at_ms) | bind_i64(st, HOLDER_count, h->count) |
            bind_text(st, HOLDER_metadata, h->metadata) | bind_i64(st, HOLDER_deadline_ms, h->deadline_ms) |
            bind_i64(st, HOLDER_boot, boot) | bind_text(st, HOLDER_request_id, h->request_id) |
-           bind_text(st, HOLDER_key, h->key) | bind_i64(st, HOLDER_lock_delay_ms, h->lock_delay_ms);
+           bind_text(st, HOLDER_key, h->key) | bind_i64(st, HOLDER_lock_delay_ms, h->lock_delay_ms) |
+           (h->permits > 1 ? bind_i64(st, HOLDER_permits, h->permits) : SQLITE_OK) | /* unbound: NULL, one */
+           bind_text(st, HOLDER_value, h->value);
 }
 
 static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
@@ -98,6 +101,9 @@ static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
     Holder *h = &x->holder;
     sqlite3_int64 kind = sqlite3_column_int64(st, HOLDER_kind), mode = sqlite3_column_int64(st, HOLDER_mode),
                   count = sqlite3_column_int64(st, HOLDER_count);
+    sqlite3_int64 permits = sqlite3_column_type(st, HOLDER_permits) == SQLITE_NULL
+                                ? 1
+                                : sqlite3_column_int64(st, HOLDER_permits);
     x->name = col_text(st, HOLDER_name);
     x->kind = (uint8_t)kind;
     if (sqlite3_column_bytes(st, HOLDER_lease) != LEASE_ID_BYTES)
@@ -107,12 +113,14 @@ static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
     h->metadata = (char *)col_text(st, HOLDER_metadata);
     h->request_id = (char *)col_text(st, HOLDER_request_id); /* NULL when none */
     h->key = (char *)col_text(st, HOLDER_key);               /* NULL when none */
+    h->value = (char *)col_text(st, HOLDER_value);           /* NULL when none (or null) */
     h->token = col_u64(st, HOLDER_token);
     h->mode = (uint8_t)mode;
     h->ttl_ms = sqlite3_column_int64(st, HOLDER_ttl_ms);
     h->acquired_at_ms = sqlite3_column_int64(st, HOLDER_acquired_at_ms);
     h->expires_at_ms = sqlite3_column_int64(st, HOLDER_expires_at_ms);
     h->count = (uint32_t)count;
+    h->permits = (uint32_t)permits;
     h->lock_delay_ms = sqlite3_column_int64(st, HOLDER_lock_delay_ms);
     /* A deadline on the boot clock means something only in the boot that wrote it. */
     bool same_boot = sqlite3_column_type(st, HOLDER_deadline_ms) != SQLITE_NULL &&
@@ -120,7 +128,33 @@ static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
                      sqlite3_column_int64(st, HOLDER_boot) == boot;
     h->deadline_ms = same_boot ? sqlite3_column_int64(st, HOLDER_deadline_ms) : -1;
     return x->name && h->owner && h->metadata && kind >= 0 && kind < LOCK_KINDS && h->token > 0 &&
-           (mode == MODE_WRITE || (mode == MODE_READ && kind == KIND_LOCK)) && count >= 1 && count <= UINT32_MAX;
+           (mode == MODE_WRITE || (mode == MODE_READ && kind == KIND_LOCK)) && count >= 1 && count <= UINT32_MAX &&
+           permits >= 1 && permits <= LOCKTAB_LIMIT_MAX && (permits == 1 || kind == KIND_SEMAPHORE);
+}
+
+/* Lock values, keyed by the lock's name (value NULL: null written). */
+#define VALUE_LIST(P, X)                                                                                             \
+    X(P, name, SQL_KEY) X(P, value, SQL_SET) X(P, version, SQL_SET) X(P, token, SQL_SET) X(P, key, SQL_SET)         \
+        X(P, at_ms, SQL_SET)
+DESCRIBE_COLUMNS(VALUE, VALUE_LIST);
+
+static int bind_value(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot)
+{
+    (void)boot;
+    const StoreValue *v = &r->value;
+    int rc = bind_text(st, VALUE_name, v->name);
+    if (r->removal)
+        return rc;
+    return rc | bind_text(st, VALUE_value, v->text) | bind_u64(st, VALUE_version, v->version) |
+           bind_u64(st, VALUE_token, v->token) | bind_text(st, VALUE_key, v->key) | bind_i64(st, VALUE_at_ms, v->at_ms);
+}
+
+static bool read_value(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
+{
+    (void)boot;
+    r->value = (StoreValue){col_text(st, VALUE_name),  col_text(st, VALUE_value), col_u64(st, VALUE_version),
+                            col_u64(st, VALUE_token), col_text(st, VALUE_key),    sqlite3_column_int64(st, VALUE_at_ms)};
+    return r->value.name && r->value.version >= 1 && r->value.token >= 1;
 }
 
 #define FENCE_LIST(P, X) X(P, resource, SQL_KEY) X(P, max_token, SQL_MAX)
@@ -256,7 +290,8 @@ static bool read_audit(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
                           col_text(st, AUDIT_peer),
                           (uint8_t)sqlite3_column_int(st, AUDIT_object),
                           (uint8_t)sqlite3_column_int(st, AUDIT_mode),
-                          col_text(st, AUDIT_reason)};
+                          col_text(st, AUDIT_reason),
+                          NULL};
     return r->audit.lock && r->audit.owner && r->audit.key && r->audit.peer && r->audit.reason;
 }
 
@@ -267,6 +302,7 @@ static bool read_audit(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
 #define SQL_KIND_LOCK SQL_KIND_OF(LOCK, "lockspace", "token = 0", NULL, LOCK_last_token, true, lock)
 /* Leases in the table's own order (its key: no sort at start-up), so by token within each name. */
 #define SQL_KIND_HOLDER SQL_KIND_OF(HOLDER, "lockspace", "token <> 0", "kind, name, token", HOLDER_token, false, holder)
+#define SQL_KIND_VALUE SQL_KIND_OF(VALUE, "lock_values", NULL, NULL, -1, false, value)
 #define SQL_KIND_FENCE SQL_KIND_OF(FENCE, "fences", NULL, NULL, -1, false, fence)
 #define SQL_KIND_GUARD_MARK SQL_KIND_OF(GUARD_MARK, "guard_marks", NULL, NULL, -1, false, guard_mark)
 #define SQL_KIND_FLOOR SQL_KIND_OF(FLOOR, "fence_floors", NULL, NULL, -1, false, floor)

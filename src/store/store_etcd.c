@@ -14,12 +14,17 @@
  *                             kept the lock's writer in it too ("holder": the fields of a
  *                             lease below, without kind, name and mode): still read
  *   PREFIX/semaphores/NAME    JSON {last_token, limit}
+ *   PREFIX/elections/NAME     JSON {last_token} (layout 3)
  *   PREFIX/holders/TOKEN      one lease, whatever its mode (TOKEN zero-padded to 20 digits, so
  *                             key order is grant order): JSON {kind (0 lock, 1 semaphore), name,
  *                             mode? (1: a reader; left out: a writer or a permit), lease (uuid
  *                             text), owner, token, ttl_ms, acquired_at_ms, expires_at_ms, count,
- *                             metadata (JSON text), request_id?, key?, lock_delay_ms?}. Layout 1
+ *                             metadata (JSON text), request_id?, key?, lock_delay_ms?, permits?
+ *                             (a semaphore's lease of more than one permit; layout 3), value? (an
+ *                             election's leader's value, JSON text as a string; layout 3)}. Layout 1
  *                             wrote readers and permits here, with "mode" always
+ *   PREFIX/values/NAME        a lock's value (layout 3): JSON {value? (the value's JSON text, as a
+ *                             string; left out: null), version, token, key?, at_ms}
  *   PREFIX/fences/RESOURCE    decimal max token
  *   PREFIX/guard/LOCK         decimal max token the guard let through, a space, and when it last
  *                             let a write through (Unix ms; older gateways wrote the token alone)
@@ -49,11 +54,16 @@
  * gateway of a store together).
  *
  * Layouts across a rolling upgrade (docs/high-availability.md): this gateway
- * loads layout 1 and 2 alike, and writes layout 2. A gateway of layout 1
- * elected over a lock space this one has written fails its load on the
- * first writer's or permit's key (it requires "mode", which layout 2 leaves
- * out for them, so that it can never load a writer it would then keep in two
- * places) and exits, having written nothing but its commit mark.
+ * loads layouts 1 to 3 alike, and writes layout 3 (layout 2 is layout 3
+ * without what issue 40 added: leases of several permits, values, elections,
+ * each left out of a record or a folder that holds none). A gateway of
+ * layout 2 refuses a lock space marked 3 before it loads anything (its
+ * check_layout), so that it never loads a lease of three permits as one. A
+ * gateway of layout 1 (it has no such check) elected over a lock space a
+ * newer one has written fails its load on the first writer's or permit's key
+ * (it requires "mode", which layout 2 leaves out for them, so that it can
+ * never load a writer it would then keep in two places) and exits, having
+ * written nothing but its commit mark.
  *
  * The history is pruned by deleting the range [kind/0, kind/UPTO+1), that is
  * every key whose rows are all at or below UPTO = newest seq - keep: a batch
@@ -254,6 +264,10 @@ static json_t *holder_json(const Holder *h)
         json_decref(hj), hj = NULL;
     if (hj && h->lock_delay_ms && json_object_set_new(hj, "lock_delay_ms", json_integer(h->lock_delay_ms)))
         json_decref(hj), hj = NULL;
+    if (hj && h->permits > 1 && json_object_set_new(hj, "permits", json_integer(h->permits)))
+        json_decref(hj), hj = NULL;
+    if (hj && h->value && json_object_set_new(hj, "value", json_string(h->value)))
+        json_decref(hj), hj = NULL;
     return hj;
 }
 
@@ -274,10 +288,11 @@ static char *token_key(const EtcdStore *s, const char *kind, uint64_t token)
 /* Each kind's key (under PREFIX) and a put's value (owned; NULL when out
  * of memory): see the key list at the top. */
 
-static char *lock_key(const EtcdStore *s, const StoreRecord *r)
-{
-    return key_of(s, r->lock.kind == KIND_SEMAPHORE ? "semaphores" : "locks", r->lock.name);
-}
+/* Each namespace's folder, by LockKind. */
+static const char *const NAME_DIRS[LOCK_KINDS] = {[KIND_LOCK] = "locks", [KIND_SEMAPHORE] = "semaphores",
+                                                  [KIND_ELECTION] = "elections"};
+
+static char *lock_key(const EtcdStore *s, const StoreRecord *r) { return key_of(s, NAME_DIRS[r->lock.kind], r->lock.name); }
 
 static char *lock_value(const StoreRecord *r)
 {
@@ -299,6 +314,20 @@ static char *holder_value(const StoreRecord *r)
     json_t *j = holder_json(&x->holder);
     if (j && (json_object_set_new(j, "kind", json_integer(x->kind)) || json_object_set_new(j, "name", json_string(x->name)) ||
               (x->holder.mode && json_object_set_new(j, "mode", json_integer(x->holder.mode)))))
+        json_decref(j), j = NULL;
+    return json_text(j);
+}
+
+static char *value_key(const EtcdStore *s, const StoreRecord *r) { return key_of(s, "values", r->value.name); }
+
+static char *value_value(const StoreRecord *r)
+{
+    const StoreValue *v = &r->value;
+    json_t *j = json_pack("{s:I, s:I, s:I}", "version", (json_int_t)v->version, "token", (json_int_t)v->token,
+                          "at_ms", (json_int_t)v->at_ms);
+    if (j && v->text && json_object_set_new(j, "value", json_string(v->text)))
+        json_decref(j), j = NULL;
+    if (j && v->key && json_object_set_new(j, "key", json_string(v->key)))
         json_decref(j), j = NULL;
     return json_text(j);
 }
@@ -504,6 +533,7 @@ typedef struct EtcdKind {
 
 #define ETCD_KIND_LOCK {lock_key, lock_value, PRIO_PUT, PRIO_DELETE}
 #define ETCD_KIND_HOLDER {holder_key, holder_value, PRIO_PUT, PRIO_HOLDER_GONE}
+#define ETCD_KIND_VALUE {value_key, value_value, PRIO_PUT, PRIO_DELETE}
 #define ETCD_KIND_FENCE {fence_key, fence_value, PRIO_PUT, PRIO_DELETE}
 #define ETCD_KIND_GUARD_MARK {guard_mark_key, guard_mark_value, PRIO_PUT, PRIO_DELETE}
 #define ETCD_KIND_FLOOR {floor_key, floor_value, PRIO_FLOOR, PRIO_DELETE}
@@ -1194,19 +1224,23 @@ static bool json_i64(const json_t *obj, const char *key, int64_t *out)
  * strings point into h. */
 static bool parse_holder(const json_t *h, Holder *x)
 {
-    uint64_t count = 0;
+    uint64_t count = 0, permits = 1;
     int64_t delay = 0;
     const char *lease = json_string_value(json_object_get(h, "lease"));
     x->owner = (char *)json_string_value(json_object_get(h, "owner"));
     x->metadata = (char *)json_string_value(json_object_get(h, "metadata"));
     x->request_id = (char *)json_string_value(json_object_get(h, "request_id")); /* NULL when none */
     x->key = (char *)json_string_value(json_object_get(h, "key"));               /* NULL when none */
+    x->value = (char *)json_string_value(json_object_get(h, "value"));           /* NULL when none */
     x->deadline_ms = -1; /* no boot clock is shared between gateways: expires_at_ms rules */
     bool ok = lease && uuid_parse(lease, x->lease) == 0 && x->owner && x->metadata && json_u64(h, "token", &x->token) &&
               json_i64(h, "ttl_ms", &x->ttl_ms) && json_i64(h, "acquired_at_ms", &x->acquired_at_ms) &&
               json_i64(h, "expires_at_ms", &x->expires_at_ms) && json_u64(h, "count", &count) && count <= UINT32_MAX &&
-              (!json_object_get(h, "lock_delay_ms") || json_i64(h, "lock_delay_ms", &delay));
+              (!json_object_get(h, "lock_delay_ms") || json_i64(h, "lock_delay_ms", &delay)) &&
+              (!json_object_get(h, "permits") || json_u64(h, "permits", &permits)) && permits >= 1 &&
+              permits <= LOCKTAB_LIMIT_MAX;
     x->count = (uint32_t)count;
+    x->permits = (uint32_t)permits;
     x->lock_delay_ms = delay;
     return ok;
 }
@@ -1284,7 +1318,7 @@ static void legacy_clear(EtcdStore *s)
     arena_clear(&s->legacy_strings);
 }
 
-/* A name's record under PREFIX/locks/ or PREFIX/semaphores/ (arg: its
+/* A name's record under PREFIX/locks/, PREFIX/semaphores/ or PREFIX/elections/ (arg: its
  * LockKind); in layout 1, a lock's record that holds its writer is two
  * records: the name's, then the writer's lease. */
 static int load_name(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
@@ -1296,12 +1330,12 @@ static int load_name(EtcdStore *s, const StoreLoad *cb, const char *name, const 
     json_t *h = json_object_get(j, "holder");
     uint64_t limit = 0;
     bool ok = json_u64(j, "last_token", &r.lock.last_token) &&
-              (kind == KIND_LOCK || (json_u64(j, "limit", &limit) && limit >= 1 && limit <= LOCKTAB_LIMIT_MAX)) &&
+              (kind != KIND_SEMAPHORE || (json_u64(j, "limit", &limit) && limit >= 1 && limit <= LOCKTAB_LIMIT_MAX)) &&
               (!json_object_get(j, "delay_until_ms") || json_i64(j, "delay_until_ms", &r.lock.delay_until_ms)) &&
               (!h || (kind == KIND_LOCK && parse_holder(h, &w.holder.holder)));
     r.lock.limit = (uint32_t)limit;
     w.holder.holder.mode = MODE_WRITE;
-    const char *what = kind == KIND_LOCK ? "lock" : "semaphore";
+    const char *what = kind == KIND_LOCK ? "lock" : kind == KIND_SEMAPHORE ? "semaphore" : "election";
     int rc = 0;
     if (!ok) {
         snprintf(s->err, sizeof s->err, "%s %s: corrupt record in etcd", what, name);
@@ -1342,6 +1376,30 @@ static int load_holder(EtcdStore *s, const StoreLoad *cb, const char *name, cons
         rc = -1;
     } else {
         saw_token(s, token);
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* A lock's value under PREFIX/values/NAME. */
+static int load_value(EtcdStore *s, const StoreLoad *cb, const char *name, const char *value, int arg)
+{
+    (void)arg;
+    json_t *j = json_loads(value, 0, NULL);
+    StoreRecord r = {.kind = REC_VALUE, .value = {.name = name}};
+    StoreValue *v = &r.value;
+    json_t *text = json_object_get(j, "value"), *key = json_object_get(j, "key");
+    v->text = json_string_value(text);
+    v->key = json_string_value(key);
+    bool ok = json_u64(j, "version", &v->version) && v->version >= 1 && json_u64(j, "token", &v->token) &&
+              v->token >= 1 && json_i64(j, "at_ms", &v->at_ms) && (!text || v->text) && (!key || v->key);
+    int rc = 0;
+    if (!ok) {
+        snprintf(s->err, sizeof s->err, "value of lock %s: corrupt record in etcd", name);
+        rc = -1;
+    } else {
+        rc = deliver(s, cb, &r, "the value of lock", name);
+        saw_token(s, v->token);
     }
     json_decref(j);
     return rc;
@@ -1405,7 +1463,7 @@ static int load_audit_row(EtcdStore *s, const StoreLoad *cb, const json_t *j, ui
     bool ok = r->lock && r->owner && r->key && r->peer && r->reason && json_u64(j, "token", &r->token) &&
               json_i64(j, "kind", &kind) && json_i64(j, "at_ms", &at) &&
               (!json_object_get(j, "object") || json_u64(j, "object", &object)) &&
-              (!json_object_get(j, "mode") || json_u64(j, "mode", &mode)) && object <= AUDIT_OF_FENCE &&
+              (!json_object_get(j, "mode") || json_u64(j, "mode", &mode)) && object <= AUDIT_OF_ELECTION &&
               mode <= AUDIT_MODE_READ;
     r->kind = (int)kind;
     r->object = (uint8_t)object;
@@ -1499,7 +1557,8 @@ static const struct LoadRange {
     KvFn fn;
     int arg;
 } LOAD_RANGES[] = {
-    {"locks", load_name, KIND_LOCK},   {"semaphores", load_name, KIND_SEMAPHORE}, {"holders", load_holder, 0},
+    {"locks", load_name, KIND_LOCK},   {"semaphores", load_name, KIND_SEMAPHORE}, {"elections", load_name, KIND_ELECTION},
+    {"holders", load_holder, 0},       {"values", load_value, 0},
     {"fences", load_mark, REC_FENCE},  {"guard", load_mark, REC_GUARD_MARK},       {"floors", load_floor, 0},
     {"history", load_ended, 0},        {"revoked", load_revoked, 0},               {"audit", load_audit, 0},
 };

@@ -57,7 +57,7 @@
  * caught when the store opens. A new database gets SCHEMA_V9, then every step from
  * 9 on, like an old one: so steps written on two branches compose by
  * numbering one after the other, and nobody rewrites a schema by hand. */
-#define SCHEMA_VERSION 12
+#define SCHEMA_VERSION 13
 #define SCHEMA_BASE_VERSION 9
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
@@ -181,6 +181,16 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
            "DROP TABLE holders;",
     /* Version 12: a guard refusal's audit row says why (AuditRow.reason). */
     [11] = "ALTER TABLE audit ADD COLUMN reason TEXT NOT NULL DEFAULT '';",
+    /* Version 13 (issue 40: coordination on top of the lock): a semaphore's
+     * lease may hold several permits (permits; NULL: one), an election's
+     * leader lease carries its value (value, JSON text), and a lock's value,
+     * which only its holder writes and which outlives the holder, is a row
+     * of lock_values, keyed by the lock's name (value NULL: written null;
+     * version counts its writes, token is the writer's, key its API key). */
+    [12] = "ALTER TABLE lockspace ADD COLUMN permits INTEGER;"
+           "ALTER TABLE lockspace ADD COLUMN value TEXT;"
+           "CREATE TABLE lock_values(name TEXT PRIMARY KEY, value TEXT, version INTEGER NOT NULL,"
+           "  token INTEGER NOT NULL, key TEXT, at_ms INTEGER NOT NULL) WITHOUT ROWID;",
 };
 
 /* The statements that are no record's (each kind's are built from its

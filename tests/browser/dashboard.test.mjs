@@ -45,7 +45,18 @@ function row(name) {
     if (!tr) return null;
     const cell = c => tr.querySelector(`td[data-col=${c}]`).textContent;
     return { mode: cell('mode'), owner: cell('owner'), token: cell('token'), left: cell('left'), count: cell('count'),
-             waiters: cell('waiters') };
+             waiters: cell('waiters'), value: cell('value') };
+  }, name);
+}
+
+/** The row of one election as the page shows it, or null. */
+function electionRow(name) {
+  return page.evaluate(n => {
+    const tr = [...document.querySelectorAll('#elections tr[data-name]')].find(t => t.dataset.name === n);
+    if (!tr) return null;
+    const cell = c => tr.querySelector(`td[data-col=${c}]`).textContent;
+    return { leader: cell('leader'), term: cell('term'), value: cell('value'), candidates: cell('candidates'),
+             vacant: cell('vacant') };
   }, name);
 }
 
@@ -215,6 +226,54 @@ test('readers, a lock-delay and semaphores show live', async () => {
     assert.equal((await server.call('POST', '/v1/semaphores/pool/db/release', { lease: p.lease })).status, 200);
   await waitForRow('pool/db', s => s.permits === '0 / 3' && s.holders === 'none', LIVE_MS, 'the permits back',
                    semRow);
+});
+
+test("a lock's value, a lease of several permits and an election show live", async () => {
+  // A value: its version in the lock's row, the value itself in its details.
+  const holder = await server.acquire('valued/1', { owner: 'etl', ttl_ms: 60000 });
+  let r = await server.call('PUT', '/v1/locks/valued/1/value', { lease: holder.lease, value: { offset: 41 } });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  await waitForRow('valued/1', l => l && l.value === 'v1', LIVE_MS, 'the value written');
+  await page.getByRole('button', { name: 'Open lock valued/1' }).click();
+  await page.waitForFunction(() => /"offset": 41/.test(document.getElementById('detail-facts').textContent) &&
+    /value version1 \(written by token \d+\)/.test(document.getElementById('detail-facts').textContent), null,
+  { timeout: 2000 });
+  await page.getByRole('button', { name: 'Close lock details' }).click();
+  await server.release('valued/1', holder.lease);
+  await waitForRow('valued/1', l => l.owner === 'free' && l.value === 'v1', LIVE_MS, 'the value outlives its holder');
+
+  // Three permits in one lease count as three of the five.
+  r = await server.call('POST', '/v1/semaphores/pool/gpu/acquire', { owner: 'trainer', limit: 5, permits: 3, ttl_ms: 60000 });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  const trainer = r.body;
+  await waitForRow('pool/gpu', s => s && s.permits === '3 / 5' && /^trainer ×3 \(token \d+/.test(s.holders), LIVE_MS,
+                   'three permits in one lease', semRow);
+
+  // An election: its leader, term and value; a candidate; a proclaimed value; the handover;
+  // the vacancy.
+  r = await server.call('POST', '/v1/elections/sched/main/campaign', { owner: 'sched-1', value: { url: 'http://a' },
+                                                                       ttl_ms: 60000 });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  const first = r.body;
+  await waitForRow('sched/main', e => e && /^sched-1 \(since /.test(e.leader) && e.term === String(first.term) &&
+                   e.value === '{"url":"http://a"}' && e.candidates === '0', LIVE_MS, 'the leader', electionRow);
+  await page.waitForFunction(() => document.getElementById('t-led').textContent === '1', null, { timeout: 5000 });
+  const second = server.call('POST', '/v1/elections/sched/main/campaign', { owner: 'sched-2', value: 'b',
+                                                                            ttl_ms: 60000, wait_ms: 20000 },
+                             { timeoutMs: 30000 });
+  await waitForRow('sched/main', e => e.candidates === '1 (next: sched-2)', LIVE_MS, 'a candidate', electionRow);
+  r = await server.call('POST', '/v1/elections/sched/main/proclaim', { lease: first.lease, value: { url: 'http://a2' } });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  await waitForRow('sched/main', e => e.value === '{"url":"http://a2"}', LIVE_MS, 'the proclaimed value', electionRow);
+  assert.equal((await server.call('POST', '/v1/elections/sched/main/resign', { lease: first.lease })).status, 200);
+  const next = (await second).body;
+  await waitForRow('sched/main', e => /^sched-2 /.test(e.leader) && e.term === String(next.term) && e.value === '"b"' &&
+                   e.candidates === '0', LIVE_MS, 'the next leader', electionRow);
+  assert.equal((await server.call('POST', '/v1/elections/sched/main/resign', { lease: next.lease })).status, 200);
+  await waitForRow('sched/main', e => e.leader === 'vacant' && e.vacant !== '—' && e.term === String(next.term),
+                   LIVE_MS, 'the vacancy', electionRow);
+  assert.equal((await server.call('POST', '/v1/semaphores/pool/gpu/release', { lease: trainer.lease })).status, 200);
+  await waitForRow('pool/gpu', s => s.permits === '0 / 5', LIVE_MS, 'the permits back', semRow);
 });
 
 test('the totals come from /metrics', async () => {

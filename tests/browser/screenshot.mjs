@@ -1,5 +1,6 @@
 // Saves docs/dashboard.png: the dashboard at a laptop's size with a few locks held (some with
-// metadata, one reentered), one with two waiters (long-poll acquires), and that lock's detail.
+// metadata, one reentered, one with a value), one with two waiters (long-poll acquires), and
+// that lock's detail; a semaphore's permits held by two leases; an election with a candidate.
 //
 //   node tests/browser/screenshot.mjs [OUT.png]       (LEASEGATE_BIN defaults to build/leasegate)
 import { join } from 'node:path';
@@ -29,6 +30,16 @@ try {
   const q3 = await server.acquire('reports/q3.csv', { owner: 'exporter', ttl_ms: 120000, metadata: { job: 'quarterly' } });
   await server.acquire('reports/q3.csv', { lease: q3.lease });   // reentered: count 2
   await server.acquire('orders/77', { owner: 'billing-2c1', ttl_ms: 15000 });
+  // A checkpoint left by the last holder of a lock, permits held in one lease, and an election.
+  const etl = await server.acquire('etl/orders', { owner: 'etl-3', ttl_ms: 60000 });
+  await server.call('PUT', '/v1/locks/etl/orders/value', { lease: etl.lease, value: { offset: 81920, file: 'orders-07.log' } });
+  await server.call('POST', '/v1/semaphores/gpu/pool/acquire', { owner: 'trainer-1', limit: 8, permits: 4, ttl_ms: 600000 });
+  await server.call('POST', '/v1/semaphores/gpu/pool/acquire', { owner: 'eval-2', limit: 8, permits: 2, ttl_ms: 600000 });
+  await server.call('POST', '/v1/elections/scheduler/campaign',
+                    { owner: 'sched-a', value: { url: 'http://10.0.0.7:8080' }, ttl_ms: 600000 });
+  const candidate = server.call('POST', '/v1/elections/scheduler/campaign',
+                                { owner: 'sched-b', value: { url: 'http://10.0.0.8:8080' }, wait_ms: 60000 },
+                                { signal: hangUp.signal, timeoutMs: 70000 }).catch(() => null);
   await server.acquire('jobs/nightly', { owner: 'runner-b', ttl_ms: 600000, metadata: { host: 'batch-1' } });
   const waiters = ['runner-c', 'runner-a'].map(owner =>
     server.acquire('jobs/nightly', { owner, wait_ms: 60000 }, { signal: hangUp.signal }).catch(() => null));
@@ -51,7 +62,7 @@ try {
   await page.screenshot({ path: out, fullPage: true });
   console.log(`screenshot: saved ${out}`);
   hangUp.abort();
-  await Promise.all(waiters);
+  await Promise.all([...waiters, candidate]);
 } finally {
   hangUp.abort();
   await browser?.close();

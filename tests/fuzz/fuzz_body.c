@@ -601,7 +601,7 @@ static void check_endpoint(const Endpoint *e, const char *body, size_t len, cons
 }
 
 /* The LockName / ResourceName patterns: [A-Za-z0-9._~:/-]{1,256}, and for a
- * lock not (^|/)(acquire|renew|release|history)$. */
+ * lock not (^|/)(acquire|renew|release|history|value)$. */
 static bool ref_name(const char *s, bool lock)
 {
     size_t n = strlen(s);
@@ -620,7 +620,8 @@ static bool ref_name(const char *s, bool lock)
     for (const char *p = s; *p; p++)
         if (*p == '/')
             last = p + 1;
-    return strcmp(last, "acquire") && strcmp(last, "renew") && strcmp(last, "release") && strcmp(last, "history");
+    return strcmp(last, "acquire") && strcmp(last, "renew") && strcmp(last, "release") && strcmp(last, "history") &&
+           strcmp(last, "value");
 }
 
 static void check_name(const char *name, const char *what)

@@ -140,7 +140,7 @@ static const char *const FLAGS[] = {
     "--listen",        "--data",        "--guard",       "--min-token",           "--access-log",
     "--max-waiters",   "--max-waiters-per-lock", "--max-connections", "--max-locks", "--max-fences",
     "--lease-history", "--idle-timeout", "--dead-client-after", "--guard-timeout", "--guard-max-calls",
-    "--forget-idle-after", "-h", "--help", "serve", "--",
+    "--forget-idle-after", "--max-value-bytes", "-h", "--help", "serve", "--",
 };
 #define NFLAGS (sizeof FLAGS / sizeof FLAGS[0])
 
@@ -164,6 +164,7 @@ static const Range RANGES[] = {
     {"--guard-timeout", offsetof(Config, guard_timeout_s), true, 1, 3600},
     {"--guard-max-calls", offsetof(Config, guard_max_calls), false, 1, 100000},
     {"--forget-idle-after", offsetof(Config, forget_idle_s), true, 1, 31536000},
+    {"--max-value-bytes", offsetof(Config, max_value_bytes), false, 1, 60000},
 };
 #define NRANGES (sizeof RANGES / sizeof RANGES[0])
 

@@ -149,7 +149,8 @@ static bool ref_name_ok(const char *name)
     }
     const char *slash = strrchr(name, '/');
     const char *last = slash ? slash + 1 : name;
-    return strcmp(last, "acquire") && strcmp(last, "renew") && strcmp(last, "release") && strcmp(last, "history");
+    return strcmp(last, "acquire") && strcmp(last, "renew") && strcmp(last, "release") && strcmp(last, "history") &&
+           strcmp(last, "value");
 }
 
 /* The spelled-out properties of an accepted target's path. */

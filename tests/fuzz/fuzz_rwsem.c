@@ -6,14 +6,16 @@
  * apart) with a fake clock, checked after every step against a small
  * reference model written independently of locktab.c:
  *
- *  - safety: a lock has one writer, or readers only; a semaphore has at
- *    most `limit` permits; nobody is granted anything while a lock-delay
- *    runs;
+ *  - safety: a lock has one writer, or readers only; a semaphore's leases
+ *    hold at most `limit` permits together (a lease holds 1..limit of them,
+ *    issue 40); nobody is granted anything while a lock-delay runs;
  *  - FIFO without barging: a newcomer is granted at once only when nobody
  *    waits; only the head of a queue is ever granted, and whenever the head
  *    could be granted it is (between calls, no head waits for nothing): a
- *    writer's end grants the run of readers at the head, a freed permit one
- *    waiter; a waiter leaving the head lets the readers behind it join;
+ *    writer's end grants the run of readers at the head, freed permits the
+ *    waiters at the head whose permits fit, in order (a head asking for more
+ *    than is free keeps a smaller request behind it waiting); a waiter
+ *    leaving the head lets the ones behind it in;
  *  - tokens: every grant takes the next value of the one counter (so the
  *    grants of one call take consecutive values), per name in grant order;
  *    reentry keeps the token; a reentry in another mode is refused;
@@ -65,6 +67,7 @@ typedef struct MWaiter {
     uint8_t mode;
     int64_t ttl_ms, delay_ms, wait_deadline;
     const char *owner, *request_id;
+    uint32_t permits; /* a semaphore's: what its grant will hold; 1 otherwise */
 } MWaiter;
 
 typedef struct MHolder {
@@ -73,6 +76,7 @@ typedef struct MHolder {
     uint64_t token;
     uint8_t mode;
     uint32_t count;
+    uint32_t permits;
     int64_t ttl_ms, delay_ms, deadline;
     const char *owner, *request_id;
 } MHolder;
@@ -164,14 +168,23 @@ static int name_of(const Lock *lock)
 
 static bool delay_runs(const MName *M) { return M->delay != 0; }
 
-/* Could a grant in `mode` be made on name i now, its waiters aside? */
-static bool grantable(int i, uint8_t mode)
+/* The permits name i's holders hold together. */
+static uint32_t permits_held(const MName *M)
+{
+    uint32_t n = 0;
+    for (int k = 0; k < M->nh; k++)
+        n += M->h[k].permits;
+    return n;
+}
+
+/* Could a grant in `mode` (of `permits`) be made on name i now, its waiters aside? */
+static bool grantable(int i, uint8_t mode, uint32_t permits)
 {
     const MName *M = &m.names[i];
     if (delay_runs(M))
         return false;
     if (kind_of(i) == KIND_SEMAPHORE)
-        return M->nh < (int)M->limit;
+        return permits_held(M) + permits <= M->limit;
     return M->nh == 0 || (mode == MODE_READ && M->mode == MODE_READ);
 }
 
@@ -187,8 +200,8 @@ static void update_idle(MName *M)
 
 /* ---- the model's transitions ---- */
 
-static void model_grant(int i, uint32_t lease, uint8_t mode, int64_t ttl, int64_t delay_ms, const char *owner,
-                        const char *request_id)
+static void model_grant(int i, uint32_t lease, uint8_t mode, uint32_t permits, int64_t ttl, int64_t delay_ms,
+                        const char *owner, const char *request_id)
 {
     MName *M = &m.names[i];
     CHECK(M->nh < MAXH, "harness: too many holders");
@@ -198,6 +211,7 @@ static void model_grant(int i, uint32_t lease, uint8_t mode, int64_t ttl, int64_
     h->token = ++m.counter;
     h->mode = kind_of(i) == KIND_SEMAPHORE ? MODE_WRITE : mode;
     h->count = 1;
+    h->permits = kind_of(i) == KIND_SEMAPHORE ? permits : 1;
     h->ttl_ms = ttl;
     h->delay_ms = kind_of(i) == KIND_LOCK ? delay_ms : 0;
     h->deadline = m.now.mono_ms + ttl + LOCKTAB_DEADLINE_SLACK_MS;
@@ -230,7 +244,7 @@ static void model_end(int i, int k, int how)
 static void model_grant_next(int i)
 {
     MName *M = &m.names[i];
-    while (M->nq > 0 && grantable(i, M->q[0]->mode)) {
+    while (M->nq > 0 && grantable(i, M->q[0]->mode, M->q[0]->permits)) {
         MWaiter *w = M->q[0];
         memmove(&M->q[0], &M->q[1], (size_t)(M->nq - 1) * sizeof *M->q);
         M->nq--;
@@ -239,7 +253,7 @@ static void model_grant_next(int i)
             continue;
         }
         w->model = W_GRANTED;
-        model_grant(i, w->lease, w->mode, w->ttl_ms, w->delay_ms, w->owner, w->request_id);
+        model_grant(i, w->lease, w->mode, w->permits, w->ttl_ms, w->delay_ms, w->owner, w->request_id);
     }
     update_idle(M);
 }
@@ -275,7 +289,7 @@ static void model_remove_waiter(int i, MWaiter *w, int how)
     memmove(&M->q[k], &M->q[k + 1], (size_t)(M->nq - k - 1) * sizeof *M->q);
     M->nq--;
     w->model = how;
-    if (k == 0 && M->nq > 0 && grantable(i, M->q[0]->mode))
+    if (k == 0 && M->nq > 0 && grantable(i, M->q[0]->mode, M->q[0]->permits))
         model_grant_next(i);
 }
 
@@ -385,6 +399,7 @@ static bool holder_eq(const Holder *a, const Holder *b)
     return !memcmp(a->lease, b->lease, LEASE_ID_BYTES) && a->token == b->token && a->count == b->count &&
            a->ttl_ms == b->ttl_ms && a->expires_at_ms == b->expires_at_ms && a->deadline_ms == b->deadline_ms &&
            a->acquired_at_ms == b->acquired_at_ms && a->mode == b->mode && a->lock_delay_ms == b->lock_delay_ms &&
+           a->permits == b->permits &&
            !strcmp(a->owner, b->owner) && !strcmp(a->metadata, b->metadata) &&
            !a->request_id == !b->request_id && (!a->request_id || !strcmp(a->request_id, b->request_id));
 }
@@ -413,10 +428,13 @@ static void check_name(int i)
     else
         CHECK(L->delay_until_ms == 0, "'%s' delay_until_ms %lld without a delay", NAMES[i], (long long)L->delay_until_ms);
     /* safety */
-    if (kind_of(i) == KIND_SEMAPHORE)
-        CHECK(L->holders.len <= L->limit, "semaphore '%s' has %zu permits over its limit %u", NAMES[i],
-              L->holders.len, L->limit);
-    else
+    if (kind_of(i) == KIND_SEMAPHORE) {
+        uint32_t held = 0;
+        for (const Holder *h = locktab_holder(L); h; h = locktab_next_holder(h))
+            held += h->permits;
+        CHECK(held <= L->limit && held == L->permits_used, "semaphore '%s' holds %u permits (permits_used %u) of %u",
+              NAMES[i], held, L->permits_used, L->limit);
+    } else
         CHECK(L->holders.len <= 1 || L->mode == MODE_READ, "lock '%s' has %zu holders in write mode", NAMES[i],
               L->holders.len);
     /* the holders, in grant order, as the model has them */
@@ -433,6 +451,8 @@ static void check_name(int i)
         CHECK(h->mode == mh->mode && h->mode == L->mode, "'%s' holder #%d mode %d, model %d (lock %d)", NAMES[i], k,
               h->mode, mh->mode, L->mode);
         CHECK(h->count == mh->count, "'%s' holder #%d count %u, model %u", NAMES[i], k, h->count, mh->count);
+        CHECK(h->permits == mh->permits, "'%s' holder #%d permits %u, model %u", NAMES[i], k, h->permits,
+              mh->permits);
         CHECK(h->deadline_ms == mh->deadline, "'%s' holder #%d deadline %lld, model %lld", NAMES[i], k,
               (long long)h->deadline_ms, (long long)mh->deadline);
         CHECK(h->expires_at_ms == mh->deadline - LOCKTAB_DEADLINE_SLACK_MS + WALL_OFFSET,
@@ -465,7 +485,8 @@ static void check_name(int i)
     for (const DLink *l = L->waiters.head; l; l = l->next, k++)
         (void)l;
     CHECK(k == M->nq, "harness: queue walk");
-    CHECK(M->nq == 0 || !grantable(i, M->q[0]->mode), "'%s': the head waiter could be granted and waits", NAMES[i]);
+    CHECK(M->nq == 0 || !grantable(i, M->q[0]->mode, M->q[0]->permits),
+          "'%s': the head waiter could be granted and waits", NAMES[i]);
 }
 
 static void check_all(void)
@@ -586,6 +607,8 @@ static void op_acquire(FuzzIn *in)
     MName *M = &m.names[i];
     uint8_t mode = kind_of(i) == KIND_LOCK && fuzz_u8(in) % 2 && M->nh + M->nq < 40 ? MODE_READ : MODE_WRITE;
     uint32_t limit = 1 + fuzz_u8(in) % 3;
+    /* A semaphore's lease of 1..limit permits (the API refuses more than the limit). */
+    uint32_t permits = kind_of(i) == KIND_SEMAPHORE ? 1 + fuzz_u8(in) % limit : 1;
     int64_t ttl = TTLS[fuzz_u8(in) % 4], wait_ms = WAITS[fuzz_u8(in) % 5];
     int64_t delay = kind_of(i) == KIND_LOCK ? DELAYS[fuzz_u8(in) % 4] : 0;
     const char *owner = OWNERS[fuzz_u8(in) % 2];
@@ -594,9 +617,9 @@ static void op_acquire(FuzzIn *in)
     uint8_t id[LEASE_ID_BYTES];
     lease_of(lease, id);
     if (fuzz_tracing())
-        fprintf(stderr, "[%d] acquire %s/%s mode=%d limit=%u ttl=%lld wait=%lld delay=%lld owner=%s rid=%s lease#%u "
-                        "(now %lld)\n",
-                m.ops, kind_of(i) == KIND_LOCK ? "lock" : "sem", NAMES[i], mode, limit, (long long)ttl,
+        fprintf(stderr, "[%d] acquire %s/%s mode=%d limit=%u permits=%u ttl=%lld wait=%lld delay=%lld owner=%s "
+                        "rid=%s lease#%u (now %lld)\n",
+                m.ops, kind_of(i) == KIND_LOCK ? "lock" : "sem", NAMES[i], mode, limit, permits, (long long)ttl,
                 (long long)wait_ms, (long long)delay, owner, request_id ? request_id : "-", lease,
                 (long long)m.now.mono_ms);
     /* the model */
@@ -628,8 +651,8 @@ static void op_acquire(FuzzIn *in)
     } else {
         if (kind_of(i) == KIND_SEMAPHORE)
             M->limit = limit;
-        if (M->nq == 0 && grantable(i, mode)) {
-            model_grant(i, lease, mode, ttl, delay, owner, request_id);
+        if (M->nq == 0 && grantable(i, mode, permits)) {
+            model_grant(i, lease, mode, permits, ttl, delay, owner, request_id);
             want = LOCK_OK;
         } else if (wait_ms == 0) {
             want = LOCK_BUSY;
@@ -645,9 +668,10 @@ call:;
         CHECK(m.nwaiters < MAX_OPS && M->nq < MAXQ, "harness: too many waiters");
         mw = &m.waiters[m.nwaiters++];
         *mw = (MWaiter){W_QUEUED, W_QUEUED, i, NULL, lease, mode, ttl, delay, m.now.mono_ms + wait_ms, owner,
-                        request_id};
+                        request_id, permits};
     }
-    AcquireArgs args = {owner, NULL, ttl, wait_ms, NULL, id, request_id, NULL, {NULL, NULL}, mode, true, delay, limit};
+    AcquireArgs args = {owner, NULL, ttl, wait_ms, NULL, id, request_id, NULL, {NULL, NULL}, mode, true, delay, limit,
+                        permits, NULL};
     const Lock *lock;
     const Holder *h;
     Waiter *w;
@@ -698,7 +722,7 @@ static void op_reenter(FuzzIn *in)
             h->request_id = NULL;
         }
     }
-    AcquireArgs args = {"o0", NULL, ttl, 0, id, NULL, NULL, NULL, {NULL, NULL}, mode, mode_given, 0, 0};
+    AcquireArgs args = {"o0", NULL, ttl, 0, id, NULL, NULL, NULL, {NULL, NULL}, mode, mode_given, 0, 0, 0, NULL};
     const Lock *lock;
     const Holder *h;
     Waiter *w;
@@ -867,7 +891,7 @@ static void op_restart(FuzzIn *in)
     locktab_free(m.lt);
     m.now.mono_ms += pause;
     m.now.wall_ms += pause;
-    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL};
+    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL, NULL};
     m.lt = locktab_new(&m.limits, &hooks);
     CHECK(m.lt != NULL, "locktab_new");
     for (int k = 0; k < m.nwaiters; k++)
@@ -946,7 +970,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     m.limits.lease_history = MAX_LEASES * 2; /* nothing is ever forgotten: reasons are exact */
     m.limits.forget_idle_ms = 40 + fuzz_u8(&in) % 100;
     m.now = (Now){1000, 1000 + WALL_OFFSET};
-    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL};
+    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL, NULL};
     m.lt = locktab_new(&m.limits, &hooks);
     CHECK(m.lt != NULL, "locktab_new");
     if (fuzz_tracing())

@@ -647,12 +647,12 @@ except ValueError:  # not in main thread
 
 # Server-Sent Events -----------------------------------------------------------
 class EventStream:
-    """One GET /v1/events/stream answer over its own HTTP/1.1 connection, read message by
-    message (Server-Sent Events)."""
+    """One GET /v1/events/stream answer (or another stream: path) over its own HTTP/1.1
+    connection, read message by message (Server-Sent Events)."""
 
-    def __init__(self, port, query="", headers=None, timeout=10):
+    def __init__(self, port, query="", headers=None, timeout=10, path="/v1/events/stream"):
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        self.conn.request("GET", "/v1/events/stream" + query, headers=headers or {})
+        self.conn.request("GET", path + query, headers=headers or {})
         self.resp = self.conn.getresponse()
         self.status = self.resp.status
         self.headers = {k.lower(): v for k, v in self.resp.getheaders()}
@@ -679,7 +679,9 @@ class EventStream:
             if line.startswith(":"):
                 continue
             name, _, value = line.partition(":")
-            fields[name] = value[1:] if value.startswith(" ") else value
+            value = value[1:] if value.startswith(" ") else value
+            # Several data lines are one data, joined by line feeds (the SSE standard).
+            fields[name] = fields[name] + "\n" + value if name == "data" and name in fields else value
 
     def event(self):
         """The next event message (id + JSON data), skipping the retry hint."""

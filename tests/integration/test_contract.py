@@ -154,8 +154,9 @@ class Contract:
         return sorted(set(out))
 
     # What JSON Schema cannot say (the description does): metadata's size in bytes as
-    # sent, its depth, integers beyond 64 bits in it.
-    SCHEMA_CANNOT_SAY = ("metadata",)
+    # sent, its depth, integers beyond 64 bits in it; a value's depth; a semaphore's
+    # permits above the limit given beside them.
+    SCHEMA_CANNOT_SAY = ("metadata", "value", "permits")
 
     def check_request(self, template, method, params, query, body, status, answer, where):
         """The other direction: what the server accepted, the contract's request schemas
@@ -394,6 +395,14 @@ ACQUIRE = "/v1/locks/{name}/acquire"
 RENEW = "/v1/locks/{name}/renew"
 RELEASE = "/v1/locks/{name}/release"
 HISTORY = "/v1/locks/{name}/history"
+VALUE = "/v1/locks/{name}/value"
+ELECTION = "/v1/elections/{name}"
+ELECTIONS = "/v1/elections"
+CAMPAIGN = "/v1/elections/{name}/campaign"
+PROCLAIM = "/v1/elections/{name}/proclaim"
+RESIGN = "/v1/elections/{name}/resign"
+ELECTION_RENEW = "/v1/elections/{name}/renew"
+OBSERVE = "/v1/elections/{name}/observe"
 LOCKS = "/v1/locks"
 EVENTS = "/v1/events"
 STREAM = "/v1/events/stream"
@@ -628,6 +637,8 @@ class ContractTest(unittest.TestCase):
                    expect=409)  # revoked token
 
         cls._modes_and_semaphores(c, srv, a, b)
+        cls._values(c, srv, a, b)
+        cls._elections(c, srv, a, b)
 
         # history
         a.call(HISTORY, "GET", {"name": "orders/42"}, expect=200)
@@ -866,6 +877,13 @@ class ContractTest(unittest.TestCase):
                expect=409)  # semaphore_full
         a.call(SEM_ACQUIRE, "POST", {"name": "crawl/slots"}, body={"owner": "crawler-9", "limit": 3},
                expect=409)  # limit_mismatch
+        a.call(SEM_ACQUIRE, "POST", {"name": "wide/slots"}, body={"owner": "bulk", "limit": 3, "permits": 2},
+               expect=200)  # a lease of two permits
+        a.call(SEM_ACQUIRE, "POST", {"name": "wide/slots"}, body={"owner": "bulk", "limit": 3, "permits": 2},
+               expect=409)  # one is free
+        a.call(SEM_ACQUIRE, "POST", {"name": "wide/slots"}, body={"owner": "bulk", "limit": 3, "permits": 4},
+               expect=400)  # more than the limit
+        a.call(SEMAPHORE, "GET", {"name": "wide/slots"}, expect=200)
         for body in ({"owner": "x"}, {"owner": "x", "limit": 0}, {"owner": "x", "limit": 10001},
                      {"owner": "x", "limit": 2, "lease": str(uuid.uuid4())}, {"owner": "x", "limit": 2, "mode": "read"},
                      {"owner": "x", "limit": 2, "lock_delay_ms": 5}, {"limit": 2}, {"owner": "x", "limit": "2"}):
@@ -920,6 +938,117 @@ class ContractTest(unittest.TestCase):
         a.call(SEMAPHORES, "GET", query={"limit": 0}, expect=400)
         a.call(SEMAPHORES, "GET", query={"prefix": "bad prefix"}, expect=400)
         a.call(SEMAPHORES, "POST", body={}, expect=405)
+
+    @classmethod
+    def _values(cls, c, srv, a, b):
+        """A lock's value: written by its writer (with and without if_version), read, refused to a
+        released lease (stale_token), on a stale version (version_mismatch), too large (413)."""
+        a.call(VALUE, "GET", {"name": "cfg/1"}, expect=200)  # never written
+        st, _, w = a.call(ACQUIRE, "POST", {"name": "cfg/1"}, body={"owner": "writer", "ttl_ms": 60000}, expect=200)
+        if st == 200:
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body={"lease": w["lease"], "value": {"step": 1}}, expect=200)
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body={"lease": w["lease"], "value": [1, "two"], "if_version": 1},
+                   expect=200)
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body={"lease": w["lease"], "value": 3, "if_version": 1},
+                   expect=409)  # version_mismatch
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body={"lease": w["lease"], "value": "x" * 5000}, expect=413)
+            a.call(VALUE, "GET", {"name": "cfg/1"}, expect=200)
+            a.call(VALUE, "HEAD", {"name": "cfg/1"}, expect=200)
+            a.call(LOCK, "GET", {"name": "cfg/1"}, expect=200)
+            a.call(HISTORY, "GET", {"name": "cfg/1"}, expect=200)
+            a.call(RELEASE, "POST", {"name": "cfg/1"}, body={"lease": w["lease"]}, expect=200)
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body={"lease": w["lease"], "value": None}, expect=409)
+        for body in ({"value": 1}, {"lease": str(uuid.uuid4())}, {"lease": "nope", "value": 1},
+                     {"lease": str(uuid.uuid4()), "value": 1, "if_version": -1},
+                     {"lease": str(uuid.uuid4()), "value": 1, "extra": 1}):
+            a.call(VALUE, "PUT", {"name": "cfg/1"}, body=body, expect=400)
+        a.call(VALUE, "PUT", {"name": "bad%20name"}, body={"lease": str(uuid.uuid4()), "value": 1}, expect=400)
+        a.call(VALUE, "PUT", {"name": ""}, body={"lease": str(uuid.uuid4()), "value": 1}, expect=404)
+        a.call(VALUE, "PUT", {"name": "cfg/1"}, raw=b'{}', headers={"Content-Type": "text/plain"}, expect=415)
+        a.call(VALUE, "POST", {"name": "cfg/1"}, body={}, expect=405)
+        a.call(VALUE, "GET", {"name": "bad%20name"}, expect=400)
+        a.call(VALUE, "GET", {"name": ""}, expect=404)
+        a.call(ACQUIRE, "POST", {"name": "cfg/value"}, body={"owner": "x"}, expect=400)  # a reserved last segment
+
+    @classmethod
+    def _elections(cls, c, srv, a, b):
+        """Every election operation: a campaign that leads, one that waits and leads after a
+        resignation, one refused (not_leader); proclaim, renew, resign (and their refusals),
+        the state with a watch, the listing, the observers' stream, an admin's revocation."""
+        a.call(ELECTION, "GET", {"name": "svc/sched"}, expect=200)  # never campaigned for
+        st, _, l1 = a.call(CAMPAIGN, "POST", {"name": "svc/sched"},
+                           body={"owner": "s-1", "value": {"url": "http://a"}, "ttl_ms": 20000, "request_id": "c-1"},
+                           expect=200)
+        a.call(CAMPAIGN, "POST", {"name": "svc/sched"}, body={"owner": "s-1", "request_id": "c-1"}, expect=200)
+        a.call(CAMPAIGN, "POST", {"name": "svc/sched"}, body={"owner": "s-2"}, expect=409)  # not_leader
+        t, box = in_thread(b.call, CAMPAIGN, "POST", {"name": "svc/sched"},
+                           body={"owner": "s-3", "value": [3], "wait_ms": 20000}, expect=200)
+        wait_for(lambda: a.call(ELECTION, "GET", {"name": "svc/sched"}, expect=200)[2].get("candidates_total") == 1,
+                 "a candidate queued on svc/sched", c)
+        st2, _, state = a.call(ELECTION, "GET", {"name": "svc/sched"}, expect=200)
+        if st2 == 200:
+            a.call(ELECTION, "GET", {"name": "svc/sched"}, query={"index": state["index"], "wait_ms": 50}, expect=200)
+        a.call(ELECTIONS, "GET", query={"prefix": "svc/", "limit": 10}, expect=200)
+        a.call(ELECTIONS, "GET", query={"limit": 0}, expect=400)
+        a.call(ELECTIONS, "POST", body={}, expect=405)
+        cls.read_observe(c, srv.port, "svc/sched")
+        if st == 200:
+            a.call(PROCLAIM, "POST", {"name": "svc/sched"}, body={"lease": l1["lease"], "value": {"url": "http://b"}},
+                   expect=200)
+            a.call(PROCLAIM, "POST", {"name": "svc/sched"}, body={"lease": l1["lease"], "value": "x" * 5000},
+                   expect=413)
+            a.call(ELECTION_RENEW, "POST", {"name": "svc/sched"}, body={"lease": l1["lease"], "ttl_ms": 20000},
+                   expect=200)
+            a.call(RESIGN, "POST", {"name": "svc/sched"}, body={"lease": l1["lease"]}, expect=200)
+            a.call(RESIGN, "POST", {"name": "svc/sched"}, body={"lease": l1["lease"]}, expect=409)  # not_leader
+            a.call(PROCLAIM, "POST", {"name": "svc/sched"}, body={"lease": l1["lease"], "value": 1}, expect=409)
+            a.call(ELECTION_RENEW, "POST", {"name": "svc/sched"}, body={"lease": l1["lease"]}, expect=409)
+        joined(t, box, "the candidate on svc/sched", c)
+        a.call(ELECTION, "DELETE", {"name": "svc/sched"}, expect=200)  # revokes the second leader
+        for body in ({"value": 1}, {"owner": "x", "lease": str(uuid.uuid4())}, {"owner": "x", "wait_ms": -1},
+                     {"owner": "x", "mode": "read"}):
+            a.call(CAMPAIGN, "POST", {"name": "svc/bad"}, body=body, expect=400)
+        a.call(CAMPAIGN, "POST", {"name": "svc/bad"}, body={"owner": "x", "value": "x" * 5000}, expect=413)
+        a.call(CAMPAIGN, "POST", {"name": "svc/observe"}, body={"owner": "x"}, expect=400)  # an action word
+        a.call(CAMPAIGN, "POST", {"name": ""}, body={"owner": "x"}, expect=404)
+        a.call(CAMPAIGN, "GET", {"name": "svc/bad"}, expect=405)
+        a.call(CAMPAIGN, "POST", {"name": "svc/bad"}, raw=b'{"owner":"x"}', headers={"Content-Type": "text/plain"},
+               expect=415)
+        for tpl in (PROCLAIM, RESIGN, ELECTION_RENEW):
+            a.call(tpl, "POST", {"name": "svc/bad"}, body={"lease": "nope", "value": 1}, expect=400)
+            a.call(tpl, "POST", {"name": ""}, body={"lease": str(uuid.uuid4())}, expect=404)
+            a.call(tpl, "GET", {"name": "svc/bad"}, expect=405)
+            a.call(tpl, "POST", {"name": "svc/bad"}, raw=b'{}', headers={"Content-Type": "text/plain"}, expect=415)
+        a.call(PROCLAIM, "POST", {"name": "svc/bad"}, body={"lease": str(uuid.uuid4())}, expect=400)  # no value
+        a.call(ELECTION, "GET", {"name": "bad%20name"}, expect=400)
+        a.call(ELECTION, "GET", {"name": ""}, expect=404)
+        a.call(ELECTION, "POST", {"name": "svc/sched"}, body={}, expect=405)
+        a.call(OBSERVE, "GET", {"name": "svc/sched"}, headers={"Last-Event-ID": "abc"}, expect=400)
+        a.call(OBSERVE, "GET", {"name": "svc/sched"}, headers={"Last-Event-ID": "1"}, expect=410)
+        a.call(OBSERVE, "POST", {"name": "svc/sched"}, body={}, expect=405)
+
+    @classmethod
+    def read_observe(cls, c, port, name):
+        """The observers' stream: its head, the retry hint, and the election's state first."""
+        s = EventStream(port, path="/v1/elections/%s/observe" % name)
+        where = "GET /v1/elections/%s/observe -> %d" % (name, s.status)
+        try:
+            c.check(OBSERVE, "GET", s.status, s.headers, None, where=where, stream=True)
+            first = s.message()
+            if not first or first.get("retry") != "1000":
+                c.fail(where, "the stream does not start with retry: 1000: %r" % first)
+            m = s.message()
+            if not m or m.get("event") not in ("leader", "vacant") or not m.get("id", "").isdigit():
+                c.fail(where, "the first message is not the election's state with an id: %r" % m)
+            else:
+                data = json.loads(m["data"])
+                want = {"owner", "term", "value"} if m["event"] == "leader" else {"reason", "previous_term"}
+                if set(data) != want:
+                    c.fail(where, "%s has fields %r, not %r" % (m["event"], sorted(data), sorted(want)))
+        except (socket.timeout, ValueError) as e:
+            c.fail(where, "no state message: %r" % e)
+        finally:
+            s.close()
 
     @classmethod
     def oversize(cls, caller, template, path):

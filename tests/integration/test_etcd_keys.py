@@ -20,6 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import etcd_fixture  # noqa: E402
+import harness  # noqa: E402
 from etcd_fixture import EtcdTestCase, wait_for, wait_leader  # noqa: E402
 from test_auth import Keyed, new_key  # noqa: E402
 
@@ -63,15 +64,27 @@ class KeysOnEveryGateway(EtcdTestCase):
         finally:
             c.close()
 
+    def key_file(self, g):
+        """The sha256 label of g's leasegate_key_file_info (None while its file does not load)."""
+        found = [k for k in harness.parse_metrics(g.client.request("GET", "/metrics")[2])
+                 if k.startswith("leasegate_key_file_info{")]
+        self.assertLessEqual(len(found), 1, found)
+        return found[0].split('"')[1] if found else None
+
     def test_a_follower_checks_keys_itself(self):
         a, b = self.start(2)
         leader = wait_leader([a, b])
         follower = self.follower_of(leader, [a, b])
+        self.assertEqual(self.key_file(follower), self.key_file(leader))  # the same file
         # The follower's own file lacks team-b (the leader's has it): refused at the follower.
         self.write(self.files[self.gateways.index(follower)], ("root", "team-a"))
         os.kill(follower.pid, signal.SIGHUP)  # every gateway reloads: the leader keeps team-b
         self.assertIsNotNone(wait_for(lambda: self.status(follower, "team-b") == 401))
         self.assertEqual(self.status(leader, "team-b"), 200)
+        # /metrics shows the files differ (the hostile review of issue 37: nothing did, and a
+        # stale file on the gateway that leads next lets a revoked key through).
+        self.assertNotEqual(self.key_file(follower), self.key_file(leader))
+        self.assertEqual(len(self.key_file(leader)), 16)
         self.assertEqual(self.status(follower, "team-a", "/v1/locks/a/x"), 200)
         # An unknown key at the follower: 401 with the scheme, never forwarded.
         c = Keyed(follower.port, "lgk_" + "x" * 43)
@@ -108,6 +121,22 @@ class KeysOnEveryGateway(EtcdTestCase):
             self.assertIsNotNone(wait_for(lambda g=g: self.status(g, "team-a", "/v1/locks/a/x") == 200),
                                  g.stderr_text())
             self.assertEqual(self.status(g, "team-b"), 401, g.url)
+
+    def test_a_new_leader_serves_with_its_file_as_it_is_when_it_wins(self):
+        # The hostile review of issue 37: a gateway that won an election served with the keys of
+        # its last reload, not with its file as it was then. A revocation made in its file (the
+        # SIGHUP sent to another gateway, its own look at PREFIX/auth/reload still to come, or
+        # no SIGHUP at all) let the revoked key through the new leader; measured up to 0.3 s
+        # after a SIGHUP with the old leader stopped at once. Now it reads its file as it wins.
+        a, b = self.start(2)
+        leader = wait_leader([a, b])
+        follower = self.follower_of(leader, [a, b])
+        self.write(self.files[self.gateways.index(follower)], ("root", "team-a"))  # no SIGHUP
+        self.assertEqual(self.status(follower, "team-b"), 200)  # its start-up keys, forwarded
+        leader.stop()  # SIGTERM: it resigns, the follower leads at once
+        self.assertIs(wait_leader([follower]), follower, follower.stderr_text())
+        self.assertEqual(self.status(follower, "team-b"), 401)
+        self.assertEqual(self.status(follower, "team-a", "/v1/locks/a/x"), 200)
 
     def test_a_file_that_does_not_load_refuses_keys_and_is_not_ready(self):
         a, b = self.start(2)

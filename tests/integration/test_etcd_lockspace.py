@@ -8,11 +8,14 @@ bounded and nothing asserts how long anything took."""
 import base64
 import json
 import subprocess
+import tempfile
 import unittest
 
-from harness import binary_path
+from harness import binary_path, kill_process, resume_process
 import etcd_fixture
 from etcd_fixture import EtcdTestCase, Gateway, b64, wait_for, wait_leader
+
+LAYOUT = 3  # src/store/lockspace.h's ETCD_LAYOUT: the layout of the records this leasegate writes
 
 
 def setUpModule():
@@ -83,6 +86,77 @@ class LockSpaceTest(EtcdTestCase):
         self.assertIs(wait_leader([beside]), beside, beside.stderr_text())
         self.assertNotEqual(self.identity("teams/ops")["id"], self.identity("teams/billing")["id"])
 
+    def test_a_prefix_around_a_lock_space_named_like_a_folder_of_records_is_refused(self):
+        # The hostile review of issue 37: a lock space at teams/locks (or .../meta, .../holders,
+        # .../auth, ...) has keys teams/locks/... that read as lock records of a lock space at
+        # teams. A gateway started on teams, without --new-lock-space, took them for a lock space
+        # older than identities, gave teams an identity, and the gateways of teams/locks then
+        # refused to start ("inside the lock space at teams"); on .../meta it even served, at
+        # token 1, around the other. Adopting needs what an older gateway leaves (its commit
+        # mark or token counter); the lock space inside is named.
+        for inner_prefix in ("teams/locks", "ops/meta"):
+            outer_prefix = inner_prefix.split("/")[0]
+            inner = Gateway(self.etcd, inner_prefix)
+            self.gateways.append(inner)
+            self.assertIs(wait_leader([inner]), inner, inner.stderr_text())
+            tokens = [self.acquire_ok(inner, "t%d" % i)["token"] for i in range(2)]
+            inner.kill9()
+            for flags in ((), ("--new-lock-space",)):
+                rc, err = self.serve_refused(outer_prefix, *flags)
+                self.assertEqual(rc, 1, (inner_prefix, flags, err))
+                self.assertIn("the prefix %s lies around the lock space at %s" % (outer_prefix, inner_prefix), err)
+                self.assertIn(self.identity(inner_prefix)["id"], err)
+                self.assertIsNone(self.identity(outer_prefix), inner_prefix)
+            inner.start()  # its own lock space, as it was
+            self.assertIs(wait_leader([inner]), inner, inner.stderr_text())
+            self.assertGreater(self.acquire_ok(inner, "after")["token"], max(tokens))
+
+    def test_keys_of_a_lock_space_without_its_marks_are_not_adopted(self):
+        # Keys that look like a lock space's records but no commit mark or token counter (what
+        # every gateway older than identities wrote at its first commit): another program's,
+        # or what is left of a lock space someone deleted in part. Never adopted silently.
+        self.put("lg/locks/orders", '{"last_token":3}')
+        rc, err = self.serve_refused("lg")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("the prefix lg holds keys that are not a lock space's", err)
+        self.assertIsNone(self.identity("lg"))
+
+    def test_nested_lock_spaces_created_at_the_same_moment_cannot_both_be(self):
+        # The hostile review of issue 37: gateways on r and r/x started together, each with
+        # --new-lock-space, each saw nothing in the other's place and created its lock space
+        # (11 times in 15 tries); r/x's gateways then refused every later start, inside r. The
+        # creation's transaction now requires what the check saw (the ancestors without a lock
+        # space, the prefix empty): whichever commits second checks again and is refused.
+        procs = []
+        try:
+            for i in range(4):
+                pair = []
+                for prefix in ("r%d" % i, "r%d/x" % i):
+                    err = tempfile.TemporaryFile()
+                    pair.append((subprocess.Popen(
+                        [binary_path(), "serve", "--listen", "127.0.0.1:0", "--leader-ttl", "2", "--new-lock-space",
+                         "--store", "etcd://%s/%s" % (self.etcd.endpoint, prefix)],
+                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err), err))
+                procs.extend(pair)
+
+                def text(e):
+                    e.seek(0)
+                    return e.read().decode(errors="replace")
+                # Each either created its lock space or stopped.
+                self.assertTrue(wait_for(lambda: all(p.poll() is not None or "created the lock space" in text(e)
+                                                     for p, e in pair)), [text(e) for _, e in pair])
+                created = [text(e) for p, e in pair if "created the lock space" in text(e)]
+                refused = [(p.wait(30), text(e)) for p, e in pair if "created the lock space" not in text(e)]
+                self.assertEqual((len(created), len(refused)), (1, 1), [text(e) for _, e in pair])
+                self.assertEqual(refused[0][0], 1, refused)
+                self.assertRegex(refused[0][1], "the prefix r%d(/x)? lies (inside|around) the lock space at r%d" % (i, i))
+                self.assertEqual(sum(1 for p in ("r%d" % i, "r%d/x" % i) if self.identity(p)), 1)
+        finally:
+            for p, e in procs:
+                resume_process(p)
+                kill_process(p)
+                e.close()
+
     def test_other_keys_on_the_prefix_are_refused(self):
         self.put("app/config", "1")
         rc, err = self.serve_refused("app", "--new-lock-space")
@@ -96,7 +170,7 @@ class LockSpaceTest(EtcdTestCase):
         leader = wait_leader(gateways)
         self.assertIsNotNone(leader)
         ident = self.identity("lg")
-        self.assertEqual((ident["schema"], ident["prefix"]), (2, "lg"), ident)  # the layout it writes
+        self.assertEqual((ident["schema"], ident["prefix"]), (LAYOUT, "lg"), ident)  # the layout it writes
         def logs():
             return "".join(g.stderr_text() for g in gateways)
         # Each says which, once it checked (after its listening line).
@@ -119,22 +193,22 @@ class LockSpaceTest(EtcdTestCase):
 
     def test_a_newer_schema_is_refused_naming_both_before_the_campaign(self):
         # Created by a newer leasegate...
-        self.put("lg/meta/lockspace", json.dumps({"id": "0b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60", "schema": 3,
+        self.put("lg/meta/lockspace", json.dumps({"id": "0b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60", "schema": LAYOUT + 1,
                                                   "created_at_ms": 1, "prefix": "lg"}))
         rc, err = self.serve_refused("lg")
         self.assertEqual(rc, 1, err)
         self.assertIn("the lock space at lg (id 0b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60) was written by a newer leasegate "
-                      "(layout 3", err)
-        self.assertIn("reads layouts 1 to 2", err)
+                      "(layout %d" % (LAYOUT + 1), err)
+        self.assertIn("reads layouts 1 to %d" % LAYOUT, err)
         self.assertIn("upgrade this gateway", err)
         self.assertEqual(self.etcd.keys("lg/leader/"), [])
         # ...or moved to a newer layout by a newer leader since.
-        self.put("ls/meta/lockspace", json.dumps({"id": "1b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60", "schema": 2,
+        self.put("ls/meta/lockspace", json.dumps({"id": "1b6c5f4e-1d2a-4e0b-9a57-3f1c2d4e5f60", "schema": LAYOUT,
                                                   "created_at_ms": 1, "prefix": "ls"}))
-        self.put("ls/meta/layout", "3")
+        self.put("ls/meta/layout", str(LAYOUT + 1))
         rc, err = self.serve_refused("ls")
         self.assertEqual(rc, 1, err)
-        self.assertIn("written by a newer leasegate (layout 3", err)
+        self.assertIn("written by a newer leasegate (layout %d" % (LAYOUT + 1), err)
         self.assertEqual(self.etcd.keys("ls/leader/"), [])
 
     def test_a_lock_space_older_than_identities_is_adopted(self):
@@ -145,7 +219,7 @@ class LockSpaceTest(EtcdTestCase):
         self.gateways.append(g)
         self.assertIs(wait_leader([g]), g, g.stderr_text())
         ident = self.identity("lg")
-        self.assertEqual(ident["schema"], 1)  # created with layout 1; its first leader here moves it to 2
+        self.assertEqual(ident["schema"], 1)  # created with layout 1; its first leader here moves it to LAYOUT
         self.assertIn("gave an identity to the older lock space %s" % ident["id"], g.stderr_text())
         self.assertEqual(self.acquire_ok(g, "next")["token"], 42)
 
@@ -159,7 +233,11 @@ class FlagsTest(unittest.TestCase):
                  (store + ["--etcd-cert", "/x"], "go together"),
                  (store + ["--etcd-cert", "/x", "--etcd-key", "/y"], "needs TLS: --store etcds://"),
                  (store + ["--etcd-compact-bytes", "1000"], "below 65536"),
-                 (store + ["--etcd-compact-interval", "-1"], "--etcd-compact-interval")]
+                 (store + ["--etcd-compact-interval", "-1"], "--etcd-compact-interval"),
+                 # etcd's keys are taken as written: "/lg" and "lg//x" would be lock spaces of their
+                 # own beside "lg" and "lg/x" (a doubled slash is a typo, not another prefix).
+                 (["--store", "etcd://127.0.0.1:2379//lg"], "an empty segment"),
+                 (["--store", "etcd://127.0.0.1:2379/lg//x"], "an empty segment")]
         for args, says in cases:
             r = subprocess.run([binary_path(), "serve"] + args, stdin=subprocess.DEVNULL, capture_output=True,
                                timeout=30)

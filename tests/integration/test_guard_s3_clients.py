@@ -1,6 +1,7 @@
 """Unmodified S3 clients through an s3:// route, against moto's S3 server (which checks the
 guard's own signatures): boto3, the AWS CLI (Debian's awscli, /usr/bin/aws), rclone, s3cmd and
-the JavaScript SDK (@aws-sdk/client-s3, npm ci in tests/s3clients), each given nothing but the
+the JavaScript SDK (@aws-sdk/client-s3, npm ci in tests/s3clients) and the Go SDK (Debian's
+golang-github-aws-aws-sdk-go-v2-dev, built offline in GOPATH mode), each given nothing but the
 gateway's URL as its endpoint (path-style, the route's PREFIX as the bucket) and credentials
 made of a lease: the token as the access key id, the lease as the secret. The guard checks
 their SigV4 signatures with the lease (aws-chunked bodies too, built here by hand as the Java
@@ -11,7 +12,7 @@ S3 SDK" examples run as they stand there.
 Multipart uploads: boto3's upload_file of 64 MiB and the CLI's cp of 10 MiB (moto ignores
 If-Match on CompleteMultipartUpload, which the guard's probe finds: there a multipart upload
 may only create an object, and the test says so). A client that is missing (awscli, rclone, s3cmd,
-the npm packages) skips its test with a line saying so; .ci/run installs them all.
+the npm packages, go or the Go SDK) skips its test with a line saying so; .ci/run installs them all.
 Only 127.0.0.1; every wait is bounded; no timing assertions.
 """
 
@@ -33,6 +34,8 @@ import s3_fixture
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 JS_DIR = os.path.join(ROOT, "tests", "s3clients")
 AWS = "/usr/bin/aws"  # Debian's awscli, never a pyenv shim first on PATH
+# Debian's aws-sdk-go-v2 (golang-github-aws-aws-sdk-go-v2-dev), a GOPATH tree: no module download.
+GOPATH_DEBIAN = "/usr/share/gocode"
 BUCKET = "reports"
 
 
@@ -46,6 +49,11 @@ def have(path):
 
 def js_ready():
     return shutil.which("node") and os.path.isdir(os.path.join(JS_DIR, "node_modules", "@aws-sdk", "client-s3"))
+
+
+def go_ready():
+    return shutil.which("go") and shutil.which("gofmt") and os.path.isdir(
+        os.path.join(GOPATH_DEBIAN, "src", "github.com", "aws", "aws-sdk-go-v2", "service", "s3"))
 
 
 def snippet(name):
@@ -463,6 +471,51 @@ class S3ClientTests(unittest.TestCase):
             os.unlink(path)
         self.assertEqual((rc, out), (0, "a,b\n1,2\n"), out)
         self.srv.release("report.csv", g["lease"])
+
+    # The Go SDK ----------------------------------------------------------------------------
+
+    def go_program(self):
+        """docs/fencing.md's Go program, gofmt-clean and built with Debian's aws-sdk-go-v2 in
+        GOPATH mode, offline; built once per run (the cold build takes most of this test's
+        time), its cache in the test's temporary folder."""
+        cls = type(self)
+        if getattr(cls, "go_binary", None):
+            return cls.go_binary
+        src = os.path.join(self.dir, "go-snippet")
+        os.makedirs(src, exist_ok=True)
+        with open(os.path.join(src, "main.go"), "w") as f:
+            f.write(snippet("go"))
+        env = dict(os.environ, GO111MODULE="off", GOPATH=GOPATH_DEBIAN, GOFLAGS="", GOPROXY="off",
+                   GOTOOLCHAIN="local", GOCACHE=os.path.join(self.dir, "go-cache"), HOME=self.dir)
+        rc, out = self.run_tool(["gofmt", "-l", "main.go"], env, cwd=src)
+        self.assertEqual((rc, out), (0, ""), "the Go program in docs/fencing.md is not gofmt-formatted")
+        rc, out = self.run_tool(["go", "build", "-o", "snippet", "main.go"], env, timeout=240, cwd=src)
+        self.assertEqual(rc, 0, out)
+        cls.go_binary = os.path.join(src, "snippet")
+        return cls.go_binary
+
+    @unittest.skipUnless(go_ready(), "go or Debian's Go SDK is missing (golang-go and golang-github-aws-aws-sdk-go-v2-dev: "
+                         "scripts/deps.sh --test)")
+    def test_docs_go_snippet(self):
+        """The Go program as it stands in the docs: its put and get with the lease the docs'
+        shell lines take; with a wrong secret SignatureDoesNotMatch; run by a stale holder,
+        refused, and the SDK's error names the stale token."""
+        prog = self.go_program()
+        g = self.lease_from_docs()
+        rc, out = self.run_tool([prog], self.env(g))
+        self.assertEqual((rc, out), (0, "a,b\n1,2\n"), out)
+        self.assertEqual(self.stored("report.csv"), (b"a,b\n1,2\n", str(g["token"])))
+        rc, out = self.run_tool([prog], self.env(g, LEASE=str(uuid.uuid4())))
+        self.assertEqual(rc, 1, out)
+        self.assertIn("SignatureDoesNotMatch", out)
+        self.assertEqual(self.stored("report.csv"), (b"a,b\n1,2\n", str(g["token"])))
+        self.srv.release("report.csv", g["lease"])
+        a, b = self.stale_holder("report.csv")
+        rc, out = self.run_tool([prog], self.env(a))
+        self.assertEqual(rc, 1, out)
+        self.assertIn("StaleFencingToken", out)
+        self.assert_stale_shown(out, a, "report.csv")
+        self.srv.release("report.csv", b["lease"])
 
 
 

@@ -1,7 +1,7 @@
 """What `cmake --install` puts on a machine, and leasegate(1) kept in sync with --help.
 
 The man page (man/leasegate.1.in) must name every flag that `leasegate --help`,
-`leasegate serve --help`, `leasegate help run` and `leasegate keygen`'s usage show, each under
+`leasegate serve --help`, `leasegate help run`, `leasegate help campaign` and `leasegate keygen`'s usage show, each under
 its command's section, and no flag that none of them shows. `cmake --install` into a
 temporary prefix must give the binary, the man page, a unit whose ExecStart is that binary and
 that `systemd-analyze verify` accepts, the sysusers.d entry and the commented options file.
@@ -20,7 +20,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.environ.get("LEASEGATE_BIN", os.path.join(ROOT, "build", "leasegate"))
 MAN = os.path.join(ROOT, "man", "leasegate.1.in")
 FLAG = re.compile(r"(?<![\w-])(--?[a-z][a-z0-9-]*)")
-CLIENT_COMMANDS = ("run", "acquire", "renew", "release", "status", "list")
+CLIENT_COMMANDS = ("run", "campaign", "leader", "acquire", "renew", "release", "status", "list")
 COMMANDS = ("serve",) + CLIENT_COMMANDS + ("backup", "healthcheck", "keygen", "help")
 
 
@@ -43,7 +43,8 @@ def help_flags():
     for line in main.splitlines():
         if line.startswith("client commands ("):
             current = "common"
-        m = re.match(r"^  (serve|run|acquire|backup|healthcheck|keygen|renew|release|status|list|help)\b", line)
+        m = re.match(r"^  (serve|run|campaign|leader|acquire|backup|healthcheck|keygen|renew|release|status|list|help)\b",
+                     line)
         m2 = re.match(r"^  (acquire, renew, release, status, list)\b", line)
         if m2:
             current = None
@@ -61,6 +62,7 @@ def help_flags():
     out["help"] |= {"--help", "-h"}
     out["serve"] = flags(run("serve", "--help"))
     out["run"] |= flags(run("help", "run"))
+    out["campaign"] |= flags(run("help", "campaign"))
     out["keygen"] |= flags(run("keygen"))
     # The paragraph also says that "a server with --auth-file" needs a key: serve's flag.
     common.discard("--auth-file")

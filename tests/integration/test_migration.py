@@ -3,7 +3,13 @@ keeps only what is the name's. A database written by the last binary of schema 1
 (fixtures/schema10.db, made by fixtures/make_schema10.py, which says how) loads with every
 lease, token, reason, revocation, lock-delay, fence mark and audit row it held. The migration is
 one step inside the transaction that opens the database, so a kill -9 in its middle leaves
-version 10 as it was, never a mix of the two, and the next start migrates it whole."""
+version 10 as it was, never a mix of the two, and the next start migrates it whole (to the
+current version: every step runs in that one transaction).
+
+Schema 13 (issue 40): a semaphore's lease may hold several permits, an election's leader lease
+carries its value, and a lock's value is a row of its own. Databases written by the binaries of
+schemas 11 and 12 (tests/powerloss/schemas/vN.sql, made by tests/powerloss/schemas/make.py) load
+with every lease as it was, each of one permit, and take the new records at once."""
 
 import json
 import os
@@ -19,13 +25,15 @@ import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "schema10.db")
-# The schema a start migrates to: 11's lockspace, then 12's audit reason (every step of
-# the migration is in the one opening transaction).
-LATEST = 12
+# The schema a start migrates to: 11's lockspace, then 12's audit reason, then 13's permits,
+# leaders' values and locks' values (issue 40); every step of the migration is in the one
+# opening transaction.
+LATEST = 13
 with open(os.path.join(HERE, "fixtures", "schema10.json")) as _f:
     MADE = json.load(_f)
 DAY = 86400000
 OLD_TABLES = {"locks", "semaphores", "holders"}
+SCHEMAS = os.path.join(HERE, "..", "powerloss", "schemas")
 
 
 def schema10_copy(into):
@@ -200,6 +208,62 @@ class MigrationTest(unittest.TestCase):
             self.assertEqual((st, body.get("token")), (200, last + 1), body)
         version, tables, rows = schema_of(path)
         self.assertEqual(version, LATEST)
+
+    def test_a_schema_11_database_keeps_every_lease_and_takes_the_new_records(self):
+        self.older_database_keeps_every_lease(11)
+
+    def test_a_schema_12_database_keeps_every_lease_and_takes_the_new_records(self):
+        self.older_database_keeps_every_lease(12)
+
+    def older_database_keeps_every_lease(self, version):
+        """A database of `version` (schemas/vN.sql, written by that schema's binary) migrates to
+        LATEST with every lease as it was, each of one permit, and takes issue 40's records."""
+        path = os.path.join(self.dir, "leasegate.db")
+        with open(os.path.join(SCHEMAS, "v%d.sql" % version)) as f:
+            sql = f.read()
+        db = sqlite3.connect(path)
+        db.executescript(sql)
+        # Its leases (of an hour) as if granted now; its boot unknown here.
+        newest = db.execute("SELECT max(acquired_at_ms) FROM lockspace").fetchone()[0]
+        age = int(time.time() * 1000) - newest
+        db.execute("UPDATE lockspace SET acquired_at_ms = acquired_at_ms + ?1, expires_at_ms = expires_at_ms + ?1"
+                   " WHERE token <> 0", (age,))
+        db.execute("UPDATE meta SET value = 'fixture' WHERE key = 'boot_id'")
+        leases = db.execute("SELECT kind, name, token, owner, count, mode FROM lockspace WHERE token <> 0"
+                            " ORDER BY token").fetchall()
+        last = db.execute("SELECT max(max(coalesce(last_token, 0)), max(token)) FROM lockspace").fetchone()[0]
+        db.commit()
+        db.close()
+        self.assertEqual(schema_of(path)[0], version)
+        self.assertGreater(len(leases), 50)
+        with harness.Server(data_dir=self.dir) as srv:
+            c = srv.client
+            for kind, name, token, owner, count, mode in leases:
+                base = "/v1/%s/%s" % ("semaphores" if kind == 1 else "locks", name)
+                st, _, view = c.request("GET", base)
+                mine = [h for h in view["holders"] if h["token"] == token]
+                self.assertEqual(len(mine), 1, (name, token, view))
+                self.assertEqual((mine[0]["owner"], mine[0]["count"]), (owner, count), view)
+                if kind == 1:
+                    self.assertEqual(mine[0]["permits"], 1, view)
+                    self.assertEqual(view["permits_used"], view["holders_total"], view)
+            # A migrated semaphore (3 permits, 2 held) takes a lease of one more; not of two.
+            st, _, body = c.request("POST", "/v1/semaphores/fx/s0/acquire",
+                                    {"owner": "wide", "limit": 3, "permits": 2})
+            self.assertEqual((st, body.get("error")), (409, "semaphore_full"), body)
+            st, _, body = c.request("POST", "/v1/semaphores/fx/s0/acquire",
+                                    {"owner": "one", "limit": 3, "permits": 1})
+            self.assertEqual((st, body.get("token")), (200, last + 1), body)
+            st, _, body = c.request("POST", "/v1/semaphores/fx/new/acquire",
+                                    {"owner": "wide", "limit": 5, "permits": 4, "ttl_ms": DAY})
+            self.assertEqual((st, body.get("permits")), (200, 4), body)
+        version, tables, rows = schema_of(path)
+        self.assertEqual(version, LATEST)
+        self.assertIn("lock_values", tables)
+        db = sqlite3.connect(path)
+        self.assertEqual(db.execute("SELECT permits FROM lockspace WHERE owner = 'wide'").fetchall(), [(4,)])
+        self.assertEqual(db.execute("SELECT count(*) FROM lockspace WHERE permits IS NOT NULL").fetchone()[0], 1)
+        db.close()
 
 
 if __name__ == "__main__":

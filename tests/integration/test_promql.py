@@ -26,6 +26,7 @@ import urllib.parse
 import urllib.request
 
 import harness
+from test_auth import Keyed, new_key
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 BLOCK = re.compile(r"^```promql\n(.*?)^```", re.S | re.M)
@@ -116,25 +117,34 @@ class PromqlDocsTest(unittest.TestCase):
         self.assertGreaterEqual(len(queries), 2, "the promql blocks of docs/operations.md are gone?")
         if not shutil.which("prometheus"):
             self.fail("prometheus is missing: scripts/deps.sh --test installs it (Debian package prometheus)")
-        srv = harness.Server()
+        # With keys, as a server is run (the key file's own series is queried too).
+        key, line = new_key("ops", "admin")
+        keys_dir = tempfile.mkdtemp(prefix="leasegate-promql-keys-")
+        self.addCleanup(shutil.rmtree, keys_dir, True)
+        keys = os.path.join(keys_dir, "keys")
+        with open(keys, "w") as f:
+            f.write(line + "\n")
+        os.chmod(keys, 0o600)
+        srv = harness.Server(extra_args=["--auth-file", keys])
         self.addCleanup(srv.cleanup)
         prom = Prometheus(srv.port)
         self.addCleanup(prom.stop)
         prom.wait(lambda: [r for r in prom.query("up")["data"]["result"] if r["value"][1] == "1"], "a first scrape")
         # What the queries are about, after that first scrape, so that every rate has two
         # samples to tell apart: grants (one after a wait), releases and an expiry.
-        c = srv.client
+        c = Keyed(srv.port, key)
+        self.addCleanup(c.close)
         for i in range(5):
             st, _, g = c.acquire("prom/%d" % i, ttl_ms=60000)
             self.assertEqual(st, 200, g)
             self.assertEqual(c.release("prom/%d" % i, g["lease"])[0], 200)
         st, _, held = c.acquire("prom/wait", ttl_ms=60000)
-        waiter = harness.Client(srv.port, timeout=30)
+        waiter = Keyed(srv.port, key, timeout=30)
         self.addCleanup(waiter.close)
         box = {}
         t = threading.Thread(target=lambda: box.update(r=waiter.acquire("prom/wait", wait_ms=10000)))
         t.start()
-        srv.wait_until(lambda: srv.waiters("prom/wait") == 1, what="the waiter")
+        srv.wait_until(lambda: srv.waiters("prom/wait", client=c) == 1, what="the waiter")
         time.sleep(0.2)
         self.assertEqual(c.release("prom/wait", held["lease"])[0], 200)
         t.join(20)

@@ -155,7 +155,7 @@ class RestartTests(unittest.TestCase):
             st, _, r = srv.release("v3/free", g["lease"])
             self.assertEqual(st, 200, r)
         db = sqlite3.connect(os.path.join(d, "leasegate.db"))
-        self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0], 12)
+        self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0], 13)
         # Version 9 keeps when the guard last let a write of each lock through.
         self.assertIn("at_ms", [c[1] for c in db.execute("PRAGMA table_info(guard_marks)")])
         # Version 11: every lease a row of the lock space, a name's own row beside them (token 0).

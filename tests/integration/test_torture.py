@@ -69,7 +69,11 @@ class TortureRun(unittest.TestCase):
                     "checked: applied writes matched to their request",
                     "checked: (answer, earlier lease) pairs compared",
                     "checked: (answer, earlier reader) pairs allowed to overlap",
-                    "checked: permit answers that filled the semaphore"):
+                    "checked: permit answers that filled the semaphore",
+                    "checked: answers of leases of several permits compared",
+                    "checked: acknowledged value writes",
+                    "checked: value writes refused",
+                    "checked: reads of a lock's value"):
             self.assertGreater(st[key], 0, key)
         self.assertGreater(st["acquire 200"], 0)
         self.assertGreater(st["renew 409"], 0, "no lease ever ran out")
@@ -192,6 +196,38 @@ class TortureRun(unittest.TestCase):
             events.append(b)
         self.assertCaught("sem-over-limit", events, applied)
 
+    def test_catches_a_value_written_by_a_released_lease(self):
+        events, applied, seq = self.corrupt()
+        rel = next(e for e in events if e.kind == "release" and e.ok(200) and e.resp.get("released")
+                   and not torture.is_sem(e.lock))
+        g = next(e for e in self.grants(events) if e.resp.get("lease") == rel.lease)
+        w = torture.Event(seq=seq(), cycle=rel.cycle, client="intruder", kind="value", lock=rel.lock, lease=rel.lease,
+                          req={"id": "stale-write"}, outcome="ok", status=200,
+                          resp={"value_version": 10 ** 6, "token": g.resp["token"]},
+                          s_ms=rel.r_ms + 1, r_ms=rel.r_ms + 2, s_mono=0, r_mono=0)
+        events.append(w)
+        self.assertCaught("value-stale", events, applied)
+
+    def test_catches_a_lost_value(self):
+        events, applied, seq = self.corrupt()
+        w = next(e for e in events if e.kind == "value" and e.ok(200) and e.resp.get("value_version", 0) > 1)
+        r = torture.Event(seq=seq(), cycle=w.cycle, client="probe", kind="get", lock=w.lock, outcome="ok", status=200,
+                          resp={"value_version": w.resp["value_version"] - 1, "value": "older", "held": False,
+                                "holder": None, "last_token": 0},
+                          s_ms=w.r_ms + 1, r_ms=w.r_ms + 2, s_mono=0, r_mono=0)
+        events.append(r)
+        self.assertCaught("value-lost", events, applied)
+
+    def test_catches_a_lease_of_several_permits_over_the_limit(self):
+        events, applied, seq = self.corrupt()
+        p = next(g for g in self.grants(events) if torture.is_sem(g.lock) and g.resp["ttl_ms"] >= 1000)
+        b = copy.copy(p)
+        b.resp = dict(p.resp, lease=new_lease(), token=10 ** 12, permits=torture.SEM_LIMIT,
+                      acquired_at_ms=p.resp["acquired_at_ms"] + 1, expires_at_ms=p.resp["acquired_at_ms"] + 301)
+        b.seq, b.client, b.s_ms, b.r_ms = seq(), "intruder", p.r_ms, p.r_ms
+        events.append(b)
+        self.assertCaught("sem-over-limit", events, applied)
+
     def test_catches_a_writer_beside_a_reader(self):
         events, applied, seq = self.corrupt()
         r = next(g for g in self.grants(events) if g.resp.get("mode") == "read" and g.resp["ttl_ms"] >= 1000)
@@ -246,12 +282,14 @@ class Hist:
         self.events.append(e)
         return e
 
-    def grant(self, at, ttl, token, client="c0", lock="L", s=None, r=None, mode=None):
+    def grant(self, at, ttl, token, client="c0", lock="L", s=None, r=None, mode=None, permits=None):
         lease = new_lease()
         resp = {"lease": lease, "token": token, "acquired_at_ms": at, "expires_at_ms": at + ttl, "ttl_ms": ttl,
                 "count": 1}
         if mode:
             resp["mode"] = mode
+        if permits:
+            resp["permits"] = permits
         self.add("acquire", at - 1 if s is None else s, at + 1 if r is None else r, client=client, lock=lock,
                  req={"ttl_ms": ttl, "wait_ms": 0}, resp=resp)
         return lease
@@ -296,6 +334,46 @@ class CheckerRules(unittest.TestCase):
         self.assertEqual(h.found(), set())
         h.grant(1499, 500, 10, client="late", lock="s/k000")
         self.assertEqual(h.found(), {"sem-over-limit"})
+
+    def test_leases_of_several_permits_count_them_all(self):
+        h = Hist()
+        h.grant(1000, 500, 1, client="c0", lock="s/k000", permits=torture.SEM_LIMIT - 1)
+        h.grant(1001, 500, 2, client="c1", lock="s/k000", permits=1)
+        self.assertEqual(h.found(), set())  # exactly the limit
+        h.grant(1002, 500, 3, client="c2", lock="s/k000", permits=1)
+        self.assertEqual(h.found(), {"sem-over-limit"})
+        h = Hist()
+        h.grant(1000, 500, 1, client="c0", lock="s/k000", permits=1)
+        h.grant(1001, 500, 2, client="c1", lock="s/k000", permits=torture.SEM_LIMIT)
+        self.assertEqual(h.found(), {"sem-over-limit"})
+        h = Hist()  # one lease of all the permits, then another at its announced expiry
+        h.grant(1000, 500, 1, client="c0", lock="s/k000", permits=torture.SEM_LIMIT)
+        h.grant(1500, 500, 2, client="c1", lock="s/k000", permits=torture.SEM_LIMIT)
+        self.assertEqual(h.found(), set())
+
+    def test_values_of_the_writer_and_after_it(self):
+        h = Hist()
+        a = h.grant(1000, 5000, 1)
+        h.add("value", 1100, 1101, lease=a, req={"id": "v1"}, resp={"value_version": 1, "token": 1})
+        h.add("get", 1200, 1201, client="probe", resp={"held": True, "holder": {"token": 1}, "last_token": 1,
+                                                       "value_version": 1, "value": "v1"})
+        self.assertEqual(h.found(), set())
+        h.add("get", 1300, 1301, client="probe", resp={"held": True, "holder": {"token": 1}, "last_token": 1,
+                                                       "value_version": 0, "value": None})
+        self.assertEqual(h.found(), {"value-lost"})
+        h = Hist()
+        a = h.grant(1000, 5000, 1)
+        h.release(a, 1100, 1101)
+        h.add("value", 1050, 1060, lease=a, req={"id": "v1"}, resp={"value_version": 1, "token": 1})
+        self.assertEqual(h.found(), set())  # sent before the release was answered: fine
+        h.add("value", 1200, 1201, lease=a, req={"id": "v2"}, resp={"value_version": 2, "token": 1})
+        self.assertEqual(h.found(), {"value-stale"})
+        h = Hist()
+        a = h.grant(1000, 5000, 1)
+        h.add("value", 1100, 1101, lease=a, status=409, req={"id": "refused"}, resp={"error": "stale_token"})
+        h.add("get", 1200, 1201, client="probe", resp={"held": True, "holder": {"token": 1}, "last_token": 1,
+                                                       "value_version": 1, "value": "refused"})
+        self.assertEqual(h.found(), {"value-stale"})
 
     def test_a_permit_at_the_announced_expiry_of_another_is_fine(self):
         h = Hist()

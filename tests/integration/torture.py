@@ -5,8 +5,8 @@
 
 One leasegate server (`--guard /store/=<ApplyingUpstream>`) and C client threads that
 acquire (try-once and waiting; writers and readers), renew, release, reenter, fence and
-write through the guard on a few hundred locks, and take permits of a few semaphores of
-SEM_LIMIT permits, with TTLs from 300 ms to 10 s, while the server is
+write through the guard on a few hundred locks, and take leases of 1..SEM_LIMIT permits of a
+few semaphores of SEM_LIMIT permits, with TTLs from 300 ms to 10 s, while the server is
 `kill -9`ed at seeded random moments and restarted on the same data file, N times.
 Between the kill and the restart the database gets `PRAGMA integrity_check` (read-only;
 not on the etcd store, LEASEGATE_TEST_STORE=etcd);
@@ -15,7 +15,9 @@ the highest fence marks (a lower token must be refused) and at released leases (
 must be refused). Every request and every answer goes into one in-memory history with
 wall (time.time(), the clock of the server's *_at_ms) and monotonic times; a request
 that got no answer is logged with outcome "unknown", one whose connection was refused
-(never sent) with outcome "refused".
+(never sent) with outcome "refused". The clients also write their locks' values (PUT
+/v1/locks/NAME/value, each value a unique id), with their writer's lease and with leases that
+no longer hold (released ones, readers'), and every GET shows the value.
 
 check(history, applied) then looks at the whole history and reports every violation
 with its evidence (see check() for the rules). The seed fixes the kill schedule and each
@@ -62,7 +64,8 @@ IDLE_WAIT_S = 60.0
 
 _RESP_KEEP = ("error", "reason", "token", "lease", "expires_at_ms", "acquired_at_ms", "ttl_ms",
               "count", "released", "max_token", "holder_token", "last_token", "held", "accepted",
-              "field", "result", "rc", "port", "pid", "stderr", "mode", "limit")
+              "field", "result", "rc", "port", "pid", "stderr", "mode", "limit", "permits", "value",
+              "value_version", "value_token")
 
 
 def extract(body):
@@ -279,11 +282,12 @@ class Actor:
         return e
 
     # Requests ------------------------------------------------------------
-    def acquire(self, lock, ttl_ms, wait_ms, mode="write"):
+    def acquire(self, lock, ttl_ms, wait_ms, mode="write", permits=1):
         body = {"owner": self.name, "ttl_ms": ttl_ms, "wait_ms": wait_ms}
         req = {"ttl_ms": ttl_ms, "wait_ms": wait_ms}
         if is_sem(lock):
             body["limit"] = req["limit"] = SEM_LIMIT
+            body["permits"] = req["permits"] = permits
         elif mode == "read":
             body["mode"] = req["mode"] = "read"
         return self.send("acquire", "POST", "%s%s/acquire" % (api(lock), lock), lock=lock, req=req, body=body,
@@ -314,6 +318,13 @@ class Actor:
         return self.send("fence", "POST", "/v1/fence/%s" % resource, lock=resource, req={"token": token},
                          body={"token": token})
 
+    def set_value(self, lock, lease, value_id, if_version=None):
+        body = {"lease": lease, "value": value_id}
+        req = {"id": value_id}
+        if if_version is not None:
+            body["if_version"] = req["if_version"] = if_version
+        return self.send("value", "PUT", "/v1/locks/%s/value" % lock, lock=lock, lease=lease, req=req, body=body)
+
     def put(self, lock, lease, token, write_id):
         return self.send("put", "PUT", "/store/%s" % lock, lock=lock, lease=lease,
                          req={"id": write_id, "token": token}, raw=write_id.encode(),
@@ -331,6 +342,7 @@ class Client(Actor):
         self.released = []    # (lock, lease, token) of acknowledged releases
         self.idle = threading.Event()
         self.writes = 0
+        self.values = 0
         self.thread = threading.Thread(target=self._main, name=self.name, daemon=True)
 
     def _pick_lock(self):
@@ -365,10 +377,13 @@ class Client(Actor):
         r = rng.random()
         if self.released and r < 0.04:
             lock, lease, token = rng.choice(self.released)
-            if rng.random() < 0.5:
+            t = rng.random()
+            if t < 0.4:
                 self.renew(lock, lease)
-            else:
+            elif t < 0.7 or is_sem(lock):
                 self.write(lock, lease, token)
+            else:
+                self.value(lock, lease)  # must be refused
         elif not self.held or (len(self.held) < 4 and r < 0.40):
             lock = self._pick_lock()
             if lock in self.held:
@@ -376,7 +391,9 @@ class Client(Actor):
             else:
                 wait_ms = 0 if rng.random() < 0.55 else rng.randint(20, 1000)
                 mode = "read" if not is_sem(lock) and rng.random() < 0.4 else "write"
-                e = self.acquire(lock, self._ttl(), wait_ms, mode)
+                # A semaphore's lease of one permit mostly, of several (up to all) often enough.
+                permits = rng.choice((1, 1, 1, 2, SEM_LIMIT)) if is_sem(lock) else 1
+                e = self.acquire(lock, self._ttl(), wait_ms, mode, permits)
                 if e.ok(200):
                     self.held[lock] = {"lease": e.resp["lease"], "token": e.resp["token"], "count": 1,
                                        "exp": e.resp["expires_at_ms"], "mode": mode}
@@ -405,10 +422,17 @@ class Client(Actor):
                 self.do_reenter(lock)
             elif a < 0.70:
                 self.fence(fence_resource(lock), h["token"])
-            elif a < 0.95 and not is_sem(lock) and (h["mode"] == "write" or a < 0.75):
+            elif a < 0.85 and not is_sem(lock) and (h["mode"] == "write" or a < 0.75):
                 self.write(lock, h["lease"], h["token"])  # a reader's must be refused
+            elif a < 0.95 and not is_sem(lock):
+                # A reader's must be refused; a writer's sometimes names the version it read last.
+                e = self.value(lock, h["lease"], h.get("value_version") if rng.random() < 0.3 else None)
+                if e.ok(200):
+                    h["value_version"] = e.resp.get("value_version")
             else:
-                self.get(lock)
+                e = self.get(lock)
+                if e.ok(200):
+                    h["value_version"] = e.resp.get("value_version")
         t = rng.random()
         if t < 0.03:
             time.sleep(rng.uniform(0.05, 0.5))   # a pause: leases run out meanwhile
@@ -434,6 +458,10 @@ class Client(Actor):
     def write(self, lock, lease, token):
         self.writes += 1
         return self.put(lock, lease, token, "%s-%d" % (self.name, self.writes))
+
+    def value(self, lock, lease, if_version=None):
+        self.values += 1
+        return self.set_value(lock, lease, "%s-v%d" % (self.name, self.values), if_version)
 
 
 def integrity_check(path):
@@ -714,7 +742,8 @@ class Violation:
 
 PROPERTIES = (
     "two-holders",           # a writer's lease and another lease of one lock promised at one instant
-    "sem-over-limit",        # more than SEM_LIMIT permits of one semaphore promised at one instant
+    "sem-over-limit",        # more than SEM_LIMIT permits of one semaphore promised at one instant (a
+                             # lease holds 1..SEM_LIMIT of them)
     "lease-lost",            # a lease refused (not_holder / guard 409) while promised
     "held-after-restart",    # GET after a restart does not show a lease still promised
     "holder-mismatch",       # GET / lock_held shows another holder while a lease is promised
@@ -728,6 +757,9 @@ PROPERTIES = (
     "upstream-order",        # applied writes of one path not in token order
     "upstream-stale",        # applied write whose lease had ended (released, superseded) before it was sent
     "read-lease-write",      # the guard let a write carrying a read lease through
+    "value-stale",           # a lock's value written (200) by a lease that did not hold it as its writer,
+                             # or a refused write's value shown
+    "value-lost",            # an acknowledged value write not shown (an older version read after it)
     "integrity",             # PRAGMA integrity_check not ok
     "server-crash",          # the server died by itself, failed to start, or exited non-zero on SIGTERM
 )
@@ -769,6 +801,24 @@ def _is_grant(e):
     return e.kind == "acquire" and e.ok(200) and isinstance(e.resp.get("lease"), str)
 
 
+class _PrefixBest:
+    """Of (time, value, item) triples, the one with the largest value among those whose
+    time is before a given time."""
+
+    def __init__(self, triples):
+        self.times = [t for t, _, _ in triples]
+        self.best = []
+        best = None
+        for x in triples:
+            if best is None or x[1] > best[1]:
+                best = x
+            self.best.append(best)
+
+    def before(self, t):
+        i = bisect.bisect_left(self.times, t)
+        return self.best[i - 1] if i else None
+
+
 class _Report:
     def __init__(self, per_key_limit=1):
         self.items = []
@@ -808,7 +858,9 @@ def check(events, applied=(), counters=None, notes=None):
                       before A's next acknowledged renewal's stamp, and B's answer read
                       before A's next ending request was sent.
     sem-over-limit    the same for permits of a semaphore: an acknowledged grant or renew
-                      of a permit while SEM_LIMIT other permits were promised.
+                      of a lease of n permits while other leases holding more than
+                      SEM_LIMIT - n permits together were promised (each lease's permits
+                      are its grant's answer's `permits`).
     lease-lost        renew/reentry/release refused not_holder, or a guard write of the
                       lease refused 409, while the lease was certainly promised (promise
                       answer read before the request was sent, its answer read before the
@@ -842,6 +894,15 @@ def check(events, applied=(), counters=None, notes=None):
                       whose lock had been granted to a lease with a larger token
                       (acknowledged), before the write was sent ("after a larger token"
                       is added when it also came after a larger applied token).
+    value-stale       a value write answered 200 whose lease's release was acknowledged, or
+                      whose lock was granted to a lease with a larger token (acknowledged),
+                      before the write was sent; one of a read lease; one answered with
+                      another token than its lease's; a GET that shows the value of a write
+                      that was refused (409).
+    value-lost        a GET sent after a value write of version v was acknowledged (or after a
+                      read that showed v) shows a version below v; a GET that shows version v
+                      of an acknowledged write with another value; two acknowledged writes of
+                      one lock with one version.
     integrity         PRAGMA integrity_check between a kill -9 and the restart is not ok.
     server-crash      the server died by itself, did not start, or exited non-zero on the
                       final SIGTERM (sanitizer reports included).
@@ -963,6 +1024,9 @@ def check(events, applied=(), counters=None, notes=None):
     def mode_of(seg):
         return leases[seg.lease].resp.get("mode", "write")
 
+    def permits_of(seg):
+        return leases[seg.lease].resp.get("permits", 1)
+
     for lock, segs in segs_by_lock.items():
         segs.sort(key=lambda x: x.p)
         starts = sorted(starts_by_lock[lock], key=lambda x: x.p)
@@ -998,14 +1062,17 @@ def check(events, applied=(), counters=None, notes=None):
                                mode_of(E), mode_of(S)),
                             S.ev, E.ev)
             if is_sem(lock):
+                others = sum(permits_of(S) for S in permits)
                 cnt["permit answers compared against the limit"] += 1
                 cnt["permit answers with other permits promised"] += bool(permits)
-                cnt["permit answers that filled the semaphore"] += len(permits) == SEM_LIMIT - 1
-                if len(permits) >= SEM_LIMIT:
+                cnt["permit answers that filled the semaphore"] += others + permits_of(E) == SEM_LIMIT
+                cnt["answers of leases of several permits compared"] += permits_of(E) > 1
+                if others + permits_of(E) > SEM_LIMIT:
                     what = "granted" if E.ev.kind == "acquire" else "%s succeeded" % E.ev.kind
                     rep.add("sem-over-limit", (lock, E.lease),
-                            "semaphore %s: permit %s (token %s) %s at server time %d while %d other permits "
-                            "(limit %d) were promised" % (lock, E.lease, E.token, what, E.p, len(permits), SEM_LIMIT),
+                            "semaphore %s: lease %s of %d permits (token %s) %s at server time %d while %d other "
+                            "leases holding %d permits (limit %d) were promised"
+                            % (lock, E.lease, permits_of(E), E.token, what, E.p, len(permits), others, SEM_LIMIT),
                             *([S.ev for S in permits] + [E.ev]))
 
     # -- what GET and lock_held show -------------------------------------------------
@@ -1150,6 +1217,73 @@ def check(events, applied=(), counters=None, notes=None):
             elif f.status == 200 and isinstance(tok, int) and tok < mark:
                 rep.add("fence-mark", res, "resource %s: token %s accepted after an acknowledged mark %s"
                         % (res, tok, mark), mark_ev, f)
+
+    # -- a lock's value --------------------------------------------------------------------
+    grants_by_lock = collections.defaultdict(list)  # lock -> [(r_ms, token)], acknowledged grants
+    for g in leases.values():
+        grants_by_lock[g.lock].append((g.r_ms, g.resp["token"]))
+    for lk in grants_by_lock:
+        grants_by_lock[lk].sort()
+    acked_versions = collections.defaultdict(dict)  # lock -> {version: write}
+    refused_ids = set()
+    vwrites = [e for e in evs if e.kind == "value"]
+    for w in vwrites:
+        if w.ok(409):
+            refused_ids.add(w.req.get("id"))
+        if not w.ok(200):
+            continue
+        cnt["acknowledged value writes"] += 1
+        ver = w.resp.get("value_version")
+        prev = acked_versions[w.lock].get(ver)
+        if prev is not None and prev.req.get("id") != w.req.get("id"):
+            rep.add("value-lost", (w.lock, ver), "lock %s: version %s acknowledged for two writes" % (w.lock, ver),
+                    prev, w)
+        acked_versions[w.lock][ver] = w
+        g = leases.get(w.lease)
+        if g is None:
+            continue
+        rel = release_acks.get(w.lease)
+        larger = [t for r, t in grants_by_lock[w.lock] if r <= w.s_ms and t > g.resp["token"]]
+        if g.resp.get("mode") == "read":
+            rep.add("value-stale", w.seq, "a read lease wrote lock %s's value" % w.lock, g, w)
+        elif w.resp.get("token") != g.resp["token"]:
+            rep.add("value-stale", w.seq, "a value write answered token %r, its lease's is %s"
+                    % (w.resp.get("token"), g.resp["token"]), g, w)
+        elif rel is not None and rel.r_ms <= w.s_ms:
+            rep.add("value-stale", w.seq, "lock %s's value written by a lease whose release was acknowledged "
+                    "before the write was sent" % w.lock, rel, w)
+        elif larger:
+            rep.add("value-stale", w.seq, "lock %s's value written by token %s after a grant of token %s was "
+                    "acknowledged" % (w.lock, g.resp["token"], max(larger)), g, w)
+    cnt["value writes refused"] = len(refused_ids)
+    reads_by_lock = collections.defaultdict(list)
+    for e in evs:
+        if e.kind == "get" and e.ok(200) and not is_sem(e.lock) and isinstance(e.resp.get("value_version"), int):
+            reads_by_lock[e.lock].append(e)
+    for lk, reads in reads_by_lock.items():
+        acks = sorted(((w.r_ms, v, w) for v, w in acked_versions[lk].items()), key=lambda x: x[0])
+        seen = sorted(((r.r_ms, r.resp["value_version"], r) for r in reads), key=lambda x: x[0])
+        best_ack = _PrefixBest(acks)
+        best_read = _PrefixBest(seen)
+        for r in reads:
+            v = r.resp["value_version"]
+            shown = r.resp.get("value")
+            cnt["reads of a lock's value"] += 1
+            if shown in refused_ids and shown is not None:
+                rep.add("value-stale", r.seq, "lock %s shows the value %r of a write that was refused" % (lk, shown), r)
+            w = acked_versions[lk].get(v)
+            if w is not None and shown != w.req.get("id"):
+                rep.add("value-lost", (lk, v), "lock %s shows version %s with value %r, its acknowledged write "
+                        "wrote %r" % (lk, v, shown, w.req.get("id")), w, r)
+            for best, what in ((best_ack.before(r.s_ms), "an acknowledged write"),
+                               (best_read.before(r.s_ms), "an earlier read")):
+                if best is not None and v < best[1]:
+                    if restart_between(best[0], r.s_ms):
+                        cnt["value reads behind, across a restart"] += 1
+                    rep.add("value-lost", (lk, r.seq), "lock %s shows value version %s after %s showed %s"
+                            % (lk, v, what, best[1]), best[2], r)
+            if best_ack.before(r.s_ms) is not None and restart_between(best_ack.before(r.s_ms)[0], r.s_ms):
+                cnt["value reads after an acknowledged write, across a restart"] += 1
 
     # -- what the backend applied ---------------------------------------------------------
     puts = {}

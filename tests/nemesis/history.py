@@ -24,6 +24,15 @@ counted both ways, whichever makes a violation harder to claim).
               whose release or force-release was acknowledged before it was sent; no grant
               (a request_id's replay) or renewal is answered for such a lease
   backend     the backend never applies a lower token after a higher one, per path
+  permits     a semaphore's leases (sem_acquire, each of `permits` permits) never hold more
+              than its limit together: at a grant's acquired_at, the permits of the other
+              leases that certainly held then (as above) and its own are at most the limit
+  values      a lock's value (issue 40) is never written by a lease that no longer holds it: a
+              write answered 200 was not sent after its lease's release or force-release was
+              acknowledged, nor after a grant of the lock with a larger token was; and never
+              lost once acknowledged: a read sent after a write of version v was acknowledged
+              (or after a read that showed v) shows a version at least v, and the value of
+              v's own write when it shows v; no value refused (409) is ever shown
 """
 
 import bisect
@@ -125,7 +134,7 @@ def check(ops, applied=None):
         """The latest expires_at (s) acknowledged for the lease: its grant's or a renewal's."""
         e = g.body["expires_at_ms"] / 1000.0
         for op in by_lease[lease]:
-            if op.kind == "renew" and op.ok:
+            if op.kind in ("renew", "sem_renew") and op.ok:
                 e = max(e, op.body.get("expires_at_ms", 0) / 1000.0)
         return e
 
@@ -136,7 +145,7 @@ def check(ops, applied=None):
         end = expiry(lease, g)
         acquired = g.body["acquired_at_ms"] / 1000.0
         for op in by_lease[lease]:
-            if op.kind == "release" and op is not skip:
+            if op.kind in ("release", "sem_release") and op is not skip:
                 end = min(end, op.t_inv)
         for op in by_lock[g.lock]:
             if op.kind == "force" and (op.t_ack is None or op.t_ack >= acquired):
@@ -220,6 +229,67 @@ def check(ops, applied=None):
                 if t_ack < r.t_inv and holder == token:
                     out.append("reads: %r shows holder token %d, whose end was acknowledged at %.3f"
                                % (r, token, t_ack))
+    # permits
+    sems = collections.defaultdict(dict)
+    for op in ops:
+        if op.kind == "sem_acquire" and op.ok and "lease" in op.body:
+            sems[op.lock].setdefault(op.body["lease"], op)
+    for sem, leases in sems.items():
+        gl = list(leases.values())
+        sem_ends = {lease: certain_end(lease, g) for lease, g in leases.items()}
+        for g in gl:
+            t = g.body["acquired_at_ms"] / 1000.0
+            others = [h for h in gl if h is not g and h.body["acquired_at_ms"] / 1000.0 < t - SLACK_S
+                      and sem_ends[h.body["lease"]] > t + SLACK_S]
+            held = sum(h.body.get("permits", 1) for h in others)
+            if held + g.body.get("permits", 1) > g.body["limit"]:
+                out.append("permits: %r granted %d permits at %.3f while %d others held %d (limit %d): %r"
+                           % (g, g.body.get("permits", 1), t, len(others), held, g.body["limit"], others))
+    # values
+    for lock, lops in by_lock.items():
+        writes = [op for op in lops if op.kind == "value"]
+        if not writes:
+            continue
+        larger = _PrefixMax((g.t_ack, g.body["token"], g) for g in grants.values() if g.lock == lock)
+        ended = {}  # token -> when its end was first acknowledged
+        for op in lops:
+            t = None
+            if op.kind == "release" and op.ok and op.args.get("token") is not None:
+                t = op.args["token"]
+            elif op.kind == "force" and op.ok and op.body.get("revoked"):
+                t = op.body["revoked"]["token"]
+            if t is not None and (t not in ended or op.t_ack < ended[t]):
+                ended[t] = op.t_ack
+        acked, refused = {}, set()
+        for w in writes:
+            if w.status == 409:
+                refused.add(w.args["value"])
+            if not w.ok:
+                continue
+            token = w.args["token"]
+            prior = larger.before(w.t_inv)
+            if token in ended and ended[token] < w.t_inv:
+                out.append("values: %r answered 200 after its lease's end was acknowledged at %.3f" % (w, ended[token]))
+            elif prior and prior[1] > token:
+                out.append("values: %r answered 200 after a grant of token %d was acknowledged: %r" % (w, prior[1], prior[2]))
+            v = w.body.get("value_version")
+            if v in acked and acked[v].args["value"] != w.args["value"]:
+                out.append("values: version %s acknowledged for two writes: %r, %r" % (v, acked[v], w))
+            acked[v] = w
+        shown_before = _PrefixMax((r.t_ack, r.body["value_version"], r) for r in lops
+                                  if r.kind == "read" and r.ok and isinstance(r.body.get("value_version"), int))
+        written_before = _PrefixMax((w.t_ack, v, w) for v, w in acked.items())
+        for r in lops:
+            if r.kind != "read" or not r.ok or not isinstance(r.body.get("value_version"), int):
+                continue
+            v, shown = r.body["value_version"], r.body.get("value")
+            if shown in refused:
+                out.append("values: %r shows the value of a refused write" % r)
+            if v in acked and shown != acked[v].args["value"]:
+                out.append("values: %r shows version %d with another value than its write %r" % (r, v, acked[v]))
+            for prior in (written_before.before(r.t_inv), shown_before.before(r.t_inv)):
+                if prior and v < prior[1]:
+                    out.append("values: %r shows version %d after %r showed %d" % (r, v, prior[2], prior[1]))
     # backend
     for path, tokens in (applied or {}).items():
         for a, b in zip(tokens, tokens[1:]):

@@ -102,6 +102,33 @@ class CheckerTest(unittest.TestCase):
                                                   "expires_at_ms": (T0 + 4.1) * 1000})]
         self.assert_found(ops, "reads")
 
+    def test_permits_up_to_the_limit_and_past_it(self):
+        def sem(lease, token, permits, t, ttl=4.0):
+            return op("sem_acquire", "ns/pool", t, t + 0.1, 200,
+                      {"lease": lease, "token": token, "permits": permits, "limit": 3,
+                       "acquired_at_ms": (T0 + t + 0.1) * 1000, "expires_at_ms": (T0 + t + 0.1 + ttl) * 1000})
+        ok = [sem("S1", 1, 2, 0.0), sem("S2", 2, 1, 0.5)]
+        self.assertEqual(check(ok), [])
+        self.assert_found(ok + [sem("S3", 3, 1, 1.0)], "permits")
+        released = ok + [op("sem_release", "ns/pool", 0.7, 0.8, 200, {}, lease="S1"), sem("S3", 3, 2, 1.0)]
+        self.assertEqual(check(released), [])
+
+    def test_values_of_the_holder_and_of_a_lease_that_ended(self):
+        def value(lease, token, v, t, status=200, version=None):
+            return op("value", "x", t, t + 0.1, status, {"value_version": version} if status == 200 else
+                      {"error": "stale_token"}, lease=lease, token=token, value=v)
+        base = [grant("x", "L1", 1, 0.0, 0.1), value("L1", 1, "a", 0.2, version=1), value("L1", 1, "b", 0.4, version=2),
+                op("read", "x", 0.6, 0.7, 200, {"held": True, "holder": {"token": 1}, "last_token": 1,
+                                                 "value_version": 2, "value": "b"}),
+                op("release", "x", 1.0, 1.1, 200, {}, lease="L1", token=1),
+                value("L1", 1, "late", 1.2, status=409)]
+        self.assertEqual(check(base), [])
+        self.assert_found(base + [value("L1", 1, "stale", 1.3, version=3)], "values")
+        self.assert_found(base + [op("read", "x", 1.5, 1.6, 200, {"held": False, "last_token": 1,
+                                                                  "value_version": 1, "value": "a"})], "values")
+        self.assert_found(base + [op("read", "x", 1.5, 1.6, 200, {"held": False, "last_token": 1,
+                                                                  "value_version": 2, "value": "late"})], "values")
+
     def test_the_backend_applying_an_older_token(self):
         self.assert_found(clean(), "backend", {"/x": [1, 2, 1]})
 

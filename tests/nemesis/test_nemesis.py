@@ -5,7 +5,9 @@ other; a checker (history.py) then reads every answer any client got.
 Workload (threads, each call at a random gateway): acquires with a request_id, sent again
 with the same request_id (at another gateway) when no answer or 503 came; renewals;
 guarded writes (PUT through --guard to a backend that records what it applies in order,
-applying_upstream.py); fence checks; reads; releases; an admin's force-releases.
+applying_upstream.py); writes of the lock's value (issue 40), by the holder and, after its
+release, by the released lease; fence checks; reads; releases; an admin's force-releases;
+leases of 1..SEM_LIMIT permits of a semaphore of SEM_LIMIT (issue 40).
 
 Faults, in order (each once per round):
   pause_gateway   the leader gateway SIGSTOPped past its lease with three requests in
@@ -25,7 +27,9 @@ failed keepalives counted by one; and the leader must answer /readyz 200.
 
 Then the history must hold (history.py): no token twice or backwards, no overlapping
 holds, no acknowledged grant, renewal or fence mark lost, no read older than an answer it
-follows, the backend never applies a lower token after a higher one. What each fault cost
+follows, the backend never applies a lower token after a higher one, no value written by a
+lease that no longer held its lock and none lost once acknowledged, never more than
+SEM_LIMIT permits held. What each fault cost
 (the longest time without a grant around it) is printed, never asserted.
 
 Run: `ctest -L nemesis` in a build of tests/nemesis (.ci/run does it), or
@@ -78,6 +82,8 @@ SETTLE_S = 2  # --guard-settle: short, so that writes go on soon after a failove
 REQUEST_TIMEOUT_S = 10.0
 WORKERS = 4
 LOCKS = ["n/a", "n/b", "n/c"]
+SEMAPHORE = "ns/pool"  # a name apart from the locks
+SEM_LIMIT = 3
 PAUSE_ETCD_S = 5.0
 QUIET_S = 2.0  # workload alone between faults
 WAIT_S = 40.0  # bound of every wait for a leader
@@ -212,7 +218,7 @@ class Nemesis(unittest.TestCase):
                 continue
             lease, token = g["lease"], g["token"]
             for _ in range(random.randint(1, 4)):
-                step = random.choice(["renew", "write", "write", "fence", "read"])
+                step = random.choice(["renew", "write", "write", "value", "fence", "read"])
                 if step == "renew":
                     self.call("renew", lock, lambda c: c.renew(lock, lease, ttl_ms=LEASE_TTL_MS), lease=lease)
                 elif step == "write":
@@ -220,6 +226,11 @@ class Nemesis(unittest.TestCase):
                     self.call("write", lock, lambda c: c.request("PUT", "/store/" + lock, raw=data,
                                                                    headers={"Fencing-Lease": lease}),
                               lease=lease, token=token)
+                elif step == "value":
+                    value = uuid.uuid4().hex
+                    self.call("value", lock, lambda c: c.request("PUT", "/v1/locks/%s/value" % lock,
+                                                                   {"lease": lease, "value": value}),
+                              lease=lease, token=token, value=value)
                 elif step == "fence":
                     self.call("fence", "f/" + lock, lambda c: c.fence("f/" + lock, token), token=token)
                 else:
@@ -228,6 +239,37 @@ class Nemesis(unittest.TestCase):
             for _ in range(3):
                 op = self.call("release", lock, lambda c: c.release(lock, lease), lease=lease, token=token)
                 if op.status not in (None, 503):
+                    break
+                time.sleep(0.1)
+            if random.random() < 0.3:  # a released lease's value write: refused
+                value = uuid.uuid4().hex
+                self.call("value", lock, lambda c: c.request("PUT", "/v1/locks/%s/value" % lock,
+                                                               {"lease": lease, "value": value}),
+                          lease=lease, token=token, value=value)
+
+    def sem_worker(self, k):
+        """Leases of 1..SEM_LIMIT permits of one semaphore: take (waiting a little), hold a
+        moment (renewing once), give back."""
+        path = "/v1/semaphores/%s/" % SEMAPHORE
+        while not self.stop_workload.is_set():
+            permits = random.randint(1, SEM_LIMIT)
+            rid = uuid.uuid4().hex
+            body = {"owner": "s%d" % k, "limit": SEM_LIMIT, "permits": permits, "ttl_ms": LEASE_TTL_MS,
+                    "wait_ms": 500, "request_id": rid}
+            op = self.call("sem_acquire", SEMAPHORE, lambda c: c.request("POST", path + "acquire", body), rid=rid)
+            if not op.ok:
+                time.sleep(0.05)
+                continue
+            lease = op.body["lease"]
+            time.sleep(random.uniform(0.01, 0.2))
+            self.call("sem_renew", SEMAPHORE, lambda c: c.request("POST", path + "renew",
+                                                                  {"lease": lease, "ttl_ms": LEASE_TTL_MS}),
+                      lease=lease)
+            time.sleep(random.uniform(0.01, 0.2))
+            for _ in range(3):
+                r = self.call("sem_release", SEMAPHORE, lambda c: c.request("POST", path + "release", {"lease": lease}),
+                              lease=lease)
+                if r.status not in (None, 503):
                     break
                 time.sleep(0.1)
 
@@ -438,6 +480,7 @@ class Nemesis(unittest.TestCase):
     def test_nemesis(self):
         self.assertIsNotNone(self.cluster.leader(), "no gateway leads")
         threads = [threading.Thread(target=self.worker, args=(k,), daemon=True) for k in range(WORKERS)]
+        threads += [threading.Thread(target=self.sem_worker, args=(k,), daemon=True) for k in range(2)]
         threads.append(threading.Thread(target=self.admin, daemon=True))
         for t in threads:
             t.start()
@@ -492,6 +535,10 @@ class Nemesis(unittest.TestCase):
         self.assertEqual(self.metric_misses, [], "faults the gateways' metrics did not show")
         grants = [op for op in ops if op.kind == "acquire" and op.ok]
         self.assertGreater(len(grants), 10 * len(self.faults), "too little work to judge")
+        self.assertGreater(len([op for op in ops if op.kind == "value" and op.ok]), len(self.faults),
+                           "too few values written to judge")
+        self.assertGreater(len([op for op in ops if op.kind == "sem_acquire" and op.ok]), len(self.faults),
+                           "too few semaphore leases to judge")
 
     def report(self, ops):
         grants = sorted(op.t_ack for op in ops if op.kind == "acquire" and op.ok)

@@ -352,14 +352,17 @@ def _pages(srv, path, key):
 
 
 def lease_state(srv, fence_resources):
-    """What a client can see of every lock, semaphore and fence mark: {what: answer}."""
+    """What a client can see of every lock (its value too), semaphore (each lease's permits) and
+    fence mark: {what: answer}."""
     state = {}
     for api, key in (("/v1/locks", "locks"), ("/v1/semaphores", "semaphores")):
         for name in _pages(srv, api, key):
             st, _, b = srv.request("GET", "%s/%s" % (api, name))
-            holders = sorted((h.get("token"), h.get("owner"), h.get("count"), h.get("expires_at_ms"))
+            holders = sorted((h.get("token"), h.get("owner"), h.get("count"), h.get("expires_at_ms"),
+                              h.get("permits"))
                              for h in b.get("holders", []))
-            state["%s %s" % (key, name)] = (st, b.get("last_token"), holders)
+            state["%s %s" % (key, name)] = (st, b.get("last_token"), holders, b.get("value"),
+                                            b.get("value_version"), b.get("value_token"))
             st, _, h = srv.request("GET", "%s/%s/history" % (api, name))
             state["history of %s %s" % (key, name)] = (st, h)
     for res in fence_resources:

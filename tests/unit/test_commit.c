@@ -46,7 +46,8 @@ static int load_lock(const StoreLock *l)
 {
     if (l->kind == KIND_SEMAPHORE) {
         loaded_semaphores++;
-        loaded_limit = l->limit;
+        if (!strcmp(l->name, "sem"))
+            loaded_limit = l->limit;
         return 0;
     }
     loaded_locks++;
@@ -55,6 +56,7 @@ static int load_lock(const StoreLock *l)
     return 0;
 }
 static int loaded_readers, loaded_permits, loaded_writers;
+static uint32_t loaded_permits_of_wide; /* the lease of three permits of "wide" */
 static uint64_t loaded_reader_token, last_holder_token;
 static char last_holder_name[32];
 static int load_holder(const StoreHolder *h)
@@ -64,7 +66,9 @@ static int load_holder(const StoreHolder *h)
     last_holder_token = h->holder.token;
     snprintf(last_holder_name, sizeof last_holder_name, "%s", h->name);
     if (h->kind == KIND_SEMAPHORE) {
-        loaded_permits += !strcmp(h->name, "sem") && h->holder.mode == MODE_WRITE;
+        loaded_permits += !strcmp(h->name, "sem") && h->holder.mode == MODE_WRITE && h->holder.permits == 1;
+        if (!strcmp(h->name, "wide"))
+            loaded_permits_of_wide = h->holder.permits;
     } else if (h->holder.mode == MODE_READ) {
         loaded_readers += !strcmp(h->name, "rd");
         loaded_reader_token = h->holder.token;
@@ -77,6 +81,23 @@ static int load_holder(const StoreHolder *h)
     }
     return 0;
 }
+static int loaded_values;
+static char loaded_value_text[32];
+static uint64_t loaded_value_version, loaded_value_token;
+static bool loaded_null_value;
+static int load_value(const StoreValue *v)
+{
+    loaded_values++;
+    if (!strcmp(v->name, "val")) {
+        snprintf(loaded_value_text, sizeof loaded_value_text, "%s", v->text ? v->text : "(null)");
+        loaded_value_version = v->version;
+        loaded_value_token = v->token;
+        CHECK(v->key && !strcmp(v->key, "writer-key") && v->at_ms == 1700000000000);
+    }
+    loaded_null_value |= !strcmp(v->name, "nul") && v->text == NULL && v->version == 1;
+    return 0;
+}
+
 static uint64_t loaded_fence;
 static int loaded_fences;
 static int load_fence(const StoreMark *f)
@@ -151,6 +172,8 @@ static int load_record(void *ud, const StoreRecord *r)
         return load_lock(&r->lock);
     case REC_HOLDER:
         return load_holder(&r->holder);
+    case REC_VALUE:
+        return load_value(&r->value);
     case REC_FENCE:
         return load_fence(&r->fence);
     case REC_GUARD_MARK:
@@ -188,20 +211,33 @@ static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, i
     CHECK(commit_ended(commit, (LockKind)lock->kind, lock->name, h->lease, h->token, how, seq));
     CHECK(commit_holder_gone(commit, (LockKind)lock->kind, lock->name, h->token));
 }
+static void on_value_changed(void *ud, const Lock *lock)
+{
+    (void)ud;
+    CHECK(commit_value(commit, lock));
+}
 static void on_forgotten(void *ud, const Lock *lock) { (void)ud, (void)lock; }
 
-/* A grant of name (of kind, in mode, with lease byte id) at `at`. */
-static const Holder *take(Locktab *lt, LockKind kind, const char *name, int id, uint8_t mode, int64_t delay_ms,
-                          const Now *at)
+/* A grant of name (of kind, in mode, with lease byte id) at `at`; a
+ * semaphore's of `permits` (limit 2, or 5 for more than one). */
+static const Holder *take_permits(Locktab *lt, LockKind kind, const char *name, int id, uint8_t mode,
+                                  int64_t delay_ms, uint32_t permits, const Now *at)
 {
     uint8_t lease[LEASE_ID_BYTES];
     memset(lease, id, sizeof lease);
-    AcquireArgs a = {"o", NULL, 1000, 0, NULL, lease, NULL, NULL, {NULL, NULL}, mode, true, delay_ms, 2};
+    AcquireArgs a = {"o",  NULL,     1000,     0,   NULL, lease, NULL, NULL, {NULL, NULL}, mode, true, delay_ms,
+                     permits > 1 ? 5 : 2, permits, NULL};
     const Lock *lock;
     const Holder *h = NULL;
     Waiter *w;
     CHECK(locktab_acquire(lt, kind, name, &a, NULL, at, &lock, &h, &w) == LOCK_OK);
     return h;
+}
+
+static const Holder *take(Locktab *lt, LockKind kind, const char *name, int id, uint8_t mode, int64_t delay_ms,
+                          const Now *at)
+{
+    return take_permits(lt, kind, name, id, mode, delay_ms, 1, at);
 }
 
 static void wait_done(Commit *c)
@@ -228,7 +264,8 @@ int main(int argc, char **argv)
     CHECK(!commit_pending(c));
     commit_keep_history(c, 3);
     LocktabLimits limits = {1000, 1000, 10, 16, 600000};
-    LocktabHooks hooks = {NULL, on_changed, NULL, NULL, on_forgotten, on_ended, on_holder_changed, NULL};
+    LocktabHooks hooks = {NULL, on_changed, NULL, NULL, on_forgotten, on_ended, on_holder_changed, on_value_changed,
+                          NULL};
     Locktab *lt = locktab_new(&limits, &hooks);
     locktab_continue_history(lt, 105); /* its ended leases come after the five below */
 
@@ -255,7 +292,7 @@ int main(int argc, char **argv)
     /* Audit rows: the rows a key evicted (auditlog.h) go, one by one. */
     for (uint64_t i = 1; i <= 4; i++) {
         AuditRow row = {i, 1000, AUDIT_GRANTED, "k1", "o", i, "key", "127.0.0.1:1", AUDIT_OF_LOCK, AUDIT_MODE_WRITE,
-                        ""};
+                        "",  NULL};
         CHECK(commit_audit(c, &row));
     }
     CHECK(commit_audit_drop(c, "key", 1, 2));
@@ -288,8 +325,22 @@ int main(int argc, char **argv)
     CHECK(take(lt, KIND_SEMAPHORE, "sem", 16, MODE_WRITE, 0, &at)->token == 16);
     CHECK(take(lt, KIND_LOCK, "dl", 17, MODE_WRITE, 5000, &at)->token == 17);
     CHECK(locktab_revoke(lt, KIND_LOCK, "dl", NULL, &at) == LOCK_OK);
+    /* One lease of three permits, one token: its permits are part of its record. */
+    CHECK(take_permits(lt, KIND_SEMAPHORE, "wide", 18, MODE_WRITE, 0, 3, &at)->permits == 3);
+    /* A lock's value, written twice by its holder (the later record wins), one of null, and
+     * one whose name is forgotten with it. */
+    const Lock *vl;
+    const Holder *vh = take(lt, KIND_LOCK, "val", 19, MODE_WRITE, 0, &at);
+    ValueArgs v1 = {"{\"a\":1}", false, 0, "writer-key", {NULL, NULL}}, v2 = {"[2, 3]", true, 1, "writer-key",
+                                                                          {NULL, NULL}};
+    CHECK(locktab_set_value(lt, "val", vh->lease, &v1, &at, &vl) == LOCK_OK);
+    CHECK(locktab_set_value(lt, "val", vh->lease, &v2, &at, &vl) == LOCK_OK && vl->value.version == 2);
+    const Holder *nh = take(lt, KIND_LOCK, "nul", 20, MODE_WRITE, 0, &at);
+    ValueArgs null = {NULL, false, 0, NULL, {NULL, NULL}};
+    CHECK(locktab_set_value(lt, "nul", nh->lease, &null, &at, &vl) == LOCK_OK);
+    CHECK(commit_value_gone(c, "gone"));
     AuditRow read_row = {5,   1000,           AUDIT_GRANTED,   "rd", "o", 13, "key", "127.0.0.1:1",
-                         AUDIT_OF_LOCK, AUDIT_MODE_READ, "read_lease"};
+                         AUDIT_OF_LOCK, AUDIT_MODE_READ, "read_lease", NULL};
     CHECK(commit_audit(c, &read_row));
     Probe late = {{.ready = on_ready}, 0};
     commit_hold(c, &late.hold);
@@ -312,7 +363,7 @@ int main(int argc, char **argv)
     CHECK(gone.ready == 0);
     CHECK(!commit_held(&late.hold));
     CHECK(!commit_pending(c));
-    /* Forget the names with the largest tokens: only meta can vouch for 17 now. */
+    /* Forget the lock names with the largest tokens: only meta can vouch for 17 now. */
     CHECK(commit_forget(c, KIND_LOCK, "late", 17));
     CHECK(commit_forget(c, KIND_LOCK, "dl", 17));
     /* A snapshot asked in the same batch: the changes are in the copy, taken
@@ -326,8 +377,9 @@ int main(int argc, char **argv)
      * forget, 2 fences and a forget, a floor, a guard mark, 5 ended leases
      * and a revoked token, 4 audit rows and 2 dropped; 8 name records, 7
      * leases and 4 gone, 4 ended and a revoked token, an audit row; 2
-     * forgets. */
-    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 39 + 25 + 2);
+     * forgets; a wide lease and its name's record; two more names and leases, three values
+     * written and one removed. */
+    CHECK(commit_stats(c)->commits == 3 && commit_stats(c)->rows == 39 + 25 + 2 + 2 + 4 + 4);
     locktab_free(lt);
     CHECK(snapped.fd >= 0 && snapped.size >= 4096);
     if (snapped.fd >= 0) {
@@ -350,7 +402,7 @@ int main(int argc, char **argv)
         snprintf(final, sizeof final, "%s.final", copy);
         unlink(final);
         CHECK(store_sqlite_check_copy(copy, final, &info, err, sizeof err) == 0);
-        CHECK(info.last_token == 17 && info.locks == 11); /* 10 locks and a semaphore */
+        CHECK(info.last_token == 20 && info.locks == 14); /* 12 locks and two semaphores */
         unlink(final);
         unlink(copy);
     }
@@ -362,10 +414,12 @@ int main(int argc, char **argv)
     StoreLoad cb = {NULL, load_history_seq, load_record};
     uint64_t last_token = 0;
     CHECK(store_load(st, &cb, &last_token) == 0);
-    CHECK(loaded_locks == 10); /* k0..k8 and rd */
-    CHECK(loaded_writers == 9);
+    CHECK(loaded_locks == 12); /* k0..k8, rd, val and nul */
+    CHECK(loaded_writers == 11);
+    CHECK(loaded_values == 2 && !strcmp(loaded_value_text, "[2, 3]") && loaded_value_version == 2);
+    CHECK(loaded_value_token == 19 && loaded_null_value);
     CHECK(loaded_token_of_k7 == 8);
-    CHECK(loaded_semaphores == 1 && loaded_limit == 2);
+    CHECK(loaded_semaphores == 2 && loaded_limit == 2 && loaded_permits_of_wide == 3);
     CHECK(loaded_readers == 1 && loaded_reader_token == 13 && loaded_permits == 2);
     CHECK(loaded_fence == 42 && loaded_fences == 1);
     CHECK(loaded_history_seq == 109);
@@ -380,7 +434,7 @@ int main(int argc, char **argv)
     CHECK(loaded_deadline_of_k7 == 5007);
     CHECK(loaded_guard_mark == 4);
     CHECK(loaded_guard_at == 1700000000123);
-    CHECK(last_token == 17);
+    CHECK(last_token == 20);
     /* A second server on the same file is refused. */
     Store *second = store_sqlite_open(path, "test-boot", err, sizeof err);
     CHECK(second == NULL);

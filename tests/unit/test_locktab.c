@@ -71,6 +71,14 @@ static void on_lease_ended(void *ud, void *actor, const Lock *lock, const Holder
     r->ended++;
 }
 
+static int values_changed;
+static void on_value(void *ud, const Lock *lock)
+{
+    (void)lock;
+    ((Rec *)ud)->changed++;
+    values_changed++;
+}
+
 static void on_forgotten(void *ud, const Lock *lock)
 {
     Rec *r = ud;
@@ -94,7 +102,7 @@ static Locktab *table(size_t max_waiters_per_lock)
     memset(&rec, 0, sizeof rec);
     rec.tokens_monotonic = true;
     LocktabLimits limits = {1000, 1000, max_waiters_per_lock, 128, 60000};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease, NULL};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease, on_value, NULL};
     return locktab_new(&limits, &hooks);
 }
 
@@ -104,7 +112,7 @@ static LockResult acquire(Locktab *lt, const char *name, int id, int64_t ttl_ms,
                           const Lock **lock, Waiter **w)
 {
     memset(ids[id], id + 1, LEASE_ID_BYTES);
-    AcquireArgs a = {"owner", NULL, ttl_ms, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs a = {"owner", NULL, ttl_ms, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     return locktab_acquire(lt, KIND_LOCK, name, &a, (void *)(intptr_t)id, &now, lock, &hold, w);
 }
 
@@ -144,7 +152,7 @@ static void test_waking(void)
 {
     memset(&rec, 0, sizeof rec);
     LocktabLimits limits = {1000, 1000, 100, 128, 60000};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease,
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease, on_value,
                           on_waking};
     Locktab *lt = locktab_new(&limits, &hooks);
     const Lock *lock;
@@ -243,11 +251,11 @@ static void test_reentry_and_renew(void)
     const Lock *lock;
     Waiter *w;
     CHECK(acquire(lt, "r", 0, 1000, 0, &lock, &w) == LOCK_OK);
-    AcquireArgs again = {"owner", "{\"x\":1}", 5000, 0, ids[0], ids[1], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs again = {"owner", "{\"x\":1}", 5000, 0, ids[0], ids[1], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "r", &again, NULL, &now, &lock, &hold, &w) == LOCK_OK);
     CHECK(locktab_holder(lock)->count == 2 && locktab_holder(lock)->token == 1 && locktab_holder(lock)->ttl_ms == 5000);
     CHECK(strcmp(locktab_holder(lock)->metadata, "{\"x\":1}") == 0);
-    AcquireArgs wrong = {"owner", NULL, 5000, 0, ids[7], ids[8], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs wrong = {"owner", NULL, 5000, 0, ids[7], ids[8], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "r", &wrong, NULL, &now, &lock, &hold, &w) == LOCK_NOT_HOLDER);
     CHECK(locktab_renew(lt, KIND_LOCK, "r", ids[0], 0, &now, &lock, &hold) == LOCK_OK && locktab_holder(lock)->ttl_ms == 5000);
     CHECK(locktab_renew(lt, KIND_LOCK, "r", ids[0], 700, &now, &lock, &hold) == LOCK_OK);
@@ -417,7 +425,7 @@ static void test_no_ok_after_deadline(void)
     CHECK(locktab_release(lt, KIND_LOCK, "b", ids[1], NULL, &at_deadline, &left) == LOCK_NOT_HOLDER);
     CHECK(rec.ngranted == 1 && rec.granted[0] == 2);
     CHECK(acquire(lt, "c", 3, 3, 0, &lock, &w) == LOCK_OK);
-    AcquireArgs again = {"owner", NULL, 1000, 0, ids[3], ids[4], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs again = {"owner", NULL, 1000, 0, ids[3], ids[4], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "c", &again, NULL, &at_deadline, &lock, &hold, &w) == LOCK_NOT_HOLDER);
     CHECK(locktab_held_by(lt, KIND_LOCK, "b", ids[2], &at_deadline) != NULL);
     locktab_check(lt);
@@ -458,7 +466,7 @@ static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, i
 static void test_history_newest_kept_at_restart(void)
 {
     LocktabLimits limits = {1000, 1000, 10, 1, 60000}; /* history of one lease */
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, NULL, NULL};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, NULL, NULL, NULL};
     Locktab *lt = locktab_new(&limits, &hooks);
     Holder dead = {.owner = "o", .metadata = "{}", .token = 2, .ttl_ms = 3, .acquired_at_ms = now.wall_ms - 10,
                    .expires_at_ms = now.wall_ms - 7, .deadline_ms = now.mono_ms - 7, .count = 1};
@@ -520,7 +528,7 @@ static void test_request_id_replays(void)
     Waiter *w;
     memset(ids[10], 11, LEASE_ID_BYTES);
     memset(ids[11], 12, LEASE_ID_BYTES);
-    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[10], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[10], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &first, NULL, &now, &lock, &hold, &w) == LOCK_OK);
     uint64_t token = locktab_holder(lock)->token;
     int64_t expires = locktab_holder(lock)->expires_at_ms;
@@ -528,34 +536,34 @@ static void test_request_id_replays(void)
     Now later = now;
     later.mono_ms += 300;
     later.wall_ms += 300;
-    AcquireArgs retry = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs retry = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &retry, NULL, &later, &lock, &hold, &w) == LOCK_REPLAYED);
     CHECK(memcmp(locktab_holder(lock)->lease, ids[10], LEASE_ID_BYTES) == 0 && locktab_holder(lock)->token == token);
     CHECK(locktab_holder(lock)->count == 1 && locktab_holder(lock)->expires_at_ms == expires && rec.changed == changes);
     /* Another owner with the same id, or the same owner with another id: held. */
-    AcquireArgs other = {"mallory", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs other = {"mallory", NULL, 1000, 0, NULL, ids[11], "req-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &other, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
-    AcquireArgs fresh = {"alice", NULL, 1000, 0, NULL, ids[11], "req-2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs fresh = {"alice", NULL, 1000, 0, NULL, ids[11], "req-2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &fresh, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
     /* The same owner and id from another API key: a new acquire, never the grant. */
-    AcquireArgs other_key = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs other_key = {"alice", NULL, 1000, 0, NULL, ids[11], "req-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &other_key, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
     /* A reentry with an id is replayed too, and the count goes up once. */
-    AcquireArgs reenter = {"alice", NULL, 0, 0, ids[10], NULL, "req-3", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs reenter = {"alice", NULL, 0, 0, ids[10], NULL, "req-3", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &reenter, NULL, &later, &lock, &hold, &w) == LOCK_OK && locktab_holder(lock)->count == 2);
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &reenter, NULL, &later, &lock, &hold, &w) == LOCK_REPLAYED && locktab_holder(lock)->count == 2);
     /* The first id now names nothing: its grant was re-entered since. */
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &retry, NULL, &later, &lock, &hold, &w) == LOCK_BUSY);
     /* A queued waiter's id, and its API key's name, come with its grant. */
     memset(ids[12], 13, LEASE_ID_BYTES);
-    AcquireArgs queued = {"bob", NULL, 1000, 5000, NULL, ids[12], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs queued = {"bob", NULL, 1000, 5000, NULL, ids[12], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &queued, NULL, &later, &lock, &hold, &w) == LOCK_QUEUED);
     uint32_t left;
     CHECK(locktab_release(lt, KIND_LOCK, "q", ids[10], NULL, &later, &left) == LOCK_OK && left == 1);
     CHECK(locktab_release(lt, KIND_LOCK, "q", ids[10], NULL, &later, &left) == LOCK_OK && left == 0);
     lock = locktab_get(lt, KIND_LOCK, "q");
     CHECK(locktab_is_held(lock) && strcmp(locktab_holder(lock)->owner, "bob") == 0 && strcmp(locktab_holder(lock)->key, "tenant-b") == 0);
-    AcquireArgs bob_retry = {"bob", NULL, 1000, 5000, NULL, ids[13], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs bob_retry = {"bob", NULL, 1000, 5000, NULL, ids[13], "bob-1", "tenant-b", {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &bob_retry, NULL, &later, &lock, &hold, &w) == LOCK_REPLAYED);
     CHECK(memcmp(locktab_holder(lock)->lease, ids[12], LEASE_ID_BYTES) == 0);
     memset(ids[15], 16, LEASE_ID_BYTES);
@@ -567,12 +575,12 @@ static void test_request_id_replays(void)
      * expiry grants the queued acquire first, and the retry gets that grant
      * (found by fuzz_locktab's model). */
     memset(ids[14], 15, LEASE_ID_BYTES);
-    AcquireArgs carol = {"carol", NULL, 1000, 60000, NULL, ids[14], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs carol = {"carol", NULL, 1000, 60000, NULL, ids[14], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &carol, NULL, &later, &lock, &hold, &w) == LOCK_QUEUED);
     Now expired = later;
     expired.mono_ms += 5000;
     expired.wall_ms += 5000;
-    AcquireArgs carol_retry = {"carol", NULL, 1000, 60000, NULL, ids[15], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs carol_retry = {"carol", NULL, 1000, 60000, NULL, ids[15], "carol-1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "q", &carol_retry, NULL, &expired, &lock, &hold, &w) == LOCK_REPLAYED);
     CHECK(memcmp(locktab_holder(lock)->lease, ids[14], LEASE_ID_BYTES) == 0 && strcmp(locktab_holder(lock)->owner, "carol") == 0);
     CHECK(locktab_release(lt, KIND_LOCK, "q", ids[14], NULL, &expired, &left) == LOCK_OK && left == 0);
@@ -587,8 +595,20 @@ static LockResult take(Locktab *lt, LockKind kind, const char *name, int id, uin
     const Lock *lock;
     Waiter *w;
     memset(ids[id], id + 1, LEASE_ID_BYTES);
-    AcquireArgs a = {"owner", NULL, 1000, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, mode, true, delay_ms, limit};
+    AcquireArgs a = {"owner", NULL, 1000, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, mode, true, delay_ms, limit, 0, NULL};
     return locktab_acquire(lt, kind, name, &a, (void *)(intptr_t)id, &now, &lock, &hold, &w);
+}
+
+/* A semaphore acquire of `permits` permits (of limit) by lease `id`; a waiter it queues is last_waiter. */
+static Waiter *last_waiter;
+static LockResult take_permits(Locktab *lt, const char *name, int id, uint32_t limit, uint32_t permits,
+                               int64_t wait_ms)
+{
+    const Lock *lock;
+    memset(ids[id], id + 1, LEASE_ID_BYTES);
+    AcquireArgs a = {"owner", NULL, 1000, wait_ms, NULL, ids[id], NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0,
+                     limit, permits, NULL};
+    return locktab_acquire(lt, KIND_SEMAPHORE, name, &a, (void *)(intptr_t)id, &now, &lock, &hold, &last_waiter);
 }
 
 static size_t holders_of(Locktab *lt, LockKind kind, const char *name)
@@ -650,7 +670,7 @@ static void test_writer_gives_up(void)
     Waiter *w;
     CHECK(take(lt, KIND_LOCK, "g", 0, MODE_READ, 0, 0, 0) == LOCK_OK);
     memset(ids[1], 2, LEASE_ID_BYTES);
-    AcquireArgs writer = {"owner", NULL, 1000, 5000, NULL, ids[1], NULL, NULL, {NULL, NULL}, MODE_WRITE, true, 0, 0};
+    AcquireArgs writer = {"owner", NULL, 1000, 5000, NULL, ids[1], NULL, NULL, {NULL, NULL}, MODE_WRITE, true, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "g", &writer, (void *)1, &now, &lock, &hold, &w) == LOCK_QUEUED);
     CHECK(take(lt, KIND_LOCK, "g", 2, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
     CHECK(take(lt, KIND_LOCK, "g", 3, MODE_READ, 0, 5000, 0) == LOCK_QUEUED);
@@ -675,17 +695,17 @@ static void test_reentry_modes(void)
     const Lock *lock;
     Waiter *w;
     CHECK(take(lt, KIND_LOCK, "m", 0, MODE_READ, 0, 0, 0) == LOCK_OK);
-    AcquireArgs same = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs same = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "m", &same, NULL, &now, &lock, &hold, &w) == LOCK_OK);
     CHECK(hold->count == 2 && hold->mode == MODE_READ);
-    AcquireArgs other = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, true, 0, 0};
+    AcquireArgs other = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, true, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "m", &other, NULL, &now, &lock, &hold, &w) == LOCK_MODE_CONFLICT);
     CHECK(hold->count == 2);
-    AcquireArgs read = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_READ, true, 0, 0};
+    AcquireArgs read = {"owner", NULL, 0, 0, ids[0], NULL, NULL, NULL, {NULL, NULL}, MODE_READ, true, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "m", &read, NULL, &now, &lock, &hold, &w) == LOCK_OK && hold->count == 3);
     /* A semaphore's permit cannot be re-entered. */
     CHECK(take(lt, KIND_SEMAPHORE, "m", 1, MODE_WRITE, 2, 0, 0) == LOCK_OK);
-    AcquireArgs permit = {"owner", NULL, 0, 0, ids[1], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2};
+    AcquireArgs permit = {"owner", NULL, 0, 0, ids[1], NULL, NULL, NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "m", &permit, NULL, &now, &lock, &hold, &w) == LOCK_NOT_HOLDER);
     locktab_check(lt);
     locktab_free(lt);
@@ -727,6 +747,131 @@ static void test_semaphore(void)
     CHECK(take(lt, KIND_SEMAPHORE, "s", 6, MODE_WRITE, 1, 0, 0) == LOCK_BUSY);
     LocktabCounts c = locktab_counts(lt, KIND_SEMAPHORE);
     CHECK(c.names == 1 && c.held == 1 && c.leases == 1 && c.readers == 0);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* Several permits in one lease: limit 5, A takes 3, B asks for 3 and waits,
+ * C asks for 1 and waits behind B (no barging, although 2 are free), and
+ * A's release grants B, then C. One token per lease; its release, its
+ * expiry and a waiter that leaves give every permit back at once. */
+static void test_permits(void)
+{
+    Locktab *lt = table(100);
+    uint32_t left;
+    CHECK(take_permits(lt, "p", 0, 5, 3, 0) == LOCK_OK && hold->permits == 3 && hold->token == 1);
+    const Lock *lock = locktab_get(lt, KIND_SEMAPHORE, "p");
+    CHECK(lock->permits_used == 3 && lock->holders.len == 1);
+    CHECK(locktab_preview(lt, KIND_SEMAPHORE, "p", MODE_WRITE, 5, 2, "x", NULL, NULL, &now) == LOCK_OK);
+    CHECK(locktab_preview(lt, KIND_SEMAPHORE, "p", MODE_WRITE, 5, 3, "x", NULL, NULL, &now) == LOCK_BUSY);
+    CHECK(take_permits(lt, "p", 1, 5, 3, 0) == LOCK_BUSY);
+    CHECK(take_permits(lt, "p", 2, 5, 3, 100000) == LOCK_QUEUED);
+    CHECK(take_permits(lt, "p", 3, 5, 1, 100000) == LOCK_QUEUED); /* 2 free, but B is first */
+    CHECK(take_permits(lt, "p", 4, 5, 1, 0) == LOCK_BUSY);
+    CHECK(locktab_preview(lt, KIND_SEMAPHORE, "p", MODE_WRITE, 5, 1, "x", NULL, NULL, &now) == LOCK_BUSY);
+    CHECK(rec.ngranted == 0 && lock->waiters.len == 2);
+    LocktabCounts c = locktab_counts(lt, KIND_SEMAPHORE);
+    CHECK(c.leases == 1 && c.permits == 3 && c.waiters == 2);
+    locktab_check(lt);
+    CHECK(locktab_release(lt, KIND_SEMAPHORE, "p", ids[0], NULL, &now, &left) == LOCK_OK && left == 0);
+    CHECK(rec.ngranted == 2 && rec.granted[0] == 2 && rec.granted[1] == 3);
+    CHECK(lock->permits_used == 4 && lock->holders.len == 2 && lock->waiters.len == 0);
+    CHECK(locktab_holder(lock)->permits == 3 && locktab_next_holder(locktab_holder(lock))->permits == 1);
+    CHECK(locktab_holder(lock)->token == 2 && locktab_next_holder(locktab_holder(lock))->token == 3);
+    locktab_check(lt);
+    /* A head that cannot fit keeps the one behind it waiting, though one permit is free; when the
+     * head leaves (its client hung up), the one behind it fits and is granted. */
+    CHECK(take_permits(lt, "p", 5, 5, 5, 100000) == LOCK_QUEUED);
+    Waiter *big = last_waiter;
+    CHECK(take_permits(lt, "p", 6, 5, 1, 100000) == LOCK_QUEUED);
+    CHECK(rec.ngranted == 2);
+    locktab_cancel(lt, big, &now);
+    CHECK(rec.ngranted == 3 && rec.granted[2] == 6 && lock->permits_used == 5 && lock->waiters.len == 0);
+    locktab_check(lt);
+    /* The expiry of the 3-permit lease gives its three back at once. */
+    const Lock *l2;
+    CHECK(locktab_renew(lt, KIND_SEMAPHORE, "p", ids[3], 5000, &now, &l2, &hold) == LOCK_OK);
+    CHECK(locktab_renew(lt, KIND_SEMAPHORE, "p", ids[6], 5000, &now, &l2, &hold) == LOCK_OK);
+    now.mono_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
+    now.wall_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
+    locktab_tick(lt, &now);
+    CHECK(lock->permits_used == 2 && lock->holders.len == 2);
+    CHECK(locktab_counts(lt, KIND_SEMAPHORE).permits == 2);
+    locktab_check(lt);
+    /* Loading: permits past the limit cannot hold. */
+    Holder extra = *locktab_holder(lock);
+    extra.token = 99;
+    extra.permits = 4; /* beside 2: one past the limit of 5 */
+    CHECK(locktab_load_holder(lt, KIND_SEMAPHORE, "p", &extra, &now) == LOCK_BUSY);
+    locktab_free(lt);
+}
+
+/* A lock's value: only its writer, now, writes it (not a reader, not a lease
+ * that ended or ran out, not another lock's); if_version; it outlives the
+ * writer and keeps the name from being forgotten until null is written. */
+static void test_values(void)
+{
+    Locktab *lt = table(100);
+    uint32_t left;
+    const Lock *lock;
+    values_changed = 0;
+    ValueArgs set = {"{\"step\":1}", false, 0, "k", {NULL, NULL}};
+    CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_NOT_HOLDER && lock == NULL);
+    CHECK(take(lt, KIND_LOCK, "v", 0, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    uint64_t token = hold->token, index = locktab_index(lt, KIND_LOCK, "v");
+    CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_OK);
+    CHECK(!strcmp(lock->value.text, "{\"step\":1}") && lock->value.version == 1 && lock->value.token == token);
+    CHECK(!strcmp(lock->value.key, "k") && values_changed == 1 && locktab_index(lt, KIND_LOCK, "v") > index);
+    ValueArgs stale = {"2", true, 0, NULL, {NULL, NULL}};
+    CHECK(locktab_set_value(lt, "v", ids[0], &stale, &now, &lock) == LOCK_VERSION_MISMATCH);
+    stale.if_version = 1;
+    CHECK(locktab_set_value(lt, "v", ids[0], &stale, &now, &lock) == LOCK_OK && lock->value.version == 2);
+    CHECK(!strcmp(lock->value.text, "2") && lock->value.key == NULL);
+    /* Another lock's lease, a semaphore's: not this lock's writer. */
+    CHECK(take(lt, KIND_LOCK, "w", 1, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    CHECK(locktab_set_value(lt, "v", ids[1], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    locktab_check(lt);
+    /* Released: the value stays (the next holder reads it), and so does the name. */
+    CHECK(locktab_release(lt, KIND_LOCK, "v", ids[0], NULL, &now, &left) == LOCK_OK);
+    CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    for (int i = 0; i < 2; i++) { /* "w" expires at the first tick, and is forgotten at the second */
+        now.mono_ms += 120000;
+        now.wall_ms += 120000;
+        locktab_tick(lt, &now);
+    }
+    CHECK(locktab_get(lt, KIND_LOCK, "w") == NULL && (lock = locktab_get(lt, KIND_LOCK, "v")) != NULL);
+    CHECK(!strcmp(lock->value.text, "2"));
+    locktab_check(lt);
+    /* Readers may not write it; a reader's lease is refused and nothing changes. */
+    CHECK(take(lt, KIND_LOCK, "v", 2, MODE_READ, 0, 0, 0) == LOCK_OK);
+    CHECK(locktab_set_value(lt, "v", ids[2], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    CHECK(locktab_release(lt, KIND_LOCK, "v", ids[2], NULL, &now, &left) == LOCK_OK);
+    /* A writer that ran out writes nothing, even before the tick ended it. */
+    CHECK(take(lt, KIND_LOCK, "v", 3, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    Now late = now;
+    late.mono_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
+    late.wall_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
+    CHECK(locktab_set_value(lt, "v", ids[3], &set, &late, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    now = late;
+    /* Null lets the name go once it is idle. */
+    CHECK(take(lt, KIND_LOCK, "v", 4, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    ValueArgs clear = {NULL, false, 0, NULL, {NULL, NULL}};
+    CHECK(locktab_set_value(lt, "v", ids[4], &clear, &now, &lock) == LOCK_OK && lock->value.text == NULL);
+    CHECK(lock->value.version == 3 && lock->value.token == hold->token);
+    CHECK(locktab_release(lt, KIND_LOCK, "v", ids[4], NULL, &now, &left) == LOCK_OK);
+    now.mono_ms += 120000;
+    now.wall_ms += 120000;
+    locktab_tick(lt, &now);
+    CHECK(locktab_get(lt, KIND_LOCK, "v") == NULL);
+    /* Loaded from storage: kept, and the name is not idle. */
+    LockValue stored = {"[1,2]", 7, 3, NULL, 1700000000000, {NULL, NULL}};
+    CHECK(locktab_load_value(lt, "loaded", &stored, &now) == LOCK_OK);
+    lock = locktab_get(lt, KIND_LOCK, "loaded");
+    CHECK(lock && !strcmp(lock->value.text, "[1,2]") && lock->value.version == 7 && lock->last_token >= 3);
+    now.mono_ms += 120000;
+    now.wall_ms += 120000;
+    locktab_tick(lt, &now);
+    CHECK(locktab_get(lt, KIND_LOCK, "loaded") != NULL);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -823,7 +968,7 @@ static void test_answers_of_a_grant(void)
     const Lock *lock;
     Waiter *w;
     memset(ids[20], 21, LEASE_ID_BYTES);
-    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[20], "req-a", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs first = {"alice", NULL, 1000, 0, NULL, ids[20], "req-a", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "a", &first, NULL, &now, &lock, &hold, &w) == LOCK_OK);
     locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
     CHECK(locktab_acquire(lt, KIND_LOCK, "a", &first, NULL, &now, &lock, &hold, &w) == LOCK_REPLAYED);
@@ -839,7 +984,7 @@ static void test_answers_of_a_grant(void)
     CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], true));
     CHECK(!locktab_answer_ended(lt, KIND_LOCK, "a", ids[20], false));
     /* A re-entry's answers count for the re-entry. */
-    AcquireArgs again = {"alice", NULL, 0, 0, ids[20], NULL, "req-b", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0};
+    AcquireArgs again = {"alice", NULL, 0, 0, ids[20], NULL, "req-b", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 0, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_LOCK, "a", &again, NULL, &now, &lock, &hold, &w) == LOCK_OK &&
           locktab_holder(lock)->count == 2);
     locktab_answer_started(lt, KIND_LOCK, "a", ids[20]);
@@ -854,8 +999,8 @@ static void test_answers_of_a_grant(void)
     /* Each permit (and each reader) has answers of its own: one delivered says
      * nothing of another's. */
     memset(ids[22], 23, LEASE_ID_BYTES);
-    AcquireArgs p1 = {"p1", NULL, 1000, 0, NULL, ids[21], "req-p1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2};
-    AcquireArgs p2 = {"p2", NULL, 1000, 0, NULL, ids[22], "req-p2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2};
+    AcquireArgs p1 = {"p1", NULL, 1000, 0, NULL, ids[21], "req-p1", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2, 0, NULL};
+    AcquireArgs p2 = {"p2", NULL, 1000, 0, NULL, ids[22], "req-p2", NULL, {NULL, NULL}, MODE_WRITE, false, 0, 2, 0, NULL};
     CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "s", &p1, NULL, &now, &lock, &hold, &w) == LOCK_OK);
     locktab_answer_started(lt, KIND_SEMAPHORE, "s", ids[21]);
     CHECK(locktab_acquire(lt, KIND_SEMAPHORE, "s", &p2, NULL, &now, &lock, &hold, &w) == LOCK_OK);
@@ -877,7 +1022,7 @@ static void test_lease_lookups_do_not_walk_the_holders(void)
     static uint8_t leases[CROWD][LEASE_ID_BYTES];
     memset(&rec, 0, sizeof rec);
     LocktabLimits limits = {1000, 1000, 100, 128, 60000};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, NULL, NULL, NULL};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, NULL, NULL, NULL, NULL};
     Locktab *lt = locktab_new(&limits, &hooks);
     const Lock *lock;
     const Holder *h;
@@ -888,7 +1033,7 @@ static void test_lease_lookups_do_not_walk_the_holders(void)
         uint64_t v = (i + 1) * 0x9e3779b97f4a7c15ULL, u = ~v * 0xbf58476d1ce4e5b9ULL;
         memcpy(leases[i], &v, 8);
         memcpy(leases[i] + 8, &u, 8);
-        AcquireArgs a = {"reader", NULL, 60000, 0, NULL, leases[i], NULL, NULL, {NULL, NULL}, MODE_READ, true, 0, 0};
+        AcquireArgs a = {"reader", NULL, 60000, 0, NULL, leases[i], NULL, NULL, {NULL, NULL}, MODE_READ, true, 0, 0, 0, NULL};
         granted &= locktab_acquire(lt, KIND_LOCK, "crowd", &a, NULL, &now, &lock, &h, &w) == LOCK_OK;
     }
     CHECK(granted && holders_of(lt, KIND_LOCK, "crowd") == CROWD);
@@ -956,6 +1101,8 @@ int main(void)
     test_writer_gives_up();
     test_reentry_modes();
     test_semaphore();
+    test_permits();
+    test_values();
     test_lock_delay();
     test_load_shared();
     return check_report("locktab");

@@ -1,6 +1,7 @@
 "use strict";
 // The client: acquire (long-poll), withLock (with a watchdog), semaphore permits
-// (acquirePermit, semaphore), status, list, fence.
+// (acquirePermit, semaphore), elections (campaign, withLeadership, election, observe),
+// a lock's value (value; lease.setValue), status, list, fence.
 
 const { randomUUID } = require("node:crypto");
 const fs = require("node:fs");
@@ -10,6 +11,7 @@ const { toMillis } = require("./duration.js");
 const { LeaseLostError, LeasegateError, LockHeldError } = require("./errors.js");
 const { toToken } = require("./json.js");
 const { Lease } = require("./lease.js");
+const { observe } = require("./observe.js");
 const { Transport, lockPath, now, quoteName } = require("./transport.js");
 
 const DEFAULT_SERVER = "http://127.0.0.1:7400";
@@ -82,24 +84,87 @@ class Client {
     }
     const extra = mode === "read" ? { mode } : {};
     if (lockDelay !== undefined) extra.lock_delay_ms = toMillis(lockDelay, "lockDelay");
-    return this.#take(name, false, extra, options);
+    return this.#take(name, "lock", extra, options);
   }
 
   /**
-   * Takes one of the `limit` permits of the semaphore `name`, waiting up to `wait` in
-   * its FIFO queue. The permit is a Lease (lease.semaphore is true) with its own token,
-   * renewed and released as a lock's; one its holder stops renewing comes back at its
-   * TTL. Rejects with SemaphoreFullError (a LockHeldError) when not granted within
+   * Takes `permits` (1 by default, at most `limit`) of the `limit` permits of the
+   * semaphore `name` in one lease, waiting up to `wait` in its FIFO queue (a request at
+   * the head is not passed by later ones, even smaller). The lease (lease.semaphore is
+   * true, lease.permits how many it holds) has its own token, is renewed and released as
+   * a lock's, all its permits at once; permits whose holder stops renewing come back at
+   * its TTL. Rejects with SemaphoreFullError (a LockHeldError) when not granted within
    * `wait`, LimitMismatchError when the semaphore has holders or waiters under another
    * limit.
    * @param {string} name
-   * @param {object} options limit (1..10000, required), ttl, wait, owner, metadata, onLost, keepAlive
+   * @param {object} options limit (1..10000, required), permits, ttl, wait, owner, metadata, onLost, keepAlive
    * @returns {Promise<Lease>}
    */
-  async acquirePermit(name, { limit, ...options } = {}) {
+  async acquirePermit(name, { limit, permits = 1, ...options } = {}) {
     if (!Number.isInteger(limit)) throw new TypeError(`limit: expected an integer, got ${JSON.stringify(limit)}`);
     if (limit < 1 || limit > 10000) throw new RangeError(`limit: the number of permits is 1..10000, not ${limit}`);
-    return this.#take(name, true, { limit }, options);
+    if (!Number.isInteger(permits)) throw new TypeError(`permits: expected an integer, got ${JSON.stringify(permits)}`);
+    if (permits < 1 || permits > limit) throw new RangeError(`permits: 1..limit (${limit}), not ${permits}`);
+    // 1 is the default: a server older than permits takes this acquire too.
+    return this.#take(name, "semaphore", permits === 1 ? { limit } : { limit, permits }, options);
+  }
+
+  /**
+   * Campaigns to lead the election `name` with `value` (any JSON value: what GET and
+   * observers show of the leader, such as its address), waiting up to `wait` behind the
+   * candidates before it. The leader's Lease (lease.term = lease.token, its fencing token;
+   * lease.value) is renewed as a lock's, with proclaim(value) and resign(). Rejects with
+   * NotLeaderError (a LockHeldError) when not elected within `wait`. A campaign is never
+   * answered a leadership it did not get: one whose connection ends leaves the queue.
+   * @param {string} name
+   * @param {object} [options] value, ttl, wait, owner, metadata, onLost, keepAlive
+   * @returns {Promise<Lease>}
+   */
+  async campaign(name, { value = null, ...options } = {}) {
+    return this.#take(name, "election", { value }, options);
+  }
+
+  /**
+   * withLock for the leadership of an election (campaign): fn runs as its leader, the
+   * watchdog renewing, and the leader resigns when fn is done; rejects with
+   * LeaseLostError when leadership was lost meanwhile (check leader.valid before steps
+   * that need it, or fence writes with leader.term).
+   * @template T
+   * @param {string} name
+   * @param {object} options as for campaign
+   * @param {(leader: Lease) => Promise<T>|T} fn
+   * @returns {Promise<T>}
+   */
+  async withLeadership(name, options, fn) {
+    if (typeof options === "function") [options, fn] = [{}, options];
+    return this.#hold(await this.campaign(name, { ...options, keepAlive: true }), fn);
+  }
+
+  /** The election's state: {name, leader: {owner, term, value, since_ms} or null, vacant_since_ms, candidates, last_token, index}. */
+  async election(name) {
+    return (await this.#call("GET", `/v1/elections/${quoteName(name)}`)).answer;
+  }
+
+  /**
+   * The election's new leaders, proclaimed values and vacancies, as an async iterator:
+   * `for await (const event of client.observe("scheduler"))` gives {event: "leader", id,
+   * owner, term, value} and {event: "vacant", id, reason, previous_term}, the first being
+   * the state now (or, with lastEventId, the events after it). Across cut connections and
+   * failovers none is given twice or missed (observe.js). Rejects with UnavailableError
+   * when no server answered for retryFor (the client's by default), NotFoundError when
+   * the server keeps no events (--events-keep 0). Leaving the loop, or aborting `signal`,
+   * closes the stream.
+   * @param {string} name
+   * @param {{lastEventId?: string|number, retryFor?: string, signal?: AbortSignal}} [options]
+   */
+  observe(name, { lastEventId, retryFor, signal } = {}) {
+    const retryForMs = retryFor === undefined ? this.#transport.retryForMs : toMillis(retryFor, "retryFor");
+    return observe(this.#transport, name, { lastEventId, retryForMs, signal });
+  }
+
+  /** The lock's value: {name, value, value_version, value_token} (null and 0 when never written). */
+  async value(name) {
+    return (await this.#call("GET", lockPath(name, "value"))).answer;
   }
 
   /**
@@ -173,16 +238,16 @@ class Client {
   }
 
   /**
-   * The acquire of a lock or (semaphore) of a permit, with `extra` in its body.
-   * One request_id goes with every attempt, so a retry whose predecessor's answer
-   * was lost gets that grant back instead of lock_held.
+   * The acquire of a lock, of a semaphore's permits or of an election's leadership
+   * (kind), with `extra` in its body. One request_id goes with every attempt, so a
+   * retry whose predecessor's answer was lost gets that grant back instead of lock_held.
    */
-  async #take(name, semaphore, extra, { ttl = "30s", wait = "0s", owner, metadata, onLost, keepAlive = false }) {
+  async #take(name, kind, extra, { ttl = "30s", wait = "0s", owner, metadata, onLost, keepAlive = false }) {
     const ttlMs = toMillis(ttl, "ttl");
     const waitMs = toMillis(wait, "wait");
     const body = { owner: owner || this.owner, ttl_ms: ttlMs, request_id: randomUUID(), ...extra };
     if (metadata !== undefined) body.metadata = metadata;
-    const path = lockPath(name, "acquire", semaphore);
+    const path = lockPath(name, "acquire", kind);
     const start = now();
     const waitUntil = start + waitMs;
     const until = start + Math.max(waitMs, this.#transport.retryForMs);
@@ -198,8 +263,8 @@ class Client {
     }
     const { server, answer: grant } = granted;
     let sent = start; // any attempt may have made the grant: the first was sent first
-    if (now() - sent > grant.ttl_ms / 3) sent = await this.#confirm(name, grant, semaphore);
-    const lease = new Lease(this.#transport, server, grant, sent, onLost, semaphore);
+    if (now() - sent > grant.ttl_ms / 3) sent = await this.#confirm(name, grant, kind);
+    const lease = new Lease(this.#transport, server, grant, sent, onLost, kind);
     return keepAlive ? lease.keepAlive() : lease;
   }
 
@@ -230,11 +295,11 @@ class Client {
    * or retries): it was made at an unknown moment since, so only the send time of a
    * renewal bounds it. On failure releases the grant as a courtesy and rethrows.
    */
-  async #confirm(name, grant, semaphore) {
+  async #confirm(name, grant, kind) {
     try {
-      return (await this.#call("POST", lockPath(name, "renew", semaphore), { lease: grant.lease })).sent;
+      return (await this.#call("POST", lockPath(name, "renew", kind), { lease: grant.lease })).sent;
     } catch (error) {
-      await this.#transport.courtesyRelease(name, grant.lease, semaphore);
+      await this.#transport.courtesyRelease(name, grant.lease, kind);
       throw error;
     }
   }

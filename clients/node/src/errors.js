@@ -43,14 +43,29 @@ const LockHeldError = define("LockHeldError", "lock_held");
  */
 class SemaphoreFullError extends LockHeldError {}
 SemaphoreFullError.code = "semaphore_full";
+/**
+ * 409 from an election: a campaign not elected within its wait (a LockHeldError, so a
+ * long wait polls on), or a proclaim or resign by a lease that does not lead now;
+ * body.leader ({owner, term, since_ms} or null) says who does.
+ */
+class NotLeaderError extends LockHeldError {}
+NotLeaderError.code = "not_leader";
 /** 409: the semaphore has holders or waiters under another limit (body.limit). */
 const LimitMismatchError = define("LimitMismatchError", "limit_mismatch");
 /** 409: a reentry asked for another mode than the lease's own (body.mode). */
 const ModeConflictError = define("ModeConflictError", "mode_conflict");
 /** 409: the lease does not hold the lock; body.reason is expired, superseded, released or unknown. */
 const NotHolderError = define("NotHolderError", "not_holder");
-/** 409 from the guard or /v1/fence: a write or token older than one already let through. */
+/**
+ * 409 from the guard or /v1/fence: a write or token older than one already let through;
+ * from setValue: the lease does not hold the lock as its writer now (body.reason:
+ * released, expired, superseded, revoked, unknown or read_lease), and nothing changed.
+ */
 const StaleTokenError = define("StaleTokenError", "stale_token");
+/** 409 from setValue with ifVersion: the value is at another version now (body.value_version). */
+const VersionMismatchError = define("VersionMismatchError", "version_mismatch");
+/** 410: the events after the id asked for are no longer kept. */
+const TooOldError = define("TooOldError", "too_old");
 const PayloadTooLargeError = define("PayloadTooLargeError", "payload_too_large");
 const UriTooLongError = define("UriTooLongError", "uri_too_long");
 /** 428 from the guard: a write without the Fencing-Lease header. */
@@ -93,7 +108,7 @@ const BY_CODE = new Map(
   [BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError, LockHeldError,
     NotHolderError, StaleTokenError, PayloadTooLargeError, UriTooLongError, TokenRequiredError,
     HeadersTooLargeError, OverloadedError, BadGatewayError, GatewayTimeoutError, SemaphoreFullError,
-    LimitMismatchError, ModeConflictError].map((cls) => [cls.code, cls]),
+    LimitMismatchError, ModeConflictError, NotLeaderError, VersionMismatchError, TooOldError].map((cls) => [cls.code, cls]),
 );
 
 /**
@@ -114,5 +129,6 @@ module.exports = {
   LeasegateError, BadRequestError, UnauthorizedError, ForbiddenError, NotFoundError, MethodNotAllowedError,
   LockHeldError, SemaphoreFullError, LimitMismatchError, ModeConflictError, NotHolderError, StaleTokenError,
   PayloadTooLargeError, UriTooLongError, TokenRequiredError, HeadersTooLargeError, OverloadedError, BadGatewayError,
-  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError, errorFromAnswer,
+  GatewayTimeoutError, UnavailableError, TLSVerificationError, LeaseLostError, NotLeaderError, VersionMismatchError,
+  TooOldError, errorFromAnswer,
 };

@@ -5,9 +5,10 @@
 // a Number would round them and two different tokens would compare equal. A BigInt
 // would keep them exact, but JSON.stringify throws on one, so every object holding a
 // token (a lease, an error's body) could not be logged or sent on. So the client hands
-// out tokens as decimal strings, exact at any size: every integer field named `token`
-// or `*_token` in an answer, outside `metadata` (which is the caller's own JSON and
-// parsed as JSON.parse does). Compare tokens with BigInt(a) < BigInt(b).
+// out tokens as decimal strings, exact at any size: every integer field named `token`,
+// `*_token`, `term` or `*_term` (an election's term is its leader's token) in an answer,
+// outside `metadata` and `value` (which are the caller's own JSON and parsed as
+// JSON.parse does). Compare tokens with BigInt(a) < BigInt(b).
 //
 // Node 18's JSON.parse has no access to a number's source text, so integer literals
 // beyond the safe range are quoted with a marker before parsing and put back after.
@@ -24,7 +25,9 @@ class Exact {
   }
 }
 
-const isTokenKey = (key) => key === "token" || key.endsWith("_token");
+const isTokenKey = (key) => key === "token" || key.endsWith("_token") || key === "term" || key.endsWith("_term");
+/** Fields whose contents are the caller's own JSON, not leasegate's. */
+const isCallersJson = (key) => key === "metadata" || key === "value";
 
 /** A marker no string of `text` contains: quoted integers are told apart by it. */
 function markerFor(text) {
@@ -66,7 +69,7 @@ function settle(value, inMetadata) {
     value.forEach((v) => settle(v, inMetadata));
   } else if (value !== null && typeof value === "object") {
     for (const [key, v] of Object.entries(value)) {
-      const metadata = inMetadata || key === "metadata";
+      const metadata = inMetadata || isCallersJson(key);
       if (!metadata && isTokenKey(key) && (v instanceof Exact || Number.isInteger(v))) {
         put(value, key, v instanceof Exact ? v.digits : String(v));
       } else if (v instanceof Exact) {

@@ -10,13 +10,13 @@ const { EventEmitter } = require("node:events");
 const { inspect } = require("node:util");
 const { setTimeout: sleep } = require("node:timers/promises");
 const { toMillis } = require("./duration.js");
-const { LeaseLostError, LeasegateError, NotHolderError, errorFromAnswer } = require("./errors.js");
+const { LeaseLostError, LeasegateError, NotHolderError, NotLeaderError, errorFromAnswer } = require("./errors.js");
 const { parseAnswer } = require("./json.js");
 const { UnreachableError, lockPath, now, tlsError, unavailable } = require("./transport.js");
 
 /**
- * One grant of a lock, or one permit of a semaphore. Emits "lost" (with a
- * LeaseLostError) once, when the lease is lost.
+ * One grant of a lock, permits of a semaphore, or the leadership of an election.
+ * Emits "lost" (with a LeaseLostError) once, when the lease is lost.
  */
 class Lease extends EventEmitter {
   #lease; // the lease id: never in JSON.stringify(), console.log() or util.inspect()
@@ -33,17 +33,31 @@ class Lease extends EventEmitter {
    * @param {object} grant the acquire answer
    * @param {number} sent when the acquire (or its confirming renewal) was sent
    * @param {(error: LeaseLostError) => void} [onLost]
-   * @param {boolean} [semaphore] a permit of the semaphore grant.name
+   * @param {"lock"|"semaphore"|"election"} [kind] what grant.name names
    */
-  constructor(transport, server, grant, sent, onLost, semaphore = false) {
+  constructor(transport, server, grant, sent, onLost, kind = "lock") {
     super();
     this.#transport = transport;
-    /** True for a permit of a semaphore (renewed and released under /v1/semaphores). */
-    this.semaphore = semaphore;
-    /** "write" (exclusive) or "read" (shared) for a lock; null for a permit. */
-    this.mode = semaphore ? null : grant.mode ?? "write";
-    /** The semaphore's number of permits; null for a lock. */
-    this.limit = semaphore ? grant.limit : null;
+    /** "lock", "semaphore" or "election". */
+    this.kind = kind;
+    /** True for permits of a semaphore (renewed and released under /v1/semaphores). */
+    this.semaphore = kind === "semaphore";
+    /** "write" (exclusive) or "read" (shared) for a lock; null otherwise. */
+    this.mode = kind === "lock" ? grant.mode ?? "write" : null;
+    /** The semaphore's number of permits; null otherwise. */
+    this.limit = this.semaphore ? grant.limit : null;
+    /** How many of the semaphore's permits this lease holds; null otherwise. */
+    this.permits = this.semaphore ? grant.permits ?? 1 : null;
+    /**
+     * A lock's value when it was granted (what the last writer left; null when none), then
+     * as setValue() wrote it; an election's: the leader's value, as campaigned or
+     * proclaimed; null for a semaphore.
+     */
+    this.value = kind === "semaphore" ? null : grant.value ?? null;
+    /** A lock's value's version (0: never written): the ifVersion of a read-modify-write; null otherwise. */
+    this.valueVersion = kind === "lock" ? grant.value_version ?? 0 : null;
+    /** An election's term (a decimal string, = token: the leader's fencing token); null otherwise. */
+    this.term = kind === "election" ? grant.term ?? grant.token : null;
     /** Base URL of the server that granted the lease; lease.fetch() goes there. */
     this.server = server;
     this.name = grant.name;
@@ -73,9 +87,10 @@ class Lease extends EventEmitter {
    */
   toJSON() {
     return {
-      name: this.name, owner: this.owner, token: this.token, mode: this.mode, semaphore: this.semaphore,
-      limit: this.limit, ttl: this.ttl, server: this.server, metadata: this.metadata, valid: this.valid,
-      lease: "[redacted]",
+      name: this.name, kind: this.kind, owner: this.owner, token: this.token, mode: this.mode,
+      semaphore: this.semaphore, limit: this.limit, permits: this.permits, term: this.term, value: this.value,
+      valueVersion: this.valueVersion, ttl: this.ttl, server: this.server, metadata: this.metadata,
+      valid: this.valid, lease: "[redacted]",
     };
   }
 
@@ -121,7 +136,7 @@ class Lease extends EventEmitter {
     const body = { lease: this.lease };
     if (ttl !== undefined) body.ttl_ms = toMillis(ttl, "ttl");
     try {
-      const { answer, sent } = await this.#transport.call("POST", lockPath(this.name, "renew", this.semaphore), {
+      const { answer, sent } = await this.#transport.call("POST", lockPath(this.name, "renew", this.kind), {
         body, until: this.#deadline, hard: true,
       });
       if (this.#lost === null && now() < this.#deadline) {
@@ -155,19 +170,70 @@ class Lease extends EventEmitter {
     const trusted = this.#lost === null && now() < this.#deadline;
     this.#stop.abort();
     if (!trusted) {
-      await this.#transport.courtesyRelease(this.name, this.lease, this.semaphore);
+      await this.#transport.courtesyRelease(this.name, this.lease, this.kind);
       return;
     }
     try {
-      await this.#transport.call("POST", lockPath(this.name, "release", this.semaphore), {
+      await this.#transport.call("POST", lockPath(this.name, "release", this.kind), {
         body: { lease: this.lease }, until: now() + this.#transport.retryForMs,
       });
     } catch (error) {
-      if (!(error instanceof NotHolderError)) throw error;
+      // An election's resign answers not_leader where a lock's release answers not_holder.
+      if (!(error instanceof NotHolderError || error instanceof NotLeaderError)) throw error;
       if (error.body.reason === "released") return; // a retry after a release whose answer was lost
       this.#lose(`the lease on '${this.name}' had ended before its release (${error.body.reason})`, error, true);
       throw this.#lostError();
     }
+  }
+
+  /** An election's leader steps down (release() for it): the next candidate leads at once. */
+  async resign() {
+    if (this.kind !== "election") throw new TypeError(`resign: an election's leader resigns; this is a ${this.kind}'s lease`);
+    return this.release();
+  }
+
+  /**
+   * Writes the lock's value (any JSON value; null clears it), which only the lock's writer
+   * can, now; resolves to {name, value_version, token} and updates lease.value and
+   * lease.valueVersion. ifVersion: write only if the value is at that version now (a
+   * read-modify-write: lease.valueVersion after the grant). Rejects with StaleTokenError
+   * when this lease does not hold the lock as its writer now (nothing changed),
+   * VersionMismatchError for another version, PayloadTooLargeError past the server's
+   * --max-value-bytes. A write whose answer was lost is sent again: it is then written
+   * twice (the version moves by two), and with ifVersion the second is rejected.
+   * @param {unknown} value
+   * @param {{ifVersion?: number}} [options]
+   */
+  async setValue(value, { ifVersion } = {}) {
+    if (this.kind !== "lock") throw new TypeError(`setValue: a lock's value; this is a ${this.kind}'s lease`);
+    const body = { lease: this.lease, value: value === undefined ? null : value };
+    if (ifVersion !== undefined) {
+      if (!Number.isSafeInteger(ifVersion) || ifVersion < 0) {
+        throw new TypeError(`ifVersion: expected an integer >= 0, got ${JSON.stringify(ifVersion)}`);
+      }
+      body.if_version = ifVersion;
+    }
+    const { answer } = await this.#transport.call("PUT", lockPath(this.name, "value"), {
+      body, until: now() + this.#transport.retryForMs,
+    });
+    this.value = body.value;
+    this.valueVersion = answer.value_version;
+    return answer;
+  }
+
+  /**
+   * An election's leader replaces its value (what GET and observers show); resolves to
+   * {name, term, value}. Rejects with NotLeaderError when this lease does not lead now.
+   * @param {unknown} value
+   */
+  async proclaim(value) {
+    if (this.kind !== "election") throw new TypeError(`proclaim: an election's leader proclaims; this is a ${this.kind}'s lease`);
+    const v = value === undefined ? null : value;
+    const { answer } = await this.#transport.call("POST", lockPath(this.name, "proclaim", "election"), {
+      body: { lease: this.lease, value: v }, until: now() + this.#transport.retryForMs,
+    });
+    this.value = v;
+    return answer;
   }
 
   /**

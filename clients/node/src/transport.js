@@ -57,9 +57,14 @@ function quoteName(name) {
   return encodeURIComponent(name).replace(/%2F/gi, "/").replace(/%3A/gi, ":");
 }
 
-/** The path of an action on a lock, or (semaphore true) on a semaphore. */
-const lockPath = (name, action, semaphore = false) =>
-  `/v1/${semaphore ? "semaphores" : "locks"}/${quoteName(name)}/${action}`;
+// What each kind of name is called in the API's paths, and an election's own words
+// for an acquire and a release.
+const COLLECTIONS = { lock: "locks", semaphore: "semaphores", election: "elections" };
+const ELECTION_ACTIONS = { acquire: "campaign", release: "resign" };
+
+/** The path of an action ("acquire", "renew", "release"...) on a lock, a semaphore or an election (kind). */
+const lockPath = (name, action, kind = "lock") =>
+  `/v1/${COLLECTIONS[kind]}/${quoteName(name)}/${kind === "election" ? ELECTION_ACTIONS[action] ?? action : action}`;
 
 /** No answer from a server: refused, reset, timed out, cut short, or not verified (tls). */
 class UnreachableError extends Error {
@@ -109,6 +114,39 @@ class Transport {
 
   get urls() {
     return [...this.#urls];
+  }
+
+  /** The server calls start at: the one that answered last. */
+  get currentServer() {
+    return this.#urls[this.#current % this.#urls.length];
+  }
+
+  /** The current server failed: calls start at the next one. */
+  passOver() {
+    this.#current = (this.#current + 1) % this.#urls.length;
+  }
+
+  /**
+   * GET path from server as a stream (an election's observers' events): resolves to
+   * {req, res} once the answer's head came within timeoutMs (the body is the caller's to
+   * read, and req to destroy); rejects with UnreachableError when none came.
+   */
+  openStream(server, path, { headers, timeoutMs, signal }) {
+    return new Promise((resolve, reject) => {
+      const request = server.startsWith("https:") ? https.request : http.request;
+      const req = request(server + path, {
+        method: "GET", headers: { ...headers, ...this.#auth }, agent: this.#agent(server), signal,
+      }, (res) => {
+        clearTimeout(timer);
+        resolve({ req, res });
+      });
+      const timer = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs}ms`)), timeoutMs);
+      req.on("error", (error) => {
+        clearTimeout(timer);
+        reject(unreachable(server, error, signal));
+      });
+      req.end();
+    });
   }
 
   /**
@@ -249,10 +287,10 @@ class Transport {
    * One short release attempt per server, errors ignored: for a lease that may
    * already be gone, where the server frees the lock (or permit) at its TTL anyway.
    */
-  async courtesyRelease(name, lease, semaphore = false) {
+  async courtesyRelease(name, lease, kind = "lock") {
     for (const server of this.#urls) {
       try {
-        const { status } = await this.send(server, "POST", lockPath(name, "release", semaphore), {
+        const { status } = await this.send(server, "POST", lockPath(name, "release", kind), {
           body: JSON.stringify({ lease }),
           headers: { "Content-Type": "application/json" },
           timeoutMs: Math.min(this.timeoutMs, COURTESY_MS),
@@ -347,4 +385,6 @@ function parse(status, text) {
   }
 }
 
-module.exports = { Transport, UnreachableError, lockPath, now, quoteName, tlsError, unavailable };
+module.exports = {
+  BACKOFF_FIRST_MS, BACKOFF_MAX_MS, Transport, UnreachableError, lockPath, now, parse, quoteName, tlsError, unavailable,
+};

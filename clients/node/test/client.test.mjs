@@ -7,8 +7,7 @@
 // Run: LEASEGATE_BIN=build/leasegate node --test clients/node/test/client.test.mjs
 
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { randomUUID } from "node:crypto";
+import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
@@ -23,73 +22,10 @@ import {
   ModeConflictError, NotHolderError, OverloadedError, SemaphoreFullError, StaleTokenError, TLSVerificationError,
   UnauthorizedError, UnavailableError, ensureOk,
 } from "leasegate"; // the package itself, through its exports map (import condition)
+import { BOUND_MS, Server, unique, waitFor } from "./support.mjs";
 
 const require = createRequire(import.meta.url);
 const { toMillis } = require("../src/duration.js");
-
-const READY = /^leasegate: listening on (https?:\/\/127\.0\.0\.1:(\d+))\s*$/m;
-const BOUND_MS = 20_000; // the longest any wait in these tests may take
-
-const unique = (prefix) => `${prefix}/${randomUUID().slice(0, 8)}`;
-
-/** Polls predicate() until it is true; fails after BOUND_MS. */
-async function waitFor(predicate, what) {
-  const deadline = Date.now() + BOUND_MS;
-  while (!(await predicate())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
-
-/** The real binary on a loopback port, with its own temporary database. */
-class Server {
-  constructor(args = []) {
-    this.args = args;
-    this.dir = fs.mkdtempSync(path.join(os.tmpdir(), "leasegate-nodeclient-"));
-    this.port = 0;
-  }
-
-  /** Starts it (again, on the same port and database after a stop). */
-  async start() {
-    const bin = process.env.LEASEGATE_BIN;
-    if (!bin) throw new Error("set LEASEGATE_BIN to the leasegate binary (e.g. build/leasegate)");
-    const stderr = fs.openSync(path.join(this.dir, "stderr.log"), "a");
-    this.proc = spawn(bin, ["serve", "--listen", `127.0.0.1:${this.port}`, "--data", path.join(this.dir, "t.db"),
-      ...this.args], { stdio: ["ignore", "pipe", stderr] });
-    fs.closeSync(stderr);
-    const exited = new Promise((resolve) => this.proc.once("exit", resolve));
-    this.exited = exited;
-    let out = "";
-    const ready = new Promise((resolve, reject) => {
-      this.proc.stdout.on("data", (chunk) => {
-        out += chunk;
-        const m = READY.exec(out);
-        if (m) resolve(m);
-      });
-      exited.then((code) => reject(new Error(`leasegate exited (${code}) before listening: ${out}`)));
-    });
-    let timer;
-    const tooLate = new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`leasegate did not start; see ${this.dir}/stderr.log`)), 10_000);
-    });
-    const m = await Promise.race([ready, tooLate]).finally(() => clearTimeout(timer));
-    this.url = m[1];
-    this.port = Number(m[2]);
-    return this;
-  }
-
-  async kill(signal = "SIGKILL") {
-    if (this.proc.exitCode === null && this.proc.signalCode === null) {
-      this.proc.kill(signal);
-      await this.exited;
-    }
-  }
-
-  async stop() {
-    await this.kill("SIGTERM");
-    fs.rmSync(this.dir, { recursive: true, force: true });
-  }
-}
 
 /** A node:http server on a free loopback port; resolves to {url, close}. */
 async function listen(handler) {
@@ -209,8 +145,9 @@ test("a lease never shows its secret when logged, stringified or spread (issue 3
   assert.match(id, /^[0-9a-f-]{36}$/); // still there for whoever reads it
   const json = JSON.parse(JSON.stringify(lease));
   assert.deepEqual(json, {
-    name, owner: "node-test", token: lease.token, mode: "write", semaphore: false, limit: null, ttl: 30_000,
-    server: server.url, metadata: { why: "logging" }, valid: true, lease: "[redacted]",
+    name, kind: "lock", owner: "node-test", token: lease.token, mode: "write", semaphore: false, limit: null,
+    permits: null, term: null, value: null, valueVersion: 0, ttl: 30_000, server: server.url,
+    metadata: { why: "logging" }, valid: true, lease: "[redacted]",
   });
   const shown = [util.inspect(lease), util.inspect(lease, { depth: 0 }), util.inspect({ nested: [lease] }),
     util.format("%o %O %j %s", lease, lease, lease, lease), JSON.stringify({ ...lease }),

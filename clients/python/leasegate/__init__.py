@@ -8,6 +8,14 @@
         ...
     with client.semaphore("crawl/slots", limit=10, wait="1m") as permit:   # one of 10 permits
         ...
+    with client.semaphore("gpu", limit=8, permits=4) as permits:   # 4 of 8, in one lease
+        ...
+    with client.lock("etl/orders") as lease:       # a checkpoint only the holder can write
+        lease.set_value({"offset": (lease.value or {}).get("offset", 0) + 100})
+    with client.leadership("scheduler", {"url": "http://10.0.0.7:8080"}, wait="1m") as leader:
+        ...                                        # leader.term fences; leader.proclaim(value)
+    for event in client.observe("scheduler"):     # {"event": "leader" | "vacant", ...}
+        ...
 
     client = leasegate.AsyncClient("http://127.0.0.1:7400")       # asyncio
     async with client.lock("orders/42", ttl="15s", wait="1m") as lease:
@@ -21,8 +29,8 @@ from .aio import AsyncClient, AsyncLease
 from .client import Client
 from .errors import (BadGateway, BadRequest, Forbidden, GatewayTimeout, HeadersTooLarge, LeasegateError,
                      LeaseLost, LimitMismatch, LockHeld, MethodNotAllowed, ModeConflict, NotFound, NotHolder,
-                     Overloaded, PayloadTooLarge, SemaphoreFull, StaleToken, TLSVerificationError, TokenRequired,
-                     Unauthorized, Unavailable, UriTooLong)
+                     NotLeader, Overloaded, PayloadTooLarge, SemaphoreFull, StaleToken, TLSVerificationError,
+                     TokenRequired, TooOld, Unauthorized, Unavailable, UriTooLong, VersionMismatch)
 from .lease import Lease
 from .transport import Response
 
@@ -32,4 +40,4 @@ __all__ = ["Client", "AsyncClient", "Lease", "AsyncLease", "Response", "Leasegat
            "Unauthorized", "Forbidden", "NotFound", "MethodNotAllowed", "LockHeld", "NotHolder", "StaleToken",
            "PayloadTooLarge", "UriTooLong", "TokenRequired", "HeadersTooLarge", "Overloaded", "BadGateway",
            "GatewayTimeout", "Unavailable", "TLSVerificationError", "LeaseLost", "SemaphoreFull", "LimitMismatch",
-           "ModeConflict"]
+           "ModeConflict", "NotLeader", "VersionMismatch", "TooOld"]

@@ -16,7 +16,8 @@ import inspect
 import logging
 
 from . import plan
-from .aiotransport import arun, request
+from .aiotransport import arun, body_chunks, open_stream, read_body, request
+from .observe import MAX_ERROR_BODY, SILENCE, Observation
 from .client import ClientCore
 from .errors import LeasegateError, LeaseLost
 from .lease import LeaseCore
@@ -41,28 +42,79 @@ class AsyncClient(ClientCore):
         released as a courtesy when the client knows of it, else it runs out at its TTL.
         """
         return await self._take(name, self._acquire_plan(name, ttl, wait, owner, metadata, mode, lock_delay),
-                                on_lost, keep_alive, False)
+                                on_lost, keep_alive, "lock")
 
-    async def acquire_permit(self, name, *, limit, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None,
-                             keep_alive=False):
-        """As Client.acquire_permit: one of the `limit` permits of the semaphore `name`."""
-        return await self._take(name, self._acquire_plan(name, ttl, wait, owner, metadata, limit=limit), on_lost,
-                                keep_alive, True)
+    async def acquire_permit(self, name, *, limit, permits=1, ttl="30s", wait="0s", owner=None, metadata=None,
+                             on_lost=None, keep_alive=False):
+        """As Client.acquire_permit: `permits` of the `limit` permits of the semaphore `name`."""
+        return await self._take(name, self._acquire_plan(name, ttl, wait, owner, metadata, limit=limit,
+                                                         permits=permits), on_lost, keep_alive, "semaphore")
 
-    async def _take(self, name, acquire_plan, on_lost, keep_alive, semaphore):
+    async def campaign(self, name, value=None, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None,
+                       keep_alive=False):
+        """As Client.campaign: the leadership of the election `name`, an AsyncLease with
+        proclaim() and resign(). Cancelled while waiting, the campaign leaves the queue."""
+        return await self._take(name, self._acquire_plan(name, ttl, wait, owner, metadata, election=True,
+                                                         value=value), on_lost, keep_alive, "election")
+
+    async def _take(self, name, acquire_plan, on_lost, keep_alive, kind):
         endpoint, grant, start = await arun(acquire_plan)
         try:
-            sent = await arun(plan.confirm(self, name, grant, start, semaphore))
+            sent = await arun(plan.confirm(self, name, grant, start, kind))
         except asyncio.CancelledError:
-            self._spawn(arun(plan.courtesy_release(self, name, grant["lease"], semaphore)))
+            self._spawn(arun(plan.courtesy_release(self, name, grant["lease"], kind)))
             raise
-        lease = AsyncLease(self, endpoint, grant, sent, on_lost, semaphore)
+        lease = AsyncLease(self, endpoint, grant, sent, on_lost, kind)
         return lease.keep_alive() if keep_alive else lease
 
-    def semaphore(self, name, *, limit, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None):
+    def semaphore(self, name, *, limit, permits=1, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None):
         """``async with client.semaphore("crawl/slots", limit=10) as permit:`` (as Client.semaphore)."""
-        return AsyncLockBlock(self, name, {"limit": limit, "ttl": ttl, "wait": wait, "owner": owner,
-                                           "metadata": metadata, "on_lost": on_lost}, self.acquire_permit)
+        return AsyncLockBlock(self, name, {"limit": limit, "permits": permits, "ttl": ttl, "wait": wait,
+                                           "owner": owner, "metadata": metadata, "on_lost": on_lost},
+                              self.acquire_permit)
+
+    def leadership(self, name, value=None, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None):
+        """``async with client.leadership("scheduler", value) as leader:`` (as Client.leadership)."""
+        return AsyncLockBlock(self, name, {"value": value, "ttl": ttl, "wait": wait, "owner": owner,
+                                           "metadata": metadata, "on_lost": on_lost}, self.campaign)
+
+    async def election(self, name):
+        """The election's state (as Client.election)."""
+        return (await arun(self._status_plan(name, "election")))[1]
+
+    async def value(self, name):
+        """The lock's value (as Client.value)."""
+        return (await arun(self._value_plan(name)))[1]
+
+    async def observe(self, name, *, last_event_id=None, retry_for=None):
+        """``async for event in client.observe("scheduler"):`` as Client.observe: the
+        election's new leaders, proclaimed values and vacancies, none twice or missed
+        across cut connections and failovers. Leaving the loop (or cancelling the task)
+        closes the stream's connection."""
+        o = Observation(self, name, last_event_id, retry_for)
+        while True:
+            endpoint = o.endpoint()
+            writer = None
+            try:
+                status, headers, reader, writer = await open_stream(endpoint, o.path, o.headers(),
+                                                                    self.first_byte_timeout,
+                                                                    max(self.timeout, self.first_byte_timeout))
+                if status != 200:
+                    pause = o.answered(status, await read_body(reader, headers, MAX_ERROR_BODY, self.timeout))
+                else:
+                    o.opened()
+                    async for data in body_chunks(reader, headers, SILENCE):
+                        for event in o.feed(data):
+                            yield event
+                    o.ended()
+                    pause = plan.BACKOFF_FIRST  # a server that ends streams at once is not asked in a tight loop
+            except NETWORK_ERRORS as e:
+                pause = o.failed(endpoint, e)
+            finally:
+                if writer is not None:
+                    writer.transport.abort()
+            if pause:
+                await asyncio.sleep(pause)
 
     def lock(self, name, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None, mode="write",
              lock_delay=None):
@@ -83,7 +135,7 @@ class AsyncClient(ClientCore):
 
     async def semaphore_status(self, name):
         """The semaphore's state (as Client.semaphore_status)."""
-        return (await arun(self._status_plan(name, True)))[1]
+        return (await arun(self._status_plan(name, "semaphore")))[1]
 
     async def list(self, prefix="", *, after=None, page_size=100, semaphores=False):
         """``async for lock in client.list(prefix)``: the state of every lock (with
@@ -118,8 +170,8 @@ class AsyncLease(LeaseCore):
     server, metadata, valid, lost, headers, check()), with coroutines to renew,
     release and send a request; the watchdog is a task on the event loop."""
 
-    def __init__(self, client, endpoint, grant, sent, on_lost=None, semaphore=False):
-        super().__init__(client, endpoint, grant, sent, on_lost, semaphore)
+    def __init__(self, client, endpoint, grant, sent, on_lost=None, kind="lock"):
+        super().__init__(client, endpoint, grant, sent, on_lost, kind)
         self._stop = asyncio.Event()
         self._watchdog = None
 
@@ -130,6 +182,18 @@ class AsyncLease(LeaseCore):
     async def release(self):
         """As Lease.release; the watchdog stops before anything is awaited."""
         await arun(self._release_plan())
+
+    async def resign(self):
+        """As Lease.resign: the leader steps down."""
+        await arun(self._release_plan())
+
+    async def set_value(self, value, *, if_version=None):
+        """As Lease.set_value: the lock's value, by its writer."""
+        return await arun(self._set_value_plan(value, if_version))
+
+    async def proclaim(self, value):
+        """As Lease.proclaim: the leader's new value."""
+        return await arun(self._proclaim_plan(value))
 
     async def request(self, method, path, data=None, headers=None, timeout=None):
         """As Lease.request: returns a Response, whose body was read whole."""

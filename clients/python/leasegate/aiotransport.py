@@ -58,6 +58,59 @@ async def request(endpoint, method, path, body=None, headers=None, timeout=10.0,
         return response
 
 
+async def open_stream(endpoint, path, headers, first_byte, timeout):
+    """GET path as a stream (observe): returns (status, headers, reader, writer) once the
+    answer's head came, within `timeout` (the connection within first_byte); the body
+    is the caller's to read (body_chunks, read_body) and the connection to abort."""
+    head = _head(endpoint, "GET", endpoint.prefix + path, None, headers)
+    connect = asyncio.open_connection(endpoint.host, endpoint.port, ssl=endpoint.ssl_context,
+                                      server_hostname=endpoint.host if endpoint.https else None, limit=MAX_LINE)
+    reader, writer = await asyncio.wait_for(connect, first_byte)
+    try:
+        writer.write(head)
+        async with asyncio.timeout(timeout):
+            await writer.drain()
+            status, answer_headers = await _read_head(reader)
+    except BaseException:
+        writer.transport.abort()
+        raise
+    return status, answer_headers, reader, writer
+
+
+async def body_chunks(reader, headers, silence):
+    """The body's bytes as they come (de-chunked), until its end; TimeoutError when
+    nothing came for `silence` seconds."""
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    while True:
+        if not chunked:
+            data = await asyncio.wait_for(reader.read(64 * 1024), silence)
+            if not data:
+                return
+            yield data
+            continue
+        size_text = (await asyncio.wait_for(_read_line(reader), silence)).split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise http.client.HTTPException("bad chunk size: %r" % size_text[:40]) from None
+        if size == 0:
+            return
+        yield await asyncio.wait_for(_read_exactly(reader, _bounded(size)), silence)
+        if await asyncio.wait_for(_read_line(reader), silence):
+            raise http.client.HTTPException("no CRLF after a chunk")
+
+
+async def read_body(reader, headers, limit, timeout):
+    """The whole body (of an error answer), at most `limit` bytes, within `timeout`."""
+    body = b""
+    async with asyncio.timeout(timeout):
+        async for data in body_chunks(reader, headers, timeout):
+            body += data
+            if len(body) > limit:
+                return body[:limit]
+    return body
+
+
 async def ready(endpoint, timeout):
     """Whether the server's GET /readyz answers within timeout, other than 503 (one
     without /readyz answers 404: it runs)."""
@@ -98,7 +151,8 @@ async def _read_line(reader):
     return line.rstrip(b"\r\n")
 
 
-async def _read_response(reader, method):
+async def _read_head(reader):
+    """The status and headers of the final answer (1xx ones skipped)."""
     while True:
         line = await _read_line(reader)
         parts = line.split(None, 2)
@@ -111,6 +165,11 @@ async def _read_response(reader, method):
         if status == 101:
             raise http.client.HTTPException("unexpected 101 Switching Protocols")
         # 1xx interim answers (100 Continue, 103 Early Hints) precede the real one.
+    return status, headers
+
+
+async def _read_response(reader, method):
+    status, headers = await _read_head(reader)
     if method == "HEAD" or status in (204, 304):
         return Response(status, headers, b"")
     if "chunked" in headers.get("transfer-encoding", "").lower():

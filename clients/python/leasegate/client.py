@@ -1,5 +1,6 @@
 """The blocking client: acquire (long-poll), lock (with a watchdog), semaphore
-permits (acquire_permit, semaphore), status, list, fence.
+permits (acquire_permit, semaphore), elections (campaign, leadership, election,
+observe), a lock's value (value; lease.set_value), status, list, fence.
 
 ClientCore holds what the blocking Client and aio.AsyncClient share: the servers,
 the owner label, the limits and the key. How a call retries and fails over is in
@@ -13,6 +14,7 @@ import time
 import urllib.parse
 import uuid
 
+from . import observe as observing
 from . import plan
 from .blocking import run
 from .durations import millis, seconds
@@ -50,21 +52,32 @@ class ClientCore:
     def servers(self):
         return [e.url for e in self._endpoints]
 
-    def _acquire_plan(self, name, ttl, wait, owner, metadata, mode="write", lock_delay=None, limit=None):
-        """The plan of an acquire of a lock (in `mode`, with a lock_delay) or, with
-        a limit, of a semaphore's permit: (endpoint, grant, send time of its first
-        attempt). One request_id goes with every attempt, so a retry whose
-        predecessor's answer was lost gets that grant back instead of lock_held."""
+    def _acquire_plan(self, name, ttl, wait, owner, metadata, mode="write", lock_delay=None, limit=None, permits=1,
+                      election=False, value=None):
+        """The plan of an acquire of a lock (in `mode`, with a lock_delay), with a
+        limit of a semaphore's permits, or of an election's leadership (a campaign
+        with its value): (endpoint, grant, send time of its first attempt). One
+        request_id goes with every attempt, so a retry whose predecessor's answer was
+        lost gets that grant back instead of lock_held."""
         body = {"owner": owner or self.owner, "ttl_ms": millis(ttl, "ttl"), "request_id": uuid.uuid4().hex}
         wait_s = seconds(wait, "wait")
         if metadata is not None:
             body["metadata"] = metadata
+        if election:
+            body["value"] = value
+            return plan.acquire(self, name, body["ttl_ms"], wait_s, body, "election")
         if limit is not None:
             if isinstance(limit, bool) or not isinstance(limit, int):
                 raise TypeError("limit: expected an int, got %r" % (limit,))
             if not 1 <= limit <= 10000:
                 raise ValueError("limit: the number of permits is 1..10000, not %d" % limit)
+            if isinstance(permits, bool) or not isinstance(permits, int):
+                raise TypeError("permits: expected an int, got %r" % (permits,))
+            if not 1 <= permits <= limit:
+                raise ValueError("permits: 1..limit (%d), not %d" % (limit, permits))
             body["limit"] = limit
+            if permits != 1:  # the default: a server older than permits takes this acquire too
+                body["permits"] = permits
         else:
             if mode not in ("write", "read"):
                 raise ValueError('mode: "write" (exclusive) or "read" (shared), not %r' % (mode,))
@@ -72,11 +85,14 @@ class ClientCore:
                 body["mode"] = "read"
             if lock_delay is not None:
                 body["lock_delay_ms"] = millis(lock_delay, "lock_delay")
-        return plan.acquire(self, name, body["ttl_ms"], wait_s, body, limit is not None)
+        return plan.acquire(self, name, body["ttl_ms"], wait_s, body, "semaphore" if limit is not None else "lock")
 
-    def _status_plan(self, name, semaphore=False):
-        return plan.call(self, "GET", "/v1/%s/%s" % ("semaphores" if semaphore else "locks", plan.quote(name)),
+    def _status_plan(self, name, kind="lock"):
+        return plan.call(self, "GET", "/v1/%s/%s" % (plan.COLLECTIONS[kind], plan.quote(name)),
                          until=self._retry_until())
+
+    def _value_plan(self, name):
+        return plan.call(self, "GET", plan.lock_path(name, "value"), until=self._retry_until())
 
     def _page_plan(self, prefix, after, page_size, semaphores=False):
         query = {"prefix": prefix, "limit": page_size}
@@ -142,27 +158,77 @@ class Client(ClientCore):
         lease = Lease(self, endpoint, grant, sent, on_lost)
         return lease.keep_alive() if keep_alive else lease
 
-    def acquire_permit(self, name, *, limit, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None,
-                       keep_alive=False):
-        """Takes one of the `limit` permits of the semaphore `name`, waiting up to
-        `wait` in its FIFO queue; returns a Lease (``lease.semaphore`` is True) with
-        its own token, renewed and released like a lock's. A permit its holder stops
-        renewing comes back at its TTL. Raises SemaphoreFull (a LockHeld) when not
-        granted within `wait`, LimitMismatch when the semaphore has holders or
-        waiters under another limit.
+    def acquire_permit(self, name, *, limit, permits=1, ttl="30s", wait="0s", owner=None, metadata=None,
+                       on_lost=None, keep_alive=False):
+        """Takes `permits` (1 by default, at most `limit`) of the `limit` permits of the
+        semaphore `name` in one lease, waiting up to `wait` in its FIFO queue (a request
+        at the head is not passed by later ones, even smaller); returns a Lease
+        (``lease.semaphore`` is True, ``lease.permits`` how many it holds) with its own
+        token, renewed and released like a lock's, all its permits at once. Permits
+        whose holder stops renewing come back at its TTL. Raises SemaphoreFull (a
+        LockHeld) when not granted within `wait`, LimitMismatch when the semaphore has
+        holders or waiters under another limit.
         """
-        endpoint, grant, start = run(self._acquire_plan(name, ttl, wait, owner, metadata, limit=limit))
-        sent = run(plan.confirm(self, name, grant, start, True))
-        lease = Lease(self, endpoint, grant, sent, on_lost, semaphore=True)
+        endpoint, grant, start = run(self._acquire_plan(name, ttl, wait, owner, metadata, limit=limit,
+                                                        permits=permits))
+        sent = run(plan.confirm(self, name, grant, start, "semaphore"))
+        lease = Lease(self, endpoint, grant, sent, on_lost, "semaphore")
         return lease.keep_alive() if keep_alive else lease
 
-    def semaphore(self, name, *, limit, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None):
+    def semaphore(self, name, *, limit, permits=1, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None):
         """``with client.semaphore("crawl/slots", limit=10, wait="1m") as permit:``
 
-        As lock(), for one of the `limit` permits of a semaphore (acquire_permit).
+        As lock(), for `permits` of the `limit` permits of a semaphore (acquire_permit).
         """
-        return LockBlock(self, name, {"limit": limit, "ttl": ttl, "wait": wait, "owner": owner,
+        return LockBlock(self, name, {"limit": limit, "permits": permits, "ttl": ttl, "wait": wait, "owner": owner,
                                       "metadata": metadata, "on_lost": on_lost}, self.acquire_permit)
+
+    def campaign(self, name, value=None, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None,
+                 keep_alive=False):
+        """Campaigns to lead the election `name` with `value` (any JSON-serializable
+        value: what GET and observers show of the leader, such as its address), waiting
+        up to `wait` behind the candidates before it; returns the leader's Lease
+        (``lease.term`` = ``lease.token``, its fencing token; ``lease.value``), renewed as
+        a lock's, with proclaim(value) and resign(). Raises NotLeader (a LockHeld) when
+        not elected within `wait`. A campaign is never answered a leadership it did not
+        get: one whose connection ends leaves the queue.
+        """
+        endpoint, grant, start = run(self._acquire_plan(name, ttl, wait, owner, metadata, election=True,
+                                                        value=value))
+        sent = run(plan.confirm(self, name, grant, start, "election"))
+        lease = Lease(self, endpoint, grant, sent, on_lost, "election")
+        return lease.keep_alive() if keep_alive else lease
+
+    def leadership(self, name, value=None, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None):
+        """``with client.leadership("scheduler", {"url": ...}, wait="1m") as leader:``
+
+        As lock(), for the leadership of an election (campaign): the block runs as its
+        leader, the watchdog renewing, and the leader resigns at its end; LeaseLost
+        when leadership was lost while it ran (check ``leader.valid`` before steps that
+        need it, or fence writes with ``leader.term``).
+        """
+        return LockBlock(self, name, {"value": value, "ttl": ttl, "wait": wait, "owner": owner,
+                                      "metadata": metadata, "on_lost": on_lost}, self.campaign)
+
+    def election(self, name):
+        """The election's state: {name, leader: {owner, term, value, since_ms} or None,
+        vacant_since_ms, candidates: [{owner, since_ms}], last_token, index}."""
+        return run(self._status_plan(name, "election"))[1]
+
+    def observe(self, name, *, last_event_id=None, retry_for=None):
+        """``for event in client.observe("scheduler"):`` the election's new leaders,
+        proclaimed values and vacancies as dicts, {"event": "leader", "id", "owner",
+        "term", "value"} and {"event": "vacant", "id", "reason", "previous_term"}, the
+        first being the state now (or, with last_event_id, the events after it). Across
+        cut connections and failovers none is yielded twice or missed (observe.py).
+        Raises Unavailable when no server answered for retry_for (the client's by
+        default), NotFound when the server keeps no events (--events-keep 0)."""
+        return observing.observe(self, name, last_event_id, retry_for)
+
+    def value(self, name):
+        """The lock's value: {name, value, value_version, value_token} (value None and
+        value_version 0 when never written)."""
+        return run(self._value_plan(name))[1]
 
     def lock(self, name, *, ttl="30s", wait="0s", owner=None, metadata=None, on_lost=None, mode="write",
              lock_delay=None):
@@ -187,7 +253,7 @@ class Client(ClientCore):
     def semaphore_status(self, name):
         """The semaphore's state: {name, limit, holders, holders_total, available,
         waiters, last_token...} (never a lease id)."""
-        return run(self._status_plan(name, True))[1]
+        return run(self._status_plan(name, "semaphore"))[1]
 
     def list(self, prefix="", *, after=None, page_size=100, semaphores=False):
         """Yields the state of every lock (with semaphores=True, every semaphore) the

@@ -58,6 +58,13 @@ class SemaphoreFull(LockHeld):
     code = "semaphore_full"
 
 
+class NotLeader(LockHeld):
+    """409: a campaign not elected within its wait (a LockHeld, so a long wait polls on),
+    or a proclaim or resign by a lease that does not lead the election now;
+    ``body["leader"]`` ({owner, term, since_ms}, or None) says who does."""
+    code = "not_leader"
+
+
 class LimitMismatch(LeasegateError):
     """409: the semaphore has holders or waiters and another limit (``body["limit"]``)."""
     code = "limit_mismatch"
@@ -76,8 +83,21 @@ class NotHolder(LeasegateError):
 
 
 class StaleToken(LeasegateError):
-    """409 from the guard or /v1/fence: a write or token older than one already let through."""
+    """409 from the guard or /v1/fence: a write or token older than one already let through;
+    from set_value: the lease does not hold the lock as its writer now (``body["reason"]``:
+    released, expired, superseded, revoked, unknown or read_lease), and nothing changed."""
     code = "stale_token"
+
+
+class VersionMismatch(LeasegateError):
+    """409 from set_value with if_version: the value is at another version now
+    (``body["value_version"]``); nothing changed."""
+    code = "version_mismatch"
+
+
+class TooOld(LeasegateError):
+    """410: the events after the id asked for are no longer kept."""
+    code = "too_old"
 
 
 class PayloadTooLarge(LeasegateError):

@@ -17,18 +17,26 @@ import time
 from . import plan
 from .blocking import run
 from .durations import millis, seconds
-from .errors import LeasegateError, LeaseLost, NotHolder
+from .errors import LeasegateError, LeaseLost, NotHolder, NotLeader
 from .transport import NETWORK_ERRORS, describe_failure, is_tls_failure
 
 log = logging.getLogger("leasegate")
 
 
 class LeaseCore:
-    """One grant of a lock, or one permit of a semaphore: what Lease and AsyncLease share.
+    """One grant of a lock, permits of a semaphore, or the leadership of an election:
+    what Lease and AsyncLease share.
 
+    kind: "lock", "semaphore" or "election".
     name, owner, metadata: as granted.
-    mode: "write" or "read" for a lock; None for a permit.
-    semaphore: True for a permit of a semaphore (limit: its number of permits).
+    mode: "write" or "read" for a lock; None otherwise.
+    semaphore: True for permits of a semaphore (limit: its number of permits;
+        permits: how many of them this lease holds).
+    value: a lock's value when it was granted (what the last writer left; None when
+        none), then as set_value() wrote it; an election's: the leader's value, as
+        campaigned or proclaimed. value_version: a lock's value's version (0: never
+        written), the if_version of a read-modify-write; None otherwise.
+    term: an election's term (the leader's fencing token, = token); None otherwise.
     lease: the lease id, the secret that renews, releases and writes through the guard.
     token: the fencing token (an int that only grows across grants).
     ttl: the lease's time-to-live in seconds, as the server last confirmed it.
@@ -36,12 +44,17 @@ class LeaseCore:
     lost: None, or the LeaseLost error once the lease was lost.
     """
 
-    def __init__(self, client, endpoint, grant, sent, on_lost=None, semaphore=False):
+    def __init__(self, client, endpoint, grant, sent, on_lost=None, kind="lock"):
         self._client = client
         self._endpoint = endpoint
-        self.semaphore = semaphore
-        self.mode = None if semaphore else grant.get("mode", "write")
-        self.limit = grant.get("limit") if semaphore else None
+        self.kind = kind
+        self.semaphore = kind == "semaphore"
+        self.mode = grant.get("mode", "write") if kind == "lock" else None
+        self.limit = grant.get("limit") if self.semaphore else None
+        self.permits = grant.get("permits", 1) if self.semaphore else None
+        self.value = grant.get("value") if kind != "semaphore" else None
+        self.value_version = grant.get("value_version", 0) if kind == "lock" else None
+        self.term = grant.get("term", grant["token"]) if kind == "election" else None
         self.name = grant["name"]
         self.owner = grant["owner"]
         self.lease = grant["lease"]
@@ -85,7 +98,7 @@ class LeaseCore:
             body["ttl_ms"] = millis(ttl, "ttl")
         try:
             _, answer, sent = yield from plan.call(self._client, "POST",
-                                                   plan.lock_path(self.name, "renew", self.semaphore), body,
+                                                   plan.lock_path(self.name, "renew", self.kind), body,
                                                    until=self._deadline, hard=True)
         except NotHolder as e:
             self._lose("the server says the lease on %r no longer holds it (%s)"
@@ -113,17 +126,43 @@ class LeaseCore:
             trusted = self.lost is None and time.monotonic() < self._deadline
         self._stop_watchdog()
         if not trusted:
-            yield from plan.courtesy_release(self._client, self.name, self.lease, self.semaphore)
+            yield from plan.courtesy_release(self._client, self.name, self.lease, self.kind)
             return
         try:
-            yield from plan.call(self._client, "POST", plan.lock_path(self.name, "release", self.semaphore),
+            yield from plan.call(self._client, "POST", plan.lock_path(self.name, "release", self.kind),
                                  {"lease": self.lease}, until=time.monotonic() + self._client.retry_for)
-        except NotHolder as e:
+        except (NotHolder, NotLeader) as e:  # an election's resign answers not_leader
             if e.body.get("reason") == "released":  # a retry after a release whose answer was lost
                 return
             self._lose("the lease on %r had ended before its release (%s)" % (self.name, e.body.get("reason")),
                        e, ending=True)
             raise self._lost_error()
+
+    def _set_value_plan(self, value, if_version):
+        if self.kind != "lock":
+            raise TypeError("set_value: a lock's value; this is a lease of %s %r" % (self._kind_article(), self.name))
+        body = {"lease": self.lease, "value": value}
+        if if_version is not None:
+            if isinstance(if_version, bool) or not isinstance(if_version, int):
+                raise TypeError("if_version: expected an int, got %r" % (if_version,))
+            body["if_version"] = if_version
+        _, answer, _ = yield from plan.call(self._client, "PUT", plan.lock_path(self.name, "value"), body,
+                                            until=time.monotonic() + self._client.retry_for)
+        self.value, self.value_version = value, answer["value_version"]
+        return answer
+
+    def _proclaim_plan(self, value):
+        if self.kind != "election":
+            raise TypeError("proclaim: an election's leader proclaims; this is a lease of %s %r"
+                            % (self._kind_article(), self.name))
+        _, answer, _ = yield from plan.call(self._client, "POST", plan.lock_path(self.name, "proclaim", "election"),
+                                            {"lease": self.lease, "value": value},
+                                            until=time.monotonic() + self._client.retry_for)
+        self.value = value
+        return answer
+
+    def _kind_article(self):
+        return {"lock": "a lock", "semaphore": "a semaphore", "election": "an election"}[self.kind]
 
     def _end_of_block_plan(self, interrupted):
         """The end of a lock block: release, and raise LeaseLost if the lease was lost
@@ -207,8 +246,8 @@ class LeaseCore:
 class Lease(LeaseCore):
     """A lease of the blocking Client; the watchdog is a daemon thread."""
 
-    def __init__(self, client, endpoint, grant, sent, on_lost=None, semaphore=False):
-        super().__init__(client, endpoint, grant, sent, on_lost, semaphore)
+    def __init__(self, client, endpoint, grant, sent, on_lost=None, kind="lock"):
+        super().__init__(client, endpoint, grant, sent, on_lost, kind)
         self._stop = threading.Event()
         self._watchdog = None
 
@@ -231,6 +270,30 @@ class Lease(LeaseCore):
         (expired or superseded), and Unavailable when no server answered in time.
         """
         run(self._release_plan())
+
+    def resign(self):
+        """An election's leader steps down (release() under the election's name for it):
+        the next candidate leads at once, and observers see the vacancy."""
+        run(self._release_plan())
+
+    def set_value(self, value, *, if_version=None):
+        """Writes the lock's value (any JSON-serializable value; None clears it), which
+        only the lock's writer can, now; returns {name, value_version, token} and updates
+        lease.value and lease.value_version. if_version: write only if the value is at
+        that version now (a read-modify-write: lease.value_version after the grant).
+
+        Raises StaleToken when this lease does not hold the lock as its writer now
+        (nothing changed), VersionMismatch for another version, PayloadTooLarge past the
+        server's --max-value-bytes. A write whose answer was lost is sent again (to the
+        next server): it is then written twice, the version moving by two; with
+        if_version the second gets VersionMismatch (read client.value() to tell).
+        """
+        return run(self._set_value_plan(value, if_version))
+
+    def proclaim(self, value):
+        """An election's leader replaces its value (what GET and observers show);
+        returns {name, term, value}. Raises NotLeader when this lease does not lead now."""
+        return run(self._proclaim_plan(value))
 
     def request(self, method, path, data=None, headers=None, timeout=None):
         """Sends a request carrying this lease to the server that granted it: a write

@@ -53,9 +53,18 @@ def quote(name):
     return urllib.parse.quote(name, safe="/:~")
 
 
-def lock_path(name, action, semaphore=False):
-    """The path of an action on a lock, or (semaphore) on a semaphore."""
-    return "/v1/%s/%s/%s" % ("semaphores" if semaphore else "locks", quote(name), action)
+# What each kind of name is called in the API's paths, and an election's own words for
+# an acquire and a release.
+COLLECTIONS = {"lock": "locks", "semaphore": "semaphores", "election": "elections"}
+ELECTION_ACTIONS = {"acquire": "campaign", "release": "resign"}
+
+
+def lock_path(name, action, kind="lock"):
+    """The path of an action ("acquire", "renew", "release"...) on a lock, a semaphore or
+    an election (kind), in that kind's words."""
+    if kind == "election":
+        action = ELECTION_ACTIONS.get(action, action)
+    return "/v1/%s/%s/%s" % (COLLECTIONS[kind], quote(name), action)
 
 
 def call(client, method, path, body=None, *, until, wait_until=None, hard=False):
@@ -126,12 +135,12 @@ def call(client, method, path, body=None, *, until, wait_until=None, hard=False)
             yield Pause(min(left, backoff * random.uniform(0.5, 1.0)))
 
 
-def acquire(client, name, ttl_ms, wait_s, body, semaphore=False):
-    """Long-polls for the lock (or a permit of the semaphore), for up to wait_s
-    seconds (in polls of at most MAX_POLL); returns (endpoint, grant, the monotonic
-    time the first attempt was sent). Raises LockHeld (SemaphoreFull) when not
-    granted in time."""
-    path = lock_path(name, "acquire", semaphore)
+def acquire(client, name, ttl_ms, wait_s, body, kind="lock"):
+    """Long-polls for the lock (or permits of the semaphore, or the election's
+    leadership), for up to wait_s seconds (in polls of at most MAX_POLL); returns
+    (endpoint, grant, the monotonic time the first attempt was sent). Raises LockHeld
+    (SemaphoreFull, NotLeader) when not granted in time."""
+    path = lock_path(name, "acquire", kind)
     start = time.monotonic()
     wait_until = start + wait_s
     until = start + max(wait_s, client.retry_for)
@@ -145,7 +154,7 @@ def acquire(client, name, ttl_ms, wait_s, body, semaphore=False):
                 raise
 
 
-def confirm(client, name, grant, start, semaphore=False):
+def confirm(client, name, grant, start, kind="lock"):
     """The moment that bounds a grant from below: when its acquire was first sent, or,
     for a grant that came long after that (a wait in the queue, retries), when a
     renewal was sent, since the grant was made at an unknown moment in between. On
@@ -153,20 +162,20 @@ def confirm(client, name, grant, start, semaphore=False):
     if time.monotonic() - start <= grant["ttl_ms"] / 3000.0:
         return start
     try:
-        return (yield from call(client, "POST", lock_path(name, "renew", semaphore), {"lease": grant["lease"]},
+        return (yield from call(client, "POST", lock_path(name, "renew", kind), {"lease": grant["lease"]},
                                 until=time.monotonic() + client.retry_for))[2]
     except LeasegateError:
-        yield from courtesy_release(client, name, grant["lease"], semaphore)
+        yield from courtesy_release(client, name, grant["lease"], kind)
         raise
 
 
-def courtesy_release(client, name, lease_id, semaphore=False):
+def courtesy_release(client, name, lease_id, kind="lock"):
     """One short release attempt per server, errors ignored: for a lease that may
     already be gone, where the server frees the lock at its TTL anyway."""
     payload = json.dumps({"lease": lease_id}).encode("utf-8")
     headers = dict(client._auth, **{"Content-Type": "application/json"})
     for endpoint in client._endpoints:
-        outcome = yield Attempt(endpoint, "POST", lock_path(name, "release", semaphore), payload, headers,
+        outcome = yield Attempt(endpoint, "POST", lock_path(name, "release", kind), payload, headers,
                                 min(client.timeout, COURTESY_TIMEOUT), client.first_byte_timeout)
         if isinstance(outcome, Response) and outcome.status != 503:
             return

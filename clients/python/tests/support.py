@@ -193,13 +193,19 @@ def closed_port_url():
 
 class CountingProxy:
     """A TCP proxy on a free loopback port to `target` (host, port) that counts the
-    connections it was asked for: how many attempts a client made."""
+    connections it was asked for: how many attempts a client made. cut() closes every
+    connection open now; between pause() and resume() new connections wait (at most
+    BOUND) before they reach the target, as a client's reconnect across a partition."""
 
     def __init__(self, target):
         self.connections = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._target = target
+        self._open = []
+        self._mu = threading.Lock()
+        self._gate = threading.Event()
+        self._gate.set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -209,13 +215,20 @@ class CountingProxy:
             except OSError:
                 return  # closed by stop()
             self.connections += 1
-            try:
-                upstream = socket.create_connection(self._target, timeout=BOUND)
-            except OSError:
-                client.close()
-                continue
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client):
+        self._gate.wait(BOUND)
+        try:
+            upstream = socket.create_connection(self._target, timeout=BOUND)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        with self._mu:
+            self._open += [client, upstream]
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _pump(src, dst):
@@ -233,8 +246,25 @@ class CountingProxy:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+            src.close()  # dst is the other pump's src
+
+    def cut(self):
+        with self._mu:
+            socks, self._open = self._open, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def pause(self):
+        self._gate.clear()
+
+    def resume(self):
+        self._gate.set()
 
     def stop(self):
+        self._gate.set()
         self._listener.close()
 
 

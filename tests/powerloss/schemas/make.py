@@ -5,8 +5,9 @@ migration cuts of tests/powerloss (powerloss.migration_cuts):
     LEASEGATE_BIN=build/leasegate python3 tests/powerloss/schemas/make.py > tests/powerloss/schemas/vN.sql
 
 The server (on a temporary file, a guard in front of a recording upstream) is given rows of
-every kind: held writers (some reentered), readers, semaphore permits, released leases,
-fence marks, guarded writes (guard marks) and the audit trail they leave; then it stops
+every kind: held writers (some reentered), readers, semaphore permits (one and several to a
+lease), locks' values (of held and released locks), released leases, fence marks, guarded
+writes (guard marks) and the audit trail they leave; then it stops
 and its database is dumped. Run it with the binary of schema N before the schema moves to
 N + 1, and commit the file: from then on the power-loss test cuts the migration from N.
 The times in the file are shifted to the present when a test loads it (load_fixture).
@@ -46,6 +47,15 @@ def fill(srv):
         for p in range(2):
             ok(*srv.request("POST", "/v1/semaphores/fx/s%d/acquire" % i,
                             body={"owner": "permit%d" % p, "ttl_ms": HOUR_MS, "limit": 3}))
+    # Leases of several permits, and locks' values (schema 12 on).
+    for i in range(3):
+        ok(*srv.request("POST", "/v1/semaphores/fx/p%d/acquire" % i,
+                        body={"owner": "wide", "ttl_ms": HOUR_MS, "limit": 5, "permits": 2 + i}))
+    for i in range(10):
+        g = ok(*srv.acquire("fx/v%02d" % i, "valued", ttl_ms=HOUR_MS))
+        ok(*srv.request("PUT", "/v1/locks/fx/v%02d/value" % i, body={"lease": g["lease"], "value": {"n": i}}))
+        if i % 2:
+            ok(*srv.release("fx/v%02d" % i, g["lease"]))
     for i in range(60):
         g = ok(*srv.acquire("fx/e%02d" % (i % 20), "ended", ttl_ms=HOUR_MS))
         ok(*srv.release("fx/e%02d" % (i % 20), g["lease"]))
