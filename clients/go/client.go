@@ -218,7 +218,7 @@ func RequestID(id string) AcquireOption { return func(o *acquireOptions) { o.req
 // for the loss. Fails with an error that errors.Is ErrLockHeld when not granted in time, and
 // ErrUnavailable when no server answered.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lease, error) {
-	return c.take(ctx, name, 0, opts)
+	return c.take(ctx, name, kindLock, 0, nil, opts)
 }
 
 // AcquirePermit takes one of the limit permits (1..10000) of the semaphore name (Permits(n) of
@@ -230,7 +230,7 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, limit int, opts
 	if limit < 1 || limit > 10000 {
 		return nil, fmt.Errorf("leasegate: limit: the number of permits is 1..10000, not %d", limit)
 	}
-	return c.take(ctx, name, limit, opts)
+	return c.take(ctx, name, kindSemaphore, limit, nil, opts)
 }
 
 // WithLock acquires name, runs fn while the lease is renewed in the background, and releases
@@ -274,18 +274,22 @@ type grant struct {
 	ValueVersion uint64          `json:"value_version"`
 }
 
-// take is the acquire of a lock or, with a limit, of a permit.
-func (c *Client) take(ctx context.Context, name string, limit int, opts []AcquireOption) (*Lease, error) {
+// take is the acquire of a lock, of permits of a semaphore (limit), or the campaign of an
+// election (value: the leader's value as JSON).
+func (c *Client) take(ctx context.Context, name string, kind leaseKind, limit int, value json.RawMessage,
+	opts []AcquireOption) (*Lease, error) {
 	o := acquireOptions{ttl: 30 * time.Second, mode: Write}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	body, err := c.acquireBody(&o, limit)
+	body, err := c.acquireBody(&o, kind, limit)
 	if err != nil {
 		return nil, err
 	}
-	semaphore := limit > 0
-	path := lockPath(name, "acquire", semaphore)
+	if kind == kindElection {
+		body["value"] = value
+	}
+	path := lockPath(name, "acquire", kind)
 	start := time.Now()
 	waitUntil := start.Add(o.wait)
 	until := start.Add(o.wait)
@@ -313,19 +317,19 @@ func (c *Client) take(ctx context.Context, name string, limit int, opts []Acquir
 	ttl := time.Duration(g.TTLMs) * time.Millisecond
 	if time.Since(start) > ttl/3 {
 		var r result
-		r, err = c.call(context.Background(), spec{method: http.MethodPost, path: lockPath(name, "renew", semaphore),
+		r, err = c.call(context.Background(), spec{method: http.MethodPost, path: lockPath(name, "renew", kind),
 			body: map[string]interface{}{"lease": g.Lease}, until: time.Now().Add(c.retryFor)}, nil)
 		if err != nil {
-			c.courtesyRelease(name, g.Lease, semaphore)
+			c.courtesyRelease(name, g.Lease, kind)
 			return nil, err
 		}
 		sent = r.sent
 	}
-	return newLease(c, res.server, &g, sent, semaphore), nil
+	return newLease(c, res.server, &g, sent, kind), nil
 }
 
-// acquireBody is the JSON of an acquire, checked before anything is sent.
-func (c *Client) acquireBody(o *acquireOptions, limit int) (map[string]interface{}, error) {
+// acquireBody is the JSON of an acquire or a campaign, checked before anything is sent.
+func (c *Client) acquireBody(o *acquireOptions, kind leaseKind, limit int) (map[string]interface{}, error) {
 	ttlMs, err := millis("ttl", o.ttl)
 	if err != nil {
 		return nil, err
@@ -349,7 +353,18 @@ func (c *Client) acquireBody(o *acquireOptions, limit int) (map[string]interface
 		}
 		body["metadata"] = json.RawMessage(data)
 	}
-	if limit > 0 {
+	if kind == kindElection {
+		switch {
+		case o.permits != 0:
+			return nil, errors.New("leasegate: permits: a semaphore's (AcquirePermit), not an election's")
+		case o.mode != Write:
+			return nil, errors.New("leasegate: Shared: a lock's, not an election's (it has one leader)")
+		case o.lockDelay != 0:
+			return nil, errors.New("leasegate: LockDelay: a lock's, not an election's")
+		}
+		return body, nil
+	}
+	if kind == kindSemaphore {
 		body["limit"] = limit
 		if o.permits < 0 || o.permits > limit {
 			return nil, fmt.Errorf("leasegate: permits: 1..limit (%d), not %d", limit, o.permits)
@@ -465,7 +480,7 @@ type LockValue struct {
 // Value reads the lock's value; no lease is needed.
 func (c *Client) Value(ctx context.Context, name string) (*LockValue, error) {
 	var v LockValue
-	_, err := c.call(ctx, spec{method: http.MethodGet, path: lockPath(name, "value", false),
+	_, err := c.call(ctx, spec{method: http.MethodGet, path: lockPath(name, "value", kindLock),
 		until: time.Now().Add(c.retryFor)}, &v)
 	if err != nil {
 		return nil, err

@@ -9,7 +9,7 @@ import (
 
 // Errors named after the contract's error codes: test with errors.Is(err, leasegate.ErrLockHeld).
 // Every error answer of a server is an *Error, which errors.Is matches against the sentinel of
-// its code (a semaphore_full is also an ErrLockHeld).
+// its code (a semaphore_full and a not_leader are also an ErrLockHeld).
 var (
 	ErrBadRequest    = errors.New("leasegate: bad_request")
 	ErrUnauthorized  = errors.New("leasegate: unauthorized")
@@ -21,6 +21,11 @@ var (
 	ErrModeConflict  = errors.New("leasegate: mode_conflict")
 	ErrNotHolder     = errors.New("leasegate: not_holder")
 	ErrStaleToken    = errors.New("leasegate: stale_token")
+	// ErrNotLeader: a campaign not elected within its wait (also an ErrLockHeld), or a Proclaim
+	// or Resign by a lease that does not lead now.
+	ErrNotLeader = errors.New("leasegate: not_leader")
+	// ErrTooOld: the events asked for are no longer kept (an Observer goes on from the state).
+	ErrTooOld = errors.New("leasegate: too_old")
 	// ErrVersionMismatch: a SetValueIf whose version is not the value's now.
 	ErrVersionMismatch = errors.New("leasegate: version_mismatch")
 	ErrTokenRequired   = errors.New("leasegate: token_required")
@@ -52,6 +57,8 @@ var codeErrors = map[string]error{
 	"mode_conflict":    ErrModeConflict,
 	"not_holder":       ErrNotHolder,
 	"stale_token":      ErrStaleToken,
+	"not_leader":       ErrNotLeader,
+	"too_old":          ErrTooOld,
 	"version_mismatch": ErrVersionMismatch,
 	"token_required":   ErrTokenRequired,
 	"overloaded":       ErrOverloaded,
@@ -87,7 +94,7 @@ func (e *Error) Is(target error) bool {
 	if sentinel, ok := codeErrors[e.Code]; ok && sentinel == target {
 		return true
 	}
-	return e.Code == "semaphore_full" && target == ErrLockHeld
+	return (e.Code == "semaphore_full" || e.Code == "not_leader") && target == ErrLockHeld
 }
 
 // errorFromAnswer builds the *Error of an answer with a status >= 300.
@@ -114,7 +121,7 @@ func errorFromAnswer(status int, body []byte) *Error {
 // LostError says that, and why, a lease was lost. errors.Is(err, ErrLeaseLost) is true, and
 // errors.Is(err, ErrNotHolder) too when the server said so.
 type LostError struct {
-	Name   string // the lock (or semaphore)
+	Name   string // the lock (or semaphore, or election)
 	Reason string // what happened, in words
 	Cause  error  // the error that showed it (an *Error, an *UnavailableError), or nil for the clock
 	// Work is what the function given to WithLock or WithPermit returned, if it failed too.

@@ -29,17 +29,17 @@ import (
 // Work done after a loss may overlap the next holder's: send writes through the guard with
 // Header() (a lost lease's are refused), or check them with Client.Fence.
 type Lease struct {
-	c         *Client
-	server    string
-	name      string
-	owner     string
-	id        string
-	token     uint64
-	mode      Mode
-	semaphore bool
-	limit     int
-	permits   int
-	metadata  json.RawMessage
+	c        *Client
+	server   string
+	name     string
+	owner    string
+	id       string
+	token    uint64
+	mode     Mode
+	kind     leaseKind
+	limit    int
+	permits  int
+	metadata json.RawMessage
 
 	lostCh chan struct{}
 	ctx    context.Context
@@ -56,15 +56,18 @@ type Lease struct {
 	timer        *time.Timer // fires at the deadline, to signal a loss nothing else noticed
 }
 
-func newLease(c *Client, server string, g *grant, sent time.Time, semaphore bool) *Lease {
+func newLease(c *Client, server string, g *grant, sent time.Time, kind leaseKind) *Lease {
 	l := &Lease{c: c, server: server, name: g.Name, owner: g.Owner, id: g.Lease, token: g.Token,
-		mode: g.Mode, semaphore: semaphore, metadata: g.Metadata, lostCh: make(chan struct{}), levels: 1}
-	if semaphore {
+		mode: g.Mode, kind: kind, metadata: g.Metadata, lostCh: make(chan struct{}), levels: 1}
+	switch kind {
+	case kindSemaphore:
 		l.mode, l.limit, l.permits = "", g.Limit, g.Permits
 		if l.permits == 0 {
 			l.permits = 1 // a server older than permits
 		}
-	} else {
+	case kindElection:
+		l.mode, l.value = "", g.Value
+	default:
 		if l.mode == "" {
 			l.mode = Write
 		}
@@ -99,11 +102,11 @@ func (l *Lease) ID() string { return l.id }
 // failovers; reentry and renewal keep it; it is never 0.
 func (l *Lease) Token() uint64 { return l.token }
 
-// Mode is Write or Read for a lock, "" for a permit of a semaphore.
+// Mode is Write or Read for a lock, "" for a permit of a semaphore or a leadership.
 func (l *Lease) Mode() Mode { return l.mode }
 
 // Semaphore is true for a permit of a semaphore (Limit is then its number of permits).
-func (l *Lease) Semaphore() bool { return l.semaphore }
+func (l *Lease) Semaphore() bool { return l.kind == kindSemaphore }
 
 // Limit is the semaphore's number of permits, 0 for a lock.
 func (l *Lease) Limit() int { return l.limit }
@@ -112,7 +115,8 @@ func (l *Lease) Limit() int { return l.limit }
 func (l *Lease) Permits() int { return l.permits }
 
 // Value is a lock's value when it was granted (what the last writer left; nil or null when
-// none), then as SetValue wrote it; nil for a permit.
+// none), then as SetValue wrote it; a leadership's value as campaigned, then as proclaimed; nil
+// for a permit.
 func (l *Lease) Value() json.RawMessage {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -142,8 +146,11 @@ func (l *Lease) SetValueIf(ctx context.Context, v interface{}, version uint64) (
 }
 
 func (l *Lease) setValue(ctx context.Context, v interface{}, version *uint64) (uint64, error) {
-	if l.semaphore {
+	switch l.kind {
+	case kindSemaphore:
 		return 0, errors.New("leasegate: SetValue: a lock's value; this is a semaphore's lease")
+	case kindElection:
+		return 0, errors.New("leasegate: SetValue: a lock's value; a leader sets its own with Proclaim")
 	}
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -156,7 +163,7 @@ func (l *Lease) setValue(ctx context.Context, v interface{}, version *uint64) (u
 	var answer struct {
 		ValueVersion uint64 `json:"value_version"`
 	}
-	if _, err := l.c.call(ctx, spec{method: http.MethodPut, path: lockPath(l.name, "value", false), body: body,
+	if _, err := l.c.call(ctx, spec{method: http.MethodPut, path: lockPath(l.name, "value", kindLock), body: body,
 		until: time.Now().Add(l.c.retryFor)}, &answer); err != nil {
 		return 0, err
 	}
@@ -254,7 +261,7 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 	var answer struct {
 		TTLMs int64 `json:"ttl_ms"`
 	}
-	res, err := l.c.call(ctx, spec{method: http.MethodPost, path: lockPath(l.name, "renew", l.semaphore), body: body,
+	res, err := l.c.call(ctx, spec{method: http.MethodPost, path: lockPath(l.name, "renew", l.kind), body: body,
 		until: deadline, hard: true}, &answer)
 	var answered *Error
 	switch {
@@ -286,19 +293,22 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) error {
 // the lease by its TTL): for code that takes a lock it may already hold. Each level is given
 // back by one Release. Fails with ErrNotHolder when the lease no longer holds the lock.
 func (l *Lease) Reenter(ctx context.Context) error {
-	if l.semaphore {
+	switch l.kind {
+	case kindSemaphore:
 		return errors.New("leasegate: a permit of a semaphore cannot be re-entered")
+	case kindElection:
+		return errors.New("leasegate: a leadership cannot be re-entered")
 	}
 	if err := l.Err(); err != nil {
 		return err
 	}
 	o := acquireOptions{ttl: l.TTL(), mode: l.mode, owner: l.owner, reenter: l}
-	body, err := l.c.acquireBody(&o, 0)
+	body, err := l.c.acquireBody(&o, kindLock, 0)
 	if err != nil {
 		return err
 	}
 	var g grant
-	res, err := l.c.call(ctx, spec{method: http.MethodPost, path: lockPath(l.name, "acquire", false), body: body,
+	res, err := l.c.call(ctx, spec{method: http.MethodPost, path: lockPath(l.name, "acquire", kindLock), body: body,
 		until: time.Now().Add(l.c.retryFor)}, &g)
 	if err != nil {
 		var answered *Error
@@ -344,16 +354,19 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	if !trusted {
 		if last {
-			l.c.courtesyRelease(l.name, l.id, l.semaphore)
+			l.c.courtesyRelease(l.name, l.id, l.kind)
 			l.finish()
 		}
 		return nil
 	}
-	_, err := l.c.call(ctx, spec{method: http.MethodPost, path: lockPath(l.name, "release", l.semaphore),
+	_, err := l.c.call(ctx, spec{method: http.MethodPost, path: lockPath(l.name, "release", l.kind),
 		body: map[string]interface{}{"lease": l.id}, until: time.Now().Add(l.c.retryFor)}, nil)
 	var answered *Error
+	// The lease no longer holds it (a resignation says so as not_leader, in the election's words).
+	ended := errors.As(err, &answered) &&
+		(answered.Code == "not_holder" || (l.kind == kindElection && answered.Code == "not_leader"))
 	switch {
-	case err == nil, errors.As(err, &answered) && answered.Code == "not_holder" && answered.Reason == "released":
+	case err == nil, ended && answered.Reason == "released":
 		// (released: a retry after a release whose answer was lost)
 		l.mu.Lock()
 		if l.levels > 0 {
@@ -364,7 +377,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			l.finish()
 		}
 		return nil
-	case answered != nil && answered.Code == "not_holder":
+	case ended:
 		l.lose(fmt.Sprintf("the lease had ended before its release (%s)", answered.Reason), err, true)
 		l.finish()
 		return l.lost

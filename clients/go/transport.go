@@ -180,9 +180,9 @@ func (c *Client) attempt(ctx context.Context, server, method, path string, body 
 
 // courtesyRelease makes one short release attempt per server, errors ignored: for a lease that
 // may already be gone, where the server frees the lock at its TTL anyway.
-func (c *Client) courtesyRelease(name, lease string, semaphore bool) {
+func (c *Client) courtesyRelease(name, lease string, kind leaseKind) {
 	for _, server := range c.servers {
-		status, _, err := c.attempt(context.Background(), server, http.MethodPost, lockPath(name, "release", semaphore),
+		status, _, err := c.attempt(context.Background(), server, http.MethodPost, lockPath(name, "release", kind),
 			map[string]interface{}{"lease": lease}, minDuration(c.timeout, courtesyTimeout))
 		if err == nil && status != http.StatusServiceUnavailable {
 			return
@@ -206,13 +206,33 @@ func quoteName(name string) string {
 	return strings.Join(parts, "/")
 }
 
-// lockPath is the path of an action on a lock, or (semaphore) on a semaphore.
-func lockPath(name, action string, semaphore bool) string {
-	kind := "locks"
-	if semaphore {
-		kind = "semaphores"
+// leaseKind is what a lease is a grant of: a lock, permits of a semaphore, or the leadership of
+// an election. Each is its own namespace of names.
+type leaseKind int
+
+const (
+	kindLock leaseKind = iota
+	kindSemaphore
+	kindElection
+)
+
+// lockPath is the path of an action (acquire, renew, release, value) on a name of kind, in that
+// kind's words: an election's acquire is its campaign, its release the leader's resignation.
+func lockPath(name, action string, kind leaseKind) string {
+	collection := "locks"
+	switch kind {
+	case kindSemaphore:
+		collection = "semaphores"
+	case kindElection:
+		collection = "elections"
+		switch action {
+		case "acquire":
+			action = "campaign"
+		case "release":
+			action = "resign"
+		}
 	}
-	return "/v1/" + kind + "/" + quoteName(name) + "/" + action
+	return "/v1/" + collection + "/" + quoteName(name) + "/" + action
 }
 
 func isTLSFailure(err error) bool {

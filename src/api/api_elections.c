@@ -154,19 +154,21 @@ void api_get_election(Request *req)
 }
 
 typedef struct ListCtx {
-    const Locktab *lt;
+    const Server *s;
     json_t *elections;
     RawRefs refs;
     const char *last;
     bool failed;
+    bool unclean; /* an election a batch not yet durable touches, while etcd refuses writes */
 } ListCtx;
 
 static void list_one(void *ud, const Lock *lock)
 {
     ListCtx *ctx = ud;
-    json_t *j = ctx->failed ? NULL : lockview_election_new(ctx->lt, lock->name, lock, false, &ctx->refs);
+    json_t *j = ctx->failed ? NULL : lockview_election_new(ctx->s->locks, lock->name, lock, false, &ctx->refs);
     if (!j || json_array_append_new(ctx->elections, j))
         ctx->failed = true;
+    ctx->unclean |= ctx->s->stalled && commit_touches(ctx->s->commit, KIND_ELECTION, lock->name);
     ctx->last = lock->name;
 }
 
@@ -181,7 +183,7 @@ void api_list_elections(Request *req)
         !query_int(req, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit))
         return;
     /* A leader's value is a raw reference: at most RAWJSON_MAX_REFS on a page. */
-    ListCtx ctx = {.lt = req->srv->locks, .elections = json_array()};
+    ListCtx ctx = {.s = req->srv, .elections = json_array()};
     if (!ctx.elections) {
         reply_nomem(req);
         return;
@@ -192,6 +194,13 @@ void api_list_elections(Request *req)
         reply_nomem(req);
         return;
     }
+    /* While etcd refuses writes, only elections no batch not yet durable touches (http.h). */
+    if (ctx.unclean) {
+        json_decref(ctx.elections);
+        http_reply_stalled(req);
+        return;
+    }
+    http_stall_ok(req);
     /* now_ms, as the lock and semaphore listings: a reader's countdowns to since_ms. */
     http_reply_json_raw_new(req, 200,
                             json_pack("{s:o, s:o, s:I}", "elections", ctx.elections, "next",
@@ -217,7 +226,10 @@ void api_observe(Request *req)
     char *first = NULL;
     if (given) {
         /* A reconnect: the events after the last it got, none missed, none twice. */
-        if (!events_resolve_after(req, (uint64_t)after, &from))
+        if (!events_resolve_after(req, (uint64_t)after,
+                                  "observe it again without Last-Event-ID (or after): its first message is the "
+                                  "election's state",
+                                  &from))
             return;
     } else {
         /* The state the events published so far say, as of the latest of them. */

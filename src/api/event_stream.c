@@ -230,7 +230,7 @@ void api_events_stream(Request *req)
     bool given;
     uint64_t from;
     if (!events_query(req, &after, &prefix) || !event_stream_last_id(req, &after, &given) ||
-        !events_resolve_after(req, (uint64_t)after, &from) || !quota_poll_start(req))
+        !events_resolve_after(req, (uint64_t)after, EVENTS_THEN_RELIST, &from) || !quota_poll_start(req))
         return;
     event_stream_open(req, prefix, from, NULL, NULL);
 }
@@ -244,8 +244,6 @@ void event_stream_open(Request *req, const char *prefix, uint64_t from, const Ev
             free(st->prefix);
             free(st->out);
         }
-        if (st)
-            free(st->prefix);
         free(st);
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
@@ -276,6 +274,9 @@ void event_stream_open(Request *req, const char *prefix, uint64_t from, const Ev
     }
     req->poll->events.stream = st;
     req->srv->streams->open++;
+    /* A stream shows only published events, which are durable: while etcd
+     * refuses writes it is answered (after the fenced read every answer waits for). */
+    http_stall_ok(req);
     if (!httphead_add_answer_fields(resp, 200, "text/event-stream") ||
         MHD_add_response_header(resp, "X-Accel-Buffering", "no") != MHD_YES) {
         MHD_destroy_response(resp); /* frees st, through stream_freed */

@@ -278,7 +278,7 @@ static uint64_t effective_after(const Events *e, uint64_t after) { return after 
 
 /* Answers 410 and returns false when the events after `after` cannot be
  * served: dropped from the ring, from another run, or never given. */
-static bool check_after(Request *req, uint64_t after)
+static bool check_after(Request *req, uint64_t after, const char *then)
 {
     const Events *e = req->srv->events;
     uint64_t oldest = audit_oldest(e->ring), latest = audit_latest(e->ring);
@@ -292,15 +292,14 @@ static bool check_after(Request *req, uint64_t after)
     if (!why)
         return true;
     http_reply_error(req, ERR_TOO_OLD, json_pack("{s:I, s:I}", "oldest", (json_int_t)oldest, "latest", (json_int_t)latest),
-                     "events after %llu are %s: list the locks (GET /v1/locks), then follow from after=latest",
-                     (unsigned long long)after, why);
+                     "events after %llu are %s: %s", (unsigned long long)after, why, then);
     return false;
 }
 
-bool events_resolve_after(Request *req, uint64_t after, uint64_t *from)
+bool events_resolve_after(Request *req, uint64_t after, const char *then, uint64_t *from)
 {
     *from = effective_after(req->srv->events, after);
-    return check_after(req, *from);
+    return check_after(req, *from, then);
 }
 
 bool events_query(Request *req, long long *after, const char **prefix)
@@ -392,8 +391,10 @@ void api_events(Request *req)
         !query_int(req, "wait_ms", 0, WAIT_MAX_MS, 0, &wait_ms))
         return;
     uint64_t from;
-    if (!events_resolve_after(req, (uint64_t)after, &from))
+    if (!events_resolve_after(req, (uint64_t)after, EVENTS_THEN_RELIST, &from))
         return;
+    /* Only published events, which are durable: answered while etcd refuses writes. */
+    http_stall_ok(req);
     if (!request_poll(req)) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;

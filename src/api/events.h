@@ -86,8 +86,12 @@ bool events_draining(const Server *s);
 bool events_query(Request *req, long long *after, const char **prefix);
 /* The seq to follow from for `after` (0: this run's first event); false
  * after answering 410 when those events cannot be served (dropped from the
- * ring, from an earlier run, or never given). */
-bool events_resolve_after(Request *req, uint64_t after, uint64_t *from);
+ * ring, from an earlier run, or never given), whose message ends with
+ * `then`: what the caller should do instead. */
+bool events_resolve_after(Request *req, uint64_t after, const char *then, uint64_t *from);
+/* `then` of a reader of every lock's events. */
+#define EVENTS_THEN_RELIST "list the locks (GET /v1/locks), then follow from after=latest"
+
 /* An event as JSON (never a lease); NULL when out of memory. */
 json_t *events_event_new(const AuditRow *r);
 

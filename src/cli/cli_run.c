@@ -260,7 +260,8 @@ static int acquire(Run *r)
             result = code(r, OUT_NOT_ACQUIRED);
         } else if (rc == 0 && status < 500) {
             const char *msg = json_string_value(json_object_get(reply, "message"));
-            say(r, "acquire failed (HTTP %ld): %s\n", status, msg ? msg : "unexpected answer");
+            say(r, "%s failed (HTTP %ld): %s\n", r->election ? "campaign" : "acquire", status,
+                msg ? msg : "unexpected answer");
             result = code(r, OUT_UNREACHABLE);
         } else if (rc == 0) {
             const char *msg = json_string_value(json_object_get(reply, "message"));

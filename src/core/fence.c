@@ -2,6 +2,7 @@
 #include "core/fence.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,4 +188,17 @@ void fence_tick(Fence *f, const Now *now)
 int64_t fence_next_timeout_ms(const Fence *f, const Now *now)
 {
     return heap_ms_until_first(&f->idle, now->mono_ms);
+}
+
+bool fence_parse_token(const char *s, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0 || v > INT64_MAX)
+        return false;
+    *out = v;
+    return true;
 }

@@ -30,6 +30,10 @@
 
 #define FENCE_FLOOR_BUCKETS 4096
 
+/* A token as written in a header or a key: a decimal integer in 1..2^63-1,
+ * digits only (no sign, space or leading '+'); false for anything else. */
+bool fence_parse_token(const char *s, uint64_t *out);
+
 typedef enum FenceResult {
     FENCE_ACCEPTED,
     FENCE_STALE,

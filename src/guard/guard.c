@@ -11,13 +11,13 @@
  */
 #include "guard/guard.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <uuid/uuid.h>
 
+#include "core/fence.h"
 #include "core/log.h"
 #include "core/names.h"
 #include "guard/formscan.h"
@@ -142,20 +142,6 @@ static const char *const DROP_WRITE[] = {GUARD_OWN, NULL};
 static const char *const DROP_WRITE_KEYS[] = {GUARD_OWN, "Authorization", NULL};
 static const char *const DROP_READ[] = {GUARD_OWN, READ_ONLY, NULL};
 static const char *const DROP_READ_KEYS[] = {GUARD_OWN, READ_ONLY, "Authorization", NULL};
-
-/* A token is a decimal integer in 1..2^63-1, nothing else. */
-static bool parse_token(const char *s, uint64_t *out)
-{
-    if (!s || *s < '0' || *s > '9')
-        return false;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v == 0 || v > INT64_MAX)
-        return false;
-    *out = v;
-    return true;
-}
 
 static const char *header(Request *req, const char *name) { return http_header(req, name); }
 
@@ -413,7 +399,7 @@ static bool claims_match(Request *req, const GuardBinding *b)
     }
     const char *token_s = header(req, "Fencing-Token");
     uint64_t sent;
-    if (token_s && !parse_token(token_s, &sent)) {
+    if (token_s && !fence_parse_token(token_s, &sent)) {
         refused(req, GUARD_REFUSED_REQUEST);
         http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:s}", "lock", b->lock, "field", "Fencing-Token"),
                          "Fencing-Token '%.40s' is not a token", token_s);
@@ -426,7 +412,7 @@ static bool token_claim_matches(Request *req, const GuardBinding *b)
 {
     const char *token_s = header(req, "Fencing-Token");
     uint64_t sent;
-    if (token_s && parse_token(token_s, &sent) && sent != b->token) {
+    if (token_s && fence_parse_token(token_s, &sent) && sent != b->token) {
         refused(req, GUARD_REFUSED_REQUEST);
         http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:s}", "lock", b->lock, "field", "Fencing-Token"),
                          "Fencing-Token '%.40s' is not the token of the lease in Fencing-Lease", token_s);

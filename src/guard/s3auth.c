@@ -13,6 +13,7 @@
 #include <uuid/uuid.h>
 #include <zlib.h>
 
+#include "core/fence.h"
 #include "core/locktab.h"
 #include "guard/sigv4.h"
 #include "net/http.h"
@@ -194,19 +195,6 @@ static const Holder *holder_by_token(Server *s, const char *lock, uint64_t token
     return NULL;
 }
 
-static bool parse_token(const char *s, uint64_t *out)
-{
-    if (!s || *s < '0' || *s > '9')
-        return false;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v == 0 || v > INT64_MAX)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* Which checksum a header or trailer name is; SUM_NONE for one the guard does not compute. */
 static Sum sum_named(const char *name)
 {
@@ -273,7 +261,7 @@ static bool setup_payload(S3Auth *a, Request *req)
     }
     if (a->payload == PAY_CHUNKED_SIGNED || a->payload == PAY_CHUNKED_UNSIGNED) {
         const char *d = http_header(req, "x-amz-decoded-content-length");
-        if (!d || !parse_token(d, &a->declared)) {
+        if (!d || !fence_parse_token(d, &a->declared)) {
             if (d && !strcmp(d, "0"))
                 a->declared = 0;
             else {
@@ -302,7 +290,7 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
         refuse(req, ERR_BAD_REQUEST, "AuthorizationHeaderMalformed", 400, "the Authorization header: %s", why);
         goto fail;
     }
-    if (!parse_token(a->auth.access_key, token)) {
+    if (!fence_parse_token(a->auth.access_key, token)) {
         refuse(req, ERR_FORBIDDEN, "InvalidAccessKeyId", 403,
                "the access key id '%.40s' is not a fencing token: use the lease's token as the access key id and "
                "the lease as the secret access key",
@@ -388,7 +376,7 @@ bool s3auth_token_holds(Request *req, const char *lock)
     SigV4Auth a;
     const char *why;
     uint64_t token;
-    return sigv4_parse(http_header(req, "Authorization"), &a, &why) && parse_token(a.access_key, &token) &&
+    return sigv4_parse(http_header(req, "Authorization"), &a, &why) && fence_parse_token(a.access_key, &token) &&
            holder_by_token(req->srv, lock, token) != NULL;
 }
 

@@ -181,7 +181,13 @@ static int lease_verdict(Election *e, bool leading, char *err, size_t errlen)
     return rc;
 }
 
-/* Who leads, for /healthz while this gateway does not. */
+/* Who leads, for /healthz and the forwards while this gateway does not. A
+ * call etcd did not answer (timed out, refused, unreachable: an
+ * EtcdErrKind) changes nothing: what was seen last stands until etcd says
+ * otherwise. Taken for "no leader", one slow answer on a loaded machine
+ * made a follower drop every forward in flight (503) and /healthz lose the
+ * leader. Where the leader did change meanwhile, a forward to the old one
+ * is refused there (it no longer leads) and answered 503, as before. */
 static void observe_leader(Election *e)
 {
     json_t *resp;
@@ -194,8 +200,10 @@ static void observe_leader(Election *e)
         if (v && strlen(v) == len && len < sizeof url)
             memcpy(url, v, len + 1);
         free(v);
+        json_decref(resp);
+    } else if (etcd_client_last_error(e->keeper_etcd) >= 0) {
+        return; /* no answer: not "no leader" */
     }
-    json_decref(resp);
     size_t n;
     char *mine = etcd_b64_decode(e->advertise_b64, &n);
     pthread_mutex_lock(&e->mu);

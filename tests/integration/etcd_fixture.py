@@ -381,6 +381,7 @@ class EtcdTestCase(unittest.TestCase):
     def follower_of(self, leader, gateways):
         other = next(g for g in gateways if g is not leader)
         h = wait_for(lambda: (lambda x: x if x and x.get("leader") else None)(other.health()))
-        self.assertIsNotNone(h, "the follower never learned the leader")
+        self.assertIsNotNone(h, "the follower never learned the leader: %s\nleader: %s"
+                             % (other.stderr_text()[-2000:], leader.stderr_text()[-2000:]))
         self.assertEqual((h["role"], h["leader"]), ("follower", leader.url))
         return other

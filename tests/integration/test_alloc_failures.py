@@ -170,5 +170,41 @@ class AllocationFailureTests(unittest.TestCase):
                          % (total, len(range(1, total + 1, step))))
 
 
+@unittest.skipUnless(LIB and os.path.exists(LIB), "tests/faults/failmalloc was not built (LEASEGATE_FAILMALLOC)")
+class StreamOpenAllocationFailureTests(unittest.TestCase):
+    """Every allocation of opening an election's observe stream (issue 40) may fail: a
+    failed open freed its name twice (glibc aborted, status -6)."""
+
+    def open_once(self, nth, report=None):
+        srv = harness.Server(extra_env=fault_env(nth, report))
+        try:
+            os.kill(srv.pid, signal.SIGUSR2)
+            time.sleep(0.05)
+            try:
+                stream = harness.EventStream(srv.port, path="/v1/elections/el/observe", timeout=5)
+                if stream.status == 200:
+                    stream.message()
+                stream.close()
+            except (ConnectionError, OSError, harness.http.client.HTTPException):
+                pass
+            rc = srv.stop() if srv.running() else srv.proc.returncode
+            err = srv.stderr_text()
+            self.assertIn(rc, OK_EXITS, "allocation %d: exit %r\n%s" % (nth, rc, err[-3000:]))
+            self.assertNotRegex(err, r"Sanitizer|runtime error|double free", "allocation %d:\n%s" % (nth, err[-3000:]))
+        finally:
+            srv.cleanup()
+
+    def test_every_allocation_of_an_observe_stream_may_fail(self):
+        report = os.path.join(harness.tempfile.gettempdir(), "failmalloc-observe-%d.count" % os.getpid())
+        self.open_once(0, report)
+        with open(report) as f:
+            total = int(f.read().strip() or 0)
+        os.unlink(report)
+        self.assertGreater(total, 5)
+        for nth in range(1, total + 1):
+            with self.subTest(nth=nth):
+                self.open_once(nth)
+
+
 if __name__ == "__main__":
     harness.run_tests()

@@ -128,6 +128,11 @@ class CampaignTests(CliTestBase):
         self.assertEqual(rc, EXIT_LEASE_LOST, err)
         self.assertIn("leasegate campaign:", err)
 
+    def test_a_refused_campaign_says_campaign(self):
+        rc, _, err = self.cli(["campaign", "e/big", "--value", "x" * 5000, "--server", self.srv.url, "--", "true"])
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("campaign failed (HTTP 413)", err)  # it said "acquire failed"
+
     def test_usage_errors(self):
         s = ["--server", self.srv.url]
         for args, says in [

@@ -273,9 +273,20 @@ class ElectionRestartTest(unittest.TestCase):
             st, _, a = srv.request("POST", path("el/crash", "campaign"),
                                    body={"owner": "a", "value": {"v": 1}, "ttl_ms": 600000})
             self.assertEqual(st, 200, a)
+            obs = observe(srv.port, "el/crash")
+            last_id = next_message(obs)[0]
+            obs.close()
             st, _, p = srv.request("POST", path("el/crash", "proclaim"), body={"lease": a["lease"], "value": {"v": 2}})
             self.assertEqual(st, 200, p)
             srv.restart(kill9=True)
+            # The events before the crash are gone: a reconnect is told so (410), and what an
+            # observer does then (it was told to list the locks, which show no election).
+            obs = observe(srv.port, "el/crash", last_id=last_id)
+            gone = json.loads(obs.resp.read())
+            obs.close()
+            self.assertEqual((obs.status, gone["error"]), (410, "too_old"), gone)
+            self.assertIn("observe it again without Last-Event-ID", gone["message"])
+            self.assertNotIn("/v1/locks", gone["message"])
             st, _, view = srv.request("GET", path("el/crash"))
             self.assertEqual(view["leader"], {"owner": "a", "term": a["term"], "value": {"v": 2},
                                               "since_ms": a["acquired_at_ms"]})

@@ -82,6 +82,48 @@ class ForwardTest(EtcdTestCase):
         raw.close()
         self.assertTrue(wait_for(lambda: leader.waiters("fwd/wait") == 0), "the leader kept a waiter whose client left")
 
+    def test_a_follower_keeps_its_leader_while_etcd_does_not_answer(self):
+        """etcd that answers a follower's "who leads?" late (paused here; a loaded
+        machine did it for a moment) says nothing of the leader: the follower keeps
+        forwarding to the one it saw. Before, one call that timed out was taken for
+        "no leader": every forward in flight was dropped with 503 and /healthz lost the
+        leader until etcd answered again. The follower's --leader-ttl 2 makes its calls
+        time out after 0.5 s (a quarter of it); the leader's 20 keeps its lease well past
+        the pause."""
+        leader = self.gateway(["--leader-ttl", "20"])
+        self.assertIs(wait_leader([leader]), leader)
+        other = self.gateway(["--leader-ttl", "2"])
+        self.assertIs(self.follower_of(leader, [leader, other]), other)
+        held = self.acquire_ok(leader, "fwd/pause", ttl_ms=600000)
+        box = {}
+        waiter = other.new_client(timeout=120)
+        t = threading.Thread(target=lambda: box.update(r=waiter.acquire("fwd/pause", owner="far", ttl_ms=60000,
+                                                                        wait_ms=90000)))
+        t.start()
+        self.assertTrue(wait_for(lambda: leader.waiters("fwd/pause") == 1), "the forwarded waiter never queued")
+
+        def etcd_errors():
+            return sum(v for k, v in parse_metrics(other.request("GET", "/metrics")[2]).items()
+                       if k.startswith("leasegate_etcd_errors_total"))
+        before = etcd_errors()
+        member = self.etcd.members[0]
+        os.kill(member.proc.pid, signal.SIGSTOP)
+        try:
+            # Six of the follower's calls failed: its keeper asks who leads between any
+            # two of its other calls (a keepalive, a look at the reload key).
+            self.assertTrue(wait_for(lambda: etcd_errors() >= before + 6, timeout=60),
+                            "the follower's calls to a paused etcd never failed")
+            status, _, body = other.request("GET", "/healthz")
+            self.assertEqual((status, body.get("role"), body.get("leader")), (200, "follower", leader.url), body)
+        finally:
+            os.kill(member.proc.pid, signal.SIGCONT)
+        self.assertIsNone(box.get("r"), "the forwarded waiter was answered while etcd was paused")
+        leader.client.release("fwd/pause", held["lease"])
+        t.join(100)
+        waiter.close()
+        status, _, got = box["r"]
+        self.assertEqual((status, got.get("owner")), (200, "far"), (got, other.stderr_text()[-2000:]))
+
     def guarded_leader_and_follower(self):
         """Two gateways guarding /store/ in front of a real nginx: (leader, follower)."""
         if not upstream.nginx_available():
@@ -232,7 +274,7 @@ class ForwardTest(EtcdTestCase):
             t.start()
         for t in threads:
             t.join(120)
-        self.assertEqual(errors, [])
+        self.assertEqual(errors, [], other.stderr_text()[-3000:] + "\nleader:\n" + leader.stderr_text()[-3000:])
         opened = to_leader() - before
         self.assertLessEqual(len(opened), 2 * clients,
                              "%d forwards opened %d connections to the leader" % (2 * clients * rounds, len(opened)))
@@ -242,7 +284,14 @@ class ForwardTest(EtcdTestCase):
         held back by libcurl (paused: the buffer to the client was full). libmicrohttpd
         asks for nothing more once it has Content-Length bytes, so the follower must
         still let the transfer end, or it closes its connection to the leader as
-        abandoned and the next forward opens a new one."""
+        abandoned and the next forward opens a new one.
+
+        Checked after every answer, once the follower is done with it (it answered the
+        next request on the same client connection, /healthz, itself): its connection
+        to the leader is still open. Not by counting the connections 30 forwards
+        opened: a follower opens a new one, by design, when its kept one was idle for
+        over 500 ms (REUSE_IDLE_MAX_MS in src/net/forward.c), and on a loaded machine
+        the client's next request came that late often enough (4-12 of 30)."""
         if not shutil.which("ss") or not upstream.nginx_available():
             self.skipTest("ss or nginx is missing (scripts/deps.sh --test installs them)")
         ng = upstream.Nginx()
@@ -254,22 +303,26 @@ class ForwardTest(EtcdTestCase):
         with open(ng.file_path("big.bin"), "wb") as f:
             f.write(data)
 
-        def to_leader():
-            out = subprocess.run(["ss", "-tanH", "dst", "127.0.0.1:%d" % leader.port], capture_output=True,
-                                 text=True, check=True).stdout
-            return {tuple(line.split()[3:5]) for line in out.splitlines() if line.strip()}
+        def open_to_leader():
+            out = subprocess.run(["ss", "-tanH", "state", "established", "dst", "127.0.0.1:%d" % leader.port],
+                                 capture_output=True, text=True, check=True).stdout
+            return {tuple(line.split()[-2:]) for line in out.splitlines() if line.strip()}
 
-        before = to_leader()
+        before = open_to_leader()
         client = other.new_client(timeout=30)
-        rounds = 30
-        for _ in range(rounds):
-            status, _, _ = client.request("GET", "/store/big.bin")
+        for i in range(30):
+            status, headers, _ = client.request("GET", "/store/big.bin")
             self.assertEqual(status, 200)
             self.assertTrue(client.last_raw == data, "the answer differs")
+            self.assertNotEqual(headers.get("connection", "").lower(), "close")
+            sock = client.conn.sock
+            status, _, body = client.request("GET", "/healthz")
+            self.assertEqual((status, body.get("role")), (200, "follower"), body)
+            self.assertIs(client.conn.sock, sock, "the follower closed the client's connection")
+            self.assertTrue(open_to_leader() - before,
+                            "after forward %d the follower no longer has a connection to the leader: "
+                            "it closed it as abandoned" % (i + 1))
         client.close()
-        opened = to_leader() - before
-        self.assertLessEqual(len(opened), 3, "%d forwards one after the other opened %d connections to the leader"
-                             % (rounds, len(opened)))
 
     def test_a_follower_does_not_reuse_a_connection_the_leader_closes_as_idle(self):
         """With --idle-timeout 1 on the leader, a follower must not send a request on a

@@ -202,13 +202,18 @@ class QuotaTest(unittest.TestCase):
         self.assertEqual((status, (body.get("holder") or {}).get("token")), (200, held["token"]),
                          (body, g.stderr_text()[-3000:]))
         self.assertIsNone(g.proc.poll())
-        # docs/high-availability.md#compaction-and-quota, step by step.
+        # docs/high-availability.md#compaction-and-quota, step by step. --physical: etcd
+        # answers a compaction before it has removed the old versions (it goes on in the
+        # background, slower on a loaded machine), and a defragmentation made meanwhile gives
+        # back only part of the space: the gateway's next try then raised NOSPACE again.
         rev = self.status()["header"]["revision"]
-        self.etcd.etcdctl("compact", str(rev))
+        self.etcd.etcdctl("compact", "--physical", str(rev))
         self.etcd.etcdctl("defrag")
+        # The history was nearly all of it: what is left is a small part of the quota.
+        self.assertLess(int(self.status()["dbSize"]), QUOTA // 2, self.status())
         self.etcd.etcdctl("alarm", "disarm")
         self.assertTrue(wait_for(lambda: g.client.acquire("after", ttl_ms=60000)[0] == 200, timeout=30),
-                        g.stderr_text()[-2000:])
+                        (self.alarms(), self.status().get("dbSize"), g.stderr_text()[-2000:]))
         status, _, body = g.client.renew("held", held["lease"])
         self.assertEqual(status, 200, body)
         self.assertEqual(g.starts, 1)

@@ -412,7 +412,7 @@ class StopTests(unittest.TestCase):
                 st, _, g = srv.acquire("stop/1")
                 self.assertEqual(st, 200, g)
                 self.assertEqual(harness.stop_process(srv.proc) if sig == signal.SIGTERM else self.interrupt(srv), 0)
-                lines = [l for l in srv.stderr_text().splitlines() if "stopped" in l]
+                lines = [l for l in srv.stderr_text().splitlines() if "stopped on" in l]
                 self.assertEqual(len(lines), 1, srv.stderr_text())
                 self.assertRegex(lines[0], r" info leasegate: stopped on %s: .*\(last token %d\)$" % (name, g["token"]))
         srv = harness.Server()

@@ -29,8 +29,29 @@ static FenceResult accept(Fence *f, const char *r, uint64_t token, const Now *no
     return res;
 }
 
+/* Tokens in headers and S3 access keys: digits only, 1..2^63-1. */
+static void test_parse_token(void)
+{
+    uint64_t t = 7;
+    CHECK(fence_parse_token("1", &t) && t == 1);
+    CHECK(fence_parse_token("9223372036854775807", &t) && t == 9223372036854775807ULL);
+    t = 7;
+    CHECK(!fence_parse_token("9223372036854775808", &t) && t == 7);
+    CHECK(!fence_parse_token("18446744073709551616", &t));
+    CHECK(!fence_parse_token("0", &t));
+    CHECK(!fence_parse_token("", &t));
+    CHECK(!fence_parse_token(NULL, &t));
+    CHECK(!fence_parse_token("+5", &t));
+    CHECK(!fence_parse_token(" 5", &t));
+    CHECK(!fence_parse_token("-5", &t));
+    CHECK(!fence_parse_token("5 ", &t));
+    CHECK(!fence_parse_token("5x", &t));
+    CHECK(t == 7);
+}
+
 int main(void)
 {
+    test_parse_token();
     Now now = {1000, 1700000000000};
     Fence *f = fence_new(2, 0, NULL);
     uint64_t max;

@@ -14,7 +14,7 @@ import java.util.Objects;
  */
 public final class AcquireOptions {
     private static final AcquireOptions DEFAULTS =
-            new AcquireOptions(Duration.ofSeconds(30), Duration.ZERO, null, null, LockMode.WRITE, null, false, null, null);
+            new AcquireOptions(Duration.ofSeconds(30), Duration.ZERO, null, null, LockMode.WRITE, null, false, null, null, 0);
 
     private final Duration ttl;
     private final Duration wait;
@@ -25,9 +25,10 @@ public final class AcquireOptions {
     private final boolean keepAlive;
     private final LeaseLostListener onLost;
     private final String requestId;
+    private final int permits; // 0: not given (the server's default, 1)
 
     private AcquireOptions(Duration ttl, Duration wait, String owner, JsonNode metadata, LockMode mode,
-                           Duration lockDelay, boolean keepAlive, LeaseLostListener onLost, String requestId) {
+                           Duration lockDelay, boolean keepAlive, LeaseLostListener onLost, String requestId, int permits) {
         this.ttl = ttl;
         this.wait = wait;
         this.owner = owner;
@@ -37,6 +38,7 @@ public final class AcquireOptions {
         this.keepAlive = keepAlive;
         this.onLost = onLost;
         this.requestId = requestId;
+        this.permits = permits;
     }
 
     /** TTL 30 s, no wait (try once), the client's owner label, a write lease, no background renewal. */
@@ -47,18 +49,18 @@ public final class AcquireOptions {
     /** How long the lease lasts unless renewed (the server takes 100 ms to 24 h). */
     public AcquireOptions ttl(Duration ttl) {
         Durations.toMillis(ttl, "ttl");
-        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId);
+        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId, permits);
     }
 
     /** How long to wait in the lock's first-come first-served queue (zero: try once). */
     public AcquireOptions waitFor(Duration wait) {
         Durations.toMillis(wait, "wait");
-        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId);
+        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId, permits);
     }
 
     /** The label others see on the lease (default: the client's). */
     public AcquireOptions owner(String owner) {
-        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId);
+        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId, permits);
     }
 
     /** A small JSON object every reader of the lock sees (who, why, host, pid). */
@@ -72,13 +74,13 @@ public final class AcquireOptions {
         if (!metadata.isObject()) {
             throw new IllegalArgumentException("metadata: expected a JSON object, got " + metadata.getNodeType());
         }
-        return new AcquireOptions(ttl, wait, owner, metadata.deepCopy(), mode, lockDelay, keepAlive, onLost, requestId);
+        return new AcquireOptions(ttl, wait, owner, metadata.deepCopy(), mode, lockDelay, keepAlive, onLost, requestId, permits);
     }
 
     /** WRITE (exclusive, the default) or READ (shared with other readers). Not for permits. */
     public AcquireOptions mode(LockMode mode) {
         return new AcquireOptions(ttl, wait, owner, metadata, Objects.requireNonNull(mode, "mode"), lockDelay, keepAlive,
-                onLost, requestId);
+                onLost, requestId, permits);
     }
 
     /**
@@ -88,17 +90,17 @@ public final class AcquireOptions {
      */
     public AcquireOptions lockDelay(Duration lockDelay) {
         Durations.toMillis(lockDelay, "lockDelay");
-        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId);
+        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId, permits);
     }
 
     /** Start the background renewal at once (locks and semaphores of this library always do). */
     public AcquireOptions keepAlive(boolean keepAlive) {
-        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId);
+        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId, permits);
     }
 
     /** A listener added to the lease before anyone else can see it. */
     public AcquireOptions onLost(LeaseLostListener onLost) {
-        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId);
+        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId, permits);
     }
 
     /**
@@ -112,7 +114,20 @@ public final class AcquireOptions {
         if (requestId != null && (requestId.isEmpty() || requestId.length() > 64)) {
             throw new IllegalArgumentException("requestId: 1 to 64 characters");
         }
-        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId);
+        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId, permits);
+    }
+
+    /**
+     * How many of a semaphore's permits the lease takes at once (1..limit, 1 by default): one lease,
+     * one token, all of them given back by its release. Granted first come, first served: a request
+     * for several at the head of the queue is not passed by smaller ones behind it. Only for
+     * permits ({@link LeasegateClient#acquirePermit}, {@link LeasegateClient#getSemaphore}).
+     */
+    public AcquireOptions permits(int permits) {
+        if (permits < 1 || permits > 10000) {
+            throw new IllegalArgumentException("permits: 1..10000 (and at most the limit), not " + permits);
+        }
+        return new AcquireOptions(ttl, wait, owner, metadata, mode, lockDelay, keepAlive, onLost, requestId, permits);
     }
 
     Duration ttl() {
@@ -151,9 +166,13 @@ public final class AcquireOptions {
         return requestId;
     }
 
+    int permits() {
+        return permits;
+    }
+
     @Override
     public String toString() {
         return "AcquireOptions[ttl=" + ttl + " wait=" + wait + " mode=" + mode + (owner != null ? " owner=" + owner : "")
-                + (lockDelay != null ? " lockDelay=" + lockDelay : "") + (keepAlive ? " keepAlive" : "") + "]";
+                + (lockDelay != null ? " lockDelay=" + lockDelay : "") + (keepAlive ? " keepAlive" : "") + (permits != 0 ? " permits=" + permits : "") + "]";
     }
 }

@@ -1,6 +1,7 @@
 package io.leasegate.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.NullNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.net.URI;
 import java.net.http.HttpRequest;
@@ -14,7 +15,8 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 
 /**
- * One grant of a lock, or one permit of a semaphore: its renewal (by hand or in the background),
+ * One grant of a lock, of permits of a semaphore, or of the leadership of an election (which
+ * {@link Leadership} wraps): its renewal (by hand or in the background),
  * its loss and its release.
  *
  * <p><b>When a lease is lost.</b> The client cannot see the server's clock, so it bounds the lease
@@ -38,9 +40,10 @@ public final class Lease implements AutoCloseable {
     private final LeasegateClient client;
     private final Transport transport;
     private final String server;
-    private final boolean semaphore;
+    private final Kind kind;
     private final LockMode mode;
     private final Integer limit;
+    private final int permits;
     private final String name;
     private final String owner;
     private final String leaseId;
@@ -53,20 +56,23 @@ public final class Lease implements AutoCloseable {
     private long ttlNanos; // as the server last confirmed it
     private long deadline; // nanoTime: the send time of the last successful renewal, plus ttlNanos
     private int count; // reentry levels, as the server last said
+    private JsonNode value; // a lock's value (as granted, then written), a leader's (as campaigned, then proclaimed)
+    private long valueVersion;
     private LeaseLostException lost;
     private boolean ending; // release began: a renewal failing now is no loss
     private boolean watching;
     private Future<?> renewalTimer;
     private Future<?> deadlineTimer;
 
-    Lease(LeasegateClient client, Transport.Answer grant, long sentNanos, boolean semaphore) {
+    Lease(LeasegateClient client, Transport.Answer grant, long sentNanos, Kind kind) {
         JsonNode body = grant.body();
         this.client = client;
         this.transport = client.transport();
         this.server = grant.server();
-        this.semaphore = semaphore;
-        this.mode = semaphore ? null : "read".equals(body.path("mode").asText("write")) ? LockMode.READ : LockMode.WRITE;
-        this.limit = semaphore && body.has("limit") ? body.get("limit").asInt() : null;
+        this.kind = kind;
+        this.mode = kind != Kind.LOCK ? null : "read".equals(body.path("mode").asText("write")) ? LockMode.READ : LockMode.WRITE;
+        this.limit = kind == Kind.SEMAPHORE && body.has("limit") ? body.get("limit").asInt() : null;
+        this.permits = kind == Kind.SEMAPHORE ? body.path("permits").asInt(1) : 0; // (1: a server older than permits)
         this.name = text(body, "name");
         this.owner = text(body, "owner");
         this.leaseId = text(body, "lease");
@@ -74,6 +80,8 @@ public final class Lease implements AutoCloseable {
         this.metadata = body.has("metadata") ? body.get("metadata") : Transport.JSON.createObjectNode();
         this.count = body.path("count").asInt(1);
         synchronized (this) {
+            this.value = kind == Kind.SEMAPHORE ? null : body.has("value") ? body.get("value") : NullNode.getInstance();
+            this.valueVersion = body.path("value_version").asLong(0);
             this.ttlNanos = TimeUnit.MILLISECONDS.toNanos(body.path("ttl_ms").asLong());
             this.deadline = sentNanos + ttlNanos;
             armDeadline();
@@ -111,14 +119,109 @@ public final class Lease implements AutoCloseable {
         return leaseId;
     }
 
-    /** WRITE or READ for a lock; null for a permit of a semaphore. */
+    /** WRITE or READ for a lock; null for permits of a semaphore or a leadership. */
     public LockMode mode() {
         return mode;
     }
 
-    /** True for a permit of a semaphore. */
+    /** True for permits of a semaphore. */
     public boolean isSemaphore() {
-        return semaphore;
+        return kind == Kind.SEMAPHORE;
+    }
+
+    /** True for the leadership of an election (its {@link Leadership}'s lease). */
+    public boolean isElection() {
+        return kind == Kind.ELECTION;
+    }
+
+    /** How many of the semaphore's permits the lease holds; 0 for a lock or a leadership. */
+    public int permits() {
+        return permits;
+    }
+
+    /**
+     * A lock's value when it was granted (what the last writer left: JSON null when none), then as
+     * {@link #setValue} wrote it; a leader's value as campaigned, then as proclaimed; null for
+     * permits.
+     */
+    public synchronized JsonNode value() {
+        return value;
+    }
+
+    /** The version of the lock's value when granted (0: never written), then as {@link #setValue} left it. */
+    public synchronized long valueVersion() {
+        return valueVersion;
+    }
+
+    /**
+     * Writes the lock's value ({@code PUT /v1/locks/{name}/value}): only the lease that holds the lock
+     * now, as its writer, can. Any JSON-mappable object (Jackson); null clears it. Returns the new
+     * version.
+     *
+     * @throws StaleTokenException when this lease does not hold the lock now ({@code body().get("reason")}:
+     *     released, expired, superseded, revoked, read_lease...); nothing changed
+     * @throws LeasegateException 413 {@code payload_too_large} for a value above the server's --max-value-bytes
+     */
+    public long setValue(Object value) {
+        return LeasegateClient.join(setValueAsync(value, null));
+    }
+
+    /**
+     * {@link #setValue}, only when the value's version is {@code version} now: a read-modify-write
+     * no other write can slip into.
+     *
+     * @throws VersionMismatchException when it is not ({@code body().get("value_version")})
+     */
+    public long setValueIf(Object value, long version) {
+        return LeasegateClient.join(setValueAsync(value, version));
+    }
+
+    /** {@link #setValue} (version null) or {@link #setValueIf} as a future. */
+    public CompletableFuture<Long> setValueAsync(Object value, Long version) {
+        if (kind != Kind.LOCK) {
+            return CompletableFuture.failedFuture(new UnsupportedOperationException(kind == Kind.SEMAPHORE
+                    ? "a lock's value; this is a semaphore's lease" : "a lock's value; a leader sets its own with proclaim"));
+        }
+        JsonNode tree = Transport.JSON.valueToTree(value);
+        ObjectNode body = Transport.JSON.createObjectNode().put("lease", leaseId);
+        body.set("value", tree == null ? NullNode.getInstance() : tree);
+        if (version != null) {
+            body.put("if_version", version);
+        }
+        return transport.call("PUT", Transport.lockPath(name, "value", Kind.LOCK), body).map(answer -> {
+            long written = answer.body().path("value_version").asLong();
+            synchronized (this) {
+                this.value = body.get("value");
+                this.valueVersion = written;
+            }
+            return written;
+        });
+    }
+
+    /**
+     * A leader's proclamation ({@link Leadership#proclaim}): sent even when the lease is known to
+     * have ended, for the server to say not_leader as to any lease that does not lead now. A
+     * not_leader other than a resignation's means the leadership is lost.
+     */
+    CompletableFuture<Void> proclaimAsync(Object value) {
+        JsonNode tree = Transport.JSON.valueToTree(value);
+        JsonNode sent = tree == null ? NullNode.getInstance() : tree;
+        ObjectNode body = Transport.JSON.createObjectNode().put("lease", leaseId);
+        body.set("value", sent);
+        return transport.call("POST", Transport.lockPath(name, "proclaim", Kind.ELECTION), body).handle((answer, error) -> {
+            if (error == null) {
+                synchronized (this) {
+                    this.value = sent;
+                }
+                return null;
+            }
+            Throwable cause = Transport.unwrap(error);
+            String reason = cause instanceof NotLeaderException ? ((NotLeaderException) cause).body().path("reason").asText() : "";
+            if (cause instanceof NotLeaderException && !"released".equals(reason)) {
+                lose("the server says the lease no longer leads '" + name + "' (" + reason + ")", cause, false);
+            }
+            throw LeasegateClient.rethrow(cause);
+        });
     }
 
     /** The semaphore's number of permits; null for a lock. */
@@ -296,7 +399,7 @@ public final class Lease implements AutoCloseable {
             }
             until = trustedUntil();
         }
-        Op<Transport.Answer> call = transport.call("POST", Transport.lockPath(name, "renew", semaphore), body, until, null, true);
+        Op<Transport.Answer> call = transport.call("POST", Transport.lockPath(name, "renew", kind), body, until, null, true);
         return call.handle((answer, error) -> {
             if (error == null) {
                 synchronized (this) {
@@ -339,8 +442,9 @@ public final class Lease implements AutoCloseable {
 
     /** {@link #reenter()} as a future. */
     public CompletableFuture<Integer> reenterAsync() {
-        if (semaphore) {
-            return CompletableFuture.failedFuture(new UnsupportedOperationException("a permit of a semaphore has no reentry"));
+        if (kind != Kind.LOCK) {
+            return CompletableFuture.failedFuture(new UnsupportedOperationException(
+                    kind == Kind.SEMAPHORE ? "a permit of a semaphore has no reentry" : "a leadership has no reentry"));
         }
         synchronized (this) {
             if (lost != null || ending) {
@@ -348,7 +452,7 @@ public final class Lease implements AutoCloseable {
             }
         }
         ObjectNode body = Transport.JSON.createObjectNode().put("owner", owner).put("lease", leaseId);
-        return transport.call("POST", Transport.lockPath(name, "acquire", false), body).handle((answer, error) -> {
+        return transport.call("POST", Transport.lockPath(name, "acquire", Kind.LOCK), body).handle((answer, error) -> {
             if (error == null) {
                 synchronized (this) {
                     count = answer.body().path("count").asInt(count + 1);
@@ -382,7 +486,7 @@ public final class Lease implements AutoCloseable {
             }
         }
         ObjectNode body = Transport.JSON.createObjectNode().put("lease", leaseId);
-        return transport.call("POST", Transport.lockPath(name, "release", semaphore), body).handle((answer, error) -> {
+        return transport.call("POST", Transport.lockPath(name, "release", kind), body).handle((answer, error) -> {
             if (error == null) {
                 int left = answer.body().path("count").asInt(0);
                 synchronized (this) {
@@ -433,7 +537,7 @@ public final class Lease implements AutoCloseable {
         }
         client.forget(this);
         if (!trusted) {
-            return transport.courtesyRelease(name, leaseId, semaphore);
+            return transport.courtesyRelease(name, leaseId, kind);
         }
         return releaseLevels(Math.max(1, levels));
     }
@@ -441,16 +545,17 @@ public final class Lease implements AutoCloseable {
     /** Releases `levels` reentry levels one after another (the contract has no release of all at once). */
     private CompletableFuture<Void> releaseLevels(int levels) {
         ObjectNode body = Transport.JSON.createObjectNode().put("lease", leaseId);
-        return transport.call("POST", Transport.lockPath(name, "release", semaphore), body).handle((answer, error) -> {
+        return transport.call("POST", Transport.lockPath(name, "release", kind), body).handle((answer, error) -> {
             if (error == null) {
                 int left = answer.body().path("count").asInt(0);
                 return left > 0 && levels > 1 ? releaseLevels(Math.min(levels - 1, left)) : CompletableFuture.<Void>completedFuture(null);
             }
             Throwable cause = Transport.unwrap(error);
-            if (!(cause instanceof NotHolderException)) {
+            // The lease no longer holds it (a resignation says so as not_leader, in the election's words).
+            if (!(cause instanceof NotHolderException || (kind == Kind.ELECTION && cause instanceof NotLeaderException))) {
                 throw LeasegateClient.rethrow(cause);
             }
-            String reason = ((NotHolderException) cause).body().path("reason").asText();
+            String reason = ((LeasegateException) cause).body().path("reason").asText();
             if ("released".equals(reason)) { // a retry after a release whose answer was lost
                 return CompletableFuture.<Void>completedFuture(null);
             }
@@ -587,12 +692,13 @@ public final class Lease implements AutoCloseable {
             }
             endQuietly();
         }
-        return transport.courtesyRelease(name, leaseId, semaphore);
+        return transport.courtesyRelease(name, leaseId, kind);
     }
 
     @Override
     public String toString() {
-        return "Lease[" + (semaphore ? "semaphore " : mode == LockMode.READ ? "read " : "") + name
+        return "Lease[" + (kind == Kind.SEMAPHORE ? "semaphore " : kind == Kind.ELECTION ? "election "
+                : mode == LockMode.READ ? "read " : "") + name
                 + " token=" + Tokens.toString(token) + " owner=" + owner + " lease=<redacted> "
                 + (isValid() ? "valid" : lostException() != null ? "lost" : "ended") + "]";
     }

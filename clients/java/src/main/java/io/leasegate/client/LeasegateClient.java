@@ -1,6 +1,7 @@
 package io.leasegate.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.NullNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.io.InputStream;
@@ -321,7 +322,15 @@ public final class LeasegateClient implements AutoCloseable {
      * @param requestId the caller's request_id, or null for a random one
      */
     Op<Lease> take(String name, int limit, AcquireOptions options, long waitNanos, boolean forever, String requestId) {
-        boolean semaphore = limit > 0;
+        return take(limit > 0 ? Kind.SEMAPHORE : Kind.LOCK, name, limit, null, options, waitNanos, forever, requestId);
+    }
+
+    /**
+     * The acquire of a lock, of permits of a semaphore (limit), or the campaign of an election
+     * (value: the leader's value), as {@link #take(String, int, AcquireOptions, long, boolean, String)}.
+     */
+    Op<Lease> take(Kind kind, String name, int limit, JsonNode value, AcquireOptions options, long waitNanos, boolean forever,
+                   String requestId) {
         forever = forever || waitNanos >= FOREVER_NANOS; // nanoTime arithmetic stays far from overflow
         Op<Lease> op = new Op<>();
         if (closed) {
@@ -335,9 +344,29 @@ public final class LeasegateClient implements AutoCloseable {
         if (options.metadata() != null) {
             body.set("metadata", options.metadata());
         }
-        if (semaphore) {
+        if (kind == Kind.ELECTION) {
+            String refused = options.mode() == LockMode.READ ? "mode(READ)" : options.lockDelay() != null ? "lockDelay"
+                    : options.permits() != 0 ? "permits" : null;
+            if (refused != null) {
+                op.completeExceptionally(new IllegalArgumentException(refused + ": a lock's or a semaphore's, not an election's"));
+                return op;
+            }
+            body.set("value", value);
+        } else if (kind == Kind.SEMAPHORE) {
             body.put("limit", limit);
+            if (options.permits() > limit) {
+                op.completeExceptionally(new IllegalArgumentException(
+                        "permits: 1..limit (" + limit + "), not " + options.permits()));
+                return op;
+            }
+            if (options.permits() != 0) {
+                body.put("permits", options.permits());
+            }
         } else {
+            if (options.permits() != 0) {
+                op.completeExceptionally(new IllegalArgumentException("permits: a semaphore's, not a lock's"));
+                return op;
+            }
             if (options.mode() == LockMode.READ) {
                 body.put("mode", "read");
             }
@@ -346,24 +375,24 @@ public final class LeasegateClient implements AutoCloseable {
             }
         }
         long start = System.nanoTime();
-        poll(op, name, semaphore, body, options, start, start + waitNanos, forever);
+        poll(op, name, kind, body, options, start, start + waitNanos, forever);
         return op;
     }
 
-    private void poll(Op<Lease> op, String name, boolean semaphore, ObjectNode body, AcquireOptions options,
+    private void poll(Op<Lease> op, String name, Kind kind, ObjectNode body, AcquireOptions options,
                       long start, long waitUntil, boolean forever) {
         long now = System.nanoTime();
         long pollUntil = forever || waitUntil - (now + Transport.MAX_POLL_NANOS) > 0 ? now + Transport.MAX_POLL_NANOS : waitUntil;
         long until = forever ? now + Math.max(Transport.MAX_POLL_NANOS, transport.retryForNanos)
                 : start + Math.max(waitUntil - start, transport.retryForNanos);
-        Op<Transport.Answer> call = transport.call("POST", Transport.lockPath(name, "acquire", semaphore), body, until,
+        Op<Transport.Answer> call = transport.call("POST", Transport.lockPath(name, "acquire", kind), body, until,
                 pollUntil, false);
         op.step(call);
         call.whenComplete((grant, error) -> {
             if (error != null) {
                 Throwable cause = Transport.unwrap(error);
                 if (cause instanceof LockHeldException && (forever || pollUntil - waitUntil < 0) && !op.isDone()) {
-                    poll(op, name, semaphore, body, options, start, waitUntil, forever);
+                    poll(op, name, kind, body, options, start, waitUntil, forever);
                 } else {
                     op.completeExceptionally(cause);
                 }
@@ -371,38 +400,38 @@ public final class LeasegateClient implements AutoCloseable {
             }
             String lease = grant.body().path("lease").asText();
             if (op.isCancelled()) {
-                transport.courtesyRelease(name, lease, semaphore);
+                transport.courtesyRelease(name, lease, kind);
                 return;
             }
             long ttlNanos = TimeUnit.MILLISECONDS.toNanos(grant.body().path("ttl_ms").asLong());
             if (System.nanoTime() - start <= ttlNanos / 3) {
-                grant(op, name, grant, start, semaphore, options);
+                grant(op, name, grant, start, kind, options);
                 return;
             }
             // The grant was made at an unknown moment since the first attempt was sent: only the
             // send time of a renewal bounds it from below.
-            Op<Transport.Answer> renewal = transport.call("POST", Transport.lockPath(name, "renew", semaphore),
+            Op<Transport.Answer> renewal = transport.call("POST", Transport.lockPath(name, "renew", kind),
                     Transport.JSON.createObjectNode().put("lease", lease));
             op.step(renewal);
             renewal.whenComplete((renewed, failure) -> {
                 if (failure != null || op.isCancelled()) {
-                    transport.courtesyRelease(name, lease, semaphore);
+                    transport.courtesyRelease(name, lease, kind);
                     op.completeExceptionally(failure == null ? new CancellationException() : Transport.unwrap(failure));
                     return;
                 }
                 ObjectNode confirmed = ((ObjectNode) grant.body().deepCopy()).put("ttl_ms", renewed.body().path("ttl_ms").asLong());
-                grant(op, name, new Transport.Answer(grant.server(), confirmed, renewed.sentNanos()), renewed.sentNanos(), semaphore,
+                grant(op, name, new Transport.Answer(grant.server(), confirmed, renewed.sentNanos()), renewed.sentNanos(), kind,
                         options);
             });
         });
     }
 
-    private void grant(Op<Lease> op, String name, Transport.Answer answer, long sent, boolean semaphore, AcquireOptions options) {
+    private void grant(Op<Lease> op, String name, Transport.Answer answer, long sent, Kind kind, AcquireOptions options) {
         Lease lease;
         try {
-            lease = new Lease(this, answer, sent, semaphore);
+            lease = new Lease(this, answer, sent, kind);
         } catch (RuntimeException e) { // a grant without its fields, or a closed client: nobody may keep it
-            transport.courtesyRelease(name, answer.body().path("lease").asText(), semaphore);
+            transport.courtesyRelease(name, answer.body().path("lease").asText(), kind);
             op.completeExceptionally(e);
             return;
         }
@@ -419,7 +448,78 @@ public final class LeasegateClient implements AutoCloseable {
         }
     }
 
+    // Elections -------------------------------------------------------------------------------
+
+    /**
+     * Campaigns to lead the election {@code name} with {@code value} (any JSON-mappable object; null
+     * is JSON null): what {@link #election} and observers show of the leader, such as its address.
+     * It leads at once when nobody does and nobody waits; with the options' wait it waits in line
+     * behind the candidates before it. The leadership is renewed in the background until
+     * {@link Leadership#resign()} or its loss. The options' TTL, wait, owner, metadata, onLost and
+     * requestId apply; a read mode, a lock-delay and permits are refused.
+     *
+     * @throws NotLeaderException (a LockHeldException) when not elected within the wait; its
+     *     {@code body()} has {@code leader} and {@code candidates_total}
+     * @throws InterruptedException when interrupted while waiting: the campaign leaves the line (the
+     *     connection closes); a campaign is never answered a leadership it did not get
+     */
+    public Leadership campaign(String name, Object value, AcquireOptions options) throws InterruptedException {
+        return await(campaignAsync(name, value, options));
+    }
+
+    /** {@link #campaign} as a future; cancelling it leaves the line. */
+    public CompletableFuture<Leadership> campaignAsync(String name, Object value, AcquireOptions options) {
+        JsonNode tree = Transport.JSON.valueToTree(value);
+        return take(Kind.ELECTION, name, 0, tree == null ? NullNode.getInstance() : tree, options.keepAlive(true),
+                saturatedNanos(options.waitTime()), false, options.requestId()).map(Leadership::new);
+    }
+
+    /**
+     * The election's state: {name, leader: {owner, term, value, since_ms} or null, vacant_since_ms,
+     * candidates: [{owner, since_ms}], candidates_total, last_token, index} (never a lease id). Any
+     * name is valid: one nobody campaigned for has no leader.
+     */
+    public JsonNode election(String name) {
+        return join(electionAsync(name));
+    }
+
+    public CompletableFuture<JsonNode> electionAsync(String name) {
+        return transport.call("GET", Transport.lockPath(name, "", Kind.ELECTION), null).map(Transport.Answer::body);
+    }
+
+    /**
+     * Follows the election {@code name}: see {@link ElectionObserver}. Nothing is sent until its
+     * first {@code next()}; it keeps trying for the client's retryFor while no server answers.
+     */
+    public ElectionObserver observe(String name) {
+        return observe(name, null);
+    }
+
+    /**
+     * As {@link #observe(String)}, resuming after the event {@code lastEventId} (an earlier
+     * observer's last {@link ElectionEvent#id()}): the first events returned are the ones after
+     * it, none twice. Null starts from the election's state.
+     */
+    public ElectionObserver observe(String name, Long lastEventId) {
+        if (closed) {
+            throw new IllegalStateException("the client is closed");
+        }
+        return new ElectionObserver(transport, name, lastEventId, transport.retryForNanos);
+    }
+
     // State and fences -------------------------------------------------------------------------
+
+    /**
+     * The lock's value, its version and its writer's token: {name, value, value_version,
+     * value_token} (no lease needed; value null and value_version 0 when never written).
+     */
+    public JsonNode value(String name) {
+        return join(valueAsync(name));
+    }
+
+    public CompletableFuture<JsonNode> valueAsync(String name) {
+        return transport.call("GET", Transport.lockPath(name, "value", Kind.LOCK), null).map(Transport.Answer::body);
+    }
 
     /** The lock's state: {name, held, mode, holder, holders, waiters, last_token, delay_until_ms...} (never a lease id). */
     public JsonNode status(String name) {
@@ -427,7 +527,7 @@ public final class LeasegateClient implements AutoCloseable {
     }
 
     public CompletableFuture<JsonNode> statusAsync(String name) {
-        return transport.call("GET", Transport.lockPath(name, "", false), null).map(Transport.Answer::body);
+        return transport.call("GET", Transport.lockPath(name, "", Kind.LOCK), null).map(Transport.Answer::body);
     }
 
     /** The semaphore's state: {name, limit, holders, holders_total, available, waiters, last_token...}. */
@@ -436,7 +536,7 @@ public final class LeasegateClient implements AutoCloseable {
     }
 
     public CompletableFuture<JsonNode> semaphoreStatusAsync(String name) {
-        return transport.call("GET", Transport.lockPath(name, "", true), null).map(Transport.Answer::body);
+        return transport.call("GET", Transport.lockPath(name, "", Kind.SEMAPHORE), null).map(Transport.Answer::body);
     }
 
     /**

@@ -82,6 +82,8 @@ public class LeasegateException extends RuntimeException {
             case "mode_conflict": return new ModeConflictException(message, status, answer);
             case "not_holder": return new NotHolderException(message, status, answer);
             case "stale_token": return new StaleTokenException(message, status, answer);
+            case "not_leader": return new NotLeaderException(message, status, answer);
+            case "version_mismatch": return new VersionMismatchException(message, status, answer);
             case "token_required": return new TokenRequiredException(message, status, answer);
             case "overloaded": return new OverloadedException(message, status, answer);
             default: return new LeasegateException(message, status, code, answer);

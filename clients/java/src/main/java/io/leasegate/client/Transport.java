@@ -112,9 +112,9 @@ final class Transport {
         return out.toString();
     }
 
-    /** The path of an action on a lock or (semaphore) a semaphore. */
-    static String lockPath(String name, String action, boolean semaphore) {
-        return "/v1/" + (semaphore ? "semaphores/" : "locks/") + quote(name) + (action.isEmpty() ? "" : "/" + action);
+    /** The path of an action on a lock, a semaphore or an election ({@link Kind#path}). */
+    static String lockPath(String name, String action, Kind kind) {
+        return kind.path(name, action);
     }
 
     /**
@@ -143,10 +143,10 @@ final class Transport {
      * One short release attempt per server, errors ignored: for a lease that may already be gone,
      * where the server frees the lock at its TTL anyway. Never fails.
      */
-    CompletableFuture<Void> courtesyRelease(String name, String lease, boolean semaphore) {
+    CompletableFuture<Void> courtesyRelease(String name, String lease, Kind kind) {
         byte[] payload = bytes(JSON.createObjectNode().put("lease", lease));
         CompletableFuture<Void> done = new CompletableFuture<>();
-        courtesyAttempt(0, lockPath(name, "release", semaphore), payload, done);
+        courtesyAttempt(0, lockPath(name, "release", kind), payload, done);
         return done;
     }
 
@@ -185,6 +185,32 @@ final class Transport {
             watch.began();
             return HttpResponse.BodySubscribers.ofByteArray();
         }));
+    }
+
+    /**
+     * Opens a Server-Sent Events stream (an election's observe): GET server+path with the key,
+     * {@code Accept: text/event-stream} and, unless null, {@code Last-Event-ID}. The answer's head
+     * must come within the client's timeout; its body goes to {@code handler}'s subscriber as it comes.
+     */
+    <T> CompletableFuture<HttpResponse<T>> openStream(String server, String path, String lastEventId,
+                                                      HttpResponse.BodyHandler<T> handler) {
+        HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(server + path))
+                .timeout(Duration.ofNanos(Math.max(timeoutNanos, MIN_ATTEMPT_NANOS)))
+                .header("Accept", "text/event-stream").GET();
+        if (lastEventId != null) {
+            request.header("Last-Event-ID", lastEventId);
+        }
+        return http.sendAsync(authorized(request).build(), handler);
+    }
+
+    /** The index of the server that answered last (modulo the number of servers). */
+    int currentServer() {
+        return Math.floorMod(current.get(), servers.size());
+    }
+
+    /** Makes {@code index} (modulo the number of servers) the server tried first. */
+    void setCurrentServer(int index) {
+        current.set(Math.floorMod(index, servers.size()));
     }
 
     /** GET /readyz of server, within timeoutNanos (at least a millisecond); the first-byte watch's probe. */

@@ -169,7 +169,9 @@ class FirstByteTest {
                         // 7 waiters: not the real server's answer
                         LoopbackHttp.answer(exchange, 200, "{\"name\":\"x\",\"held\":false,\"waiters\":7}".getBytes(StandardCharsets.UTF_8));
                     });
-                     LeasegateClient client = watching(Duration.ofMillis(300), slow.url, server.url)) {
+                     // 1 s, not less: a probe's answer must come within it, and on a loaded
+                     // 2-core machine the JDK's server took more than 300 ms (1 probe, then left).
+                     LeasegateClient client = watching(Duration.ofSeconds(1), slow.url, server.url)) {
                     JsonNode status = within("readyz " + readyz, client.statusAsync(unique("java/fb-readyz")));
                     assertEquals(stays, status.get("waiters").asInt() == 7,
                             "readyz " + readyz + ": answered by the slow server, after " + probes.get() + " probes");
