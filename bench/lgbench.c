@@ -34,8 +34,16 @@
  *           EVALSHA release.  The initial queue is built one waiter at a time (checked via
  *           the server's own waiter count) so that the expected FIFO order is exact.
  *           Reports grants/s, handoff latency (release sent -> next grant received),
- *           FIFO check (grant order == order in which acquires were sent) and token
- *           monotonicity (leasegate token; etcd header revision).
+ *           a FIFO check and token monotonicity (leasegate token; etcd header revision).
+ *           FIFO (fifo_by=server_events, leasegate): the control connection follows the
+ *           lock's events (GET /v1/events) and checks that every grant goes to the head
+ *           of the server's queue as its waiter_joined/waiter_left events build it, and
+ *           that the server's grants are the ones the clients saw, in the same order.
+ *           The order acquires were sent in is no FIFO order once the chain runs: two
+ *           acquires sent back to back on two connections may be read by the server in
+ *           either order (send_order_inversions counts those, for information).
+ *           etcd (and leasegate with --fifo-events 0): fifo_by=send_order, with that
+ *           caveat.
  *  waiters  one client holds a lock, N clients wait on it; server RSS delta / N.
  *  startup  (leasegate) exec BIN serve --listen 127.0.0.1:P --data FILE; time until
  *           GET /healthz answers 200.
@@ -105,6 +113,11 @@ typedef struct {
     uint32_t *v; /* microseconds */
     size_t n, cap;
 } Samples;
+
+typedef struct {
+    int *v;
+    size_t head, len, cap;
+} IdxQueue;
 
 static void samples_add(Samples *s, uint64_t ns)
 {
@@ -265,16 +278,17 @@ static struct {
     char name[200];
     const char *bin, *data;
     long wait_ms;
+    int fifo_events; /* contend, leasegate: check FIFO against the server's events (default 1) */
     long count; /* pairs/contend: end after this many (at most --seconds); 0: run --seconds */
     int source_ips; /* > 1: connections come from 127.0.0.1 .. 127.0.0.N in turn (more than one
                      * address's ephemeral ports, for 100,000 waiters) */
-} opt = {.clients = 64, .seconds = 5, .warmup = 0.5, .timeout = 120, .host = "127.0.0.1", .variant = "-"};
+} opt = {.clients = 64, .seconds = 5, .warmup = 0.5, .timeout = 120, .host = "127.0.0.1", .variant = "-", .fifo_events = 1};
 
 /* ------------------------------------------------------------------ connections */
 
 enum {
     OP_NONE,
-    OP_LG_ACQ, OP_LG_REL, OP_LG_GET, OP_LG_READ,
+    OP_LG_ACQ, OP_LG_REL, OP_LG_GET, OP_LG_READ, OP_LG_EVENTS, OP_LG_EVENTS_START,
     OP_R_SET, OP_R_DEL,
     OP_E_GRANT, OP_E_TXN, OP_E_DEL, OP_E_LOCK, OP_E_UNLOCK, OP_E_REVOKE, OP_E_COUNT,
 };
@@ -646,8 +660,17 @@ static struct {
     uint64_t t_release_sent;
     long long last_token;
     long token_violations, fifo_violations, fifo_checked;
-    int *fifo;          /* ring of client idx in send order */
-    size_t fifo_head, fifo_len, fifo_cap;
+    long send_inversions; /* grants out of the order acquires were sent in (fifo_grant) */
+    IdxQueue sent;      /* client idx in the order their acquires were sent */
+    /* leasegate: its events followed on the control connection (fifo_event) */
+    int follow_events;  /* 1 following, 0 not (--fifo-events 0, or not leasegate) */
+    int events_lost;    /* the events could not be followed to the end: no FIFO verdict */
+    int events_polling; /* an events request is out on the control connection */
+    int events_caught_up; /* after the run: an answer brought nothing new */
+    long long events_after;
+    IdxQueue server_q;  /* the server's queue, from its events */
+    IdxQueue seen;      /* grants the clients saw, not yet matched with the server's */
+    IdxQueue server_grants; /* the server's grants, not yet matched with the clients' */
     int ramp_i;         /* next client to enqueue during the ramp (-1 when done) */
     int ramp_wait;      /* control conn is polling for ramp_i */
     char sha[64];
@@ -659,47 +682,94 @@ static struct {
 
 static long long g_ttl_s = 60;
 
-static void fifo_push(int idx)
+/* A queue of client indexes (a ring): the order acquires were sent in, or
+ * the server's own queue as its events tell it. */
+static void q_push(IdxQueue *q, int idx)
 {
-    if (S.fifo_len == S.fifo_cap) {
-        size_t ncap = S.fifo_cap ? S.fifo_cap * 2 : 128;
-        int *nf = xrealloc(NULL, ncap * sizeof *nf);
-        for (size_t i = 0; i < S.fifo_len; i++)
-            nf[i] = S.fifo[(S.fifo_head + i) % S.fifo_cap];
-        free(S.fifo);
-        S.fifo = nf;
-        S.fifo_head = 0;
-        S.fifo_cap = ncap;
+    if (q->len == q->cap) {
+        size_t ncap = q->cap ? q->cap * 2 : 128;
+        int *nv = xrealloc(NULL, ncap * sizeof *nv);
+        for (size_t i = 0; i < q->len; i++)
+            nv[i] = q->v[(q->head + i) % q->cap];
+        free(q->v);
+        q->v = nv;
+        q->head = 0;
+        q->cap = ncap;
     }
-    S.fifo[(S.fifo_head + S.fifo_len++) % S.fifo_cap] = idx;
+    q->v[(q->head + q->len++) % q->cap] = idx;
 }
 
-/* A grant for idx arrived: it must be the head of the send-order queue. */
-static void fifo_grant(int idx)
+/* Takes idx out of q wherever it is; its position (0: the head), or -1. */
+static long q_take(IdxQueue *q, int idx)
 {
-    if (!S.fifo_len) {
-        S.fifo_violations++;
+    for (size_t i = 0; i < q->len; i++) {
+        if (q->v[(q->head + i) % q->cap] != idx)
+            continue;
+        for (size_t j = i; j + 1 < q->len; j++)
+            q->v[(q->head + j) % q->cap] = q->v[(q->head + j + 1) % q->cap];
+        q->len--;
+        return (long)i;
+    }
+    return -1;
+}
+
+static void fifo_push(int idx) { q_push(&S.sent, idx); }
+
+/* The clients' and the server's sequences of grants, matched as they come:
+ * the clients see grants one at a time (each releases before the next can
+ * be granted), so both must be the same sequence. */
+static void grant_seen(IdxQueue *mine, IdxQueue *other, int idx, const char *who)
+{
+    if (other->len == 0) {
+        q_push(mine, idx);
         return;
     }
-    if (S.fifo[S.fifo_head] == idx) {
-        S.fifo_head = (S.fifo_head + 1) % S.fifo_cap;
-        S.fifo_len--;
-    } else {
-        S.fifo_violations++;
-        if (S.fifo_violations <= 5)
-            fprintf(stderr, "lgbench: FIFO violation: grant to client %d, expected client %d\n", idx,
-                    S.fifo[S.fifo_head]);
-        for (size_t i = 0; i < S.fifo_len; i++) {
-            size_t at = (S.fifo_head + i) % S.fifo_cap;
-            if (S.fifo[at] == idx) {
-                for (size_t j = i; j + 1 < S.fifo_len; j++)
-                    S.fifo[(S.fifo_head + j) % S.fifo_cap] = S.fifo[(S.fifo_head + j + 1) % S.fifo_cap];
-                S.fifo_len--;
-                break;
-            }
-        }
+    int expected = other->v[other->head];
+    q_take(other, expected);
+    if (expected != idx && ++S.fifo_violations <= 5)
+        fprintf(stderr, "lgbench: %s saw a grant to %d where the other side's next was to %d\n", who, idx, expected);
+}
+
+/* A grant for idx arrived: compared with the order the acquires were sent
+ * in. For leasegate that is not the FIFO check: two acquires sent back to
+ * back on two connections may reach the server in either order (both
+ * sockets readable in the same turn of its loop, read in its own connection
+ * order), so an inversion here says nothing about the server, and the FIFO
+ * check is the server's own order (fifo_event). etcd has no such events:
+ * there the send order is all there is, with that caveat. */
+static void fifo_grant(int idx)
+{
+    long at = q_take(&S.sent, idx);
+    if (at != 0)
+        S.send_inversions++;
+    if (S.follow_events) {
+        grant_seen(&S.seen, &S.server_grants, idx, "the clients");
+        return;
     }
+    if (at != 0 && ++S.fifo_violations <= 5)
+        fprintf(stderr, "lgbench: FIFO violation (send order): grant to client %d at place %ld\n", idx, at);
     S.fifo_checked++;
+}
+
+/* One event of the server's about the contended lock, in the server's own
+ * order (GET /v1/events: published in commit order, each batch's in the
+ * order its changes were made). Its queue is rebuilt from waiter_joined and
+ * waiter_left; a granted event must grant the head of that queue, or a
+ * newcomer while the queue is empty, and be the grant the clients saw. */
+static void fifo_event(const char *kind, int idx)
+{
+    if (!strcmp(kind, "waiter_joined")) {
+        q_push(&S.server_q, idx);
+    } else if (!strcmp(kind, "waiter_left")) {
+        q_take(&S.server_q, idx);
+    } else if (!strcmp(kind, "granted")) {
+        long at = q_take(&S.server_q, idx);
+        if ((at > 0 || (at < 0 && S.server_q.len > 0)) && ++S.fifo_violations <= 5)
+            fprintf(stderr, "lgbench: FIFO violation: the server granted client %d, %s %ld of its queue\n", idx,
+                    at < 0 ? "not queued, with waiters: place" : "at place", at);
+        grant_seen(&S.server_grants, &S.seen, idx, "the server");
+        S.fifo_checked++;
+    }
 }
 
 static int running(void) { return S.phase == 1; }
@@ -840,6 +910,54 @@ static void ctl_poll(Conn *ctl)
     }
 }
 
+/* The contended lock's events after S.events_after: a long-poll while the
+ * run goes on, then at once until one brings nothing new. */
+static void events_poll(Conn *ctl)
+{
+    char path[600];
+    snprintf(path, sizeof path, "/v1/events?after=%lld&prefix=%s&limit=1000&wait_ms=%d", S.events_after, opt.name,
+             S.phase == 2 ? 20 : 200);
+    S.events_polling = 1;
+    http_send(ctl, OP_LG_EVENTS, "GET", path, NULL);
+}
+
+/* An answer of GET /v1/events: each event's kind and client, in order. */
+static void on_events(Conn *ctl, const Resp *r)
+{
+    S.events_polling = 0;
+    long long next = 0;
+    if (r->status != 200 || json_int(r->body, r->blen, "next", &next)) {
+        if (!S.events_lost)
+            fprintf(stderr, "lgbench: events not followed (HTTP %d): no FIFO verdict\n", r->status);
+        S.events_lost = 1;
+        return;
+    }
+    const char *p = r->body, *end = r->body + r->blen;
+    int n = 0;
+    static const char KIND[] = "\"kind\":\"", OWNER[] = "\"owner\":\"lgbench-";
+    while ((p = memmem(p, (size_t)(end - p), KIND, sizeof KIND - 1))) {
+        p += sizeof KIND - 1;
+        char kind[32];
+        size_t k = 0;
+        while (p < end && *p != '"' && k + 1 < sizeof kind)
+            kind[k++] = *p++;
+        kind[k] = 0;
+        const char *o = memmem(p, (size_t)(end - p), OWNER, sizeof OWNER - 1);
+        if (!o) {
+            S.events_lost = 1;
+            return;
+        }
+        p = o + sizeof OWNER - 1;
+        fifo_event(kind, (int)strtol(p, NULL, 10));
+        n++;
+    }
+    S.events_after = next;
+    if (S.phase == 2 && n == 0)
+        S.events_caught_up = 1;
+    else
+        events_poll(ctl);
+}
+
 /* ------------------------------------------------------------------ scenario logic */
 
 static int g_nclients; /* clients are conns 0..g_nclients-1; conn g_nclients is control */
@@ -955,6 +1073,17 @@ static void on_answer(Conn *c, const Resp *r)
 {
     int op = c->op;
     c->op = OP_NONE;
+    if (c == g_ctl && op == OP_LG_EVENTS_START) {
+        /* where the server's events are now ("latest"; 410 too_old says it too) */
+        S.events_polling = 0;
+        if ((r->status != 200 && r->status != 410) || json_int(r->body, r->blen, "latest", &S.events_after))
+            S.events_lost = 1;
+        return;
+    }
+    if (c == g_ctl && op == OP_LG_EVENTS) {
+        on_events(c, r);
+        return;
+    }
     if (c == g_ctl) {
         on_ctl_answer(c, r);
         return;
@@ -1171,6 +1300,28 @@ static int cond_counted(void) { return opt.count > 0 && S.pairs + S.grants >= op
 static int cond_all_ready(void) { return S.ready >= g_nclients; }
 static int cond_one_ready(void) { return S.ready >= 1; }
 static int cond_ramp_done(void) { return S.ramp_i < 0; }
+static int cond_events_idle(void) { return !S.events_polling || g_ctl->dead; }
+/* After the run: the server's events read up to the last one, and every
+ * grant matched (the last grant's answer may still be on its way). */
+static int cond_events_done(void)
+{
+    if (g_ctl->dead) {
+        S.events_lost = 1;
+        return 1;
+    }
+    if (S.events_lost)
+        return 1;
+    if (!S.events_caught_up)
+        return 0;
+    if (S.seen.len == 0 && S.server_grants.len == 0)
+        return 1;
+    if (S.seen.len && !S.events_polling) {
+        /* a grant the clients saw whose event came after the last read */
+        S.events_caught_up = 0;
+        events_poll(g_ctl);
+    }
+    return 0;
+}
 
 static int g_nconnected_target;
 static int cond_all_connected(void)
@@ -1321,6 +1472,17 @@ static void run_pairs_or_contend(void)
         if (loop_until(cond_all_ready, setup_deadline))
             fatal("timed out granting etcd leases");
     }
+    S.follow_events = need_ctl && opt.target == T_LG && opt.fifo_events;
+    if (S.follow_events) {
+        /* the events from now on: those of the lock (a fresh name) are all to come */
+        S.events_after = 0;
+        S.events_polling = 1;
+        char path[600];
+        snprintf(path, sizeof path, "/v1/events?after=0&limit=1&prefix=%s", opt.name);
+        http_send(g_ctl, OP_LG_EVENTS_START, "GET", path, NULL);
+        if (loop_until(cond_events_idle, setup_deadline) || S.events_lost)
+            fatal("cannot follow the server's events (--fifo-events 0 to check FIFO by send order only)");
+    }
     if (need_ctl) {
         /* ramp: client 0 takes the lock and holds it, then 1..N-1 queue one at a time */
         S.phase = 0;
@@ -1331,6 +1493,8 @@ static void run_pairs_or_contend(void)
         ramp_step();
         if (loop_until(cond_ramp_done, setup_deadline))
             fatal("ramp: queue not built in time (%lld queued)", S.ctl_count);
+        if (S.follow_events)
+            events_poll(g_ctl);
     }
 
     S.phase = 1;
@@ -1360,6 +1524,8 @@ static void run_pairs_or_contend(void)
     cpu_snap(&b);
     S.phase = 2;
     double secs = (double)(b.t - a.t) / 1e9;
+    if (S.follow_events && loop_until(cond_events_done, now_ns() + (uint64_t)(opt.timeout * 1e9)))
+        S.events_lost = 1;
 
     out_head();
     out("seconds=%.2f", secs);
@@ -1377,8 +1543,14 @@ static void run_pairs_or_contend(void)
             out("fifo_ok=-");
             out("attempts_per_grant=%.1f", S.grants ? (double)S.attempts / (double)S.grants : 0.0);
         } else {
-            out("fifo_ok=%d", S.fifo_violations == 0 && S.fifo_checked > 0);
+            if (S.follow_events && S.events_lost)
+                out("fifo_ok=-");
+            else
+                out("fifo_ok=%d", S.fifo_violations == 0 && S.fifo_checked > 0);
             out("fifo_violations=%ld", S.fifo_violations);
+            out("fifo_by=%s", S.follow_events ? "server_events" : "send_order");
+            out("fifo_checked=%ld", S.fifo_checked);
+            out("send_order_inversions=%ld", S.send_inversions);
             out("token_ok=%d", S.token_violations == 0);
         }
         long mn = -1, mx = 0;
@@ -1664,7 +1836,7 @@ static void usage(void)
             "               [--variant txn|lock|lockkeep|read|readlock|semaphore] [--clients N]\n"
             "               [--seconds S] [--warmup S] [--count N] [--source-ips N]\n"
             "               [--url http://127.0.0.1:PORT | --host H --port P] [--pid PID]\n"
-            "               [--name LOCK] [--wait-ms MS] [--timeout S] [--bin PATH --data FILE]\n"
+            "               [--name LOCK] [--wait-ms MS] [--fifo-events 0|1] [--timeout S] [--bin PATH --data FILE]\n"
             "       lgbench --free-port\n");
     exit(2);
 }
@@ -1718,6 +1890,8 @@ int main(int argc, char **argv)
             snprintf(opt.name, sizeof opt.name, "%s", v);
         else if (ARG("--wait-ms"))
             opt.wait_ms = atol(v);
+        else if (ARG("--fifo-events"))
+            opt.fifo_events = atoi(v) != 0;
         else if (ARG("--bin"))
             opt.bin = v;
         else if (ARG("--data"))

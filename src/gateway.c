@@ -28,7 +28,9 @@
 #include "net/accesslog.h"
 #include "net/http.h"
 #include "net/listener.h"
+#include "net/dormant.h"
 #include "net/loop.h"
+#include "net/park.h"
 #include "net/peers.h"
 #include "standby.h"
 #include "store/etcd_auth.h"
@@ -142,6 +144,13 @@ static void on_timed_out(void *ud, void *waiter_ctx, const Lock *lock)
 {
     (void)ud;
     api_waiter_timed_out(waiter_ctx, lock);
+}
+
+/* A dormant waiter (dormant.h) is made a Request before it is answered. */
+static void *on_waking(void *ud, void *waiter_ctx)
+{
+    (void)ud;
+    return dormant_request(waiter_ctx);
 }
 
 /* Loading. */
@@ -632,8 +641,15 @@ int gateway_open(Server *s, const Config *cfg)
     s->commit = commit_new(s->store, err, sizeof err);
     LocktabLimits limits = {cfg->max_locks, cfg->max_waiters, cfg->max_waiters_per_lock, cfg->lease_history,
                             (int64_t)cfg->forget_idle_s * 1000};
-    LocktabHooks hooks = {s,        on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed,
-                          on_value_changed};
+    LocktabHooks hooks = {.ud = s,
+                          .changed = on_changed,
+                          .granted = on_granted,
+                          .timed_out = on_timed_out,
+                          .forgotten = on_forgotten,
+                          .ended = on_ended,
+                          .holder_changed = on_holder_changed,
+                          .value_changed = on_value_changed,
+                          .waking = on_waking};
     s->locks = locktab_new(&limits, &hooks);
     FenceHooks fence_hooks = {s, on_fence_forgotten};
     s->fence = fence_new(cfg->max_fences, (int64_t)cfg->forget_idle_s * 1000, &fence_hooks);
@@ -734,7 +750,7 @@ void gateway_close(Server *s)
         for (int round = 0; round < 100; round++) {
             http_close_suspended(s);
             MHD_run(s->daemon);
-            if (s->suspended.len == 0 && s->parked.len == 0)
+            if (s->suspended.len == 0 && park_connections(s) == 0)
                 break;
         }
     }

@@ -27,6 +27,7 @@
 #include "leasegate/container.h"
 #include "net/http.h"
 #include "net/loop.h"
+#include "net/dormant.h"
 #include "net/park.h"
 
 #define SHUTDOWN_DRAIN_MS 3000
@@ -181,6 +182,7 @@ static int next_timeout_ms(Server *s, int cap_ms)
     t = earliest(t, proxy_next_timeout_ms(s->proxy, &now));
     t = earliest(t, guard_next_timeout_ms(s->guard, &now));
     t = earliest(t, park_next_timeout_ms(s, &now));
+    t = earliest(t, dormant_next_timeout_ms(s));
     t = earliest(t, events_next_timeout_ms(s, &now));
     t = earliest(t, event_streams_next_timeout_ms(s, &now));
     t = earliest(t, watch_next_timeout_ms(s, &now));
@@ -206,7 +208,7 @@ static bool wave_gone(size_t now, size_t *peak, size_t wave)
 
 static void trim_after_wave(Run *r)
 {
-    bool conns = wave_gone(r->s->suspended.len + r->s->parked.len, &r->suspended_peak, TRIM_WAVE);
+    bool conns = wave_gone(r->s->suspended.len + park_connections(r->s), &r->suspended_peak, TRIM_WAVE);
     bool names = wave_gone(locktab_locks(r->s->locks), &r->locks_peak, TRIM_WAVE_LOCKS);
     if (conns || names)
         malloc_trim(0);
@@ -231,9 +233,13 @@ static int turn(Run *r, int cap_ms)
     event_streams_tick(s, &now);
     watch_tick(s, &now);
     /* Parked answers made ready by commits and deadlines go out before MHD
-     * runs (their connections rejoin it), those made ready inside it after. */
+     * runs (their connections rejoin it), those made ready inside it after;
+     * the loop's batch is over, so woken dormant waiters' records may go and
+     * the doomed be ended (dormant.h), by the flush after each. */
+    dormant_flush(s);
     park_flush(s);
     MHD_run(s->daemon);
+    dormant_flush(s);
     park_flush(s);
     if (!s->deposed)
         commit_flush(s->commit);
@@ -259,7 +265,7 @@ static int deposed_drain(Run *r)
     for (;;) {
         if (turn(r, 10) < 0)
             break;
-        if ((s->suspended.len == 0 && s->parked.len == 0) || clock_now().mono_ms - start.mono_ms > DEPOSED_DRAIN_MS)
+        if ((s->suspended.len == 0 && park_connections(s) == 0) || clock_now().mono_ms - start.mono_ms > DEPOSED_DRAIN_MS)
             break;
     }
     /* A few more turns so that the 503s queued last reach the sockets. */
@@ -290,7 +296,7 @@ static int drain(Run *r)
         if (s->deposed)
             return deposed_drain(r);
         Now now = clock_now();
-        bool drained = s->suspended.len == 0 && s->parked.len == 0 && !commit_pending(s->commit);
+        bool drained = s->suspended.len == 0 && park_connections(s) == 0 && !commit_pending(s->commit);
         if (drained)
             break;
         if (now.mono_ms - start.mono_ms > SHUTDOWN_DRAIN_MS && !aborted) {

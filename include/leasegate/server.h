@@ -62,7 +62,8 @@ typedef struct Server {
     void (*guard_refused)(Request *req, const char *lock, uint64_t token, const char *owner, const char *reason);
     struct Smap *key_use; /* API key name -> what it uses of its shares (quota.h), or NULL */
     struct Smap *peer_use; /* peer address -> what it uses of its shares (quota.h), or NULL */
-    DList keyed;        /* Request.access.link: requests with a key that wait or are held open (quota.h) */
+    DList keyed;        /* Request.access.link: requests with a key that wait or are held open (quota.h);
+                         * a dormant waiter's is off the list while it dozes (dormant.h) */
     struct Peers *peers; /* each peer's connections and half-sent requests (peers.h) */
     Proxy *proxy;       /* the guard's upstream calls */
     Guard *guard;       /* the guard's write queues */
@@ -79,6 +80,9 @@ typedef struct Server {
     DList waiting;     /* Request.wait.link: requests in a long-poll */
     DList suspended;   /* Request.slink: connections suspended now (waiting, held, proxied) */
     DList parked;      /* Request.park.link: waiters whose socket is ours (park.h) */
+    DList dormant;     /* Dormant.link: parked waiters kept as compact records (dormant.h) */
+    DList dormant_doomed; /* Dormant.link: ones to close, once a Request can be made for them */
+    DList dormant_woken;  /* Dormant.link: made Requests again, freed after the loop's batch */
     DList park_ready;  /* Request.park.rlink: parked requests whose answer can be written */
     DList park_writing; /* Request.park.rlink: parked answers waiting for room, by deadline */
     bool stopping;

@@ -12,6 +12,8 @@
 #include "api/selfmetrics.h"
 #include "api/watch.h"
 #include "core/leasehist.h"
+#include "net/dormant.h"
+#include "net/park.h"
 #include "guard/guard.h"
 #include "guard/proxy.h"
 #include "leasegate/web_assets.h"
@@ -287,8 +289,11 @@ void api_metrics(Request *req)
     gauge(f, "leasegate_waiters", "Acquires and campaigns waiting now (locks, semaphores and elections).", locktab_waiters(s->locks));
     gauge(f, "leasegate_semaphore_waiters", "Acquires of semaphores waiting now.", sc.waiters);
     gauge(f, "leasegate_connections_parked",
-          "Connections of waiting acquires held outside libmicrohttpd (a socket and a request each).",
-          s->parked.len);
+          "Connections of waiting acquires, watches and event long-polls held outside libmicrohttpd.",
+          park_connections(s));
+    gauge(f, "leasegate_waiters_dormant",
+          "Parked waiting acquires kept as a compact record while they wait (of leasegate_connections_parked).",
+          dormant_count(s));
     gauge(f, "leasegate_event_streams", "Open GET /v1/events/stream answers.", event_streams_open(s));
     gauge(f, "leasegate_event_polls", "GET /v1/events long-polls waiting for events.", events_polls(s));
     counter(f, "leasegate_event_rows_read_total",

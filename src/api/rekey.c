@@ -10,6 +10,7 @@
 #include "api/quota.h"
 #include "api/watch.h"
 #include "net/auth.h"
+#include "net/dormant.h"
 
 /* Does k still cover what req holds open: a lock name, or a listing's prefix? */
 static bool still_covers(const AuthKey *k, const char *name, bool listing)
@@ -22,6 +23,26 @@ static bool still_covers(const AuthKey *k, const char *name, bool listing)
         if (!strncmp(name, k->prefixes[i], strlen(k->prefixes[i])))
             return true;
     return false;
+}
+
+/* Whether access, which holds `name` open (a listing's prefix with
+ * `listing`), lost it at this reload: then *code and why say how. */
+static bool lost(const Server *s, const RequestAccess *access, const char *name, bool listing, ErrCode *code,
+                 char *why, size_t whylen)
+{
+    const AuthKey *old = access->key, *now = s->auth ? auth_find_same(s->auth, old, access->secret) : NULL;
+    if (now && !s->auth_error[0] && still_covers(now, name, listing))
+        return false;
+    *code = s->auth_error[0] ? ERR_OVERLOADED : now ? ERR_FORBIDDEN : ERR_UNAUTHORIZED;
+    if (s->auth_error[0])
+        snprintf(why, whylen, "the key file did not load at its last reload: no key is trusted until it does");
+    else if (now)
+        snprintf(why, whylen, "key '%s' no longer covers '%s' (the key file was reloaded)", old->name, name);
+    else
+        snprintf(why, whylen,
+                 "key '%s', or the secret of it this request presented, was removed (the key file was reloaded)",
+                 old->name);
+    return true;
 }
 
 static void recheck(void *ud, Request *req)
@@ -40,19 +61,10 @@ static void recheck(void *ud, Request *req)
         listing = true;
     } else
         return; /* answered already: only its end is to come */
-    const AuthKey *old = req->access.key, *now = s->auth ? auth_find_same(s->auth, old, req->access.secret) : NULL;
-    if (now && !s->auth_error[0] && still_covers(now, name, listing))
-        return;
-    ErrCode code = s->auth_error[0] ? ERR_OVERLOADED : now ? ERR_FORBIDDEN : ERR_UNAUTHORIZED;
+    ErrCode code;
     char why[300];
-    if (s->auth_error[0])
-        snprintf(why, sizeof why, "the key file did not load at its last reload: no key is trusted until it does");
-    else if (now)
-        snprintf(why, sizeof why, "key '%s' no longer covers '%s' (the key file was reloaded)", old->name, name);
-    else
-        snprintf(why, sizeof why,
-                 "key '%s', or the secret of it this request presented, was removed (the key file was reloaded)",
-                 old->name);
+    if (!lost(s, &req->access, name, listing, &code, why, sizeof why))
+        return;
     if (req->wait.waiter)
         api_waiter_revoked(req, code, why);
     else if (p && p->watch.on)
@@ -63,5 +75,38 @@ static void recheck(void *ud, Request *req)
         event_streams_end(req, code, why);
 }
 
-void rekey_reloaded(Server *s) { quota_each_keyed(s, recheck, s); }
+/* A dormant waiter's key (dormant.h: off Server.keyed while it dozes): woken
+ * only when it is to be answered. Those to answer are taken out of
+ * Server.dormant first, as answering one may wake others (a hand-off). */
+static void recheck_dormant(Server *s)
+{
+    DList lost_list = {0};
+    for (DLink *l = s->dormant.head, *next; l; l = next) {
+        next = l->next;
+        Dormant *d = DLIST_ITEM(l, Dormant, link);
+        ErrCode code;
+        char why[300];
+        if (d->access.key && d->waiter &&
+            lost(s, &d->access, locktab_waiter_lock(d->waiter), false, &code, why, sizeof why)) {
+            dlist_remove(&s->dormant, &d->link);
+            d->list = &lost_list;
+            dlist_append(&lost_list, &d->link);
+        }
+    }
+    while (lost_list.head) {
+        Dormant *d = DLIST_ITEM(lost_list.head, Dormant, link);
+        ErrCode code;
+        char why[300];
+        /* Decided again: the reasons were not kept for the moment in between. */
+        bool gone = lost(s, &d->access, locktab_waiter_lock(d->waiter), false, &code, why, sizeof why);
+        Request *req = dormant_wake(d); /* leaves lost_list, woken or doomed (closed once it can be) */
+        if (req && gone)
+            api_waiter_revoked(req, code, why);
+    }
+}
 
+void rekey_reloaded(Server *s)
+{
+    recheck_dormant(s);
+    quota_each_keyed(s, recheck, s);
+}

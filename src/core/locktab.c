@@ -447,6 +447,18 @@ static Grant *grant(Locktab *lt, Lock *lock, const uint8_t lease[LEASE_ID_BYTES]
     return g;
 }
 
+/* Sets *ctx to what w's last hook is called with (hooks.waking); false
+ * when hooks.waking could not give one (w then leaves with no hook). */
+static bool waking(Locktab *lt, const Waiter *w, void **ctx)
+{
+    if (!lt->hooks.waking) {
+        *ctx = w->ctx;
+        return true;
+    }
+    *ctx = lt->hooks.waking(lt->hooks.ud, w->ctx);
+    return *ctx != NULL;
+}
+
 static void unlink_waiter(Locktab *lt, Waiter *w)
 {
     dlist_remove(&w->lock->waiters, &w->link);
@@ -471,7 +483,11 @@ static void grant_next(Locktab *lt, Lock *lock, const Now *now, bool record)
     while ((w = first_waiter(lock)) && grantable(lock, w->mode, w->permits)) {
         bool wait_over = w->wait.entry.deadline_ms <= now->mono_ms;
         unlink_waiter(lt, w);
-        void *ctx = w->ctx;
+        void *ctx;
+        if (!waking(lt, w, &ctx)) {
+            waiter_free(w);
+            continue;
+        }
         /* grant() takes the waiter's strings only when it succeeds; it cannot
          * for lack of memory, and then this waiter times out now too. */
         GrantStrings gs = {w->owner, w->metadata, w->request_id, w->key, w->value};
@@ -1103,6 +1119,7 @@ NotHolderReason locktab_why_not(const Locktab *lt, LockKind kind, const char *na
     return lock->last_token > token ? REASON_SUPERSEDED : REASON_EXPIRED;
 }
 
+void locktab_waiter_set_ctx(Waiter *w, void *ctx) { w->ctx = ctx; }
 const char *locktab_waiter_lock(const Waiter *w) { return w->lock->name; }
 LockKind locktab_waiter_kind(const Waiter *w) { return (LockKind)w->lock->kind; }
 
@@ -1161,12 +1178,14 @@ void locktab_tick(Locktab *lt, const Now *now)
         } else {
             Waiter *w = CONTAINER_OF(d, Waiter, wait);
             Lock *lock = w->lock;
-            void *ctx = w->ctx;
             bool was_head = first_waiter(lock) == w;
             unlink_waiter(lt, w);
+            void *ctx;
+            bool woken = waking(lt, w, &ctx);
             waiter_free(w);
             lock_check(lt, lock);
-            lt->hooks.timed_out(lt->hooks.ud, ctx, lock);
+            if (woken)
+                lt->hooks.timed_out(lt->hooks.ud, ctx, lock);
             after_leaving(lt, lock, was_head, now);
         }
     }

@@ -202,6 +202,14 @@ typedef struct LocktabHooks {
     void (*holder_changed)(void *ud, const Lock *lock, const Holder *h);
     /* lock->value was written (locktab_set_value): its record. May be NULL. */
     void (*value_changed)(void *ud, const Lock *lock);
+    /* A queued waiter is about to leave the queue by a grant or a timeout,
+     * before anything is granted to it: returns the context its granted or
+     * timed_out hook is then called with (the caller may keep a waiter in a
+     * smaller form while it waits, and need the whole one to answer), or
+     * NULL when it cannot have one (out of memory): the waiter then leaves
+     * the queue as if cancelled, nothing granted and neither hook called.
+     * May be NULL: the context is used as it is. */
+    void *(*waking)(void *ud, void *waiter_ctx);
 } LocktabHooks;
 
 typedef struct LocktabLimits {
@@ -369,6 +377,8 @@ NotHolderReason locktab_why_not(const Locktab *lt, LockKind kind, const char *na
 /* Removes a waiter whose client went away. Its hooks are never called; the
  * waiters behind it may be granted (hooks.granted). */
 void locktab_cancel(Locktab *lt, Waiter *w, const Now *now);
+/* The context a waiter's hooks get from now on (its caller moved it). */
+void locktab_waiter_set_ctx(Waiter *w, void *ctx);
 /* The name a waiter waits for (valid while it waits), and its kind. */
 const char *locktab_waiter_lock(const Waiter *w);
 LockKind locktab_waiter_kind(const Waiter *w);

@@ -29,6 +29,7 @@
 
 #include "core/log.h"
 #include "net/accesslog.h"
+#include "net/dormant.h"
 #include "net/httphead.h"
 #include "net/listener.h"
 #include "net/park.h"
@@ -85,7 +86,9 @@ void http_resume(Request *req)
 
 void http_close_suspended(Server *s)
 {
+    dormant_close_all(s); /* woken (or let go of): parked requests now */
     park_close_all(s);
+    dormant_flush(s);     /* the records of the woken */
     while (s->suspended.head)
         http_close(DLIST_ITEM(s->suspended.head, Request, slink));
 }
@@ -606,6 +609,7 @@ static int socket_ready(LoopSource *src, uint32_t events)
 
 void http_cancel_waiters(Server *s)
 {
+    dormant_wake_all(s); /* those that cannot be are closed once they can (dormant.h) */
     while (s->waiting.head) {
         Request *req = DLIST_ITEM(s->waiting.head, Request, wait.link);
         s->app->left(req);
@@ -616,6 +620,7 @@ void http_cancel_waiters(Server *s)
 
 void http_stall_waiters(Server *s)
 {
+    dormant_wake_all(s);
     while (s->waiting.head) {
         Request *req = DLIST_ITEM(s->waiting.head, Request, wait.link);
         s->app->left(req);
@@ -950,9 +955,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         http_reply_error(req, ERR_NOT_FOUND, NULL, "no such endpoint: %s %s", method, url);
     req->in_handler = false;
     if (req->park.fd >= 0) {
-        /* Parked: libmicrohttpd closes its descriptor and forgets the request. */
+        /* Parked: libmicrohttpd closes its descriptor and forgets the request;
+         * a waiter keeps only its compact record while it waits. */
         req->conn = NULL;
         *con_cls = NULL;
+        if (dormant_doze(req))
+            request_free(req);
         return MHD_NO;
     }
     if (req->response && !req->suspended)
@@ -1127,7 +1135,7 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
     if (s->adding_back)
         return MHD_YES;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-    size_t open = (info ? info->num_connections : 0) + s->parked.len;
+    size_t open = (info ? info->num_connections : 0) + park_connections(s);
     return open < s->cfg.max_connections && peers_admit(s->peers, addr) ? MHD_YES : MHD_NO;
 }
 

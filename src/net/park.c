@@ -475,3 +475,8 @@ void park_close_all(Server *s)
     while (s->parked.head)
         finish(DLIST_ITEM(s->parked.head, Request, park.link), false);
 }
+
+size_t park_connections(const Server *s)
+{
+    return s->parked.len + s->dormant.len + s->dormant_doomed.len; /* dormant.h's, waiting or doomed */
+}

@@ -91,5 +91,8 @@ int64_t park_next_timeout_ms(const Server *s, const Now *now);
 void park_tick(Server *s, const Now *now);
 /* Shutdown: closes every parked connection. */
 void park_close_all(Server *s);
+/* Connections parked now: parked requests and dormant waiters (dormant.h).
+ * Shutdown closes the dormant first (http_close_suspended). */
+size_t park_connections(const Server *s);
 
 #endif

@@ -1043,7 +1043,7 @@ static void op_restart(FuzzIn *in)
     if (!same_boot) /* a new boot; its wall clock may also have been set back */
         m.now.wall_ms -= fuzz_u8(in) % 64;
     m.now.mono_ms = same_boot ? m.now.mono_ms + pause : 1 + b / 2;
-    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL};
+    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL, NULL};
     m.lt = locktab_new(&m.limits, &hooks);
     CHECK(m.lt != NULL, "locktab_new failed");
     m.expiries = m.forgotten = 0;
@@ -1152,7 +1152,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     m.limits.forget_idle_ms = 1 + fuzz_u8(&in) % 80;
     m.now.mono_ms = 1000 + fuzz_u8(&in);
     m.now.wall_ms = 1700000000000LL + fuzz_u8(&in) * 1000LL;
-    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL};
+    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL, NULL};
     m.lt = locktab_new(&m.limits, &hooks);
     CHECK(m.lt != NULL, "locktab_new failed");
     if (fuzz_tracing())

@@ -891,7 +891,7 @@ static void op_restart(FuzzIn *in)
     locktab_free(m.lt);
     m.now.mono_ms += pause;
     m.now.wall_ms += pause;
-    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL};
+    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL, NULL};
     m.lt = locktab_new(&m.limits, &hooks);
     CHECK(m.lt != NULL, "locktab_new");
     for (int k = 0; k < m.nwaiters; k++)
@@ -970,7 +970,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     m.limits.lease_history = MAX_LEASES * 2; /* nothing is ever forgotten: reasons are exact */
     m.limits.forget_idle_ms = 40 + fuzz_u8(&in) % 100;
     m.now = (Now){1000, 1000 + WALL_OFFSET};
-    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL};
+    LocktabHooks hooks = {NULL, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, on_holder_changed, NULL, NULL};
     m.lt = locktab_new(&m.limits, &hooks);
     CHECK(m.lt != NULL, "locktab_new");
     if (fuzz_tracing())

@@ -211,6 +211,43 @@ class ParkingTests(harness.ServerTestCase):
         self.assertEqual((st, json.loads(body)["owner"]), (200, "w2"), body)
         self.srv.release(name, json.loads(body)["lease"])
 
+    def test_waiters_doze_and_are_woken_every_way(self):
+        """A parked waiter is kept as a compact record while it waits (dormant.h,
+        `leasegate_waiters_dormant`), and made a whole request again for each
+        way its wait can end: a timeout, a hang-up, a grant, in FIFO order."""
+        name = "park/doze"
+        dormant = lambda: self.srv.metric("leasegate_waiters_dormant")
+        holder = self.hold(name)
+        a = self.send_waiter(name, acquire_bytes(name, "a", 60000), queued=1)
+        b = self.send_waiter(name, acquire_bytes(name, "b", 300), queued=2)
+        c = self.send_waiter(name, acquire_bytes(name, "c", 60000), queued=3)
+        d = self.send_waiter(name, acquire_bytes(name, "d", 60000), queued=4)
+        self.assertEqual((self.parked(), dormant()), (4, 4))
+        # b's wait runs out: woken to answer 409, its connection serves on.
+        st, _, body = b[1].read_response()
+        self.assertEqual((st, json.loads(body)["error"]), (409, "lock_held"), body)
+        b[0].sendall(get_bytes("/v1/locks/" + name))
+        st, _, body = b[1].read_response()
+        self.assertEqual((st, json.loads(body)["waiters"]), (200, 3), body)
+        self.assertEqual(dormant(), 3)
+        # a hangs up: woken to leave the queue.
+        a[0].close()
+        self.wait_queued(name, 2)
+        self.assertEqual((self.parked(), dormant()), (2, 2))
+        # The release hands the lock to c (the oldest left), woken before its grant,
+        # then c's release to d.
+        self.srv.release(name, holder["lease"])
+        st, _, body = c[1].read_response()
+        self.assertEqual((st, json.loads(body)["owner"]), (200, "c"), body)
+        self.assertEqual(dormant(), 1)
+        c[0].sendall(release_bytes(name, json.loads(body)["lease"]))
+        self.assertEqual(c[1].read_response()[0], 200)
+        st, _, body = d[1].read_response()
+        self.assertEqual((st, json.loads(body)["owner"]), (200, "d"), body)
+        self.assertEqual((self.parked(), dormant()), (0, 0))
+        d[0].sendall(release_bytes(name, json.loads(body)["lease"]))
+        self.assertEqual(d[1].read_response()[0], 200)
+
 
 def socket_send_queue(server_port, client_port):
     """(bytes queued to send, send buffer size) of the server's side of one

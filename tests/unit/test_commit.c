@@ -264,7 +264,8 @@ int main(int argc, char **argv)
     CHECK(!commit_pending(c));
     commit_keep_history(c, 3);
     LocktabLimits limits = {1000, 1000, 10, 16, 600000};
-    LocktabHooks hooks = {NULL, on_changed, NULL, NULL, on_forgotten, on_ended, on_holder_changed, on_value_changed};
+    LocktabHooks hooks = {NULL, on_changed, NULL, NULL, on_forgotten, on_ended, on_holder_changed, on_value_changed,
+                          NULL};
     Locktab *lt = locktab_new(&limits, &hooks);
     locktab_continue_history(lt, 105); /* its ended leases come after the five below */
 

@@ -48,6 +48,13 @@ static void test_strings(void)
                                           "ok\xc3(", "\xe2\x28\xa1"};
     for (size_t i = 0; i < sizeof INVALID / sizeof INVALID[0]; i++)
         same_as_jansson(INVALID[i], strlen(INVALID[i]));
+    /* Plain runs cut by escapes anywhere: every pair of ASCII bytes, between
+     * plain text, at the start and at the end. */
+    for (int c = 0; c < 0x80; c++)
+        for (int d = 0; d < 0x80; d++) {
+            char s[6] = {(char)c, 'a', 'b', (char)d, (char)c, (char)d};
+            same_as_jansson(s, sizeof s);
+        }
     /* A NUL inside a string, and one long enough to make the buffer grow. */
     same_as_jansson("a\0b", 3);
     char big[5000];
@@ -96,6 +103,34 @@ static void test_object(void)
     free(mine);
 }
 
+/* Keys are escaped as strings are (the answers' keys never need it, and are
+ * copied whole). */
+static void test_keys_escaped(void)
+{
+    JsonW w;
+    jsonw_begin(&w);
+    jsonw_int(&w, "plain", 1);
+    jsonw_str(&w, "quote \" back \\ tab \t caf\xc3\xa9", "v");
+    jsonw_bool(&w, "\x01", true);
+    size_t len;
+    char *mine = jsonw_end_new(&w, &len);
+    json_t *obj = json_object();
+    json_object_set_new(obj, "plain", json_integer(1));
+    json_object_set_new(obj, "quote \" back \\ tab \t caf\xc3\xa9", json_string("v"));
+    json_object_set_new(obj, "\x01", json_true());
+    char *theirs = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(obj);
+    CHECK(mine && theirs && strcmp(mine, theirs) == 0 && len == strlen(theirs));
+    if (mine && theirs && strcmp(mine, theirs) != 0)
+        fprintf(stderr, "  expected %s\n  got      %s\n", theirs, mine);
+    free(mine);
+    free(theirs);
+    /* A key that is not UTF-8 fails the text, as a value does. */
+    jsonw_begin(&w);
+    jsonw_int(&w, "bad \xff", 1);
+    CHECK(jsonw_end_new(&w, &len) == NULL);
+}
+
 /* A string that is not UTF-8 fails the whole text, whatever comes after it. */
 static void test_failure_is_the_whole_text(void)
 {
@@ -113,6 +148,7 @@ int main(void)
 {
     test_strings();
     test_object();
+    test_keys_escaped();
     test_failure_is_the_whole_text();
     return check_report("jsonw");
 }

@@ -20,6 +20,9 @@ typedef struct Rec {
     int ntimed_out;
     uint64_t last_token_seen;
     bool tokens_monotonic;
+    int woken[64]; /* waiter ids in the order hooks.waking saw them */
+    int nwoken;
+    int refuse_wake; /* hooks.waking answers NULL for this waiter id (0: none) */
 } Rec;
 
 static void on_changed(void *ud, const Lock *lock)
@@ -43,6 +46,16 @@ static void on_timed_out(void *ud, void *ctx, const Lock *lock)
     (void)lock;
     Rec *r = ud;
     r->timed_out[r->ntimed_out++] = (int)(intptr_t)ctx;
+}
+
+/* The context is the waiter's id; the grant hooks then get it plus 100, as a
+ * gateway's get the Request its dormant waiter was made into. */
+static void *on_waking(void *ud, void *ctx)
+{
+    Rec *r = ud;
+    int id = (int)(intptr_t)ctx;
+    r->woken[r->nwoken++] = id;
+    return id == r->refuse_wake ? NULL : (void *)(intptr_t)(id + 100);
 }
 
 static void on_lease(void *ud, const Lock *lock, const Holder *h)
@@ -89,7 +102,7 @@ static Locktab *table(size_t max_waiters_per_lock)
     memset(&rec, 0, sizeof rec);
     rec.tokens_monotonic = true;
     LocktabLimits limits = {1000, 1000, max_waiters_per_lock, 128, 60000};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease, on_value};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease, on_value, NULL};
     return locktab_new(&limits, &hooks);
 }
 
@@ -126,6 +139,46 @@ static void test_fifo_and_one_wakeup(void)
     CHECK(locktab_release(lt, KIND_LOCK, "a", ids[5], NULL, &now, &left) == LOCK_OK);
     CHECK(!locktab_is_held(locktab_get(lt, KIND_LOCK, "a")));
     CHECK(rec.tokens_monotonic);
+    locktab_check(lt);
+    locktab_free(lt);
+}
+
+/* hooks.waking (a gateway's dormant waiters, net/dormant.h): asked before
+ * every grant and timeout, its context is what the grant hooks get; a
+ * waiter it cannot wake leaves the queue with nothing granted and no hook,
+ * and the next one is served. A context moved while waiting is the one
+ * asked about. */
+static void test_waking(void)
+{
+    memset(&rec, 0, sizeof rec);
+    LocktabLimits limits = {1000, 1000, 100, 128, 60000};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_lease_ended, on_lease, on_value,
+                          on_waking};
+    Locktab *lt = locktab_new(&limits, &hooks);
+    const Lock *lock;
+    Waiter *w, *w2;
+    CHECK(acquire(lt, "k", 0, 1000, 0, &lock, &w) == LOCK_OK);
+    CHECK(acquire(lt, "k", 1, 1000, 5000, &lock, &w) == LOCK_QUEUED);
+    CHECK(acquire(lt, "k", 2, 1000, 5000, &lock, &w2) == LOCK_QUEUED);
+    CHECK(acquire(lt, "k", 3, 1000, 50, &lock, &w) == LOCK_QUEUED);
+    locktab_waiter_set_ctx(w2, (void *)(intptr_t)12);
+    rec.refuse_wake = 1;
+    uint64_t last = locktab_last_token(lt);
+    uint32_t left;
+    CHECK(locktab_release(lt, KIND_LOCK, "k", ids[0], NULL, &now, &left) == LOCK_OK);
+    /* 1 could not be woken: dropped, nothing granted to it; 2 (its context
+     * moved to 12) is granted with the context its waking gave. */
+    CHECK(rec.nwoken == 2 && rec.woken[0] == 1 && rec.woken[1] == 12);
+    CHECK(rec.ngranted == 1 && rec.granted[0] == 112);
+    CHECK(locktab_last_token(lt) == last + 1);
+    CHECK(lock->waiters.len == 1);
+    /* A timeout is asked about too; refused, it is dropped without a hook. */
+    rec.refuse_wake = 3;
+    now.mono_ms += 50;
+    locktab_tick(lt, &now);
+    CHECK(rec.nwoken == 3 && rec.woken[2] == 3 && rec.ntimed_out == 0);
+    CHECK(lock->waiters.len == 0);
+    CHECK(locktab_waiters(lt) == 0);
     locktab_check(lt);
     locktab_free(lt);
 }
@@ -413,7 +466,7 @@ static void on_ended(void *ud, void *actor, const Lock *lock, const Holder *h, i
 static void test_history_newest_kept_at_restart(void)
 {
     LocktabLimits limits = {1000, 1000, 10, 1, 60000}; /* history of one lease */
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, NULL, NULL};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, on_ended, NULL, NULL, NULL};
     Locktab *lt = locktab_new(&limits, &hooks);
     Holder dead = {.owner = "o", .metadata = "{}", .token = 2, .ttl_ms = 3, .acquired_at_ms = now.wall_ms - 10,
                    .expires_at_ms = now.wall_ms - 7, .deadline_ms = now.mono_ms - 7, .count = 1};
@@ -969,7 +1022,7 @@ static void test_lease_lookups_do_not_walk_the_holders(void)
     static uint8_t leases[CROWD][LEASE_ID_BYTES];
     memset(&rec, 0, sizeof rec);
     LocktabLimits limits = {1000, 1000, 100, 128, 60000};
-    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, NULL, NULL, NULL};
+    LocktabHooks hooks = {&rec, on_changed, on_granted, on_timed_out, on_forgotten, NULL, NULL, NULL, NULL};
     Locktab *lt = locktab_new(&limits, &hooks);
     const Lock *lock;
     const Holder *h;
@@ -1032,6 +1085,7 @@ int main(void)
     test_answers_of_a_grant();
     test_request_id_replays();
     test_fifo_and_one_wakeup();
+    test_waking();
     test_expiry_hands_over();
     test_wait_timeout_and_cancel();
     test_reentry_and_renew();
