@@ -8,6 +8,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <malloc.h>
+#include <sched.h>
 #include <microhttpd.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -96,10 +97,10 @@ static void note_stall(Server *s)
     commit_stall_end(s->commit);
 }
 
-static int commit_ready(LoopSource *src, uint32_t events)
+/* The batch in flight is durable (or failed): its holds run. -1 when
+ * storage failed (nothing more may be sent). */
+static int collect_commit(Server *s)
 {
-    (void)events;
-    Server *s = CONTAINER_OF(src, Run, commit)->s;
     if (s->deposed)
         return 0; /* its holds were answered 503 already */
     if (commit_done(s->commit) < 0) {
@@ -128,6 +129,46 @@ static int commit_ready(LoopSource *src, uint32_t events)
      * its own batch. */
     commit_flush(s->commit);
     return 0;
+}
+
+static int commit_ready(LoopSource *src, uint32_t events)
+{
+    (void)events;
+    return collect_commit(CONTAINER_OF(src, Run, commit)->s);
+}
+
+static int64_t elapsed_ns(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)(t.tv_sec - t0->tv_sec) * 1000000000 + (t.tv_nsec - t0->tv_nsec);
+}
+
+/* Instead of sleeping until the writer's eventfd, polls for the end of a
+ * short commit (commit.h: commit_poll_begin) and for the loop's sources,
+ * yielding the CPU between polls. 1 when something was done (the commit
+ * collected, or sources called), 0 when nothing was (sleep as usual), -1
+ * when storage failed or a source stopped the loop. */
+static int poll_commit(Run *r, int timeout_ms)
+{
+    Server *s = r->s;
+    if (timeout_ms == 0 || s->deposed || !commit_poll_begin(s->commit))
+        return 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int called = 0;
+    while (!commit_poll_done(s->commit) && elapsed_ns(&t0) < COMMIT_POLL_NS) {
+        called = loop_wait(s->loop, 0);
+        if (called != 0)
+            break;
+        sched_yield();
+    }
+    bool done = commit_poll_end(s->commit);
+    if (called < 0)
+        return -1;
+    if (done && collect_commit(s) < 0)
+        return -1;
+    return called > 0 || done;
 }
 
 /* The election's thread says leadership is lost (gateway.c wrote why). */
@@ -219,7 +260,9 @@ static int turn(Run *r, int cap_ms)
 {
     Server *s = r->s;
     assert(thread_owns(&s->owner));
-    if (loop_wait(s->loop, next_timeout_ms(s, cap_ms)) < 0)
+    int timeout_ms = next_timeout_ms(s, cap_ms);
+    int polled = poll_commit(r, timeout_ms);
+    if (polled < 0 || (polled == 0 && loop_wait(s->loop, timeout_ms) < 0))
         return -1;
     Now now = clock_now();
     if (!s->stalled) {

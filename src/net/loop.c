@@ -68,5 +68,5 @@ int loop_wait(Loop *l, int timeout_ms)
         if (src->ready(src, events[i].events) < 0)
             return -1;
     }
-    return 0;
+    return n;
 }

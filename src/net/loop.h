@@ -31,7 +31,8 @@ bool loop_watch(Loop *l, int fd, uint32_t events, LoopSource *src);
 bool loop_rewatch(Loop *l, int fd, uint32_t events, LoopSource *src);
 void loop_unwatch(Loop *l, int fd);
 /* Sleeps until a source is ready or timeout_ms passes (-1: no limit), and
- * calls the ready ones. 0, or -1 when epoll failed or a source stopped the batch. */
+ * calls the ready ones. How many were called (0: the timeout passed, or a
+ * signal came), or -1 when epoll failed or a source stopped the batch. */
 int loop_wait(Loop *l, int timeout_ms);
 
 #endif

@@ -57,12 +57,17 @@ struct Commit {
     Batch *inflight; /* see the states above */
     _Atomic int state;
     _Atomic bool writer_sleeping;
+    /* The loop polls for the end of the batch in flight (commit_poll_begin):
+     * the writer need not write the eventfd. With state, a Dekker pair. */
+    _Atomic bool loop_polling;
     _Atomic bool stop;
     int efd;
     pthread_t writer;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     CommitStats stats;
+    double last_seconds;     /* how long the last batch with rows took to commit (loop's) */
+    size_t inflight_holds;   /* holds of the batch in flight when it was handed over (loop's) */
     uint64_t history_keep; /* see commit_keep_history */
     ThreadOwner owner; /* the loop (threads.h): it fills the pending batch and collects the done one */
     /* While the holds of a batch with a snapshot run: the copy (owned) or -1. */
@@ -235,7 +240,9 @@ static void *writer_main(void *arg)
         }
         clock_gettime(CLOCK_MONOTONIC, &idle_since);
         atomic_store(&c->state, INFLIGHT_DONE);
-        wake_loop(c);
+        /* A polling loop sees the state itself (commit_poll_end). */
+        if (!atomic_load(&c->loop_polling))
+            wake_loop(c);
     }
     return NULL;
 }
@@ -653,6 +660,7 @@ void commit_flush(Commit *c)
         return;
     c->pending = c->inflight;
     c->inflight = b;
+    c->inflight_holds = b->holds.len;
     atomic_store(&c->state, INFLIGHT_HANDED);
     if (atomic_load(&c->writer_sleeping)) {
         pthread_mutex_lock(&c->mu);
@@ -670,6 +678,7 @@ static void record_stats(Commit *c, const Batch *b)
     c->stats.commits++;
     c->stats.rows += b->n;
     c->stats.seconds_total += b->seconds;
+    c->last_seconds = b->seconds;
     double ms = b->seconds * 1000;
     for (int i = 0; i < COMMIT_LATENCY_BUCKETS; i++)
         if (ms <= COMMIT_LATENCY_BOUNDS_MS[i])
@@ -743,6 +752,25 @@ void commit_fail_holds(Commit *c)
     fail_batch_holds(c->pending);
     fail_batch_holds(&c->stall_check);
     fail_batch_holds(&c->stall_wait);
+}
+
+bool commit_poll_begin(Commit *c)
+{
+    assert(thread_owns(&c->owner));
+    if (atomic_load(&c->state) != INFLIGHT_HANDED || c->inflight_holds > COMMIT_POLL_HOLDS ||
+        c->last_seconds * 1e9 > COMMIT_POLL_NS / 2)
+        return false;
+    atomic_store(&c->loop_polling, true);
+    return true;
+}
+
+bool commit_poll_done(const Commit *c) { return atomic_load(&c->state) == INFLIGHT_DONE; }
+
+bool commit_poll_end(Commit *c)
+{
+    assert(thread_owns(&c->owner));
+    atomic_store(&c->loop_polling, false);
+    return atomic_load(&c->state) == INFLIGHT_DONE;
 }
 
 int commit_sync(Commit *c)

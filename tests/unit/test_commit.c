@@ -3,6 +3,8 @@
  * "requests" share batches, holds run only after their batch is durable, and
  * a reopened store loads exactly what was committed.
  */
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -247,6 +249,56 @@ static void wait_done(Commit *c)
     CHECK(commit_done(c) == 0);
 }
 
+/* The loop's short wait (commit_poll_begin): a polled batch's holds run once
+ * it is done, whether or not its eventfd was written; a batch ended while the
+ * loop stopped polling still wakes it (no lost wake-up); a big batch is not
+ * polled. Whether a batch is polled depends on how long the last commit took,
+ * so both ways are checked for what must hold. */
+static void poll_batches(Commit *c)
+{
+    int polled = 0;
+    for (int round = 0; round < 20; round++) {
+        Probe p = {{.ready = on_ready}, 0};
+        CHECK(commit_fence(c, "polled", 100 + (uint64_t)round));
+        commit_hold(c, &p.hold);
+        commit_flush(c);
+        bool poll = commit_poll_begin(c);
+        polled += poll;
+        if (!poll) {
+            wait_done(c);
+        } else if (round % 2) {
+            /* Stop at once: done already, or the writer writes the eventfd. */
+            if (commit_poll_end(c))
+                CHECK(commit_done(c) == 0);
+            else
+                wait_done(c);
+        } else {
+            struct timespec t0, t;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            do
+                clock_gettime(CLOCK_MONOTONIC, &t);
+            while (!commit_poll_done(c) && t.tv_sec - t0.tv_sec < 10);
+            CHECK(commit_poll_end(c));
+            CHECK(commit_done(c) == 0);
+        }
+        CHECK(p.ready == 1 && !commit_held(&p.hold));
+        CHECK(!commit_pending(c));
+    }
+    fprintf(stderr, "commit: %d of 20 batches polled (the others' last commit was slow)\n", polled);
+    /* More holds than a client or two: throughput-bound, the loop sleeps. */
+    Probe many[COMMIT_POLL_HOLDS + 1];
+    CHECK(commit_fence(c, "polled", 200));
+    for (int i = 0; i <= COMMIT_POLL_HOLDS; i++) {
+        many[i] = (Probe){{.ready = on_ready}, 0};
+        commit_hold(c, &many[i].hold);
+    }
+    commit_flush(c);
+    CHECK(!commit_poll_begin(c));
+    wait_done(c);
+    for (int i = 0; i <= COMMIT_POLL_HOLDS; i++)
+        CHECK(many[i].ready == 1);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = argc > 1 ? argv[1] : "commit-test.db";
@@ -447,6 +499,12 @@ int main(int argc, char **argv)
     last_holder_name[0] = '\0';
     CHECK(store_load(st, &cb, &last_token) == 0);
     CHECK(loaded_deadline_of_k7 == -1);
+    Commit *pc = commit_new(st, err, sizeof err);
+    CHECK(pc != NULL);
+    if (pc) {
+        poll_batches(pc);
+        commit_free(pc);
+    }
     store_close(st);
     return check_report("commit");
 }
