@@ -7,7 +7,8 @@
  * it is durable. One writer thread commits one batch at a time; while it does,
  * the next batch fills up, so the cost of an fsync is shared by all the
  * requests that arrive during the previous one. When a batch is durable the
- * writer wakes the loop (eventfd) and the loop releases that batch's holds.
+ * writer wakes the loop (eventfd), or the loop, polling for a short batch's
+ * end (commit_poll_begin), sees it; the loop then releases its holds.
  *
  * Invariant: batches are committed in the order they were filled, so a hold
  * released after batch N is durable never reveals a change from batch N+1.
