@@ -3,7 +3,6 @@
  * GET /v1/semaphores/NAME, and their listings GET /v1/locks and
  * GET /v1/semaphores. Never a lease id (lockview.h).
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "api/access.h"
@@ -165,7 +164,6 @@ static void list(Request *req, LockKind kind)
 {
     const char *prefix = http_query(req, "prefix");
     const char *after = http_query(req, "after");
-    const char *limit_s = http_query(req, "limit");
     if (!prefix)
         prefix = "";
     if (*prefix && !body_check_name(req, "prefix", prefix))
@@ -174,16 +172,9 @@ static void list(Request *req, LockKind kind)
         return;
     if (after && !body_check_name(req, "after", after))
         return;
-    long limit = LIST_DEFAULT;
-    if (limit_s) {
-        char *end;
-        limit = strtol(limit_s, &end, 10);
-        if (!*limit_s || *end || limit < 1 || limit > LIST_MAX) {
-            http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "limit"),
-                               "query parameter 'limit' must be an integer in 1..%d", LIST_MAX);
-            return;
-        }
-    }
+    long long limit;
+    if (!query_int(req, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit))
+        return;
     /* About 8 KiB of raw references, on the loop thread's stack. */
     ListCtx ctx = {.req = req, .lt = req->srv->locks, .kind = kind, .now = clock_now(), .locks = json_array()};
     if (!ctx.locks) {
