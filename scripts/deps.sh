@@ -35,8 +35,8 @@
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
-BUILD="build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev uuid-dev libcurl4-openssl-dev libgnutls28-dev nettle-dev libexpat1-dev zlib1g-dev"
-RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 libgnutls30 libnettle8 libexpat1 zlib1g ca-certificates"
+BUILD="build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev uuid-dev libcurl4-openssl-dev libnghttp2-dev libgnutls28-dev nettle-dev libexpat1-dev zlib1g-dev"
+RUNTIME="libmicrohttpd12 libjansson4 libsqlite3-0 libuuid1 libcurl4 libnghttp2-14 libgnutls30 libnettle8 libexpat1 zlib1g ca-certificates"
 case "${1:-}" in
   "") PKGS="$BUILD" ;;
   --test)

@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "store/etcd_auth.h"
+#include "store/h2c.h"
 #include "store/jsondump.h"
 
 /* A dead member on a reachable machine refuses at once; one whose machine is
@@ -26,8 +27,8 @@
 struct EtcdClient {
     EtcdUrl url;
     CURL *curl;      /* JSON calls (HTTP/1.1) */
-    CURL *grpc_curl; /* gRPC calls (HTTP/2), made at the first; NULL before */
-    bool h2c_open[ETCD_MAX_ENDPOINTS]; /* a plain-HTTP/2 connection to endpoint i is likely kept (grpc_attempt) */
+    CURL *grpc_curl; /* gRPC calls over TLS (HTTP/2), made at the first; NULL before */
+    H2c *h2c;        /* gRPC calls over plain TCP (HTTP/2), made at the first; NULL before */
     size_t current; /* the endpoint that answered last: tried first */
     long timeout_ms;
     long first_timeout_ms; /* etcd_client_retry: the first attempt's bound; 0: timeout_ms */
@@ -165,6 +166,7 @@ void etcd_client_free(EtcdClient *c)
     memset(c->token, 0, sizeof c->token);
     curl_easy_cleanup(c->curl);
     grpc_forget_connections(c);
+    h2c_free(c->h2c);
     free(c);
     curl_global_cleanup();
 }
@@ -603,15 +605,13 @@ static bool grpc_unframe(const Buf *body, PbBuf *answer)
     return true;
 }
 
-static int grpc_perform(EtcdClient *c, CURL *h, const char *target, long version, long timeout_ms,
-                        const GrpcCall *gc, struct curl_slist *headers, GrpcAnswer *a, CURLcode *rc)
+static int grpc_perform(EtcdClient *c, CURL *h, const char *target, long timeout_ms, const GrpcCall *gc,
+                        struct curl_slist *headers, GrpcAnswer *a, CURLcode *rc)
 {
     curl_easy_reset(h);
     if (!common_options(c, h, target, timeout_ms))
         return -1;
-    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, version);
-    /* never a kept connection with prior knowledge (grpc_attempt) */
-    curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, version == CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE ? 1L : 0L);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(h, CURLOPT_MAXCONNECTS, (long)ETCD_MAX_ENDPOINTS);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, (const char *)gc->frame->data);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)gc->frame->len);
@@ -624,111 +624,146 @@ static int grpc_perform(EtcdClient *c, CURL *h, const char *target, long version
     return 0;
 }
 
-/* Closes every connection the gRPC handle kept. */
+/* Closes every connection the gRPC calls kept. */
 static void grpc_forget_connections(EtcdClient *c)
 {
     if (c->grpc_curl)
         curl_easy_cleanup(c->grpc_curl);
     c->grpc_curl = NULL;
-    memset(c->h2c_open, 0, sizeof c->h2c_open);
+    if (c->h2c)
+        h2c_close(c->h2c);
 }
 
-/* One gRPC attempt (AttemptFn). Over TLS, HTTP/2 is agreed in the
- * handshake (ALPN) and the connection kept between calls. Over plain TCP it
- * is spoken at once ("prior knowledge"): Debian 12's libcurl (7.88.1) fails
- * a call in that mode on a connection it kept (curl issue 10634, fixed in
- * 8.0), but finds and uses that connection when the call asks for HTTP/2
- * with an upgrade instead. So a call on an endpoint with a kept connection
- * asks that way, and one without asks for a new connection with prior
- * knowledge. When the kept connection is gone by then, libcurl opens a new
- * one and sends the request as HTTP/1.1, which etcd's HTTP side answers
- * without touching anything (no such path): the call is made again at once
- * on a new connection. After any attempt that did not end in an HTTP/2
- * answer, every kept connection is closed: HTTP/2 ends a timed-out call by
+/* How a gRPC attempt's transfer ended, whichever way it went. */
+typedef enum GrpcTransfer {
+    GRPC_ANSWERED,  /* an HTTP/2 answer came: status and a are set */
+    GRPC_FAILED,    /* no answer: err, *timed_out and c->failed_as are set */
+    GRPC_NOT_H2,    /* an answer, but not in HTTP/2: status is set */
+    GRPC_CANCELLED,
+    GRPC_NOMEM
+} GrpcTransfer;
+
+/* Over TLS: libcurl, HTTP/2 agreed in the handshake (ALPN), the connection
+ * kept between calls. After any attempt that did not end in an HTTP/2
+ * answer, the kept connection is closed: HTTP/2 ends a timed-out call by
  * resetting its stream only, and the connection it leaves may be one that
  * never answers again. */
-static int grpc_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_out, void *call, char *err,
-                        size_t errlen)
+static GrpcTransfer grpc_tls(EtcdClient *c, const char *endpoint, long timeout_ms, bool *timed_out,
+                             const GrpcCall *gc, GrpcAnswer *a, long *status, char *err, size_t errlen)
 {
-    const GrpcCall *gc = call;
-    const char *endpoint = c->url.endpoints[at];
-    bool tls = !strncmp(endpoint, "https:", 6);
-    *timed_out = false;
-    char target[512];
+    char target[512], token[sizeof c->token + 16];
     snprintf(target, sizeof target, "%s%s", endpoint, gc->method);
-    char token[sizeof c->token + 16];
     snprintf(token, sizeof token, "token: %s", c->token); /* the metadata etcd reads the auth token from */
     struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/grpc");
     struct curl_slist *more = headers ? curl_slist_append(headers, "TE: trailers") : NULL;
     if (more && c->token[0])
         more = curl_slist_append(more, token);
-    if (!more) {
-        curl_slist_free_all(headers);
-        snprintf(err, errlen, "out of memory");
-        return -1;
+    if (!more || (!c->grpc_curl && !(c->grpc_curl = curl_easy_init()))) {
+        curl_slist_free_all(more ? more : headers);
+        return GRPC_NOMEM;
     }
     headers = more;
-    int result = -1;
-    for (int tries = 0; tries < 2; tries++) {
-        if (!c->grpc_curl && !(c->grpc_curl = curl_easy_init())) {
-            snprintf(err, errlen, "out of memory");
-            break;
-        }
-        bool reuse = !tls && c->h2c_open[at];
-        long want = tls ? CURL_HTTP_VERSION_2TLS : reuse ? CURL_HTTP_VERSION_2_0 : CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE;
-        GrpcAnswer a = {.status = -1};
-        CURLcode rc;
-        if (grpc_perform(c, c->grpc_curl, target, want, timeout_ms, gc, headers, &a, &rc)) {
-            snprintf(err, errlen, "out of memory");
-            break;
-        }
-        long status = 0, version = 0;
-        curl_easy_getinfo(c->grpc_curl, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_getinfo(c->grpc_curl, CURLINFO_HTTP_VERSION, &version);
-        bool h2 = rc == CURLE_OK && version == CURL_HTTP_VERSION_2_0;
-        if (!h2)
-            grpc_forget_connections(c);
-        else if (!tls)
-            c->h2c_open[at] = true;
-        bool again = reuse && rc == CURLE_OK && !h2;
-        if (a.body.nomem) {
-            snprintf(err, errlen, "out of memory reading etcd's answer");
-        } else if (again) {
-            free(a.body.data);
-            continue; /* the kept connection was gone: see above */
-        } else if (rc == CURLE_ABORTED_BY_CALLBACK) {
-            snprintf(err, errlen, "cancelled");
-        } else if (rc != CURLE_OK) {
-            transport_error(c, endpoint, rc, err, errlen);
-            *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
-            c->failed_as = (int)kind_of_transfer(rc);
-            result = 1;
-        } else if (version != CURL_HTTP_VERSION_2_0 || status != 200) {
-            snprintf(err, errlen, "%s%s: HTTP %ld%s", endpoint, gc->method, status,
-                     version != CURL_HTTP_VERSION_2_0 ? " (not HTTP/2: is this etcd's client URL?)" : "");
-            result = status >= 500 || status == 429 ? 1 : -1;
-            c->failed_as = (int)kind_of_refusal(result == 1, NULL);
-        } else if (a.status < 0) {
-            snprintf(err, errlen, "%s%s: no gRPC status in the answer", endpoint, gc->method);
-            c->failed_as = ETCD_ERR_UNAVAILABLE;
-            result = 1;
-        } else if (a.status != 0) {
-            snprintf(err, errlen, "%s%s: gRPC status %d: %s", endpoint, gc->method, a.status, a.message);
-            result = grpc_retryable(a.status) && !alarm_refusal(a.message) ? 1 : -1;
-            c->failed_as = (int)kind_of_refusal(result == 1, a.message);
-        } else if (!grpc_unframe(&a.body, gc->answer)) {
-            snprintf(err, errlen, "%s%s: the answer is not one gRPC message", endpoint, gc->method);
-            c->failed_as = ETCD_ERR_UNAVAILABLE;
-            result = 1;
-        } else if (gc->answer->nomem) {
-            snprintf(err, errlen, "out of memory reading etcd's answer");
-        } else {
-            result = 0;
-        }
-        free(a.body.data);
-        break;
-    }
+    CURLcode rc;
+    int built = grpc_perform(c, c->grpc_curl, target, timeout_ms, gc, headers, a, &rc);
     curl_slist_free_all(headers);
+    if (built)
+        return GRPC_NOMEM;
+    long version = 0;
+    curl_easy_getinfo(c->grpc_curl, CURLINFO_RESPONSE_CODE, status);
+    curl_easy_getinfo(c->grpc_curl, CURLINFO_HTTP_VERSION, &version);
+    if (rc != CURLE_OK || version != CURL_HTTP_VERSION_2_0)
+        grpc_forget_connections(c);
+    if (rc == CURLE_ABORTED_BY_CALLBACK)
+        return GRPC_CANCELLED;
+    if (rc != CURLE_OK) {
+        transport_error(c, endpoint, rc, err, errlen);
+        *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+        c->failed_as = (int)kind_of_transfer(rc);
+        return GRPC_FAILED;
+    }
+    return version == CURL_HTTP_VERSION_2_0 ? GRPC_ANSWERED : GRPC_NOT_H2;
+}
+
+/* Over plain TCP: HTTP/2 spoken at once ("prior knowledge") on a connection
+ * h2c.h keeps, each call's frames in one write (libcurl's cost per call was
+ * most of what the gateway added to a commit: docs/BENCHMARKS.md, round 4). */
+static GrpcTransfer grpc_h2c(EtcdClient *c, const char *endpoint, long timeout_ms, bool *timed_out,
+                             const GrpcCall *gc, GrpcAnswer *a, long *status, char *err, size_t errlen)
+{
+    if (!c->h2c && !(c->h2c = h2c_new()))
+        return GRPC_NOMEM;
+    /* "http://HOST:PORT", HOST perhaps an IPv6 address in brackets. */
+    const char *hostport = endpoint + strlen("http://"), *colon = strrchr(hostport, ':');
+    char host[300];
+    size_t hlen = (size_t)(colon - hostport);
+    if (hlen >= 2 && hostport[0] == '[' && hostport[hlen - 1] == ']')
+        snprintf(host, sizeof host, "%.*s", (int)(hlen - 2), hostport + 1);
+    else
+        snprintf(host, sizeof host, "%.*s", (int)hlen, hostport);
+    H2cAnswer h2;
+    char why[300];
+    H2cFailure f = h2c_call(c->h2c, host, colon + 1, gc->method, c->token[0] ? c->token : NULL, gc->frame->data,
+                            gc->frame->len, CONNECT_TIMEOUT_MS, timeout_ms, c->cancelled, c->cancel_ud, &h2, why,
+                            sizeof why);
+    if (f == H2C_NOMEM)
+        return GRPC_NOMEM;
+    if (f == H2C_CANCELLED)
+        return GRPC_CANCELLED;
+    if (f != H2C_OK) {
+        snprintf(err, errlen, "%s: %s", endpoint, why);
+        *timed_out = f == H2C_TIMEOUT;
+        c->failed_as = f == H2C_TIMEOUT ? ETCD_ERR_TIMEOUT : ETCD_ERR_UNREACHABLE;
+        return GRPC_FAILED;
+    }
+    *status = h2.http_status;
+    a->status = h2.grpc_status;
+    snprintf(a->message, sizeof a->message, "%s", h2.message);
+    a->body = (Buf){h2.body, h2.len, h2.len, false};
+    return GRPC_ANSWERED;
+}
+
+/* One gRPC attempt (AttemptFn). */
+static int grpc_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_out, void *call, char *err,
+                        size_t errlen)
+{
+    const GrpcCall *gc = call;
+    const char *endpoint = c->url.endpoints[at];
+    *timed_out = false;
+    GrpcAnswer a = {.status = -1};
+    long status = 0;
+    GrpcTransfer t = !strncmp(endpoint, "https:", 6)
+                         ? grpc_tls(c, endpoint, timeout_ms, timed_out, gc, &a, &status, err, errlen)
+                         : grpc_h2c(c, endpoint, timeout_ms, timed_out, gc, &a, &status, err, errlen);
+    int result = -1;
+    if (t == GRPC_NOMEM || a.body.nomem) {
+        snprintf(err, errlen, "out of memory");
+    } else if (t == GRPC_CANCELLED) {
+        snprintf(err, errlen, "cancelled");
+    } else if (t == GRPC_FAILED) {
+        result = 1;
+    } else if (t == GRPC_NOT_H2 || status != 200) {
+        snprintf(err, errlen, "%s%s: HTTP %ld%s", endpoint, gc->method, status,
+                 t == GRPC_NOT_H2 ? " (not HTTP/2: is this etcd's client URL?)" : "");
+        result = status >= 500 || status == 429 ? 1 : -1;
+        c->failed_as = (int)kind_of_refusal(result == 1, NULL);
+    } else if (a.status < 0) {
+        snprintf(err, errlen, "%s%s: no gRPC status in the answer", endpoint, gc->method);
+        c->failed_as = ETCD_ERR_UNAVAILABLE;
+        result = 1;
+    } else if (a.status != 0) {
+        snprintf(err, errlen, "%s%s: gRPC status %d: %s", endpoint, gc->method, a.status, a.message);
+        result = grpc_retryable(a.status) && !alarm_refusal(a.message) ? 1 : -1;
+        c->failed_as = (int)kind_of_refusal(result == 1, a.message);
+    } else if (!grpc_unframe(&a.body, gc->answer)) {
+        snprintf(err, errlen, "%s%s: the answer is not one gRPC message", endpoint, gc->method);
+        c->failed_as = ETCD_ERR_UNAVAILABLE;
+        result = 1;
+    } else if (gc->answer->nomem) {
+        snprintf(err, errlen, "out of memory reading etcd's answer");
+    } else {
+        result = 0;
+    }
+    free(a.body.data);
     return result;
 }
 

@@ -523,10 +523,10 @@ class EtcdTest(EtcdTestCase):
         self.assertEqual(body["holder"]["token"], y["token"], body)
 
     def test_commits_keep_their_connection_and_survive_losing_it(self):
-        """Commits go as gRPC over one kept HTTP/2 connection. Debian 12's libcurl cannot send
-        a second call with prior knowledge on a connection it kept, so the store asks for it
-        another way (etcd.c grpc_attempt); and when that connection is gone (a member
-        restarted, a network cut it), the next commit must still go through at once."""
+        """Commits go as gRPC over one kept HTTP/2 connection (h2c.c; Debian 12's libcurl
+        could not send a second call with prior knowledge on a connection it kept); and when
+        that connection is gone (a member restarted, a network cut it), the next commit must
+        still go through at once."""
         proxy = TxnProxy(self.etcd.url)
         self.addCleanup(proxy.close)
         g = self.leader_through(proxy)
@@ -540,6 +540,35 @@ class EtcdTest(EtcdTestCase):
         self.assertEqual(proxy.h2_connections, 2, "not one new HTTP/2 connection after the cut")
         status, _, body = g.client.get_lock("conn/24")
         self.assertTrue(body["held"], body)
+
+    def test_one_etcd_round_trip_per_request(self):
+        """Issue 42: with one client, each request that changes or reveals state costs exactly
+        one etcd round trip, its fenced transaction (the commit of its batch, or the barrier of
+        a read), and no other call on etcd's key-value API (no read of the mark or the leader
+        key beside it). Counted at a proxy that reads the HTTP/2 frames and the JSON requests,
+        so an extra round trip per request fails here, however fast the machine."""
+        proxy = TxnProxy(self.etcd.url)
+        self.addCleanup(proxy.close)
+        g = self.leader_through(proxy)
+        self.acquire_ok(g, "trips/warm", ttl_ms=600000)
+
+        def counted(action):
+            with proxy.mu:
+                before = (proxy.grpc_calls, proxy.kv_json_calls)
+            action()
+            with proxy.mu:
+                return proxy.grpc_calls - before[0], proxy.kv_json_calls - before[1]
+
+        for i in range(5):
+            name = "trips/%d" % i
+            held = {}
+            trips = counted(lambda: held.update(self.acquire_ok(g, name, ttl_ms=600000)))
+            self.assertEqual(trips, (1, 0), "etcd calls (gRPC, JSON key-value) for one acquire")
+            trips = counted(lambda: self.assertEqual(g.client.release(name, held["lease"])[0], 200))
+            self.assertEqual(trips, (1, 0), "etcd calls for one release")
+            trips = counted(lambda: self.assertEqual(g.client.get_lock(name)[0], 200))
+            self.assertEqual(trips, (1, 0), "etcd calls for one read (its barrier)")
+        self.assertEqual(proxy.h2_connections, 1, "not one kept HTTP/2 connection")
 
     def test_a_late_copy_of_the_first_mark_changes_nothing(self):
         """A new leader's first transaction writes its mark REV.0. A copy of it that etcd

@@ -89,6 +89,8 @@ class TxnProxy:
         self.caught = None
         self.closed = False
         self.h2_connections = 0  # connections that carried transactions (HTTP/2)
+        self.grpc_calls = 0  # streams the gateway opened on them: one per gRPC call (a transaction)
+        self.kv_json_calls = 0  # JSON calls on etcd's key-value API (POST /v3/kv/...): reads, compactions
         self.socks = []  # every socket opened here, closed by close() (those of a connection: cut())
         self.listeners = []
         for _ in range(2):
@@ -169,7 +171,7 @@ class TxnProxy:
                 self.h2_connections += 1
             self._h2_forth(client, upstream, first, conn)
         else:
-            self._pump(client, upstream, first)
+            self._pump(client, upstream, first, count=True)
 
     @staticmethod
     def _recv(s):
@@ -178,8 +180,16 @@ class TxnProxy:
         except OSError:
             return b""
 
-    def _pump(self, src, dst, data):
+    KV_CALL = b"POST /v3/kv/"
+
+    def _pump(self, src, dst, data, count=False):
+        tail = b""  # the end of what came before, so that a call split between reads is seen
         while data:
+            if count:
+                seen = tail + data
+                with self.mu:
+                    self.kv_json_calls += seen.count(self.KV_CALL)
+                tail = seen[-(len(self.KV_CALL) - 1):]
             try:
                 dst.sendall(data)
             except OSError:
@@ -228,6 +238,7 @@ class TxnProxy:
                 if ftype == FRAME_HEADERS and sid not in seen:
                     seen.add(sid)
                     with self.mu:
+                        self.grpc_calls += 1
                         mode, self.armed = self.armed, None
                     if mode:
                         caught_sid = sid

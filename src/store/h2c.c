@@ -1,0 +1,408 @@
+/* h2c — unary gRPC calls over a kept HTTP/2 cleartext connection; see h2c.h. */
+#include "store/h2c.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* An answer larger than this is refused (etcd's own limit on a request is
+ * 1.5 MiB; the store's answers are a few hundred bytes). */
+#define H2C_MAX_ANSWER (64u << 20)
+/* How often a waiting call asks whether it is cancelled. */
+#define CANCEL_POLL_MS 1000
+
+struct H2c {
+    int fd; /* -1: no connection */
+    nghttp2_session *session;
+    char host[256], port[16]; /* the connection's endpoint */
+    unsigned char *out;       /* what nghttp2 has to send, gathered for one write */
+    size_t out_len, out_cap;
+    /* The call in progress. */
+    int32_t stream;
+    H2cAnswer *answer;
+    const unsigned char *body;
+    size_t body_len, body_sent;
+    bool done, too_large, nomem;
+    uint32_t reset_code; /* the stream's error code when it closed (0: none) */
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+H2c *h2c_new(void)
+{
+    H2c *h = calloc(1, sizeof *h);
+    if (h)
+        h->fd = -1;
+    return h;
+}
+
+void h2c_close(H2c *h)
+{
+    if (h->session)
+        nghttp2_session_del(h->session);
+    h->session = NULL;
+    if (h->fd >= 0)
+        close(h->fd);
+    h->fd = -1;
+    h->out_len = 0;
+}
+
+void h2c_free(H2c *h)
+{
+    if (!h)
+        return;
+    h2c_close(h);
+    free(h->out);
+    free(h);
+}
+
+/* nghttp2's callbacks: the call's stream only. */
+
+static int on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
+                     const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
+{
+    (void)s, (void)flags;
+    H2c *h = ud;
+    if (frame->hd.stream_id != h->stream || !h->answer)
+        return 0;
+    H2cAnswer *a = h->answer;
+    if (namelen == 7 && !memcmp(name, ":status", 7)) {
+        int v = 0;
+        for (size_t i = 0; i < valuelen && i < 3 && value[i] >= '0' && value[i] <= '9'; i++)
+            v = v * 10 + (value[i] - '0');
+        a->http_status = v;
+    } else if (namelen == 11 && !memcmp(name, "grpc-status", 11)) {
+        int v = 0;
+        size_t i = 0;
+        for (; i < valuelen && i < 3 && value[i] >= '0' && value[i] <= '9'; i++)
+            v = v * 10 + (value[i] - '0');
+        a->grpc_status = i && i == valuelen ? v : 2; /* not a number: UNKNOWN */
+    } else if (namelen == 12 && !memcmp(name, "grpc-message", 12)) {
+        snprintf(a->message, sizeof a->message, "%.*s", (int)valuelen, (const char *)value);
+    }
+    return 0;
+}
+
+static int on_data(nghttp2_session *s, uint8_t flags, int32_t stream, const uint8_t *data, size_t len, void *ud)
+{
+    (void)s, (void)flags;
+    H2c *h = ud;
+    if (stream != h->stream || !h->answer)
+        return 0;
+    H2cAnswer *a = h->answer;
+    if (a->len + len > H2C_MAX_ANSWER) {
+        h->too_large = true;
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    char *grown = realloc(a->body, a->len + len + 1);
+    if (!grown) {
+        h->nomem = true;
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    memcpy(grown + a->len, data, len);
+    a->body = grown;
+    a->len += len;
+    a->body[a->len] = '\0';
+    return 0;
+}
+
+static int on_close(nghttp2_session *s, int32_t stream, uint32_t code, void *ud)
+{
+    (void)s;
+    H2c *h = ud;
+    if (stream == h->stream) {
+        h->done = true;
+        h->reset_code = code;
+    }
+    return 0;
+}
+
+static ssize_t read_body(nghttp2_session *s, int32_t stream, uint8_t *buf, size_t len, uint32_t *flags,
+                         nghttp2_data_source *src, void *ud)
+{
+    (void)s, (void)stream, (void)src;
+    H2c *h = ud;
+    size_t n = h->body_len - h->body_sent;
+    if (n > len)
+        n = len;
+    memcpy(buf, h->body + h->body_sent, n);
+    h->body_sent += n;
+    if (h->body_sent == h->body_len)
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+}
+
+/* Waits for fd to be ready for events until deadline (-1: none), asking
+ * cancelled every CANCEL_POLL_MS: 1 ready, 0 timed out, -1 cancelled, -2
+ * poll failed. */
+static int wait_fd(int fd, short events, int64_t deadline, bool (*cancelled)(void *), void *ud)
+{
+    for (;;) {
+        int64_t left = deadline < 0 ? CANCEL_POLL_MS : deadline - mono_ms();
+        if (left <= 0)
+            return 0;
+        struct pollfd p = {fd, events, 0};
+        int n = poll(&p, 1, (int)(left < CANCEL_POLL_MS ? left : CANCEL_POLL_MS));
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return -2;
+        if (cancelled && cancelled(ud))
+            return -1;
+    }
+}
+
+/* Gathers everything nghttp2 has to send and writes it (one write unless
+ * the socket's buffer is full). H2C_OK, or why not with err. */
+static H2cFailure flush_out(H2c *h, int64_t deadline, bool (*cancelled)(void *), void *ud, char *err,
+                            size_t errlen)
+{
+    for (;;) {
+        const uint8_t *data;
+        ssize_t n = nghttp2_session_mem_send(h->session, &data);
+        if (n < 0) {
+            snprintf(err, errlen, "HTTP/2: %s", nghttp2_strerror((int)n));
+            return n == NGHTTP2_ERR_NOMEM || h->nomem ? H2C_NOMEM : H2C_UNREACHABLE;
+        }
+        if (n == 0)
+            break;
+        if (h->out_len + (size_t)n > h->out_cap) {
+            size_t cap = (h->out_len + (size_t)n) * 2;
+            unsigned char *grown = realloc(h->out, cap);
+            if (!grown) {
+                snprintf(err, errlen, "out of memory");
+                return H2C_NOMEM;
+            }
+            h->out = grown;
+            h->out_cap = cap;
+        }
+        memcpy(h->out + h->out_len, data, (size_t)n);
+        h->out_len += (size_t)n;
+    }
+    size_t sent = 0;
+    while (sent < h->out_len) {
+        ssize_t n = send(h->fd, h->out + sent, h->out_len - sent, MSG_NOSIGNAL);
+        if (n > 0) {
+            sent += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int w = wait_fd(h->fd, POLLOUT, deadline, cancelled, ud);
+            if (w == 1)
+                continue;
+            snprintf(err, errlen, w == 0 ? "timed out sending" : w == -1 ? "cancelled" : "poll: %s", strerror(errno));
+            return w == 0 ? H2C_TIMEOUT : w == -1 ? H2C_CANCELLED : H2C_UNREACHABLE;
+        }
+        snprintf(err, errlen, "send: %s", strerror(errno));
+        return H2C_UNREACHABLE;
+    }
+    h->out_len = 0;
+    return H2C_OK;
+}
+
+/* Reads what the socket has (without waiting) into nghttp2. H2C_OK, or why
+ * the connection is no longer usable. */
+static H2cFailure read_in(H2c *h, char *err, size_t errlen)
+{
+    uint8_t buf[16384];
+    for (;;) {
+        ssize_t n = recv(h->fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return H2C_OK;
+        if (n <= 0) {
+            snprintf(err, errlen, n == 0 ? "the connection was closed" : "recv: %s", n ? strerror(errno) : "");
+            return H2C_UNREACHABLE;
+        }
+        ssize_t used = nghttp2_session_mem_recv(h->session, buf, (size_t)n);
+        if (used < 0) {
+            if (h->nomem)
+                snprintf(err, errlen, "out of memory reading the answer");
+            else if (h->too_large)
+                snprintf(err, errlen, "an answer larger than %u bytes", H2C_MAX_ANSWER);
+            else
+                snprintf(err, errlen, "HTTP/2: %s (not HTTP/2: is this etcd's client URL?)",
+                         nghttp2_strerror((int)used));
+            return h->nomem || used == NGHTTP2_ERR_NOMEM ? H2C_NOMEM : H2C_UNREACHABLE;
+        }
+        if ((size_t)n < sizeof buf)
+            return H2C_OK;
+    }
+}
+
+/* A new connection to host:port and its session, the client preface queued. */
+static H2cFailure open_connection(H2c *h, const char *host, const char *port, int64_t deadline, long connect_ms,
+                                  bool (*cancelled)(void *), void *ud, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    int gai = getaddrinfo(host, port, &hints, &res);
+    if (gai) {
+        snprintf(err, errlen, "cannot resolve %s: %s", host, gai_strerror(gai));
+        return gai == EAI_MEMORY ? H2C_NOMEM : H2C_UNREACHABLE;
+    }
+    H2cFailure why = H2C_UNREACHABLE;
+    snprintf(err, errlen, "no address of %s", host);
+    for (struct addrinfo *ai = res; ai && h->fd < 0; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            snprintf(err, errlen, "socket: %s", strerror(errno));
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* each write is a whole message */
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+        int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (rc < 0 && errno == EINPROGRESS) {
+            int64_t until = mono_ms() + connect_ms;
+            if (deadline >= 0 && deadline < until)
+                until = deadline;
+            int w = wait_fd(fd, POLLOUT, until, cancelled, ud);
+            int soerr = 0;
+            socklen_t sl = sizeof soerr;
+            if (w == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0)
+                rc = 0;
+            else if (w == 1)
+                errno = soerr ? soerr : errno;
+            else {
+                why = w == 0 ? H2C_TIMEOUT : w == -1 ? H2C_CANCELLED : H2C_UNREACHABLE;
+                errno = w == 0 ? ETIMEDOUT : w == -1 ? ECANCELED : errno;
+            }
+        }
+        if (rc < 0) {
+            snprintf(err, errlen, "connect to %s port %s: %s", host, port, strerror(errno));
+            close(fd);
+            if (why == H2C_CANCELLED)
+                break;
+            continue;
+        }
+        h->fd = fd;
+    }
+    freeaddrinfo(res);
+    if (h->fd < 0)
+        return why;
+    nghttp2_session_callbacks *cb;
+    if (nghttp2_session_callbacks_new(&cb)) {
+        h2c_close(h);
+        snprintf(err, errlen, "out of memory");
+        return H2C_NOMEM;
+    }
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_close);
+    int rc = nghttp2_session_client_new(&h->session, cb, h);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_settings_entry no_push = {NGHTTP2_SETTINGS_ENABLE_PUSH, 0};
+    if (rc || nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, &no_push, 1)) {
+        h2c_close(h);
+        snprintf(err, errlen, "out of memory");
+        return H2C_NOMEM;
+    }
+    snprintf(h->host, sizeof h->host, "%s", host);
+    snprintf(h->port, sizeof h->port, "%s", port);
+    return H2C_OK;
+}
+
+/* The call on the connection as it is (open_connection's, or kept). */
+static H2cFailure call_once(H2c *h, const char *path, const char *token, int64_t deadline,
+                            bool (*cancelled)(void *), void *ud, char *err, size_t errlen)
+{
+    char authority[300];
+    bool v6 = strchr(h->host, ':') != NULL;
+    snprintf(authority, sizeof authority, "%s%s%s:%s", v6 ? "[" : "", h->host, v6 ? "]" : "", h->port);
+#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+    nghttp2_nv nva[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":authority", authority),
+                        NV(":path", path), NV("content-type", "application/grpc"), NV("te", "trailers"),
+                        NV("token", token ? token : "")};
+#undef NV
+    nghttp2_data_provider body = {.read_callback = read_body};
+    h->done = h->too_large = h->nomem = false;
+    h->reset_code = 0;
+    h->body_sent = 0;
+    int32_t stream = nghttp2_submit_request(h->session, NULL, nva, token ? 7 : 6, &body, NULL);
+    if (stream < 0) {
+        snprintf(err, errlen, "HTTP/2: %s", nghttp2_strerror(stream));
+        return stream == NGHTTP2_ERR_NOMEM ? H2C_NOMEM : H2C_UNREACHABLE;
+    }
+    h->stream = stream;
+    H2cFailure f = flush_out(h, deadline, cancelled, ud, err, errlen);
+    while (f == H2C_OK && !h->done) {
+        int w = wait_fd(h->fd, POLLIN, deadline, cancelled, ud);
+        if (w != 1) {
+            snprintf(err, errlen, w == 0 ? "no answer in time" : w == -1 ? "cancelled" : "poll: %s",
+                     strerror(errno));
+            return w == 0 ? H2C_TIMEOUT : w == -1 ? H2C_CANCELLED : H2C_UNREACHABLE;
+        }
+        f = read_in(h, err, errlen);
+        if (f == H2C_OK) /* acknowledgements, window updates: at once */
+            f = flush_out(h, deadline, cancelled, ud, err, errlen);
+    }
+    if (f == H2C_OK && h->reset_code) {
+        snprintf(err, errlen, "the stream was reset (HTTP/2 error %u: %s)", h->reset_code,
+                 nghttp2_http2_strerror(h->reset_code));
+        f = H2C_UNREACHABLE;
+    }
+    return f;
+}
+
+H2cFailure h2c_call(H2c *h, const char *host, const char *port, const char *path, const char *token,
+                    const void *body, size_t len, long connect_ms, long timeout_ms, bool (*cancelled)(void *ud),
+                    void *ud, H2cAnswer *a, char *err, size_t errlen)
+{
+    *a = (H2cAnswer){.grpc_status = -1};
+    int64_t deadline = timeout_ms > 0 ? mono_ms() + timeout_ms : -1;
+    if (h->fd >= 0 && (strcmp(h->host, host) || strcmp(h->port, port)))
+        h2c_close(h);
+    /* What a kept connection received while idle (a GOAWAY, its end, a
+     * PING): a connection the server is done with is not used. */
+    if (h->fd >= 0 && (read_in(h, err, errlen) != H2C_OK ||
+                       flush_out(h, deadline, cancelled, ud, err, errlen) != H2C_OK ||
+                       !nghttp2_session_want_read(h->session) ||
+                       nghttp2_session_get_next_stream_id(h->session) > (uint32_t)INT32_MAX - 2))
+        h2c_close(h);
+    bool kept = h->fd >= 0;
+    H2cFailure f = H2C_OK;
+    h->answer = a;
+    h->body = body;
+    h->body_len = len;
+    for (int tries = 0; tries < 2; tries++) {
+        if (h->fd < 0)
+            f = open_connection(h, host, port, deadline, connect_ms, cancelled, ud, err, errlen);
+        if (f == H2C_OK)
+            f = call_once(h, path, token, deadline, cancelled, ud, err, errlen);
+        if (f == H2C_OK)
+            break;
+        h2c_close(h);
+        /* A kept connection that broke before any answer came (the server
+         * closed it as the request went): once more on a new one. */
+        if (!(kept && f == H2C_UNREACHABLE && !a->http_status && !a->len))
+            break;
+        kept = false;
+    }
+    h->answer = NULL;
+    h->body = NULL;
+    if (f != H2C_OK) {
+        free(a->body);
+        a->body = NULL;
+        a->len = 0;
+    }
+    return f;
+}

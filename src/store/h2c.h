@@ -1,0 +1,61 @@
+/*
+ * h2c — unary gRPC calls over one kept HTTP/2 cleartext connection, through
+ * nghttp2. The etcd client's gRPC calls to a plain http:// member go this
+ * way (etcd.c; over TLS they go through libcurl): libcurl 7.88 sends a
+ * call's HEADERS and DATA frames in two writes, polls eight times, and
+ * costs 85-100 us of CPU and 280-350 us of latency per call on loopback
+ * where one write of both frames costs 15-30 us and 150-210 us
+ * (docs/BENCHMARKS.md, round 4). Every frame a call makes goes out in one
+ * write; acknowledgements (PING, SETTINGS) and window updates go out as
+ * soon as nghttp2 has them.
+ *
+ * An H2c belongs to one thread. It keeps at most one connection, to the
+ * endpoint of its last call; a call to another endpoint, after a failure or
+ * a timeout, or on a connection the server has closed (GOAWAY, end of
+ * stream) starts a new one.
+ */
+#ifndef LEASEGATE_H2C_H
+#define LEASEGATE_H2C_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct H2c H2c;
+
+/* NULL when out of memory. Connects at the first call. */
+H2c *h2c_new(void);
+void h2c_free(H2c *h);
+/* Closes the connection (the next call opens a new one). */
+void h2c_close(H2c *h);
+
+/* What a call got back: the HTTP status, the gRPC status and message (from
+ * the trailers, or the headers of an answer without a body), and the body
+ * (owned: free it). */
+typedef struct H2cAnswer {
+    int http_status;   /* 0 when none came */
+    int grpc_status;   /* -1 when none came; 2 (UNKNOWN) when not a number */
+    char message[200]; /* grpc-message as sent (percent-encoded) */
+    char *body;
+    size_t len;
+} H2cAnswer;
+
+/* Why a call got no answer. */
+typedef enum H2cFailure {
+    H2C_OK,
+    H2C_UNREACHABLE, /* no connection, or it broke (reset, closed, refused the stream, not HTTP/2) */
+    H2C_TIMEOUT,     /* no answer within the bound */
+    H2C_CANCELLED,   /* cancelled(ud) said so */
+    H2C_NOMEM
+} H2cFailure;
+
+/* POSTs body (len bytes: a gRPC frame) to http://host:port/path with
+ * content-type application/grpc, te: trailers and, when token is not NULL,
+ * the metadata "token". connect_ms bounds the connect, timeout_ms the
+ * whole call (0: no bound); cancelled (may be NULL) is asked about once a
+ * second while the call waits. H2C_OK with *a filled, else the failure
+ * with the reason in err and the connection closed. */
+H2cFailure h2c_call(H2c *h, const char *host, const char *port, const char *path, const char *token,
+                    const void *body, size_t len, long connect_ms, long timeout_ms, bool (*cancelled)(void *ud),
+                    void *ud, H2cAnswer *a, char *err, size_t errlen);
+
+#endif
