@@ -25,7 +25,7 @@ apt_install() {
   $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 if ! command -v cmake >/dev/null 2>&1 || ! command -v pkg-config >/dev/null 2>&1 ||
-   ! pkg-config --exists libmicrohttpd jansson sqlite3 uuid libcurl; then
+   ! pkg-config --exists libmicrohttpd jansson sqlite3 uuid libcurl libnghttp2; then
   echo "== fuzz: installing the build dependencies (scripts/deps.sh)"
   sh scripts/deps.sh
 fi
