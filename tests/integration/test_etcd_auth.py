@@ -191,5 +191,57 @@ class EtcdAuthTest(unittest.TestCase):
         self.acquire_ok(g, "warned")
 
 
+class EtcdAuthPlainTest(unittest.TestCase):
+    """An etcd user over plain TCP: the store's commits then go over its own HTTP/2
+    connection (h2c.c, not libcurl), the token as the gRPC metadata "token". They must go
+    with it (etcd refuses a transaction without one), and after etcd ended the token the
+    next commit must log in again and go through."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.etcd = Etcd(1, extra_args=["--auth-token-ttl", str(TOKEN_TTL_S)])
+        cls.dir = tempfile.mkdtemp(prefix="leasegate-etcd-auth-plain-")
+        e = cls.etcd.etcdctl
+        e("user", "add", "root", "--new-user-password=" + ROOT_PASSWORD)
+        e("role", "add", "leasegate-lg")
+        e("role", "grant-permission", "leasegate-lg", "--prefix=true", "readwrite", "lg/")
+        e("user", "add", "leasegate", "--new-user-password=" + PASSWORD)
+        e("user", "grant-role", "leasegate", "leasegate-lg")
+        e("auth", "enable")
+        cls.etcd.log_in("root", ROOT_PASSWORD)
+        cls.auth_file = os.path.join(cls.dir, "auth")
+        with open(cls.auth_file, "w") as f:
+            f.write("leasegate:" + PASSWORD + "\n")
+        os.chmod(cls.auth_file, 0o600)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.etcd.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_commits_carry_the_token_and_log_in_again(self):
+        g = Gateway(self.etcd, "lg", ["--etcd-auth-file", self.auth_file])
+        self.addCleanup(g.cleanup)
+        self.addCleanup(g.stop)
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        tokens = []
+        for name in ("first", "second"):
+            status, _, body = g.client.acquire(name, ttl_ms=120000)
+            self.assertEqual(status, 200, body)
+            tokens.append(body["token"])
+        time.sleep(TOKEN_TTL_S + 1.5)  # etcd ends the idle token
+        status, _, body = g.client.acquire("after-idle", ttl_ms=120000)
+        self.assertEqual(status, 200, body)
+        tokens.append(body["token"])
+        self.assertEqual(tokens, sorted(set(tokens)))
+        self.assertEqual(g.role(), "leader")
+        # What the commits wrote is in etcd, under the user's prefix (root's token ended too).
+        self.etcd.log_in("root", ROOT_PASSWORD)
+        kvs = etcd_fixture.call(self.etcd.url, "/v3/kv/range", {"key": b64("lg/holders/"),
+                                                                "range_end": b64("lg/holders0")},
+                                token=self.etcd.token).get("kvs", [])
+        self.assertEqual(len(kvs), 3, kvs)
+
+
 if __name__ == "__main__":
     unittest.main()
