@@ -24,6 +24,7 @@
 #include "api/event_stream.h"
 #include "api/events.h"
 #include "api/jsonw.h"
+#include "api/listing.h"
 #include "api/lockview.h"
 #include "api/observe.h"
 #include "api/query.h"
@@ -35,8 +36,6 @@
 
 /* What an observer gets of the events (observe.h). */
 static const EventStreamView OBSERVE_VIEW = {observed_takes, observed_message_new};
-#define LIST_MAX 1000
-#define LIST_DEFAULT 100
 
 static void reply_nomem(Request *req) { http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry later"); }
 
@@ -153,61 +152,14 @@ void api_get_election(Request *req)
     watch_start(req, KIND_ELECTION, wait_ms, &WATCH);
 }
 
-typedef struct ListCtx {
-    const Server *s;
-    json_t *elections;
-    RawRefs refs;
-    const char *last;
-    bool failed;
-    bool unclean; /* an election a batch not yet durable touches, while etcd refuses writes */
-} ListCtx;
-
-static void list_one(void *ud, const Lock *lock)
+static json_t *election_view(const Locktab *lt, LockKind kind, const Lock *lock, const Now *now, RawRefs *refs)
 {
-    ListCtx *ctx = ud;
-    json_t *j = ctx->failed ? NULL : lockview_election_new(ctx->s->locks, lock->name, lock, false, &ctx->refs);
-    if (!j || json_array_append_new(ctx->elections, j))
-        ctx->failed = true;
-    ctx->unclean |= ctx->s->stalled && commit_touches(ctx->s->commit, KIND_ELECTION, lock->name);
-    ctx->last = lock->name;
+    (void)kind;
+    (void)now;
+    return lockview_election_new(lt, lock->name, lock, false, refs);
 }
 
-void api_list_elections(Request *req)
-{
-    const char *prefix = http_query(req, "prefix"), *after = http_query(req, "after");
-    long long limit;
-    if (!prefix)
-        prefix = "";
-    if ((*prefix && !body_check_name(req, "prefix", prefix)) || !access_check_listing(req, prefix) ||
-        (after && !body_check_name(req, "after", after)) ||
-        !query_int(req, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit))
-        return;
-    /* A leader's value is a raw reference: at most RAWJSON_MAX_REFS on a page. */
-    ListCtx ctx = {.s = req->srv, .elections = json_array()};
-    if (!ctx.elections) {
-        reply_nomem(req);
-        return;
-    }
-    bool more = locktab_list(req->srv->locks, KIND_ELECTION, prefix, after, (size_t)limit, list_one, &ctx);
-    if (ctx.failed) {
-        json_decref(ctx.elections);
-        reply_nomem(req);
-        return;
-    }
-    /* While etcd refuses writes, only elections no batch not yet durable touches (http.h). */
-    if (ctx.unclean) {
-        json_decref(ctx.elections);
-        http_reply_stalled(req);
-        return;
-    }
-    http_stall_ok(req);
-    /* now_ms, as the lock and semaphore listings: a reader's countdowns to since_ms. */
-    http_reply_json_raw_new(req, 200,
-                            json_pack("{s:o, s:o, s:I}", "elections", ctx.elections, "next",
-                                      more && ctx.last ? json_string(ctx.last) : json_null(), "now_ms",
-                                      (json_int_t)clock_now().wall_ms),
-                            &ctx.refs);
-}
+void api_list_elections(Request *req) { listing_reply(req, KIND_ELECTION, "elections", election_view); }
 
 void api_observe(Request *req)
 {

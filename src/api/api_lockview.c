@@ -8,6 +8,7 @@
 #include "api/access.h"
 #include "api/api.h"
 #include "api/body.h"
+#include "api/listing.h"
 #include "api/lockview.h"
 #include "api/query.h"
 #include "api/quota.h"
@@ -15,8 +16,6 @@
 
 #define WATCH_MAX_MS 300000 /* as long as a long-poll on events */
 #define QUEUE_SHOWN 100     /* waiters listed by GET of one name (`waiters` counts them all) */
-#define LIST_MAX 1000
-#define LIST_DEFAULT 100
 
 static void reply_nomem(Request *req) { http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry later"); }
 
@@ -137,68 +136,10 @@ void api_get_semaphore(Request *req)
         reply_one(req, KIND_SEMAPHORE, req->arg);
 }
 
-typedef struct ListCtx {
-    Request *req;
-    const Locktab *lt;
-    LockKind kind;
-    Now now;
-    json_t *locks;
-    RawRefs refs;
-    const char *last;
-    bool failed; /* out of memory: the listing would skip a name */
-    bool unclean; /* a name a batch not yet durable touches, while etcd refuses writes */
-} ListCtx;
-
-static void list_one(void *ud, const Lock *lock)
+static json_t *state_view(const Locktab *lt, LockKind kind, const Lock *lock, const Now *now, RawRefs *refs)
 {
-    ListCtx *ctx = ud;
-    json_t *state =
-        ctx->failed ? NULL : lockview_state_new(ctx->lt, ctx->kind, lock->name, lock, false, &ctx->now, &ctx->refs);
-    if (!state || json_array_append_new(ctx->locks, state) != 0)
-        ctx->failed = true;
-    ctx->unclean |= !stall_clean(ctx->req, ctx->kind, lock->name);
-    ctx->last = lock->name;
+    return lockview_state_new(lt, kind, lock->name, lock, false, now, refs);
 }
 
-static void list(Request *req, LockKind kind)
-{
-    const char *prefix = http_query(req, "prefix");
-    const char *after = http_query(req, "after");
-    if (!prefix)
-        prefix = "";
-    if (*prefix && !body_check_name(req, "prefix", prefix))
-        return;
-    if (!access_check_listing(req, prefix))
-        return;
-    if (after && !body_check_name(req, "after", after))
-        return;
-    long long limit;
-    if (!query_int(req, "limit", 1, LIST_MAX, LIST_DEFAULT, &limit))
-        return;
-    /* About 8 KiB of raw references, on the loop thread's stack. */
-    ListCtx ctx = {.req = req, .lt = req->srv->locks, .kind = kind, .now = clock_now(), .locks = json_array()};
-    if (!ctx.locks) {
-        reply_nomem(req);
-        return;
-    }
-    bool more = locktab_list(req->srv->locks, kind, prefix, after, (size_t)limit, list_one, &ctx);
-    if (ctx.failed) {
-        json_decref(ctx.locks);
-        reply_nomem(req);
-        return;
-    }
-    if (ctx.unclean) {
-        json_decref(ctx.locks);
-        http_reply_stalled(req);
-        return;
-    }
-    http_stall_ok(req);
-    http_reply_json_raw_new(req, 200,
-                            json_pack("{s:o, s:o, s:I}", kind == KIND_SEMAPHORE ? "semaphores" : "locks", ctx.locks,
-                                      "next", more && ctx.last ? json_string(ctx.last) : json_null(), "now_ms",
-                                      (json_int_t)ctx.now.wall_ms),
-                            &ctx.refs);
-}
-
-void api_list_locks(Request *req) { list(req, KIND_LOCK); }
-void api_list_semaphores(Request *req) { list(req, KIND_SEMAPHORE); }
+void api_list_locks(Request *req) { listing_reply(req, KIND_LOCK, "locks", state_view); }
+void api_list_semaphores(Request *req) { listing_reply(req, KIND_SEMAPHORE, "semaphores", state_view); }

@@ -33,6 +33,7 @@
 #include "store/store.h"
 
 #include "store/sqlite_record.h"
+#include "store/walgather.h"
 
 #include "core/leasehist.h"
 #include "core/log.h"
@@ -223,6 +224,9 @@ typedef struct SqliteStore {
     int watch_fd;
     bool wal_watched;
     sqlite3 *db;
+    /* Owned: the VFS db was opened with (one write to the WAL per commit);
+     * freed only once db is closed. */
+    WalGather *gather;
     sqlite3_int64 boot; /* meta.boot of this run */
     uint64_t pruned_upto; /* lease_history holds no seq at or below this (0: not pruned in this run) */
     int checkpoint_at;    /* WAL pages at which on_wal next copies the WAL into the database file */
@@ -679,7 +683,10 @@ static void sqlite_close(Store *base)
         sqlite3_finalize(s->del[k]);
         sqlite3_finalize(s->load[k]);
     }
-    sqlite3_close(s->db);
+    /* The VFS outlives the connection; a connection that could not close
+     * (it cannot, every statement is finalized) would keep it. */
+    if (sqlite3_close(s->db) == SQLITE_OK)
+        walgather_free(s->gather);
     /* Closing any descriptor of the file drops SQLite's POSIX locks on it:
      * this one goes last. */
     if (s->lock_fd >= 0)
@@ -894,8 +901,10 @@ Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_
     }
     s->db_ino = st.st_ino; /* the same file: flock holds it from the fstat on */
     s->db_dev = st.st_dev;
+    if (!(s->gather = walgather_new(s->err, sizeof s->err)))
+        goto fail;
     if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                        NULL) != SQLITE_OK) {
+                        walgather_name(s->gather)) != SQLITE_OK) {
         set_err(s, path);
         goto fail;
     }

@@ -28,8 +28,9 @@ import time
 import unittest
 import uuid
 
-# Any IPv4 address, or [::] (a dual-stack socket: tests reach it at 127.0.0.1 and at ::1).
-READY_RE = re.compile(r"^leasegate: listening on (https?)://(?:\d+\.\d+\.\d+\.\d+|\[::\]):(\d+)\s*$")
+# Any IPv4 address, or [::] (a dual-stack socket: tests reach it at 127.0.0.1 and at ::1), or
+# [::1] (--listen localhost:0 where localhost is ::1 first, as in a minimal Debian root).
+READY_RE = re.compile(r"^leasegate: listening on (https?)://(\d+\.\d+\.\d+\.\d+|\[::\]|\[::1\]):(\d+)\s*$")
 LEADING_RE = re.compile(r"^leasegate: leading; serving on ")
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -266,8 +267,9 @@ class Client:
     The raw text of the last response is kept in .last_text.
     """
 
-    def __init__(self, port, timeout=30.0, tls=None):
+    def __init__(self, port, timeout=30.0, tls=None, host="127.0.0.1"):
         self.port = port
+        self.host = host
         self.timeout = timeout
         self.tls = tls
         self.conn = None
@@ -277,10 +279,10 @@ class Client:
     def _connect(self):
         self.close()
         if self.tls is not None:
-            self.conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=self.timeout,
+            self.conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout,
                                                     context=self.tls)
         else:
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
 
     def close(self):
         if self.conn is not None:
@@ -430,7 +432,7 @@ class Server:
                 lines.append(line)
                 m = READY_RE.match(line)
                 if m and not ready.is_set():
-                    port_box.append((m.group(1), int(m.group(2))))
+                    port_box.append((m.group(1), m.group(2), int(m.group(3))))
                     ready.set()
                 if LEADING_RE.match(line):
                     leading.append(line)
@@ -447,14 +449,16 @@ class Server:
             raise RuntimeError(
                 "leasegate did not print its listening line within %.0f s (exit=%r)\n"
                 "stdout: %r\nstderr: %s" % (START_TIMEOUT_S, rc, lines[-10:], self.stderr_text()[-2000:]))
-        scheme, self.port = port_box[0]
+        scheme, bound, self.port = port_box[0]
+        # Where the tests reach it: 127.0.0.1, unless it listens on ::1 only.
+        self.host = "::1" if bound == "[::1]" else "127.0.0.1"
         if (scheme == "https") != (self.tls is not None):
             self._force_kill()
             raise RuntimeError("leasegate serves %s, but the test's Server was given tls=%r" % (scheme, self.tls))
-        self.url = "%s://127.0.0.1:%d" % (scheme, self.port)
+        self.url = "%s://%s:%d" % (scheme, "[::1]" if self.host == "::1" else self.host, self.port)
         if self.client is not None:
             self.client.close()
-        self.client = Client(self.port, tls=self.tls)
+        self.client = Client(self.port, tls=self.tls, host=self.host)
         # On etcd the gateway serves once elected and loaded, and says so on stdout. (Not
         # asked at /healthz: --auth-metrics closes that to a client without a key.)
         if self.wait_leader and not (settled.wait(LEADER_TIMEOUT_S) and leading):
@@ -692,9 +696,9 @@ class EventStream:
 
 
 # Raw-socket helpers ----------------------------------------------------------
-def raw_http(port, data, timeout=10.0, read_until_close=False):
+def raw_http(port, data, timeout=10.0, read_until_close=False, host="127.0.0.1"):
     """Send raw bytes on a fresh connection; return (status, headers, body_bytes)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s = socket.create_connection((host, port), timeout=timeout)
     try:
         try:
             s.sendall(data)

@@ -23,7 +23,7 @@ def ask(srv, method, path, host, origin=None, body=None):
     if body is not None:
         head += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(data)
     head += "Connection: close\r\n\r\n"
-    st, h, raw = raw_http(srv.port, head.encode() + data)
+    st, h, raw = raw_http(srv.port, head.encode() + data, host=srv.host)
     return st, (json.loads(raw) if raw[:1] == b"{" else raw)
 
 
