@@ -157,7 +157,8 @@ static int poll_commit(Run *r, int timeout_ms)
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int called = 0;
-    while (!commit_poll_done(s->commit) && elapsed_ns(&t0) < COMMIT_POLL_NS) {
+    int64_t window = commit_poll_window_ns(s->commit);
+    while (!commit_poll_done(s->commit) && elapsed_ns(&t0) < window) {
         called = loop_wait(s->loop, 0);
         if (called != 0)
             break;

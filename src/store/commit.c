@@ -754,11 +754,13 @@ void commit_fail_holds(Commit *c)
     fail_batch_holds(&c->stall_wait);
 }
 
+int64_t commit_poll_window_ns(const Commit *c) { return c->barriers ? COMMIT_POLL_REMOTE_NS : COMMIT_POLL_NS; }
+
 bool commit_poll_begin(Commit *c)
 {
     assert(thread_owns(&c->owner));
     if (atomic_load(&c->state) != INFLIGHT_HANDED || c->inflight_holds > COMMIT_POLL_HOLDS ||
-        c->last_seconds * 1e9 > COMMIT_POLL_NS / 2)
+        c->last_seconds * 1e9 > (double)commit_poll_window_ns(c) / 2)
         return false;
     atomic_store(&c->loop_polling, true);
     return true;
