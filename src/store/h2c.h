@@ -2,12 +2,12 @@
  * h2c — unary gRPC calls over one kept HTTP/2 cleartext connection, through
  * nghttp2. The etcd client's gRPC calls to a plain http:// member go this
  * way (etcd.c; over TLS they go through libcurl): libcurl 7.88 sends a
- * call's HEADERS and DATA frames in two writes, polls eight times, and
- * costs 85-100 us of CPU and 280-350 us of latency per call on loopback
- * where one write of both frames costs 15-30 us and 150-210 us
- * (docs/BENCHMARKS.md, round 4). Every frame a call makes goes out in one
- * write; acknowledgements (PING, SETTINGS) and window updates go out as
- * soon as nghttp2 has them.
+ * call's HEADERS and DATA frames in two writes and polls eight times a
+ * call; a call etcd answers without Raft took 235-327 us and 120 us of the
+ * caller's CPU through it on loopback, 139-159 us and 30 us here
+ * (docs/BENCHMARKS.md, round 4 of issue 42). The frames a call makes go out
+ * in one write; acknowledgements (PING, SETTINGS) and window updates go out
+ * as soon as nghttp2 has them.
  *
  * An H2c belongs to one thread. It keeps at most one connection, to the
  * endpoint of its last call; a call to another endpoint, after a failure or
