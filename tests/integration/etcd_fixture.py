@@ -256,6 +256,19 @@ class Etcd:
         self.token = self._call("/v3/auth/authenticate", {"name": user, "password": password})["token"]
         self.user = "%s:%s" % (user, password)
 
+    def enable_auth(self, root_password, user_password, user="leasegate", prefix="lg/"):
+        """docs/high-availability.md#authentication, command for command: root, a role with
+        readwrite on the lock space's prefix only, its user, auth on; then the fixture's own
+        calls go as root."""
+        role = "leasegate-" + prefix.rstrip("/")
+        self.etcdctl("user", "add", "root", "--new-user-password=" + root_password)
+        self.etcdctl("role", "add", role)
+        self.etcdctl("role", "grant-permission", role, "--prefix=true", "readwrite", prefix)
+        self.etcdctl("user", "add", user, "--new-user-password=" + user_password)
+        self.etcdctl("user", "grant-role", user, role)
+        self.etcdctl("auth", "enable")
+        self.log_in("root", root_password)
+
     def etcdctl(self, *args, check=True):
         """etcdctl (v3) against every member, as an operator runs it; (status, output)."""
         r = subprocess.run(["etcdctl", "--endpoints", self.endpoint] + (self.tls.etcdctl_args() if self.tls else [])

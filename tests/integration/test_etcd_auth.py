@@ -46,15 +46,8 @@ class EtcdAuthTest(unittest.TestCase):
             cls.tls.cleanup()
             raise
         cls.dir = tempfile.mkdtemp(prefix="leasegate-etcd-auth-")
-        # docs/high-availability.md#authentication, command for command.
+        cls.etcd.enable_auth(ROOT_PASSWORD, PASSWORD)
         e = cls.etcd.etcdctl
-        e("user", "add", "root", "--new-user-password=" + ROOT_PASSWORD)
-        e("role", "add", "leasegate-lg")
-        e("role", "grant-permission", "leasegate-lg", "--prefix=true", "readwrite", "lg/")
-        e("user", "add", "leasegate", "--new-user-password=" + PASSWORD)
-        e("user", "grant-role", "leasegate", "leasegate-lg")
-        e("auth", "enable")
-        cls.etcd.log_in("root", ROOT_PASSWORD)
         # A user whose role has another prefix only.
         e("role", "add", "other")
         e("role", "grant-permission", "other", "--prefix=true", "readwrite", "other/")
@@ -201,14 +194,7 @@ class EtcdAuthPlainTest(unittest.TestCase):
     def setUpClass(cls):
         cls.etcd = Etcd(1, extra_args=["--auth-token-ttl", str(TOKEN_TTL_S)])
         cls.dir = tempfile.mkdtemp(prefix="leasegate-etcd-auth-plain-")
-        e = cls.etcd.etcdctl
-        e("user", "add", "root", "--new-user-password=" + ROOT_PASSWORD)
-        e("role", "add", "leasegate-lg")
-        e("role", "grant-permission", "leasegate-lg", "--prefix=true", "readwrite", "lg/")
-        e("user", "add", "leasegate", "--new-user-password=" + PASSWORD)
-        e("user", "grant-role", "leasegate", "leasegate-lg")
-        e("auth", "enable")
-        cls.etcd.log_in("root", ROOT_PASSWORD)
+        cls.etcd.enable_auth(ROOT_PASSWORD, PASSWORD)
         cls.auth_file = os.path.join(cls.dir, "auth")
         with open(cls.auth_file, "w") as f:
             f.write("leasegate:" + PASSWORD + "\n")

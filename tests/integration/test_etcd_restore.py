@@ -46,14 +46,7 @@ class RestoreTest(unittest.TestCase):
         self.addCleanup(self.etcd.stop)
         self.dir = tempfile.mkdtemp(prefix="leasegate-restore-")
         self.addCleanup(shutil.rmtree, self.dir, True)
-        e = self.etcd.etcdctl  # docs/high-availability.md#authentication
-        e("user", "add", "root", "--new-user-password=" + ROOT_PASSWORD)
-        e("role", "add", "leasegate-lg")
-        e("role", "grant-permission", "leasegate-lg", "--prefix=true", "readwrite", "lg/")
-        e("user", "add", "leasegate", "--new-user-password=" + PASSWORD)
-        e("user", "grant-role", "leasegate", "leasegate-lg")
-        e("auth", "enable")
-        self.etcd.log_in("root", ROOT_PASSWORD)
+        self.etcd.enable_auth(ROOT_PASSWORD, PASSWORD)  # docs/high-availability.md#authentication
         self.cert, self.key = self.tls.client(None, "gateway")
         self.auth_file = os.path.join(self.dir, "etcd-user")
         with open(self.auth_file, "w") as f:
