@@ -19,6 +19,8 @@ typedef struct {
     sqlite3_file base; /* first: pMethods = &GATHER_IO */
     WalGather *g;
     bool wal;
+    /* SQLITE_IOERR_WRITE once a write of the buffer failed (see walgather.h), else 0. */
+    int failed;
     unsigned char *buf; /* owned; the bytes of [off, off + len) not yet written */
     size_t len, cap;
     sqlite3_int64 off;
@@ -29,15 +31,18 @@ typedef struct {
 
 static sqlite3_file *under(GatherFile *f) { return (sqlite3_file *)f->under; }
 
-/* The buffer to the file: 0 or the error of the write, the buffer dropped either way. */
+/* The buffer to the file: 0, or SQLITE_IOERR_WRITE from the first failed
+ * write of it on (the buffer dropped). */
 static int flush(GatherFile *f)
 {
-    if (!f->len)
-        return SQLITE_OK;
+    if (f->failed || !f->len)
+        return f->failed;
     int rc = under(f)->pMethods->xWrite(under(f), f->buf, (int)f->len, f->off);
     f->g->stats.file_writes++;
     f->len = 0;
-    return rc;
+    if (rc != SQLITE_OK)
+        f->failed = SQLITE_IOERR_WRITE;
+    return f->failed;
 }
 
 static int g_close(sqlite3_file *file)
@@ -82,6 +87,8 @@ static int g_write(sqlite3_file *file, const void *data, int amt, sqlite3_int64 
     if (!f->wal)
         return under(f)->pMethods->xWrite(under(f), data, amt, off);
     f->g->stats.wal_writes++;
+    if (f->failed)
+        return f->failed;
     if (f->len && off != f->off + (sqlite3_int64)f->len) {
         int rc = flush(f);
         if (rc)
