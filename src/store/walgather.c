@@ -19,7 +19,7 @@ typedef struct {
     sqlite3_file base; /* first: pMethods = &GATHER_IO */
     WalGather *g;
     bool wal;
-    /* SQLITE_IOERR_WRITE once a write of the buffer failed (see walgather.h), else 0. */
+    /* The error of the first failed write of the buffer (see walgather.h), else 0. */
     int failed;
     unsigned char *buf; /* owned; the bytes of [off, off + len) not yet written */
     size_t len, cap;
@@ -31,8 +31,8 @@ typedef struct {
 
 static sqlite3_file *under(GatherFile *f) { return (sqlite3_file *)f->under; }
 
-/* The buffer to the file: 0, or SQLITE_IOERR_WRITE from the first failed
- * write of it on (the buffer dropped). */
+/* The buffer to the file: 0, or the error of its first failed write from
+ * then on (the buffer dropped). */
 static int flush(GatherFile *f)
 {
     if (f->failed || !f->len)
@@ -41,7 +41,7 @@ static int flush(GatherFile *f)
     f->g->stats.file_writes++;
     f->len = 0;
     if (rc != SQLITE_OK)
-        f->failed = SQLITE_IOERR_WRITE;
+        f->failed = rc;
     return f->failed;
 }
 

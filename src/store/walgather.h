@@ -21,14 +21,14 @@
  *    observe the file or make it durable returns (so a read, a checkpoint and
  *    a sync see exactly what SQLite wrote);
  *  - a failed write of the buffer drops it, and that call and every later
- *    call that touches the file fail with SQLITE_IOERR_WRITE until it is
+ *    call that touches the file fail with that write's error (SQLITE_FULL
+ *    when the disk is full, which the log then says) until the file is
  *    closed: SQLite was told those frames were written, so nothing may read,
- *    sync or commit as if they were there. An IOERR makes SQLite roll back
- *    the whole transaction (a SQLITE_FULL would roll back one statement and
- *    let its transaction commit without the lost frames), and some calls'
- *    errors SQLite ignores (file controls, unlocks): the next call fails in
- *    their place. The store stops at a failed commit (runloop.c), so a file
- *    that failed is never used again.
+ *    sync or commit as if they were there. A SQLITE_FULL in a statement
+ *    rolls back that statement only, and SQLite ignores some calls' errors
+ *    (file controls, unlocks); the transaction still cannot commit, because
+ *    its frames' writes and its sync fail too. The store stops at a failed
+ *    commit (runloop.c), so a file that failed is never used again.
  *
  * A WalGather belongs to one store (no process-wide state of ours): it is
  * registered with SQLite under a name of its own and must outlive every
