@@ -355,8 +355,12 @@ static H2cFailure call_once(H2c *h, const char *path, const char *token, int64_t
         if (f == H2C_OK) /* acknowledgements, window updates: at once */
             f = flush_out(h, deadline, cancelled, ud, err, errlen);
     }
-    if (f == H2C_OK && h->reset_code) {
-        snprintf(err, errlen, "the stream was reset (HTTP/2 error %u: %s)", h->reset_code,
+    /* A stream ended without an answer's header (RST_STREAM, even with
+     * NO_ERROR, which a server may send only after a whole answer) is a
+     * call that got no answer: as a broken connection, not "HTTP 0". */
+    if (f == H2C_OK && (h->reset_code || !h->answer->http_status)) {
+        snprintf(err, errlen, "the stream was reset %s(HTTP/2 error %u: %s)",
+                 h->answer->http_status ? "" : "before an answer ", h->reset_code,
                  nghttp2_http2_strerror(h->reset_code));
         f = H2C_UNREACHABLE;
     }

@@ -42,7 +42,8 @@ typedef struct H2cAnswer {
 /* Why a call got no answer. */
 typedef enum H2cFailure {
     H2C_OK,
-    H2C_UNREACHABLE, /* no connection, or it broke (reset, closed, refused the stream, not HTTP/2) */
+    H2C_UNREACHABLE, /* no connection, or it broke (reset, closed, refused the stream, not HTTP/2), or
+                        the stream ended before an answer's header (even RST_STREAM NO_ERROR) */
     H2C_TIMEOUT,     /* no answer within the bound */
     H2C_CANCELLED,   /* cancelled(ud) said so */
     H2C_NOMEM

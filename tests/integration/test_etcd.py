@@ -541,6 +541,27 @@ class EtcdTest(EtcdTestCase):
         status, _, body = g.client.get_lock("conn/24")
         self.assertTrue(body["held"], body)
 
+    def test_a_stream_reset_before_its_answer_is_tried_again(self):
+        """A commit's stream that the server ends with RST_STREAM NO_ERROR before any header of
+        an answer got no answer: the call is made again (h2c.c treats it as a connection that
+        broke, as etcd.c treats an unreachable member), not failed as "HTTP 0" (found by
+        review: the commit failed and the acquire with it)."""
+        proxy = TxnProxy(self.etcd.url)
+        self.addCleanup(proxy.close)
+        g = self.leader_through(proxy)
+        self.acquire_ok(g, "reset/warm")
+        for i in range(3):
+            with proxy.mu:
+                before = proxy.grpc_calls
+            proxy.arm("reset")
+            self.acquire_ok(g, "reset/%d" % i)
+            with proxy.mu:
+                self.assertIsNone(proxy.armed, "the armed reset was not met")
+                self.assertEqual(proxy.grpc_calls - before, 2, "not the reset call and one more")
+        self.assertEqual(g.role(), "leader")
+        status, _, body = g.client.get_lock("reset/2")
+        self.assertTrue(body["held"], body)
+
     def test_one_etcd_round_trip_per_request(self):
         """Issue 42: with one client, each request that changes or reveals state costs exactly
         one etcd round trip, its fenced transaction (the commit of its batch, or the barrier of

@@ -6,7 +6,10 @@ HTTP/1.1 JSON): a connection that starts with HTTP/2's preface carries transacti
 Everything is passed on byte for byte, except the first transaction that starts while the
 proxy is armed:
   "hold"     keeps it (nothing more of that connection reaches etcd) until replay();
-  "swallow"  passes it on, and drops everything etcd sends back on that connection from then.
+  "swallow"  passes it on, and drops everything etcd sends back on that connection from then;
+  "reset"    keeps it from etcd and ends its stream at once with RST_STREAM NO_ERROR, before any
+             answer's header (what a misbehaving server or middlebox may do), the connection
+             going on.
 Either way the gateway gets no answer, gives up on that endpoint and sends the transaction
 again to the other one. `caught` is the transaction (a TxnRequest message); replay() sends it
 to etcd through the JSON gateway (the same transaction, written as JSON: txn_json)."""
@@ -19,7 +22,7 @@ import urllib.parse
 import etcd_fixture
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-FRAME_DATA, FRAME_HEADERS = 0, 1
+FRAME_DATA, FRAME_HEADERS, FRAME_RST_STREAM = 0, 1, 3
 FLAG_END_STREAM, FLAG_PADDED = 0x1, 0x8
 
 
@@ -158,15 +161,16 @@ class TxnProxy:
         if not self._track(upstream):
             client.close()
             return
-        conn = {"swallow": False}
+        conn = {"swallow": False, "to_client": threading.Lock()}
         first = b""
         while len(first) < len(PREFACE) and PREFACE.startswith(first):
             chunk = self._recv(client)
             if not chunk:
                 break
             first += chunk
+        conn["h2"] = first.startswith(PREFACE)
         threading.Thread(target=self._back, args=(upstream, client, conn), daemon=True).start()
-        if first.startswith(PREFACE):
+        if conn["h2"]:
             with self.mu:
                 self.h2_connections += 1
             self._h2_forth(client, upstream, first, conn)
@@ -202,17 +206,27 @@ class TxnProxy:
                 pass
 
     def _back(self, upstream, client, conn):
-        """etcd -> gateway, until the connection's transaction is swallowed."""
+        """etcd -> gateway, until the connection's transaction is swallowed. On HTTP/2, whole
+        frames only, so that _h2_forth can put one of its own between them."""
+        buf = b""
         while True:
             data = self._recv(upstream)
             if not data:
                 break
             if conn["swallow"]:
                 continue
+            buf += data
+            cut = len(buf)
+            if conn["h2"]:
+                cut = 0
+                while len(buf) - cut >= 9 and len(buf) - cut >= 9 + int.from_bytes(buf[cut:cut + 3], "big"):
+                    cut += 9 + int.from_bytes(buf[cut:cut + 3], "big")
             try:
-                client.sendall(data)
+                with conn["to_client"]:
+                    client.sendall(buf[:cut])
             except OSError:
                 break
+            buf = buf[cut:]
         try:
             client.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -225,6 +239,7 @@ class TxnProxy:
         forward = True
         out = data[:pos]
         seen, caught_sid, message = set(), None, b""
+        dropped = set()  # the streams reset here: none of their frames go to etcd
         while True:
             while len(buf) - pos >= 9:
                 length = int.from_bytes(buf[pos:pos + 3], "big")
@@ -244,6 +259,14 @@ class TxnProxy:
                         caught_sid = sid
                         if mode == "hold":
                             forward = False
+                        elif mode == "reset":
+                            dropped.add(sid)
+                            rst = (4).to_bytes(3, "big") + bytes([FRAME_RST_STREAM, 0]) + sid.to_bytes(4, "big")
+                            try:
+                                with conn["to_client"]:
+                                    client.sendall(rst + (0).to_bytes(4, "big"))  # NO_ERROR
+                            except OSError:
+                                pass
                         else:
                             conn["swallow"] = True
                 if ftype == FRAME_DATA and sid == caught_sid:
@@ -253,7 +276,7 @@ class TxnProxy:
                     if flags & FLAG_END_STREAM:
                         with self.mu:
                             self.caught = message[5:]
-                if forward:
+                if forward and sid not in dropped:
                     out += frame
             buf, pos = buf[pos:], 0
             if out:
