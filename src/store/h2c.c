@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store/resolve.h"
+
 /* An answer larger than this is refused (etcd's own limit on a request is
  * 1.5 MiB; the store's answers are a few hundred bytes). */
 #define H2C_MAX_ANSWER (64u << 20)
@@ -253,12 +255,17 @@ static H2cFailure read_in(H2c *h, char *err, size_t errlen)
 static H2cFailure open_connection(H2c *h, const char *host, const char *port, int64_t deadline, long connect_ms,
                                   bool (*cancelled)(void *), void *ud, char *err, size_t errlen)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
-    int gai = getaddrinfo(host, port, &hints, &res);
-    if (gai) {
-        snprintf(err, errlen, "cannot resolve %s: %s", host, gai_strerror(gai));
-        return gai == EAI_MEMORY ? H2C_NOMEM : H2C_UNREACHABLE;
-    }
+    /* The name's lookup is part of the connect: bounded as it is. */
+    int64_t until = mono_ms() + connect_ms;
+    if (deadline >= 0 && deadline < until)
+        until = deadline;
+    struct addrinfo *res;
+    ResolveResult found = resolve_tcp(host, port, until, CANCEL_POLL_MS, cancelled, ud, &res, err, errlen);
+    if (found != RESOLVE_OK)
+        return found == RESOLVE_NOMEM       ? H2C_NOMEM
+               : found == RESOLVE_TIMEOUT   ? H2C_TIMEOUT
+               : found == RESOLVE_CANCELLED ? H2C_CANCELLED
+                                            : H2C_UNREACHABLE;
     H2cFailure why = H2C_UNREACHABLE;
     snprintf(err, errlen, "no address of %s", host);
     for (struct addrinfo *ai = res; ai && h->fd < 0; ai = ai->ai_next) {
@@ -272,7 +279,7 @@ static H2cFailure open_connection(H2c *h, const char *host, const char *port, in
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
         int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
         if (rc < 0 && errno == EINPROGRESS) {
-            int64_t until = mono_ms() + connect_ms;
+            until = mono_ms() + connect_ms;
             if (deadline >= 0 && deadline < until)
                 until = deadline;
             int w = wait_fd(fd, POLLOUT, until, cancelled, ud);
