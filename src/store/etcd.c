@@ -27,8 +27,8 @@
 struct EtcdClient {
     EtcdUrl url;
     CURL *curl;      /* JSON calls (HTTP/1.1) */
-    CURL *grpc_curl; /* gRPC calls over TLS (HTTP/2), made at the first; NULL before */
-    H2c *h2c;        /* gRPC calls over plain TCP (HTTP/2), made at the first; NULL before */
+    H2c *h2c;        /* gRPC calls (HTTP/2), made at the first; NULL before */
+    TlsFiles tls;    /* h2c's TLS files (etcds://) */
     size_t current; /* the endpoint that answered last: tried first */
     long timeout_ms;
     long first_timeout_ms; /* etcd_client_retry: the first attempt's bound; 0: timeout_ms */
@@ -154,6 +154,7 @@ EtcdClient *etcd_client_new(const EtcdUrl *url, long timeout_ms)
         return NULL;
     }
     c->url = *url;
+    c->tls = (TlsFiles){c->url.cacert, c->url.cert, c->url.key};
     c->timeout_ms = timeout_ms;
     c->failed_as = c->last_error = -1;
     return c;
@@ -261,32 +262,38 @@ static bool common_options(EtcdClient *c, CURL *h, const char *target, long time
     return true;
 }
 
-/* A transfer that failed before an answer, in err: libcurl's summary, its
- * detail, and what to do when the detail says etcd refused the TLS
- * handshake for want of a client certificate, or refused the one shown. */
-static void transport_error(const EtcdClient *c, const char *endpoint, CURLcode rc, char *err, size_t errlen)
+/* What to do when etcd refused the TLS handshake (alert) for want of a
+ * client certificate, or refused the one shown, or may have (closed: with
+ * TLS 1.3 a client's certificate is checked after the client has finished
+ * its handshake, so etcd's refusal may come as an alert, or as the
+ * connection closed under the first request): "" when neither. */
+static const char *certificate_hint(const EtcdClient *c, bool alert, bool closed)
 {
-    const char *detail = c->errbuf, *hint = "";
-    bool alert = strstr(detail, "certificate required") || strstr(detail, "handshake failure") ||
-                 strstr(detail, "bad certificate") || strstr(detail, "unknown ca") ||
-                 strstr(detail, "certificate unknown");
-    /* With TLS 1.3 a client's certificate is checked after the client has
-     * finished its handshake: etcd's refusal may come as an alert, or as the
-     * connection closed under the first request. */
-    bool closed = !strncmp(endpoint, "https:", 6) &&
-                  (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR || rc == CURLE_HTTP2 ||
-                   rc == CURLE_GOT_NOTHING || rc == CURLE_SSL_CONNECT_ERROR);
-    if (rc == CURLE_SSL_CERTPROBLEM)
-        hint = ": check --etcd-cert and --etcd-key";
-    else if ((alert || closed) && c->url.cert)
-        hint = alert ? ": etcd refuses this gateway's client certificate (--etcd-cert): is it signed by a CA in "
+    if (!alert && !closed)
+        return "";
+    if (c->url.cert)
+        return alert ? ": etcd refuses this gateway's client certificate (--etcd-cert): is it signed by a CA in "
                        "etcd's --trusted-ca-file, and for client authentication?"
                      : ": if this persists, etcd refuses this gateway's client certificate (--etcd-cert: signed by a "
                        "CA in etcd's --trusted-ca-file, for client authentication?)";
-    else if (alert || closed)
-        hint = alert ? ": etcd asks for a client certificate (its --client-cert-auth): give --etcd-cert and --etcd-key"
-                     : ": if this persists, etcd may ask for a client certificate (its --client-cert-auth): give "
-                       "--etcd-cert and --etcd-key";
+    return alert ? ": etcd asks for a client certificate (its --client-cert-auth): give --etcd-cert and --etcd-key"
+                 : ": if this persists, etcd may ask for a client certificate (its --client-cert-auth): give "
+                   "--etcd-cert and --etcd-key";
+}
+
+/* A transfer that failed before an answer, in err: libcurl's summary, its
+ * detail, and what to do about a certificate (certificate_hint). */
+static void transport_error(const EtcdClient *c, const char *endpoint, CURLcode rc, char *err, size_t errlen)
+{
+    const char *detail = c->errbuf;
+    bool alert = strstr(detail, "certificate required") || strstr(detail, "handshake failure") ||
+                 strstr(detail, "bad certificate") || strstr(detail, "unknown ca") ||
+                 strstr(detail, "certificate unknown");
+    bool closed = !strncmp(endpoint, "https:", 6) &&
+                  (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR || rc == CURLE_HTTP2 ||
+                   rc == CURLE_GOT_NOTHING || rc == CURLE_SSL_CONNECT_ERROR);
+    const char *hint = rc == CURLE_SSL_CERTPROBLEM ? ": check --etcd-cert and --etcd-key"
+                                                   : certificate_hint(c, alert, closed);
     snprintf(err, errlen, "%s: %s%s%s%s%s", endpoint, curl_easy_strerror(rc), detail[0] ? " (" : "", detail,
              detail[0] ? ")" : "", hint);
 }
@@ -549,32 +556,6 @@ typedef struct GrpcAnswer {
     char message[200]; /* grpc-message as sent (percent-encoded), NUL-terminated */
 } GrpcAnswer;
 
-/* Headers and trailers both come here, one "name: value\r\n" line each;
- * grpc-status and grpc-message are in the trailers, or in the headers of an
- * answer without a body. */
-static size_t on_grpc_header(char *line, size_t size, size_t nmemb, void *ud)
-{
-    GrpcAnswer *a = ud;
-    size_t n = size * nmemb, len = n;
-    while (len && (line[len - 1] == '\r' || line[len - 1] == '\n'))
-        len--;
-    if (len >= 12 && !strncasecmp(line, "grpc-status:", 12)) {
-        size_t i = 12;
-        while (i < len && line[i] == ' ')
-            i++;
-        int v = 0, digits = 0;
-        for (; i < len && line[i] >= '0' && line[i] <= '9' && digits < 3; i++, digits++)
-            v = v * 10 + (line[i] - '0');
-        a->status = digits && i == len ? v : 2; /* not a number: UNKNOWN */
-    } else if (len >= 13 && !strncasecmp(line, "grpc-message:", 13)) {
-        size_t i = 13;
-        while (i < len && line[i] == ' ')
-            i++;
-        snprintf(a->message, sizeof a->message, "%.*s", (int)(len - i), line + i);
-    }
-    return n;
-}
-
 /* The gRPC codes after which another member may answer: those etcd's JSON
  * gateway turns into 5xx or 429 (etcd_call retries those). UNKNOWN 2,
  * DEADLINE_EXCEEDED 4, RESOURCE_EXHAUSTED 8, UNIMPLEMENTED 12, INTERNAL 13,
@@ -605,31 +586,9 @@ static bool grpc_unframe(const Buf *body, PbBuf *answer)
     return true;
 }
 
-static int grpc_perform(EtcdClient *c, CURL *h, const char *target, long timeout_ms, const GrpcCall *gc,
-                        struct curl_slist *headers, GrpcAnswer *a, CURLcode *rc)
-{
-    curl_easy_reset(h);
-    if (!common_options(c, h, target, timeout_ms))
-        return -1;
-    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_2TLS);
-    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, (long)ETCD_MAX_ENDPOINTS);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, (const char *)gc->frame->data);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)gc->frame->len);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &a->body);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_grpc_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, a);
-    *rc = curl_easy_perform(h);
-    return 0;
-}
-
-/* Closes every connection the gRPC calls kept. */
+/* Closes the connection the gRPC calls kept. */
 static void grpc_forget_connections(EtcdClient *c)
 {
-    if (c->grpc_curl)
-        curl_easy_cleanup(c->grpc_curl);
-    c->grpc_curl = NULL;
     if (c->h2c)
         h2c_close(c->h2c);
 }
@@ -638,62 +597,22 @@ static void grpc_forget_connections(EtcdClient *c)
 typedef enum GrpcTransfer {
     GRPC_ANSWERED,  /* an HTTP/2 answer came: status and a are set */
     GRPC_FAILED,    /* no answer: err, *timed_out and c->failed_as are set */
-    GRPC_NOT_H2,    /* an answer, but not in HTTP/2: status is set */
     GRPC_CANCELLED,
     GRPC_NOMEM
 } GrpcTransfer;
 
-/* Over TLS: libcurl, HTTP/2 agreed in the handshake (ALPN), the connection
- * kept between calls. After any attempt that did not end in an HTTP/2
- * answer, the kept connection is closed: HTTP/2 ends a timed-out call by
- * resetting its stream only, and the connection it leaves may be one that
- * never answers again. */
-static GrpcTransfer grpc_tls(EtcdClient *c, const char *endpoint, long timeout_ms, bool *timed_out,
-                             const GrpcCall *gc, GrpcAnswer *a, long *status, char *err, size_t errlen)
+/* HTTP/2 on a connection h2c.h keeps, over TLS (etcds://: HTTP/2 agreed in
+ * the handshake, ALPN) or spoken at once on plain TCP ("prior knowledge"),
+ * each call's frames in one write (libcurl's cost per call was most of what
+ * the gateway added to a commit: docs/BENCHMARKS.md, round 4). */
+static GrpcTransfer grpc_h2(EtcdClient *c, const char *endpoint, long timeout_ms, bool *timed_out,
+                            const GrpcCall *gc, GrpcAnswer *a, long *status, char *err, size_t errlen)
 {
-    char target[512], token[sizeof c->token + 16];
-    snprintf(target, sizeof target, "%s%s", endpoint, gc->method);
-    snprintf(token, sizeof token, "token: %s", c->token); /* the metadata etcd reads the auth token from */
-    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/grpc");
-    struct curl_slist *more = headers ? curl_slist_append(headers, "TE: trailers") : NULL;
-    if (more && c->token[0])
-        more = curl_slist_append(more, token);
-    if (!more || (!c->grpc_curl && !(c->grpc_curl = curl_easy_init()))) {
-        curl_slist_free_all(more ? more : headers);
+    bool tls = !strncmp(endpoint, "https://", 8);
+    if (!c->h2c && !(c->h2c = h2c_new(tls ? &c->tls : NULL)))
         return GRPC_NOMEM;
-    }
-    headers = more;
-    CURLcode rc;
-    int built = grpc_perform(c, c->grpc_curl, target, timeout_ms, gc, headers, a, &rc);
-    curl_slist_free_all(headers);
-    if (built)
-        return GRPC_NOMEM;
-    long version = 0;
-    curl_easy_getinfo(c->grpc_curl, CURLINFO_RESPONSE_CODE, status);
-    curl_easy_getinfo(c->grpc_curl, CURLINFO_HTTP_VERSION, &version);
-    if (rc != CURLE_OK || version != CURL_HTTP_VERSION_2_0)
-        grpc_forget_connections(c);
-    if (rc == CURLE_ABORTED_BY_CALLBACK)
-        return GRPC_CANCELLED;
-    if (rc != CURLE_OK) {
-        transport_error(c, endpoint, rc, err, errlen);
-        *timed_out = rc == CURLE_OPERATION_TIMEDOUT;
-        c->failed_as = (int)kind_of_transfer(rc);
-        return GRPC_FAILED;
-    }
-    return version == CURL_HTTP_VERSION_2_0 ? GRPC_ANSWERED : GRPC_NOT_H2;
-}
-
-/* Over plain TCP: HTTP/2 spoken at once ("prior knowledge") on a connection
- * h2c.h keeps, each call's frames in one write (libcurl's cost per call was
- * most of what the gateway added to a commit: docs/BENCHMARKS.md, round 4). */
-static GrpcTransfer grpc_h2c(EtcdClient *c, const char *endpoint, long timeout_ms, bool *timed_out,
-                             const GrpcCall *gc, GrpcAnswer *a, long *status, char *err, size_t errlen)
-{
-    if (!c->h2c && !(c->h2c = h2c_new()))
-        return GRPC_NOMEM;
-    /* "http://HOST:PORT", HOST perhaps an IPv6 address in brackets. */
-    const char *hostport = endpoint + strlen("http://"), *colon = strrchr(hostport, ':');
+    /* "http[s]://HOST:PORT", HOST perhaps an IPv6 address in brackets. */
+    const char *hostport = endpoint + (tls ? strlen("https://") : strlen("http://")), *colon = strrchr(hostport, ':');
     char host[300];
     size_t hlen = (size_t)(colon - hostport);
     if (hlen >= 2 && hostport[0] == '[' && hostport[hlen - 1] == ']')
@@ -701,7 +620,7 @@ static GrpcTransfer grpc_h2c(EtcdClient *c, const char *endpoint, long timeout_m
     else
         snprintf(host, sizeof host, "%.*s", (int)hlen, hostport);
     H2cAnswer h2;
-    char why[300];
+    char why[400];
     H2cFailure f = h2c_call(c->h2c, host, colon + 1, gc->method, c->token[0] ? c->token : NULL, gc->frame->data,
                             gc->frame->len, CONNECT_TIMEOUT_MS, timeout_ms, c->cancelled, c->cancel_ud, &h2, why,
                             sizeof why);
@@ -710,9 +629,13 @@ static GrpcTransfer grpc_h2c(EtcdClient *c, const char *endpoint, long timeout_m
     if (f == H2C_CANCELLED)
         return GRPC_CANCELLED;
     if (f != H2C_OK) {
-        snprintf(err, errlen, "%s: %s", endpoint, why);
+        /* etcd's refusal of our certificate (or of its lack) is an alert,
+         * or with TLS 1.3 perhaps the connection closed under the call. */
+        bool alert = f == H2C_TLS && strstr(why, "TLS alert");
+        bool closed = tls && f == H2C_UNREACHABLE && strstr(why, "closed");
+        snprintf(err, errlen, "%s: %s%s", endpoint, why, certificate_hint(c, alert, closed));
         *timed_out = f == H2C_TIMEOUT;
-        c->failed_as = f == H2C_TIMEOUT ? ETCD_ERR_TIMEOUT : ETCD_ERR_UNREACHABLE;
+        c->failed_as = f == H2C_TIMEOUT ? ETCD_ERR_TIMEOUT : f == H2C_TLS ? ETCD_ERR_TLS : ETCD_ERR_UNREACHABLE;
         return GRPC_FAILED;
     }
     *status = h2.http_status;
@@ -731,9 +654,7 @@ static int grpc_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
     *timed_out = false;
     GrpcAnswer a = {.status = -1};
     long status = 0;
-    GrpcTransfer t = !strncmp(endpoint, "https:", 6)
-                         ? grpc_tls(c, endpoint, timeout_ms, timed_out, gc, &a, &status, err, errlen)
-                         : grpc_h2c(c, endpoint, timeout_ms, timed_out, gc, &a, &status, err, errlen);
+    GrpcTransfer t = grpc_h2(c, endpoint, timeout_ms, timed_out, gc, &a, &status, err, errlen);
     int result = -1;
     if (t == GRPC_NOMEM || a.body.nomem) {
         snprintf(err, errlen, "out of memory");
@@ -741,9 +662,8 @@ static int grpc_attempt(EtcdClient *c, size_t at, long timeout_ms, bool *timed_o
         snprintf(err, errlen, "cancelled");
     } else if (t == GRPC_FAILED) {
         result = 1;
-    } else if (t == GRPC_NOT_H2 || status != 200) {
-        snprintf(err, errlen, "%s%s: HTTP %ld%s", endpoint, gc->method, status,
-                 t == GRPC_NOT_H2 ? " (not HTTP/2: is this etcd's client URL?)" : "");
+    } else if (status != 200) {
+        snprintf(err, errlen, "%s%s: HTTP %ld", endpoint, gc->method, status);
         result = status >= 500 || status == 429 ? 1 : -1;
         c->failed_as = (int)kind_of_refusal(result == 1, NULL);
     } else if (a.status < 0) {

@@ -1,4 +1,4 @@
-/* h2c — unary gRPC calls over a kept HTTP/2 cleartext connection; see h2c.h. */
+/* h2c — unary gRPC calls over a kept HTTP/2 connection, cleartext or TLS; see h2c.h. */
 #include "store/h2c.h"
 
 #include <errno.h>
@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "store/resolve.h"
+#include "store/tlsconn.h"
 
 /* An answer larger than this is refused (etcd's own limit on a request is
  * 1.5 MiB; the store's answers are a few hundred bytes). */
@@ -25,7 +26,9 @@
 #define CANCEL_POLL_MS 1000
 
 struct H2c {
-    int fd; /* -1: no connection */
+    const TlsFiles *tls; /* NULL: cleartext */
+    int fd;              /* -1: no connection */
+    TlsConn *conn;       /* the connection's TLS session (with tls), NULL before its handshake */
     nghttp2_session *session;
     char host[256], port[16]; /* the connection's endpoint */
     unsigned char *out;       /* what nghttp2 has to send, gathered for one write */
@@ -46,11 +49,13 @@ static int64_t mono_ms(void)
     return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-H2c *h2c_new(void)
+H2c *h2c_new(const TlsFiles *tls)
 {
     H2c *h = calloc(1, sizeof *h);
-    if (h)
+    if (h) {
         h->fd = -1;
+        h->tls = tls;
+    }
     return h;
 }
 
@@ -59,6 +64,8 @@ void h2c_close(H2c *h)
     if (h->session)
         nghttp2_session_del(h->session);
     h->session = NULL;
+    tlsconn_free(h->conn);
+    h->conn = NULL;
     if (h->fd >= 0)
         close(h->fd);
     h->fd = -1;
@@ -170,6 +177,50 @@ static int wait_fd(int fd, short events, int64_t deadline, bool (*cancelled)(voi
     }
 }
 
+/* What a failed step of the connection's I/O (TLSCONN_*) means for the call. */
+static H2cFailure failure_of(ssize_t step)
+{
+    return step == TLSCONN_NOMEM ? H2C_NOMEM : step == TLSCONN_REFUSED ? H2C_TLS : H2C_UNREACHABLE;
+}
+
+/* send(2) on the connection, through its TLS session when it has one: the
+ * bytes taken, or TLSCONN_AGAIN, or a failure with err. */
+static ssize_t send_some(H2c *h, const void *data, size_t len, char *err, size_t errlen)
+{
+    if (h->conn)
+        return tlsconn_send(h->conn, data, len, err, errlen);
+    for (;;) {
+        ssize_t n = send(h->fd, data, len, MSG_NOSIGNAL);
+        if (n >= 0)
+            return n;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return TLSCONN_AGAIN;
+        if (errno != EINTR) {
+            snprintf(err, errlen, "send: %s", strerror(errno));
+            return TLSCONN_BROKEN;
+        }
+    }
+}
+
+/* recv(2) likewise: the bytes read, 0 when the server closed, or
+ * TLSCONN_AGAIN, or a failure with err. */
+static ssize_t recv_some(H2c *h, void *buf, size_t len, char *err, size_t errlen)
+{
+    if (h->conn)
+        return tlsconn_recv(h->conn, buf, len, err, errlen);
+    for (;;) {
+        ssize_t n = recv(h->fd, buf, len, 0);
+        if (n >= 0)
+            return n;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return TLSCONN_AGAIN;
+        if (errno != EINTR) {
+            snprintf(err, errlen, "recv: %s", strerror(errno));
+            return TLSCONN_BROKEN;
+        }
+    }
+}
+
 /* Gathers everything nghttp2 has to send and writes it (one write unless
  * the socket's buffer is full). H2C_OK, or why not with err. */
 static H2cFailure flush_out(H2c *h, int64_t deadline, bool (*cancelled)(void *), void *ud, char *err,
@@ -199,22 +250,22 @@ static H2cFailure flush_out(H2c *h, int64_t deadline, bool (*cancelled)(void *),
     }
     size_t sent = 0;
     while (sent < h->out_len) {
-        ssize_t n = send(h->fd, h->out + sent, h->out_len - sent, MSG_NOSIGNAL);
+        /* After TLSCONN_AGAIN, the same bytes again (as GnuTLS asks). */
+        ssize_t n = send_some(h, h->out + sent, h->out_len - sent, err, errlen);
         if (n > 0) {
             sent += (size_t)n;
             continue;
         }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int w = wait_fd(h->fd, POLLOUT, deadline, cancelled, ud);
+        if (n == TLSCONN_AGAIN) {
+            int w = wait_fd(h->fd, h->conn ? tlsconn_wants(h->conn) : POLLOUT, deadline, cancelled, ud);
             if (w == 1)
                 continue;
             snprintf(err, errlen, w == 0 ? "timed out sending" : w == -1 ? "cancelled" : "poll: %s", strerror(errno));
             return w == 0 ? H2C_TIMEOUT : w == -1 ? H2C_CANCELLED : H2C_UNREACHABLE;
         }
-        snprintf(err, errlen, "send: %s", strerror(errno));
-        return H2C_UNREACHABLE;
+        if (n == 0)
+            snprintf(err, errlen, "send: nothing taken");
+        return failure_of(n);
     }
     h->out_len = 0;
     return H2C_OK;
@@ -226,15 +277,13 @@ static H2cFailure read_in(H2c *h, char *err, size_t errlen)
 {
     uint8_t buf[16384];
     for (;;) {
-        ssize_t n = recv(h->fd, buf, sizeof buf, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        ssize_t n = recv_some(h, buf, sizeof buf, err, errlen);
+        if (n == TLSCONN_AGAIN)
             return H2C_OK;
-        if (n <= 0) {
-            snprintf(err, errlen, n == 0 ? "the connection was closed" : "recv: %s", n ? strerror(errno) : "");
-            return H2C_UNREACHABLE;
-        }
+        if (n == 0)
+            snprintf(err, errlen, "the connection was closed");
+        if (n <= 0)
+            return failure_of(n);
         ssize_t used = nghttp2_session_mem_recv(h->session, buf, (size_t)n);
         if (used < 0) {
             if (h->nomem)
@@ -246,8 +295,35 @@ static H2cFailure read_in(H2c *h, char *err, size_t errlen)
                          nghttp2_strerror((int)used));
             return h->nomem || used == NGHTTP2_ERR_NOMEM ? H2C_NOMEM : H2C_UNREACHABLE;
         }
-        if ((size_t)n < sizeof buf)
+        /* A short read emptied the socket; not always the TLS session,
+         * which may hold more records, decrypted, that poll() won't show. */
+        if ((size_t)n < sizeof buf && !(h->conn && tlsconn_pending(h->conn)))
             return H2C_OK;
+    }
+}
+
+/* TLS on the connection just made, bounded as its connect. */
+static H2cFailure tls_handshake(H2c *h, const char *host, int64_t deadline, long connect_ms,
+                                bool (*cancelled)(void *), void *ud, char *err, size_t errlen)
+{
+    int why;
+    if (!(h->conn = tlsconn_new(h->fd, host, h->tls, &why, err, errlen)))
+        return failure_of(why);
+    int64_t until = mono_ms() + connect_ms;
+    if (deadline >= 0 && deadline < until)
+        until = deadline;
+    for (;;) {
+        int rc = tlsconn_handshake(h->conn, err, errlen);
+        if (rc == 1)
+            return H2C_OK;
+        if (rc != TLSCONN_AGAIN)
+            return failure_of(rc);
+        int w = wait_fd(h->fd, tlsconn_wants(h->conn), until, cancelled, ud);
+        if (w != 1) {
+            snprintf(err, errlen, w == 0 ? "no TLS handshake in time" : w == -1 ? "cancelled" : "poll: %s",
+                     strerror(errno));
+            return w == 0 ? H2C_TIMEOUT : w == -1 ? H2C_CANCELLED : H2C_UNREACHABLE;
+        }
     }
 }
 
@@ -306,6 +382,10 @@ static H2cFailure open_connection(H2c *h, const char *host, const char *port, in
     freeaddrinfo(res);
     if (h->fd < 0)
         return why;
+    if (h->tls && (why = tls_handshake(h, host, deadline, connect_ms, cancelled, ud, err, errlen)) != H2C_OK) {
+        h2c_close(h);
+        return why;
+    }
     nghttp2_session_callbacks *cb;
     if (nghttp2_session_callbacks_new(&cb)) {
         h2c_close(h);
@@ -336,7 +416,7 @@ static H2cFailure call_once(H2c *h, const char *path, const char *token, int64_t
     bool v6 = strchr(h->host, ':') != NULL;
     snprintf(authority, sizeof authority, "%s%s%s:%s", v6 ? "[" : "", h->host, v6 ? "]" : "", h->port);
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv nva[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":authority", authority),
+    nghttp2_nv nva[] = {NV(":method", "POST"), NV(":scheme", h->tls ? "https" : "http"), NV(":authority", authority),
                         NV(":path", path), NV("content-type", "application/grpc"), NV("te", "trailers"),
                         NV("token", token ? token : "")};
 #undef NV

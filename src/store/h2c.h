@@ -1,7 +1,7 @@
 /*
- * h2c — unary gRPC calls over one kept HTTP/2 cleartext connection, through
- * nghttp2. The etcd client's gRPC calls to a plain http:// member go this
- * way (etcd.c; over TLS they go through libcurl): libcurl 7.88 sends a
+ * h2c — unary gRPC calls over one kept HTTP/2 connection, through nghttp2,
+ * in cleartext or over TLS (tlsconn.h: GnuTLS). The etcd client's gRPC
+ * calls go this way (etcd.c), to etcd:// and etcds:// members: libcurl 7.88 sends a
  * call's HEADERS and DATA frames in two writes and polls eight times a
  * call; a call etcd answers without Raft took 235-327 us and 120 us of the
  * caller's CPU through it on loopback, 139-159 us and 30 us here
@@ -20,10 +20,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "store/tlsconn.h"
+
 typedef struct H2c H2c;
 
-/* NULL when out of memory. Connects at the first call. */
-H2c *h2c_new(void);
+/* NULL when out of memory. Connects at the first call: over TLS with the
+ * files of tls (borrowed: they outlive the H2c), or in cleartext (tls
+ * NULL). */
+H2c *h2c_new(const TlsFiles *tls);
 void h2c_free(H2c *h);
 /* Closes the connection (the next call opens a new one). */
 void h2c_close(H2c *h);
@@ -44,14 +48,16 @@ typedef enum H2cFailure {
     H2C_OK,
     H2C_UNREACHABLE, /* no connection, or it broke (reset, closed, refused the stream, not HTTP/2), or
                         the stream ended before an answer's header (even RST_STREAM NO_ERROR) */
+    H2C_TLS,         /* a certificate was refused, etcd's by us or ours by etcd, or no HTTP/2 (ALPN) */
     H2C_TIMEOUT,     /* no answer within the bound */
     H2C_CANCELLED,   /* cancelled(ud) said so */
     H2C_NOMEM
 } H2cFailure;
 
-/* POSTs body (len bytes: a gRPC frame) to http://host:port/path with
+/* POSTs body (len bytes: a gRPC frame) to http[s]://host:port/path with
  * content-type application/grpc, te: trailers and, when token is not NULL,
- * the metadata "token". connect_ms bounds the connect, timeout_ms the
+ * the metadata "token". connect_ms bounds the connect (the name's lookup,
+ * TCP's connect, TLS's handshake), timeout_ms the
  * whole call (0: no bound); cancelled (may be NULL) is asked about once a
  * second while the call waits. H2C_OK with *a filled, else the failure
  * with the reason in err and the connection closed. */

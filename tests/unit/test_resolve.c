@@ -149,7 +149,7 @@ int main(void)
     CHECK(r == RESOLVE_CANCELLED && asked == 1);
 
     /* h2c: the connect's bound covers the lookup; so does the call's. */
-    H2c *h = h2c_new();
+    H2c *h = h2c_new(NULL);
     H2cAnswer a;
     CHECK(h != NULL);
     H2cFailure f = h2c_call(h, HANGING_NAME, "2379", "/etcdserverpb.KV/Txn", NULL, "", 0, 300, 0, NULL, NULL, &a,
