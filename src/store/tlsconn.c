@@ -130,14 +130,19 @@ static int failure(TlsConn *t, int rc, char *err, size_t errlen)
         gnutls_datum_t text = {NULL, 0};
         unsigned status = gnutls_session_get_verify_cert_status(t->session);
         int printed = gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &text, 0);
-        snprintf(err, errlen, "TLS: etcd's certificate is refused: %s (check --cacert)",
-                 printed == 0 && text.data ? (const char *)text.data : gnutls_strerror(rc));
+        const char *why = printed == 0 && text.data ? (const char *)text.data : gnutls_strerror(rc);
+        int len = (int)strlen(why);
+        while (len > 0 && (why[len - 1] == ' ' || why[len - 1] == '.'))
+            len--;
+        snprintf(err, errlen, "TLS: etcd's certificate is refused: %.*s (is it signed by a CA of --cacert, for the "
+                              "host named in --store?)",
+                 len, why);
         gnutls_free(text.data);
         return TLSCONN_REFUSED;
     }
     if (rc == GNUTLS_E_FATAL_ALERT_RECEIVED) {
         gnutls_alert_description_t a = gnutls_alert_get(t->session);
-        const char *name = gnutls_alert_get_strname(a);
+        const char *name = gnutls_alert_get_name(a);
         snprintf(err, errlen, "TLS alert from etcd: %s", name ? name : "unknown");
         return refusal_alert(a) ? TLSCONN_REFUSED : TLSCONN_BROKEN;
     }

@@ -1,0 +1,109 @@
+"""The store's gRPC calls to etcds:// members (issue 42): over the gateway's own HTTP/2
+connection on GnuTLS (h2c.c, tlsconn.c), not libcurl. Through a proxy that ends TLS
+(tls_proxy.py) in front of a one-member etcd that requires client certificates: each
+request is one gRPC call, written in one TLS record, on one kept connection that showed the
+gateway's client certificate; and a certificate of etcd's signed by another CA, or for
+another name, or a client certificate etcd does not trust, fails the commit (nothing
+reaches etcd) with a message that says which."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from etcd_fixture import Etcd, EtcdTls, Gateway, b64, wait_leader
+from tls_proxy import TlsProxy
+
+
+class EtcdTlsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tls = EtcdTls()
+        try:
+            cls.etcd = Etcd(1, tls=cls.tls)
+        except Exception:
+            cls.tls.cleanup()
+            raise
+        cls.cert, cls.key = cls.tls.client(None, "gateway")
+        cls.stranger = EtcdTls()  # another CA: its server certificate is also for 127.0.0.1
+        cls.other_name = cls.tls._leaf("other-name", "other.example", "serverAuth",
+                                       "subjectAltName=DNS:other.example\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.etcd.stop()
+        cls.tls.cleanup()
+        cls.stranger.cleanup()
+
+    def setUp(self):
+        self.proxy = TlsProxy(self.etcd.url, self.tls.context, self.tls.server, self.tls.server_key, self.tls.ca)
+        self.addCleanup(self.proxy.close)
+        self.prefix = "lg-" + self._testMethodName
+
+        class Via:
+            endpoint = self.proxy.endpoint
+            tls = self.tls
+        self.g = Gateway(Via, self.prefix, ["--cacert", self.tls.ca, "--etcd-cert", self.cert,
+                                            "--etcd-key", self.key])
+        self.addCleanup(self.g.cleanup)
+        self.addCleanup(self.g.stop)
+        self.assertIs(wait_leader([self.g]), self.g, self.g.stderr_text())
+
+    def acquire_ok(self, name):
+        status, _, body = self.g.client.acquire(name, ttl_ms=600000)
+        self.assertEqual(status, 200, body)
+        return body
+
+    def calls(self):
+        with self.proxy.mu:
+            return self.proxy.grpc_calls
+
+    def test_each_request_is_one_call_in_one_record_on_one_kept_connection(self):
+        self.acquire_ok("warm")
+        for i in range(5):
+            before = self.calls()
+            held = self.acquire_ok("one/%d" % i)
+            self.assertEqual(self.calls() - before, 1, "gRPC calls for one acquire")
+            before = self.calls()
+            self.assertEqual(self.g.client.release("one/%d" % i, held["lease"])[0], 200)
+            self.assertEqual(self.calls() - before, 1, "gRPC calls for one release")
+        with self.proxy.mu:
+            self.assertEqual(self.proxy.grpc_split, 0, "calls whose frames came in more than one TLS record "
+                             "(%d calls): not h2c's one write per call" % self.proxy.grpc_calls)
+            self.assertEqual(self.proxy.grpc_peers, [{"organizationName": "gateway"}],
+                             "not one kept connection showing the gateway's client certificate")
+
+    def refused(self, cert, key, client_ca, why):
+        """Once the gateway leads, new connections get cert and ask for a client certificate
+        of client_ca, and the one that carried gRPC is cut: the next commit must not reach
+        etcd, and the gateway says why."""
+        self.acquire_ok("before")
+        self.proxy.serve(cert, key, client_ca)
+        self.proxy.cut(grpc_only=True)
+        try:
+            status, _, body = self.g.client.acquire("refused", ttl_ms=600000)
+            self.assertNotEqual(status, 200, body)
+        except OSError:
+            pass  # no answer: the gateway stopped first
+        r = self.etcd.call("/v3/kv/range", {"key": b64(self.prefix + "/locks/refused")})
+        self.assertNotIn("kvs", r, "the commit reached etcd")
+        self.g.wait_exit()
+        self.assertIn(why, self.g.stderr_text())
+
+    def test_etcd_with_a_certificate_of_another_ca_is_refused(self):
+        self.refused(self.stranger.server, self.stranger.server_key, self.tls.ca,
+                     "etcd's certificate is refused: The certificate is NOT trusted")
+
+    def test_etcd_with_a_certificate_for_another_name_is_refused(self):
+        self.refused(*self.other_name, self.tls.ca,
+                     "etcd's certificate is refused: The certificate is NOT trusted. The name in the certificate "
+                     "does not match the expected")
+
+    def test_a_client_certificate_etcd_does_not_trust_fails_the_commit(self):
+        self.refused(self.tls.server, self.tls.server_key, self.stranger.ca,
+                     "etcd refuses this gateway's client certificate (--etcd-cert)")
+
+
+if __name__ == "__main__":
+    unittest.main()
