@@ -146,6 +146,12 @@ static int failure(TlsConn *t, int rc, char *err, size_t errlen)
         snprintf(err, errlen, "TLS alert from etcd: %s", name ? name : "unknown");
         return refusal_alert(a) ? TLSCONN_REFUSED : TLSCONN_BROKEN;
     }
+    if (rc == GNUTLS_E_PREMATURE_TERMINATION || rc == GNUTLS_E_PULL_ERROR || rc == GNUTLS_E_PUSH_ERROR) {
+        /* A refusal of our certificate after the handshake (TLS 1.3) may
+         * come as this: a reset can drop the alert sent before it. */
+        snprintf(err, errlen, "TLS: the connection was closed (%s)", gnutls_strerror(rc));
+        return TLSCONN_BROKEN;
+    }
     snprintf(err, errlen, "TLS: %s", gnutls_strerror(rc));
     return rc == GNUTLS_E_NO_APPLICATION_PROTOCOL ? TLSCONN_REFUSED : TLSCONN_BROKEN;
 }
@@ -173,7 +179,5 @@ ssize_t tlsconn_send(TlsConn *t, const void *data, size_t len, char *err, size_t
 ssize_t tlsconn_recv(TlsConn *t, void *buf, size_t len, char *err, size_t errlen)
 {
     ssize_t n = gnutls_record_recv(t->session, buf, len);
-    if (n == GNUTLS_E_PREMATURE_TERMINATION)
-        return 0; /* closed without close_notify: as closed */
     return n >= 0 ? n : failure(t, (int)n, err, errlen);
 }
