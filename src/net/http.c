@@ -176,10 +176,10 @@ static struct MHD_Response *deposed_response(void)
     return resp;
 }
 
-static struct MHD_Response *stalled_response(const Server *s)
+static struct MHD_Response *stalled_response(const Server *s, bool queued)
 {
     size_t len;
-    char *text = stallreply_body(s, &len);
+    char *text = stallreply_body(s, queued, &len);
     struct MHD_Response *resp = text ? MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE) : NULL;
     if (!resp)
         free(text);
@@ -196,7 +196,9 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
  * gateway is deposed (or its store failed); it gets 503 instead. While the
  * store stalls, that 503 names the alarm, and a grant it carried is
  * undelivered: released at once (its batch applies once etcd takes writes
- * again, and the release after it). */
+ * again, and the release after it). Any other change that answer confirmed
+ * (a 2xx of a request that changes) is in that batch too, and applies then:
+ * the 503 says it is queued, so that the client does not make it again. */
 static void hold_failed(CommitHold *hold)
 {
     Request *req = CONTAINER_OF(hold, Request, hold);
@@ -205,9 +207,10 @@ static void hold_failed(CommitHold *hold)
     req->response = NULL;
     unwatch(req);
     bool stalled = req->srv->stalled && !req->srv->deposed;
+    bool queued = stalled && req->changes && !req->grant.pending && req->status >= 200 && req->status < 300;
     req->grant.refused |= stalled;
-    send_response(req, MHD_HTTP_SERVICE_UNAVAILABLE, stalled ? stalled_response(req->srv) : deposed_response(),
-                  false);
+    send_response(req, MHD_HTTP_SERVICE_UNAVAILABLE,
+                  stalled ? stalled_response(req->srv, queued) : deposed_response(), false);
 }
 
 /* Every response goes through here. One that may reveal state (`held`, and
@@ -241,7 +244,7 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
     if (req->srv->stalled && held && !req->reveals_nothing && !req->stall_ok) {
         /* It may reveal a change etcd has not taken (http.h). */
         MHD_destroy_response(resp);
-        resp = stalled_response(req->srv);
+        resp = stalled_response(req->srv, false);
         status = MHD_HTTP_SERVICE_UNAVAILABLE;
         held = false;
         if (!resp) {
@@ -276,7 +279,7 @@ void http_reply_stalled(Request *req)
 {
     req->reveals_nothing = true;
     size_t len = 0;
-    char *text = stallreply_body(req->srv, &len);
+    char *text = stallreply_body(req->srv, false, &len);
     http_reply_json_text(req, MHD_HTTP_SERVICE_UNAVAILABLE, text, len); /* parked or not */
 }
 

@@ -285,7 +285,7 @@ static void answer_made(Request *req, char *out, size_t out_len, SharedText *sha
 static void stalled_reply(Request *req)
 {
     size_t len = 0;
-    char *text = stallreply_body(req->srv, &len);
+    char *text = stallreply_body(req->srv, false, &len); /* a grant: released, not queued */
     if (!text) {
         park_drop(req);
         return;

@@ -14,28 +14,42 @@ static const char *alarm_of(const Server *s)
     return alarm ? alarm : "NOSPACE";
 }
 
-const char *stallreply_message(const Server *s)
+/* Why etcd refuses writes, and what still works. */
+#define CORRUPT_WORDS                                                                                              \
+    "etcd refuses writes: its CORRUPT alarm stands (its members' data differ); this gateway answers reads of "   \
+    "what is committed and takes no change until an operator resolves it and disarms the alarm"
+#define NOSPACE_WORDS                                                                                              \
+    "etcd refuses writes: its NOSPACE alarm stands (its database reached --quota-backend-bytes); this gateway "  \
+    "answers reads of what is committed and takes no change until an operator frees space (compact, "            \
+    "defragment) and disarms the alarm (docs/high-availability.md#compaction-and-quota)"
+/* What the client does: try again later, or, for a change already made in
+ * the batch etcd refused, nothing ("queued"). */
+#define RETRY_WORDS ": retry later"
+#define QUEUED_WORDS                                                                                               \
+    "; this change was made before etcd refused its batch, and is committed, in order, once etcd takes writes "   \
+    "again: it is not lost, do not make it again"
+
+static const char *message(const Server *s, bool queued)
 {
-    return !strcmp(alarm_of(s), "CORRUPT")
-               ? "etcd refuses writes: its CORRUPT alarm stands (its members' data differ); this gateway answers "
-                 "reads of what is committed and takes no change until an operator resolves it and disarms the "
-                 "alarm: retry later"
-               : "etcd refuses writes: its NOSPACE alarm stands (its database reached --quota-backend-bytes); this "
-                 "gateway answers reads of what is committed and takes no change until an operator frees space "
-                 "(compact, defragment) and disarms the alarm (docs/high-availability.md#compaction-and-quota): "
-                 "retry later";
+    bool corrupt = !strcmp(alarm_of(s), "CORRUPT");
+    if (queued)
+        return corrupt ? CORRUPT_WORDS QUEUED_WORDS : NOSPACE_WORDS QUEUED_WORDS;
+    return corrupt ? CORRUPT_WORDS RETRY_WORDS : NOSPACE_WORDS RETRY_WORDS;
 }
+
+const char *stallreply_message(const Server *s) { return message(s, false); }
 
 json_t *stallreply_fields_new(const Server *s)
 {
     return json_pack("{s:s, s:s}", "alarm", alarm_of(s), "etcd", s->stall_why);
 }
 
-char *stallreply_body(const Server *s, size_t *len)
+char *stallreply_body(const Server *s, bool queued, size_t *len)
 {
     json_t *body = stallreply_fields_new(s);
-    if (body && (json_object_set_new(body, "error", json_string(error_code(ERR_OVERLOADED))) ||
-                 json_object_set_new(body, "message", json_string(stallreply_message(s)))))
+    if (body && ((queued && json_object_set_new(body, "queued", json_true())) ||
+                 json_object_set_new(body, "error", json_string(error_code(ERR_OVERLOADED))) ||
+                 json_object_set_new(body, "message", json_string(message(s, queued)))))
         json_decref(body), body = NULL;
     char *text = body ? rawjson_dumps(body, NULL) : NULL;
     json_decref(body);

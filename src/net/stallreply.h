@@ -9,6 +9,7 @@
 #define LEASEGATE_STALLREPLY_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "leasegate/server.h"
@@ -17,7 +18,10 @@
 const char *stallreply_message(const Server *s);
 /* The fields beside error and message ({alarm, etcd}): a new object, or NULL. */
 json_t *stallreply_fields_new(const Server *s);
-/* The whole body as text (the caller frees it), or NULL when out of memory. */
-char *stallreply_body(const Server *s, size_t *len);
+/* The whole body as text (the caller frees it), or NULL when out of memory.
+ * `queued`: the answer of a change already made, in the batch etcd refused,
+ * which is committed once etcd takes writes again; the body says so
+ * ("queued": true), so that the client does not make it a second time. */
+char *stallreply_body(const Server *s, bool queued, size_t *len);
 
 #endif

@@ -238,11 +238,15 @@ static void *writer_main(void *arg)
             if (b->snap_fd < 0)
                 snprintf(b->snap_err, sizeof b->snap_err, "%s", store_error(c->store));
         }
-        clock_gettime(CLOCK_MONOTONIC, &idle_since);
         atomic_store(&c->state, INFLIGHT_DONE);
         /* A polling loop sees the state itself (commit_poll_end). */
         if (!atomic_load(&c->loop_polling))
             wake_loop(c);
+        /* The store's deferred work, while the answers go out: the loop reads
+         * the store (its error) only after a failed commit. */
+        if (rc == 0)
+            store_idle(c->store);
+        clock_gettime(CLOCK_MONOTONIC, &idle_since);
     }
     return NULL;
 }
@@ -353,7 +357,8 @@ bool commit_holder_gone(Commit *c, LockKind kind, const char *name, uint64_t tok
 bool commit_value(Commit *c, const Lock *lock)
 {
     const LockValue *v = &lock->value;
-    StoreRecord r = {.kind = REC_VALUE, .value = {lock->name, v->text, v->version, v->token, v->key, v->at_ms}};
+    StoreRecord r = {.kind = REC_VALUE,
+                     .value = {lock->name, v->text, v->version, v->token, v->key, v->at_ms, v->request_id}};
     return add(c, &r);
 }
 

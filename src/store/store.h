@@ -67,12 +67,18 @@ typedef struct StoreOps {
      * between commits by the one thread that commits. NULL when the store
      * cannot copy itself (etcd: etcd's own snapshot does). */
     int (*snapshot)(Store *s, uint64_t *size);
+    /* Work a commit leaves for later so that its answers need not wait for it
+     * (SQLite: copying the WAL into the database file). Called by the thread
+     * that commits, between commits, after the last one succeeded; NULL when
+     * the store has none. */
+    void (*idle)(Store *s);
 } StoreOps;
 
 /* A store has one owner at a time (threads.h): the thread that opened it,
  * which loads it, then the commit writer from the first batch it commits
  * until commit_free joins it. Its error may be read by the loop once a
- * commit is DONE (commit.c publishes it). */
+ * commit failed and is DONE (commit.c publishes it); after a commit that
+ * worked, the writer goes on using it (store_idle). */
 struct Store {
     const StoreOps *ops;
     ThreadOwner owner;
@@ -143,6 +149,12 @@ static inline void store_close(Store *s)
 {
     assert(thread_owns(&s->owner));
     s->ops->close(s);
+}
+static inline void store_idle(Store *s)
+{
+    assert(thread_owns(&s->owner));
+    if (s->ops->idle)
+        s->ops->idle(s);
 }
 static inline const char *store_error(const Store *s) { return s->ops->error(s); }
 static inline bool store_can_snapshot(const Store *s) { return s->ops->snapshot != NULL; }

@@ -14,8 +14,9 @@
  *    of a live server is asked of the server (GET /v1/backup, made here with
  *    SQLite's backup API by sqlite_snapshot), never read from its files;
  *  - BEGIN IMMEDIATE for every batch; statements prepared once;
- *  - the WAL copied into the database file (a checkpoint) by our own WAL
- *    hook, never failing a COMMIT (on_wal).
+ *  - the WAL copied into the database file (a checkpoint) between commits,
+ *    after the last one's answers may have gone out (sqlite_idle), never
+ *    failing a COMMIT (on_wal).
  * One connection, used by the loader at start-up and then only by the commit
  * thread.
  *
@@ -58,7 +59,7 @@
  * caught when the store opens. A new database gets SCHEMA_V9, then every step from
  * 9 on, like an old one: so steps written on two branches compose by
  * numbering one after the other, and nobody rewrites a schema by hand. */
-#define SCHEMA_VERSION 13
+#define SCHEMA_VERSION 14
 #define SCHEMA_BASE_VERSION 9
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
@@ -192,6 +193,10 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
            "ALTER TABLE lockspace ADD COLUMN value TEXT;"
            "CREATE TABLE lock_values(name TEXT PRIMARY KEY, value TEXT, version INTEGER NOT NULL,"
            "  token INTEGER NOT NULL, key TEXT, at_ms INTEGER NOT NULL) WITHOUT ROWID;",
+    /* Version 14 keeps the request_id of the write behind each lock's value,
+     * so a retry whose answer was lost in a restart is answered, not written
+     * again. A value written before has none (NULL): no retry matches it. */
+    [13] = "ALTER TABLE lock_values ADD COLUMN request_id TEXT;",
 };
 
 /* The statements that are no record's (each kind's are built from its
@@ -229,7 +234,8 @@ typedef struct SqliteStore {
     WalGather *gather;
     sqlite3_int64 boot; /* meta.boot of this run */
     uint64_t pruned_upto; /* lease_history holds no seq at or below this (0: not pruned in this run) */
-    int checkpoint_at;    /* WAL pages at which on_wal next copies the WAL into the database file */
+    int checkpoint_at;    /* WAL pages from which a checkpoint is due */
+    int checkpoint_due;   /* the WAL's pages when a checkpoint became due (0: none is) */
     unsigned long long checkpoint_failures; /* in a row, since the last checkpoint that worked */
     sqlite3_stmt *st[ST_COUNT];
     sqlite3_stmt *put[REC_KINDS]; /* each kind's upsert, from its descriptor */
@@ -245,42 +251,65 @@ static void set_err(SqliteStore *s, const char *what)
     snprintf(s->err, sizeof s->err, "%.300s: %s", what, s->db ? sqlite3_errmsg(s->db) : "out of memory");
 }
 
-/* SQLite calls this at the end of every COMMIT, in the thread that committed,
- * once the transaction is durable in the WAL, which holds `pages` pages. It
- * does what SQLite's default hook (its auto-checkpoint) does, a passive
- * checkpoint from CHECKPOINT_PAGES pages on, with two differences:
+/* Copies the WAL, which holds `pages` pages, into the database file: a
+ * passive checkpoint, as SQLite's auto-checkpoint makes, with two differences:
  *  - a failed checkpoint (the database file cannot be written or synced) is
  *    said on stderr, and tried again only once the WAL grew by
  *    CHECKPOINT_PAGES more pages: each try copies the whole WAL, so trying
  *    at every commit (the default) made every commit slower as the WAL grew,
  *    and silently (tests/powerloss/test_powerloss.py, CheckpointFailure);
- *  - the invariant the default keeps implicitly is kept on purpose: the hook
- *    returns SQLITE_OK whatever happened. An error returned here would make
- *    the COMMIT report it for a transaction that "will have still occurred"
- *    (sqlite3_wal_hook's documentation): the server would stop at a commit
- *    that failed (commit_done), for changes a restart then shows. Every
- *    commit stays durable in the WAL while checkpoints fail. */
-static int on_wal(void *arg, sqlite3 *db, const char *name, int pages)
+ *  - it never fails a commit: every commit stays durable in the WAL while
+ *    checkpoints fail. */
+static void checkpoint(SqliteStore *s, int pages)
 {
-    SqliteStore *s = arg;
-    if (pages < s->checkpoint_at)
-        return SQLITE_OK;
-    int rc = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    s->checkpoint_due = 0;
+    int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     if (rc == SQLITE_OK) {
         if (s->checkpoint_failures)
             log_line(LEVEL_INFO, "checkpoints work again, after %llu failed: %s is up to date", s->checkpoint_failures,
                      s->path);
         s->checkpoint_failures = 0;
         s->checkpoint_at = CHECKPOINT_PAGES;
-        return SQLITE_OK;
+        return;
     }
     s->checkpoint_failures++;
     s->checkpoint_at = pages + CHECKPOINT_PAGES;
     log_line(LEVEL_WARN,
              "copying the WAL into %s failed (%s; %llu in a row): every commit is still durable in the "
              "WAL, which grows until a checkpoint works (the next try at %d pages; it holds %d)",
-             s->path, sqlite3_errmsg(db), s->checkpoint_failures, s->checkpoint_at, pages);
+             s->path, sqlite3_errmsg(s->db), s->checkpoint_failures, s->checkpoint_at, pages);
+}
+
+/* SQLite calls this at the end of every COMMIT, in the thread that committed,
+ * once the transaction is durable in the WAL, which holds `pages` pages (in
+ * place of its auto-checkpoint). From CHECKPOINT_PAGES on, a checkpoint is
+ * due: the commit thread makes it between commits (sqlite_idle), so that the
+ * answers of the commit that crossed the mark do not wait for a copy of the
+ * whole WAL and a sync of the database file (measured in
+ * docs/BENCHMARKS.md). A store whose owner never calls idle (an offline
+ * tool) gets it here, once the WAL is CHECKPOINT_PAGES past the mark.
+ *
+ * Returns SQLITE_OK whatever happened: an error returned here would make the
+ * COMMIT report it for a transaction that "will have still occurred"
+ * (sqlite3_wal_hook's documentation), and the server would stop at a commit
+ * that failed (commit_done), for changes a restart then shows. */
+static int on_wal(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    (void)db, (void)name;
+    SqliteStore *s = arg;
+    if (pages < s->checkpoint_at)
+        return SQLITE_OK;
+    s->checkpoint_due = pages;
+    if (pages >= s->checkpoint_at + CHECKPOINT_PAGES)
+        checkpoint(s, pages);
     return SQLITE_OK;
+}
+
+static void sqlite_idle(Store *base)
+{
+    SqliteStore *s = (SqliteStore *)base;
+    if (s->checkpoint_due)
+        checkpoint(s, s->checkpoint_due);
 }
 
 static int exec(SqliteStore *s, const char *sql)
@@ -859,7 +888,8 @@ static const StoreOps SQLITE_OPS = {.load = sqlite_load,
                                     .commit = sqlite_commit,
                                     .close = sqlite_close,
                                     .error = sqlite_error,
-                                    .snapshot = sqlite_snapshot};
+                                    .snapshot = sqlite_snapshot,
+                                    .idle = sqlite_idle};
 
 Store *store_sqlite_open(const char *path, const char *boot_id, char *err, size_t errlen)
 {

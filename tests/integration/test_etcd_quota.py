@@ -130,6 +130,7 @@ class QuotaTest(unittest.TestCase):
         # The first change meets the refusal: its batch waits, its answer is 503.
         status, headers, body = g.client.acquire("first", ttl_ms=60000)
         self.assert_stalled_answer(status, headers, body)
+        self.assertNotIn("queued", body)  # a grant: released once etcd takes writes, not delivered
         t.join(30)
         self.assert_stalled_answer(*waiter["answer"])
         deadline = time.monotonic() + STALL_S
@@ -170,6 +171,33 @@ class QuotaTest(unittest.TestCase):
         self.assertRegex(text, r"(?m)^leasegate_etcd_alarm 0$")
         self.assertEqual(g.starts, 1)
         self.assertIsNone(g.proc.poll())
+
+    def test_a_change_in_the_refused_batch_is_said_queued_and_applies_after_the_alarm(self):
+        g = self.gateway()
+        held = g.client.acquire("held", ttl_ms=600000)[2]
+        self.assertIn("lease", held)
+        member = self.status()["header"]["member_id"]
+        self.etcd.call("/v3/maintenance/alarm", {"action": "ACTIVATE", "memberID": member, "alarm": "NOSPACE"})
+        # The first change after the alarm is made, and its batch is refused: its answer
+        # says it is queued (it applies once etcd takes writes), not to retry it.
+        status, headers, body = g.client.renew("held", held["lease"], ttl_ms=900000)
+        self.assert_stalled_answer(status, headers, body, g.stderr_text)
+        self.assertIs(body.get("queued"), True, body)
+        self.assertIn("do not make it again", body["message"])
+        self.assertNotIn("retry later", body["message"])
+        # A change asked during the stall is refused before it is made: not queued.
+        status, headers, body = self.answered(g.client.fence, "res", held["token"])
+        self.assert_stalled_answer(status, headers, body, g.stderr_text)
+        self.assertNotIn("queued", body)
+        self.assertIn("retry later", body["message"])
+        self.etcd.etcdctl("alarm", "disarm")
+        ok = wait_for(lambda: g.client.acquire("after", ttl_ms=60000)[0] == 200, timeout=30)
+        self.assertTrue(ok, g.stderr_text()[-2000:])
+        # The queued renewal applied: the lease runs on its new time to live.
+        status, _, body = g.client.get_lock("held")
+        self.assertEqual((status, body["holder"]["token"], body["holder"]["ttl_ms"]),
+                         (200, held["token"], 900000), body)
+        self.assertEqual(g.starts, 1)
 
     def test_filled_without_compaction_the_documented_recovery_brings_writes_back(self):
         g = self.gateway("--etcd-compact-interval", "0", "--etcd-compact-bytes", "0")

@@ -9,7 +9,7 @@
 * MigrationCuts: servers started on a database of every older schema (schemas/vN.sql), the
   power cut inside the start and its migration: the old schema or the new one, never a mix,
   and every lease, token, ended lease and fence mark after the next start.
-* CheckpointFailure: SQLite copies the WAL into the database file inside COMMIT (the
+* CheckpointFailure: SQLite copies the WAL into the database file between commits (the
   checkpoint), after the transaction is durable; the database file refuses every sync
   (tests/faults/failsync.c): every grant, renewal, release and fence mark is still answered
   and survives a power cut, the failure is said, and not tried again at every commit.
@@ -122,7 +122,7 @@ class MigrationCuts(unittest.TestCase):
 
 
 class CheckpointFailure(unittest.TestCase):
-    """SQLite runs a checkpoint at the end of a COMMIT once the WAL holds 1,000 pages;
+    """The store runs a checkpoint between commits once the WAL holds 1,000 pages;
     an error there comes after the transaction is durable. The database file (written
     only by checkpoints in WAL mode) refuses every sync while the file ARM exists."""
 
