@@ -72,6 +72,12 @@ class EtcdTlsTest(unittest.TestCase):
                              "(%d calls): not h2c's one write per call" % self.proxy.grpc_calls)
             self.assertEqual(self.proxy.grpc_peers, [{"organizationName": "gateway"}],
                              "not one kept connection showing the gateway's client certificate")
+        # That connection gone (etcd restarted, a network cut it): the next commit makes a new one.
+        self.proxy.cut(grpc_only=True)
+        self.acquire_ok("after-cut")
+        self.assertEqual(self.g.role(), "leader")
+        with self.proxy.mu:
+            self.assertEqual(len(self.proxy.grpc_peers), 2, "not one new connection after the cut")
 
     def refused(self, cert, key, client_ca, why):
         """Once the gateway leads, new connections get cert and ask for a client certificate
