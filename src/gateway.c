@@ -213,7 +213,8 @@ static int load_holder(LoadCtx *ctx, const StoreHolder *r)
 static int load_value(LoadCtx *ctx, const StoreValue *v)
 {
     Server *s = ctx->s;
-    LockValue value = {(char *)v->text, v->version, v->token, (char *)v->key, v->at_ms, {NULL, NULL}};
+    LockValue value = {(char *)v->text, v->version, v->token, (char *)v->key, v->at_ms, {NULL, NULL},
+                       (char *)v->request_id};
     if (locktab_load_value(s->locks, v->name, &value, &ctx->now) != LOCK_OK)
         return -1;
     if (v->text && v->key) {

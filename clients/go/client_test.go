@@ -2,6 +2,7 @@ package leasegate_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -529,5 +530,70 @@ func TestWhichAnswersMoveToTheNextServer(t *testing.T) {
 	defer mu.Unlock()
 	if calls["tls"] != 0 || calls[`{"error":"bad_request","message":"no","field":"owner"}`] != 1 {
 		t.Fatalf("requests that reached the servers: %v", calls)
+	}
+}
+
+// A value write whose answer is lost on the way back (the proxy forwards it, then hangs up) is
+// sent again with the same request_id, and the server answers that retry with the first
+// write's version: the value is written once.
+func TestValueWriteWhoseAnswerWasLostIsWrittenOnce(t *testing.T) {
+	srv := testserver.Start(t)
+	var mu sync.Mutex
+	var ids []string
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req, err := http.NewRequest(r.Method, srv.URL+r.URL.RequestURI(), strings.NewReader(string(body)))
+		if err != nil {
+			t.Errorf("proxy: %v", err)
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("proxy: %v", err)
+			return
+		}
+		answer, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		mu.Lock()
+		first := false
+		if r.Method == http.MethodPut {
+			var sent struct {
+				RequestID string `json:"request_id"`
+			}
+			_ = json.Unmarshal(body, &sent)
+			ids = append(ids, sent.RequestID)
+			first = len(ids) == 1
+		}
+		mu.Unlock()
+		if first { // applied by the server; its answer never reaches the client
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(answer)
+	}))
+	defer proxy.Close()
+	ctx := context.Background()
+	l := acquire(t, newClient(t, proxy.URL), "go/lost-value")
+	defer l.Release(ctx)
+	if v, err := l.SetValueIf(ctx, map[string]int{"n": 1}, 0); err != nil || v != 1 {
+		t.Fatalf("SetValueIf after a lost answer: %d %v (want version 1: written once)", v, err)
+	}
+	if v, err := l.SetValue(ctx, 2); err != nil || v != 2 {
+		t.Fatalf("SetValue: %d %v", v, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ids) != 3 || ids[0] == "" || ids[0] != ids[1] || ids[2] == ids[0] {
+		t.Fatalf("request_ids sent %q: want one per write, the same on its retry", ids)
+	}
+	got, err := newClient(t, srv.URL).Value(ctx, "go/lost-value")
+	if err != nil || got.ValueVersion != 2 {
+		t.Fatalf("value: %+v %v", got, err)
 	}
 }

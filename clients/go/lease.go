@@ -133,8 +133,9 @@ func (l *Lease) ValueVersion() uint64 {
 // SetValue writes the lock's value (v is marshalled to JSON; nil writes null, which clears
 // it), which only the lock's writer can, now; it returns the new version. A lease that does not
 // hold the lock as its writer now fails with an *Error that errors.Is ErrStaleToken (its Reason
-// says why), and nothing changes. A write whose answer was lost is sent again: it is then
-// written twice (the version moves by two).
+// says why), and nothing changes. A write whose answer was lost is sent again with the same
+// request_id (one per call): the server answers it with the first write's version and writes
+// nothing again, even across its restart or a failover.
 func (l *Lease) SetValue(ctx context.Context, v interface{}) (uint64, error) {
 	return l.setValue(ctx, v, nil)
 }
@@ -156,7 +157,9 @@ func (l *Lease) setValue(ctx context.Context, v interface{}, version *uint64) (u
 	if err != nil {
 		return 0, fmt.Errorf("leasegate: value: %w", err)
 	}
-	body := map[string]interface{}{"lease": l.id, "value": json.RawMessage(data)}
+	// One request_id for every attempt: a retry whose first answer was lost is answered with
+	// that write's version, not written again.
+	body := map[string]interface{}{"lease": l.id, "value": json.RawMessage(data), "request_id": newRequestID()}
 	if version != nil {
 		body["if_version"] = *version
 	}

@@ -272,6 +272,9 @@ void api_metrics(Request *req)
           lc.value_bytes);
     counter(f, "leasegate_value_writes_total", "Locks' values written by their holders (PUT /v1/locks/NAME/value).",
             m->value_writes);
+    counter(f, "leasegate_value_replays_total",
+            "Retried writes of a lock's value answered with the write of their request_id (nothing written).",
+            m->value_replays);
     fprintf(f, "# HELP leasegate_value_refusals_total Writes of a lock's value refused: a lease that did not hold "
                "the lock as its writer (stale_token), or another version (version_mismatch).\n"
                "# TYPE leasegate_value_refusals_total counter\n"

@@ -24,7 +24,6 @@
 #define TTL_DEFAULT_MS 30000
 #define WAIT_MAX_MS 3600000
 #define OWNER_MAX_BYTES 128
-#define REQUEST_ID_MAX_BYTES 64
 #define METADATA_MAX_BYTES 4096
 
 /* Metadata is kept as its client sent it and goes back byte for byte (rawjson.h). */

@@ -9,6 +9,15 @@
  * (the answer waits for its batch, http.h), moves the lock's watch index,
  * and is an event and an audit row (value_set).
  *
+ * A write may carry a request_id (as an acquire does): a retry of the write
+ * that made the value's current version, with the same request_id, by the
+ * same lease that still holds the lock as its writer and the same API key,
+ * is answered what that write was (its version, 200) and writes nothing
+ * (locktab_value_replay). Only the last write's request_id is kept (with the
+ * value, durable, across restarts): a retry of an older write of the lease
+ * is not recognised, and with an if_version it gets 409 version_mismatch
+ * (the value moved on), never writing over the newer one.
+ *
  * Why a stale lease can never write: the check that the lease holds the
  * lock and the write itself are one call of the lock table
  * (locktab_set_value), on the one thread that owns it, at one instant; a
@@ -46,6 +55,17 @@ static void reply_written(Request *req, JsonW *w)
     http_reply_json_text(req, 200, text, len);
 }
 
+/* 200: what a write that made the value's current version answers (it, or a repeat of it). */
+static void reply_version(Request *req, const LockValue *v)
+{
+    JsonW w;
+    jsonw_begin(&w);
+    jsonw_str(&w, "name", req->arg);
+    jsonw_int(&w, "value_version", (int64_t)v->version);
+    jsonw_int(&w, "token", (int64_t)v->token);
+    reply_written(req, &w);
+}
+
 /* 409 stale_token: the lease does not hold the lock as its writer now. */
 static void reply_stale(Request *req, const uint8_t *lease, const Holder *reader)
 {
@@ -64,7 +84,7 @@ static void reply_stale(Request *req, const uint8_t *lease, const Holder *reader
 
 void api_set_value(Request *req)
 {
-    static const char *const FIELDS[] = {"lease", "value", "if_version", NULL};
+    static const char *const FIELDS[] = {"lease", "value", "if_version", "request_id", NULL};
     Server *s = req->srv;
     if (!body_check_name(req, "name", req->arg))
         return;
@@ -75,9 +95,11 @@ void api_set_value(Request *req)
     bool present, given;
     char *text = NULL;
     json_int_t if_version = 0;
+    const char *request_id;
     if (!body_lease(req, obj, true, lease, &present) ||
         !body_json(req, obj, "value", s->cfg.max_value_bytes, &given, &text) ||
-        !body_int(req, obj, "if_version", 0, INT64_MAX, 0, false, &if_version))
+        !body_int(req, obj, "if_version", 0, INT64_MAX, 0, false, &if_version) ||
+        !body_string(req, obj, "request_id", REQUEST_ID_MAX_BYTES, false, &request_id))
         goto out;
     if (!given) {
         http_reply_invalid(req, ERR_BAD_REQUEST, json_pack("{s:s}", "field", "value"),
@@ -93,6 +115,13 @@ void api_set_value(Request *req)
     }
     const Lock *lock = locktab_get(s->locks, KIND_LOCK, req->arg);
     const LockValue *v = &lock->value;
+    const char *key = req->access.key ? req->access.key->name : NULL;
+    /* Before the version: a repeat's if_version is the one its first write moved on from. */
+    if (locktab_value_replay(v, h, request_id, key)) {
+        s->metrics.value_replays++;
+        reply_version(req, v);
+        goto out;
+    }
     bool check = json_object_get(obj, "if_version") != NULL;
     if (check && (uint64_t)if_version != v->version) {
         s->metrics.value_refused[1]++;
@@ -107,7 +136,7 @@ void api_set_value(Request *req)
     size_t old_bytes = v->text ? strlen(v->text) : 0, bytes = text ? strlen(text) : 0;
     if (!quota_admit_value(req, &old, old_bytes, bytes, &charge))
         goto out;
-    ValueArgs args = {text, check, (uint64_t)if_version, req->access.key ? req->access.key->name : NULL, charge};
+    ValueArgs args = {text, check, (uint64_t)if_version, key, charge, request_id};
     LockResult r = locktab_set_value(s->locks, req->arg, lease, &args, &now, &lock);
     if (r != LOCK_OK) { /* out of memory (the checks above held at this instant) */
         quota_value_counted(s, &charge, bytes, -1);
@@ -117,12 +146,7 @@ void api_set_value(Request *req)
     quota_value_counted(s, &old, old_bytes, -1);
     s->metrics.value_writes++;
     trail_note_of(s, req, AUDIT_VALUE_SET, AUDIT_OF_LOCK, AUDIT_MODE_WRITE, req->arg, h->owner, h->token);
-    JsonW w;
-    jsonw_begin(&w);
-    jsonw_str(&w, "name", req->arg);
-    jsonw_int(&w, "value_version", (int64_t)lock->value.version);
-    jsonw_int(&w, "token", (int64_t)lock->value.token);
-    reply_written(req, &w);
+    reply_version(req, &lock->value);
 out:
     free(text);
     json_decref(obj);

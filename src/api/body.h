@@ -19,6 +19,8 @@ json_t *body_object_new(Request *req, const char *const *allowed);
 /* A string of 1..max bytes without control characters. *out is NULL when the
  * field is absent and not required. */
 bool body_string(Request *req, json_t *obj, const char *field, size_t max, bool required, const char **out);
+/* A client's request_id (an acquire's, a value write's): body_string of at most this many bytes. */
+#define REQUEST_ID_MAX_BYTES 64
 bool body_int(Request *req, json_t *obj, const char *field, json_int_t min, json_int_t max, json_int_t dflt,
               bool required, json_int_t *out);
 /* A lease id (UUID text). *present says whether the field was given. */

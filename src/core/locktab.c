@@ -133,6 +133,7 @@ static void lock_free(void *p)
     }
     free(lock->value.text);
     free(lock->value.key);
+    free(lock->value.request_id);
     free(lock->name);
     free(lock);
 }
@@ -741,6 +742,12 @@ void locktab_set_charge(Locktab *lt, LockKind kind, const char *name, Charge cha
 
 bool locktab_same_key(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
 
+bool locktab_value_replay(const LockValue *v, const Holder *holder, const char *request_id, const char *key)
+{
+    return request_id && v->request_id && v->version && v->token == holder->token &&
+           strcmp(request_id, v->request_id) == 0 && locktab_same_key(v->key, key);
+}
+
 static LockResult reenter(Locktab *lt, Lock *lock, Grant *g, const AcquireArgs *args, const Now *now)
 {
     char *metadata = args->metadata ? strdup(args->metadata) : NULL;
@@ -949,13 +956,18 @@ LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease
     if (!g || g->h.mode != MODE_WRITE)
         return LOCK_NOT_HOLDER;
     LockValue *v = &lock->value;
+    /* Before the version: the repeat's if_version is the one its first write moved on from. */
+    if (locktab_value_replay(v, &g->h, args->request_id, args->key))
+        return LOCK_REPLAYED;
     if (args->check_version && args->if_version != v->version)
         return LOCK_VERSION_MISMATCH;
     char *text = args->text ? strdup(args->text) : NULL;
     char *key = args->key ? strdup(args->key) : NULL;
-    if ((args->text && !text) || (args->key && !key)) {
+    char *request_id = args->request_id ? strdup(args->request_id) : NULL;
+    if ((args->text && !text) || (args->key && !key) || (args->request_id && !request_id)) {
         free(text);
         free(key);
+        free(request_id);
         return LOCK_NOMEM;
     }
     LocktabCounts *c = &lt->counts[KIND_LOCK];
@@ -963,8 +975,10 @@ LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease
     c->value_bytes += (text ? strlen(text) : 0) - (v->text ? strlen(v->text) : 0);
     free(v->text);
     free(v->key);
+    free(v->request_id);
     v->text = text;
     v->key = key;
+    v->request_id = request_id;
     v->version++;
     v->token = g->h.token;
     v->at_ms = now->wall_ms;
@@ -985,9 +999,11 @@ LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *va
         return r;
     char *text = value->text ? strdup(value->text) : NULL;
     char *key = value->key ? strdup(value->key) : NULL;
-    if ((value->text && !text) || (value->key && !key)) {
+    char *request_id = value->request_id ? strdup(value->request_id) : NULL;
+    if ((value->text && !text) || (value->key && !key) || (value->request_id && !request_id)) {
         free(text);
         free(key);
+        free(request_id);
         return LOCK_NOMEM;
     }
     LocktabCounts *c = &lt->counts[KIND_LOCK];
@@ -995,9 +1011,11 @@ LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *va
     c->value_bytes += (text ? strlen(text) : 0) - (lock->value.text ? strlen(lock->value.text) : 0);
     free(lock->value.text);
     free(lock->value.key);
+    free(lock->value.request_id);
     lock->value = *value;
     lock->value.text = text;
     lock->value.key = key;
+    lock->value.request_id = request_id;
     lock->value.charge = (Charge){NULL, NULL};
     if (value->token > lock->last_token) /* its writer's grant is older: its token was counted */
         lock->last_token = value->token;

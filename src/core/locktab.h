@@ -137,6 +137,8 @@ typedef struct LockValue {
     char *key;        /* owned; the API key that wrote it (what it counts against), or NULL */
     int64_t at_ms;    /* Unix ms of the write */
     Charge charge;    /* who its bytes are counted against (share.h); opaque here */
+    char *request_id; /* owned; the client's id of the write that made this version, or NULL:
+                       * only the last write's is kept (locktab_value_replay) */
 } LockValue;
 
 typedef struct Deadline {
@@ -244,7 +246,8 @@ typedef struct AcquireArgs {
 typedef enum LockResult {
     LOCK_OK,          /* granted, reentered, renewed or released */
     LOCK_REPLAYED,    /* acquire: a retry of the acquire that made a current grant
-                       * (AcquireArgs.request_id); *holder_out is that grant, unchanged */
+                       * (AcquireArgs.request_id); *holder_out is that grant, unchanged;
+                       * set_value: a retry of the write that made the current version */
     LOCK_QUEUED,      /* acquire: waiting; the waiter is returned */
     LOCK_BUSY,        /* acquire: not grantable now (held, full, or in a lock-delay) and not waiting */
     LOCK_NOT_HOLDER,  /* the given lease does not hold the lock */
@@ -325,13 +328,23 @@ typedef struct ValueArgs {
     uint64_t if_version;
     const char *key;     /* NULL, or the name of the API key writing (LockValue.key) */
     Charge charge;       /* LockValue.charge from now on */
+    const char *request_id; /* NULL, or the client's id for this write (LockValue.request_id) */
 } ValueArgs;
+/* A write of `holder` (the lock's writer now) with request_id from API key
+ * `key` repeats the write that made the value's current version: the same
+ * request_id, from the same grant (the value's token is the holder's) and
+ * key. Only the last write is remembered: a retry of an older one is not a
+ * repeat (it is a new write, refused by an if_version it carries, since the
+ * version moved on). */
+bool locktab_value_replay(const LockValue *v, const Holder *holder, const char *request_id, const char *key);
 /* Writes lock `name`'s value, for `lease`, which must hold it now as its
  * writer (a reader's lease, another lock's, or one that ended is
  * LOCK_NOT_HOLDER, and nothing changes): its version goes up by one, its
  * token is the lease's; the index moves and hooks.value_changed reports
- * it. LOCK_VERSION_MISMATCH when check_version and the version is another.
- * *lock_out is the lock, when there is one (its value as it is after the
+ * it. LOCK_REPLAYED, and nothing changes, when it repeats the write that
+ * made the current version (locktab_value_replay; checked before the
+ * version). LOCK_VERSION_MISMATCH when check_version and the version is
+ * another. *lock_out is the lock, when there is one (its value as it is after the
  * call). The old value's text is freed: the caller reads what it needs of
  * it (its charge, its size) before. */
 LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease, const ValueArgs *args,

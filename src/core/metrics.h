@@ -47,6 +47,7 @@ typedef struct Metrics {
     uint64_t undelivered_grants; /* grants released because the response failed */
     uint64_t not_holder;
     uint64_t value_writes;       /* locks' values written (PUT /v1/locks/NAME/value answered 200) */
+    uint64_t value_replays;      /* value writes answered with the write of their request_id */
     uint64_t value_refused[2];   /* value writes refused: [0] stale_token, [1] version_mismatch */
     uint64_t fence_accepted;
     uint64_t fence_rejected;

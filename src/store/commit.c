@@ -357,7 +357,8 @@ bool commit_holder_gone(Commit *c, LockKind kind, const char *name, uint64_t tok
 bool commit_value(Commit *c, const Lock *lock)
 {
     const LockValue *v = &lock->value;
-    StoreRecord r = {.kind = REC_VALUE, .value = {lock->name, v->text, v->version, v->token, v->key, v->at_ms}};
+    StoreRecord r = {.kind = REC_VALUE,
+                     .value = {lock->name, v->text, v->version, v->token, v->key, v->at_ms, v->request_id}};
     return add(c, &r);
 }
 

@@ -132,10 +132,11 @@ static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
            permits >= 1 && permits <= LOCKTAB_LIMIT_MAX && (permits == 1 || kind == KIND_SEMAPHORE);
 }
 
-/* Lock values, keyed by the lock's name (value NULL: null written). */
+/* Lock values, keyed by the lock's name (value NULL: null written;
+ * request_id NULL: the last write had none, or was written before version 14). */
 #define VALUE_LIST(P, X)                                                                                             \
     X(P, name, SQL_KEY) X(P, value, SQL_SET) X(P, version, SQL_SET) X(P, token, SQL_SET) X(P, key, SQL_SET)         \
-        X(P, at_ms, SQL_SET)
+        X(P, at_ms, SQL_SET) X(P, request_id, SQL_SET)
 DESCRIBE_COLUMNS(VALUE, VALUE_LIST);
 
 static int bind_value(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot)
@@ -146,14 +147,16 @@ static int bind_value(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot
     if (r->removal)
         return rc;
     return rc | bind_text(st, VALUE_value, v->text) | bind_u64(st, VALUE_version, v->version) |
-           bind_u64(st, VALUE_token, v->token) | bind_text(st, VALUE_key, v->key) | bind_i64(st, VALUE_at_ms, v->at_ms);
+           bind_u64(st, VALUE_token, v->token) | bind_text(st, VALUE_key, v->key) | bind_i64(st, VALUE_at_ms, v->at_ms) |
+           bind_text(st, VALUE_request_id, v->request_id);
 }
 
 static bool read_value(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
 {
     (void)boot;
     r->value = (StoreValue){col_text(st, VALUE_name),  col_text(st, VALUE_value), col_u64(st, VALUE_version),
-                            col_u64(st, VALUE_token), col_text(st, VALUE_key),    sqlite3_column_int64(st, VALUE_at_ms)};
+                            col_u64(st, VALUE_token), col_text(st, VALUE_key),    sqlite3_column_int64(st, VALUE_at_ms),
+                            col_text(st, VALUE_request_id)};
     return r->value.name && r->value.version >= 1 && r->value.token >= 1;
 }
 

@@ -24,7 +24,9 @@
  *                             election's leader's value, JSON text as a string; layout 3)}. Layout 1
  *                             wrote readers and permits here, with "mode" always
  *   PREFIX/values/NAME        a lock's value (layout 3): JSON {value? (the value's JSON text, as a
- *                             string; left out: null), version, token, key?, at_ms}
+ *                             string; left out: null), version, token, key?, at_ms, request_id?
+ *                             (the client's id of the write that made this version; still layout
+ *                             3, see below)}
  *   PREFIX/fences/RESOURCE    decimal max token
  *   PREFIX/guard/LOCK         decimal max token the guard let through, a space, and when it last
  *                             let a write through (Unix ms; older gateways wrote the token alone)
@@ -64,6 +66,17 @@
  * (it requires "mode", which layout 2 leaves out for them, so that it can
  * never load a writer it would then keep in two places) and exits, having
  * written nothing but its commit mark.
+ *
+ * A field added to a record that an older gateway of the same layout may
+ * ignore without misreading anything does not move the layout: a value's
+ * request_id (a retried write's answer) is one. A layout-3 gateway before it
+ * reads a value record by its named fields and skips the rest, so it loads
+ * the value exactly; it forgets only which write made it (its next write of
+ * that value leaves the field out), and a retry of that write is then a new
+ * write, as it always was there: never a value misread or a lease trusted
+ * wrongly. Moving the layout would make every such gateway refuse the lock
+ * space and exit, for nothing it could get wrong. A field whose absence an
+ * older gateway would misread (permits) moves it.
  *
  * The history is pruned by deleting the range [kind/0, kind/UPTO+1), that is
  * every key whose rows are all at or below UPTO = newest seq - keep: a batch
@@ -328,6 +341,8 @@ static char *value_value(const StoreRecord *r)
     if (j && v->text && json_object_set_new(j, "value", json_string(v->text)))
         json_decref(j), j = NULL;
     if (j && v->key && json_object_set_new(j, "key", json_string(v->key)))
+        json_decref(j), j = NULL;
+    if (j && v->request_id && json_object_set_new(j, "request_id", json_string(v->request_id)))
         json_decref(j), j = NULL;
     return json_text(j);
 }
@@ -1389,10 +1404,13 @@ static int load_value(EtcdStore *s, const StoreLoad *cb, const char *name, const
     StoreRecord r = {.kind = REC_VALUE, .value = {.name = name}};
     StoreValue *v = &r.value;
     json_t *text = json_object_get(j, "value"), *key = json_object_get(j, "key");
+    json_t *request_id = json_object_get(j, "request_id"); /* absent: none, or written before it was kept */
     v->text = json_string_value(text);
     v->key = json_string_value(key);
+    v->request_id = json_string_value(request_id);
     bool ok = json_u64(j, "version", &v->version) && v->version >= 1 && json_u64(j, "token", &v->token) &&
-              v->token >= 1 && json_i64(j, "at_ms", &v->at_ms) && (!text || v->text) && (!key || v->key);
+              v->token >= 1 && json_i64(j, "at_ms", &v->at_ms) && (!text || v->text) && (!key || v->key) &&
+              (!request_id || v->request_id);
     int rc = 0;
     if (!ok) {
         snprintf(s->err, sizeof s->err, "value of lock %s: corrupt record in etcd", name);

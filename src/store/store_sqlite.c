@@ -59,7 +59,7 @@
  * caught when the store opens. A new database gets SCHEMA_V9, then every step from
  * 9 on, like an old one: so steps written on two branches compose by
  * numbering one after the other, and nobody rewrites a schema by hand. */
-#define SCHEMA_VERSION 13
+#define SCHEMA_VERSION 14
 #define SCHEMA_BASE_VERSION 9
 
 /* Ended leases, pruned to the newest --lease-history by seq (and up to
@@ -193,6 +193,10 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
            "ALTER TABLE lockspace ADD COLUMN value TEXT;"
            "CREATE TABLE lock_values(name TEXT PRIMARY KEY, value TEXT, version INTEGER NOT NULL,"
            "  token INTEGER NOT NULL, key TEXT, at_ms INTEGER NOT NULL) WITHOUT ROWID;",
+    /* Version 14 keeps the request_id of the write behind each lock's value,
+     * so a retry whose answer was lost in a restart is answered, not written
+     * again. A value written before has none (NULL): no retry matches it. */
+    [13] = "ALTER TABLE lock_values ADD COLUMN request_id TEXT;",
 };
 
 /* The statements that are no record's (each kind's are built from its

@@ -391,6 +391,33 @@ class EtcdTest(EtcdTestCase):
         self.assertEqual((st, body.get("error")), (409, "stale_token"), body)
         self.assertEqual(other.client.get_lock("cfg")[2]["value"], "after")
 
+    def test_a_value_writes_retry_is_answered_by_the_next_leader(self):
+        """A value write's request_id is part of its record (PREFIX/values/NAME), so a retry
+        whose answer the killed leader took with it is answered by the next leader with that
+        write's version, and nothing is written again; the next write without one leaves the
+        field out (layout 3 either way)."""
+        a, b = self.gateway(), self.gateway()
+        leader = wait_leader([a, b])
+        other = b if leader is a else a
+        held = self.acquire_ok(leader, "ret/v", ttl_ms=120000)
+        body = {"lease": held["lease"], "value": {"n": 1}, "if_version": 0, "request_id": "lost-1"}
+        st, _, first = leader.client.request("PUT", "/v1/locks/ret/v/value", body=body)
+        self.assertEqual((st, first.get("value_version")), (200, 1), first)
+        record = self.value("/values/ret/v")
+        self.assertEqual((record["version"], record["token"], record["request_id"]), (1, held["token"], "lost-1"))
+        leader.kill9()  # as if before its answer left
+        self.assertIs(wait_leader([other]), other, other.stderr_text())
+        self.assertEqual(self.value("/meta/layout"), 3)
+        for _ in range(2):
+            st, _, again = other.client.request("PUT", "/v1/locks/ret/v/value", body=body)
+            self.assertEqual((st, again), (200, first))
+        st, _, view = other.client.request("GET", "/v1/locks/ret/v/value")
+        self.assertEqual((view["value"], view["value_version"]), ({"n": 1}, 1), view)
+        st, _, body = other.client.request("PUT", "/v1/locks/ret/v/value",
+                                           body={"lease": held["lease"], "value": {"n": 2}})
+        self.assertEqual((st, body.get("value_version")), (200, 2), body)
+        self.assertNotIn("request_id", self.value("/values/ret/v"))
+
     def test_paused_leader_commits_nothing_after_takeover(self):
         """The key safety test: a leader SIGSTOPped past its lease is replaced;
         after SIGCONT it grants nothing, and no token is ever issued twice."""

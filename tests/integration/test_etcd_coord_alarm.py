@@ -106,8 +106,10 @@ class CoordUnderAlarmTest(unittest.TestCase):
         self.assertEqual(self.next_event(obs), ("leader", {"owner": "o", "term": term, "value": "a"}))
         self.raise_alarm()
         # The first change meets the refusal: its batch waits, its answer is a 503.
-        self.assert_alarm(self.gw.client.request("PUT", value_path("val"), body={"lease": lease, "value": {"n": 2}}))
-        # Refused before they change anything, now that the alarm is known.
+        held_write = {"lease": lease, "value": {"n": 2}, "request_id": "alarm-1"}
+        self.assert_alarm(self.gw.client.request("PUT", value_path("val"), body=held_write))
+        # Refused before they change anything, now that the alarm is known; its retry too.
+        self.assert_alarm(self.call("PUT", value_path("val"), held_write))
         self.assert_alarm(self.call("POST", election_path("el", "proclaim"), {"lease": leader, "value": "b"}))
         self.assert_alarm(self.call("PUT", value_path("val"), {"lease": lease, "value": {"n": 3}, "if_version": 1}))
         # The value the refused batch holds is never shown before etcd took it...
@@ -144,6 +146,10 @@ class CoordUnderAlarmTest(unittest.TestCase):
         status, _, body = self.call("PUT", value_path("val"), {"lease": lease, "value": {"n": 2}, "if_version": 1})
         self.assertEqual((status, body.get("error"), body.get("value_version")), (409, "version_mismatch", 2), body)
         self.assertEqual(body["value_token"], self.ok("GET", "/v1/locks/val")["holder"]["token"])
+        # A retry with its request_id gets the answer the 503 took from it, and writes nothing.
+        token = self.ok("GET", "/v1/locks/val")["holder"]["token"]
+        self.assertEqual(self.ok("PUT", value_path("val"), held_write), {"name": "val", "value_version": 2, "token": token})
+        self.assertEqual(self.value_sets(), 2)
         self.ok("POST", election_path("el", "proclaim"), {"lease": leader, "value": "c"})
         self.assertEqual(self.next_event(obs), ("leader", {"owner": "o", "term": term, "value": "c"}))
         self.assertIsNone(self.gw.proc.poll())

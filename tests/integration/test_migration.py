@@ -9,7 +9,12 @@ current version: every step runs in that one transaction).
 Schema 13 (issue 40): a semaphore's lease may hold several permits, an election's leader lease
 carries its value, and a lock's value is a row of its own. Databases written by the binaries of
 schemas 11 and 12 (tests/powerloss/schemas/vN.sql, made by tests/powerloss/schemas/make.py) load
-with every lease as it was, each of one permit, and take the new records at once."""
+with every lease as it was, each of one permit, and take the new records at once.
+
+Schema 14: a lock's value keeps the request_id of the write that made it, so a retry of that
+write whose answer was lost in a restart is answered, not written again. A database written by
+the binary of schema 13 (schemas/v13.sql) loads with every value as it was (none with a
+request_id: no retry matches them) and takes the new field at once."""
 
 import json
 import os
@@ -26,9 +31,9 @@ import harness
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "schema10.db")
 # The schema a start migrates to: 11's lockspace, then 12's audit reason, then 13's permits,
-# leaders' values and locks' values (issue 40); every step of the migration is in the one
-# opening transaction.
-LATEST = 13
+# leaders' values and locks' values (issue 40), then 14's request_id of a lock's value; every
+# step of the migration is in the one opening transaction.
+LATEST = 14
 with open(os.path.join(HERE, "fixtures", "schema10.json")) as _f:
     MADE = json.load(_f)
 DAY = 86400000
@@ -215,9 +220,39 @@ class MigrationTest(unittest.TestCase):
     def test_a_schema_12_database_keeps_every_lease_and_takes_the_new_records(self):
         self.older_database_keeps_every_lease(12)
 
+    def test_a_schema_13_database_keeps_every_value_and_takes_request_ids(self):
+        self.older_database_keeps_every_lease(13)
+        db = sqlite3.connect(os.path.join(self.dir, "leasegate.db"))
+        values = dict((name, (text, version, token)) for name, text, version, token in
+                      db.execute("SELECT name, value, version, token FROM lock_values WHERE name LIKE 'fx/v%'"))
+        self.assertEqual(db.execute("SELECT count(*) FROM lock_values WHERE request_id IS NOT NULL").fetchone()[0], 0)
+        # fx/v00: still held by its writer (the fixture released the odd ones).
+        blob, token = db.execute("SELECT lease, token FROM lockspace WHERE kind = 0 AND name = 'fx/v00'"
+                                 " AND token <> 0").fetchone()
+        db.close()
+        self.assertEqual(len(values), 10)
+        self.assertEqual((json.loads(values["fx/v00"][0]), values["fx/v00"][1:]), ({"n": 0}, (1, token)))
+        lease = str(uuid.UUID(bytes=bytes(blob)))
+        with harness.Server(data_dir=self.dir) as srv:
+            for name, (text, version, writer) in values.items():
+                st, _, view = srv.client.request("GET", "/v1/locks/%s/value" % name)
+                self.assertEqual((view["value"], view["value_version"], view["value_token"]),
+                                 (json.loads(text), version, writer), view)
+            body = {"lease": lease, "value": {"n": 100}, "if_version": 1, "request_id": "after-migration"}
+            st, _, first = srv.client.request("PUT", "/v1/locks/fx/v00/value", body=body)
+            self.assertEqual((st, first.get("value_version")), (200, 2), first)
+            srv.restart(kill9=True)
+            st, _, again = srv.client.request("PUT", "/v1/locks/fx/v00/value", body=body)
+            self.assertEqual((st, again), (200, first))
+        db = sqlite3.connect(os.path.join(self.dir, "leasegate.db"))
+        self.assertEqual(db.execute("SELECT version, request_id FROM lock_values WHERE name = 'fx/v00'").fetchone(),
+                         (2, "after-migration"))
+        db.close()
+
     def older_database_keeps_every_lease(self, version):
         """A database of `version` (schemas/vN.sql, written by that schema's binary) migrates to
-        LATEST with every lease as it was, each of one permit, and takes issue 40's records."""
+        LATEST with every lease as it was (each of one permit before schema 13, which has
+        leases of several), and takes issue 40's records."""
         path = os.path.join(self.dir, "leasegate.db")
         with open(os.path.join(SCHEMAS, "v%d.sql" % version)) as f:
             sql = f.read()
@@ -229,8 +264,10 @@ class MigrationTest(unittest.TestCase):
         db.execute("UPDATE lockspace SET acquired_at_ms = acquired_at_ms + ?1, expires_at_ms = expires_at_ms + ?1"
                    " WHERE token <> 0", (age,))
         db.execute("UPDATE meta SET value = 'fixture' WHERE key = 'boot_id'")
-        leases = db.execute("SELECT kind, name, token, owner, count, mode FROM lockspace WHERE token <> 0"
-                            " ORDER BY token").fetchall()
+        permits = "coalesce(permits, 1)" if version >= 13 else "1"
+        leases = db.execute("SELECT kind, name, token, owner, count, mode, %s FROM lockspace WHERE token <> 0"
+                            " ORDER BY token" % permits).fetchall()
+        wide = db.execute("SELECT count(*) FROM lockspace WHERE %s > 1" % permits).fetchone()[0]
         last = db.execute("SELECT max(max(coalesce(last_token, 0)), max(token)) FROM lockspace").fetchone()[0]
         db.commit()
         db.close()
@@ -238,15 +275,15 @@ class MigrationTest(unittest.TestCase):
         self.assertGreater(len(leases), 50)
         with harness.Server(data_dir=self.dir) as srv:
             c = srv.client
-            for kind, name, token, owner, count, mode in leases:
+            for kind, name, token, owner, count, mode, held in leases:
                 base = "/v1/%s/%s" % ("semaphores" if kind == 1 else "locks", name)
                 st, _, view = c.request("GET", base)
                 mine = [h for h in view["holders"] if h["token"] == token]
                 self.assertEqual(len(mine), 1, (name, token, view))
                 self.assertEqual((mine[0]["owner"], mine[0]["count"]), (owner, count), view)
                 if kind == 1:
-                    self.assertEqual(mine[0]["permits"], 1, view)
-                    self.assertEqual(view["permits_used"], view["holders_total"], view)
+                    self.assertEqual(mine[0]["permits"], held, view)
+                    self.assertEqual(view["permits_used"], sum(h["permits"] for h in view["holders"]), view)
             # A migrated semaphore (3 permits, 2 held) takes a lease of one more; not of two.
             st, _, body = c.request("POST", "/v1/semaphores/fx/s0/acquire",
                                     {"owner": "wide", "limit": 3, "permits": 2})
@@ -261,8 +298,9 @@ class MigrationTest(unittest.TestCase):
         self.assertEqual(version, LATEST)
         self.assertIn("lock_values", tables)
         db = sqlite3.connect(path)
-        self.assertEqual(db.execute("SELECT permits FROM lockspace WHERE owner = 'wide'").fetchall(), [(4,)])
-        self.assertEqual(db.execute("SELECT count(*) FROM lockspace WHERE permits IS NOT NULL").fetchone()[0], 1)
+        self.assertEqual(db.execute("SELECT permits FROM lockspace WHERE name = 'fx/new' AND token <> 0").fetchall(),
+                         [(4,)])
+        self.assertEqual(db.execute("SELECT count(*) FROM lockspace WHERE permits IS NOT NULL").fetchone()[0], wide + 1)
         db.close()
 
 

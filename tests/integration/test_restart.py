@@ -155,7 +155,9 @@ class RestartTests(unittest.TestCase):
             st, _, r = srv.release("v3/free", g["lease"])
             self.assertEqual(st, 200, r)
         db = sqlite3.connect(os.path.join(d, "leasegate.db"))
-        self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0], 13)
+        self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0], 14)
+        # Version 14 keeps the request_id of the write behind each lock's value.
+        self.assertIn("request_id", [c[1] for c in db.execute("PRAGMA table_info(lock_values)")])
         # Version 9 keeps when the guard last let a write of each lock through.
         self.assertIn("at_ms", [c[1] for c in db.execute("PRAGMA table_info(guard_marks)")])
         # Version 11: every lease a row of the lock space, a name's own row beside them (token 0).

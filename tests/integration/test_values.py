@@ -6,9 +6,17 @@ value_version and value_token; the value outlives its writer until a holder writ
 null, keeps its bytes as sent, is bounded by --max-value-bytes (413) and counted in the key's
 share (429 max_value_bytes), is durable before its answer (kill -9 right after it), moves the
 watch index, and is an event, an audit row and part of the lock's history. Checked by the
-server's answers, never by the test's clock."""
+server's answers, never by the test's clock.
+
+A write's request_id: a retry of the write that made the value's version (its answer lost: the
+same request sent again, a connection dropped, a kill -9 between the write and the retry) is
+answered what that write was (its version, 200) and writes nothing; another request_id, none,
+another lease or another key is a write like any other; only the last write's is kept, so a
+retry of an older write with if_version gets 409 version_mismatch and changes nothing."""
 
 import http.client
+import json
+import socket
 import threading
 import time
 import unittest
@@ -185,7 +193,125 @@ class ValueSizeTest(unittest.TestCase):
             self.assertEqual(srv.get_lock("small")[2]["value"], "x" * 18)
 
 
+def value_of(c, name):
+    st, _, body = c.request("GET", "/v1/locks/%s/value" % name)
+    assert st == 200, body
+    return body["value"], body["value_version"], body["value_token"]
+
+
+def put_and_hang_up(port, name, body):
+    """Sends a value write and closes the connection without reading its answer (an answer
+    lost on the way back); waits until the server has closed its side (it has answered or
+    dropped the request), within a bound."""
+    data = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        s.sendall(b"PUT /v1/locks/%s/value HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (name.encode(), len(data)) + data)
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(30)
+        while s.recv(4096):  # bounded by the timeout: the server closes once it has answered
+            pass
+    finally:
+        s.close()
+
+
+class ValueRetryTest(ServerTestCase):
+    def grant(self, name, owner="w"):
+        st, _, g = self.srv.acquire(name, owner, ttl_ms=600000)
+        self.assertEqual(st, 200, g)
+        return g
+
+    def test_a_retry_of_a_write_whose_answer_was_lost_is_answered_not_written_again(self):
+        name, c = "val/retry", self.srv.client
+        a = self.grant(name)
+        replays = self.srv.metric("leasegate_value_replays_total")
+        writes = self.srv.metric("leasegate_value_writes_total")
+        # Without if_version: the retry does not write the value a second time.
+        first = put_value(c, name, a["lease"], {"n": 1}, request_id="w-1")
+        self.assertEqual(first, (200, first[1], {"name": name, "value_version": 1, "token": a["token"]}))
+        for _ in range(2):
+            st, _, body = put_value(c, name, a["lease"], {"n": 1}, request_id="w-1")
+            self.assertEqual((st, body), (200, first[2]))
+        self.assertEqual(value_of(c, name), ({"n": 1}, 1, a["token"]))
+        # With if_version: the retry is not a false version_mismatch.
+        st, _, second = put_value(c, name, a["lease"], {"n": 2}, if_version=1, request_id="w-2")
+        self.assertEqual((st, second["value_version"]), (200, 2), second)
+        st, _, body = put_value(c, name, a["lease"], {"n": 2}, if_version=1, request_id="w-2")
+        self.assertEqual((st, body), (200, second))
+        self.assertEqual(value_of(c, name), ({"n": 2}, 2, a["token"]))
+        self.assertEqual(self.srv.metric("leasegate_value_replays_total") - replays, 3)
+        self.assertEqual(self.srv.metric("leasegate_value_writes_total") - writes, 2)
+        # Another request_id, or none, is a new write.
+        st, _, body = put_value(c, name, a["lease"], {"n": 2}, request_id="w-3")
+        self.assertEqual((st, body["value_version"]), (200, 3), body)
+        st, _, body = put_value(c, name, a["lease"], {"n": 2})
+        self.assertEqual((st, body["value_version"]), (200, 4), body)
+        # Only the last write's id is kept: the retry of an older one with if_version is refused
+        # (the value moved on), never written over the newer value.
+        st, _, body = put_value(c, name, a["lease"], {"n": 2}, if_version=1, request_id="w-2")
+        self.assertEqual((st, body.get("error"), body.get("value_version")), (409, "version_mismatch", 4), body)
+        self.assertEqual(value_of(c, name), ({"n": 2}, 4, a["token"]))
+        # The last write without an id leaves none to repeat.
+        st, _, body = put_value(c, name, a["lease"], {"n": 2}, if_version=3, request_id="w-3")
+        self.assertEqual((st, body.get("error")), (409, "version_mismatch"), body)
+        # The next holder's write with the same id is its own, not a repeat of another lease's.
+        st, _, body = put_value(c, name, a["lease"], {"n": 5}, request_id="same")
+        self.assertEqual((st, body["value_version"]), (200, 5), body)
+        self.assertEqual(self.srv.release(name, a["lease"])[0], 200)
+        st, _, body = put_value(c, name, a["lease"], {"n": 5}, request_id="same")
+        self.assertEqual((st, body.get("error"), body.get("reason")), (409, "stale_token", "released"), body)
+        b = self.grant(name, "b")
+        st, _, body = put_value(c, name, b["lease"], {"n": 6}, if_version=5, request_id="same")
+        self.assertEqual((st, body), (200, {"name": name, "value_version": 6, "token": b["token"]}))
+        self.assertEqual(value_of(c, name), ({"n": 6}, 6, b["token"]))
+        self.assertEqual(self.srv.release(name, b["lease"])[0], 200)
+
+    def test_a_dropped_connection_then_a_retry_writes_once(self):
+        name, c = "val/dropped", self.srv.client
+        a = self.grant(name)
+        body = {"lease": a["lease"], "value": {"step": 1}, "if_version": 0, "request_id": "drop-1"}
+        put_and_hang_up(self.srv.port, name, body)
+        st, _, answer = c.request("PUT", "/v1/locks/%s/value" % name, body=body)
+        self.assertEqual((st, answer), (200, {"name": name, "value_version": 1, "token": a["token"]}))
+        self.assertEqual(value_of(c, name), ({"step": 1}, 1, a["token"]))
+        self.assertEqual(self.srv.release(name, a["lease"])[0], 200)
+
+    def test_bad_request_ids(self):
+        name = "val/bad-id"
+        a = self.grant(name)
+        for rid in ("", "x" * 65, "a\nb", 7, None, ["x"]):
+            st, _, e = put_value(self.srv.client, name, a["lease"], 1, request_id=rid)
+            self.assertEqual((st, e.get("error"), e.get("field")), (400, "bad_request", "request_id"), (rid, e))
+        st, _, body = put_value(self.srv.client, name, a["lease"], 1, request_id="x" * 64)
+        self.assertEqual((st, body.get("value_version")), (200, 1), body)
+        self.assertEqual(self.srv.release(name, a["lease"])[0], 200)
+
+
 class ValueRestartTest(unittest.TestCase):
+    def test_a_retry_across_a_kill_9_is_answered_not_written_again(self):
+        with Server() as srv:
+            st, _, a = srv.acquire("val/retry-crash", "a", ttl_ms=600000)
+            self.assertEqual(st, 200, a)
+            st, _, first = put_value(srv.client, "val/retry-crash", a["lease"], {"kept": 1}, if_version=0,
+                                     request_id="crash-1")
+            self.assertEqual((st, first["value_version"]), (200, 1), first)
+            srv.restart(kill9=True)  # the answer lost with the server
+            for _ in range(2):
+                st, _, body = put_value(srv.client, "val/retry-crash", a["lease"], {"kept": 1}, if_version=0,
+                                        request_id="crash-1")
+                self.assertEqual((st, body), (200, first))
+            self.assertEqual(value_of(srv.client, "val/retry-crash"), ({"kept": 1}, 1, a["token"]))
+            # A write after the restart keeps its own id across the next one.
+            st, _, second = put_value(srv.client, "val/retry-crash", a["lease"], {"kept": 2}, request_id="crash-2")
+            self.assertEqual((st, second["value_version"]), (200, 2), second)
+            srv.restart(kill9=True)
+            st, _, body = put_value(srv.client, "val/retry-crash", a["lease"], {"kept": 2}, request_id="crash-2")
+            self.assertEqual((st, body), (200, second))
+            self.assertEqual(value_of(srv.client, "val/retry-crash"), ({"kept": 2}, 2, a["token"]))
+            self.assertEqual(srv.metric("leasegate_value_writes_total"), 0)  # none since the restart
+
+
     def test_durable_before_answered_and_stale_across_kill_9(self):
         with Server() as srv:
             st, _, a = srv.acquire("val/crash", "a", ttl_ms=600000)
@@ -206,6 +332,22 @@ class ValueRestartTest(unittest.TestCase):
             self.assertEqual((st, body["error"], body["reason"]), (409, "stale_token", "released"), body)
             view = srv.get_lock("val/crash")[2]
             self.assertEqual((view["held"], view["value"], view["value_version"]), (False, {"acked": 2}, 2), view)
+
+
+class ValueKeyTest(KeyedTestCase):
+    def test_another_keys_retry_is_not_a_repeat(self):
+        k1, line1 = new_key("one", "client", "v/")
+        k2, line2 = new_key("two", "client", "v/")
+        self.start_keyed([line1, line2])
+        c1, c2 = self.as_(k1), self.as_(k2)
+        st, _, g = c1.acquire("v/keyed", owner="one", ttl_ms=600000)
+        self.assertEqual(st, 200, g)
+        st, _, first = put_value(c1, "v/keyed", g["lease"], "one's", if_version=0, request_id="k-1")
+        self.assertEqual((st, first["value_version"]), (200, 1), first)
+        self.assertEqual(put_value(c1, "v/keyed", g["lease"], "one's", if_version=0, request_id="k-1")[2], first)
+        st, _, body = put_value(c2, "v/keyed", g["lease"], "two's", if_version=0, request_id="k-1")
+        self.assertEqual((st, body.get("error")), (409, "version_mismatch"), body)
+        self.assertEqual(value_of(c1, "v/keyed"), ("one's", 1, g["token"]))
 
 
 class ValueShareTest(KeyedTestCase):

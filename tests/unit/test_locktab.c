@@ -815,25 +815,45 @@ static void test_values(void)
     uint32_t left;
     const Lock *lock;
     values_changed = 0;
-    ValueArgs set = {"{\"step\":1}", false, 0, "k", {NULL, NULL}};
+    ValueArgs set = {"{\"step\":1}", false, 0, "k", {NULL, NULL}, NULL};
     CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_NOT_HOLDER && lock == NULL);
     CHECK(take(lt, KIND_LOCK, "v", 0, MODE_WRITE, 0, 0, 0) == LOCK_OK);
     uint64_t token = hold->token, index = locktab_index(lt, KIND_LOCK, "v");
     CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_OK);
     CHECK(!strcmp(lock->value.text, "{\"step\":1}") && lock->value.version == 1 && lock->value.token == token);
     CHECK(!strcmp(lock->value.key, "k") && values_changed == 1 && locktab_index(lt, KIND_LOCK, "v") > index);
-    ValueArgs stale = {"2", true, 0, NULL, {NULL, NULL}};
+    ValueArgs stale = {"2", true, 0, NULL, {NULL, NULL}, NULL};
     CHECK(locktab_set_value(lt, "v", ids[0], &stale, &now, &lock) == LOCK_VERSION_MISMATCH);
     stale.if_version = 1;
     CHECK(locktab_set_value(lt, "v", ids[0], &stale, &now, &lock) == LOCK_OK && lock->value.version == 2);
     CHECK(!strcmp(lock->value.text, "2") && lock->value.key == NULL);
+    /* A request_id: its repeat (same grant and key) changes nothing, whatever its if_version;
+     * another id, another key, or none, is a new write. Only the last write's id is kept. */
+    ValueArgs once = {"3", true, 2, "k", {NULL, NULL}, "r-1"};
+    CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_OK && lock->value.version == 3);
+    CHECK(!strcmp(lock->value.request_id, "r-1") && values_changed == 3);
+    CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_REPLAYED && lock->value.version == 3);
+    CHECK(locktab_value_replay(&lock->value, locktab_holder(lock), "r-1", "k") && values_changed == 3);
+    CHECK(!locktab_value_replay(&lock->value, locktab_holder(lock), "r-1", NULL));
+    CHECK(!locktab_value_replay(&lock->value, locktab_holder(lock), NULL, "k"));
+    once.key = "other";
+    CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_VERSION_MISMATCH);
+    once.key = "k";
+    once.request_id = "r-2";
+    once.if_version = 3;
+    CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_OK && lock->value.version == 4);
+    once.request_id = "r-1"; /* an older write's retry: the version moved on */
+    CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_VERSION_MISMATCH);
+    stale.if_version = 4; /* none: a new write, and the id is gone with the write it named */
+    CHECK(locktab_set_value(lt, "v", ids[0], &stale, &now, &lock) == LOCK_OK && lock->value.version == 5);
+    CHECK(lock->value.request_id == NULL);
     /* Another lock's lease, a semaphore's: not this lock's writer. */
     CHECK(take(lt, KIND_LOCK, "w", 1, MODE_WRITE, 0, 0, 0) == LOCK_OK);
-    CHECK(locktab_set_value(lt, "v", ids[1], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    CHECK(locktab_set_value(lt, "v", ids[1], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 5);
     locktab_check(lt);
     /* Released: the value stays (the next holder reads it), and so does the name. */
     CHECK(locktab_release(lt, KIND_LOCK, "v", ids[0], NULL, &now, &left) == LOCK_OK);
-    CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 5);
     for (int i = 0; i < 2; i++) { /* "w" expires at the first tick, and is forgotten at the second */
         now.mono_ms += 120000;
         now.wall_ms += 120000;
@@ -844,30 +864,31 @@ static void test_values(void)
     locktab_check(lt);
     /* Readers may not write it; a reader's lease is refused and nothing changes. */
     CHECK(take(lt, KIND_LOCK, "v", 2, MODE_READ, 0, 0, 0) == LOCK_OK);
-    CHECK(locktab_set_value(lt, "v", ids[2], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    CHECK(locktab_set_value(lt, "v", ids[2], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 5);
     CHECK(locktab_release(lt, KIND_LOCK, "v", ids[2], NULL, &now, &left) == LOCK_OK);
     /* A writer that ran out writes nothing, even before the tick ended it. */
     CHECK(take(lt, KIND_LOCK, "v", 3, MODE_WRITE, 0, 0, 0) == LOCK_OK);
     Now late = now;
     late.mono_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
     late.wall_ms += 1000 + LOCKTAB_DEADLINE_SLACK_MS;
-    CHECK(locktab_set_value(lt, "v", ids[3], &set, &late, &lock) == LOCK_NOT_HOLDER && lock->value.version == 2);
+    CHECK(locktab_set_value(lt, "v", ids[3], &set, &late, &lock) == LOCK_NOT_HOLDER && lock->value.version == 5);
     now = late;
     /* Null lets the name go once it is idle. */
     CHECK(take(lt, KIND_LOCK, "v", 4, MODE_WRITE, 0, 0, 0) == LOCK_OK);
-    ValueArgs clear = {NULL, false, 0, NULL, {NULL, NULL}};
+    ValueArgs clear = {NULL, false, 0, NULL, {NULL, NULL}, NULL};
     CHECK(locktab_set_value(lt, "v", ids[4], &clear, &now, &lock) == LOCK_OK && lock->value.text == NULL);
-    CHECK(lock->value.version == 3 && lock->value.token == hold->token);
+    CHECK(lock->value.version == 6 && lock->value.token == hold->token);
     CHECK(locktab_release(lt, KIND_LOCK, "v", ids[4], NULL, &now, &left) == LOCK_OK);
     now.mono_ms += 120000;
     now.wall_ms += 120000;
     locktab_tick(lt, &now);
     CHECK(locktab_get(lt, KIND_LOCK, "v") == NULL);
     /* Loaded from storage: kept, and the name is not idle. */
-    LockValue stored = {"[1,2]", 7, 3, NULL, 1700000000000, {NULL, NULL}};
+    LockValue stored = {"[1,2]", 7, 3, NULL, 1700000000000, {NULL, NULL}, "w-7"};
     CHECK(locktab_load_value(lt, "loaded", &stored, &now) == LOCK_OK);
     lock = locktab_get(lt, KIND_LOCK, "loaded");
     CHECK(lock && !strcmp(lock->value.text, "[1,2]") && lock->value.version == 7 && lock->last_token >= 3);
+    CHECK(lock->value.request_id && !strcmp(lock->value.request_id, "w-7") && lock->value.request_id != stored.request_id);
     now.mono_ms += 120000;
     now.wall_ms += 120000;
     locktab_tick(lt, &now);

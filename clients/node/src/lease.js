@@ -7,6 +7,7 @@
 // later than that, so the client always gives up first, never after the server.
 
 const { EventEmitter } = require("node:events");
+const { randomUUID } = require("node:crypto");
 const { inspect } = require("node:util");
 const { setTimeout: sleep } = require("node:timers/promises");
 const { toMillis } = require("./duration.js");
@@ -199,14 +200,17 @@ class Lease extends EventEmitter {
    * read-modify-write: lease.valueVersion after the grant). Rejects with StaleTokenError
    * when this lease does not hold the lock as its writer now (nothing changed),
    * VersionMismatchError for another version, PayloadTooLargeError past the server's
-   * --max-value-bytes. A write whose answer was lost is sent again: it is then written
-   * twice (the version moves by two), and with ifVersion the second is rejected.
+   * --max-value-bytes. A write whose answer was lost is sent again with the same
+   * request_id (one per call): the server answers it with the first write's version and
+   * writes nothing again.
    * @param {unknown} value
    * @param {{ifVersion?: number}} [options]
    */
   async setValue(value, { ifVersion } = {}) {
     if (this.kind !== "lock") throw new TypeError(`setValue: a lock's value; this is a ${this.kind}'s lease`);
-    const body = { lease: this.lease, value: value === undefined ? null : value };
+    // One request_id for every attempt: a retry whose first answer was lost is answered
+    // with that write's version, not written again.
+    const body = { lease: this.lease, value: value === undefined ? null : value, request_id: randomUUID() };
     if (ifVersion !== undefined) {
       if (!Number.isSafeInteger(ifVersion) || ifVersion < 0) {
         throw new TypeError(`ifVersion: expected an integer >= 0, got ${JSON.stringify(ifVersion)}`);

@@ -54,25 +54,29 @@ async function startStore() {
 }
 
 /**
- * A server that keeps each request body and answers 503; with `forward`, it instead
- * forwards each request there, and hangs up without an answer on the first one once
- * the server has delivered it (an answer lost on the way back).
+ * A server that keeps each request body (and in methods its method) and answers 503; with
+ * `forward`, it instead forwards each request there, and hangs up without an answer on the
+ * first one (the first of method `drop`, when given) once the server has delivered it (an
+ * answer lost on the way back).
  */
-async function startRecorder(forward) {
+async function startRecorder(forward, drop) {
   const bodies = [];
+  const methods = [];
   const server = await listen(async (req, res) => {
     const body = await readBody(req);
     bodies.push(JSON.parse(body));
+    methods.push(req.method);
     if (!forward) {
       res.writeHead(503, { "Content-Type": "application/json" }).end('{"error":"overloaded","message":"test"}');
       return;
     }
     const answer = await fetch(forward + req.url, { method: req.method, body, headers: { "Content-Type": "application/json" } });
     const text = await answer.text();
-    if (bodies.length === 1) req.socket.destroy();
+    const mine = methods.filter((m) => !drop || m === drop);
+    if ((!drop || req.method === drop) && mine.length === 1) req.socket.destroy();
     else res.writeHead(answer.status, { "Content-Type": "application/json" }).end(text);
   });
-  return { ...server, bodies };
+  return { ...server, bodies, methods };
 }
 
 /** A TCP proxy on a free loopback port to `port`, counting the connections it was asked for. */
@@ -456,6 +460,25 @@ test("a retry after a lost answer gets the same grant", async () => {
     await proxy.close();
   }
   assert.equal((await client.status(name)).held, false);
+});
+
+test("a value write whose answer was lost is written once", async () => {
+  const proxy = await startRecorder(server.url, "PUT");
+  const name = unique("lost-value");
+  try {
+    const lease = await new Client({ servers: proxy.url }).acquire(name, { ttl: "30s" });
+    const answer = await lease.setValue({ n: 1 }, { ifVersion: 0 });
+    assert.deepEqual(answer, { name, value_version: 1, token: lease.token });
+    await lease.setValue(2);
+    const puts = proxy.bodies.filter((_, i) => proxy.methods[i] === "PUT");
+    assert.equal(puts.length, 3, "the write whose answer was lost is sent again");
+    assert.equal(puts[0].request_id, puts[1].request_id);
+    assert.notEqual(puts[2].request_id, puts[0].request_id, "a request_id per write");
+    assert.equal((await client.value(name)).value_version, 2);
+    await lease.release();
+  } finally {
+    await proxy.close();
+  }
 });
 
 test("list follows pages", async () => {

@@ -13,6 +13,7 @@ asyncio and a watchdog task, so both lose and release a lease alike.
 import logging
 import threading
 import time
+import uuid
 
 from . import plan
 from .blocking import run
@@ -141,7 +142,9 @@ class LeaseCore:
     def _set_value_plan(self, value, if_version):
         if self.kind != "lock":
             raise TypeError("set_value: a lock's value; this is a lease of %s %r" % (self._kind_article(), self.name))
-        body = {"lease": self.lease, "value": value}
+        # One request_id for every attempt: a retry whose first answer was lost is
+        # answered with that write's version, not written again.
+        body = {"lease": self.lease, "value": value, "request_id": uuid.uuid4().hex}
         if if_version is not None:
             if isinstance(if_version, bool) or not isinstance(if_version, int):
                 raise TypeError("if_version: expected an int, got %r" % (if_version,))
@@ -285,8 +288,9 @@ class Lease(LeaseCore):
         Raises StaleToken when this lease does not hold the lock as its writer now
         (nothing changed), VersionMismatch for another version, PayloadTooLarge past the
         server's --max-value-bytes. A write whose answer was lost is sent again (to the
-        next server): it is then written twice, the version moving by two; with
-        if_version the second gets VersionMismatch (read client.value() to tell).
+        next server) with the same request_id, chosen once per call: the server answers
+        the retry with the first write's version and writes nothing again (it keeps the
+        last write's request_id with the value, across restarts and failovers).
         """
         return run(self._set_value_plan(value, if_version))
 

@@ -132,28 +132,34 @@ class Store(LoopbackHTTP):
 
 class Recorder(LoopbackHTTP):
     """A server that answers every request with `status` and a JSON body, and keeps
-    each request body; with drop_first, it instead forwards the first request to
-    `forward`, reads the whole answer and hangs up without passing it on (an answer
-    lost on the way back), and forwards every later one."""
+    each request body (and in methods its method); with `forward`, it instead forwards
+    every request to `forward`, and the first one (the first of method `drop`, when
+    given) it reads the whole answer of and hangs up without passing it on (an answer
+    lost on the way back)."""
 
-    def __init__(self, status=503, forward=None):
+    def __init__(self, status=503, forward=None, drop=None):
         self.bodies = []
+        self.methods = []
         rec = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 rec.bodies.append(json.loads(body))
+                rec.methods.append(self.command)
                 if forward is None:
                     return self.answer(status, b'{"error":"overloaded","message":"test"}')
                 host, port = forward.rsplit("/", 1)[1].split(":")
                 conn = http.client.HTTPConnection(host, int(port), timeout=BOUND)
-                conn.request("POST", self.path, body, {"Content-Type": "application/json"})
+                conn.request(self.command, self.path, body, {"Content-Type": "application/json"})
                 resp = conn.getresponse()
                 data = resp.read()
                 conn.close()
-                if len(rec.bodies) > 1:  # the first answer is dropped: nothing is sent
-                    self.answer(resp.status, data)
+                mine = [m for m in rec.methods if drop is None or m == drop]
+                if not (self.command == (drop or self.command) and len(mine) == 1):
+                    self.answer(resp.status, data)  # else the answer is dropped: nothing is sent
+
+            do_PUT = do_POST
 
             def answer(self, code, data):
                 self.send_response(code)

@@ -264,6 +264,24 @@ class ClientTest(unittest.TestCase):
             proxy.stop()
         self.assertFalse(self.client.status(name)["held"])
 
+    def test_a_value_write_whose_answer_was_lost_is_written_once(self):
+        proxy = Recorder(forward=self.server.url, drop="PUT")
+        name = unique("lost-value")
+        try:
+            lease = leasegate.Client(proxy.url).acquire(name, ttl="30s")
+            answer = lease.set_value({"n": 1}, if_version=0)
+            self.assertEqual(answer, {"name": name, "value_version": 1, "token": lease.token})
+            puts = [b for b, m in zip(proxy.bodies, proxy.methods) if m == "PUT"]
+            self.assertEqual(len(puts), 2, "the write whose answer was lost is sent again")
+            self.assertEqual(puts[0]["request_id"], puts[1]["request_id"])
+            lease.set_value({"n": 2})
+            puts = [b for b, m in zip(proxy.bodies, proxy.methods) if m == "PUT"]
+            self.assertNotEqual(puts[2]["request_id"], puts[0]["request_id"], "a request_id per write")
+            self.assertEqual(self.client.value(name)["value_version"], 2)
+            lease.release()
+        finally:
+            proxy.stop()
+
     def test_a_bare_number_as_a_duration_is_refused_before_any_request(self):
         recorder = Recorder(503)
         try:

@@ -9,6 +9,7 @@ import java.net.http.HttpResponse;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.Future;
@@ -156,7 +157,8 @@ public final class Lease implements AutoCloseable {
     /**
      * Writes the lock's value ({@code PUT /v1/locks/{name}/value}): only the lease that holds the lock
      * now, as its writer, can. Any JSON-mappable object (Jackson); null clears it. Returns the new
-     * version.
+     * version. A write whose answer was lost is sent again with the same {@code request_id} (one
+     * per call): the server answers it with the first write's version and writes nothing again.
      *
      * @throws StaleTokenException when this lease does not hold the lock now ({@code body().get("reason")}:
      *     released, expired, superseded, revoked, read_lease...); nothing changed
@@ -183,8 +185,11 @@ public final class Lease implements AutoCloseable {
                     ? "a lock's value; this is a semaphore's lease" : "a lock's value; a leader sets its own with proclaim"));
         }
         JsonNode tree = Transport.JSON.valueToTree(value);
+        // One request_id for every attempt: a retry whose first answer was lost is answered with
+        // that write's version, not written again.
         ObjectNode body = Transport.JSON.createObjectNode().put("lease", leaseId);
         body.set("value", tree == null ? NullNode.getInstance() : tree);
+        body.put("request_id", UUID.randomUUID().toString());
         if (version != null) {
             body.put("if_version", version);
         }

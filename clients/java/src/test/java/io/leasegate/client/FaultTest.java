@@ -4,6 +4,7 @@ import static io.leasegate.client.TestServer.unique;
 import static io.leasegate.client.TestServer.waitFor;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -109,6 +110,28 @@ class FaultTest {
             lease.release();
             assertFalse(client.status(name).get("held").asBoolean());
         }
+    }
+
+    @Test
+    void aValueWriteWhoseAnswerWasLostIsWrittenOnce() throws Exception {
+        String name = unique("java/lost-value");
+        try (DroppingProxy proxy = new DroppingProxy(server.port, "PUT");
+             LeasegateClient client = LeasegateClient.builder().servers(proxy.url()).build()) {
+            Lease lease = client.acquire(name, AcquireOptions.defaults());
+            assertEquals(1, lease.setValueIf(Map.of("n", 1), 0), "written once, and not a false version_mismatch");
+            assertEquals(2, lease.setValue(2));
+            assertEquals(3, proxy.requests.size(), "the write whose answer was lost was sent again");
+            String first = requestId(proxy.requests.get(0));
+            assertEquals(first, requestId(proxy.requests.get(1)), "one request_id for every retry of a write");
+            assertNotEquals(first, requestId(proxy.requests.get(2)), "a request_id per write");
+            assertEquals(2, client.value(name).get("value_version").asLong());
+            lease.release();
+        }
+    }
+
+    private static String requestId(String request) throws Exception {
+        String body = request.substring(request.indexOf("\r\n\r\n") + 4);
+        return Transport.JSON.readTree(body).get("request_id").asText();
     }
 
     @Test
