@@ -253,6 +253,9 @@ class PresignTests(unittest.TestCase):
         self.assert_error(fetch(with_query(put, lambda q: [(k, v[:-1] + ("1" if v[-1] == "0" else "0"))
                                                            if k == "X-Amz-Signature" else (k, v) for k, v in q]),
                                 "PUT", b"x"), 403, bad)
+        # A read whose token holds the lock is checked as well.
+        self.assert_error(fetch(with_query(self.url(g, "get_object", key), lambda q: [
+            (k, "3600" if k == "X-Amz-Expires" else v) for k, v in q])), 403, bad)
         # The method: a GET URL used to PUT.
         self.assert_error(fetch(self.url(g, "get_object", key), "PUT", b"x"), 403, bad)
         # Another Host than the one signed.
