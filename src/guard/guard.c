@@ -768,14 +768,17 @@ static void s3_call(Request *req, const GuardRoute *route, const char *method, c
 
 /* A signed read: checked with the lease when its token holds the object's
  * lock. Without --auth-file reads are open, so one whose token holds
- * another lock passes unchecked; with it, an SDK's read is signed with a
- * lease of the object's lock (a reader's will do), which its key was
- * allowed to take: no weaker than the API's rule. A listing's signature
- * names no lock: with --auth-file, a listing takes an API key. */
+ * another lock passes unchecked (but not a presigned URL past its time);
+ * with it, an SDK's read is signed with a lease of the object's lock (a
+ * reader's will do), which its key was allowed to take: no weaker than the
+ * API's rule. A listing's signature names no lock: with --auth-file, a
+ * listing takes an API key. */
 static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *method)
 {
     if (!s3req_signed(req))
         return true;
+    if (!s3auth_presign_valid(req))
+        return false;
     char lock[GUARD_BINDING_MAX + 1] = "";
     const char *problem;
     bool object = bound_lock(route, guardroute_rest(route, req->raw_uri), lock, sizeof lock, &problem) != NULL;

@@ -97,13 +97,23 @@ static enum MHD_Result collect(void *cls, enum MHD_ValueKind kind, const char *k
     return MHD_YES;
 }
 
-/* The canonical request of req, as the client signed it. Owned; NULL
+/* The query of req as received, without its '?' ("" when none). */
+static const char *raw_query(const Request *req)
+{
+    const char *q = strchr(req->raw_uri, '?');
+    return q ? q + 1 : "";
+}
+
+/* The canonical request of req, as the client signed it: `payload` is its
+ * last line (the payload's hash, or UNSIGNED-PAYLOAD), `omit` a query
+ * parameter left out (a presigned URL's signature) or NULL. Owned; NULL
  * with why. */
-static char *canonical_request(Request *req, const char *method, const S3Auth *a, const char **why)
+static char *canonical_request(Request *req, const char *method, const S3Auth *a, const char *payload,
+                               const char *omit, const char **why)
 {
     const char *uri = req->raw_uri;
     size_t plen = strcspn(uri, "?");
-    char *query = sigv4_canonical_query(uri[plen] == '?' ? uri + plen + 1 : "");
+    char *query = sigv4_canonical_query(raw_query(req), omit);
     size_t cap = 16384;
     char *headers = malloc(cap);
     if (!query || !headers) {
@@ -131,7 +141,7 @@ static char *canonical_request(Request *req, const char *method, const S3Auth *a
     }
     char *out;
     int n = asprintf(&out, "%s\n%.*s\n%s\n%s\n%s\n%s", method, (int)plen, uri, query, headers,
-                     a->auth.signed_headers, http_header(req, "x-amz-content-sha256"));
+                     a->auth.signed_headers, payload);
     free(query);
     free(headers);
     if (n < 0) {
@@ -275,6 +285,97 @@ static bool setup_payload(S3Auth *a, Request *req)
     return true;
 }
 
+/* The UTC time of Unix seconds t as S3 writes it in an error
+ * (2026-11-29T08:00:00Z). */
+static void iso_time(int64_t t, char *out, size_t outlen)
+{
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (!gmtime_r(&tt, &tm) || !strftime(out, outlen, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(out, outlen, "%lld", (long long)t);
+}
+
+/* 403 AccessDenied for a presigned URL used outside its time, in S3's
+ * words, with S3's X-Amz-Expires, Expires and ServerTime. */
+static void refuse_time(Request *req, const char *message, const SigV4Query *q, int64_t signed_s, int64_t now_s)
+{
+    char expires[32], server[32], seconds[16];
+    iso_time(signed_s + q->expires_s, expires, sizeof expires);
+    iso_time(now_s, server, sizeof server);
+    snprintf(seconds, sizeof seconds, "%u", q->expires_s);
+    req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+    http_reply_error(req, ERR_FORBIDDEN,
+                     json_pack("{s:s, s:i, s:[[s,s],[s,s],[s,s]]}", "s3_code", "AccessDenied", "s3_status", 403,
+                               "s3_elements", "X-Amz-Expires", seconds, "Expires", expires, "ServerTime", server),
+                     "%s", message);
+}
+
+/* A presigned URL's query parsed into q, and its time checked: from its
+ * X-Amz-Date (a clock up to S3AUTH_SKEW_S behind the client's aside) to
+ * X-Amz-Date + X-Amz-Expires, as S3 takes it. Answers otherwise. */
+static bool presigned(Request *req, SigV4Query *q)
+{
+    const char *why = "";
+    if (!sigv4_parse_query(raw_query(req), q, &why)) {
+        refuse(req, ERR_BAD_REQUEST, "AuthorizationQueryParametersError", 400, "%s", why);
+        return false;
+    }
+    const char *a = http_header(req, "Authorization");
+    if (a && !strncmp(a, "AWS4-HMAC-SHA256 ", 17)) {
+        refuse(req, ERR_BAD_REQUEST, "InvalidArgument", 400, "%s",
+               "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter or the Authorization "
+               "header should be specified");
+        return false;
+    }
+    int64_t t = amz_time(q->amz_date), now_s = clock_now().wall_ms / 1000;
+    if (t < 0) {
+        refuse(req, ERR_BAD_REQUEST, "AuthorizationQueryParametersError", 400, "%s",
+               "X-Amz-Date must be YYYYMMDDTHHMMSSZ");
+        return false;
+    }
+    if (t > now_s + S3AUTH_SKEW_S) {
+        refuse_time(req, "Request is not yet valid", q, t, now_s);
+        return false;
+    }
+    if (now_s > t + q->expires_s) {
+        refuse_time(req, "Request has expired", q, t, now_s);
+        return false;
+    }
+    return true;
+}
+
+bool s3auth_presign_valid(Request *req)
+{
+    SigV4Query q;
+    return !sigv4_query_signed(raw_query(req)) || presigned(req, &q);
+}
+
+/* The signature of the Authorization header parsed into a, its date
+ * within S3AUTH_SKEW_S of the gateway's clock. Answers otherwise. */
+static bool header_signed(Request *req, S3Auth *a)
+{
+    const char *why = "";
+    if (!sigv4_parse(http_header(req, "Authorization"), &a->auth, &why)) {
+        refuse(req, ERR_BAD_REQUEST, "AuthorizationHeaderMalformed", 400, "the Authorization header: %s", why);
+        return false;
+    }
+    const char *date = http_header(req, "x-amz-date");
+    int64_t t = amz_time(date);
+    Now now = clock_now();
+    if (t < 0 || strncmp(date, a->auth.date, 8)) {
+        refuse(req, ERR_FORBIDDEN, "AccessDenied", 403, "%s",
+               "a signed request needs X-Amz-Date (YYYYMMDDTHHMMSSZ), of the day its credential scope names");
+        return false;
+    }
+    if (t * 1000 > now.wall_ms + S3AUTH_SKEW_S * 1000 || t * 1000 < now.wall_ms - S3AUTH_SKEW_S * 1000) {
+        refuse(req, ERR_FORBIDDEN, "RequestTimeTooSkewed", 403, "%s",
+               "the request's X-Amz-Date is more than 15 minutes from the gateway's clock");
+        return false;
+    }
+    snprintf(a->amz_date, sizeof a->amz_date, "%s", date);
+    return true;
+}
+
 S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bool read, uint8_t lease[LEASE_ID_BYTES],
                           uint64_t *token, S3Auth **out)
 {
@@ -285,9 +386,15 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return S3AUTH_REFUSED;
     }
-    const char *why;
-    if (!sigv4_parse(http_header(req, "Authorization"), &a->auth, &why)) {
-        refuse(req, ERR_BAD_REQUEST, "AuthorizationHeaderMalformed", 400, "the Authorization header: %s", why);
+    const char *why = "";
+    bool query = sigv4_query_signed(raw_query(req));
+    if (query) {
+        SigV4Query q;
+        if (!presigned(req, &q))
+            goto fail;
+        a->auth = q.auth;
+        snprintf(a->amz_date, sizeof a->amz_date, "%s", q.amz_date);
+    } else if (!header_signed(req, a)) {
         goto fail;
     }
     if (!fence_parse_token(a->auth.access_key, token)) {
@@ -297,20 +404,6 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
                a->auth.access_key);
         goto fail;
     }
-    const char *date = http_header(req, "x-amz-date");
-    int64_t t = amz_time(date);
-    Now now = clock_now();
-    if (t < 0 || strncmp(date, a->auth.date, 8)) {
-        refuse(req, ERR_FORBIDDEN, "AccessDenied", 403, "%s",
-               "a signed request needs X-Amz-Date (YYYYMMDDTHHMMSSZ), of the day its credential scope names");
-        goto fail;
-    }
-    if (t * 1000 > now.wall_ms + S3AUTH_SKEW_S * 1000 || t * 1000 < now.wall_ms - S3AUTH_SKEW_S * 1000) {
-        refuse(req, ERR_FORBIDDEN, "RequestTimeTooSkewed", 403, "%s",
-               "the request's X-Amz-Date is more than 15 minutes from the gateway's clock");
-        goto fail;
-    }
-    snprintf(a->amz_date, sizeof a->amz_date, "%s", date);
     const Holder *h = lock[0] ? holder_by_token(s, lock, *token) : NULL;
     if (!h || (!read && h->mode == MODE_READ)) {
         s->metrics.guard_refused[GUARD_REFUSED_STALE]++;
@@ -333,7 +426,10 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
     uuid_unparse_lower(h->lease, secret);
     sigv4_key(secret, &a->auth, a->key);
     explicit_bzero(secret, sizeof secret);
-    char *canonical = canonical_request(req, method, a, &why);
+    const char *payload = http_header(req, "x-amz-content-sha256");
+    /* A presigned URL signs no payload: its hash is UNSIGNED-PAYLOAD, whatever is sent. */
+    char *canonical = canonical_request(req, method, a, query ? "UNSIGNED-PAYLOAD" : payload ? payload : "",
+                                        query ? SIGV4_QUERY_SIGNATURE : NULL, &why);
     if (!canonical) {
         refuse(req, ERR_FORBIDDEN, "SignatureDoesNotMatch", 403, "the signature cannot be checked: %s", why);
         goto fail;
@@ -362,7 +458,9 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
     }
     memcpy(a->prev, a->auth.signature, sizeof a->prev);
     memcpy(lease, h->lease, LEASE_ID_BYTES);
-    if (!setup_payload(a, req))
+    if (query)
+        a->payload = PAY_UNSIGNED;
+    else if (!setup_payload(a, req))
         goto fail;
     *out = a;
     return S3AUTH_OK;
@@ -373,11 +471,12 @@ fail:
 
 bool s3auth_token_holds(Request *req, const char *lock)
 {
-    SigV4Auth a;
-    const char *why;
+    SigV4Query q;
+    const char *why = "";
     uint64_t token;
-    return sigv4_parse(http_header(req, "Authorization"), &a, &why) && fence_parse_token(a.access_key, &token) &&
-           holder_by_token(req->srv, lock, token) != NULL;
+    bool parsed = sigv4_query_signed(raw_query(req)) ? sigv4_parse_query(raw_query(req), &q, &why)
+                                                      : sigv4_parse(http_header(req, "Authorization"), &q.auth, &why);
+    return parsed && fence_parse_token(q.auth.access_key, &token) && holder_by_token(req->srv, lock, token) != NULL;
 }
 
 void s3auth_free(S3Auth *a)

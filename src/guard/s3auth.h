@@ -14,6 +14,18 @@
  * the write goes on as one with Fencing-Lease would: the guard re-signs it
  * for the store with its own credentials.
  *
+ * A presigned URL (SigV4 in the query: X-Amz-Algorithm, X-Amz-Credential,
+ * X-Amz-Date, X-Amz-Expires, X-Amz-SignedHeaders, X-Amz-Signature) is the
+ * same signature made ahead of time: its canonical request is the one above
+ * with the query less X-Amz-Signature and UNSIGNED-PAYLOAD as the payload's
+ * hash. It holds from X-Amz-Date (one more than 15 minutes ahead of the
+ * gateway's clock: 403 AccessDenied "Request is not yet valid") to
+ * X-Amz-Date + X-Amz-Expires (1 to 604800 seconds; after it, 403
+ * AccessDenied "Request has expired"), and only while its token holds the
+ * lock, as a header's signature: a URL of a released lease is stale. Its
+ * body is unsigned; a malformed query is 400
+ * AuthorizationQueryParametersError.
+ *
  * The body, as x-amz-content-sha256 says: UNSIGNED-PAYLOAD passes; a
  * SHA-256 is checked over the body before its last byte is released;
  * aws-chunked bodies (STREAMING-AWS4-HMAC-SHA256-PAYLOAD, and the
@@ -50,8 +62,14 @@ typedef enum S3AuthResult {
  * follows the body. */
 S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bool read, uint8_t lease[LEASE_ID_BYTES],
                           uint64_t *token, S3Auth **out);
-/* Does the token of req's signature hold `lock` (any mode)? */
+/* Does the token of req's signature (header or query) hold `lock` (any
+ * mode)? */
 bool s3auth_token_holds(Request *req, const char *lock);
+/* A presigned URL's query parses and it is within its time (true too for
+ * a request that is not presigned); answers otherwise. For a read that
+ * passes unchecked (its token holds no lease of the lock, without
+ * --auth-file): an expired URL is refused all the same. */
+bool s3auth_presign_valid(Request *req);
 void s3auth_free(S3Auth *a);
 /* A write's x-amz-checksum-crc32, -sha1 or -sha256 header: the guard
  * computes that checksum over the body too and refuses a body that does not

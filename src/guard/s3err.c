@@ -123,6 +123,14 @@ void s3err_reply(Request *req, int code_i, void *extra_v, const char *message)
     number(&o, "Token", json_object_get(extra, "token"));
     json_t *fence = json_object_get(extra, "fence");
     number(&o, "Fence", fence ? fence : json_object_get(extra, "max_token"));
+    /* S3's own details of an error ([name, text] pairs: X-Amz-Expires, Expires, ServerTime). */
+    size_t i;
+    json_t *pair;
+    json_array_foreach(json_object_get(extra, "s3_elements"), i, pair)
+    {
+        if (json_is_string(json_array_get(pair, 0)) && json_is_string(json_array_get(pair, 1)))
+            element(&o, json_string_value(json_array_get(pair, 0)), json_string_value(json_array_get(pair, 1)));
+    }
     s3out_str(&o, "</Error>");
     /* A share or a busy lock: SDKs back off and retry a 503 SlowDown. */
     char retry[24] = "";

@@ -10,6 +10,7 @@
 
 #include "guard/s3err.h"
 #include "guard/s3list.h"
+#include "guard/sigv4.h"
 #include "net/http.h"
 
 #define FENCE_META "x-amz-meta-fencing-token"
@@ -177,13 +178,25 @@ static void not_implemented(Request *req, const char *what)
 
 /* Query parameters an object's request may carry, and whether each is
  * forwarded to the store (x-id is what the JavaScript SDK adds to name the
- * operation; the guard knows it from the method). */
+ * operation; the guard knows it from the method). A presigned URL's
+ * X-Amz-* parameters are its signature's (s3auth.h), never forwarded. */
 typedef struct QueryCheck {
     const char *bad;
     S3Op op;
     bool object;
     const char *method;
 } QueryCheck;
+
+static bool presign_parameter(const char *key)
+{
+    static const char *const PRESIGN[] = {"X-Amz-Algorithm",     "X-Amz-Credential", "X-Amz-Date",
+                                          "X-Amz-Expires",       "X-Amz-SignedHeaders", SIGV4_QUERY_SIGNATURE,
+                                          "X-Amz-Security-Token", NULL};
+    for (const char *const *p = PRESIGN; *p; p++)
+        if (!strcmp(*p, key))
+            return true;
+    return false;
+}
 
 static enum MHD_Result find_query(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
@@ -195,8 +208,8 @@ static enum MHD_Result find_query(void *cls, enum MHD_ValueKind kind, const char
     static const char *const LIST[] = {"x-id",   "list-type",  "prefix", "delimiter", "max-keys", "encoding-type",
                                        "marker", "start-after", "continuation-token", "fetch-owner", "location",
                                        NULL};
-    bool ok = q->object ? one_of(OBJECT, key, strlen(key)) || !strncmp(key, "response-", 9)
-                        : one_of(LIST, key, strlen(key));
+    bool ok = presign_parameter(key) || (q->object ? one_of(OBJECT, key, strlen(key)) || !strncmp(key, "response-", 9)
+                                                   : one_of(LIST, key, strlen(key)));
     if (!ok) {
         q->bad = key;
         return MHD_NO;
@@ -236,6 +249,14 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
         rest++;
     bool bucket = *rest == '\0' || *rest == '?';
     QueryCheck q = {NULL, S3_OP_NONE, !bucket, method};
+    if (query_has(req, "AWSAccessKeyId") && query_has(req, "Signature")) {
+        req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:i}", "s3_code", "InvalidRequest", "s3_status", 400),
+                         "%s", "The authorization mechanism you have provided is not supported. Please use "
+                               "AWS4-HMAC-SHA256: this is a Signature Version 2 presigned URL; presign with "
+                               "Signature Version 4 (boto3: Config(signature_version=\"s3v4\"))");
+        return S3_OP_NONE;
+    }
     MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, find_query, &q);
     if (q.bad) {
         bool multipart = !strcmp(q.bad, "uploads") || !strcmp(q.bad, "uploadId");
@@ -245,7 +266,8 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
         not_implemented(req, what);
         return S3_OP_NONE;
     }
-    if (!keys && http_header(req, "Authorization") && !s3req_signed(req)) {
+    const char *authorization = http_header(req, "Authorization");
+    if (!keys && authorization && strncmp(authorization, "AWS4-HMAC-SHA256 ", 17)) {
         bad(req, "Authorization", "%s",
             "the guard verifies only AWS Signature Version 4 (AWS4-HMAC-SHA256) made with a lease, or takes "
             "the lease in Fencing-Lease");
@@ -340,7 +362,8 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
 bool s3req_signed(Request *req)
 {
     const char *a = http_header(req, "Authorization");
-    return a && !strncmp(a, "AWS4-HMAC-SHA256 ", 17);
+    const char *q = strchr(req->raw_uri, '?');
+    return (a && !strncmp(a, "AWS4-HMAC-SHA256 ", 17)) || (q && sigv4_query_signed(q + 1));
 }
 
 bool s3req_sign(void *ud, void *curl_easy, struct curl_slist **headers)

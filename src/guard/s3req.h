@@ -39,8 +39,9 @@
  * docs/fencing.md has it); any other x-amz-* header is refused with its
  * reason, and so are the client's own preconditions on a PUT (the guard sets
  * them), a PUT without Content-Length (411), query parameters the guard does
- * not know, S3 operations it does not forward (501 NotImplemented) and the
- * probe key (400). A client's x-amz-meta-fencing-token is dropped. Every
+ * not know, S3 operations it does not forward (501 NotImplemented), a
+ * presigned URL of Signature Version 2 (400 InvalidRequest) and the probe
+ * key (400). A client's x-amz-meta-fencing-token is dropped. Every
  * error is S3's XML (s3err.h), and none names the store's URL.
  */
 #ifndef LEASEGATE_S3REQ_H
@@ -78,7 +79,8 @@ typedef enum S3Op {
  * above); S3_OP_NONE after answering. `keys` says whether --auth-file is on
  * (then a Bearer Authorization is leasegate's, and dropped). */
 S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, bool keys);
-/* Does the request carry a SigV4 Authorization? */
+/* Does the request carry a SigV4 signature: an Authorization header, or a
+ * presigned URL's X-Amz-* query (s3auth.h)? */
 bool s3req_signed(Request *req);
 /* The answer hooks of a client's call (proxy_call_on_answer): errors are
  * rewritten (s3err_from_store), tombstones read as 404 NoSuchKey, a

@@ -80,6 +80,32 @@ static bool field(const char *h, const char *name, char *out, size_t outlen)
     return false;
 }
 
+/* AKID/DATE/REGION/SERVICE/aws4_request (cred is cut up) into out's
+ * access_key, date, region, service and scope. */
+static bool credential(char *cred, SigV4Auth *out)
+{
+    char *parts[5];
+    size_t np = 0;
+    for (char *p = cred, *slash; np < 5; p = slash + 1) {
+        parts[np++] = p;
+        if (!(slash = strchr(p, '/')))
+            break;
+        *slash = '\0';
+    }
+    if (np != 5 || strcmp(parts[4], "aws4_request") || strlen(parts[1]) != 8 ||
+        strspn(parts[1], "0123456789") != 8 || !*parts[0] || strlen(parts[0]) >= sizeof out->access_key ||
+        !*parts[2] || strlen(parts[2]) >= sizeof out->region || strlen(parts[3]) >= sizeof out->service)
+        return false;
+    snprintf(out->access_key, sizeof out->access_key, "%s", parts[0]);
+    snprintf(out->date, sizeof out->date, "%s", parts[1]);
+    snprintf(out->region, sizeof out->region, "%s", parts[2]);
+    snprintf(out->service, sizeof out->service, "%s", parts[3]);
+    snprintf(out->scope, sizeof out->scope, "%s/%s/%s/aws4_request", out->date, out->region, out->service);
+    return true;
+}
+
+static bool hex_signature(const char *s) { return strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64; }
+
 bool sigv4_parse(const char *authorization, SigV4Auth *out, const char **why)
 {
     memset(out, 0, sizeof *out);
@@ -96,26 +122,150 @@ bool sigv4_parse(const char *authorization, SigV4Auth *out, const char **why)
         *why = "it lacks Credential, SignedHeaders or a Signature of 64 hex digits";
         return false;
     }
-    /* AKID/DATE/REGION/SERVICE/aws4_request */
-    char *parts[5];
-    size_t np = 0;
-    for (char *p = cred, *slash; np < 5; p = slash + 1) {
-        parts[np++] = p;
-        if (!(slash = strchr(p, '/')))
-            break;
-        *slash = '\0';
-    }
-    if (np != 5 || strcmp(parts[4], "aws4_request") || strlen(parts[1]) != 8 || !*parts[0] ||
-        strlen(parts[0]) >= sizeof out->access_key || !*parts[2] || strlen(parts[2]) >= sizeof out->region ||
-        strlen(parts[3]) >= sizeof out->service) {
+    if (!credential(cred, out)) {
         *why = "its Credential is not ACCESS_KEY/YYYYMMDD/REGION/SERVICE/aws4_request";
         return false;
     }
-    snprintf(out->access_key, sizeof out->access_key, "%s", parts[0]);
-    snprintf(out->date, sizeof out->date, "%s", parts[1]);
-    snprintf(out->region, sizeof out->region, "%s", parts[2]);
-    snprintf(out->service, sizeof out->service, "%s", parts[3]);
-    snprintf(out->scope, sizeof out->scope, "%s/%s/%s/aws4_request", out->date, out->region, out->service);
+    return true;
+}
+
+static int hexval(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* in[0..n) with its %XX decoded (nothing else: a '+' stays one) into out
+ * (outlen bytes, NUL-terminated); false when it does not fit or decodes
+ * to a NUL. */
+static bool decode(const char *in, size_t n, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = in[i];
+        if (c == '%' && i + 2 < n && hexval(in[i + 1]) >= 0 && hexval(in[i + 2]) >= 0) {
+            c = (char)(hexval(in[i + 1]) * 16 + hexval(in[i + 2]));
+            i += 2;
+        }
+        if (!c || o + 1 >= outlen)
+            return false;
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return true;
+}
+
+/* A presigned URL's authentication parameters (X-Amz-Security-Token, a
+ * session's, is signed like any other parameter: the lease has none). */
+enum { Q_ALGORITHM, Q_CREDENTIAL, Q_DATE, Q_EXPIRES, Q_SIGNED_HEADERS, Q_SIGNATURE, Q_COUNT };
+static const char *const QUERY_AUTH[Q_COUNT] = {"X-Amz-Algorithm", "X-Amz-Credential",    "X-Amz-Date",
+                                                "X-Amz-Expires",   "X-Amz-SignedHeaders", SIGV4_QUERY_SIGNATURE};
+
+/* Which of QUERY_AUTH the parameter named in[0..n) is (its name decoded),
+ * or -1. */
+static int query_auth(const char *in, size_t n)
+{
+    char name[32];
+    if (!decode(in, n, name, sizeof name))
+        return -1;
+    for (int i = 0; i < Q_COUNT; i++)
+        if (!strcmp(name, QUERY_AUTH[i]))
+            return i;
+    return -1;
+}
+
+bool sigv4_query_signed(const char *raw)
+{
+    for (const char *p = raw; *p;) {
+        size_t len = strcspn(p, "&");
+        int k = query_auth(p, strcspn(p, "=&"));
+        if (k == Q_ALGORITHM || k == Q_CREDENTIAL || k == Q_SIGNATURE)
+            return true;
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    return false;
+}
+
+/* Does the ';'-separated list name `name`? */
+static bool names(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ";");
+        if (len == n && !strncmp(p, name, n))
+            return true;
+        p += len;
+        if (*p == ';')
+            p++;
+    }
+    return false;
+}
+
+bool sigv4_parse_query(const char *raw, SigV4Query *out, const char **why)
+{
+    memset(out, 0, sizeof *out);
+    char v[Q_COUNT][sizeof out->auth.signed_headers];
+    bool seen[Q_COUNT] = {false};
+    for (const char *p = raw; *p;) {
+        size_t len = strcspn(p, "&"), eq = strcspn(p, "=&");
+        int k = query_auth(p, eq);
+        if (k >= 0) {
+            if (seen[k]) {
+                *why = "an authentication parameter (X-Amz-*) is in the query twice";
+                return false;
+            }
+            seen[k] = true;
+            if (!decode(p + eq + (eq < len), eq < len ? len - eq - 1 : 0, v[k], sizeof v[k])) {
+                *why = "an authentication parameter (X-Amz-*) of the query is too long";
+                return false;
+            }
+        }
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    for (int k = 0; k < Q_COUNT; k++) {
+        if (!seen[k]) {
+            *why = "query-string authentication version 4 requires the X-Amz-Algorithm, X-Amz-Credential, "
+                   "X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters";
+            return false;
+        }
+    }
+    if (strcmp(v[Q_ALGORITHM], "AWS4-HMAC-SHA256")) {
+        *why = "X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"";
+        return false;
+    }
+    if (!credential(v[Q_CREDENTIAL], &out->auth)) {
+        *why = "X-Amz-Credential is not ACCESS_KEY/YYYYMMDD/REGION/SERVICE/aws4_request";
+        return false;
+    }
+    const char *d = v[Q_DATE];
+    if (strlen(d) != 16 || strspn(d, "0123456789") != 8 || d[8] != 'T' || strspn(d + 9, "0123456789") != 6 ||
+        d[15] != 'Z' || strncmp(d, out->auth.date, 8)) {
+        *why = "X-Amz-Date must be YYYYMMDDTHHMMSSZ, of the day X-Amz-Credential names";
+        return false;
+    }
+    memcpy(out->amz_date, d, sizeof out->amz_date); /* 16 characters and the NUL, checked above */
+    const char *e = v[Q_EXPIRES];
+    size_t elen = strlen(e);
+    unsigned long expires = elen && elen <= 7 && strspn(e, "0123456789") == elen ? strtoul(e, NULL, 10) : 0;
+    if (expires < 1 || expires > SIGV4_EXPIRES_MAX_S) {
+        *why = "X-Amz-Expires must be a number of seconds from 1 to 604800 (a week)";
+        return false;
+    }
+    out->expires_s = (unsigned)expires;
+    const char *sh = v[Q_SIGNED_HEADERS];
+    if (!names(sh, "host")) {
+        *why = "X-Amz-SignedHeaders must name host";
+        return false;
+    }
+    memcpy(out->auth.signed_headers, sh, strlen(sh) + 1); /* fits: v's rows are as long */
+    if (!hex_signature(v[Q_SIGNATURE])) {
+        *why = "X-Amz-Signature must be 64 lower-case hex digits";
+        return false;
+    }
+    memcpy(out->auth.signature, v[Q_SIGNATURE], sizeof out->auth.signature); /* 64 digits and the NUL */
     return true;
 }
 
@@ -127,11 +277,6 @@ char *sigv4_string_to_sign(const char *amz_date, const SigV4Auth *a, const char 
     if (asprintf(&s, "AWS4-HMAC-SHA256\n%s\n%s\n%s", amz_date, a->scope, hash) < 0)
         return NULL;
     return s;
-}
-
-static int hexval(int c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 /* Decodes %XX (and nothing else: S3 clients encode a space as %20) of
@@ -161,7 +306,7 @@ static size_t recode(char *out, const char *in, size_t n)
 
 static int compare(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-char *sigv4_canonical_query(const char *raw)
+char *sigv4_canonical_query(const char *raw, const char *omit)
 {
     size_t n = strlen(raw), count = 1;
     for (const char *p = raw; *p; p++)
@@ -186,8 +331,12 @@ char *sigv4_canonical_query(const char *raw)
             }
             size_t o = recode(item, p, eq < len ? eq : len);
             item[o++] = '=';
-            recode(item + o, eq < len ? p + eq + 1 : p + len, eq < len ? len - eq - 1 : 0);
-            items[k++] = item;
+            if (omit && o - 1 == strlen(omit) && !strncmp(item, omit, o - 1)) {
+                free(item);
+            } else {
+                recode(item + o, eq < len ? p + eq + 1 : p + len, eq < len ? len - eq - 1 : 0);
+                items[k++] = item;
+            }
         }
         p += len;
         if (*p == '&')

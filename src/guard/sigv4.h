@@ -1,12 +1,13 @@
 /*
  * sigv4 — AWS Signature Version 4 as an S3 server checks it: the
- * Authorization header's parts, the canonical request of a request as
- * received, the signing key, and the signatures of aws-chunked chunks.
- * HMAC-SHA256 and SHA-256 are nettle's. Pure: no request, no clock.
+ * Authorization header's parts, or a presigned URL's query parameters, the
+ * canonical query of a request as received, the signing key, and the
+ * signatures of aws-chunked chunks. HMAC-SHA256 and SHA-256 are nettle's.
+ * Pure: no request, no clock.
  *
- * (docs.aws.amazon.com, "Signature Version 4 signing process" and "Signature
+ * (docs.aws.amazon.com, "Signature Version 4 signing process", "Signature
  * calculations for the Authorization header: transferring payload in
- * multiple chunks").
+ * multiple chunks" and "Authenticating Requests: Using Query Parameters").
  */
 #ifndef LEASEGATE_SIGV4_H
 #define LEASEGATE_SIGV4_H
@@ -32,6 +33,26 @@ typedef struct SigV4Auth {
 /* Parses the header. False with why (static text) otherwise. */
 bool sigv4_parse(const char *authorization, SigV4Auth *out, const char **why);
 
+#define SIGV4_EXPIRES_MAX_S 604800 /* a week: the longest X-Amz-Expires S3 takes */
+#define SIGV4_QUERY_SIGNATURE "X-Amz-Signature" /* the one parameter the canonical query leaves out */
+
+/* A presigned URL's query: X-Amz-Algorithm=AWS4-HMAC-SHA256, X-Amz-Credential
+ * (as the header's Credential), X-Amz-Date, X-Amz-Expires,
+ * X-Amz-SignedHeaders (naming host) and X-Amz-Signature. Its payload is
+ * always UNSIGNED-PAYLOAD. */
+typedef struct SigV4Query {
+    SigV4Auth auth;
+    char amz_date[17];  /* YYYYMMDDTHHMMSSZ, of the credential's day */
+    unsigned expires_s; /* 1..SIGV4_EXPIRES_MAX_S */
+} SigV4Query;
+
+/* Does the raw query ("a=1&b", without '?') carry a presigned URL's
+ * authentication: X-Amz-Algorithm, X-Amz-Credential or X-Amz-Signature? */
+bool sigv4_query_signed(const char *raw);
+/* Parses those parameters of the raw query, each there once. False with
+ * why (static text) otherwise. */
+bool sigv4_parse_query(const char *raw, SigV4Query *out, const char **why);
+
 /* The signing key of `secret` for a's scope. */
 void sigv4_key(const char *secret, const SigV4Auth *a, uint8_t key[32]);
 /* hex(HMAC-SHA256(key, text)) into out (SIGV4_HEX bytes). */
@@ -43,9 +64,10 @@ void sigv4_sha256_hex(const void *data, size_t len, char *out);
  * and whose X-Amz-Date is amz_date. Owned; NULL when out of memory. */
 char *sigv4_string_to_sign(const char *amz_date, const SigV4Auth *a, const char *canonical);
 /* The canonical query of a raw query string ("a=1&b" without '?'): each
- * name and value decoded, encoded again as SigV4 wants, sorted. Owned; NULL
- * when out of memory. */
-char *sigv4_canonical_query(const char *raw);
+ * name and value decoded, encoded again as SigV4 wants, sorted; without the
+ * parameter named `omit` when it is not NULL (a presigned URL's canonical
+ * query leaves out SIGV4_QUERY_SIGNATURE). Owned; NULL when out of memory. */
+char *sigv4_canonical_query(const char *raw, const char *omit);
 /* The string a chunk's signature signs (aws-chunked, signed): prev is the
  * previous signature (the seed: the request's). */
 void sigv4_chunk_sign(const uint8_t key[32], const char *amz_date, const SigV4Auth *a, const char *prev,

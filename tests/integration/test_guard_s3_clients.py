@@ -361,6 +361,26 @@ class S3ClientTests(unittest.TestCase):
         self.assertTrue(out.endswith("a,b\n1,2\n"), out)
         self.srv.release("report.csv", g["lease"])
 
+    # Presigned URLs (test_guard_s3_presign.py has the refusals) -------------------------------
+
+    def test_docs_boto3_presign_snippet(self):
+        g = self.lease_from_docs()
+        rc, out = self.run_tool([sys.executable, "-c", snippet("boto3-presign")], self.env(g))
+        self.assertEqual((rc, out), (0, "a,b\n1,2\n"), out)
+        self.assertEqual(self.stored("report.csv"), (b"a,b\n1,2\n", str(g["token"])))
+        self.srv.release("report.csv", g["lease"])
+
+    @unittest.skipUnless(have(AWS), "Debian's awscli (%s) is not installed (scripts/deps.sh --test)" % AWS)
+    def test_docs_cli_presign_snippet(self):
+        g = self.acquire("report.csv")
+        st, _, body = self.srv.request("PUT", "/%s/report.csv" % BUCKET, raw=b"a,b\n1,2\n", headers={
+            "Fencing-Lease": g["lease"], "Content-Type": "text/csv"})
+        self.assertEqual(st, 200, body)
+        env = self.env(g, PATH=os.path.dirname(AWS) + os.pathsep + os.environ.get("PATH", ""))
+        rc, out = self.run_tool(["bash", "-ec", snippet("cli-presign")], env)
+        self.assertEqual((rc, out), (0, "a,b\n1,2\n"), out)
+        self.srv.release("report.csv", g["lease"])
+
     # rclone ------------------------------------------------------------------------------
 
     @unittest.skipUnless(have("/usr/bin/rclone"), "rclone is not installed (scripts/deps.sh --test)")
@@ -522,8 +542,8 @@ class S3ClientTests(unittest.TestCase):
 @unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
 class S3KeyedTests(unittest.TestCase):
     """With --auth-file: an SDK's write and read are signed with a lease its key took; a
-    signed read with a lease of another lock, and a signed listing, are refused; a listing
-    with an API key shows only the names the key covers."""
+    signed read (a presigned URL's too) with a lease of another lock, and a signed listing,
+    are refused; a listing with an API key shows only the names the key covers."""
 
     def test_reads_no_weaker_than_the_api(self):
         moto = s3_fixture.Moto()
@@ -580,6 +600,25 @@ class S3KeyedTests(unittest.TestCase):
                 with self.assertRaises(ClientError) as cm:
                     sdk(w).list_objects_v2(Bucket=BUCKET)
                 self.assertEqual(cm.exception.response["Error"]["Code"], "AccessDenied")
+                # A presigned GET is the same signed read: made with the read lease, it reads; with
+                # a lease of another lock, AccessDenied.
+                import urllib.error
+                import urllib.request
+
+                def presigned_get(grant, key):
+                    url = boto3.client("s3", endpoint_url=srv.url, region_name="us-east-1",
+                                       aws_access_key_id=str(grant["token"]), aws_secret_access_key=grant["lease"],
+                                       config=Config(signature_version="s3v4", s3={"addressing_style": "path"})
+                                       ).generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": key})
+                    try:
+                        with urllib.request.urlopen(url, timeout=30) as r:
+                            return r.status, r.read()
+                    except urllib.error.HTTPError as e:
+                        return e.code, e.read()
+                self.assertEqual(presigned_get(r, "team-a/read.txt"), (200, b"x"))
+                st, body = presigned_get(r, "team-a/x.txt")
+                self.assertEqual(st, 403, body)
+                self.assertIn(b"<Code>AccessDenied</Code>", body)
                 # Unsigned and keyless: AccessDenied, in S3's format.
                 st, _, body = srv.request("GET", "/%s/team-a/x.txt" % BUCKET)
                 self.assertEqual(st, 403, body)

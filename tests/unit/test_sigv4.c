@@ -1,6 +1,8 @@
 /* test_sigv4 — SigV4 as an S3 server checks it, against AWS's published examples
- * ("Signature Calculations for the Authorization Header" and "... Transferring Payload in
- * Multiple Chunks", both with the example key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY). */
+ * ("Signature Calculations for the Authorization Header", "... Transferring Payload in
+ * Multiple Chunks" and "Authenticating Requests: Using Query Parameters", all with the
+ * example key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,15 +67,114 @@ static void chunked_example(void)
 
 static void canonical_query(void)
 {
-    char *q = sigv4_canonical_query("prefix=a%20b&list-type=2&delimiter=/&uploads");
+    char *q = sigv4_canonical_query("prefix=a%20b&list-type=2&delimiter=/&uploads", NULL);
     CHECK(q && !strcmp(q, "delimiter=%2F&list-type=2&prefix=a%20b&uploads="));
     free(q);
-    q = sigv4_canonical_query("");
+    q = sigv4_canonical_query("", NULL);
     CHECK(q && !strcmp(q, ""));
     free(q);
-    q = sigv4_canonical_query("continuation-token=a%2Bb%3D&x-id=ListObjectsV2");
+    q = sigv4_canonical_query("continuation-token=a%2Bb%3D&x-id=ListObjectsV2", NULL);
     CHECK(q && !strcmp(q, "continuation-token=a%2Bb%3D&x-id=ListObjectsV2"));
     free(q);
+}
+
+/* AWS's presigned GET of examplebucket/test.txt: the query parsed, the canonical query made
+ * without X-Amz-Signature (in any order, and with the '/' of the credential not encoded), the
+ * canonical request's hash and the signature as AWS publishes them. */
+static const char PRESIGNED[] =
+    "X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
+    "&X-Amz-SignedHeaders=host&X-Amz-Expires=86400&X-Amz-Date=20130524T000000Z"
+    "&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request&X-Amz-Algorithm=AWS4-HMAC-SHA256";
+
+static void presigned_example(void)
+{
+    CHECK(sigv4_query_signed(PRESIGNED));
+    CHECK(!sigv4_query_signed("prefix=a&x-id=GetObject"));
+    CHECK(sigv4_query_signed("X-Amz-Credential=x"));
+    SigV4Query q;
+    const char *why = NULL;
+    CHECK(sigv4_parse_query(PRESIGNED, &q, &why));
+    CHECK(!strcmp(q.auth.access_key, "AKIAIOSFODNN7EXAMPLE"));
+    CHECK(!strcmp(q.auth.scope, "20130524/us-east-1/s3/aws4_request"));
+    CHECK(!strcmp(q.auth.signed_headers, "host"));
+    CHECK(!strcmp(q.amz_date, "20130524T000000Z"));
+    CHECK(q.expires_s == 86400);
+    char *query = sigv4_canonical_query(PRESIGNED, SIGV4_QUERY_SIGNATURE);
+    CHECK(query && !strcmp(query, "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2F"
+                                  "us-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&"
+                                  "X-Amz-SignedHeaders=host"));
+    char canonical[1024];
+    snprintf(canonical, sizeof canonical, "GET\n/test.txt\n%s\nhost:examplebucket.s3.amazonaws.com\n\nhost\nUNSIGNED-PAYLOAD",
+             query ? query : "");
+    free(query);
+    char hash[SIGV4_HEX];
+    sigv4_sha256_hex(canonical, strlen(canonical), hash);
+    CHECK(!strcmp(hash, "3bfa292879f6447bbcda7001decf97f4a54dc650c8942174ae0a9121cf58ad04"));
+    char *sts = sigv4_string_to_sign(q.amz_date, &q.auth, canonical);
+    CHECK(sts != NULL);
+    uint8_t key[32];
+    sigv4_key(SECRET, &q.auth, key);
+    char sig[SIGV4_HEX];
+    sigv4_hmac_hex(key, sts ? sts : "", sts ? strlen(sts) : 0, sig);
+    CHECK(sigv4_equal(sig, q.auth.signature));
+    free(sts);
+    /* Another parameter (here one an SDK adds) is signed with the rest; only the signature is left out. */
+    query = sigv4_canonical_query("x-id=GetObject&X-Amz-Signature=00&response-content-type=text%2Fplain", "X-Amz-Signature");
+    CHECK(query && !strcmp(query, "response-content-type=text%2Fplain&x-id=GetObject"));
+    free(query);
+}
+
+/* A presigned query that S3 refuses: each parameter missing, twice, or out of its range. */
+static void presigned_malformed(void)
+{
+    static const char *const BAD[] = {
+        /* no X-Amz-Expires */
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20130524T000000Z&X-Amz-SignedHeaders=host"
+        "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+        /* X-Amz-Expires above a week, and 0 */
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20130524T000000Z&X-Amz-Expires=604801&X-Amz-SignedHeaders=host"
+        "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20130524T000000Z&X-Amz-Expires=0&X-Amz-SignedHeaders=host"
+        "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+        /* X-Amz-Date twice */
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20130524T000000Z&X-Amz-Date=20130524T000001Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
+        "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+        /* a date of another day than the credential's */
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20130525T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
+        "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+        /* host not signed */
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20130524T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=range"
+        "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+        /* another algorithm, a short signature */
+        "X-Amz-Algorithm=AWS4-HMAC-SHA1&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20130524T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
+        "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20130524T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host&X-Amz-Signature=aeee",
+        /* a credential without its service */
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Faws4_request"
+        "&X-Amz-Date=20130524T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host"
+        "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        SigV4Query q;
+        const char *why = NULL;
+        CHECK(!sigv4_parse_query(BAD[i], &q, &why) && why);
+    }
+    SigV4Query q;
+    const char *why = NULL;
+    CHECK(sigv4_parse_query("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Fs3%2F"
+                            "aws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires=604800&X-Amz-SignedHeaders="
+                            "content-type%3Bhost&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d"
+                            "157751f604d404",
+                            &q, &why));
+    CHECK(q.expires_s == 604800 && !strcmp(q.auth.signed_headers, "content-type;host"));
 }
 
 static void malformed(void)
@@ -97,6 +198,8 @@ int main(void)
     get_object_example();
     chunked_example();
     canonical_query();
+    presigned_example();
+    presigned_malformed();
     malformed();
     return check_report("sigv4");
 }
