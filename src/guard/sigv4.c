@@ -81,14 +81,15 @@ static bool field(const char *h, const char *name, char *out, size_t outlen)
 }
 
 /* AKID/DATE/REGION/SERVICE/aws4_request (cred is cut up) into out's
- * access_key, date, region, service and scope. */
+ * access_key, date, region, service and scope. The fifth part is the rest,
+ * so that one with more parts is no aws4_request (S3 refuses it). */
 static bool credential(char *cred, SigV4Auth *out)
 {
     char *parts[5];
     size_t np = 0;
     for (char *p = cred, *slash; np < 5; p = slash + 1) {
         parts[np++] = p;
-        if (!(slash = strchr(p, '/')))
+        if (np == 5 || !(slash = strchr(p, '/')))
             break;
         *slash = '\0';
     }
@@ -304,7 +305,19 @@ static size_t recode(char *out, const char *in, size_t n)
     return o;
 }
 
-static int compare(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+/* "name=value" items by name, then by value, byte by byte (AWS's order). Not
+ * strcmp of the whole items: '-', '.', the digits and an encoded byte's '%'
+ * sort below '=', so "a-b=1" would go before "a=2". Names hold no '=' (it is
+ * encoded). */
+static int compare(const void *a, const void *b)
+{
+    const char *x = *(char *const *)a, *y = *(char *const *)b;
+    size_t xn = strcspn(x, "="), yn = strcspn(y, "=");
+    int c = memcmp(x, y, xn < yn ? xn : yn);
+    if (c || xn != yn)
+        return c ? c : xn < yn ? -1 : 1;
+    return strcmp(x + xn, y + yn);
+}
 
 char *sigv4_canonical_query(const char *raw, const char *omit)
 {
@@ -342,7 +355,6 @@ char *sigv4_canonical_query(const char *raw, const char *omit)
         if (*p == '&')
             p++;
     }
-    /* Sorted by name, then value: "name=value" strings sort so, '=' being below every encoded byte. */
     qsort(items, k, sizeof *items, compare);
     size_t o = 0;
     out[0] = '\0';

@@ -76,6 +76,12 @@ static void canonical_query(void)
     q = sigv4_canonical_query("continuation-token=a%2Bb%3D&x-id=ListObjectsV2", NULL);
     CHECK(q && !strcmp(q, "continuation-token=a%2Bb%3D&x-id=ListObjectsV2"));
     free(q);
+    /* Sorted by name, then by value (AWS; botocore sorts (name, value) pairs): a name sorts
+     * before a longer one it begins, even where the longer one goes on with a byte below '='
+     * ('-', '.', a digit, or an encoded byte's '%'). */
+    q = sigv4_canonical_query("a-b=1&a.c=2&a0=3&a%00=4&a=5&a=0", NULL);
+    CHECK(q && !strcmp(q, "a=0&a=5&a%00=4&a-b=1&a.c=2&a0=3"));
+    free(q);
 }
 
 /* AWS's presigned GET of examplebucket/test.txt: the query parsed, the canonical query made
@@ -175,6 +181,11 @@ static void presigned_malformed(void)
                             "157751f604d404",
                             &q, &why));
     CHECK(q.expires_s == 604800 && !strcmp(q.auth.signed_headers, "content-type;host"));
+    /* A credential with more than its five parts (S3: AuthorizationQueryParametersError). */
+    CHECK(!sigv4_parse_query("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=7%2F20130524%2Fus-east-1%2Fs3%2F"
+                             "aws4_request%2Fmore&X-Amz-Date=20130524T000000Z&X-Amz-Expires=60&X-Amz-SignedHeaders="
+                             "host&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404",
+                             &q, &why));
 }
 
 static void malformed(void)
@@ -189,6 +200,9 @@ static void malformed(void)
                        "Signature=short",
                        &a, &why));
     CHECK(!sigv4_parse("AWS4-HMAC-SHA256 Credential=AKID/20130524/us-east-1/s3/other, SignedHeaders=host, "
+                       "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41",
+                       &a, &why));
+    CHECK(!sigv4_parse("AWS4-HMAC-SHA256 Credential=AKID/20130524/us-east-1/s3/aws4_request/x/y, SignedHeaders=host, "
                        "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41",
                        &a, &why));
 }
