@@ -135,18 +135,29 @@ static int hexval(int c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-/* in[0..n) with its %XX decoded (nothing else: a '+' stays one) into out
- * (outlen bytes, NUL-terminated); false when it does not fit or decodes
- * to a NUL. */
+/* The byte at in[*i] of a query's name or value (in[0..n)), decoded: %XX
+ * is its byte, a '+' a space (as S3 reads a query, and as the guard's HTTP
+ * server parses the one it acts on: what is signed must be what is meant);
+ * *i moves past it. */
+static unsigned char query_byte(const char *in, size_t n, size_t *i)
+{
+    unsigned char c = (unsigned char)in[*i];
+    if (c == '%' && *i + 2 < n && hexval(in[*i + 1]) >= 0 && hexval(in[*i + 2]) >= 0) {
+        c = (unsigned char)(hexval(in[*i + 1]) * 16 + hexval(in[*i + 2]));
+        *i += 2;
+    } else if (c == '+') {
+        c = ' ';
+    }
+    return c;
+}
+
+/* in[0..n) decoded (query_byte) into out (outlen bytes, NUL-terminated);
+ * false when it does not fit or decodes to a NUL. */
 static bool decode(const char *in, size_t n, char *out, size_t outlen)
 {
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        char c = in[i];
-        if (c == '%' && i + 2 < n && hexval(in[i + 1]) >= 0 && hexval(in[i + 2]) >= 0) {
-            c = (char)(hexval(in[i + 1]) * 16 + hexval(in[i + 2]));
-            i += 2;
-        }
+        char c = (char)query_byte(in, n, &i);
         if (!c || o + 1 >= outlen)
             return false;
         out[o++] = c;
@@ -280,18 +291,14 @@ char *sigv4_string_to_sign(const char *amz_date, const SigV4Auth *a, const char 
     return s;
 }
 
-/* Decodes %XX (and nothing else: S3 clients encode a space as %20) of
- * in[0..n) and encodes again as SigV4 does; appends to out. */
+/* Decodes in[0..n) (query_byte: a '+' is a space, so it is signed as %20,
+ * and a plus is %2B) and encodes again as SigV4 does; appends to out. */
 static size_t recode(char *out, const char *in, size_t n)
 {
     static const char HEX[] = "0123456789ABCDEF";
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)in[i];
-        if (c == '%' && i + 2 < n && hexval(in[i + 1]) >= 0 && hexval(in[i + 2]) >= 0) {
-            c = (unsigned char)(hexval(in[i + 1]) * 16 + hexval(in[i + 2]));
-            i += 2;
-        }
+        unsigned char c = query_byte(in, n, &i);
         if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
             c == '_' || c == '~') {
             out[o++] = (char)c;

@@ -273,6 +273,29 @@ class PresignTests(unittest.TestCase):
         self.assertEqual(self.moto.get("shared/a.txt"), (b"a", str(s["token"])))
         self.srv.release("batch", s["lease"])
 
+    def test_plus_in_query_is_a_space(self):
+        """A '+' in the query is a space, as S3 reads it and as the guard itself parses the
+        query (what it acts on): a URL whose spaces a client wrote as '+' (JavaScript's
+        URLSearchParams does) is the one signed with %20, and a signed %2B (a plus) sent as
+        '+' is another query, not the one signed."""
+        key = "plus-%s.txt" % uid()
+        g = self.acquire(key)
+        path = "/%s/%s" % (BUCKET, key)
+        st, _, body = fetch(hand_presign(self.srv.url, "PUT", path, g["token"], g["lease"], utcnow(), 60), "PUT",
+                            b"plus")
+        self.assertEqual(st, 200, body)
+        spaced = hand_presign(self.srv.url, "GET", path, g["token"], g["lease"], utcnow(), 60,
+                              [("response-content-disposition", 'attachment; filename="a b.txt"')])
+        self.assertIn("%20", spaced)
+        for url in (spaced, spaced.replace("%20", "+")):
+            st, _, body = fetch(url)
+            self.assertEqual((st, body), (200, b"plus"), url)
+        plus = hand_presign(self.srv.url, "GET", path, g["token"], g["lease"], utcnow(), 60,
+                            [("response-content-type", "text/a+b")])
+        self.assertEqual(fetch(plus)[0], 200)
+        self.assertIn("a%2Bb", plus)
+        self.assert_error(fetch(plus.replace("a%2Bb", "a+b")), 403, "SignatureDoesNotMatch")
+
     @unittest.skipUnless(os.path.exists(AWS), "Debian's awscli (%s) is not installed (scripts/deps.sh --test)" % AWS)
     def test_aws_cli_presign_get(self):
         key = "cli-%s.txt" % uid()

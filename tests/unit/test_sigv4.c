@@ -79,6 +79,10 @@ static void canonical_query(void)
     /* Sorted by name, then by value (AWS; botocore sorts (name, value) pairs): a name sorts
      * before a longer one it begins, even where the longer one goes on with a byte below '='
      * ('-', '.', a digit, or an encoded byte's '%'). */
+    /* A '+' is a space (S3 reads a query so), signed as %20; a plus is %2B. */
+    q = sigv4_canonical_query("p=a+b&q=a%2Bb&r=a%20b&s+t=1", NULL);
+    CHECK(q && !strcmp(q, "p=a%20b&q=a%2Bb&r=a%20b&s%20t=1"));
+    free(q);
     q = sigv4_canonical_query("a-b=1&a.c=2&a0=3&a%00=4&a=5&a=0", NULL);
     CHECK(q && !strcmp(q, "a=0&a=5&a%00=4&a-b=1&a.c=2&a0=3"));
     free(q);
