@@ -771,8 +771,8 @@ static void s3_call(Request *req, const GuardRoute *route, const char *method, c
  * another lock passes unchecked (but not a presigned URL past its time);
  * with it, an SDK's read is signed with a lease of the object's lock (a
  * reader's will do), which its key was allowed to take: no weaker than the
- * API's rule. A listing's signature names no lock: with --auth-file, a
- * listing takes an API key. */
+ * API's rule. A signature on the bucket itself (a listing, HeadBucket,
+ * its location) names no lock: with --auth-file, those take an API key. */
 static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *method)
 {
     if (!s3req_signed(req))
@@ -793,8 +793,8 @@ static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *m
     http_reply_error(req, ERR_FORBIDDEN, NULL,
                      object ? "with API keys, a signed read must be signed with a lease of the object's lock (a read "
                               "lease will do: acquire it with mode read)"
-                            : "with API keys, a listing takes an API key (Authorization: Bearer KEY), not a "
-                              "signature");
+                            : "with API keys, a request on the bucket itself (a listing, its location) takes an "
+                              "API key (Authorization: Bearer KEY), not a signature");
     return false;
 }
 
@@ -1206,7 +1206,9 @@ static void begin_s3(Request *req, const GuardRoute *route, const char *method, 
     case S3_OP_LOCATION:
     case S3_OP_HEAD_BUCKET:
     case S3_OP_CREATE_BUCKET:
-        s3list_answer_bucket(req, route, method, op == S3_OP_LOCATION);
+        /* As a listing: a signature names no lock, so with --auth-file it opens nothing here. */
+        if (s3_read_allowed(req, route, method))
+            s3list_answer_bucket(req, route, method, op == S3_OP_LOCATION);
         break;
     case S3_OP_NONE:
     default:

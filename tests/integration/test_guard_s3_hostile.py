@@ -13,6 +13,9 @@ hangs could do, each a test that failed before its fix (docs/RELIABILITY.md list
 * an x-amz-* header added to a signed request, outside its SignedHeaders, reached the store
   (S3 refuses those: they could have been added on the way);
 * one lease could take all 4096 multipart uploads the guard keeps;
+* (the presigned URLs' review) a request on the bucket itself (HeadBucket, GetBucketLocation,
+  CreateBucket) without a key was answered when it carried any SigV4 signature, even a junk
+  one or a query naming X-Amz-Algorithm only;
 * a store gone slow took every one of --guard-max-calls (reads that each wait
   --guard-timeout), and every other route got 503;
 * one store that accepts connections and never answers held every other S3 route closed for
@@ -201,6 +204,34 @@ class S3HostileTests(unittest.TestCase):
         self.assertEqual(st, 200, body)
         meta = self.moto.s3.head_object(Bucket=s3_fixture.BUCKET, Key="hostile/" + name)["Metadata"]
         self.assertEqual(meta, {"owner": "job-1", "fencing-token": str(g["token"])})
+
+    def test_a_signature_opens_no_bucket_request_without_a_key(self):
+        """With --auth-file a signature names a lock, never the bucket: HeadBucket,
+        GetBucketLocation and CreateBucket without a key are refused as a listing is, whatever
+        the signature, header or query (before: answered 200 to a junk signature, or to a
+        query that merely named X-Amz-Algorithm, while an unsigned one got 403)."""
+        junk = {"Authorization": "AWS4-HMAC-SHA256 Credential=9/20260101/us-east-1/s3/aws4_request, "
+                                 "SignedHeaders=host, Signature=" + "0" * 64}
+        g = self.acquire("team-a/b-%s.txt" % uid())
+        import boto3
+        from botocore.config import Config
+        presigner = boto3.client("s3", endpoint_url=self.srv.url, region_name="us-east-1",
+                                 aws_access_key_id=str(g["token"]), aws_secret_access_key=g["lease"],
+                                 config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+        head = presigner.generate_presigned_url("head_bucket", Params={"Bucket": BUCKET}, HttpMethod="HEAD")
+        location = presigner.generate_presigned_url("get_bucket_location", Params={"Bucket": BUCKET})
+        for method, target, headers in (("HEAD", "/" + BUCKET, junk), ("GET", "/%s?location" % BUCKET, junk),
+                                        ("PUT", "/" + BUCKET, junk), ("HEAD", "/%s?X-Amz-Algorithm=x" % BUCKET, {}),
+                                        ("HEAD", head[len(self.srv.url):], {}),
+                                        ("GET", location[len(self.srv.url):], {})):
+            st, _, body = self.srv.request(method, target, headers=headers, raw=b"" if method == "PUT" else None)
+            self.assertIn(st, (400, 403), (method, target, body))
+            if method != "HEAD":
+                self.assertNotIn("LocationConstraint", body)
+        # With the key, the bucket answers.
+        st, _, body = self.srv.request("GET", "/%s?location" % BUCKET, headers=self.bearer)
+        self.assertEqual(st, 200, body)
+        self.assertIn("LocationConstraint", body)
 
     def test_one_lock_cannot_take_every_upload(self):
         from botocore.exceptions import ClientError
