@@ -5,7 +5,8 @@
 
 The database is built the way the server builds one: the leasegate binary creates it (it is
 started on OUT.db and stopped), so its schema is the server's; the rows then go into the lock
-space as schema 11 keeps it (and 13: its new columns are NULL for a lock's lease) (one row per name, token 0, and one per lease, its token, in the
+space as schema 11 keeps it (and 13: its new columns are NULL for a lock's lease; 14 touches only
+lock_values, which stays empty) (one row per name, token 0, and one per lease, its token, in the
 table lockspace); a database of another version is refused, naming it, so this script moves
 with the schema. Lock i is named bench/lock-NNNNNNN and has last_token i+1. Every
 --held-every-th lock is held: a random 16-byte lease, owner, token = its last_token, ttl 1 h,
@@ -19,7 +20,8 @@ import subprocess
 import sys
 import time
 
-SCHEMA = 13  # 13 added lockspace's nullable permits and value, and lock_values: the rows below are as in 11
+SCHEMA = 14  # 13 added lockspace's nullable permits and value, and lock_values; 14 lock_values.request_id:
+             # the rows below are as in 11
 
 
 def create(binary, path):

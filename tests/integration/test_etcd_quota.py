@@ -199,6 +199,50 @@ class QuotaTest(unittest.TestCase):
                          (200, held["token"], 900000), body)
         self.assertEqual(g.starts, 1)
 
+    def test_a_reentry_in_the_refused_batch_is_undone_and_not_said_queued(self):
+        """A reentry (an acquire with the lease) whose answer was held for the batch etcd
+        refused is undone as an undelivered grant is (one release once etcd takes writes): its
+        503 says "retry later", not "queued", and after the alarm the lease's count is what it
+        was, so a retry of it leaves the count the client expects."""
+        g = self.gateway()
+        held = g.client.acquire("held", ttl_ms=600000)[2]
+        self.assertIn("lease", held)
+        member = self.status()["header"]["member_id"]
+        self.etcd.call("/v3/maintenance/alarm", {"action": "ACTIVATE", "memberID": member, "alarm": "NOSPACE"})
+        status, headers, body = g.client.acquire("held", lease=held["lease"], ttl_ms=600000)
+        self.assert_stalled_answer(status, headers, body, g.stderr_text)
+        self.assertNotIn("queued", body)
+        self.assertIn("retry later", body["message"])
+        self.etcd.etcdctl("alarm", "disarm")
+        ok = wait_for(lambda: g.client.acquire("after", ttl_ms=60000)[0] == 200, timeout=30)
+        self.assertTrue(ok, g.stderr_text()[-2000:])
+        status, _, view = g.client.get_lock("held")
+        self.assertEqual((status, view["holder"]["token"], view["holder"]["count"]), (200, held["token"], 1), view)
+
+    # Fails on main: the SIGTERM drops the refused batch (docs/high-availability.md: "the
+    # refused batch is never written"), so the write answered "queued": true ("it is not
+    # lost, do not make it again") is lost; so it is after a kill -9 or a lost leadership.
+    # Review rev3, unfixed: the promise or the words must change (see its report).
+    @unittest.expectedFailure
+    def test_a_change_said_queued_is_not_lost_when_the_gateway_stops(self):
+        g = self.gateway()
+        held = g.client.acquire("held", ttl_ms=600000)[2]
+        self.assertIn("lease", held)
+        member = self.status()["header"]["member_id"]
+        self.etcd.call("/v3/maintenance/alarm", {"action": "ACTIVATE", "memberID": member, "alarm": "NOSPACE"})
+        status, headers, body = g.client.request("PUT", "/v1/locks/held/value",
+                                                 body={"lease": held["lease"], "value": {"n": 1}})
+        self.assert_stalled_answer(status, headers, body, g.stderr_text)
+        self.assertIs(body.get("queued"), True, body)
+        self.assertIn("it is not lost, do not make it again", body["message"])
+        g.proc.terminate()  # SIGTERM, as an operator or a supervisor sends it
+        self.assertIsNotNone(g.wait_exit(), g.stderr_text()[-2000:])
+        self.etcd.etcdctl("alarm", "disarm")
+        g.restart()
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        status, _, view = self.answered(g.client.request, "GET", "/v1/locks/held/value")
+        self.assertEqual((status, view.get("value"), view.get("value_version")), (200, {"n": 1}, 1), view)
+
     def test_filled_without_compaction_the_documented_recovery_brings_writes_back(self):
         g = self.gateway("--etcd-compact-interval", "0", "--etcd-compact-bytes", "0")
         held = g.client.acquire("held", ttl_ms=600000)[2]

@@ -277,6 +277,55 @@ class ValueRetryTest(ServerTestCase):
         self.assertEqual(value_of(c, name), ({"step": 1}, 1, a["token"]))
         self.assertEqual(self.srv.release(name, a["lease"])[0], 200)
 
+    def late_first_attempt(self, name, lease, **more):
+        """Write 1's first attempt is slow on its way (its body still arriving: a congested
+        link, a proxy, a follower forwarding it); the client's timeout sends it again, that
+        retry is answered, and the client goes on to write 2, as a client that retries each
+        write before it sends the next does. Then the first attempt arrives: its answer."""
+        c = self.srv.client
+        one = json.dumps(dict({"lease": lease, "value": {"step": 1}, "request_id": "late-1"}, **more)).encode()
+        late = socket.create_connection(("127.0.0.1", self.srv.port), timeout=30)
+        try:
+            late.sendall(b"PUT /v1/locks/%s/value HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                         b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (name.encode(), len(one))
+                         + one[:-1])
+            st, _, first = c.request("PUT", "/v1/locks/%s/value" % name, raw=one,
+                                     headers={"Content-Type": "application/json"})
+            self.assertEqual((st, first.get("value_version")), (200, 1), first)
+            more = {"if_version": 1} if more else {}
+            st, _, second = put_value(c, name, lease, {"step": 2}, request_id="late-2", **more)
+            self.assertEqual((st, second.get("value_version")), (200, 2), second)
+            late.sendall(one[-1:])
+            answer = b""
+            while not answer.rstrip().endswith(b"}"):
+                chunk = late.recv(4096)  # bounded by the socket's timeout; Connection: close
+                if not chunk:
+                    break
+                answer += chunk
+        finally:
+            late.close()
+        return answer
+
+    # Fails on main: the late attempt is a new write (200, value_version 3) and puts {"step": 1}
+    # back over {"step": 2}; only the last write's request_id is kept. Review rev3, unfixed: see
+    # its report (docs/locks.md says to send if_version, the next test).
+    @unittest.expectedFailure
+    def test_a_late_first_attempt_never_writes_over_the_next_write(self):
+        name = "val/late"
+        a = self.grant(name)
+        answer = self.late_first_attempt(name, a["lease"])
+        self.assertEqual(value_of(self.srv.client, name), ({"step": 2}, 2, a["token"]), answer)
+        self.assertEqual(self.srv.release(name, a["lease"])[0], 200)
+
+    def test_with_if_version_a_late_first_attempt_is_refused(self):
+        name = "val/late-checked"
+        a = self.grant(name)
+        answer = self.late_first_attempt(name, a["lease"], if_version=0)
+        self.assertIn(b" 409 ", answer.split(b"\r\n")[0], answer)
+        self.assertIn(b'"version_mismatch"', answer)
+        self.assertEqual(value_of(self.srv.client, name), ({"step": 2}, 2, a["token"]), answer)
+        self.assertEqual(self.srv.release(name, a["lease"])[0], 200)
+
     def test_bad_request_ids(self):
         name = "val/bad-id"
         a = self.grant(name)
