@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-SCHEMA = 14  # 13 added lockspace's nullable permits and value, and lock_values; 14 lock_values.request_id:
+SCHEMA = 14  # 13 added lockspace's nullable permits and value, and lock_values; 14 lock_values.writes:
              # the rows below are as in 11
 
 

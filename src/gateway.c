@@ -23,6 +23,7 @@
 #include "core/auditlog.h"
 #include "core/leasehist.h"
 #include "core/log.h"
+#include "core/valwrites.h"
 #include "guard/guard.h"
 #include "guard/proxy.h"
 #include "net/accesslog.h"
@@ -213,9 +214,13 @@ static int load_holder(LoadCtx *ctx, const StoreHolder *r)
 static int load_value(LoadCtx *ctx, const StoreValue *v)
 {
     Server *s = ctx->s;
-    LockValue value = {(char *)v->text, v->version, v->token, (char *)v->key, v->at_ms, {NULL, NULL},
-                       (char *)v->request_id};
-    if (locktab_load_value(s->locks, v->name, &value, &ctx->now) != LOCK_OK)
+    LockValue value = {(char *)v->text, v->version, v->token, (char *)v->key, v->at_ms, {NULL, NULL}, {NULL, 0}};
+    /* The store checked the list's text; only memory can fail here. */
+    if (!valwrites_parse(v->writes, v->version, &value.writes))
+        return -1;
+    LockResult r = locktab_load_value(s->locks, v->name, &value, &ctx->now);
+    valwrites_clear(&value.writes);
+    if (r != LOCK_OK)
         return -1;
     if (v->text && v->key) {
         Charge c = quota_charge_of_key(s, v->key);

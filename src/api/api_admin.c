@@ -276,11 +276,14 @@ void api_metrics(Request *req)
             "Retried writes of a lock's value answered with the write of their request_id (nothing written).",
             m->value_replays);
     fprintf(f, "# HELP leasegate_value_refusals_total Writes of a lock's value refused: a lease that did not hold "
-               "the lock as its writer (stale_token), or another version (version_mismatch).\n"
+               "the lock as its writer (stale_token), another version (version_mismatch), or the request_id of "
+               "a remembered write with another value or key (request_id_reused).\n"
                "# TYPE leasegate_value_refusals_total counter\n"
                "leasegate_value_refusals_total{reason=\"stale_token\"} %llu\n"
-               "leasegate_value_refusals_total{reason=\"version_mismatch\"} %llu\n",
-            (unsigned long long)m->value_refused[0], (unsigned long long)m->value_refused[1]);
+               "leasegate_value_refusals_total{reason=\"version_mismatch\"} %llu\n"
+               "leasegate_value_refusals_total{reason=\"request_id_reused\"} %llu\n",
+            (unsigned long long)m->value_refused[0], (unsigned long long)m->value_refused[1],
+            (unsigned long long)m->value_refused[2]);
     gauge(f, "leasegate_elections", "Election names known.", ec.names);
     gauge(f, "leasegate_elections_led", "Elections with a leader now.", ec.held);
     gauge(f, "leasegate_election_candidates", "Campaigns waiting to lead now.", ec.waiters);

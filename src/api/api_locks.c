@@ -342,6 +342,7 @@ static void acquire(Request *req, LockKind kind)
     case LOCK_TOO_MANY_LOCKS:
     case LOCK_TOO_MANY_WAITERS:
     case LOCK_VERSION_MISMATCH: /* a value's, never an acquire's */
+    case LOCK_REQUEST_ID_REUSED:
     case LOCK_NOMEM:
         reply_overloaded(req, r);
         break;

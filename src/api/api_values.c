@@ -9,14 +9,17 @@
  * (the answer waits for its batch, http.h), moves the lock's watch index,
  * and is an event and an audit row (value_set).
  *
- * A write may carry a request_id (as an acquire does): a retry of the write
- * that made the value's current version, with the same request_id, by the
- * same lease that still holds the lock as its writer and the same API key,
- * is answered what that write was (its version, 200) and writes nothing
- * (locktab_value_replay). Only the last write's request_id is kept (with the
- * value, durable, across restarts): a retry of an older write of the lease
- * is not recognised, and with an if_version it gets 409 version_mismatch
- * (the value moved on), never writing over the newer one.
+ * A write may carry a request_id (as an acquire does). The value remembers
+ * the request_ids of the last VALWRITES_MAX writes of the grant that wrote it
+ * (valwrites.h; with the value, durable, across restarts): a retry of one of
+ * them, or its first attempt arriving late, with the same request_id, value
+ * and API key, by the same lease while it still holds the lock as its
+ * writer, is answered what that write was (200, its own version, the token)
+ * and writes nothing (locktab_value_write); with another value or from
+ * another key it is 409 request_id_reused, and writes nothing either. A
+ * retry of an older write of the lease is not recognised, and with an
+ * if_version it gets 409 version_mismatch (the value moved on), never
+ * writing over the newer one.
  *
  * Why a stale lease can never write: the check that the lease holds the
  * lock and the write itself are one call of the lock table
@@ -25,6 +28,8 @@
  * replaces, is the gap it closes.
  */
 #include <string.h>
+
+#include <nettle/sha2.h>
 
 #include "api/api.h"
 #include "api/body.h"
@@ -55,15 +60,43 @@ static void reply_written(Request *req, JsonW *w)
     http_reply_json_text(req, 200, text, len);
 }
 
-/* 200: what a write that made the value's current version answers (it, or a repeat of it). */
-static void reply_version(Request *req, const LockValue *v)
+/* 200: what the write that made `version` answers (it, or a repeat of it). */
+static void reply_version(Request *req, uint64_t version, uint64_t token)
 {
     JsonW w;
     jsonw_begin(&w);
     jsonw_str(&w, "name", req->arg);
-    jsonw_int(&w, "value_version", (int64_t)v->version);
-    jsonw_int(&w, "token", (int64_t)v->token);
+    jsonw_int(&w, "value_version", (int64_t)version);
+    jsonw_int(&w, "token", (int64_t)token);
     reply_written(req, &w);
+}
+
+_Static_assert(REQUEST_ID_MAX_BYTES == VALWRITE_ID_MAX, "a value write remembers any request_id the API takes");
+
+/* ValueWrite.digest: SHA-256 of the writing key's name (none: empty; a
+ * name is never empty and has no NUL), a NUL, and the value's text as sent
+ * ("null" for null), cut to VALWRITE_DIGEST_BYTES. */
+static void write_digest(const char *key, const char *text, uint8_t out[VALWRITE_DIGEST_BYTES])
+{
+    struct sha256_ctx ctx;
+    sha256_init(&ctx);
+    sha256_update(&ctx, key ? strlen(key) + 1 : 1, (const uint8_t *)(key ? key : ""));
+    text = text ? text : "null";
+    sha256_update(&ctx, strlen(text), (const uint8_t *)text);
+    sha256_digest(&ctx, VALWRITE_DIGEST_BYTES, out);
+}
+
+/* 409 request_id_reused: a remembered write of this grant has this request_id, and another value or key. */
+static void reply_reused(Request *req, const char *request_id, const ValueWrite *was, const LockValue *v)
+{
+    req->srv->metrics.value_refused[2]++;
+    http_reply_error(req, ERR_REQUEST_ID_REUSED,
+                     json_pack("{s:s, s:s, s:I, s:I}", "name", req->arg, "request_id", request_id, "value_version",
+                               (json_int_t)v->version, "value_token", (json_int_t)v->token),
+                     "request_id '%s' names this lease's write of version %llu of lock '%s', which wrote another "
+                     "value or came from another API key: a retry sends the same value from the same key, and "
+                     "another write needs a request_id of its own; nothing was written",
+                     request_id, (unsigned long long)was->version, req->arg);
 }
 
 /* 409 stale_token: the lease does not hold the lock as its writer now. */
@@ -116,10 +149,18 @@ void api_set_value(Request *req)
     const Lock *lock = locktab_get(s->locks, KIND_LOCK, req->arg);
     const LockValue *v = &lock->value;
     const char *key = req->access.key ? req->access.key->name : NULL;
+    uint8_t digest[VALWRITE_DIGEST_BYTES] = {0};
+    if (request_id)
+        write_digest(key, text, digest);
     /* Before the version: a repeat's if_version is the one its first write moved on from. */
-    if (locktab_value_replay(v, h, request_id, key)) {
+    const ValueWrite *was = locktab_value_write(v, h, request_id);
+    if (was && memcmp(was->digest, digest, VALWRITE_DIGEST_BYTES) == 0) {
         s->metrics.value_replays++;
-        reply_version(req, v);
+        reply_version(req, was->version, v->token);
+        goto out;
+    }
+    if (was) {
+        reply_reused(req, request_id, was, v);
         goto out;
     }
     bool check = json_object_get(obj, "if_version") != NULL;
@@ -136,7 +177,7 @@ void api_set_value(Request *req)
     size_t old_bytes = v->text ? strlen(v->text) : 0, bytes = text ? strlen(text) : 0;
     if (!quota_admit_value(req, &old, old_bytes, bytes, &charge))
         goto out;
-    ValueArgs args = {text, check, (uint64_t)if_version, key, charge, request_id};
+    ValueArgs args = {text, check, (uint64_t)if_version, key, charge, request_id, request_id ? digest : NULL};
     LockResult r = locktab_set_value(s->locks, req->arg, lease, &args, &now, &lock);
     if (r != LOCK_OK) { /* out of memory (the checks above held at this instant) */
         quota_value_counted(s, &charge, bytes, -1);
@@ -146,7 +187,7 @@ void api_set_value(Request *req)
     quota_value_counted(s, &old, old_bytes, -1);
     s->metrics.value_writes++;
     trail_note_of(s, req, AUDIT_VALUE_SET, AUDIT_OF_LOCK, AUDIT_MODE_WRITE, req->arg, h->owner, h->token);
-    reply_version(req, &lock->value);
+    reply_version(req, lock->value.version, lock->value.token);
 out:
     free(text);
     json_decref(obj);

@@ -12,6 +12,7 @@
 #include "core/locktab.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,7 +134,7 @@ static void lock_free(void *p)
     }
     free(lock->value.text);
     free(lock->value.key);
-    free(lock->value.request_id);
+    valwrites_clear(&lock->value.writes);
     free(lock->name);
     free(lock);
 }
@@ -224,6 +225,7 @@ static void lock_check(const Locktab *lt, const Lock *lock)
     assert(lock->last_token <= lt->last_token);
     assert(lock->kind == KIND_LOCK || (lock->value.version == 0 && !lock->value.text));
     assert(lock->value.token <= lock->last_token && (lock->value.version > 0 || !lock->value.text));
+    assert(valwrites_valid(&lock->value.writes, lock->value.version));
     n = 0;
     for (const DLink *l = lock->waiters.head; l; l = l->next, n++) {
         const Waiter *w = DLIST_ITEM(l, Waiter, link);
@@ -742,10 +744,10 @@ void locktab_set_charge(Locktab *lt, LockKind kind, const char *name, Charge cha
 
 bool locktab_same_key(const char *a, const char *b) { return a == b || (a && b && strcmp(a, b) == 0); }
 
-bool locktab_value_replay(const LockValue *v, const Holder *holder, const char *request_id, const char *key)
+const ValueWrite *locktab_value_write(const LockValue *v, const Holder *holder, const char *request_id)
 {
-    return request_id && v->request_id && v->version && v->token == holder->token &&
-           strcmp(request_id, v->request_id) == 0 && locktab_same_key(v->key, key);
+    /* The list is the grant's that wrote last: another grant's ids mean nothing to this one. */
+    return v->version && v->token == holder->token ? valwrites_find(&v->writes, request_id) : NULL;
 }
 
 static LockResult reenter(Locktab *lt, Lock *lock, Grant *g, const AcquireArgs *args, const Now *now)
@@ -957,17 +959,26 @@ LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease
         return LOCK_NOT_HOLDER;
     LockValue *v = &lock->value;
     /* Before the version: the repeat's if_version is the one its first write moved on from. */
-    if (locktab_value_replay(v, &g->h, args->request_id, args->key))
-        return LOCK_REPLAYED;
+    assert(!args->request_id || (args->digest && *args->request_id &&
+                                 strlen(args->request_id) <= VALWRITE_ID_MAX));
+    const ValueWrite *was = locktab_value_write(v, &g->h, args->request_id);
+    if (was)
+        return memcmp(was->digest, args->digest, VALWRITE_DIGEST_BYTES) == 0 ? LOCK_REPLAYED
+                                                                              : LOCK_REQUEST_ID_REUSED;
     if (args->check_version && args->if_version != v->version)
         return LOCK_VERSION_MISMATCH;
+    ValueWrite w = {v->version + 1, {0}, {0}};
+    if (args->request_id) { /* bounded by the API (ValueArgs) */
+        snprintf(w.request_id, sizeof w.request_id, "%s", args->request_id);
+        memcpy(w.digest, args->digest, VALWRITE_DIGEST_BYTES);
+    }
     char *text = args->text ? strdup(args->text) : NULL;
     char *key = args->key ? strdup(args->key) : NULL;
-    char *request_id = args->request_id ? strdup(args->request_id) : NULL;
-    if ((args->text && !text) || (args->key && !key) || (args->request_id && !request_id)) {
+    /* The list last: it changes in place, so nothing may fail after it. */
+    if ((args->text && !text) || (args->key && !key) ||
+        !valwrites_add(&v->writes, v->version == 0 || v->token != g->h.token, args->request_id ? &w : NULL)) {
         free(text);
         free(key);
-        free(request_id);
         return LOCK_NOMEM;
     }
     LocktabCounts *c = &lt->counts[KIND_LOCK];
@@ -975,10 +986,8 @@ LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease
     c->value_bytes += (text ? strlen(text) : 0) - (v->text ? strlen(v->text) : 0);
     free(v->text);
     free(v->key);
-    free(v->request_id);
     v->text = text;
     v->key = key;
-    v->request_id = request_id;
     v->version++;
     v->token = g->h.token;
     v->at_ms = now->wall_ms;
@@ -999,11 +1008,10 @@ LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *va
         return r;
     char *text = value->text ? strdup(value->text) : NULL;
     char *key = value->key ? strdup(value->key) : NULL;
-    char *request_id = value->request_id ? strdup(value->request_id) : NULL;
-    if ((value->text && !text) || (value->key && !key) || (value->request_id && !request_id)) {
+    ValueWrites writes;
+    if ((value->text && !text) || (value->key && !key) || !valwrites_copy(&writes, &value->writes)) {
         free(text);
         free(key);
-        free(request_id);
         return LOCK_NOMEM;
     }
     LocktabCounts *c = &lt->counts[KIND_LOCK];
@@ -1011,11 +1019,11 @@ LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *va
     c->value_bytes += (text ? strlen(text) : 0) - (lock->value.text ? strlen(lock->value.text) : 0);
     free(lock->value.text);
     free(lock->value.key);
-    free(lock->value.request_id);
+    valwrites_clear(&lock->value.writes);
     lock->value = *value;
     lock->value.text = text;
     lock->value.key = key;
-    lock->value.request_id = request_id;
+    lock->value.writes = writes;
     lock->value.charge = (Charge){NULL, NULL};
     if (value->token > lock->last_token) /* its writer's grant is older: its token was counted */
         lock->last_token = value->token;

@@ -73,6 +73,7 @@
 #include "core/clock.h"
 #include "core/heap.h"
 #include "core/share.h"
+#include "core/valwrites.h"
 #include "leasegate/dlist.h"
 
 #define LEASE_ID_BYTES 16
@@ -137,8 +138,8 @@ typedef struct LockValue {
     char *key;        /* owned; the API key that wrote it (what it counts against), or NULL */
     int64_t at_ms;    /* Unix ms of the write */
     Charge charge;    /* who its bytes are counted against (share.h); opaque here */
-    char *request_id; /* owned; the client's id of the write that made this version, or NULL:
-                       * only the last write's is kept (locktab_value_replay) */
+    ValueWrites writes; /* owned; the request_ids of the last writes of the grant of `token`
+                         * (valwrites.h), which a retry repeats (locktab_value_write) */
 } LockValue;
 
 typedef struct Deadline {
@@ -247,7 +248,7 @@ typedef enum LockResult {
     LOCK_OK,          /* granted, reentered, renewed or released */
     LOCK_REPLAYED,    /* acquire: a retry of the acquire that made a current grant
                        * (AcquireArgs.request_id); *holder_out is that grant, unchanged;
-                       * set_value: a retry of the write that made the current version */
+                       * set_value: a retry of one of the writes the value remembers */
     LOCK_QUEUED,      /* acquire: waiting; the waiter is returned */
     LOCK_BUSY,        /* acquire: not grantable now (held, full, or in a lock-delay) and not waiting */
     LOCK_NOT_HOLDER,  /* the given lease does not hold the lock */
@@ -256,6 +257,7 @@ typedef enum LockResult {
     LOCK_TOO_MANY_LOCKS,   /* max_locks names are known */
     LOCK_TOO_MANY_WAITERS, /* max_waiters, or max_waiters_per_lock for this lock */
     LOCK_VERSION_MISMATCH, /* set_value: the value's version is not the one asked for */
+    LOCK_REQUEST_ID_REUSED, /* set_value: the request_id of a remembered write with another value or key */
     LOCK_NOMEM,
 } LockResult;
 
@@ -328,22 +330,27 @@ typedef struct ValueArgs {
     uint64_t if_version;
     const char *key;     /* NULL, or the name of the API key writing (LockValue.key) */
     Charge charge;       /* LockValue.charge from now on */
-    const char *request_id; /* NULL, or the client's id for this write (LockValue.request_id) */
+    const char *request_id; /* NULL, or the client's id for this write (1..VALWRITE_ID_MAX bytes) */
+    const uint8_t *digest;  /* with request_id: ValueWrite.digest of key and text (the caller's hash) */
 } ValueArgs;
-/* A write of `holder` (the lock's writer now) with request_id from API key
- * `key` repeats the write that made the value's current version: the same
- * request_id, from the same grant (the value's token is the holder's) and
- * key. Only the last write is remembered: a retry of an older one is not a
- * repeat (it is a new write, refused by an if_version it carries, since the
- * version moved on). */
-bool locktab_value_replay(const LockValue *v, const Holder *holder, const char *request_id, const char *key);
+/* The write of the value that a write by `holder` (the lock's writer now)
+ * with this request_id repeats, or NULL: the one of the value's remembered
+ * writes (the last VALWRITES_MAX of the grant that wrote last) with that
+ * request_id, when that grant is the holder's. The caller compares its
+ * digest: the same is a repeat (answered with that write's version, nothing
+ * written), another is the id reused (LOCK_REQUEST_ID_REUSED). A write
+ * older than the list is not recognised: it is a new write, which the
+ * if_version it carries refuses (the version moved on). */
+const ValueWrite *locktab_value_write(const LockValue *v, const Holder *holder, const char *request_id);
 /* Writes lock `name`'s value, for `lease`, which must hold it now as its
  * writer (a reader's lease, another lock's, or one that ended is
  * LOCK_NOT_HOLDER, and nothing changes): its version goes up by one, its
- * token is the lease's; the index moves and hooks.value_changed reports
- * it. LOCK_REPLAYED, and nothing changes, when it repeats the write that
- * made the current version (locktab_value_replay; checked before the
- * version). LOCK_VERSION_MISMATCH when check_version and the version is
+ * token is the lease's, its request_id joins the remembered writes (a new
+ * list when another grant wrote last); the index moves and
+ * hooks.value_changed reports it. Nothing changes, and it is LOCK_REPLAYED,
+ * when it repeats a remembered write (locktab_value_write, the same digest),
+ * or LOCK_REQUEST_ID_REUSED (another digest); both are checked before the
+ * version. LOCK_VERSION_MISMATCH when check_version and the version is
  * another. *lock_out is the lock, when there is one (its value as it is after the
  * call). The old value's text is freed: the caller reads what it needs of
  * it (its charge, its size) before. */
@@ -356,7 +363,8 @@ LockResult locktab_set_value(Locktab *lt, const char *name, const uint8_t *lease
 LockResult locktab_proclaim(Locktab *lt, const char *name, const uint8_t *lease, const char *text, const Now *now,
                             const Lock **lock_out, const Holder **holder_out);
 /* Start-up, after the holders: a lock's value read from storage (its name
- * is created if need be). The strings are copied. */
+ * is created if need be). The strings and the remembered writes are copied
+ * (value->writes must be valwrites_valid at value->version). */
 LockResult locktab_load_value(Locktab *lt, const char *name, const LockValue *value, const Now *now);
 /* Start-up: who the value of lock `name` is counted against. */
 void locktab_set_value_charge(Locktab *lt, const char *name, Charge charge);

@@ -48,7 +48,8 @@ typedef struct Metrics {
     uint64_t not_holder;
     uint64_t value_writes;       /* locks' values written (PUT /v1/locks/NAME/value answered 200) */
     uint64_t value_replays;      /* value writes answered with the write of their request_id */
-    uint64_t value_refused[2];   /* value writes refused: [0] stale_token, [1] version_mismatch */
+    uint64_t value_refused[3];   /* value writes refused: [0] stale_token, [1] version_mismatch,
+                                  * [2] request_id_reused */
     uint64_t fence_accepted;
     uint64_t fence_rejected;
     uint64_t guard_rejected_stale;

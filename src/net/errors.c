@@ -17,6 +17,7 @@ static const struct {
     [ERR_NOT_HOLDER] = {"not_holder", 409},
     [ERR_STALE_TOKEN] = {"stale_token", 409},
     [ERR_VERSION_MISMATCH] = {"version_mismatch", 409},
+    [ERR_REQUEST_ID_REUSED] = {"request_id_reused", 409},
     [ERR_NOT_LEADER] = {"not_leader", 409},
     [ERR_PAYLOAD_TOO_LARGE] = {"payload_too_large", 413},
     [ERR_UNSUPPORTED_MEDIA_TYPE] = {"unsupported_media_type", 415},

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/leasehist.h"
+#include "core/valwrites.h"
 #include "store/arena.h"
 
 const double COMMIT_LATENCY_BOUNDS_MS[COMMIT_LATENCY_BUCKETS] = {0.25, 0.5, 1,   2,   5,    10,
@@ -357,8 +358,10 @@ bool commit_holder_gone(Commit *c, LockKind kind, const char *name, uint64_t tok
 bool commit_value(Commit *c, const Lock *lock)
 {
     const LockValue *v = &lock->value;
+    char writes[VALWRITES_TEXT_MAX];
     StoreRecord r = {.kind = REC_VALUE,
-                     .value = {lock->name, v->text, v->version, v->token, v->key, v->at_ms, v->request_id}};
+                     .value = {lock->name, v->text, v->version, v->token, v->key, v->at_ms,
+                               valwrites_format(&v->writes, writes) ? writes : NULL}};
     return add(c, &r);
 }
 

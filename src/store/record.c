@@ -48,7 +48,7 @@ bool record_copy(Arena *a, StoreRecord *to, const StoreRecord *from)
         to->value.name = dup(a, from->value.name, &ok);
         to->value.text = dup(a, from->value.text, &ok);
         to->value.key = dup(a, from->value.key, &ok);
-        to->value.request_id = dup(a, from->value.request_id, &ok);
+        to->value.writes = dup(a, from->value.writes, &ok);
         return ok;
     case REC_FENCE:
         to->fence.name = dup(a, from->fence.name, &ok);

@@ -57,7 +57,8 @@ typedef struct StoreValue {
     uint64_t token;   /* the writer's token */
     const char *key;  /* the writer's API key, or NULL */
     int64_t at_ms;    /* Unix ms of the write */
-    const char *request_id; /* the client's id of the write that made this version, or NULL */
+    const char *writes; /* the writes a retry may repeat (LockValue.writes) as valwrites_format's text, or
+                         * NULL: none */
 } StoreValue;
 
 /* A high-water mark: a fence resource's, or the guard's for one lock (kept

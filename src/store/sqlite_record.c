@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/leasehist.h"
+#include "core/valwrites.h"
 
 /* A column list is X(PREFIX, column, merge) for each column, the key's
  * first; from it come the column indexes (PREFIX_column), the key's width
@@ -132,11 +133,11 @@ static bool read_holder(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
            permits >= 1 && permits <= LOCKTAB_LIMIT_MAX && (permits == 1 || kind == KIND_SEMAPHORE);
 }
 
-/* Lock values, keyed by the lock's name (value NULL: null written;
- * request_id NULL: the last write had none, or was written before version 14). */
+/* Lock values, keyed by the lock's name (value NULL: null written; writes:
+ * the writes a retry may repeat, valwrites.h's text, NULL when none). */
 #define VALUE_LIST(P, X)                                                                                             \
     X(P, name, SQL_KEY) X(P, value, SQL_SET) X(P, version, SQL_SET) X(P, token, SQL_SET) X(P, key, SQL_SET)         \
-        X(P, at_ms, SQL_SET) X(P, request_id, SQL_SET)
+        X(P, at_ms, SQL_SET) X(P, writes, SQL_SET)
 DESCRIBE_COLUMNS(VALUE, VALUE_LIST);
 
 static int bind_value(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot)
@@ -148,7 +149,7 @@ static int bind_value(sqlite3_stmt *st, const StoreRecord *r, sqlite3_int64 boot
         return rc;
     return rc | bind_text(st, VALUE_value, v->text) | bind_u64(st, VALUE_version, v->version) |
            bind_u64(st, VALUE_token, v->token) | bind_text(st, VALUE_key, v->key) | bind_i64(st, VALUE_at_ms, v->at_ms) |
-           bind_text(st, VALUE_request_id, v->request_id);
+           bind_text(st, VALUE_writes, v->writes);
 }
 
 static bool read_value(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
@@ -156,8 +157,9 @@ static bool read_value(sqlite3_stmt *st, StoreRecord *r, sqlite3_int64 boot)
     (void)boot;
     r->value = (StoreValue){col_text(st, VALUE_name),  col_text(st, VALUE_value), col_u64(st, VALUE_version),
                             col_u64(st, VALUE_token), col_text(st, VALUE_key),    sqlite3_column_int64(st, VALUE_at_ms),
-                            col_text(st, VALUE_request_id)};
-    return r->value.name && r->value.version >= 1 && r->value.token >= 1;
+                            col_text(st, VALUE_writes)};
+    return r->value.name && r->value.version >= 1 && r->value.token >= 1 &&
+           valwrites_parse(r->value.writes, r->value.version, NULL);
 }
 
 #define FENCE_LIST(P, X) X(P, resource, SQL_KEY) X(P, max_token, SQL_MAX)

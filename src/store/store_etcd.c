@@ -24,9 +24,10 @@
  *                             election's leader's value, JSON text as a string; layout 3)}. Layout 1
  *                             wrote readers and permits here, with "mode" always
  *   PREFIX/values/NAME        a lock's value (layout 3): JSON {value? (the value's JSON text, as a
- *                             string; left out: null), version, token, key?, at_ms, request_id?
- *                             (the client's id of the write that made this version; still layout
- *                             3, see below)}
+ *                             string; left out: null), version, token, key?, at_ms, writes? (the
+ *                             request_ids of the last writes of the grant of `token`, which a
+ *                             retry repeats: valwrites.h's text, as a string; left out: none;
+ *                             still layout 3, see below)}
  *   PREFIX/fences/RESOURCE    decimal max token
  *   PREFIX/guard/LOCK         decimal max token the guard let through, a space, and when it last
  *                             let a write through (Unix ms; older gateways wrote the token alone)
@@ -69,14 +70,20 @@
  *
  * A field added to a record that an older gateway of the same layout may
  * ignore without misreading anything does not move the layout: a value's
- * request_id (a retried write's answer) is one. A layout-3 gateway before it
+ * writes (the retries it answers) is one. A layout-3 gateway before it
  * reads a value record by its named fields and skips the rest, so it loads
- * the value exactly; it forgets only which write made it (its next write of
- * that value leaves the field out), and a retry of that write is then a new
- * write, as it always was there: never a value misread or a lease trusted
- * wrongly. Moving the layout would make every such gateway refuse the lock
- * space and exit, for nothing it could get wrong. A field whose absence an
- * older gateway would misread (permits) moves it.
+ * the value exactly (version, token, key), and answers a retry of one of
+ * those writes as a new write, as it always did (refused by the if_version
+ * the retry carries). A write it makes puts the whole record without the
+ * field: the list is gone, never left to describe writes it did not see, so
+ * a newer gateway leading after it repeats none of the older writes (a
+ * retry of them is a new write there too) and starts a list at the next
+ * write with a request_id. Never a value misread or a lease trusted wrongly.
+ * Moving the layout would make every such gateway refuse the lock space and
+ * exit, for nothing it could get wrong. A field whose absence an older
+ * gateway would misread (permits) moves it. (A build of this layout that
+ * kept the last write's id alone, as "request_id", never shipped; no
+ * gateway reads that field.)
  *
  * The history is pruned by deleting the range [kind/0, kind/UPTO+1), that is
  * every key whose rows are all at or below UPTO = newest seq - keep: a batch
@@ -118,6 +125,7 @@
 
 #include "core/leasehist.h"
 #include "core/log.h"
+#include "core/valwrites.h"
 #include "store/election.h"
 #include "store/etcd.h"
 #include "store/etcd_compact.h"
@@ -342,7 +350,7 @@ static char *value_value(const StoreRecord *r)
         json_decref(j), j = NULL;
     if (j && v->key && json_object_set_new(j, "key", json_string(v->key)))
         json_decref(j), j = NULL;
-    if (j && v->request_id && json_object_set_new(j, "request_id", json_string(v->request_id)))
+    if (j && v->writes && json_object_set_new(j, "writes", json_string(v->writes)))
         json_decref(j), j = NULL;
     return json_text(j);
 }
@@ -1404,13 +1412,13 @@ static int load_value(EtcdStore *s, const StoreLoad *cb, const char *name, const
     StoreRecord r = {.kind = REC_VALUE, .value = {.name = name}};
     StoreValue *v = &r.value;
     json_t *text = json_object_get(j, "value"), *key = json_object_get(j, "key");
-    json_t *request_id = json_object_get(j, "request_id"); /* absent: none, or written before it was kept */
+    json_t *writes = json_object_get(j, "writes"); /* absent: none, or written by an older gateway */
     v->text = json_string_value(text);
     v->key = json_string_value(key);
-    v->request_id = json_string_value(request_id);
+    v->writes = json_string_value(writes);
     bool ok = json_u64(j, "version", &v->version) && v->version >= 1 && json_u64(j, "token", &v->token) &&
               v->token >= 1 && json_i64(j, "at_ms", &v->at_ms) && (!text || v->text) && (!key || v->key) &&
-              (!request_id || v->request_id);
+              (!writes || v->writes) && valwrites_parse(v->writes, v->version, NULL);
     int rc = 0;
     if (!ok) {
         snprintf(s->err, sizeof s->err, "value of lock %s: corrupt record in etcd", name);

@@ -193,10 +193,13 @@ static const char *const MIGRATIONS[SCHEMA_VERSION] = {
            "ALTER TABLE lockspace ADD COLUMN value TEXT;"
            "CREATE TABLE lock_values(name TEXT PRIMARY KEY, value TEXT, version INTEGER NOT NULL,"
            "  token INTEGER NOT NULL, key TEXT, at_ms INTEGER NOT NULL) WITHOUT ROWID;",
-    /* Version 14 keeps the request_id of the write behind each lock's value,
-     * so a retry whose answer was lost in a restart is answered, not written
-     * again. A value written before has none (NULL): no retry matches it. */
-    [13] = "ALTER TABLE lock_values ADD COLUMN request_id TEXT;",
+    /* Version 14 keeps, with each lock's value, the request_ids of the last
+     * writes of the grant that wrote it (writes: valwrites.h's text, each
+     * line a write's version, digest and request_id), so a retry whose
+     * answer was lost, in a restart too, or a late first attempt, is
+     * answered, not written again. A value written before has none (NULL):
+     * no retry matches it. */
+    [13] = "ALTER TABLE lock_values ADD COLUMN writes TEXT;",
 };
 
 /* The statements that are no record's (each kind's are built from its

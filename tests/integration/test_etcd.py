@@ -7,6 +7,7 @@ forwarding is test_etcd_forward.py's, a three-member cluster test_etcd_cluster.p
 Every wait is bounded; nothing asserts how long anything took."""
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -392,10 +393,11 @@ class EtcdTest(EtcdTestCase):
         self.assertEqual(other.client.get_lock("cfg")[2]["value"], "after")
 
     def test_a_value_writes_retry_is_answered_by_the_next_leader(self):
-        """A value write's request_id is part of its record (PREFIX/values/NAME), so a retry
-        whose answer the killed leader took with it is answered by the next leader with that
-        write's version, and nothing is written again; the next write without one leaves the
-        field out (layout 3 either way)."""
+        """A value write's request_id is part of its record (PREFIX/values/NAME: "writes", one
+        line per remembered write: its version, the digest of its key and value, the id), so a
+        retry whose answer the killed leader took with it is answered by the next leader with
+        that write's version, and nothing is written again; the grant's next write without one
+        keeps the list, another grant's leaves the field out (layout 3 either way)."""
         a, b = self.gateway(), self.gateway()
         leader = wait_leader([a, b])
         other = b if leader is a else a
@@ -404,7 +406,10 @@ class EtcdTest(EtcdTestCase):
         st, _, first = leader.client.request("PUT", "/v1/locks/ret/v/value", body=body)
         self.assertEqual((st, first.get("value_version")), (200, 1), first)
         record = self.value("/values/ret/v")
-        self.assertEqual((record["version"], record["token"], record["request_id"]), (1, held["token"], "lost-1"))
+        digest = hashlib.sha256(b"\0" + json.dumps({"n": 1}).encode()).hexdigest()[:32]  # no key; as sent
+        writes = "1 %s lost-1\n" % digest
+        self.assertEqual((record["version"], record["token"], record["writes"]), (1, held["token"], writes))
+        self.assertNotIn("request_id", record)
         leader.kill9()  # as if before its answer left
         self.assertIs(wait_leader([other]), other, other.stderr_text())
         self.assertEqual(self.value("/meta/layout"), 3)
@@ -413,10 +418,18 @@ class EtcdTest(EtcdTestCase):
             self.assertEqual((st, again), (200, first))
         st, _, view = other.client.request("GET", "/v1/locks/ret/v/value")
         self.assertEqual((view["value"], view["value_version"]), ({"n": 1}, 1), view)
-        st, _, body = other.client.request("PUT", "/v1/locks/ret/v/value",
-                                           body={"lease": held["lease"], "value": {"n": 2}})
-        self.assertEqual((st, body.get("value_version")), (200, 2), body)
-        self.assertNotIn("request_id", self.value("/values/ret/v"))
+        st, _, second = other.client.request("PUT", "/v1/locks/ret/v/value",
+                                             body={"lease": held["lease"], "value": {"n": 2}})
+        self.assertEqual((st, second.get("value_version")), (200, 2), second)
+        self.assertEqual(self.value("/values/ret/v")["writes"], writes)
+        st, _, again = other.client.request("PUT", "/v1/locks/ret/v/value", body=body)
+        self.assertEqual((st, again), (200, first))
+        self.assertEqual(other.client.release("ret/v", held["lease"])[0], 200)
+        next_grant = self.acquire_ok(other, "ret/v", ttl_ms=120000)
+        st, _, third = other.client.request("PUT", "/v1/locks/ret/v/value",
+                                            body={"lease": next_grant["lease"], "value": {"n": 3}})
+        self.assertEqual((st, third.get("value_version")), (200, 3), third)
+        self.assertNotIn("writes", self.value("/values/ret/v"))
 
     def test_paused_leader_commits_nothing_after_takeover(self):
         """The key safety test: a leader SIGSTOPped past its lease is replaced;

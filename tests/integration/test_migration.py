@@ -11,10 +11,11 @@ carries its value, and a lock's value is a row of its own. Databases written by 
 schemas 11 and 12 (tests/powerloss/schemas/vN.sql, made by tests/powerloss/schemas/make.py) load
 with every lease as it was, each of one permit, and take the new records at once.
 
-Schema 14: a lock's value keeps the request_id of the write that made it, so a retry of that
-write whose answer was lost in a restart is answered, not written again. A database written by
-the binary of schema 13 (schemas/v13.sql) loads with every value as it was (none with a
-request_id: no retry matches them) and takes the new field at once."""
+Schema 14: a lock's value keeps the request_ids of the last writes of the grant that wrote it
+(lock_values.writes), so a retry of one of those writes whose answer was lost in a restart is
+answered, not written again. A database written by the binary of schema 13 (schemas/v13.sql)
+loads with every value as it was (none with a list: no retry matches them) and takes the new
+field at once."""
 
 import json
 import os
@@ -31,7 +32,7 @@ import harness
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "schema10.db")
 # The schema a start migrates to: 11's lockspace, then 12's audit reason, then 13's permits,
-# leaders' values and locks' values (issue 40), then 14's request_id of a lock's value; every
+# leaders' values and locks' values (issue 40), then 14's remembered writes of a lock's value; every
 # step of the migration is in the one opening transaction.
 LATEST = 14
 with open(os.path.join(HERE, "fixtures", "schema10.json")) as _f:
@@ -225,7 +226,7 @@ class MigrationTest(unittest.TestCase):
         db = sqlite3.connect(os.path.join(self.dir, "leasegate.db"))
         values = dict((name, (text, version, token)) for name, text, version, token in
                       db.execute("SELECT name, value, version, token FROM lock_values WHERE name LIKE 'fx/v%'"))
-        self.assertEqual(db.execute("SELECT count(*) FROM lock_values WHERE request_id IS NOT NULL").fetchone()[0], 0)
+        self.assertEqual(db.execute("SELECT count(*) FROM lock_values WHERE writes IS NOT NULL").fetchone()[0], 0)
         # fx/v00: still held by its writer (the fixture released the odd ones).
         blob, token = db.execute("SELECT lease, token FROM lockspace WHERE kind = 0 AND name = 'fx/v00'"
                                  " AND token <> 0").fetchone()
@@ -245,8 +246,8 @@ class MigrationTest(unittest.TestCase):
             st, _, again = srv.client.request("PUT", "/v1/locks/fx/v00/value", body=body)
             self.assertEqual((st, again), (200, first))
         db = sqlite3.connect(os.path.join(self.dir, "leasegate.db"))
-        self.assertEqual(db.execute("SELECT version, request_id FROM lock_values WHERE name = 'fx/v00'").fetchone(),
-                         (2, "after-migration"))
+        version, writes = db.execute("SELECT version, writes FROM lock_values WHERE name = 'fx/v00'").fetchone()
+        self.assertEqual((version, writes.split(" ")[0], writes.split(" ")[2]), (2, "2", "after-migration\n"), writes)
         db.close()
 
     def test_the_benchs_database_is_made_at_the_latest_schema(self):

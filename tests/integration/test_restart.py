@@ -156,8 +156,8 @@ class RestartTests(unittest.TestCase):
             self.assertEqual(st, 200, r)
         db = sqlite3.connect(os.path.join(d, "leasegate.db"))
         self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0], 14)
-        # Version 14 keeps the request_id of the write behind each lock's value.
-        self.assertIn("request_id", [c[1] for c in db.execute("PRAGMA table_info(lock_values)")])
+        # Version 14 keeps, with each lock's value, the request_ids of its writer's last writes.
+        self.assertIn("writes", [c[1] for c in db.execute("PRAGMA table_info(lock_values)")])
         # Version 9 keeps when the guard last let a write of each lock through.
         self.assertIn("at_ms", [c[1] for c in db.execute("PRAGMA table_info(guard_marks)")])
         # Version 11: every lease a row of the lock space, a name's own row beside them (token 0).

@@ -95,9 +95,11 @@ static int load_value(const StoreValue *v)
         loaded_value_version = v->version;
         loaded_value_token = v->token;
         CHECK(v->key && !strcmp(v->key, "writer-key") && v->at_ms == 1700000000000);
-        CHECK(v->request_id && !strcmp(v->request_id, "w-2")); /* the last write's */
+        /* Both writes' ids, oldest first, each with the version it made. */
+        CHECK(v->writes && !strcmp(v->writes, "1 01000000000000000000000000000000 w-1\n"
+                                              "2 02000000000000000000000000000000 w-2\n"));
     }
-    loaded_null_value |= !strcmp(v->name, "nul") && v->text == NULL && v->version == 1 && v->request_id == NULL;
+    loaded_null_value |= !strcmp(v->name, "nul") && v->text == NULL && v->version == 1 && v->writes == NULL;
     return 0;
 }
 
@@ -384,12 +386,13 @@ int main(int argc, char **argv)
      * one whose name is forgotten with it. */
     const Lock *vl;
     const Holder *vh = take(lt, KIND_LOCK, "val", 19, MODE_WRITE, 0, &at);
-    ValueArgs v1 = {"{\"a\":1}", false, 0, "writer-key", {NULL, NULL}, "w-1"};
-    ValueArgs v2 = {"[2, 3]", true, 1, "writer-key", {NULL, NULL}, "w-2"};
+    static const uint8_t d1[VALWRITE_DIGEST_BYTES] = {1}, d2[VALWRITE_DIGEST_BYTES] = {2};
+    ValueArgs v1 = {"{\"a\":1}", false, 0, "writer-key", {NULL, NULL}, "w-1", d1};
+    ValueArgs v2 = {"[2, 3]", true, 1, "writer-key", {NULL, NULL}, "w-2", d2};
     CHECK(locktab_set_value(lt, "val", vh->lease, &v1, &at, &vl) == LOCK_OK);
     CHECK(locktab_set_value(lt, "val", vh->lease, &v2, &at, &vl) == LOCK_OK && vl->value.version == 2);
     const Holder *nh = take(lt, KIND_LOCK, "nul", 20, MODE_WRITE, 0, &at);
-    ValueArgs null = {NULL, false, 0, NULL, {NULL, NULL}, NULL};
+    ValueArgs null = {NULL, false, 0, NULL, {NULL, NULL}, NULL, NULL};
     CHECK(locktab_set_value(lt, "nul", nh->lease, &null, &at, &vl) == LOCK_OK);
     CHECK(commit_value_gone(c, "gone"));
     AuditRow read_row = {5,   1000,           AUDIT_GRANTED,   "rd", "o", 13, "key", "127.0.0.1:1",

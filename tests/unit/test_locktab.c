@@ -806,6 +806,18 @@ static void test_permits(void)
     locktab_free(lt);
 }
 
+/* Field by field: the bytes past an id's NUL, and the padding, are no part of a write. */
+static bool same_writes(const ValueWrites *a, const ValueWrites *b)
+{
+    if (a->len != b->len)
+        return false;
+    for (uint8_t i = 0; i < a->len; i++)
+        if (a->at[i].version != b->at[i].version || memcmp(a->at[i].digest, b->at[i].digest, VALWRITE_DIGEST_BYTES) ||
+            strcmp(a->at[i].request_id, b->at[i].request_id))
+            return false;
+    return true;
+}
+
 /* A lock's value: only its writer, now, writes it (not a reader, not a lease
  * that ended or ran out, not another lock's); if_version; it outlives the
  * writer and keeps the name from being forgotten until null is written. */
@@ -815,38 +827,43 @@ static void test_values(void)
     uint32_t left;
     const Lock *lock;
     values_changed = 0;
-    ValueArgs set = {"{\"step\":1}", false, 0, "k", {NULL, NULL}, NULL};
+    ValueArgs set = {"{\"step\":1}", false, 0, "k", {NULL, NULL}, NULL, NULL};
     CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_NOT_HOLDER && lock == NULL);
     CHECK(take(lt, KIND_LOCK, "v", 0, MODE_WRITE, 0, 0, 0) == LOCK_OK);
     uint64_t token = hold->token, index = locktab_index(lt, KIND_LOCK, "v");
     CHECK(locktab_set_value(lt, "v", ids[0], &set, &now, &lock) == LOCK_OK);
     CHECK(!strcmp(lock->value.text, "{\"step\":1}") && lock->value.version == 1 && lock->value.token == token);
     CHECK(!strcmp(lock->value.key, "k") && values_changed == 1 && locktab_index(lt, KIND_LOCK, "v") > index);
-    ValueArgs stale = {"2", true, 0, NULL, {NULL, NULL}, NULL};
+    ValueArgs stale = {"2", true, 0, NULL, {NULL, NULL}, NULL, NULL};
     CHECK(locktab_set_value(lt, "v", ids[0], &stale, &now, &lock) == LOCK_VERSION_MISMATCH);
     stale.if_version = 1;
     CHECK(locktab_set_value(lt, "v", ids[0], &stale, &now, &lock) == LOCK_OK && lock->value.version == 2);
     CHECK(!strcmp(lock->value.text, "2") && lock->value.key == NULL);
-    /* A request_id: its repeat (same grant and key) changes nothing, whatever its if_version;
-     * another id, another key, or none, is a new write. Only the last write's id is kept. */
-    ValueArgs once = {"3", true, 2, "k", {NULL, NULL}, "r-1"};
+    /* A request_id: its repeat (same grant, same digest) changes nothing, whatever its
+     * if_version; with another digest (another value or key) it is the id reused, and changes
+     * nothing either; another id, or none, is a new write. */
+    static const uint8_t D1[VALWRITE_DIGEST_BYTES] = {1}, D2[VALWRITE_DIGEST_BYTES] = {2};
+    ValueArgs once = {"3", true, 2, "k", {NULL, NULL}, "r-1", D1};
     CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_OK && lock->value.version == 3);
-    CHECK(!strcmp(lock->value.request_id, "r-1") && values_changed == 3);
+    CHECK(lock->value.writes.len == 1 && !strcmp(lock->value.writes.at[0].request_id, "r-1"));
+    CHECK(lock->value.writes.at[0].version == 3 && values_changed == 3);
     CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_REPLAYED && lock->value.version == 3);
-    CHECK(locktab_value_replay(&lock->value, locktab_holder(lock), "r-1", "k") && values_changed == 3);
-    CHECK(!locktab_value_replay(&lock->value, locktab_holder(lock), "r-1", NULL));
-    CHECK(!locktab_value_replay(&lock->value, locktab_holder(lock), NULL, "k"));
-    once.key = "other";
-    CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_VERSION_MISMATCH);
-    once.key = "k";
+    const ValueWrite *was = locktab_value_write(&lock->value, locktab_holder(lock), "r-1");
+    CHECK(was && was->version == 3 && !memcmp(was->digest, D1, sizeof D1) && values_changed == 3);
+    CHECK(!locktab_value_write(&lock->value, locktab_holder(lock), NULL));
+    CHECK(!locktab_value_write(&lock->value, locktab_holder(lock), "r-2"));
+    once.digest = D2;
+    CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_REQUEST_ID_REUSED);
+    CHECK(lock->value.version == 3 && !strcmp(lock->value.text, "3") && values_changed == 3);
+    once.digest = D1;
     once.request_id = "r-2";
     once.if_version = 3;
     CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_OK && lock->value.version == 4);
-    once.request_id = "r-1"; /* an older write's retry: the version moved on */
-    CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_VERSION_MISMATCH);
-    stale.if_version = 4; /* none: a new write, and the id is gone with the write it named */
+    once.request_id = "r-1"; /* an older write's late attempt: still remembered, and answered as it was */
+    CHECK(locktab_set_value(lt, "v", ids[0], &once, &now, &lock) == LOCK_REPLAYED && lock->value.version == 4);
+    stale.if_version = 4; /* none: a new write, which keeps the ids */
     CHECK(locktab_set_value(lt, "v", ids[0], &stale, &now, &lock) == LOCK_OK && lock->value.version == 5);
-    CHECK(lock->value.request_id == NULL);
+    CHECK(lock->value.writes.len == 2 && locktab_value_write(&lock->value, locktab_holder(lock), "r-1")->version == 3);
     /* Another lock's lease, a semaphore's: not this lock's writer. */
     CHECK(take(lt, KIND_LOCK, "w", 1, MODE_WRITE, 0, 0, 0) == LOCK_OK);
     CHECK(locktab_set_value(lt, "v", ids[1], &set, &now, &lock) == LOCK_NOT_HOLDER && lock->value.version == 5);
@@ -875,7 +892,7 @@ static void test_values(void)
     now = late;
     /* Null lets the name go once it is idle. */
     CHECK(take(lt, KIND_LOCK, "v", 4, MODE_WRITE, 0, 0, 0) == LOCK_OK);
-    ValueArgs clear = {NULL, false, 0, NULL, {NULL, NULL}, NULL};
+    ValueArgs clear = {NULL, false, 0, NULL, {NULL, NULL}, NULL, NULL};
     CHECK(locktab_set_value(lt, "v", ids[4], &clear, &now, &lock) == LOCK_OK && lock->value.text == NULL);
     CHECK(lock->value.version == 6 && lock->value.token == hold->token);
     CHECK(locktab_release(lt, KIND_LOCK, "v", ids[4], NULL, &now, &left) == LOCK_OK);
@@ -884,17 +901,119 @@ static void test_values(void)
     locktab_tick(lt, &now);
     CHECK(locktab_get(lt, KIND_LOCK, "v") == NULL);
     /* Loaded from storage: kept, and the name is not idle. */
-    LockValue stored = {"[1,2]", 7, 3, NULL, 1700000000000, {NULL, NULL}, "w-7"};
+    LockValue stored = {"[1,2]", 7, 3, NULL, 1700000000000, {NULL, NULL}, {NULL, 0}};
+    CHECK(valwrites_parse("5 000102030405060708090a0b0c0d0e0f w-5\n7 ffffffffffffffffffffffffffffffff w 7\n", 7,
+                          &stored.writes));
     CHECK(locktab_load_value(lt, "loaded", &stored, &now) == LOCK_OK);
     lock = locktab_get(lt, KIND_LOCK, "loaded");
     CHECK(lock && !strcmp(lock->value.text, "[1,2]") && lock->value.version == 7 && lock->last_token >= 3);
-    CHECK(lock->value.request_id && !strcmp(lock->value.request_id, "w-7") && lock->value.request_id != stored.request_id);
+    const ValueWrites *kept = &lock->value.writes;
+    CHECK(kept->len == 2 && kept->at != stored.writes.at && same_writes(kept, &stored.writes));
+    CHECK(kept->at[0].version == 5 && kept->at[0].digest[15] == 0x0f && !strcmp(kept->at[1].request_id, "w 7"));
+    valwrites_clear(&stored.writes);
     now.mono_ms += 120000;
     now.wall_ms += 120000;
     locktab_tick(lt, &now);
     CHECK(locktab_get(lt, KIND_LOCK, "loaded") != NULL);
     locktab_check(lt);
     locktab_free(lt);
+}
+
+/* The writes a value remembers (valwrites.h): the last VALWRITES_MAX of the
+ * grant that wrote last, oldest first, each with the version it made; a
+ * write past the bound drops the oldest; a write without a request_id keeps
+ * the list; another grant's write starts a new one. Their text for storage
+ * reads back the same, and a malformed one is refused. */
+static void test_value_writes(void)
+{
+    Locktab *lt = table(100);
+    const Lock *lock;
+    uint32_t left;
+    char rid[VALWRITES_MAX + 8][16];
+    uint8_t digest[VALWRITES_MAX + 8][VALWRITE_DIGEST_BYTES] = {{0}};
+    CHECK(take(lt, KIND_LOCK, "b", 5, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    for (int i = 0; i < VALWRITES_MAX + 4; i++) { /* versions 1..20 */
+        snprintf(rid[i], sizeof rid[i], "id-%d", i);
+        digest[i][0] = (uint8_t)i;
+        ValueArgs a = {"1", false, 0, "k", {NULL, NULL}, rid[i], digest[i]};
+        CHECK(locktab_set_value(lt, "b", ids[5], &a, &now, &lock) == LOCK_OK);
+        locktab_check(lt);
+    }
+    const ValueWrites *ws = &lock->value.writes;
+    CHECK(lock->value.version == VALWRITES_MAX + 4 && ws->len == VALWRITES_MAX);
+    for (int i = 0; i < VALWRITES_MAX; i++) /* the newest 16, oldest first: id-4 (version 5) .. id-19 (20) */
+        CHECK(!strcmp(ws->at[i].request_id, rid[i + 4]) && ws->at[i].version == (uint64_t)i + 5 &&
+              ws->at[i].digest[0] == i + 4);
+    /* The oldest kept is answered; one past the bound is not recognised: its if_version refuses it. */
+    ValueArgs late = {"1", true, 4, "k", {NULL, NULL}, rid[4], digest[4]};
+    CHECK(locktab_set_value(lt, "b", ids[5], &late, &now, &lock) == LOCK_REPLAYED);
+    late = (ValueArgs){"1", true, 3, "k", {NULL, NULL}, rid[3], digest[3]};
+    CHECK(!locktab_value_write(&lock->value, locktab_holder(lock), rid[3]));
+    CHECK(locktab_set_value(lt, "b", ids[5], &late, &now, &lock) == LOCK_VERSION_MISMATCH);
+    /* Without one it is a new write (what if_version adds): it joins the list, the oldest goes. */
+    late.check_version = false;
+    CHECK(locktab_set_value(lt, "b", ids[5], &late, &now, &lock) == LOCK_OK && lock->value.version == 21);
+    CHECK(ws->len == VALWRITES_MAX && !strcmp(ws->at[0].request_id, rid[5]));
+    CHECK(!strcmp(ws->at[VALWRITES_MAX - 1].request_id, rid[3]) && ws->at[VALWRITES_MAX - 1].version == 21);
+    CHECK(!locktab_value_write(&lock->value, locktab_holder(lock), rid[4]));
+    /* A write without a request_id keeps the list (its versions need not be consecutive). */
+    ValueArgs plain = {"2", false, 0, "k", {NULL, NULL}, NULL, NULL};
+    CHECK(locktab_set_value(lt, "b", ids[5], &plain, &now, &lock) == LOCK_OK && lock->value.version == 22);
+    CHECK(ws->len == VALWRITES_MAX && locktab_value_write(&lock->value, locktab_holder(lock), rid[19])->version == 20);
+    /* The text storage keeps reads back the same; a value at an older version cannot have it. */
+    char text[VALWRITES_TEXT_MAX];
+    size_t n = valwrites_format(ws, text);
+    CHECK(n == strlen(text) && n > 0 && n < VALWRITES_TEXT_MAX && !strncmp(text, "6 05000000", 10));
+    ValueWrites back;
+    CHECK(valwrites_parse(text, 22, &back) && same_writes(&back, ws));
+    valwrites_clear(&back);
+    CHECK(!valwrites_parse(text, 20, &back) && back.len == 0 && back.at == NULL);
+    /* Another grant: the list is not its own (the same id is a new write), and its write starts a new one. */
+    CHECK(locktab_release(lt, KIND_LOCK, "b", ids[5], NULL, &now, &left) == LOCK_OK);
+    CHECK(take(lt, KIND_LOCK, "b", 6, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    CHECK(!locktab_value_write(&lock->value, hold, rid[19]));
+    ValueArgs again = {"1", true, 22, "k", {NULL, NULL}, rid[19], digest[19]};
+    CHECK(locktab_set_value(lt, "b", ids[6], &again, &now, &lock) == LOCK_OK && lock->value.version == 23);
+    CHECK(ws->len == 1 && !strcmp(ws->at[0].request_id, rid[19]) && ws->at[0].version == 23);
+    CHECK(lock->value.token == hold->token);
+    CHECK(locktab_set_value(lt, "b", ids[6], &again, &now, &lock) == LOCK_REPLAYED);
+    /* And a grant's write without one leaves no list of the grant before. */
+    CHECK(locktab_release(lt, KIND_LOCK, "b", ids[6], NULL, &now, &left) == LOCK_OK);
+    CHECK(take(lt, KIND_LOCK, "b", 7, MODE_WRITE, 0, 0, 0) == LOCK_OK);
+    CHECK(locktab_set_value(lt, "b", ids[7], &plain, &now, &lock) == LOCK_OK && ws->len == 0 && ws->at == NULL);
+    locktab_check(lt);
+    locktab_free(lt);
+
+    /* Malformed text is refused whole; none, or an empty text, is an empty list. */
+    static const char *const BAD[] = {
+        "1 000102030405060708090a0b0c0d0e0f a",                                          /* no newline */
+        "1 000102030405060708090a0b0c0d0e0F a\n",                                        /* upper-case hex */
+        "1 000102030405060708090a0b0c0d0e a\n",                                          /* a short digest */
+        "1 000102030405060708090a0b0c0d0e0f \n",                                         /* an empty id */
+        "1 000102030405060708090a0b0c0d0e0f a\tb\n",                                     /* a control character */
+        "0 000102030405060708090a0b0c0d0e0f a\n",                                        /* version 0 */
+        "4 000102030405060708090a0b0c0d0e0f a\n",                                        /* past the value's 3 */
+        "2 000102030405060708090a0b0c0d0e0f a\n2 000102030405060708090a0b0c0d0e0f b\n",  /* not rising */
+        "1 000102030405060708090a0b0c0d0e0f a\n2 000102030405060708090a0b0c0d0e0f a\n",  /* an id twice */
+        "18446744073709551616 000102030405060708090a0b0c0d0e0f a\n",                     /* past 64 bits */
+        "x 000102030405060708090a0b0c0d0e0f a\n",
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++)
+        CHECK(!valwrites_parse(BAD[i], 3, NULL));
+    CHECK(valwrites_parse(NULL, 3, NULL) && valwrites_parse("", 3, &back) && back.len == 0 && back.at == NULL);
+    char long_id[256];
+    int at = snprintf(long_id, sizeof long_id, "1 000102030405060708090a0b0c0d0e0f ");
+    memset(long_id + at, 'x', VALWRITE_ID_MAX);
+    strcpy(long_id + at + VALWRITE_ID_MAX, "\n");
+    CHECK(valwrites_parse(long_id, 1, NULL));
+    strcpy(long_id + at + VALWRITE_ID_MAX, "x\n"); /* 65 bytes */
+    CHECK(!valwrites_parse(long_id, 1, NULL));
+    char many[VALWRITES_TEXT_MAX + 64] = "";
+    for (int i = 1; i <= VALWRITES_MAX + 1; i++) /* one line past the bound */
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%d 000102030405060708090a0b0c0d0e0f id%d\n", i, i);
+    CHECK(!valwrites_parse(many, VALWRITES_MAX + 1, NULL));
+    *strrchr(many, '1') = '\0'; /* cut inside the 17th line's id: still refused (no newline) */
+    CHECK(!valwrites_parse(many, VALWRITES_MAX + 1, NULL));
 }
 
 /* Lock-delay: after an unclean end (expiry, revocation) nobody is granted
@@ -1124,6 +1243,7 @@ int main(void)
     test_semaphore();
     test_permits();
     test_values();
+    test_value_writes();
     test_lock_delay();
     test_load_shared();
     return check_report("locktab");
