@@ -29,6 +29,9 @@ class EtcdTlsTest(unittest.TestCase):
         cls.stranger = EtcdTls()  # another CA: its server certificate is also for 127.0.0.1
         cls.other_name = cls.tls._leaf("other-name", "other.example", "serverAuth",
                                        "subjectAltName=DNS:other.example\n")
+        # Signed by etcd's CA, for etcd's address, but for client authentication only (as
+        # every other client of etcd holds one): not a server's certificate.
+        cls.client_only = cls.tls._leaf("client-only", "127.0.0.1", "clientAuth", "subjectAltName=IP:127.0.0.1\n")
 
     @classmethod
     def tearDownClass(cls):
@@ -105,6 +108,13 @@ class EtcdTlsTest(unittest.TestCase):
         self.refused(*self.other_name, self.tls.ca,
                      "etcd's certificate is refused: The certificate is NOT trusted. The name in the certificate "
                      "does not match the expected")
+
+    def test_etcd_with_a_certificate_for_client_authentication_only_is_refused(self):
+        # Found by review: GnuTLS checks the key purpose only when asked; Go's etcd clients
+        # (etcdctl) and OpenSSL require serverAuth of a server.
+        self.refused(*self.client_only, self.tls.ca,
+                     "etcd's certificate is refused: The certificate is NOT trusted. The certificate chain "
+                     "does not match the intended purpose")
 
     def test_a_client_certificate_etcd_does_not_trust_fails_the_commit(self):
         self.refused(self.tls.server, self.tls.server_key, self.stranger.ca,
