@@ -12,7 +12,13 @@
 /* One getaddrinfo_a request. Two references: the caller's, and glibc's
  * notification at the end of the request (lookup_done, on a thread of its
  * own); the last one dropped frees it. A request glibc cancelled before it
- * started sends no notification: the caller drops both. */
+ * started sends no notification: the caller drops both. So when
+ * getaddrinfo_a fails: EAI_AGAIN is a request queued all the same whose
+ * notification glibc could not record (none comes: the caller holds both
+ * references); any other failure queued nothing, and glibc notifies at once
+ * (if it can start the notification's thread: the caller drops its own
+ * only). A running request without a notification that the caller gives
+ * up on is left to glibc, not freed under it. */
 typedef struct Lookup {
     atomic_int refs;
     struct gaicb req;
@@ -71,10 +77,12 @@ ResolveResult resolve_tcp(const char *host, const char *port, int64_t deadline_m
     struct sigevent done = {.sigev_notify = SIGEV_THREAD, .sigev_notify_function = lookup_done};
     done.sigev_value.sival_ptr = l;
     gai = getaddrinfo_a(GAI_NOWAIT, list, 1, &done);
-    if (gai) {
-        lookup_release(l, 2); /* not queued: no notification will come */
+    bool notified = gai != EAI_AGAIN; /* see Lookup */
+    if (gai && notified) {
+        lookup_release(l, 1);
         return failed(gai, host, err, errlen);
     }
+    int mine = notified ? 1 : 2; /* the references the caller drops once the request ended */
     ResolveResult why = RESOLVE_OK;
     while ((gai = gai_error(&l->req)) == EAI_INPROGRESS) {
         int64_t left = deadline_ms < 0 ? poll_ms : deadline_ms - mono_ms();
@@ -97,17 +105,18 @@ ResolveResult resolve_tcp(const char *host, const char *port, int64_t deadline_m
                                                      : "cancelled while looking %s up",
                  host);
         /* Still queued: glibc drops it, no notification comes. Running or
-         * done: its notification frees it. */
-        lookup_release(l, gai_cancel(&l->req) == EAI_CANCELED ? 2 : 1);
+         * done: its notification frees it (without one, done: the caller). */
+        int c = gai_cancel(&l->req);
+        lookup_release(l, c == EAI_CANCELED || (c == EAI_ALLDONE && !notified) ? 2 : 1);
         return why;
     }
     if (gai) {
         ResolveResult r = failed(gai, host, err, errlen);
-        lookup_release(l, 1);
+        lookup_release(l, mine);
         return r;
     }
     *res = l->req.ar_result;
     l->req.ar_result = NULL; /* the caller's now; the notification frees only the rest */
-    lookup_release(l, 1);
+    lookup_release(l, mine);
     return RESOLVE_OK;
 }
