@@ -14,27 +14,19 @@ import socket
 import threading
 import time
 
+from member_proxy import MemberProxy
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # how an HTTP/2 connection with prior knowledge starts
 TO_ETCD, FROM_ETCD = "to_etcd", "from_etcd"
 
 
-class StallProxy:
+class StallProxy(MemberProxy):
     def __init__(self, members):
         """members: etcd_fixture.Member objects (or anything with .endpoint "HOST:PORT")."""
-        self.mu = threading.Lock()
+        super().__init__()
         self.stalled = set()  # the directions held now
         self.json_only = False
-        self.closed = False
-        self.socks = []
-        self.listeners = []
-        for m in members:
-            host, port = m.endpoint.rsplit(":", 1)
-            ls = socket.socket()
-            ls.bind(("127.0.0.1", 0))
-            ls.listen(64)
-            self.listeners.append(ls)
-            threading.Thread(target=self._accept, args=(ls, (host, int(port))), daemon=True).start()
-        self.endpoint = ",".join("127.0.0.1:%d" % ls.getsockname()[1] for ls in self.listeners)
+        self.listen([(h, int(p)) for h, p in (m.endpoint.rsplit(":", 1) for m in members)], backlog=64)
 
     def stall(self, directions=(TO_ETCD, FROM_ETCD), json_only=False):
         """Holds the bytes of these directions from now on (on JSON connections only, when
@@ -47,45 +39,10 @@ class StallProxy:
         with self.mu:
             self.stalled = set()
 
-    def cut(self):
-        """Closes every connection open now, as a restarted member or a network would."""
-        with self.mu:
-            socks, self.socks = self.socks, []
-        for s in socks:
-            self._close(s)
-
     def close(self):
         with self.mu:
-            self.closed = True
             self.stalled = set()
-            socks = list(self.socks)
-        for s in self.listeners + socks:
-            self._close(s)
-
-    @staticmethod
-    def _close(s):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        s.close()
-
-    def _track(self, s):
-        with self.mu:
-            if self.closed:
-                s.close()
-                return False
-            self.socks.append(s)
-            return True
-
-    def _accept(self, ls, target):
-        while True:
-            try:
-                client, _ = ls.accept()
-            except OSError:
-                return  # closed
-            if self._track(client):
-                threading.Thread(target=self._serve, args=(client, target), daemon=True).start()
+        super().close()
 
     def _serve(self, client, target):
         try:
@@ -94,7 +51,7 @@ class StallProxy:
             client.close()
             return
         upstream.settimeout(None)
-        if not self._track(upstream):
+        if not self.track(upstream):
             client.close()
             return
         conn = {"h2": None}  # None until the first bytes say which protocol

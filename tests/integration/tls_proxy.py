@@ -15,36 +15,27 @@ certificate it showed. serve() changes what new connections get; cut() ends thos
 import select
 import socket
 import ssl
-import threading
+
+from member_proxy import MemberProxy
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_DATA, FRAME_HEADERS = 0, 1
 FLAG_END_STREAM, FLAG_PADDED = 0x1, 0x8
 
 
-class TlsProxy:
+class TlsProxy(MemberProxy):
     def __init__(self, etcd_url, upstream_context, cert, key, client_ca):
         """upstream_context: makes the ssl.SSLContext of a connection to etcd."""
+        super().__init__()
         host, port = etcd_url.split("://")[1].rsplit(":", 1)
-        self.target = (host, int(port))
         self.upstream_context = upstream_context
-        self.mu = threading.Lock()
-        self.closed = False
         self.grpc_calls = 0
         self.grpc_split = 0
         self.grpc_peers = []
         self.handshakes_failed = 0
-        self.socks = []
         self.grpc_socks = []  # those of the connections that carried gRPC
         self.serve(cert, key, client_ca)
-        self.listeners = []
-        for _ in range(2):
-            ls = socket.socket()
-            ls.bind(("127.0.0.1", 0))
-            ls.listen(16)
-            self.listeners.append(ls)
-            threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
-        self.endpoint = ",".join("127.0.0.1:%d" % ls.getsockname()[1] for ls in self.listeners)
+        self.listen([(host, int(port))] * 2)
 
     def serve(self, cert, key, client_ca):
         """New connections show cert and want a client certificate signed by client_ca."""
@@ -58,46 +49,14 @@ class TlsProxy:
 
     def cut(self, grpc_only=False):
         """Closes every connection open now, or those that carried gRPC."""
+        if not grpc_only:
+            super().cut()
         with self.mu:
-            if grpc_only:
-                socks, self.grpc_socks = self.grpc_socks, []
-            else:
-                socks, self.socks, self.grpc_socks = self.socks, [], []
+            socks, self.grpc_socks = self.grpc_socks, []
         for s in socks:
-            self._shut(s)
+            self.shut(s)
 
-    def close(self):
-        with self.mu:
-            self.closed = True
-        for s in self.listeners:
-            self._shut(s)
-        self.cut()
-
-    @staticmethod
-    def _shut(s):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        s.close()
-
-    def _track(self, s):
-        with self.mu:
-            if self.closed:
-                s.close()
-                return False
-            self.socks.append(s)
-            return True
-
-    def _accept(self, ls):
-        while True:
-            try:
-                raw, _ = ls.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
-
-    def _serve(self, raw):
+    def _serve(self, raw, target):
         raw.settimeout(30)
         with self.mu:
             ctx = self.context
@@ -108,7 +67,7 @@ class TlsProxy:
                 self.handshakes_failed += 1
             raw.close()
             return
-        if not self._track(client):
+        if not self.track(client):
             return
         client.settimeout(None)
         alpn = client.selected_alpn_protocol() or "http/1.1"
@@ -116,14 +75,14 @@ class TlsProxy:
         up_ctx = self.upstream_context()
         up_ctx.set_alpn_protocols([alpn])
         try:
-            upstream = up_ctx.wrap_socket(socket.create_connection(self.target, timeout=30),
-                                          server_hostname=self.target[0])
+            upstream = up_ctx.wrap_socket(socket.create_connection(target, timeout=30),
+                                          server_hostname=target[0])
         except (OSError, ssl.SSLError):
-            self._shut(client)
+            self.shut(client)
             return
         upstream.settimeout(None)
-        if not self._track(upstream):
-            self._shut(client)
+        if not self.track(upstream):
+            self.shut(client)
             return
         self._relay(client, upstream, Reader(self, client, upstream, peer) if alpn == "h2" else None)
 

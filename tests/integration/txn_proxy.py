@@ -20,6 +20,7 @@ import threading
 import urllib.parse
 
 import etcd_fixture
+from member_proxy import MemberProxy
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_DATA, FRAME_HEADERS, FRAME_RST_STREAM = 0, 1, 3
@@ -83,26 +84,17 @@ def txn_json(message):
     return out
 
 
-class TxnProxy:
+class TxnProxy(MemberProxy):
     def __init__(self, etcd_url):
         u = urllib.parse.urlsplit(etcd_url)
-        self.etcd_url, self.target = etcd_url, (u.hostname, u.port)
-        self.mu = threading.Lock()
+        super().__init__()
+        self.etcd_url = etcd_url
         self.armed = None
         self.caught = None
-        self.closed = False
         self.h2_connections = 0  # connections that carried transactions (HTTP/2)
         self.grpc_calls = 0  # streams the gateway opened on them: one per gRPC call (a transaction)
         self.kv_json_calls = 0  # JSON calls on etcd's key-value API (POST /v3/kv/...): reads, compactions
-        self.socks = []  # every socket opened here, closed by close() (those of a connection: cut())
-        self.listeners = []
-        for _ in range(2):
-            ls = socket.socket()
-            ls.bind(("127.0.0.1", 0))
-            ls.listen(16)
-            self.listeners.append(ls)
-            threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
-        self.endpoint = ",".join("127.0.0.1:%d" % ls.getsockname()[1] for ls in self.listeners)
+        self.listen([(u.hostname, u.port)] * 2)
 
     def arm(self, mode):
         with self.mu:
@@ -112,53 +104,14 @@ class TxnProxy:
         """Sends the held transaction to etcd now, late: etcd's answer (JSON)."""
         return etcd_fixture.call(self.etcd_url, "/v3/kv/txn", txn_json(self.caught))
 
-    def cut(self):
-        """Closes every connection open now, as a restarted member or a network would."""
-        with self.mu:
-            socks, self.socks = self.socks, []
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def close(self):
-        with self.mu:
-            self.closed = True
-            socks = list(self.socks)
-        for s in self.listeners + socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def _track(self, s):
-        with self.mu:
-            if self.closed:
-                s.close()
-                return False
-            self.socks.append(s)
-            return True
-
-    def _accept(self, ls):
-        while True:
-            try:
-                client, _ = ls.accept()
-            except OSError:
-                return  # closed
-            if self._track(client):
-                threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client):
+    def _serve(self, client, target):
         try:
-            upstream = socket.create_connection(self.target, timeout=30)
+            upstream = socket.create_connection(target, timeout=30)
         except OSError:
             client.close()
             return
         upstream.settimeout(None)
-        if not self._track(upstream):
+        if not self.track(upstream):
             client.close()
             return
         conn = {"swallow": False, "to_client": threading.Lock()}
