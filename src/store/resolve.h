@@ -3,8 +3,8 @@
  * getaddrinfo(3) blocks for as long as the system's resolver takes (its
  * timeouts times its attempts, times its name servers): a hung DNS server
  * would hold the caller, the store's commit thread, past its own bound. A
- * numeric address is converted at once; a name is looked up by glibc's
- * getaddrinfo_a on its helper thread while the caller waits no longer than
+ * numeric address is converted at once; a name is looked up on a thread
+ * of its own (every signal blocked) while the caller waits no longer than
  * its deadline, and a lookup given up on frees itself when it ends.
  */
 #ifndef LEASEGATE_RESOLVE_H
