@@ -17,7 +17,7 @@
  * empties (gai_start_notify_thread), so a SIGHUP or SIGTERM, blocked in
  * every thread of the gateway and read from the loop's signalfd, could land
  * there and end the process (review; unit_resolve_signals). */
-typedef struct Lookup {
+struct ResolvePending {
     atomic_int refs;
     pthread_mutex_t mu;
     pthread_cond_t ended; /* done became true */
@@ -25,7 +25,8 @@ typedef struct Lookup {
     int gai, sys_errno;      /* getaddrinfo's result, and errno after it (EAI_SYSTEM) */
     struct addrinfo *result; /* owned, until handed to the caller */
     char host[256], port[32];
-} Lookup;
+};
+typedef struct ResolvePending Lookup;
 
 static void lookup_release(Lookup *l)
 {
@@ -115,8 +116,15 @@ static Lookup *lookup_start(const char *host, const char *port, ResolveResult *w
     return l;
 }
 
+void resolve_pending_free(ResolvePending *p)
+{
+    if (p)
+        lookup_release(p);
+}
+
 ResolveResult resolve_tcp(const char *host, const char *port, int64_t deadline_ms, int poll_ms,
-                          bool (*cancelled)(void *ud), void *ud, struct addrinfo **res, char *err, size_t errlen)
+                          bool (*cancelled)(void *ud), void *ud, ResolvePending **pending, struct addrinfo **res,
+                          char *err, size_t errlen)
 {
     *res = NULL;
     /* A numeric address asks no resolver: converted here, at once. */
@@ -129,8 +137,14 @@ ResolveResult resolve_tcp(const char *host, const char *port, int64_t deadline_m
         return RESOLVE_FAILED;
     }
     ResolveResult why;
-    Lookup *l = lookup_start(host, port, &why, err, errlen);
-    if (!l)
+    Lookup *l = pending ? *pending : NULL;
+    if (pending)
+        *pending = NULL;
+    if (l && (strcmp(l->host, host) != 0 || strcmp(l->port, port) != 0)) {
+        lookup_release(l);
+        l = NULL;
+    }
+    if (!l && !(l = lookup_start(host, port, &why, err, errlen)))
         return why;
     why = RESOLVE_OK;
     pthread_mutex_lock(&l->mu);
@@ -162,12 +176,14 @@ ResolveResult resolve_tcp(const char *host, const char *port, int64_t deadline_m
     } else if (why == RESOLVE_OK) {
         why = failed(l->gai, l->sys_errno, host, err, errlen);
     } else {
-        /* Given up: the thread frees the lookup when the resolver answers. */
         snprintf(err, errlen, why == RESOLVE_TIMEOUT ? "no address for %s in time (the name lookup hangs)"
                                                      : "cancelled while looking %s up",
                  host);
     }
     pthread_mutex_unlock(&l->mu);
-    lookup_release(l);
+    if (why != RESOLVE_OK && why != RESOLVE_FAILED && why != RESOLVE_NOMEM && pending)
+        *pending = l; /* given up, still running: the caller's next try waits for it */
+    else
+        lookup_release(l); /* given up without a slot: the thread frees it when the resolver answers */
     return why;
 }

@@ -78,7 +78,7 @@ int main(void)
     char err[300];
     for (int i = 0; i < 5; i++) {
         struct addrinfo *res = NULL;
-        ResolveResult r = resolve_tcp("localhost", "2379", -1, 100, NULL, NULL, &res, err, sizeof err);
+        ResolveResult r = resolve_tcp("localhost", "2379", -1, 100, NULL, NULL, NULL, &res, err, sizeof err);
         CHECK(r == RESOLVE_OK && res != NULL);
         if (r != RESOLVE_OK)
             fprintf(stderr, "resolve_tcp: %s\n", err);
