@@ -197,8 +197,9 @@ static void send_response(Request *req, unsigned status, struct MHD_Response *re
  * store stalls, that 503 names the alarm, and a grant it carried is
  * undelivered: released at once (its batch applies once etcd takes writes
  * again, and the release after it). Any other change that answer confirmed
- * (a 2xx of a request that changes) is in that batch too, and applies then:
- * the 503 says it is queued, so that the client does not make it again. */
+ * (a 2xx of a request that changes) is in that batch too, and applies then
+ * if this gateway still leads: the 503 says it is queued, and that a retry is
+ * safe (stallreply.h). */
 static void hold_failed(CommitHold *hold)
 {
     Request *req = CONTAINER_OF(hold, Request, hold);

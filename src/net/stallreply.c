@@ -23,11 +23,14 @@ static const char *alarm_of(const Server *s)
     "answers reads of what is committed and takes no change until an operator frees space (compact, "            \
     "defragment) and disarms the alarm (docs/high-availability.md#compaction-and-quota)"
 /* What the client does: try again later, or, for a change already made in
- * the batch etcd refused, nothing ("queued"). */
+ * the batch etcd refused ("queued"), nothing unless this gateway stops: the
+ * batch lives in its memory until etcd takes it, so a gateway that stops or
+ * loses its leadership first never commits it (nor answered it as done). */
 #define RETRY_WORDS ": retry later"
 #define QUEUED_WORDS                                                                                               \
     "; this change was made before etcd refused its batch, and is committed, in order, once etcd takes writes "   \
-    "again: it is not lost, do not make it again"
+    "again, if this gateway still leads then (if it stops first, the change is not made): a retry is safe "       \
+    "(release, renew and fence again say what is; a value write needs its request_id)"
 
 static const char *message(const Server *s, bool queued)
 {

@@ -20,8 +20,8 @@ const char *stallreply_message(const Server *s);
 json_t *stallreply_fields_new(const Server *s);
 /* The whole body as text (the caller frees it), or NULL when out of memory.
  * `queued`: the answer of a change already made, in the batch etcd refused,
- * which is committed once etcd takes writes again; the body says so
- * ("queued": true), so that the client does not make it a second time. */
+ * which is committed once etcd takes writes again if this gateway still
+ * leads then; the body says so ("queued": true), and that a retry is safe. */
 char *stallreply_body(const Server *s, bool queued, size_t *len);
 
 #endif

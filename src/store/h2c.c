@@ -31,6 +31,9 @@ struct H2c {
     TlsConn *conn;       /* the connection's TLS session (with tls), NULL before its handshake */
     nghttp2_session *session;
     char host[256], port[16]; /* the connection's endpoint */
+    /* Owned: a name lookup given up on and still running, waited for again by
+     * the next connect (resolve.h), so that a hung resolver holds one thread. */
+    ResolvePending *lookup;
     unsigned char *out;       /* what nghttp2 has to send, gathered for one write */
     size_t out_len, out_cap;
     /* The call in progress. */
@@ -77,6 +80,7 @@ void h2c_free(H2c *h)
     if (!h)
         return;
     h2c_close(h);
+    resolve_pending_free(h->lookup);
     free(h->out);
     free(h);
 }
@@ -336,7 +340,7 @@ static H2cFailure open_connection(H2c *h, const char *host, const char *port, in
     if (deadline >= 0 && deadline < until)
         until = deadline;
     struct addrinfo *res;
-    ResolveResult found = resolve_tcp(host, port, until, CANCEL_POLL_MS, cancelled, ud, &res, err, errlen);
+    ResolveResult found = resolve_tcp(host, port, until, CANCEL_POLL_MS, cancelled, ud, &h->lookup, &res, err, errlen);
     if (found != RESOLVE_OK)
         return found == RESOLVE_NOMEM       ? H2C_NOMEM
                : found == RESOLVE_TIMEOUT   ? H2C_TIMEOUT

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,11 @@
 struct TlsConn {
     gnutls_session_t session;
     gnutls_certificate_credentials_t creds; /* outlives the session: freed after it */
+    /* What the server's certificate is checked for, read by GnuTLS in any
+     * handshake of the session (it keeps the pointers): the host's name and
+     * the purpose. */
+    char host[256];
+    gnutls_typed_vdata_st verify[2];
 };
 
 void tlsconn_free(TlsConn *t)
@@ -52,6 +58,11 @@ static int load_files(gnutls_certificate_credentials_t creds, const TlsFiles *fi
 TlsConn *tlsconn_new(int fd, const char *host, const TlsFiles *files, int *why, char *err, size_t errlen)
 {
     *why = TLSCONN_NOMEM;
+    if (strlen(host) >= sizeof ((TlsConn *)0)->host) {
+        snprintf(err, errlen, "TLS: the host name %.64s... is too long", host);
+        *why = TLSCONN_BROKEN;
+        return NULL;
+    }
     TlsConn *t = calloc(1, sizeof *t);
     if (!t || gnutls_certificate_allocate_credentials(&t->creds) != GNUTLS_E_SUCCESS) {
         snprintf(err, errlen, "out of memory");
@@ -86,9 +97,15 @@ TlsConn *tlsconn_new(int fd, const char *host, const TlsFiles *files, int *why, 
         tlsconn_free(t);
         return NULL;
     }
-    /* The certificate's chain and its name (a DNS name, or an IP address
-     * in its subjectAltName), checked in the handshake. */
-    gnutls_session_set_verify_cert(t->session, host, 0);
+    /* The certificate's chain, its name (a DNS name, or an IP address in
+     * its subjectAltName) and that it is a server's (its extended key usage,
+     * when it has one, includes serverAuth, as Go's etcd clients and OpenSSL
+     * require: GnuTLS checks a purpose only when given one, and etcd's CA
+     * signs its other clients' certificates too), checked in the handshake. */
+    snprintf(t->host, sizeof t->host, "%s", host);
+    t->verify[0] = (gnutls_typed_vdata_st){GNUTLS_DT_DNS_HOSTNAME, (unsigned char *)t->host, 0};
+    t->verify[1] = (gnutls_typed_vdata_st){GNUTLS_DT_KEY_PURPOSE_OID, (unsigned char *)GNUTLS_KP_TLS_WWW_SERVER, 0};
+    gnutls_session_set_verify_cert2(t->session, t->verify, 2, 0);
     gnutls_transport_set_int(t->session, fd);
     return t;
 }

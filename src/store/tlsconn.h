@@ -2,8 +2,9 @@
  * tlsconn — the client side of TLS, through GnuTLS, on a connected
  * non-blocking socket: h2c's connections to an etcds:// member. HTTP/2 is
  * asked for in the handshake (ALPN "h2", nothing else), the server's
- * certificate is verified against the CA file (or the system's CAs) and
- * its name against the host connected to (as libcurl does by default), a
+ * certificate is verified against the CA file (or the system's CAs), its
+ * name against the host connected to (as libcurl does by default) and its
+ * purpose (serverAuth, when it names purposes: as Go's etcd clients), a
  * host name is sent as SNI (an address is not: RFC 6066), and the client
  * certificate is shown when one is given. The files are read for each new
  * connection, as libcurl read them: a certificate renewed on disk is used

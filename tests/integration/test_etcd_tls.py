@@ -29,6 +29,11 @@ class EtcdTlsTest(unittest.TestCase):
         cls.stranger = EtcdTls()  # another CA: its server certificate is also for 127.0.0.1
         cls.other_name = cls.tls._leaf("other-name", "other.example", "serverAuth",
                                        "subjectAltName=DNS:other.example\n")
+        # Signed by etcd's CA, for etcd's address, but for client authentication only (as
+        # every other client of etcd holds one): not a server's certificate.
+        cls.localhost_only = cls.tls._leaf("localhost-only", "localhost", "serverAuth",
+                                           "subjectAltName=DNS:localhost\n")
+        cls.client_only = cls.tls._leaf("client-only", "127.0.0.1", "clientAuth", "subjectAltName=IP:127.0.0.1\n")
 
     @classmethod
     def tearDownClass(cls):
@@ -79,6 +84,24 @@ class EtcdTlsTest(unittest.TestCase):
         with self.proxy.mu:
             self.assertEqual(len(self.proxy.grpc_peers), 2, "not one new connection after the cut")
 
+    def test_a_member_given_by_name_is_looked_up_and_checked_for_that_name(self):
+        # Certificates that name only "localhost": a gateway that reaches the members as
+        # localhost looks the name up (resolve.c, on a thread of its own) and verifies it.
+        self.proxy.serve(*self.localhost_only, self.tls.ca)
+
+        class Named:
+            endpoint = self.proxy.endpoint.replace("127.0.0.1", "localhost")
+            tls = self.tls
+        g = Gateway(Named, self.prefix + "-named", ["--cacert", self.tls.ca, "--etcd-cert", self.cert,
+                                                   "--etcd-key", self.key])
+        self.addCleanup(g.cleanup)
+        self.assertIs(wait_leader([g]), g, g.stderr_text())
+        before = self.calls()
+        status, _, body = g.client.acquire("named", ttl_ms=600000)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(self.calls() - before, 1, "gRPC calls for one acquire")
+        self.assertNotIn("Sanitizer", g.stderr_text())
+
     def refused(self, cert, key, client_ca, why):
         """Once the gateway leads, new connections get cert and ask for a client certificate
         of client_ca, and the one that carried gRPC is cut: the next commit must not reach
@@ -105,6 +128,13 @@ class EtcdTlsTest(unittest.TestCase):
         self.refused(*self.other_name, self.tls.ca,
                      "etcd's certificate is refused: The certificate is NOT trusted. The name in the certificate "
                      "does not match the expected")
+
+    def test_etcd_with_a_certificate_for_client_authentication_only_is_refused(self):
+        # Found by review: GnuTLS checks the key purpose only when asked; Go's etcd clients
+        # (etcdctl) and OpenSSL require serverAuth of a server.
+        self.refused(*self.client_only, self.tls.ca,
+                     "etcd's certificate is refused: The certificate is NOT trusted. The certificate chain "
+                     "does not match the intended purpose")
 
     def test_a_client_certificate_etcd_does_not_trust_fails_the_commit(self):
         self.refused(self.tls.server, self.tls.server_key, self.stranger.ca,

@@ -4,6 +4,7 @@
  * namespaces of its own, where /etc/resolv.conf names a DNS server on
  * 127.0.0.1 that this test binds and never answers. Skipped (77) where
  * the namespaces cannot be made (an unprivileged container). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -103,6 +104,18 @@ static bool silent_dns(const char *dir, int *dns, char *why, size_t len)
     return true;
 }
 
+/* The threads of this process now. */
+static int threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
 static bool cancel_now(void *ud)
 {
     int *asked = ud;
@@ -128,25 +141,40 @@ int main(void)
     struct addrinfo *res = NULL;
 
     /* A numeric address asks no resolver (the one here would hang). */
-    CHECK(resolve_tcp("127.0.0.1", "2379", -1, 100, NULL, NULL, &res, err, sizeof err) == RESOLVE_OK);
+    CHECK(resolve_tcp("127.0.0.1", "2379", -1, 100, NULL, NULL, NULL, &res, err, sizeof err) == RESOLVE_OK);
     CHECK(res && res->ai_family == AF_INET);
     freeaddrinfo(res);
-    CHECK(resolve_tcp("::1", "2379", -1, 100, NULL, NULL, &res, err, sizeof err) == RESOLVE_OK);
+    CHECK(resolve_tcp("::1", "2379", -1, 100, NULL, NULL, NULL, &res, err, sizeof err) == RESOLVE_OK);
     CHECK(res && res->ai_family == AF_INET6);
     freeaddrinfo(res);
     /* A name of /etc/hosts, looked up on glibc's thread, its answer handed over. */
-    CHECK(resolve_tcp("localhost", "2379", mono_ms() + 10000, 100, NULL, NULL, &res, err, sizeof err) ==
+    CHECK(resolve_tcp("localhost", "2379", mono_ms() + 10000, 100, NULL, NULL, NULL, &res, err, sizeof err) ==
           RESOLVE_OK);
     CHECK(res != NULL);
     freeaddrinfo(res);
 
     /* A lookup that hangs ends at the deadline, and when cancelled. */
-    ResolveResult r = resolve_tcp(HANGING_NAME, "2379", mono_ms() + 300, 100, NULL, NULL, &res, err, sizeof err);
+    ResolveResult r = resolve_tcp(HANGING_NAME, "2379", mono_ms() + 300, 100, NULL, NULL, NULL, &res, err, sizeof err);
     CHECK(r == RESOLVE_TIMEOUT && res == NULL);
     CHECK(strstr(err, HANGING_NAME) != NULL);
     int asked = 0;
-    r = resolve_tcp(HANGING_NAME, "2379", -1, 100, cancel_now, &asked, &res, err, sizeof err);
+    r = resolve_tcp(HANGING_NAME, "2379", -1, 100, cancel_now, &asked, NULL, &res, err, sizeof err);
     CHECK(r == RESOLVE_CANCELLED && asked == 1);
+
+    /* A slot keeps the lookup given up on: the next try of the same name waits for
+     * it, so a hung resolver holds one thread, not one more at every try. */
+    ResolvePending *pending = NULL;
+    int before = threads();
+    for (int i = 0; i < 5; i++) {
+        r = resolve_tcp(HANGING_NAME, "2379", mono_ms() + 100, 50, NULL, NULL, &pending, &res, err, sizeof err);
+        CHECK(r == RESOLVE_TIMEOUT && pending != NULL);
+    }
+    CHECK(threads() == before + 1);
+    /* Another name drops it and starts its own. */
+    r = resolve_tcp("localhost", "2379", mono_ms() + 10000, 100, NULL, NULL, &pending, &res, err, sizeof err);
+    CHECK(r == RESOLVE_OK && res != NULL && pending == NULL);
+    freeaddrinfo(res);
+    resolve_pending_free(pending);
 
     /* h2c: the connect's bound covers the lookup; so does the call's. */
     H2c *h = h2c_new(NULL);
