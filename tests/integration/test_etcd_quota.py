@@ -70,6 +70,17 @@ class QuotaTest(unittest.TestCase):
     def alarms(self):
         return self.etcd.call("/v3/maintenance/alarm", {"action": "GET"}).get("alarms", [])
 
+    def raise_nospace(self):
+        """The NOSPACE alarm, as etcd raises it when its database reaches the quota."""
+        member = self.status()["header"]["member_id"]
+        self.etcd.call("/v3/maintenance/alarm", {"action": "ACTIVATE", "memberID": member, "alarm": "NOSPACE"})
+
+    def disarm_and_wait_for_writes(self, g):
+        """Disarms the alarm; the gateway takes writes again without a restart."""
+        self.etcd.etcdctl("alarm", "disarm")
+        ok = wait_for(lambda: g.client.acquire("after", ttl_ms=60000)[0] == 200, timeout=30)
+        self.assertTrue(ok, g.stderr_text()[-2000:])
+
     def answered(self, call, *args, **kwargs):
         """call's answer, asked again (bounded) while it is a 503 that names no alarm: a
         loaded machine's late keepalive (an unrenewed lease) refuses requests for a moment."""
@@ -125,8 +136,7 @@ class QuotaTest(unittest.TestCase):
         t.start()
         self.assertTrue(wait_for(lambda: g.client.get_lock("held")[2].get("waiters") == 1))
         # The alarm as etcd raises it when its database reaches the quota.
-        member = self.status()["header"]["member_id"]
-        self.etcd.call("/v3/maintenance/alarm", {"action": "ACTIVATE", "memberID": member, "alarm": "NOSPACE"})
+        self.raise_nospace()
         # The first change meets the refusal: its batch waits, its answer is 503.
         status, headers, body = g.client.acquire("first", ttl_ms=60000)
         self.assert_stalled_answer(status, headers, body)
@@ -156,11 +166,9 @@ class QuotaTest(unittest.TestCase):
         status, _, text = g.client.request("GET", "/metrics")
         self.assertRegex(text, r"(?m)^leasegate_etcd_alarm 1$")
         self.assertIn("etcd refuses writes (alarm NOSPACE)", g.stderr_text())
-        self.etcd.etcdctl("alarm", "disarm")
         # Writes come back without a restart; the refused batch applied, and the grant
         # whose answer was a 503 was released right after it.
-        ok = wait_for(lambda: g.client.acquire("after", ttl_ms=60000)[0] == 200, timeout=30)
-        self.assertTrue(ok, g.stderr_text()[-2000:])
+        self.disarm_and_wait_for_writes(g)
         status, _, body = g.client.get_lock("first")
         self.assertEqual((status, body["held"]), (200, False), body)
         self.assertGreater(body["last_token"], held["token"])
@@ -176,8 +184,7 @@ class QuotaTest(unittest.TestCase):
         g = self.gateway()
         held = g.client.acquire("held", ttl_ms=600000)[2]
         self.assertIn("lease", held)
-        member = self.status()["header"]["member_id"]
-        self.etcd.call("/v3/maintenance/alarm", {"action": "ACTIVATE", "memberID": member, "alarm": "NOSPACE"})
+        self.raise_nospace()
         # The first change after the alarm is made, and its batch is refused: its answer
         # says it is queued (it applies once etcd takes writes), not to retry it.
         status, headers, body = g.client.renew("held", held["lease"], ttl_ms=900000)
@@ -190,9 +197,7 @@ class QuotaTest(unittest.TestCase):
         self.assert_stalled_answer(status, headers, body, g.stderr_text)
         self.assertNotIn("queued", body)
         self.assertIn("retry later", body["message"])
-        self.etcd.etcdctl("alarm", "disarm")
-        ok = wait_for(lambda: g.client.acquire("after", ttl_ms=60000)[0] == 200, timeout=30)
-        self.assertTrue(ok, g.stderr_text()[-2000:])
+        self.disarm_and_wait_for_writes(g)
         # The queued renewal applied: the lease runs on its new time to live.
         status, _, body = g.client.get_lock("held")
         self.assertEqual((status, body["holder"]["token"], body["holder"]["ttl_ms"]),
@@ -207,15 +212,12 @@ class QuotaTest(unittest.TestCase):
         g = self.gateway()
         held = g.client.acquire("held", ttl_ms=600000)[2]
         self.assertIn("lease", held)
-        member = self.status()["header"]["member_id"]
-        self.etcd.call("/v3/maintenance/alarm", {"action": "ACTIVATE", "memberID": member, "alarm": "NOSPACE"})
+        self.raise_nospace()
         status, headers, body = g.client.acquire("held", lease=held["lease"], ttl_ms=600000)
         self.assert_stalled_answer(status, headers, body, g.stderr_text)
         self.assertNotIn("queued", body)
         self.assertIn("retry later", body["message"])
-        self.etcd.etcdctl("alarm", "disarm")
-        ok = wait_for(lambda: g.client.acquire("after", ttl_ms=60000)[0] == 200, timeout=30)
-        self.assertTrue(ok, g.stderr_text()[-2000:])
+        self.disarm_and_wait_for_writes(g)
         status, _, view = g.client.get_lock("held")
         self.assertEqual((status, view["holder"]["token"], view["holder"]["count"]), (200, held["token"], 1), view)
 
@@ -226,8 +228,7 @@ class QuotaTest(unittest.TestCase):
         g = self.gateway()
         held = g.client.acquire("held", ttl_ms=600000)[2]
         self.assertIn("lease", held)
-        member = self.status()["header"]["member_id"]
-        self.etcd.call("/v3/maintenance/alarm", {"action": "ACTIVATE", "memberID": member, "alarm": "NOSPACE"})
+        self.raise_nospace()
         write = {"lease": held["lease"], "value": {"n": 1}, "request_id": "queued-1"}
         status, headers, body = g.client.request("PUT", "/v1/locks/held/value", body=write)
         self.assert_stalled_answer(status, headers, body, g.stderr_text)

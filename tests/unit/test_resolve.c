@@ -4,7 +4,6 @@
  * namespaces of its own, where /etc/resolv.conf names a DNS server on
  * 127.0.0.1 that this test binds and never answers. Skipped (77) where
  * the namespaces cannot be made (an unprivileged container). */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -22,6 +21,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "procthreads.h"
 #include "store/h2c.h"
 #include "store/resolve.h"
 
@@ -104,18 +104,6 @@ static bool silent_dns(const char *dir, int *dns, char *why, size_t len)
     return true;
 }
 
-/* The threads of this process now. */
-static int threads(void)
-{
-    DIR *d = opendir("/proc/self/task");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        n += e->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n;
-}
-
 static bool cancel_now(void *ud)
 {
     int *asked = ud;
@@ -164,12 +152,12 @@ int main(void)
     /* A slot keeps the lookup given up on: the next try of the same name waits for
      * it, so a hung resolver holds one thread, not one more at every try. */
     ResolvePending *pending = NULL;
-    int before = threads();
+    int before = proc_threads();
     for (int i = 0; i < 5; i++) {
         r = resolve_tcp(HANGING_NAME, "2379", mono_ms() + 100, 50, NULL, NULL, &pending, &res, err, sizeof err);
         CHECK(r == RESOLVE_TIMEOUT && pending != NULL);
     }
-    CHECK(threads() == before + 1);
+    CHECK(proc_threads() == before + 1);
     /* Another name drops it and starts its own. */
     r = resolve_tcp("localhost", "2379", mono_ms() + 10000, 100, NULL, NULL, &pending, &res, err, sizeof err);
     CHECK(r == RESOLVE_OK && res != NULL && pending == NULL);

@@ -9,7 +9,6 @@
  *
  * The threads' masks are read where they all pass: this program's free()
  * (glibc's and resolve's own frees go through it). */
-#include <dirent.h>
 #include <dlfcn.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -21,6 +20,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "procthreads.h"
 #include "store/resolve.h"
 
 /* free runs before AddressSanitizer has its shadow memory: not instrumented. */
@@ -51,18 +51,6 @@ NOT_SANITIZED void free(void *p)
     real_free(p);
 }
 
-/* The threads of this process. */
-static int threads(void)
-{
-    DIR *d = opendir("/proc/self/task");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        n += e->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n;
-}
-
 int main(void)
 {
     is_main = true;
@@ -86,9 +74,9 @@ int main(void)
             freeaddrinfo(res);
     }
     /* Every thread a lookup started has ended (at most 20 s). */
-    for (int i = 0; i < 2000 && threads() > 1; i++)
+    for (int i = 0; i < 2000 && proc_threads() > 1; i++)
         nanosleep(&(struct timespec){0, 10000000}, NULL);
-    CHECK(threads() == 1);
+    CHECK(proc_threads() == 1);
     CHECK(atomic_load(&frees_elsewhere) > 0); /* the lookups' threads were seen */
     CHECK(atomic_load(&frees_exposed) == 0);
     if (atomic_load(&frees_exposed))
