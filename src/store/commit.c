@@ -47,7 +47,11 @@ enum { INFLIGHT_IDLE, INFLIGHT_HANDED, INFLIGHT_DONE };
  * client or for a chain of hand-offs on one lock. It yields between polls, so
  * it never takes a core from the loop thread or anything else runnable, and it
  * only polls while the last hand-off came within the window: a server whose
- * batches come far apart sleeps at once and burns nothing. */
+ * batches come far apart sleeps at once and burns nothing. Nor does it poll
+ * after a batch of more than COMMIT_POLL_HOLDS holds (the loop's own rule,
+ * commit.h): many clients keep the loop busy filling the next batch, so the
+ * wake-up is not on anyone's path and the polls were only CPU (issue 42,
+ * round 7 in docs/BENCHMARKS.md). */
 #define WRITER_SPIN_NS 200000
 
 struct Commit {
@@ -217,8 +221,9 @@ static void *writer_main(void *arg)
     struct timespec idle_since;
     clock_gettime(CLOCK_MONOTONIC, &idle_since);
     while (wait_for_batch(c, spin)) {
-        /* Poll next time only if this batch came within the polling window. */
-        spin = seconds_since(&idle_since) * 1e9 < WRITER_SPIN_NS;
+        /* Poll next time only if this batch came within the polling window
+         * and was small (see WRITER_SPIN_NS). */
+        spin = seconds_since(&idle_since) * 1e9 < WRITER_SPIN_NS && c->inflight->holds.len <= COMMIT_POLL_HOLDS;
         /* The batch and the store are the writer's from the hand-off (threads.h). */
         thread_own(&c->store->owner);
         Batch *b = c->inflight;
