@@ -766,6 +766,48 @@ static void s3_call(Request *req, const GuardRoute *route, const char *method, c
     proxy_call_start(req->guard->call);
 }
 
+/* The object's store URL with a query of the request's own parameters
+ * (each once, sorted as SigV4 sorts them). Owned; NULL when out of memory. */
+static char *s3_url_with(Request *req, const GuardRoute *route, const char *const *params)
+{
+    char *base = s3_object_url(route, guardroute_rest(route, req->raw_uri));
+    if (!base)
+        return NULL;
+    size_t cap = strlen(base) + 8;
+    for (const char *const *p = params; *p; p++) {
+        const char *v = http_query(req, *p);
+        cap += strlen(*p) + 2 + 3 * (v ? strlen(v) : 0);
+    }
+    char *url = realloc(base, cap);
+    if (!url) {
+        free(base);
+        return NULL;
+    }
+    size_t n = strlen(url);
+    char sep = '?';
+    static const char HEX[] = "0123456789ABCDEF";
+    for (const char *const *p = params; *p; p++) {
+        const char *v = http_query(req, *p);
+        if (!v)
+            continue;
+        n += (size_t)snprintf(url + n, cap - n, "%c%s=", sep, *p);
+        sep = '&';
+        /* Encoded as libcurl 7.88 signs a query (s3list.c says why). */
+        for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+            if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' ||
+                *c == '.' || *c == '_' || *c == '~' || *c == '/' || *c == ':') {
+                url[n++] = (char)*c;
+            } else {
+                url[n++] = '%';
+                url[n++] = HEX[*c >> 4];
+                url[n++] = HEX[*c & 15];
+            }
+        }
+        url[n] = '\0';
+    }
+    return url;
+}
+
 /* A signed read: checked with the lease when its token holds the object's
  * lock. Without --auth-file reads are open, so one whose token holds
  * another lock passes unchecked (but not a presigned URL past its time);
@@ -777,7 +819,7 @@ static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *m
 {
     if (!s3req_signed(req))
         return true;
-    if (!s3auth_presign_valid(req))
+    if (!s3auth_form_valid(req))
         return false;
     char lock[GUARD_BINDING_MAX + 1] = "";
     const char *problem;
@@ -801,10 +843,10 @@ static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *m
 /* A read through an S3 route: signed, with the allowed headers only. */
 static void begin_s3_read(Request *req, const GuardRoute *route, const char *method)
 {
-    if (!route_open(req, route, true) || !s3_read_allowed(req, route, method))
+    if (!route_open(req, route, true) || !s3_read_allowed(req, route, method) ||
+        !s3req_overrides_allowed(req, req->guard->auth != NULL))
         return;
-    s3_call(req, route, method, s3_object_url(route, guardroute_rest(route, req->raw_uri)), s3req_read_head,
-            s3req_read_gathered);
+    s3_call(req, route, method, s3_url_with(req, route, S3REQ_OVERRIDES), s3req_read_head, s3req_read_gathered);
 }
 
 static ProxyAnswerAction gather_all(void *ud, long status, const struct curl_slist *headers)
@@ -968,48 +1010,6 @@ static void encoding_line(Request *req, char *line, size_t linelen)
     }
     if (rest[0])
         snprintf(line, linelen, "Content-Encoding: %s", rest);
-}
-
-/* The object's store URL with a query of the request's own parameters
- * (each once, sorted as SigV4 sorts them). Owned; NULL when out of memory. */
-static char *s3_url_with(Request *req, const GuardRoute *route, const char *const *params)
-{
-    char *base = s3_object_url(route, guardroute_rest(route, req->raw_uri));
-    if (!base)
-        return NULL;
-    size_t cap = strlen(base) + 8;
-    for (const char *const *p = params; *p; p++) {
-        const char *v = http_query(req, *p);
-        cap += strlen(*p) + 2 + 3 * (v ? strlen(v) : 0);
-    }
-    char *url = realloc(base, cap);
-    if (!url) {
-        free(base);
-        return NULL;
-    }
-    size_t n = strlen(url);
-    char sep = '?';
-    static const char HEX[] = "0123456789ABCDEF";
-    for (const char *const *p = params; *p; p++) {
-        const char *v = http_query(req, *p);
-        if (!v)
-            continue;
-        n += (size_t)snprintf(url + n, cap - n, "%c%s=", sep, *p);
-        sep = '&';
-        /* Encoded as libcurl 7.88 signs a query (s3list.c says why). */
-        for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
-            if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' ||
-                *c == '.' || *c == '_' || *c == '~' || *c == '/' || *c == ':') {
-                url[n++] = (char)*c;
-            } else {
-                url[n++] = '%';
-                url[n++] = HEX[*c >> 4];
-                url[n++] = HEX[*c & 15];
-            }
-        }
-        url[n] = '\0';
-    }
-    return url;
 }
 
 /* An UploadPart or a Complete must come with the token its upload was begun

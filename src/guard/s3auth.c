@@ -15,6 +15,7 @@
 
 #include "core/fence.h"
 #include "core/locktab.h"
+#include "guard/guardroute.h"
 #include "guard/sigv4.h"
 #include "net/http.h"
 
@@ -310,6 +311,36 @@ static void refuse_time(Request *req, const char *message, const SigV4Query *q, 
                      "%s", message);
 }
 
+/* The credential's scope names the route's region and s3, as S3 requires:
+ * the signing key is derived from them, so without this a client
+ * configured for another region would be checked in its own region and let
+ * through. Answers as S3 does otherwise (400, the region expected in
+ * <Region>: an SDK that follows S3's region redirects signs again with it). */
+static bool scope_ok(Request *req, const SigV4Auth *a, bool query)
+{
+    const GuardRoute *route = req->guard ? req->guard->route : NULL;
+    const char *code = query ? "AuthorizationQueryParametersError" : "AuthorizationHeaderMalformed";
+    const char *what = query ? "Error parsing the X-Amz-Credential parameter" : "The authorization header is malformed";
+    const char *q = query ? "\"" : "'";
+    if (route && strcmp(a->region, route->region) != 0) {
+        req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+        http_reply_error(req, ERR_BAD_REQUEST,
+                         json_pack("{s:s, s:i, s:[[s,s]]}", "s3_code", code, "s3_status", 400, "s3_elements", "Region",
+                                   route->region),
+                         "%s; the region %s%.64s%s is wrong; expecting %s%s%s", what, q, a->region, q, q,
+                         route->region, q);
+        return false;
+    }
+    if (strcmp(a->service, "s3") != 0) {
+        req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:i}", "s3_code", code, "s3_status", 400),
+                         "%s; incorrect service %s%.32s%s. This endpoint belongs to %ss3%s.", what, q, a->service, q,
+                         q, q);
+        return false;
+    }
+    return true;
+}
+
 /* A presigned URL's query parsed into q, and its time checked: from its
  * X-Amz-Date (a clock up to S3AUTH_SKEW_S behind the client's aside) to
  * X-Amz-Date + X-Amz-Expires, as S3 takes it. Answers otherwise. */
@@ -320,6 +351,8 @@ static bool presigned(Request *req, SigV4Query *q)
         refuse(req, ERR_BAD_REQUEST, "AuthorizationQueryParametersError", 400, "%s", why);
         return false;
     }
+    if (!scope_ok(req, &q->auth, true))
+        return false;
     const char *a = http_header(req, "Authorization");
     if (a && !strncmp(a, "AWS4-HMAC-SHA256 ", 17)) {
         refuse(req, ERR_BAD_REQUEST, "InvalidArgument", 400, "%s",
@@ -344,10 +377,21 @@ static bool presigned(Request *req, SigV4Query *q)
     return true;
 }
 
-bool s3auth_presign_valid(Request *req)
+bool s3auth_form_valid(Request *req)
 {
-    SigV4Query q;
-    return !sigv4_query_signed(raw_query(req)) || presigned(req, &q);
+    if (sigv4_query_signed(raw_query(req))) {
+        SigV4Query q;
+        return presigned(req, &q);
+    }
+    const char *authorization = http_header(req, "Authorization"), *why = "";
+    SigV4Auth a;
+    if (!authorization || strncmp(authorization, "AWS4-HMAC-SHA256 ", 17))
+        return true;
+    if (!sigv4_parse(authorization, &a, &why)) {
+        refuse(req, ERR_BAD_REQUEST, "AuthorizationHeaderMalformed", 400, "the Authorization header: %s", why);
+        return false;
+    }
+    return scope_ok(req, &a, false);
 }
 
 /* The signature of the Authorization header parsed into a, its date
@@ -359,6 +403,8 @@ static bool header_signed(Request *req, S3Auth *a)
         refuse(req, ERR_BAD_REQUEST, "AuthorizationHeaderMalformed", 400, "the Authorization header: %s", why);
         return false;
     }
+    if (!scope_ok(req, &a->auth, false))
+        return false;
     const char *date = http_header(req, "x-amz-date");
     int64_t t = amz_time(date);
     Now now = clock_now();

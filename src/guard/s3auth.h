@@ -65,11 +65,14 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
 /* Does the token of req's signature (header or query) hold `lock` (any
  * mode)? */
 bool s3auth_token_holds(Request *req, const char *lock);
-/* A presigned URL's query parses and it is within its time (true too for
- * a request that is not presigned); answers otherwise. For a read that
+/* The signature's form, as S3 checks it before the signature itself: a
+ * presigned URL's query parses and it is within its time, and either
+ * signature's credential scope names the route's region and s3 (true too
+ * for a request that is not signed); answers otherwise. For a read that
  * passes unchecked (its token holds no lease of the lock, without
- * --auth-file): an expired URL is refused all the same. */
-bool s3auth_presign_valid(Request *req);
+ * --auth-file): an expired URL, or one of another region, is refused all
+ * the same. */
+bool s3auth_form_valid(Request *req);
 void s3auth_free(S3Auth *a);
 /* A write's x-amz-checksum-crc32, -sha1 or -sha256 header: the guard
  * computes that checksum over the body too and refuses a body that does not

@@ -6,7 +6,9 @@
  *
  * Codes: a stale token is 409 StaleFencingToken (the message names the token
  * and the fence); a write that met another writer 409
- * ConditionalRequestConflict; a bad signature 403 SignatureDoesNotMatch; no
+ * ConditionalRequestConflict; a bad signature 403 SignatureDoesNotMatch (a
+ * credential scope of another region 400 AuthorizationHeaderMalformed, or
+ * AuthorizationQueryParametersError, the route's in <Region>); no
  * lease or key 403 AccessDenied; shares and a busy lock 503 SlowDown with
  * Retry-After; a closed route 503 ServiceUnavailable (writes) or 502
  * (reads); a request the guard does not forward 400 InvalidRequest or

@@ -182,10 +182,16 @@ static void not_implemented(Request *req, const char *what)
  * X-Amz-* parameters are its signature's (s3auth.h), never forwarded. */
 typedef struct QueryCheck {
     const char *bad;
+    const char *bad_override; /* a response-* parameter S3 does not have, on a read */
     S3Op op;
     bool object;
     const char *method;
 } QueryCheck;
+
+const char *const S3REQ_OVERRIDES[] = {"response-cache-control",    "response-content-disposition",
+                                       "response-content-encoding", "response-content-language",
+                                       "response-content-type",     "response-expires",
+                                       NULL};
 
 static bool presign_parameter(const char *key)
 {
@@ -208,8 +214,15 @@ static enum MHD_Result find_query(void *cls, enum MHD_ValueKind kind, const char
     static const char *const LIST[] = {"x-id",   "list-type",  "prefix", "delimiter", "max-keys", "encoding-type",
                                        "marker", "start-after", "continuation-token", "fetch-owner", "location",
                                        NULL};
-    bool ok = presign_parameter(key) || (q->object ? one_of(OBJECT, key, strlen(key)) || !strncmp(key, "response-", 9)
-                                                   : one_of(LIST, key, strlen(key)));
+    bool override = q->object && !strncmp(key, "response-", 9);
+    bool ok = presign_parameter(key) || override ||
+              (q->object ? one_of(OBJECT, key, strlen(key)) : one_of(LIST, key, strlen(key)));
+    /* S3 answers a response-* it does not have on a GET or HEAD, and ignores them on other methods. */
+    if (override && (!strcmp(q->method, "GET") || !strcmp(q->method, "HEAD")) &&
+        !one_of(S3REQ_OVERRIDES, key, strlen(key))) {
+        q->bad_override = key;
+        return MHD_NO;
+    }
     if (!ok) {
         q->bad = key;
         return MHD_NO;
@@ -248,7 +261,7 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
     while (*rest == '/')
         rest++;
     bool bucket = *rest == '\0' || *rest == '?';
-    QueryCheck q = {NULL, S3_OP_NONE, !bucket, method};
+    QueryCheck q = {NULL, NULL, S3_OP_NONE, !bucket, method};
     if (query_has(req, "AWSAccessKeyId") && query_has(req, "Signature")) {
         req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
         http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:i}", "s3_code", "InvalidRequest", "s3_status", 400),
@@ -258,6 +271,16 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
         return S3_OP_NONE;
     }
     MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, find_query, &q);
+    if (q.bad_override) {
+        req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+        http_reply_error(req, ERR_BAD_REQUEST,
+                         json_pack("{s:s, s:s, s:i}", "field", q.bad_override, "s3_code", "InvalidArgument",
+                                   "s3_status", 400),
+                         "%.60s is not in the set of overridable response headers. Please refer to the S3 API "
+                         "documentation for a complete list of overridable response headers.",
+                         q.bad_override);
+        return S3_OP_NONE;
+    }
     if (q.bad) {
         bool multipart = !strcmp(q.bad, "uploads") || !strcmp(q.bad, "uploadId");
         char what[160];
@@ -364,6 +387,25 @@ bool s3req_signed(Request *req)
     const char *a = http_header(req, "Authorization");
     const char *q = strchr(req->raw_uri, '?');
     return (a && !strncmp(a, "AWS4-HMAC-SHA256 ", 17)) || (q && sigv4_query_signed(q + 1));
+}
+
+bool s3req_overrides_allowed(Request *req, bool checked)
+{
+    if (checked || req->srv->auth)
+        return true;
+    for (const char *const *p = S3REQ_OVERRIDES; *p; p++) {
+        if (query_has(req, *p)) {
+            req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+            http_reply_error(req, ERR_BAD_REQUEST,
+                             json_pack("{s:s, s:i}", "s3_code", "InvalidRequest", "s3_status", 400),
+                             "Request specific response headers cannot be used for anonymous GET requests. (%s "
+                             "needs a request signed with a lease of the object's lock: this one's signature, if "
+                             "any, was not checked)",
+                             *p);
+            return false;
+        }
+    }
+    return true;
 }
 
 bool s3req_sign(void *ud, void *curl_easy, struct curl_slist **headers)

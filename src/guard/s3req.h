@@ -82,6 +82,18 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
 /* Does the request carry a SigV4 signature: an Authorization header, or a
  * presigned URL's X-Amz-* query (s3auth.h)? */
 bool s3req_signed(Request *req);
+/* The response-* query parameters a GetObject or HeadObject may carry, each
+ * overriding the answer's header of its name (response-content-disposition:
+ * Content-Disposition), sorted as SigV4 sorts a query; NULL-terminated. A
+ * read forwards them to the store; on another method S3 ignores them, and
+ * the guard does not forward them. */
+extern const char *const S3REQ_OVERRIDES[];
+/* A read's overrides are allowed: none is there, or the request is not
+ * anonymous (its signature was checked with a lease, or --auth-file is on, so
+ * an API key came). Answers S3's 400 InvalidRequest otherwise: S3 takes them
+ * only on a signed request, so that a link anyone can make does not turn an
+ * object into, say, text/html served from the gateway's origin. */
+bool s3req_overrides_allowed(Request *req, bool checked);
 /* The answer hooks of a client's call (proxy_call_on_answer): errors are
  * rewritten (s3err_from_store), tombstones read as 404 NoSuchKey, a
  * tombstone's written as 204. ud is the route. */

@@ -6,7 +6,8 @@
                 Moto implements If-Match and If-None-Match on PutObject (412).
 * FakeStore  -- a tiny S3 that stores objects in a dict and either honours
                 preconditions or ignores them (a proxy or store that silently drops
-                If-Match), switchable while it runs. It checks no signature.
+                If-Match), switchable while it runs. It checks no signature. A GET's
+                response-* query parameters set its answer's headers, as S3's do.
 * RacingProxy -- a TCP relay in front of moto that, when it sees the PUT of a chosen
                 key go by, first writes that object directly (boto3) with a chosen
                 fencing-token: the store changes between the guard's HEAD and its PUT.
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 import harness
 from upstream import free_port
@@ -126,15 +128,20 @@ class _FakeHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         store = self.server.store
+        path, _, query = self.path.partition("?")
         with store.lock:
             store.seen.append((self.command, self.path, dict(self.headers)))
-            obj = store.objects.get(self.path)
+            obj = store.objects.get(path)
         if obj is None:
             return self._send(404)
         body, etag, fence = obj
         h = {"ETag": etag}
         if fence is not None:
             h["x-amz-meta-fencing-token"] = fence
+        # As S3 does (moto 5 does not): each response-NAME parameter is the answer's NAME header.
+        for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True):
+            if k.startswith("response-"):
+                h[k[len("response-"):]] = v
         self._send(200, body, h)
 
     def do_PUT(self):

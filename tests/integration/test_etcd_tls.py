@@ -136,6 +136,21 @@ class EtcdTlsTest(unittest.TestCase):
                      "etcd's certificate is refused: The certificate is NOT trusted. The certificate chain "
                      "does not match the intended purpose")
 
+    def test_the_json_path_refuses_a_certificate_for_client_authentication_only(self):
+        # Elections, keepalives and the login that sends a password go through libcurl on
+        # OpenSSL, which verifies a server's certificate for serverAuth by itself: a gateway
+        # whose members show only such a certificate never starts, and sends nothing.
+        self.proxy.serve(*self.client_only, self.tls.ca)
+
+        class Via:
+            endpoint = self.proxy.endpoint
+            tls = self.tls
+        with self.assertRaises(RuntimeError) as ctx:
+            Gateway(Via, self.prefix + "-json", ["--cacert", self.tls.ca, "--etcd-cert", self.cert,
+                                                 "--etcd-key", self.key])
+        self.assertIn("unsuitable certificate purpose", str(ctx.exception))
+        self.assertNotIn("Sanitizer", str(ctx.exception))
+
     def test_a_client_certificate_etcd_does_not_trust_fails_the_commit(self):
         self.refused(self.tls.server, self.tls.server_key, self.stranger.ca,
                      # its alert, or (TLS 1.3) the connection closed under the call, as it may come

@@ -337,6 +337,14 @@ class S3ClientTests(unittest.TestCase):
         with open(big, "rb") as f:
             self.assertEqual(self.stored(bigkey), (f.read(), str(gb["token"])))
         os.unlink(big)
+        # Configured for another region than the route's: the guard's 400 names the route's region
+        # (<Region>, as S3's), and the CLI signs the request again for it.
+        rkey = "cli-region-%s.txt" % uid()
+        gr = self.acquire(rkey)
+        rc, out = self.run_tool(base + ["--region", "eu-west-1", "s3", "cp", src, "s3://%s/%s" % (BUCKET, rkey)],
+                                self.env(gr))
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(self.stored(rkey), (b"from the cli\n", str(gr["token"])))
         rc, out = self.run_tool(base + ["s3", "ls", "s3://%s/" % BUCKET], env)
         self.assertEqual(rc, 0, out)
         self.assertIn(key, out)
