@@ -48,11 +48,13 @@ enum { INFLIGHT_IDLE, INFLIGHT_HANDED, INFLIGHT_DONE };
  * it never takes a core from the loop thread or anything else runnable, and it
  * only polls while the last hand-off came within the window: a server whose
  * batches come far apart sleeps at once and burns nothing. Nor does it poll
- * after a batch of more than COMMIT_POLL_HOLDS holds (the loop's own rule,
- * commit.h): many clients keep the loop busy filling the next batch, so the
- * wake-up is not on anyone's path and the polls were only CPU (issue 42,
- * round 7 in docs/BENCHMARKS.md). */
+ * after a batch of more than WRITER_SPIN_HOLDS holds: that many clients keep
+ * the loop busy filling the next batch, so the wake-up is not on anyone's
+ * path and the polls were only CPU (issue 42, round 7 in docs/BENCHMARKS.md);
+ * a lock's hand-off (a release's answer and the grant's, and a few more) stays
+ * under it. */
 #define WRITER_SPIN_NS 200000
+#define WRITER_SPIN_HOLDS 8
 
 struct Commit {
     Store *store;
@@ -223,7 +225,7 @@ static void *writer_main(void *arg)
     while (wait_for_batch(c, spin)) {
         /* Poll next time only if this batch came within the polling window
          * and was small (see WRITER_SPIN_NS). */
-        spin = seconds_since(&idle_since) * 1e9 < WRITER_SPIN_NS && c->inflight->holds.len <= COMMIT_POLL_HOLDS;
+        spin = seconds_since(&idle_since) * 1e9 < WRITER_SPIN_NS && c->inflight->holds.len <= WRITER_SPIN_HOLDS;
         /* The batch and the store are the writer's from the hand-off (threads.h). */
         thread_own(&c->store->owner);
         Batch *b = c->inflight;
