@@ -76,6 +76,14 @@ void sigv4_chunk_sign(const uint8_t key[32], const char *amz_date, const SigV4Au
  * trailer lines, "name:value\n" each). */
 void sigv4_trailer_sign(const uint8_t key[32], const char *amz_date, const SigV4Auth *a, const char *prev,
                         const char *trailer, size_t len, char *out);
+/* in[0..n) encoded as SigV4 canonicalizes a query's name or value, the
+ * bytes as they are (nothing decoded): every byte but A-Za-z0-9-_.~ as %XX,
+ * upper-case hex. So S3 signs '/' as %2F, ':' as %3A, a space as %20. out
+ * holds 3n+1 bytes; NUL-terminated; returns its length. A store URL's
+ * query written so (each name once, in sigv4_canonical_query's order) is
+ * its own canonical query: what libcurl 7.88 signs, the query as written,
+ * is then what the store computes. */
+size_t sigv4_encode(char *out, const char *in, size_t n);
 /* Constant-time comparison of two hex signatures. */
 bool sigv4_equal(const char *a, const char *b);
 
