@@ -2,7 +2,8 @@
  * sigv4 — AWS Signature Version 4 as an S3 server checks it: the
  * Authorization header's parts, or a presigned URL's query parameters, the
  * canonical query of a request as received, the signing key, and the
- * signatures of aws-chunked chunks. HMAC-SHA256 and SHA-256 are nettle's.
+ * signatures of aws-chunked chunks; and the encoding of the queries the
+ * guard sends its store, which libcurl 7.88 signs as written. HMAC-SHA256 and SHA-256 are nettle's.
  * Pure: no request, no clock.
  *
  * (docs.aws.amazon.com, "Signature Version 4 signing process", "Signature
