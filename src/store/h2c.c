@@ -24,6 +24,18 @@
 #define H2C_MAX_ANSWER (64u << 20)
 /* How often a waiting call asks whether it is cancelled. */
 #define CANCEL_POLL_MS 1000
+/* How many 16 KiB reads read_in makes before the caller's loop sends what
+ * nghttp2 answered and checks its bounds again. */
+#define READ_CHUNKS 16
+/* What a server may make us queue (nghttp2's options; its defaults are 1000,
+ * 32, 8 and 200): acknowledgements of PING and SETTINGS not yet sent (etcd
+ * sends a PING now and then, and one SETTINGS at a time: a burst of more is
+ * a flood, and the connection is dropped), entries in one SETTINGS frame
+ * (HTTP/2 defines 8), CONTINUATION frames after one HEADERS (etcd's headers
+ * and trailers fit in one frame each) and pushed streams (push is refused). */
+#define MAX_OUTBOUND_ACK 100
+#define MAX_SETTINGS 16
+#define MAX_CONTINUATIONS 4
 
 struct H2c {
     const TlsFiles *tls; /* NULL: cleartext */
@@ -275,12 +287,19 @@ static H2cFailure flush_out(H2c *h, int64_t deadline, bool (*cancelled)(void *),
     return H2C_OK;
 }
 
-/* Reads what the socket has (without waiting) into nghttp2. H2C_OK, or why
- * the connection is no longer usable. */
-static H2cFailure read_in(H2c *h, char *err, size_t errlen)
+/* Reads what the socket has (without waiting) into nghttp2, at most
+ * READ_CHUNKS reads of 16 KiB a time: a peer can keep the socket readable
+ * for ever (a flood of WINDOW_UPDATE or PING frames, an endless answer),
+ * and the caller must get to send what nghttp2 answered, to ask whether it
+ * is cancelled and to see its deadline. *more says the socket or the TLS
+ * session may hold more (poll() would not show what the session holds).
+ * H2C_OK; H2C_TIMEOUT once deadline (-1: none) has passed, checked after
+ * every read; else why the connection is no longer usable. */
+static H2cFailure read_in(H2c *h, int64_t deadline, bool *more, char *err, size_t errlen)
 {
     uint8_t buf[16384];
-    for (;;) {
+    *more = false;
+    for (int chunk = 0; chunk < READ_CHUNKS; chunk++) {
         ssize_t n = recv_some(h, buf, sizeof buf, err, errlen);
         if (n == TLSCONN_AGAIN)
             return H2C_OK;
@@ -294,28 +313,35 @@ static H2cFailure read_in(H2c *h, char *err, size_t errlen)
                 snprintf(err, errlen, "out of memory reading the answer");
             else if (h->too_large)
                 snprintf(err, errlen, "an answer larger than %u bytes", H2C_MAX_ANSWER);
+            else if (used == NGHTTP2_ERR_FLOODED)
+                snprintf(err, errlen, "HTTP/2: the server flooded the connection (more than %d PING or SETTINGS "
+                                      "frames to acknowledge at once, or a header block in more than %d frames)",
+                         MAX_OUTBOUND_ACK, MAX_CONTINUATIONS + 1);
             else
                 snprintf(err, errlen, "HTTP/2: %s (not HTTP/2: is this etcd's client URL?)",
                          nghttp2_strerror((int)used));
             return h->nomem || used == NGHTTP2_ERR_NOMEM ? H2C_NOMEM : H2C_UNREACHABLE;
         }
         /* A short read emptied the socket; not always the TLS session,
-         * which may hold more records, decrypted, that poll() won't show. */
-        if ((size_t)n < sizeof buf && !(h->conn && tlsconn_pending(h->conn)))
+         * which may hold more records, decrypted. */
+        *more = (size_t)n == sizeof buf || (h->conn && tlsconn_pending(h->conn));
+        if (!*more || (h->answer && h->done))
             return H2C_OK;
+        if (deadline >= 0 && mono_ms() >= deadline) {
+            snprintf(err, errlen, "no answer in time (the server kept sending frames of no answer)");
+            return H2C_TIMEOUT;
+        }
     }
+    return H2C_OK;
 }
 
-/* TLS on the connection just made, bounded as its connect. */
-static H2cFailure tls_handshake(H2c *h, const char *host, int64_t deadline, long connect_ms,
-                                bool (*cancelled)(void *), void *ud, char *err, size_t errlen)
+/* TLS on the connection just made, by until (the connect's deadline). */
+static H2cFailure tls_handshake(H2c *h, const char *host, int64_t until, bool (*cancelled)(void *), void *ud,
+                                char *err, size_t errlen)
 {
     int why;
     if (!(h->conn = tlsconn_new(h->fd, host, h->tls, &why, err, errlen)))
         return failure_of(why);
-    int64_t until = mono_ms() + connect_ms;
-    if (deadline >= 0 && deadline < until)
-        until = deadline;
     for (;;) {
         int rc = tlsconn_handshake(h->conn, err, errlen);
         if (rc == 1)
@@ -331,11 +357,12 @@ static H2cFailure tls_handshake(H2c *h, const char *host, int64_t deadline, long
     }
 }
 
-/* A new connection to host:port and its session, the client preface queued. */
+/* A new connection to host:port and its session, the client preface queued.
+ * One deadline for the whole connect, connect_ms from now and never past
+ * the call's: the name's lookup, every address tried, the TLS handshake. */
 static H2cFailure open_connection(H2c *h, const char *host, const char *port, int64_t deadline, long connect_ms,
                                   bool (*cancelled)(void *), void *ud, char *err, size_t errlen)
 {
-    /* The name's lookup is part of the connect: bounded as it is. */
     int64_t until = mono_ms() + connect_ms;
     if (deadline >= 0 && deadline < until)
         until = deadline;
@@ -359,9 +386,6 @@ static H2cFailure open_connection(H2c *h, const char *host, const char *port, in
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
         int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
         if (rc < 0 && errno == EINPROGRESS) {
-            until = mono_ms() + connect_ms;
-            if (deadline >= 0 && deadline < until)
-                until = deadline;
             int w = wait_fd(fd, POLLOUT, until, cancelled, ud);
             int soerr = 0;
             socklen_t sl = sizeof soerr;
@@ -377,7 +401,7 @@ static H2cFailure open_connection(H2c *h, const char *host, const char *port, in
         if (rc < 0) {
             snprintf(err, errlen, "connect to %s port %s: %s", host, port, strerror(errno));
             close(fd);
-            if (why == H2C_CANCELLED)
+            if (why == H2C_CANCELLED || why == H2C_TIMEOUT) /* the connect's time is up: no address left has any */
                 break;
             continue;
         }
@@ -386,7 +410,7 @@ static H2cFailure open_connection(H2c *h, const char *host, const char *port, in
     freeaddrinfo(res);
     if (h->fd < 0)
         return why;
-    if (h->tls && (why = tls_handshake(h, host, deadline, connect_ms, cancelled, ud, err, errlen)) != H2C_OK) {
+    if (h->tls && (why = tls_handshake(h, host, until, cancelled, ud, err, errlen)) != H2C_OK) {
         h2c_close(h);
         return why;
     }
@@ -399,7 +423,16 @@ static H2cFailure open_connection(H2c *h, const char *host, const char *port, in
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_close);
-    int rc = nghttp2_session_client_new(&h->session, cb, h);
+    nghttp2_option *opt;
+    int rc = nghttp2_option_new(&opt);
+    if (!rc) {
+        nghttp2_option_set_max_outbound_ack(opt, MAX_OUTBOUND_ACK);
+        nghttp2_option_set_max_settings(opt, MAX_SETTINGS);
+        nghttp2_option_set_max_continuations(opt, MAX_CONTINUATIONS);
+        nghttp2_option_set_max_reserved_remote_streams(opt, 0);
+        rc = nghttp2_session_client_new2(&h->session, cb, h, opt);
+        nghttp2_option_del(opt);
+    }
     nghttp2_session_callbacks_del(cb);
     nghttp2_settings_entry no_push = {NGHTTP2_SETTINGS_ENABLE_PUSH, 0};
     if (rc || nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, &no_push, 1)) {
@@ -435,14 +468,24 @@ static H2cFailure call_once(H2c *h, const char *path, const char *token, int64_t
     }
     h->stream = stream;
     H2cFailure f = flush_out(h, deadline, cancelled, ud, err, errlen);
+    bool more = false;
+    int64_t ask_at = mono_ms() + CANCEL_POLL_MS;
     while (f == H2C_OK && !h->done) {
-        int w = wait_fd(h->fd, POLLIN, deadline, cancelled, ud);
+        int w = more ? 1 : wait_fd(h->fd, POLLIN, deadline, cancelled, ud);
         if (w != 1) {
             snprintf(err, errlen, w == 0 ? "no answer in time" : w == -1 ? "cancelled" : "poll: %s",
                      strerror(errno));
             return w == 0 ? H2C_TIMEOUT : w == -1 ? H2C_CANCELLED : H2C_UNREACHABLE;
         }
-        f = read_in(h, err, errlen);
+        /* Asked also while the server keeps the socket readable. */
+        if (cancelled && mono_ms() >= ask_at) {
+            if (cancelled(ud)) {
+                snprintf(err, errlen, "cancelled");
+                return H2C_CANCELLED;
+            }
+            ask_at = mono_ms() + CANCEL_POLL_MS;
+        }
+        f = read_in(h, deadline, &more, err, errlen);
         if (f == H2C_OK) /* acknowledgements, window updates: at once */
             f = flush_out(h, deadline, cancelled, ud, err, errlen);
     }
@@ -468,7 +511,8 @@ H2cFailure h2c_call(H2c *h, const char *host, const char *port, const char *path
         h2c_close(h);
     /* What a kept connection received while idle (a GOAWAY, its end, a
      * PING): a connection the server is done with is not used. */
-    if (h->fd >= 0 && (read_in(h, err, errlen) != H2C_OK ||
+    bool more;
+    if (h->fd >= 0 && (read_in(h, deadline, &more, err, errlen) != H2C_OK ||
                        flush_out(h, deadline, cancelled, ud, err, errlen) != H2C_OK ||
                        !nghttp2_session_want_read(h->session) ||
                        nghttp2_session_get_next_stream_id(h->session) > (uint32_t)INT32_MAX - 2))

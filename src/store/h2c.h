@@ -56,11 +56,12 @@ typedef enum H2cFailure {
 
 /* POSTs body (len bytes: a gRPC frame) to http[s]://host:port/path with
  * content-type application/grpc, te: trailers and, when token is not NULL,
- * the metadata "token". connect_ms bounds the connect (the name's lookup,
- * TCP's connect, TLS's handshake), timeout_ms the
- * whole call (0: no bound); cancelled (may be NULL) is asked about once a
- * second while the call waits. H2C_OK with *a filled, else the failure
- * with the reason in err and the connection closed. */
+ * the metadata "token". connect_ms bounds a new connection's whole connect
+ * (the name's lookup, every address tried, TLS's handshake: one deadline),
+ * timeout_ms the whole call, connect included (0: no bound), whatever the
+ * server sends; cancelled (may be NULL) is asked about once a second while
+ * the call waits or reads. H2C_OK with *a filled, else the failure with the
+ * reason in err and the connection closed. */
 H2cFailure h2c_call(H2c *h, const char *host, const char *port, const char *path, const char *token,
                     const void *body, size_t len, long connect_ms, long timeout_ms, bool (*cancelled)(void *ud),
                     void *ud, H2cAnswer *a, char *err, size_t errlen);

@@ -137,6 +137,14 @@ static bool refusal_alert(gnutls_alert_description_t a)
 /* A GnuTLS error as a step's result, with err. */
 static int failure(TlsConn *t, int rc, char *err, size_t errlen)
 {
+    if (rc == GNUTLS_E_REHANDSHAKE) {
+        /* Not fatal to GnuTLS, which leaves the answer to us: etcd never
+         * renegotiates (Go's TLS servers cannot ask to), so a HelloRequest
+         * is not etcd's; the connection is dropped (a call on it is tried on
+         * a new one), not read from again until its deadline. */
+        snprintf(err, errlen, "TLS: the server asked for a renegotiation (TLS 1.2), which etcd never does");
+        return TLSCONN_BROKEN;
+    }
     if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED || !gnutls_error_is_fatal(rc))
         return TLSCONN_AGAIN; /* a warning alert, or nothing yet: the step again */
     if (rc == GNUTLS_E_MEMORY_ERROR) {

@@ -27,6 +27,10 @@
 
 /* Not in /etc/hosts: asked of the DNS server. */
 #define HANGING_NAME "lookup-hangs.leasegate-test"
+/* In /etc/hosts, with MANY_ADDRESSES addresses from 127.0.0.MANY_FIRST on. */
+#define MANY_NAME "many.leasegate-test"
+#define MANY_ADDRESSES 6
+#define MANY_FIRST 2
 
 static int64_t mono_ms(void)
 {
@@ -82,19 +86,31 @@ static bool enter_namespaces(char *why, size_t len)
     return true;
 }
 
-/* /etc/resolv.conf, in this namespace only, names 127.0.0.1 with a long
- * timeout; dns is the bound, silent server socket. */
-static bool silent_dns(const char *dir, int *dns, char *why, size_t len)
+/* target, in this namespace only, reads text (a file of dir's, bind-mounted). */
+static bool mount_file(const char *dir, const char *target, const char *text, char *why, size_t len)
 {
-    char conf[4200];
-    snprintf(conf, sizeof conf, "%s/resolv.conf", dir);
-    if (!write_file(conf, "nameserver 127.0.0.1\noptions timeout:20 attempts:1\n") ||
-        mount(conf, "/etc/resolv.conf", NULL, MS_BIND, NULL) != 0) {
-        snprintf(why, len, "bind-mount resolv.conf: %s", strerror(errno));
-        unlink(conf);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, strrchr(target, '/') + 1);
+    if (!write_file(path, text) || mount(path, target, NULL, MS_BIND, NULL) != 0) {
+        snprintf(why, len, "bind-mount %s: %s", target, strerror(errno));
+        unlink(path);
         return false;
     }
-    unlink(conf); /* the mount keeps it */
+    unlink(path); /* the mount keeps it */
+    return true;
+}
+
+/* /etc/resolv.conf, in this namespace only, names 127.0.0.1 with a long
+ * timeout; dns is the bound, silent server socket. /etc/hosts gives
+ * MANY_NAME the addresses MANY_FIRST.. (MANY_ADDRESSES of them). */
+static bool silent_dns(const char *dir, int *dns, char *why, size_t len)
+{
+    char hosts[512] = "127.0.0.1 localhost\n";
+    for (int i = 0; i < MANY_ADDRESSES; i++)
+        snprintf(hosts + strlen(hosts), sizeof hosts - strlen(hosts), "127.0.0.%d %s\n", MANY_FIRST + i, MANY_NAME);
+    if (!mount_file(dir, "/etc/resolv.conf", "nameserver 127.0.0.1\noptions timeout:20 attempts:1\n", why, len) ||
+        !mount_file(dir, "/etc/hosts", hosts, why, len))
+        return false;
     *dns = socket(AF_INET, SOCK_DGRAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(53), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (*dns < 0 || bind(*dns, (struct sockaddr *)&a, sizeof a) != 0) {
@@ -102,6 +118,28 @@ static bool silent_dns(const char *dir, int *dns, char *why, size_t len)
         return false;
     }
     return true;
+}
+
+/* A listener on 127.0.0.last:port (port "0": a free one, then written
+ * there) whose accept queue is full (backlog 0, and *filler's connection in
+ * it, never accepted): it drops every further SYN, so a connect to it
+ * hangs. -1 on failure. */
+static int full_listener(int last, char *port, int *filler)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port)),
+                            .sin_addr.s_addr = htonl(0x7f000000u | (unsigned)last)};
+    socklen_t al = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    *filler = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || *filler < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 0) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &al) != 0 || connect(*filler, (struct sockaddr *)&a, al) != 0) {
+        fprintf(stderr, "listener on 127.0.0.%d: %s\n", last, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    snprintf(port, 16, "%u", (unsigned)ntohs(a.sin_port));
+    return fd;
 }
 
 static bool cancel_now(void *ud)
@@ -177,6 +215,42 @@ int main(void)
                  sizeof err);
     CHECK(f == H2C_TIMEOUT);
     h2c_free(h);
+
+    /* h2c: one deadline for the whole connect, not one per address (found by
+     * the transport review): every address of MANY_NAME takes no connection
+     * (a listener whose accept queue is full drops the SYN), and the connect
+     * ends by its bound (2 s; allowed 8 s, CPU is shared), not after 2 s for
+     * each of the 6 addresses. */
+    int listeners[MANY_ADDRESSES], fillers[MANY_ADDRESSES];
+    char port[16] = "0";
+    bool full = true;
+    for (int i = 0; i < MANY_ADDRESSES; i++) {
+        listeners[i] = full_listener(MANY_FIRST + i, port, &fillers[i]);
+        full = full && listeners[i] >= 0;
+    }
+    CHECK(full);
+    CHECK(resolve_tcp(MANY_NAME, port, mono_ms() + 10000, 100, NULL, NULL, NULL, &res, err, sizeof err) == RESOLVE_OK);
+    int found = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
+        found++;
+    freeaddrinfo(res);
+    CHECK(found == MANY_ADDRESSES);
+    h = h2c_new(NULL);
+    CHECK(h != NULL);
+    int64_t t0 = mono_ms();
+    f = h2c_call(h, MANY_NAME, port, "/etcdserverpb.KV/Txn", NULL, "", 0, 2000, 0, NULL, NULL, &a, err, sizeof err);
+    int64_t took = mono_ms() - t0;
+    printf("connect to %d addresses that take no connection: %d after %lld ms: %s\n", found, (int)f,
+           (long long)took, err);
+    CHECK(f == H2C_TIMEOUT);
+    CHECK(took < 8000);
+    h2c_free(h);
+    for (int i = 0; i < MANY_ADDRESSES; i++) {
+        if (listeners[i] >= 0)
+            close(listeners[i]);
+        if (fillers[i] >= 0)
+            close(fillers[i]);
+    }
     close(dns);
     return check_report("resolve");
 }
