@@ -1069,8 +1069,13 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     int64_t length = del ? (int64_t)(sizeof S3_TOMBSTONE_BODY - 1) : content_length;
     S3Sign sign = {g->s3, route};
     req->guard->call = url ? proxy_call_new(s->proxy, req, complete ? "POST" : "PUT", url, true, length, &h) : NULL;
-    if (url && req->guard->call && !part)
-        req->guard->s3 = s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token);
+    /* The reads around the write (s3req.h) are HeadObjects of the object
+     * itself: never with the completion's ?uploadId, which HeadObject does
+     * not take. Owned here until freed below. */
+    char *object = complete ? s3_object_url(route, guardroute_rest(route, req->raw_uri)) : NULL;
+    if (url && req->guard->call && !part && (!complete || object))
+        req->guard->s3 = s3req_write_new(g->s3, s->proxy, req, route, complete ? object : url, b.lock, b.token);
+    free(object);
     free(url);
     if (!req->guard->call || (!part && !req->guard->s3) ||
         !proxy_call_configure(req->guard->call, s3req_sign, &sign) ||

@@ -103,6 +103,13 @@ class Moto:
         meta = {"fencing-token": str(fence)} if fence is not None else {}
         self.s3.put_object(Bucket=BUCKET, Key=key, Body=body, Metadata=meta)
 
+    def requests(self, fragment):
+        """moto's log lines of the requests whose line holds `fragment` (werkzeug logs a
+        request's method and target, the query partly decoded: not the bytes sent)."""
+        self.log.flush()
+        with open(os.path.join(self.dir, "moto.log"), errors="replace") as f:
+            return [line for line in f if fragment in line]
+
     def stop(self):
         harness.stop_process(self.proc)
         self.log.close()

@@ -183,6 +183,11 @@ class S3ClientTests(unittest.TestCase):
         s3.upload_file(path, BUCKET, key, Config=TransferConfig(max_concurrency=4))
         with open(path, "rb") as f:
             self.assertEqual(self.stored(key), (f.read(), str(g["token"])))
+        # The guard's reads of the object around Complete are HeadObjects of the object itself:
+        # HeadObject takes no uploadId (S3 may take HEAD ?uploadId for another resource).
+        heads = self.moto.requests('"HEAD /%s/pfx/%s' % (s3_fixture.BUCKET, key))
+        self.assertTrue(heads, "the guard read the object before Complete")
+        self.assertEqual([h for h in heads if "uploadId" in h], [])
         os.unlink(path)
         st, _, health = self.srv.request("GET", "/healthz")
         self.assertIn("not If-Match on CompleteMultipartUpload", health["guard"][0]["detail"])
