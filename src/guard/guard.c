@@ -31,6 +31,7 @@
 #include "guard/s3list.h"
 #include "guard/s3mpu.h"
 #include "guard/s3req.h"
+#include "guard/sigv4.h"
 #include "net/httphead.h"
 
 struct Guard {
@@ -767,7 +768,8 @@ static void s3_call(Request *req, const GuardRoute *route, const char *method, c
 }
 
 /* The object's store URL with a query of the request's own parameters
- * (each once, sorted as SigV4 sorts them). Owned; NULL when out of memory. */
+ * (each once, sorted as SigV4 sorts them, encoded as it canonicalizes them:
+ * sigv4_encode). Owned; NULL when out of memory. */
 static char *s3_url_with(Request *req, const GuardRoute *route, const char *const *params)
 {
     char *base = s3_object_url(route, guardroute_rest(route, req->raw_uri));
@@ -785,25 +787,13 @@ static char *s3_url_with(Request *req, const GuardRoute *route, const char *cons
     }
     size_t n = strlen(url);
     char sep = '?';
-    static const char HEX[] = "0123456789ABCDEF";
     for (const char *const *p = params; *p; p++) {
         const char *v = http_query(req, *p);
         if (!v)
             continue;
         n += (size_t)snprintf(url + n, cap - n, "%c%s=", sep, *p);
         sep = '&';
-        /* Encoded as libcurl 7.88 signs a query (s3list.c says why). */
-        for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
-            if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' ||
-                *c == '.' || *c == '_' || *c == '~' || *c == '/' || *c == ':') {
-                url[n++] = (char)*c;
-            } else {
-                url[n++] = '%';
-                url[n++] = HEX[*c >> 4];
-                url[n++] = HEX[*c & 15];
-            }
-        }
-        url[n] = '\0';
+        n += sigv4_encode(url + n, v, strlen(v));
     }
     return url;
 }
@@ -1079,8 +1069,13 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     int64_t length = del ? (int64_t)(sizeof S3_TOMBSTONE_BODY - 1) : content_length;
     S3Sign sign = {g->s3, route};
     req->guard->call = url ? proxy_call_new(s->proxy, req, complete ? "POST" : "PUT", url, true, length, &h) : NULL;
-    if (url && req->guard->call && !part)
-        req->guard->s3 = s3req_write_new(g->s3, s->proxy, req, route, url, b.lock, b.token);
+    /* The reads around the write (s3req.h) are HeadObjects of the object
+     * itself: never with the completion's ?uploadId, which HeadObject does
+     * not take. Owned here until freed below. */
+    char *object = complete ? s3_object_url(route, guardroute_rest(route, req->raw_uri)) : NULL;
+    if (url && req->guard->call && !part && (!complete || object))
+        req->guard->s3 = s3req_write_new(g->s3, s->proxy, req, route, complete ? object : url, b.lock, b.token);
+    free(object);
     free(url);
     if (!req->guard->call || (!part && !req->guard->s3) ||
         !proxy_call_configure(req->guard->call, s3req_sign, &sign) ||

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "guard/sigv4.h"
 
 struct S3 {
     const Config *cfg;
@@ -388,18 +389,8 @@ static bool probe_multipart(const atomic_bool *stop, const Config *cfg, const Gu
     if (!s || !e || (size_t)(e - s - 10) >= sizeof id)
         return false;
     snprintf(id, sizeof id, "%.*s", (int)(e - s - 10), s + 10);
-    char enc[3 * sizeof id];
-    size_t n = 0;
-    static const char HEX[] = "0123456789ABCDEF";
-    for (const unsigned char *p = (const unsigned char *)id; *p; p++) {
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-            *p == '.' || *p == '_' || *p == '~' || *p == '/' || *p == ':') {
-            enc[n++] = (char)*p;
-        } else {
-            enc[n++] = '%', enc[n++] = HEX[*p >> 4], enc[n++] = HEX[*p & 15];
-        }
-    }
-    enc[n] = '\0';
+    char enc[3 * sizeof id]; /* encoded as SigV4 canonicalizes it: sigv4.h */
+    sigv4_encode(enc, id, strlen(id));
     snprintf(u, sizeof u, "%s?partNumber=1&uploadId=%s", url, enc);
     bool honoured = false;
     if (probe_request(stop, route, creds, "PUT", u, NULL, "p", cfg->guard_timeout_s, cfg->cacert, err, sizeof err, &a) ==

@@ -77,7 +77,8 @@ void s3_credentials(S3 *s, AwsCreds *out);
  * s3 in the route's region, the payload declared UNSIGNED-PAYLOAD (libcurl
  * 7.88 would sign the hash of an empty body for a streamed upload), and the
  * session token when there is one; lines go to *headers. False when out of
- * memory. */
+ * memory. libcurl 7.88 signs the URL's path and query as written: the URL
+ * must hold them as S3 canonicalizes them (s3_object_url, sigv4_encode). */
 bool s3_sign_easy(void *curl_easy, const GuardRoute *route, const AwsCreds *creds, struct curl_slist **headers);
 /* The object's URL (path-style, percent-encoded as SigV4 expects) for
  * `rest`, the canonical path below the route's prefix (a query is left

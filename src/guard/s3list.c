@@ -9,6 +9,7 @@
 #include "guard/s3err.h"
 #include "guard/s3scope.h"
 #include "guard/s3xml.h"
+#include "guard/sigv4.h"
 #include "net/auth.h"
 #include "net/http.h"
 
@@ -51,20 +52,14 @@ void s3list_answer_bucket(Request *req, const GuardRoute *route, const char *met
     http_add_header(req, "x-amz-bucket-region", route->region);
 }
 
-/* How a value is percent-encoded: for a key in a listing (all but
- * A-Za-z0-9-._~ and '/'), or for the store's query as libcurl 7.88 signs it:
- * it puts the query into the canonical request as written, and the store
- * (moto is tested) encodes '/' and ':' not at all there. */
-enum { KEY_URL, QUERY_FOR_CURL };
-
-/* Appends `s` to o, every byte but the unreserved ones (and those `how`
- * keeps) as %XX. */
-static void query_encoded(S3Out *o, const char *s, int how)
+/* Appends the key `s` to o as a listing's encoding-type=url has it: every
+ * byte but A-Za-z0-9-._~ and '/' as %XX. */
+static void key_url_encoded(S3Out *o, const char *s)
 {
     static const char HEX[] = "0123456789ABCDEF";
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-            *p == '.' || *p == '_' || *p == '~' || *p == '/' || (how == QUERY_FOR_CURL && *p == ':')) {
+            *p == '.' || *p == '_' || *p == '~' || *p == '/') {
             s3out_add(o, (const char *)p, 1);
         } else {
             char e[3] = {'%', HEX[*p >> 4], HEX[*p & 15]};
@@ -88,7 +83,9 @@ char *s3list_url(Request *req, const GuardRoute *route, bool v2, const char *pre
     s3out_str(&o, "/");
     s3out_str(&o, route->bucket);
     s3out_str(&o, "?");
-    /* In the order SigV4 sorts them (by name), each once. */
+    /* In the order SigV4 sorts them (by name), each once, each value encoded
+     * as SigV4 canonicalizes it: the query as written is its canonical one,
+     * which is what libcurl 7.88 signs and what S3 computes (sigv4.h). */
     static const char *const V2[] = {"continuation-token", "delimiter", "list-type", "max-keys", "prefix",
                                      "start-after", NULL};
     static const char *const V1[] = {"delimiter", "marker", "max-keys", "prefix", NULL};
@@ -114,7 +111,15 @@ char *s3list_url(Request *req, const GuardRoute *route, bool v2, const char *pre
             free(s3out_take(&o, &n));
             return NULL;
         }
-        query_encoded(&o, t, QUERY_FOR_CURL);
+        char *e = malloc(3 * n + 1);
+        if (!e) {
+            free(t);
+            free(s3out_take(&o, &n));
+            return NULL;
+        }
+        sigv4_encode(e, t, n);
+        s3out_str(&o, e);
+        free(e);
         free(t);
     }
     size_t n;
@@ -162,7 +167,7 @@ static bool set_client(S3Xml *x, const char *s, bool url)
     if (!url)
         return s3xml_set_text(x, s);
     S3Out o = {0};
-    query_encoded(&o, s, KEY_URL);
+    key_url_encoded(&o, s);
     size_t n;
     char *t = s3out_take(&o, &n);
     bool ok = t && s3xml_set_text(x, t);

@@ -291,23 +291,37 @@ char *sigv4_string_to_sign(const char *amz_date, const SigV4Auth *a, const char 
     return s;
 }
 
+/* Appends c to out as SigV4 encodes a query's byte; returns the bytes written. */
+static size_t encode_byte(char *out, unsigned char c)
+{
+    static const char HEX[] = "0123456789ABCDEF";
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+        c == '_' || c == '~') {
+        out[0] = (char)c;
+        return 1;
+    }
+    out[0] = '%';
+    out[1] = HEX[c >> 4];
+    out[2] = HEX[c & 15];
+    return 3;
+}
+
+size_t sigv4_encode(char *out, const char *in, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+        o += encode_byte(out + o, (unsigned char)in[i]);
+    out[o] = '\0';
+    return o;
+}
+
 /* Decodes in[0..n) (query_byte: a '+' is a space, so it is signed as %20,
  * and a plus is %2B) and encodes again as SigV4 does; appends to out. */
 static size_t recode(char *out, const char *in, size_t n)
 {
-    static const char HEX[] = "0123456789ABCDEF";
     size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = query_byte(in, n, &i);
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-            c == '_' || c == '~') {
-            out[o++] = (char)c;
-        } else {
-            out[o++] = '%';
-            out[o++] = HEX[c >> 4];
-            out[o++] = HEX[c & 15];
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        o += encode_byte(out + o, query_byte(in, n, &i));
     out[o] = '\0';
     return o;
 }

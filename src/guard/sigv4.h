@@ -2,7 +2,8 @@
  * sigv4 — AWS Signature Version 4 as an S3 server checks it: the
  * Authorization header's parts, or a presigned URL's query parameters, the
  * canonical query of a request as received, the signing key, and the
- * signatures of aws-chunked chunks. HMAC-SHA256 and SHA-256 are nettle's.
+ * signatures of aws-chunked chunks; and the encoding of the queries the
+ * guard sends its store, which libcurl 7.88 signs as written. HMAC-SHA256 and SHA-256 are nettle's.
  * Pure: no request, no clock.
  *
  * (docs.aws.amazon.com, "Signature Version 4 signing process", "Signature
@@ -76,6 +77,14 @@ void sigv4_chunk_sign(const uint8_t key[32], const char *amz_date, const SigV4Au
  * trailer lines, "name:value\n" each). */
 void sigv4_trailer_sign(const uint8_t key[32], const char *amz_date, const SigV4Auth *a, const char *prev,
                         const char *trailer, size_t len, char *out);
+/* in[0..n) encoded as SigV4 canonicalizes a query's name or value, the
+ * bytes as they are (nothing decoded): every byte but A-Za-z0-9-_.~ as %XX,
+ * upper-case hex. So S3 signs '/' as %2F, ':' as %3A, a space as %20. out
+ * holds 3n+1 bytes; NUL-terminated; returns its length. A store URL's
+ * query written so (each name once, in sigv4_canonical_query's order) is
+ * its own canonical query: what libcurl 7.88 signs, the query as written,
+ * is then what the store computes. */
+size_t sigv4_encode(char *out, const char *in, size_t n);
 /* Constant-time comparison of two hex signatures. */
 bool sigv4_equal(const char *a, const char *b);
 

@@ -1,7 +1,7 @@
 """S3 peers for the guard's s3:// routes, on 127.0.0.1 with free ports:
 
-* Moto       -- moto's S3 server (`python3 -m moto.server`, with boto3), checking SigV4
-                signatures: the first actions (an IAM user, its policy, its access key)
+* Moto       -- moto's S3 server (through moto_strict.py, with boto3), checking SigV4
+                signatures as S3 does (path and query canonicalized per spec): the first actions (an IAM user, its policy, its access key)
                 run without auth, every later request must be signed with that key.
                 Moto implements If-Match and If-None-Match on PutObject (412).
 * FakeStore  -- a tiny S3 that stores objects in a dict and either honours
@@ -33,6 +33,8 @@ import harness
 from upstream import free_port
 
 REGION = "us-east-1"
+# moto's server, checking signatures as S3 does (moto_strict.py says why).
+MOTO_STRICT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moto_strict.py")
 BUCKET = "lgbucket"
 
 
@@ -57,7 +59,7 @@ class Moto:
         self.url = "http://127.0.0.1:%d" % self.port
         env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")
         self.log = open(os.path.join(self.dir, "moto.log"), "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, MOTO_STRICT, "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=env, cwd=self.dir)
         deadline = time.monotonic() + 30
         while True:
@@ -100,6 +102,13 @@ class Moto:
     def put_direct(self, key, body, fence=None):
         meta = {"fencing-token": str(fence)} if fence is not None else {}
         self.s3.put_object(Bucket=BUCKET, Key=key, Body=body, Metadata=meta)
+
+    def requests(self, fragment):
+        """moto's log lines of the requests whose line holds `fragment` (werkzeug logs a
+        request's method and target, the query partly decoded: not the bytes sent)."""
+        self.log.flush()
+        with open(os.path.join(self.dir, "moto.log"), errors="replace") as f:
+            return [line for line in f if fragment in line]
 
     def stop(self):
         harness.stop_process(self.proc)

@@ -88,6 +88,25 @@ static void canonical_query(void)
     free(q);
 }
 
+/* The guard's own store queries: a value encoded as S3 canonicalizes it, the bytes as they
+ * are (a '%' or a '+' is itself, not an escape), is its own canonical form. */
+static void encode(void)
+{
+    static const char *const IN[] = {"dir/sub/", "text/csv", "attachment; filename=\"a:b.csv\"", "a+b%2F~x_y-z.0", ""};
+    static const char *const OUT[] = {"dir%2Fsub%2F", "text%2Fcsv", "attachment%3B%20filename%3D%22a%3Ab.csv%22",
+                                      "a%2Bb%252F~x_y-z.0", ""};
+    for (size_t i = 0; i < sizeof IN / sizeof IN[0]; i++) {
+        char out[128], raw[160];
+        CHECK(sigv4_encode(out, IN[i], strlen(IN[i])) == strlen(OUT[i]) && !strcmp(out, OUT[i]));
+        snprintf(raw, sizeof raw, "v=%s", out);
+        char *q = sigv4_canonical_query(raw, NULL);
+        CHECK(q && !strcmp(q, raw));
+        free(q);
+    }
+    char out[4];
+    CHECK(sigv4_encode(out, "\xff", 1) == 3 && !strcmp(out, "%FF"));
+}
+
 /* AWS's presigned GET of examplebucket/test.txt: the query parsed, the canonical query made
  * without X-Amz-Signature (in any order, and with the '/' of the credential not encoded), the
  * canonical request's hash and the signature as AWS publishes them. */
@@ -216,6 +235,7 @@ int main(void)
     get_object_example();
     chunked_example();
     canonical_query();
+    encode();
     presigned_example();
     presigned_malformed();
     malformed();
