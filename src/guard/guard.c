@@ -836,7 +836,7 @@ static void begin_s3_read(Request *req, const GuardRoute *route, const char *met
     if (!route_open(req, route, true) || !s3_read_allowed(req, route, method) ||
         !s3req_overrides_allowed(req, req->guard->auth != NULL))
         return;
-    s3_call(req, route, method, s3_url_with(req, route, S3REQ_OVERRIDES), s3req_read_head, s3req_read_gathered);
+    s3_call(req, route, method, s3_url_with(req, route, S3REQ_READ_QUERY), s3req_read_head, s3req_read_gathered);
 }
 
 static ProxyAnswerAction gather_all(void *ud, long status, const struct curl_slist *headers)

@@ -193,6 +193,15 @@ const char *const S3REQ_OVERRIDES[] = {"response-cache-control",    "response-co
                                        "response-content-type",     "response-expires",
                                        NULL};
 
+const char *const S3REQ_READ_QUERY[] = {"partNumber",
+                                        "response-cache-control",
+                                        "response-content-disposition",
+                                        "response-content-encoding",
+                                        "response-content-language",
+                                        "response-content-type",
+                                        "response-expires",
+                                        NULL};
+
 static bool presign_parameter(const char *key)
 {
     static const char *const PRESIGN[] = {"X-Amz-Algorithm",     "X-Amz-Credential", "X-Amz-Date",

@@ -88,6 +88,11 @@ bool s3req_signed(Request *req);
  * read forwards them to the store; on another method S3 ignores them, and
  * the guard does not forward them. */
 extern const char *const S3REQ_OVERRIDES[];
+/* What a GetObject or HeadObject forwards of its query: partNumber (one part
+ * of an object uploaded in parts, as S3 answers it; without it the whole
+ * object would come back where a part was asked for) and the overrides,
+ * sorted as SigV4 sorts a query; NULL-terminated. */
+extern const char *const S3REQ_READ_QUERY[];
 /* A read's overrides are allowed: none is there, or the request is not
  * anonymous (its signature was checked with a lease, or --auth-file is on, so
  * an API key came). Answers S3's 400 InvalidRequest otherwise: S3 takes them

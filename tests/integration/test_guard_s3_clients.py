@@ -188,6 +188,13 @@ class S3ClientTests(unittest.TestCase):
         heads = self.moto.requests('"HEAD /%s/pfx/%s' % (s3_fixture.BUCKET, key))
         self.assertTrue(heads, "the guard read the object before Complete")
         self.assertEqual([h for h in heads if "uploadId" in h], [])
+        # One part of it, as S3 answers a HeadObject or GetObject with partNumber (a parallel
+        # download's ask): not the whole object. moto answers a HEAD's part (its length, the
+        # count of parts) but a GET's with the whole object, so the GET is checked in its log.
+        part = s3.head_object(Bucket=BUCKET, Key=key, PartNumber=1)
+        self.assertEqual((part["ContentLength"], part.get("PartsCount")), (8 * 1024 * 1024, 8))
+        s3.get_object(Bucket=BUCKET, Key=key, PartNumber=2)["Body"].read()
+        self.assertEqual(len(self.moto.requests('"GET /%s/pfx/%s?partNumber=2 ' % (s3_fixture.BUCKET, key))), 1)
         os.unlink(path)
         st, _, health = self.srv.request("GET", "/healthz")
         self.assertIn("not If-Match on CompleteMultipartUpload", health["guard"][0]["detail"])
