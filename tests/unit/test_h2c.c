@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "monoms.h"
 #include "store/h2c.h"
 
 /* How long a flooding peer goes on at most: longer than any bound asserted. */
@@ -29,13 +30,6 @@
 /* The call's deadline, and what the test allows it. */
 #define CALL_MS 2000
 #define ALLOWED_MS 20000
-
-static int64_t mono_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 typedef enum Hostility {
     WINDOW_UPDATES, /* WINDOW_UPDATE (connection, +1) after WINDOW_UPDATE */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "monoms.h"
 #include "procthreads.h"
 #include "store/h2c.h"
 #include "store/resolve.h"
@@ -31,13 +32,6 @@
 #define MANY_NAME "many.leasegate-test"
 #define MANY_ADDRESSES 6
 #define MANY_FIRST 2
-
-static int64_t mono_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 static bool write_file(const char *path, const char *text)
 {
