@@ -126,8 +126,20 @@ const char *guardpath_lock(const char *rest, char *out, size_t outlen, const cha
         *problem = "the path below the prefix is longer than a lock name (256 bytes)";
         return NULL;
     }
-    memcpy(out, p, plen);
-    out[plen] = '\0';
+    /* ':' is the one character of a lock name that a client may send either
+     * bare or percent-encoded (boto3 sends %3A; curl sends it bare): both name
+     * one object to the upstream (S3 and nginx decode it), so both must name
+     * one lock. Every other escape stays, and is no lock name's ('%'). */
+    size_t o = 0;
+    for (size_t i = 0; i < plen; i++) {
+        if (p[i] == '%' && i + 2 < plen && p[i + 1] == '3' && (p[i + 2] == 'A' || p[i + 2] == 'a')) {
+            out[o++] = ':';
+            i += 2;
+        } else {
+            out[o++] = p[i];
+        }
+    }
+    out[o] = '\0';
     *problem = name_lock_problem(out);
     return *problem ? NULL : out;
 }

@@ -24,8 +24,8 @@ const char *guardpath_problem(const char *rest);
  * ("/store/a/") would never see the path that names its resources. */
 const char *guardpath_rest_problem(const char *prefix, const char *rest);
 /* The lock a write to `rest` is bound to when the guard has no fixed lock:
- * the path below the prefix without its query (one leading "/" dropped), if
- * it is a valid lock name. NULL and *problem set when the path cannot name a
+ * the path below the prefix without its query (one leading "/" dropped, each
+ * "%3A" read as the ':' it encodes), if it is a valid lock name. NULL and *problem set when the path cannot name a
  * lock. */
 const char *guardpath_lock(const char *rest, char *out, size_t outlen, const char **problem);
 /* NULL when a header value of len bytes may be forwarded, else what is wrong

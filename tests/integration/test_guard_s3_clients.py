@@ -130,6 +130,16 @@ class S3ClientTests(unittest.TestCase):
                             aws_access_key_id=str(g["token"]), aws_secret_access_key=secret or g["lease"],
                             config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
 
+    def test_boto3_key_with_a_colon(self):
+        """boto3 sends a key's ':' as %3A, curl bare: both name one object to S3, so both are
+        bound to the lock named with ':' (before, %3A made a path that named no lock: 400)."""
+        key = "colon-%s/a:b.csv" % uid()
+        g = self.acquire(key)
+        s3 = self.boto3(g)
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"a,b\n")
+        self.assertEqual(self.stored(key), (b"a,b\n", str(g["token"])))
+        self.assertEqual(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read(), b"a,b\n")
+
     def test_boto3(self):
         from botocore.exceptions import ClientError
         key = "boto-%s/data.bin" % uid()

@@ -396,8 +396,24 @@ static void route_sets(void)
     CHECK(!compatible("/t/=http://up/t/,lock=n", "/t/u/=http://up/t/u/,lock=n"));
 }
 
+/* The lock a path binds: ':' bare or as %3A is one lock (an upstream decodes
+ * both to one object); any other escape names no lock. */
+static void locks(void)
+{
+    char out[300];
+    const char *problem = NULL;
+    CHECK(guardpath_lock("/reports/a:b.csv?x=1", out, sizeof out, &problem) && !strcmp(out, "reports/a:b.csv"));
+    CHECK(guardpath_lock("/reports/a%3Ab.csv", out, sizeof out, &problem) && !strcmp(out, "reports/a:b.csv"));
+    CHECK(guardpath_lock("reports/a%3ab%3A", out, sizeof out, &problem) && !strcmp(out, "reports/a:b:"));
+    CHECK(!guardpath_lock("/reports/a%2Ab", out, sizeof out, &problem) && problem);
+    CHECK(!guardpath_lock("/reports/a%3", out, sizeof out, &problem) && problem);
+    CHECK(!guardpath_lock("/reports/a%3?q=A", out, sizeof out, &problem) && problem);
+    CHECK(!guardpath_lock("/", out, sizeof out, &problem) && problem);
+}
+
 int main(void)
 {
+    locks();
     destinations();
     rests();
     same_resources();
