@@ -215,9 +215,19 @@ static void check_lock(const char *rest, size_t outlen, bool canonical)
         CHECK(strlen(name) < outlen, "the name does not fit outlen");
         CHECK(name_lock_problem(name) == NULL, "guardpath_lock gave '%s', which name_lock_problem refuses", name);
         CHECK(ref_name_ok(name), "guardpath_lock gave '%s', which is not a lock name", name);
+        /* Its path, each %3A (either case) read as ':' (guardpath.h). */
         const char *p = rest[0] == '/' ? rest + 1 : rest;
-        size_t plen = strcspn(p, "?");
-        CHECK(strlen(name) == plen && !strncmp(name, p, plen), "guardpath_lock('%s') = '%s', not its path", rest, name);
+        size_t plen = strcspn(p, "?"), n = 0;
+        char *want = malloc(plen + 1);
+        CHECK(want != NULL, "out of memory");
+        for (size_t i = 0; i < plen; i++) {
+            bool colon = i + 2 < plen && p[i] == '%' && p[i + 1] == '3' && (p[i + 2] == 'A' || p[i + 2] == 'a');
+            want[n++] = colon ? ':' : p[i];
+            i += colon ? 2 : 0;
+        }
+        want[n] = '\0';
+        CHECK(!strcmp(name, want), "guardpath_lock('%s') = '%s', not its path", rest, name);
+        free(want);
         if (canonical) {
             /* a lock bound by a canonical path: no dot or empty inner segment */
             for (const char *seg = name;;) {
