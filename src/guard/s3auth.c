@@ -332,10 +332,10 @@ static bool scope_ok(Request *req, const SigV4Auth *a, bool query)
         return false;
     }
     if (strcmp(a->service, "s3") != 0) {
-        req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
-        http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:i}", "s3_code", code, "s3_status", 400),
-                         "%s; incorrect service %s%.32s%s. This endpoint belongs to %ss3%s.", what, q, a->service, q,
-                         q, q);
+        char message[160];
+        snprintf(message, sizeof message, "%s; incorrect service %s%.32s%s. This endpoint belongs to %ss3%s.", what, q,
+                 a->service, q, q, q);
+        refuse(req, ERR_BAD_REQUEST, code, 400, "%s", message);
         return false;
     }
     return true;
@@ -377,33 +377,34 @@ static bool presigned(Request *req, SigV4Query *q)
     return true;
 }
 
+/* The Authorization header parsed into a, its scope the route's. Answers
+ * otherwise. */
+static bool header_parsed(Request *req, SigV4Auth *a)
+{
+    const char *why = "";
+    if (!sigv4_parse(http_header(req, "Authorization"), a, &why)) {
+        refuse(req, ERR_BAD_REQUEST, "AuthorizationHeaderMalformed", 400, "the Authorization header: %s", why);
+        return false;
+    }
+    return scope_ok(req, a, false);
+}
+
 bool s3auth_form_valid(Request *req)
 {
     if (sigv4_query_signed(raw_query(req))) {
         SigV4Query q;
         return presigned(req, &q);
     }
-    const char *authorization = http_header(req, "Authorization"), *why = "";
+    const char *authorization = http_header(req, "Authorization");
     SigV4Auth a;
-    if (!authorization || strncmp(authorization, "AWS4-HMAC-SHA256 ", 17))
-        return true;
-    if (!sigv4_parse(authorization, &a, &why)) {
-        refuse(req, ERR_BAD_REQUEST, "AuthorizationHeaderMalformed", 400, "the Authorization header: %s", why);
-        return false;
-    }
-    return scope_ok(req, &a, false);
+    return !authorization || strncmp(authorization, "AWS4-HMAC-SHA256 ", 17) || header_parsed(req, &a);
 }
 
 /* The signature of the Authorization header parsed into a, its date
  * within S3AUTH_SKEW_S of the gateway's clock. Answers otherwise. */
 static bool header_signed(Request *req, S3Auth *a)
 {
-    const char *why = "";
-    if (!sigv4_parse(http_header(req, "Authorization"), &a->auth, &why)) {
-        refuse(req, ERR_BAD_REQUEST, "AuthorizationHeaderMalformed", 400, "the Authorization header: %s", why);
-        return false;
-    }
-    if (!scope_ok(req, &a->auth, false))
+    if (!header_parsed(req, &a->auth))
         return false;
     const char *date = http_header(req, "x-amz-date");
     int64_t t = amz_time(date);
