@@ -10,15 +10,33 @@
 
 #include "guard/sigv4.h"
 
-#define SIGNED_MAX 64 /* header lines a signed request may have */
-
 typedef struct Signed {
-    char name[128]; /* lower case */
+    const char *name; /* as sent: compared and written in lower case */
+    size_t name_len;
     const char *value;
     size_t len; /* of the value, trimmed */
 } Signed;
 
-static int by_name(const void *a, const void *b) { return strcmp(((const Signed *)a)->name, ((const Signed *)b)->name); }
+/* SigV4's order: by lower-case name, a name before the names it begins. */
+static int by_name(const void *pa, const void *pb)
+{
+    const Signed *a = pa, *b = pb;
+    size_t n = a->name_len < b->name_len ? a->name_len : b->name_len;
+    for (size_t i = 0; i < n; i++) {
+        int ca = tolower((unsigned char)a->name[i]), cb = tolower((unsigned char)b->name[i]);
+        if (ca != cb)
+            return ca - cb;
+    }
+    return (a->name_len > b->name_len) - (a->name_len < b->name_len);
+}
+
+/* Appends the lower-case name of h to out; returns its length. */
+static size_t put_name(char *out, const Signed *h)
+{
+    for (size_t i = 0; i < h->name_len; i++)
+        out[i] = (char)tolower((unsigned char)h->name[i]);
+    return h->name_len;
+}
 
 static bool append(struct curl_slist **list, const char *line)
 {
@@ -28,15 +46,14 @@ static bool append(struct curl_slist **list, const char *line)
     return l != NULL;
 }
 
-/* The header line as a signed header; false when it is not sent (no value) or does not fit. */
+/* The header line as a signed header; false when it is not sent (no value). */
 static bool signed_of(const char *line, Signed *out)
 {
     size_t n = strcspn(line, ":");
-    if (!line[n] || n == 0 || n >= sizeof out->name)
+    if (!line[n] || n == 0)
         return false;
-    for (size_t i = 0; i < n; i++)
-        out->name[i] = (char)tolower((unsigned char)line[i]);
-    out->name[n] = '\0';
+    out->name = line;
+    out->name_len = n;
     const char *v = line + n + 1;
     while (*v == ' ' || *v == '\t')
         v++;
@@ -91,42 +108,49 @@ bool s3sign_lines(const GuardRoute *route, const AwsCreds *creds, const char *me
         !append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD") || (token_line[0] && !append(headers, token_line)))
         return false;
 
-    Signed hs[SIGNED_MAX];
+    size_t lines = 0;
+    for (const struct curl_slist *l = *headers; l; l = l->next)
+        lines++;
+    Signed *hs = calloc(lines, sizeof *hs);
+    if (!hs)
+        return false;
     size_t n = 0, size = 0;
     for (const struct curl_slist *l = *headers; l; l = l->next) {
-        if (n == SIGNED_MAX)
-            return false;
         if (signed_of(l->data, &hs[n])) {
-            size += strlen(hs[n].name) * 2 + hs[n].len + 3;
+            size += hs[n].name_len * 2 + hs[n].len + 3;
             n++;
         }
     }
     qsort(hs, n, sizeof hs[0], by_name);
-    size_t cap = strlen(method) + strlen(path) + size + 128;
+    size_t cap = strlen(method) + strlen(path) + 2 * size + 128;
     char *canonical = malloc(cap);
-    if (!canonical)
+    char *names = malloc(size + 1); /* the names joined by ';': within size */
+    if (!canonical || !names) {
+        free(hs);
+        free(canonical);
+        free(names);
         return false;
+    }
     size_t o = (size_t)snprintf(canonical, cap, "%s\n%s\n\n", method, path);
-    char names[2048];
     size_t no = 0;
     names[0] = '\0';
     for (size_t i = 0; i < n; i++) {
-        bool merged = i && !strcmp(hs[i].name, hs[i - 1].name); /* one name's lines: values joined by ',' */
+        bool merged = i && !by_name(&hs[i], &hs[i - 1]); /* one name's lines: values joined by ',' */
         if (merged) {
             canonical[o - 1] = ',';
         } else {
-            o += (size_t)snprintf(canonical + o, cap - o, "%s:", hs[i].name);
-            size_t nl = strlen(hs[i].name);
-            if (no + nl + 2 > sizeof names) {
-                free(canonical);
-                return false;
-            }
-            no += (size_t)snprintf(names + no, sizeof names - no, "%s%s", no ? ";" : "", hs[i].name);
+            o += put_name(canonical + o, &hs[i]);
+            canonical[o++] = ':';
+            if (no)
+                names[no++] = ';';
+            no += put_name(names + no, &hs[i]);
+            names[no] = '\0';
         }
         o += put_trimmed(canonical + o, hs[i].value, hs[i].len);
         canonical[o++] = '\n';
     }
     snprintf(canonical + o, cap - o, "\n%s\nUNSIGNED-PAYLOAD", names);
+    free(hs);
 
     SigV4Auth a;
     memset(&a, 0, sizeof a);
@@ -136,8 +160,10 @@ bool s3sign_lines(const GuardRoute *route, const AwsCreds *creds, const char *me
     snprintf(a.scope, sizeof a.scope, "%s/%s/s3/aws4_request", a.date, a.region);
     char *to_sign = sigv4_string_to_sign(amz_date, &a, canonical);
     free(canonical);
-    if (!to_sign)
+    if (!to_sign) {
+        free(names);
         return false;
+    }
     uint8_t key[32];
     char signature[SIGV4_HEX];
     sigv4_key(creds->secret_key, &a, key);
@@ -146,8 +172,11 @@ bool s3sign_lines(const GuardRoute *route, const AwsCreds *creds, const char *me
     explicit_bzero(key, sizeof key);
     char *line;
     if (asprintf(&line, "Authorization: AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s",
-                 creds->access_key, a.scope, names, signature) < 0)
+                 creds->access_key, a.scope, names, signature) < 0) {
+        free(names);
         return false;
+    }
+    free(names);
     bool ok = append(headers, line);
     free(line);
     return ok;
