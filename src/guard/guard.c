@@ -850,13 +850,23 @@ static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *m
     return false;
 }
 
-/* A read through an S3 route: signed, with the allowed headers only. */
-static void begin_s3_read(Request *req, const GuardRoute *route, const char *method)
+/* A read through an S3 route: signed, with the allowed headers only. A
+ * GetObjectTagging (tags: true) asks for the object's tags alone. */
+static void begin_s3_read(Request *req, const GuardRoute *route, const char *method, bool tags)
 {
     if (!route_open(req, route, true) || !s3_read_allowed(req, route, method) ||
         !s3req_overrides_allowed(req, req->guard->auth != NULL))
         return;
-    s3_call(req, route, method, s3_url_with(req, route, S3REQ_READ_QUERY), s3req_read_head, s3req_read_gathered);
+    char *url = NULL;
+    if (tags) {
+        char *base = s3_object_url(route, guardroute_rest(route, req->raw_uri));
+        if (base && asprintf(&url, "%s?tagging=", base) < 0)
+            url = NULL;
+        free(base);
+    } else {
+        url = s3_url_with(req, route, S3REQ_READ_QUERY);
+    }
+    s3_call(req, route, method, url, s3req_read_head, s3req_read_gathered);
 }
 
 static ProxyAnswerAction gather_all(void *ud, long status, const struct curl_slist *headers)
@@ -1127,21 +1137,25 @@ static bool copy_source_readable(Request *req, const GuardRoute *route, char *re
 /* A write through an S3 route, queued: the lease's token becomes the
  * object's precondition (s3req.h). A PUT writes the object, a DELETE a
  * tombstone, a Complete the upload's parts (each with the prepare and
- * confirm steps); an UploadPart writes a part only, with neither. */
+ * confirm steps); an UploadPart writes a part only, with neither; a
+ * CopyObject is a PUT of a source's bytes, an UploadPartCopy an UploadPart
+ * of them (its prepare step reads the source). */
 static void begin_s3_write(Request *req, const GuardRoute *route, const char *method, S3Op op, int64_t content_length)
 {
     Server *s = req->srv;
     Guard *g = s->guard;
     bool del = op == S3_OP_DELETE, part = op == S3_OP_MP_PART, complete = op == S3_OP_MP_COMPLETE;
-    bool copy = op == S3_OP_COPY;
+    bool copy = op == S3_OP_COPY, part_copy = op == S3_OP_MP_PART_COPY, any_copy = copy || part_copy;
     GuardBinding b;
     char source[HTTP_MAX_TARGET + 1];
     source[0] = '\0';
-    if (!s3_write_allowed(req, route, method, &b) || ((part || complete) && !upload_is_the_tokens(req, route, &b)) ||
-        (copy && (!copy_source_readable(req, route, source, sizeof source) || !copy_conditional(req, route))) ||
+    if (!s3_write_allowed(req, route, method, &b) ||
+        ((part || part_copy || complete) && !upload_is_the_tokens(req, route, &b)) ||
+        (any_copy && !copy_source_readable(req, route, source, sizeof source)) ||
+        (copy && !copy_conditional(req, route)) ||
         !locks_take_writes(req, &b, 1))
         return;
-    if (!del && !complete && !copy && !s3auth_header_checksum(req, &req->guard->auth))
+    if (!del && !complete && !any_copy && !s3auth_header_checksum(req, &req->guard->auth))
         return;
     if (s3auth_chunked(req->guard->auth))
         content_length = s3auth_store_length(req, req->guard->auth, content_length);
@@ -1149,28 +1163,35 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     encoding_line(req, encoding, sizeof encoding);
     snprintf(fence, sizeof fence, "x-amz-meta-fencing-token: %llu", (unsigned long long)b.token);
     const char *add_put[] = {fence, encoding[0] ? encoding : NULL, NULL};
-    char *source_path = copy ? s3_object_path(route, source) : NULL;
+    char *source_path = any_copy ? s3_object_path(route, source) : NULL;
     char *source_line = NULL;
     if (source_path && asprintf(&source_line, "x-amz-copy-source: %s", source_path) < 0)
         source_line = NULL;
     const char *add_copy[] = {fence, "x-amz-metadata-directive: REPLACE", source_line, NULL};
+    const char *add_part_copy[] = {source_line, NULL};
     const char *directive = header(req, "x-amz-metadata-directive");
     bool carry = !directive || strcmp(directive, "REPLACE") != 0;
     const char *add_del[] = {fence, S3_TOMBSTONE_META ": 1", "Content-Type: text/plain", NULL};
     const char *add_part[] = {encoding[0] ? encoding : NULL, NULL};
     static const char *const NONE[] = {NULL};
-    ProxyHeaders h = {NONE, del ? add_del : part || complete ? add_part : copy ? add_copy : add_put,
-                      del        ? s3req_keep_none
-                      : complete ? s3req_keep_complete
-                      : copy     ? (carry ? s3req_keep_copy : s3req_keep_copy_replace)
+    ProxyHeaders h = {NONE,
+                      del         ? add_del
+                      : part_copy ? add_part_copy
+                      : part || complete ? add_part
+                      : copy      ? add_copy
+                                  : add_put,
+                      del         ? s3req_keep_none
+                      : complete  ? s3req_keep_complete
+                      : part_copy ? s3req_keep_part_copy
+                      : copy      ? (carry ? s3req_keep_copy : s3req_keep_copy_replace)
                       : s3auth_chunked(req->guard->auth) ? s3req_keep_write_unencoded
                                                          : s3req_keep_write};
     static const char *const PART_Q[] = {"partNumber", "uploadId", NULL};
     static const char *const DONE_Q[] = {"uploadId", NULL};
-    char *url = part ? s3_url_with(req, route, PART_Q)
+    char *url = part || part_copy ? s3_url_with(req, route, PART_Q)
                 : complete ? s3_url_with(req, route, DONE_Q)
                            : s3_object_url(route, guardroute_rest(route, req->raw_uri));
-    int64_t length = del ? (int64_t)(sizeof S3_TOMBSTONE_BODY - 1) : copy ? 0 : content_length;
+    int64_t length = del ? (int64_t)(sizeof S3_TOMBSTONE_BODY - 1) : any_copy ? 0 : content_length;
     S3Sign sign = {g->s3, route};
     req->guard->call = url ? proxy_call_new(s->proxy, req, complete ? "POST" : "PUT", url, true, length, &h) : NULL;
     /* The reads around the write (s3req.h) are HeadObjects of the object
@@ -1179,10 +1200,11 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     char *object = complete ? s3_object_url(route, guardroute_rest(route, req->raw_uri)) : NULL;
     if (url && req->guard->call && !part && (!complete || object))
         req->guard->s3 = s3req_write_new(g->s3, s->proxy, req, route, complete ? object : url, b.lock, b.token);
-    char *source_url = copy && source_path ? s3_object_url(route, source) : NULL;
+    char *source_url = any_copy && source_path ? s3_object_url(route, source) : NULL;
     char name[HTTP_MAX_TARGET + 300];
     snprintf(name, sizeof name, "%s%s", route->prefix, source + strspn(source, "/"));
-    bool copy_ok = !copy || (source_line && source_url && s3req_write_copies(req->guard->s3, source_url, name, carry));
+    bool copy_ok = !any_copy || (source_line && source_url && s3req_write_copies(req->guard->s3, source_url, name, carry) &&
+                                 (!part_copy || s3req_write_copies_part(req->guard->s3, url)));
     free(source_url);
     free(source_line);
     free(source_path);
@@ -1190,16 +1212,16 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     free(url);
     /* A copy is signed once its prepare step has added its last header (s3req.h). */
     if (!req->guard->call || (!part && !req->guard->s3) || !copy_ok ||
-        (!copy && !proxy_call_configure(req->guard->call, s3req_sign, &sign)) ||
+        (!any_copy && !proxy_call_configure(req->guard->call, s3req_sign, &sign)) ||
         (del && !proxy_call_fixed_body(req->guard->call, S3_TOMBSTONE_BODY, sizeof S3_TOMBSTONE_BODY - 1)) ||
-        !guardq_add(g->queues, req, req->guard->call, !del && !copy && content_length > 0, &b, 1, &req->guard->ticket,
+        !guardq_add(g->queues, req, req->guard->call, !del && !any_copy && content_length > 0, &b, 1, &req->guard->ticket,
                     part ? NULL : s3req_prepare, req->guard->s3)) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
     if (complete)
         s3req_write_completes(req->guard->s3, s3_route_mpu_if_match(g->s3, (size_t)(route - s->cfg.guards)));
-    if (!part)
+    if (!part && !part_copy)
         guardq_set_confirm(req->guard->write, s3req_confirm);
     req->guard->s3_token = b.token;
     if (complete)
@@ -1291,12 +1313,14 @@ static void begin_s3(Request *req, const GuardRoute *route, const char *method, 
 {
     switch (op) {
     case S3_OP_READ:
-        begin_s3_read(req, route, method);
+    case S3_OP_READ_TAGGING:
+        begin_s3_read(req, route, method, op == S3_OP_READ_TAGGING);
         break;
     case S3_OP_PUT:
     case S3_OP_COPY:
     case S3_OP_DELETE:
     case S3_OP_MP_PART:
+    case S3_OP_MP_PART_COPY:
     case S3_OP_MP_COMPLETE:
         begin_s3_write(req, route, method, op, content_length);
         break;

@@ -42,6 +42,7 @@ struct S3Write {
     char *source_url;
     char *source;
     bool carry;
+    char *part_url; /* an UploadPartCopy's call (owned), or NULL */
 };
 
 /* Is `name` (len bytes) one of `names`, case aside? */
@@ -110,6 +111,14 @@ bool s3req_keep_copy(const char *name, size_t len)
                                        !prefixed(name, len, "x-amz-server-side-encryption-customer-"));
 }
 
+bool s3req_keep_part_copy(const char *name, size_t len)
+{
+    static const char *const PART[] = {"x-amz-copy-source-range", "x-amz-copy-source-if-none-match",
+                                       "x-amz-copy-source-if-modified-since",
+                                       "x-amz-copy-source-if-unmodified-since", NULL};
+    return one_of(PART, name, len);
+}
+
 bool s3req_keep_copy_replace(const char *name, size_t len)
 {
     static const char *const CONTENT[] = {"Content-Type",     "Cache-Control",    "Content-Disposition",
@@ -159,6 +168,7 @@ static bool amz_copy_header(const char *name, size_t len)
                                        "x-amz-copy-source-if-none-match",
                                        "x-amz-copy-source-if-modified-since",
                                        "x-amz-copy-source-if-unmodified-since",
+                                       "x-amz-copy-source-range",
                                        "x-amz-metadata-directive",
                                        "x-amz-tagging-directive",
                                        NULL};
@@ -178,8 +188,6 @@ static const char *amz_refusal(const char *name, size_t len)
     if (prefixed(name, len, "x-amz-copy-source-server-side-encryption-customer-"))
         return "a source encrypted with the client's own key (SSE-C) cannot be copied: the guard reads the source "
                "(its metadata, and whether it is a tombstone) before the copy, which would need that key";
-    if (prefixed(name, len, "x-amz-copy-source-range"))
-        return "a range of a source is copied only by UploadPartCopy, which the guard does not forward";
     if (prefixed(name, len, "x-amz-copy-source") || prefixed(name, len, "x-amz-metadata-directive") ||
         prefixed(name, len, "x-amz-tagging-directive"))
         return "it belongs to a copy: a PUT with x-amz-copy-source (CopyObject)";
@@ -281,7 +289,7 @@ static enum MHD_Result find_query(void *cls, enum MHD_ValueKind kind, const char
     (void)value;
     QueryCheck *q = cls;
     static const char *const OBJECT[] = {"x-id",      "partNumber", "uploads", "uploadId", "max-parts",
-                                         "part-number-marker", NULL};
+                                         "part-number-marker", "tagging", NULL};
     static const char *const LIST[] = {"x-id",   "list-type",  "prefix", "delimiter", "max-keys", "encoding-type",
                                        "marker", "start-after", "continuation-token", "fetch-owner", "location",
                                        NULL};
@@ -324,6 +332,18 @@ static bool query_has(Request *req, const char *key)
     QueryFind f = {key, false};
     MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, find_key, &f);
     return f.found;
+}
+
+/* A copy has no body: its bytes are the source's. Answers 400 otherwise. */
+static bool copy_without_body(Request *req)
+{
+    const char *cl = http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if ((cl && strcmp(cl, "0")) || http_header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        bad(req, cl ? "Content-Length" : "Transfer-Encoding", "%s",
+            "a copy (x-amz-copy-source) has no body: its bytes are the source's");
+        return false;
+    }
+    return true;
 }
 
 S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, bool keys)
@@ -412,10 +432,8 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
             return S3_OP_MP_ABORT;
         if (!strcmp(method, "POST") && !part)
             return S3_OP_MP_COMPLETE;
-        if (!strcmp(method, "PUT") && part && copy) {
-            not_implemented(req, "UploadPartCopy (a PUT with ?partNumber, ?uploadId and x-amz-copy-source)");
-            return S3_OP_NONE;
-        }
+        if (!strcmp(method, "PUT") && part && copy)
+            return copy_without_body(req) ? S3_OP_MP_PART_COPY : S3_OP_NONE;
         if (!strcmp(method, "PUT") && part) {
             if (!http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
                 req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
@@ -426,6 +444,14 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
             return S3_OP_MP_PART;
         }
         not_implemented(req, "this request on a multipart upload");
+        return S3_OP_NONE;
+    }
+    if (query_has(req, "tagging")) {
+        /* GetObjectTagging is a read (aws s3 cp reads a source's tags for a copy in parts);
+         * a write of tags would not be fenced. */
+        if (!strcmp(method, "GET") && !part)
+            return S3_OP_READ_TAGGING;
+        not_implemented(req, "?tagging other than a GET (GetObjectTagging)");
         return S3_OP_NONE;
     }
     if (part && strcmp(method, "GET") && strcmp(method, "HEAD")) {
@@ -450,13 +476,12 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
         }
     }
     if (copy) {
-        const char *cl = http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if ((cl && strcmp(cl, "0")) || http_header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
-            bad(req, cl ? "Content-Length" : "Transfer-Encoding", "%s",
-                "a copy (x-amz-copy-source) has no body: its bytes are the source's");
+        if (http_header(req, "x-amz-copy-source-range")) {
+            bad(req, "x-amz-copy-source-range", "%s",
+                "a range of a source is copied by UploadPartCopy only (?partNumber and ?uploadId)");
             return S3_OP_NONE;
         }
-        return S3_OP_COPY;
+        return copy_without_body(req) ? S3_OP_COPY : S3_OP_NONE;
     }
     if (!http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
         req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
@@ -529,7 +554,13 @@ void s3req_write_free(S3Write *w)
     free(w->url);
     free(w->source_url);
     free(w->source);
+    free(w->part_url);
     free(w);
+}
+
+bool s3req_write_copies_part(S3Write *w, const char *part_url)
+{
+    return w && (w->part_url = strdup(part_url)) != NULL;
 }
 
 bool s3req_write_copies(S3Write *w, const char *source_url, const char *source, bool carry)
@@ -756,7 +787,7 @@ static void source_read(void *ud, long status, const struct curl_slist *headers)
             ok = proxy_call_add_header(w->req->guard->call, l->data);
     }
     /* Its last header is in: signed now, by the guard (s3sign.h). */
-    SelfSign sign = {w->s3, w->route, w->url};
+    SelfSign sign = {w->s3, w->route, w->part_url ? w->part_url : w->url};
     if (!ok || !proxy_call_configure(w->req->guard->call, sign_self, &sign)) {
         ok = false;
         http_reply_error(w->req, ERR_OVERLOADED, NULL, "out of memory; retry");
@@ -784,7 +815,8 @@ bool s3req_prepare(void *ud, GuardWrite *gw)
 {
     S3Write *w = ud;
     w->gw = gw;
-    if (!start_head(w, prepared)) {
+    /* A part has no precondition of its own: an UploadPartCopy reads its source only. */
+    if (w->part_url ? !start_head_of(w, w->source_url, source_read) : !start_head(w, prepared)) {
         http_reply_error(w->req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return false;
     }
@@ -884,6 +916,8 @@ static void rechecked(void *ud, long status, const struct curl_slist *headers)
 
 bool s3req_final(S3Write *w)
 {
+    if (w->part_url)
+        return false; /* an UploadPartCopy: no precondition of the guard's, the store's answer as it is */
     if (w->rechecking) {
         http_suspend_watched(w->req); /* woken early by the finished call: go on waiting */
         return true;

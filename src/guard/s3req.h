@@ -71,6 +71,7 @@ typedef struct S3Write S3Write;
 typedef enum S3Op {
     S3_OP_NONE,          /* refused: answered */
     S3_OP_READ,          /* GetObject, HeadObject */
+    S3_OP_READ_TAGGING,  /* GetObjectTagging: GET ?tagging, a read */
     S3_OP_PUT,           /* PutObject */
     S3_OP_DELETE,        /* DeleteObject: a tombstone */
     S3_OP_COPY,          /* CopyObject: PUT with x-amz-copy-source, a write of the destination */
@@ -81,6 +82,7 @@ typedef enum S3Op {
     S3_OP_LIST_V2,       /* ListObjectsV2 */
     S3_OP_MP_CREATE,     /* CreateMultipartUpload: POST ?uploads */
     S3_OP_MP_PART,       /* UploadPart: PUT ?partNumber=N&uploadId=U */
+    S3_OP_MP_PART_COPY,  /* UploadPartCopy: the same with x-amz-copy-source */
     S3_OP_MP_COMPLETE,   /* CompleteMultipartUpload: POST ?uploadId=U */
     S3_OP_MP_ABORT,      /* AbortMultipartUpload: DELETE ?uploadId=U */
     S3_OP_MP_LIST_PARTS, /* ListParts: GET ?uploadId=U */
@@ -130,6 +132,9 @@ bool s3req_keep_none(const char *name, size_t len); /* a tombstone's: none of th
  * which the guard sets. */
 bool s3req_keep_copy(const char *name, size_t len);
 bool s3req_keep_copy_replace(const char *name, size_t len);
+/* An UploadPartCopy's: its range and the client's conditions on the source
+ * but x-amz-copy-source-if-match (the guard's). */
+bool s3req_keep_part_copy(const char *name, size_t len);
 /* A CompleteMultipartUpload's: its content type, checksums and SSE-C keys. */
 bool s3req_keep_complete(const char *name, size_t len);
 /* An aws-chunked write's: its Content-Encoding is rewritten without aws-chunked. */
@@ -159,6 +164,11 @@ void s3req_write_completes(S3Write *w, bool if_match_ok);
  * metadata directive is COPY, and the source's metadata and content
  * headers go with it (never its fence). False when out of memory. */
 bool s3req_write_copies(S3Write *w, const char *source_url, const char *source, bool carry);
+/* The copy is an UploadPartCopy to `part_url` (the call's URL, with its
+ * query): its prepare step reads the source only, a part has no
+ * precondition of its own, and the store's answer is passed on. False when
+ * out of memory. */
+bool s3req_write_copies_part(S3Write *w, const char *part_url);
 /* Its confirm step, right before the end leaves (guardq_set_confirm): the
  * object read again must have the ETag, fence and Last-Modified the prepare
  * step read. */

@@ -88,7 +88,12 @@ bool s3sign_lines(const GuardRoute *route, const AwsCreds *creds, const char *me
     const char *scheme_end = strstr(route->endpoint, "://");
     if (strncmp(url, route->endpoint, elen) || url[elen] != '/' || !scheme_end)
         return false;
-    const char *path = url + elen;
+    /* The path and query as written are their canonical forms (s3_object_url, sigv4_encode). */
+    size_t plen = strcspn(url + elen, "?");
+    const char *query = url[elen + plen] == '?' ? url + elen + plen + 1 : "";
+    char *path = strndup(url + elen, plen);
+    if (!path)
+        return false;
     /* Host as libcurl would send it: without the scheme's default port. */
     char host[600];
     snprintf(host, sizeof host, "Host: %s", scheme_end + 3);
@@ -105,15 +110,19 @@ bool s3sign_lines(const GuardRoute *route, const AwsCreds *creds, const char *me
     if (creds->session_token[0])
         snprintf(token_line, sizeof token_line, "x-amz-security-token: %s", creds->session_token);
     if (!append(headers, host) || !append(headers, date_line) ||
-        !append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD") || (token_line[0] && !append(headers, token_line)))
+        !append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD") || (token_line[0] && !append(headers, token_line))) {
+        free(path);
         return false;
+    }
 
     size_t lines = 0;
     for (const struct curl_slist *l = *headers; l; l = l->next)
         lines++;
     Signed *hs = calloc(lines, sizeof *hs);
-    if (!hs)
+    if (!hs) {
+        free(path);
         return false;
+    }
     size_t n = 0, size = 0;
     for (const struct curl_slist *l = *headers; l; l = l->next) {
         if (signed_of(l->data, &hs[n])) {
@@ -122,16 +131,18 @@ bool s3sign_lines(const GuardRoute *route, const AwsCreds *creds, const char *me
         }
     }
     qsort(hs, n, sizeof hs[0], by_name);
-    size_t cap = strlen(method) + strlen(path) + 2 * size + 128;
+    size_t cap = strlen(method) + strlen(path) + strlen(query) + 2 * size + 128;
     char *canonical = malloc(cap);
     char *names = malloc(size + 1); /* the names joined by ';': within size */
     if (!canonical || !names) {
+        free(path);
         free(hs);
         free(canonical);
         free(names);
         return false;
     }
-    size_t o = (size_t)snprintf(canonical, cap, "%s\n%s\n\n", method, path);
+    size_t o = (size_t)snprintf(canonical, cap, "%s\n%s\n%s\n", method, path, query);
+    free(path);
     size_t no = 0;
     names[0] = '\0';
     for (size_t i = 0; i < n; i++) {

@@ -25,7 +25,8 @@
 struct curl_slist;
 
 /* Appends to *headers the lines that sign `method` of `url` (the route's
- * endpoint, a path as S3 canonicalizes it, no query) at time `now`: Host,
+ * endpoint, then a path and query as S3 canonicalizes them: s3_object_url,
+ * sigv4_encode) at time `now`: Host,
  * x-amz-date, x-amz-content-sha256, x-amz-security-token and Authorization.
  * False when out of memory, or the URL is not the route's. */
 bool s3sign_lines(const GuardRoute *route, const AwsCreds *creds, const char *method, const char *url, time_t now,

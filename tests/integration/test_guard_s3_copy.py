@@ -158,6 +158,42 @@ class S3CopyTests(unittest.TestCase):
         with self.assertRaises(ClientError):
             s3.head_object(Bucket=ONE, Key=d + "/m.txt")  # its tombstone: 404
 
+    @unittest.skipUnless(have(AWS), "awscli is not installed (scripts/deps.sh --test)")
+    def test_aws_cli_cp_multipart_copy(self):
+        """`aws s3 cp` of 9 MiB within the bucket: CreateMultipartUpload, two UploadPartCopy
+        (x-amz-copy-source-range, each pinned to the source's ETag), Complete. moto ignores
+        If-Match on Complete, so the destination is a new key here (docs/fencing.md)."""
+        d = "mpcopy-%s" % uid()
+        body = os.urandom(9 * 1024 * 1024)
+        self.moto.put_direct("pfx/%s/big.bin" % d, body, fence=77)
+        g = self.acquire(d + "/copy.bin")
+        rc, out = self.run_tool([AWS, "--endpoint-url", self.srv.url, "s3", "cp", "s3://%s/%s/big.bin" % (BUCKET, d),
+                                 "s3://%s/%s/copy.bin" % (BUCKET, d)], self.env(g))
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(self.moto.get("pfx/%s/copy.bin" % d), (body, str(g["token"])))
+        self.assertEqual(len(self.moto.requests('"PUT /%s/pfx/%s/copy.bin?partNumber=' % (s3_fixture.BUCKET, d))), 2,
+                         "two UploadPartCopy")
+        # A part copy of a tombstone, of another route's object, or into an upload another
+        # token began: refused before the store hears of it.
+        a = self.acquire(d + "/other.bin")
+        s3 = self.boto3(a)
+        up = s3.create_multipart_upload(Bucket=BUCKET, Key=d + "/other.bin")["UploadId"]
+        from botocore.exceptions import ClientError
+        for source, code in (({"Bucket": "other", "Key": "x"}, "AccessDenied"),
+                             ({"Bucket": BUCKET, "Key": ".leasegate-probe"}, "InvalidArgument")):
+            with self.assertRaises(ClientError) as cm:
+                s3.upload_part_copy(Bucket=BUCKET, Key=d + "/other.bin", UploadId=up, PartNumber=1,
+                                    CopySource=source, CopySourceRange="bytes=0-9")
+            self.assertEqual(cm.exception.response["Error"]["Code"], code)
+        with self.assertRaises(ClientError) as cm:
+            self.boto3(g).upload_part_copy(Bucket=BUCKET, Key=d + "/copy.bin", UploadId=up, PartNumber=1,
+                                           CopySource={"Bucket": BUCKET, "Key": d + "/big.bin"})
+        self.assertIn(cm.exception.response["Error"]["Code"], ("NoSuchUpload", "StaleFencingToken"))
+        part = s3.upload_part_copy(Bucket=BUCKET, Key=d + "/other.bin", UploadId=up, PartNumber=1,
+                                   CopySource={"Bucket": BUCKET, "Key": d + "/big.bin"}, CopySourceRange="bytes=0-9")
+        self.assertTrue(part["CopyPartResult"]["ETag"])
+        s3.abort_multipart_upload(Bucket=BUCKET, Key=d + "/other.bin", UploadId=up)
+
     def rclone_env(self, g):
         open(os.path.join(self.dir, "rclone.conf"), "w").close()
         return self.env(g, RCLONE_CONFIG=os.path.join(self.dir, "rclone.conf"), RCLONE_CONFIG_LG_TYPE="s3",
@@ -254,13 +290,14 @@ class S3CopyTests(unittest.TestCase):
             with self.subTest(source=source):
                 self.assert_refused(self.copy(g, dst, source), status, code, dst, "secret-" + d)
                 self.assertFalse(self.moto.requests("HEAD /%s/otherpfx/%s" % (s3_fixture.BUCKET, d)))
-        # A copy with a body, and UploadPartCopy: refused too.
+        # A copy with a body, and an UploadPartCopy into an upload it did not begin: refused too.
         st, _, body = self.srv.request("PUT", "/%s/%s" % (BUCKET, dst), raw=b"x", headers={
             "Fencing-Lease": g["lease"], "x-amz-copy-source": "%s/%s/src.txt" % (BUCKET, d)})
         self.assertEqual(st, 400, body)
         st, _, body = self.srv.request("PUT", "/%s/%s?partNumber=1&uploadId=u" % (BUCKET, dst), raw=b"", headers={
             "Fencing-Lease": g["lease"], "x-amz-copy-source": "%s/%s/src.txt" % (BUCKET, d)})
-        self.assertEqual(st, 501, body)
+        self.assertEqual(st, 409, body)  # an upload this token did not begin
+        self.assertIn("<Code>NoSuchUpload</Code>", body)
 
     def test_tombstone_source_is_no_such_key(self):
         d = "tomb-%s" % uid()
