@@ -34,7 +34,8 @@
  * COPY, the guard carries the source's metadata over itself) and the source
  * pinned to the ETag its HEAD gave. A 412 of the store that the destination
  * does not explain (it is as the prepare step read it) is the source's: 412
- * PreconditionFailed.
+ * PreconditionFailed. UploadPartCopy is an UploadPart of a source's bytes,
+ * its source read (and pinned) the same way. GetObjectTagging is a read.
  *
  * DELETE writes a tombstone instead of dropping the object, so that the
  * fence stays: the same steps as a PUT, with the body S3_TOMBSTONE_BODY

@@ -2,7 +2,8 @@
 destination (docs/fencing.md, "Copies"), its source an object the same client could GET
 through the same route. Unmodified clients against moto's server made strict
 (moto_strict.py, which also honours CopyObject's preconditions as S3 documents them):
-boto3's copy_object, the AWS CLI's `s3 cp` and `s3 mv` between keys of the bucket, rclone's
+boto3's copy_object, the AWS CLI's `s3 cp` and `s3 mv` between keys of the bucket (and `s3 cp`
+of 9 MiB, in parts: UploadPartCopy, after GetObjectTagging of the source), rclone's
 server-side copyto and moveto, s3cmd's cp. Then what a hostile client tries: a stale lease's
 copy, a source outside the route, in another bucket, the probe key or a tombstone (refused,
 the store never asked), the source's higher fence or a smuggled fencing-token carried onto
