@@ -99,7 +99,11 @@ _upload_part_copy = s3responses.S3Response.upload_part_copy
 
 
 def _check_source(self):
-    """x-amz-copy-source-if-match, -if-unmodified-since, -if-modified-since of a copy's source."""
+    """x-amz-copy-source-if-match, -if-unmodified-since, -if-modified-since of a copy's source
+    (ignored with LEASEGATE_MOTO_PLAIN_COPY_SOURCE=1, as a store that honours a copy's
+    destination preconditions but not its source's would)."""
+    if os.environ.get("LEASEGATE_MOTO_PLAIN_COPY_SOURCE") == "1":
+        return
     source = urllib.parse.urlparse(self.headers.get("x-amz-copy-source", ""))
     src_bucket, _, src_key = urllib.parse.unquote(source.path).lstrip("/").partition("/")
     version = urllib.parse.parse_qs(source.query).get("versionId", [None])[0]

@@ -52,9 +52,10 @@ def missing_reason():
 
 
 class Moto:
-    def __init__(self, copy_preconditions=True):
+    def __init__(self, copy_preconditions=True, copy_source_preconditions=True):
         """copy_preconditions=False: CopyObject's preconditions ignored, as plain moto 5.2
-        ignores them (moto_strict.py)."""
+        ignores them (moto_strict.py); copy_source_preconditions=False: only those on the
+        copy's source (x-amz-copy-source-if-*) ignored."""
         import boto3
         self.dir = tempfile.mkdtemp(prefix="leasegate-moto-")
         self.port = free_port()
@@ -62,6 +63,8 @@ class Moto:
         env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")
         if not copy_preconditions:
             env["LEASEGATE_MOTO_PLAIN_COPY"] = "1"
+        if not copy_source_preconditions:
+            env["LEASEGATE_MOTO_PLAIN_COPY_SOURCE"] = "1"
         self.log = open(os.path.join(self.dir, "moto.log"), "wb")
         self.proc = subprocess.Popen([sys.executable, MOTO_STRICT, "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=env, cwd=self.dir)

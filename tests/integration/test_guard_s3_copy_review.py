@@ -1,0 +1,260 @@
+"""A hostile review of CopyObject / UploadPartCopy through an s3:// route (branch s3copy):
+each test here failed on s3copy when written, and names the defect it shows.
+
+* the guard's own metadata (x-amz-meta-leasegate-deleted, the tombstone's marker) is
+  forwarded from a client's REPLACE copy: the destination reads as deleted (404) while
+  its bytes are the source's;
+* GetObjectTagging of a tombstone answers 200 (an empty TagSet), where GET and HEAD
+  answer 404 NoSuchKey;
+* a COPY carries the source's metadata, but one with an empty value is lost (libcurl
+  drops a "Name:" line);
+* the guard's own signature of a copy (s3sign.c) leaves an x-amz-* header it sends out
+  of SignedHeaders (an empty one, which libcurl sends as "Name:"): S3 refuses "headers
+  present in the request which were not signed";
+* UploadPartCopy goes to a store whose probe found it ignores copy preconditions (the
+  docs: "never an unconditional copy", 501), and the probe never checks the pin
+  (x-amz-copy-source-if-match), so a store that ignores it gets unpinned copies.
+
+Only 127.0.0.1; every wait is bounded; no timing assertions.
+"""
+
+import os
+import socket
+import threading
+import unittest
+import uuid
+
+import harness
+import s3_fixture
+
+BUCKET = "reports"
+
+
+def uid():
+    return uuid.uuid4().hex[:10]
+
+
+def route(prefix, keyprefix, endpoint):
+    return ["--guard", "/%s/=s3://%s/%s,region=%s,endpoint=%s" % (
+        prefix, s3_fixture.BUCKET, keyprefix, s3_fixture.REGION, endpoint)]
+
+
+class Recorder:
+    """A TCP relay in front of moto that keeps the head of every request going by."""
+
+    def __init__(self, port):
+        self.port = port
+        self.heads = []
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            except OSError:
+                c.close()
+                continue
+            c.settimeout(None)
+            threading.Thread(target=self._pipe, args=(c, up, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(up, c, False), daemon=True).start()
+
+    def _pipe(self, src, dst, record):
+        buf = b""
+        try:
+            while not self.stop.is_set():
+                data = src.recv(65536)
+                if not data:
+                    break
+                if record:
+                    buf += data
+                    while b"\r\n\r\n" in buf:
+                        head, buf = buf.split(b"\r\n\r\n", 1)
+                        with self.lock:
+                            self.heads.append(head.decode("latin-1"))
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def copies(self, key):
+        """The heads of the CopyObjects of `key` (the store's path) that went by."""
+        with self.lock:
+            return [h for h in self.heads if h.startswith("PUT %s " % key) and "\nx-amz-copy-source:" in h.lower()]
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
+def unsigned_amz(head):
+    """The x-amz-* headers of a request head that its Authorization does not sign."""
+    lines = head.split("\r\n")[1:]
+    auth = [v for n, _, v in (l.partition(":") for l in lines) if n.strip().lower() == "authorization"]
+    signed = set()
+    if auth:
+        part = auth[0].split("SignedHeaders=", 1)[1].split(",", 1)[0]
+        signed = set(part.strip().split(";"))
+    sent = {l.partition(":")[0].strip().lower() for l in lines if ":" in l}
+    return sorted(n for n in sent if n.startswith("x-amz-") and n not in signed)
+
+
+@unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
+class CopyReviewTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.moto = s3_fixture.Moto()
+        cls.rec = Recorder(cls.moto.port)
+        cls.srv = harness.Server(extra_args=route(BUCKET, "pfx", cls.rec.url), extra_env=cls.moto.env())
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.cleanup()
+        cls.rec.close()
+        cls.moto.stop()
+
+    def acquire(self, lock):
+        st, _, g = self.srv.acquire(lock, "o", ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        return g
+
+    def copy(self, g, dest, source, **headers):
+        h = {"Fencing-Lease": g["lease"], "x-amz-copy-source": source}
+        h.update(headers)
+        return self.srv.request("PUT", "/%s/%s" % (BUCKET, dest), raw=b"", headers=h)
+
+    def head(self, key):
+        return self.moto.s3.head_object(Bucket=s3_fixture.BUCKET, Key=key)
+
+    def test_replace_copy_does_not_write_the_guards_own_metadata(self):
+        """Defect: with REPLACE the client's x-amz-meta-leasegate-deleted reaches the store,
+        and the destination, holding the source's bytes, reads as a tombstone through the
+        guard (404) and as a copy source (404). The guard's own metadata must never be the
+        client's to set (the COPY path already drops it from the source)."""
+        d = "smuggle-%s" % uid()
+        self.moto.put_direct("pfx/%s/src" % d, b"real data")
+        g = self.acquire(d + "/dst")
+        st, _, body = self.copy(g, d + "/dst", "%s/%s/src" % (BUCKET, d), **{
+            "x-amz-metadata-directive": "REPLACE", "x-amz-meta-leasegate-deleted": "1"})
+        if st == 200:
+            self.assertNotIn("leasegate-deleted", self.head("pfx/%s/dst" % d)["Metadata"])
+            st, _, body = self.srv.request("GET", "/%s/%s/dst" % (BUCKET, d))
+            self.assertEqual((st, body), (200, "real data"))
+        else:
+            self.assertEqual(st, 400, body)
+            self.assertIn("InvalidArgument", body)
+
+    def test_get_object_tagging_of_a_tombstone_is_no_such_key(self):
+        """Defect: GET ?tagging is forwarded as a read whose answer holds no object metadata,
+        so the tombstone check (s3req_read_head: x-amz-meta-leasegate-deleted) never sees one:
+        a deleted object answers 200 with its (empty) tags, where GET and HEAD answer 404."""
+        d = "tags-%s" % uid()
+        g = self.acquire(d + "/t")
+        st, _, body = self.srv.request("PUT", "/%s/%s/t" % (BUCKET, d), raw=b"x", headers={
+            "Fencing-Lease": g["lease"], "x-amz-tagging": "k=v"})
+        self.assertEqual(st, 200, body)
+        st, _, body = self.srv.request("GET", "/%s/%s/t?tagging" % (BUCKET, d))
+        self.assertEqual(st, 200, body)
+        st, _, body = self.srv.request("DELETE", "/%s/%s/t" % (BUCKET, d), headers={"Fencing-Lease": g["lease"]})
+        self.assertEqual(st, 204, body)
+        self.assertEqual(self.srv.request("GET", "/%s/%s/t" % (BUCKET, d))[0], 404)
+        st, _, body = self.srv.request("GET", "/%s/%s/t?tagging" % (BUCKET, d))
+        self.assertEqual(st, 404, body)
+        self.assertIn("<Code>NoSuchKey</Code>", body)
+
+    def test_copy_carries_metadata_with_an_empty_value(self):
+        """Defect: with COPY the guard carries the source's metadata as header lines from its
+        HEAD; one with an empty value ("x-amz-meta-empty:") is a line libcurl reads as "do not
+        send", so the copy loses it (S3's COPY keeps it)."""
+        d = "empty-%s" % uid()
+        self.moto.s3.put_object(Bucket=s3_fixture.BUCKET, Key="pfx/%s/src" % d, Body=b"s",
+                                Metadata={"empty": "", "x": "y"})
+        g = self.acquire(d + "/dst")
+        st, _, body = self.copy(g, d + "/dst", "%s/%s/src" % (BUCKET, d))
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.head("pfx/%s/dst" % d)["Metadata"], {"empty": "", "x": "y", "fencing-token": str(g["token"])})
+
+    def test_every_amz_header_of_a_copy_is_signed(self):
+        """Defect: s3sign_lines signs only "Name: value" lines with a value; a client's empty
+        header that the proxy forwards as "Name;" (libcurl then sends "Name:") goes out of
+        SignedHeaders, and S3 refuses a request with an unsigned x-amz-* header (AccessDenied,
+        "There were headers present in the request which were not signed"). moto does not
+        check that, so the test reads what went to the store."""
+        d = "signed-%s" % uid()
+        self.moto.put_direct("pfx/%s/src" % d, b"s")
+        g = self.acquire(d + "/dst")
+        st, _, body = self.copy(g, d + "/dst", "%s/%s/src" % (BUCKET, d), **{
+            "x-amz-metadata-directive": "REPLACE", "x-amz-meta-e": ""})
+        self.assertEqual(st, 200, body)
+        heads = self.rec.copies("/%s/pfx/%s/dst" % (s3_fixture.BUCKET, d))
+        self.assertEqual(len(heads), 1, heads)
+        self.assertEqual(unsigned_amz(heads[0]), [], heads[0])
+
+
+@unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
+class CopyPinReviewTests(unittest.TestCase):
+    def start(self, **moto_args):
+        moto = s3_fixture.Moto(**moto_args)
+        srv = harness.Server(extra_args=route(BUCKET, "pfx", moto.url), extra_env=moto.env())
+        self.addCleanup(moto.stop)
+        self.addCleanup(srv.cleanup)
+        return moto, srv
+
+    def test_upload_part_copy_on_a_store_that_ignores_copy_preconditions_is_501(self):
+        """Defect: copy_conditional (guard.c begin_s3_write) gates S3_OP_COPY only; an
+        UploadPartCopy goes to a store whose probe found copy preconditions ignored (plain
+        moto: x-amz-copy-source-if-match too), so its source is not pinned to what the
+        guard's HEAD checked (not a tombstone): docs/fencing.md promises 501 there."""
+        moto, srv = self.start(copy_preconditions=False)
+        moto.put_direct("pfx/src", b"0123456789")
+        st, _, g = srv.acquire("dst", "o", ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import ClientError
+        s3 = boto3.client("s3", endpoint_url=srv.url, region_name="us-east-1", aws_access_key_id=str(g["token"]),
+                          aws_secret_access_key=g["lease"],
+                          config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+        up = s3.create_multipart_upload(Bucket=BUCKET, Key="dst")["UploadId"]
+        with self.assertRaises(ClientError) as cm:
+            s3.upload_part_copy(Bucket=BUCKET, Key="dst", UploadId=up, PartNumber=1, CopySource=BUCKET + "/src")
+        self.assertEqual(cm.exception.response["Error"]["Code"], "NotImplemented")
+        self.assertFalse(moto.requests("PUT /%s/pfx/dst?partNumber" % s3_fixture.BUCKET), "the store was asked")
+
+    def test_probe_checks_the_source_pin(self):
+        """Defect: the probe (s3.c probe_copy) checks If-Match and If-None-Match on the copy's
+        destination only; a store that ignores x-amz-copy-source-if-match passes it, and every
+        copy then goes unpinned: what the store copies may be a version (or a tombstone) the
+        guard never read. Expected: the probe also copies with a wrong
+        x-amz-copy-source-if-match, and copies get 501 when that is not 412."""
+        moto, srv = self.start(copy_source_preconditions=False)
+        st, _, health = srv.request("GET", "/healthz")
+        self.assertEqual(st, 200, health)
+        self.assertIn("CopyObject", health["guard"][0]["detail"])
+        moto.put_direct("pfx/src", b"s")
+        st, _, g = srv.acquire("dst", "o", ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        st, _, body = srv.request("PUT", "/%s/dst" % BUCKET, raw=b"", headers={
+            "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
+        self.assertEqual(st, 501, body)
+
+
+if __name__ == "__main__":
+    unittest.main()
