@@ -255,6 +255,37 @@ class CopyPinReviewTests(unittest.TestCase):
             "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
         self.assertEqual(st, 501, body)
 
+    def test_unpinned_copy_lands_a_tombstone(self):
+        """The consequence of the unprobed pin: the source deleted (its tombstone written)
+        between the guard's HEAD of it and the copy, on a store that ignores
+        x-amz-copy-source-if-match: the tombstone's body lands on the destination as an
+        object (a GET through the guard reads it, 200), which no GET could ever read. With
+        the pin honoured (moto_strict) the same race is 412, nothing copied."""
+        moto = s3_fixture.Moto(copy_source_preconditions=False)
+        self.addCleanup(moto.stop)
+        tombstone = b"leasegate tombstone: deleted through the guard; its fencing-token stays\n"
+
+        class DeleteSource:
+            """What the racing relay does when the copy goes by: the source's tombstone."""
+            port = moto.port
+
+            def put_direct(self, key, body, fence):
+                moto.s3.put_object(Bucket=s3_fixture.BUCKET, Key="pfx/src", Body=tombstone, ContentType="text/plain",
+                                   Metadata={"fencing-token": "99", "leasegate-deleted": "1"})
+
+        proxy = s3_fixture.RacingProxy(DeleteSource())
+        self.addCleanup(proxy.close)
+        srv = harness.Server(extra_args=route(BUCKET, "pfx", proxy.url), extra_env=moto.env())
+        self.addCleanup(srv.cleanup)
+        moto.put_direct("pfx/src", b"the source")
+        st, _, g = srv.acquire("dst", "o", ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        proxy.race("/%s/pfx/dst" % s3_fixture.BUCKET, 0)
+        st, _, body = srv.request("PUT", "/%s/dst" % BUCKET, raw=b"", headers={
+            "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
+        self.assertTrue(proxy.raced.is_set())
+        self.assertNotEqual(moto.get("pfx/dst"), (tombstone, str(g["token"])), "a tombstone's body was copied")
+
 
 if __name__ == "__main__":
     unittest.main()
