@@ -209,6 +209,33 @@ class CopyReviewTests(unittest.TestCase):
 
 
 @unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
+class WriteOnlyRouteTests(unittest.TestCase):
+    def test_copy_on_a_route_without_get_reads_nothing(self):
+        """Defect (a read of what no GET may read): copy_source_readable (guard.c) never asks
+        whether the route forwards GET. On a drop box route (methods=PUT) a GET of another's
+        object is 405, but a copy of it answers 200 (its ETag, the MD5 of its bytes) and
+        writes it where the client can read it: here through a second route of the same lock
+        over the drop box's public/ part."""
+        moto = s3_fixture.Moto()
+        self.addCleanup(moto.stop)
+        srv = harness.Server(extra_args=[
+            "--guard", "/drop/=s3://%s/pfx,region=%s,endpoint=%s,methods=PUT,lock=box" % (
+                s3_fixture.BUCKET, s3_fixture.REGION, moto.url),
+            "--guard", "/pub/=s3://%s/pfx/public,region=%s,endpoint=%s,lock=box" % (
+                s3_fixture.BUCKET, s3_fixture.REGION, moto.url)], extra_env=moto.env())
+        self.addCleanup(srv.cleanup)
+        moto.put_direct("pfx/alice/report", b"alice's secret")
+        st, _, g = srv.acquire("box", "mallory", ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        self.assertEqual(srv.request("GET", "/drop/alice/report")[0], 405)
+        st, _, body = srv.request("PUT", "/drop/public/x", raw=b"", headers={
+            "Fencing-Lease": g["lease"], "x-amz-copy-source": "drop/alice/report"})
+        self.assertIn(st, (403, 405), body)
+        self.assertFalse(moto.requests("HEAD /%s/pfx/alice/report" % s3_fixture.BUCKET), "the store was asked")
+        self.assertEqual(srv.request("GET", "/pub/x")[0], 404)
+
+
+@unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
 class CopyPinReviewTests(unittest.TestCase):
     def start(self, **moto_args):
         moto = s3_fixture.Moto(**moto_args)
