@@ -115,8 +115,8 @@ class S3ReviewTests(unittest.TestCase):
         HeadObject, so download_file fails, though PutObject and GetObject of the same client
         are redirected. A HEAD's 400 has no body, so botocore finds the region only in the
         x-amz-bucket-region header, which S3 sends and the guard's scope refusal does not;
-        HeadBucket, which botocore then asks, is refused the same way. Before the scope check
-        these reads passed."""
+        HeadBucket, which botocore then asks, is refused the same way. A regression of c37f687
+        (the scope check): this test passes at e95d0eb."""
         key = "region-%s.txt" % uid()
         g = self.acquire(key)
         self.boto3(g).put_object(Bucket=BUCKET, Key=key, Body=b"hello")
