@@ -20,6 +20,7 @@ import http.client
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import unittest
 import urllib.parse
@@ -193,6 +194,33 @@ class S3ReviewTests(unittest.TestCase):
                                  path.encode())
             self.assertEqual(st, 200, (path, body))
             self.assertEqual(self.stored(key), (path.encode(), str(g["token"])))
+
+    @unittest.skipUnless(shutil.which("curl"), "curl is not installed (scripts/deps.sh --test)")
+    def test_curl_aws_sigv4_colon_as_s3_takes_it(self):
+        """The guard takes curl's own --aws-sigv4 where S3 does, and refuses it where S3 does:
+        Debian 12's curl 7.88 signs the path as written, so a bare ':' (or %3a) is signed as S3
+        never canonicalizes it (403 from the strict moto too), and %3A is S3's form (200).
+        The guard checks the signature over S3's canonical path only: the strict moto, with its
+        own key, is the oracle."""
+        for spelling in (":", "%3a", "%3A"):
+            tag = uid()
+            key = "curl-%s:b" % tag
+            g = self.acquire(key)
+            statuses = []
+            for base, path, key_id, secret in (
+                    (self.moto.url, "/%s/direct-%s" % (s3_fixture.BUCKET, key), self.moto.key_id, self.moto.secret),
+                    (self.srv.url, "/%s/%s" % (BUCKET, key), str(g["token"]), g["lease"])):
+                p = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-X", "PUT",
+                                    "--data-binary", "curl", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
+                                    "%s:%s" % (key_id, secret), "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                                    # not curl's form type, whose body moto's werkzeug eats
+                                    "-H", "Content-Type: application/octet-stream",
+                                    base + path.replace(":", spelling)], capture_output=True, timeout=30)
+                statuses.append(p.stdout.decode())
+            self.assertEqual(statuses[1], statuses[0], (spelling, statuses))
+            if spelling == "%3A":
+                self.assertEqual(statuses, ["200", "200"])
+                self.assertEqual(self.stored(key), (b"curl", str(g["token"])))
 
     def test_nul_in_forwarded_query_value(self):
         """FAILED on main: a %00 in a query value the guard forwards (partNumber, a response-*
