@@ -450,7 +450,9 @@ static SignedOver signed_over_path(Request *req, const char *method, const S3Aut
 /* Does a's signature sign req, its path canonicalized as S3 does (decoded,
  * then every byte but A-Za-z0-9-._~ and '/' encoded once, upper-case:
  * s3_encode_path), so that a bare ':' and a lower-case %3a are signed as
- * %3A? As signed_over_path otherwise. */
+ * %3A? As signed_over_path otherwise. Only that form: a signature over the
+ * path as sent where it differs (curl 7.88's --aws-sigv4 signs a bare ':')
+ * is one S3 refuses too, and the guard takes what S3 takes. */
 static SignedOver signed_over(Request *req, const char *method, const S3Auth *a, const char *payload,
                               const char *omit, const char **why)
 {
