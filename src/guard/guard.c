@@ -870,7 +870,7 @@ static void upload_object(Request *req, const GuardRoute *route, char *out, size
     const char *rest = guardroute_rest(route, req->raw_uri);
     size_t n = (size_t)snprintf(out, outlen, "%s", route->prefix), len = 0;
     if (n >= outlen || !guardpath_colons(rest, strcspn(rest, "?"), out + n, outlen - n, &len))
-        out[0] = '\0'; /* records nothing an upload could match: cannot happen, see above */
+        out[0] = '\0'; /* unreachable (see above); no path names "" */
 }
 
 /* Is the holder that began an upload still the lock's (for pruning)? */

@@ -425,50 +425,41 @@ static bool header_signed(Request *req, S3Auth *a)
     return true;
 }
 
-/* Does a's signature sign req over the canonical URI `path`: SIGNED_NOT,
- * or SIGNED_UNCHECKED with why when the canonical request cannot be made. */
-typedef enum SignedOver { SIGNED_OK, SIGNED_NOT, SIGNED_UNCHECKED } SignedOver;
-
-static SignedOver signed_over_path(Request *req, const char *method, const S3Auth *a, const char *path,
-                                   const char *payload, const char *omit, const char **why)
-{
-    char *canonical = canonical_request(req, method, a, path, payload, omit, why);
-    if (!canonical)
-        return SIGNED_UNCHECKED;
-    char *sts = sigv4_string_to_sign(a->amz_date, &a->auth, canonical);
-    free(canonical);
-    if (!sts) {
-        *why = "out of memory";
-        return SIGNED_UNCHECKED;
-    }
-    char sig[SIGV4_HEX];
-    sigv4_hmac_hex(a->key, sts, strlen(sts), sig);
-    free(sts);
-    return sigv4_equal(sig, a->auth.signature) ? SIGNED_OK : SIGNED_NOT;
-}
-
-/* Does a's signature sign req, its path canonicalized as S3 does (decoded,
- * then every byte but A-Za-z0-9-._~ and '/' encoded once, upper-case:
- * s3_encode_path), so that a bare ':' and a lower-case %3a are signed as
- * %3A? As signed_over_path otherwise. Only that form: a signature over the
+/* Does a's signature sign req (SIGNED_OK, SIGNED_NOT; SIGNED_UNCHECKED with
+ * why when the canonical request cannot be made)? Its canonical URI is the
+ * path as S3 canonicalizes it (decoded, then every byte but A-Za-z0-9-._~
+ * and '/' encoded once, upper-case: s3_encode_path), so a bare ':' and a
+ * lower-case %3a are signed as %3A. Only that form: a signature over the
  * path as sent where it differs (curl 7.88's --aws-sigv4 signs a bare ':')
  * is one S3 refuses too, and the guard takes what S3 takes. */
+typedef enum SignedOver { SIGNED_OK, SIGNED_NOT, SIGNED_UNCHECKED } SignedOver;
+
 static SignedOver signed_over(Request *req, const char *method, const S3Auth *a, const char *payload,
                               const char *omit, const char **why)
 {
     size_t plen = strcspn(req->raw_uri, "?");
     char *raw = strndup(req->raw_uri, plen), *path = malloc(3 * plen + 1);
-    if (!raw || !path) {
-        free(raw);
-        free(path);
+    char *canonical = NULL, *sts = NULL;
+    if (raw && path) {
+        s3_encode_path(path, raw);
+        canonical = canonical_request(req, method, a, path, payload, omit, why);
+    } else {
         *why = "out of memory";
-        return SIGNED_UNCHECKED;
     }
-    s3_encode_path(path, raw);
-    SignedOver over = signed_over_path(req, method, a, path, payload, omit, why);
+    if (canonical) {
+        sts = sigv4_string_to_sign(a->amz_date, &a->auth, canonical);
+        if (!sts)
+            *why = "out of memory";
+    }
     free(raw);
     free(path);
-    return over;
+    free(canonical);
+    if (!sts)
+        return SIGNED_UNCHECKED;
+    char sig[SIGV4_HEX];
+    sigv4_hmac_hex(a->key, sts, strlen(sts), sig);
+    free(sts);
+    return sigv4_equal(sig, a->auth.signature) ? SIGNED_OK : SIGNED_NOT;
 }
 
 S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bool read, uint8_t lease[LEASE_ID_BYTES],
