@@ -27,6 +27,7 @@
 #include "guard/proxy.h"
 #include "guard/s3.h"
 #include "guard/s3auth.h"
+#include "guard/s3copy.h"
 #include "guard/s3err.h"
 #include "guard/s3list.h"
 #include "guard/s3mpu.h"
@@ -300,6 +301,20 @@ static bool reaches_only_its_own(Request *req, const GuardRoute *route, const ch
     return true;
 }
 
+/* The part below the route's prefix of an S3 copy's source (x-amz-copy-source
+ * read as the path a GET of it would have: s3copy.h), into rest; NULL when
+ * there is none, or it is not under this route. */
+static const char *copy_source_rest(Request *req, const GuardRoute *route, char *rest, size_t restlen)
+{
+    const char *value = header(req, "x-amz-copy-source");
+    char path[HTTP_MAX_TARGET + 1];
+    if (!value || s3copy_source(value, path, sizeof path) != S3COPY_PATH || guard_match(req->srv, path) != route ||
+        strncmp(path, route->prefix, strlen(route->prefix)))
+        return NULL;
+    snprintf(rest, restlen, "%s", guardroute_rest(route, path));
+    return rest;
+}
+
 /* The lock `rest` (below the route's prefix) is bound to, into lock. */
 static const char *bound_lock(const GuardRoute *route, const char *rest, char *lock, size_t locklen,
                               const char **problem)
@@ -357,6 +372,11 @@ size_t guard_bound_locks(Request *req, const GuardRoute *route, const char *meth
     char rest[HTTP_MAX_TARGET + 1];
     if (names_destination(method) && route_destination(req, route, rest, sizeof rest, &problem) &&
         bound_lock(route, rest, locks[n], sizeof locks[n], &problem))
+        n++;
+    /* An S3 copy reads its source: a key must be allowed that lock too. */
+    const char *source;
+    if (route->kind == GUARD_S3 && !strcmp(method, "PUT") && (source = copy_source_rest(req, route, rest, sizeof rest)) &&
+        bound_lock(route, source, locks[n], sizeof locks[n], &problem) && strcmp(locks[n], locks[0]))
         n++;
     return n;
 }
@@ -830,13 +850,23 @@ static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *m
     return false;
 }
 
-/* A read through an S3 route: signed, with the allowed headers only. */
-static void begin_s3_read(Request *req, const GuardRoute *route, const char *method)
+/* A read through an S3 route: signed, with the allowed headers only. A
+ * GetObjectTagging (tags: true) asks for the object's tags alone. */
+static void begin_s3_read(Request *req, const GuardRoute *route, const char *method, bool tags)
 {
     if (!route_open(req, route, true) || !s3_read_allowed(req, route, method) ||
         !s3req_overrides_allowed(req, req->guard->auth != NULL))
         return;
-    s3_call(req, route, method, s3_url_with(req, route, S3REQ_READ_QUERY), s3req_read_head, s3req_read_gathered);
+    char *url = NULL;
+    if (tags) {
+        char *base = s3_object_url(route, guardroute_rest(route, req->raw_uri));
+        if (base && asprintf(&url, "%s?tagging=", base) < 0)
+            url = NULL;
+        free(base);
+    } else {
+        url = s3_url_with(req, route, S3REQ_READ_QUERY);
+    }
+    s3_call(req, route, method, url, s3req_read_head, s3req_read_gathered);
 }
 
 static ProxyAnswerAction gather_all(void *ud, long status, const struct curl_slist *headers)
@@ -1037,20 +1067,100 @@ static bool upload_is_the_tokens(Request *req, const GuardRoute *route, const Gu
     return false;
 }
 
+/* Does the route's store honour preconditions on a copy's destination (the
+ * probe's word)? 501 otherwise: never an unconditional copy. */
+static bool copy_conditional(Request *req, const GuardRoute *route)
+{
+    if (s3_route_copy_if_match(req->srv->guard->s3, (size_t)(route - req->srv->cfg.guards)))
+        return true;
+    refused(req, GUARD_REFUSED_REQUEST);
+    http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:i}", "s3_code", "NotImplemented", "s3_status", 501),
+                     "%s", "this store ignores If-Match and If-None-Match on CopyObject (the guard's probe found), "
+                           "so a copy could not be fenced: it is not forwarded; GET the source and PUT it instead");
+    return false;
+}
+
+/* Is req's copy source one the same client could GET through this route
+ * (s3copy.h)? Its part below the prefix into rest; answers otherwise: the
+ * store is never asked to copy what the client could not read. */
+static bool copy_source_readable(Request *req, const GuardRoute *route, char *rest, size_t restlen)
+{
+    char path[HTTP_MAX_TARGET + 1];
+    switch (s3copy_source(header(req, "x-amz-copy-source"), path, sizeof path)) {
+    case S3COPY_VERSION:
+        refused(req, GUARD_REFUSED_REQUEST);
+        http_reply_error(req, ERR_BAD_REQUEST,
+                         json_pack("{s:s, s:s, s:i}", "field", "x-amz-copy-source", "s3_code", "NotImplemented",
+                                   "s3_status", 501),
+                         "%s", "a copy source with ?versionId is not forwarded by the guard (nor is a GET of a "
+                               "version): copy the current version");
+        return false;
+    case S3COPY_MALFORMED:
+        bad(req, "x-amz-copy-source", "%s",
+            "x-amz-copy-source must name BUCKET/KEY (the key URL-encoded), as S3 takes it");
+        return false;
+    case S3COPY_PATH:
+        break;
+    }
+    if (guard_match(req->srv, path) != route || strncmp(path, route->prefix, strlen(route->prefix))) {
+        refused(req, GUARD_REFUSED_REQUEST);
+        http_reply_error(req, ERR_FORBIDDEN, json_pack("{s:s}", "field", "x-amz-copy-source"),
+                         "the copy source must be an object of this bucket (%s): through the guard a copy reads only "
+                         "what a GET through the same route could",
+                         route->prefix);
+        return false;
+    }
+    snprintf(rest, restlen, "%s", guardroute_rest(route, path));
+    const char *problem = guardpath_rest_problem(route->prefix, rest);
+    const char *key = rest + strspn(rest, "/");
+    if (problem) {
+        bad(req, "x-amz-copy-source", "only canonical keys go through the guard; the copy source's has %s", problem);
+        return false;
+    }
+    if (!strcmp(key, S3_PROBE_KEY)) {
+        bad(req, "x-amz-copy-source", "%s is the key the guard checks the store with, not for clients", S3_PROBE_KEY);
+        return false;
+    }
+    if (!req->srv->auth)
+        return true; /* reads are open: any object of the route */
+    /* With API keys, a signed GET of the source would need a lease of its
+     * lock (s3_read_allowed); an unsigned one a key allowed that lock, which
+     * dispatch checked (guard_bound_locks). */
+    char lock[GUARD_BINDING_MAX + 1];
+    bool bound = bound_lock(route, rest, lock, sizeof lock, &problem) != NULL;
+    if (bound && (!s3req_signed(req) || s3auth_token_holds(req, lock)))
+        return true;
+    refused(req, GUARD_REFUSED_LEASE_MISSING);
+    http_reply_error(req, ERR_FORBIDDEN, json_pack("{s:s}", "field", "x-amz-copy-source"),
+                     bound ? "with API keys, a signed copy reads its source as a signed GET would: its lease must "
+                             "hold the source's lock too (copy within one lock, a route with lock=NAME, or send the "
+                             "API key and Fencing-Lease instead of a signature)"
+                           : "the copy source's key names no lock, which an API key could be allowed to read");
+    return false;
+}
+
 /* A write through an S3 route, queued: the lease's token becomes the
  * object's precondition (s3req.h). A PUT writes the object, a DELETE a
  * tombstone, a Complete the upload's parts (each with the prepare and
- * confirm steps); an UploadPart writes a part only, with neither. */
+ * confirm steps); an UploadPart writes a part only, with neither; a
+ * CopyObject is a PUT of a source's bytes, an UploadPartCopy an UploadPart
+ * of them (its prepare step reads the source). */
 static void begin_s3_write(Request *req, const GuardRoute *route, const char *method, S3Op op, int64_t content_length)
 {
     Server *s = req->srv;
     Guard *g = s->guard;
     bool del = op == S3_OP_DELETE, part = op == S3_OP_MP_PART, complete = op == S3_OP_MP_COMPLETE;
+    bool copy = op == S3_OP_COPY, part_copy = op == S3_OP_MP_PART_COPY, any_copy = copy || part_copy;
     GuardBinding b;
-    if (!s3_write_allowed(req, route, method, &b) || ((part || complete) && !upload_is_the_tokens(req, route, &b)) ||
+    char source[HTTP_MAX_TARGET + 1];
+    source[0] = '\0';
+    if (!s3_write_allowed(req, route, method, &b) ||
+        ((part || part_copy || complete) && !upload_is_the_tokens(req, route, &b)) ||
+        (any_copy && !copy_source_readable(req, route, source, sizeof source)) ||
+        (copy && !copy_conditional(req, route)) ||
         !locks_take_writes(req, &b, 1))
         return;
-    if (!del && !complete && !s3auth_header_checksum(req, &req->guard->auth))
+    if (!del && !complete && !any_copy && !s3auth_header_checksum(req, &req->guard->auth))
         return;
     if (s3auth_chunked(req->guard->auth))
         content_length = s3auth_store_length(req, req->guard->auth, content_length);
@@ -1058,20 +1168,35 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     encoding_line(req, encoding, sizeof encoding);
     snprintf(fence, sizeof fence, "x-amz-meta-fencing-token: %llu", (unsigned long long)b.token);
     const char *add_put[] = {fence, encoding[0] ? encoding : NULL, NULL};
+    char *source_path = any_copy ? s3_object_path(route, source) : NULL;
+    char *source_line = NULL;
+    if (source_path && asprintf(&source_line, "x-amz-copy-source: %s", source_path) < 0)
+        source_line = NULL;
+    const char *add_copy[] = {fence, "x-amz-metadata-directive: REPLACE", source_line, NULL};
+    const char *add_part_copy[] = {source_line, NULL};
+    const char *directive = header(req, "x-amz-metadata-directive");
+    bool carry = !directive || strcmp(directive, "REPLACE") != 0;
     const char *add_del[] = {fence, S3_TOMBSTONE_META ": 1", "Content-Type: text/plain", NULL};
     const char *add_part[] = {encoding[0] ? encoding : NULL, NULL};
     static const char *const NONE[] = {NULL};
-    ProxyHeaders h = {NONE, del ? add_del : part || complete ? add_part : add_put,
-                      del        ? s3req_keep_none
-                      : complete ? s3req_keep_complete
+    ProxyHeaders h = {NONE,
+                      del         ? add_del
+                      : part_copy ? add_part_copy
+                      : part || complete ? add_part
+                      : copy      ? add_copy
+                                  : add_put,
+                      del         ? s3req_keep_none
+                      : complete  ? s3req_keep_complete
+                      : part_copy ? s3req_keep_part_copy
+                      : copy      ? (carry ? s3req_keep_copy : s3req_keep_copy_replace)
                       : s3auth_chunked(req->guard->auth) ? s3req_keep_write_unencoded
                                                          : s3req_keep_write};
     static const char *const PART_Q[] = {"partNumber", "uploadId", NULL};
     static const char *const DONE_Q[] = {"uploadId", NULL};
-    char *url = part ? s3_url_with(req, route, PART_Q)
+    char *url = part || part_copy ? s3_url_with(req, route, PART_Q)
                 : complete ? s3_url_with(req, route, DONE_Q)
                            : s3_object_url(route, guardroute_rest(route, req->raw_uri));
-    int64_t length = del ? (int64_t)(sizeof S3_TOMBSTONE_BODY - 1) : content_length;
+    int64_t length = del ? (int64_t)(sizeof S3_TOMBSTONE_BODY - 1) : any_copy ? 0 : content_length;
     S3Sign sign = {g->s3, route};
     req->guard->call = url ? proxy_call_new(s->proxy, req, complete ? "POST" : "PUT", url, true, length, &h) : NULL;
     /* The reads around the write (s3req.h) are HeadObjects of the object
@@ -1080,19 +1205,28 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     char *object = complete ? s3_object_url(route, guardroute_rest(route, req->raw_uri)) : NULL;
     if (url && req->guard->call && !part && (!complete || object))
         req->guard->s3 = s3req_write_new(g->s3, s->proxy, req, route, complete ? object : url, b.lock, b.token);
+    char *source_url = any_copy && source_path ? s3_object_url(route, source) : NULL;
+    char name[HTTP_MAX_TARGET + 300];
+    snprintf(name, sizeof name, "%s%s", route->prefix, source + strspn(source, "/"));
+    bool copy_ok = !any_copy || (source_line && source_url && s3req_write_copies(req->guard->s3, source_url, name, carry) &&
+                                 (!part_copy || s3req_write_copies_part(req->guard->s3, url)));
+    free(source_url);
+    free(source_line);
+    free(source_path);
     free(object);
     free(url);
-    if (!req->guard->call || (!part && !req->guard->s3) ||
-        !proxy_call_configure(req->guard->call, s3req_sign, &sign) ||
+    /* A copy is signed once its prepare step has added its last header (s3req.h). */
+    if (!req->guard->call || (!part && !req->guard->s3) || !copy_ok ||
+        (!any_copy && !proxy_call_configure(req->guard->call, s3req_sign, &sign)) ||
         (del && !proxy_call_fixed_body(req->guard->call, S3_TOMBSTONE_BODY, sizeof S3_TOMBSTONE_BODY - 1)) ||
-        !guardq_add(g->queues, req, req->guard->call, !del && content_length > 0, &b, 1, &req->guard->ticket,
+        !guardq_add(g->queues, req, req->guard->call, !del && !any_copy && content_length > 0, &b, 1, &req->guard->ticket,
                     part ? NULL : s3req_prepare, req->guard->s3)) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
     if (complete)
         s3req_write_completes(req->guard->s3, s3_route_mpu_if_match(g->s3, (size_t)(route - s->cfg.guards)));
-    if (!part)
+    if (!part && !part_copy)
         guardq_set_confirm(req->guard->write, s3req_confirm);
     req->guard->s3_token = b.token;
     if (complete)
@@ -1184,11 +1318,14 @@ static void begin_s3(Request *req, const GuardRoute *route, const char *method, 
 {
     switch (op) {
     case S3_OP_READ:
-        begin_s3_read(req, route, method);
+    case S3_OP_READ_TAGGING:
+        begin_s3_read(req, route, method, op == S3_OP_READ_TAGGING);
         break;
     case S3_OP_PUT:
+    case S3_OP_COPY:
     case S3_OP_DELETE:
     case S3_OP_MP_PART:
+    case S3_OP_MP_PART_COPY:
     case S3_OP_MP_COMPLETE:
         begin_s3_write(req, route, method, op, content_length);
         break;

@@ -32,6 +32,7 @@ struct S3 {
     } threads[CONFIG_MAX_GUARDS];
     atomic_int state[CONFIG_MAX_GUARDS]; /* S3RouteState: the probe's last word per route */
     atomic_bool mpu_if_match[CONFIG_MAX_GUARDS]; /* the store honours If-Match on CompleteMultipartUpload */
+    atomic_bool copy_if_match[CONFIG_MAX_GUARDS]; /* ... and If-Match, If-None-Match on CopyObject */
     char detail[CONFIG_MAX_GUARDS][256]; /* why, for /healthz: never the store's URL */
 };
 
@@ -55,6 +56,7 @@ S3 *s3_new(const Config *cfg)
     for (size_t i = 0; i < CONFIG_MAX_GUARDS; i++) {
         atomic_init(&s->state[i], S3_ROUTE_CLOSED);
         atomic_init(&s->mpu_if_match[i], false);
+        atomic_init(&s->copy_if_match[i], false);
         snprintf(s->detail[i], sizeof s->detail[i], "not probed yet");
     }
     return s;
@@ -149,6 +151,11 @@ bool s3_route_mpu_if_match(const S3 *s, size_t route)
     return route < CONFIG_MAX_GUARDS && atomic_load(&s->mpu_if_match[route]);
 }
 
+bool s3_route_copy_if_match(const S3 *s, size_t route)
+{
+    return route < CONFIG_MAX_GUARDS && atomic_load(&s->copy_if_match[route]);
+}
+
 unsigned s3_retry_s(const S3 *s) { return s->cfg->s3_probe_interval_s < S3_RETRY_S ? s->cfg->s3_probe_interval_s : S3_RETRY_S; }
 
 /* Appends line to *list; false when out of memory. */
@@ -234,27 +241,37 @@ size_t s3_encode_path(char *out, const char *in)
     return n;
 }
 
-char *s3_object_url(const GuardRoute *route, const char *rest)
+char *s3_object_path(const GuardRoute *route, const char *rest)
 {
     while (*rest == '/')
         rest++;
     size_t plen = strcspn(rest, "?"); /* the query is the caller's to add */
-    size_t cap = strlen(route->endpoint) + strlen(route->bucket) + 3 * (strlen(route->keyprefix) + plen) + 8;
-    char *url = malloc(cap);
+    size_t cap = strlen(route->bucket) + 3 * (strlen(route->keyprefix) + plen) + 8;
+    char *out = malloc(cap);
     char *path = malloc(plen + 1);
-    if (!url || !path) {
-        free(url);
+    if (!out || !path) {
+        free(out);
         free(path);
         return NULL;
     }
     memcpy(path, rest, plen);
     path[plen] = '\0';
-    size_t n = (size_t)snprintf(url, cap, "%s/%s/", route->endpoint, route->bucket);
+    size_t n = (size_t)snprintf(out, cap, "/%s/", route->bucket);
     if (route->keyprefix[0]) {
-        n += s3_encode_path(url + n, route->keyprefix);
-        url[n++] = '/';
+        n += s3_encode_path(out + n, route->keyprefix);
+        out[n++] = '/';
     }
-    s3_encode_path(url + n, path);
+    s3_encode_path(out + n, path);
+    free(path);
+    return out;
+}
+
+char *s3_object_url(const GuardRoute *route, const char *rest)
+{
+    char *path = s3_object_path(route, rest);
+    char *url = NULL;
+    if (path && asprintf(&url, "%s%s", route->endpoint, path) < 0)
+        url = NULL;
     free(path);
     return url;
 }
@@ -319,8 +336,24 @@ static int stop_asked(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
     return atomic_load((const atomic_bool *)ud) ? 1 : 0;
 }
 
-/* One signed request of the probe (method, url, one header line or NULL,
- * a body or NULL): its status, or 0 with the transport's error in err.
+/* Appends each of the '\n'-separated lines of `lines`; false when out of memory. */
+static bool append_lines(struct curl_slist **list, const char *lines)
+{
+    char line[1200];
+    for (const char *p = lines; *p;) {
+        size_t n = strcspn(p, "\n");
+        snprintf(line, sizeof line, "%.*s", (int)n, p);
+        if (!append(list, line))
+            return false;
+        p += n;
+        if (*p == '\n')
+            p++;
+    }
+    return true;
+}
+
+/* One signed request of the probe (method, url, header lines separated by
+ * '\n' or NULL, a body or NULL): its status, or 0 with the transport's error in err.
  * It ends within a second once *stop is set. */
 static long probe_request(const atomic_bool *stop, const GuardRoute *route, const AwsCreds *creds, const char *method, const char *url,
                           const char *cond, const char *data, unsigned timeout_s, const char *cacert, char *err,
@@ -332,7 +365,7 @@ static long probe_request(const atomic_bool *stop, const GuardRoute *route, cons
     long status = 0;
     if (answer)
         memset(answer, 0, sizeof *answer);
-    if (!e || (cond && !append(&headers, cond)) || !s3_sign_easy(e, route, creds, &headers) ||
+    if (!e || (cond && !append_lines(&headers, cond)) || !s3_sign_easy(e, route, creds, &headers) ||
         (cacert && curl_easy_setopt(e, CURLOPT_CAINFO, cacert) != CURLE_OK)) {
         snprintf(err, errlen, "out of memory");
         goto out;
@@ -411,12 +444,38 @@ static bool probe_multipart(const atomic_bool *stop, const Config *cfg, const Gu
     return honoured;
 }
 
+/* Does the store honour If-Match and If-None-Match on CopyObject's
+ * destination? The probe key copied onto itself (metadata REPLACE, which S3
+ * takes for a copy onto itself) with a wrong If-Match, then with
+ * If-None-Match: *, must get 412 both times (S3 may say so in a 200's
+ * body). */
+static bool probe_copy(const atomic_bool *stop, const Config *cfg, const GuardRoute *route, const AwsCreds *creds,
+                       const char *url)
+{
+    char *source = s3_object_path(route, S3_PROBE_KEY);
+    if (!source)
+        return false;
+    static const char *const MUST_FAIL[] = {"If-Match: \"leasegate-never-an-etag\"", "If-None-Match: *"};
+    bool honoured = true;
+    for (size_t i = 0; honoured && i < sizeof MUST_FAIL / sizeof MUST_FAIL[0]; i++) {
+        char lines[1500], err[256];
+        ProbeAnswer a;
+        snprintf(lines, sizeof lines, "x-amz-copy-source: %s\nx-amz-metadata-directive: REPLACE\n%s", source,
+                 MUST_FAIL[i]);
+        long st = probe_request(stop, route, creds, "PUT", url, lines, "", cfg->guard_timeout_s, cfg->cacert, err,
+                                sizeof err, &a);
+        honoured = st == 412 || (st == 200 && strstr(a.body, "<Code>PreconditionFailed</Code>"));
+    }
+    free(source);
+    return honoured;
+}
+
 /* What a probe found; why (for anyone: no URL) says more. */
 typedef enum ProbeResult { PROBE_OK, PROBE_DOWN, PROBE_IGNORES } ProbeResult;
 
 /* Does the route's store honour preconditions? */
 static ProbeResult probe(const atomic_bool *stop, const Config *cfg, const GuardRoute *route, const AwsCreds *creds, char *why,
-                         size_t whylen, bool *mpu_if_match)
+                         size_t whylen, bool *mpu_if_match, bool *copy_if_match)
 {
     char *url = s3_object_url(route, S3_PROBE_KEY);
     if (!url) {
@@ -460,13 +519,13 @@ static ProbeResult probe(const atomic_bool *stop, const Config *cfg, const Guard
     }
     snprintf(why, whylen, "the store honours preconditions");
     r = PROBE_OK;
-    if (mpu_if_match) {
-        *mpu_if_match = probe_multipart(stop, cfg, route, creds, url);
-        if (!*mpu_if_match)
-            snprintf(why, whylen,
-                     "the store honours preconditions, but not If-Match on CompleteMultipartUpload: a multipart "
-                     "upload may only create an object");
-    }
+    *mpu_if_match = probe_multipart(stop, cfg, route, creds, url);
+    *copy_if_match = probe_copy(stop, cfg, route, creds, url);
+    if (!*mpu_if_match || !*copy_if_match)
+        snprintf(why, whylen, "the store honours preconditions, but not %s%s%s",
+                 *mpu_if_match ? "" : "If-Match on CompleteMultipartUpload (a multipart upload may only create an object)",
+                 !*mpu_if_match && !*copy_if_match ? ", nor " : "",
+                 *copy_if_match ? "" : "If-Match and If-None-Match on CopyObject (copies are refused)");
 out:
     free(url);
     return r;
@@ -480,12 +539,13 @@ static void probe_route(S3 *s, size_t i)
     AwsCreds creds;
     s3_credentials(s, &creds);
     char why[256];
-    bool mpu = false;
-    ProbeResult res = probe(&s->stop, s->cfg, r, &creds, why, sizeof why, &mpu);
+    bool mpu = false, copy = false;
+    ProbeResult res = probe(&s->stop, s->cfg, r, &creds, why, sizeof why, &mpu, &copy);
     explicit_bzero(&creds, sizeof creds);
     if (atomic_load(&s->stop))
         return; /* cut short by the stop: it found nothing */
     atomic_store(&s->mpu_if_match[i], mpu);
+    atomic_store(&s->copy_if_match[i], copy);
     S3RouteState now = res == PROBE_OK ? S3_ROUTE_OPEN : res == PROBE_IGNORES ? S3_ROUTE_REFUSED : S3_ROUTE_CLOSED;
     pthread_mutex_lock(&s->mu);
     bool first = !s->probed[i];

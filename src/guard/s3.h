@@ -23,7 +23,10 @@
  * Each change is one line on stderr; /healthz and /metrics show the state.
  * The probe also completes a multipart upload of the probe key with a wrong
  * If-Match: a store that ignores that precondition (moto does) lets
- * multipart uploads through the route create objects only.
+ * multipart uploads through the route create objects only. And it copies
+ * the probe key onto itself with a wrong If-Match and with If-None-Match: *:
+ * a store that ignores either (moto 5.2 does) gets no copy through the
+ * route (501).
  *
  * The credentials come from --s3-credentials FILE (re-read on SIGHUP) or the
  * environment; they are copied under a mutex, because the probe threads sign
@@ -68,6 +71,11 @@ S3RouteState s3_route_state(S3 *s, size_t route, char *detail, size_t detail_len
  * probe completes an upload of the probe key with a wrong one)? Without
  * it, a multipart upload through the route may only create an object. */
 bool s3_route_mpu_if_match(const S3 *s, size_t route);
+/* Does the route's store honour If-Match and If-None-Match on CopyObject's
+ * destination (the probe copies the probe key onto itself with a wrong
+ * If-Match, then with If-None-Match: *)? Without it, copies through the
+ * route get 501: never an unconditional copy. */
+bool s3_route_copy_if_match(const S3 *s, size_t route);
 /* Seconds between the probes of a closed route (the writes' Retry-After). */
 unsigned s3_retry_s(const S3 *s);
 /* A copy of the credentials now. */
@@ -80,6 +88,10 @@ void s3_credentials(S3 *s, AwsCreds *out);
  * memory. libcurl 7.88 signs the URL's path and query as written: the URL
  * must hold them as S3 canonicalizes them (s3_object_url, sigv4_encode). */
 bool s3_sign_easy(void *curl_easy, const GuardRoute *route, const AwsCreds *creds, struct curl_slist **headers);
+/* The object's path at the store, "/BUCKET/KEYPREFIX/KEY", encoded as
+ * s3_object_url's (what x-amz-copy-source names it by). Owned; NULL when out
+ * of memory. */
+char *s3_object_path(const GuardRoute *route, const char *rest);
 /* The object's URL (path-style, percent-encoded as SigV4 expects) for
  * `rest`, the canonical path below the route's prefix (a query is left
  * out). Owned; NULL when

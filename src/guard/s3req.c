@@ -7,9 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
+#include "guard/s3copy.h"
 #include "guard/s3err.h"
 #include "guard/s3list.h"
+#include "guard/s3sign.h"
 #include "guard/sigv4.h"
 #include "net/http.h"
 
@@ -34,6 +37,12 @@ struct S3Write {
     uint64_t fence;
     char *url;         /* owned */
     char lock[NAME_MAX_BYTES + 1];
+    /* A CopyObject: its source's store URL (owned) and client's name
+     * (owned), and whether its metadata is carried over (directive COPY). */
+    char *source_url;
+    char *source;
+    bool carry;
+    char *part_url; /* an UploadPartCopy's call (owned), or NULL */
 };
 
 /* Is `name` (len bytes) one of `names`, case aside? */
@@ -87,6 +96,37 @@ static bool amz_write_header(const char *name, size_t len)
             !prefixed(name, len, "x-amz-server-side-encryption-customer-"));
 }
 
+bool s3req_keep_copy(const char *name, size_t len)
+{
+    static const char *const COPY[] = {"x-amz-acl",
+                                       "x-amz-storage-class",
+                                       "x-amz-tagging",
+                                       "x-amz-tagging-directive",
+                                       "x-amz-checksum-algorithm",
+                                       "x-amz-copy-source-if-none-match",
+                                       "x-amz-copy-source-if-modified-since",
+                                       "x-amz-copy-source-if-unmodified-since",
+                                       NULL};
+    return one_of(COPY, name, len) || (prefixed(name, len, "x-amz-server-side-encryption") &&
+                                       !prefixed(name, len, "x-amz-server-side-encryption-customer-"));
+}
+
+bool s3req_keep_part_copy(const char *name, size_t len)
+{
+    static const char *const PART[] = {"x-amz-copy-source-range", "x-amz-copy-source-if-none-match",
+                                       "x-amz-copy-source-if-modified-since",
+                                       "x-amz-copy-source-if-unmodified-since", NULL};
+    return one_of(PART, name, len);
+}
+
+bool s3req_keep_copy_replace(const char *name, size_t len)
+{
+    static const char *const CONTENT[] = {"Content-Type",     "Cache-Control",    "Content-Disposition",
+                                          "Content-Encoding", "Content-Language", "Expires",
+                                          NULL};
+    return one_of(CONTENT, name, len) || user_metadata(name, len) || s3req_keep_copy(name, len);
+}
+
 bool s3req_keep_complete(const char *name, size_t len)
 {
     static const char *const DONE[] = {"Content-Type", "x-amz-sdk-checksum-algorithm", NULL};
@@ -116,7 +156,24 @@ typedef struct AmzCheck {
     const char *bad; /* the first header the route refuses, or NULL */
     const char *why;
     bool write;
+    bool copy; /* a PUT with x-amz-copy-source */
 } AmzCheck;
+
+/* The x-amz-* headers of a CopyObject beyond a write's: its source, the
+ * conditions on it, and the directives (whose values find_amz checks). */
+static bool amz_copy_header(const char *name, size_t len)
+{
+    static const char *const COPY[] = {"x-amz-copy-source",
+                                       "x-amz-copy-source-if-match",
+                                       "x-amz-copy-source-if-none-match",
+                                       "x-amz-copy-source-if-modified-since",
+                                       "x-amz-copy-source-if-unmodified-since",
+                                       "x-amz-copy-source-range",
+                                       "x-amz-metadata-directive",
+                                       "x-amz-tagging-directive",
+                                       NULL};
+    return one_of(COPY, name, len);
+}
 
 /* Why an x-amz-* header (not on the allow-list) is refused. */
 static const char *amz_refusal(const char *name, size_t len)
@@ -128,8 +185,12 @@ static const char *amz_refusal(const char *name, size_t len)
         return "it gives other accounts rights on the object: ask the bucket's owner for a bucket policy";
     if (prefixed(name, len, "x-amz-object-lock-"))
         return "an object lock would keep the guard from writing the object's fence (and its tombstone) again";
-    if (prefixed(name, len, "x-amz-copy-source"))
-        return "a copy source could be any object the gateway may read";
+    if (prefixed(name, len, "x-amz-copy-source-server-side-encryption-customer-"))
+        return "a source encrypted with the client's own key (SSE-C) cannot be copied: the guard reads the source "
+               "(its metadata, and whether it is a tombstone) before the copy, which would need that key";
+    if (prefixed(name, len, "x-amz-copy-source") || prefixed(name, len, "x-amz-metadata-directive") ||
+        prefixed(name, len, "x-amz-tagging-directive"))
+        return "it belongs to a copy: a PUT with x-amz-copy-source (CopyObject)";
     if (prefixed(name, len, "x-amz-expected-bucket-owner") || prefixed(name, len, "x-amz-request-payer"))
         return "it names the store's account, which is the gateway's, not the client's";
     if (prefixed(name, len, "x-amz-website-redirect-location"))
@@ -146,6 +207,15 @@ static enum MHD_Result find_amz(void *cls, enum MHD_ValueKind kind, const char *
         (len == sizeof FENCE_META - 1 && !strncasecmp(key, FENCE_META, len)) ||
         (!c->write && s3req_keep_read(key, len)))
         return MHD_YES;
+    if (c->copy && amz_copy_header(key, len)) {
+        bool directive = prefixed(key, len, "x-amz-metadata-directive") || prefixed(key, len, "x-amz-tagging-directive");
+        if (directive && value && strcmp(value, "COPY") && strcmp(value, "REPLACE")) {
+            c->bad = key;
+            c->why = "a directive is COPY or REPLACE";
+            return MHD_NO;
+        }
+        return MHD_YES;
+    }
     if (c->write && amz_write_header(key, len)) {
         /* A canned ACL that keeps the object private passes; one that opens it to others does not. */
         if (len == 9 && !strncasecmp(key, "x-amz-acl", 9) && value && strcmp(value, "private") &&
@@ -219,7 +289,7 @@ static enum MHD_Result find_query(void *cls, enum MHD_ValueKind kind, const char
     (void)value;
     QueryCheck *q = cls;
     static const char *const OBJECT[] = {"x-id",      "partNumber", "uploads", "uploadId", "max-parts",
-                                         "part-number-marker", NULL};
+                                         "part-number-marker", "tagging", NULL};
     static const char *const LIST[] = {"x-id",   "list-type",  "prefix", "delimiter", "max-keys", "encoding-type",
                                        "marker", "start-after", "continuation-token", "fetch-owner", "location",
                                        NULL};
@@ -262,6 +332,18 @@ static bool query_has(Request *req, const char *key)
     QueryFind f = {key, false};
     MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, find_key, &f);
     return f.found;
+}
+
+/* A copy has no body: its bytes are the source's. Answers 400 otherwise. */
+static bool copy_without_body(Request *req)
+{
+    const char *cl = http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if ((cl && strcmp(cl, "0")) || http_header(req, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        bad(req, cl ? "Content-Length" : "Transfer-Encoding", "%s",
+            "a copy (x-amz-copy-source) has no body: its bytes are the source's");
+        return false;
+    }
+    return true;
 }
 
 S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, bool keys)
@@ -315,7 +397,8 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
             "the lease in Fencing-Lease");
         return S3_OP_NONE;
     }
-    AmzCheck amz = {NULL, NULL, !strcmp(method, "PUT") || !strcmp(method, "POST")};
+    bool copy = !strcmp(method, "PUT") && http_header(req, "x-amz-copy-source");
+    AmzCheck amz = {NULL, NULL, !strcmp(method, "PUT") || !strcmp(method, "POST"), copy};
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, find_amz, &amz);
     if (amz.bad) {
         req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
@@ -359,6 +442,8 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
             return S3_OP_MP_ABORT;
         if (!strcmp(method, "POST") && !part)
             return S3_OP_MP_COMPLETE;
+        if (!strcmp(method, "PUT") && part && copy)
+            return copy_without_body(req) ? S3_OP_MP_PART_COPY : S3_OP_NONE;
         if (!strcmp(method, "PUT") && part) {
             if (!http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
                 req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
@@ -369,6 +454,14 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
             return S3_OP_MP_PART;
         }
         not_implemented(req, "this request on a multipart upload");
+        return S3_OP_NONE;
+    }
+    if (query_has(req, "tagging")) {
+        /* GetObjectTagging is a read (aws s3 cp reads a source's tags for a copy in parts);
+         * a write of tags would not be fenced. */
+        if (!strcmp(method, "GET") && !part)
+            return S3_OP_READ_TAGGING;
+        not_implemented(req, "?tagging other than a GET (GetObjectTagging)");
         return S3_OP_NONE;
     }
     if (part && strcmp(method, "GET") && strcmp(method, "HEAD")) {
@@ -391,6 +484,14 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
                 CONDITIONS[i]);
             return S3_OP_NONE;
         }
+    }
+    if (copy) {
+        if (http_header(req, "x-amz-copy-source-range")) {
+            bad(req, "x-amz-copy-source-range", "%s",
+                "a range of a source is copied by UploadPartCopy only (?partNumber and ?uploadId)");
+            return S3_OP_NONE;
+        }
+        return copy_without_body(req) ? S3_OP_COPY : S3_OP_NONE;
     }
     if (!http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
         req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
@@ -461,7 +562,23 @@ void s3req_write_free(S3Write *w)
     if (w->head)
         proxy_call_free(w->head); /* its report never comes */
     free(w->url);
+    free(w->source_url);
+    free(w->source);
+    free(w->part_url);
     free(w);
+}
+
+bool s3req_write_copies_part(S3Write *w, const char *part_url)
+{
+    return w && (w->part_url = strdup(part_url)) != NULL;
+}
+
+bool s3req_write_copies(S3Write *w, const char *source_url, const char *source, bool carry)
+{
+    if (!w || !(w->source_url = strdup(source_url)) || !(w->source = strdup(source)))
+        return false;
+    w->carry = carry;
+    return true;
 }
 
 /* The value of header `name` among "Name: value" lines, into out; false when absent. */
@@ -528,6 +645,9 @@ static void reply_fence_above(S3Write *w, uint64_t fence)
 }
 
 static bool start_head(S3Write *w, ProxyResult fn);
+static bool is_tombstone(const struct curl_slist *headers);
+static bool start_head_of(S3Write *w, const char *url, ProxyResult fn);
+static void source_read(void *ud, long status, const struct curl_slist *headers);
 
 /* The HEAD before the PUT is in: the precondition, or a refusal. */
 static void prepared(void *ud, long status, const struct curl_slist *headers)
@@ -573,15 +693,124 @@ static void prepared(void *ud, long status, const struct curl_slist *headers)
         guardq_prepared(w->gw, false);
         return;
     }
+    if (ok && w->source_url) {
+        ok = start_head_of(w, w->source_url, source_read); /* a copy's source next */
+        if (ok)
+            return;
+    }
     if (!ok)
         http_reply_error(w->req, ERR_OVERLOADED, NULL, "out of memory; retry");
     guardq_prepared(w->gw, ok);
 }
 
-static bool start_head(S3Write *w, ProxyResult fn)
+/* 412 PreconditionFailed, as S3 answers a copy whose source's conditions do not hold. */
+static void reply_source_condition(S3Write *w, const char *why)
+{
+    w->req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+    http_reply_error(w->req, ERR_BAD_REQUEST,
+                     json_pack("{s:s, s:s, s:i}", "lock", w->lock, "s3_code", "PreconditionFailed", "s3_status", 412),
+                     "At least one of the pre-conditions you specified did not hold: %s", why);
+}
+
+/* Do the client's own conditions on the source hold for the version read?
+ * x-amz-copy-source-if-match is the guard's to send (pinned to that
+ * version), so the client's is checked here; so is its
+ * x-amz-copy-source-if-unmodified-since, which S3 ignores once an if-match
+ * holds. Answers 412 otherwise. */
+static bool source_conditions_hold(S3Write *w, const char *etag, const struct curl_slist *headers)
+{
+    const char *match = http_header(w->req, "x-amz-copy-source-if-match");
+    if (match) {
+        if (s3copy_etag_matches(match, etag))
+            return true;
+        reply_source_condition(w, "x-amz-copy-source-if-match names another ETag than the source's");
+        return false;
+    }
+    const char *since = http_header(w->req, "x-amz-copy-source-if-unmodified-since");
+    char modified[64];
+    if (since && header_value(headers, "Last-Modified", modified, sizeof modified)) {
+        time_t limit = curl_getdate(since, NULL), at = curl_getdate(modified, NULL);
+        if (limit != -1 && at != -1 && at > limit) {
+            reply_source_condition(w, "the source was modified after x-amz-copy-source-if-unmodified-since");
+            return false;
+        }
+    }
+    return true;
+}
+
+typedef struct SelfSign {
+    S3 *s3;
+    const GuardRoute *route;
+    const char *url;
+} SelfSign;
+
+/* A copy's call signed by the guard (a ProxyConfigure; ud is a SelfSign). */
+static bool sign_self(void *ud, void *curl_easy, struct curl_slist **headers)
+{
+    (void)curl_easy;
+    SelfSign *sign = ud;
+    AwsCreds creds;
+    s3_credentials(sign->s3, &creds);
+    bool ok = s3sign_lines(sign->route, &creds, "PUT", sign->url, time(NULL), headers);
+    explicit_bzero(&creds, sizeof creds);
+    return ok;
+}
+
+/* The copy's source read (after the destination's): what the store copies
+ * is pinned to this version, and with directive COPY its metadata and
+ * content headers go along (the guard sends REPLACE, so the source's
+ * fence never does). */
+static void source_read(void *ud, long status, const struct curl_slist *headers)
+{
+    S3Write *w = ud;
+    w->head = NULL;
+    if (!guardq_preparing(w->gw))
+        return; /* refused meanwhile */
+    char etag[256], line[320];
+    if (status == 404 || (status == 200 && is_tombstone(headers))) {
+        w->req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;
+        http_reply_error(w->req, ERR_NOT_FOUND, json_pack("{s:s}", "s3_code", "NoSuchKey"),
+                         "The specified key does not exist. (the copy source %s)", w->source);
+        guardq_prepared(w->gw, false);
+        return;
+    }
+    if (status != 200 || !header_value(headers, "ETag", etag, sizeof etag)) {
+        if (status)
+            http_reply_error(w->req, ERR_BAD_GATEWAY,
+                             json_pack("{s:s, s:I}", "lock", w->lock, "status", (json_int_t)status),
+                             "the store answered %ld to the HEAD of the copy source %s", status, w->source);
+        else
+            http_reply_error(w->req, ERR_BAD_GATEWAY, json_pack("{s:s}", "lock", w->lock),
+                             "the store could not be reached for the HEAD of the copy source %s", w->source);
+        guardq_prepared(w->gw, false);
+        return;
+    }
+    if (!source_conditions_hold(w, etag, headers)) {
+        guardq_prepared(w->gw, false);
+        return;
+    }
+    snprintf(line, sizeof line, "x-amz-copy-source-if-match: %s", etag);
+    bool ok = proxy_call_add_header(w->req->guard->call, line);
+    for (const struct curl_slist *l = headers; ok && w->carry && l; l = l->next) {
+        size_t n = strcspn(l->data, ":");
+        if (l->data[n] == ':' && s3copy_carried(l->data, n))
+            ok = proxy_call_add_header(w->req->guard->call, l->data);
+    }
+    /* Its last header is in: signed now, by the guard (s3sign.h). */
+    SelfSign sign = {w->s3, w->route, w->part_url ? w->part_url : w->url};
+    if (!ok || !proxy_call_configure(w->req->guard->call, sign_self, &sign)) {
+        ok = false;
+        http_reply_error(w->req, ERR_OVERLOADED, NULL, "out of memory; retry");
+    }
+    guardq_prepared(w->gw, ok);
+}
+
+static bool start_head(S3Write *w, ProxyResult fn) { return start_head_of(w, w->url, fn); }
+
+static bool start_head_of(S3Write *w, const char *url, ProxyResult fn)
 {
     S3Sign sign = {w->s3, w->route};
-    w->head = proxy_internal_new(w->proxy, "HEAD", w->url, fn, w);
+    w->head = proxy_internal_new(w->proxy, "HEAD", url, fn, w);
     if (!w->head || !proxy_call_configure(w->head, s3req_sign, &sign)) {
         if (w->head)
             proxy_call_free(w->head);
@@ -596,7 +825,8 @@ bool s3req_prepare(void *ud, GuardWrite *gw)
 {
     S3Write *w = ud;
     w->gw = gw;
-    if (!start_head(w, prepared)) {
+    /* A part has no precondition of its own: an UploadPartCopy reads its source only. */
+    if (w->part_url ? !start_head_of(w, w->source_url, source_read) : !start_head(w, prepared)) {
         http_reply_error(w->req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return false;
     }
@@ -676,6 +906,16 @@ static void rechecked(void *ud, long status, const struct curl_slist *headers)
         reply_store_failed(w, status, "after it refused the write's precondition");
         return;
     }
+    if (w->source_url) {
+        /* A copy's destination as the prepare step read it: the 412 was the source's. */
+        char etag[256] = "";
+        header_value(headers, "ETag", etag, sizeof etag);
+        if (status == 404 ? !w->existed : w->existed && fence == w->fence && !strcmp(etag, w->etag)) {
+            reply_source_condition(w, "the copy source changed since the guard read it, or one of its "
+                                      "x-amz-copy-source-if-* conditions does not hold");
+            return;
+        }
+    }
     http_reply_error(w->req, ERR_WRITE_CONFLICT,
                      json_pack("{s:s, s:I, s:I}", "lock", w->lock, "token", (json_int_t)w->token, "fence",
                                (json_int_t)fence),
@@ -686,6 +926,8 @@ static void rechecked(void *ud, long status, const struct curl_slist *headers)
 
 bool s3req_final(S3Write *w)
 {
+    if (w->part_url)
+        return false; /* an UploadPartCopy: no precondition of the guard's, the store's answer as it is */
     if (w->rechecking) {
         http_suspend_watched(w->req); /* woken early by the finished call: go on waiting */
         return true;

@@ -26,6 +26,17 @@
  * such a write between the HEAD and the PUT is not seen; it changed nothing
  * but the fence.
  *
+ * CopyObject (a PUT with x-amz-copy-source) is a write of its destination
+ * with the same steps as a PUT, its source an object the client could GET
+ * through the route (s3copy.h): the store gets a copy with the
+ * destination's precondition, the token as its fence, metadata directive
+ * REPLACE (so the source's fence never comes along: with the client's
+ * COPY, the guard carries the source's metadata over itself) and the source
+ * pinned to the ETag its HEAD gave. A 412 of the store that the destination
+ * does not explain (it is as the prepare step read it) is the source's: 412
+ * PreconditionFailed. UploadPartCopy is an UploadPart of a source's bytes,
+ * its source read (and pinned) the same way. GetObjectTagging is a read.
+ *
  * DELETE writes a tombstone instead of dropping the object, so that the
  * fence stays: the same steps as a PUT, with the body S3_TOMBSTONE_BODY
  * (s3list.h) and the metadata leasegate-deleted, answered 204. GET and HEAD
@@ -61,8 +72,10 @@ typedef struct S3Write S3Write;
 typedef enum S3Op {
     S3_OP_NONE,          /* refused: answered */
     S3_OP_READ,          /* GetObject, HeadObject */
+    S3_OP_READ_TAGGING,  /* GetObjectTagging: GET ?tagging, a read */
     S3_OP_PUT,           /* PutObject */
     S3_OP_DELETE,        /* DeleteObject: a tombstone */
+    S3_OP_COPY,          /* CopyObject: PUT with x-amz-copy-source, a write of the destination */
     S3_OP_LOCATION,      /* GetBucketLocation */
     S3_OP_HEAD_BUCKET,   /* HeadBucket */
     S3_OP_CREATE_BUCKET, /* CreateBucket: it is there */
@@ -70,6 +83,7 @@ typedef enum S3Op {
     S3_OP_LIST_V2,       /* ListObjectsV2 */
     S3_OP_MP_CREATE,     /* CreateMultipartUpload: POST ?uploads */
     S3_OP_MP_PART,       /* UploadPart: PUT ?partNumber=N&uploadId=U */
+    S3_OP_MP_PART_COPY,  /* UploadPartCopy: the same with x-amz-copy-source */
     S3_OP_MP_COMPLETE,   /* CompleteMultipartUpload: POST ?uploadId=U */
     S3_OP_MP_ABORT,      /* AbortMultipartUpload: DELETE ?uploadId=U */
     S3_OP_MP_LIST_PARTS, /* ListParts: GET ?uploadId=U */
@@ -113,6 +127,15 @@ void s3req_delete_gathered(void *ud, Request *req, long status, const struct cur
 bool s3req_keep_read(const char *name, size_t len);
 bool s3req_keep_write(const char *name, size_t len);
 bool s3req_keep_none(const char *name, size_t len); /* a tombstone's: none of the client's */
+/* A CopyObject's: with metadata directive COPY (the source's metadata and
+ * content headers are the guard's to carry over), or REPLACE (the client's
+ * own, as a PUT's). Never x-amz-copy-source, its -if-match or the directive,
+ * which the guard sets. */
+bool s3req_keep_copy(const char *name, size_t len);
+bool s3req_keep_copy_replace(const char *name, size_t len);
+/* An UploadPartCopy's: its range and the client's conditions on the source
+ * but x-amz-copy-source-if-match (the guard's). */
+bool s3req_keep_part_copy(const char *name, size_t len);
 /* A CompleteMultipartUpload's: its content type, checksums and SSE-C keys. */
 bool s3req_keep_complete(const char *name, size_t len);
 /* An aws-chunked write's: its Content-Encoding is rewritten without aws-chunked. */
@@ -135,6 +158,18 @@ bool s3req_prepare(void *ud, GuardWrite *gw);
  * If-Match on it (s3_route_mpu_if_match). Without that, it may only create
  * an object (its prepare step answers 501 when the object exists). */
 void s3req_write_completes(S3Write *w, bool if_match_ok);
+/* The write is a CopyObject of the source at `source_url` (the store's;
+ * HEADed in the prepare step, after the destination: a tombstone or no
+ * object is 404 NoSuchKey, and the copy is pinned to the ETag read with
+ * x-amz-copy-source-if-match), named `source` to the client; carry: the
+ * metadata directive is COPY, and the source's metadata and content
+ * headers go with it (never its fence). False when out of memory. */
+bool s3req_write_copies(S3Write *w, const char *source_url, const char *source, bool carry);
+/* The copy is an UploadPartCopy to `part_url` (the call's URL, with its
+ * query): its prepare step reads the source only, a part has no
+ * precondition of its own, and the store's answer is passed on. False when
+ * out of memory. */
+bool s3req_write_copies_part(S3Write *w, const char *part_url);
 /* Its confirm step, right before the end leaves (guardq_set_confirm): the
  * object read again must have the ETag, fence and Last-Modified the prepare
  * step read. */

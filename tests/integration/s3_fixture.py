@@ -52,12 +52,16 @@ def missing_reason():
 
 
 class Moto:
-    def __init__(self):
+    def __init__(self, copy_preconditions=True):
+        """copy_preconditions=False: CopyObject's preconditions ignored, as plain moto 5.2
+        ignores them (moto_strict.py)."""
         import boto3
         self.dir = tempfile.mkdtemp(prefix="leasegate-moto-")
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")
+        if not copy_preconditions:
+            env["LEASEGATE_MOTO_PLAIN_COPY"] = "1"
         self.log = open(os.path.join(self.dir, "moto.log"), "wb")
         self.proc = subprocess.Popen([sys.executable, MOTO_STRICT, "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=env, cwd=self.dir)
