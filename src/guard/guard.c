@@ -891,11 +891,16 @@ static void list_v2_gathered(void *ud, Request *req, long status, const struct c
     s3list_reply(req, ud, true, status, body, len, complete);
 }
 
-/* The route's prefix and the object's path: the object a multipart upload is of. */
+/* The route's prefix and the object's path: the object a multipart upload
+ * is of, in one form however the client spells a ':' (boto3 %3A, curl bare),
+ * as the lock is (guardpath_colons). outlen exceeds the prefix and the
+ * longest target, so it fits. */
 static void upload_object(Request *req, const GuardRoute *route, char *out, size_t outlen)
 {
     const char *rest = guardroute_rest(route, req->raw_uri);
-    snprintf(out, outlen, "%s%.*s", route->prefix, (int)strcspn(rest, "?"), rest);
+    size_t n = (size_t)snprintf(out, outlen, "%s", route->prefix), len = 0;
+    if (n >= outlen || !guardpath_colons(rest, strcspn(rest, "?"), out + n, outlen - n, &len))
+        out[0] = '\0'; /* unreachable (see above); no path names "" */
 }
 
 /* Is the holder that began an upload still the lock's (for pruning)? */

@@ -110,6 +110,31 @@ const char *guardpath_rest_problem(const char *prefix, const char *rest)
     return guardpath_problem(rest);
 }
 
+bool guardpath_colons(const char *in, size_t n, char *out, size_t outlen, size_t *len)
+{
+    /* ':' is the one character of a lock name that a client may send either
+     * bare or percent-encoded (boto3 sends %3A; curl sends it bare): both name
+     * one object to the upstream (S3 and nginx decode it), so both must name
+     * one lock, and one object to the guard's own records. Every other escape
+     * stays, and is no lock name's ('%'). */
+    if (outlen == 0)
+        return false;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (o + 1 >= outlen) /* no room for this byte and the NUL */
+            return false;
+        if (in[i] == '%' && i + 2 < n && in[i + 1] == '3' && (in[i + 2] == 'A' || in[i + 2] == 'a')) {
+            out[o++] = ':';
+            i += 2;
+        } else {
+            out[o++] = in[i];
+        }
+    }
+    out[o] = '\0';
+    *len = o;
+    return true;
+}
+
 const char *guardpath_lock(const char *rest, char *out, size_t outlen, const char **problem)
 {
     size_t plen = strcspn(rest, "?");
@@ -122,24 +147,13 @@ const char *guardpath_lock(const char *rest, char *out, size_t outlen, const cha
         *problem = "the path below the prefix is empty";
         return NULL;
     }
-    if (plen > NAME_MAX_BYTES || plen >= outlen) {
+    /* The limit is the name's, after %3A is read as ':' (boto3's 254-byte key
+     * with two ':' is 258 bytes on the wire). */
+    size_t len = 0;
+    if (!guardpath_colons(p, plen, out, outlen, &len) || len > NAME_MAX_BYTES) {
         *problem = "the path below the prefix is longer than a lock name (256 bytes)";
         return NULL;
     }
-    /* ':' is the one character of a lock name that a client may send either
-     * bare or percent-encoded (boto3 sends %3A; curl sends it bare): both name
-     * one object to the upstream (S3 and nginx decode it), so both must name
-     * one lock. Every other escape stays, and is no lock name's ('%'). */
-    size_t o = 0;
-    for (size_t i = 0; i < plen; i++) {
-        if (p[i] == '%' && i + 2 < plen && p[i + 1] == '3' && (p[i + 2] == 'A' || p[i + 2] == 'a')) {
-            out[o++] = ':';
-            i += 2;
-        } else {
-            out[o++] = p[i];
-        }
-    }
-    out[o] = '\0';
     *problem = name_lock_problem(out);
     return *problem ? NULL : out;
 }

@@ -28,6 +28,11 @@ const char *guardpath_rest_problem(const char *prefix, const char *rest);
  * "%3A" read as the ':' it encodes), if it is a valid lock name. NULL and *problem set when the path cannot name a
  * lock. */
 const char *guardpath_lock(const char *rest, char *out, size_t outlen, const char **problem);
+/* in[0..n) with each "%3A" (either case) read as the ':' it encodes, into
+ * out (outlen bytes, NUL-terminated), its length in *len: the one form in
+ * which the guard names the object of a path that may spell ':' either way.
+ * False when it does not fit (out then holds no string). */
+bool guardpath_colons(const char *in, size_t n, char *out, size_t outlen, size_t *len);
 /* NULL when a header value of len bytes may be forwarded, else what is wrong
  * (a CR, LF, NUL or other control byte except TAB). */
 const char *guardpath_header_problem(const char *value, size_t len);

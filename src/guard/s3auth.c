@@ -16,6 +16,7 @@
 #include "core/fence.h"
 #include "core/locktab.h"
 #include "guard/guardroute.h"
+#include "guard/s3.h"
 #include "guard/sigv4.h"
 #include "net/http.h"
 
@@ -105,15 +106,13 @@ static const char *raw_query(const Request *req)
     return q ? q + 1 : "";
 }
 
-/* The canonical request of req, as the client signed it: `payload` is its
- * last line (the payload's hash, or UNSIGNED-PAYLOAD), `omit` a query
- * parameter left out (a presigned URL's signature) or NULL. Owned; NULL
- * with why. */
-static char *canonical_request(Request *req, const char *method, const S3Auth *a, const char *payload,
-                               const char *omit, const char **why)
+/* The canonical request of req, as the client signed it: `path` its
+ * canonical URI, `payload` is its last line (the payload's hash, or
+ * UNSIGNED-PAYLOAD), `omit` a query parameter left out (a presigned URL's
+ * signature) or NULL. Owned; NULL with why. */
+static char *canonical_request(Request *req, const char *method, const S3Auth *a, const char *path,
+                               const char *payload, const char *omit, const char **why)
 {
-    const char *uri = req->raw_uri;
-    size_t plen = strcspn(uri, "?");
     char *query = sigv4_canonical_query(raw_query(req), omit);
     size_t cap = 16384;
     char *headers = malloc(cap);
@@ -141,7 +140,7 @@ static char *canonical_request(Request *req, const char *method, const S3Auth *a
         hl += (size_t)snprintf(headers + hl, cap - hl, "%s:%s\n", n, value);
     }
     char *out;
-    int n = asprintf(&out, "%s\n%.*s\n%s\n%s\n%s\n%s", method, (int)plen, uri, query, headers,
+    int n = asprintf(&out, "%s\n%s\n%s\n%s\n%s\n%s", method, path, query, headers,
                      a->auth.signed_headers, payload);
     free(query);
     free(headers);
@@ -329,6 +328,9 @@ static bool scope_ok(Request *req, const SigV4Auth *a, bool query)
                                    route->region),
                          "%s; the region %s%.64s%s is wrong; expecting %s%s%s", what, q, a->region, q, q,
                          route->region, q);
+        /* A HEAD's error has no body: botocore (download_file, head_object)
+         * reads the region to redirect to from this header, as S3 sends it. */
+        http_add_header(req, "x-amz-bucket-region", route->region);
         return false;
     }
     if (strcmp(a->service, "s3") != 0) {
@@ -423,6 +425,43 @@ static bool header_signed(Request *req, S3Auth *a)
     return true;
 }
 
+/* Does a's signature sign req (SIGNED_OK, SIGNED_NOT; SIGNED_UNCHECKED with
+ * why when the canonical request cannot be made)? Its canonical URI is the
+ * path as S3 canonicalizes it (decoded, then every byte but A-Za-z0-9-._~
+ * and '/' encoded once, upper-case: s3_encode_path), so a bare ':' and a
+ * lower-case %3a are signed as %3A. Only that form: a signature over the
+ * path as sent where it differs (curl 7.88's --aws-sigv4 signs a bare ':')
+ * is one S3 refuses too, and the guard takes what S3 takes. */
+typedef enum SignedOver { SIGNED_OK, SIGNED_NOT, SIGNED_UNCHECKED } SignedOver;
+
+static SignedOver signed_over(Request *req, const char *method, const S3Auth *a, const char *payload,
+                              const char *omit, const char **why)
+{
+    size_t plen = strcspn(req->raw_uri, "?");
+    char *raw = strndup(req->raw_uri, plen), *path = malloc(3 * plen + 1);
+    char *canonical = NULL, *sts = NULL;
+    if (raw && path) {
+        s3_encode_path(path, raw);
+        canonical = canonical_request(req, method, a, path, payload, omit, why);
+    } else {
+        *why = "out of memory";
+    }
+    if (canonical) {
+        sts = sigv4_string_to_sign(a->amz_date, &a->auth, canonical);
+        if (!sts)
+            *why = "out of memory";
+    }
+    free(raw);
+    free(path);
+    free(canonical);
+    if (!sts)
+        return SIGNED_UNCHECKED;
+    char sig[SIGV4_HEX];
+    sigv4_hmac_hex(a->key, sts, strlen(sts), sig);
+    free(sts);
+    return sigv4_equal(sig, a->auth.signature) ? SIGNED_OK : SIGNED_NOT;
+}
+
 S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bool read, uint8_t lease[LEASE_ID_BYTES],
                           uint64_t *token, S3Auth **out)
 {
@@ -475,19 +514,13 @@ S3AuthResult s3auth_check(Request *req, const char *method, const char *lock, bo
     explicit_bzero(secret, sizeof secret);
     const char *payload = http_header(req, "x-amz-content-sha256");
     /* A presigned URL signs no payload: its hash is UNSIGNED-PAYLOAD, whatever is sent. */
-    char *canonical = canonical_request(req, method, a, query ? "UNSIGNED-PAYLOAD" : payload ? payload : "",
-                                        query ? SIGV4_QUERY_SIGNATURE : NULL, &why);
-    if (!canonical) {
+    SignedOver over = signed_over(req, method, a, query ? "UNSIGNED-PAYLOAD" : payload ? payload : "",
+                                  query ? SIGV4_QUERY_SIGNATURE : NULL, &why);
+    if (over == SIGNED_UNCHECKED) {
         refuse(req, ERR_FORBIDDEN, "SignatureDoesNotMatch", 403, "the signature cannot be checked: %s", why);
         goto fail;
     }
-    char *sts = sigv4_string_to_sign(a->amz_date, &a->auth, canonical);
-    free(canonical);
-    char sig[SIGV4_HEX];
-    if (sts)
-        sigv4_hmac_hex(a->key, sts, strlen(sts), sig);
-    free(sts);
-    if (!sts || !sigv4_equal(sig, a->auth.signature)) {
+    if (over == SIGNED_NOT) {
         refuse(req, ERR_FORBIDDEN, "SignatureDoesNotMatch", 403, "%s",
                "the request signature does not match the one made with the lease of this token: the secret "
                "access key must be the lease (from acquire), the access key id its token");

@@ -7,11 +7,12 @@
  * The holder is found by the token among the holders of the lock the object
  * is bound to: a token that holds no lease of that lock (unknown, ended, or
  * another lock's) is refused as stale (409 StaleFencingToken naming it).
- * Then the signature is checked with that lease (403 SignatureDoesNotMatch
- * otherwise; a date more than 15 minutes off, 403 RequestTimeTooSkewed;
- * an x-amz-* header that SignedHeaders does not name, 403 AccessDenied, as
- * S3 answers: it could have been added on the way), and
- * the write goes on as one with Fencing-Lease would: the guard re-signs it
+ * Then the signature is checked with that lease, over the path as S3
+ * canonicalizes it (decoded, encoded once: a ':' bare or as %3a is signed
+ * as %3A; 403 SignatureDoesNotMatch otherwise; a date more than 15 minutes
+ * off, 403 RequestTimeTooSkewed; an x-amz-* header that SignedHeaders
+ * does not name, 403 AccessDenied, as S3 answers: it could have been added
+ * on the way), and the write goes on as one with Fencing-Lease would: the guard re-signs it
  * for the store with its own credentials.
  *
  * A presigned URL (SigV4 in the query: X-Amz-Algorithm, X-Amz-Credential,

@@ -361,6 +361,16 @@ S3Op s3req_classify(Request *req, const GuardRoute *route, const char *method, b
                                "Signature Version 4 (boto3: Config(signature_version=\"s3v4\"))");
         return S3_OP_NONE;
     }
+    /* The server's parser reads a %00 as DEL (http.c: so that no name is cut
+     * short), and the guard forwards what it parsed: the store would be asked
+     * for a value the client neither sent nor signed. No S3 parameter holds a
+     * NUL. */
+    const char *query = strchr(req->raw_uri, '?');
+    if (query && strstr(query, "%00")) {
+        bad(req, "query", "%s",
+            "the query holds %00 (a NUL byte), which no S3 parameter takes and the guard does not forward");
+        return S3_OP_NONE;
+    }
     MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, find_query, &q);
     if (q.bad_override) {
         req->srv->metrics.guard_refused[GUARD_REFUSED_REQUEST]++;

@@ -14,9 +14,11 @@
  *    after percent-decoding; decoding does not add or split segments; no
  *    "%2f", "%5c", "%00", "%25", "%3b" in any case; no backslash or ';';
  *  - guardpath_lock: a name it returns passes name_lock_problem (and a
- *    reference of it), is the path without its query and one leading '/',
- *    fits outlen (the buffer is exactly outlen bytes, so ASan sees any
- *    overflow); it returns NULL exactly when it sets a problem;
+ *    reference of it), is the path without its query and one leading '/'
+ *    (each %3A read as ':'), fits outlen (the buffer is exactly outlen bytes,
+ *    so ASan sees any overflow); it returns NULL exactly when it sets a
+ *    problem; it binds every path whose name so decoded is a lock name that
+ *    fits outlen (the limit is the decoded name's, not the path's);
  *  - guardpath_header_problem refuses exactly the values with a byte < 0x20
  *    other than TAB, or 0x7f, and reads no byte past len;
  *  - name_is_http_token (names.h; http.c refuses a request with any other
@@ -206,28 +208,31 @@ static void check_lock(const char *rest, size_t outlen, bool canonical)
 {
     char *out = malloc(outlen);
     CHECK(out != NULL, "out of memory");
+    /* Its path, each %3A (either case) read as ':' (guardpath.h). */
+    const char *p = rest[0] == '/' ? rest + 1 : rest;
+    size_t plen = strcspn(p, "?"), n = 0;
+    char *want = malloc(plen + 1);
+    CHECK(want != NULL, "out of memory");
+    for (size_t i = 0; i < plen; i++) {
+        bool colon = i + 2 < plen && p[i] == '%' && p[i + 1] == '3' && (p[i + 2] == 'A' || p[i + 2] == 'a');
+        want[n++] = colon ? ':' : p[i];
+        i += colon ? 2 : 0;
+    }
+    want[n] = '\0';
     const char *problem = (const char *)1;
     const char *name = guardpath_lock(rest, out, outlen, &problem);
     CHECK(!name == !!problem, "guardpath_lock returned %s with problem %s", name ? "a name" : "NULL",
           problem ? "set" : "NULL");
+    /* The limit is the decoded name's: a lock name that fits out is bound,
+     * however long its %3A make the path. */
+    CHECK(name || n >= outlen || !ref_name_ok(want) || name_lock_problem(want) != NULL,
+          "guardpath_lock refused '%s', whose lock '%s' fits %zu bytes: %s", rest, want, outlen, problem);
     if (name) {
         CHECK(name == out, "guardpath_lock returned a name outside out");
         CHECK(strlen(name) < outlen, "the name does not fit outlen");
         CHECK(name_lock_problem(name) == NULL, "guardpath_lock gave '%s', which name_lock_problem refuses", name);
         CHECK(ref_name_ok(name), "guardpath_lock gave '%s', which is not a lock name", name);
-        /* Its path, each %3A (either case) read as ':' (guardpath.h). */
-        const char *p = rest[0] == '/' ? rest + 1 : rest;
-        size_t plen = strcspn(p, "?"), n = 0;
-        char *want = malloc(plen + 1);
-        CHECK(want != NULL, "out of memory");
-        for (size_t i = 0; i < plen; i++) {
-            bool colon = i + 2 < plen && p[i] == '%' && p[i + 1] == '3' && (p[i + 2] == 'A' || p[i + 2] == 'a');
-            want[n++] = colon ? ':' : p[i];
-            i += colon ? 2 : 0;
-        }
-        want[n] = '\0';
         CHECK(!strcmp(name, want), "guardpath_lock('%s') = '%s', not its path", rest, name);
-        free(want);
         if (canonical) {
             /* a lock bound by a canonical path: no dot or empty inner segment */
             for (const char *seg = name;;) {
@@ -242,6 +247,7 @@ static void check_lock(const char *rest, size_t outlen, bool canonical)
             }
         }
     }
+    free(want);
     free(out);
 }
 

@@ -409,6 +409,22 @@ static void locks(void)
     CHECK(!guardpath_lock("/reports/a%3", out, sizeof out, &problem) && problem);
     CHECK(!guardpath_lock("/reports/a%3?q=A", out, sizeof out, &problem) && problem);
     CHECK(!guardpath_lock("/", out, sizeof out, &problem) && problem);
+    /* The 256-byte limit is the name's, %3A read as ':' (boto3 sends a
+     * 254-byte key with two ':' as 258 bytes); out is never overrun. */
+    char path[300], name[300];
+    memcpy(path, "k%3A", 4);
+    memset(path + 4, 'x', 250);
+    memcpy(path + 254, "%3Az", 5);
+    CHECK(strlen(path) == 258);
+    CHECK(guardpath_lock(path, name, 257, &problem) && strlen(name) == 254 && !strncmp(name, "k:x", 3) &&
+          !strcmp(name + 252, ":z"));
+    memcpy(path + 254, "xxx%3Az", 8); /* 257 bytes decoded */
+    CHECK(!guardpath_lock(path, name, sizeof name, &problem) && problem);
+    CHECK(guardpath_lock("a%3Ab", out, 4, &problem) && !strcmp(out, "a:b"));
+    CHECK(!guardpath_lock("a%3Ab", out, 3, &problem) && problem);
+    CHECK(!guardpath_lock("a", out, 0, &problem) && problem);
+    size_t len = 9;
+    CHECK(guardpath_colons("/r/a%3ab:c?x", 10, out, sizeof out, &len) && len == 8 && !strcmp(out, "/r/a:b:c"));
 }
 
 int main(void)
