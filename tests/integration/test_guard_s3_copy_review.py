@@ -1,6 +1,9 @@
 """A hostile review of CopyObject / UploadPartCopy through an s3:// route (branch s3copy):
-each test here failed on s3copy when written, and names the defect it shows.
+each test here failed on s3copy when written (and on main e053e61, which merged it), and
+names the defect it shows.
 
+* a copy on a route that does not forward GET (methods=PUT) reads what no GET may: the
+  source's ETag, and its bytes wherever the client can read them;
 * the guard's own metadata (x-amz-meta-leasegate-deleted, the tombstone's marker) is
   forwarded from a client's REPLACE copy: the destination reads as deleted (404) while
   its bytes are the source's;
@@ -13,7 +16,8 @@ each test here failed on s3copy when written, and names the defect it shows.
   present in the request which were not signed";
 * UploadPartCopy goes to a store whose probe found it ignores copy preconditions (the
   docs: "never an unconditional copy", 501), and the probe never checks the pin
-  (x-amz-copy-source-if-match), so a store that ignores it gets unpinned copies.
+  (x-amz-copy-source-if-match), so a store that ignores it gets unpinned copies (a
+  source deleted meanwhile lands its tombstone's body on the destination).
 
 Only 127.0.0.1; every wait is bounded; no timing assertions.
 """
