@@ -22,7 +22,6 @@ names the defect it shows.
 Only 127.0.0.1; every wait is bounded; no timing assertions.
 """
 
-import os
 import socket
 import threading
 import unittest
