@@ -1067,16 +1067,19 @@ static bool upload_is_the_tokens(Request *req, const GuardRoute *route, const Gu
     return false;
 }
 
-/* Does the route's store honour preconditions on a copy's destination (the
- * probe's word)? 501 otherwise: never an unconditional copy. */
+/* Does the route's store honour a copy's preconditions, on its destination
+ * and on its source (the pin), as the probe found? 501 otherwise, for a
+ * CopyObject and an UploadPartCopy alike: never an unconditional copy, nor
+ * one of a source the guard did not read. */
 static bool copy_conditional(Request *req, const GuardRoute *route)
 {
     if (s3_route_copy_if_match(req->srv->guard->s3, (size_t)(route - req->srv->cfg.guards)))
         return true;
     refused(req, GUARD_REFUSED_REQUEST);
     http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:i}", "s3_code", "NotImplemented", "s3_status", 501),
-                     "%s", "this store ignores If-Match and If-None-Match on CopyObject (the guard's probe found), "
-                           "so a copy could not be fenced: it is not forwarded; GET the source and PUT it instead");
+                     "%s", "this store ignores If-Match and If-None-Match on a copy's destination, or "
+                           "x-amz-copy-source-if-match on its source (the guard's probe found), so a copy could not "
+                           "be fenced: it is not forwarded; GET the source and PUT it instead");
     return false;
 }
 
@@ -1085,6 +1088,18 @@ static bool copy_conditional(Request *req, const GuardRoute *route)
  * store is never asked to copy what the client could not read. */
 static bool copy_source_readable(Request *req, const GuardRoute *route, char *rest, size_t restlen)
 {
+    /* A copy reads its source: on a route that does not forward GET (a drop
+     * box) it is refused as a GET there is, before the store is asked. */
+    if (!guardroute_allows(route, "GET")) {
+        refused(req, GUARD_REFUSED_METHOD);
+        http_reply_error(req, ERR_METHOD_NOT_ALLOWED, json_pack("{s:s, s:s}", "allow", route->allow, "field",
+                                                                "x-amz-copy-source"),
+                         "a copy reads its source as a GET would, and GET is not forwarded under %s (this route "
+                         "forwards: %s)",
+                         route->prefix, route->allow);
+        http_add_header(req, MHD_HTTP_HEADER_ALLOW, route->allow);
+        return false;
+    }
     char path[HTTP_MAX_TARGET + 1];
     switch (s3copy_source(header(req, "x-amz-copy-source"), path, sizeof path)) {
     case S3COPY_VERSION:
@@ -1157,7 +1172,7 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     if (!s3_write_allowed(req, route, method, &b) ||
         ((part || part_copy || complete) && !upload_is_the_tokens(req, route, &b)) ||
         (any_copy && !copy_source_readable(req, route, source, sizeof source)) ||
-        (copy && !copy_conditional(req, route)) ||
+        (any_copy && !copy_conditional(req, route)) ||
         !locks_take_writes(req, &b, 1))
         return;
     if (!del && !complete && !any_copy && !s3auth_header_checksum(req, &req->guard->auth))

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "guard/s3sign.h"
 #include "guard/sigv4.h"
 
 struct S3 {
@@ -365,7 +366,12 @@ static long probe_request(const atomic_bool *stop, const GuardRoute *route, cons
     long status = 0;
     if (answer)
         memset(answer, 0, sizeof *answer);
-    if (!e || (cond && !append_lines(&headers, cond)) || !s3_sign_easy(e, route, creds, &headers) ||
+    /* A copy is signed by s3sign (libcurl 7.88 sorts x-amz-copy-source-if-match
+     * before x-amz-copy-source: s3sign.h), anything else by libcurl. */
+    bool copy = cond && strstr(cond, "x-amz-copy-source:");
+    if (!e || (cond && !append_lines(&headers, cond)) ||
+        !(copy ? s3sign_lines(route, creds, method, url, time(NULL), &headers)
+               : s3_sign_easy(e, route, creds, &headers)) ||
         (cacert && curl_easy_setopt(e, CURLOPT_CAINFO, cacert) != CURLE_OK)) {
         snprintf(err, errlen, "out of memory");
         goto out;
@@ -445,17 +451,20 @@ static bool probe_multipart(const atomic_bool *stop, const Config *cfg, const Gu
 }
 
 /* Does the store honour If-Match and If-None-Match on CopyObject's
- * destination? The probe key copied onto itself (metadata REPLACE, which S3
- * takes for a copy onto itself) with a wrong If-Match, then with
- * If-None-Match: *, must get 412 both times (S3 may say so in a 200's
- * body). */
+ * destination, and x-amz-copy-source-if-match on its source (the pin to the
+ * version the guard read: without it a copy may take a tombstone written
+ * meanwhile)? The probe key copied onto itself (metadata REPLACE, which S3
+ * takes for a copy onto itself) with a wrong If-Match, with If-None-Match: *,
+ * then with a wrong source If-Match, must get 412 each time (S3 may say so
+ * in a 200's body). */
 static bool probe_copy(const atomic_bool *stop, const Config *cfg, const GuardRoute *route, const AwsCreds *creds,
                        const char *url)
 {
     char *source = s3_object_path(route, S3_PROBE_KEY);
     if (!source)
         return false;
-    static const char *const MUST_FAIL[] = {"If-Match: \"leasegate-never-an-etag\"", "If-None-Match: *"};
+    static const char *const MUST_FAIL[] = {"If-Match: \"leasegate-never-an-etag\"", "If-None-Match: *",
+                                            "x-amz-copy-source-if-match: \"leasegate-never-an-etag\""};
     bool honoured = true;
     for (size_t i = 0; honoured && i < sizeof MUST_FAIL / sizeof MUST_FAIL[0]; i++) {
         char lines[1500], err[256];
@@ -525,7 +534,7 @@ static ProbeResult probe(const atomic_bool *stop, const Config *cfg, const Guard
         snprintf(why, whylen, "the store honours preconditions, but not %s%s%s",
                  *mpu_if_match ? "" : "If-Match on CompleteMultipartUpload (a multipart upload may only create an object)",
                  !*mpu_if_match && !*copy_if_match ? ", nor " : "",
-                 *copy_if_match ? "" : "If-Match and If-None-Match on CopyObject (copies are refused)");
+                 *copy_if_match ? "" : "x-amz-copy-source-if-match, or If-Match and If-None-Match on CopyObject (copies are refused)");
 out:
     free(url);
     return r;

@@ -72,9 +72,11 @@ S3RouteState s3_route_state(S3 *s, size_t route, char *detail, size_t detail_len
  * it, a multipart upload through the route may only create an object. */
 bool s3_route_mpu_if_match(const S3 *s, size_t route);
 /* Does the route's store honour If-Match and If-None-Match on CopyObject's
- * destination (the probe copies the probe key onto itself with a wrong
- * If-Match, then with If-None-Match: *)? Without it, copies through the
- * route get 501: never an unconditional copy. */
+ * destination, and x-amz-copy-source-if-match on its source (the probe
+ * copies the probe key onto itself with a wrong If-Match, with
+ * If-None-Match: *, then with a wrong source If-Match)? Without it, copies
+ * (CopyObject and UploadPartCopy) through the route get 501: never an
+ * unconditional copy, nor an unpinned one. */
 bool s3_route_copy_if_match(const S3 *s, size_t route);
 /* Seconds between the probes of a closed route (the writes' Retry-After). */
 unsigned s3_retry_s(const S3 *s);

@@ -54,11 +54,20 @@ static bool one_of(const char *const *names, const char *name, size_t len)
     return false;
 }
 
+/* x-amz-meta-leasegate-*: the guard's own metadata (the tombstone's
+ * marker, S3_TOMBSTONE_META), never a client's to set. */
+static bool guard_metadata(const char *name, size_t len)
+{
+    static const char OWN[] = "x-amz-meta-leasegate-";
+    return len >= sizeof OWN - 1 && !strncasecmp(name, OWN, sizeof OWN - 1);
+}
+
+/* A client's own metadata: x-amz-meta-*, but the fence and the guard's own. */
 static bool user_metadata(const char *name, size_t len)
 {
     static const char META[] = "x-amz-meta-";
     return len > sizeof META - 1 && !strncasecmp(name, META, sizeof META - 1) &&
-           !(len == sizeof FENCE_META - 1 && !strncasecmp(name, FENCE_META, len));
+           !(len == sizeof FENCE_META - 1 && !strncasecmp(name, FENCE_META, len)) && !guard_metadata(name, len);
 }
 
 /* Headers an S3 client sends that the guard takes and never forwards: the
@@ -203,7 +212,13 @@ static enum MHD_Result find_amz(void *cls, enum MHD_ValueKind kind, const char *
     (void)kind;
     AmzCheck *c = cls;
     size_t len = strlen(key);
+    if (c->write && guard_metadata(key, len)) {
+        c->bad = key;
+        c->why = "x-amz-meta-leasegate-* is the guard's own metadata (a tombstone's marker), never a client's to set";
+        return MHD_NO;
+    }
     if (len < 6 || strncasecmp(key, "x-amz-", 6) || signature_header(key, len) || user_metadata(key, len) ||
+        guard_metadata(key, len) || /* on a read: not forwarded (s3req_keep_read) */
         (len == sizeof FENCE_META - 1 && !strncasecmp(key, FENCE_META, len)) ||
         (!c->write && s3req_keep_read(key, len)))
         return MHD_YES;
@@ -793,8 +808,18 @@ static void source_read(void *ud, long status, const struct curl_slist *headers)
     bool ok = proxy_call_add_header(w->req->guard->call, line);
     for (const struct curl_slist *l = headers; ok && w->carry && l; l = l->next) {
         size_t n = strcspn(l->data, ":");
-        if (l->data[n] == ':' && s3copy_carried(l->data, n))
+        if (l->data[n] != ':' || !s3copy_carried(l->data, n))
+            continue;
+        /* An empty value goes as "Name;": libcurl reads "Name:" as "do not send". */
+        if (!l->data[n + 1 + strspn(l->data + n + 1, " \t\r\n")]) {
+            char *empty; /* owned here */
+            if (asprintf(&empty, "%.*s;", (int)n, l->data) < 0)
+                empty = NULL;
+            ok = empty && proxy_call_add_header(w->req->guard->call, empty);
+            free(empty);
+        } else {
             ok = proxy_call_add_header(w->req->guard->call, l->data);
+        }
     }
     /* Its last header is in: signed now, by the guard (s3sign.h). */
     SelfSign sign = {w->s3, w->route, w->part_url ? w->part_url : w->url};

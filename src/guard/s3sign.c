@@ -15,6 +15,7 @@ typedef struct Signed {
     size_t name_len;
     const char *value;
     size_t len; /* of the value, trimmed */
+    size_t pos; /* the line's place in the list: one name's values keep their order */
 } Signed;
 
 /* SigV4's order: by lower-case name, a name before the names it begins. */
@@ -28,6 +29,15 @@ static int by_name(const void *pa, const void *pb)
             return ca - cb;
     }
     return (a->name_len > b->name_len) - (a->name_len < b->name_len);
+}
+
+/* by_name, then the lines' order: qsort is not stable, and a repeated
+ * header's values are signed (and sent) in the order they are listed. */
+static int by_name_then_place(const void *pa, const void *pb)
+{
+    const Signed *a = pa, *b = pb;
+    int c = by_name(a, b);
+    return c ? c : (a->pos > b->pos) - (a->pos < b->pos);
 }
 
 /* Appends the lower-case name of h to out; returns its length. */
@@ -46,14 +56,25 @@ static bool append(struct curl_slist **list, const char *line)
     return l != NULL;
 }
 
-/* The header line as a signed header; false when it is not sent (no value). */
+/* The header line as a signed header; false when libcurl does not send it:
+ * "Name:" with no value is libcurl's "do not send", and "Name;" its form of
+ * a header with an empty value, sent as "Name:" (so signed, empty). */
 static bool signed_of(const char *line, Signed *out)
 {
     size_t n = strcspn(line, ":");
-    if (!line[n] || n == 0)
-        return false;
     out->name = line;
     out->name_len = n;
+    if (!line[n]) {
+        size_t semi = strcspn(line, ";");
+        if (semi == 0 || line[semi] != ';' || line[semi + 1] != '\0')
+            return false;
+        out->name_len = semi;
+        out->value = line + semi + 1;
+        out->len = 0;
+        return true;
+    }
+    if (n == 0)
+        return false;
     const char *v = line + n + 1;
     while (*v == ' ' || *v == '\t')
         v++;
@@ -124,13 +145,15 @@ bool s3sign_lines(const GuardRoute *route, const AwsCreds *creds, const char *me
         return false;
     }
     size_t n = 0, size = 0;
-    for (const struct curl_slist *l = *headers; l; l = l->next) {
+    size_t pos = 0;
+    for (const struct curl_slist *l = *headers; l; l = l->next, pos++) {
+        hs[n].pos = pos;
         if (signed_of(l->data, &hs[n])) {
             size += hs[n].name_len * 2 + hs[n].len + 3;
             n++;
         }
     }
-    qsort(hs, n, sizeof hs[0], by_name);
+    qsort(hs, n, sizeof hs[0], by_name_then_place);
     size_t cap = strlen(method) + strlen(path) + strlen(query) + 2 * size + 128;
     char *canonical = malloc(cap);
     char *names = malloc(size + 1); /* the names joined by ';': within size */

@@ -11,7 +11,9 @@
  * in: Host (set explicitly, so that what is signed is what is sent) and every
  * header line of the call, the payload UNSIGNED-PAYLOAD, and the session
  * token when there is one. Lines without a value (libcurl's "do not send")
- * are neither sent nor signed.
+ * are neither sent nor signed; a "Name;" line (libcurl's form of an empty
+ * header, sent as "Name:") is signed with its empty value. A repeated
+ * header's values are signed joined in the order of their lines.
  */
 #ifndef LEASEGATE_S3SIGN_H
 #define LEASEGATE_S3SIGN_H

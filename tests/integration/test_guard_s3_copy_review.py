@@ -164,6 +164,20 @@ class CopyReviewTests(unittest.TestCase):
             self.assertEqual(st, 400, body)
             self.assertIn("InvalidArgument", body)
 
+    def test_put_does_not_write_the_guards_own_metadata(self):
+        """The same defect on a plain PUT and a CreateMultipartUpload: a client's
+        x-amz-meta-leasegate-deleted made a live object read as a tombstone. Refused (400
+        InvalidArgument naming the header), nothing written."""
+        d = "smuggleput-%s" % uid()
+        g = self.acquire(d + "/o")
+        for query, name in (("", "x-amz-meta-leasegate-deleted"), ("?uploads", "X-Amz-Meta-Leasegate-Anything")):
+            st, _, body = self.srv.request("POST" if query else "PUT", "/%s/%s/o%s" % (BUCKET, d, query), raw=b"x",
+                                           headers={"Fencing-Lease": g["lease"], name: "1"})
+            self.assertEqual(st, 400, body)
+            self.assertIn("InvalidArgument", body)
+            self.assertIn(name.lower(), body.lower())
+        self.assertIsNone(self.moto.get("pfx/%s/o" % d))
+
     def test_get_object_tagging_of_a_tombstone_is_no_such_key(self):
         """Defect: GET ?tagging is forwarded as a read whose answer holds no object metadata,
         so the tombstone check (s3req_read_head: x-amz-meta-leasegate-deleted) never sees one:
@@ -287,7 +301,8 @@ class CopyPinReviewTests(unittest.TestCase):
         between the guard's HEAD of it and the copy, on a store that ignores
         x-amz-copy-source-if-match: the tombstone's body lands on the destination as an
         object (a GET through the guard reads it, 200), which no GET could ever read. With
-        the pin honoured (moto_strict) the same race is 412, nothing copied."""
+        the pin honoured (moto_strict) the same race is 412, nothing copied; with the pin
+        probed (s3.c probe_copy) this store gets no copy at all (501)."""
         moto = s3_fixture.Moto(copy_source_preconditions=False)
         self.addCleanup(moto.stop)
         tombstone = b"leasegate tombstone: deleted through the guard; its fencing-token stays\n"
@@ -310,6 +325,12 @@ class CopyPinReviewTests(unittest.TestCase):
         proxy.race("/%s/pfx/dst" % s3_fixture.BUCKET, 0)
         st, _, body = srv.request("PUT", "/%s/dst" % BUCKET, raw=b"", headers={
             "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
+        if st == 501:
+            # Refused up front: the probe found the pin ignored, so no copy goes to this store.
+            self.assertIn("NotImplemented", body)
+            self.assertFalse(proxy.raced.is_set(), "the store was asked to copy")
+            self.assertIsNone(moto.get("pfx/dst"))
+            return
         self.assertTrue(proxy.raced.is_set())
         self.assertNotEqual(moto.get("pfx/dst"), (tombstone, str(g["token"])), "a tombstone's body was copied")
 
