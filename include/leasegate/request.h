@@ -87,6 +87,7 @@ typedef struct GuardTicket {
  * does not carry it). */
 typedef struct RequestGuard {
     ProxyCall *call;
+    ProxyCall *pre; /* a read's HEAD before its call (GetObjectTagging: is it a tombstone?), or NULL */
     GuardWrite *write;
     GuardTicket ticket;
     struct S3Write *s3; /* an S3 route's write: its steps (s3req.h) */

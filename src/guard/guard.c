@@ -579,6 +579,10 @@ static void stream_upload(Request *req, const char *data, size_t *size)
 
 static bool stream_complete(Request *req)
 {
+    if (req->guard->pre) {
+        http_suspend_watched(req); /* resumed by its report */
+        return true;
+    }
     if (req->guard->form && !req->response && formscan_finish(req->guard->form)) {
         refuse_body_override(req);
         return true; /* answered: the 400 leaves once the connection is resumed, if it waits */
@@ -850,23 +854,52 @@ static bool s3_read_allowed(Request *req, const GuardRoute *route, const char *m
     return false;
 }
 
+/* The GetObjectTagging's object, read first: a tombstone (or none) is 404
+ * NoSuchKey, as its GET and HEAD are; else its tags are asked for. */
+static void tagged_object_read(void *ud, long status, const struct curl_slist *headers)
+{
+    Request *req = ud; /* alive: its end frees this HEAD, whose report then never comes */
+    req->guard->pre = NULL; /* freed by the proxy after this */
+    const GuardRoute *route = req->guard->route;
+    char *base = NULL, *url = NULL;
+    if (status == 404 || (status == 200 && s3req_tombstone(headers))) {
+        http_reply_error(req, ERR_NOT_FOUND, NULL, "The specified key does not exist.");
+    } else {
+        /* Any other answer: the store answers the tagging read itself (its own error, if any). */
+        base = s3_object_url(route, guardroute_rest(route, req->raw_uri));
+        if (base && asprintf(&url, "%s?tagging=", base) < 0)
+            url = NULL;
+        s3_call(req, route, "GET", url, s3req_read_head, s3req_read_gathered);
+    }
+    free(base);
+    http_resume(req); /* its answer leaves, or its call is final (stream_complete) */
+}
+
 /* A read through an S3 route: signed, with the allowed headers only. A
- * GetObjectTagging (tags: true) asks for the object's tags alone. */
+ * GetObjectTagging (tags: true) asks for the object's tags alone, once a
+ * HEAD found the object there (its answer has no metadata to tell a
+ * tombstone by). */
 static void begin_s3_read(Request *req, const GuardRoute *route, const char *method, bool tags)
 {
     if (!route_open(req, route, true) || !s3_read_allowed(req, route, method) ||
         !s3req_overrides_allowed(req, req->guard->auth != NULL))
         return;
-    char *url = NULL;
     if (tags) {
-        char *base = s3_object_url(route, guardroute_rest(route, req->raw_uri));
-        if (base && asprintf(&url, "%s?tagging=", base) < 0)
-            url = NULL;
-        free(base);
-    } else {
-        url = s3_url_with(req, route, S3REQ_READ_QUERY);
+        char *url = s3_object_url(route, guardroute_rest(route, req->raw_uri));
+        S3Sign sign = {req->srv->guard->s3, route};
+        ProxyCall *head = url ? proxy_internal_new(req->srv->proxy, "HEAD", url, tagged_object_read, req) : NULL;
+        free(url);
+        if (!head || !proxy_call_configure(head, s3req_sign, &sign)) {
+            if (head)
+                proxy_call_free(head);
+            http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
+            return;
+        }
+        req->guard->pre = head;
+        proxy_call_start(head);
+        return;
     }
-    s3_call(req, route, method, url, s3req_read_head, s3req_read_gathered);
+    s3_call(req, route, method, s3_url_with(req, route, S3REQ_READ_QUERY), s3req_read_head, s3req_read_gathered);
 }
 
 static ProxyAnswerAction gather_all(void *ud, long status, const struct curl_slist *headers)
@@ -1423,6 +1456,10 @@ void guard_request_end(Request *req)
     guardq_request_end(req);
     s3req_write_free(req->guard->s3);
     req->guard->s3 = NULL;
+    if (req->guard->pre) {
+        proxy_call_free(req->guard->pre); /* its report never comes */
+        req->guard->pre = NULL;
+    }
     free(req->guard->form);
     req->guard->form = NULL;
     s3auth_free(req->guard->auth);

@@ -977,6 +977,8 @@ static bool is_tombstone(const struct curl_slist *headers)
     return header_value(headers, S3_TOMBSTONE_META, v, sizeof v);
 }
 
+bool s3req_tombstone(const struct curl_slist *headers) { return is_tombstone(headers); }
+
 ProxyAnswerAction s3req_read_head(void *ud, long status, const struct curl_slist *headers)
 {
     (void)ud;

@@ -117,6 +117,8 @@ bool s3req_overrides_allowed(Request *req, bool checked);
  * rewritten (s3err_from_store), tombstones read as 404 NoSuchKey, a
  * tombstone's written as 204. ud is the route. */
 ProxyAnswerAction s3req_read_head(void *ud, long status, const struct curl_slist *headers);
+/* Do the store's answer headers say the object is the guard's tombstone? */
+bool s3req_tombstone(const struct curl_slist *headers);
 ProxyAnswerAction s3req_write_head(void *ud, long status, const struct curl_slist *headers);
 ProxyAnswerAction s3req_delete_head(void *ud, long status, const struct curl_slist *headers);
 void s3req_read_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
