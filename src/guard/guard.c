@@ -780,10 +780,11 @@ static void s3_call(Request *req, const GuardRoute *route, const char *method, c
     Server *s = req->srv;
     static const char *const NONE[] = {NULL};
     ProxyHeaders h = {NONE, NULL, s3req_keep_read};
-    S3Sign sign = {s->guard->s3, route};
+    S3Sign sign = {s->guard->s3, route, method, url_owned};
     req->guard->call = url_owned ? proxy_call_new(s->proxy, req, method, url_owned, false, 0, &h) : NULL;
+    bool signed_ok = req->guard->call && proxy_call_configure(req->guard->call, s3req_sign, &sign);
     free(url_owned);
-    if (!req->guard->call || !proxy_call_configure(req->guard->call, s3req_sign, &sign)) {
+    if (!signed_ok) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }
@@ -886,7 +887,7 @@ static void begin_s3_read(Request *req, const GuardRoute *route, const char *met
         return;
     if (tags) {
         char *url = s3_object_url(route, guardroute_rest(route, req->raw_uri));
-        S3Sign sign = {req->srv->guard->s3, route};
+        S3Sign sign = {req->srv->guard->s3, route, NULL, NULL};
         ProxyCall *head = url ? proxy_internal_new(req->srv->proxy, "HEAD", url, tagged_object_read, req) : NULL;
         free(url);
         if (!head || !proxy_call_configure(head, s3req_sign, &sign)) {
@@ -1245,8 +1246,9 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
                 : complete ? s3_url_with(req, route, DONE_Q)
                            : s3_object_url(route, guardroute_rest(route, req->raw_uri));
     int64_t length = del ? (int64_t)(sizeof S3_TOMBSTONE_BODY - 1) : any_copy ? 0 : content_length;
-    S3Sign sign = {g->s3, route};
-    req->guard->call = url ? proxy_call_new(s->proxy, req, complete ? "POST" : "PUT", url, true, length, &h) : NULL;
+    const char *call_method = complete ? "POST" : "PUT";
+    S3Sign sign = {g->s3, route, call_method, url};
+    req->guard->call = url ? proxy_call_new(s->proxy, req, call_method, url, true, length, &h) : NULL;
     /* The reads around the write (s3req.h) are HeadObjects of the object
      * itself: never with the completion's ?uploadId, which HeadObject does
      * not take. Owned here until freed below. */
@@ -1258,14 +1260,16 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     snprintf(name, sizeof name, "%s%s", route->prefix, source + strspn(source, "/"));
     bool copy_ok = !any_copy || (source_line && source_url && s3req_write_copies(req->guard->s3, source_url, name, carry) &&
                                  (!part_copy || s3req_write_copies_part(req->guard->s3, url)));
+    /* A write with a prepare step is signed once it has added its last
+     * header (s3req.h); an UploadPart, which has none, now. */
+    bool signed_ok = req->guard->call && (part ? proxy_call_configure(req->guard->call, s3req_sign, &sign)
+                                          : any_copy || (req->guard->s3 && s3req_write_signs(req->guard->s3, call_method, url)));
     free(source_url);
     free(source_line);
     free(source_path);
     free(object);
     free(url);
-    /* A copy is signed once its prepare step has added its last header (s3req.h). */
-    if (!req->guard->call || (!part && !req->guard->s3) || !copy_ok ||
-        (!any_copy && !proxy_call_configure(req->guard->call, s3req_sign, &sign)) ||
+    if (!req->guard->call || (!part && !req->guard->s3) || !copy_ok || !signed_ok ||
         (del && !proxy_call_fixed_body(req->guard->call, S3_TOMBSTONE_BODY, sizeof S3_TOMBSTONE_BODY - 1)) ||
         !guardq_add(g->queues, req, req->guard->call, !del && !any_copy && content_length > 0, &b, 1, &req->guard->ticket,
                     part ? NULL : s3req_prepare, req->guard->s3)) {
@@ -1322,10 +1326,11 @@ static void begin_s3_create(Request *req, const GuardRoute *route, const char *m
     if (base && asprintf(&url, "%s?uploads=", base) < 0)
         url = NULL;
     free(base);
-    S3Sign sign = {g->s3, route};
+    S3Sign sign = {g->s3, route, "POST", url};
     req->guard->call = url ? proxy_call_new(s->proxy, req, "POST", url, false, 0, &h) : NULL;
+    bool signed_ok = req->guard->call && proxy_call_configure(req->guard->call, s3req_sign, &sign);
     free(url);
-    if (!req->guard->call || !proxy_call_configure(req->guard->call, s3req_sign, &sign)) {
+    if (!signed_ok) {
         http_reply_error(req, ERR_OVERLOADED, NULL, "out of memory; retry");
         return;
     }

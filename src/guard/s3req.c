@@ -36,6 +36,9 @@ struct S3Write {
     char modified[64];
     uint64_t fence;
     char *url;         /* owned */
+    /* The write's call, signed at the end of the prepare step (owned), or NULL: signed already. */
+    const char *call_method;
+    char *call_url;
     char lock[NAME_MAX_BYTES + 1];
     /* A CopyObject: its source's store URL (owned) and client's name
      * (owned), and whether its metadata is carried over (directive COPY). */
@@ -543,14 +546,33 @@ bool s3req_overrides_allowed(Request *req, bool checked)
     return true;
 }
 
+/* Is a line "Name;" (libcurl's form of a header with an empty value)? */
+static bool empty_line(const struct curl_slist *headers)
+{
+    for (const struct curl_slist *l = headers; l; l = l->next) {
+        size_t n = strcspn(l->data, ":;");
+        if (n && l->data[n] == ';' && !l->data[n + 1])
+            return true;
+    }
+    return false;
+}
+
 bool s3req_sign(void *ud, void *curl_easy, struct curl_slist **headers)
 {
     S3Sign *sign = ud;
     AwsCreds creds;
     s3_credentials(sign->s3, &creds);
-    bool ok = s3_sign_easy(curl_easy, sign->route, &creds, headers);
+    bool ok = sign->method && sign->url && empty_line(*headers)
+                  ? s3sign_lines(sign->route, &creds, sign->method, sign->url, time(NULL), headers)
+                  : s3_sign_easy(curl_easy, sign->route, &creds, headers);
     explicit_bzero(&creds, sizeof creds);
     return ok;
+}
+
+bool s3req_write_signs(S3Write *w, const char *method, const char *call_url)
+{
+    w->call_method = method;
+    return (w->call_url = strdup(call_url)) != NULL;
 }
 
 S3Write *s3req_write_new(S3 *s3, Proxy *proxy, Request *req, const GuardRoute *route, const char *url,
@@ -580,6 +602,7 @@ void s3req_write_free(S3Write *w)
     free(w->source_url);
     free(w->source);
     free(w->part_url);
+    free(w->call_url);
     free(w);
 }
 
@@ -713,6 +736,10 @@ static void prepared(void *ud, long status, const struct curl_slist *headers)
         if (ok)
             return;
     }
+    /* Its last header is in: signed now. */
+    S3Sign sign = {w->s3, w->route, w->call_method, w->call_url};
+    if (ok && w->call_url)
+        ok = proxy_call_configure(w->req->guard->call, s3req_sign, &sign);
     if (!ok)
         http_reply_error(w->req, ERR_OVERLOADED, NULL, "out of memory; retry");
     guardq_prepared(w->gw, ok);
@@ -834,7 +861,7 @@ static bool start_head(S3Write *w, ProxyResult fn) { return start_head_of(w, w->
 
 static bool start_head_of(S3Write *w, const char *url, ProxyResult fn)
 {
-    S3Sign sign = {w->s3, w->route};
+    S3Sign sign = {w->s3, w->route, NULL, NULL};
     w->head = proxy_internal_new(w->proxy, "HEAD", url, fn, w);
     if (!w->head || !proxy_call_configure(w->head, s3req_sign, &sign)) {
         if (w->head)

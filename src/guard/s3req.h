@@ -142,10 +142,14 @@ bool s3req_keep_part_copy(const char *name, size_t len);
 bool s3req_keep_complete(const char *name, size_t len);
 /* An aws-chunked write's: its Content-Encoding is rewritten without aws-chunked. */
 bool s3req_keep_write_unencoded(const char *name, size_t len);
-/* Signs a call of `route` (a ProxyConfigure; ud is an S3Sign). */
+/* Signs a call of `route` (a ProxyConfigure; ud is an S3Sign), by libcurl,
+ * or by the guard (s3sign.h) when method and url are set and a line is
+ * "Name;" (an empty header, which libcurl 7.88 signs as the name "name;",
+ * and the store refuses): then all its headers must be in already. */
 typedef struct S3Sign {
     S3 *s3;
     const GuardRoute *route;
+    const char *method, *url; /* the call's, or NULL: libcurl signs */
 } S3Sign;
 bool s3req_sign(void *ud, void *curl_easy, struct curl_slist **headers);
 
@@ -154,6 +158,10 @@ bool s3req_sign(void *ud, void *curl_easy, struct curl_slist **headers);
 S3Write *s3req_write_new(S3 *s3, Proxy *proxy, Request *req, const GuardRoute *route, const char *url,
                          const char *lock, uint64_t token);
 void s3req_write_free(S3Write *w);
+/* The write's own call (`method` to `call_url`, with its query), signed by
+ * its prepare step once its last header is in (s3req_sign), not before.
+ * False when out of memory. */
+bool s3req_write_signs(S3Write *w, const char *method, const char *call_url);
 /* The write's prepare step (a GuardPrepare; ud is the S3Write). */
 bool s3req_prepare(void *ud, GuardWrite *gw);
 /* The write is a CompleteMultipartUpload; if_match_ok: the store honours

@@ -178,6 +178,25 @@ class CopyReviewTests(unittest.TestCase):
             self.assertIn(name.lower(), body.lower())
         self.assertIsNone(self.moto.get("pfx/%s/o" % d))
 
+    def test_put_with_an_empty_metadata_value(self):
+        """Defect (noticed in the review): boto3's put_object(Metadata={'a': ''}) got 403
+        SignatureDoesNotMatch from the store: the guard forwards the empty header as
+        "x-amz-meta-a;" (libcurl's form of an empty header), and libcurl 7.88's SigV4 signs
+        that line as the name "x-amz-meta-a;" (SignedHeaders=...;x-amz-meta-a;;...). Such a
+        call is signed by the guard (s3sign.c) now, with its last header in: a PUT and a
+        CreateMultipartUpload store the empty value, as S3 does."""
+        import boto3
+        from botocore.config import Config
+        d = "emptyput-%s" % uid()
+        g = self.acquire(d + "/o")
+        s3 = boto3.client("s3", endpoint_url=self.srv.url, region_name=s3_fixture.REGION,
+                          aws_access_key_id=str(g["token"]), aws_secret_access_key=g["lease"],
+                          config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+        s3.put_object(Bucket=BUCKET, Key=d + "/o", Body=b"x", Metadata={"a": "", "b": "v"})
+        self.assertEqual(self.head("pfx/%s/o" % d)["Metadata"], {"a": "", "b": "v", "fencing-token": str(g["token"])})
+        up = s3.create_multipart_upload(Bucket=BUCKET, Key=d + "/o", Metadata={"e": ""})["UploadId"]
+        s3.abort_multipart_upload(Bucket=BUCKET, Key=d + "/o", UploadId=up)
+
     def test_get_object_tagging_of_a_tombstone_is_no_such_key(self):
         """Defect: GET ?tagging is forwarded as a read whose answer holds no object metadata,
         so the tombstone check (s3req_read_head: x-amz-meta-leasegate-deleted) never sees one:
