@@ -1188,6 +1188,30 @@ static bool copy_source_readable(Request *req, const GuardRoute *route, char *re
     return false;
 }
 
+/* A CopyObject of its own destination with directive COPY and nothing else
+ * changed (storage class, encryption) is S3's 400 InvalidRequest: the guard
+ * always sends REPLACE (to set the fence), which would let it through. */
+static bool copy_changes_something(Request *req, const GuardRoute *route, const char *source)
+{
+    const char *directive = header(req, "x-amz-metadata-directive");
+    if ((directive && !strcmp(directive, "REPLACE")) || header(req, "x-amz-storage-class") ||
+        header(req, "x-amz-server-side-encryption") || header(req, "x-amz-server-side-encryption-aws-kms-key-id"))
+        return true;
+    char *from = s3_object_url(route, source);
+    char *to = s3_object_url(route, guardroute_rest(route, req->raw_uri));
+    bool same = from && to && !strcmp(from, to);
+    free(from);
+    free(to);
+    if (!same)
+        return true;
+    refused(req, GUARD_REFUSED_REQUEST);
+    http_reply_error(req, ERR_BAD_REQUEST, json_pack("{s:s, s:i}", "s3_code", "InvalidRequest", "s3_status", 400),
+                     "%s", "This copy request is illegal because it is trying to copy an object to itself without "
+                           "changing the object's metadata, storage class, website redirect location or encryption "
+                           "attributes.");
+    return false;
+}
+
 /* A write through an S3 route, queued: the lease's token becomes the
  * object's precondition (s3req.h). A PUT writes the object, a DELETE a
  * tombstone, a Complete the upload's parts (each with the prepare and
@@ -1206,7 +1230,7 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     if (!s3_write_allowed(req, route, method, &b) ||
         ((part || part_copy || complete) && !upload_is_the_tokens(req, route, &b)) ||
         (any_copy && !copy_source_readable(req, route, source, sizeof source)) ||
-        (any_copy && !copy_conditional(req, route)) ||
+        (any_copy && !copy_conditional(req, route)) || (copy && !copy_changes_something(req, route, source)) ||
         !locks_take_writes(req, &b, 1))
         return;
     if (!del && !complete && !any_copy && !s3auth_header_checksum(req, &req->guard->auth))
@@ -1284,8 +1308,9 @@ static void begin_s3_write(Request *req, const GuardRoute *route, const char *me
     if (complete)
         proxy_call_on_answer(req->guard->call, gather_all, s3_completed, (void *)route);
     else
-        proxy_call_on_answer(req->guard->call, del ? s3req_delete_head : s3req_write_head,
-                             del ? s3req_delete_gathered : s3req_read_gathered, (void *)route);
+        proxy_call_on_answer(req->guard->call, del ? s3req_delete_head : any_copy ? s3req_copy_head : s3req_write_head,
+                             del ? s3req_delete_gathered : any_copy ? s3req_copy_gathered : s3req_read_gathered,
+                             (void *)route);
 }
 
 /* CreateMultipartUpload: the token goes into the object's fencing-token

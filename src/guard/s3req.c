@@ -1042,6 +1042,43 @@ void s3req_read_gathered(void *ud, Request *req, long status, const struct curl_
     s3err_from_store(req, route, status, body, len);
 }
 
+ProxyAnswerAction s3req_copy_head(void *ud, long status, const struct curl_slist *headers)
+{
+    (void)ud;
+    (void)status;
+    (void)headers;
+    return PROXY_GATHER; /* a result or an error: a small XML document either way */
+}
+
+void s3req_copy_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                         size_t len, bool complete)
+{
+    const GuardRoute *route = ud;
+    if (status != 200) {
+        s3req_read_gathered(ud, req, status, headers, body, len, complete);
+        return;
+    }
+    if (!s3list_rewrite(req, route, status, body, len, complete, NULL, 0))
+        return; /* an <Error> in the 200's body: answered as the error it names */
+    static const char *const PASSED[] = {"x-amz-version-id", "x-amz-copy-source-version-id",
+                                         "x-amz-server-side-encryption", NULL};
+    for (const struct curl_slist *l = headers; l; l = l->next) {
+        size_t n = strcspn(l->data, ":");
+        if (!l->data[n])
+            continue;
+        for (const char *const *p = PASSED; *p; p++) {
+            if (!prefixed(l->data, n, *p))
+                continue;
+            char name[128], value[1024];
+            const char *v = l->data + n + 1 + strspn(l->data + n + 1, " \t");
+            snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), l->data);
+            snprintf(value, sizeof value, "%.*s", (int)strcspn(v, "\r\n"), v);
+            http_add_header(req, name, value);
+            break;
+        }
+    }
+}
+
 void s3req_delete_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
                            size_t len, bool complete)
 {

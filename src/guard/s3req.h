@@ -123,6 +123,13 @@ ProxyAnswerAction s3req_write_head(void *ud, long status, const struct curl_slis
 ProxyAnswerAction s3req_delete_head(void *ud, long status, const struct curl_slist *headers);
 void s3req_read_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
                          size_t len, bool complete);
+/* A copy's (CopyObject, UploadPartCopy): its answer, gathered, since S3 may
+ * send an error in a 200's body once the copy has begun: that is the error
+ * it names, never a success. A result passes with its version and
+ * encryption headers. ud is the route. */
+ProxyAnswerAction s3req_copy_head(void *ud, long status, const struct curl_slist *headers);
+void s3req_copy_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
+                         size_t len, bool complete);
 void s3req_delete_gathered(void *ud, Request *req, long status, const struct curl_slist *headers, const char *body,
                            size_t len, bool complete);
 /* The client headers a read / a write passes on (ProxyHeaders.keep). */

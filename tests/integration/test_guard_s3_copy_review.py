@@ -107,6 +107,80 @@ class Recorder:
         self.sock.close()
 
 
+class FailingCopyRelay:
+    """A relay in front of moto, one request per connection: the CopyObject (or
+    UploadPartCopy) of a key holding `fail` gets 200 with an S3 <Error> in its body, as S3
+    may answer a copy that fails once begun; moto is not asked. Everything else goes to moto."""
+
+    ERROR = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
+             b'<Message>We encountered an internal error. Please try again.</Message></Error>')
+
+    def __init__(self, port, fail):
+        self.port, self.fail = port, fail
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        self.failed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        c.settimeout(30)
+        try:
+            buf = b""
+            while b"\r\n\r\n" not in buf and len(buf) < 65536:
+                data = c.recv(65536)
+                if not data:
+                    return
+                buf += data
+            head, rest = buf.split(b"\r\n\r\n", 1)
+            first = head.split(b"\r\n", 1)[0].decode("latin-1")
+            if first.startswith("PUT ") and self.fail in first and b"\nx-amz-copy-source:" in head.lower():
+                self.failed.set()
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nConnection: close\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (len(self.ERROR), self.ERROR))
+                return
+            up = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            up.sendall(head + b"\r\nConnection: close\r\n\r\n" + rest)
+            threading.Thread(target=self._pipe, args=(c, up), daemon=True).start()
+            self._pipe(up, c)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
 def unsigned_amz(head):
     """The x-amz-* headers of a request head that its Authorization does not sign."""
     lines = head.split("\r\n")[1:]
@@ -197,6 +271,27 @@ class CopyReviewTests(unittest.TestCase):
         up = s3.create_multipart_upload(Bucket=BUCKET, Key=d + "/o", Metadata={"e": ""})["UploadId"]
         s3.abort_multipart_upload(Bucket=BUCKET, Key=d + "/o", UploadId=up)
 
+    def test_copy_onto_itself_changing_nothing_is_invalid_request(self):
+        """Defect (noticed in the review): S3 refuses a copy of an object onto itself with
+        metadata directive COPY and nothing else changed (400 InvalidRequest); the guard,
+        which always sends REPLACE to set the fence, turned it into a REPLACE that silently
+        succeeded (and dropped the object's metadata). Refused now, the store not asked;
+        with REPLACE, or a storage class, it is a copy as S3 takes it."""
+        d = "self-%s" % uid()
+        self.moto.s3.put_object(Bucket=s3_fixture.BUCKET, Key="pfx/%s/o" % d, Body=b"s", Metadata={"x": "y"})
+        g = self.acquire(d + "/o")
+        for directive in ({}, {"x-amz-metadata-directive": "COPY"}):
+            st, _, body = self.copy(g, d + "/o", "%s/%s/o" % (BUCKET, d), **directive)
+            self.assertEqual(st, 400, body)
+            self.assertIn("<Code>InvalidRequest</Code>", body)
+            self.assertIn("copy an object to itself", body)
+        self.assertEqual(self.rec.copies("/%s/pfx/%s/o" % (s3_fixture.BUCKET, d)), [])
+        self.assertEqual(self.head("pfx/%s/o" % d)["Metadata"], {"x": "y"})
+        st, _, body = self.copy(g, d + "/o", "%s/%s/o" % (BUCKET, d), **{"x-amz-metadata-directive": "REPLACE",
+                                                                           "x-amz-meta-z": "w"})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.head("pfx/%s/o" % d)["Metadata"], {"z": "w", "fencing-token": str(g["token"])})
+
     def test_get_object_tagging_of_a_tombstone_is_no_such_key(self):
         """Defect: GET ?tagging is forwarded as a read whose answer holds no object metadata,
         so the tombstone check (s3req_read_head: x-amz-meta-leasegate-deleted) never sees one:
@@ -242,6 +337,36 @@ class CopyReviewTests(unittest.TestCase):
         heads = self.rec.copies("/%s/pfx/%s/dst" % (s3_fixture.BUCKET, d))
         self.assertEqual(len(heads), 1, heads)
         self.assertEqual(unsigned_amz(heads[0]), [], heads[0])
+
+
+@unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
+class CopyErrorIn200Tests(unittest.TestCase):
+    def test_copy_whose_200_holds_an_error_is_that_error(self):
+        """Defect (noticed in the review): S3 may answer a CopyObject that fails once begun
+        with 200 and an <Error> in the body; the guard passed that 200 on as it came (boto3
+        reads it as a failure, other clients as success). Answered now as the error it names
+        (InternalError: 500), and a copy that succeeds still answers its CopyObjectResult."""
+        moto = s3_fixture.Moto()
+        self.addCleanup(moto.stop)
+        relay = FailingCopyRelay(moto.port, "/fail200")
+        self.addCleanup(relay.close)
+        srv = harness.Server(extra_args=route(BUCKET, "pfx", relay.url), extra_env=moto.env())
+        self.addCleanup(srv.cleanup)
+        moto.put_direct("pfx/src", b"the source")
+        st, _, g = srv.acquire("fail200", "o", ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        st, _, body = srv.request("PUT", "/%s/fail200" % BUCKET, raw=b"", headers={
+            "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
+        self.assertTrue(relay.failed.is_set())
+        self.assertEqual(st, 500, body)
+        self.assertIn("<Code>InternalError</Code>", body)
+        st, _, g = srv.acquire("ok", "o", ttl_ms=60000)
+        self.assertEqual(st, 200, g)
+        st, _, body = srv.request("PUT", "/%s/ok" % BUCKET, raw=b"", headers={
+            "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
+        self.assertEqual(st, 200, body)
+        self.assertIn("<CopyObjectResult", body)
+        self.assertEqual(moto.get("pfx/ok"), (b"the source", str(g["token"])))
 
 
 @unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
