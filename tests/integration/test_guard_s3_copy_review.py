@@ -19,6 +19,10 @@ names the defect it shows.
   (x-amz-copy-source-if-match), so a store that ignores it gets unpinned copies (a
   source deleted meanwhile lands its tombstone's body on the destination).
 
+Noticed in the review and tested here too: a PUT with an empty metadata value
+(SignatureDoesNotMatch: libcurl 7.88 signs a "Name;" line wrong), a copy onto itself changing
+nothing (S3's 400 InvalidRequest), and a copy's 200 holding an <Error> (that error).
+
 Only 127.0.0.1; every wait is bounded; no timing assertions.
 """
 
