@@ -8,9 +8,12 @@
                 preconditions or ignores them (a proxy or store that silently drops
                 If-Match), switchable while it runs. It checks no signature. A GET's
                 response-* query parameters set its answer's headers, as S3's do.
-* RacingProxy -- a TCP relay in front of moto that, when it sees the PUT of a chosen
-                key go by, first writes that object directly (boto3) with a chosen
-                fencing-token: the store changes between the guard's HEAD and its PUT.
+* Relay      -- a TCP relay in front of moto that keeps the head of every request going
+                by, and shows each to a hook that may act on it (write to moto directly)
+                or answer it itself.
+* RacingProxy -- a Relay that, when it sees the PUT of a chosen key go by, first writes
+                that object directly (boto3) with a chosen fencing-token: the store
+                changes between the guard's HEAD and its PUT.
 
 available() says whether moto and boto3 are importable; tests skip with one line when
 they are not (and .ci/run fails if they were skipped). Every process started here is
@@ -30,6 +33,7 @@ import time
 import urllib.parse
 
 import harness
+from member_proxy import MemberProxy
 from upstream import free_port
 
 REGION = "us-east-1"
@@ -202,70 +206,146 @@ class FakeStore:
         self.server.server_close()
 
 
-class RacingProxy:
-    """A relay in front of moto. Before it passes on the PUT of `key` (a path such as
-    /lgbucket/reports/x.csv), it writes that object directly with `fence`, once."""
+class _Requests:
+    """Splits the bytes a client sends into its requests' heads and the bytes that follow
+    them (a body by its Content-Length). After a head whose body has no length (a
+    Transfer-Encoding), or bytes that are no head, the rest of the connection is passed on
+    unread."""
+
+    MAX_HEAD = 65536
+
+    def __init__(self):
+        self.buf = b""
+        self.body = 0  # bytes of the current body not yet passed on
+        self.blind = False
+
+    def feed(self, data):
+        """Yields (head, its bytes) for each head, (None, bytes) for the rest; holds back
+        an incomplete head."""
+        self.buf += data
+        while self.buf:
+            if self.blind or self.body:
+                n = len(self.buf) if self.blind else min(self.body, len(self.buf))
+                self.body -= 0 if self.blind else n
+                out, self.buf = self.buf[:n], self.buf[n:]
+                yield None, out
+                continue
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                self.blind = len(self.buf) > self.MAX_HEAD
+                if not self.blind:
+                    return
+                continue
+            raw, self.buf = self.buf[:end + 4], self.buf[end + 4:]
+            head = raw[:end].decode("latin-1")
+            lines = (line.partition(":") for line in head.split("\r\n")[1:])
+            fields = {n.strip().lower(): v.strip() for n, _, v in lines}
+            try:
+                self.body = int(fields.get("content-length", "0"))
+            except ValueError:
+                self.blind = True
+            self.blind = self.blind or "transfer-encoding" in fields or self.body < 0
+            yield head, raw
+
+
+class Relay(MemberProxy):
+    """A TCP relay on 127.0.0.1 in front of the store on `port` (moto). It keeps the head
+    of every request that goes by (`heads`: str, without the blank line that ends it), and
+    shows each to `hook(head)` before passing it on: the hook may act (write to the store
+    directly, say), and answers None to pass the request on, or the bytes of a whole
+    response to answer it itself (the store never sees it; the connection ends after it).
+    close() ends every connection."""
+
+    def __init__(self, port, hook=None):
+        super().__init__()
+        self.hook = hook
+        self.heads = []
+        self.listen([("127.0.0.1", port)], backlog=64)
+        self.url = "http://" + self.endpoint
+
+    def seen(self, start):
+        """The heads kept whose request line starts with `start` ("PUT /lgbucket/k ")."""
+        with self.mu:
+            return [h for h in self.heads if h.startswith(start)]
+
+    def _serve(self, client, target):
+        try:
+            store = socket.create_connection(target, timeout=30)
+        except OSError:
+            client.close()
+            return
+        store.settimeout(None)
+        if not self.track(store):
+            client.close()
+            return
+        threading.Thread(target=self._answers, args=(store, client), daemon=True).start()
+        self._requests(client, store)
+
+    def _requests(self, client, store):
+        requests = _Requests()
+        try:
+            while True:
+                data = client.recv(65536)
+                if not data:
+                    break
+                for head, raw in requests.feed(data):
+                    answer = None
+                    if head is not None:
+                        with self.mu:
+                            self.heads.append(head)
+                        answer = self.hook(head) if self.hook else None
+                    if answer is not None:
+                        client.sendall(answer)
+                        return
+                    store.sendall(raw)
+        except OSError:
+            pass
+        finally:
+            _hang_up(client, store)
+
+    @staticmethod
+    def _answers(store, client):
+        try:
+            while True:
+                data = store.recv(65536)
+                if not data:
+                    break
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _hang_up(store, client)
+
+
+def _hang_up(*socks):
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class RacingProxy(Relay):
+    """A Relay in front of moto. Before it passes on the PUT of `path` (set by race(): a
+    path such as /lgbucket/reports/x.csv), it writes that object directly with `fence`,
+    once: the store changes between the guard's HEAD and its PUT."""
 
     def __init__(self, moto):
         self.moto = moto
         self.race_path = None
         self.race_fence = None
         self.raced = threading.Event()
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.url = "http://127.0.0.1:%d" % self.port
-        self._stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.racing = threading.Lock()
+        super().__init__(moto.port, self._race)
 
     def race(self, path, fence):
-        self.race_path, self.race_fence = path, fence
-        self.raced.clear()
+        with self.racing:
+            self.race_path, self.race_fence = path, fence
+            self.raced.clear()
 
-    def _accept(self):
-        while not self._stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def _pipe(self, src, dst, inspect):
-        try:
-            while not self._stop.is_set():
-                data = src.recv(65536)
-                if not data:
-                    break
-                if inspect and self.race_path and not self.raced.is_set() and \
-                        data.startswith(("PUT %s " % self.race_path).encode()):
-                    key = self.race_path.split("/", 2)[2]
-                    self.moto.put_direct(key, b"written directly", self.race_fence)
-                    self.raced.set()
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def _serve(self, c):
-        try:
-            up = socket.create_connection(("127.0.0.1", self.moto.port), timeout=30)
-        except OSError:
-            c.close()
-            return
-        c.settimeout(None)
-        threading.Thread(target=self._pipe, args=(up, c, False), daemon=True).start()
-        self._pipe(c, up, True)
-
-    def close(self):
-        self._stop.set()
-        self.sock.close()
+    def _race(self, head):
+        with self.racing:
+            if self.race_path and not self.raced.is_set() and head.startswith("PUT %s " % self.race_path):
+                self.moto.put_direct(self.race_path.split("/", 2)[2], b"written directly", self.race_fence)
+                self.raced.set()
+        return None

@@ -26,7 +26,6 @@ nothing (S3's 400 InvalidRequest), and a copy's 200 holding an <Error> (that err
 Only 127.0.0.1; every wait is bounded; no timing assertions.
 """
 
-import socket
 import threading
 import unittest
 import uuid
@@ -46,143 +45,19 @@ def route(prefix, keyprefix, endpoint):
         prefix, s3_fixture.BUCKET, keyprefix, s3_fixture.REGION, endpoint)]
 
 
-class Recorder:
-    """A TCP relay in front of moto that keeps the head of every request going by."""
-
-    def __init__(self, port):
-        self.port = port
-        self.heads = []
-        self.lock = threading.Lock()
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            try:
-                up = socket.create_connection(("127.0.0.1", self.port), timeout=30)
-            except OSError:
-                c.close()
-                continue
-            c.settimeout(None)
-            threading.Thread(target=self._pipe, args=(c, up, True), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(up, c, False), daemon=True).start()
-
-    def _pipe(self, src, dst, record):
-        buf = b""
-        try:
-            while not self.stop.is_set():
-                data = src.recv(65536)
-                if not data:
-                    break
-                if record:
-                    buf += data
-                    while b"\r\n\r\n" in buf:
-                        head, buf = buf.split(b"\r\n\r\n", 1)
-                        with self.lock:
-                            self.heads.append(head.decode("latin-1"))
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def copies(self, key):
-        """The heads of the CopyObjects of `key` (the store's path) that went by."""
-        with self.lock:
-            return [h for h in self.heads if h.startswith("PUT %s " % key) and "\nx-amz-copy-source:" in h.lower()]
-
-    def close(self):
-        self.stop.set()
-        self.sock.close()
+def is_copy(head):
+    """Whether a request head is a CopyObject or an UploadPartCopy."""
+    return head.startswith("PUT ") and "\nx-amz-copy-source:" in head.lower()
 
 
-class FailingCopyRelay:
-    """A relay in front of moto, one request per connection: the CopyObject (or
-    UploadPartCopy) of a key holding `fail` gets 200 with an S3 <Error> in its body, as S3
-    may answer a copy that fails once begun; moto is not asked. Everything else goes to moto."""
+def copies(relay, key):
+    """The heads of the CopyObjects of `key` (the store's path) that went by `relay`."""
+    return [h for h in relay.seen("PUT %s " % key) if is_copy(h)]
 
-    ERROR = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
-             b'<Message>We encountered an internal error. Please try again.</Message></Error>')
 
-    def __init__(self, port, fail):
-        self.port, self.fail = port, fail
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        self.failed = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-
-    def _serve(self, c):
-        c.settimeout(30)
-        try:
-            buf = b""
-            while b"\r\n\r\n" not in buf and len(buf) < 65536:
-                data = c.recv(65536)
-                if not data:
-                    return
-                buf += data
-            head, rest = buf.split(b"\r\n\r\n", 1)
-            first = head.split(b"\r\n", 1)[0].decode("latin-1")
-            if first.startswith("PUT ") and self.fail in first and b"\nx-amz-copy-source:" in head.lower():
-                self.failed.set()
-                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nConnection: close\r\n"
-                          b"Content-Length: %d\r\n\r\n%s" % (len(self.ERROR), self.ERROR))
-                return
-            up = socket.create_connection(("127.0.0.1", self.port), timeout=30)
-            up.sendall(head + b"\r\nConnection: close\r\n\r\n" + rest)
-            threading.Thread(target=self._pipe, args=(c, up), daemon=True).start()
-            self._pipe(up, c)
-        except OSError:
-            pass
-        finally:
-            c.close()
-
-    @staticmethod
-    def _pipe(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        try:
-            dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
-    def close(self):
-        self.stop.set()
-        self.sock.close()
+# What S3 may answer a copy that fails once begun: 200 with an <Error> in its body.
+ERROR_IN_200 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
+                b'<Message>We encountered an internal error. Please try again.</Message></Error>')
 
 
 def unsigned_amz(head):
@@ -202,7 +77,7 @@ class CopyReviewTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.moto = s3_fixture.Moto()
-        cls.rec = Recorder(cls.moto.port)
+        cls.rec = s3_fixture.Relay(cls.moto.port)
         cls.srv = harness.Server(extra_args=route(BUCKET, "pfx", cls.rec.url), extra_env=cls.moto.env())
 
     @classmethod
@@ -289,7 +164,7 @@ class CopyReviewTests(unittest.TestCase):
             self.assertEqual(st, 400, body)
             self.assertIn("<Code>InvalidRequest</Code>", body)
             self.assertIn("copy an object to itself", body)
-        self.assertEqual(self.rec.copies("/%s/pfx/%s/o" % (s3_fixture.BUCKET, d)), [])
+        self.assertEqual(copies(self.rec, "/%s/pfx/%s/o" % (s3_fixture.BUCKET, d)), [])
         self.assertEqual(self.head("pfx/%s/o" % d)["Metadata"], {"x": "y"})
         st, _, body = self.copy(g, d + "/o", "%s/%s/o" % (BUCKET, d), **{"x-amz-metadata-directive": "REPLACE",
                                                                            "x-amz-meta-z": "w"})
@@ -338,7 +213,7 @@ class CopyReviewTests(unittest.TestCase):
         st, _, body = self.copy(g, d + "/dst", "%s/%s/src" % (BUCKET, d), **{
             "x-amz-metadata-directive": "REPLACE", "x-amz-meta-e": ""})
         self.assertEqual(st, 200, body)
-        heads = self.rec.copies("/%s/pfx/%s/dst" % (s3_fixture.BUCKET, d))
+        heads = copies(self.rec, "/%s/pfx/%s/dst" % (s3_fixture.BUCKET, d))
         self.assertEqual(len(heads), 1, heads)
         self.assertEqual(unsigned_amz(heads[0]), [], heads[0])
 
@@ -352,7 +227,17 @@ class CopyErrorIn200Tests(unittest.TestCase):
         (InternalError: 500), and a copy that succeeds still answers its CopyObjectResult."""
         moto = s3_fixture.Moto()
         self.addCleanup(moto.stop)
-        relay = FailingCopyRelay(moto.port, "/fail200")
+        failed = threading.Event()
+
+        def fail_the_copy(head):
+            # The copy of a key holding /fail200 gets the 200 with an <Error>; moto is not asked.
+            if is_copy(head) and "/fail200" in head.split("\r\n", 1)[0]:
+                failed.set()
+                return (b"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nConnection: close\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(ERROR_IN_200), ERROR_IN_200))
+            return None
+
+        relay = s3_fixture.Relay(moto.port, fail_the_copy)
         self.addCleanup(relay.close)
         srv = harness.Server(extra_args=route(BUCKET, "pfx", relay.url), extra_env=moto.env())
         self.addCleanup(srv.cleanup)
@@ -361,7 +246,7 @@ class CopyErrorIn200Tests(unittest.TestCase):
         self.assertEqual(st, 200, g)
         st, _, body = srv.request("PUT", "/%s/fail200" % BUCKET, raw=b"", headers={
             "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
-        self.assertTrue(relay.failed.is_set())
+        self.assertTrue(failed.is_set())
         self.assertEqual(st, 500, body)
         self.assertIn("<Code>InternalError</Code>", body)
         st, _, g = srv.acquire("ok", "o", ttl_ms=60000)
@@ -454,32 +339,32 @@ class CopyPinReviewTests(unittest.TestCase):
         moto = s3_fixture.Moto(copy_source_preconditions=False)
         self.addCleanup(moto.stop)
         tombstone = b"leasegate tombstone: deleted through the guard; its fencing-token stays\n"
+        raced = threading.Event()
 
-        class DeleteSource:
-            """What the racing relay does when the copy goes by: the source's tombstone."""
-            port = moto.port
-
-            def put_direct(self, key, body, fence):
+        def delete_the_source(head):
+            # When the copy goes by, the source is deleted first: its tombstone written.
+            if head.startswith("PUT /%s/pfx/dst " % s3_fixture.BUCKET) and not raced.is_set():
                 moto.s3.put_object(Bucket=s3_fixture.BUCKET, Key="pfx/src", Body=tombstone, ContentType="text/plain",
                                    Metadata={"fencing-token": "99", "leasegate-deleted": "1"})
+                raced.set()
+            return None
 
-        proxy = s3_fixture.RacingProxy(DeleteSource())
+        proxy = s3_fixture.Relay(moto.port, delete_the_source)
         self.addCleanup(proxy.close)
         srv = harness.Server(extra_args=route(BUCKET, "pfx", proxy.url), extra_env=moto.env())
         self.addCleanup(srv.cleanup)
         moto.put_direct("pfx/src", b"the source")
         st, _, g = srv.acquire("dst", "o", ttl_ms=60000)
         self.assertEqual(st, 200, g)
-        proxy.race("/%s/pfx/dst" % s3_fixture.BUCKET, 0)
         st, _, body = srv.request("PUT", "/%s/dst" % BUCKET, raw=b"", headers={
             "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
         if st == 501:
             # Refused up front: the probe found the pin ignored, so no copy goes to this store.
             self.assertIn("NotImplemented", body)
-            self.assertFalse(proxy.raced.is_set(), "the store was asked to copy")
+            self.assertFalse(raced.is_set(), "the store was asked to copy")
             self.assertIsNone(moto.get("pfx/dst"))
             return
-        self.assertTrue(proxy.raced.is_set())
+        self.assertTrue(raced.is_set())
         self.assertNotEqual(moto.get("pfx/dst"), (tombstone, str(g["token"])), "a tombstone's body was copied")
 
 
