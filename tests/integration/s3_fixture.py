@@ -55,6 +55,13 @@ def missing_reason():
     return "moto and boto3 are not importable by %s (pip install 'moto[server]' boto3)" % sys.executable
 
 
+def route(prefix, keyprefix, endpoint, options=""):
+    """The --guard arguments of a route /PREFIX/ to BUCKET/KEYPREFIX at `endpoint` (a URL),
+    in REGION; `options` adds to them (",lock=L,methods=PUT")."""
+    return ["--guard", "/%s/=s3://%s/%s,region=%s,endpoint=%s%s" % (prefix, BUCKET, keyprefix, REGION, endpoint,
+                                                                      options)]
+
+
 class Moto:
     def __init__(self, copy_preconditions=True, copy_source_preconditions=True):
         """copy_preconditions=False: CopyObject's preconditions ignored, as plain moto 5.2

@@ -37,18 +37,14 @@ def have(path):
     return os.path.exists(path) and os.access(path, os.X_OK)
 
 
-def route(prefix, keyprefix, moto, lock=None):
-    return ["--guard", "/%s/=s3://%s/%s,region=%s,endpoint=%s%s" % (
-        prefix, s3_fixture.BUCKET, keyprefix, s3_fixture.REGION, moto.url, ",lock=" + lock if lock else "")]
-
-
 @unittest.skipUnless(s3_fixture.available(), s3_fixture.missing_reason())
 class S3CopyTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.moto = s3_fixture.Moto()
-        cls.srv = harness.Server(extra_args=route(BUCKET, "pfx", cls.moto) + route(ONE, "onepfx", cls.moto, "onelock")
-                                 + route("other", "otherpfx", cls.moto), extra_env=cls.moto.env())
+        cls.srv = harness.Server(extra_args=s3_fixture.route(BUCKET, "pfx", cls.moto.url)
+                                 + s3_fixture.route(ONE, "onepfx", cls.moto.url, ",lock=onelock")
+                                 + s3_fixture.route("other", "otherpfx", cls.moto.url), extra_env=cls.moto.env())
         cls.dir = tempfile.mkdtemp(prefix="leasegate-s3copy-")
 
     @classmethod
@@ -321,7 +317,7 @@ class S3CopyStoreTests(unittest.TestCase):
         """moto as it is ignores If-Match and If-None-Match on CopyObject: the probe finds
         that, /healthz says so, and a copy gets 501 (never an unconditional copy); PUTs go."""
         moto = s3_fixture.Moto(copy_preconditions=False)
-        srv = harness.Server(extra_args=route(BUCKET, "pfx", moto), extra_env=moto.env())
+        srv = harness.Server(extra_args=s3_fixture.route(BUCKET, "pfx", moto.url), extra_env=moto.env())
         try:
             st, _, health = srv.request("GET", "/healthz")
             self.assertIn("If-Match and If-None-Match on CopyObject (copies are refused)", health["guard"][0]["detail"])
@@ -351,7 +347,8 @@ class S3CopyStoreTests(unittest.TestCase):
         with open(keys, "w") as f:
             f.write(line + "\n")
         os.chmod(keys, 0o600)
-        srv = harness.Server(extra_args=["--auth-file", keys] + route(BUCKET, "pfx", moto), extra_env=moto.env())
+        srv = harness.Server(extra_args=["--auth-file", keys] + s3_fixture.route(BUCKET, "pfx", moto.url),
+                             extra_env=moto.env())
         bearer = {"Authorization": "Bearer " + key}
         try:
             moto.put_direct("pfx/team-b/secret.txt", b"team b's")

@@ -40,11 +40,6 @@ def uid():
     return uuid.uuid4().hex[:10]
 
 
-def route(prefix, keyprefix, endpoint):
-    return ["--guard", "/%s/=s3://%s/%s,region=%s,endpoint=%s" % (
-        prefix, s3_fixture.BUCKET, keyprefix, s3_fixture.REGION, endpoint)]
-
-
 def is_copy(head):
     """Whether a request head is a CopyObject or an UploadPartCopy."""
     return head.startswith("PUT ") and "\nx-amz-copy-source:" in head.lower()
@@ -53,6 +48,25 @@ def is_copy(head):
 def copies(relay, key):
     """The heads of the CopyObjects of `key` (the store's path) that went by `relay`."""
     return [h for h in relay.seen("PUT %s " % key) if is_copy(h)]
+
+
+def behind_relay(test, moto, hook):
+    """A gateway whose route reaches `moto` through a Relay that shows each request to `hook`."""
+    relay = s3_fixture.Relay(moto.port, hook)
+    test.addCleanup(relay.close)
+    srv = harness.Server(extra_args=s3_fixture.route(BUCKET, "pfx", relay.url), extra_env=moto.env())
+    test.addCleanup(srv.cleanup)
+    return srv
+
+
+def copy_src(test, srv, dest):
+    """A copy of BUCKET/src onto BUCKET/`dest` through `srv`, under a lease of lock `dest`:
+    (status, body, the lease's grant)."""
+    st, _, g = srv.acquire(dest, "o", ttl_ms=60000)
+    test.assertEqual(st, 200, g)
+    st, _, body = srv.request("PUT", "/%s/%s" % (BUCKET, dest), raw=b"", headers={
+        "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
+    return st, body, g
 
 
 # What S3 may answer a copy that fails once begun: 200 with an <Error> in its body.
@@ -78,7 +92,7 @@ class CopyReviewTests(unittest.TestCase):
     def setUpClass(cls):
         cls.moto = s3_fixture.Moto()
         cls.rec = s3_fixture.Relay(cls.moto.port)
-        cls.srv = harness.Server(extra_args=route(BUCKET, "pfx", cls.rec.url), extra_env=cls.moto.env())
+        cls.srv = harness.Server(extra_args=s3_fixture.route(BUCKET, "pfx", cls.rec.url), extra_env=cls.moto.env())
 
     @classmethod
     def tearDownClass(cls):
@@ -237,22 +251,13 @@ class CopyErrorIn200Tests(unittest.TestCase):
                         b"Content-Length: %d\r\n\r\n%s" % (len(ERROR_IN_200), ERROR_IN_200))
             return None
 
-        relay = s3_fixture.Relay(moto.port, fail_the_copy)
-        self.addCleanup(relay.close)
-        srv = harness.Server(extra_args=route(BUCKET, "pfx", relay.url), extra_env=moto.env())
-        self.addCleanup(srv.cleanup)
+        srv = behind_relay(self, moto, fail_the_copy)
         moto.put_direct("pfx/src", b"the source")
-        st, _, g = srv.acquire("fail200", "o", ttl_ms=60000)
-        self.assertEqual(st, 200, g)
-        st, _, body = srv.request("PUT", "/%s/fail200" % BUCKET, raw=b"", headers={
-            "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
+        st, body, g = copy_src(self, srv, "fail200")
         self.assertTrue(failed.is_set())
         self.assertEqual(st, 500, body)
         self.assertIn("<Code>InternalError</Code>", body)
-        st, _, g = srv.acquire("ok", "o", ttl_ms=60000)
-        self.assertEqual(st, 200, g)
-        st, _, body = srv.request("PUT", "/%s/ok" % BUCKET, raw=b"", headers={
-            "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
+        st, body, g = copy_src(self, srv, "ok")
         self.assertEqual(st, 200, body)
         self.assertIn("<CopyObjectResult", body)
         self.assertEqual(moto.get("pfx/ok"), (b"the source", str(g["token"])))
@@ -268,11 +273,8 @@ class WriteOnlyRouteTests(unittest.TestCase):
         over the drop box's public/ part."""
         moto = s3_fixture.Moto()
         self.addCleanup(moto.stop)
-        srv = harness.Server(extra_args=[
-            "--guard", "/drop/=s3://%s/pfx,region=%s,endpoint=%s,methods=PUT,lock=box" % (
-                s3_fixture.BUCKET, s3_fixture.REGION, moto.url),
-            "--guard", "/pub/=s3://%s/pfx/public,region=%s,endpoint=%s,lock=box" % (
-                s3_fixture.BUCKET, s3_fixture.REGION, moto.url)], extra_env=moto.env())
+        srv = harness.Server(extra_args=s3_fixture.route("drop", "pfx", moto.url, ",methods=PUT,lock=box")
+                             + s3_fixture.route("pub", "pfx/public", moto.url, ",lock=box"), extra_env=moto.env())
         self.addCleanup(srv.cleanup)
         moto.put_direct("pfx/alice/report", b"alice's secret")
         st, _, g = srv.acquire("box", "mallory", ttl_ms=60000)
@@ -289,7 +291,7 @@ class WriteOnlyRouteTests(unittest.TestCase):
 class CopyPinReviewTests(unittest.TestCase):
     def start(self, **moto_args):
         moto = s3_fixture.Moto(**moto_args)
-        srv = harness.Server(extra_args=route(BUCKET, "pfx", moto.url), extra_env=moto.env())
+        srv = harness.Server(extra_args=s3_fixture.route(BUCKET, "pfx", moto.url), extra_env=moto.env())
         self.addCleanup(moto.stop)
         self.addCleanup(srv.cleanup)
         return moto, srv
@@ -323,10 +325,7 @@ class CopyPinReviewTests(unittest.TestCase):
         x-amz-copy-source-if-match, and copies get 501 when that is not 412."""
         moto, srv = self.start(copy_source_preconditions=False)
         moto.put_direct("pfx/src", b"s")
-        st, _, g = srv.acquire("dst", "o", ttl_ms=60000)
-        self.assertEqual(st, 200, g)
-        st, _, body = srv.request("PUT", "/%s/dst" % BUCKET, raw=b"", headers={
-            "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
+        st, body, g = copy_src(self, srv, "dst")
         self.assertEqual(st, 501, body)
 
     def test_unpinned_copy_lands_a_tombstone(self):
@@ -349,15 +348,9 @@ class CopyPinReviewTests(unittest.TestCase):
                 raced.set()
             return None
 
-        proxy = s3_fixture.Relay(moto.port, delete_the_source)
-        self.addCleanup(proxy.close)
-        srv = harness.Server(extra_args=route(BUCKET, "pfx", proxy.url), extra_env=moto.env())
-        self.addCleanup(srv.cleanup)
+        srv = behind_relay(self, moto, delete_the_source)
         moto.put_direct("pfx/src", b"the source")
-        st, _, g = srv.acquire("dst", "o", ttl_ms=60000)
-        self.assertEqual(st, 200, g)
-        st, _, body = srv.request("PUT", "/%s/dst" % BUCKET, raw=b"", headers={
-            "Fencing-Lease": g["lease"], "x-amz-copy-source": BUCKET + "/src"})
+        st, body, g = copy_src(self, srv, "dst")
         if st == 501:
             # Refused up front: the probe found the pin ignored, so no copy goes to this store.
             self.assertIn("NotImplemented", body)

@@ -101,13 +101,9 @@ class PresignTests(unittest.TestCase):
         # /honours/: a store that honours response-* overrides, as S3 does and moto 5 does not.
         cls.fake = s3_fixture.FakeStore()
         # /shared/: every key of it binds lock "batch", so one lease signs for several paths.
-        cls.srv = harness.Server(extra_args=[
-            "--guard", "/%s/=s3://%s/pre,region=%s,endpoint=%s" % (BUCKET, s3_fixture.BUCKET, s3_fixture.REGION,
-                                                                  cls.moto.url),
-            "--guard", "/shared/=s3://%s/shared,region=%s,endpoint=%s,lock=batch" % (
-                s3_fixture.BUCKET, s3_fixture.REGION, cls.moto.url),
-            "--guard", "/honours/=s3://%s/h,region=%s,endpoint=%s" % (s3_fixture.BUCKET, s3_fixture.REGION,
-                                                                     cls.fake.url)], extra_env=cls.moto.env())
+        cls.srv = harness.Server(extra_args=s3_fixture.route(BUCKET, "pre", cls.moto.url)
+                                 + s3_fixture.route("shared", "shared", cls.moto.url, ",lock=batch")
+                                 + s3_fixture.route("honours", "h", cls.fake.url), extra_env=cls.moto.env())
         cls.dir = tempfile.mkdtemp(prefix="leasegate-presign-")
 
     @classmethod

@@ -81,11 +81,8 @@ class S3ReviewTests(unittest.TestCase):
     def setUpClass(cls):
         cls.moto = s3_fixture.Moto()
         cls.fake = s3_fixture.FakeStore()
-        cls.srv = harness.Server(extra_args=[
-            "--guard", "/%s/=s3://%s/rev,region=%s,endpoint=%s" % (BUCKET, s3_fixture.BUCKET, s3_fixture.REGION,
-                                                                  cls.moto.url),
-            "--guard", "/fake/=s3://%s/f,region=%s,endpoint=%s" % (s3_fixture.BUCKET, s3_fixture.REGION,
-                                                                  cls.fake.url)], extra_env=cls.moto.env())
+        cls.srv = harness.Server(extra_args=s3_fixture.route(BUCKET, "rev", cls.moto.url)
+                                 + s3_fixture.route("fake", "f", cls.fake.url), extra_env=cls.moto.env())
         cls.dir = tempfile.mkdtemp(prefix="leasegate-s3review-")
 
     @classmethod
