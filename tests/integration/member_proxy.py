@@ -1,5 +1,5 @@
 """MemberProxy: what the tests' proxies in front of etcd members share (stall_proxy.py,
-txn_proxy.py, tls_proxy.py): one listener on 127.0.0.1 per upstream, a thread accepting on
+txn_proxy.py, tls_proxy.py), and s3_fixture.Relay in front of moto: one listener on 127.0.0.1 per upstream, a thread accepting on
 each, and every socket opened here, so that cut() ends the connections open now and close()
 ends everything. A subclass calls MemberProxy.__init__, sets its own state, then listen()
 (which starts the threads), and relays one accepted connection in _serve(sock, target)."""
@@ -42,12 +42,32 @@ class MemberProxy:
         self.cut()
 
     @staticmethod
+    def hang_up(*socks):
+        """Ends each socket's connection both ways (its readers see EOF); it stays open."""
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    @staticmethod
     def shut(s):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        MemberProxy.hang_up(s)
         s.close()
+
+    def dial(self, client, target, timeout=30):
+        """A connection to `target` for the accepted `client`, kept by track(); None (client
+        closed) when it cannot be made or the proxy is closed."""
+        try:
+            upstream = socket.create_connection(target, timeout=timeout)
+        except OSError:
+            client.close()
+            return None
+        upstream.settimeout(None)
+        if not self.track(upstream):
+            client.close()
+            return None
+        return upstream
 
     def track(self, s):
         """Keeps s for cut() and close(); False (s closed) once the proxy is closed."""

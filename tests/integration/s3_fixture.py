@@ -276,14 +276,8 @@ class Relay(MemberProxy):
             return [h for h in self.heads if h.startswith(start)]
 
     def _serve(self, client, target):
-        try:
-            store = socket.create_connection(target, timeout=30)
-        except OSError:
-            client.close()
-            return
-        store.settimeout(None)
-        if not self.track(store):
-            client.close()
+        store = self.dial(client, target)
+        if store is None:
             return
         threading.Thread(target=self._answers, args=(store, client), daemon=True).start()
         self._requests(client, store)
@@ -308,10 +302,9 @@ class Relay(MemberProxy):
         except OSError:
             pass
         finally:
-            _hang_up(client, store)
+            self.hang_up(client, store)
 
-    @staticmethod
-    def _answers(store, client):
+    def _answers(self, store, client):
         try:
             while True:
                 data = store.recv(65536)
@@ -321,15 +314,7 @@ class Relay(MemberProxy):
         except OSError:
             pass
         finally:
-            _hang_up(store, client)
-
-
-def _hang_up(*socks):
-    for s in socks:
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            self.hang_up(store, client)
 
 
 class RacingProxy(Relay):

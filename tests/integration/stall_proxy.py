@@ -10,7 +10,6 @@ when the stall ends, in order. cut() instead closes every connection open now.
 Only 127.0.0.1; every thread ends when the proxy is closed; every wait is bounded by the
 stall, which the test ends."""
 
-import socket
 import threading
 import time
 
@@ -45,14 +44,8 @@ class StallProxy(MemberProxy):
         super().close()
 
     def _serve(self, client, target):
-        try:
-            upstream = socket.create_connection(target, timeout=5)
-        except OSError:
-            client.close()
-            return
-        upstream.settimeout(None)
-        if not self.track(upstream):
-            client.close()
+        upstream = self.dial(client, target, timeout=5)
+        if upstream is None:
             return
         conn = {"h2": None}  # None until the first bytes say which protocol
         threading.Thread(target=self._pump, args=(upstream, client, FROM_ETCD, conn), daemon=True).start()
@@ -80,8 +73,4 @@ class StallProxy(MemberProxy):
                 dst.sendall(data)
             except OSError:
                 break
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self.hang_up(src, dst)

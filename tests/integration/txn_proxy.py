@@ -15,7 +15,6 @@ again to the other one. `caught` is the transaction (a TxnRequest message); repl
 to etcd through the JSON gateway (the same transaction, written as JSON: txn_json)."""
 
 import base64
-import socket
 import threading
 import urllib.parse
 
@@ -105,14 +104,8 @@ class TxnProxy(MemberProxy):
         return etcd_fixture.call(self.etcd_url, "/v3/kv/txn", txn_json(self.caught))
 
     def _serve(self, client, target):
-        try:
-            upstream = socket.create_connection(target, timeout=30)
-        except OSError:
-            client.close()
-            return
-        upstream.settimeout(None)
-        if not self.track(upstream):
-            client.close()
+        upstream = self.dial(client, target)
+        if upstream is None:
             return
         conn = {"swallow": False, "to_client": threading.Lock()}
         first = b""
@@ -152,11 +145,7 @@ class TxnProxy(MemberProxy):
             except OSError:
                 break
             data = self._recv(src)
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self.hang_up(src, dst)
 
     def _back(self, upstream, client, conn):
         """etcd -> gateway, until the connection's transaction is swallowed. On HTTP/2, whole
@@ -180,10 +169,7 @@ class TxnProxy(MemberProxy):
             except OSError:
                 break
             buf = buf[cut:]
-        try:
-            client.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self.hang_up(client)
 
     def _h2_forth(self, client, upstream, data, conn):
         """gateway -> etcd, frame by frame after the preface: the armed transaction's stream
@@ -242,8 +228,4 @@ class TxnProxy(MemberProxy):
             if not chunk:
                 break
             buf += chunk
-        for s in (client, upstream):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self.hang_up(client, upstream)
